@@ -1,0 +1,84 @@
+//! Events the library emits for the CLI to render.
+//!
+//! This module owns the vocabulary of progress reporting. It must never print: the
+//! binary decides how (live view, plain lines, JSON) and whether to show an event.
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::agent::Ledger;
+
+/// Identifies one running subagent: its role and the subtask label it works on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct AgentId {
+    /// `lead`, `worker`, `reviewer`, or a user-defined agent name.
+    pub role: String,
+    /// The subtask label, e.g. `S2`; `lead` for the lead itself.
+    pub label: String,
+}
+
+impl std::fmt::Display for AgentId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.role, self.label)
+    }
+}
+
+/// Something that happened that a user may want to see.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// A subagent's loop started.
+    AgentStarted { agent: AgentId },
+    /// A model turn of a subagent completed.
+    TurnCompleted {
+        agent: AgentId,
+        turn: u32,
+        ledger: Ledger,
+    },
+    /// A subagent called a tool.
+    ToolCalled {
+        agent: AgentId,
+        tool: String,
+        is_error: bool,
+    },
+    /// A model request failed and will be retried after `delay_ms`.
+    ModelRetry {
+        agent: AgentId,
+        attempt: u32,
+        delay_ms: u64,
+        reason: String,
+    },
+    /// A subagent's loop ended; `ledger` is what it cost in total.
+    AgentFinished {
+        agent: AgentId,
+        ledger: Ledger,
+        outcome: String,
+    },
+    /// A free-form status line from the orchestrator.
+    Note { message: String },
+}
+
+/// The sending half every library component gets; sending never blocks or fails loudly.
+#[derive(Debug, Clone)]
+pub struct EventSink {
+    tx: Option<mpsc::UnboundedSender<Event>>,
+}
+
+impl EventSink {
+    /// A sink that delivers to `tx`.
+    pub fn new(tx: mpsc::UnboundedSender<Event>) -> Self {
+        Self { tx: Some(tx) }
+    }
+
+    /// A sink that drops every event (tests, benchmarks).
+    pub fn discard() -> Self {
+        Self { tx: None }
+    }
+
+    /// Emits `event`; a closed receiver is not an error, the user just stopped watching.
+    pub fn emit(&self, event: Event) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(event);
+        }
+    }
+}

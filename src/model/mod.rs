@@ -1,0 +1,169 @@
+//! Model clients: provider-neutral wire types, the [`Model`] trait the agent loop talks
+//! to, and its implementations (Anthropic Messages, OpenAI-compatible chat completions).
+//!
+//! This module owns everything about talking to a model over HTTP: request shapes,
+//! streaming, retries and typed errors. It knows nothing of tools' behaviour, git, or
+//! the agent loop; it never prints.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+mod error;
+
+pub use error::{ApiError, ModelError};
+
+/// Who authored a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+/// One block of message content, provider-neutral.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    Text {
+        text: String,
+    },
+    /// A tool call by the model.
+    ///
+    /// `input` is the parsed JSON arguments. Real APIs always send an object; when a
+    /// model produced arguments that are not valid JSON, the client keeps the raw text
+    /// as a `Value::String` so the dispatcher can answer it as a tool error (and the
+    /// client can echo it back faithfully in the history).
+    ToolUse {
+        id: String,
+        name: String,
+        input: serde_json::Value,
+    },
+    /// The answer to a [`ContentBlock::ToolUse`] with the same id.
+    ToolResult {
+        tool_use_id: String,
+        content: String,
+        is_error: bool,
+    },
+}
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: Vec<ContentBlock>,
+}
+
+impl Message {
+    /// A user message holding one text block.
+    pub fn user_text(text: impl Into<String>) -> Self {
+        Self {
+            role: Role::User,
+            content: vec![ContentBlock::Text { text: text.into() }],
+        }
+    }
+
+    /// The concatenated text blocks of this message.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for block in &self.content {
+            if let ContentBlock::Text { text } = block {
+                if !out.is_empty() {
+                    out.push('\n');
+                }
+                out.push_str(text);
+            }
+        }
+        out
+    }
+
+    /// The tool calls in this message, in order.
+    pub fn tool_uses(&self) -> impl Iterator<Item = (&str, &str, &serde_json::Value)> {
+        self.content.iter().filter_map(|block| match block {
+            ContentBlock::ToolUse { id, name, input } => Some((id.as_str(), name.as_str(), input)),
+            _ => None,
+        })
+    }
+}
+
+/// A tool as the model sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the tool's input object.
+    pub input_schema: serde_json::Value,
+}
+
+/// One request for one model turn.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Request {
+    pub model: String,
+    pub system: String,
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolSpec>,
+    pub max_tokens: u32,
+}
+
+/// Why the model stopped producing output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    EndTurn,
+    ToolUse,
+    MaxTokens,
+    StopSequence,
+    PauseTurn,
+    Refusal,
+    /// A stop reason this version of grove does not know, kept verbatim.
+    Other(String),
+}
+
+/// Token usage of one response.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Input tokens not read from or written to the prompt cache.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_input_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+}
+
+/// One complete model turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response {
+    /// The assistant message to append to the history.
+    pub message: Message,
+    pub stop_reason: StopReason,
+    pub usage: Usage,
+    /// The provider's request id, when it sent one.
+    pub request_id: Option<String>,
+}
+
+/// A retry the client is about to make, reported so the caller can show it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryNotice {
+    /// 1 for the first retry.
+    pub attempt: u32,
+    pub delay: std::time::Duration,
+    pub reason: String,
+}
+
+/// What the agent loop talks to: one turn in, one turn out.
+///
+/// Implementations handle retries themselves (reporting each through `on_retry`) and
+/// return an error only when the turn cannot be had: a non-retryable API answer,
+/// retries exhausted, or cancellation.
+#[async_trait]
+pub trait Model: Send + Sync {
+    /// A short name for logs and ledgers, e.g. `anthropic/claude-sonnet-4-5`.
+    fn name(&self) -> String;
+
+    /// Runs one turn.
+    async fn complete(
+        &self,
+        request: &Request,
+        cancel: &CancellationToken,
+        on_retry: &(dyn Fn(RetryNotice) + Send + Sync),
+    ) -> Result<Response, ModelError>;
+}

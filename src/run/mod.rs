@@ -1,0 +1,5 @@
+//! The orchestrator: one run from task to applied result, its crash-safe journal, and
+//! the reports.
+//!
+//! This module owns the run's lifecycle and is the only place that combines agents with
+//! git. It never prints; it emits events.

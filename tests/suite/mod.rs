@@ -1,0 +1,1 @@
+//! Integration test suites, one module per area.

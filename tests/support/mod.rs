@@ -1,0 +1,1 @@
+//! Test support: the fake model server and sealed git fixtures.
