@@ -62,4 +62,82 @@ pub enum ModelError {
     /// The client is misconfigured (no API key, bad base URL). Never retried.
     #[error("{0}")]
     Config(String),
+    /// No answer within the configured time: the whole response for a non-streaming
+    /// request, the response headers for a streaming one. Retried.
+    #[error("the model API at {url} did not answer within {}s ({phase})", after.as_secs_f64())]
+    Timeout {
+        url: String,
+        /// What was awaited: `response` or `response headers`.
+        phase: &'static str,
+        after: Duration,
+    },
+    /// The request cannot be expressed in the provider's wire format (e.g. a message
+    /// with no content). Never retried: the caller must change the request.
+    #[error("the model request is invalid: {0}")]
+    InvalidRequest(String),
+}
+
+impl ApiError {
+    /// Whether this refusal reports a spend, billing or quota limit rather than a
+    /// momentary rate limit: waiting will not help, so such answers are never retried.
+    pub fn is_spend_limit(&self) -> bool {
+        // Plain "quota" is deliberately absent: some gateways say "quota exceeded ...
+        // per minute" for an ordinary rate limit, which waiting does fix.
+        const MARKERS: [&str; 8] = [
+            "insufficient_quota",
+            "exceeded your current quota",
+            "spend limit",
+            "spending limit",
+            "billing",
+            "credit balance",
+            "usage limit",
+            "budget",
+        ];
+        let kind = self
+            .error_type
+            .as_deref()
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let message = self.message.to_ascii_lowercase();
+        MARKERS
+            .iter()
+            .any(|marker| kind.contains(marker) || message.contains(marker))
+    }
+
+    /// Whether the status says the same request may succeed later.
+    pub fn is_retryable(&self) -> bool {
+        match self.status {
+            429 => !self.is_spend_limit(),
+            408 | 409 | 529 => true,
+            500..=599 => true,
+            _ => false,
+        }
+    }
+}
+
+impl ModelError {
+    /// Whether the retry policy tries the turn again after this error.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ModelError::Api(api) => api.is_retryable(),
+            // A builder error is a malformed request (bad URL, bad header): sending it
+            // again cannot help.
+            ModelError::Transport { source, .. } => !source.is_builder(),
+            ModelError::Timeout { .. } | ModelError::Stream(_) => true,
+            ModelError::Decode(_)
+            | ModelError::RetriesExhausted { .. }
+            | ModelError::Cancelled
+            | ModelError::Config(_)
+            | ModelError::InvalidRequest(_) => false,
+        }
+    }
+
+    /// The API's answer behind this error, looking through [`ModelError::RetriesExhausted`].
+    pub fn api_error(&self) -> Option<&ApiError> {
+        match self {
+            ModelError::Api(api) => Some(api),
+            ModelError::RetriesExhausted { last, .. } => last.api_error(),
+            _ => None,
+        }
+    }
 }

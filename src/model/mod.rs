@@ -5,13 +5,22 @@
 //! streaming, retries and typed errors. It knows nothing of tools' behaviour, git, or
 //! the agent loop; it never prints.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+pub mod anthropic;
 mod error;
+mod http;
+pub mod openai;
+pub mod retry;
 
+pub use anthropic::{AnthropicClient, AnthropicConfig};
 pub use error::{ApiError, ModelError};
+pub use openai::{OpenAiClient, OpenAiConfig};
+pub use retry::RetryPolicy;
 
 /// Who authored a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,4 +175,73 @@ pub trait Model: Send + Sync {
         cancel: &CancellationToken,
         on_retry: &(dyn Fn(RetryNotice) + Send + Sync),
     ) -> Result<Response, ModelError>;
+}
+
+/// Which wire format and service to talk to (`--provider`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Provider {
+    /// The Anthropic Messages API.
+    #[default]
+    Anthropic,
+    /// Any OpenAI-compatible chat completions API.
+    OpenAi,
+}
+
+impl Provider {
+    /// The name used on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Anthropic => "anthropic",
+            Provider::OpenAi => "openai",
+        }
+    }
+}
+
+impl std::fmt::Display for Provider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Provider {
+    type Err = ModelError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "anthropic" => Ok(Provider::Anthropic),
+            "openai" => Ok(Provider::OpenAi),
+            other => Err(ModelError::Config(format!(
+                "unknown provider {other:?}: expected \"anthropic\" or \"openai\""
+            ))),
+        }
+    }
+}
+
+/// A client for `provider` configured from the environment (see
+/// [`AnthropicConfig::from_env`] and [`OpenAiConfig::from_env`]).
+pub fn connect(provider: Provider) -> Result<Arc<dyn Model>, ModelError> {
+    Ok(match provider {
+        Provider::Anthropic => Arc::new(AnthropicClient::new(AnthropicConfig::from_env()?)?),
+        Provider::OpenAi => Arc::new(OpenAiClient::new(OpenAiConfig::from_env()?)?),
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn providers_parse_from_the_command_line_names() {
+        assert_eq!(
+            "anthropic".parse::<Provider>().unwrap(),
+            Provider::Anthropic
+        );
+        assert_eq!("OpenAI".parse::<Provider>().unwrap(), Provider::OpenAi);
+        let err = "gemini".parse::<Provider>().unwrap_err();
+        assert!(err.to_string().contains("gemini"), "{err}");
+        for provider in [Provider::Anthropic, Provider::OpenAi] {
+            assert_eq!(provider.as_str().parse::<Provider>().unwrap(), provider);
+        }
+    }
 }

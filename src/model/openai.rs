@@ -1,0 +1,877 @@
+//! The OpenAI-compatible chat completions client (`POST {base}/chat/completions`): how
+//! grove reaches OpenAI, gateways and local servers (llama.cpp, vLLM, Ollama).
+//!
+//! This module owns the chat-completions wire format in both directions: strict in what
+//! it sends, lenient about optional fields in what it reads. It must never retry on its
+//! own (every attempt goes through [`RetryPolicy::run`]), never print, and never put the
+//! API key anywhere but the `Authorization` header.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::http::{self, SseEvents};
+use super::retry::RetryPolicy;
+use super::{
+    ContentBlock, Message, Model, ModelError, Request, Response, RetryNotice, Role, StopReason,
+    Usage,
+};
+
+/// Where the API lives unless `OPENAI_BASE_URL` says otherwise.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+/// The header OpenAI puts its request id in.
+const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// How to reach an OpenAI-compatible chat completions API.
+#[derive(Clone)]
+pub struct OpenAiConfig {
+    /// Including the version path, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Empty means "send no Authorization header" (local servers only).
+    pub api_key: String,
+    /// Stream the response over SSE (the default) or wait for one JSON body.
+    pub stream: bool,
+    pub retry: RetryPolicy,
+    /// Deadline for the whole response (non-streaming) or its headers (streaming).
+    pub request_timeout: Duration,
+    /// A stream that delivers no bytes for this long is a failed attempt.
+    pub idle_timeout: Duration,
+}
+
+impl std::fmt::Debug for OpenAiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiConfig")
+            .field("base_url", &self.base_url)
+            .field(
+                "api_key",
+                &if self.api_key.is_empty() {
+                    ""
+                } else {
+                    "[redacted]"
+                },
+            )
+            .field("stream", &self.stream)
+            .field("retry", &self.retry)
+            .field("request_timeout", &self.request_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .finish()
+    }
+}
+
+impl OpenAiConfig {
+    /// A config for `base_url` and `api_key` with default streaming, retries and timeouts.
+    pub fn new(base_url: impl Into<String>, api_key: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            api_key: api_key.into(),
+            stream: true,
+            retry: RetryPolicy::default(),
+            request_timeout: Duration::from_secs(600),
+            idle_timeout: Duration::from_secs(300),
+        }
+    }
+
+    /// Reads `OPENAI_API_KEY` and `OPENAI_BASE_URL`; the key may be absent only when the
+    /// base URL is not api.openai.com (local servers and gateways without auth).
+    pub fn from_env() -> Result<Self, ModelError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Like [`OpenAiConfig::from_env`], with variables looked up by `lookup`.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ModelError> {
+        let base_url = lookup("OPENAI_BASE_URL")
+            .filter(|url| !url.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        let api_key = lookup("OPENAI_API_KEY")
+            .map(|key| key.trim().to_owned())
+            .unwrap_or_default();
+        let config = Self::new(base_url, api_key);
+        config.check_key()?;
+        Ok(config)
+    }
+
+    fn check_key(&self) -> Result<(), ModelError> {
+        if self.api_key.trim().is_empty() && is_official_api(&self.base_url) {
+            return Err(ModelError::Config(
+                "no OpenAI API key: set OPENAI_API_KEY (it may stay unset only when \
+                 OPENAI_BASE_URL points at a local server)"
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn is_official_api(base_url: &str) -> bool {
+    reqwest::Url::parse(base_url.trim())
+        .ok()
+        .and_then(|url| url.host_str().map(str::to_ascii_lowercase))
+        .is_some_and(|host| host == "api.openai.com")
+}
+
+/// A [`Model`] speaking OpenAI-compatible chat completions.
+#[derive(Debug)]
+pub struct OpenAiClient {
+    config: OpenAiConfig,
+    http: reqwest::Client,
+    url: String,
+    auth_header: Option<HeaderValue>,
+}
+
+impl OpenAiClient {
+    /// Checks `config` (key present where required and sendable, base URL valid) and
+    /// builds a client.
+    pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
+        config.check_key()?;
+        let base = http::normalise_base_url(&config.base_url, "OPENAI_BASE_URL")?;
+        let key = config.api_key.trim();
+        let auth_header = if key.is_empty() {
+            None
+        } else {
+            Some(http::secret_header(
+                &format!("Bearer {key}"),
+                "OPENAI_API_KEY",
+            )?)
+        };
+        Ok(Self {
+            url: format!("{base}/chat/completions"),
+            http: http::build_client()?,
+            auth_header,
+            config,
+        })
+    }
+
+    /// The exact JSON body this client sends for `request`.
+    pub fn request_body(&self, request: &Request) -> Result<Vec<u8>, ModelError> {
+        encode_request(request, self.config.stream)
+    }
+
+    async fn attempt(&self, body: &[u8]) -> Result<Response, ModelError> {
+        let mut builder = self
+            .http
+            .post(&self.url)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.to_vec());
+        if let Some(auth) = &self.auth_header {
+            builder = builder.header(AUTHORIZATION, auth.clone());
+        }
+        let timeout = self.config.request_timeout;
+        let phase = if self.config.stream {
+            "response headers"
+        } else {
+            "response"
+        };
+        let started = tokio::time::Instant::now();
+        let response = http::send(builder, &self.url, timeout, phase).await?;
+        let request_id = http::header_text(response.headers(), REQUEST_ID_HEADER);
+        if !response.status().is_success() {
+            return Err(http::api_error(
+                response,
+                REQUEST_ID_HEADER,
+                &self.config.api_key,
+                timeout,
+            )
+            .await);
+        }
+        let mut parsed = if self.config.stream {
+            let mut events = SseEvents::new(response, self.config.idle_timeout);
+            read_stream(&mut events, &self.config.api_key).await?
+        } else {
+            let remaining = timeout.saturating_sub(started.elapsed());
+            let bytes = http::read_body(response, &self.url, remaining).await?;
+            decode_response(&bytes, &self.config.api_key)?
+        };
+        parsed.request_id = request_id;
+        Ok(parsed)
+    }
+}
+
+#[async_trait]
+impl Model for OpenAiClient {
+    fn name(&self) -> String {
+        if is_official_api(&self.config.base_url) {
+            return "openai".to_owned();
+        }
+        match reqwest::Url::parse(&self.url) {
+            Ok(url) => match (url.host_str(), url.port()) {
+                (Some(host), Some(port)) => format!("openai@{host}:{port}"),
+                (Some(host), None) => format!("openai@{host}"),
+                _ => "openai".to_owned(),
+            },
+            Err(_) => "openai".to_owned(),
+        }
+    }
+
+    async fn complete(
+        &self,
+        request: &Request,
+        cancel: &CancellationToken,
+        on_retry: &(dyn Fn(RetryNotice) + Send + Sync),
+    ) -> Result<Response, ModelError> {
+        let body = self.request_body(request)?;
+        self.config
+            .retry
+            .run(cancel, on_retry, || self.attempt(&body))
+            .await
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Request encoding
+
+#[derive(Serialize)]
+struct WireRequest<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    messages: Vec<WireMessage<'a>>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+enum WireMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: String,
+    },
+    Assistant {
+        /// `null` when the turn was only tool calls, as the API itself answers.
+        content: Option<String>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireToolCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+struct WireToolCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireCall<'a>,
+}
+
+#[derive(Serialize)]
+struct WireCall<'a> {
+    name: &'a str,
+    arguments: String,
+}
+
+fn joined_text(blocks: &[ContentBlock]) -> String {
+    let mut text = String::new();
+    for block in blocks {
+        if let ContentBlock::Text { text: piece } = block {
+            if piece.is_empty() {
+                continue;
+            }
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(piece);
+        }
+    }
+    text
+}
+
+/// Encodes `request` as a chat completions body.
+pub(crate) fn encode_request(request: &Request, stream: bool) -> Result<Vec<u8>, ModelError> {
+    if request.messages.is_empty() {
+        return Err(ModelError::InvalidRequest(
+            "a request needs at least one message".to_owned(),
+        ));
+    }
+    let mut tools: Vec<&super::ToolSpec> = request.tools.iter().collect();
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut seen = HashSet::new();
+    for tool in &tools {
+        if !seen.insert(tool.name.as_str()) {
+            return Err(ModelError::InvalidRequest(format!(
+                "tool {:?} is defined twice",
+                tool.name
+            )));
+        }
+    }
+    let mut messages = Vec::new();
+    if !request.system.is_empty() {
+        messages.push(WireMessage::System {
+            content: &request.system,
+        });
+    }
+    for (index, message) in request.messages.iter().enumerate() {
+        encode_message(index, message, &mut messages)?;
+    }
+    let wire = WireRequest {
+        model: &request.model,
+        max_tokens: request.max_tokens,
+        tools: tools
+            .iter()
+            .map(|tool| WireTool {
+                kind: "function",
+                function: WireFunction {
+                    name: &tool.name,
+                    description: &tool.description,
+                    parameters: &tool.input_schema,
+                },
+            })
+            .collect(),
+        messages,
+        stream,
+        stream_options: stream.then_some(StreamOptions {
+            include_usage: true,
+        }),
+    };
+    serde_json::to_vec(&wire)
+        .map_err(|err| ModelError::InvalidRequest(format!("could not encode the request: {err}")))
+}
+
+fn encode_message<'a>(
+    index: usize,
+    message: &'a Message,
+    out: &mut Vec<WireMessage<'a>>,
+) -> Result<(), ModelError> {
+    let text = joined_text(&message.content);
+    match message.role {
+        Role::User => {
+            let before = out.len();
+            // One `tool` message per result, in order, before any user text: the API
+            // wants every call answered right after the assistant turn that made it.
+            for block in &message.content {
+                if let ContentBlock::ToolResult {
+                    tool_use_id,
+                    content,
+                    ..
+                } = block
+                {
+                    out.push(WireMessage::Tool {
+                        tool_call_id: tool_use_id,
+                        content,
+                    });
+                }
+            }
+            if !text.is_empty() {
+                out.push(WireMessage::User { content: text });
+            }
+            if out.len() == before {
+                return Err(ModelError::InvalidRequest(format!(
+                    "message {index} (user) has no content to send"
+                )));
+            }
+        }
+        Role::Assistant => {
+            let tool_calls: Vec<WireToolCall<'_>> = message
+                .content
+                .iter()
+                .filter_map(|block| match block {
+                    ContentBlock::ToolUse { id, name, input } => Some(WireToolCall {
+                        id,
+                        kind: "function",
+                        function: WireCall {
+                            name,
+                            // Unparseable arguments go back exactly as the model wrote them.
+                            arguments: match input {
+                                Value::String(raw) => raw.clone(),
+                                other => other.to_string(),
+                            },
+                        },
+                    }),
+                    _ => None,
+                })
+                .collect();
+            let content = if text.is_empty() && !tool_calls.is_empty() {
+                None
+            } else {
+                Some(text)
+            };
+            out.push(WireMessage::Assistant {
+                content,
+                tool_calls,
+            });
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Response decoding
+
+#[derive(Deserialize, Default)]
+struct WireUsage {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    prompt_tokens_details: Option<PromptDetails>,
+}
+
+#[derive(Deserialize, Default)]
+struct PromptDetails {
+    cached_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    fn to_usage(&self) -> Usage {
+        let cached = self
+            .prompt_tokens_details
+            .as_ref()
+            .and_then(|details| details.cached_tokens)
+            .unwrap_or(0);
+        Usage {
+            input_tokens: self.prompt_tokens.unwrap_or(0).saturating_sub(cached),
+            output_tokens: self.completion_tokens.unwrap_or(0),
+            cache_read_input_tokens: cached,
+            cache_creation_input_tokens: 0,
+        }
+    }
+}
+
+/// Maps `finish_reason`; `None` (servers that omit it) is inferred from the content.
+pub fn finish_reason(wire: Option<&str>, has_tool_calls: bool) -> StopReason {
+    match wire {
+        Some("stop") => StopReason::EndTurn,
+        Some("tool_calls") => StopReason::ToolUse,
+        Some("length") => StopReason::MaxTokens,
+        Some("content_filter") => StopReason::Refusal,
+        Some(other) => StopReason::Other(other.to_owned()),
+        None if has_tool_calls => StopReason::ToolUse,
+        None => StopReason::EndTurn,
+    }
+}
+
+/// Tool-call arguments: a JSON string per the spec (parsed; kept raw when it is not
+/// JSON), or an object from servers that send one.
+fn parse_arguments(arguments: Option<&Value>) -> Value {
+    match arguments {
+        None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
+        Some(Value::String(raw)) if raw.trim().is_empty() => Value::Object(serde_json::Map::new()),
+        Some(Value::String(raw)) => {
+            serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()))
+        }
+        Some(other) => other.clone(),
+    }
+}
+
+/// An id for a tool call the server sent without one, unique within the response.
+fn fallback_call_id(position: usize) -> String {
+    format!("call_{position}")
+}
+
+fn assemble(
+    text: String,
+    calls: Vec<ContentBlock>,
+    reason: Option<&str>,
+    usage: Usage,
+) -> Response {
+    let stop_reason = finish_reason(reason, !calls.is_empty());
+    let mut content = Vec::new();
+    if !text.is_empty() {
+        content.push(ContentBlock::Text { text });
+    }
+    content.extend(calls);
+    Response {
+        message: Message {
+            role: Role::Assistant,
+            content,
+        },
+        stop_reason,
+        usage,
+        request_id: None,
+    }
+}
+
+fn error_in_body(value: &Value, secret: &str) -> Option<String> {
+    let error = value.get("error")?;
+    if error.is_null() {
+        return None;
+    }
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| error.to_string());
+    Some(http::redact(&message, secret))
+}
+
+/// Parses a non-streaming `chat.completion` body.
+pub(crate) fn decode_response(body: &[u8], secret: &str) -> Result<Response, ModelError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|err| ModelError::Decode(format!("the response body is not JSON: {err}")))?;
+    if let Some(message) = error_in_body(&value, secret) {
+        return Err(ModelError::Stream(format!(
+            "the server answered 200 with an error: {message}"
+        )));
+    }
+    let choice = value
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|choices| choices.first())
+        .ok_or_else(|| ModelError::Decode(format!("the response has no choices: {value}")))?;
+    let message = choice.get("message").unwrap_or(&Value::Null);
+    let text = message
+        .get("content")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let mut calls = Vec::new();
+    for (position, call) in message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let function = call.get("function").unwrap_or(&Value::Null);
+        let name = function
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|name| !name.is_empty())
+            .ok_or_else(|| ModelError::Decode(format!("a tool call has no name: {call}")))?;
+        calls.push(ContentBlock::ToolUse {
+            id: call
+                .get("id")
+                .and_then(Value::as_str)
+                .filter(|id| !id.is_empty())
+                .map_or_else(|| fallback_call_id(position), str::to_owned),
+            name: name.to_owned(),
+            input: parse_arguments(function.get("arguments")),
+        });
+    }
+    let usage = match value.get("usage") {
+        Some(usage) if !usage.is_null() => usage_from(usage)?.to_usage(),
+        _ => Usage::default(),
+    };
+    Ok(assemble(
+        text,
+        calls,
+        choice.get("finish_reason").and_then(Value::as_str),
+        usage,
+    ))
+}
+
+fn usage_from(value: &Value) -> Result<WireUsage, ModelError> {
+    WireUsage::deserialize(value)
+        .map_err(|err| ModelError::Decode(format!("unreadable usage {value}: {err}")))
+}
+
+/// A tool call still receiving argument pieces.
+#[derive(Default)]
+struct OpenCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// The state of one streamed completion, fed chunk by chunk.
+#[derive(Default)]
+struct StreamedCompletion {
+    text: String,
+    calls: BTreeMap<u64, OpenCall>,
+    finish_reason: Option<String>,
+    usage: Option<Usage>,
+    done: bool,
+}
+
+impl StreamedCompletion {
+    fn apply(&mut self, chunk: &Value, secret: &str) -> Result<(), ModelError> {
+        if let Some(message) = error_in_body(chunk, secret) {
+            return Err(ModelError::Stream(format!(
+                "the server sent an error mid-stream: {message}"
+            )));
+        }
+        if let Some(usage) = chunk.get("usage").filter(|usage| !usage.is_null()) {
+            self.usage = Some(usage_from(usage)?.to_usage());
+        }
+        let Some(choice) = chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .and_then(|choices| choices.first())
+        else {
+            return Ok(());
+        };
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(reason.to_owned());
+        }
+        let Some(delta) = choice.get("delta") else {
+            return Ok(());
+        };
+        if let Some(text) = delta.get("content").and_then(Value::as_str) {
+            self.text.push_str(text);
+        }
+        for call in delta
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            // Servers that stream one call at a time sometimes omit the index.
+            let index = call.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let open = self.calls.entry(index).or_default();
+            if let Some(id) = call.get("id").and_then(Value::as_str)
+                && open.id.is_empty()
+            {
+                id.clone_into(&mut open.id);
+            }
+            let function = call.get("function").unwrap_or(&Value::Null);
+            if let Some(name) = function.get("name").and_then(Value::as_str)
+                && open.name.is_empty()
+            {
+                name.clone_into(&mut open.name);
+            }
+            if let Some(piece) = function.get("arguments").and_then(Value::as_str) {
+                open.arguments.push_str(piece);
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Response, ModelError> {
+        if !self.done {
+            return Err(ModelError::Stream(
+                "the stream ended before data: [DONE] (connection cut)".to_owned(),
+            ));
+        }
+        let mut calls = Vec::new();
+        for (position, (index, call)) in self.calls.into_iter().enumerate() {
+            if call.name.is_empty() {
+                return Err(ModelError::Decode(format!(
+                    "streamed tool call {index} has no name"
+                )));
+            }
+            let arguments = Value::String(call.arguments);
+            calls.push(ContentBlock::ToolUse {
+                id: if call.id.is_empty() {
+                    fallback_call_id(position)
+                } else {
+                    call.id
+                },
+                name: call.name,
+                input: parse_arguments(Some(&arguments)),
+            });
+        }
+        Ok(assemble(
+            self.text,
+            calls,
+            self.finish_reason.as_deref(),
+            self.usage.unwrap_or_default(),
+        ))
+    }
+}
+
+async fn read_stream(events: &mut SseEvents, secret: &str) -> Result<Response, ModelError> {
+    let mut completion = StreamedCompletion::default();
+    while let Some(event) = events.next().await? {
+        let data = event.data.trim();
+        if data.is_empty() {
+            continue;
+        }
+        if data == "[DONE]" {
+            completion.done = true;
+            break;
+        }
+        let chunk: Value = serde_json::from_str(data)
+            .map_err(|err| ModelError::Decode(format!("a stream chunk is not JSON: {err}")))?;
+        completion.apply(&chunk, secret)?;
+    }
+    completion.finish()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn streamed_tool_calls_join_per_index() {
+        let mut completion = StreamedCompletion::default();
+        let chunks = [
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": null}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "a", "type": "function", "function": {"name": "grep", "arguments": ""}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 1, "id": "b", "type": "function", "function": {"name": "bash", "arguments": "{\"comm"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"pattern\":1}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 1, "function": {"arguments": "and\": \"ls\"}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 9, "prompt_tokens_details": {"cached_tokens": 60}}}),
+        ];
+        for chunk in &chunks {
+            completion.apply(chunk, "").unwrap();
+        }
+        completion.done = true;
+        let response = completion.finish().unwrap();
+        assert_eq!(
+            response,
+            Response {
+                message: Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        ContentBlock::ToolUse {
+                            id: "a".into(),
+                            name: "grep".into(),
+                            input: json!({"pattern": 1}),
+                        },
+                        ContentBlock::ToolUse {
+                            id: "b".into(),
+                            name: "bash".into(),
+                            input: json!({"command": "ls"}),
+                        },
+                    ],
+                },
+                stop_reason: StopReason::ToolUse,
+                usage: Usage {
+                    input_tokens: 40,
+                    output_tokens: 9,
+                    cache_read_input_tokens: 60,
+                    cache_creation_input_tokens: 0,
+                },
+                request_id: None,
+            }
+        );
+    }
+
+    #[test]
+    fn lenient_about_optional_fields() {
+        let body = json!({"choices": [{"message": {"content": null, "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}}]});
+        let response = decode_response(body.to_string().as_bytes(), "").unwrap();
+        assert_eq!(
+            response.message.content,
+            vec![ContentBlock::ToolUse {
+                id: "call_0".into(),
+                name: "f".into(),
+                input: Value::String("{oops".into()),
+            }],
+            "missing id generated, invalid arguments kept raw"
+        );
+        assert_eq!(response.stop_reason, StopReason::ToolUse, "inferred");
+        assert_eq!(response.usage, Usage::default(), "missing usage is zero");
+    }
+
+    #[test]
+    fn every_finish_reason_is_mapped() {
+        let cases = [
+            (Some("stop"), StopReason::EndTurn),
+            (Some("tool_calls"), StopReason::ToolUse),
+            (Some("length"), StopReason::MaxTokens),
+            (Some("content_filter"), StopReason::Refusal),
+            (
+                Some("function_call"),
+                StopReason::Other("function_call".into()),
+            ),
+            (None, StopReason::EndTurn),
+        ];
+        for (wire, expected) in cases {
+            assert_eq!(
+                finish_reason(wire, false),
+                expected,
+                "finish_reason {wire:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn encoding_splits_results_into_tool_messages() {
+        let request = Request {
+            model: "m".into(),
+            system: "sys".into(),
+            messages: vec![
+                Message::user_text("go"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        ContentBlock::ToolUse {
+                            id: "a".into(),
+                            name: "f".into(),
+                            input: json!({"x": 1}),
+                        },
+                        ContentBlock::ToolUse {
+                            id: "b".into(),
+                            name: "f".into(),
+                            input: Value::String("{raw".into()),
+                        },
+                    ],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![
+                        ContentBlock::ToolResult {
+                            tool_use_id: "a".into(),
+                            content: "A".into(),
+                            is_error: false,
+                        },
+                        ContentBlock::ToolResult {
+                            tool_use_id: "b".into(),
+                            content: "B".into(),
+                            is_error: true,
+                        },
+                    ],
+                },
+            ],
+            tools: vec![],
+            max_tokens: 10,
+        };
+        let body: Value = serde_json::from_slice(&encode_request(&request, true).unwrap()).unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "model": "m",
+                "max_tokens": 10,
+                "messages": [
+                    {"role": "system", "content": "sys"},
+                    {"role": "user", "content": "go"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"x\":1}"}},
+                        {"id": "b", "type": "function", "function": {"name": "f", "arguments": "{raw"}},
+                    ]},
+                    {"role": "tool", "tool_call_id": "a", "content": "A"},
+                    {"role": "tool", "tool_call_id": "b", "content": "B"},
+                ],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+            })
+        );
+    }
+
+    #[test]
+    fn key_is_optional_only_off_the_official_api() {
+        let err = OpenAiConfig::from_lookup(|_| None).unwrap_err();
+        assert!(err.to_string().contains("OPENAI_API_KEY"), "{err}");
+        let local = OpenAiConfig::from_lookup(|name| {
+            (name == "OPENAI_BASE_URL").then(|| "http://127.0.0.1:8080/v1".to_owned())
+        })
+        .unwrap();
+        assert_eq!(local.api_key, "");
+        assert!(OpenAiClient::new(local).unwrap().auth_header.is_none());
+    }
+}
