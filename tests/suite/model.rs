@@ -1,0 +1,1 @@
+//! The model clients against the fake server: real HTTP, both providers, both modes.
