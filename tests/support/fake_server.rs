@@ -17,8 +17,9 @@
 //! server.assert_no_violations();
 //! ```
 
-// Shared by every suite; not every suite uses every helper.
-#![allow(dead_code)]
+// Shared by every suite; not every suite uses every helper. Test code: a broken
+// fixture should panic loudly.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 mod render;
 mod validate;
@@ -161,6 +162,34 @@ impl RecordedRequest {
             }
         }
         results
+    }
+
+    /// Every tool call in the conversation's assistant messages as `(id, name)`, in order.
+    pub fn tool_calls(&self) -> Vec<(String, String)> {
+        let mut calls = Vec::new();
+        for message in self.messages().iter().filter(|m| m["role"] == "assistant") {
+            match self.endpoint {
+                Endpoint::Anthropic => {
+                    for block in message["content"].as_array().into_iter().flatten() {
+                        if block["type"] == "tool_use" {
+                            calls.push((
+                                block["id"].as_str().unwrap_or("").to_owned(),
+                                block["name"].as_str().unwrap_or("").to_owned(),
+                            ));
+                        }
+                    }
+                }
+                Endpoint::OpenAi => {
+                    for call in message["tool_calls"].as_array().into_iter().flatten() {
+                        calls.push((
+                            call["id"].as_str().unwrap_or("").to_owned(),
+                            call["function"]["name"].as_str().unwrap_or("").to_owned(),
+                        ));
+                    }
+                }
+            }
+        }
+        calls
     }
 
     /// The names of the tools offered, in the order sent.
