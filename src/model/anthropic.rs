@@ -103,13 +103,15 @@ pub struct AnthropicClient {
 
 impl AnthropicClient {
     /// Checks `config` (key present and sendable, base URL valid) and builds a client.
-    pub fn new(config: AnthropicConfig) -> Result<Self, ModelError> {
-        if config.api_key.trim().is_empty() {
+    pub fn new(mut config: AnthropicConfig) -> Result<Self, ModelError> {
+        // Trimmed once, so the header and the redaction of error text use the same key.
+        config.api_key = config.api_key.trim().to_owned();
+        if config.api_key.is_empty() {
             return Err(ModelError::Config(
                 "no Anthropic API key: set ANTHROPIC_API_KEY".to_owned(),
             ));
         }
-        let key_header = http::secret_header(config.api_key.trim(), "ANTHROPIC_API_KEY")?;
+        let key_header = http::secret_header(&config.api_key, "ANTHROPIC_API_KEY")?;
         let base = http::normalise_base_url(&config.base_url, "ANTHROPIC_BASE_URL")?;
         Ok(Self {
             url: format!("{base}/v1/messages"),
@@ -159,7 +161,7 @@ impl AnthropicClient {
         } else {
             let remaining = timeout.saturating_sub(started.elapsed());
             let bytes = http::read_body(response, &self.url, remaining).await?;
-            decode_response(&bytes)?
+            decode_response(&bytes, &self.config.api_key)?
         };
         parsed.request_id = request_id;
         Ok(parsed)
@@ -465,8 +467,23 @@ fn required_str(value: &Value, field: &str, what: &str) -> Result<String, ModelE
 }
 
 /// Parses a non-streaming response body.
-pub(crate) fn decode_response(body: &[u8]) -> Result<Response, ModelError> {
-    let wire: WireResponse = serde_json::from_slice(body).map_err(|err| {
+pub(crate) fn decode_response(body: &[u8], secret: &str) -> Result<Response, ModelError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|err| ModelError::Decode(format!("the response body is not JSON: {err}")))?;
+    // Some gateways answer 200 with an error envelope; it is an attempt that failed.
+    if value.get("type").and_then(Value::as_str) == Some("error") {
+        let error = value.get("error").unwrap_or(&Value::Null);
+        let kind = error.get("type").and_then(Value::as_str).unwrap_or("error");
+        let message = error
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("no message");
+        return Err(ModelError::Stream(http::redact(
+            &format!("the API answered 200 with an error: {kind}: {message}"),
+            secret,
+        )));
+    }
+    let wire = WireResponse::deserialize(&value).map_err(|err| {
         ModelError::Decode(format!(
             "the response body is not a Messages API message: {err}"
         ))

@@ -6,6 +6,7 @@
 //! own (every attempt goes through [`RetryPolicy::run`]), never print, and never put the
 //! API key anywhere but the `Authorization` header.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
@@ -126,15 +127,16 @@ pub struct OpenAiClient {
 impl OpenAiClient {
     /// Checks `config` (key present where required and sendable, base URL valid) and
     /// builds a client.
-    pub fn new(config: OpenAiConfig) -> Result<Self, ModelError> {
+    pub fn new(mut config: OpenAiConfig) -> Result<Self, ModelError> {
+        // Trimmed once, so the header and the redaction of error text use the same key.
+        config.api_key = config.api_key.trim().to_owned();
         config.check_key()?;
         let base = http::normalise_base_url(&config.base_url, "OPENAI_BASE_URL")?;
-        let key = config.api_key.trim();
-        let auth_header = if key.is_empty() {
+        let auth_header = if config.api_key.is_empty() {
             None
         } else {
             Some(http::secret_header(
-                &format!("Bearer {key}"),
+                &format!("Bearer {}", config.api_key),
                 "OPENAI_API_KEY",
             )?)
         };
@@ -273,7 +275,7 @@ enum WireMessage<'a> {
     },
     Tool {
         tool_call_id: &'a str,
-        content: &'a str,
+        content: Cow<'a, str>,
     },
 }
 
@@ -358,6 +360,20 @@ pub(crate) fn encode_request(request: &Request, stream: bool) -> Result<Vec<u8>,
         .map_err(|err| ModelError::InvalidRequest(format!("could not encode the request: {err}")))
 }
 
+/// The content of a `tool` message. The format has no error flag, so a failed call
+/// says so in words (unless its text already opens with "error"): the model must not
+/// mistake a failure for output.
+fn tool_content(content: &str, is_error: bool) -> Cow<'_, str> {
+    let already_says_so = content
+        .get(..5)
+        .is_some_and(|head| head.eq_ignore_ascii_case("error"));
+    if is_error && !already_says_so {
+        Cow::Owned(format!("Error: {content}"))
+    } else {
+        Cow::Borrowed(content)
+    }
+}
+
 fn encode_message<'a>(
     index: usize,
     message: &'a Message,
@@ -373,12 +389,12 @@ fn encode_message<'a>(
                 if let ContentBlock::ToolResult {
                     tool_use_id,
                     content,
-                    ..
+                    is_error,
                 } = block
                 {
                     out.push(WireMessage::Tool {
                         tool_call_id: tool_use_id,
-                        content,
+                        content: tool_content(content, *is_error),
                     });
                 }
             }
@@ -855,7 +871,7 @@ mod tests {
                         {"id": "b", "type": "function", "function": {"name": "f", "arguments": "{raw"}},
                     ]},
                     {"role": "tool", "tool_call_id": "a", "content": "A"},
-                    {"role": "tool", "tool_call_id": "b", "content": "B"},
+                    {"role": "tool", "tool_call_id": "b", "content": "Error: B"},
                 ],
                 "stream": true,
                 "stream_options": {"include_usage": true},
