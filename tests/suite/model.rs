@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use grove::model::{
-    AnthropicClient, ContentBlock, Message, Model, ModelError, OpenAiClient, OpenAiConfig,
-    Provider, Request, Response, RetryNotice, RetryPolicy, Role, StopReason, ToolSpec, Usage,
+    AnthropicClient, AnthropicConfig, ContentBlock, Message, Model, ModelError, OpenAiClient,
+    OpenAiConfig, Provider, Request, Response, RetryNotice, RetryPolicy, Role, StopReason,
+    ToolSpec, Usage,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -588,6 +589,73 @@ async fn stalled_responses_time_out_and_are_retried() {
         assert_eq!(notices.len(), 1, "{mode:?}");
     })
     .await;
+}
+
+#[tokio::test]
+async fn slow_but_live_streams_are_not_idle() {
+    in_every_mode(|mode| async move {
+        let long_text = "A long answer, streamed slowly in many small frames, so that the \
+                         whole stream lasts well beyond the idle timeout while no single \
+                         gap between two frames comes anywhere near it.";
+        let gap = Duration::from_millis(20);
+        let idle_timeout = Duration::from_millis(400);
+        let server = FakeServer::with_script(vec![Reply::Slow {
+            turn: Turn::text(long_text),
+            gap,
+        }])
+        .await;
+        let tuning = Tuning {
+            idle_timeout,
+            ..Tuning::default()
+        };
+        let started = std::time::Instant::now();
+        let (result, notices) = complete(
+            mode.tuned_client(&server, tuning).as_ref(),
+            &first_request(),
+        )
+        .await;
+        let response = result.unwrap_or_else(|err| panic!("{mode:?}: {err}"));
+        assert_eq!(
+            response.message,
+            assistant(vec![text(long_text)]),
+            "{mode:?}"
+        );
+        assert!(notices.is_empty(), "{mode:?}: no retry for a live stream");
+        if mode.stream {
+            // Sleeps only ever overshoot, so this holds on any machine: the timeout
+            // measured silence, not the length of the whole stream.
+            assert!(
+                started.elapsed() > idle_timeout,
+                "{mode:?}: the stream outlasted the idle timeout"
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn unreachable_servers_are_retried_then_reported() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = listener.local_addr().expect("address");
+    drop(listener);
+    let config = AnthropicConfig {
+        retry: RetryPolicy {
+            max_retries: 2,
+            ..fast_retry()
+        },
+        ..AnthropicConfig::new(format!("http://{address}"), TEST_API_KEY)
+    };
+    let model = AnthropicClient::new(config).expect("client");
+    let (result, notices) = complete(&model, &first_request()).await;
+    let Err(ModelError::RetriesExhausted { attempts, last }) = &result else {
+        panic!("expected RetriesExhausted, got {result:?}");
+    };
+    assert_eq!(*attempts, 3, "connection errors are retried");
+    assert!(
+        matches!(**last, ModelError::Transport { ref url, .. } if url.ends_with("/v1/messages")),
+        "the error names where grove tried to connect: {last:?}"
+    );
+    assert_eq!(notices.len(), 2);
 }
 
 #[tokio::test]

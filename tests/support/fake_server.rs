@@ -339,6 +339,9 @@ pub enum Reply {
     /// 200, the start of `turn`, then nothing ever again (idle timeout).
     /// Non-streaming requests get the headers and no body.
     Stall(Turn),
+    /// 200 and the whole of `turn`, with `gap` between SSE frames (a slow but live
+    /// stream). Non-streaming requests get the body after one `gap`.
+    Slow { turn: Turn, gap: Duration },
     /// No response at all, not even headers (request timeout, cancellation).
     Hang,
 }

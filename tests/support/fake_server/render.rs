@@ -149,6 +149,20 @@ pub(super) async fn reply(
                 streaming_response(Body::from_stream(chunks), "application/json", request_id)
             }
         }
+        Reply::Slow { turn, gap } => {
+            if stream {
+                let frames = frames(endpoint, &turn, model, request_id);
+                let paced = stream::iter(frames).then(move |frame| async move {
+                    tokio::time::sleep(gap).await;
+                    Ok::<_, io::Error>(Bytes::from(frame))
+                });
+                streaming_response(Body::from_stream(paced), "text/event-stream", request_id)
+            } else {
+                tokio::time::sleep(gap).await;
+                let body = json_body(endpoint, &turn, model, request_id).to_string();
+                status(200, &body, &[], request_id)
+            }
+        }
         Reply::Hang => std::future::pending().await,
     }
 }
