@@ -1,5 +1,7 @@
 //! The agent loop against a scripted in-process model and small test tools.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! An in-process [`Model`] for agent-loop tests: replays scripted turns, records every
 //! request it gets, and checks that every tool call was answered.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
