@@ -30,15 +30,22 @@ pub fn fork_messages(lead_messages: &[Message], brief: &str) -> Vec<Message> {
             messages.pop();
         }
     }
-    let brief_block = ContentBlock::Text {
-        text: brief.to_owned(),
+    append_user_text(&mut messages, brief);
+    messages
+}
+
+/// Appends `text` as the user's next words: a new user message, or a text block at the
+/// end of the last message when that is already a user message, because providers
+/// require user and assistant turns to alternate (tool results stay first).
+pub(crate) fn append_user_text(messages: &mut Vec<Message>, text: &str) {
+    let block = ContentBlock::Text {
+        text: text.to_owned(),
     };
     match messages.last_mut() {
-        Some(last) if last.role == Role::User => last.content.push(brief_block),
+        Some(last) if last.role == Role::User => last.content.push(block),
         _ => messages.push(Message {
             role: Role::User,
-            content: vec![brief_block],
+            content: vec![block],
         }),
     }
-    messages
 }

@@ -50,6 +50,7 @@
 use futures_util::future::join_all;
 use serde_json::Value;
 
+use crate::agent::context::append_user_text;
 use crate::agent::{
     AgentError, AgentOutcome, AgentSpec, Ledger, LoopInput, StopKind, TurnObserver,
 };
@@ -282,9 +283,8 @@ impl Conversation<'_> {
                     {
                         return Ok(stop);
                     }
-                    self.request
-                        .messages
-                        .push(Message::user_text(CONTINUE_AFTER_MAX_TOKENS));
+                    // After an empty cut turn the last message is still the user's.
+                    append_user_text(&mut self.request.messages, CONTINUE_AFTER_MAX_TOKENS);
                     asked_to_continue = true;
                     carried_text = answer_text;
                     continue;
@@ -322,56 +322,76 @@ impl Conversation<'_> {
             carried_text.clear();
             asked_to_continue = false;
             let cut_last_call = stop_reason == StopReason::MaxTokens && ends_with_tool_call;
-            let results = tokio::select! {
-                biased;
-                () = self.tool_context.cancel.cancelled() => return Err(self.cancelled()),
-                results = execute_calls(
-                    &self.spec.tools,
-                    &self.tool_context,
-                    &self.events,
-                    &self.spec.id,
-                    &calls,
-                    cut_last_call,
-                ) => results?,
-            };
-            for (call, (_, output)) in calls.iter().zip(&results.answers) {
-                self.error_streak.record(&call.name, output);
-            }
-            self.request.messages.push(Message {
-                role: Role::User,
-                content: results
-                    .answers
-                    .into_iter()
-                    .map(|(tool_use_id, output)| ContentBlock::ToolResult {
-                        tool_use_id,
-                        content: output.content,
-                        is_error: output.is_error,
-                    })
-                    .collect(),
-            });
-            if let Some(observer) = &self.observer {
-                observer
-                    .after_turn(turn, results.mutated)
-                    .await
-                    .map_err(|message| AgentError::Observer {
-                        agent: self.spec.id.clone(),
-                        turn,
-                        message,
-                    })?;
-            }
-            let cap = self.spec.max_consecutive_tool_errors;
-            if cap > 0 && self.error_streak.count >= cap {
-                return Ok(AgentOutcome {
-                    stop: StopKind::ToolErrors,
-                    final_text: last_text,
-                    detail: format!(
-                        "{} in a row failed; last: {}",
-                        plural(self.error_streak.count as usize, "tool call", "tool calls"),
-                        self.error_streak.last
-                    ),
-                });
+            if let Some(stop) = self
+                .answer_tool_calls(turn, &calls, cut_last_call, &last_text)
+                .await?
+            {
+                return Ok(stop);
             }
         }
+    }
+
+    /// Runs one turn's tool calls, appends their results, lets the observer see the
+    /// turn, and returns the [`StopKind::ToolErrors`] outcome once too many failed in a
+    /// row. The observer is never interrupted: a cancellation during it is seen at the
+    /// top of the next turn.
+    async fn answer_tool_calls(
+        &mut self,
+        turn: u32,
+        calls: &[ToolCall],
+        cut_last_call: bool,
+        last_text: &str,
+    ) -> Result<Option<AgentOutcome>, AgentError> {
+        let results = tokio::select! {
+            biased;
+            () = self.tool_context.cancel.cancelled() => return Err(self.cancelled()),
+            results = execute_calls(
+                &self.spec.tools,
+                &self.tool_context,
+                &self.events,
+                &self.spec.id,
+                calls,
+                cut_last_call,
+            ) => results?,
+        };
+        for (call, (_, output)) in calls.iter().zip(&results.answers) {
+            self.error_streak.record(&call.name, output);
+        }
+        self.request.messages.push(Message {
+            role: Role::User,
+            content: results
+                .answers
+                .into_iter()
+                .map(|(tool_use_id, output)| ContentBlock::ToolResult {
+                    tool_use_id,
+                    content: output.content,
+                    is_error: output.is_error,
+                })
+                .collect(),
+        });
+        if let Some(observer) = &self.observer {
+            observer
+                .after_turn(turn, results.mutated)
+                .await
+                .map_err(|message| AgentError::Observer {
+                    agent: self.spec.id.clone(),
+                    turn,
+                    message,
+                })?;
+        }
+        let cap = self.spec.max_consecutive_tool_errors;
+        if cap == 0 || self.error_streak.count < cap {
+            return Ok(None);
+        }
+        Ok(Some(AgentOutcome {
+            stop: StopKind::ToolErrors,
+            final_text: last_text.to_owned(),
+            detail: format!(
+                "{} in a row failed; last: {}",
+                plural(self.error_streak.count as usize, "tool call", "tool calls"),
+                self.error_streak.last
+            ),
+        }))
     }
 
     /// One model turn, aborted when the loop is cancelled.

@@ -739,6 +739,53 @@ async fn text_cut_at_max_tokens_twice_in_a_row_stops_the_loop() {
 }
 
 #[tokio::test]
+async fn an_empty_cut_turn_asks_to_continue_without_breaking_alternation() {
+    let model = ScriptedModel::replying([
+        tool_turn(&[("c1", "echo", json!({"text": "a"}))]),
+        turn(vec![], StopReason::MaxTokens),
+        reply("ok"),
+    ]);
+    let spec = spec(model.clone(), echo_only());
+
+    let run = run(&spec).await;
+
+    assert_eq!(outcome(&run).final_text, "ok");
+    assert_eq!(
+        model.requests()[2].messages[1..],
+        [
+            assistant(vec![tool_use("c1", "echo", json!({"text": "a"}))]),
+            user(vec![
+                tool_result("c1", "a", false),
+                text(CONTINUE_AFTER_MAX_TOKENS)
+            ]),
+        ],
+        "an empty turn is not sent back, and the request goes into the user turn already last"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_stop_reason_stops_the_loop_and_names_it() {
+    let model = ScriptedModel::replying([turn(
+        vec![text("hm")],
+        StopReason::Other("model_context_window_exceeded".to_owned()),
+    )]);
+    let spec = spec(model.clone(), echo_only());
+
+    let run = run(&spec).await;
+
+    assert_eq!(
+        outcome(&run),
+        &AgentOutcome {
+            stop: StopKind::ModelStopped("model_context_window_exceeded".to_owned()),
+            final_text: "hm".to_owned(),
+            detail: "the model stopped turn 1 with `model_context_window_exceeded`, which grove \
+                     cannot continue from"
+                .to_owned(),
+        }
+    );
+}
+
+#[tokio::test]
 async fn pause_turn_sends_the_assistant_message_back() {
     let model = ScriptedModel::replying([
         turn(vec![text("searching… ")], StopReason::PauseTurn),
