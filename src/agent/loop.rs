@@ -31,7 +31,7 @@
 //!    at `max_tokens` and ends with a tool call, that last call's input may be cut too:
 //!    it is not run but answered with [`TRUNCATED_TOOL_CALL`].
 //! 6. Append one user message holding one `tool_result` per `tool_use`, same ids, in
-//!    call order, and nothing else.
+//!    call order, and nothing else (an empty result text is replaced by a placeholder).
 //! 7. Call the observer's `after_turn(turn, mutated)`; its error is fatal.
 //! 8. Count erroring tool calls in a row across turns (a success resets the count);
 //!    once it reaches `max_consecutive_tool_errors`, stop with [`StopKind::ToolErrors`].
@@ -68,6 +68,12 @@ pub const CONTINUE_AFTER_MAX_TOKENS: &str =
 pub const TRUNCATED_TOOL_CALL: &str = "This tool call was not run: your output was cut at \
      max_tokens, so its input may be incomplete. Send smaller inputs, e.g. split a large \
      file into several smaller writes or edits.";
+
+/// The result text of a tool that succeeded without output.
+const NO_OUTPUT: &str = "(no output)";
+
+/// The result text of a tool that failed without saying why.
+const NO_ERROR_MESSAGE: &str = "(the tool failed without a message)";
 
 /// How much of a failing tool's message the [`StopKind::ToolErrors`] detail quotes.
 const QUOTED_ERROR_CHARS: usize = 300;
@@ -364,7 +370,7 @@ impl Conversation<'_> {
                 .into_iter()
                 .map(|(tool_use_id, output)| ContentBlock::ToolResult {
                     tool_use_id,
-                    content: output.content,
+                    content: shown_content(output.content, output.is_error),
                     is_error: output.is_error,
                 })
                 .collect(),
@@ -477,13 +483,10 @@ async fn execute_calls(
             events.emit(Event::ToolCalled {
                 agent: agent.clone(),
                 tool: call.name.clone(),
-                is_error: !matches!(
-                    output,
-                    Ok(ToolOutput {
-                        is_error: false,
-                        ..
-                    })
-                ),
+                is_error: match &output {
+                    Ok(output) => output.is_error,
+                    Err(_) => true,
+                },
             });
             output
         }))
@@ -512,6 +515,16 @@ async fn execute_calls(
             .push((call.id.clone(), ToolOutput::error(TRUNCATED_TOOL_CALL)));
     }
     Ok(results)
+}
+
+/// A tool result's text as sent: never empty, because a provider may reject an empty
+/// error result and an empty success reads to the model like a lost answer.
+fn shown_content(content: String, is_error: bool) -> String {
+    match (content.is_empty(), is_error) {
+        (false, _) => content,
+        (true, false) => NO_OUTPUT.to_owned(),
+        (true, true) => NO_ERROR_MESSAGE.to_owned(),
+    }
 }
 
 /// `count` followed by the singular or plural noun.

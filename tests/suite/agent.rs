@@ -31,7 +31,7 @@ const HANG_GUARD: Duration = Duration::from_secs(20);
 
 // ---------------------------------------------------------------- test tools
 
-/// Read-only: answers with its `text` input.
+/// Read-only: answers with its `text` input, or fails with its `fail_with` input.
 struct Echo;
 
 #[async_trait]
@@ -49,6 +49,9 @@ impl Tool for Echo {
         false
     }
     async fn run(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        if let Some(message) = input.get("fail_with").and_then(Value::as_str) {
+            return Ok(ToolOutput::error(message));
+        }
         match input.get("text").and_then(Value::as_str) {
             Some(text) => Ok(ToolOutput::ok(text)),
             None => Err(ToolError::RespondToModel("`text` is required".to_owned())),
@@ -553,6 +556,8 @@ async fn unknown_tools_and_invalid_input_are_answered_as_errors_and_the_loop_goe
             ("c1", "write_file", json!({"path": "a"})),
             ("c2", "echo", Value::String("{\"text\": \"cut".to_owned())),
             ("c3", "echo", json!({})),
+            ("c4", "echo", json!({"text": ""})),
+            ("c5", "echo", json!({"fail_with": ""})),
         ]),
         reply("recovered"),
     ]);
@@ -575,7 +580,10 @@ async fn unknown_tools_and_invalid_input_are_answered_as_errors_and_the_loop_goe
                 true
             ),
             tool_result("c3", "`text` is required", true),
-        ]))
+            tool_result("c4", "(no output)", false),
+            tool_result("c5", "(the tool failed without a message)", true),
+        ])),
+        "errors are answers the model sees; an empty answer gets a placeholder"
     );
 }
 
