@@ -1,1 +1,3 @@
 //! Test support: the fake model server and sealed git fixtures.
+
+pub mod scripted_model;
