@@ -71,6 +71,25 @@ pub enum StaleLock {
     },
 }
 
+impl std::fmt::Display for StaleLock {
+    /// The line a user sees when grove takes over a dead holder's lock.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StaleLock::Holder(holder) => write!(
+                f,
+                "took over the repository lock of grove run {} (pid {} on {}), which is no \
+                 longer running",
+                holder.run_id, holder.pid, holder.hostname
+            ),
+            StaleLock::Unreadable { contents } => write!(
+                f,
+                "took over a repository lock left by a process that is no longer running \
+                 (its holder record is unreadable: {contents:?})"
+            ),
+        }
+    }
+}
+
 /// Why the lock could not be taken.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {

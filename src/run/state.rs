@@ -39,6 +39,26 @@ pub enum RunStatus {
     Unreadable,
 }
 
+impl RunStatus {
+    /// The name used in JSON and in messages, e.g. `interrupted`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Paused => "paused",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Finished => "finished",
+            RunStatus::Failed => "failed",
+            RunStatus::Unreadable => "unreadable",
+        }
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Where a subtask stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -463,4 +483,28 @@ pub fn read_snapshot(path: &Path) -> Result<Option<RunState>, SnapshotError> {
             path: path.to_path_buf(),
             source,
         })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_names_match_their_json() {
+        for status in [
+            RunStatus::Running,
+            RunStatus::Paused,
+            RunStatus::Interrupted,
+            RunStatus::Finished,
+            RunStatus::Failed,
+            RunStatus::Unreadable,
+        ] {
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                serde_json::Value::from(status.as_str()),
+                "messages and `grove runs --json` use the same status names"
+            );
+        }
+    }
 }

@@ -114,7 +114,7 @@ pub enum StoreError {
     #[error("grove run {run_id} already exists at {path}")]
     RunExists { run_id: RunId, path: PathBuf },
     /// The run finished; there is nothing to resume. Not retried.
-    #[error("grove run {run_id} already finished ({status:?}); there is nothing to resume")]
+    #[error("grove run {run_id} already {status}; there is nothing to resume")]
     AlreadyFinished { run_id: RunId, status: RunStatus },
     /// The journal in a run directory belongs to another run. Not retried.
     #[error("journal {path} belongs to run {found}, not to {run_id}")]

@@ -5,6 +5,8 @@
 //! makes the ignored `child_process_helper` test act as a tiny helper program. The helper
 //! reports progress as lines starting with `GROVE-CHILD ` on stdout.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
@@ -1014,6 +1016,14 @@ fn a_lock_left_by_a_killed_process_is_taken_over_and_reported() {
         lock.taken_over(),
         Some(&StaleLock::Holder(child_holder)),
         "the takeover is reported with the dead holder's record"
+    );
+    let report = lock
+        .taken_over()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(
+        report.contains(child_run.as_str()) && report.contains(&format!("pid {child_pid}")),
+        "the takeover message names the dead run and pid: {report}"
     );
     assert_eq!(
         read_holder(git_dir.path()).unwrap().as_ref(),
