@@ -1,2 +1,4 @@
 //! Integration test suites, one module per area.
+
 mod agent;
+mod run_state;
