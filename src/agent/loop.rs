@@ -32,7 +32,8 @@
 //!    it is not run but answered with [`TRUNCATED_TOOL_CALL`].
 //! 6. Append one user message holding one `tool_result` per `tool_use`, same ids, in
 //!    call order, and nothing else (an empty result text is replaced by a placeholder).
-//! 7. Call the observer's `after_turn(turn, mutated)`; its error is fatal.
+//! 7. Call the observer's `after_turn(turn, mutated)`; its error is fatal. (Its
+//!    `before_tools` sees the history just before step 5.)
 //! 8. Count erroring tool calls in a row across turns (a success resets the count);
 //!    once it reaches `max_consecutive_tool_errors`, stop with [`StopKind::ToolErrors`].
 //!    The tool calls of the turn that hits the turn cap still run (a reviewer's last
@@ -348,6 +349,16 @@ impl Conversation<'_> {
         cut_last_call: bool,
         last_text: &str,
     ) -> Result<Option<AgentOutcome>, AgentError> {
+        if let Some(observer) = &self.observer {
+            observer
+                .before_tools(turn, &self.request.messages)
+                .await
+                .map_err(|message| AgentError::Observer {
+                    agent: self.spec.id.clone(),
+                    turn,
+                    message,
+                })?;
+        }
         let results = tokio::select! {
             biased;
             () = self.tool_context.cancel.cancelled() => return Err(self.cancelled()),

@@ -23,6 +23,8 @@ mod context;
 mod ledger;
 mod r#loop;
 
+pub mod roles;
+
 pub use context::{fork_messages, isolated_messages};
 pub use ledger::LedgerLine;
 pub use r#loop::{AgentRun, CONTINUE_AFTER_MAX_TOKENS, TRUNCATED_TOOL_CALL, run_agent};
@@ -86,6 +88,13 @@ pub struct AgentSpec {
 /// Called by the loop between turns.
 #[async_trait]
 pub trait TurnObserver: Send + Sync {
+    /// Before the tool calls of turn `turn` run; `messages` ends with the assistant turn
+    /// that asked for them (a `delegate` call forks from exactly this history). An error
+    /// stops the loop as fatal.
+    async fn before_tools(&self, _turn: u32, _messages: &[Message]) -> Result<(), String> {
+        Ok(())
+    }
+
     /// After the tool results of turn `turn` (1-based) were appended. `mutated` is true
     /// when a mutating tool ran in that turn. An error stops the loop as fatal.
     async fn after_turn(&self, turn: u32, mutated: bool) -> Result<(), String>;
