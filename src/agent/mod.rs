@@ -3,7 +3,12 @@
 //! This module owns the conversation: send a turn, run the tools it asked for, append
 //! the results, repeat. A role is data ([`AgentSpec`]); the loop is the same for all.
 //! It knows no git: whatever must happen between turns (checkpoint commits) is the
-//! caller's [`TurnObserver`].
+//! caller's [`TurnObserver`]. It never prints: progress travels as [`crate::event::Event`]s.
+//!
+//! - [`run_agent`] runs one loop and returns an [`AgentRun`] that keeps the ledger and
+//!   the transcript even when the loop failed.
+//! - [`fork_messages`] and [`isolated_messages`] build a child's first messages.
+//! - [`LedgerLine`] renders one agent's cost as a single line.
 
 use std::sync::Arc;
 
@@ -13,6 +18,16 @@ use serde::{Deserialize, Serialize};
 use crate::event::{AgentId, EventSink};
 use crate::model::{Message, Model, Usage};
 use crate::tools::{Registry, ToolContext};
+
+mod context;
+mod ledger;
+mod r#loop;
+
+pub mod roles;
+
+pub use context::{fork_messages, isolated_messages};
+pub use ledger::LedgerLine;
+pub use r#loop::{AgentRun, CONTINUE_AFTER_MAX_TOKENS, TRUNCATED_TOOL_CALL, run_agent};
 
 /// What one subagent cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,11 +74,13 @@ pub struct AgentSpec {
     /// The model name sent in requests.
     pub model_name: String,
     pub max_tokens: u32,
-    /// The loop stops itself after this many model turns.
+    /// The loop stops itself after this many model turns (the tool calls of the last
+    /// turn still run). Zero stops it before the first request.
     pub max_turns: u32,
     /// The loop stops itself once its ledger's total tokens reach this.
     pub budget_tokens: Option<u64>,
-    /// Consecutive tool errors after which the loop gives up.
+    /// Consecutive erroring tool calls, counted across turns, after which the loop gives
+    /// up. Zero disables the check.
     pub max_consecutive_tool_errors: u32,
     pub tools: Registry,
 }
@@ -71,6 +88,13 @@ pub struct AgentSpec {
 /// Called by the loop between turns.
 #[async_trait]
 pub trait TurnObserver: Send + Sync {
+    /// Before the tool calls of turn `turn` run; `messages` ends with the assistant turn
+    /// that asked for them (a `delegate` call forks from exactly this history). An error
+    /// stops the loop as fatal.
+    async fn before_tools(&self, _turn: u32, _messages: &[Message]) -> Result<(), String> {
+        Ok(())
+    }
+
     /// After the tool results of turn `turn` (1-based) were appended. `mutated` is true
     /// when a mutating tool ran in that turn. An error stops the loop as fatal.
     async fn after_turn(&self, turn: u32, mutated: bool) -> Result<(), String>;
@@ -84,42 +108,65 @@ pub enum StopKind {
     Finished,
     /// `max_turns` was reached; the loop stopped itself.
     TurnCap,
-    /// The token budget was spent.
+    /// The token budget was spent; the last turn's tool calls were not run.
     Budget,
     /// Too many tool errors in a row.
     ToolErrors,
-    /// The model hit `max_tokens` without a usable answer, or refused.
+    /// The model stopped in a way the loop cannot continue from: `refusal`, `max_tokens`
+    /// twice in a row without a tool call, or a stop reason grove does not know.
     ModelStopped(String),
 }
 
-/// The end of one loop.
-#[derive(Debug, Clone)]
-pub struct AgentOutcome {
-    pub stop: StopKind,
-    /// The final assistant text (possibly empty).
-    pub final_text: String,
-    /// The whole conversation, initial messages included.
-    pub messages: Vec<Message>,
-    pub ledger: Ledger,
+impl std::fmt::Display for StopKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Finished => f.write_str("finished"),
+            Self::TurnCap => f.write_str("turn cap"),
+            Self::Budget => f.write_str("token budget"),
+            Self::ToolErrors => f.write_str("tool errors"),
+            Self::ModelStopped(reason) => write!(f, "model stopped ({reason})"),
+        }
+    }
 }
 
-/// Why a loop could not go on.
+/// How one loop ended when it did not fail. The ledger and the transcript live in
+/// [`AgentRun`], because a failed loop has them too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentOutcome {
+    pub stop: StopKind,
+    /// The final assistant text (possibly empty). When the loop asked the model to
+    /// continue after `max_tokens`, the cut text and its continuation are joined.
+    pub final_text: String,
+    /// One sentence saying why the loop stopped, for reports and the lead.
+    pub detail: String,
+}
+
+/// Why a loop could not go on. None of these is retried by the loop: the model client
+/// already retried what it could, and the caller decides whether to run the agent again.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
+    /// The model turn could not be had (after the client's own retries).
     #[error("{agent}: {source}")]
     Model {
         agent: AgentId,
         #[source]
         source: crate::model::ModelError,
     },
+    /// A tool returned [`crate::tools::ToolError::Fatal`].
     #[error("{agent}: tool `{tool}` failed fatally: {message}")]
     Tool {
         agent: AgentId,
         tool: String,
         message: String,
     },
-    #[error("{agent}: {message}")]
-    Observer { agent: AgentId, message: String },
+    /// The [`TurnObserver`] failed (e.g. the checkpoint commit).
+    #[error("{agent}: after turn {turn}: {message}")]
+    Observer {
+        agent: AgentId,
+        turn: u32,
+        message: String,
+    },
+    /// The loop's cancellation token fired.
     #[error("{agent}: cancelled")]
     Cancelled { agent: AgentId },
 }
@@ -128,6 +175,9 @@ pub enum AgentError {
 pub struct LoopInput {
     /// The conversation so far (the brief alone when isolated; a fork otherwise).
     pub messages: Vec<Message>,
+    /// What the tools run with. Its `cancel` token is the loop's token too: cancelling
+    /// it aborts the model call and the running tools, and the loop returns
+    /// [`AgentError::Cancelled`].
     pub tool_context: ToolContext,
     pub events: EventSink,
     pub observer: Option<Arc<dyn TurnObserver>>,

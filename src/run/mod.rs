@@ -3,3 +3,9 @@
 //!
 //! This module owns the run's lifecycle and is the only place that combines agents with
 //! git. It never prints; it emits events.
+
+pub mod durable;
+pub mod journal;
+pub mod lock;
+pub mod state;
+pub mod store;

@@ -1,2 +1,5 @@
 //! Integration test suites, one module per area.
+
+mod agent;
 mod model;
+mod run_state;

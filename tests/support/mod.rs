@@ -1,2 +1,4 @@
 //! Test support: the fake model server and sealed git fixtures.
+
 pub mod fake_server;
+pub mod scripted_model;

@@ -1,0 +1,548 @@
+//! The agent loop: one plain `loop` that every role runs with its own data.
+//!
+//! This file owns the turn protocol between a model and a tool registry. It must never
+//! decide which tool mutates what (the [`Registry`] says), touch git (the caller's
+//! [`TurnObserver`] does that between turns), or print (it emits [`Event`]s).
+//!
+//! # Contract of [`run_agent`]
+//!
+//! Every iteration is one model turn:
+//!
+//! 1. If `max_turns` turns were taken, stop with [`StopKind::TurnCap`].
+//! 2. Send one [`Request`]: the role's model name, system prompt, every message so far,
+//!    the registry's tools, `max_tokens`. The usage goes to the ledger, the assistant
+//!    message is appended to the transcript, [`Event::TurnCompleted`] is emitted.
+//! 3. Decide from the response:
+//!    - `refusal` → stop with [`StopKind::ModelStopped`]`("refusal")`;
+//!    - tool calls present (whatever the stop reason) → run them (below);
+//!    - no tool calls and `end_turn`, `stop_sequence` or `tool_use` → [`StopKind::Finished`];
+//!    - no tool calls and `max_tokens` → append [`CONTINUE_AFTER_MAX_TOKENS`] as a user
+//!      message and take another turn, once: a second cut in a row stops with
+//!      `ModelStopped("max_tokens")`, because a model that cannot finish its answer in
+//!      two turns is not converging;
+//!    - no tool calls and `pause_turn` → send the assistant message back unchanged so
+//!      the provider resumes the paused turn;
+//!    - any other stop reason → stop with `ModelStopped(<reason>)`.
+//! 4. Before any further work (running tool calls, asking to continue), stop with
+//!    [`StopKind::Budget`] if the ledger's total reached `budget_tokens`. A budget is
+//!    about spending, so nothing the over-budget turn asked for is run.
+//! 5. Run the tool calls in call order: each maximal run of consecutive non-mutating
+//!    calls runs concurrently, each mutating call runs alone. When the response was cut
+//!    at `max_tokens` and ends with a tool call, that last call's input may be cut too:
+//!    it is not run but answered with [`TRUNCATED_TOOL_CALL`].
+//! 6. Append one user message holding one `tool_result` per `tool_use`, same ids, in
+//!    call order, and nothing else (an empty result text is replaced by a placeholder).
+//! 7. Call the observer's `after_turn(turn, mutated)`; its error is fatal. (Its
+//!    `before_tools` sees the history just before step 5.)
+//! 8. Count erroring tool calls in a row across turns (a success resets the count);
+//!    once it reaches `max_consecutive_tool_errors`, stop with [`StopKind::ToolErrors`].
+//!    The tool calls of the turn that hits the turn cap still run (a reviewer's last
+//!    turn may be its verdict), then step 1 stops the loop.
+//!
+//! Cancelling `tool_context.cancel` aborts the model call or the running tools and
+//! returns [`AgentError::Cancelled`] promptly, even when a model client or a tool does
+//! not honour the token itself (its future is dropped).
+//!
+//! The transcript may end with an assistant turn whose tool calls have no results (a
+//! refusal, the budget, a cancellation, a fatal tool error); [`super::fork_messages`]
+//! trims such a turn. [`Event::AgentStarted`] opens every run and
+//! [`Event::AgentFinished`] closes it, failures included.
+
+use futures_util::future::join_all;
+use serde_json::Value;
+
+use crate::agent::context::append_user_text;
+use crate::agent::{
+    AgentError, AgentOutcome, AgentSpec, Ledger, LoopInput, StopKind, TurnObserver,
+};
+use crate::event::{AgentId, Event, EventSink};
+use crate::model::{
+    ContentBlock, Message, ModelError, Request, Response, RetryNotice, Role, StopReason, ToolSpec,
+};
+use crate::tools::{Registry, ToolContext, ToolError, ToolOutput, truncate_chars};
+
+/// The user message that asks the model to go on after its text was cut at `max_tokens`.
+pub const CONTINUE_AFTER_MAX_TOKENS: &str =
+    "Your reply was cut off at the output token limit. Continue exactly where you stopped.";
+
+/// The tool result for a tool call that was cut at `max_tokens` and therefore not run.
+pub const TRUNCATED_TOOL_CALL: &str = "This tool call was not run: your output was cut at \
+     max_tokens, so its input may be incomplete. Send smaller inputs, e.g. split a large \
+     file into several smaller writes or edits.";
+
+/// The result text of a tool that succeeded without output.
+const NO_OUTPUT: &str = "(no output)";
+
+/// The result text of a tool that failed without saying why.
+const NO_ERROR_MESSAGE: &str = "(the tool failed without a message)";
+
+/// How much of a failing tool's message the [`StopKind::ToolErrors`] detail quotes.
+const QUOTED_ERROR_CHARS: usize = 300;
+
+/// One finished loop: what it cost and said, and how it ended.
+///
+/// The ledger and the transcript are kept even when `result` is an error, because the
+/// run report must show what a failed subagent cost.
+#[derive(Debug)]
+pub struct AgentRun {
+    pub ledger: Ledger,
+    /// The whole conversation, initial messages included.
+    pub messages: Vec<Message>,
+    pub result: Result<AgentOutcome, AgentError>,
+}
+
+/// Runs one agent loop to its end; see the module documentation for the contract.
+pub async fn run_agent(spec: &AgentSpec, input: LoopInput) -> AgentRun {
+    let LoopInput {
+        messages,
+        tool_context,
+        events,
+        observer,
+    } = input;
+    events.emit(Event::AgentStarted {
+        agent: spec.id.clone(),
+    });
+    let mut conversation = Conversation {
+        spec,
+        tool_context,
+        events,
+        observer,
+        request: Request {
+            model: spec.model_name.clone(),
+            system: spec.system.clone(),
+            messages,
+            tools: tool_specs(&spec.tools),
+            max_tokens: spec.max_tokens,
+        },
+        ledger: Ledger::default(),
+        error_streak: ErrorStreak::default(),
+    };
+    let result = conversation.run().await;
+    let outcome = match &result {
+        Ok(outcome) => format!("{}: {}", outcome.stop, outcome.detail),
+        Err(error) => format!("failed: {error}"),
+    };
+    conversation.events.emit(Event::AgentFinished {
+        agent: spec.id.clone(),
+        ledger: conversation.ledger,
+        outcome,
+    });
+    AgentRun {
+        ledger: conversation.ledger,
+        messages: conversation.request.messages,
+        result,
+    }
+}
+
+/// The registry's tools as the model is shown them, in the registry's stable order.
+fn tool_specs(registry: &Registry) -> Vec<ToolSpec> {
+    registry
+        .descriptions()
+        .into_iter()
+        .map(|tool| ToolSpec {
+            name: tool.name,
+            description: tool.description,
+            input_schema: tool.input_schema,
+        })
+        .collect()
+}
+
+/// The state of one loop; the transcript lives in `request.messages` so no turn copies it.
+struct Conversation<'a> {
+    spec: &'a AgentSpec,
+    tool_context: ToolContext,
+    events: EventSink,
+    observer: Option<std::sync::Arc<dyn TurnObserver>>,
+    request: Request,
+    ledger: Ledger,
+    error_streak: ErrorStreak,
+}
+
+/// Consecutive erroring tool calls, across turns.
+#[derive(Debug, Default)]
+struct ErrorStreak {
+    count: u32,
+    /// The latest failure, as `` `tool`: message ``.
+    last: String,
+}
+
+impl ErrorStreak {
+    fn record(&mut self, tool: &str, output: &ToolOutput) {
+        if output.is_error {
+            self.count += 1;
+            self.last = format!(
+                "`{tool}`: {}",
+                truncate_chars(&output.content, QUOTED_ERROR_CHARS)
+            );
+        } else {
+            self.count = 0;
+            self.last.clear();
+        }
+    }
+}
+
+/// One tool call of the current turn.
+struct ToolCall {
+    id: String,
+    name: String,
+    input: Value,
+}
+
+/// The answered tool calls of one turn, in call order.
+struct TurnResults {
+    answers: Vec<(String, ToolOutput)>,
+    /// True when a mutating tool ran (even if it then failed: it may have half-written).
+    mutated: bool,
+}
+
+impl Conversation<'_> {
+    async fn run(&mut self) -> Result<AgentOutcome, AgentError> {
+        let mut turn: u32 = 0;
+        // The text of the previous turns of one logical answer (a `max_tokens` cut the
+        // model was asked to continue, or a paused turn), joined into the final text.
+        let mut carried_text = String::new();
+        let mut asked_to_continue = false;
+        let mut last_text = String::new();
+        loop {
+            if turn >= self.spec.max_turns {
+                return Ok(AgentOutcome {
+                    stop: StopKind::TurnCap,
+                    final_text: last_text,
+                    detail: format!(
+                        "stopped itself after {turn} model turns, the turn cap of this role"
+                    ),
+                });
+            }
+            if self.tool_context.cancel.is_cancelled() {
+                return Err(self.cancelled());
+            }
+            turn += 1;
+            let Response {
+                message,
+                stop_reason,
+                usage,
+                request_id: _,
+            } = self.complete().await?;
+            self.ledger.record(&usage);
+            if message.role != Role::Assistant {
+                return Err(AgentError::Model {
+                    agent: self.spec.id.clone(),
+                    source: ModelError::Decode(format!(
+                        "turn {turn} came back as a {:?} message, not an assistant message",
+                        message.role
+                    )),
+                });
+            }
+            let calls: Vec<ToolCall> = message
+                .tool_uses()
+                .map(|(id, name, input)| ToolCall {
+                    id: id.to_owned(),
+                    name: name.to_owned(),
+                    input: input.clone(),
+                })
+                .collect();
+            let ends_with_tool_call =
+                matches!(message.content.last(), Some(ContentBlock::ToolUse { .. }));
+            let text = message.text();
+            // An empty assistant message would be rejected when sent back; it says nothing.
+            if !message.content.is_empty() {
+                self.request.messages.push(message);
+            }
+            self.events.emit(Event::TurnCompleted {
+                agent: self.spec.id.clone(),
+                turn,
+                ledger: self.ledger,
+            });
+            let answer_text = format!("{carried_text}{text}");
+            last_text = text;
+
+            match (&stop_reason, calls.is_empty()) {
+                (StopReason::Refusal, _) => {
+                    return Ok(AgentOutcome {
+                        stop: StopKind::ModelStopped("refusal".to_owned()),
+                        final_text: answer_text,
+                        detail: format!("the model refused in turn {turn}"),
+                    });
+                }
+                (_, false) => {}
+                (StopReason::EndTurn | StopReason::StopSequence | StopReason::ToolUse, true) => {
+                    return Ok(AgentOutcome {
+                        stop: StopKind::Finished,
+                        final_text: answer_text,
+                        detail: format!("the model ended its turn {turn}"),
+                    });
+                }
+                (StopReason::MaxTokens, true) if asked_to_continue => {
+                    return Ok(AgentOutcome {
+                        stop: StopKind::ModelStopped("max_tokens".to_owned()),
+                        final_text: answer_text,
+                        detail: format!(
+                            "the model's reply was cut at max_tokens ({}) in turns {} and \
+                             {turn}, even after it was asked to continue",
+                            self.spec.max_tokens,
+                            turn - 1
+                        ),
+                    });
+                }
+                (StopReason::MaxTokens, true) => {
+                    if let Some(stop) =
+                        self.over_budget(&answer_text, "asking the model to continue")
+                    {
+                        return Ok(stop);
+                    }
+                    // After an empty cut turn the last message is still the user's.
+                    append_user_text(&mut self.request.messages, CONTINUE_AFTER_MAX_TOKENS);
+                    asked_to_continue = true;
+                    carried_text = answer_text;
+                    continue;
+                }
+                (StopReason::PauseTurn, true) => {
+                    if let Some(stop) = self.over_budget(&answer_text, "resuming the paused turn") {
+                        return Ok(stop);
+                    }
+                    asked_to_continue = false;
+                    carried_text = answer_text;
+                    continue;
+                }
+                (StopReason::Other(reason), true) => {
+                    return Ok(AgentOutcome {
+                        stop: StopKind::ModelStopped(reason.clone()),
+                        final_text: answer_text,
+                        detail: format!(
+                            "the model stopped turn {turn} with `{reason}`, which grove cannot \
+                             continue from"
+                        ),
+                    });
+                }
+            }
+
+            let call_count = calls.len();
+            if let Some(stop) = self.over_budget(
+                &answer_text,
+                &format!(
+                    "running the {} of turn {turn}",
+                    plural(call_count, "tool call", "tool calls")
+                ),
+            ) {
+                return Ok(stop);
+            }
+            carried_text.clear();
+            asked_to_continue = false;
+            let cut_last_call = stop_reason == StopReason::MaxTokens && ends_with_tool_call;
+            if let Some(stop) = self
+                .answer_tool_calls(turn, &calls, cut_last_call, &last_text)
+                .await?
+            {
+                return Ok(stop);
+            }
+        }
+    }
+
+    /// Runs one turn's tool calls, appends their results, lets the observer see the
+    /// turn, and returns the [`StopKind::ToolErrors`] outcome once too many failed in a
+    /// row. The observer is never interrupted: a cancellation during it is seen at the
+    /// top of the next turn.
+    async fn answer_tool_calls(
+        &mut self,
+        turn: u32,
+        calls: &[ToolCall],
+        cut_last_call: bool,
+        last_text: &str,
+    ) -> Result<Option<AgentOutcome>, AgentError> {
+        if let Some(observer) = &self.observer {
+            observer
+                .before_tools(turn, &self.request.messages)
+                .await
+                .map_err(|message| AgentError::Observer {
+                    agent: self.spec.id.clone(),
+                    turn,
+                    message,
+                })?;
+        }
+        let results = tokio::select! {
+            biased;
+            () = self.tool_context.cancel.cancelled() => return Err(self.cancelled()),
+            results = execute_calls(
+                &self.spec.tools,
+                &self.tool_context,
+                &self.events,
+                &self.spec.id,
+                calls,
+                cut_last_call,
+            ) => results?,
+        };
+        for (call, (_, output)) in calls.iter().zip(&results.answers) {
+            self.error_streak.record(&call.name, output);
+        }
+        self.request.messages.push(Message {
+            role: Role::User,
+            content: results
+                .answers
+                .into_iter()
+                .map(|(tool_use_id, output)| ContentBlock::ToolResult {
+                    tool_use_id,
+                    content: shown_content(output.content, output.is_error),
+                    is_error: output.is_error,
+                })
+                .collect(),
+        });
+        if let Some(observer) = &self.observer {
+            observer
+                .after_turn(turn, results.mutated)
+                .await
+                .map_err(|message| AgentError::Observer {
+                    agent: self.spec.id.clone(),
+                    turn,
+                    message,
+                })?;
+        }
+        let cap = self.spec.max_consecutive_tool_errors;
+        if cap == 0 || self.error_streak.count < cap {
+            return Ok(None);
+        }
+        Ok(Some(AgentOutcome {
+            stop: StopKind::ToolErrors,
+            final_text: last_text.to_owned(),
+            detail: format!(
+                "{} in a row failed; last: {}",
+                plural(self.error_streak.count as usize, "tool call", "tool calls"),
+                self.error_streak.last
+            ),
+        }))
+    }
+
+    /// One model turn, aborted when the loop is cancelled.
+    async fn complete(&self) -> Result<Response, AgentError> {
+        let agent = &self.spec.id;
+        let events = &self.events;
+        let on_retry = |notice: RetryNotice| {
+            events.emit(Event::ModelRetry {
+                agent: agent.clone(),
+                attempt: notice.attempt,
+                delay_ms: u64::try_from(notice.delay.as_millis()).unwrap_or(u64::MAX),
+                reason: notice.reason,
+            });
+        };
+        let cancel = &self.tool_context.cancel;
+        let result = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(self.cancelled()),
+            result = self.spec.model.complete(&self.request, cancel, &on_retry) => result,
+        };
+        result.map_err(|source| match source {
+            ModelError::Cancelled => self.cancelled(),
+            source => AgentError::Model {
+                agent: agent.clone(),
+                source,
+            },
+        })
+    }
+
+    /// The [`StopKind::Budget`] outcome when the budget is spent, saying what was skipped.
+    fn over_budget(&self, final_text: &str, skipped: &str) -> Option<AgentOutcome> {
+        let budget = self.spec.budget_tokens?;
+        let spent = self.ledger.total_tokens();
+        (spent >= budget).then(|| AgentOutcome {
+            stop: StopKind::Budget,
+            final_text: final_text.to_owned(),
+            detail: format!(
+                "spent {spent} tokens, reaching the budget of {budget}; stopped before {skipped}"
+            ),
+        })
+    }
+
+    fn cancelled(&self) -> AgentError {
+        AgentError::Cancelled {
+            agent: self.spec.id.clone(),
+        }
+    }
+}
+
+/// Runs one turn's tool calls: consecutive non-mutating calls together, mutating calls
+/// alone, answers in call order. Stops at the first batch holding a fatal error.
+async fn execute_calls(
+    registry: &Registry,
+    tool_context: &ToolContext,
+    events: &EventSink,
+    agent: &AgentId,
+    calls: &[ToolCall],
+    cut_last_call: bool,
+) -> Result<TurnResults, AgentError> {
+    let (runnable, cut) = match calls.split_last() {
+        Some((last, earlier)) if cut_last_call => (earlier, Some(last)),
+        _ => (calls, None),
+    };
+    let mut results = TurnResults {
+        answers: Vec::with_capacity(calls.len()),
+        mutated: false,
+    };
+    let runs_alone = |call: &ToolCall| registry.mutates(&call.name);
+    for batch in runnable.chunk_by(|a, b| !runs_alone(a) && !runs_alone(b)) {
+        results.mutated |= batch
+            .iter()
+            .any(|call| registry.get(&call.name).is_some_and(|tool| tool.mutates()));
+        let outputs = join_all(batch.iter().map(|call| async move {
+            let output = match registry
+                .dispatch(&call.name, call.input.clone(), tool_context)
+                .await
+            {
+                Ok(output) => Ok(output),
+                // The registry already answers these as outputs; kept data if it ever does not.
+                Err(ToolError::RespondToModel(message)) => Ok(ToolOutput::error(message)),
+                Err(ToolError::Fatal(message)) => Err(message),
+            };
+            events.emit(Event::ToolCalled {
+                agent: agent.clone(),
+                tool: call.name.clone(),
+                is_error: match &output {
+                    Ok(output) => output.is_error,
+                    Err(_) => true,
+                },
+            });
+            output
+        }))
+        .await;
+        for (call, output) in batch.iter().zip(outputs) {
+            match output {
+                Ok(output) => results.answers.push((call.id.clone(), output)),
+                Err(message) => {
+                    return Err(AgentError::Tool {
+                        agent: agent.clone(),
+                        tool: call.name.clone(),
+                        message,
+                    });
+                }
+            }
+        }
+    }
+    if let Some(call) = cut {
+        events.emit(Event::ToolCalled {
+            agent: agent.clone(),
+            tool: call.name.clone(),
+            is_error: true,
+        });
+        results
+            .answers
+            .push((call.id.clone(), ToolOutput::error(TRUNCATED_TOOL_CALL)));
+    }
+    Ok(results)
+}
+
+/// A tool result's text as sent: never empty, because a provider may reject an empty
+/// error result and an empty success reads to the model like a lost answer.
+fn shown_content(content: String, is_error: bool) -> String {
+    match (content.is_empty(), is_error) {
+        (false, _) => content,
+        (true, false) => NO_OUTPUT.to_owned(),
+        (true, true) => NO_ERROR_MESSAGE.to_owned(),
+    }
+}
+
+/// `count` followed by the singular or plural noun.
+fn plural(count: usize, one: &str, many: &str) -> String {
+    if count == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{count} {many}")
+    }
+}

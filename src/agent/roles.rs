@@ -1,0 +1,370 @@
+//! Roles as data: the built-in lead, worker and reviewer, and user agent files.
+//!
+//! This file owns what makes one role different from another — its prompt, its tool
+//! names, its model and turn cap — and how `.grove/agents/<name>.md` files override or
+//! add roles. It must never decide how a role runs: every role runs the same loop.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The three kinds of subagent a run has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RoleKind {
+    Lead,
+    Worker,
+    Reviewer,
+}
+
+impl RoleKind {
+    /// The name used in events, ledgers and agent files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Lead => "lead",
+            Self::Worker => "worker",
+            Self::Reviewer => "reviewer",
+        }
+    }
+}
+
+/// A role: prompt, tools, model and turn cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleDef {
+    /// `lead`, `worker`, `reviewer`, or a user agent's name.
+    pub name: String,
+    /// What the role is for, shown to the lead for user agents.
+    pub description: String,
+    /// The role's own instructions; the project rules are appended by [`system_prompt`].
+    pub prompt: String,
+    /// Tool names; `None` means the kind's default set.
+    pub tools: Option<Vec<String>>,
+    /// A model name overriding the run's model for this role.
+    pub model: Option<String>,
+    /// A turn cap overriding the run's.
+    pub max_turns: Option<u32>,
+}
+
+const LEAD_PROMPT: &str = "\
+You are the lead engineer of a small team working on one task in a git repository. You can \
+read the repository (read_file, list_files, grep) but you cannot change it yourself: you \
+split the task into subtasks and hand each one to a worker with the `delegate` tool.
+
+How to work:
+- Look at the repository first, just enough to plan. Then delegate.
+- Each subtask must be self-contained: the worker sees only your brief (plus the project \
+rules), not the user's task and not this conversation, unless you ask for `mode: \"fork\"`. \
+Name the files, the exact change wanted, and how to check it.
+- Subtasks run in parallel in separate worktrees and are merged afterwards, so give \
+different subtasks different files. Two subtasks that edit the same lines will conflict.
+- Put several `delegate` calls in one response to run them at the same time.
+- Every subtask is reviewed by an independent reviewer. The result you get back says \
+whether it was merged, rejected (with findings) or in conflict. You may delegate a \
+follow-up that fixes a rejected or conflicting subtask; put the findings in its brief.
+- When all work is merged, or nothing more can be done, end with a short summary of what \
+changed and what did not.";
+
+const WORKER_PROMPT: &str = "\
+You are a software engineer working on one subtask in your own git worktree, which is \
+your current directory. Your tools can read and change files only inside it. Do the \
+subtask described in the brief, completely and carefully, following the project rules.
+
+- Read before you edit; keep changes minimal and in the style of the code around them.
+- Run the project's checks with `bash` when they are cheap (a build, the relevant tests).
+- Do not run `git commit`, `git push` or change branches: grove commits your work.
+- When you are done, reply with a short summary: what you changed, how you checked it, \
+and anything left undone. An independent reviewer will judge your diff.";
+
+const REVIEWER_PROMPT: &str = "\
+You are an independent code reviewer. You are given a subtask's brief and the diff that \
+was produced for it. You can read the resulting tree (read_file, list_files, grep) but not \
+change it. You have not seen how the change was made and must judge only the result.
+
+Approve when the diff does what the brief asks, is correct, and follows the project \
+rules. Reject when it is wrong, incomplete, breaks something, does things the brief did \
+not ask for, or touches files that run on the host or in CI without a clear need. Be \
+concrete: each finding names a path, a line when you can, and the problem.
+
+End by calling `submit_verdict` exactly once with your verdict, a one-paragraph summary \
+and your findings.";
+
+/// The built-in definition of `kind`.
+pub fn builtin(kind: RoleKind) -> RoleDef {
+    let prompt = match kind {
+        RoleKind::Lead => LEAD_PROMPT,
+        RoleKind::Worker => WORKER_PROMPT,
+        RoleKind::Reviewer => REVIEWER_PROMPT,
+    };
+    RoleDef {
+        name: kind.as_str().to_owned(),
+        description: String::new(),
+        prompt: prompt.to_owned(),
+        tools: None,
+        model: None,
+        max_turns: None,
+    }
+}
+
+/// The project rules every role's system prompt carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectRules {
+    /// The file they came from, e.g. `AGENTS.md`.
+    pub file: String,
+    pub text: String,
+}
+
+/// The files that may hold project rules, in order of preference.
+pub const RULES_FILES: [&str; 2] = ["AGENTS.md", "CLAUDE.md"];
+
+/// A role's whole system prompt: its instructions, then the project rules if any.
+pub fn system_prompt(role: &RoleDef, rules: Option<&ProjectRules>) -> String {
+    let mut prompt = role.prompt.trim_end().to_owned();
+    if let Some(rules) = rules {
+        let _ = write!(
+            prompt,
+            "\n\n# Project rules ({})\n\nThese rules apply to all work in this repository.\n\n{}",
+            rules.file,
+            rules.text.trim_end()
+        );
+    }
+    prompt
+}
+
+/// Why an agent file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentFileError {
+    #[error("cannot read agent file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {message}")]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+/// The keys an agent file's front matter may set.
+const FRONT_MATTER_KEYS: [&str; 4] = ["description", "tools", "model", "max_turns"];
+
+/// Parses an agent file: `---` front matter of `key: value` lines, then the prompt.
+///
+/// `name` is the file's stem. Front matter keys: `description`, `tools` (comma-separated
+/// or `[a, b]`), `model`, `max_turns`. Unknown keys are errors naming the line, so a
+/// typo never silently drops a setting.
+pub fn parse_agent_file(name: &str, path: &Path, text: &str) -> Result<RoleDef, AgentFileError> {
+    let invalid = |line: usize, message: String| AgentFileError::Invalid {
+        path: path.to_owned(),
+        line,
+        message,
+    };
+    let mut role = RoleDef {
+        name: name.to_owned(),
+        description: String::new(),
+        prompt: String::new(),
+        tools: None,
+        model: None,
+        max_turns: None,
+    };
+    let mut lines = text.lines().enumerate();
+    let body_start = match lines.next() {
+        Some((_, first)) if first.trim_end() == "---" => {
+            let mut closed = None;
+            for (index, line) in lines.by_ref() {
+                let number = index + 1;
+                if line.trim_end() == "---" {
+                    closed = Some(number);
+                    break;
+                }
+                if line.trim().is_empty() || line.trim_start().starts_with('#') {
+                    continue;
+                }
+                let Some((key, value)) = line.split_once(':') else {
+                    return Err(invalid(
+                        number,
+                        format!("expected `key: value`, got `{line}`"),
+                    ));
+                };
+                let key = key.trim();
+                let value = unquote(value.trim());
+                match key {
+                    "description" => role.description = value.to_owned(),
+                    "model" => role.model = Some(value.to_owned()).filter(|m| !m.is_empty()),
+                    "max_turns" => {
+                        let turns = value.parse::<u32>().ok().filter(|turns| *turns > 0);
+                        let Some(turns) = turns else {
+                            return Err(invalid(
+                                number,
+                                format!("max_turns must be a positive whole number, got `{value}`"),
+                            ));
+                        };
+                        role.max_turns = Some(turns);
+                    }
+                    "tools" => role.tools = Some(parse_list(value)),
+                    other => {
+                        return Err(invalid(
+                            number,
+                            format!(
+                                "unknown key `{other}`; the keys are {}",
+                                FRONT_MATTER_KEYS.join(", ")
+                            ),
+                        ));
+                    }
+                }
+            }
+            match closed {
+                Some(number) => number,
+                None => {
+                    return Err(invalid(
+                        1,
+                        "front matter opened with `---` is never closed".into(),
+                    ));
+                }
+            }
+        }
+        _ => 0,
+    };
+    role.prompt = text
+        .lines()
+        .skip(body_start)
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim()
+        .to_owned();
+    if role.prompt.is_empty() {
+        return Err(invalid(
+            body_start.max(1),
+            "the agent file has no prompt after its front matter".into(),
+        ));
+    }
+    Ok(role)
+}
+
+/// Reads `.grove/agents/<name>.md` under `root`, if it exists.
+pub fn load_agent(root: &Path, name: &str) -> Result<Option<RoleDef>, AgentFileError> {
+    if !valid_agent_name(name) {
+        return Err(AgentFileError::Invalid {
+            path: root.join(".grove/agents"),
+            line: 0,
+            message: format!(
+                "`{name}` is not a valid agent name (letters, digits, `-` and `_` only)"
+            ),
+        });
+    }
+    let path = root
+        .join(".grove")
+        .join("agents")
+        .join(format!("{name}.md"));
+    match std::fs::read_to_string(&path) {
+        Ok(text) => parse_agent_file(name, &path, &text).map(Some),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(AgentFileError::Read { path, source }),
+    }
+}
+
+/// True for names that are safe as a file stem and a label.
+pub fn valid_agent_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+fn unquote(value: &str) -> &str {
+    let quoted = value.len() >= 2
+        && ((value.starts_with('"') && value.ends_with('"'))
+            || (value.starts_with('\'') && value.ends_with('\'')));
+    if quoted {
+        &value[1..value.len() - 1]
+    } else {
+        value
+    }
+}
+
+fn parse_list(value: &str) -> Vec<String> {
+    let inner = value
+        .strip_prefix('[')
+        .and_then(|rest| rest.strip_suffix(']'))
+        .unwrap_or(value);
+    inner
+        .split(',')
+        .map(|item| unquote(item.trim()).to_owned())
+        .filter(|item| !item.is_empty())
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_file_front_matter_and_prompt() {
+        let text = "---\ndescription: Writes docs\ntools: [read_file, write_file]\nmodel: \"m-1\"\nmax_turns: 7\n---\n\nYou write documentation.\n";
+        let role = parse_agent_file("docs", Path::new("docs.md"), text).unwrap();
+        assert_eq!(
+            role,
+            RoleDef {
+                name: "docs".into(),
+                description: "Writes docs".into(),
+                prompt: "You write documentation.".into(),
+                tools: Some(vec!["read_file".into(), "write_file".into()]),
+                model: Some("m-1".into()),
+                max_turns: Some(7),
+            }
+        );
+    }
+
+    #[test]
+    fn agent_file_without_front_matter_is_all_prompt() {
+        let role = parse_agent_file("x", Path::new("x.md"), "Just do it.\n").unwrap();
+        assert_eq!(role.prompt, "Just do it.");
+        assert_eq!(role.tools, None);
+    }
+
+    #[test]
+    fn agent_file_errors_name_the_line() {
+        let cases = [
+            ("---\nmodle: x\n---\nhi", 2, "unknown key `modle`"),
+            ("---\nmax_turns: lots\n---\nhi", 2, "max_turns must be"),
+            ("---\ndescription: x\n", 1, "never closed"),
+            ("---\ndescription: x\n---\n", 3, "no prompt"),
+            ("---\njust words\n---\nhi", 2, "expected `key: value`"),
+        ];
+        for (text, line, message) in cases {
+            let error = parse_agent_file("a", Path::new("a.md"), text).unwrap_err();
+            match error {
+                AgentFileError::Invalid {
+                    line: got,
+                    message: got_message,
+                    ..
+                } => {
+                    assert_eq!(got, line, "wrong line for {text:?}");
+                    assert!(got_message.contains(message), "{got_message}");
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn system_prompt_carries_the_project_rules() {
+        let rules = ProjectRules {
+            file: "AGENTS.md".into(),
+            text: "Use tabs.\n".into(),
+        };
+        let prompt = system_prompt(&builtin(RoleKind::Worker), Some(&rules));
+        assert!(prompt.starts_with(WORKER_PROMPT));
+        assert!(prompt.ends_with("# Project rules (AGENTS.md)\n\nThese rules apply to all work in this repository.\n\nUse tabs."));
+    }
+
+    #[test]
+    fn agent_names_are_confined() {
+        assert!(valid_agent_name("docs-writer_2"));
+        for bad in ["", "../x", "a/b", "a.md", "a b"] {
+            assert!(!valid_agent_name(bad), "{bad:?} must be refused");
+        }
+    }
+}
