@@ -35,15 +35,17 @@ pub enum ModelError {
     /// reports a spend limit), 5xx and 529; never for 400, 401, 403, 404, 413.
     #[error("the model API refused the request: {0}")]
     Api(ApiError),
-    /// The connection failed or the request timed out. Retried.
+    /// The connection failed (refused, reset, TLS). Retried, unless reqwest could not
+    /// even build the request (a malformed URL or header), which no retry fixes.
     #[error("could not reach the model API at {url}: {source}")]
     Transport {
         url: String,
         #[source]
         source: reqwest::Error,
     },
-    /// The stream broke: an `error` event after a 200, a cut, or no data for too long.
-    /// Retried as a failed attempt of the whole turn.
+    /// The response broke after a 200: an `error` event (or an error body), a cut
+    /// connection, or no data for longer than the idle timeout. Retried as a failed
+    /// attempt of the whole turn.
     #[error("the model's response stream failed: {0}")]
     Stream(String),
     /// The response was not what the wire format promises. Not retried.
