@@ -1,0 +1,220 @@
+//! Path confinement: every path a file tool touches resolves beneath the context's root.
+//!
+//! This module owns the translation from a path the model wrote to a file operation that
+//! cannot leave the root. It checks the path lexically first (for a clear message about
+//! `..` and outside absolute paths), then opens it through a capability handle on the
+//! root (cap-std's `Dir`, which resolves every component beneath the root at open time,
+//! with `openat2(RESOLVE_BENEATH)` where the kernel has it). So a symlink that leads
+//! outside, including one swapped in after an earlier successful access, is refused when
+//! it is used, not only when it was checked. It must never open anything through an
+//! ambient path except the root itself.
+//!
+//! Limits: a symlink with an absolute target is refused even when the target lies inside
+//! the root (cap-std cannot follow absolute targets without leaving the handle); a hard
+//! link to an outside file, made by someone else, is indistinguishable from a regular
+//! file here (the sandbox is what prevents creating one).
+
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+
+use super::ToolError;
+
+/// A capability handle on the root, and the root's path for messages and for turning
+/// absolute paths inside it into relative ones.
+#[derive(Debug)]
+pub(crate) struct ConfinedRoot {
+    dir: Dir,
+    root: PathBuf,
+}
+
+impl ConfinedRoot {
+    /// Opens `root`; failing to is fatal, since no tool can work without its root.
+    pub(crate) fn open(root: &Path) -> Result<Self, ToolError> {
+        let dir = Dir::open_ambient_dir(root, ambient_authority()).map_err(|err| {
+            ToolError::Fatal(format!(
+                "cannot open the tool root {}: {err}",
+                root.display()
+            ))
+        })?;
+        Ok(Self {
+            dir,
+            root: root.to_owned(),
+        })
+    }
+
+    /// The capability handle; every path given to it must come from [`Self::relative`].
+    pub(crate) fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
+    /// The root's ambient path (for the directory walker and for messages).
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The model's `path` as a clean path relative to the root (`.` for the root).
+    ///
+    /// Refuses, with a message for the model, an empty path, an absolute path outside the
+    /// root and a path whose `..` components climb above the root. `..` is resolved
+    /// lexically, as the model means it; symlinks are left to the open.
+    pub(crate) fn relative(&self, path: &str) -> Result<PathBuf, ToolError> {
+        if path.is_empty() {
+            return Err(ToolError::RespondToModel(
+                "the path is empty; give a path relative to the worktree root".to_owned(),
+            ));
+        }
+        if path.contains('\0') {
+            return Err(ToolError::RespondToModel(format!(
+                "the path `{}` contains a NUL byte",
+                path.escape_debug()
+            )));
+        }
+        let requested = Path::new(path);
+        let inside = if requested.is_absolute() {
+            requested.strip_prefix(&self.root).map_err(|_| {
+                ToolError::RespondToModel(format!(
+                    "`{path}` is outside the worktree {}; paths must be relative to it (or absolute paths inside it)",
+                    self.root.display()
+                ))
+            })?
+        } else {
+            requested
+        };
+        let mut clean = PathBuf::new();
+        for component in inside.components() {
+            match component {
+                Component::CurDir => {}
+                Component::Normal(name) => clean.push(name),
+                Component::ParentDir => {
+                    if !clean.pop() {
+                        return Err(ToolError::RespondToModel(format!(
+                            "`{path}` leads outside the worktree (through `..`); access refused"
+                        )));
+                    }
+                }
+                Component::RootDir | Component::Prefix(_) => {
+                    return Err(ToolError::RespondToModel(format!(
+                        "`{path}` is not a path inside the worktree"
+                    )));
+                }
+            }
+        }
+        if clean.as_os_str().is_empty() {
+            clean.push(".");
+        }
+        Ok(clean)
+    }
+}
+
+/// True when cap-std refused `err` because the path resolved outside the root.
+pub(crate) fn is_escape(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::PermissionDenied
+        && err.to_string() == "a path led outside of the filesystem"
+}
+
+/// An I/O failure on the model's `path` as a message the model can act on.
+pub(crate) fn io_error(action: &str, path: &str, err: &io::Error) -> ToolError {
+    let message = if is_escape(err) {
+        format!(
+            "cannot {action} `{path}`: it resolves outside the worktree (through a symlink or `..`); access refused"
+        )
+    } else {
+        match err.kind() {
+            io::ErrorKind::NotFound => format!("cannot {action} `{path}`: it does not exist"),
+            io::ErrorKind::PermissionDenied => {
+                format!("cannot {action} `{path}`: permission denied")
+            }
+            io::ErrorKind::NotADirectory => {
+                format!("cannot {action} `{path}`: a component of the path is not a directory")
+            }
+            io::ErrorKind::IsADirectory => format!("cannot {action} `{path}`: it is a directory"),
+            _ => format!("cannot {action} `{path}`: {err}"),
+        }
+    };
+    ToolError::RespondToModel(message)
+}
+
+/// Runs blocking file work off the async runtime.
+pub(crate) async fn blocking<T, F>(work: F) -> Result<T, ToolError>
+where
+    F: FnOnce() -> Result<T, ToolError> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|err| ToolError::Fatal(format!("a file tool task failed: {err}")))?
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn confined() -> (tempfile::TempDir, ConfinedRoot) {
+        let temp = tempfile::tempdir().unwrap();
+        let root = temp.path().canonicalize().unwrap();
+        let confined = ConfinedRoot::open(&root).unwrap();
+        (temp, confined)
+    }
+
+    fn refusal(result: Result<PathBuf, ToolError>) -> String {
+        match result {
+            Err(ToolError::RespondToModel(message)) => message,
+            other => panic!("expected a refusal for the model, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn relative_cleans_paths_inside_the_root() {
+        let (_temp, confined) = confined();
+        assert_eq!(
+            confined.relative("src/lib.rs").unwrap(),
+            PathBuf::from("src/lib.rs")
+        );
+        assert_eq!(
+            confined.relative("./a/../b/./c").unwrap(),
+            PathBuf::from("b/c")
+        );
+        assert_eq!(confined.relative(".").unwrap(), PathBuf::from("."));
+        let absolute = confined.root().join("src/main.rs");
+        assert_eq!(
+            confined.relative(absolute.to_str().unwrap()).unwrap(),
+            PathBuf::from("src/main.rs"),
+            "an absolute path inside the root is accepted"
+        );
+        assert_eq!(
+            confined
+                .relative(confined.root().to_str().unwrap())
+                .unwrap(),
+            PathBuf::from(".")
+        );
+    }
+
+    #[test]
+    fn relative_refuses_escapes_by_dotdot_and_absolute_paths() {
+        let (_temp, confined) = confined();
+        assert!(refusal(confined.relative("../x")).contains("leads outside the worktree"));
+        assert!(refusal(confined.relative("a/../../x")).contains("leads outside the worktree"));
+        assert!(refusal(confined.relative("/etc/passwd")).contains("is outside the worktree"));
+        assert!(refusal(confined.relative("")).contains("the path is empty"));
+    }
+
+    #[test]
+    fn escape_errors_are_recognised() {
+        let (_temp, confined) = confined();
+        std::os::unix::fs::symlink("/etc", confined.root().join("etc")).unwrap();
+        let err = confined.dir().open("etc/passwd").unwrap_err();
+        assert!(
+            is_escape(&err),
+            "cap-std refuses a symlink out of the root: {err}"
+        );
+        let message = io_error("read", "etc/passwd", &err).to_string();
+        assert!(
+            message.contains("resolves outside the worktree"),
+            "{message}"
+        );
+    }
+}

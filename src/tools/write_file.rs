@@ -1,0 +1,114 @@
+//! `write_file {path, content}`: creates or overwrites a file, with its parent directories.
+//!
+//! This tool owns whole-file writes. Parent directories are created beneath the root only;
+//! a write through a symlink that leads outside is refused at open time. It must never
+//! write anywhere but the confined path.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use async_trait::async_trait;
+use cap_std::fs::OpenOptions;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::confine::{ConfinedRoot, blocking, io_error};
+use super::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
+
+/// Writes a whole file.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteFile;
+
+#[derive(Debug, Deserialize)]
+struct Input {
+    path: String,
+    content: String,
+}
+
+#[async_trait]
+impl Tool for WriteFile {
+    fn name(&self) -> &'static str {
+        "write_file"
+    }
+
+    fn description(&self) -> &'static str {
+        "Write `content` to the file at `path` in the worktree, replacing it if it exists. \
+         Missing parent directories are created. Prefer edit_file for changing part of an \
+         existing file."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Path relative to the worktree root."},
+                "content": {"type": "string", "description": "The complete new contents of the file."}
+            },
+            "required": ["path", "content"]
+        })
+    }
+
+    fn mutates(&self) -> bool {
+        true
+    }
+
+    async fn run(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let input: Input = parse_input(self, input)?;
+        let root = ctx.root.clone();
+        blocking(move || {
+            let confined = ConfinedRoot::open(&root)?;
+            let existed = write(&confined, &input.path, input.content.as_bytes())?;
+            let verb = if existed { "overwrote" } else { "created" };
+            Ok(ToolOutput::ok(format!(
+                "{verb} `{}` ({} bytes)",
+                input.path,
+                input.content.len()
+            )))
+        })
+        .await
+    }
+}
+
+/// Writes `contents` to the model's `path`, creating parents; returns whether the file
+/// existed before.
+pub(crate) fn write(
+    confined: &ConfinedRoot,
+    shown: &str,
+    contents: &[u8],
+) -> Result<bool, ToolError> {
+    let relative = confined.relative(shown)?;
+    if relative == Path::new(".") {
+        return Err(ToolError::RespondToModel(format!(
+            "`{shown}` is the worktree root, not a file"
+        )));
+    }
+    if let Some(parent) = relative
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+    {
+        confined
+            .dir()
+            .create_dir_all(parent)
+            .map_err(|err| io_error("create the directories for", shown, &err))?;
+    }
+    let existed = match confined.dir().metadata(&relative) {
+        Ok(metadata) if metadata.is_dir() => {
+            return Err(ToolError::RespondToModel(format!(
+                "cannot write `{shown}`: it is a directory"
+            )));
+        }
+        Ok(_) => true,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => false,
+        Err(err) => return Err(io_error("write", shown, &err)),
+    };
+    let mut options = OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    let mut file = confined
+        .dir()
+        .open_with(&relative, &options)
+        .map_err(|err| io_error("write", shown, &err))?;
+    file.write_all(contents)
+        .and_then(|()| file.flush())
+        .map_err(|err| io_error("write", shown, &err))?;
+    Ok(existed)
+}
