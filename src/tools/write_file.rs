@@ -86,10 +86,7 @@ pub(crate) fn write(
         .parent()
         .filter(|parent| !parent.as_os_str().is_empty())
     {
-        confined
-            .dir()
-            .create_dir_all(parent)
-            .map_err(|err| io_error("create the directories for", shown, &err))?;
+        ensure_directory(confined, parent, shown)?;
     }
     let existed = match confined.dir().metadata(&relative) {
         Ok(metadata) if metadata.is_dir() => {
@@ -111,4 +108,28 @@ pub(crate) fn write(
         .and_then(|()| file.flush())
         .map_err(|err| io_error("write", shown, &err))?;
     Ok(existed)
+}
+
+/// Makes sure `parent` (root-relative) is a directory beneath the root, creating it and
+/// its ancestors when missing.
+fn ensure_directory(confined: &ConfinedRoot, parent: &Path, shown: &str) -> Result<(), ToolError> {
+    let action = "create the directories for";
+    match confined.dir().metadata(parent) {
+        Ok(metadata) if metadata.is_dir() => Ok(()),
+        Ok(_) => Err(ToolError::RespondToModel(format!(
+            "cannot write `{shown}`: `{}` is not a directory",
+            parent.display()
+        ))),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            confined.dir().create_dir_all(parent).map_err(|err| {
+                // "already exists" hides the real reason (e.g. a symlink that leads
+                // outside, or a file in the way); ask again to report that.
+                match confined.dir().metadata(parent) {
+                    Err(real) => io_error(action, shown, &real),
+                    Ok(_) => io_error(action, shown, &err),
+                }
+            })
+        }
+        Err(err) => Err(io_error(action, shown, &err)),
+    }
 }
