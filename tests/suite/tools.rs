@@ -3,6 +3,8 @@
 //! Every test arranges a worktree root next to an `outside` directory (the thing that must
 //! never be touched), runs tools, and asserts the whole result the model would see.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
