@@ -18,7 +18,8 @@ use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use cap_std::ambient_authority;
-use cap_std::fs::Dir;
+use cap_std::fs::{Dir, File, OpenOptions, OpenOptionsExt as _};
+use nix::fcntl::OFlag;
 
 use super::ToolError;
 
@@ -28,6 +29,8 @@ use super::ToolError;
 pub(crate) struct ConfinedRoot {
     dir: Dir,
     root: PathBuf,
+    /// The root with symlinks resolved, when that differs (absolute paths may use either).
+    canonical_root: Option<PathBuf>,
 }
 
 impl ConfinedRoot {
@@ -39,9 +42,14 @@ impl ConfinedRoot {
                 root.display()
             ))
         })?;
+        let canonical_root = root
+            .canonicalize()
+            .ok()
+            .filter(|canonical| canonical != root);
         Ok(Self {
             dir,
             root: root.to_owned(),
+            canonical_root,
         })
     }
 
@@ -74,7 +82,11 @@ impl ConfinedRoot {
         }
         let requested = Path::new(path);
         let inside = if requested.is_absolute() {
-            requested.strip_prefix(&self.root).map_err(|_| {
+            let canonical = self.canonical_root.as_deref();
+            requested
+                .strip_prefix(&self.root)
+                .or_else(|err| canonical.map_or(Err(err), |root| requested.strip_prefix(root)))
+                .map_err(|_| {
                 ToolError::RespondToModel(format!(
                     "`{path}` is outside the worktree {}; paths must be relative to it (or absolute paths inside it)",
                     self.root.display()
@@ -109,6 +121,52 @@ impl ConfinedRoot {
     }
 }
 
+/// Which kind of file [`open_file`] is opening for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    /// Create if missing, truncate if present.
+    Write,
+}
+
+/// Opens the root-relative `relative` (the model wrote `shown`) as a regular file.
+///
+/// The open never blocks (`O_NONBLOCK`: a FIFO planted in the worktree must not hang the
+/// tool) and never acquires a terminal; directories, FIFOs, sockets and devices are
+/// refused with a message. `action` words the messages ("read", "edit", ...).
+pub(crate) fn open_file(
+    confined: &ConfinedRoot,
+    relative: &Path,
+    shown: &str,
+    action: &str,
+    access: Access,
+) -> Result<File, ToolError> {
+    let mut options = OpenOptions::new();
+    match access {
+        Access::Read => options.read(true),
+        Access::Write => options.write(true).create(true).truncate(true),
+    };
+    options.custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits());
+    let file = confined
+        .dir()
+        .open_with(relative, &options)
+        .map_err(|err| io_error(action, shown, &err))?;
+    let metadata = file
+        .metadata()
+        .map_err(|err| io_error(action, shown, &err))?;
+    if metadata.is_dir() {
+        return Err(ToolError::RespondToModel(format!(
+            "cannot {action} `{shown}`: it is a directory (list_files shows what it holds)"
+        )));
+    }
+    if !metadata.is_file() {
+        return Err(ToolError::RespondToModel(format!(
+            "cannot {action} `{shown}`: it is not a regular file (a FIFO, socket or device)"
+        )));
+    }
+    Ok(file)
+}
+
 /// True when cap-std refused `err` because the path resolved outside the root.
 pub(crate) fn is_escape(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::PermissionDenied
@@ -130,7 +188,9 @@ pub(crate) fn io_error(action: &str, path: &str, err: &io::Error) -> ToolError {
             io::ErrorKind::NotADirectory => {
                 format!("cannot {action} `{path}`: a component of the path is not a directory")
             }
-            io::ErrorKind::IsADirectory => format!("cannot {action} `{path}`: it is a directory"),
+            io::ErrorKind::IsADirectory => format!(
+                "cannot {action} `{path}`: it is a directory (list_files shows what it holds)"
+            ),
             _ => format!("cannot {action} `{path}`: {err}"),
         }
     };
@@ -190,6 +250,26 @@ mod tests {
                 .relative(confined.root().to_str().unwrap())
                 .unwrap(),
             PathBuf::from(".")
+        );
+    }
+
+    #[test]
+    fn relative_accepts_absolute_paths_under_the_canonical_root_of_an_alias() {
+        let temp = tempfile::tempdir().unwrap();
+        let real = temp.path().canonicalize().unwrap().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let alias = temp.path().join("alias");
+        std::os::unix::fs::symlink(&real, &alias).unwrap();
+        let confined = ConfinedRoot::open(&alias).unwrap();
+        let through_real = real.join("src/lib.rs");
+        let through_alias = alias.join("src/lib.rs");
+        assert_eq!(
+            (
+                confined.relative(through_real.to_str().unwrap()).unwrap(),
+                confined.relative(through_alias.to_str().unwrap()).unwrap()
+            ),
+            (PathBuf::from("src/lib.rs"), PathBuf::from("src/lib.rs")),
+            "both spellings of the root are the root"
         );
     }
 

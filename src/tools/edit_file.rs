@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::confine::{ConfinedRoot, blocking, io_error};
+use super::confine::{Access, ConfinedRoot, blocking, io_error, open_file};
 use super::write_file::write;
 use super::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
 
@@ -81,18 +81,7 @@ fn edit(confined: &ConfinedRoot, input: &Input) -> Result<ToolOutput, ToolError>
         ));
     }
     let relative = confined.relative(shown)?;
-    let file = confined
-        .dir()
-        .open(&relative)
-        .map_err(|err| io_error("edit", shown, &err))?;
-    let metadata = file
-        .metadata()
-        .map_err(|err| io_error("edit", shown, &err))?;
-    if metadata.is_dir() {
-        return Err(ToolError::RespondToModel(format!(
-            "cannot edit `{shown}`: it is a directory"
-        )));
-    }
+    let file = open_file(confined, &relative, shown, "edit", Access::Read)?;
     let mut bytes = Vec::new();
     file.take(MAX_EDIT_BYTES + 1)
         .read_to_end(&mut bytes)

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::confine::{ConfinedRoot, blocking, io_error};
+use super::confine::{Access, ConfinedRoot, blocking, io_error, open_file};
 use super::text::{BoundedLines, display, looks_binary, read_prefix};
 use super::walk::{Start, resolve_start, walk};
 use super::{Tool, ToolContext, ToolError, ToolOutput, parse_input, truncate_chars};
@@ -109,16 +109,20 @@ fn search(
 ) -> Result<ToolOutput, ToolError> {
     let mut state = Search::default();
     match resolve_start(confined, shown, "search")? {
-        Start::File(file) => {
-            search_file(confined, &file, regex, &mut state)
+        Start::File(path) => {
+            let file = open_file(confined, &path, shown, "search", Access::Read)?;
+            search_file(file, &path, regex, &mut state)
                 .map_err(|err| io_error("search", shown, &err))?;
         }
         Start::Dir(start) => {
             let stats = walk(confined, &start, cancel, |entry| {
-                if entry.is_symlink {
+                if !entry.is_file {
                     return ControlFlow::Continue(());
                 }
-                if search_file(confined, &entry.path, regex, &mut state).is_err() {
+                let searched = open_file(confined, &entry.path, shown, "search", Access::Read)
+                    .ok()
+                    .and_then(|file| search_file(file, &entry.path, regex, &mut state).ok());
+                if searched.is_none() {
                     state.unreadable += 1;
                 }
                 if state.full {
@@ -154,12 +158,11 @@ fn search(
 }
 
 fn search_file(
-    confined: &ConfinedRoot,
+    mut file: cap_std::fs::File,
     path: &Path,
     regex: &Regex,
     state: &mut Search,
 ) -> std::io::Result<()> {
-    let mut file = confined.dir().open(path)?;
     let prefix = read_prefix(&mut file)?;
     if looks_binary(&prefix) {
         state.binary_skipped += 1;

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::confine::{ConfinedRoot, blocking, io_error};
+use super::confine::{Access, ConfinedRoot, blocking, io_error, open_file};
 use super::text::{BoundedLines, display, looks_binary, read_prefix};
 use super::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
 
@@ -79,19 +79,11 @@ fn read(
 ) -> Result<ToolOutput, ToolError> {
     let shown = input.path.as_str();
     let relative = confined.relative(shown)?;
-    let mut file = confined
-        .dir()
-        .open(&relative)
-        .map_err(|err| io_error("read", shown, &err))?;
-    let metadata = file
+    let mut file = open_file(confined, &relative, shown, "read", Access::Read)?;
+    let size = file
         .metadata()
-        .map_err(|err| io_error("read", shown, &err))?;
-    if metadata.is_dir() {
-        return Err(ToolError::RespondToModel(format!(
-            "`{shown}` is a directory; use list_files to see what it holds"
-        )));
-    }
-    let size = metadata.len();
+        .map_err(|err| io_error("read", shown, &err))?
+        .len();
     let prefix = read_prefix(&mut file).map_err(|err| io_error("read", shown, &err))?;
     if looks_binary(&prefix) {
         return Ok(ToolOutput::ok(format!(

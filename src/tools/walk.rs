@@ -67,6 +67,8 @@ pub(crate) struct Entry {
     /// Relative to the root.
     pub(crate) path: PathBuf,
     pub(crate) is_symlink: bool,
+    /// A regular file (not a symlink, FIFO, socket or device).
+    pub(crate) is_file: bool,
 }
 
 /// Walks every non-directory entry under `start` (a [`Start::Dir`] path) in sorted order,
@@ -158,6 +160,7 @@ fn walk_from(
         let visited = Entry {
             path: relative.to_owned(),
             is_symlink: file_type.is_symlink(),
+            is_file: file_type.is_file(),
         };
         if visit(visited).is_break() {
             return Ok(true);

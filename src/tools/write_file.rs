@@ -8,11 +8,10 @@ use std::io::Write as _;
 use std::path::Path;
 
 use async_trait::async_trait;
-use cap_std::fs::OpenOptions;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::confine::{ConfinedRoot, blocking, io_error};
+use super::confine::{Access, ConfinedRoot, blocking, io_error, open_file};
 use super::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
 
 /// Writes a whole file.
@@ -89,21 +88,11 @@ pub(crate) fn write(
         ensure_directory(confined, parent, shown)?;
     }
     let existed = match confined.dir().metadata(&relative) {
-        Ok(metadata) if metadata.is_dir() => {
-            return Err(ToolError::RespondToModel(format!(
-                "cannot write `{shown}`: it is a directory"
-            )));
-        }
         Ok(_) => true,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => false,
         Err(err) => return Err(io_error("write", shown, &err)),
     };
-    let mut options = OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    let mut file = confined
-        .dir()
-        .open_with(&relative, &options)
-        .map_err(|err| io_error("write", shown, &err))?;
+    let mut file = open_file(confined, &relative, shown, "write", Access::Write)?;
     file.write_all(contents)
         .and_then(|()| file.flush())
         .map_err(|err| io_error("write", shown, &err))?;

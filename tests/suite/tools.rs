@@ -396,7 +396,7 @@ async fn read_file_numbers_lines_and_pages_with_offset_and_limit() {
     fs::create_dir(fx.root.join("dir")).unwrap();
     assert_eq!(
         fx.call("read_file", json!({"path": "dir"})).await,
-        ToolOutput::error("`dir` is a directory; use list_files to see what it holds")
+        ToolOutput::error("cannot read `dir`: it is a directory (list_files shows what it holds)")
     );
 }
 
@@ -482,6 +482,31 @@ async fn read_file_streams_a_huge_file_and_caps_the_result() {
     );
 }
 
+#[tokio::test]
+async fn a_fifo_in_the_worktree_never_hangs_a_tool() {
+    let fx = Fixture::new();
+    nix::unistd::mkfifo(&fx.root.join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    fx.write("plain.txt", "needle\n");
+    let expected = "it is not a regular file (a FIFO, socket or device)";
+    assert_eq!(
+        fx.call("read_file", json!({"path": "pipe"})).await,
+        ToolOutput::error(format!("cannot read `pipe`: {expected}"))
+    );
+    assert_eq!(
+        fx.call(
+            "edit_file",
+            json!({"path": "pipe", "old_string": "a", "new_string": "b"})
+        )
+        .await,
+        ToolOutput::error(format!("cannot edit `pipe`: {expected}"))
+    );
+    assert_eq!(
+        fx.call("grep", json!({"pattern": "needle"})).await,
+        ToolOutput::ok("plain.txt:1:needle\n"),
+        "grep passes over the FIFO instead of blocking on it"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // write_file and edit_file
 
@@ -509,7 +534,9 @@ async fn write_file_creates_parent_directories_and_overwrites() {
     assert_eq!(
         fx.call("write_file", json!({"path": "deep", "content": "x"}))
             .await,
-        ToolOutput::error("cannot write `deep`: it is a directory")
+        ToolOutput::error(
+            "cannot write `deep`: it is a directory (list_files shows what it holds)"
+        )
     );
 }
 
