@@ -26,7 +26,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use bash::Bash;
 pub use edit_file::EditFile;
-pub use exec::{CommandExecutor, ExecError, ExecOutcome, ExecRequest, ExecResult, LocalExecutor};
+pub use exec::{
+    CommandExecutor, ExecError, ExecOutcome, ExecRequest, ExecResult, LocalExecutor, OutputCap,
+};
 pub use grep::Grep;
 pub use list_files::ListFiles;
 pub use read_file::ReadFile;

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use grove::tools::{
-    LocalExecutor, Registry, ToolContext, ToolOutput, ToolSet, builtin, builtin_with_executor,
+    CommandExecutor, ExecError, ExecRequest, LocalExecutor, OutputCap, Registry, ToolContext,
+    ToolOutput, ToolSet, builtin, builtin_with_executor,
 };
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
@@ -922,4 +923,53 @@ async fn bash_cancellation_kills_the_whole_process_group() {
         still_alive_after_kill(&read_pids(&pid_file)),
         Vec::<i32>::new()
     );
+}
+
+#[tokio::test]
+async fn dropping_a_running_command_kills_its_process_group() {
+    let fx = Fixture::new();
+    let pid_file = fx.outside.join("pids-drop");
+    let executor = LocalExecutor::with_env(test_env(&fx.outside));
+    let request = ExecRequest {
+        command: spawn_sleepers(&pid_file, "sleep 1000"),
+        cwd: fx.root.clone(),
+        timeout: Duration::from_secs(600),
+        cancel: CancellationToken::new(),
+        output_cap: OutputCap::default(),
+    };
+    let running = tokio::spawn(async move { executor.execute(request).await });
+    while read_pids(&pid_file).len() < 2 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    running.abort();
+    assert!(
+        running.await.unwrap_err().is_cancelled(),
+        "the task was aborted mid-command"
+    );
+    assert_eq!(
+        still_alive_after_kill(&read_pids(&pid_file)),
+        Vec::<i32>::new(),
+        "an aborted agent loop leaves no process behind"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_working_directory_is_a_spawn_error() {
+    let fx = Fixture::new();
+    let executor = LocalExecutor::with_env(test_env(&fx.outside));
+    let missing = fx.root.join("gone");
+    let err = executor
+        .execute(ExecRequest {
+            command: "true".to_owned(),
+            cwd: missing.clone(),
+            timeout: Duration::from_secs(10),
+            cancel: CancellationToken::new(),
+            output_cap: OutputCap::default(),
+        })
+        .await
+        .unwrap_err();
+    match err {
+        ExecError::Spawn { cwd, .. } => assert_eq!(cwd, missing, "the error names the directory"),
+        other => panic!("expected a spawn error, got {other:?}"),
+    }
 }
