@@ -9,10 +9,12 @@
 //! it is used, not only when it was checked. It must never open anything through an
 //! ambient path except the root itself.
 //!
-//! Limits: a symlink with an absolute target is refused even when the target lies inside
-//! the root (cap-std cannot follow absolute targets without leaving the handle); a hard
-//! link to an outside file, made by someone else, is indistinguishable from a regular
-//! file here (the sandbox is what prevents creating one).
+//! cap-std refuses every symlink with an absolute target, so such a link whose target lies
+//! inside the root is rewritten to its target before the open (which again resolves
+//! beneath the root, so a rewrite can never widen access).
+//!
+//! Limit: a hard link to an outside file, made by someone else, is indistinguishable from
+//! a regular file here (the sandbox is what prevents creating one).
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -67,7 +69,9 @@ impl ConfinedRoot {
     ///
     /// Refuses, with a message for the model, an empty path, an absolute path outside the
     /// root and a path whose `..` components climb above the root. `..` is resolved
-    /// lexically, as the model means it; symlinks are left to the open.
+    /// lexically, as the model means it. Symlinks are left to the open, except that a
+    /// symlink with an absolute target inside the root is rewritten to that target (cap-std
+    /// refuses absolute targets); the rewritten path is still opened beneath the root.
     pub(crate) fn relative(&self, path: &str) -> Result<PathBuf, ToolError> {
         if path.is_empty() {
             return Err(ToolError::RespondToModel(
@@ -82,43 +86,96 @@ impl ConfinedRoot {
         }
         let requested = Path::new(path);
         let inside = if requested.is_absolute() {
-            let canonical = self.canonical_root.as_deref();
-            requested
-                .strip_prefix(&self.root)
-                .or_else(|err| canonical.map_or(Err(err), |root| requested.strip_prefix(root)))
-                .map_err(|_| {
+            self.strip_root(requested).ok_or_else(|| {
                 ToolError::RespondToModel(format!(
-                    "`{path}` is outside the worktree {}; paths must be relative to it (or absolute paths inside it)",
+                    "`{path}` is outside the worktree {}; paths must be relative to it \
+                     (or absolute paths inside it)",
                     self.root.display()
                 ))
             })?
         } else {
             requested
         };
-        let mut clean = PathBuf::new();
-        for component in inside.components() {
-            match component {
-                Component::CurDir => {}
-                Component::Normal(name) => clean.push(name),
-                Component::ParentDir => {
-                    if !clean.pop() {
-                        return Err(ToolError::RespondToModel(format!(
-                            "`{path}` leads outside the worktree (through `..`); access refused"
-                        )));
-                    }
+        let clean = clean_beneath(inside).ok_or_else(|| {
+            ToolError::RespondToModel(format!(
+                "`{path}` leads outside the worktree (through `..`); access refused"
+            ))
+        })?;
+        self.follow_absolute_links(clean, path)
+    }
+
+    /// `path` relative to the root, if it is an absolute path under either spelling of it.
+    fn strip_root<'a>(&self, path: &'a Path) -> Option<&'a Path> {
+        path.strip_prefix(&self.root).ok().or_else(|| {
+            self.canonical_root
+                .as_deref()
+                .and_then(|root| path.strip_prefix(root).ok())
+        })
+    }
+
+    /// Rewrites every symlink on `path` whose target is absolute and inside the root to
+    /// that target. Anything else (missing components, relative or outside targets) is
+    /// left for the open to follow or refuse.
+    fn follow_absolute_links(&self, mut path: PathBuf, shown: &str) -> Result<PathBuf, ToolError> {
+        let mut hops = 0;
+        'restart: loop {
+            let mut prefix = PathBuf::new();
+            for (index, component) in path.components().enumerate() {
+                prefix.push(component);
+                let is_link = self
+                    .dir
+                    .symlink_metadata(&prefix)
+                    .is_ok_and(|metadata| metadata.file_type().is_symlink());
+                if !is_link {
+                    continue;
                 }
-                Component::RootDir | Component::Prefix(_) => {
+                let Ok(target) = self.dir.read_link_contents(&prefix) else {
+                    return Ok(path);
+                };
+                if !target.is_absolute() {
+                    continue;
+                }
+                let Some(mut rewritten) = self.strip_root(&target).and_then(clean_beneath) else {
+                    return Ok(path);
+                };
+                hops += 1;
+                if hops > MAX_LINK_HOPS {
                     return Err(ToolError::RespondToModel(format!(
-                        "`{path}` is not a path inside the worktree"
+                        "`{shown}` goes through more than {MAX_LINK_HOPS} symlinks"
                     )));
                 }
+                rewritten.extend(path.components().skip(index + 1));
+                path = clean_beneath(&rewritten).unwrap_or(rewritten);
+                continue 'restart;
             }
+            return Ok(path);
         }
-        if clean.as_os_str().is_empty() {
-            clean.push(".");
-        }
-        Ok(clean)
     }
+}
+
+/// Symlinks followed in one path before giving up (the kernel's ELOOP limit).
+const MAX_LINK_HOPS: usize = 40;
+
+/// `path` with `.` dropped and `..` applied, or `None` when `..` climbs above its start
+/// or the path is absolute. The empty path becomes `.`.
+fn clean_beneath(path: &Path) -> Option<PathBuf> {
+    let mut clean = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::Normal(name) => clean.push(name),
+            Component::ParentDir => {
+                if !clean.pop() {
+                    return None;
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    if clean.as_os_str().is_empty() {
+        clean.push(".");
+    }
+    Some(clean)
 }
 
 /// Which kind of file [`open_file`] is opening for.

@@ -228,10 +228,15 @@ async fn symlinks_and_absolute_paths_that_stay_inside_are_followed() {
     fx.write("real/data.txt", "data\n");
     std::os::unix::fs::symlink("real", fx.root.join("alias")).unwrap();
     std::os::unix::fs::symlink("data.txt", fx.root.join("real/data-link")).unwrap();
+    std::os::unix::fs::symlink(fx.root.join("real"), fx.root.join("absolute-alias")).unwrap();
+    std::os::unix::fs::symlink(fx.root.join("real/data.txt"), fx.root.join("absolute-file"))
+        .unwrap();
     let absolute = fx.root.join("real/data.txt");
     for path in [
         "alias/data.txt",
         "real/data-link",
+        "absolute-alias/data.txt",
+        "absolute-file",
         absolute.to_str().unwrap(),
     ] {
         assert_eq!(
@@ -248,6 +253,24 @@ async fn symlinks_and_absolute_paths_that_stay_inside_are_followed() {
         .await;
     assert_eq!(written, ToolOutput::ok("created `alias/new.txt` (9 bytes)"));
     assert_eq!(fx.read("real/new.txt"), "via alias");
+    assert_eq!(
+        fx.call(
+            "edit_file",
+            json!({"path": "absolute-alias/new.txt", "old_string": "via", "new_string": "through"})
+        )
+        .await,
+        ToolOutput::ok("edited `absolute-alias/new.txt`: 1 replacement")
+    );
+    assert_eq!(
+        fx.read("real/new.txt"),
+        "through alias",
+        "an absolute symlink that stays inside is followed for writes too"
+    );
+    assert_eq!(
+        fx.call("list_files", json!({"path": "absolute-alias"}))
+            .await,
+        ToolOutput::ok("real/data-link (symlink)\nreal/data.txt\nreal/new.txt\n")
+    );
 }
 
 // ---------------------------------------------------------------------------------------
