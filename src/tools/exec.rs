@@ -131,14 +131,17 @@ pub struct ExecResult {
 impl ExecResult {
     /// Bytes cut from the middle of the output.
     pub fn cut_bytes(&self) -> u64 {
-        self.total_bytes - (self.head.len() + self.tail.len()) as u64
+        self.total_bytes
+            .saturating_sub((self.head.len() + self.tail.len()) as u64)
     }
 
     /// The output as text: head, a note of the cut, tail. Invalid UTF-8 is replaced.
     pub fn output_text(&self) -> String {
         let cut = self.cut_bytes();
-        if self.tail.is_empty() {
-            return display(&self.head, false).0.into_owned();
+        if cut == 0 {
+            // Head and tail are contiguous: a character may straddle them.
+            let whole = [self.head.as_slice(), &self.tail].concat();
+            return display(&whole, false).0.into_owned();
         }
         let (head, _, head_dropped) = display(&self.head, true);
         let (tail, _, tail_dropped) = display_tail(&self.tail);
@@ -392,6 +395,8 @@ impl CommandExecutor for LocalExecutor {
             }
         };
         // Background children of a finished command would hold the pipe open forever.
+        // The leader is reaped by now, but while any member lives the group id cannot be
+        // reused, and with no member left the kill finds nothing (ESRCH).
         killer.kill();
 
         let mut output_abandoned = false;
@@ -481,6 +486,23 @@ mod tests {
                 "chunk size {chunk} must not change what is kept"
             );
         }
+    }
+
+    #[test]
+    fn output_text_joins_an_uncut_head_and_tail() {
+        let word = "añb".as_bytes();
+        let result = ExecResult {
+            outcome: ExecOutcome::Exited(0),
+            head: word[..2].to_vec(),
+            tail: word[2..].to_vec(),
+            total_bytes: word.len() as u64,
+            output_abandoned: false,
+        };
+        assert_eq!(
+            result.output_text(),
+            "añb",
+            "a character split between head and tail is whole again"
+        );
     }
 
     #[test]
