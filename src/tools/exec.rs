@@ -221,6 +221,16 @@ impl LocalExecutor {
         }
     }
 
+    /// Adds (or replaces) one variable after scrubbing: the caller vouches for it, e.g. a
+    /// shared `CARGO_TARGET_DIR` for every worktree.
+    pub fn with_var(mut self, name: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        let name = name.into();
+        self.env.retain(|(kept, _)| *kept != name);
+        self.env.push((name, value.into()));
+        self.env.sort();
+        self
+    }
+
     /// The shell commands run with (`bash` when installed, else `sh`).
     pub fn shell(&self) -> &Path {
         &self.shell
@@ -266,8 +276,8 @@ fn is_allowed(name: &OsStr) -> bool {
     ENV_ALLOW_LIST.contains(&name) || name.starts_with("LC_")
 }
 
-/// Kills a process group when dropped, unless disarmed: a dropped `execute` future (the
-/// agent loop aborted) must not leave the command running.
+/// Kills a process group once: explicitly, or when dropped, because a dropped `execute`
+/// future (the agent loop aborted) must not leave the command running.
 struct GroupKiller {
     group: Option<Pid>,
 }
@@ -464,6 +474,24 @@ mod tests {
                 ("PATH", "/usr/bin:/bin"),
             ]),
             "only allow-listed, secret-free variables and the fixed ones survive"
+        );
+    }
+
+    #[test]
+    fn with_var_adds_a_vouched_variable_after_scrubbing() {
+        let executor = LocalExecutor::with_env(env(&[("PATH", "/bin"), ("PAGER", "less")]))
+            .with_var("CARGO_TARGET_DIR", "/shared/target")
+            .with_var("PATH", "/usr/bin");
+        assert_eq!(
+            executor.env(),
+            env(&[
+                ("CARGO_TARGET_DIR", "/shared/target"),
+                ("GIT_PAGER", "cat"),
+                ("GIT_TERMINAL_PROMPT", "0"),
+                ("PAGER", "cat"),
+                ("PATH", "/usr/bin"),
+            ])
+            .as_slice()
         );
     }
 
