@@ -461,6 +461,23 @@ async fn read_file_cuts_long_lines_without_splitting_characters() {
 }
 
 #[tokio::test]
+async fn read_file_stops_at_the_byte_cap_and_says_where_to_resume() {
+    let fx = Fixture::new();
+    let line = "w".repeat(1500);
+    fx.write("wide.txt", format!("{line}\n").repeat(100));
+    let output = fx.call("read_file", json!({"path": "wide.txt"})).await;
+    let expected: String = (1..=66).map(|n| format!("{n:>6}\t{line}\n")).collect();
+    assert_eq!(
+        output,
+        ToolOutput::ok(format!(
+            "{expected}[showing lines 1-66: the output cap of 100000 bytes was reached; \
+             the file (150100 bytes) continues: call read_file with offset=67 to read more]\n"
+        )),
+        "whole lines up to 100 kB are shown, then a note with the next offset"
+    );
+}
+
+#[tokio::test]
 async fn read_file_streams_a_huge_file_and_caps_the_result() {
     let fx = Fixture::new();
     let path = fx.root.join("huge.log");
