@@ -111,7 +111,7 @@ fn search(
     match resolve_start(confined, shown, "search")? {
         Start::File(path) => {
             let file = open_file(confined, &path, shown, "search", Access::Read)?;
-            search_file(file, &path, regex, &mut state)
+            search_file(file, &path, regex, cancel, &mut state)
                 .map_err(|err| io_error("search", shown, &err))?;
         }
         Start::Dir(start) => {
@@ -121,7 +121,9 @@ fn search(
                 }
                 let searched = open_file(confined, &entry.path, shown, "search", Access::Read)
                     .ok()
-                    .and_then(|file| search_file(file, &entry.path, regex, &mut state).ok());
+                    .and_then(|file| {
+                        search_file(file, &entry.path, regex, cancel, &mut state).ok()
+                    });
                 if searched.is_none() {
                     state.unreadable += 1;
                 }
@@ -133,6 +135,11 @@ fn search(
             })?;
             state.unreadable += stats.unreadable;
         }
+    }
+    if cancel.is_cancelled() {
+        return Err(ToolError::RespondToModel(
+            "the search was cancelled".to_owned(),
+        ));
     }
     let mut out = state.out;
     if state.matches == 0 {
@@ -161,6 +168,7 @@ fn search_file(
     mut file: cap_std::fs::File,
     path: &Path,
     regex: &Regex,
+    cancel: &CancellationToken,
     state: &mut Search,
 ) -> std::io::Result<()> {
     let prefix = read_prefix(&mut file)?;
@@ -175,6 +183,9 @@ fn search_file(
     let mut number = 0u64;
     while let Some(line) = lines.next_line()? {
         number += 1;
+        if number.is_multiple_of(4096) && cancel.is_cancelled() {
+            return Ok(());
+        }
         if !regex.is_match(&line.bytes) {
             continue;
         }
