@@ -2,3 +2,4 @@
 
 mod agent;
 mod run_state;
+mod tools;
