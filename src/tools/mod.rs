@@ -4,13 +4,35 @@
 //! context's root; the dispatcher refuses any tool outside the role's allow-list, even if
 //! the model names it. It knows nothing of model wire formats, git, or the agent loop.
 
+mod bash;
+mod confine;
+mod edit_file;
+pub mod exec;
+mod grep;
+mod list_files;
+mod read_file;
+mod text;
+mod walk;
+mod write_file;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+pub use bash::Bash;
+pub use edit_file::EditFile;
+pub use exec::{
+    CommandExecutor, ExecError, ExecOutcome, ExecRequest, ExecResult, LocalExecutor, OutputCap,
+};
+pub use grep::Grep;
+pub use list_files::ListFiles;
+pub use read_file::ReadFile;
+pub use write_file::WriteFile;
 
 /// Everything a tool run may use.
 #[derive(Debug, Clone)]
@@ -174,5 +196,280 @@ pub fn truncate_chars(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.to_owned(),
+    }
+}
+
+/// Which built-in tools a role gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolSet {
+    /// `read_file`, `list_files`, `grep`: for the lead and the reviewer.
+    ReadOnly,
+    /// All six: the read-only tools plus `write_file`, `edit_file` and `bash`.
+    Worker,
+}
+
+/// The built-in tools of `set`; `bash` runs commands on this machine ([`LocalExecutor`]
+/// with the process environment, scrubbed of secrets).
+pub fn builtin(set: ToolSet) -> Registry {
+    builtin_with_executor(set, Arc::new(LocalExecutor::from_process_env()))
+}
+
+/// The built-in tools of `set`, with `bash` running its commands through `executor`.
+pub fn builtin_with_executor(set: ToolSet, executor: Arc<dyn CommandExecutor>) -> Registry {
+    let read_only = Registry::new()
+        .with(Arc::new(ReadFile))
+        .with(Arc::new(ListFiles))
+        .with(Arc::new(Grep));
+    match set {
+        ToolSet::ReadOnly => read_only,
+        ToolSet::Worker => read_only
+            .with(Arc::new(WriteFile))
+            .with(Arc::new(EditFile))
+            .with(Arc::new(Bash::new(executor))),
+    }
+}
+
+/// Checks `input` against `tool`'s schema, then deserializes it.
+///
+/// Fields the schema does not know are ignored (models add junk); a missing required
+/// field, a field of the wrong type, or a value out of range is answered with a message
+/// that names the field and says what was expected.
+pub fn parse_input<T: DeserializeOwned>(tool: &dyn Tool, input: Value) -> Result<T, ToolError> {
+    let name = tool.name();
+    check_input(&tool.input_schema(), &input).map_err(|problem| {
+        ToolError::RespondToModel(format!("invalid input for `{name}`: {problem}"))
+    })?;
+    serde_json::from_value(input)
+        .map_err(|err| ToolError::RespondToModel(format!("invalid input for `{name}`: {err}")))
+}
+
+/// Checks an input object against the subset of JSON Schema the tool schemas use:
+/// `required`, and per property `type`, `minimum`, `maximum` and `enum`.
+///
+/// Keywords it does not know are ignored, so a richer schema is checked as far as this
+/// goes and never wrongly refused. `null` for an optional field counts as absent.
+pub fn check_input(schema: &Value, input: &Value) -> Result<(), String> {
+    let Some(fields) = input.as_object() else {
+        return Err(format!(
+            "the input must be a JSON object, got {}",
+            json_kind(input)
+        ));
+    };
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let required = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect::<Vec<_>>())
+        .unwrap_or_default();
+    for name in &required {
+        if fields.get(*name).is_none_or(Value::is_null) {
+            let expected = properties
+                .and_then(|props| props.get(*name))
+                .map(describe_expected)
+                .unwrap_or_else(|| "a value".to_owned());
+            return Err(format!(
+                "the required field `{name}` is missing (expected {expected})"
+            ));
+        }
+    }
+    let Some(properties) = properties else {
+        return Ok(());
+    };
+    for (name, property) in properties {
+        let Some(value) = fields.get(name) else {
+            continue;
+        };
+        if value.is_null() && !required.contains(&name.as_str()) {
+            continue;
+        }
+        if !value_matches(property, value) {
+            return Err(format!(
+                "the field `{name}` must be {}, got {}",
+                describe_expected(property),
+                describe_value(value)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn value_matches(property: &Value, value: &Value) -> bool {
+    let type_ok = match property.get("type").and_then(Value::as_str) {
+        Some("string") => value.is_string(),
+        Some("integer") => value.is_i64() || value.is_u64(),
+        Some("number") => value.is_number(),
+        Some("boolean") => value.is_boolean(),
+        Some("array") => value.is_array(),
+        Some("object") => value.is_object(),
+        Some("null") => value.is_null(),
+        _ => true,
+    };
+    if !type_ok {
+        return false;
+    }
+    if let Some(number) = value.as_f64() {
+        if property
+            .get("minimum")
+            .and_then(Value::as_f64)
+            .is_some_and(|min| number < min)
+        {
+            return false;
+        }
+        if property
+            .get("maximum")
+            .and_then(Value::as_f64)
+            .is_some_and(|max| number > max)
+        {
+            return false;
+        }
+    }
+    if let Some(allowed) = property.get("enum").and_then(Value::as_array) {
+        return allowed.contains(value);
+    }
+    true
+}
+
+fn describe_expected(property: &Value) -> String {
+    if let Some(allowed) = property.get("enum").and_then(Value::as_array) {
+        let shown: Vec<String> = allowed.iter().map(Value::to_string).collect();
+        return format!("one of {}", shown.join(", "));
+    }
+    let kind = match property.get("type").and_then(Value::as_str) {
+        Some("integer") => "an integer",
+        Some("number") => "a number",
+        Some("string") => "a string",
+        Some("boolean") => "a boolean (true or false)",
+        Some("array") => "an array",
+        Some("object") => "an object",
+        _ => "a value",
+    };
+    let min = property.get("minimum").and_then(Value::as_f64);
+    let max = property.get("maximum").and_then(Value::as_f64);
+    match (min, max) {
+        (Some(min), Some(max)) => format!("{kind} from {min} to {max}"),
+        (Some(min), None) => format!("{kind} ≥ {min}"),
+        (None, Some(max)) => format!("{kind} ≤ {max}"),
+        (None, None) => kind.to_owned(),
+    }
+}
+
+fn describe_value(value: &Value) -> String {
+    format!(
+        "{} {}",
+        json_kind(value),
+        truncate_chars(&value.to_string(), 80)
+    )
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(number) if number.is_f64() => "a number",
+        Value::Number(_) => "an integer",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn schema() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "offset": {"type": "integer", "minimum": 1},
+                "mode": {"type": "string", "enum": ["isolated", "fork"]},
+            },
+            "required": ["path"],
+        })
+    }
+
+    #[test]
+    fn check_input_names_the_missing_required_field() {
+        assert_eq!(
+            check_input(&schema(), &json!({"offset": 3})),
+            Err("the required field `path` is missing (expected a string)".to_owned())
+        );
+        assert_eq!(
+            check_input(&schema(), &json!({"path": null})),
+            Err("the required field `path` is missing (expected a string)".to_owned()),
+            "null for a required field counts as missing"
+        );
+    }
+
+    #[test]
+    fn check_input_names_the_mistyped_field() {
+        assert_eq!(
+            check_input(&schema(), &json!({"path": 7})),
+            Err("the field `path` must be a string, got an integer 7".to_owned())
+        );
+        assert_eq!(
+            check_input(&schema(), &json!({"path": "a", "offset": "3"})),
+            Err("the field `offset` must be an integer ≥ 1, got a string \"3\"".to_owned())
+        );
+        assert_eq!(
+            check_input(&schema(), &json!({"path": "a", "offset": 0})),
+            Err("the field `offset` must be an integer ≥ 1, got an integer 0".to_owned())
+        );
+        assert_eq!(
+            check_input(&schema(), &json!({"path": "a", "mode": "both"})),
+            Err(
+                "the field `mode` must be one of \"isolated\", \"fork\", got a string \"both\""
+                    .to_owned()
+            )
+        );
+    }
+
+    #[test]
+    fn check_input_accepts_junk_fields_and_null_optionals() {
+        assert_eq!(
+            check_input(
+                &schema(),
+                &json!({"path": "a", "offset": null, "explanation": "models add these"})
+            ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn check_input_refuses_a_non_object() {
+        assert_eq!(
+            check_input(&schema(), &json!("src/lib.rs")),
+            Err("the input must be a JSON object, got a string".to_owned())
+        );
+    }
+
+    #[test]
+    fn builtin_sets_hold_the_contracted_names() {
+        assert_eq!(
+            builtin(ToolSet::ReadOnly).names(),
+            vec!["grep", "list_files", "read_file"]
+        );
+        assert_eq!(
+            builtin(ToolSet::Worker).names(),
+            vec![
+                "bash",
+                "edit_file",
+                "grep",
+                "list_files",
+                "read_file",
+                "write_file"
+            ]
+        );
+        let worker = builtin(ToolSet::Worker);
+        let mutating: Vec<&str> = worker
+            .names()
+            .into_iter()
+            .filter(|name| worker.mutates(name))
+            .collect();
+        assert_eq!(mutating, vec!["bash", "edit_file", "write_file"]);
     }
 }

@@ -3,3 +3,4 @@
 mod agent;
 mod model;
 mod run_state;
+mod tools;

@@ -1,0 +1,550 @@
+//! The command executor seam: how a shell command of the model's actually runs.
+//!
+//! This module owns process lifetime and the command environment. [`LocalExecutor`] runs
+//! `bash -c` (or `sh -c`) on this machine in a process group of its own, with stdin from
+//! /dev/null, stdout and stderr merged into one pipe read incrementally into a capped
+//! head + tail, and an environment rebuilt from an allow-list that never lets through
+//! anything named like a secret. When the command ends, times out, is cancelled, or its
+//! future is dropped, the whole process group is killed, so no background child outlives
+//! it. A kernel sandbox or a remote pod is another [`CommandExecutor`]. This module must
+//! never interpret the command text: it hands it to the shell unchanged.
+
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::AsyncReadExt as _;
+use tokio::net::unix::pipe;
+use tokio_util::sync::CancellationToken;
+
+use super::text::{display, display_tail};
+
+/// Variables passed through to commands, by exact name (plus every `LC_*`).
+pub const ENV_ALLOW_LIST: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "TZ",
+    "TMPDIR",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+];
+
+/// Fragments of variable names that mark a secret; such a variable is never passed, even
+/// when allow-listed.
+const SECRET_MARKERS: &[&str] = &[
+    "KEY",
+    "SECRET",
+    "TOKEN",
+    "PASSWORD",
+    "PASSWD",
+    "CREDENTIAL",
+    "AUTH",
+    "COOKIE",
+    "SESSION",
+    "PRIVATE",
+];
+
+/// Variables every command gets, so nothing waits for a terminal that is not there.
+const FIXED_ENV: &[(&str, &str)] = &[
+    ("GIT_TERMINAL_PROMPT", "0"),
+    ("GIT_PAGER", "cat"),
+    ("PAGER", "cat"),
+];
+
+/// How long to keep reading output after the command and its process group are gone; only
+/// a process that escaped the group (e.g. with `setsid`) can hold the pipe open this long.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// One command to run.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    /// Shell command text, run as `bash -c COMMAND`.
+    pub command: String,
+    /// Working directory (the worktree).
+    pub cwd: PathBuf,
+    /// Wall-clock limit; the process group is killed when it passes.
+    pub timeout: Duration,
+    /// Cancelled when the caller stops; the process group is killed.
+    pub cancel: CancellationToken,
+    /// Bytes kept from the start and from the end of the output; the middle is cut.
+    pub output_cap: OutputCap,
+}
+
+/// How much output is kept: the first `head` bytes and the last `tail` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputCap {
+    pub head: usize,
+    pub tail: usize,
+}
+
+impl Default for OutputCap {
+    fn default() -> Self {
+        Self {
+            head: 16 * 1024,
+            tail: 16 * 1024,
+        }
+    }
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecOutcome {
+    /// It exited with this code.
+    Exited(i32),
+    /// It was killed by this signal (not by us).
+    Signalled(i32),
+    /// The timeout passed; the process group was killed.
+    TimedOut,
+    /// The request was cancelled; the process group was killed.
+    Cancelled,
+}
+
+/// What a command did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecResult {
+    pub outcome: ExecOutcome,
+    /// The start of the merged stdout + stderr (at most `output_cap.head` bytes).
+    pub head: Vec<u8>,
+    /// The end of the output when it was longer than the head (at most `output_cap.tail`).
+    pub tail: Vec<u8>,
+    /// Every byte the command wrote, including the cut ones.
+    pub total_bytes: u64,
+    /// True when reading stopped because a process outside the group held the pipe open.
+    pub output_abandoned: bool,
+}
+
+impl ExecResult {
+    /// Bytes cut from the middle of the output.
+    pub fn cut_bytes(&self) -> u64 {
+        self.total_bytes
+            .saturating_sub((self.head.len() + self.tail.len()) as u64)
+    }
+
+    /// The output as text: head, a note of the cut, tail. Invalid UTF-8 is replaced.
+    pub fn output_text(&self) -> String {
+        let cut = self.cut_bytes();
+        if cut == 0 {
+            // Head and tail are contiguous: a character may straddle them.
+            let whole = [self.head.as_slice(), &self.tail].concat();
+            return display(&whole, false).0.into_owned();
+        }
+        let (head, _, head_dropped) = display(&self.head, true);
+        let (tail, _, tail_dropped) = display_tail(&self.tail);
+        let cut = cut + head_dropped as u64 + tail_dropped as u64;
+        let mut text = head.into_owned();
+        if cut > 0 {
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&format!(
+                "[... {cut} bytes of output cut here; {} bytes in total ...]\n",
+                self.total_bytes
+            ));
+        }
+        text.push_str(&tail);
+        text
+    }
+}
+
+/// A failure to run a command at all (not a command that failed).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The output pipe could not be created. Not retried.
+    #[error("cannot create the output pipe for a command: {0}")]
+    Pipe(#[source] std::io::Error),
+    /// The shell could not be started (missing shell, missing working directory). Not retried.
+    #[error("cannot start `{shell}` in {cwd}: {source}")]
+    Spawn {
+        shell: PathBuf,
+        cwd: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Waiting for the shell failed. Not retried.
+    #[error("waiting for the command failed: {0}")]
+    Wait(#[source] std::io::Error),
+    /// Reading the command's output failed. Not retried.
+    #[error("reading the command's output failed: {0}")]
+    Read(#[source] std::io::Error),
+}
+
+/// Runs commands somewhere: this machine today, a sandbox or a remote pod later.
+#[async_trait]
+pub trait CommandExecutor: Send + Sync + fmt::Debug {
+    /// Runs `request` to completion (or timeout, or cancellation) and reports what it did.
+    async fn execute(&self, request: ExecRequest) -> Result<ExecResult, ExecError>;
+}
+
+/// Runs commands on this machine, each in its own process group.
+#[derive(Clone)]
+pub struct LocalExecutor {
+    shell: PathBuf,
+    env: Vec<(OsString, OsString)>,
+}
+
+impl fmt::Debug for LocalExecutor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<_> = self.env.iter().map(|(name, _)| name).collect();
+        f.debug_struct("LocalExecutor")
+            .field("shell", &self.shell)
+            .field("env_names", &names)
+            .finish()
+    }
+}
+
+impl LocalExecutor {
+    /// Commands get the allow-listed part of this process's environment.
+    pub fn from_process_env() -> Self {
+        Self::with_env(std::env::vars_os())
+    }
+
+    /// Commands get the allow-listed part of `env` (the rest is dropped, secrets always).
+    pub fn with_env(env: impl IntoIterator<Item = (OsString, OsString)>) -> Self {
+        Self {
+            shell: default_shell(),
+            env: scrub_env(env),
+        }
+    }
+
+    /// Adds (or replaces) one variable after scrubbing: the caller vouches for it, e.g. a
+    /// shared `CARGO_TARGET_DIR` for every worktree.
+    pub fn with_var(mut self, name: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        let name = name.into();
+        self.env.retain(|(kept, _)| *kept != name);
+        self.env.push((name, value.into()));
+        self.env.sort();
+        self
+    }
+
+    /// The shell commands run with (`bash` when installed, else `sh`).
+    pub fn shell(&self) -> &Path {
+        &self.shell
+    }
+
+    /// The environment commands run with.
+    pub fn env(&self) -> &[(OsString, OsString)] {
+        &self.env
+    }
+}
+
+fn default_shell() -> PathBuf {
+    ["/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| PathBuf::from("/bin/sh"))
+}
+
+/// The allow-listed, secret-free part of `env`, plus the fixed variables, sorted by name.
+pub fn scrub_env(env: impl IntoIterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
+    let mut kept: Vec<(OsString, OsString)> = env
+        .into_iter()
+        .filter(|(name, _)| is_allowed(name))
+        .collect();
+    for (name, value) in FIXED_ENV {
+        kept.retain(|(kept_name, _)| kept_name != name);
+        kept.push(((*name).into(), (*value).into()));
+    }
+    kept.sort();
+    kept.dedup_by(|a, b| a.0 == b.0);
+    kept
+}
+
+fn is_allowed(name: &OsStr) -> bool {
+    let Some(name) = name.to_str() else {
+        return false;
+    };
+    let upper = name.to_ascii_uppercase();
+    if SECRET_MARKERS.iter().any(|marker| upper.contains(marker)) {
+        return false;
+    }
+    ENV_ALLOW_LIST.contains(&name) || name.starts_with("LC_")
+}
+
+/// Kills a process group once: explicitly, or when dropped, because a dropped `execute`
+/// future (the agent loop aborted) must not leave the command running.
+struct GroupKiller {
+    group: Option<Pid>,
+}
+
+impl GroupKiller {
+    fn kill(&mut self) {
+        if let Some(group) = self.group.take() {
+            // ESRCH (nothing left in the group) is the normal case after a clean exit.
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+    }
+}
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The capped output: the first bytes kept whole, then a sliding window of the last.
+struct Collector {
+    cap: OutputCap,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: u64,
+}
+
+impl Collector {
+    fn new(cap: OutputCap) -> Self {
+        Self {
+            cap,
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            total: 0,
+        }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        let room = self.cap.head.saturating_sub(self.head.len());
+        let to_head = room.min(bytes.len());
+        self.head.extend_from_slice(&bytes[..to_head]);
+        bytes = &bytes[to_head..];
+        if self.cap.tail == 0 || bytes.is_empty() {
+            return;
+        }
+        if bytes.len() >= self.cap.tail {
+            self.tail.clear();
+            self.tail.extend(&bytes[bytes.len() - self.cap.tail..]);
+        } else {
+            self.tail.extend(bytes);
+            let excess = self.tail.len().saturating_sub(self.cap.tail);
+            self.tail.drain(..excess);
+        }
+    }
+}
+
+#[async_trait]
+impl CommandExecutor for LocalExecutor {
+    async fn execute(&self, request: ExecRequest) -> Result<ExecResult, ExecError> {
+        let (reader, writer) = std::io::pipe().map_err(ExecError::Pipe)?;
+        let writer_for_stderr = writer.try_clone().map_err(ExecError::Pipe)?;
+        let mut reader =
+            pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(ExecError::Pipe)?;
+
+        let mut command = tokio::process::Command::new(&self.shell);
+        command
+            .arg("-c")
+            .arg(&request.command)
+            .current_dir(&request.cwd)
+            .env_clear()
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
+            .stdin(Stdio::null())
+            .stdout(writer)
+            .stderr(writer_for_stderr)
+            .process_group(0)
+            .kill_on_drop(true);
+        let spawned = command.spawn();
+        // The command holds our copies of the pipe's write end; drop them so the pipe
+        // reaches EOF once the command's processes are gone.
+        drop(command);
+        let mut child = spawned.map_err(|source| ExecError::Spawn {
+            shell: self.shell.clone(),
+            cwd: request.cwd.clone(),
+            source,
+        })?;
+        let mut killer = GroupKiller {
+            group: child
+                .id()
+                .and_then(|id| i32::try_from(id).ok())
+                .map(Pid::from_raw),
+        };
+
+        let mut collector = Collector::new(request.output_cap);
+        let mut buffer = vec![0u8; 64 * 1024];
+        let deadline = tokio::time::sleep(request.timeout);
+        tokio::pin!(deadline);
+        let mut eof = false;
+        let outcome = loop {
+            tokio::select! {
+                status = child.wait() => {
+                    let status = status.map_err(ExecError::Wait)?;
+                    break match (status.code(), status.signal()) {
+                        (Some(code), _) => ExecOutcome::Exited(code),
+                        (None, Some(signal)) => ExecOutcome::Signalled(signal),
+                        (None, None) => ExecOutcome::Signalled(0),
+                    };
+                }
+                read = reader.read(&mut buffer), if !eof => {
+                    match read.map_err(ExecError::Read)? {
+                        0 => eof = true,
+                        n => collector.push(&buffer[..n]),
+                    }
+                }
+                () = &mut deadline => {
+                    killer.kill();
+                    child.wait().await.map_err(ExecError::Wait)?;
+                    break ExecOutcome::TimedOut;
+                }
+                () = request.cancel.cancelled() => {
+                    killer.kill();
+                    child.wait().await.map_err(ExecError::Wait)?;
+                    break ExecOutcome::Cancelled;
+                }
+            }
+        };
+        // Background children of a finished command would hold the pipe open forever.
+        // The leader is reaped by now, but while any member lives the group id cannot be
+        // reused, and with no member left the kill finds nothing (ESRCH).
+        killer.kill();
+
+        let mut output_abandoned = false;
+        if !eof {
+            let drain = async {
+                loop {
+                    match reader.read(&mut buffer).await {
+                        Ok(0) => return Ok(()),
+                        Ok(n) => collector.push(&buffer[..n]),
+                        Err(err) => return Err(err),
+                    }
+                }
+            };
+            match tokio::time::timeout(DRAIN_GRACE, drain).await {
+                Ok(read) => read.map_err(ExecError::Read)?,
+                Err(_) => output_abandoned = true,
+            }
+        }
+
+        Ok(ExecResult {
+            outcome,
+            head: collector.head,
+            tail: collector.tail.into_iter().collect(),
+            total_bytes: collector.total,
+            output_abandoned,
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs
+            .iter()
+            .map(|(name, value)| (OsString::from(name), OsString::from(value)))
+            .collect()
+    }
+
+    #[test]
+    fn scrub_env_keeps_the_allow_list_and_never_a_secret() {
+        let scrubbed = scrub_env(env(&[
+            ("PATH", "/usr/bin:/bin"),
+            ("HOME", "/home/me"),
+            ("LC_ALL", "C.UTF-8"),
+            ("ANTHROPIC_API_KEY", "sk-ant-fake"),
+            ("OPENAI_API_KEY", "sk-fake"),
+            ("GITHUB_TOKEN", "ghp_fake"),
+            ("AWS_SECRET_ACCESS_KEY", "fake"),
+            ("LC_SECRET_TOKEN", "allow-listed prefix, secret name"),
+            ("DATABASE_PASSWORD", "fake"),
+            ("RANDOM_SETTING", "not allow-listed"),
+            ("PAGER", "less"),
+        ]));
+        assert_eq!(
+            scrubbed,
+            env(&[
+                ("GIT_PAGER", "cat"),
+                ("GIT_TERMINAL_PROMPT", "0"),
+                ("HOME", "/home/me"),
+                ("LC_ALL", "C.UTF-8"),
+                ("PAGER", "cat"),
+                ("PATH", "/usr/bin:/bin"),
+            ]),
+            "only allow-listed, secret-free variables and the fixed ones survive"
+        );
+    }
+
+    #[test]
+    fn with_var_adds_a_vouched_variable_after_scrubbing() {
+        let executor = LocalExecutor::with_env(env(&[("PATH", "/bin"), ("PAGER", "less")]))
+            .with_var("CARGO_TARGET_DIR", "/shared/target")
+            .with_var("PATH", "/usr/bin");
+        assert_eq!(
+            executor.env(),
+            env(&[
+                ("CARGO_TARGET_DIR", "/shared/target"),
+                ("GIT_PAGER", "cat"),
+                ("GIT_TERMINAL_PROMPT", "0"),
+                ("PAGER", "cat"),
+                ("PATH", "/usr/bin"),
+            ])
+            .as_slice()
+        );
+    }
+
+    #[test]
+    fn collector_keeps_head_and_tail_of_any_chunking() {
+        let cap = OutputCap { head: 4, tail: 3 };
+        let data: Vec<u8> = (0u8..20).collect();
+        for chunk in [1, 2, 3, 5, 20] {
+            let mut collector = Collector::new(cap);
+            for piece in data.chunks(chunk) {
+                collector.push(piece);
+            }
+            assert_eq!(
+                (
+                    collector.head.clone(),
+                    Vec::from(collector.tail.clone()),
+                    collector.total
+                ),
+                (vec![0, 1, 2, 3], vec![17, 18, 19], 20),
+                "chunk size {chunk} must not change what is kept"
+            );
+        }
+    }
+
+    #[test]
+    fn output_text_joins_an_uncut_head_and_tail() {
+        let word = "añb".as_bytes();
+        let result = ExecResult {
+            outcome: ExecOutcome::Exited(0),
+            head: word[..2].to_vec(),
+            tail: word[2..].to_vec(),
+            total_bytes: word.len() as u64,
+            output_abandoned: false,
+        };
+        assert_eq!(
+            result.output_text(),
+            "añb",
+            "a character split between head and tail is whole again"
+        );
+    }
+
+    #[test]
+    fn output_text_notes_the_cut() {
+        let result = ExecResult {
+            outcome: ExecOutcome::Exited(0),
+            head: b"start\n".to_vec(),
+            tail: b"end\n".to_vec(),
+            total_bytes: 100,
+            output_abandoned: false,
+        };
+        assert_eq!(
+            result.output_text(),
+            "start\n[... 90 bytes of output cut here; 100 bytes in total ...]\nend\n"
+        );
+    }
+}
