@@ -9,3 +9,13 @@ pub mod journal;
 pub mod lock;
 pub mod state;
 pub mod store;
+pub mod delegate;
+pub mod gate;
+pub mod options;
+pub mod orchestrator;
+pub mod report;
+pub mod verdict;
+
+pub use options::{ModelChoice, Models, RunOptions, TurnCaps};
+pub use orchestrator::{RunError, run};
+pub use report::{RunEnd, RunReport, SubtaskReport};

@@ -39,7 +39,7 @@ impl Tool for Echo {
     fn name(&self) -> &'static str {
         "echo"
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Repeats `text`."
     }
     fn input_schema(&self) -> Value {
@@ -70,7 +70,7 @@ impl Tool for Write {
     fn name(&self) -> &'static str {
         "write"
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Writes `label`."
     }
     fn input_schema(&self) -> Value {
@@ -101,7 +101,7 @@ impl Tool for Meet {
     fn name(&self) -> &'static str {
         "meet"
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Waits for the other callers."
     }
     fn input_schema(&self) -> Value {
@@ -126,7 +126,7 @@ impl Tool for Stall {
     fn name(&self) -> &'static str {
         "stall"
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Never finishes."
     }
     fn input_schema(&self) -> Value {
@@ -149,7 +149,7 @@ impl Tool for Explode {
     fn name(&self) -> &'static str {
         "explode"
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Fails fatally."
     }
     fn input_schema(&self) -> Value {
