@@ -35,7 +35,7 @@ impl Repo {
             .await?;
         let tree = in_worktree().arg("write-tree").text().await?;
         let head_and_tree = in_worktree()
-            .args(["rev-parse", "--verify", "HEAD", "HEAD^{tree}"])
+            .args(["rev-parse", "HEAD", "HEAD^{tree}"])
             .text()
             .await?;
         let mut lines = head_and_tree.lines();

@@ -1,1 +1,2 @@
 //! Integration test suites, one module per area.
+mod git;
