@@ -1,5 +1,7 @@
 //! The git layer on real repositories built in temp dirs with a sealed environment.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod apply;
 mod archive;
 mod commit;
@@ -36,14 +38,23 @@ pub async fn commit_in(repo: &Repo, worktree: &Worktree, files: &[(&str, &str)])
     for (path, content) in files {
         crate::support::git_fixture::write_file(worktree.path(), path, content);
     }
-    repo.checkpoint(worktree, "test change").await.unwrap().unwrap()
+    repo.checkpoint(worktree, "test change")
+        .await
+        .unwrap()
+        .unwrap()
 }
 
 /// A fixture with a small project: `README`, `src/lib.rs`, `src/util.rs`.
 pub fn project() -> GitFixture {
     GitFixture::with_files(&[
         ("README", "hello\n"),
-        ("src/lib.rs", "pub mod util;\n\npub fn answer() -> u32 {\n    42\n}\n"),
-        ("src/util.rs", "pub fn double(x: u32) -> u32 {\n    x * 2\n}\n"),
+        (
+            "src/lib.rs",
+            "pub mod util;\n\npub fn answer() -> u32 {\n    42\n}\n",
+        ),
+        (
+            "src/util.rs",
+            "pub fn double(x: u32) -> u32 {\n    x * 2\n}\n",
+        ),
     ])
 }

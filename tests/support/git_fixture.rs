@@ -28,7 +28,10 @@ pub fn sealed_env(home: &Path) -> Vec<(OsString, OsString)> {
         ("GIT_AUTHOR_EMAIL", OsString::from("author@example.com")),
         ("GIT_AUTHOR_DATE", OsString::from("2026-01-01T00:00:00Z")),
         ("GIT_COMMITTER_NAME", OsString::from("Test Committer")),
-        ("GIT_COMMITTER_EMAIL", OsString::from("committer@example.com")),
+        (
+            "GIT_COMMITTER_EMAIL",
+            OsString::from("committer@example.com"),
+        ),
         ("GIT_COMMITTER_DATE", OsString::from("2026-01-01T00:00:00Z")),
     ]
     .into_iter()
@@ -45,7 +48,10 @@ pub fn git_in(home: &Path, dir: &Path, args: &[&str]) -> String {
         dir.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    String::from_utf8(output.stdout).unwrap().trim_end().to_owned()
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .trim_end()
+        .to_owned()
 }
 
 /// A sealed `git` command in `dir`, for tests that inspect failures themselves.
@@ -113,9 +119,29 @@ impl GitFixture {
 
     /// A commit on a new branch `name` from `from` changing `files`, without touching
     /// the user's work tree (built with a temporary index).
-    pub fn commit_on_branch(&self, name: &str, from: &str, files: &[(&str, Option<&str>)]) -> CommitId {
-        let scratch = self.dir.path().join(format!("scratch-{}", name.replace('/', "-")));
-        git_in(&self.home(), &self.repo, &["worktree", "add", "--quiet", "-b", name, scratch.to_str().unwrap(), from]);
+    pub fn commit_on_branch(
+        &self,
+        name: &str,
+        from: &str,
+        files: &[(&str, Option<&str>)],
+    ) -> CommitId {
+        let scratch = self
+            .dir
+            .path()
+            .join(format!("scratch-{}", name.replace('/', "-")));
+        git_in(
+            &self.home(),
+            &self.repo,
+            &[
+                "worktree",
+                "add",
+                "--quiet",
+                "-b",
+                name,
+                scratch.to_str().unwrap(),
+                from,
+            ],
+        );
         for (path, content) in files {
             match content {
                 Some(content) => write_file(&scratch, path, content),
@@ -125,7 +151,11 @@ impl GitFixture {
         git_in(&self.home(), &scratch, &["add", "--all"]);
         git_in(&self.home(), &scratch, &["commit", "--quiet", "-m", name]);
         let commit = self.rev(name);
-        git_in(&self.home(), &self.repo, &["worktree", "remove", "--force", scratch.to_str().unwrap()]);
+        git_in(
+            &self.home(),
+            &self.repo,
+            &["worktree", "remove", "--force", scratch.to_str().unwrap()],
+        );
         commit
     }
 
@@ -147,7 +177,12 @@ impl GitFixture {
         let mut files = Vec::new();
         collect_files(&self.repo, &self.repo, &mut files);
         files.sort();
-        let status = self.git(&["status", "--porcelain=v1", "--untracked-files=all", "--ignored"]);
+        let status = self.git(&[
+            "status",
+            "--porcelain=v1",
+            "--untracked-files=all",
+            "--ignored",
+        ]);
         (files, status)
     }
 }
@@ -163,10 +198,17 @@ pub fn write_file(root: &Path, path: &str, content: impl AsRef<[u8]>) {
 fn collect_files(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
-        let relative = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+        let relative = path
+            .strip_prefix(root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         let meta = std::fs::symlink_metadata(&path).unwrap();
         if relative == ".git" {
-            out.push((".git/index".to_owned(), std::fs::read(path.join("index")).unwrap_or_default()));
+            out.push((
+                ".git/index".to_owned(),
+                std::fs::read(path.join("index")).unwrap_or_default(),
+            ));
         } else if meta.is_dir() {
             collect_files(root, &path, out);
         } else if meta.file_type().is_symlink() {

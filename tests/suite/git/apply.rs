@@ -11,7 +11,15 @@ async fn finished_run(fixture: &GitFixture) -> (Repo, ApplyRequest, CommitId) {
     let repo = fixture.open().await;
     let base = fixture.rev("HEAD");
     let worktree = filled_worktree(&repo, base, 1).await;
-    commit_in(&repo, &worktree, &[("README", "hello, grove\n"), ("src/gen.rs", "// generated\n")]).await;
+    commit_in(
+        &repo,
+        &worktree,
+        &[
+            ("README", "hello, grove\n"),
+            ("src/gen.rs", "// generated\n"),
+        ],
+    )
+    .await;
     repo.create_result_branch(&run_id(), base).await.unwrap();
     repo.merge_subtasks(&run_id(), &[1]).await.unwrap();
     let result = repo.ref_target(&run_id().result_ref()).unwrap().unwrap();
@@ -32,7 +40,11 @@ async fn a_clean_tree_is_fast_forwarded_with_work_tree_and_index_updated() {
 
     assert_eq!(
         outcome,
-        ApplyOutcome::Applied { from: request.base, to: result, merged_on_top: false }
+        ApplyOutcome::Applied {
+            from: request.base,
+            to: result,
+            merged_on_top: false
+        }
     );
     assert_eq!(fixture.rev("HEAD"), result);
     assert_eq!(fixture.read("README"), b"hello, grove\n");
@@ -42,7 +54,10 @@ async fn a_clean_tree_is_fast_forwarded_with_work_tree_and_index_updated() {
         "",
         "index and work tree match the new commit (nothing shown reversed)"
     );
-    assert_eq!(repo.apply(&request).await.unwrap(), ApplyOutcome::AlreadyApplied);
+    assert_eq!(
+        repo.apply(&request).await.unwrap(),
+        ApplyOutcome::AlreadyApplied
+    );
 }
 
 #[tokio::test]
@@ -68,7 +83,11 @@ async fn uncommitted_changes_in_the_way_refuse_the_apply_and_stay_byte_identical
             command: "git merge --ff-only grove/r1/result".to_owned(),
         }
     );
-    assert_eq!(fixture.user_state(), before, "every user file, the index and status are unchanged");
+    assert_eq!(
+        fixture.user_state(),
+        before,
+        "every user file, the index and status are unchanged"
+    );
     assert_eq!(fixture.rev("HEAD"), request.base, "the branch did not move");
 }
 
@@ -100,7 +119,10 @@ async fn uncommitted_changes_elsewhere_survive_an_apply() {
 
     let outcome = repo.apply(&request).await.unwrap();
 
-    assert!(matches!(outcome, ApplyOutcome::Applied { to, .. } if to == result), "{outcome:?}");
+    assert!(
+        matches!(outcome, ApplyOutcome::Applied { to, .. } if to == result),
+        "{outcome:?}"
+    );
     assert_eq!(fixture.read("notes.txt"), b"untracked notes\n");
     assert_eq!(fixture.read("src/util.rs"), b"// unstaged edit\n");
     assert_eq!(fixture.read("src/lib.rs"), b"// staged edit\n");
@@ -133,7 +155,11 @@ async fn a_branch_that_moved_in_a_conflicting_way_is_refused() {
     );
     assert_eq!(fixture.user_state(), before);
     assert_eq!(fixture.rev("HEAD"), moved);
-    assert_eq!(repo.ref_target(&run_id().result_ref()).unwrap(), Some(result), "the result stays put");
+    assert_eq!(
+        repo.ref_target(&run_id().result_ref()).unwrap(),
+        Some(result),
+        "the result stays put"
+    );
 }
 
 #[tokio::test]
@@ -146,11 +172,24 @@ async fn a_branch_that_moved_without_conflicts_gets_the_result_merged_on_top() {
     let outcome = repo.apply(&request).await.unwrap();
 
     let head = fixture.rev("HEAD");
-    assert_eq!(outcome, ApplyOutcome::Applied { from: moved, to: head, merged_on_top: true });
-    assert_eq!(fixture.git(&["log", "-1", "--format=%P"]), format!("{moved} {result}"));
+    assert_eq!(
+        outcome,
+        ApplyOutcome::Applied {
+            from: moved,
+            to: head,
+            merged_on_top: true
+        }
+    );
+    assert_eq!(
+        fixture.git(&["log", "-1", "--format=%P"]),
+        format!("{moved} {result}")
+    );
     assert_eq!(fixture.read("src/util.rs"), b"// the user's edit\n");
     assert_eq!(fixture.read("README"), b"hello, grove\n");
-    assert_eq!(fixture.git(&["status", "--porcelain", "--untracked-files=all"]), "");
+    assert_eq!(
+        fixture.git(&["status", "--porcelain", "--untracked-files=all"]),
+        ""
+    );
 }
 
 #[tokio::test]
@@ -163,22 +202,43 @@ async fn a_branch_that_is_not_checked_out_moves_by_compare_and_swap_only() {
 
     let outcome = repo.apply(&request).await.unwrap();
 
-    assert_eq!(outcome, ApplyOutcome::Applied { from: request.base, to: result, merged_on_top: false });
+    assert_eq!(
+        outcome,
+        ApplyOutcome::Applied {
+            from: request.base,
+            to: result,
+            merged_on_top: false
+        }
+    );
     assert_eq!(fixture.rev("main"), result);
-    assert_eq!(fixture.user_state(), before, "the checked-out branch's tree is untouched");
+    assert_eq!(
+        fixture.user_state(),
+        before,
+        "the checked-out branch's tree is untouched"
+    );
 }
 
 #[tokio::test]
 async fn an_operation_in_progress_refuses_the_apply() {
     let fixture = project();
     let (repo, request, _) = finished_run(&fixture).await;
-    std::fs::write(fixture.repo.join(".git/MERGE_HEAD"), format!("{}\n", request.base)).unwrap();
+    std::fs::write(
+        fixture.repo.join(".git/MERGE_HEAD"),
+        format!("{}\n", request.base),
+    )
+    .unwrap();
     let before = fixture.user_state();
 
     let outcome = repo.apply(&request).await.unwrap();
 
     assert!(
-        matches!(&outcome, ApplyOutcome::Refused { reason: RefusalReason::OperationInProgress { .. }, .. }),
+        matches!(
+            &outcome,
+            ApplyOutcome::Refused {
+                reason: RefusalReason::OperationInProgress { .. },
+                ..
+            }
+        ),
         "{outcome:?}"
     );
     assert_eq!(fixture.user_state(), before);

@@ -15,15 +15,31 @@ async fn archiving_commits_uncommitted_work_first() {
     std::fs::write(worktree.path().join("README"), "half-done edit\n").unwrap();
     std::fs::write(worktree.path().join("draft.txt"), "untracked draft\n").unwrap();
 
-    let archived = repo.archive_worktree(&worktree, "rejected by reviewer").await.unwrap();
+    let archived = repo
+        .archive_worktree(&worktree, "rejected by reviewer")
+        .await
+        .unwrap();
 
-    let tip = repo.ref_target(&subtask_ref(&run_id(), 1)).unwrap().unwrap();
+    let tip = repo
+        .ref_target(&subtask_ref(&run_id(), 1))
+        .unwrap()
+        .unwrap();
     assert_eq!(
         archived,
-        ArchivedWork { subtask: 1, reference: "refs/grove/archive/r1/1".to_owned(), commit: tip }
+        ArchivedWork {
+            subtask: 1,
+            reference: "refs/grove/archive/r1/1".to_owned(),
+            commit: tip
+        }
     );
-    assert_eq!(fixture.git(&["show", "refs/grove/archive/r1/1:draft.txt"]), "untracked draft");
-    assert_eq!(fixture.git(&["show", "refs/grove/archive/r1/1:README"]), "half-done edit");
+    assert_eq!(
+        fixture.git(&["show", "refs/grove/archive/r1/1:draft.txt"]),
+        "untracked draft"
+    );
+    assert_eq!(
+        fixture.git(&["show", "refs/grove/archive/r1/1:README"]),
+        "half-done edit"
+    );
     assert_eq!(
         fixture.git(&["log", "-1", "--format=%s", "refs/grove/archive/r1/1"]),
         "grove r1/1: archived: rejected by reviewer"
@@ -47,17 +63,40 @@ async fn clean_archives_every_subtask_then_removes_worktrees_and_branches() {
 
     let report = repo.clean_run(&run_id(), &worktrees_dir).await.unwrap();
 
-    let references: Vec<&str> = report.archived.iter().map(|a| a.reference.as_str()).collect();
+    let references: Vec<&str> = report
+        .archived
+        .iter()
+        .map(|a| a.reference.as_str())
+        .collect();
     assert_eq!(
         references,
-        ["refs/grove/archive/r1/1", "refs/grove/archive/r1/2", "refs/grove/archive/r1/3"]
+        [
+            "refs/grove/archive/r1/1",
+            "refs/grove/archive/r1/2",
+            "refs/grove/archive/r1/3"
+        ]
     );
-    assert_eq!(fixture.git(&["show", "refs/grove/archive/r1/1:wip.txt"]), "uncommitted");
-    assert_eq!(repo.ref_target("refs/grove/archive/r1/2").unwrap(), Some(committed_tip));
-    assert_eq!(repo.ref_target("refs/grove/archive/r1/3").unwrap(), Some(gone_tip));
+    assert_eq!(
+        fixture.git(&["show", "refs/grove/archive/r1/1:wip.txt"]),
+        "uncommitted"
+    );
+    assert_eq!(
+        repo.ref_target("refs/grove/archive/r1/2").unwrap(),
+        Some(committed_tip)
+    );
+    assert_eq!(
+        repo.ref_target("refs/grove/archive/r1/3").unwrap(),
+        Some(gone_tip)
+    );
     assert_eq!(report.removed_worktrees.len(), 2);
     assert!(!worktrees_dir.exists(), "the run's worktrees are gone");
-    assert_eq!(fixture.git(&["worktree", "list", "--porcelain"]).matches("worktree ").count(), 1);
+    assert_eq!(
+        fixture
+            .git(&["worktree", "list", "--porcelain"])
+            .matches("worktree ")
+            .count(),
+        1
+    );
     assert_eq!(
         fixture.git(&["branch", "--list", "grove/*", "--format=%(refname:short)"]),
         "grove/r1/result",
@@ -73,9 +112,20 @@ async fn gc_is_the_only_deleter_of_archives_and_respects_the_age() {
     commit_in(&repo, &worktree, &[("a.txt", "a\n")]).await;
     repo.archive_worktree(&worktree, "failed").await.unwrap();
 
-    let kept = repo.gc_archives(Duration::from_secs(100 * 365 * 86_400)).await.unwrap();
-    assert_eq!(kept, Vec::<String>::new(), "archives younger than the limit stay");
-    assert!(repo.ref_target("refs/grove/archive/r1/1").unwrap().is_some());
+    let kept = repo
+        .gc_archives(Duration::from_secs(100 * 365 * 86_400))
+        .await
+        .unwrap();
+    assert_eq!(
+        kept,
+        Vec::<String>::new(),
+        "archives younger than the limit stay"
+    );
+    assert!(
+        repo.ref_target("refs/grove/archive/r1/1")
+            .unwrap()
+            .is_some()
+    );
 
     // The fixture dates every commit 2026-01-01, so one day is long past.
     let deleted = repo.gc_archives(Duration::from_secs(86_400)).await.unwrap();

@@ -22,7 +22,10 @@ async fn no_commit_is_made_when_nothing_changed() {
 
     let commit = repo.checkpoint(&worktree, "turn 2").await.unwrap();
 
-    assert_eq!(commit, None, "an unchanged tree (ignored files aside) makes no commit");
+    assert_eq!(
+        commit, None,
+        "an unchanged tree (ignored files aside) makes no commit"
+    );
     assert_eq!(repo.ref_target(&subtask_ref(&run_id(), 1)).unwrap(), before);
 }
 
@@ -43,8 +46,16 @@ async fn modes_symlinks_line_endings_and_binary_files_round_trip_unchanged() {
 
     let commit = repo.checkpoint(&worktree, "turn 1").await.unwrap().unwrap();
 
-    assert_eq!(repo.ref_target(&subtask_ref(&run_id(), 1)).unwrap(), Some(commit));
-    let listing = fixture.git(&["ls-tree", "-r", "--format=%(objectmode) %(path)", &commit.to_string()]);
+    assert_eq!(
+        repo.ref_target(&subtask_ref(&run_id(), 1)).unwrap(),
+        Some(commit)
+    );
+    let listing = fixture.git(&[
+        "ls-tree",
+        "-r",
+        "--format=%(objectmode) %(path)",
+        &commit.to_string(),
+    ]);
     assert_eq!(
         listing,
         "100644 README\n100644 blob.bin\n100644 dos.txt\n120000 link\n100755 run.sh\n100644 src/lib.rs",
@@ -55,21 +66,36 @@ async fn modes_symlinks_line_endings_and_binary_files_round_trip_unchanged() {
         ("blob.bin", binary.clone()),
         ("link", b"src/lib.rs".to_vec()),
     ] {
-        let output = sealed_command(&fixture.home(), &fixture.repo, &["cat-file", "blob", &format!("{commit}:{path}")])
-            .output()
-            .unwrap();
+        let output = sealed_command(
+            &fixture.home(),
+            &fixture.repo,
+            &["cat-file", "blob", &format!("{commit}:{path}")],
+        )
+        .output()
+        .unwrap();
         assert_eq!(output.stdout, bytes, "{path} is stored byte for byte");
     }
 
     // And back out: a fresh worktree of the commit has the same bytes and modes.
     let again = filled_worktree(&repo, commit, 2).await;
-    assert_eq!(std::fs::read(again.path().join("blob.bin")).unwrap(), binary);
+    assert_eq!(
+        std::fs::read(again.path().join("blob.bin")).unwrap(),
+        binary
+    );
     assert_eq!(
         std::fs::read(again.path().join("dos.txt")).unwrap(),
         b"one\r\ntwo\r\nno newline at end"
     );
-    assert_eq!(std::fs::read_link(again.path().join("link")).unwrap().to_str(), Some("src/lib.rs"));
-    let mode = std::fs::metadata(again.path().join("run.sh")).unwrap().permissions().mode();
+    assert_eq!(
+        std::fs::read_link(again.path().join("link"))
+            .unwrap()
+            .to_str(),
+        Some("src/lib.rs")
+    );
+    let mode = std::fs::metadata(again.path().join("run.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o111, 0o111, "the executable bit survives");
 }
 
@@ -77,15 +103,28 @@ async fn modes_symlinks_line_endings_and_binary_files_round_trip_unchanged() {
 async fn commits_carry_grove_identity_and_name_the_run_and_subtask_without_user_config() {
     let fixture = project();
     let mut options = fixture.options();
-    options.env.retain(|(key, _)| !key.to_string_lossy().contains("_NAME") && !key.to_string_lossy().contains("_EMAIL"));
-    let repo = Repo::open(&fixture.repo, GitOptions { ..options }).await.unwrap();
+    options.env.retain(|(key, _)| {
+        !key.to_string_lossy().contains("_NAME") && !key.to_string_lossy().contains("_EMAIL")
+    });
+    let repo = Repo::open(&fixture.repo, GitOptions { ..options })
+        .await
+        .unwrap();
     let worktree = filled_worktree(&repo, fixture.rev("HEAD"), 3).await;
     std::fs::write(worktree.path().join("README"), "changed\n").unwrap();
 
-    let commit = repo.checkpoint(&worktree, "after turn 1").await.unwrap().unwrap();
+    let commit = repo
+        .checkpoint(&worktree, "after turn 1")
+        .await
+        .unwrap()
+        .unwrap();
 
     assert_eq!(
-        fixture.git(&["log", "-1", "--format=%an <%ae>|%cn <%ce>|%s|%P", &commit.to_string()]),
+        fixture.git(&[
+            "log",
+            "-1",
+            "--format=%an <%ae>|%cn <%ce>|%s|%P",
+            &commit.to_string()
+        ]),
         format!(
             "grove <grove@localhost>|grove <grove@localhost>|grove r1/3: after turn 1|{}",
             fixture.rev("HEAD")

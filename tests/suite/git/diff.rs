@@ -23,7 +23,11 @@ async fn the_diff_has_a_structured_stat_a_patch_naming_binaries_and_a_terminal_r
     let worktree = filled_worktree(&repo, base, 1).await;
     let dir = worktree.path();
     std::fs::write(dir.join("README"), "hello\nworld\n").unwrap();
-    std::fs::write(dir.join("logo.png"), [0x89, b'P', b'N', b'G', 0, 0, 0xff, 0xfe]).unwrap();
+    std::fs::write(
+        dir.join("logo.png"),
+        [0x89, b'P', b'N', b'G', 0, 0, 0xff, 0xfe],
+    )
+    .unwrap();
     std::fs::rename(dir.join("src/util.rs"), dir.join("src/helpers.rs")).unwrap();
     let head = repo.checkpoint(&worktree, "turn 1").await.unwrap().unwrap();
 
@@ -39,16 +43,28 @@ async fn the_diff_has_a_structured_stat_a_patch_naming_binaries_and_a_terminal_r
             ]
         }
     );
-    assert_eq!(diff.stat.summary(), "3 files changed, 1 insertion(+), 0 deletions(-)");
+    assert_eq!(
+        diff.stat.summary(),
+        "3 files changed, 1 insertion(+), 0 deletions(-)"
+    );
     assert!(!diff.patch.is_truncated());
     assert!(diff.patch.text.contains("+world\n"), "{}", diff.patch.text);
     assert!(
-        diff.patch.text.contains("Binary files /dev/null and b/logo.png differ"),
+        diff.patch
+            .text
+            .contains("Binary files /dev/null and b/logo.png differ"),
         "binary files are named: {}",
         diff.patch.text
     );
-    assert!(!diff.patch.text.contains("PNG"), "binary bytes are never dumped");
-    assert!(diff.patch.text.contains("rename from src/util.rs\nrename to src/helpers.rs"));
+    assert!(
+        !diff.patch.text.contains("PNG"),
+        "binary bytes are never dumped"
+    );
+    assert!(
+        diff.patch
+            .text
+            .contains("rename from src/util.rs\nrename to src/helpers.rs")
+    );
 
     let plain = repo.render_diff(base, head, &diff.stat, false).unwrap();
     assert_eq!(
@@ -57,7 +73,10 @@ async fn the_diff_has_a_structured_stat_a_patch_naming_binaries_and_a_terminal_r
 src/util.rs → src/helpers.rs (+0 -0)\n3 files changed, 1 insertion(+), 0 deletions(-)\n"
     );
     let coloured = repo.render_diff(base, head, &diff.stat, true).unwrap();
-    assert!(coloured.contains("\x1b[32m+world\x1b[0m"), "insertions are green: {coloured:?}");
+    assert!(
+        coloured.contains("\x1b[32m+world\x1b[0m"),
+        "insertions are green: {coloured:?}"
+    );
 }
 
 #[tokio::test]
@@ -74,13 +93,24 @@ async fn a_patch_over_its_cap_says_which_files_it_left_out() {
 
     let diff = repo.diff(base, head, 2_000).await.unwrap();
 
-    assert_eq!(diff.patch.omitted, vec!["src/big.rs".to_owned(), "zzz.txt".to_owned()]);
-    assert!(diff.patch.text.contains("+short change\n"), "small files before the cap are whole");
+    assert_eq!(
+        diff.patch.omitted,
+        vec!["src/big.rs".to_owned(), "zzz.txt".to_owned()]
+    );
     assert!(
-        diff.patch.text.contains("changes missing for 2 file(s): src/big.rs, zzz.txt]"),
+        diff.patch.text.contains("+short change\n"),
+        "small files before the cap are whole"
+    );
+    assert!(
+        diff.patch
+            .text
+            .contains("changes missing for 2 file(s): src/big.rs, zzz.txt]"),
         "the note names what was left out: {}",
         diff.patch.text
     );
-    assert!(diff.patch.text.len() < 2_200, "the cap holds (plus the note)");
+    assert!(
+        diff.patch.text.len() < 2_200,
+        "the cap holds (plus the note)"
+    );
     assert_eq!(diff.stat.files.len(), 3, "the stat is never capped");
 }

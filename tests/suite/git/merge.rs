@@ -27,7 +27,9 @@ async fn approved_branches_merge_in_the_given_order_without_touching_the_user_tr
     let (repo, outcomes) = merge_three(&fixture).await;
 
     assert!(
-        outcomes.iter().all(|(_, o)| matches!(o, MergeOutcome::Merged { .. })),
+        outcomes
+            .iter()
+            .all(|(_, o)| matches!(o, MergeOutcome::Merged { .. })),
         "{outcomes:?}"
     );
     assert_eq!(
@@ -38,7 +40,11 @@ async fn approved_branches_merge_in_the_given_order_without_touching_the_user_tr
         fixture.git(&["ls-tree", "--name-only", "grove/r1/result"]),
         "README\nadded-1.txt\nadded-2.txt\nadded-3.txt\nsrc"
     );
-    assert_eq!(fixture.user_state(), user_before, "merges never touch the user's tree or index");
+    assert_eq!(
+        fixture.user_state(),
+        user_before,
+        "merges never touch the user's tree or index"
+    );
     assert_eq!(
         repo.merge_subtasks(&run_id(), &[2]).await.unwrap(),
         vec![(2, MergeOutcome::AlreadyMerged)],
@@ -60,20 +66,40 @@ async fn a_rename_on_one_branch_carries_an_edit_from_another() {
     let repo = fixture.open().await;
     let base = fixture.rev("HEAD");
     let renamer = filled_worktree(&repo, base, 1).await;
-    std::fs::rename(renamer.path().join("src/util.rs"), renamer.path().join("src/helpers.rs")).unwrap();
+    std::fs::rename(
+        renamer.path().join("src/util.rs"),
+        renamer.path().join("src/helpers.rs"),
+    )
+    .unwrap();
     repo.checkpoint(&renamer, "rename").await.unwrap();
     let editor = filled_worktree(&repo, base, 2).await;
-    commit_in(&repo, &editor, &[("src/util.rs", "pub fn double(x: u32) -> u32 {\n    x + x\n}\n")]).await;
+    commit_in(
+        &repo,
+        &editor,
+        &[(
+            "src/util.rs",
+            "pub fn double(x: u32) -> u32 {\n    x + x\n}\n",
+        )],
+    )
+    .await;
     repo.create_result_branch(&run_id(), base).await.unwrap();
 
     let outcomes = repo.merge_subtasks(&run_id(), &[1, 2]).await.unwrap();
 
-    assert!(outcomes.iter().all(|(_, o)| matches!(o, MergeOutcome::Merged { .. })), "{outcomes:?}");
+    assert!(
+        outcomes
+            .iter()
+            .all(|(_, o)| matches!(o, MergeOutcome::Merged { .. })),
+        "{outcomes:?}"
+    );
     assert_eq!(
         fixture.git(&["show", "grove/r1/result:src/helpers.rs"]),
         "pub fn double(x: u32) -> u32 {\n    x + x\n}"
     );
-    assert_eq!(fixture.git(&["ls-tree", "--name-only", "grove/r1/result:src"]), "helpers.rs\nlib.rs");
+    assert_eq!(
+        fixture.git(&["ls-tree", "--name-only", "grove/r1/result:src"]),
+        "helpers.rs\nlib.rs"
+    );
 }
 
 #[tokio::test]
@@ -91,7 +117,15 @@ async fn a_file_added_in_a_directory_another_branch_renamed_is_a_conflict_not_le
     let outcomes = repo.merge_subtasks(&run_id(), &[1, 2]).await.unwrap();
 
     assert!(matches!(outcomes[0].1, MergeOutcome::Merged { .. }));
-    assert_eq!(outcomes[1], (2, MergeOutcome::Conflict { paths: vec!["lib/extra.rs".to_owned()] }));
+    assert_eq!(
+        outcomes[1],
+        (
+            2,
+            MergeOutcome::Conflict {
+                paths: vec!["lib/extra.rs".to_owned()]
+            }
+        )
+    );
 }
 
 #[tokio::test]
@@ -102,11 +136,18 @@ async fn a_conflict_names_the_paths_and_leaves_the_result_ref_unchanged() {
     let first = filled_worktree(&repo, base, 1).await;
     let first_commit = commit_in(&repo, &first, &[("README", "hello from one\n")]).await;
     let second = filled_worktree(&repo, base, 2).await;
-    let second_commit = commit_in(&repo, &second, &[("README", "hello from two\n"), ("other.txt", "x\n")]).await;
+    let second_commit = commit_in(
+        &repo,
+        &second,
+        &[("README", "hello from two\n"), ("other.txt", "x\n")],
+    )
+    .await;
     repo.create_result_branch(&run_id(), base).await.unwrap();
 
     assert_eq!(
-        repo.find_conflicts(base, &[first_commit, second_commit]).await.unwrap(),
+        repo.find_conflicts(base, &[first_commit, second_commit])
+            .await
+            .unwrap(),
         vec![PairConflict {
             first: first_commit,
             second: second_commit,
@@ -120,7 +161,15 @@ async fn a_conflict_names_the_paths_and_leaves_the_result_ref_unchanged() {
 
     let outcomes = repo.merge_subtasks(&run_id(), &[2]).await.unwrap();
 
-    assert_eq!(outcomes, vec![(2, MergeOutcome::Conflict { paths: vec!["README".to_owned()] })]);
+    assert_eq!(
+        outcomes,
+        vec![(
+            2,
+            MergeOutcome::Conflict {
+                paths: vec!["README".to_owned()]
+            }
+        )]
+    );
     assert_eq!(
         repo.ref_target(&run_id().result_ref()).unwrap(),
         after_first,

@@ -52,9 +52,15 @@ async fn a_worktree_is_usable_before_its_fill_completes_and_fills_in_the_backgro
     .unwrap();
     let base = fixture.rev("HEAD");
 
-    let worktree = repo.create_worktree(spec(&repo, &fixture, 1)).await.unwrap();
+    let worktree = repo
+        .create_worktree(spec(&repo, &fixture, 1))
+        .await
+        .unwrap();
 
-    assert!(!worktree.is_filled(), "the handle comes back while the fill is held");
+    assert!(
+        !worktree.is_filled(),
+        "the handle comes back while the fill is held"
+    );
     assert!(
         !worktree.path().join("README").exists(),
         "files arrive only with the fill"
@@ -65,7 +71,8 @@ async fn a_worktree_is_usable_before_its_fill_completes_and_fills_in_the_backgro
         "branch grove/<run>/1 starts at the base"
     );
     assert!(
-        !worktree.path().starts_with(&fixture.repo) || worktree.path().starts_with(fixture.repo.join(".git")),
+        !worktree.path().starts_with(&fixture.repo)
+            || worktree.path().starts_with(fixture.repo.join(".git")),
         "the worktree is outside the user's work tree: {}",
         worktree.path().display()
     );
@@ -91,7 +98,10 @@ async fn a_worktree_is_usable_before_its_fill_completes_and_fills_in_the_backgro
 #[tokio::test]
 async fn a_failed_fill_is_reported_and_blocks_commits() {
     let fixture = project();
-    let wrapper = git_wrapper(fixture.dir.path(), "echo 'fatal: simulated checkout failure' >&2; exit 128");
+    let wrapper = git_wrapper(
+        fixture.dir.path(),
+        "echo 'fatal: simulated checkout failure' >&2; exit 128",
+    );
     let repo = Repo::open(
         &fixture.repo,
         GitOptions {
@@ -102,7 +112,10 @@ async fn a_failed_fill_is_reported_and_blocks_commits() {
     .await
     .unwrap();
 
-    let worktree = repo.create_worktree(spec(&repo, &fixture, 1)).await.unwrap();
+    let worktree = repo
+        .create_worktree(spec(&repo, &fixture, 1))
+        .await
+        .unwrap();
 
     let error = worktree.ready().await.unwrap_err();
     assert!(
@@ -110,7 +123,10 @@ async fn a_failed_fill_is_reported_and_blocks_commits() {
         "the fill error carries git's stderr: {error}"
     );
     assert!(
-        matches!(repo.checkpoint(&worktree, "x").await, Err(GitError::FillFailed { .. })),
+        matches!(
+            repo.checkpoint(&worktree, "x").await,
+            Err(GitError::FillFailed { .. })
+        ),
         "a half-filled tree is never committed (it would record deletions)"
     );
 }
@@ -129,7 +145,10 @@ async fn eight_worktrees_created_concurrently_all_succeed() {
     let worktrees = futures_util::future::join_all(creations).await;
     for (n, worktree) in (1..=8).zip(worktrees) {
         let worktree = worktree.unwrap_or_else(|e| panic!("worktree {n} failed: {e}"));
-        assert_eq!(std::fs::read(worktree.path().join("README")).unwrap(), b"hello\n");
+        assert_eq!(
+            std::fs::read(worktree.path().join("README")).unwrap(),
+            b"hello\n"
+        );
     }
 }
 
@@ -143,8 +162,15 @@ async fn an_existing_branch_is_reused_with_its_work_and_a_diverged_one_is_refuse
     repo.remove_worktree(&worktree).await.unwrap();
 
     let again = filled_worktree(&repo, base, 1).await;
-    assert_eq!(again.start(), earlier_work, "the earlier attempt's commit is kept");
-    assert_eq!(std::fs::read(again.path().join("notes.txt")).unwrap(), b"kept\n");
+    assert_eq!(
+        again.start(),
+        earlier_work,
+        "the earlier attempt's commit is kept"
+    );
+    assert_eq!(
+        std::fs::read(again.path().join("notes.txt")).unwrap(),
+        b"kept\n"
+    );
 
     fixture.commit_on_branch("grove/r1/2", "HEAD", &[("x", Some("x"))]);
     let unrelated = fixture.commit_on_branch("elsewhere", "HEAD", &[("y", Some("y"))]);
@@ -198,7 +224,10 @@ async fn an_existing_worktree_is_reused_without_losing_uncommitted_work() {
     let again = filled_worktree(&repo, base, 1).await;
 
     assert_eq!(again.path(), worktree.path());
-    assert_eq!(std::fs::read(again.path().join("wip.txt")).unwrap(), b"uncommitted\n");
+    assert_eq!(
+        std::fs::read(again.path().join("wip.txt")).unwrap(),
+        b"uncommitted\n"
+    );
 }
 
 #[tokio::test]
@@ -211,7 +240,10 @@ async fn a_path_grove_does_not_own_is_never_written_into() {
 
     let result = repo.create_worktree(spec.clone()).await;
 
-    assert!(matches!(result, Err(GitError::WorktreePathOccupied { .. })), "{result:?}");
+    assert!(
+        matches!(result, Err(GitError::WorktreePathOccupied { .. })),
+        "{result:?}"
+    );
     assert_eq!(std::fs::read(spec.path.join("precious")).unwrap(), b"mine");
 }
 
@@ -219,5 +251,8 @@ async fn a_path_grove_does_not_own_is_never_written_into() {
 async fn opening_a_directory_outside_any_repository_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let result = Repo::open(dir.path(), GitOptions::default()).await;
-    assert!(matches!(result, Err(GitError::NotARepository { .. })), "{result:?}");
+    assert!(
+        matches!(result, Err(GitError::NotARepository { .. })),
+        "{result:?}"
+    );
 }
