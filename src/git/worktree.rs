@@ -138,7 +138,15 @@ impl Repo {
         }
         let branch_ref = subtask_ref(&spec.run, spec.subtask);
         let guard = REGISTRATION.lock().await;
-        self.prune_worktrees().await?;
+        // Only a registration whose directory is gone needs pruning; skipping the
+        // process otherwise keeps creation fast.
+        if self
+            .registered_worktrees()?
+            .iter()
+            .any(|(_, path)| !path.exists())
+        {
+            self.prune_worktrees().await?;
+        }
 
         if let Some(admin) = self.find_admin_dir(&spec.path)? {
             if spec.path.join(".git").exists() {
