@@ -67,6 +67,13 @@ pub enum GitError {
         reason: &'static str,
     },
 
+    /// A branch would have been deleted while its work is kept nowhere else. Not retried:
+    /// the branch stays.
+    #[error(
+        "branch {branch} was kept: its tip {tip} is in neither the run's result nor an archive"
+    )]
+    WorkNotKept { branch: String, tip: String },
+
     /// A revision or ref grove needed does not exist.
     #[error("{rev} does not exist in the repository")]
     UnknownRevision { rev: String },

@@ -16,6 +16,7 @@
 
 mod apply;
 mod archive;
+mod branch;
 mod cmd;
 mod commit;
 mod diff;

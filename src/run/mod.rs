@@ -4,16 +4,16 @@
 //! This module owns the run's lifecycle and is the only place that combines agents with
 //! git. It never prints; it emits events.
 
+pub mod delegate;
 pub mod durable;
+pub mod gate;
 pub mod journal;
 pub mod lock;
-pub mod state;
-pub mod store;
-pub mod delegate;
-pub mod gate;
 pub mod options;
 pub mod orchestrator;
 pub mod report;
+pub mod state;
+pub mod store;
 pub mod verdict;
 
 pub use options::{ModelChoice, Models, RunOptions, TurnCaps};

@@ -114,10 +114,10 @@ pub async fn run(
     let user_root = repo
         .work_tree()
         .map_or_else(|| repo.common_dir().to_path_buf(), Path::to_path_buf);
-    let worktrees_dir = options
-        .worktrees_dir
-        .clone()
-        .map_or_else(|| repo.default_worktrees_dir(&git_run), |dir| dir.join(run_id.as_str()));
+    let worktrees_dir = options.worktrees_dir.clone().map_or_else(
+        || repo.default_worktrees_dir(&git_run),
+        |dir| dir.join(run_id.as_str()),
+    );
     let orchestrator = Arc::new(Orchestrator {
         rules: read_rules(&user_root),
         repo,
@@ -240,7 +240,11 @@ impl Orchestrator {
         let result_start = self.repo.create_result_branch(&self.run, self.base).await;
         let (summary, lead_ledger, failure) = match result_start {
             Ok(_) => self.clone().run_lead().await,
-            Err(error) => (String::new(), Ledger::default(), Some(LeadFailure::Error(error.to_string()))),
+            Err(error) => (
+                String::new(),
+                Ledger::default(),
+                Some(LeadFailure::Error(error.to_string())),
+            ),
         };
         self.finish(summary, lead_ledger, failure).await
     }
@@ -314,18 +318,20 @@ impl Orchestrator {
                 };
                 (outcome.final_text, ledger, failure)
             }
-            Err(AgentError::Cancelled { .. }) => (String::new(), ledger, Some(LeadFailure::Interrupted)),
-            Err(error) => (String::new(), ledger, Some(LeadFailure::Error(error.to_string()))),
+            Err(AgentError::Cancelled { .. }) => {
+                (String::new(), ledger, Some(LeadFailure::Interrupted))
+            }
+            Err(error) => (
+                String::new(),
+                ledger,
+                Some(LeadFailure::Error(error.to_string())),
+            ),
         }
     }
 
     /// Deletes branch `n` if it still points at the base (it holds no work).
     async fn delete_branch_if_unchanged(&self, subtask: u32) {
-        if let Err(error) = self
-            .repo
-            .delete_subtask_branch(&self.run, subtask)
-            .await
-        {
+        if let Err(error) = self.repo.delete_subtask_branch(&self.run, subtask).await {
             self.note(format!(
                 "kept branch {}: {error}",
                 self.run.subtask_branch(subtask)
@@ -392,7 +398,8 @@ impl Orchestrator {
                 self.options.max_subtasks
             )));
         }
-        let fork_from = (request.mode == ContextMode::Fork).then(|| lock(&self.lead_messages).clone());
+        let fork_from =
+            (request.mode == ContextMode::Fork).then(|| lock(&self.lead_messages).clone());
         let _permit = tokio::select! {
             permit = self.jobs.acquire() => permit.map_err(|_| DelegateRefusal::Model("the run is shutting down".into()))?,
             () = self.cancel.cancelled() => return Err(DelegateRefusal::Model("cancelled".into())),
@@ -458,7 +465,15 @@ impl Orchestrator {
             }
         };
         let stage = self
-            .work_and_review(&label, request, role, tools, fork_from, &worktree, &mut report)
+            .work_and_review(
+                &label,
+                request,
+                role,
+                tools,
+                fork_from,
+                &worktree,
+                &mut report,
+            )
             .await?;
         if let Err(reason) = stage {
             report.reason = Some(reason);
@@ -516,7 +531,11 @@ impl Orchestrator {
         }
         // The final commit: whatever the worker left, even after a failure, so that
         // nothing it wrote is lost (an archive keeps it if it is not merged).
-        let head = match self.repo.checkpoint(worktree, &format!("{label}: final")).await {
+        let head = match self
+            .repo
+            .checkpoint(worktree, &format!("{label}: final"))
+            .await
+        {
             Ok(commit) => commit,
             Err(error) => return Ok(Err(format!("could not commit the worker's files: {error}"))),
         };
@@ -539,8 +558,12 @@ impl Orchestrator {
             },
             Err(error) => return Ok(Err(format!("the worker failed: {error}"))),
         };
-        report.reason = (!worker_summary.trim().is_empty())
-            .then(|| format!("worker: {}", truncate_chars(worker_summary.trim(), WORKER_SUMMARY_CHARS)));
+        report.reason = (!worker_summary.trim().is_empty()).then(|| {
+            format!(
+                "worker: {}",
+                truncate_chars(worker_summary.trim(), WORKER_SUMMARY_CHARS)
+            )
+        });
 
         let tip = match self.repo.ref_target(&worktree.branch_ref()) {
             Ok(Some(tip)) => tip,
@@ -561,7 +584,10 @@ impl Orchestrator {
         report.executes_later = executes_later(&diff.stat);
         report.diffstat = Some(diff.stat.clone());
 
-        let verdict = match self.review(label, &request.task, &diff, worktree, report).await {
+        let verdict = match self
+            .review(label, &request.task, &diff, worktree, report)
+            .await
+        {
             Ok(verdict) => verdict,
             Err(reason) => return Ok(Err(reason)),
         };
@@ -625,7 +651,8 @@ impl Orchestrator {
         report: &mut SubtaskReport,
     ) -> Result<Verdict, String> {
         let submit = Arc::new(SubmitVerdict::new());
-        let tools = gate_registry(&tools::builtin(ToolSet::ReadOnly), worktree).with(submit.clone());
+        let tools =
+            gate_registry(&tools::builtin(ToolSet::ReadOnly), worktree).with(submit.clone());
         let role = roles::builtin(RoleKind::Reviewer);
         let spec = self.spec(
             AgentId {
@@ -689,18 +716,18 @@ impl Orchestrator {
         }
         if let Some(worktree) = worktree
             && !self.options.keep_worktrees
+            && let Err(error) = self.repo.remove_worktree(worktree).await
         {
-            if let Err(error) = self.repo.remove_worktree(worktree).await {
-                self.note(format!("{}: could not remove its worktree: {error}", report.id));
-            }
+            self.note(format!(
+                "{}: could not remove its worktree: {error}",
+                report.id
+            ));
         }
         if !self.options.keep_worktrees {
             // Merged work lives on in the result, the rest in its archive.
             let keep = report.status == SubtaskOutcome::Merged || report.archive_ref.is_some();
-            if keep {
-                if let Err(error) = self.repo.delete_subtask_branch(&self.run, n).await {
-                    self.note(format!("{}: kept its branch: {error}", report.id));
-                }
+            if keep && let Err(error) = self.repo.delete_subtask_branch(&self.run, n).await {
+                self.note(format!("{}: kept its branch: {error}", report.id));
             }
         }
         let ledger = report.ledger();
@@ -744,7 +771,10 @@ impl Orchestrator {
             None
         } else if !self.options.apply || status == RunEnd::Interrupted {
             Some(ApplyReport {
-                message: format!("The result is on {}; your branch was not touched.", self.run.result_branch()),
+                message: format!(
+                    "The result is on {}; your branch was not touched.",
+                    self.run.result_branch()
+                ),
                 command: Some(format!("git merge --ff-only {}", self.run.result_branch())),
             })
         } else {
@@ -757,14 +787,20 @@ impl Orchestrator {
                 })
                 .await;
             Some(match outcome {
-                Ok(ApplyOutcome::Applied { to, merged_on_top, .. }) => {
+                Ok(ApplyOutcome::Applied {
+                    to, merged_on_top, ..
+                }) => {
                     applied = true;
                     ApplyReport {
                         message: format!(
                             "{} now has the result ({}{}).",
                             short_branch(&self.branch),
                             short_hex(&to.to_string()),
-                            if merged_on_top { ", merged on top of your new commits" } else { "" }
+                            if merged_on_top {
+                                ", merged on top of your new commits"
+                            } else {
+                                ""
+                            }
                         ),
                         command: None,
                     }
@@ -798,7 +834,11 @@ impl Orchestrator {
                 reason: "interrupted".into(),
             },
             RunEnd::Finished | RunEnd::Failed => Entry::RunFinished {
-                status: if status == RunEnd::Failed { RunOutcome::Failed } else { RunOutcome::Finished },
+                status: if status == RunEnd::Failed {
+                    RunOutcome::Failed
+                } else {
+                    RunOutcome::Finished
+                },
                 applied,
                 result_commit: result_commit.map(|c| c.to_string()),
                 error: error.clone(),
@@ -914,7 +954,12 @@ fn review_brief(brief: &str, diff: &BranchDiff, executes_later: &[String]) -> St
 
 /// The short result a lead gets for one subtask: status, verdict, findings, diffstat.
 fn lead_result(report: &SubtaskReport) -> String {
-    let mut text = format!("{} {} ({})", report.id, report.status.as_str(), report.branch);
+    let mut text = format!(
+        "{} {} ({})",
+        report.id,
+        report.status.as_str(),
+        report.branch
+    );
     if let Some(verdict) = report.verdict {
         text.push_str(&format!("; reviewer: {}", verdict.as_str()));
     }
@@ -945,7 +990,10 @@ fn lead_result(report: &SubtaskReport) -> String {
         ));
     }
     if !report.conflict_paths.is_empty() {
-        text.push_str(&format!("conflicts in: {}\n", report.conflict_paths.join(", ")));
+        text.push_str(&format!(
+            "conflicts in: {}\n",
+            report.conflict_paths.join(", ")
+        ));
     }
     if let Some(stat) = &report.diffstat {
         text.push_str(&format!("diff: {}\n", stat.summary()));
@@ -953,11 +1001,17 @@ fn lead_result(report: &SubtaskReport) -> String {
             if file.binary {
                 text.push_str(&format!("  {} (binary)\n", file.path));
             } else {
-                text.push_str(&format!("  {} +{} -{}\n", file.path, file.added, file.removed));
+                text.push_str(&format!(
+                    "  {} +{} -{}\n",
+                    file.path, file.added, file.removed
+                ));
             }
         }
         if stat.files.len() > LISTED_FILES {
-            text.push_str(&format!("  … {} more files\n", stat.files.len() - LISTED_FILES));
+            text.push_str(&format!(
+                "  … {} more files\n",
+                stat.files.len() - LISTED_FILES
+            ));
         }
     }
     if let Some(archive) = &report.archive_ref {
@@ -982,10 +1036,9 @@ fn describe_refusal(reason: &crate::git::RefusalReason) -> String {
             paths.join(", ")
         ),
         R::OperationInProgress { operation } => format!("a {operation} is in progress"),
-        R::LocalChangesInTheWay { paths } => format!(
-            "uncommitted changes are in the way in {}",
-            paths.join(", ")
-        ),
+        R::LocalChangesInTheWay { paths } => {
+            format!("uncommitted changes are in the way in {}", paths.join(", "))
+        }
         R::CheckedOutInAnotherWorktree { path } => format!(
             "the branch is checked out in another worktree at {}",
             path.display()
@@ -1034,16 +1087,16 @@ impl TurnObserver for CheckpointObserver {
             .checkpoint(&self.worktree, &format!("{}: turn {turn}", self.label))
             .await
             .map_err(|error| format!("checkpoint commit failed: {error}"))?;
-        if let Some(commit) = commit {
-            if let Err(error) = self.orchestrator.journal(Entry::Checkpoint {
+        if let Some(commit) = commit
+            && let Err(error) = self.orchestrator.journal(Entry::Checkpoint {
                 subtask: self.label.clone(),
                 commit: commit.to_string(),
                 turn,
-            }) {
-                let message = error.to_string();
-                *lock(&self.journal_error) = Some(error);
-                return Err(message);
-            }
+            })
+        {
+            let message = error.to_string();
+            *lock(&self.journal_error) = Some(error);
+            return Err(message);
         }
         Ok(())
     }
