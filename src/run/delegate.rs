@@ -123,3 +123,17 @@ impl Tool for Delegate {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delegate_calls_of_one_response_run_concurrently() {
+        // The agent loop runs the non-mutating calls of one response concurrently; were
+        // `delegate` mutating, a lead's subtasks would run one after another.
+        let tool = Delegate::new(Weak::new(), vec![("docs".into(), "writes docs".into())]);
+        assert!(!tool.mutates());
+        assert!(tool.description().ends_with(" `docs`: writes docs;"));
+    }
+}

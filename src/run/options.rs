@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::git::GitOptions;
 use crate::model::Model;
 
 /// Turn caps per role.
@@ -26,7 +27,7 @@ impl Default for TurnCaps {
 }
 
 /// Everything about a run except its models.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct RunOptions {
     /// The user's task, verbatim.
     pub task: String,
@@ -51,6 +52,9 @@ pub struct RunOptions {
     pub worktrees_dir: Option<PathBuf>,
     /// The reviewer's diff is cut to this many bytes, with a note saying what was cut.
     pub max_review_patch_bytes: usize,
+    /// How grove runs git (program, identity, extra environment for sealed tests).
+    #[serde(skip)]
+    pub git: GitOptions,
 }
 
 impl RunOptions {
@@ -69,6 +73,7 @@ impl RunOptions {
             keep_worktrees: false,
             worktrees_dir: None,
             max_review_patch_bytes: 60_000,
+            git: GitOptions::default(),
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::agent::{
 };
 use crate::event::{AgentId, Event, EventSink};
 use crate::git::{
-    ApplyOutcome, ApplyRequest, BranchDiff, CommitId, GitError, GitOptions, MergeOutcome, Repo,
+    ApplyOutcome, ApplyRequest, BranchDiff, CommitId, GitError, MergeOutcome, Repo,
     RunId as GitRunId, Worktree, WorktreeSpec,
 };
 use crate::model::Message;
@@ -86,7 +86,7 @@ pub async fn run(
     events: EventSink,
     cancel: CancellationToken,
 ) -> Result<RunReport, RunError> {
-    let repo = Repo::open(repo_path, GitOptions::default()).await?;
+    let repo = Repo::open(repo_path, options.git.clone()).await?;
     let head = repo.head()?;
     let branch = head.branch.ok_or(RunError::DetachedHead)?;
     let base = head.commit.ok_or(RunError::UnbornHead)?;

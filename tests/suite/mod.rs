@@ -3,5 +3,6 @@
 mod agent;
 mod git;
 mod model;
+mod run;
 mod run_state;
 mod tools;
