@@ -269,8 +269,8 @@ async fn approved_subtasks_merge_rejected_ones_are_archived_for_both_providers()
         let lead_final = server
             .requests()
             .into_iter()
-            .filter(|r| who(r) == Who::Lead)
-            .last()
+            .rev()
+            .find(|r| who(r) == Who::Lead)
             .unwrap();
         let results = lead_final.tool_results();
         assert_eq!(results.len(), 3);
