@@ -22,8 +22,25 @@ fn main() -> ExitCode {
     match runtime.block_on(cli::main(args)) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("grove: {error:#}");
+            eprintln!("grove: {}", describe(&error));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, like `{:#}`, but without repeating a cause
+/// whose text the message before it already quotes (many errors quote their source).
+fn describe(error: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if message.contains(&text) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&text);
+    }
+    message
 }

@@ -1,6 +1,7 @@
 //! Integration test suites, one module per area.
 
 mod agent;
+mod cli;
 mod git;
 mod model;
 mod run;
