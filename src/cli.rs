@@ -19,7 +19,9 @@ use grove::event::EventSink;
 use grove::git::{GitOptions, Repo, RunId as GitRunId};
 use grove::model::{self, Provider};
 use grove::run::store::RunStore;
-use grove::run::{ModelChoice, Models, RunEnd, RunOptions, TurnCaps};
+use grove::run::{
+    ModelChoice, ModelNames, Models, RunEnd, RunError, RunOptions, RunReport, TurnCaps,
+};
 
 /// Exit code: finished with some subtask not merged.
 const EXIT_NOT_ALL_MERGED: u8 = 3;
@@ -48,6 +50,11 @@ pub enum Command {
         grove run --jobs 2 --no-apply \"add doc comments to src/model\"\n  \
         OPENAI_BASE_URL=http://127.0.0.1:8080/v1 grove run --provider openai --model local \"fix the typos in docs/\"")]
     Run(RunArgs),
+    /// Continue an interrupted run (after Ctrl-C, a crash or an outage).
+    #[command(
+        after_help = "Examples:\n  grove resume 20261129-215530-7f3a\n  grove resume --json 20261129-215530-7f3a"
+    )]
+    Resume(ResumeArgs),
     /// List this repository's runs, oldest first.
     #[command(after_help = "Examples:\n  grove runs\n  grove runs --json")]
     Runs(RunsArgs),
@@ -102,6 +109,16 @@ pub struct RunArgs {
     pub json: bool,
 }
 
+/// Arguments of `grove resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run to continue, as `grove runs` lists it.
+    pub run_id: String,
+    /// Print one JSON object with the run's report on stdout at the end.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// Arguments of `grove runs`.
 #[derive(Debug, Args)]
 pub struct RunsArgs {
@@ -138,6 +155,7 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     match cli.command {
         Command::Run(args) => run(&directory, args).await,
+        Command::Resume(args) => resume(&directory, &args).await,
         Command::Runs(args) => runs(&directory, &args).await,
         Command::Clean(args) => clean(&directory, &args).await,
         Command::Gc(args) => gc(&directory, &args).await,
@@ -215,17 +233,75 @@ async fn run(directory: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitC
         reviewer: choice(&args.reviewer_model),
     };
 
+    let json = args.json;
+    drive(json, |events, cancel| {
+        grove::run::run(directory, options, models, events, cancel)
+    })
+    .await
+}
+
+async fn resume(directory: &std::path::Path, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
+    let models = |state: &grove::run::state::RunState| {
+        let provider: Provider =
+            state
+                .provider
+                .parse()
+                .map_err(|error: model::ModelError| RunError::NotResumable {
+                    run_id: state.run_id.clone(),
+                    reason: error.to_string(),
+                })?;
+        let client = model::connect(provider).map_err(|error| RunError::NotResumable {
+            run_id: state.run_id.clone(),
+            reason: error.to_string(),
+        })?;
+        let names: ModelNames =
+            serde_json::from_value(state.options["model_names"].clone()).unwrap_or_default();
+        let pick = |name: String| ModelChoice {
+            client: client.clone(),
+            name: if name.is_empty() {
+                state.model.clone()
+            } else {
+                name
+            },
+        };
+        Ok(Models {
+            provider: provider.as_str().to_owned(),
+            lead: pick(names.lead),
+            worker: pick(names.worker),
+            reviewer: pick(names.reviewer),
+        })
+    };
+    drive(args.json, |events, cancel| {
+        grove::run::resume(
+            directory,
+            &args.run_id,
+            GitOptions::default(),
+            models,
+            events,
+            cancel,
+        )
+    })
+    .await
+}
+
+/// Runs a run (new or resumed) with the live view and Ctrl-C handling, then prints the
+/// report and maps it to the exit code.
+async fn drive<F, Fut>(json: bool, start: F) -> anyhow::Result<ExitCode>
+where
+    F: FnOnce(EventSink, CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = Result<RunReport, RunError>>,
+{
     let cancel = CancellationToken::new();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let renderer = tokio::spawn(render::live(rx, std::io::stderr().is_terminal()));
     let interrupt = tokio::spawn(watch_interrupts(cancel.clone()));
-    let outcome = grove::run::run(directory, options, models, EventSink::new(tx), cancel).await;
+    let outcome = start(EventSink::new(tx), cancel).await;
     interrupt.abort();
     let ledgers = renderer.await.unwrap_or_default();
     let report = outcome?;
 
     render::report(&report, &ledgers);
-    if args.json {
+    if json {
         render::json(&report)?;
     }
     Ok(match report.status {

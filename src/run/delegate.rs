@@ -12,18 +12,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::run::journal::ContextMode;
-use crate::run::orchestrator::{DelegateRefusal, Orchestrator};
+use crate::run::orchestrator::Orchestrator;
+use crate::run::subtask::{DelegateRefusal, DelegateRequest};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
-
-/// One `delegate` call, validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DelegateRequest {
-    /// The brief: everything the worker will know about its subtask.
-    pub task: String,
-    pub mode: ContextMode,
-    /// A user agent from `.grove/agents/<name>.md`; `None` for the built-in worker.
-    pub agent: Option<String>,
-}
 
 #[derive(Deserialize)]
 struct DelegateInput {

@@ -14,8 +14,10 @@ pub mod orchestrator;
 pub mod report;
 pub mod state;
 pub mod store;
+pub mod subtask;
+pub mod transcript;
 pub mod verdict;
 
-pub use options::{ModelChoice, Models, RunOptions, TurnCaps};
-pub use orchestrator::{RunError, run};
+pub use options::{ModelChoice, ModelNames, Models, RunOptions, TurnCaps};
+pub use orchestrator::{RunError, resume, run};
 pub use report::{RunEnd, RunReport, SubtaskReport};

@@ -3,13 +3,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::git::GitOptions;
 use crate::model::Model;
 
 /// Turn caps per role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TurnCaps {
     pub lead: u32,
     pub worker: u32,
@@ -27,7 +28,8 @@ impl Default for TurnCaps {
 }
 
 /// Everything about a run except its models.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RunOptions {
     /// The user's task, verbatim.
     pub task: String,
@@ -52,6 +54,9 @@ pub struct RunOptions {
     pub worktrees_dir: Option<PathBuf>,
     /// The reviewer's diff is cut to this many bytes, with a note saying what was cut.
     pub max_review_patch_bytes: usize,
+    /// The model name of each role, as given on the command line.
+    #[serde(default)]
+    pub model_names: ModelNames,
     /// How grove runs git (program, identity, extra environment for sealed tests).
     #[serde(skip)]
     pub git: GitOptions,
@@ -73,8 +78,15 @@ impl RunOptions {
             keep_worktrees: false,
             worktrees_dir: None,
             max_review_patch_bytes: 60_000,
+            model_names: ModelNames::default(),
             git: GitOptions::default(),
         }
+    }
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self::new("")
     }
 }
 
@@ -84,6 +96,14 @@ impl RunOptions {
 pub fn default_jobs() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     cores.saturating_mul(2).clamp(2, 4)
+}
+
+/// The model name of each role, recorded so that a resumed run uses the same ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelNames {
+    pub lead: String,
+    pub worker: String,
+    pub reviewer: String,
 }
 
 /// A model client and the model name sent with each request.
@@ -107,4 +127,15 @@ pub struct Models {
     pub lead: ModelChoice,
     pub worker: ModelChoice,
     pub reviewer: ModelChoice,
+}
+
+impl Models {
+    /// The model name of each role.
+    pub fn names(&self) -> ModelNames {
+        ModelNames {
+            lead: self.lead.name.clone(),
+            worker: self.worker.name.clone(),
+            reviewer: self.reviewer.name.clone(),
+        }
+    }
 }

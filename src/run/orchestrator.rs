@@ -1,10 +1,10 @@
 //! The orchestrator: one run from the user's task to an applied result.
 //!
-//! This file owns the run's lifecycle — checks, lock, journal, the lead's loop, every
-//! subtask's pipeline (worktree → worker → commit → isolated review → merge or archive)
-//! and the final apply. It is the only place that combines agents with git. It must
-//! never let anything but a subtask's short result cross back to the lead, never show a
-//! reviewer the worker's messages, and never touch the user's branch before the end.
+//! This file owns the run's lifecycle — checks, lock, journal, the lead's loop, resume
+//! after a crash or an interrupt, and the final apply; `subtask.rs` owns one subtask's
+//! pipeline. It is the only place that combines agents with git. It must never let
+//! anything but a subtask's short result cross back to the lead, and never touch the
+//! user's branch before the end.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -16,39 +16,33 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::roles::{self, ProjectRules, RoleDef, RoleKind};
 use crate::agent::{
-    AgentError, AgentRun, AgentSpec, Ledger, LoopInput, StopKind, TurnObserver, fork_messages,
+    AgentError, AgentRun, AgentSpec, Ledger, LoopInput, StopKind, TurnObserver, TurnState,
     isolated_messages, run_agent,
 };
 use crate::event::{AgentId, Event, EventSink};
 use crate::git::{
-    ApplyOutcome, ApplyRequest, BranchDiff, CommitId, GitError, MergeOutcome, Repo,
-    RunId as GitRunId, Worktree, WorktreeSpec,
+    ApplyOutcome, ApplyRequest, CommitId, GitError, GitOptions, Repo, RunId as GitRunId, Worktree,
+    WorktreeSpec,
 };
 use crate::model::Message;
-use crate::run::delegate::{Delegate, DelegateRequest};
+use crate::run::delegate::Delegate;
 use crate::run::gate::gate_registry;
-use crate::run::journal::{ContextMode, Entry, RunOutcome, SubtaskOutcome, VerdictKind};
+use crate::run::journal::{Entry, RunOutcome};
 use crate::run::lock::{LockError, RepoLock};
 use crate::run::options::{ModelChoice, Models, RunOptions};
-use crate::run::report::{ApplyReport, RunEnd, RunReport, SubtaskReport, Totals, executes_later};
-use crate::run::store::{ActiveRun, RunStart, RunStore, StoreError};
-use crate::run::verdict::{SubmitVerdict, Verdict};
-use crate::tools::{self, Registry, ToolContext, ToolSet, truncate_chars};
+use crate::run::report::{ApplyReport, RunEnd, RunReport, SubtaskReport, Totals};
+use crate::run::state::{RunState, SubtaskStatus};
+use crate::run::store::{ActiveRun, RunId, RunStart, RunStore, StoreError};
+use crate::run::subtask::{self, DelegateRequest};
+use crate::run::transcript::{self, Transcript};
+use crate::tools::{self, Registry, ToolContext, ToolSet};
 
-/// The label of the lead in events, ledgers and the journal.
+/// The label of the lead in events, ledgers, transcripts and the journal.
 pub const LEAD_LABEL: &str = "lead";
 
 /// The lead reads the repository from its own worktree, numbered 0, so that it sees the
 /// base commit (not the user's uncommitted or ignored files, such as `.env`).
 const LEAD_WORKTREE: u32 = 0;
-
-/// How much of a worker's final message the lead gets back.
-const WORKER_SUMMARY_CHARS: usize = 800;
-/// How much of the reviewer's summary the lead gets back.
-const REVIEW_SUMMARY_CHARS: usize = 500;
-/// How many findings and diffstat lines the lead gets back.
-const LISTED_FINDINGS: usize = 6;
-const LISTED_FILES: usize = 12;
 
 /// Why a run could not start or go on.
 #[derive(Debug, thiserror::Error)]
@@ -65,14 +59,15 @@ pub enum RunError {
          commit and run again"
     )]
     UnbornHead,
+    /// Not retried: the run's journal names a base or branch grove cannot read.
+    #[error("run {run_id} cannot be resumed: {reason}")]
+    NotResumable { run_id: String, reason: String },
     #[error("{0}")]
     Git(#[from] GitError),
     #[error("{0}")]
     Lock(#[from] LockError),
     #[error("run journal: {0}")]
     Store(#[from] StoreError),
-    #[error("{0}")]
-    AgentFile(#[from] roles::AgentFileError),
 }
 
 /// Runs `options.task` in the repository at `repo_path` and returns its report.
@@ -93,12 +88,9 @@ pub async fn run(
 
     let store = RunStore::new(repo.common_dir());
     let run_id = store.new_run_id();
-    let lock = RepoLock::acquire(repo.common_dir(), run_id.as_str())?;
-    if let Some(stale) = lock.taken_over() {
-        events.emit(Event::Note {
-            message: stale.to_string(),
-        });
-    }
+    let lock = acquire(&repo, &run_id, &events)?;
+    let mut recorded = options.clone();
+    recorded.model_names = models.names();
     let active = store.create_run(
         &lock,
         RunStart {
@@ -107,67 +99,108 @@ pub async fn run(
             branch: branch.clone(),
             provider: models.provider.clone(),
             model: models.worker.name.clone(),
-            options: serde_json::to_value(&options).unwrap_or_default(),
+            options: serde_json::to_value(&recorded).unwrap_or_default(),
         },
     )?;
-    let git_run = GitRunId::new(run_id.as_str())?;
-    let user_root = repo
-        .work_tree()
-        .map_or_else(|| repo.common_dir().to_path_buf(), Path::to_path_buf);
-    let worktrees_dir = options.worktrees_dir.clone().map_or_else(
-        || repo.default_worktrees_dir(&git_run),
-        |dir| dir.join(run_id.as_str()),
-    );
-    let orchestrator = Arc::new(Orchestrator {
-        rules: read_rules(&user_root),
-        repo,
-        run: git_run,
-        base,
-        branch,
-        jobs: Semaphore::new(options.jobs.max(1)),
-        options,
-        models,
-        events,
-        cancel,
-        journal: Mutex::new(active),
-        user_root,
-        worktrees_dir,
-        next_subtask: AtomicU32::new(1),
-        spent_tokens: AtomicU64::new(0),
-        subtasks: Mutex::new(Vec::new()),
-        lead_messages: Mutex::new(Vec::new()),
-    });
-    let report = orchestrator.clone().execute().await;
+    let orchestrator = Orchestrator::new(
+        repo, &run_id, base, branch, options, models, events, cancel, active,
+    )?;
+    let report = orchestrator.execute(None).await;
     drop(lock);
     report
 }
 
-/// One run in progress.
-pub(crate) struct Orchestrator {
-    repo: Repo,
-    run: GitRunId,
-    base: CommitId,
-    /// The user's branch, as a full ref.
-    branch: String,
-    options: RunOptions,
-    models: Models,
+/// Continues run `run_id` after a crash or an interrupt: finished subtasks keep their
+/// outcome, interrupted ones continue from their last checkpoint and transcript, and
+/// the lead continues its conversation. Tool calls that were pending when the process
+/// stopped are answered as interrupted, never run again.
+pub async fn resume(
+    repo_path: &Path,
+    run_id: &str,
+    git: GitOptions,
+    models: impl FnOnce(&RunState) -> Result<Models, RunError>,
     events: EventSink,
     cancel: CancellationToken,
-    journal: Mutex<ActiveRun>,
-    rules: Option<ProjectRules>,
-    /// The user's work tree, where `.grove/agents` and the rules file are read from.
-    user_root: PathBuf,
-    worktrees_dir: PathBuf,
-    jobs: Semaphore,
-    next_subtask: AtomicU32,
-    /// Tokens every finished subagent spent, for the run budget.
-    spent_tokens: AtomicU64,
-    subtasks: Mutex<Vec<SubtaskReport>>,
-    /// The lead's history as of its latest tool-calling turn; forks start from it.
-    lead_messages: Mutex<Vec<Message>>,
+) -> Result<RunReport, RunError> {
+    let repo = Repo::open(repo_path, git.clone()).await?;
+    let store = RunStore::new(repo.common_dir());
+    let run_id: RunId = run_id.parse()?;
+    let lock = acquire(&repo, &run_id, &events)?;
+    let mut active = store.resume_run(&lock)?;
+    active.append(Entry::Resumed {
+        pid: std::process::id(),
+    })?;
+    let state = active.state().clone();
+    let not_resumable = |reason: String| RunError::NotResumable {
+        run_id: run_id.to_string(),
+        reason,
+    };
+    let base = CommitId::parse(&state.base).map_err(|error| not_resumable(error.to_string()))?;
+    let mut options: RunOptions = serde_json::from_value(state.options.clone())
+        .map_err(|error| not_resumable(format!("its options cannot be read: {error}")))?;
+    options.git = git;
+    let models = models(&state)?;
+    for call in &state.interrupted_tool_calls {
+        events.emit(Event::Note {
+            message: format!(
+                "{}: tool call {} ({}) was running when grove stopped; it is not run again",
+                call.subtask, call.call_id, call.tool
+            ),
+        });
+    }
+    let orchestrator = Orchestrator::new(
+        repo,
+        &run_id,
+        base,
+        state.branch.clone(),
+        options,
+        models,
+        events,
+        cancel,
+        active,
+    )?;
+    let report = orchestrator.execute(Some(state)).await;
+    drop(lock);
+    report
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+fn acquire(repo: &Repo, run_id: &RunId, events: &EventSink) -> Result<RepoLock, RunError> {
+    let lock = RepoLock::acquire(repo.common_dir(), run_id.as_str())?;
+    if let Some(stale) = lock.taken_over() {
+        events.emit(Event::Note {
+            message: stale.to_string(),
+        });
+    }
+    Ok(lock)
+}
+
+/// One run in progress.
+pub(crate) struct Orchestrator {
+    pub(crate) repo: Repo,
+    pub(crate) run: GitRunId,
+    pub(crate) base: CommitId,
+    /// The user's branch, as a full ref.
+    branch: String,
+    pub(crate) options: RunOptions,
+    pub(crate) models: Models,
+    pub(crate) events: EventSink,
+    pub(crate) cancel: CancellationToken,
+    journal: Mutex<ActiveRun>,
+    run_dir: PathBuf,
+    rules: Option<ProjectRules>,
+    /// The user's work tree, where `.grove/agents` and the rules file are read from.
+    pub(crate) user_root: PathBuf,
+    worktrees_dir: PathBuf,
+    pub(crate) jobs: Semaphore,
+    pub(crate) next_subtask: AtomicU32,
+    /// Tokens every finished subagent spent, for the run budget.
+    spent_tokens: AtomicU64,
+    pub(crate) subtasks: Mutex<Vec<SubtaskReport>>,
+    /// The lead's history as of its latest tool-calling turn; forks start from it.
+    pub(crate) lead_messages: Mutex<Vec<Message>>,
+}
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -182,18 +215,68 @@ fn read_rules(root: &Path) -> Option<ProjectRules> {
     })
 }
 
+/// Why the lead did not finish normally.
+enum LeadFailure {
+    Interrupted,
+    /// The lead stopped itself (turn cap, budget...): the run still finishes.
+    Stopped(String),
+    Error(String),
+}
+
 impl Orchestrator {
-    fn journal(&self, entry: Entry) -> Result<(), StoreError> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        repo: Repo,
+        run_id: &RunId,
+        base: CommitId,
+        branch: String,
+        options: RunOptions,
+        models: Models,
+        events: EventSink,
+        cancel: CancellationToken,
+        active: ActiveRun,
+    ) -> Result<Arc<Self>, RunError> {
+        let run = GitRunId::new(run_id.as_str())?;
+        let user_root = repo
+            .work_tree()
+            .map_or_else(|| repo.common_dir().to_path_buf(), Path::to_path_buf);
+        let worktrees_dir = options.worktrees_dir.clone().map_or_else(
+            || repo.default_worktrees_dir(&run),
+            |dir| dir.join(run_id.as_str()),
+        );
+        Ok(Arc::new(Self {
+            rules: read_rules(&user_root),
+            run_dir: active.dir().to_path_buf(),
+            repo,
+            run,
+            base,
+            branch,
+            jobs: Semaphore::new(options.jobs.max(1)),
+            options,
+            models,
+            events,
+            cancel,
+            journal: Mutex::new(active),
+            user_root,
+            worktrees_dir,
+            next_subtask: AtomicU32::new(1),
+            spent_tokens: AtomicU64::new(0),
+            subtasks: Mutex::new(Vec::new()),
+            lead_messages: Mutex::new(Vec::new()),
+        }))
+    }
+
+    pub(crate) fn journal(&self, entry: Entry) -> Result<(), StoreError> {
         lock(&self.journal).append(entry).map(|_| ())
     }
 
-    fn note(&self, message: impl Into<String>) {
+    pub(crate) fn note(&self, message: impl Into<String>) {
         self.events.emit(Event::Note {
             message: message.into(),
         });
     }
 
-    fn worktree_spec(&self, subtask: u32) -> WorktreeSpec {
+    pub(crate) fn worktree_spec(&self, subtask: u32) -> WorktreeSpec {
         WorktreeSpec {
             run: self.run.clone(),
             subtask,
@@ -202,7 +285,11 @@ impl Orchestrator {
         }
     }
 
-    fn spec(
+    pub(crate) fn transcript_path(&self, label: &str, role: &str) -> PathBuf {
+        transcript::transcript_path(&self.run_dir, label, role)
+    }
+
+    pub(crate) fn spec(
         &self,
         id: AgentId,
         role: &RoleDef,
@@ -224,32 +311,102 @@ impl Orchestrator {
         }
     }
 
-    fn spend(&self, ledger: &Ledger) {
+    pub(crate) fn spend(&self, ledger: &Ledger) {
         self.spent_tokens
             .fetch_add(ledger.total_tokens(), Ordering::Relaxed);
     }
 
-    fn run_budget_spent(&self) -> bool {
+    pub(crate) fn run_budget_spent(&self) -> bool {
         self.options
             .budget_tokens
             .is_some_and(|budget| self.spent_tokens.load(Ordering::Relaxed) >= budget)
     }
 
-    /// The lead's loop, then the finish; never returns an error once the run exists.
-    async fn execute(self: Arc<Self>) -> Result<RunReport, RunError> {
-        let result_start = self.repo.create_result_branch(&self.run, self.base).await;
-        let (summary, lead_ledger, failure) = match result_start {
-            Ok(_) => self.clone().run_lead().await,
-            Err(error) => (
-                String::new(),
-                Ledger::default(),
-                Some(LeadFailure::Error(error.to_string())),
-            ),
-        };
+    /// The lead's loop (after resuming interrupted subtasks), then the finish; never
+    /// returns an error once the run exists.
+    async fn execute(self: Arc<Self>, resumed: Option<RunState>) -> Result<RunReport, RunError> {
+        if let Err(error) = self.repo.create_result_branch(&self.run, self.base).await {
+            let failure = LeadFailure::Error(error.to_string());
+            return self
+                .finish(String::new(), Ledger::default(), Some(failure))
+                .await;
+        }
+        let mut lead_history = None;
+        if let Some(state) = &resumed {
+            match self.clone().resume_subtasks(state).await {
+                Ok(history) => lead_history = history,
+                Err(error) => {
+                    let failure = LeadFailure::Error(format!("the run journal failed: {error}"));
+                    return self
+                        .finish(String::new(), Ledger::default(), Some(failure))
+                        .await;
+                }
+            }
+        }
+        let (summary, lead_ledger, failure) = self.clone().run_lead(lead_history).await;
         self.finish(summary, lead_ledger, failure).await
     }
 
-    async fn run_lead(self: Arc<Self>) -> (String, Ledger, Option<LeadFailure>) {
+    /// Restores the subtasks of a resumed run: finished ones as reported, interrupted
+    /// ones continued to their end. Returns the lead's saved transcript with its pending
+    /// calls answered (delegate calls with their subtask's result).
+    async fn resume_subtasks(
+        self: Arc<Self>,
+        state: &RunState,
+    ) -> Result<Option<Transcript>, StoreError> {
+        let mut highest = 0;
+        let mut continuing = Vec::new();
+        for subtask in &state.subtasks {
+            let n: u32 = subtask.id.trim_start_matches('S').parse().unwrap_or(0);
+            highest = highest.max(n);
+            self.spend(&subtask.ledger);
+            if subtask.status == SubtaskStatus::Running {
+                continuing.push((n, subtask.clone()));
+            } else {
+                lock(&self.subtasks).push(subtask::report_from_state(subtask));
+            }
+        }
+        self.next_subtask.store(highest + 1, Ordering::Relaxed);
+        let mut tasks = Vec::new();
+        for (n, state) in continuing {
+            let orchestrator = self.clone();
+            tasks.push(async move { orchestrator.resume_subtask(n, &state).await });
+        }
+        for result in futures_util::future::join_all(tasks).await {
+            let report = result?;
+            lock(&self.subtasks).push(report);
+        }
+
+        let lead = match transcript::load(&self.transcript_path(LEAD_LABEL, "lead")) {
+            Ok(lead) => lead,
+            Err(error) => {
+                self.note(format!("the lead starts over: {error}"));
+                None
+            }
+        };
+        Ok(lead.map(|mut lead| {
+            let subtasks = lock(&self.subtasks).clone();
+            let mut used = vec![false; subtasks.len()];
+            transcript::answer_pending(&mut lead.messages, |_, name, input| {
+                if name != "delegate" {
+                    return None;
+                }
+                let task = input.get("task")?.as_str()?;
+                let index = subtasks
+                    .iter()
+                    .enumerate()
+                    .position(|(i, s)| !used[i] && s.task == task)?;
+                used[index] = true;
+                Some(subtask::lead_result(&subtasks[index]))
+            });
+            lead
+        }))
+    }
+
+    async fn run_lead(
+        self: Arc<Self>,
+        resumed: Option<Transcript>,
+    ) -> (String, Ledger, Option<LeadFailure>) {
         let worktree = match self
             .repo
             .create_worktree(self.worktree_spec(LEAD_WORKTREE))
@@ -257,13 +414,9 @@ impl Orchestrator {
         {
             Ok(worktree) => worktree,
             Err(error) => {
-                return (
-                    String::new(),
-                    Ledger::default(),
-                    Some(LeadFailure::Error(format!(
-                        "could not create the lead's worktree: {error}"
-                    ))),
-                );
+                let failure =
+                    LeadFailure::Error(format!("could not create the lead's worktree: {error}"));
+                return (String::new(), Ledger::default(), Some(failure));
             }
         };
         let tools = gate_registry(&tools::builtin(ToolSet::ReadOnly), &worktree).with(Arc::new(
@@ -281,21 +434,33 @@ impl Orchestrator {
             self.options.budget_tokens,
             tools,
         );
-        let brief = format!(
-            "# Task\n\n{}\n\nPlan the work, delegate it with `delegate`, and end with a summary.",
-            self.options.task
-        );
+        let (messages, earlier) = match resumed {
+            Some(transcript) => (transcript.messages, transcript.ledger),
+            None => (
+                isolated_messages(&format!(
+                    "# Task\n\n{}\n\nPlan the work, delegate it with `delegate`, and end with \
+                     a summary.",
+                    self.options.task
+                )),
+                Ledger::default(),
+            ),
+        };
         let outcome = run_agent(
             &spec,
             LoopInput {
-                messages: isolated_messages(&brief),
+                messages,
                 tool_context: ToolContext {
                     root: worktree.path().to_path_buf(),
                     cancel: self.cancel.child_token(),
                 },
                 events: self.events.clone(),
-                observer: Some(Arc::new(LeadObserver {
+                observer: Some(Arc::new(AgentObserver {
                     orchestrator: Arc::downgrade(&self),
+                    label: LEAD_LABEL.to_owned(),
+                    transcript: self.transcript_path(LEAD_LABEL, "lead"),
+                    earlier,
+                    checkpoint: None,
+                    is_lead: true,
                 })),
             },
         )
@@ -304,8 +469,16 @@ impl Orchestrator {
         if let Err(error) = self.repo.remove_worktree(&worktree).await {
             self.note(format!("could not remove the lead's worktree: {error}"));
         }
-        self.delete_branch_if_unchanged(LEAD_WORKTREE).await;
-        let AgentRun { ledger, result, .. } = outcome;
+        if let Err(error) = self
+            .repo
+            .delete_subtask_branch(&self.run, LEAD_WORKTREE)
+            .await
+        {
+            self.note(format!("kept the lead's branch: {error}"));
+        }
+        let AgentRun { result, .. } = outcome;
+        let mut ledger = earlier;
+        ledger.add(&outcome.ledger);
         match result {
             Ok(outcome) => {
                 let failure = match outcome.stop {
@@ -329,16 +502,6 @@ impl Orchestrator {
         }
     }
 
-    /// Deletes branch `n` if it still points at the base (it holds no work).
-    async fn delete_branch_if_unchanged(&self, subtask: u32) {
-        if let Err(error) = self.repo.delete_subtask_branch(&self.run, subtask).await {
-            self.note(format!(
-                "kept branch {}: {error}",
-                self.run.subtask_branch(subtask)
-            ));
-        }
-    }
-
     /// The user agents the lead may name in `delegate`'s `agent` field.
     fn agent_catalogue(&self) -> Vec<(String, String)> {
         let dir = self.user_root.join(".grove").join("agents");
@@ -359,395 +522,22 @@ impl Orchestrator {
         agents
     }
 
-    /// Runs one delegated subtask to its end and returns what the lead is told.
-    pub(crate) async fn delegate(
-        self: Arc<Self>,
-        request: DelegateRequest,
-    ) -> Result<String, DelegateRefusal> {
-        if self.run_budget_spent() {
-            return Err(DelegateRefusal::Model(
-                "the run's token budget is spent; no more subtasks can start. Finish with a summary."
-                    .into(),
-            ));
-        }
-        let role = match request.agent.as_deref() {
-            None | Some("worker") => roles::builtin(RoleKind::Worker),
-            Some(name @ ("lead" | "reviewer")) => {
-                return Err(DelegateRefusal::Model(format!(
-                    "`{name}` cannot be delegated to; leave `agent` out for a worker"
-                )));
-            }
+    /// The role a `delegate` call names, refused with a message for the lead.
+    pub(crate) fn delegate_role(&self, request: &DelegateRequest) -> Result<RoleDef, String> {
+        match request.agent.as_deref() {
+            None | Some("worker") => Ok(roles::builtin(RoleKind::Worker)),
+            Some(name @ ("lead" | "reviewer")) => Err(format!(
+                "`{name}` cannot be delegated to; leave `agent` out for a worker"
+            )),
             Some(name) => match roles::load_agent(&self.user_root, name) {
-                Ok(Some(role)) => role,
-                Ok(None) => {
-                    return Err(DelegateRefusal::Model(format!(
-                        "there is no agent `{name}` (no .grove/agents/{name}.md); leave `agent` out for a worker"
-                    )));
-                }
-                Err(error) => return Err(DelegateRefusal::Model(error.to_string())),
+                Ok(Some(role)) => Ok(role),
+                Ok(None) => Err(format!(
+                    "there is no agent `{name}` (no .grove/agents/{name}.md); leave `agent` out \
+                     for a worker"
+                )),
+                Err(error) => Err(error.to_string()),
             },
-        };
-        let tools = match worker_tools(&role) {
-            Ok(tools) => tools,
-            Err(message) => return Err(DelegateRefusal::Model(message)),
-        };
-        let n = self.next_subtask.fetch_add(1, Ordering::Relaxed);
-        if n > self.options.max_subtasks {
-            return Err(DelegateRefusal::Model(format!(
-                "the run's limit of {} subtasks is reached; finish with a summary",
-                self.options.max_subtasks
-            )));
         }
-        let fork_from =
-            (request.mode == ContextMode::Fork).then(|| lock(&self.lead_messages).clone());
-        let _permit = tokio::select! {
-            permit = self.jobs.acquire() => permit.map_err(|_| DelegateRefusal::Model("the run is shutting down".into()))?,
-            () = self.cancel.cancelled() => return Err(DelegateRefusal::Model("cancelled".into())),
-        };
-        let report = self
-            .run_subtask(n, &request, &role, tools, fork_from)
-            .await
-            .map_err(DelegateRefusal::Fatal)?;
-        let result = lead_result(&report);
-        lock(&self.subtasks).push(report);
-        Ok(result)
-    }
-
-    /// The pipeline of subtask `n`; an error here is the journal failing (fatal).
-    async fn run_subtask(
-        self: &Arc<Self>,
-        n: u32,
-        request: &DelegateRequest,
-        role: &RoleDef,
-        tools: Registry,
-        fork_from: Option<Vec<Message>>,
-    ) -> Result<SubtaskReport, StoreError> {
-        let label = format!("S{n}");
-        let branch = self.run.subtask_branch(n);
-        self.journal(Entry::SubtaskStarted {
-            subtask: label.clone(),
-            task: request.task.clone(),
-            branch: branch.clone(),
-            mode: request.mode,
-            agent: role.name.clone(),
-        })?;
-        self.events.emit(Event::SubtaskStarted {
-            label: label.clone(),
-            task: request.task.clone(),
-            branch: branch.clone(),
-        });
-        let mut report = SubtaskReport {
-            id: label.clone(),
-            task: request.task.clone(),
-            branch,
-            status: SubtaskOutcome::Failed,
-            verdict: None,
-            steps: 0,
-            input_tokens: 0,
-            output_tokens: 0,
-            cache_read_tokens: 0,
-            cache_write_tokens: 0,
-            reason: None,
-            review_summary: None,
-            findings: Vec::new(),
-            diffstat: None,
-            conflict_paths: Vec::new(),
-            archive_ref: None,
-            executes_later: Vec::new(),
-            worker_ledger: Ledger::default(),
-            reviewer_ledger: Ledger::default(),
-        };
-        let worktree = match self.repo.create_worktree(self.worktree_spec(n)).await {
-            Ok(worktree) => worktree,
-            Err(error) => {
-                report.reason = Some(format!("could not create the worktree: {error}"));
-                return self.close_subtask(report, None).await;
-            }
-        };
-        let stage = self
-            .work_and_review(
-                &label,
-                request,
-                role,
-                tools,
-                fork_from,
-                &worktree,
-                &mut report,
-            )
-            .await?;
-        if let Err(reason) = stage {
-            report.reason = Some(reason);
-        }
-        self.close_subtask(report, Some(&worktree)).await
-    }
-
-    /// Worker, commit, review, merge. `Err(reason)` when the subtask failed.
-    #[allow(clippy::too_many_arguments)]
-    async fn work_and_review(
-        self: &Arc<Self>,
-        label: &str,
-        request: &DelegateRequest,
-        role: &RoleDef,
-        tools: Registry,
-        fork_from: Option<Vec<Message>>,
-        worktree: &Worktree,
-        report: &mut SubtaskReport,
-    ) -> Result<Result<(), String>, StoreError> {
-        let messages = match &fork_from {
-            Some(lead) => fork_messages(lead, &request.task),
-            None => isolated_messages(&request.task),
-        };
-        let observer = Arc::new(CheckpointObserver {
-            repo: self.repo.clone(),
-            worktree: worktree.clone(),
-            label: label.to_owned(),
-            journal_error: Mutex::new(None),
-            orchestrator: self.clone(),
-        });
-        let spec = self.spec(
-            AgentId {
-                role: role.name.clone(),
-                label: label.to_owned(),
-            },
-            role,
-            &self.models.worker,
-            self.options.max_turns.worker,
-            self.options.subagent_budget_tokens,
-            gate_registry(&tools, worktree),
-        );
-        let worker = run_agent_scoped(
-            &spec,
-            messages,
-            worktree.path(),
-            self.cancel.child_token(),
-            self.events.clone(),
-            observer.clone(),
-        )
-        .await;
-        self.spend(&worker.ledger);
-        report.worker_ledger = worker.ledger;
-        if let Some(error) = lock(&observer.journal_error).take() {
-            return Err(error);
-        }
-        // The final commit: whatever the worker left, even after a failure, so that
-        // nothing it wrote is lost (an archive keeps it if it is not merged).
-        let head = match self
-            .repo
-            .checkpoint(worktree, &format!("{label}: final"))
-            .await
-        {
-            Ok(commit) => commit,
-            Err(error) => return Ok(Err(format!("could not commit the worker's files: {error}"))),
-        };
-        if let Some(commit) = head {
-            self.journal(Entry::Checkpoint {
-                subtask: label.to_owned(),
-                commit: commit.to_string(),
-                turn: worker.ledger.steps,
-            })?;
-        }
-        let worker_summary = match &worker.result {
-            Ok(outcome) => match outcome.stop {
-                StopKind::Finished | StopKind::TurnCap => outcome.final_text.clone(),
-                _ => {
-                    return Ok(Err(format!(
-                        "the worker stopped: {}: {}",
-                        outcome.stop, outcome.detail
-                    )));
-                }
-            },
-            Err(error) => return Ok(Err(format!("the worker failed: {error}"))),
-        };
-        report.reason = (!worker_summary.trim().is_empty()).then(|| {
-            format!(
-                "worker: {}",
-                truncate_chars(worker_summary.trim(), WORKER_SUMMARY_CHARS)
-            )
-        });
-
-        let tip = match self.repo.ref_target(&worktree.branch_ref()) {
-            Ok(Some(tip)) => tip,
-            Ok(None) => return Ok(Err("the subtask's branch vanished".into())),
-            Err(error) => return Ok(Err(error.to_string())),
-        };
-        if tip == self.base {
-            return Ok(Err("the worker changed no file".into()));
-        }
-        let diff = match self
-            .repo
-            .diff(self.base, tip, self.options.max_review_patch_bytes)
-            .await
-        {
-            Ok(diff) => diff,
-            Err(error) => return Ok(Err(format!("could not diff the subtask: {error}"))),
-        };
-        report.executes_later = executes_later(&diff.stat);
-        report.diffstat = Some(diff.stat.clone());
-
-        let verdict = match self
-            .review(label, &request.task, &diff, worktree, report)
-            .await
-        {
-            Ok(verdict) => verdict,
-            Err(reason) => return Ok(Err(reason)),
-        };
-        self.journal(Entry::Verdict {
-            subtask: label.to_owned(),
-            verdict: verdict.kind,
-            summary: verdict.summary.clone(),
-            findings: verdict.findings.clone(),
-        })?;
-        report.verdict = Some(verdict.kind);
-        report.review_summary = Some(verdict.summary.clone());
-        report.findings = verdict.findings.clone();
-        if verdict.kind == VerdictKind::Reject {
-            report.status = SubtaskOutcome::Rejected;
-            return Ok(Ok(()));
-        }
-        let message = format!(
-            "grove {}: merge {label}\n\n{}\n\nGrove-Run: {}\nGrove-Subtask: {label}\n",
-            self.run,
-            truncate_chars(request.task.lines().next().unwrap_or_default(), 200),
-            self.run
-        );
-        match self
-            .repo
-            .merge_onto(&self.run.result_ref(), tip, &message)
-            .await
-        {
-            Ok(MergeOutcome::Merged { commit }) => {
-                self.journal(Entry::Merged {
-                    subtask: label.to_owned(),
-                    commit: tip.to_string(),
-                    result: commit.to_string(),
-                })?;
-                report.status = SubtaskOutcome::Merged;
-            }
-            Ok(MergeOutcome::AlreadyMerged) => report.status = SubtaskOutcome::Merged,
-            Ok(MergeOutcome::Conflict { paths }) => {
-                self.journal(Entry::Conflict {
-                    subtask: label.to_owned(),
-                    paths: paths.clone(),
-                })?;
-                report.status = SubtaskOutcome::Conflict;
-                report.reason = Some(format!(
-                    "approved, but it conflicts with work merged before it in: {}",
-                    paths.join(", ")
-                ));
-                report.conflict_paths = paths;
-            }
-            Err(error) => return Ok(Err(format!("could not merge: {error}"))),
-        }
-        Ok(Ok(()))
-    }
-
-    /// The isolated review of one diff; `Err(reason)` when no review could be had.
-    async fn review(
-        &self,
-        label: &str,
-        brief: &str,
-        diff: &BranchDiff,
-        worktree: &Worktree,
-        report: &mut SubtaskReport,
-    ) -> Result<Verdict, String> {
-        let submit = Arc::new(SubmitVerdict::new());
-        let tools =
-            gate_registry(&tools::builtin(ToolSet::ReadOnly), worktree).with(submit.clone());
-        let role = roles::builtin(RoleKind::Reviewer);
-        let spec = self.spec(
-            AgentId {
-                role: "reviewer".into(),
-                label: label.to_owned(),
-            },
-            &role,
-            &self.models.reviewer,
-            self.options.max_turns.reviewer,
-            self.options.subagent_budget_tokens,
-            tools,
-        );
-        let reviewer = run_agent_scoped(
-            &spec,
-            isolated_messages(&review_brief(brief, diff, &report.executes_later)),
-            worktree.path(),
-            self.cancel.child_token(),
-            self.events.clone(),
-            Arc::new(NoObserver),
-        )
-        .await;
-        self.spend(&reviewer.ledger);
-        report.reviewer_ledger = reviewer.ledger;
-        if let Some(verdict) = submit.verdict() {
-            return Ok(verdict);
-        }
-        match reviewer.result {
-            Err(AgentError::Cancelled { .. }) => Err("cancelled during review".into()),
-            Err(error) => Err(format!("the review failed: {error}")),
-            Ok(outcome) => Ok(Verdict {
-                kind: VerdictKind::Reject,
-                summary: format!(
-                    "The reviewer gave no verdict ({}: {}); an unreviewed diff is never merged.",
-                    outcome.stop, outcome.detail
-                ),
-                findings: Vec::new(),
-            }),
-        }
-    }
-
-    /// Archives what is not merged, removes the worktree, journals the end.
-    async fn close_subtask(
-        &self,
-        mut report: SubtaskReport,
-        worktree: Option<&Worktree>,
-    ) -> Result<SubtaskReport, StoreError> {
-        let n: u32 = report.id[1..].parse().unwrap_or_default();
-        if report.status != SubtaskOutcome::Merged {
-            let archived = match worktree {
-                Some(worktree) => {
-                    self.repo
-                        .archive_worktree(worktree, report.status.as_str())
-                        .await
-                }
-                None => self.repo.archive_branch(&self.run, n).await,
-            };
-            match archived {
-                Ok(archived) => report.archive_ref = Some(archived.reference),
-                Err(error) => self.note(format!("{}: could not archive: {error}", report.id)),
-            }
-        }
-        if let Some(worktree) = worktree
-            && !self.options.keep_worktrees
-            && let Err(error) = self.repo.remove_worktree(worktree).await
-        {
-            self.note(format!(
-                "{}: could not remove its worktree: {error}",
-                report.id
-            ));
-        }
-        if !self.options.keep_worktrees {
-            // Merged work lives on in the result, the rest in its archive.
-            let keep = report.status == SubtaskOutcome::Merged || report.archive_ref.is_some();
-            if keep && let Err(error) = self.repo.delete_subtask_branch(&self.run, n).await {
-                self.note(format!("{}: kept its branch: {error}", report.id));
-            }
-        }
-        let ledger = report.ledger();
-        report.steps = ledger.steps;
-        report.input_tokens = ledger.input_tokens;
-        report.output_tokens = ledger.output_tokens;
-        report.cache_read_tokens = ledger.cache_read_tokens;
-        report.cache_write_tokens = ledger.cache_write_tokens;
-        self.journal(Entry::SubtaskFinished {
-            subtask: report.id.clone(),
-            status: report.status,
-            ledger,
-        })?;
-        self.events.emit(Event::SubtaskFinished {
-            label: report.id.clone(),
-            status: report.status.as_str().to_owned(),
-            verdict: report.verdict.map(|v| v.as_str().to_owned()),
-            diffstat: report.diffstat.as_ref().map(crate::git::DiffStat::summary),
-        });
-        Ok(report)
     }
 
     async fn finish(
@@ -762,72 +552,29 @@ impl Orchestrator {
         let merged_any = result_commit.is_some_and(|commit| commit != self.base);
         let (status, error) = match &failure {
             None => (RunEnd::Finished, None),
-            Some(LeadFailure::Interrupted) => (RunEnd::Interrupted, Some("interrupted".to_owned())),
+            Some(LeadFailure::Interrupted) => (
+                RunEnd::Interrupted,
+                Some(format!(
+                    "interrupted; `grove resume {}` continues the run",
+                    self.run
+                )),
+            ),
             Some(LeadFailure::Stopped(reason)) => (RunEnd::Finished, Some(reason.clone())),
             Some(LeadFailure::Error(reason)) => (RunEnd::Failed, Some(reason.clone())),
         };
-        let mut applied = false;
-        let apply = if !merged_any {
-            None
+        let (applied, apply) = if !merged_any {
+            (false, None)
         } else if !self.options.apply || status == RunEnd::Interrupted {
-            Some(ApplyReport {
+            let report = ApplyReport {
                 message: format!(
                     "The result is on {}; your branch was not touched.",
                     self.run.result_branch()
                 ),
                 command: Some(format!("git merge --ff-only {}", self.run.result_branch())),
-            })
+            };
+            (false, Some(report))
         } else {
-            let outcome = self
-                .repo
-                .apply(&ApplyRequest {
-                    run: self.run.clone(),
-                    branch: self.branch.clone(),
-                    base: self.base,
-                })
-                .await;
-            Some(match outcome {
-                Ok(ApplyOutcome::Applied {
-                    to, merged_on_top, ..
-                }) => {
-                    applied = true;
-                    ApplyReport {
-                        message: format!(
-                            "{} now has the result ({}{}).",
-                            short_branch(&self.branch),
-                            short_hex(&to.to_string()),
-                            if merged_on_top {
-                                ", merged on top of your new commits"
-                            } else {
-                                ""
-                            }
-                        ),
-                        command: None,
-                    }
-                }
-                Ok(ApplyOutcome::AlreadyApplied) => {
-                    applied = true;
-                    ApplyReport {
-                        message: format!("{} already has the result.", short_branch(&self.branch)),
-                        command: None,
-                    }
-                }
-                Ok(ApplyOutcome::Refused { reason, command }) => ApplyReport {
-                    message: format!(
-                        "Your branch was not touched: {}. The result is on {}.",
-                        describe_refusal(&reason),
-                        self.run.result_branch()
-                    ),
-                    command: Some(command),
-                },
-                Err(error) => ApplyReport {
-                    message: format!(
-                        "Your branch was not touched: applying failed: {error}. The result is on {}.",
-                        self.run.result_branch()
-                    ),
-                    command: Some(format!("git merge {}", self.run.result_branch())),
-                },
-            })
+            self.apply().await
         };
         let journal_end = match status {
             RunEnd::Interrupted => Entry::Paused {
@@ -849,9 +596,8 @@ impl Orchestrator {
         for subtask in &subtasks {
             total.add(&subtask.ledger());
         }
-        let run_id = self.run.as_str().to_owned();
         Ok(RunReport {
-            run_id,
+            run_id: self.run.as_str().to_owned(),
             status,
             base: self.base.to_string(),
             branch: self.branch.clone(),
@@ -866,166 +612,63 @@ impl Orchestrator {
             totals: Totals::from(total),
         })
     }
-}
 
-/// Why the lead did not finish normally.
-enum LeadFailure {
-    Interrupted,
-    /// The lead stopped itself (turn cap, budget...): the run still finishes.
-    Stopped(String),
-    Error(String),
-}
-
-/// Why a `delegate` call did not produce a subtask.
-pub(crate) enum DelegateRefusal {
-    /// The lead should read this and adapt.
-    Model(String),
-    /// The run cannot go on (the journal failed).
-    Fatal(StoreError),
-}
-
-/// The worker's tools: the kind's default set, or the agent file's `tools` list (which
-/// may only name worker tools).
-fn worker_tools(role: &RoleDef) -> Result<Registry, String> {
-    let all = tools::builtin(ToolSet::Worker);
-    let Some(names) = &role.tools else {
-        return Ok(all);
-    };
-    names.iter().try_fold(Registry::new(), |registry, name| {
-        all.get(name).cloned().map(|tool| registry.with(tool)).ok_or_else(|| {
-            format!(
-                "agent `{}` lists tool `{name}`, which workers do not have; worker tools are: {}",
-                role.name,
-                all.names().join(", ")
-            )
-        })
-    })
-}
-
-async fn run_agent_scoped(
-    spec: &AgentSpec,
-    messages: Vec<Message>,
-    root: &Path,
-    cancel: CancellationToken,
-    events: EventSink,
-    observer: Arc<dyn TurnObserver>,
-) -> AgentRun {
-    run_agent(
-        spec,
-        LoopInput {
-            messages,
-            tool_context: ToolContext {
-                root: root.to_path_buf(),
-                cancel,
-            },
-            events,
-            observer: Some(observer),
-        },
-    )
-    .await
-}
-
-/// The reviewer's first message: the brief, the flagged paths, the diff. Nothing else.
-fn review_brief(brief: &str, diff: &BranchDiff, executes_later: &[String]) -> String {
-    let mut text = format!(
-        "# The subtask's brief\n\n{}\n\n# The diff against the base ({})\n\n",
-        brief.trim(),
-        diff.stat.summary()
-    );
-    if !executes_later.is_empty() {
-        text.push_str(
-            "Attention: this diff changes files that run on the host or in CI later; \
-             check that each change is needed and harmless:\n",
-        );
-        for path in executes_later {
-            text.push_str(&format!("- {path}\n"));
-        }
-        text.push('\n');
-    }
-    text.push_str("```diff\n");
-    text.push_str(&diff.patch.text);
-    if !diff.patch.text.ends_with('\n') {
-        text.push('\n');
-    }
-    text.push_str("```\n\nThe resulting tree is your working directory; read what you need. ");
-    text.push_str("Then call `submit_verdict`.");
-    text
-}
-
-/// The short result a lead gets for one subtask: status, verdict, findings, diffstat.
-fn lead_result(report: &SubtaskReport) -> String {
-    let mut text = format!(
-        "{} {} ({})",
-        report.id,
-        report.status.as_str(),
-        report.branch
-    );
-    if let Some(verdict) = report.verdict {
-        text.push_str(&format!("; reviewer: {}", verdict.as_str()));
-    }
-    text.push('\n');
-    if let Some(reason) = &report.reason {
-        text.push_str(&format!("{}\n", reason));
-    }
-    if let Some(summary) = &report.review_summary {
-        text.push_str(&format!(
-            "review: {}\n",
-            truncate_chars(summary, REVIEW_SUMMARY_CHARS)
-        ));
-    }
-    for finding in report.findings.iter().take(LISTED_FINDINGS) {
-        let place = match finding.line {
-            Some(line) => format!("{}:{line}", finding.path),
-            None => finding.path.clone(),
-        };
-        text.push_str(&format!(
-            "- {place}: {}\n",
-            truncate_chars(&finding.problem, 200)
-        ));
-    }
-    if report.findings.len() > LISTED_FINDINGS {
-        text.push_str(&format!(
-            "- … {} more findings\n",
-            report.findings.len() - LISTED_FINDINGS
-        ));
-    }
-    if !report.conflict_paths.is_empty() {
-        text.push_str(&format!(
-            "conflicts in: {}\n",
-            report.conflict_paths.join(", ")
-        ));
-    }
-    if let Some(stat) = &report.diffstat {
-        text.push_str(&format!("diff: {}\n", stat.summary()));
-        for file in stat.files.iter().take(LISTED_FILES) {
-            if file.binary {
-                text.push_str(&format!("  {} (binary)\n", file.path));
-            } else {
-                text.push_str(&format!(
-                    "  {} +{} -{}\n",
-                    file.path, file.added, file.removed
-                ));
+    /// Moves the user's branch to the result when the git layer says it is safe.
+    async fn apply(&self) -> (bool, Option<ApplyReport>) {
+        let branch = self
+            .branch
+            .strip_prefix("refs/heads/")
+            .unwrap_or(&self.branch);
+        let result_branch = self.run.result_branch();
+        let outcome = self
+            .repo
+            .apply(&ApplyRequest {
+                run: self.run.clone(),
+                branch: self.branch.clone(),
+                base: self.base,
+            })
+            .await;
+        let (applied, message, command) = match outcome {
+            Ok(ApplyOutcome::Applied {
+                to, merged_on_top, ..
+            }) => {
+                let hex = to.to_string();
+                let how = if merged_on_top {
+                    ", merged on top of your new commits"
+                } else {
+                    ""
+                };
+                (
+                    true,
+                    format!(
+                        "{branch} now has the result ({}{how}).",
+                        &hex[..hex.len().min(10)]
+                    ),
+                    None,
+                )
             }
-        }
-        if stat.files.len() > LISTED_FILES {
-            text.push_str(&format!(
-                "  … {} more files\n",
-                stat.files.len() - LISTED_FILES
-            ));
-        }
+            Ok(ApplyOutcome::AlreadyApplied) => {
+                (true, format!("{branch} already has the result."), None)
+            }
+            Ok(ApplyOutcome::Refused { reason, command }) => (
+                false,
+                format!(
+                    "Your branch was not touched: {}. The result is on {result_branch}.",
+                    describe_refusal(&reason)
+                ),
+                Some(command),
+            ),
+            Err(error) => (
+                false,
+                format!(
+                    "Your branch was not touched: applying failed: {error}. The result is on \
+                     {result_branch}."
+                ),
+                Some(format!("git merge {result_branch}")),
+            ),
+        };
+        (applied, Some(ApplyReport { message, command }))
     }
-    if let Some(archive) = &report.archive_ref {
-        text.push_str(&format!("work kept at {archive}\n"));
-    }
-    text
-}
-
-fn short_branch(full: &str) -> &str {
-    full.strip_prefix("refs/heads/").unwrap_or(full)
-}
-
-fn short_hex(hex: &str) -> &str {
-    &hex[..hex.len().min(10)]
 }
 
 fn describe_refusal(reason: &crate::git::RefusalReason) -> String {
@@ -1047,66 +690,63 @@ fn describe_refusal(reason: &crate::git::RefusalReason) -> String {
     }
 }
 
-/// The lead's observer: keeps the history forks start from.
-struct LeadObserver {
-    orchestrator: std::sync::Weak<Orchestrator>,
+/// Every agent's observer: saves its transcript around each tool-calling turn, keeps
+/// the lead's history for forks, and commits a worker's checkpoint after each turn
+/// that changed files.
+pub(crate) struct AgentObserver {
+    pub(crate) orchestrator: std::sync::Weak<Orchestrator>,
+    pub(crate) label: String,
+    pub(crate) transcript: PathBuf,
+    /// What the agent spent before a resume, so the saved ledger stays whole.
+    pub(crate) earlier: Ledger,
+    pub(crate) checkpoint: Option<(Repo, Worktree)>,
+    pub(crate) is_lead: bool,
+}
+
+impl AgentObserver {
+    fn save(&self, state: TurnState<'_>) -> Result<(), String> {
+        let mut ledger = self.earlier;
+        ledger.add(state.ledger);
+        transcript::save(
+            &self.transcript,
+            &Transcript {
+                messages: state.messages.to_vec(),
+                ledger,
+            },
+        )
+        .map_err(|error| format!("cannot save the transcript: {error}"))
+    }
 }
 
 #[async_trait]
-impl TurnObserver for LeadObserver {
-    async fn before_tools(&self, _turn: u32, messages: &[Message]) -> Result<(), String> {
-        if let Some(orchestrator) = self.orchestrator.upgrade() {
-            *lock(&orchestrator.lead_messages) = messages.to_vec();
-        }
-        Ok(())
-    }
-
-    async fn after_turn(&self, _turn: u32, _mutated: bool) -> Result<(), String> {
-        Ok(())
-    }
-}
-
-/// A worker's observer: commits a checkpoint after every turn that changed files.
-struct CheckpointObserver {
-    repo: Repo,
-    worktree: Worktree,
-    label: String,
-    orchestrator: Arc<Orchestrator>,
-    /// A journal failure, kept so the subtask ends as fatal rather than as a tool error.
-    journal_error: Mutex<Option<StoreError>>,
-}
-
-#[async_trait]
-impl TurnObserver for CheckpointObserver {
-    async fn after_turn(&self, turn: u32, mutated: bool) -> Result<(), String> {
-        if !mutated {
-            return Ok(());
-        }
-        let commit = self
-            .repo
-            .checkpoint(&self.worktree, &format!("{}: turn {turn}", self.label))
-            .await
-            .map_err(|error| format!("checkpoint commit failed: {error}"))?;
-        if let Some(commit) = commit
-            && let Err(error) = self.orchestrator.journal(Entry::Checkpoint {
-                subtask: self.label.clone(),
-                commit: commit.to_string(),
-                turn,
-            })
+impl TurnObserver for AgentObserver {
+    async fn before_tools(&self, state: TurnState<'_>) -> Result<(), String> {
+        if self.is_lead
+            && let Some(orchestrator) = self.orchestrator.upgrade()
         {
-            let message = error.to_string();
-            *lock(&self.journal_error) = Some(error);
-            return Err(message);
+            *lock(&orchestrator.lead_messages) = state.messages.to_vec();
         }
-        Ok(())
+        self.save(state)
     }
-}
 
-struct NoObserver;
-
-#[async_trait]
-impl TurnObserver for NoObserver {
-    async fn after_turn(&self, _turn: u32, _mutated: bool) -> Result<(), String> {
-        Ok(())
+    async fn after_turn(&self, state: TurnState<'_>, mutated: bool) -> Result<(), String> {
+        if let Some((repo, worktree)) = &self.checkpoint
+            && mutated
+        {
+            let commit = repo
+                .checkpoint(worktree, &format!("{}: turn {}", self.label, state.turn))
+                .await
+                .map_err(|error| format!("checkpoint commit failed: {error}"))?;
+            if let (Some(commit), Some(orchestrator)) = (commit, self.orchestrator.upgrade()) {
+                orchestrator
+                    .journal(Entry::Checkpoint {
+                        subtask: self.label.clone(),
+                        commit: commit.to_string(),
+                        turn: state.turn,
+                    })
+                    .map_err(|error| format!("the run journal cannot be written: {error}"))?;
+            }
+        }
+        self.save(state)
     }
 }

@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use grove::agent::{
     AgentError, AgentOutcome, AgentRun, AgentSpec, CONTINUE_AFTER_MAX_TOKENS, Ledger, LoopInput,
-    StopKind, TRUNCATED_TOOL_CALL, TurnObserver, fork_messages, isolated_messages, run_agent,
+    StopKind, TRUNCATED_TOOL_CALL, TurnObserver, TurnState, fork_messages, isolated_messages,
+    run_agent,
 };
 use grove::event::{AgentId, Event, EventSink};
 use grove::model::{
@@ -172,7 +173,8 @@ struct RecordingObserver {
 
 #[async_trait]
 impl TurnObserver for RecordingObserver {
-    async fn after_turn(&self, turn: u32, mutated: bool) -> Result<(), String> {
+    async fn after_turn(&self, state: TurnState<'_>, mutated: bool) -> Result<(), String> {
+        let turn = state.turn;
         self.calls.lock().unwrap().push((turn, mutated));
         if self.fail_on_turn == Some(turn) {
             return Err("checkpoint commit failed".to_owned());
