@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::agent::roles::{self, ProjectRules, RoleDef, RoleKind};
 use crate::agent::{
@@ -192,6 +193,8 @@ pub(crate) struct Orchestrator {
     pub(crate) user_root: PathBuf,
     worktrees_dir: PathBuf,
     pub(crate) jobs: Semaphore,
+    /// Every subtask pipeline, so the run ends only after each one has checkpointed.
+    pub(crate) tasks: TaskTracker,
     pub(crate) next_subtask: AtomicU32,
     /// Tokens every finished subagent spent, for the run budget.
     spent_tokens: AtomicU64,
@@ -252,6 +255,7 @@ impl Orchestrator {
             base,
             branch,
             jobs: Semaphore::new(options.jobs.max(1)),
+            tasks: TaskTracker::new(),
             options,
             models,
             events,
@@ -344,6 +348,8 @@ impl Orchestrator {
             }
         }
         let (summary, lead_ledger, failure) = self.clone().run_lead(lead_history).await;
+        self.tasks.close();
+        self.tasks.wait().await;
         self.finish(summary, lead_ledger, failure).await
     }
 

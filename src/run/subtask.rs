@@ -65,6 +65,10 @@ enum Stage {
 
 impl Orchestrator {
     /// Runs one delegated subtask to its end and returns what the lead is told.
+    ///
+    /// The pipeline runs as a tracked task of its own: when the run is interrupted the
+    /// lead's loop drops this call at once, but the subtask still checkpoints its work
+    /// and reports, and the run waits for it before it finishes.
     pub(crate) async fn delegate(
         self: Arc<Self>,
         request: DelegateRequest,
@@ -80,6 +84,7 @@ impl Orchestrator {
             .delegate_role(&request)
             .map_err(DelegateRefusal::Model)?;
         let tools = worker_tools(&role).map_err(DelegateRefusal::Model)?;
+        // Numbered before anything awaits, so subtasks are numbered in call order.
         let n = self
             .next_subtask
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -93,6 +98,28 @@ impl Orchestrator {
             ContextMode::Fork => fork_messages(&lock(&self.lead_messages), &request.task),
             ContextMode::Isolated => isolated_messages(&request.task),
         };
+        let orchestrator = self.clone();
+        let task = self.tasks.spawn(async move {
+            orchestrator
+                .run_delegated(n, request, role, tools, messages)
+                .await
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(error) => Err(DelegateRefusal::Model(format!(
+                "the subtask stopped unexpectedly: {error}"
+            ))),
+        }
+    }
+
+    async fn run_delegated(
+        self: Arc<Self>,
+        n: u32,
+        request: DelegateRequest,
+        role: RoleDef,
+        tools: Registry,
+        messages: Vec<Message>,
+    ) -> Result<String, DelegateRefusal> {
         let _permit = tokio::select! {
             permit = self.jobs.acquire() => permit
                 .map_err(|_| DelegateRefusal::Model("the run is shutting down".into()))?,
@@ -109,17 +136,12 @@ impl Orchestrator {
             agent: role.name.clone(),
         })
         .map_err(DelegateRefusal::Fatal)?;
+        let start = Transcript {
+            messages,
+            ledger: Ledger::default(),
+        };
         let report = self
-            .run_subtask(
-                n,
-                &request.task,
-                &role,
-                tools,
-                Transcript {
-                    messages,
-                    ledger: Ledger::default(),
-                },
-            )
+            .run_subtask(n, &request.task, &role, tools, start)
             .await
             .map_err(DelegateRefusal::Fatal)?;
         let result = lead_result(&report);

@@ -634,3 +634,110 @@ async fn a_second_grove_on_the_same_repository_is_refused() {
     );
     assert!(server.requests().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_interrupted_run_keeps_its_work_and_resume_finishes_it() {
+    let fixture = repo_with_rules();
+    let cancel = CancellationToken::new();
+    let trip = cancel.clone();
+    let server = FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => lead_reply(request, &[("Shout.\nWRITE src/a.txt ALPHA", None)]),
+        Who::Worker => {
+            if answered(request) {
+                // Ctrl-C after the worker's write ran, before its last turn.
+                trip.cancel();
+            }
+            worker_reply(request)
+        }
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let report = grove::run::run(
+        &fixture.repo,
+        options(&fixture, USER_TASK),
+        models(&server, Provider::Anthropic, true),
+        EventSink::discard(),
+        cancel,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.status, RunEnd::Interrupted, "{report:#?}");
+    assert!(!report.applied);
+    assert_eq!(
+        fixture.read("src/a.txt"),
+        b"alpha\n",
+        "the user's tree is untouched"
+    );
+    let branch = format!("grove/{}/1", report.run_id);
+    assert_eq!(
+        fixture.git(&["show", &format!("{branch}:src/a.txt")]),
+        "ALPHA",
+        "the worker's write is checkpointed on its branch"
+    );
+    assert!(
+        report.subtasks[0].archive_ref.is_none(),
+        "interrupted work is not archived"
+    );
+
+    let first_server = server;
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(request, &[("unused", None)]),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let resumed = grove::run::resume(
+        &fixture.repo,
+        &report.run_id,
+        fixture.options(),
+        |_| Ok(models(&server, Provider::Anthropic, true)),
+        EventSink::discard(),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    server.assert_no_violations();
+    assert_eq!(resumed.status, RunEnd::Finished, "{resumed:#?}");
+    assert_eq!(
+        statuses(&resumed),
+        vec![(
+            "S1".into(),
+            SubtaskOutcome::Merged,
+            Some(VerdictKind::Approve)
+        )]
+    );
+    assert!(resumed.applied);
+    assert_eq!(fixture.read("src/a.txt"), b"ALPHA\n");
+    assert_eq!(
+        count_tool_calls(&[&first_server, &server], "write_file"),
+        1,
+        "the resumed worker continues its conversation; nothing is asked or run twice"
+    );
+    let lead = server
+        .requests()
+        .into_iter()
+        .find(|r| who(r) == Who::Lead)
+        .unwrap();
+    assert!(
+        lead.tool_results()[0].1.starts_with("S1 merged"),
+        "the lead's pending delegate call is answered with its subtask's result"
+    );
+    assert_eq!(
+        resumed.subtasks[0].worker_ledger.steps, 2,
+        "the ledger spans both processes"
+    );
+}
+
+/// How many distinct tool calls of `name` the servers' conversations hold (a call made
+/// once shows up again in every later request's history, under the same id).
+fn count_tool_calls(servers: &[&FakeServer], name: &str) -> usize {
+    let mut seen = std::collections::BTreeSet::new();
+    for request in servers.iter().flat_map(|server| server.requests()) {
+        for (id, tool) in request.tool_calls() {
+            if tool == name {
+                seen.insert(id);
+            }
+        }
+    }
+    seen.len()
+}
