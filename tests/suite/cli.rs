@@ -295,3 +295,97 @@ async fn grove_in(dir: &Path, fixture: &GitFixture, server: &FakeServer, args: &
         .args(args);
     command.output().await.unwrap()
 }
+
+/// The first file named `name` under the run directories of `repo`, if any.
+fn find_in_worktrees(repo: &Path, name: &str) -> Option<std::path::PathBuf> {
+    let runs = repo.join(".git/grove/runs");
+    for run in std::fs::read_dir(runs).ok()?.flatten() {
+        let candidate = run.path().join("worktrees/1").join(name);
+        if candidate.exists() {
+            return Some(candidate);
+        }
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_9_mid_tool_call_then_resume_finishes_without_running_the_call_twice() {
+    let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+    let server = FakeServer::with_responder(|request| {
+        let done = !request.tool_results().is_empty();
+        let turn = match (role(request), done) {
+            ("lead", false) => {
+                Turn::new().tool_use("d1", "delegate", json!({"task": "Leave a marker."}))
+            }
+            ("worker", false) => Turn::new().tool_use(
+                "w1",
+                "bash",
+                json!({"command": "echo run >> marker; sleep 5", "timeout_s": 30}),
+            ),
+            ("reviewer", false) => Turn::new().tool_use(
+                "r1",
+                "submit_verdict",
+                json!({"verdict": "approve", "summary": "a marker"}),
+            ),
+            (_, true) => Turn::text("done"),
+            _ => unreachable!(),
+        };
+        turn.usage(10, 2, 0, 0).into()
+    })
+    .await;
+
+    let mut first = tokio::process::Command::new(env!("CARGO_BIN_EXE_grove"));
+    first
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(sealed_env(&fixture.home()))
+        .env("ANTHROPIC_BASE_URL", server.url())
+        .env("ANTHROPIC_API_KEY", TEST_API_KEY)
+        .current_dir(&fixture.repo)
+        .args(["run", "leave a marker"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = first.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while find_in_worktrees(&fixture.repo, "marker").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker's command never ran"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    child.kill().await.unwrap(); // SIGKILL, mid tool call
+
+    let runs = grove(&fixture, None, &["runs", "--json"]).await;
+    let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
+    assert_eq!(
+        runs[0]["status"], "interrupted",
+        "a killed run is listed as interrupted: {runs:#}"
+    );
+    let run_id = runs[0]["run_id"].as_str().unwrap().to_owned();
+
+    let output = grove(&fixture, Some(&server), &["resume", "--json", &run_id]).await;
+    server.assert_no_violations();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["status"], "finished");
+    assert_eq!(report["subtasks"][0]["status"], "merged");
+    assert_eq!(
+        fixture.read("marker"),
+        b"run\n",
+        "the command that was running when grove died is never run again"
+    );
+    let resumed_worker = server
+        .requests()
+        .into_iter()
+        .filter(|r| role(r) == "worker")
+        .nth(1)
+        .unwrap();
+    assert!(
+        resumed_worker.tool_results()[0]
+            .1
+            .contains("grove was interrupted"),
+        "the model is told the call was interrupted: {:?}",
+        resumed_worker.tool_results()
+    );
+}
