@@ -306,7 +306,7 @@ where
     }
     Ok(match report.status {
         RunEnd::Interrupted => ExitCode::from(EXIT_INTERRUPTED),
-        RunEnd::Failed => ExitCode::FAILURE,
+        RunEnd::Failed | RunEnd::Paused => ExitCode::FAILURE,
         RunEnd::Finished if report.all_merged() => ExitCode::SUCCESS,
         RunEnd::Finished => ExitCode::from(EXIT_NOT_ALL_MERGED),
     })

@@ -287,7 +287,7 @@ pub fn report(report: &RunReport, ledgers: &Ledgers) {
             eprintln!("To apply it: {command}");
         }
     }
-    if report.status == RunEnd::Interrupted {
+    if matches!(report.status, RunEnd::Interrupted | RunEnd::Paused) {
         eprintln!(
             "Run {} was interrupted; its work is checkpointed on its branches.",
             report.run_id

@@ -201,6 +201,8 @@ pub(crate) struct Orchestrator {
     pub(crate) subtasks: Mutex<Vec<SubtaskReport>>,
     /// The lead's history as of its latest tool-calling turn; forks start from it.
     pub(crate) lead_messages: Mutex<Vec<Message>>,
+    /// Why the run paused itself (the model API failed), if it did.
+    pause_reason: Mutex<Option<String>>,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -267,11 +269,20 @@ impl Orchestrator {
             spent_tokens: AtomicU64::new(0),
             subtasks: Mutex::new(Vec::new()),
             lead_messages: Mutex::new(Vec::new()),
+            pause_reason: Mutex::new(None),
         }))
     }
 
     pub(crate) fn journal(&self, entry: Entry) -> Result<(), StoreError> {
         lock(&self.journal).append(entry).map(|_| ())
+    }
+
+    /// Stops the whole run in a resumable state: the model API failed past its retries
+    /// (an outage, a revoked key, a spent balance), so no subagent can go on, and nothing
+    /// they did is judged a failure. The first reason is kept.
+    pub(crate) fn pause(&self, reason: String) {
+        lock(&self.pause_reason).get_or_insert(reason);
+        self.cancel.cancel();
     }
 
     pub(crate) fn note(&self, message: impl Into<String>) {
@@ -500,6 +511,10 @@ impl Orchestrator {
             Err(AgentError::Cancelled { .. }) => {
                 (String::new(), ledger, Some(LeadFailure::Interrupted))
             }
+            Err(AgentError::Model { source, .. }) => {
+                self.pause(format!("the model API failed for the lead: {source}"));
+                (String::new(), ledger, Some(LeadFailure::Interrupted))
+            }
             Err(error) => (
                 String::new(),
                 ledger,
@@ -556,21 +571,30 @@ impl Orchestrator {
         subtasks.sort_by_key(|s| s.id[1..].parse::<u32>().unwrap_or(u32::MAX));
         let result_commit = self.repo.ref_target(&self.run.result_ref())?;
         let merged_any = result_commit.is_some_and(|commit| commit != self.base);
-        let (status, error) = match &failure {
-            None => (RunEnd::Finished, None),
-            Some(LeadFailure::Interrupted) => (
+        let paused = lock(&self.pause_reason).clone();
+        let (status, error) = match (&failure, paused) {
+            (Some(LeadFailure::Interrupted), Some(reason)) => (
+                RunEnd::Paused,
+                Some(format!(
+                    "{reason}. The run is paused with its work checkpointed; when the API \
+                     answers again, `grove resume {}` continues it",
+                    self.run
+                )),
+            ),
+            (None, _) => (RunEnd::Finished, None),
+            (Some(LeadFailure::Interrupted), None) => (
                 RunEnd::Interrupted,
                 Some(format!(
                     "interrupted; `grove resume {}` continues the run",
                     self.run
                 )),
             ),
-            Some(LeadFailure::Stopped(reason)) => (RunEnd::Finished, Some(reason.clone())),
-            Some(LeadFailure::Error(reason)) => (RunEnd::Failed, Some(reason.clone())),
+            (Some(LeadFailure::Stopped(reason)), _) => (RunEnd::Finished, Some(reason.clone())),
+            (Some(LeadFailure::Error(reason)), _) => (RunEnd::Failed, Some(reason.clone())),
         };
         let (applied, apply) = if !merged_any {
             (false, None)
-        } else if !self.options.apply || status == RunEnd::Interrupted {
+        } else if !self.options.apply || matches!(status, RunEnd::Interrupted | RunEnd::Paused) {
             let report = ApplyReport {
                 message: format!(
                     "The result is on {}; your branch was not touched.",
@@ -583,8 +607,8 @@ impl Orchestrator {
             self.apply().await
         };
         let journal_end = match status {
-            RunEnd::Interrupted => Entry::Paused {
-                reason: "interrupted".into(),
+            RunEnd::Interrupted | RunEnd::Paused => Entry::Paused {
+                reason: error.clone().unwrap_or_else(|| "interrupted".into()),
             },
             RunEnd::Finished | RunEnd::Failed => Entry::RunFinished {
                 status: if status == RunEnd::Failed {

@@ -17,8 +17,10 @@ use crate::run::journal::{Finding, SubtaskOutcome, VerdictKind};
 pub enum RunEnd {
     /// The lead finished; see the subtasks for what was merged.
     Finished,
-    /// Stopped by the user (Ctrl-C) or an outage; resumable.
+    /// Stopped by the user (Ctrl-C); resumable.
     Interrupted,
+    /// Paused by grove because the model API failed past its retries; resumable.
+    Paused,
     /// Stopped on an error.
     Failed,
 }

@@ -277,6 +277,9 @@ impl Orchestrator {
         self.spend(&worker.ledger);
         report.worker_ledger = start.ledger;
         report.worker_ledger.add(&worker.ledger);
+        if let Err(AgentError::Model { source, .. }) = &worker.result {
+            self.pause(format!("the model API failed for {label}: {source}"));
+        }
 
         // The final commit: whatever the worker left, even after a failure or an
         // interrupt, so that nothing it wrote is lost.
@@ -470,6 +473,12 @@ impl Orchestrator {
         }
         match reviewer.result {
             Err(AgentError::Cancelled { .. }) => Err("cancelled during review".into()),
+            Err(AgentError::Model { source, .. }) => {
+                self.pause(format!(
+                    "the model API failed for the reviewer of {label}: {source}"
+                ));
+                Err("the model API failed during review".into())
+            }
             Err(error) => Err(format!("the review failed: {error}")),
             Ok(outcome) => Ok(Verdict {
                 kind: VerdictKind::Reject,

@@ -741,3 +741,74 @@ fn count_tool_calls(servers: &[&FakeServer], name: &str) -> usize {
     }
     seen.len()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_api_outage_pauses_the_run_and_resume_finishes_it_once_the_api_is_back() {
+    let fixture = repo_with_rules();
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(request, &[("Shout.\nWRITE src/a.txt ALPHA", None)]),
+        // The API goes down once the worker starts, for good.
+        Who::Worker | Who::Reviewer => Reply::overloaded(),
+    })
+    .await;
+    let report = run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        options(&fixture, USER_TASK),
+    )
+    .await
+    .unwrap();
+    server.assert_no_violations();
+    assert_eq!(report.status, RunEnd::Paused, "{report:#?}");
+    let error = report.error.clone().unwrap();
+    assert!(
+        error.contains("overloaded") && error.contains(&format!("grove resume {}", report.run_id)),
+        "the message says what happened and what to run: {error}"
+    );
+    let worker_calls = server
+        .requests()
+        .iter()
+        .filter(|r| who(r) == Who::Worker)
+        .count();
+    assert!(
+        (2..=10).contains(&worker_calls),
+        "retries are bounded: {worker_calls} worker requests"
+    );
+    assert!(
+        report.subtasks[0].archive_ref.is_none(),
+        "an outage is not the worker's failure"
+    );
+    let listed = grove::run::store::RunStore::new(fixture.open().await.common_dir())
+        .list_runs()
+        .unwrap();
+    assert_eq!(listed[0].status.as_str(), "paused");
+
+    let healthy = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(request, &[("unused", None)]),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let resumed = grove::run::resume(
+        &fixture.repo,
+        &report.run_id,
+        fixture.options(),
+        |_| Ok(models(&healthy, Provider::Anthropic, true)),
+        EventSink::discard(),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    healthy.assert_no_violations();
+    assert_eq!(resumed.status, RunEnd::Finished, "{resumed:#?}");
+    assert_eq!(
+        statuses(&resumed),
+        vec![(
+            "S1".into(),
+            SubtaskOutcome::Merged,
+            Some(VerdictKind::Approve)
+        )]
+    );
+    assert_eq!(fixture.read("src/a.txt"), b"ALPHA\n");
+}
