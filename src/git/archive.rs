@@ -119,7 +119,6 @@ impl Repo {
     ) -> Result<CleanReport, GitError> {
         let mut report = CleanReport::default();
         self.prune_worktrees().await?;
-        let base_placeholder = self.resolve("HEAD").ok();
         for (admin, path) in self.registered_worktrees()? {
             let Some(subtask) = path
                 .file_name()
@@ -135,8 +134,8 @@ impl Repo {
             let Some(tip) = self.ref_target(&subtask_ref(run, subtask))? else {
                 continue;
             };
-            let base = base_placeholder.unwrap_or(tip);
-            if let Some(worktree) = self.find_worktree(run, subtask, base, &path)? {
+            // The base only matters for new branches; this one exists.
+            if let Some(worktree) = self.find_worktree(run, subtask, tip, &path)? {
                 report
                     .archived
                     .push(self.archive_worktree(&worktree, "run cleaned").await?);

@@ -153,16 +153,18 @@ impl Repo {
                     &format!("{title} (+{} -{})", file.added, file.removed)
                 )
             );
-            let old = self.blob_text(base, old_path)?;
-            let new = self.blob_text(head, &file.path)?;
-            let (Some(old), Some(new)) = (old, new) else {
+            let texts = if file.binary {
+                (None, None)
+            } else {
+                (
+                    self.blob_text(base, old_path)?,
+                    self.blob_text(head, &file.path)?,
+                )
+            };
+            let (Some(old), Some(new)) = texts else {
                 let _ = writeln!(out, "  binary file changed");
                 continue;
             };
-            if file.binary {
-                let _ = writeln!(out, "  binary file changed");
-                continue;
-            }
             render_text_diff(&mut out, &old, &new, style);
         }
         let _ = writeln!(out, "{}", stat.summary());

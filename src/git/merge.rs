@@ -93,7 +93,10 @@ impl Repo {
                 .await
             {
                 Ok(()) => return Ok(MergeOutcome::Merged { commit: merged }),
-                Err(GitError::Command { .. }) => last_seen = self.ref_target(target_ref)?,
+                // Another writer moved the ref (or holds its lock): recompute on its tip.
+                Err(GitError::Command { stderr, .. }) if stderr.contains("cannot lock ref") => {
+                    last_seen = self.ref_target(target_ref)?;
+                }
                 Err(other) => return Err(other),
             }
         }
