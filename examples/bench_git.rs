@@ -300,8 +300,16 @@ async fn main() -> anyhow::Result<()> {
     )? == git(&home, &merge_dir, &["rev-parse", "HEAD^{tree}"])?;
     println!("  (grove's result tree equals git's merge result: {same_tree})");
 
-    repo.clean_run(&run, &repo.default_worktrees_dir(&run))
+    let t = Instant::now();
+    let report = repo
+        .clean_run(&run, &repo.default_worktrees_dir(&run))
         .await?;
+    println!(
+        "grove clean: archived {} subtasks, removed {} worktrees in {}",
+        report.archived.len(),
+        report.removed_worktrees.len(),
+        secs(t.elapsed())
+    );
     println!("\nremoving {}", root.path().display());
     Ok(())
 }

@@ -17,18 +17,23 @@ use super::worktree::{Worktree, admin_head};
 /// Where one subtask's work was kept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ArchivedWork {
+    /// The subtask number.
     pub subtask: u32,
     /// The archive ref, `refs/grove/archive/<run>/<n>` (with `-2`, `-3`... when an
     /// earlier archive of the same subtask holds different work).
     pub reference: String,
+    /// The archived commit.
     pub commit: CommitId,
 }
 
 /// What [`Repo::clean_run`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct CleanReport {
+    /// Every subtask's archive, sorted by ref name.
     pub archived: Vec<ArchivedWork>,
+    /// Worktree directories removed.
     pub removed_worktrees: Vec<PathBuf>,
+    /// Subtask branches deleted (each held by its archive).
     pub deleted_branches: Vec<String>,
 }
 

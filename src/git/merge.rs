@@ -43,8 +43,11 @@ pub enum MergeCheck {
 /// Two commits that cannot both be merged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PairConflict {
+    /// The branch tip being checked.
     pub first: CommitId,
+    /// What it conflicts with: the merge target or a later branch.
     pub second: CommitId,
+    /// The conflicting paths.
     pub paths: Vec<String>,
 }
 
