@@ -187,15 +187,29 @@ async fn main() -> anyhow::Result<()> {
     let run = RunId::new("bench8")?;
     let t = Instant::now();
     let creations = (1..=WORKTREES).map(|n| {
-        repo.create_worktree(WorktreeSpec {
+        let spec = WorktreeSpec {
             run: run.clone(),
             subtask: n,
             base,
             path: repo.default_worktrees_dir(&run).join(n.to_string()),
-        })
+        };
+        let repo = repo.clone();
+        async move {
+            let worktree = repo.create_worktree(spec).await?;
+            Ok::<_, grove::git::GitError>((worktree, t.elapsed()))
+        }
     });
-    let worktrees = futures_util::future::try_join_all(creations).await?;
+    let created = futures_util::future::try_join_all(creations).await?;
     let grove_usable = t.elapsed();
+    let latencies: Vec<String> = created
+        .iter()
+        .map(|(_, d)| format!("{:.0}", d.as_secs_f64() * 1000.0))
+        .collect();
+    let worktrees: Vec<_> = created.into_iter().map(|(w, _)| w).collect();
+    println!(
+        "  (8 concurrent creates, each usable after ms: {}; first queued first)",
+        latencies.join(", ")
+    );
     for worktree in &worktrees {
         worktree.ready().await?;
     }
@@ -286,8 +300,16 @@ async fn main() -> anyhow::Result<()> {
     )? == git(&home, &merge_dir, &["rev-parse", "HEAD^{tree}"])?;
     println!("  (grove's result tree equals git's merge result: {same_tree})");
 
-    repo.clean_run(&run, &repo.default_worktrees_dir(&run))
+    let t = Instant::now();
+    let report = repo
+        .clean_run(&run, &repo.default_worktrees_dir(&run))
         .await?;
+    println!(
+        "grove clean: archived {} subtasks, removed {} worktrees in {}",
+        report.archived.len(),
+        report.removed_worktrees.len(),
+        secs(t.elapsed())
+    );
     println!("\nremoving {}", root.path().display());
     Ok(())
 }

@@ -19,6 +19,7 @@ use super::names::{CommitId, RunId};
 /// What to apply where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApplyRequest {
+    /// The run whose `grove/<run>/result` branch is applied.
     pub run: RunId,
     /// The user's branch, as a full ref (`refs/heads/main`).
     pub branch: String,

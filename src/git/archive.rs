@@ -17,18 +17,23 @@ use super::worktree::{Worktree, admin_head};
 /// Where one subtask's work was kept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ArchivedWork {
+    /// The subtask number.
     pub subtask: u32,
     /// The archive ref, `refs/grove/archive/<run>/<n>` (with `-2`, `-3`... when an
     /// earlier archive of the same subtask holds different work).
     pub reference: String,
+    /// The archived commit.
     pub commit: CommitId,
 }
 
 /// What [`Repo::clean_run`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct CleanReport {
+    /// Every subtask's archive, sorted by ref name.
     pub archived: Vec<ArchivedWork>,
+    /// Worktree directories removed.
     pub removed_worktrees: Vec<PathBuf>,
+    /// Subtask branches deleted (each held by its archive).
     pub deleted_branches: Vec<String>,
 }
 
@@ -119,7 +124,6 @@ impl Repo {
     ) -> Result<CleanReport, GitError> {
         let mut report = CleanReport::default();
         self.prune_worktrees().await?;
-        let base_placeholder = self.resolve("HEAD").ok();
         for (admin, path) in self.registered_worktrees()? {
             let Some(subtask) = path
                 .file_name()
@@ -135,8 +139,8 @@ impl Repo {
             let Some(tip) = self.ref_target(&subtask_ref(run, subtask))? else {
                 continue;
             };
-            let base = base_placeholder.unwrap_or(tip);
-            if let Some(worktree) = self.find_worktree(run, subtask, base, &path)? {
+            // The base only matters for new branches; this one exists.
+            if let Some(worktree) = self.find_worktree(run, subtask, tip, &path)? {
                 report
                     .archived
                     .push(self.archive_worktree(&worktree, "run cleaned").await?);

@@ -43,8 +43,11 @@ pub enum MergeCheck {
 /// Two commits that cannot both be merged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PairConflict {
+    /// The branch tip being checked.
     pub first: CommitId,
+    /// What it conflicts with: the merge target or a later branch.
     pub second: CommitId,
+    /// The conflicting paths.
     pub paths: Vec<String>,
 }
 
@@ -93,7 +96,10 @@ impl Repo {
                 .await
             {
                 Ok(()) => return Ok(MergeOutcome::Merged { commit: merged }),
-                Err(GitError::Command { .. }) => last_seen = self.ref_target(target_ref)?,
+                // Another writer moved the ref (or holds its lock): recompute on its tip.
+                Err(GitError::Command { stderr, .. }) if stderr.contains("cannot lock ref") => {
+                    last_seen = self.ref_target(target_ref)?;
+                }
                 Err(other) => return Err(other),
             }
         }

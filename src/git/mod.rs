@@ -13,6 +13,21 @@
 //!
 //! Ref layout (see [`RunId`]): subtask branches `grove/<run>/<n>`, the run's result
 //! branch `grove/<run>/result`, archives `refs/grove/archive/<run>/<n>`.
+//!
+//! A run uses it in this order:
+//! 1. [`Repo::open`], [`Repo::head`] for the base, [`Repo::create_result_branch`].
+//! 2. Per subtask: [`Repo::create_worktree`] (returns at once; file tools await
+//!    [`Worktree::ready`]), [`Repo::checkpoint`] after every turn that changed files and
+//!    at the end, [`Repo::diff`] / [`Repo::render_diff`] for the reviewer and the user.
+//! 3. Approved: [`Repo::merge_subtasks`] (optionally [`Repo::find_conflicts`] first).
+//!    Rejected or failed: [`Repo::archive_worktree`].
+//! 4. [`Repo::apply`], then [`Repo::clean_run`]; [`Repo::gc_archives`] is `grove gc`.
+//!
+//! Host-side safety: every git process gets `-c core.hooksPath=/dev/null`,
+//! `core.fsmonitor=false` and friends, no inherited `GIT_*` variable, an explicit
+//! `--git-dir` (a worktree's admin dir, never its `.git` file) and `--work-tree`.
+//! Filter, merge and diff drivers defined in the repository's own config are
+//! neutralised; the user's global config (e.g. git-lfs) is trusted like the user's git.
 
 mod apply;
 mod archive;

@@ -41,6 +41,7 @@ impl RunId {
         }
     }
 
+    /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }

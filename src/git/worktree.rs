@@ -25,6 +25,7 @@ const FILLED_MARKER: &str = "grove-filled";
 /// What [`Repo::create_worktree`] needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorktreeSpec {
+    /// The run the subtask belongs to.
     pub run: RunId,
     /// The subtask number `n` of branch `grove/<run>/<n>`.
     pub subtask: u32,
@@ -56,10 +57,12 @@ pub struct Worktree {
 }
 
 impl Worktree {
+    /// The run this worktree belongs to.
     pub fn run(&self) -> &RunId {
         &self.run
     }
 
+    /// The subtask number `n`.
     pub fn subtask(&self) -> u32 {
         self.subtask
     }
@@ -302,6 +305,9 @@ impl Repo {
         let repo = self.clone();
         let (fill_path, fill_admin) = (path.clone(), admin.clone());
         tokio::spawn(async move {
+            // Let registrations already queued go first (the lock is FIFO): a checkout
+            // competing for CPU and disk would delay every later worktree's first use.
+            drop(REGISTRATION.lock().await);
             let result = repo
                 .inner
                 .runner

@@ -243,3 +243,78 @@ async fn an_operation_in_progress_refuses_the_apply() {
     );
     assert_eq!(fixture.user_state(), before);
 }
+
+#[tokio::test]
+async fn an_ignored_file_the_result_would_create_is_not_clobbered() {
+    let fixture = project();
+    fixture.write(".gitignore", "build/\n");
+    fixture.commit_all("ignore build");
+    let repo = fixture.open().await;
+    let base = fixture.rev("HEAD");
+    let worktree = filled_worktree(&repo, base, 1).await;
+    commit_in(
+        &repo,
+        &worktree,
+        &[(".gitignore", ""), ("build/out.txt", "from grove\n")],
+    )
+    .await;
+    repo.create_result_branch(&run_id(), base).await.unwrap();
+    repo.merge_subtasks(&run_id(), &[1]).await.unwrap();
+    fixture.write("build/out.txt", "the user's ignored build output\n");
+    let before = fixture.user_state();
+
+    let outcome = repo
+        .apply(&ApplyRequest {
+            run: run_id(),
+            branch: "refs/heads/main".to_owned(),
+            base,
+        })
+        .await
+        .unwrap();
+
+    assert_eq!(
+        outcome,
+        ApplyOutcome::Refused {
+            reason: RefusalReason::LocalChangesInTheWay {
+                paths: vec!["build/".to_owned()]
+            },
+            command: "git merge --ff-only grove/r1/result".to_owned(),
+        }
+    );
+    assert_eq!(
+        fixture.user_state(),
+        before,
+        "git itself would overwrite ignored files; grove does not"
+    );
+}
+
+#[tokio::test]
+async fn a_branch_checked_out_in_another_worktree_is_left_alone() {
+    let fixture = project();
+    let (repo, request, _) = finished_run(&fixture).await;
+    fixture.git(&["checkout", "--quiet", "--detach"]);
+    let other = fixture.dir.path().join("other");
+    fixture.git(&[
+        "worktree",
+        "add",
+        "--quiet",
+        other.to_str().unwrap(),
+        "main",
+    ]);
+
+    let outcome = repo.apply(&request).await.unwrap();
+
+    assert_eq!(
+        outcome,
+        ApplyOutcome::Refused {
+            reason: RefusalReason::CheckedOutInAnotherWorktree {
+                path: std::fs::canonicalize(&other).unwrap()
+            },
+            command: format!(
+                "git -C {} merge --ff-only grove/r1/result",
+                std::fs::canonicalize(&other).unwrap().display()
+            ),
+        }
+    );
+    assert_eq!(fixture.rev("main"), request.base);
+}

@@ -256,3 +256,22 @@ async fn opening_a_directory_outside_any_repository_is_a_clear_error() {
         "{result:?}"
     );
 }
+
+#[tokio::test]
+async fn a_branch_live_in_another_worktree_is_never_checked_out_twice() {
+    let fixture = project();
+    let repo = fixture.open().await;
+    let first = filled_worktree(&repo, fixture.rev("HEAD"), 1).await;
+
+    let result = repo
+        .create_worktree(WorktreeSpec {
+            path: fixture.dir.path().join("elsewhere"),
+            ..spec(&repo, &fixture, 1)
+        })
+        .await;
+
+    assert!(
+        matches!(&result, Err(GitError::BranchCheckedOutElsewhere { path, .. }) if path == first.path()),
+        "{result:?}"
+    );
+}
