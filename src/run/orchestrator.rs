@@ -6,12 +6,13 @@
 //! anything but a subtask's short result cross back to the lead, and never touch the
 //! user's branch before the end.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -203,6 +204,9 @@ pub(crate) struct Orchestrator {
     pub(crate) lead_messages: Mutex<Vec<Message>>,
     /// Why the run paused itself (the model API failed), if it did.
     pause_reason: Mutex<Option<String>>,
+    /// Subtask numbers whose outcome is settled; approved subtasks merge in number order.
+    settled: Mutex<BTreeSet<u32>>,
+    settled_changed: Notify,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -270,11 +274,37 @@ impl Orchestrator {
             subtasks: Mutex::new(Vec::new()),
             lead_messages: Mutex::new(Vec::new()),
             pause_reason: Mutex::new(None),
+            settled: Mutex::new(BTreeSet::new()),
+            settled_changed: Notify::new(),
         }))
     }
 
     pub(crate) fn journal(&self, entry: Entry) -> Result<(), StoreError> {
         lock(&self.journal).append(entry).map(|_| ())
+    }
+
+    /// Marks subtask `n` as settled: it will not merge anything (any more).
+    pub(crate) fn settle(&self, n: u32) {
+        lock(&self.settled).insert(n);
+        self.settled_changed.notify_waiters();
+    }
+
+    /// Waits until every subtask numbered below `n` is settled, so that approved work
+    /// merges in a deterministic order (subtask number) whatever the timing; `false`
+    /// when the run was interrupted meanwhile.
+    pub(crate) async fn wait_for_merge_turn(&self, n: u32) -> bool {
+        loop {
+            let notified = self.settled_changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if (1..n).all(|k| lock(&self.settled).contains(&k)) {
+                return true;
+            }
+            tokio::select! {
+                () = notified => {}
+                () = self.cancel.cancelled() => return false,
+            }
+        }
     }
 
     /// Stops the whole run in a resumable state: the model API failed past its retries
@@ -384,6 +414,13 @@ impl Orchestrator {
             }
         }
         self.next_subtask.store(highest + 1, Ordering::Relaxed);
+        // Numbers that never started a subtask (refused, or lost in a crash before the
+        // journal had them) have nothing to merge.
+        for k in 1..=highest {
+            if !continuing.iter().any(|(n, _)| *n == k) {
+                self.settle(k);
+            }
+        }
         let mut tasks = Vec::new();
         for (n, state) in continuing {
             let orchestrator = self.clone();

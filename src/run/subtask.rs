@@ -8,6 +8,8 @@
 
 use std::sync::Arc;
 
+use tokio::sync::SemaphorePermit;
+
 use crate::agent::roles::{self, RoleDef, RoleKind};
 use crate::agent::{
     AgentError, AgentRun, AgentSpec, Ledger, LoopInput, StopKind, fork_messages, isolated_messages,
@@ -89,6 +91,7 @@ impl Orchestrator {
             .next_subtask
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if n > self.options.max_subtasks {
+            self.settle(n);
             return Err(DelegateRefusal::Model(format!(
                 "the run's limit of {} subtasks is reached; finish with a summary",
                 self.options.max_subtasks
@@ -120,7 +123,8 @@ impl Orchestrator {
         tools: Registry,
         messages: Vec<Message>,
     ) -> Result<String, DelegateRefusal> {
-        let _permit = tokio::select! {
+        let _settle = SettleOnDrop(self.clone(), n);
+        let permit = tokio::select! {
             permit = self.jobs.acquire() => permit
                 .map_err(|_| DelegateRefusal::Model("the run is shutting down".into()))?,
             () = self.cancel.cancelled() => {
@@ -141,7 +145,7 @@ impl Orchestrator {
             ledger: Ledger::default(),
         };
         let report = self
-            .run_subtask(n, &request.task, &role, tools, start)
+            .run_subtask(n, &request.task, &role, tools, start, permit)
             .await
             .map_err(DelegateRefusal::Fatal)?;
         let result = lead_result(&report);
@@ -176,6 +180,7 @@ impl Orchestrator {
                 )
             }
         };
+        let _settle = SettleOnDrop(self.clone(), n);
         let label = format!("S{n}");
         let saved = match transcript::load(&self.transcript_path(&label, &role.name)) {
             Ok(saved) => saved,
@@ -194,8 +199,15 @@ impl Orchestrator {
                 ledger: Ledger::default(),
             },
         };
-        let _permit = self.jobs.acquire().await;
-        self.run_subtask(n, &state.task, &role, tools, start).await
+        let Ok(permit) = self.jobs.acquire().await else {
+            return Ok(empty_report(
+                &label,
+                &state.task,
+                self.run.subtask_branch(n),
+            ));
+        };
+        self.run_subtask(n, &state.task, &role, tools, start, permit)
+            .await
     }
 
     /// The pipeline of subtask `n`; an error here is the journal failing (fatal).
@@ -206,6 +218,7 @@ impl Orchestrator {
         role: &RoleDef,
         tools: Registry,
         start: Transcript,
+        permit: SemaphorePermit<'_>,
     ) -> Result<SubtaskReport, StoreError> {
         let label = format!("S{n}");
         let branch = self.run.subtask_branch(n);
@@ -223,7 +236,7 @@ impl Orchestrator {
             }
         };
         let stage = self
-            .work_and_review(&label, brief, role, tools, start, &worktree, &mut report)
+            .work_and_review(n, brief, role, tools, start, permit, &worktree, &mut report)
             .await?;
         match stage {
             Stage::Done => {}
@@ -244,14 +257,16 @@ impl Orchestrator {
     #[allow(clippy::too_many_arguments)]
     async fn work_and_review(
         self: &Arc<Self>,
-        label: &str,
+        n: u32,
         brief: &str,
         role: &RoleDef,
         tools: Registry,
         start: Transcript,
+        permit: SemaphorePermit<'_>,
         worktree: &Worktree,
         report: &mut SubtaskReport,
     ) -> Result<Stage, StoreError> {
+        let label = &format!("S{n}");
         let spec = self.spec(
             AgentId {
                 role: role.name.clone(),
@@ -364,6 +379,11 @@ impl Orchestrator {
         if verdict.kind == VerdictKind::Reject {
             report.status = SubtaskOutcome::Rejected;
             return Ok(Stage::Done);
+        }
+        // The merge may wait for lower-numbered subtasks; they may need this slot.
+        drop(permit);
+        if !self.wait_for_merge_turn(n).await {
+            return Ok(Stage::Interrupted);
         }
         let message = format!(
             "grove {}: merge {label}\n\n{}\n\nGrove-Run: {}\nGrove-Subtask: {label}\n",
@@ -540,6 +560,16 @@ impl Orchestrator {
             diffstat: report.diffstat.as_ref().map(DiffStat::summary),
         });
         Ok(report)
+    }
+}
+
+/// Settles subtask `n` however its pipeline ends (done, failed, interrupted, or an
+/// error), so that no later subtask waits forever for its turn to merge.
+struct SettleOnDrop(Arc<Orchestrator>, u32);
+
+impl Drop for SettleOnDrop {
+    fn drop(&mut self) {
+        self.0.settle(self.1);
     }
 }
 

@@ -459,17 +459,23 @@ async fn two_subtasks_editing_the_same_line_conflict_and_both_are_kept() {
     .await
     .unwrap();
     server.assert_no_violations();
-    let mut outcomes: Vec<SubtaskOutcome> = report.subtasks.iter().map(|s| s.status).collect();
-    outcomes.sort_by_key(|o| o.as_str());
     assert_eq!(
-        outcomes,
-        vec![SubtaskOutcome::Conflict, SubtaskOutcome::Merged]
+        statuses(&report),
+        vec![
+            (
+                "S1".into(),
+                SubtaskOutcome::Merged,
+                Some(VerdictKind::Approve)
+            ),
+            (
+                "S2".into(),
+                SubtaskOutcome::Conflict,
+                Some(VerdictKind::Approve)
+            ),
+        ],
+        "approved work merges in subtask order, whatever finished first"
     );
-    let conflicted = report
-        .subtasks
-        .iter()
-        .find(|s| s.status == SubtaskOutcome::Conflict)
-        .unwrap();
+    let conflicted = &report.subtasks[1];
     assert_eq!(conflicted.conflict_paths, vec!["src/a.txt".to_owned()]);
     let archive = conflicted
         .archive_ref
@@ -477,8 +483,8 @@ async fn two_subtasks_editing_the_same_line_conflict_and_both_are_kept() {
         .expect("conflicting work is archived");
     let kept = fixture.git(&["show", &format!("{archive}:src/a.txt")]);
     let merged = String::from_utf8(fixture.read("src/a.txt")).unwrap();
-    let mut both = vec![kept, merged.trim_end().to_owned()];
-    both.sort();
+    assert_eq!(merged, "FIRST\n");
+    let both = vec![merged.trim_end().to_owned(), kept];
     assert_eq!(
         both,
         vec!["FIRST", "SECOND"],
@@ -811,4 +817,184 @@ async fn an_api_outage_pauses_the_run_and_resume_finishes_it_once_the_api_is_bac
         )]
     );
     assert_eq!(fixture.read("src/a.txt"), b"ALPHA\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn jobs_bounds_how_many_subtasks_work_at_once() {
+    let fixture = repo_with_rules();
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(
+            request,
+            &[
+                ("One.\nWRITE src/a.txt ALPHA", None),
+                ("Two.\nWRITE src/b.txt BETA", None),
+            ],
+        ),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let report = run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        RunOptions {
+            jobs: 1,
+            ..options(&fixture, USER_TASK)
+        },
+    )
+    .await
+    .unwrap();
+    assert!(report.all_merged(), "{report:#?}");
+    // With one slot, a subtask's worker and reviewer finish before the next one starts.
+    let order: Vec<String> = server
+        .requests()
+        .iter()
+        .filter(|r| who(r) != Who::Lead)
+        .map(|r| {
+            let brief = first_user_text(r);
+            let subtask = if brief.contains("ALPHA") { "a" } else { "b" };
+            format!("{subtask}:{:?}", who(r))
+        })
+        .collect();
+    let first = order[0].split(':').next().unwrap().to_owned();
+    let switch = order
+        .iter()
+        .position(|entry| !entry.starts_with(&first))
+        .unwrap();
+    assert!(
+        order[switch..]
+            .iter()
+            .all(|entry| !entry.starts_with(&first)),
+        "subtasks never overlap with --jobs 1: {order:?}"
+    );
+    assert_eq!(switch, 4, "worker and reviewer, two turns each: {order:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn project_agents_choose_their_prompt_tools_and_model() {
+    let fixture = repo_with_rules();
+    fixture.write(
+        ".grove/agents/scribe.md",
+        "---\ndescription: Writes files, nothing else\ntools: [write_file]\nmodel: scribe-model\n---\nYou are a scribe.\n",
+    );
+    fixture.commit_all("add an agent");
+    let server = FakeServer::with_responder(|request| {
+        let system = request.system_text();
+        if system.starts_with("You are a scribe.") {
+            return worker_reply(request);
+        }
+        match who(request) {
+            Who::Lead => {
+                if answered(request) {
+                    return usage(Turn::text("done")).into();
+                }
+                usage(Turn::new().tool_use(
+                    "d1",
+                    "delegate",
+                    json!({"task": "WRITE src/a.txt ALPHA", "agent": "scribe"}),
+                ))
+                .into()
+            }
+            Who::Reviewer => reviewer_reply(request),
+            Who::Worker => panic!("the built-in worker must not run"),
+        }
+    })
+    .await;
+    let report = run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        options(&fixture, USER_TASK),
+    )
+    .await
+    .unwrap();
+    server.assert_no_violations();
+    assert!(report.all_merged(), "{report:#?}");
+    let scribe = server
+        .requests()
+        .into_iter()
+        .find(|r| r.system_text().starts_with("You are a scribe."))
+        .unwrap();
+    assert_eq!(scribe.body["model"], "scribe-model");
+    assert_eq!(scribe.tool_names(), ["write_file"]);
+    assert!(
+        scribe.system_text().contains(RULES),
+        "project agents get the rules too"
+    );
+    let lead = server
+        .requests()
+        .into_iter()
+        .find(|r| who(r) == Who::Lead)
+        .unwrap();
+    assert!(
+        lead.raw_body
+            .contains("`scribe`: Writes files, nothing else"),
+        "the lead is told which agents exist"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn budgets_fail_a_greedy_subagent_and_stop_new_delegations() {
+    let fixture = repo_with_rules();
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => {
+            let results = request.tool_results();
+            if results.len() >= 2 {
+                return usage(Turn::text("done")).into();
+            }
+            let task = if results.is_empty() {
+                "One.\nWRITE src/a.txt ALPHA"
+            } else {
+                "Two.\nWRITE src/b.txt BETA"
+            };
+            usage(Turn::new().tool_use(
+                &format!("d{}", results.len()),
+                "delegate",
+                json!({"task": task}),
+            ))
+            .into()
+        }
+        // Every worker turn costs 1600 tokens: over the subagent budget at once.
+        Who::Worker => match worker_reply(request) {
+            Reply::Turn(turn) => turn.usage(1500, 100, 0, 0).into(),
+            other => other,
+        },
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let report = run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        RunOptions {
+            subagent_budget_tokens: Some(1500),
+            budget_tokens: Some(1000),
+            ..options(&fixture, USER_TASK)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        report.subtasks.len(),
+        1,
+        "no subtask starts once the run budget is spent"
+    );
+    let subtask = &report.subtasks[0];
+    assert_eq!(subtask.status, SubtaskOutcome::Failed);
+    assert!(
+        subtask.reason.as_deref().unwrap().contains("budget"),
+        "the reason names the budget: {subtask:#?}"
+    );
+    let lead_last = server
+        .requests()
+        .into_iter()
+        .rev()
+        .find(|r| who(r) == Who::Lead)
+        .unwrap();
+    assert!(
+        lead_last.tool_results()[1].1.contains("budget is spent"),
+        "the lead is told why: {:?}",
+        lead_last.tool_results()
+    );
 }
