@@ -80,6 +80,13 @@ fn judge(error: &AgentError) -> Verdict {
 fn judge_model_error(error: &ModelError) -> Verdict {
     match error {
         ModelError::RetriesExhausted { last, .. } => judge_model_error(last),
+        // FastAPI-based servers answer a request that fails their schema with a 500.
+        ModelError::Api(api) if api.status >= 500 && api.message.contains("validation error") => {
+            Verdict::GroveFault(format!(
+                "the server refused the shape of grove's request (as a {}): {api}",
+                api.status
+            ))
+        }
         ModelError::Api(api) if api.status >= 500 => {
             Verdict::ServerFault(format!("the server failed internally: {api}"))
         }
@@ -138,7 +145,10 @@ fn show_event(event: &Event) {
             delay_ms,
             reason,
             ..
-        } => println!("  · retry {attempt} in {delay_ms} ms: {reason}"),
+        } => println!(
+            "  · retry {attempt} in {delay_ms} ms: {}",
+            truncate_chars(reason, SHOWN_RESULT_CHARS)
+        ),
         _ => {}
     }
 }

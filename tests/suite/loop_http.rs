@@ -275,6 +275,22 @@ async fn read_edit_bash_finish_over_http_with_real_tools() {
             &[vec!["read_1", "grep_1"], vec!["edit_1"], vec!["bash_1"]],
             &case,
         );
+        if provider == Provider::OpenAi {
+            // Interop with llama-cpp-python's server, which ignores tools without an
+            // explicit tool_choice and refuses a null or missing assistant content.
+            assert!(
+                requests
+                    .iter()
+                    .all(|request| request.body["tool_choice"] == "auto"),
+                "{case}: every request offering tools says tool_choice \"auto\""
+            );
+            let edit_turn = &requests[2].messages()[5];
+            assert_eq!(
+                (&edit_turn["role"], &edit_turn["content"]),
+                (&json!("assistant"), &json!("")),
+                "{case}: a turn of only tool calls is echoed with an empty string content"
+            );
+        }
 
         let results = transcript_results(&run.messages);
         let summary: Vec<(&str, bool)> = results
