@@ -3,7 +3,7 @@
 # (zero latency), next to a bare-client baseline, for Anthropic and OpenAI streaming.
 # Compare its output before and after a change to the loop; it is not a pass/fail test.
 #
-# Usage: scripts/bench-loop.sh [--turns N]   (default 2000; extra args go to the example)
+# Usage: scripts/bench-loop.sh [--turns N]   (default 500; the cost grows with the square of N)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
