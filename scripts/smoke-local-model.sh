@@ -75,6 +75,13 @@ fi
 status=0
 OPENAI_BASE_URL="http://127.0.0.1:$PORT/v1" OPENAI_API_KEY="" \
     target/debug/examples/smoke_local_model || status=$?
+# What went wrong inside the server (e.g. llama-cpp-python raises "Automatic streaming
+# tool choice is not supported" mid-stream when the model calls a tool while streaming).
+if grep -qE '^[[:space:]|]*[A-Za-z0-9_.]*(Error|Exception): ' "$SERVER_LOG"; then
+    echo "--- exceptions in the llama.cpp server log (count, message) ---"
+    grep -E '^[[:space:]|]*[A-Za-z0-9_.]*(Error|Exception): ' "$SERVER_LOG" \
+        | sed -E 's/^[[:space:]|]+//' | sort | uniq -c
+fi
 if [ "$status" -ne 0 ]; then
     echo "--- llama.cpp server log (last 40 lines) ---"
     tail -n 40 "$SERVER_LOG"
