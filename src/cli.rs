@@ -1,11 +1,42 @@
 //! Command-line definitions: one args struct and one function per subcommand.
+//!
+//! This is the binary's edge: it parses flags, builds the library's inputs, renders
+//! events and reports, and maps outcomes to exit codes (DESIGN.md: 0 every subtask
+//! merged, 3 some not merged, 1 error, 2 usage, 130 interrupted).
 
-use clap::{Parser, Subcommand};
+mod render;
 
-/// Run one coding task as a fleet of LLM subagents in parallel git worktrees.
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use grove::event::EventSink;
+use grove::git::{GitOptions, Repo, RunId as GitRunId};
+use grove::model::{self, Provider};
+use grove::run::store::RunStore;
+use grove::run::{
+    ModelChoice, ModelNames, Models, RunEnd, RunError, RunOptions, RunReport, TurnCaps,
+};
+
+/// Exit code: finished with some subtask not merged.
+const EXIT_NOT_ALL_MERGED: u8 = 3;
+/// Exit code: interrupted (Ctrl-C).
+const EXIT_INTERRUPTED: u8 = 130;
+
+/// Run one coding task as a fleet of LLM subagents in parallel git worktrees, with an
+/// isolated reviewer that must approve every diff before it is merged.
 #[derive(Debug, Parser)]
-#[command(name = "grove", version, about)]
+#[command(name = "grove", version, about, long_about = None)]
 pub struct Cli {
+    /// Run as if grove was started in DIR.
+    #[arg(short = 'C', global = true, value_name = "DIR")]
+    pub directory: Option<PathBuf>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -14,12 +45,331 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a task in the current repository.
+    #[command(after_help = "Examples:\n  \
+        grove run \"rename Config::load to Config::open everywhere\"\n  \
+        grove run --jobs 2 --no-apply \"add doc comments to src/model\"\n  \
+        OPENAI_BASE_URL=http://127.0.0.1:8080/v1 grove run --provider openai --model local \"fix the typos in docs/\"")]
     Run(RunArgs),
+    /// Continue an interrupted run (after Ctrl-C, a crash or an outage).
+    #[command(
+        after_help = "Examples:\n  grove resume 20261129-215530-7f3a\n  grove resume --json 20261129-215530-7f3a"
+    )]
+    Resume(ResumeArgs),
+    /// List this repository's runs, oldest first.
+    #[command(after_help = "Examples:\n  grove runs\n  grove runs --json")]
+    Runs(RunsArgs),
+    /// Remove a run's worktrees, archiving their work first.
+    #[command(after_help = "Examples:\n  grove clean 20261129-215530-7f3a")]
+    Clean(CleanArgs),
+    /// Delete archived work older than a number of days (the only command that deletes it).
+    #[command(after_help = "Examples:\n  grove gc --older-than 30")]
+    Gc(GcArgs),
 }
 
 /// Arguments of `grove run`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Args)]
 pub struct RunArgs {
     /// What to do, in plain words.
     pub task: String,
+    /// How many subtasks may run at once [default: 2 per core, at most 4].
+    #[arg(long, short = 'j', value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub jobs: Option<u32>,
+    /// The model API: anthropic (ANTHROPIC_API_KEY) or openai (OPENAI_API_KEY, OPENAI_BASE_URL).
+    #[arg(long, default_value = "anthropic", value_parser = parse_provider)]
+    pub provider: Provider,
+    /// The model of every role [default: claude-sonnet-4-5 for anthropic, gpt-4.1 for openai].
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The lead's model (overrides --model).
+    #[arg(long)]
+    pub lead_model: Option<String>,
+    /// The workers' model (overrides --model).
+    #[arg(long)]
+    pub worker_model: Option<String>,
+    /// The reviewers' model (overrides --model).
+    #[arg(long)]
+    pub reviewer_model: Option<String>,
+    /// Turn caps: N for every role, or ROLE=N (lead, worker, reviewer); repeatable.
+    #[arg(long, value_name = "N|ROLE=N")]
+    pub max_turns: Vec<String>,
+    /// Tokens the whole run may spend; no new subtask starts once they are spent.
+    #[arg(long, value_name = "TOKENS")]
+    pub budget_tokens: Option<u64>,
+    /// Tokens one subagent may spend; over it, its subtask fails.
+    #[arg(long, value_name = "TOKENS")]
+    pub subagent_budget_tokens: Option<u64>,
+    /// Leave the result on grove/<run>/result instead of moving your branch.
+    #[arg(long)]
+    pub no_apply: bool,
+    /// Keep every worktree after the run, for inspection.
+    #[arg(long)]
+    pub keep_worktrees: bool,
+    /// Print one JSON object with the run's report on stdout at the end.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `grove resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run to continue, as `grove runs` lists it.
+    pub run_id: String,
+    /// Print one JSON object with the run's report on stdout at the end.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `grove runs`.
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    /// Print a JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `grove clean`.
+#[derive(Debug, Args)]
+pub struct CleanArgs {
+    /// The run to clean, as `grove runs` lists it.
+    pub run_id: String,
+}
+
+/// Arguments of `grove gc`.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Delete archives whose commit is older than this many days.
+    #[arg(long, value_name = "DAYS")]
+    pub older_than: u64,
+}
+
+fn parse_provider(text: &str) -> Result<Provider, String> {
+    text.parse()
+        .map_err(|error: model::ModelError| error.to_string())
+}
+
+/// Runs the parsed command line and returns the process's exit code.
+pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
+    let directory = match cli.directory {
+        Some(directory) => directory,
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    match cli.command {
+        Command::Run(args) => run(&directory, args).await,
+        Command::Resume(args) => resume(&directory, &args).await,
+        Command::Runs(args) => runs(&directory, &args).await,
+        Command::Clean(args) => clean(&directory, &args).await,
+        Command::Gc(args) => gc(&directory, &args).await,
+    }
+}
+
+fn default_model(provider: Provider) -> &'static str {
+    match provider {
+        Provider::Anthropic => "claude-sonnet-4-5",
+        Provider::OpenAi => "gpt-4.1",
+    }
+}
+
+fn turn_caps(values: &[String]) -> anyhow::Result<TurnCaps> {
+    let mut caps = TurnCaps::default();
+    for value in values {
+        let (role, number) = match value.split_once('=') {
+            Some((role, number)) => (Some(role.trim()), number),
+            None => (None, value.as_str()),
+        };
+        let turns: u32 = number
+            .trim()
+            .parse()
+            .ok()
+            .filter(|turns| *turns > 0)
+            .with_context(|| format!("--max-turns {value}: expected a positive whole number"))?;
+        match role {
+            None => {
+                caps = TurnCaps {
+                    lead: turns,
+                    worker: turns,
+                    reviewer: turns,
+                };
+            }
+            Some("lead") => caps.lead = turns,
+            Some("worker") => caps.worker = turns,
+            Some("reviewer") => caps.reviewer = turns,
+            Some(other) => {
+                bail!("--max-turns {value}: unknown role {other:?} (lead, worker, reviewer)")
+            }
+        }
+    }
+    Ok(caps)
+}
+
+async fn run(directory: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitCode> {
+    if args.task.trim().is_empty() {
+        bail!(
+            "the task is empty; say what grove should do, e.g. grove run \"fix the failing test\""
+        );
+    }
+    let mut options = RunOptions::new(args.task.clone());
+    if let Some(jobs) = args.jobs {
+        options.jobs = jobs as usize;
+    }
+    options.max_turns = turn_caps(&args.max_turns)?;
+    options.budget_tokens = args.budget_tokens;
+    options.subagent_budget_tokens = args.subagent_budget_tokens;
+    options.apply = !args.no_apply;
+    options.keep_worktrees = args.keep_worktrees;
+
+    let client = model::connect(args.provider)?;
+    let model = args
+        .model
+        .clone()
+        .unwrap_or_else(|| default_model(args.provider).to_owned());
+    let choice = |name: &Option<String>| ModelChoice {
+        client: client.clone(),
+        name: name.clone().unwrap_or_else(|| model.clone()),
+    };
+    let models = Models {
+        provider: args.provider.as_str().to_owned(),
+        lead: choice(&args.lead_model),
+        worker: choice(&args.worker_model),
+        reviewer: choice(&args.reviewer_model),
+    };
+
+    let json = args.json;
+    drive(json, |events, cancel| {
+        grove::run::run(directory, options, models, events, cancel)
+    })
+    .await
+}
+
+async fn resume(directory: &std::path::Path, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
+    let models = |state: &grove::run::state::RunState| {
+        let provider: Provider =
+            state
+                .provider
+                .parse()
+                .map_err(|error: model::ModelError| RunError::NotResumable {
+                    run_id: state.run_id.clone(),
+                    reason: error.to_string(),
+                })?;
+        let client = model::connect(provider).map_err(|error| RunError::NotResumable {
+            run_id: state.run_id.clone(),
+            reason: error.to_string(),
+        })?;
+        let names: ModelNames =
+            serde_json::from_value(state.options["model_names"].clone()).unwrap_or_default();
+        let pick = |name: String| ModelChoice {
+            client: client.clone(),
+            name: if name.is_empty() {
+                state.model.clone()
+            } else {
+                name
+            },
+        };
+        Ok(Models {
+            provider: provider.as_str().to_owned(),
+            lead: pick(names.lead),
+            worker: pick(names.worker),
+            reviewer: pick(names.reviewer),
+        })
+    };
+    drive(args.json, |events, cancel| {
+        grove::run::resume(
+            directory,
+            &args.run_id,
+            GitOptions::default(),
+            models,
+            events,
+            cancel,
+        )
+    })
+    .await
+}
+
+/// Runs a run (new or resumed) with the live view and Ctrl-C handling, then prints the
+/// report and maps it to the exit code.
+async fn drive<F, Fut>(json: bool, start: F) -> anyhow::Result<ExitCode>
+where
+    F: FnOnce(EventSink, CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = Result<RunReport, RunError>>,
+{
+    let cancel = CancellationToken::new();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let renderer = tokio::spawn(render::live(rx, std::io::stderr().is_terminal()));
+    let interrupt = tokio::spawn(watch_interrupts(cancel.clone()));
+    let outcome = start(EventSink::new(tx), cancel).await;
+    interrupt.abort();
+    let ledgers = renderer.await.unwrap_or_default();
+    let report = outcome?;
+
+    render::report(&report, &ledgers);
+    if json {
+        render::json(&report)?;
+    }
+    Ok(match report.status {
+        RunEnd::Interrupted => ExitCode::from(EXIT_INTERRUPTED),
+        RunEnd::Failed | RunEnd::Paused => ExitCode::FAILURE,
+        RunEnd::Finished if report.all_merged() => ExitCode::SUCCESS,
+        RunEnd::Finished => ExitCode::from(EXIT_NOT_ALL_MERGED),
+    })
+}
+
+/// The first Ctrl-C cancels the run (work is checkpointed, the run stays resumable); a
+/// second one ends the process at once.
+async fn watch_interrupts(cancel: CancellationToken) {
+    if tokio::signal::ctrl_c().await.is_err() {
+        return;
+    }
+    render::interrupted();
+    cancel.cancel();
+    if tokio::signal::ctrl_c().await.is_ok() {
+        std::process::exit(i32::from(EXIT_INTERRUPTED));
+    }
+}
+
+async fn open_repo(directory: &std::path::Path) -> anyhow::Result<Repo> {
+    Ok(Repo::open(directory, GitOptions::default()).await?)
+}
+
+async fn runs(directory: &std::path::Path, args: &RunsArgs) -> anyhow::Result<ExitCode> {
+    let repo = open_repo(directory).await?;
+    let runs = RunStore::new(repo.common_dir()).list_runs()?;
+    if args.json {
+        render::json(&runs)?;
+    } else {
+        render::runs_table(&runs);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn clean(directory: &std::path::Path, args: &CleanArgs) -> anyhow::Result<ExitCode> {
+    let repo = open_repo(directory).await?;
+    let run: grove::run::store::RunId = args
+        .run_id
+        .parse()
+        .with_context(|| format!("{:?} is not a run id; `grove runs` lists them", args.run_id))?;
+    let holder = grove::run::lock::read_holder(repo.common_dir())?;
+    if let Some(holder) = holder
+        && holder.run_id == run.as_str()
+        && holder.liveness() != grove::run::lock::Liveness::Dead
+    {
+        bail!(
+            "run {} is still running (pid {}); stop it before cleaning it",
+            holder.run_id,
+            holder.pid
+        );
+    }
+    let git_run = GitRunId::new(run.as_str())?;
+    let report = repo
+        .clean_run(&git_run, &repo.default_worktrees_dir(&git_run))
+        .await?;
+    render::clean_report(&report);
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn gc(directory: &std::path::Path, args: &GcArgs) -> anyhow::Result<ExitCode> {
+    let repo = open_repo(directory).await?;
+    let deleted = repo
+        .gc_archives(Duration::from_secs(args.older_than.saturating_mul(86_400)))
+        .await?;
+    render::gc_report(&deleted);
+    Ok(ExitCode::SUCCESS)
 }

@@ -54,6 +54,20 @@ pub enum Event {
         ledger: Ledger,
         outcome: String,
     },
+    /// The lead delegated a subtask; its worker is about to start.
+    SubtaskStarted {
+        label: String,
+        task: String,
+        branch: String,
+    },
+    /// A subtask is over: merged, rejected, conflict or failed.
+    SubtaskFinished {
+        label: String,
+        status: String,
+        verdict: Option<String>,
+        /// e.g. `3 files changed, 10 insertions(+), 2 deletions(-)`.
+        diffstat: Option<String>,
+    },
     /// A free-form status line from the orchestrator.
     Note { message: String },
 }

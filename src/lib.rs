@@ -7,7 +7,6 @@
 //! [`event::Event`] on a channel that the binary renders.
 
 pub mod agent;
-pub mod cli;
 pub mod event;
 pub mod git;
 pub mod model;

@@ -32,7 +32,7 @@
 //!    it is not run but answered with [`TRUNCATED_TOOL_CALL`].
 //! 6. Append one user message holding one `tool_result` per `tool_use`, same ids, in
 //!    call order, and nothing else (an empty result text is replaced by a placeholder).
-//! 7. Call the observer's `after_turn(turn, mutated)`; its error is fatal. (Its
+//! 7. Call the observer's `after_turn(state, mutated)`; its error is fatal. (Its
 //!    `before_tools` sees the history just before step 5.)
 //! 8. Count erroring tool calls in a row across turns (a success resets the count);
 //!    once it reaches `max_consecutive_tool_errors`, stop with [`StopKind::ToolErrors`].
@@ -53,7 +53,7 @@ use serde_json::Value;
 
 use crate::agent::context::append_user_text;
 use crate::agent::{
-    AgentError, AgentOutcome, AgentSpec, Ledger, LoopInput, StopKind, TurnObserver,
+    AgentError, AgentOutcome, AgentSpec, Ledger, LoopInput, StopKind, TurnObserver, TurnState,
 };
 use crate::event::{AgentId, Event, EventSink};
 use crate::model::{
@@ -351,7 +351,11 @@ impl Conversation<'_> {
     ) -> Result<Option<AgentOutcome>, AgentError> {
         if let Some(observer) = &self.observer {
             observer
-                .before_tools(turn, &self.request.messages)
+                .before_tools(TurnState {
+                    turn,
+                    messages: &self.request.messages,
+                    ledger: &self.ledger,
+                })
                 .await
                 .map_err(|message| AgentError::Observer {
                     agent: self.spec.id.clone(),
@@ -388,7 +392,14 @@ impl Conversation<'_> {
         });
         if let Some(observer) = &self.observer {
             observer
-                .after_turn(turn, results.mutated)
+                .after_turn(
+                    TurnState {
+                        turn,
+                        messages: &self.request.messages,
+                        ledger: &self.ledger,
+                    },
+                    results.mutated,
+                )
                 .await
                 .map_err(|message| AgentError::Observer {
                     agent: self.spec.id.clone(),

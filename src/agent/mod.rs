@@ -85,19 +85,31 @@ pub struct AgentSpec {
     pub tools: Registry,
 }
 
-/// Called by the loop between turns.
+/// Where a loop stands when it calls its observer.
+#[derive(Debug, Clone, Copy)]
+pub struct TurnState<'a> {
+    /// The 1-based turn.
+    pub turn: u32,
+    /// The whole conversation so far.
+    pub messages: &'a [Message],
+    /// What the loop has cost so far.
+    pub ledger: &'a Ledger,
+}
+
+/// Called by the loop around the tool calls of each turn that has some.
 #[async_trait]
 pub trait TurnObserver: Send + Sync {
-    /// Before the tool calls of turn `turn` run; `messages` ends with the assistant turn
-    /// that asked for them (a `delegate` call forks from exactly this history). An error
-    /// stops the loop as fatal.
-    async fn before_tools(&self, _turn: u32, _messages: &[Message]) -> Result<(), String> {
+    /// Before the tool calls of a turn run; `messages` ends with the assistant turn that
+    /// asked for them (a `delegate` call forks from exactly this history, and a
+    /// transcript saved here shows which calls may have run if the process dies). An
+    /// error stops the loop as fatal.
+    async fn before_tools(&self, _state: TurnState<'_>) -> Result<(), String> {
         Ok(())
     }
 
-    /// After the tool results of turn `turn` (1-based) were appended. `mutated` is true
-    /// when a mutating tool ran in that turn. An error stops the loop as fatal.
-    async fn after_turn(&self, turn: u32, mutated: bool) -> Result<(), String>;
+    /// After the turn's tool results were appended. `mutated` is true when a mutating
+    /// tool ran in that turn. An error stops the loop as fatal.
+    async fn after_turn(&self, state: TurnState<'_>, mutated: bool) -> Result<(), String>;
 }
 
 /// Why a loop ended without an error.

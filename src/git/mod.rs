@@ -3,4 +3,278 @@
 //!
 //! This module owns the user's repository safety. It must never touch the user's work
 //! tree, index or branch except in the final apply, and only when that is safe. It knows
-//! nothing of models, tools or agents.
+//! nothing of models, tools or agents, and it never prints.
+//!
+//! The entry point is [`Repo`], opened once per run from a path inside the user's
+//! repository. Reads of refs, commits and blobs go through libgit2 in process; anything
+//! that writes a work tree or was measured faster or more correct with the CLI (worktree
+//! add and checkout, diffs of two commits, `merge-tree`) goes through the sealed runner
+//! in `cmd`, which never lets the repository's config run a program.
+//!
+//! Ref layout (see [`RunId`]): subtask branches `grove/<run>/<n>`, the run's result
+//! branch `grove/<run>/result`, archives `refs/grove/archive/<run>/<n>`.
+//!
+//! A run uses it in this order:
+//! 1. [`Repo::open`], [`Repo::head`] for the base, [`Repo::create_result_branch`].
+//! 2. Per subtask: [`Repo::create_worktree`] (returns at once; file tools await
+//!    [`Worktree::ready`]), [`Repo::checkpoint`] after every turn that changed files and
+//!    at the end, [`Repo::diff`] / [`Repo::render_diff`] for the reviewer and the user.
+//! 3. Approved: [`Repo::merge_subtasks`] (optionally [`Repo::find_conflicts`] first).
+//!    Rejected or failed: [`Repo::archive_worktree`].
+//! 4. [`Repo::apply`], then [`Repo::clean_run`]; [`Repo::gc_archives`] is `grove gc`.
+//!
+//! Host-side safety: every git process gets `-c core.hooksPath=/dev/null`,
+//! `core.fsmonitor=false` and friends, no inherited `GIT_*` variable, an explicit
+//! `--git-dir` (a worktree's admin dir, never its `.git` file) and `--work-tree`.
+//! Filter, merge and diff drivers defined in the repository's own config are
+//! neutralised; the user's global config (e.g. git-lfs) is trusted like the user's git.
+
+mod apply;
+mod archive;
+mod branch;
+mod cmd;
+mod commit;
+mod diff;
+mod error;
+mod merge;
+mod names;
+mod worktree;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+pub use apply::{ApplyOutcome, ApplyRequest, RefusalReason};
+pub use archive::{ArchivedWork, CleanReport};
+pub use cmd::{GitOptions, Identity};
+pub use diff::{BranchDiff, DiffStat, FileStat, Patch};
+pub use error::GitError;
+pub use merge::{MergeCheck, MergeOutcome, PairConflict};
+pub use names::{CommitId, RunId, subtask_ref};
+pub use worktree::{Worktree, WorktreeSpec};
+
+use cmd::{GitCall, GitRunner};
+
+/// A handle on the user's repository; cheap to clone and safe to share across tasks.
+#[derive(Debug, Clone)]
+pub struct Repo {
+    inner: Arc<RepoInner>,
+}
+
+struct RepoInner {
+    /// The git dir of the work tree grove was opened in (`.git` for the main one).
+    git_dir: PathBuf,
+    /// The repository's common git dir, shared by all its worktrees.
+    common_dir: PathBuf,
+    /// The user's work tree; `None` for a bare repository.
+    work_tree: Option<PathBuf>,
+    runner: GitRunner,
+    /// libgit2 handles are not `Sync`; reads are short, so one lock is enough.
+    libgit: Mutex<git2::Repository>,
+}
+
+/// Where the user's `HEAD` is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    /// The checked-out branch's full ref name; `None` when `HEAD` is detached.
+    pub branch: Option<String>,
+    /// The commit `HEAD` resolves to; `None` on an unborn branch.
+    pub commit: Option<CommitId>,
+}
+
+impl std::fmt::Debug for RepoInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Repo")
+            .field("git_dir", &self.git_dir)
+            .field("work_tree", &self.work_tree)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Repo {
+    /// Opens the repository containing `path` (searching upwards, ignoring `GIT_DIR`),
+    /// and learns which repository-local drivers to neutralise on every git call.
+    pub async fn open(path: &Path, options: GitOptions) -> Result<Self, GitError> {
+        let repo = git2::Repository::open_ext(
+            path,
+            git2::RepositoryOpenFlags::empty(),
+            std::iter::empty::<&std::ffi::OsStr>(),
+        )
+        .map_err(|source| GitError::NotARepository {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let git_dir = canonical(repo.path())?;
+        let common_dir = canonical(repo.commondir())?;
+        let work_tree = repo.workdir().map(canonical).transpose()?;
+        let mut runner = GitRunner::new(options);
+        let cwd = work_tree.clone().unwrap_or_else(|| git_dir.clone());
+        let listing = runner
+            .call(&git_dir, &cwd)
+            .args(["config", "--null", "--list", "--show-scope"])
+            .run()
+            .await?;
+        runner.set_neutralized(cmd::neutralizing_overrides(&listing.stdout));
+        Ok(Self {
+            inner: Arc::new(RepoInner {
+                git_dir,
+                common_dir,
+                work_tree,
+                runner,
+                libgit: Mutex::new(repo),
+            }),
+        })
+    }
+
+    /// The user's work tree, if the repository has one.
+    pub fn work_tree(&self) -> Option<&Path> {
+        self.inner.work_tree.as_deref()
+    }
+
+    /// The git dir of the work tree grove was opened in.
+    pub fn git_dir(&self) -> &Path {
+        &self.inner.git_dir
+    }
+
+    /// The common git dir shared by every worktree of the repository.
+    pub fn common_dir(&self) -> &Path {
+        &self.inner.common_dir
+    }
+
+    /// The default home of a run's worktrees: `<common git dir>/grove/runs/<run>/worktrees`,
+    /// outside the user's work tree so no build tool, editor or `git status` sees them.
+    pub fn default_worktrees_dir(&self, run: &RunId) -> PathBuf {
+        self.inner
+            .common_dir
+            .join("grove")
+            .join("runs")
+            .join(run.as_str())
+            .join("worktrees")
+    }
+
+    /// Where `HEAD` of the opened work tree points.
+    pub fn head(&self) -> Result<Head, GitError> {
+        self.read("HEAD", |repo| {
+            let reference = repo.find_reference("HEAD")?;
+            let branch = reference.symbolic_target()?.map(str::to_owned);
+            let commit = match repo.head() {
+                Ok(head) => Some(CommitId::from_oid(head.peel_to_commit()?.id())),
+                Err(e) if e.code() == git2::ErrorCode::UnbornBranch => None,
+                Err(e) => return Err(e),
+            };
+            Ok(Head { branch, commit })
+        })
+    }
+
+    /// Resolves any revision (`HEAD`, a branch, a full or short id) to a commit.
+    pub fn resolve(&self, rev: &str) -> Result<CommitId, GitError> {
+        let found = self.read(rev, |repo| match repo.revparse_single(rev) {
+            Ok(object) => Ok(Some(CommitId::from_oid(object.peel_to_commit()?.id()))),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(e) => Err(e),
+        })?;
+        found.ok_or_else(|| GitError::UnknownRevision {
+            rev: rev.to_owned(),
+        })
+    }
+
+    /// The commit a full ref name points at, or `None` when the ref does not exist.
+    pub fn ref_target(&self, name: &str) -> Result<Option<CommitId>, GitError> {
+        self.read(name, |repo| match repo.find_reference(name) {
+            Ok(reference) => Ok(Some(CommitId::from_oid(reference.peel_to_commit()?.id()))),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(e) => Err(e),
+        })
+    }
+
+    /// True when `ancestor` is `descendant` or one of its ancestors.
+    pub fn is_ancestor(&self, ancestor: CommitId, descendant: CommitId) -> Result<bool, GitError> {
+        if ancestor == descendant {
+            return Ok(true);
+        }
+        self.read("commit graph", |repo| {
+            repo.graph_descendant_of(descendant.oid(), ancestor.oid())
+        })
+    }
+
+    /// Full ref names under `prefix` (e.g. `refs/grove/archive/`) with their commits.
+    pub fn refs_under(&self, prefix: &str) -> Result<Vec<(String, CommitId)>, GitError> {
+        self.read(prefix, |repo| {
+            let mut found = Vec::new();
+            for reference in repo.references_glob(&format!("{prefix}*"))? {
+                let reference = reference?;
+                if let (Ok(name), Ok(commit)) = (reference.name(), reference.peel_to_commit()) {
+                    found.push((name.to_owned(), CommitId::from_oid(commit.id())));
+                }
+            }
+            found.sort();
+            Ok(found)
+        })
+    }
+
+    /// Runs a libgit2 read under the handle's lock, labelling failures with `what`.
+    fn read<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&git2::Repository) -> Result<T, git2::Error>,
+    ) -> Result<T, GitError> {
+        // A poisoned lock only means another read panicked; the handle itself is intact.
+        let repo = self
+            .inner
+            .libgit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&repo).map_err(|source| GitError::Read {
+            what: what.to_owned(),
+            source,
+        })
+    }
+
+    /// A git call on the user's repository without a work tree (refs, objects, merges).
+    fn git(&self) -> GitCall<'_> {
+        let cwd = self
+            .inner
+            .work_tree
+            .as_deref()
+            .unwrap_or(&self.inner.git_dir);
+        self.inner.runner.call(&self.inner.git_dir, cwd)
+    }
+
+    /// Compare-and-swap update of `reference` from `old` (`None`: must not exist) to `new`.
+    async fn update_ref(
+        &self,
+        reference: &str,
+        new: CommitId,
+        old: Option<CommitId>,
+        reason: &str,
+    ) -> Result<(), GitError> {
+        let old = old.map_or_else(String::new, |c| c.to_string());
+        self.git()
+            .args([
+                "update-ref",
+                "-m",
+                reason,
+                reference,
+                &new.to_string(),
+                &old,
+            ])
+            .run()
+            .await
+            .map(drop)
+    }
+
+    /// Parses the full commit id a git command printed.
+    fn parse_commit(op: &str, text: &str) -> Result<CommitId, GitError> {
+        CommitId::parse(text.trim()).map_err(|_| GitError::Parse {
+            op: op.to_owned(),
+            detail: format!("expected a commit id, got {text:?}"),
+        })
+    }
+}
+
+fn canonical(path: &Path) -> Result<PathBuf, GitError> {
+    std::fs::canonicalize(path).map_err(|source| GitError::Io {
+        action: "resolve",
+        path: path.to_path_buf(),
+        source,
+    })
+}

@@ -87,6 +87,28 @@ pub enum SubtaskOutcome {
     Failed,
 }
 
+impl SubtaskOutcome {
+    /// The name used in JSON and messages, e.g. `merged`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Merged => "merged",
+            Self::Rejected => "rejected",
+            Self::Conflict => "conflict",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+impl VerdictKind {
+    /// `approve` or `reject`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Approve => "approve",
+            Self::Reject => "reject",
+        }
+    }
+}
+
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

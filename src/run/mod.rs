@@ -4,8 +4,20 @@
 //! This module owns the run's lifecycle and is the only place that combines agents with
 //! git. It never prints; it emits events.
 
+pub mod delegate;
 pub mod durable;
+pub mod gate;
 pub mod journal;
 pub mod lock;
+pub mod options;
+pub mod orchestrator;
+pub mod report;
 pub mod state;
 pub mod store;
+pub mod subtask;
+pub mod transcript;
+pub mod verdict;
+
+pub use options::{ModelChoice, ModelNames, Models, RunOptions, TurnCaps};
+pub use orchestrator::{RunError, resume, run};
+pub use report::{RunEnd, RunReport, SubtaskReport};

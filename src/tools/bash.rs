@@ -46,7 +46,7 @@ impl Tool for Bash {
         "bash"
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Run a shell command with `bash -c` in the worktree root. stdin is empty; stdout and \
          stderr are merged, and long output keeps its start and end with the middle cut. \
          The command is killed, with every process it started, after `timeout_s` seconds \

@@ -37,7 +37,7 @@ impl Tool for EditFile {
         "edit_file"
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Replace the exact text `old_string` with `new_string` in the file at `path`. \
          `old_string` must occur exactly once (include enough surrounding lines to make it \
          unique) unless `replace_all` is true, which replaces every occurrence."

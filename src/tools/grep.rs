@@ -48,7 +48,7 @@ impl Tool for Grep {
         "grep"
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Search the text files under `path` (default: the worktree root; a file is fine too) \
          for lines matching the regular expression `pattern` (Rust regex syntax). Prints \
          `path:line:text`. Ignored files, .git and binary files are skipped; long lines are \

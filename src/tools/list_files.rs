@@ -35,7 +35,7 @@ impl Tool for ListFiles {
         "list_files"
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "List the files under `path` (default: the worktree root), recursively, sorted, as \
          paths relative to the worktree root. Files ignored by .gitignore and the .git \
          directory are left out; long listings are cut with a count of what was left out."

@@ -88,7 +88,7 @@ pub trait Tool: Send + Sync {
     /// The name the model calls it by (a DESIGN.md contract).
     fn name(&self) -> &'static str;
     /// What the model is told the tool does.
-    fn description(&self) -> &'static str;
+    fn description(&self) -> &str;
     /// JSON Schema of the input object.
     fn input_schema(&self) -> Value;
     /// True when running it can change files or the world; such calls run one at a time.

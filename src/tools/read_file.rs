@@ -41,7 +41,7 @@ impl Tool for ReadFile {
         "read_file"
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Read a text file in the worktree. Lines are numbered from 1 like `cat -n`. \
          Use `offset` (the 1-based first line) and `limit` (number of lines, default 2000) \
          to page through long files; long lines and long results are cut with a note saying \

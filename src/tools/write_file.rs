@@ -30,7 +30,7 @@ impl Tool for WriteFile {
         "write_file"
     }
 
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Write `content` to the file at `path` in the worktree, replacing it if it exists. \
          Missing parent directories are created. Prefer edit_file for changing part of an \
          existing file."

@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use grove::agent::{
     AgentError, AgentOutcome, AgentRun, AgentSpec, CONTINUE_AFTER_MAX_TOKENS, Ledger, LoopInput,
-    StopKind, TRUNCATED_TOOL_CALL, TurnObserver, fork_messages, isolated_messages, run_agent,
+    StopKind, TRUNCATED_TOOL_CALL, TurnObserver, TurnState, fork_messages, isolated_messages,
+    run_agent,
 };
 use grove::event::{AgentId, Event, EventSink};
 use grove::model::{
@@ -39,7 +40,7 @@ impl Tool for Echo {
     fn name(&self) -> &'static str {
         "echo"
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Repeats `text`."
     }
     fn input_schema(&self) -> Value {
@@ -70,7 +71,7 @@ impl Tool for Write {
     fn name(&self) -> &'static str {
         "write"
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Writes `label`."
     }
     fn input_schema(&self) -> Value {
@@ -101,7 +102,7 @@ impl Tool for Meet {
     fn name(&self) -> &'static str {
         "meet"
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Waits for the other callers."
     }
     fn input_schema(&self) -> Value {
@@ -126,7 +127,7 @@ impl Tool for Stall {
     fn name(&self) -> &'static str {
         "stall"
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Never finishes."
     }
     fn input_schema(&self) -> Value {
@@ -149,7 +150,7 @@ impl Tool for Explode {
     fn name(&self) -> &'static str {
         "explode"
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         "Fails fatally."
     }
     fn input_schema(&self) -> Value {
@@ -172,7 +173,8 @@ struct RecordingObserver {
 
 #[async_trait]
 impl TurnObserver for RecordingObserver {
-    async fn after_turn(&self, turn: u32, mutated: bool) -> Result<(), String> {
+    async fn after_turn(&self, state: TurnState<'_>, mutated: bool) -> Result<(), String> {
+        let turn = state.turn;
         self.calls.lock().unwrap().push((turn, mutated));
         if self.fail_on_turn == Some(turn) {
             return Err("checkpoint commit failed".to_owned());

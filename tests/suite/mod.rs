@@ -1,7 +1,10 @@
 //! Integration test suites, one module per area.
 
 mod agent;
+mod cli;
+mod git;
 mod loop_http;
 mod model;
+mod run;
 mod run_state;
 mod tools;

@@ -1,0 +1,216 @@
+//! Archives, worktree removal, `grove clean` and `grove gc`.
+//!
+//! This module owns the rule that nothing is deleted by surprise: a subtask's work
+//! (uncommitted changes committed first) is kept under `refs/grove/archive/<run>/<n>`
+//! before its worktree or branch goes, and only [`Repo::gc_archives`] deletes archives.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use super::Repo;
+use super::error::GitError;
+use super::names::{CommitId, RunId, subtask_ref};
+use super::worktree::{Worktree, admin_head};
+
+/// Where one subtask's work was kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ArchivedWork {
+    /// The subtask number.
+    pub subtask: u32,
+    /// The archive ref, `refs/grove/archive/<run>/<n>` (with `-2`, `-3`... when an
+    /// earlier archive of the same subtask holds different work).
+    pub reference: String,
+    /// The archived commit.
+    pub commit: CommitId,
+}
+
+/// What [`Repo::clean_run`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct CleanReport {
+    /// Every subtask's archive, sorted by ref name.
+    pub archived: Vec<ArchivedWork>,
+    /// Worktree directories removed.
+    pub removed_worktrees: Vec<PathBuf>,
+    /// Subtask branches deleted (each held by its archive).
+    pub deleted_branches: Vec<String>,
+}
+
+impl Repo {
+    /// Keeps the subtask's work under an archive ref: commits uncommitted changes first
+    /// (only if the worktree's checkout finished; a half-filled tree has no work of its
+    /// own), then points the archive ref at the branch tip.
+    pub async fn archive_worktree(
+        &self,
+        worktree: &Worktree,
+        reason: &str,
+    ) -> Result<ArchivedWork, GitError> {
+        if worktree.ready().await.is_ok() && worktree.path().exists() {
+            self.checkpoint(worktree, &format!("archived: {reason}"))
+                .await?;
+        }
+        self.archive_branch(worktree.run(), worktree.subtask())
+            .await
+    }
+
+    /// Points an archive ref at the tip of subtask `n`'s branch (never overwriting an
+    /// archive that holds different work).
+    pub async fn archive_branch(
+        &self,
+        run: &RunId,
+        subtask: u32,
+    ) -> Result<ArchivedWork, GitError> {
+        let branch = subtask_ref(run, subtask);
+        let commit = self
+            .ref_target(&branch)?
+            .ok_or(GitError::UnknownRevision { rev: branch })?;
+        let mut suffix = 1u32;
+        loop {
+            let reference = if suffix == 1 {
+                format!("{}{subtask}", run.archive_prefix())
+            } else {
+                format!("{}{subtask}-{suffix}", run.archive_prefix())
+            };
+            match self.ref_target(&reference)? {
+                Some(existing) if existing == commit => {
+                    return Ok(ArchivedWork {
+                        subtask,
+                        reference,
+                        commit,
+                    });
+                }
+                Some(_) => suffix += 1,
+                None => {
+                    self.update_ref(&reference, commit, None, "grove: archive")
+                        .await?;
+                    return Ok(ArchivedWork {
+                        subtask,
+                        reference,
+                        commit,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Removes a subtask's worktree after committing anything uncommitted to its branch
+    /// (the branch itself stays). A hand-deleted worktree is just unregistered.
+    pub async fn remove_worktree(&self, worktree: &Worktree) -> Result<(), GitError> {
+        if worktree.path().exists() {
+            if worktree.ready().await.is_ok() {
+                self.checkpoint(worktree, "final state before removal")
+                    .await?;
+            }
+            self.git()
+                .args(["worktree", "remove", "--force", "--force"])
+                .arg(worktree.path())
+                .run()
+                .await?;
+        } else {
+            self.prune_worktrees().await?;
+        }
+        Ok(())
+    }
+
+    /// The library side of `grove clean RUN`: archives every subtask of `run` (its
+    /// worktree's uncommitted changes first), removes the run's worktrees under
+    /// `worktrees_dir`, and deletes the subtask branches (each now held by its archive).
+    /// The result branch is kept.
+    pub async fn clean_run(
+        &self,
+        run: &RunId,
+        worktrees_dir: &Path,
+    ) -> Result<CleanReport, GitError> {
+        let mut report = CleanReport::default();
+        self.prune_worktrees().await?;
+        for (admin, path) in self.registered_worktrees()? {
+            let Some(subtask) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let under_dir = path.parent().is_some_and(|p| same_dir(p, worktrees_dir));
+            if !under_dir || admin_head(&admin).as_deref() != Some(&subtask_ref(run, subtask)) {
+                continue;
+            }
+            let Some(tip) = self.ref_target(&subtask_ref(run, subtask))? else {
+                continue;
+            };
+            // The base only matters for new branches; this one exists.
+            if let Some(worktree) = self.find_worktree(run, subtask, tip, &path)? {
+                report
+                    .archived
+                    .push(self.archive_worktree(&worktree, "run cleaned").await?);
+                self.git()
+                    .args(["worktree", "remove", "--force", "--force"])
+                    .arg(worktree.path())
+                    .run()
+                    .await?;
+                report.removed_worktrees.push(path);
+            }
+        }
+        let prefix = format!("refs/heads/grove/{run}/");
+        for (branch, commit) in self.refs_under(&prefix)? {
+            let Some(subtask) = branch
+                .strip_prefix(&prefix)
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let archived = match report.archived.iter().find(|a| a.subtask == subtask) {
+                Some(archived) if archived.commit == commit => archived.clone(),
+                _ => {
+                    let archived = self.archive_branch(run, subtask).await?;
+                    report.archived.push(archived.clone());
+                    archived
+                }
+            };
+            self.git()
+                .args(["update-ref", "-d", &branch, &archived.commit.to_string()])
+                .run()
+                .await?;
+            report.deleted_branches.push(branch);
+        }
+        // Only an empty directory goes; anything left in it is not grove's to delete.
+        let _ = std::fs::remove_dir(worktrees_dir);
+        report
+            .archived
+            .sort_by(|a, b| a.reference.cmp(&b.reference));
+        report.archived.dedup();
+        Ok(report)
+    }
+
+    /// The library side of `grove gc --older-than DAYS`: deletes archive refs whose
+    /// commit is older than `older_than` (compare-and-swap, so a re-archived ref stays).
+    /// The only operation in grove that deletes archived work. Returns the deleted refs.
+    pub async fn gc_archives(&self, older_than: Duration) -> Result<Vec<String>, GitError> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let cutoff = i64::try_from(now.saturating_sub(older_than.as_secs())).unwrap_or(i64::MAX);
+        let mut deleted = Vec::new();
+        for (reference, commit) in self.refs_under("refs/grove/archive/")? {
+            let time = self.read(&reference, |repo| {
+                Ok(repo.find_commit(commit.oid())?.committer().when().seconds())
+            })?;
+            if time < cutoff {
+                self.git()
+                    .args(["update-ref", "-d", &reference, &commit.to_string()])
+                    .run()
+                    .await?;
+                deleted.push(reference);
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}

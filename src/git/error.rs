@@ -1,0 +1,132 @@
+//! The git layer's error type.
+//!
+//! Every variant carries the context a user needs to act on it: the git operation, the
+//! directory or ref involved and git's own stderr. Variant docs say whether the layer
+//! retries the failure itself before returning it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Something grove could not do with git.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    /// The git executable could not be started at all. Not retried.
+    #[error("could not start `git {op}` in {dir}: {source}")]
+    Spawn {
+        op: String,
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A git command exited unsuccessfully. When `stderr` shows another process holding
+    /// a `*.lock` file the command was already retried with backoff; other failures are
+    /// never retried.
+    #[error("`git {op}` failed in {dir} ({status}): {stderr}")]
+    Command {
+        op: String,
+        dir: PathBuf,
+        status: String,
+        stderr: String,
+    },
+
+    /// git succeeded but printed something grove could not make sense of. Not retried.
+    #[error("unexpected output from `git {op}`: {detail}")]
+    Parse { op: String, detail: String },
+
+    /// An in-process read through libgit2 failed. Not retried.
+    #[error("reading {what} failed: {source}")]
+    Read {
+        what: String,
+        #[source]
+        source: git2::Error,
+    },
+
+    /// A filesystem operation on a path grove manages failed. Not retried.
+    #[error("could not {action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The path given to [`Repo::open`](crate::git::Repo::open) is not in a git repository.
+    #[error("{path} is not inside a git repository: {source}")]
+    NotARepository {
+        path: PathBuf,
+        #[source]
+        source: git2::Error,
+    },
+
+    /// A name grove builds refs from (run id, branch) is not usable as a ref component.
+    #[error("invalid {what} {value:?}: {reason}")]
+    InvalidName {
+        what: &'static str,
+        value: String,
+        reason: &'static str,
+    },
+
+    /// A branch would have been deleted while its work is kept nowhere else. Not retried:
+    /// the branch stays.
+    #[error(
+        "branch {branch} was kept: its tip {tip} is in neither the run's result nor an archive"
+    )]
+    WorkNotKept { branch: String, tip: String },
+
+    /// A revision or ref grove needed does not exist.
+    #[error("{rev} does not exist in the repository")]
+    UnknownRevision { rev: String },
+
+    /// The subtask branch already exists and does not contain the run's base commit, so
+    /// reusing it would silently drop or mix in unrelated history. Not retried.
+    #[error("branch {branch} already exists at {tip}, which does not contain the base {base}")]
+    BranchDiverged {
+        branch: String,
+        tip: String,
+        base: String,
+    },
+
+    /// The subtask branch is checked out in another worktree that still exists on disk.
+    /// Not retried: grove never lets two worktrees commit to one branch.
+    #[error("branch {branch} is already checked out in the worktree at {path}")]
+    BranchCheckedOutElsewhere { branch: String, path: PathBuf },
+
+    /// The worktree path exists but is not a worktree of this repository; grove will not
+    /// write into a directory it does not own.
+    #[error("{path} already exists and is not a worktree grove registered for {branch}")]
+    WorktreePathOccupied { path: PathBuf, branch: String },
+
+    /// The background checkout of a worktree failed; the worktree must not be used.
+    #[error("filling the worktree at {path} failed: {reason}")]
+    FillFailed {
+        path: PathBuf,
+        reason: Arc<GitError>,
+    },
+
+    /// The background checkout stopped without reporting (its task was cancelled).
+    #[error("filling the worktree at {path} stopped before it finished")]
+    FillAborted { path: PathBuf },
+
+    /// A compare-and-swap ref update kept losing to another writer. Retried a few times
+    /// (recomputing the merge each time) before this is returned.
+    #[error("{reference} kept moving while grove tried to update it (last seen at {actual})")]
+    RefContended { reference: String, actual: String },
+}
+
+impl GitError {
+    /// True when the failure is another process holding one of git's lock files.
+    pub(crate) fn is_lock_contention(&self) -> bool {
+        match self {
+            GitError::Command { stderr, .. } => stderr_shows_lock_contention(stderr),
+            _ => false,
+        }
+    }
+}
+
+/// git reports a held lock as "Unable to create '<path>.lock': File exists" (index,
+/// config and ref locks alike); a compare-and-swap mismatch ("but expected") is not
+/// contention and must not be retried blindly.
+pub(crate) fn stderr_shows_lock_contention(stderr: &str) -> bool {
+    stderr.contains(".lock") && stderr.contains("File exists") && !stderr.contains("but expected")
+}

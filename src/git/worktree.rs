@@ -1,0 +1,425 @@
+//! Subtask worktrees: registration (serialised), background fill, and finding them again.
+//!
+//! This module owns the `<common dir>/worktrees/*` registrations grove makes. It never
+//! follows a worktree's `.git` file: the admin dir is found from the common dir's side
+//! (its `gitdir` file), and every later command names it explicitly.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::error::GitError;
+use super::names::{CommitId, RunId, subtask_ref};
+use super::{Repo, canonical};
+
+/// Serialises `git worktree add` within this process: parallel adds race on the common
+/// dir's locks (measured: 14 of 40 failed at 8-way). Other processes are survived by the
+/// runner's lock-retry.
+static REGISTRATION: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Written into a worktree's admin dir once its files are complete; a worktree without
+/// it was never fully checked out and must not be committed from.
+const FILLED_MARKER: &str = "grove-filled";
+
+/// What [`Repo::create_worktree`] needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorktreeSpec {
+    /// The run the subtask belongs to.
+    pub run: RunId,
+    /// The subtask number `n` of branch `grove/<run>/<n>`.
+    pub subtask: u32,
+    /// The run's base commit; a new branch starts here.
+    pub base: CommitId,
+    /// Absolute path of the worktree, normally
+    /// `Repo::default_worktrees_dir(run).join(n)`.
+    pub path: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+enum FillState {
+    Filling,
+    Filled,
+    Failed(Arc<GitError>),
+}
+
+/// A subtask's worktree. Usable for a model call at once; file access must wait for
+/// [`Worktree::ready`].
+#[derive(Debug, Clone)]
+pub struct Worktree {
+    run: RunId,
+    subtask: u32,
+    path: PathBuf,
+    admin_dir: PathBuf,
+    base: CommitId,
+    start: CommitId,
+    fill: watch::Receiver<FillState>,
+}
+
+impl Worktree {
+    /// The run this worktree belongs to.
+    pub fn run(&self) -> &RunId {
+        &self.run
+    }
+
+    /// The subtask number `n`.
+    pub fn subtask(&self) -> u32 {
+        self.subtask
+    }
+
+    /// Short branch name, `grove/<run>/<n>`.
+    pub fn branch(&self) -> String {
+        self.run.subtask_branch(self.subtask)
+    }
+
+    /// Full branch ref, `refs/heads/grove/<run>/<n>`.
+    pub fn branch_ref(&self) -> String {
+        subtask_ref(&self.run, self.subtask)
+    }
+
+    /// The worktree's directory (canonical).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The worktree's admin dir inside the common git dir; always passed as `--git-dir`.
+    pub fn admin_dir(&self) -> &Path {
+        &self.admin_dir
+    }
+
+    /// The run's base commit the branch was created from.
+    pub fn base(&self) -> CommitId {
+        self.base
+    }
+
+    /// The branch tip when the worktree was created (the base, unless an existing
+    /// branch with earlier work was reused).
+    pub fn start(&self) -> CommitId {
+        self.start
+    }
+
+    /// True once the files are all checked out.
+    pub fn is_filled(&self) -> bool {
+        matches!(*self.fill.borrow(), FillState::Filled)
+    }
+
+    /// Waits until the files are checked out; the error if the checkout failed.
+    pub async fn ready(&self) -> Result<(), GitError> {
+        let mut fill = self.fill.clone();
+        let outcome = fill
+            .wait_for(|state| !matches!(state, FillState::Filling))
+            .await
+            .map(|state| state.clone());
+        match outcome {
+            Ok(FillState::Failed(reason)) => Err(GitError::FillFailed {
+                path: self.path.clone(),
+                reason,
+            }),
+            Ok(_) => Ok(()),
+            Err(_) => Err(GitError::FillAborted {
+                path: self.path.clone(),
+            }),
+        }
+    }
+}
+
+impl Repo {
+    /// Creates (or recovers) the worktree of one subtask and returns before its files are
+    /// checked out; the checkout runs in the background (see [`Worktree::ready`]).
+    ///
+    /// Recovery rules: registrations of hand-deleted worktrees are pruned (unlocking
+    /// them first); an existing branch is reused when it contains the base (an earlier
+    /// attempt's commits are kept, never reset); a path that is already this subtask's
+    /// worktree is reused, and re-filled only if its first fill never finished.
+    pub async fn create_worktree(&self, spec: WorktreeSpec) -> Result<Worktree, GitError> {
+        if !spec.path.is_absolute() {
+            return Err(GitError::InvalidName {
+                what: "worktree path",
+                value: spec.path.display().to_string(),
+                reason: "must be absolute",
+            });
+        }
+        let branch_ref = subtask_ref(&spec.run, spec.subtask);
+        let guard = REGISTRATION.lock().await;
+        // Only a registration whose directory is gone needs pruning; skipping the
+        // process otherwise keeps creation fast.
+        if self
+            .registered_worktrees()?
+            .iter()
+            .any(|(_, path)| !path.exists())
+        {
+            self.prune_worktrees().await?;
+        }
+
+        if let Some(admin) = self.find_admin_dir(&spec.path)? {
+            if spec.path.join(".git").exists() {
+                return self.reuse_worktree(spec, admin, &branch_ref);
+            }
+            // Registered but gone, and prune kept it: it was locked.
+            self.git()
+                .args(["worktree", "unlock"])
+                .arg(&spec.path)
+                .allow_codes(&[128])
+                .run()
+                .await?;
+            self.prune_worktrees().await?;
+        }
+        if std::fs::read_dir(&spec.path).is_ok_and(|mut entries| entries.next().is_some()) {
+            return Err(GitError::WorktreePathOccupied {
+                path: spec.path.clone(),
+                branch: spec.run.subtask_branch(spec.subtask),
+            });
+        }
+        if let Some(parent) = spec.path.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| GitError::Io {
+                action: "create",
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
+
+        let start = match self.ref_target(&branch_ref)? {
+            Some(tip) => {
+                if !self.is_ancestor(spec.base, tip)? {
+                    return Err(GitError::BranchDiverged {
+                        branch: spec.run.subtask_branch(spec.subtask),
+                        tip: tip.to_string(),
+                        base: spec.base.to_string(),
+                    });
+                }
+                if let Some(path) = self.checked_out_at(&branch_ref)? {
+                    return Err(GitError::BranchCheckedOutElsewhere {
+                        branch: spec.run.subtask_branch(spec.subtask),
+                        path,
+                    });
+                }
+                self.git()
+                    .args(["worktree", "add", "--no-checkout", "--quiet"])
+                    .arg(&spec.path)
+                    .arg(spec.run.subtask_branch(spec.subtask))
+                    .run()
+                    .await?;
+                tip
+            }
+            None => {
+                self.git()
+                    .args(["worktree", "add", "--no-checkout", "--quiet", "-b"])
+                    .arg(spec.run.subtask_branch(spec.subtask))
+                    .arg(&spec.path)
+                    .arg(spec.base.to_string())
+                    .run()
+                    .await?;
+                spec.base
+            }
+        };
+        let admin = self
+            .find_admin_dir(&spec.path)?
+            .ok_or_else(|| GitError::Parse {
+                op: "worktree add".to_owned(),
+                detail: format!("no registration found for {}", spec.path.display()),
+            })?;
+        drop(guard);
+        let path = canonical(&spec.path)?;
+        Ok(self.start_fill(spec, path, admin, start))
+    }
+
+    /// Finds the grove worktree registered at `path` (e.g. when resuming a run).
+    /// `None` when nothing is registered there or it is not a subtask branch of `run`.
+    pub fn find_worktree(
+        &self,
+        run: &RunId,
+        subtask: u32,
+        base: CommitId,
+        path: &Path,
+    ) -> Result<Option<Worktree>, GitError> {
+        let Some(admin) = self.find_admin_dir(path)? else {
+            return Ok(None);
+        };
+        if admin_head(&admin).as_deref() != Some(subtask_ref(run, subtask).as_str()) {
+            return Ok(None);
+        }
+        let Some(start) = self.ref_target(&subtask_ref(run, subtask))? else {
+            return Ok(None);
+        };
+        let state = if admin.join(FILLED_MARKER).exists() {
+            FillState::Filled
+        } else {
+            FillState::Failed(Arc::new(GitError::FillAborted {
+                path: path.to_path_buf(),
+            }))
+        };
+        let (_, fill) = watch::channel(state);
+        Ok(Some(Worktree {
+            run: run.clone(),
+            subtask,
+            path: normalize(path),
+            admin_dir: admin,
+            base,
+            start,
+            fill,
+        }))
+    }
+
+    fn reuse_worktree(
+        &self,
+        spec: WorktreeSpec,
+        admin: PathBuf,
+        branch_ref: &str,
+    ) -> Result<Worktree, GitError> {
+        if admin_head(&admin).as_deref() != Some(branch_ref) {
+            return Err(GitError::WorktreePathOccupied {
+                path: spec.path.clone(),
+                branch: spec.run.subtask_branch(spec.subtask),
+            });
+        }
+        let start = self
+            .ref_target(branch_ref)?
+            .ok_or_else(|| GitError::UnknownRevision {
+                rev: branch_ref.to_owned(),
+            })?;
+        let path = canonical(&spec.path)?;
+        if admin.join(FILLED_MARKER).exists() {
+            let (_, fill) = watch::channel(FillState::Filled);
+            return Ok(Worktree {
+                run: spec.run,
+                subtask: spec.subtask,
+                path,
+                admin_dir: admin,
+                base: spec.base,
+                start,
+                fill,
+            });
+        }
+        Ok(self.start_fill(spec, path, admin, start))
+    }
+
+    /// Spawns the checkout of a registered worktree and returns its handle at once.
+    fn start_fill(
+        &self,
+        spec: WorktreeSpec,
+        path: PathBuf,
+        admin: PathBuf,
+        start: CommitId,
+    ) -> Worktree {
+        let (tx, fill) = watch::channel(FillState::Filling);
+        let repo = self.clone();
+        let (fill_path, fill_admin) = (path.clone(), admin.clone());
+        tokio::spawn(async move {
+            // Let registrations already queued go first (the lock is FIFO): a checkout
+            // competing for CPU and disk would delay every later worktree's first use.
+            drop(REGISTRATION.lock().await);
+            let result = repo
+                .inner
+                .runner
+                .call(&fill_admin, &fill_path)
+                .work_tree(&fill_path)
+                .args(["reset", "--hard", "--quiet", "HEAD"])
+                .run()
+                .await
+                .and_then(|_| {
+                    let marker = fill_admin.join(FILLED_MARKER);
+                    std::fs::write(&marker, b"").map_err(|source| GitError::Io {
+                        action: "write",
+                        path: marker,
+                        source,
+                    })
+                });
+            let state = match result {
+                Ok(()) => FillState::Filled,
+                Err(error) => FillState::Failed(Arc::new(error)),
+            };
+            // Nobody waiting is fine: the marker on disk is the durable record.
+            let _ = tx.send(state);
+        });
+        Worktree {
+            run: spec.run,
+            subtask: spec.subtask,
+            path,
+            admin_dir: admin,
+            base: spec.base,
+            start,
+            fill,
+        }
+    }
+
+    pub(super) async fn prune_worktrees(&self) -> Result<(), GitError> {
+        self.git().args(["worktree", "prune"]).run().await.map(drop)
+    }
+
+    /// The admin dir under `<common>/worktrees/` whose `gitdir` names `path/.git`.
+    pub(super) fn find_admin_dir(&self, path: &Path) -> Result<Option<PathBuf>, GitError> {
+        let wanted = normalize(path);
+        Ok(self
+            .registered_worktrees()?
+            .into_iter()
+            .find(|(_, worktree)| *worktree == wanted)
+            .map(|(admin, _)| admin))
+    }
+
+    /// Every linked worktree registration: (admin dir, worktree path as recorded).
+    pub(super) fn registered_worktrees(&self) -> Result<Vec<(PathBuf, PathBuf)>, GitError> {
+        let root = self.common_dir().join("worktrees");
+        let entries = match std::fs::read_dir(&root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(GitError::Io {
+                    action: "list",
+                    path: root,
+                    source,
+                });
+            }
+        };
+        let mut found = Vec::new();
+        for entry in entries.flatten() {
+            let admin = entry.path();
+            let Ok(gitdir) = std::fs::read_to_string(admin.join("gitdir")) else {
+                continue;
+            };
+            let dot_git = PathBuf::from(gitdir.trim_end_matches(['\n', '\r']));
+            if let Some(worktree) = dot_git.parent() {
+                found.push((admin, normalize(worktree)));
+            }
+        }
+        found.sort();
+        Ok(found)
+    }
+
+    /// The path of a live worktree (main or linked) that has `branch_ref` checked out.
+    pub(super) fn checked_out_at(&self, branch_ref: &str) -> Result<Option<PathBuf>, GitError> {
+        for (admin, worktree) in self.registered_worktrees()? {
+            if admin_head(&admin).as_deref() == Some(branch_ref) && worktree.exists() {
+                return Ok(Some(worktree));
+            }
+        }
+        // The main worktree's HEAD lives in the common dir; a bare repository has none.
+        let main_worktree = self
+            .common_dir()
+            .file_name()
+            .filter(|name| *name == ".git")
+            .and_then(|_| self.common_dir().parent());
+        if let Some(main) = main_worktree
+            && admin_head(self.common_dir()).as_deref() == Some(branch_ref)
+        {
+            return Ok(Some(main.to_path_buf()));
+        }
+        Ok(None)
+    }
+}
+
+/// The ref a git dir's `HEAD` names, read as plain text (never followed further).
+pub(super) fn admin_head(git_dir: &Path) -> Option<String> {
+    let head = std::fs::read_to_string(git_dir.join("HEAD")).ok()?;
+    head.strip_prefix("ref: ").map(|r| r.trim_end().to_owned())
+}
+
+/// Canonicalises as much of `path` as exists, so a deleted worktree still compares equal.
+fn normalize(path: &Path) -> PathBuf {
+    if let Ok(real) = std::fs::canonicalize(path) {
+        return real;
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => normalize(parent).join(name),
+        _ => path.to_path_buf(),
+    }
+}

@@ -1,0 +1,65 @@
+//! Tools that wait for their worktree's files before they touch them.
+//!
+//! A worktree is registered at once and filled in the background, so that a subagent's
+//! first model call (seconds) overlaps the checkout. This wrapper owns that wait: a tool
+//! call blocks only if it arrives before the fill finished. It must never let a tool run
+//! on a half-filled tree.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::git::Worktree;
+use crate::tools::{Registry, Tool, ToolContext, ToolError, ToolOutput};
+
+/// A tool that waits for `worktree` to be filled before it runs.
+struct Gated {
+    inner: Arc<dyn Tool>,
+    worktree: Worktree,
+}
+
+#[async_trait]
+impl Tool for Gated {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn description(&self) -> &str {
+        self.inner.description()
+    }
+
+    fn input_schema(&self) -> Value {
+        self.inner.input_schema()
+    }
+
+    fn mutates(&self) -> bool {
+        self.inner.mutates()
+    }
+
+    async fn run(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        tokio::select! {
+            ready = self.worktree.ready() => ready.map_err(|error| {
+                ToolError::Fatal(format!("the worktree could not be checked out: {error}"))
+            })?,
+            () = ctx.cancel.cancelled() => {
+                return Err(ToolError::RespondToModel("cancelled".into()));
+            }
+        }
+        self.inner.run(input, ctx).await
+    }
+}
+
+/// `registry` with every tool waiting for `worktree`'s files first.
+pub fn gate_registry(registry: &Registry, worktree: &Worktree) -> Registry {
+    registry
+        .names()
+        .into_iter()
+        .filter_map(|name| registry.get(name).cloned())
+        .fold(Registry::new(), |gated, inner| {
+            gated.with(Arc::new(Gated {
+                inner,
+                worktree: worktree.clone(),
+            }))
+        })
+}

@@ -1,0 +1,141 @@
+//! What a run is asked to do and with which models.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::git::GitOptions;
+use crate::model::Model;
+
+/// Turn caps per role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TurnCaps {
+    pub lead: u32,
+    pub worker: u32,
+    pub reviewer: u32,
+}
+
+impl Default for TurnCaps {
+    fn default() -> Self {
+        Self {
+            lead: 40,
+            worker: 60,
+            reviewer: 20,
+        }
+    }
+}
+
+/// Everything about a run except its models.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunOptions {
+    /// The user's task, verbatim.
+    pub task: String,
+    /// How many subtasks may run at once.
+    pub jobs: usize,
+    pub max_turns: TurnCaps,
+    /// Tokens the whole run may spend; delegation stops once they are spent.
+    pub budget_tokens: Option<u64>,
+    /// Tokens one subagent may spend before it is stopped and its subtask fails.
+    pub subagent_budget_tokens: Option<u64>,
+    /// How many subtasks the lead may delegate in total (follow-ups included).
+    pub max_subtasks: u32,
+    /// `max_tokens` of every model request.
+    pub max_output_tokens: u32,
+    /// Consecutive failing tool calls after which a subagent gives up.
+    pub max_consecutive_tool_errors: u32,
+    /// Whether to move the user's branch to the result at the end (when safe).
+    pub apply: bool,
+    /// Keep every worktree after the run (for inspection) instead of removing them.
+    pub keep_worktrees: bool,
+    /// Where worktrees go; default `<common git dir>/grove/runs/<run>/worktrees`.
+    pub worktrees_dir: Option<PathBuf>,
+    /// The reviewer's diff is cut to this many bytes, with a note saying what was cut.
+    pub max_review_patch_bytes: usize,
+    /// The model name of each role, as given on the command line.
+    #[serde(default)]
+    pub model_names: ModelNames,
+    /// How grove runs git (program, identity, extra environment for sealed tests).
+    #[serde(skip)]
+    pub git: GitOptions,
+}
+
+impl RunOptions {
+    /// Options for `task` with every other setting at its default.
+    pub fn new(task: impl Into<String>) -> Self {
+        Self {
+            task: task.into(),
+            jobs: default_jobs(),
+            max_turns: TurnCaps::default(),
+            budget_tokens: None,
+            subagent_budget_tokens: None,
+            max_subtasks: 16,
+            max_output_tokens: 8192,
+            max_consecutive_tool_errors: 8,
+            apply: true,
+            keep_worktrees: false,
+            worktrees_dir: None,
+            max_review_patch_bytes: 60_000,
+            model_names: ModelNames::default(),
+            git: GitOptions::default(),
+        }
+    }
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self::new("")
+    }
+}
+
+/// The default `--jobs`: model calls wait on the network, but workers also build and
+/// test on this machine, and provider rate limits bite early; four is a middle ground,
+/// fewer on a single core.
+pub fn default_jobs() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    cores.saturating_mul(2).clamp(2, 4)
+}
+
+/// The model name of each role, recorded so that a resumed run uses the same ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelNames {
+    pub lead: String,
+    pub worker: String,
+    pub reviewer: String,
+}
+
+/// A model client and the model name sent with each request.
+#[derive(Clone)]
+pub struct ModelChoice {
+    pub client: Arc<dyn Model>,
+    pub name: String,
+}
+
+impl std::fmt::Debug for ModelChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.name, self.client.name())
+    }
+}
+
+/// The models of a run, per role.
+#[derive(Debug, Clone)]
+pub struct Models {
+    /// `anthropic` or `openai`, for the journal and the report.
+    pub provider: String,
+    pub lead: ModelChoice,
+    pub worker: ModelChoice,
+    pub reviewer: ModelChoice,
+}
+
+impl Models {
+    /// The model name of each role.
+    pub fn names(&self) -> ModelNames {
+        ModelNames {
+            lead: self.lead.name.clone(),
+            worker: self.worker.name.clone(),
+            reviewer: self.reviewer.name.clone(),
+        }
+    }
+}

@@ -1,0 +1,717 @@
+//! One subtask's pipeline: worktree → worker → commit → isolated review → merge or
+//! archive, and the short result the lead gets back.
+//!
+//! This file owns what crosses between the agents of a subtask: the worker sees its
+//! brief (or a fork of the lead), the reviewer sees the brief, the diff and the rules —
+//! never the worker's messages — and the lead sees one bounded result. It must never
+//! merge a diff no reviewer approved, and never delete work that is not kept elsewhere.
+
+use std::sync::Arc;
+
+use crate::agent::roles::{self, RoleDef, RoleKind};
+use crate::agent::{
+    AgentError, AgentRun, AgentSpec, Ledger, LoopInput, StopKind, fork_messages, isolated_messages,
+    run_agent,
+};
+use crate::event::{AgentId, Event};
+use crate::git::{BranchDiff, DiffStat, MergeOutcome, Worktree};
+use crate::model::Message;
+use crate::run::gate::gate_registry;
+use crate::run::journal::{ContextMode, Entry, SubtaskOutcome, VerdictKind};
+use crate::run::orchestrator::{AgentObserver, Orchestrator, lock};
+use crate::run::report::{SubtaskReport, executes_later};
+use crate::run::state::{SubtaskState, SubtaskStatus};
+use crate::run::store::StoreError;
+use crate::run::transcript::{self, Transcript};
+use crate::run::verdict::{SubmitVerdict, Verdict};
+use crate::tools::{self, Registry, ToolContext, ToolSet, truncate_chars};
+
+/// How much of a worker's final message the lead gets back.
+const WORKER_SUMMARY_CHARS: usize = 800;
+/// How much of the reviewer's summary the lead gets back.
+const REVIEW_SUMMARY_CHARS: usize = 500;
+/// How many findings and diffstat lines the lead gets back.
+const LISTED_FINDINGS: usize = 6;
+const LISTED_FILES: usize = 12;
+
+/// One `delegate` call, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DelegateRequest {
+    /// The brief: everything the worker will know about its subtask.
+    pub task: String,
+    pub mode: ContextMode,
+    /// A user agent from `.grove/agents/<name>.md`; `None` for the built-in worker.
+    pub agent: Option<String>,
+}
+
+/// Why a `delegate` call did not produce a subtask.
+pub(crate) enum DelegateRefusal {
+    /// The lead should read this and adapt.
+    Model(String),
+    /// The run cannot go on (the journal failed).
+    Fatal(StoreError),
+}
+
+/// How far a subtask's pipeline got.
+enum Stage {
+    /// Its outcome is in the report.
+    Done,
+    /// It failed, for this reason.
+    Failed(String),
+    /// The run was interrupted: the work is checkpointed, the subtask stays open for
+    /// `grove resume`.
+    Interrupted,
+}
+
+impl Orchestrator {
+    /// Runs one delegated subtask to its end and returns what the lead is told.
+    ///
+    /// The pipeline runs as a tracked task of its own: when the run is interrupted the
+    /// lead's loop drops this call at once, but the subtask still checkpoints its work
+    /// and reports, and the run waits for it before it finishes.
+    pub(crate) async fn delegate(
+        self: Arc<Self>,
+        request: DelegateRequest,
+    ) -> Result<String, DelegateRefusal> {
+        if self.run_budget_spent() {
+            return Err(DelegateRefusal::Model(
+                "the run's token budget is spent; no more subtasks can start. Finish with a \
+                 summary."
+                    .into(),
+            ));
+        }
+        let role = self
+            .delegate_role(&request)
+            .map_err(DelegateRefusal::Model)?;
+        let tools = worker_tools(&role).map_err(DelegateRefusal::Model)?;
+        // Numbered before anything awaits, so subtasks are numbered in call order.
+        let n = self
+            .next_subtask
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n > self.options.max_subtasks {
+            return Err(DelegateRefusal::Model(format!(
+                "the run's limit of {} subtasks is reached; finish with a summary",
+                self.options.max_subtasks
+            )));
+        }
+        let messages = match request.mode {
+            ContextMode::Fork => fork_messages(&lock(&self.lead_messages), &request.task),
+            ContextMode::Isolated => isolated_messages(&request.task),
+        };
+        let orchestrator = self.clone();
+        let task = self.tasks.spawn(async move {
+            orchestrator
+                .run_delegated(n, request, role, tools, messages)
+                .await
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(error) => Err(DelegateRefusal::Model(format!(
+                "the subtask stopped unexpectedly: {error}"
+            ))),
+        }
+    }
+
+    async fn run_delegated(
+        self: Arc<Self>,
+        n: u32,
+        request: DelegateRequest,
+        role: RoleDef,
+        tools: Registry,
+        messages: Vec<Message>,
+    ) -> Result<String, DelegateRefusal> {
+        let _permit = tokio::select! {
+            permit = self.jobs.acquire() => permit
+                .map_err(|_| DelegateRefusal::Model("the run is shutting down".into()))?,
+            () = self.cancel.cancelled() => {
+                return Err(DelegateRefusal::Model("the run was interrupted".into()));
+            }
+        };
+        let label = format!("S{n}");
+        self.journal(Entry::SubtaskStarted {
+            subtask: label.clone(),
+            task: request.task.clone(),
+            branch: self.run.subtask_branch(n),
+            mode: request.mode,
+            agent: role.name.clone(),
+        })
+        .map_err(DelegateRefusal::Fatal)?;
+        let start = Transcript {
+            messages,
+            ledger: Ledger::default(),
+        };
+        let report = self
+            .run_subtask(n, &request.task, &role, tools, start)
+            .await
+            .map_err(DelegateRefusal::Fatal)?;
+        let result = lead_result(&report);
+        lock(&self.subtasks).push(report);
+        Ok(result)
+    }
+
+    /// Continues subtask `n` of a resumed run from its checkpoint and transcript.
+    pub(crate) async fn resume_subtask(
+        self: Arc<Self>,
+        n: u32,
+        state: &SubtaskState,
+    ) -> Result<SubtaskReport, StoreError> {
+        let request = DelegateRequest {
+            task: state.task.clone(),
+            mode: state.mode,
+            agent: (state.agent != "worker").then(|| state.agent.clone()),
+        };
+        let (role, tools) = match self
+            .delegate_role(&request)
+            .and_then(|role| worker_tools(&role).map(|tools| (role, tools)))
+        {
+            Ok(found) => found,
+            Err(reason) => {
+                // The agent file changed since: the built-in worker carries on.
+                self.note(format!(
+                    "S{n}: {reason}; continuing with the built-in worker"
+                ));
+                (
+                    roles::builtin(RoleKind::Worker),
+                    tools::builtin(ToolSet::Worker),
+                )
+            }
+        };
+        let label = format!("S{n}");
+        let saved = match transcript::load(&self.transcript_path(&label, &role.name)) {
+            Ok(saved) => saved,
+            Err(error) => {
+                self.note(format!("{label}: the worker starts over: {error}"));
+                None
+            }
+        };
+        let start = match saved {
+            Some(mut saved) => {
+                transcript::answer_pending(&mut saved.messages, |_, _, _| None);
+                saved
+            }
+            None => Transcript {
+                messages: isolated_messages(&state.task),
+                ledger: Ledger::default(),
+            },
+        };
+        let _permit = self.jobs.acquire().await;
+        self.run_subtask(n, &state.task, &role, tools, start).await
+    }
+
+    /// The pipeline of subtask `n`; an error here is the journal failing (fatal).
+    async fn run_subtask(
+        self: &Arc<Self>,
+        n: u32,
+        brief: &str,
+        role: &RoleDef,
+        tools: Registry,
+        start: Transcript,
+    ) -> Result<SubtaskReport, StoreError> {
+        let label = format!("S{n}");
+        let branch = self.run.subtask_branch(n);
+        self.events.emit(Event::SubtaskStarted {
+            label: label.clone(),
+            task: brief.to_owned(),
+            branch: branch.clone(),
+        });
+        let mut report = empty_report(&label, brief, branch);
+        let worktree = match self.repo.create_worktree(self.worktree_spec(n)).await {
+            Ok(worktree) => worktree,
+            Err(error) => {
+                report.reason = Some(format!("could not create the worktree: {error}"));
+                return self.close_subtask(report, n, None).await;
+            }
+        };
+        let stage = self
+            .work_and_review(&label, brief, role, tools, start, &worktree, &mut report)
+            .await?;
+        match stage {
+            Stage::Done => {}
+            Stage::Failed(reason) => report.reason = Some(reason),
+            Stage::Interrupted => {
+                report.reason = Some(format!(
+                    "interrupted; its work is checkpointed on {}; `grove resume {}` continues it",
+                    report.branch, self.run
+                ));
+                finish_ledger(&mut report);
+                return Ok(report);
+            }
+        }
+        self.close_subtask(report, n, Some(&worktree)).await
+    }
+
+    /// Worker, commit, review, merge.
+    #[allow(clippy::too_many_arguments)]
+    async fn work_and_review(
+        self: &Arc<Self>,
+        label: &str,
+        brief: &str,
+        role: &RoleDef,
+        tools: Registry,
+        start: Transcript,
+        worktree: &Worktree,
+        report: &mut SubtaskReport,
+    ) -> Result<Stage, StoreError> {
+        let spec = self.spec(
+            AgentId {
+                role: role.name.clone(),
+                label: label.to_owned(),
+            },
+            role,
+            &self.models.worker,
+            self.options.max_turns.worker,
+            self.options.subagent_budget_tokens,
+            gate_registry(&tools, worktree),
+        );
+        let observer = AgentObserver {
+            orchestrator: Arc::downgrade(self),
+            label: label.to_owned(),
+            transcript: self.transcript_path(label, &role.name),
+            earlier: start.ledger,
+            checkpoint: Some((self.repo.clone(), worktree.clone())),
+            is_lead: false,
+        };
+        let worker = self
+            .run_agent_in(&spec, start.messages, worktree, observer)
+            .await;
+        self.spend(&worker.ledger);
+        report.worker_ledger = start.ledger;
+        report.worker_ledger.add(&worker.ledger);
+        if let Err(AgentError::Model { source, .. }) = &worker.result {
+            self.pause(format!("the model API failed for {label}: {source}"));
+        }
+
+        // The final commit: whatever the worker left, even after a failure or an
+        // interrupt, so that nothing it wrote is lost.
+        let head = match self
+            .repo
+            .checkpoint(worktree, &format!("{label}: final"))
+            .await
+        {
+            Ok(commit) => commit,
+            Err(error) => {
+                return Ok(Stage::Failed(format!(
+                    "could not commit the worker's files: {error}"
+                )));
+            }
+        };
+        if let Some(commit) = head {
+            self.journal(Entry::Checkpoint {
+                subtask: label.to_owned(),
+                commit: commit.to_string(),
+                turn: report.worker_ledger.steps,
+            })?;
+        }
+        if self.cancel.is_cancelled() {
+            return Ok(Stage::Interrupted);
+        }
+        let worker_summary = match &worker.result {
+            Ok(outcome) => match outcome.stop {
+                StopKind::Finished | StopKind::TurnCap => outcome.final_text.clone(),
+                _ => {
+                    return Ok(Stage::Failed(format!(
+                        "the worker stopped: {}: {}",
+                        outcome.stop, outcome.detail
+                    )));
+                }
+            },
+            Err(error) => return Ok(Stage::Failed(format!("the worker failed: {error}"))),
+        };
+        report.reason = (!worker_summary.trim().is_empty()).then(|| {
+            format!(
+                "worker: {}",
+                truncate_chars(worker_summary.trim(), WORKER_SUMMARY_CHARS)
+            )
+        });
+
+        let tip = match self.repo.ref_target(&worktree.branch_ref()) {
+            Ok(Some(tip)) => tip,
+            Ok(None) => return Ok(Stage::Failed("the subtask's branch vanished".into())),
+            Err(error) => return Ok(Stage::Failed(error.to_string())),
+        };
+        if tip == self.base {
+            return Ok(Stage::Failed("the worker changed no file".into()));
+        }
+        let diff = match self
+            .repo
+            .diff(self.base, tip, self.options.max_review_patch_bytes)
+            .await
+        {
+            Ok(diff) => diff,
+            Err(error) => {
+                return Ok(Stage::Failed(format!(
+                    "could not diff the subtask: {error}"
+                )));
+            }
+        };
+        report.executes_later = executes_later(&diff.stat);
+        report.diffstat = Some(diff.stat.clone());
+
+        let verdict = match self.review(label, brief, &diff, worktree, report).await {
+            Ok(verdict) => verdict,
+            Err(_) if self.cancel.is_cancelled() => return Ok(Stage::Interrupted),
+            Err(reason) => return Ok(Stage::Failed(reason)),
+        };
+        self.journal(Entry::Verdict {
+            subtask: label.to_owned(),
+            verdict: verdict.kind,
+            summary: verdict.summary.clone(),
+            findings: verdict.findings.clone(),
+        })?;
+        report.verdict = Some(verdict.kind);
+        report.review_summary = Some(verdict.summary.clone());
+        report.findings = verdict.findings.clone();
+        if verdict.kind == VerdictKind::Reject {
+            report.status = SubtaskOutcome::Rejected;
+            return Ok(Stage::Done);
+        }
+        let message = format!(
+            "grove {}: merge {label}\n\n{}\n\nGrove-Run: {}\nGrove-Subtask: {label}\n",
+            self.run,
+            truncate_chars(brief.lines().next().unwrap_or_default(), 200),
+            self.run
+        );
+        match self
+            .repo
+            .merge_onto(&self.run.result_ref(), tip, &message)
+            .await
+        {
+            Ok(MergeOutcome::Merged { commit }) => {
+                self.journal(Entry::Merged {
+                    subtask: label.to_owned(),
+                    commit: tip.to_string(),
+                    result: commit.to_string(),
+                })?;
+                report.status = SubtaskOutcome::Merged;
+            }
+            Ok(MergeOutcome::AlreadyMerged) => report.status = SubtaskOutcome::Merged,
+            Ok(MergeOutcome::Conflict { paths }) => {
+                self.journal(Entry::Conflict {
+                    subtask: label.to_owned(),
+                    paths: paths.clone(),
+                })?;
+                report.status = SubtaskOutcome::Conflict;
+                report.reason = Some(format!(
+                    "approved, but it conflicts with work merged before it in: {}",
+                    paths.join(", ")
+                ));
+                report.conflict_paths = paths;
+            }
+            Err(error) => return Ok(Stage::Failed(format!("could not merge: {error}"))),
+        }
+        Ok(Stage::Done)
+    }
+
+    async fn run_agent_in(
+        &self,
+        spec: &AgentSpec,
+        messages: Vec<Message>,
+        worktree: &Worktree,
+        observer: AgentObserver,
+    ) -> AgentRun {
+        run_agent(
+            spec,
+            LoopInput {
+                messages,
+                tool_context: ToolContext {
+                    root: worktree.path().to_path_buf(),
+                    cancel: self.cancel.child_token(),
+                },
+                events: self.events.clone(),
+                observer: Some(Arc::new(observer)),
+            },
+        )
+        .await
+    }
+
+    /// The isolated review of one diff; `Err(reason)` when no review could be had.
+    async fn review(
+        self: &Arc<Self>,
+        label: &str,
+        brief: &str,
+        diff: &BranchDiff,
+        worktree: &Worktree,
+        report: &mut SubtaskReport,
+    ) -> Result<Verdict, String> {
+        let submit = Arc::new(SubmitVerdict::new());
+        let tools =
+            gate_registry(&tools::builtin(ToolSet::ReadOnly), worktree).with(submit.clone());
+        let role = roles::builtin(RoleKind::Reviewer);
+        let spec = self.spec(
+            AgentId {
+                role: "reviewer".into(),
+                label: label.to_owned(),
+            },
+            &role,
+            &self.models.reviewer,
+            self.options.max_turns.reviewer,
+            self.options.subagent_budget_tokens,
+            tools,
+        );
+        // A review always starts from a clean context and is never resumed: its saved
+        // transcript is for the report only.
+        let observer = AgentObserver {
+            orchestrator: Arc::downgrade(self),
+            label: label.to_owned(),
+            transcript: self.transcript_path(label, "reviewer"),
+            earlier: Ledger::default(),
+            checkpoint: None,
+            is_lead: false,
+        };
+        let reviewer = self
+            .run_agent_in(
+                &spec,
+                isolated_messages(&review_brief(brief, diff, &report.executes_later)),
+                worktree,
+                observer,
+            )
+            .await;
+        self.spend(&reviewer.ledger);
+        report.reviewer_ledger = reviewer.ledger;
+        if let Some(verdict) = submit.verdict() {
+            return Ok(verdict);
+        }
+        match reviewer.result {
+            Err(AgentError::Cancelled { .. }) => Err("cancelled during review".into()),
+            Err(AgentError::Model { source, .. }) => {
+                self.pause(format!(
+                    "the model API failed for the reviewer of {label}: {source}"
+                ));
+                Err("the model API failed during review".into())
+            }
+            Err(error) => Err(format!("the review failed: {error}")),
+            Ok(outcome) => Ok(Verdict {
+                kind: VerdictKind::Reject,
+                summary: format!(
+                    "The reviewer gave no verdict ({}: {}); an unreviewed diff is never merged.",
+                    outcome.stop, outcome.detail
+                ),
+                findings: Vec::new(),
+            }),
+        }
+    }
+
+    /// Archives what is not merged, removes the worktree, journals the end.
+    async fn close_subtask(
+        &self,
+        mut report: SubtaskReport,
+        n: u32,
+        worktree: Option<&Worktree>,
+    ) -> Result<SubtaskReport, StoreError> {
+        if report.status != SubtaskOutcome::Merged {
+            let archived = match worktree {
+                Some(worktree) => {
+                    self.repo
+                        .archive_worktree(worktree, report.status.as_str())
+                        .await
+                }
+                None => self.repo.archive_branch(&self.run, n).await,
+            };
+            match archived {
+                Ok(archived) => report.archive_ref = Some(archived.reference),
+                Err(error) => self.note(format!("{}: could not archive: {error}", report.id)),
+            }
+        }
+        if !self.options.keep_worktrees {
+            if let Some(worktree) = worktree
+                && let Err(error) = self.repo.remove_worktree(worktree).await
+            {
+                self.note(format!(
+                    "{}: could not remove its worktree: {error}",
+                    report.id
+                ));
+            }
+            // Merged work lives on in the result, the rest in its archive; the git layer
+            // refuses to delete a branch whose work is kept nowhere else.
+            if let Err(error) = self.repo.delete_subtask_branch(&self.run, n).await {
+                self.note(format!("{}: kept its branch: {error}", report.id));
+            }
+        }
+        finish_ledger(&mut report);
+        self.journal(Entry::SubtaskFinished {
+            subtask: report.id.clone(),
+            status: report.status,
+            ledger: report.ledger(),
+        })?;
+        self.events.emit(Event::SubtaskFinished {
+            label: report.id.clone(),
+            status: report.status.as_str().to_owned(),
+            verdict: report.verdict.map(|v| v.as_str().to_owned()),
+            diffstat: report.diffstat.as_ref().map(DiffStat::summary),
+        });
+        Ok(report)
+    }
+}
+
+fn empty_report(label: &str, brief: &str, branch: String) -> SubtaskReport {
+    SubtaskReport {
+        id: label.to_owned(),
+        task: brief.to_owned(),
+        branch,
+        status: SubtaskOutcome::Failed,
+        verdict: None,
+        steps: 0,
+        input_tokens: 0,
+        output_tokens: 0,
+        cache_read_tokens: 0,
+        cache_write_tokens: 0,
+        reason: None,
+        review_summary: None,
+        findings: Vec::new(),
+        diffstat: None,
+        conflict_paths: Vec::new(),
+        archive_ref: None,
+        executes_later: Vec::new(),
+        worker_ledger: Ledger::default(),
+        reviewer_ledger: Ledger::default(),
+    }
+}
+
+/// Copies the summed ledger into the report's flat token fields.
+fn finish_ledger(report: &mut SubtaskReport) {
+    let ledger = report.ledger();
+    report.steps = ledger.steps;
+    report.input_tokens = ledger.input_tokens;
+    report.output_tokens = ledger.output_tokens;
+    report.cache_read_tokens = ledger.cache_read_tokens;
+    report.cache_write_tokens = ledger.cache_write_tokens;
+}
+
+/// The report of a subtask that had finished before a resume, from the journal.
+pub(crate) fn report_from_state(state: &SubtaskState) -> SubtaskReport {
+    let mut report = empty_report(&state.id, &state.task, state.branch.clone());
+    report.status = match state.status {
+        SubtaskStatus::Merged => SubtaskOutcome::Merged,
+        SubtaskStatus::Rejected => SubtaskOutcome::Rejected,
+        SubtaskStatus::Conflict => SubtaskOutcome::Conflict,
+        SubtaskStatus::Failed | SubtaskStatus::Running => SubtaskOutcome::Failed,
+    };
+    if let Some(verdict) = &state.verdict {
+        report.verdict = Some(verdict.verdict);
+        report.review_summary = Some(verdict.summary.clone());
+        report.findings = verdict.findings.clone();
+    }
+    report.conflict_paths = state.conflict_paths.clone();
+    report.worker_ledger = state.ledger;
+    finish_ledger(&mut report);
+    report
+}
+
+/// The worker's tools: the kind's default set, or the agent file's `tools` list (which
+/// may only name worker tools).
+fn worker_tools(role: &RoleDef) -> Result<Registry, String> {
+    let all = tools::builtin(ToolSet::Worker);
+    let Some(names) = &role.tools else {
+        return Ok(all);
+    };
+    names.iter().try_fold(Registry::new(), |registry, name| {
+        all.get(name)
+            .cloned()
+            .map(|tool| registry.with(tool))
+            .ok_or_else(|| {
+                format!(
+                    "agent `{}` lists tool `{name}`, which workers do not have; worker tools \
+                     are: {}",
+                    role.name,
+                    all.names().join(", ")
+                )
+            })
+    })
+}
+
+/// The reviewer's first message: the brief, the flagged paths, the diff. Nothing else.
+fn review_brief(brief: &str, diff: &BranchDiff, executes_later: &[String]) -> String {
+    let mut text = format!(
+        "# The subtask's brief\n\n{}\n\n# The diff against the base ({})\n\n",
+        brief.trim(),
+        diff.stat.summary()
+    );
+    if !executes_later.is_empty() {
+        text.push_str(
+            "Attention: this diff changes files that run on the host or in CI later; check \
+             that each change is needed and harmless:\n",
+        );
+        for path in executes_later {
+            text.push_str(&format!("- {path}\n"));
+        }
+        text.push('\n');
+    }
+    text.push_str("```diff\n");
+    text.push_str(&diff.patch.text);
+    if !diff.patch.text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(
+        "```\n\nThe resulting tree is your working directory; read what you need. Then call \
+         `submit_verdict`.",
+    );
+    text
+}
+
+/// The short result a lead gets for one subtask: status, verdict, findings, diffstat.
+pub(crate) fn lead_result(report: &SubtaskReport) -> String {
+    let mut text = format!(
+        "{} {} ({})",
+        report.id,
+        report.status.as_str(),
+        report.branch
+    );
+    if let Some(verdict) = report.verdict {
+        text.push_str(&format!("; reviewer: {}", verdict.as_str()));
+    }
+    text.push('\n');
+    if let Some(reason) = &report.reason {
+        text.push_str(&format!("{reason}\n"));
+    }
+    if let Some(summary) = &report.review_summary {
+        text.push_str(&format!(
+            "review: {}\n",
+            truncate_chars(summary, REVIEW_SUMMARY_CHARS)
+        ));
+    }
+    for finding in report.findings.iter().take(LISTED_FINDINGS) {
+        let place = match finding.line {
+            Some(line) => format!("{}:{line}", finding.path),
+            None => finding.path.clone(),
+        };
+        text.push_str(&format!(
+            "- {place}: {}\n",
+            truncate_chars(&finding.problem, 200)
+        ));
+    }
+    if report.findings.len() > LISTED_FINDINGS {
+        text.push_str(&format!(
+            "- … {} more findings\n",
+            report.findings.len() - LISTED_FINDINGS
+        ));
+    }
+    if !report.conflict_paths.is_empty() {
+        text.push_str(&format!(
+            "conflicts in: {}\n",
+            report.conflict_paths.join(", ")
+        ));
+    }
+    if let Some(stat) = &report.diffstat {
+        text.push_str(&format!("diff: {}\n", stat.summary()));
+        for file in stat.files.iter().take(LISTED_FILES) {
+            if file.binary {
+                text.push_str(&format!("  {} (binary)\n", file.path));
+            } else {
+                text.push_str(&format!(
+                    "  {} +{} -{}\n",
+                    file.path, file.added, file.removed
+                ));
+            }
+        }
+        if stat.files.len() > LISTED_FILES {
+            text.push_str(&format!(
+                "  … {} more files\n",
+                stat.files.len() - LISTED_FILES
+            ));
+        }
+    }
+    if let Some(archive) = &report.archive_ref {
+        text.push_str(&format!("work kept at {archive}\n"));
+    }
+    text
+}

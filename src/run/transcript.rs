@@ -1,0 +1,201 @@
+//! Saved conversations, so that an interrupted run continues where each agent was.
+//!
+//! This file owns `<run dir>/transcripts/<label>-<role>.json`: an agent's messages and
+//! ledger, replaced atomically around every turn that calls tools. It must never be the
+//! source of truth for work (git refs are): it only lets an agent pick up its thread.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::Ledger;
+use crate::model::{ContentBlock, Message, Role};
+use crate::run::durable::{self, DurableError};
+
+/// One agent's saved conversation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Transcript {
+    pub messages: Vec<Message>,
+    pub ledger: Ledger,
+}
+
+/// Why a transcript could not be saved or read.
+#[derive(Debug, thiserror::Error)]
+pub enum TranscriptError {
+    #[error(transparent)]
+    Durable(#[from] DurableError),
+    #[error("cannot read transcript {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("transcript {path} is not valid: {source}")]
+    Invalid {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// The file of agent `role` working on `label` in the run directory `run_dir`.
+pub fn transcript_path(run_dir: &Path, label: &str, role: &str) -> PathBuf {
+    run_dir
+        .join("transcripts")
+        .join(format!("{label}-{role}.json"))
+}
+
+/// Replaces the transcript at `path` atomically.
+pub fn save(path: &Path, transcript: &Transcript) -> Result<(), TranscriptError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| TranscriptError::Read {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    let bytes = serde_json::to_vec(transcript).map_err(|source| TranscriptError::Invalid {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    durable::replace_file(path, &bytes)?;
+    Ok(())
+}
+
+/// The transcript at `path`, or `None` when the agent never saved one.
+pub fn load(path: &Path) -> Result<Option<Transcript>, TranscriptError> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(TranscriptError::Read {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|source| TranscriptError::Invalid {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// The text every tool call gets that was pending when the process stopped: it may
+/// have run in part, so it is never run again; the model decides what to do.
+pub const INTERRUPTED_CALL: &str = "grove was interrupted while this tool call was pending; \
+     it was not run again. It may have run in part: check the files before you go on.";
+
+/// The tool calls of the trailing assistant message that have no results yet, as
+/// `(id, name, input)`.
+pub fn pending_calls(messages: &[Message]) -> Vec<(String, String, serde_json::Value)> {
+    match messages.last() {
+        Some(last) if last.role == Role::Assistant => last
+            .tool_uses()
+            .map(|(id, name, input)| (id.to_owned(), name.to_owned(), input.clone()))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Appends one user message answering every pending call, with `answer(id, name,
+/// input)` or, when it gives `None`, [`INTERRUPTED_CALL`] as an error.
+pub fn answer_pending(
+    messages: &mut Vec<Message>,
+    mut answer: impl FnMut(&str, &str, &serde_json::Value) -> Option<String>,
+) {
+    let pending = pending_calls(messages);
+    if pending.is_empty() {
+        return;
+    }
+    let content = pending
+        .into_iter()
+        .map(|(id, name, input)| match answer(&id, &name, &input) {
+            Some(text) => ContentBlock::ToolResult {
+                tool_use_id: id,
+                content: text,
+                is_error: false,
+            },
+            None => ContentBlock::ToolResult {
+                tool_use_id: id,
+                content: INTERRUPTED_CALL.to_owned(),
+                is_error: true,
+            },
+        })
+        .collect();
+    messages.push(Message {
+        role: Role::User,
+        content,
+    });
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pending_calls_are_answered_once_and_never_rerun() {
+        let mut messages = vec![
+            Message::user_text("brief"),
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    ContentBlock::Text { text: "go".into() },
+                    ContentBlock::ToolUse {
+                        id: "a".into(),
+                        name: "delegate".into(),
+                        input: json!({"task": "x"}),
+                    },
+                    ContentBlock::ToolUse {
+                        id: "b".into(),
+                        name: "bash".into(),
+                        input: json!({"command": "make"}),
+                    },
+                ],
+            },
+        ];
+        answer_pending(&mut messages, |_, name, _| {
+            (name == "delegate").then(|| "S1 merged".to_owned())
+        });
+        assert_eq!(
+            messages.last().unwrap(),
+            &Message {
+                role: Role::User,
+                content: vec![
+                    ContentBlock::ToolResult {
+                        tool_use_id: "a".into(),
+                        content: "S1 merged".into(),
+                        is_error: false,
+                    },
+                    ContentBlock::ToolResult {
+                        tool_use_id: "b".into(),
+                        content: INTERRUPTED_CALL.into(),
+                        is_error: true,
+                    },
+                ],
+            }
+        );
+        assert!(
+            pending_calls(&messages).is_empty(),
+            "answered calls are not pending"
+        );
+    }
+
+    #[test]
+    fn transcripts_round_trip_and_missing_ones_are_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = transcript_path(dir.path(), "S1", "worker");
+        assert_eq!(load(&path).unwrap(), None);
+        let transcript = Transcript {
+            messages: vec![Message::user_text("hi")],
+            ledger: Ledger {
+                steps: 2,
+                ..Ledger::default()
+            },
+        };
+        save(&path, &transcript).unwrap();
+        assert_eq!(load(&path).unwrap(), Some(transcript));
+    }
+}

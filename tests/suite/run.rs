@@ -1,0 +1,814 @@
+//! `grove run` end to end: a real repository, the real orchestrator, real worktrees and
+//! merges, and every model call over HTTP to the fake server, scripted per role.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use grove::event::EventSink;
+use grove::model::Provider;
+use grove::run::journal::{SubtaskOutcome, VerdictKind};
+use grove::run::{ModelChoice, Models, RunEnd, RunError, RunOptions, RunReport};
+
+use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
+use crate::support::git_fixture::GitFixture;
+
+const RULES: &str = "House rule: keep every line under 80 columns.";
+
+/// Which built-in role sent a request, told by its system prompt.
+#[derive(Debug, PartialEq, Eq)]
+enum Who {
+    Lead,
+    Worker,
+    Reviewer,
+}
+
+fn who(request: &RecordedRequest) -> Who {
+    let system = request.system_text();
+    if system.starts_with("You are the lead engineer") {
+        Who::Lead
+    } else if system.starts_with("You are an independent code reviewer") {
+        Who::Reviewer
+    } else {
+        assert!(
+            system.starts_with("You are a software engineer"),
+            "unknown role: {system}"
+        );
+        Who::Worker
+    }
+}
+
+/// The text of the first user message: a subagent's brief.
+fn first_user_text(request: &RecordedRequest) -> String {
+    let first = request
+        .messages()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .cloned()
+        .unwrap_or(Value::Null);
+    match &first["content"] {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+fn answered(request: &RecordedRequest) -> bool {
+    !request.tool_results().is_empty()
+}
+
+fn usage(turn: Turn) -> Turn {
+    turn.usage(100, 10, 50, 5)
+}
+
+/// A lead that delegates `briefs` at once, then summarises.
+fn lead_reply(request: &RecordedRequest, briefs: &[(&str, Option<&str>)]) -> Reply {
+    if answered(request) {
+        return usage(Turn::text("All subtasks are done.")).into();
+    }
+    let mut turn = Turn::text("Delegating.");
+    for (index, (brief, mode)) in briefs.iter().enumerate() {
+        let mut input = json!({ "task": brief });
+        if let Some(mode) = mode {
+            input["mode"] = json!(mode);
+        }
+        turn = turn.tool_use(&format!("lead_call_{index}"), "delegate", input);
+    }
+    usage(turn).into()
+}
+
+/// A worker that follows briefs of the form `WRITE <path> <content>`.
+fn worker_reply(request: &RecordedRequest) -> Reply {
+    if answered(request) {
+        return usage(Turn::text("WORKER-FINAL: wrote the file as asked.")).into();
+    }
+    // The brief is the newest user text, in isolated and forked conversations alike.
+    let brief = request.last_user_text();
+    let line = brief
+        .lines()
+        .rev()
+        .find(|line| line.starts_with("WRITE "))
+        .unwrap_or_else(|| panic!("brief without WRITE: {brief}"));
+    let mut parts = line.splitn(3, ' ').skip(1);
+    let path = parts.next().unwrap();
+    let content = parts.next().unwrap_or_default();
+    usage(Turn::text("Writing.").tool_use(
+        "worker_call_1",
+        "write_file",
+        json!({ "path": path, "content": format!("{content}\n") }),
+    ))
+    .into()
+}
+
+/// A reviewer that rejects diffs touching `junk`, approves the rest.
+fn reviewer_reply(request: &RecordedRequest) -> Reply {
+    if answered(request) {
+        return usage(Turn::text("Verdict given.")).into();
+    }
+    let brief = first_user_text(request);
+    let input = if brief.contains("junk") {
+        json!({
+            "verdict": "reject",
+            "summary": "Adds a junk file nobody asked for.",
+            "findings": [{ "path": "junk.txt", "line": 1, "problem": "not part of the task" }]
+        })
+    } else {
+        json!({ "verdict": "approve", "summary": "Does what the brief asks." })
+    };
+    usage(Turn::new().tool_use("review_call_1", "submit_verdict", input)).into()
+}
+
+fn models(server: &FakeServer, provider: Provider, stream: bool) -> Models {
+    let choice = |name: &str| ModelChoice {
+        client: server.model(provider, stream),
+        name: name.into(),
+    };
+    Models {
+        provider: provider.as_str().into(),
+        lead: choice("lead-model"),
+        worker: choice("worker-model"),
+        reviewer: choice("reviewer-model"),
+    }
+}
+
+fn options(fixture: &GitFixture, task: &str) -> RunOptions {
+    RunOptions {
+        jobs: 3,
+        git: fixture.options(),
+        ..RunOptions::new(task)
+    }
+}
+
+async fn run(
+    fixture: &GitFixture,
+    server: &FakeServer,
+    provider: Provider,
+    options: RunOptions,
+) -> Result<RunReport, RunError> {
+    grove::run::run(
+        &fixture.repo,
+        options,
+        models(server, provider, true),
+        EventSink::discard(),
+        CancellationToken::new(),
+    )
+    .await
+}
+
+fn repo_with_rules() -> GitFixture {
+    GitFixture::with_files(&[
+        ("src/a.txt", "alpha\n"),
+        ("src/b.txt", "beta\n"),
+        ("AGENTS.md", RULES),
+    ])
+}
+
+fn statuses(report: &RunReport) -> Vec<(String, SubtaskOutcome, Option<VerdictKind>)> {
+    report
+        .subtasks
+        .iter()
+        .map(|s| (s.id.clone(), s.status, s.verdict))
+        .collect()
+}
+
+const USER_TASK: &str = "USER-TASK: shout the two words and add nothing else";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn approved_subtasks_merge_rejected_ones_are_archived_for_both_providers() {
+    for provider in [Provider::Anthropic, Provider::OpenAi] {
+        let fixture = repo_with_rules();
+        let base = fixture.rev("HEAD");
+        let server = FakeServer::with_responder(|request| match who(request) {
+            Who::Lead => lead_reply(
+                request,
+                &[
+                    ("Make src/a.txt shout.\nWRITE src/a.txt ALPHA", None),
+                    ("Make src/b.txt shout.\nWRITE src/b.txt BETA", None),
+                    ("Add a file.\nWRITE junk.txt junk", None),
+                ],
+            ),
+            Who::Worker => worker_reply(request),
+            Who::Reviewer => reviewer_reply(request),
+        })
+        .await;
+
+        let report = run(&fixture, &server, provider, options(&fixture, USER_TASK))
+            .await
+            .unwrap();
+
+        server.assert_no_violations();
+        assert_eq!(report.status, RunEnd::Finished, "{provider}: {report:#?}");
+        assert_eq!(
+            statuses(&report),
+            vec![
+                (
+                    "S1".into(),
+                    SubtaskOutcome::Merged,
+                    Some(VerdictKind::Approve)
+                ),
+                (
+                    "S2".into(),
+                    SubtaskOutcome::Merged,
+                    Some(VerdictKind::Approve)
+                ),
+                (
+                    "S3".into(),
+                    SubtaskOutcome::Rejected,
+                    Some(VerdictKind::Reject)
+                ),
+            ],
+            "{provider}: approved subtasks merge, the rejected one does not"
+        );
+        assert!(report.applied, "{provider}: a clean tree gets the result");
+        assert_eq!(fixture.read("src/a.txt"), b"ALPHA\n");
+        assert_eq!(fixture.read("src/b.txt"), b"BETA\n");
+        assert!(
+            !fixture.repo.join("junk.txt").exists(),
+            "{provider}: rejected work never reaches the user's tree"
+        );
+        assert_eq!(
+            fixture.git(&["status", "--porcelain"]),
+            "",
+            "{provider}: the apply leaves a clean tree"
+        );
+        let head = fixture.rev("HEAD");
+        assert_eq!(Some(head.to_string()), report.result_commit);
+        assert!(
+            fixture
+                .git(&["merge-base", "--is-ancestor", &base.to_string(), "HEAD"])
+                .is_empty()
+        );
+
+        // Rejected work is archived, never deleted; merged branches are gone.
+        let archive = report.subtasks[2].archive_ref.clone().unwrap();
+        assert_eq!(archive, format!("refs/grove/archive/{}/3", report.run_id));
+        assert_eq!(
+            fixture.git(&["show", &format!("{archive}:junk.txt")]),
+            "junk"
+        );
+        assert_eq!(
+            fixture.git(&["for-each-ref", "--format=%(refname)", "refs/heads/grove/"]),
+            format!("refs/heads/grove/{}/result", report.run_id),
+            "{provider}: only the result branch is left"
+        );
+        assert_eq!(
+            fixture
+                .git(&["worktree", "list", "--porcelain"])
+                .matches("worktree ")
+                .count(),
+            1,
+            "{provider}: every worktree is removed"
+        );
+
+        // The lead got one short result per subtask.
+        let lead_final = server
+            .requests()
+            .into_iter()
+            .rev()
+            .find(|r| who(r) == Who::Lead)
+            .unwrap();
+        let results = lead_final.tool_results();
+        assert_eq!(results.len(), 3);
+        for (id, text) in &results {
+            assert!(
+                text.len() < 2000,
+                "{provider}: result {id} is bounded: {text}"
+            );
+        }
+        assert!(results[0].1.starts_with("S1 merged"), "{}", results[0].1);
+        assert!(results[2].1.starts_with("S3 rejected"), "{}", results[2].1);
+        assert!(
+            results[2].1.contains("junk.txt:1: not part of the task"),
+            "{provider}: the lead sees the findings: {}",
+            results[2].1
+        );
+
+        // Ledger: 2 lead turns, and per subtask 2 worker + 2 reviewer turns. Chat
+        // completions has no cache-write count: those tokens are plain input there.
+        let input_per_turn = match provider {
+            Provider::Anthropic => 100,
+            Provider::OpenAi => 105,
+        };
+        assert_eq!(report.lead_ledger.steps, 2);
+        for subtask in &report.subtasks {
+            assert_eq!(
+                (subtask.steps, subtask.input_tokens, subtask.output_tokens),
+                (4, 4 * input_per_turn, 40)
+            );
+        }
+        assert_eq!(
+            (report.totals.steps, report.totals.cache_read_tokens),
+            (14, 700),
+            "{provider}: totals sum every subagent"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn isolated_contexts_never_leak_the_task_transcripts_or_reasoning() {
+    let fixture = repo_with_rules();
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(
+            request,
+            &[("Make src/a.txt shout.\nWRITE src/a.txt ALPHA", None)],
+        ),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let report = run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        options(&fixture, USER_TASK),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.subtasks[0].status, SubtaskOutcome::Merged);
+    server.assert_no_violations();
+
+    for request in server.requests() {
+        let body = request.raw_body.clone();
+        assert!(
+            request.system_text().contains(RULES),
+            "every role's system prompt carries the project rules"
+        );
+        match who(&request) {
+            Who::Lead => assert!(body.contains("USER-TASK")),
+            Who::Worker => {
+                assert!(
+                    !body.contains("USER-TASK"),
+                    "an isolated worker never sees the user's task"
+                );
+                assert!(
+                    !body.contains("Delegating."),
+                    "an isolated worker never sees the lead's messages"
+                );
+                assert_eq!(
+                    request.tool_names(),
+                    [
+                        "bash",
+                        "edit_file",
+                        "grep",
+                        "list_files",
+                        "read_file",
+                        "write_file"
+                    ],
+                    "workers get the worker tools and no delegate"
+                );
+            }
+            Who::Reviewer => {
+                assert!(!body.contains("USER-TASK"));
+                assert!(
+                    !body.contains("WORKER-FINAL"),
+                    "the reviewer never sees the worker's final message"
+                );
+                assert!(
+                    !body.contains("Writing."),
+                    "the reviewer never sees the worker's messages"
+                );
+                let brief = first_user_text(&request);
+                assert!(
+                    brief.contains("WRITE src/a.txt ALPHA"),
+                    "the reviewer sees the brief"
+                );
+                assert!(
+                    brief.contains("+ALPHA"),
+                    "the reviewer sees the diff: {brief}"
+                );
+                assert_eq!(
+                    request.tool_names(),
+                    ["grep", "list_files", "read_file", "submit_verdict"],
+                    "reviewers are read-only"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forked_worker_starts_from_the_leads_history_without_pending_calls() {
+    let fixture = repo_with_rules();
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(
+            request,
+            &[("Continue.\nWRITE src/a.txt ALPHA", Some("fork"))],
+        ),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let report = run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        options(&fixture, USER_TASK),
+    )
+    .await
+    .unwrap();
+    server.assert_no_violations();
+    assert_eq!(report.subtasks[0].status, SubtaskOutcome::Merged);
+    let worker_first = server
+        .requests()
+        .into_iter()
+        .find(|r| who(r) == Who::Worker)
+        .unwrap();
+    let messages = worker_first.messages();
+    assert_eq!(
+        messages.len(),
+        3,
+        "task, the lead's text turn, the brief: {messages:#?}"
+    );
+    assert!(
+        first_user_text(&worker_first).contains("USER-TASK"),
+        "a fork sees the lead's history"
+    );
+    assert_eq!(messages[1]["content"][0]["text"], "Delegating.");
+    assert!(
+        !worker_first.raw_body.contains("lead_call_0"),
+        "the lead's pending delegate call is not in the fork"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_subtasks_editing_the_same_line_conflict_and_both_are_kept() {
+    let fixture = repo_with_rules();
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(
+            request,
+            &[
+                ("One.\nWRITE src/a.txt FIRST", None),
+                ("Two.\nWRITE src/a.txt SECOND", None),
+            ],
+        ),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let report = run(
+        &fixture,
+        &server,
+        Provider::OpenAi,
+        options(&fixture, USER_TASK),
+    )
+    .await
+    .unwrap();
+    server.assert_no_violations();
+    let mut outcomes: Vec<SubtaskOutcome> = report.subtasks.iter().map(|s| s.status).collect();
+    outcomes.sort_by_key(|o| o.as_str());
+    assert_eq!(
+        outcomes,
+        vec![SubtaskOutcome::Conflict, SubtaskOutcome::Merged]
+    );
+    let conflicted = report
+        .subtasks
+        .iter()
+        .find(|s| s.status == SubtaskOutcome::Conflict)
+        .unwrap();
+    assert_eq!(conflicted.conflict_paths, vec!["src/a.txt".to_owned()]);
+    let archive = conflicted
+        .archive_ref
+        .clone()
+        .expect("conflicting work is archived");
+    let kept = fixture.git(&["show", &format!("{archive}:src/a.txt")]);
+    let merged = String::from_utf8(fixture.read("src/a.txt")).unwrap();
+    let mut both = vec![kept, merged.trim_end().to_owned()];
+    both.sort();
+    assert_eq!(
+        both,
+        vec!["FIRST", "SECOND"],
+        "both versions are recoverable"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dirty_tree_is_never_touched_and_the_result_waits_on_its_branch() {
+    let fixture = repo_with_rules();
+    fixture.write("src/a.txt", "my own edit\n");
+    fixture.write("notes.txt", "untracked\n");
+    let before = fixture.user_state();
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(request, &[("Shout.\nWRITE src/a.txt ALPHA", None)]),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let report = run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        options(&fixture, USER_TASK),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.subtasks[0].status, SubtaskOutcome::Merged);
+    assert!(!report.applied);
+    assert_eq!(
+        fixture.user_state(),
+        before,
+        "the user's files are byte-identical"
+    );
+    let apply = report.apply.unwrap();
+    assert!(
+        apply.message.contains("uncommitted changes"),
+        "{}",
+        apply.message
+    );
+    assert_eq!(
+        apply.command.as_deref(),
+        Some(format!("git merge --ff-only grove/{}/result", report.run_id).as_str())
+    );
+    assert_eq!(
+        fixture.git(&["show", &format!("grove/{}/result:src/a.txt", report.run_id)]),
+        "ALPHA"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reviewer_without_a_verdict_rejects_and_a_worker_cannot_delegate() {
+    let fixture = repo_with_rules();
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(request, &[("Shout.\nWRITE src/a.txt ALPHA", None)]),
+        Who::Worker => {
+            if answered(request) {
+                let (_, last_result) = request.tool_results().pop().unwrap();
+                if last_result.contains("not available") {
+                    return usage(Turn::new().tool_use(
+                        "after_refusal",
+                        "write_file",
+                        json!({"path": "src/a.txt", "content": "ALPHA\n"}),
+                    ))
+                    .into();
+                }
+                return usage(Turn::text("WORKER-FINAL")).into();
+            }
+            usage(Turn::new().tool_use("sneaky", "delegate", json!({"task": "grandchild"}))).into()
+        }
+        Who::Reviewer => usage(Turn::text("Looks fine to me, I think.")).into(),
+    })
+    .await;
+    let report = run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        options(&fixture, USER_TASK),
+    )
+    .await
+    .unwrap();
+    server.assert_no_violations();
+    let subtask = &report.subtasks[0];
+    assert_eq!(
+        (subtask.status, subtask.verdict),
+        (SubtaskOutcome::Rejected, Some(VerdictKind::Reject))
+    );
+    assert!(
+        subtask
+            .review_summary
+            .as_deref()
+            .unwrap()
+            .contains("no verdict"),
+        "{subtask:#?}"
+    );
+    assert_eq!(
+        fixture.read("src/a.txt"),
+        b"alpha\n",
+        "nothing unreviewed is applied"
+    );
+    let worker_second = server
+        .requests()
+        .into_iter()
+        .filter(|r| who(r) == Who::Worker)
+        .nth(1)
+        .unwrap();
+    assert!(
+        worker_second.tool_results()[0]
+            .1
+            .contains("tool `delegate` is not available"),
+        "the dispatcher refuses a tool the worker does not have"
+    );
+}
+
+#[tokio::test]
+async fn a_detached_head_is_refused_before_anything_starts() {
+    let fixture = repo_with_rules();
+    fixture.git(&["checkout", "--quiet", "--detach"]);
+    let server = FakeServer::start().await;
+    let error = run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        options(&fixture, USER_TASK),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(error, RunError::DetachedHead), "{error}");
+    assert!(
+        server.requests().is_empty(),
+        "no model call before the checks pass"
+    );
+}
+
+#[tokio::test]
+async fn a_second_grove_on_the_same_repository_is_refused() {
+    let fixture = repo_with_rules();
+    let repo = fixture.open().await;
+    let _held =
+        grove::run::lock::RepoLock::acquire(repo.common_dir(), "20260101-000000-abcd").unwrap();
+    let server = FakeServer::start().await;
+    let error = run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        options(&fixture, USER_TASK),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        error.to_string().contains("grove run 20260101-000000-abcd"),
+        "the message names the first run: {error}"
+    );
+    assert!(server.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_interrupted_run_keeps_its_work_and_resume_finishes_it() {
+    let fixture = repo_with_rules();
+    let cancel = CancellationToken::new();
+    let trip = cancel.clone();
+    let server = FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => lead_reply(request, &[("Shout.\nWRITE src/a.txt ALPHA", None)]),
+        Who::Worker => {
+            if answered(request) {
+                // Ctrl-C after the worker's write ran, before its last turn.
+                trip.cancel();
+            }
+            worker_reply(request)
+        }
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let report = grove::run::run(
+        &fixture.repo,
+        options(&fixture, USER_TASK),
+        models(&server, Provider::Anthropic, true),
+        EventSink::discard(),
+        cancel,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.status, RunEnd::Interrupted, "{report:#?}");
+    assert!(!report.applied);
+    assert_eq!(
+        fixture.read("src/a.txt"),
+        b"alpha\n",
+        "the user's tree is untouched"
+    );
+    let branch = format!("grove/{}/1", report.run_id);
+    assert_eq!(
+        fixture.git(&["show", &format!("{branch}:src/a.txt")]),
+        "ALPHA",
+        "the worker's write is checkpointed on its branch"
+    );
+    assert!(
+        report.subtasks[0].archive_ref.is_none(),
+        "interrupted work is not archived"
+    );
+
+    let first_server = server;
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(request, &[("unused", None)]),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let resumed = grove::run::resume(
+        &fixture.repo,
+        &report.run_id,
+        fixture.options(),
+        |_| Ok(models(&server, Provider::Anthropic, true)),
+        EventSink::discard(),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    server.assert_no_violations();
+    assert_eq!(resumed.status, RunEnd::Finished, "{resumed:#?}");
+    assert_eq!(
+        statuses(&resumed),
+        vec![(
+            "S1".into(),
+            SubtaskOutcome::Merged,
+            Some(VerdictKind::Approve)
+        )]
+    );
+    assert!(resumed.applied);
+    assert_eq!(fixture.read("src/a.txt"), b"ALPHA\n");
+    assert_eq!(
+        count_tool_calls(&[&first_server, &server], "write_file"),
+        1,
+        "the resumed worker continues its conversation; nothing is asked or run twice"
+    );
+    let lead = server
+        .requests()
+        .into_iter()
+        .find(|r| who(r) == Who::Lead)
+        .unwrap();
+    assert!(
+        lead.tool_results()[0].1.starts_with("S1 merged"),
+        "the lead's pending delegate call is answered with its subtask's result"
+    );
+    assert_eq!(
+        resumed.subtasks[0].worker_ledger.steps, 2,
+        "the ledger spans both processes"
+    );
+}
+
+/// How many distinct tool calls of `name` the servers' conversations hold (a call made
+/// once shows up again in every later request's history, under the same id).
+fn count_tool_calls(servers: &[&FakeServer], name: &str) -> usize {
+    let mut seen = std::collections::BTreeSet::new();
+    for request in servers.iter().flat_map(|server| server.requests()) {
+        for (id, tool) in request.tool_calls() {
+            if tool == name {
+                seen.insert(id);
+            }
+        }
+    }
+    seen.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_api_outage_pauses_the_run_and_resume_finishes_it_once_the_api_is_back() {
+    let fixture = repo_with_rules();
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(request, &[("Shout.\nWRITE src/a.txt ALPHA", None)]),
+        // The API goes down once the worker starts, for good.
+        Who::Worker | Who::Reviewer => Reply::overloaded(),
+    })
+    .await;
+    let report = run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        options(&fixture, USER_TASK),
+    )
+    .await
+    .unwrap();
+    server.assert_no_violations();
+    assert_eq!(report.status, RunEnd::Paused, "{report:#?}");
+    let error = report.error.clone().unwrap();
+    assert!(
+        error.contains("overloaded") && error.contains(&format!("grove resume {}", report.run_id)),
+        "the message says what happened and what to run: {error}"
+    );
+    let worker_calls = server
+        .requests()
+        .iter()
+        .filter(|r| who(r) == Who::Worker)
+        .count();
+    assert!(
+        (2..=10).contains(&worker_calls),
+        "retries are bounded: {worker_calls} worker requests"
+    );
+    assert!(
+        report.subtasks[0].archive_ref.is_none(),
+        "an outage is not the worker's failure"
+    );
+    let listed = grove::run::store::RunStore::new(fixture.open().await.common_dir())
+        .list_runs()
+        .unwrap();
+    assert_eq!(listed[0].status.as_str(), "paused");
+
+    let healthy = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(request, &[("unused", None)]),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let resumed = grove::run::resume(
+        &fixture.repo,
+        &report.run_id,
+        fixture.options(),
+        |_| Ok(models(&healthy, Provider::Anthropic, true)),
+        EventSink::discard(),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    healthy.assert_no_violations();
+    assert_eq!(resumed.status, RunEnd::Finished, "{resumed:#?}");
+    assert_eq!(
+        statuses(&resumed),
+        vec![(
+            "S1".into(),
+            SubtaskOutcome::Merged,
+            Some(VerdictKind::Approve)
+        )]
+    );
+    assert_eq!(fixture.read("src/a.txt"), b"ALPHA\n");
+}
