@@ -232,6 +232,11 @@ struct WireRequest<'a> {
     max_tokens: u32,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
+    /// `"auto"` whenever tools are offered. It is the API's default, but some
+    /// OpenAI-compatible servers (llama-cpp-python's `chatml-function-calling`) leave
+    /// the tools out of the prompt entirely unless it is sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'static str>,
     messages: Vec<WireMessage<'a>>,
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -268,8 +273,10 @@ enum WireMessage<'a> {
         content: String,
     },
     Assistant {
-        /// `null` when the turn was only tool calls, as the API itself answers.
-        content: Option<String>,
+        /// Empty when the turn was only tool calls. The API itself answers `null` there,
+        /// but llama-cpp-python's server refuses both a `null` and a missing content
+        /// with a 500, while every server accepts an empty string.
+        content: String,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<WireToolCall<'a>>,
     },
@@ -339,6 +346,7 @@ pub(crate) fn encode_request(request: &Request, stream: bool) -> Result<Vec<u8>,
     let wire = WireRequest {
         model: &request.model,
         max_tokens: request.max_tokens,
+        tool_choice: (!tools.is_empty()).then_some("auto"),
         tools: tools
             .iter()
             .map(|tool| WireTool {
@@ -427,13 +435,8 @@ fn encode_message<'a>(
                     _ => None,
                 })
                 .collect();
-            let content = if text.is_empty() && !tool_calls.is_empty() {
-                None
-            } else {
-                Some(text)
-            };
             out.push(WireMessage::Assistant {
-                content,
+                content: text,
                 tool_calls,
             });
         }
@@ -866,7 +869,7 @@ mod tests {
                 "messages": [
                     {"role": "system", "content": "sys"},
                     {"role": "user", "content": "go"},
-                    {"role": "assistant", "content": null, "tool_calls": [
+                    {"role": "assistant", "content": "", "tool_calls": [
                         {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"x\":1}"}},
                         {"id": "b", "type": "function", "function": {"name": "f", "arguments": "{raw"}},
                     ]},

@@ -3,6 +3,7 @@
 mod agent;
 mod cli;
 mod git;
+mod loop_http;
 mod model;
 mod run;
 mod run_state;

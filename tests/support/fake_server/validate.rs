@@ -2,6 +2,7 @@
 //! definitions, tool call / result pairing and cache breakpoints.
 
 use std::collections::HashSet;
+use std::sync::LazyLock;
 
 use axum::http::HeaderMap;
 use regex::Regex;
@@ -34,9 +35,11 @@ impl Rejection {
 }
 
 fn tool_name_ok(name: &str) -> bool {
-    Regex::new("^[a-zA-Z0-9_-]{1,64}$")
-        .expect("tool name pattern")
-        .is_match(name)
+    // Compiled once: it is checked for every tool call of every request's history, and
+    // the loop benchmark (examples/bench_loop.rs) runs this server in its own process.
+    static TOOL_NAME: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new("^[a-zA-Z0-9_-]{1,64}$").expect("tool name pattern"));
+    TOOL_NAME.is_match(name)
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
