@@ -52,11 +52,15 @@ pub enum GitError {
     },
 
     /// The path given to [`Repo::open`](crate::git::Repo::open) is not in a git repository.
-    #[error("{path} is not inside a git repository: {source}")]
+    #[error(
+        "{} is not inside a git repository{}; run grove from your repository or pass -C <dir>",
+        path.display(),
+        unless_not_found(cause)
+    )]
     NotARepository {
         path: PathBuf,
-        #[source]
-        source: git2::Error,
+        /// libgit2's reason; shown only when it says more than "not found".
+        cause: git2::Error,
     },
 
     /// A name grove builds refs from (run id, branch) is not usable as a ref component.
@@ -129,4 +133,13 @@ impl GitError {
 /// contention and must not be retried blindly.
 pub(crate) fn stderr_shows_lock_contention(stderr: &str) -> bool {
     stderr.contains(".lock") && stderr.contains("File exists") && !stderr.contains("but expected")
+}
+
+/// ` (reason)` for a libgit2 error other than "not found", which the message says anyway.
+fn unless_not_found(cause: &git2::Error) -> String {
+    if cause.code() == git2::ErrorCode::NotFound {
+        String::new()
+    } else {
+        format!(" ({})", cause.message())
+    }
 }

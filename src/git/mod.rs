@@ -99,9 +99,9 @@ impl Repo {
             git2::RepositoryOpenFlags::empty(),
             std::iter::empty::<&std::ffi::OsStr>(),
         )
-        .map_err(|source| GitError::NotARepository {
+        .map_err(|cause| GitError::NotARepository {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
         let git_dir = canonical(repo.path())?;
         let common_dir = canonical(repo.commondir())?;
