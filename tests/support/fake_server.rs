@@ -344,7 +344,19 @@ pub enum Reply {
     Slow { turn: Turn, gap: Duration },
     /// No response at all, not even headers (request timeout, cancellation).
     Hang,
+    /// `reply`, after `delay` (a model's latency).
+    Delayed { delay: Duration, reply: Box<Reply> },
+    /// `reply`, once `gate`'s other parties have arrived too: a request answered only
+    /// while others are in flight, which proves they overlap. If the gate does not open
+    /// within [`GATE_TIMEOUT`] that is recorded as a violation and answered with a 500.
+    Gated {
+        gate: Arc<tokio::sync::Barrier>,
+        reply: Box<Reply>,
+    },
 }
+
+/// How long a [`Reply::Gated`] waits for the others.
+pub const GATE_TIMEOUT: Duration = Duration::from_secs(20);
 
 impl From<Turn> for Reply {
     fn from(turn: Turn) -> Self {
@@ -657,6 +669,37 @@ async fn handle(
             }
         }
     };
+    let reply = wait_for_release(shared, endpoint, &request_id, reply).await;
     let model = recorded.body["model"].as_str().unwrap_or("fake-model");
     render::reply(endpoint, reply, recorded.stream(), model, &request_id).await
+}
+
+/// Unwraps [`Reply::Delayed`] and [`Reply::Gated`], waiting as they say.
+async fn wait_for_release(
+    shared: &Shared,
+    endpoint: Endpoint,
+    request_id: &str,
+    mut reply: Reply,
+) -> Reply {
+    loop {
+        reply = match reply {
+            Reply::Delayed { delay, reply } => {
+                tokio::time::sleep(delay).await;
+                *reply
+            }
+            Reply::Gated { gate, reply } => {
+                if tokio::time::timeout(GATE_TIMEOUT, gate.wait())
+                    .await
+                    .is_err()
+                {
+                    lock(&shared.violations).push(format!(
+                        "{request_id} ({endpoint:?}): gated reply: the other requests never came"
+                    ));
+                    return Reply::error(500, "api_error", "fake server: gate timed out");
+                }
+                *reply
+            }
+            other => return other,
+        }
+    }
 }

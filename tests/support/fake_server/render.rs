@@ -164,6 +164,10 @@ pub(super) async fn reply(
             }
         }
         Reply::Hang => std::future::pending().await,
+        Reply::Delayed { reply, .. } | Reply::Gated { reply, .. } => {
+            // `handle` waits these out before rendering; render what they wrap.
+            Box::pin(self::reply(endpoint, *reply, stream, model, request_id)).await
+        }
     }
 }
 
