@@ -2,8 +2,11 @@
 //! merges, and every model call over HTTP to the fake server, scripted per role.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Arc;
+
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
+use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
 use grove::event::EventSink;
@@ -88,7 +91,11 @@ fn worker_reply(request: &RecordedRequest) -> Reply {
         return usage(Turn::text("WORKER-FINAL: wrote the file as asked.")).into();
     }
     // The brief is the newest user text, in isolated and forked conversations alike.
-    let brief = request.last_user_text();
+    write_reply(&request.last_user_text())
+}
+
+/// The `write_file` call a `WRITE <path> <content>` line in `brief` asks for.
+fn write_reply(brief: &str) -> Reply {
     let line = brief
         .lines()
         .rev()
@@ -164,6 +171,8 @@ fn repo_with_rules() -> GitFixture {
     GitFixture::with_files(&[
         ("src/a.txt", "alpha\n"),
         ("src/b.txt", "beta\n"),
+        ("src/c.txt", "gamma\n"),
+        ("src/notes.txt", "READ-BY-WORKER: private notes\n"),
         ("AGENTS.md", RULES),
     ])
 }
@@ -178,75 +187,116 @@ fn statuses(report: &RunReport) -> Vec<(String, SubtaskOutcome, Option<VerdictKi
 
 const USER_TASK: &str = "USER-TASK: shout the two words and add nothing else";
 
+/// A worker that reads the shared notes first (all four workers' first replies wait
+/// at `gate` until every one of them is in flight), then writes, then reports.
+fn reading_worker_reply(request: &RecordedRequest, gate: &Arc<Barrier>) -> Reply {
+    match request.tool_results().len() {
+        0 => Reply::Gated {
+            gate: gate.clone(),
+            reply: Box::new(
+                usage(Turn::text("Reading first.").tool_use(
+                    "worker_read",
+                    "read_file",
+                    json!({ "path": "src/notes.txt" }),
+                ))
+                .into(),
+            ),
+        },
+        1 => write_reply(&first_user_text(request)),
+        _ => usage(Turn::text("WORKER-FINAL: wrote the file as asked.")).into(),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn approved_subtasks_merge_rejected_ones_are_archived_for_both_providers() {
-    for provider in [Provider::Anthropic, Provider::OpenAi] {
+async fn a_four_subtask_refactor_merges_three_and_archives_the_rejected_one_in_every_mode() {
+    for (provider, stream) in [
+        (Provider::Anthropic, true),
+        (Provider::Anthropic, false),
+        (Provider::OpenAi, true),
+        (Provider::OpenAi, false),
+    ] {
+        let mode = format!("{provider}, stream={stream}");
         let fixture = repo_with_rules();
         let base = fixture.rev("HEAD");
-        let server = FakeServer::with_responder(|request| match who(request) {
+        let gate = Arc::new(Barrier::new(4));
+        let server = FakeServer::with_responder(move |request| match who(request) {
             Who::Lead => lead_reply(
                 request,
                 &[
                     ("Make src/a.txt shout.\nWRITE src/a.txt ALPHA", None),
                     ("Make src/b.txt shout.\nWRITE src/b.txt BETA", None),
+                    ("Make src/c.txt shout.\nWRITE src/c.txt GAMMA", None),
                     ("Add a file.\nWRITE junk.txt junk", None),
                 ],
             ),
-            Who::Worker => worker_reply(request),
+            Who::Worker => reading_worker_reply(request, &gate),
             Who::Reviewer => reviewer_reply(request),
         })
         .await;
 
-        let report = run(&fixture, &server, provider, options(&fixture, USER_TASK))
-            .await
-            .unwrap();
+        let report = grove::run::run(
+            &fixture.repo,
+            RunOptions {
+                jobs: 4,
+                ..options(&fixture, USER_TASK)
+            },
+            models(&server, provider, stream),
+            EventSink::discard(),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
 
-        server.assert_no_violations();
-        assert_eq!(report.status, RunEnd::Finished, "{provider}: {report:#?}");
+        server.assert_no_violations(); // includes the gate: all four workers overlapped
+        assert_eq!(report.status, RunEnd::Finished, "{mode}: {report:#?}");
+        let merged = |id: &str| {
+            (
+                id.to_owned(),
+                SubtaskOutcome::Merged,
+                Some(VerdictKind::Approve),
+            )
+        };
         assert_eq!(
             statuses(&report),
             vec![
+                merged("S1"),
+                merged("S2"),
+                merged("S3"),
                 (
-                    "S1".into(),
-                    SubtaskOutcome::Merged,
-                    Some(VerdictKind::Approve)
-                ),
-                (
-                    "S2".into(),
-                    SubtaskOutcome::Merged,
-                    Some(VerdictKind::Approve)
-                ),
-                (
-                    "S3".into(),
+                    "S4".into(),
                     SubtaskOutcome::Rejected,
                     Some(VerdictKind::Reject)
                 ),
             ],
-            "{provider}: approved subtasks merge, the rejected one does not"
+            "{mode}: approved subtasks merge, the rejected one does not"
         );
-        assert!(report.applied, "{provider}: a clean tree gets the result");
-        assert_eq!(fixture.read("src/a.txt"), b"ALPHA\n");
-        assert_eq!(fixture.read("src/b.txt"), b"BETA\n");
+        assert!(report.applied, "{mode}: a clean tree gets the result");
+        for (path, content) in [
+            ("src/a.txt", "ALPHA\n"),
+            ("src/b.txt", "BETA\n"),
+            ("src/c.txt", "GAMMA\n"),
+        ] {
+            assert_eq!(
+                String::from_utf8(fixture.read(path)).unwrap(),
+                content,
+                "{mode}: {path}"
+            );
+        }
         assert!(
             !fixture.repo.join("junk.txt").exists(),
-            "{provider}: rejected work never reaches the user's tree"
+            "{mode}: rejected work never reaches the user's tree"
         );
         assert_eq!(
             fixture.git(&["status", "--porcelain"]),
             "",
-            "{provider}: the apply leaves a clean tree"
+            "{mode}: the apply leaves a clean tree"
         );
-        let head = fixture.rev("HEAD");
-        assert_eq!(Some(head.to_string()), report.result_commit);
-        assert!(
-            fixture
-                .git(&["merge-base", "--is-ancestor", &base.to_string(), "HEAD"])
-                .is_empty()
-        );
+        assert_eq!(Some(fixture.rev("HEAD").to_string()), report.result_commit);
+        fixture.git(&["merge-base", "--is-ancestor", &base.to_string(), "HEAD"]);
 
         // Rejected work is archived, never deleted; merged branches are gone.
-        let archive = report.subtasks[2].archive_ref.clone().unwrap();
-        assert_eq!(archive, format!("refs/grove/archive/{}/3", report.run_id));
+        let archive = report.subtasks[3].archive_ref.clone().unwrap();
+        assert_eq!(archive, format!("refs/grove/archive/{}/4", report.run_id));
         assert_eq!(
             fixture.git(&["show", &format!("{archive}:junk.txt")]),
             "junk"
@@ -254,7 +304,7 @@ async fn approved_subtasks_merge_rejected_ones_are_archived_for_both_providers()
         assert_eq!(
             fixture.git(&["for-each-ref", "--format=%(refname)", "refs/heads/grove/"]),
             format!("refs/heads/grove/{}/result", report.run_id),
-            "{provider}: only the result branch is left"
+            "{mode}: only the result branch is left"
         );
         assert_eq!(
             fixture
@@ -262,33 +312,42 @@ async fn approved_subtasks_merge_rejected_ones_are_archived_for_both_providers()
                 .matches("worktree ")
                 .count(),
             1,
-            "{provider}: every worktree is removed"
+            "{mode}: every worktree is removed"
         );
 
-        // The lead got one short result per subtask.
-        let lead_final = server
-            .requests()
-            .into_iter()
-            .rev()
-            .find(|r| who(r) == Who::Lead)
-            .unwrap();
-        let results = lead_final.tool_results();
-        assert_eq!(results.len(), 3);
-        for (id, text) in &results {
+        // The lead got one short result per subtask and nothing a worker read.
+        let requests = server.requests();
+        for lead in requests.iter().filter(|r| who(r) == Who::Lead) {
             assert!(
-                text.len() < 2000,
-                "{provider}: result {id} is bounded: {text}"
+                !lead.raw_body.contains("READ-BY-WORKER"),
+                "{mode}: no lead request holds what a worker read"
+            );
+            assert!(
+                !lead.raw_body.contains("Reading first.") && !lead.raw_body.contains("Writing."),
+                "{mode}: nor the worker's messages (only its final one, bounded)"
             );
         }
+        let lead_final = requests.iter().rev().find(|r| who(r) == Who::Lead).unwrap();
+        let results = lead_final.tool_results();
+        assert_eq!(results.len(), 4);
+        for (id, text) in &results {
+            assert!(text.len() < 2000, "{mode}: result {id} is bounded: {text}");
+        }
         assert!(results[0].1.starts_with("S1 merged"), "{}", results[0].1);
-        assert!(results[2].1.starts_with("S3 rejected"), "{}", results[2].1);
+        assert!(results[3].1.starts_with("S4 rejected"), "{}", results[3].1);
         assert!(
-            results[2].1.contains("junk.txt:1: not part of the task"),
-            "{provider}: the lead sees the findings: {}",
-            results[2].1
+            results[3].1.contains("junk.txt:1: not part of the task"),
+            "{mode}: the lead sees the findings: {}",
+            results[3].1
         );
+        let worker_reads = requests
+            .iter()
+            .filter(|r| who(r) == Who::Worker && r.tool_results().len() == 1)
+            .filter(|r| r.tool_results()[0].1.contains("READ-BY-WORKER"))
+            .count();
+        assert_eq!(worker_reads, 4, "{mode}: the workers did read the notes");
 
-        // Ledger: 2 lead turns, and per subtask 2 worker + 2 reviewer turns. Chat
+        // Ledger: 2 lead turns, and per subtask 3 worker + 2 reviewer turns. Chat
         // completions has no cache-write count: those tokens are plain input there.
         let input_per_turn = match provider {
             Provider::Anthropic => 100,
@@ -298,13 +357,15 @@ async fn approved_subtasks_merge_rejected_ones_are_archived_for_both_providers()
         for subtask in &report.subtasks {
             assert_eq!(
                 (subtask.steps, subtask.input_tokens, subtask.output_tokens),
-                (4, 4 * input_per_turn, 40)
+                (5, 5 * input_per_turn, 50),
+                "{mode}: {}",
+                subtask.id
             );
         }
         assert_eq!(
             (report.totals.steps, report.totals.cache_read_tokens),
-            (14, 700),
-            "{provider}: totals sum every subagent"
+            (22, 1100),
+            "{mode}: totals sum every subagent"
         );
     }
 }
