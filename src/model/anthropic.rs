@@ -137,31 +137,19 @@ impl AnthropicClient {
             .header("anthropic-version", ANTHROPIC_VERSION)
             .header(CONTENT_TYPE, "application/json")
             .body(body.to_vec());
-        let timeout = self.config.request_timeout;
-        let phase = if self.config.stream {
-            "response headers"
-        } else {
-            "response"
+        let exchange = http::Exchange {
+            url: &self.url,
+            api_key: &self.config.api_key,
+            request_id_header: REQUEST_ID_HEADER,
+            timeout: self.config.request_timeout,
+            idle_timeout: self.config.idle_timeout,
         };
-        let started = tokio::time::Instant::now();
-        let response = http::send(builder, &self.url, timeout, phase).await?;
-        let request_id = http::header_text(response.headers(), REQUEST_ID_HEADER);
-        if !response.status().is_success() {
-            return Err(http::api_error(
-                response,
-                REQUEST_ID_HEADER,
-                &self.config.api_key,
-                timeout,
-            )
-            .await);
-        }
-        let mut parsed = if self.config.stream {
-            let mut events = SseEvents::new(response, self.config.idle_timeout);
-            read_stream(&mut events, &self.config.api_key).await?
-        } else {
-            let remaining = timeout.saturating_sub(started.elapsed());
-            let bytes = http::read_body(response, &self.url, remaining).await?;
-            decode_response(&bytes, &self.config.api_key)?
+        let (body, request_id) = exchange.send(builder, self.config.stream).await?;
+        let mut parsed = match body {
+            http::Body::Stream(mut events) => {
+                read_stream(&mut events, &self.config.api_key).await?
+            }
+            http::Body::Whole(bytes) => decode_response(&bytes, &self.config.api_key)?,
         };
         parsed.request_id = request_id;
         Ok(parsed)

@@ -217,6 +217,56 @@ impl SseEvents {
     }
 }
 
+/// What came back from one successful exchange.
+pub(super) enum Body {
+    /// An SSE stream, read with its idle timeout.
+    Stream(SseEvents),
+    /// A whole JSON body.
+    Whole(Vec<u8>),
+}
+
+/// One request/response exchange with a model API, shared by both clients: send, turn
+/// an error status into a typed [`ModelError::Api`], hand back the body.
+pub(super) struct Exchange<'a> {
+    pub url: &'a str,
+    pub api_key: &'a str,
+    pub request_id_header: &'a str,
+    /// For the whole response (JSON) or until the headers (streaming).
+    pub timeout: Duration,
+    /// For the gaps between SSE events.
+    pub idle_timeout: Duration,
+}
+
+impl Exchange<'_> {
+    /// Sends `builder` and returns the body with the provider's request id.
+    pub async fn send(
+        &self,
+        builder: reqwest::RequestBuilder,
+        stream: bool,
+    ) -> Result<(Body, Option<String>), ModelError> {
+        let phase = if stream {
+            "response headers"
+        } else {
+            "response"
+        };
+        let started = tokio::time::Instant::now();
+        let response = send(builder, self.url, self.timeout, phase).await?;
+        let request_id = header_text(response.headers(), self.request_id_header);
+        if !response.status().is_success() {
+            return Err(
+                api_error(response, self.request_id_header, self.api_key, self.timeout).await,
+            );
+        }
+        let body = if stream {
+            Body::Stream(SseEvents::new(response, self.idle_timeout))
+        } else {
+            let remaining = self.timeout.saturating_sub(started.elapsed());
+            Body::Whole(read_body(response, self.url, remaining).await?)
+        };
+        Ok((body, request_id))
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

@@ -746,33 +746,19 @@ async fn an_interrupted_run_keeps_its_work_and_resume_finishes_it() {
         "interrupted work is not archived"
     );
 
-    let first_server = server;
-    let server = FakeServer::with_responder(|request| match who(request) {
-        Who::Lead => lead_reply(request, &[("unused", None)]),
-        Who::Worker => worker_reply(request),
-        Who::Reviewer => reviewer_reply(request),
-    })
-    .await;
-    let resumed = grove::run::resume(
-        &fixture.repo,
-        &report.run_id,
-        fixture.options(),
-        |_| Ok(models(&server, Provider::Anthropic, true)),
-        EventSink::discard(),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
-    server.assert_no_violations();
-    assert_eq!(resumed.status, RunEnd::Finished, "{resumed:#?}");
-    assert_eq!(
-        statuses(&resumed),
-        vec![(
-            "S1".into(),
-            SubtaskOutcome::Merged,
-            Some(VerdictKind::Approve)
-        )]
+    // The worktree vanishes while the run is stopped (a cleanup, a reboot of a tmpfs):
+    // resume re-creates it from its branch, whose checkpoint holds the work.
+    let worktree = fixture
+        .repo
+        .join(format!(".git/grove/runs/{}/worktrees/1", report.run_id));
+    assert!(
+        worktree.join("src/a.txt").exists(),
+        "the interrupted worktree is kept"
     );
+    std::fs::remove_dir_all(&worktree).unwrap();
+
+    let first_server = server;
+    let (server, resumed) = resume_healthy(&fixture, &report.run_id).await;
     assert!(resumed.applied);
     assert_eq!(fixture.read("src/a.txt"), b"ALPHA\n");
     assert_eq!(
@@ -851,32 +837,7 @@ async fn an_api_outage_pauses_the_run_and_resume_finishes_it_once_the_api_is_bac
         .unwrap();
     assert_eq!(listed[0].status.as_str(), "paused");
 
-    let healthy = FakeServer::with_responder(|request| match who(request) {
-        Who::Lead => lead_reply(request, &[("unused", None)]),
-        Who::Worker => worker_reply(request),
-        Who::Reviewer => reviewer_reply(request),
-    })
-    .await;
-    let resumed = grove::run::resume(
-        &fixture.repo,
-        &report.run_id,
-        fixture.options(),
-        |_| Ok(models(&healthy, Provider::Anthropic, true)),
-        EventSink::discard(),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
-    healthy.assert_no_violations();
-    assert_eq!(resumed.status, RunEnd::Finished, "{resumed:#?}");
-    assert_eq!(
-        statuses(&resumed),
-        vec![(
-            "S1".into(),
-            SubtaskOutcome::Merged,
-            Some(VerdictKind::Approve)
-        )]
-    );
+    resume_healthy(&fixture, &report.run_id).await;
     assert_eq!(fixture.read("src/a.txt"), b"ALPHA\n");
 }
 
@@ -1058,4 +1019,36 @@ async fn budgets_fail_a_greedy_subagent_and_stop_new_delegations() {
         "the lead is told why: {:?}",
         lead_last.tool_results()
     );
+}
+
+/// Resumes `run_id` against a healthy server and checks that its one subtask merges.
+async fn resume_healthy(fixture: &GitFixture, run_id: &str) -> (FakeServer, RunReport) {
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(request, &[("unused", None)]),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let resumed = grove::run::resume(
+        &fixture.repo,
+        run_id,
+        fixture.options(),
+        |_| Ok(models(&server, Provider::Anthropic, true)),
+        EventSink::discard(),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    server.assert_no_violations();
+    assert_eq!(resumed.status, RunEnd::Finished, "{resumed:#?}");
+    assert_eq!(
+        statuses(&resumed),
+        vec![(
+            "S1".into(),
+            SubtaskOutcome::Merged,
+            Some(VerdictKind::Approve)
+        )],
+        "the resumed subtask finishes and merges"
+    );
+    (server, resumed)
 }
