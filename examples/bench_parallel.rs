@@ -87,6 +87,8 @@ struct Measured {
     lead_request_bytes: Vec<usize>,
     /// The byte size of each delegate result the lead got back.
     delegate_result_bytes: Vec<usize>,
+    /// The time grove itself spent between the calls of the chain that ended last.
+    gaps: Vec<(String, Duration)>,
 }
 
 impl Measured {
@@ -194,7 +196,9 @@ fn reviewer_turn(answered: usize) -> Result<Turn, String> {
             json!({ "verdict": "approve", "summary": "Does what the brief asks." }),
         )),
         1 => Ok(Turn::text("Verdict given.")),
-        more => Err(format!("reviewer asked for a turn after {more} tool results")),
+        more => Err(format!(
+            "reviewer asked for a turn after {more} tool results"
+        )),
     }
 }
 
@@ -288,7 +292,8 @@ async fn measure(settings: Settings, subtasks: usize) -> anyhow::Result<Measured
     )
     .await
     .with_context(|| format!("the run with {subtasks} subtasks failed"))?;
-    let wall = started.elapsed();
+    let ended = Instant::now();
+    let wall = ended - started;
 
     check_run(&fixture, &server, &report, subtasks)?;
     let requests = server.requests();
@@ -316,7 +321,82 @@ async fn measure(settings: Settings, subtasks: usize) -> anyhow::Result<Measured
             .map(|request| request.raw_body.len())
             .collect(),
         delegate_result_bytes,
+        gaps: chain_gaps(&requests, started, ended, latency)?,
     })
+}
+
+/// Where the wall time beyond the calls went, along the chain of the subtask whose
+/// review ended last: each gap is the time from one call's reply (arrival + L) to the
+/// next call's arrival, so the gaps sum to wall time minus chain calls × L.
+fn chain_gaps(
+    requests: &[RecordedRequest],
+    started: Instant,
+    ended: Instant,
+    latency: Duration,
+) -> anyhow::Result<Vec<(String, Duration)>> {
+    let of_role = |role: Role| {
+        requests
+            .iter()
+            .filter(move |request| role_of(request) == Some(role))
+    };
+    let last_review = of_role(Role::Reviewer)
+        .max_by_key(|request| request.received_at)
+        .context("no reviewer request was recorded")?;
+    let file = brief_file(last_review).context("the last reviewer's brief names no file")?;
+    let of_subtask = |role: Role| {
+        of_role(role)
+            .filter(|request| brief_file(request).as_deref() == Some(file.as_str()))
+            .map(|request| request.received_at)
+            .collect::<Vec<_>>()
+    };
+    let leads: Vec<Instant> = of_role(Role::Lead).map(|r| r.received_at).collect();
+    let workers = of_subtask(Role::Worker);
+    let reviewers = of_subtask(Role::Reviewer);
+    let ([lead_1, lead_2], [worker_1, worker_2, worker_3], [reviewer_1, reviewer_2]) =
+        (leads.as_slice(), workers.as_slice(), reviewers.as_slice())
+    else {
+        bail!(
+            "the chain of {file} is not lead 2, worker 3, reviewer 2 calls: {} {} {}",
+            leads.len(),
+            workers.len(),
+            reviewers.len()
+        );
+    };
+    let after = |call: Instant, next: Instant| next.saturating_duration_since(call + latency);
+    Ok(vec![
+        (
+            "run start -> lead 1 (setup)".to_owned(),
+            lead_1.saturating_duration_since(started),
+        ),
+        (
+            "lead 1 -> worker 1 (delegation, worktree, slot)".to_owned(),
+            after(*lead_1, *worker_1),
+        ),
+        (
+            "worker 1 -> 2 (read_file)".to_owned(),
+            after(*worker_1, *worker_2),
+        ),
+        (
+            "worker 2 -> 3 (write_file)".to_owned(),
+            after(*worker_2, *worker_3),
+        ),
+        (
+            "worker 3 -> reviewer 1 (commit, diff)".to_owned(),
+            after(*worker_3, *reviewer_1),
+        ),
+        (
+            "reviewer 1 -> 2 (submit_verdict)".to_owned(),
+            after(*reviewer_1, *reviewer_2),
+        ),
+        (
+            "reviewer 2 -> lead 2 (merges)".to_owned(),
+            after(*reviewer_2, *lead_2),
+        ),
+        (
+            "lead 2 -> run end (apply, cleanup)".to_owned(),
+            ended.saturating_duration_since(*lead_2 + latency),
+        ),
+    ])
 }
 
 /// Fails unless the run did exactly what the script says: every subtask merged, the
@@ -488,7 +568,14 @@ fn print_targets(settings: Settings, run: &Measured) -> bool {
         "  overhead         {} beyond the critical path",
         seconds(run.wall.saturating_sub(critical))
     );
-    println!("  speed-up         {:.2}x serial / wall", ratio(serial, run.wall));
+    println!(
+        "  speed-up         {:.2}x serial / wall",
+        ratio(serial, run.wall)
+    );
+    println!("  overhead along the chain that ended last (includes the HTTP round trips):");
+    for (step, gap) in &run.gaps {
+        println!("    {step:<42} {:>8.1} ms", gap.as_secs_f64() * 1000.0);
+    }
 
     let growth_pass = match run.growth_per_delegation() {
         Some(growth) => {
