@@ -574,7 +574,7 @@ fn print_targets(settings: Settings, run: &Measured) -> bool {
     );
     println!("  overhead along the chain that ended last (includes the HTTP round trips):");
     for (step, gap) in &run.gaps {
-        println!("    {step:<42} {:>8.1} ms", gap.as_secs_f64() * 1000.0);
+        println!("    {step:<48} {:>8.1} ms", gap.as_secs_f64() * 1000.0);
     }
 
     let growth_pass = match run.growth_per_delegation() {
