@@ -1,0 +1,637 @@
+//! How well `grove run` overlaps subagents: the wall time of a whole run against its
+//! critical path, and how much the lead's context grows per delegation.
+//!
+//! Every model call goes over HTTP to the fake model server, which answers each one
+//! after the same fixed latency L. The run is scripted per role:
+//!
+//! - the lead delegates N subtasks in one response (N `delegate` calls), then, once
+//!   their results are back, ends with a final text (2 calls);
+//! - each worker reads its file, writes it, and ends with a final text (3 calls);
+//! - each reviewer approves with `submit_verdict`, then ends with a final text (2 calls).
+//!
+//! With `--jobs` ≥ N the longest chain of dependent calls is lead → worker (3) →
+//! reviewer (2) → lead = 7 calls, so the critical path is 7 × L whatever N is; with
+//! fewer slots the subtasks queue in waves of `--jobs`, 5 calls each. The serial time is
+//! every call the server recorded × L: what the run would take one call at a time.
+//!
+//! Printed for N = 1, 4 and 8 (one table), then for N = 8 against issue 4's targets:
+//! wall time within 15% of the critical path, and the lead's request growing by less
+//! than 2 KB per delegation (its second request's body minus its first, over N).
+//!
+//! Each run gets a fresh sealed repository (no user or system git config) in a temp dir
+//! and a fresh server. A run that does not merge every subtask is an error, not a
+//! number: a bench that measures a broken run is worthless.
+//!
+//! Run it with `scripts/bench-parallel.sh` (release mode).
+//!
+//! Usage: `bench_parallel [--latency-ms L] [--jobs J] [--provider anthropic|openai]`
+//! (defaults 300, 8, anthropic).
+
+#![allow(
+    clippy::print_stdout,
+    reason = "a benchmark's job is to print its numbers"
+)]
+
+#[path = "../tests/support/"]
+mod support {
+    pub mod fake_server;
+    pub mod git_fixture;
+}
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use grove::event::EventSink;
+use grove::model::Provider;
+use grove::run::journal::SubtaskOutcome;
+use grove::run::{ModelChoice, Models, RunEnd, RunOptions, RunReport};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
+use support::git_fixture::GitFixture;
+
+const DEFAULT_LATENCY_MS: u64 = 300;
+const DEFAULT_JOBS: usize = 8;
+/// The subtask counts of the comparison table; the last one is held to the targets.
+const SUBTASK_COUNTS: [usize; 3] = [1, 4, 8];
+/// Issue 4: wall time at most this multiple of the critical path.
+const TARGET_WALL_OVER_CRITICAL: f64 = 1.15;
+/// Issue 4: the lead's context grows by less than this many bytes per delegation.
+const TARGET_GROWTH_PER_DELEGATION: usize = 2048;
+/// Calls on each role's leg of the chain, as scripted below.
+const LEAD_CALLS: usize = 2;
+const WORKER_CALLS: usize = 3;
+const REVIEWER_CALLS: usize = 2;
+/// Marks the line of a worker's brief that names its file.
+const FILE_MARKER: &str = "BENCH-FILE ";
+/// The lines every worker writes into its file.
+const NEW_CONTENT: &str = "rewritten by the parallel benchmark\n";
+const TASK: &str = "Rewrite every module file under src/ (benchmark task).";
+
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    latency: Duration,
+    jobs: usize,
+    provider: Provider,
+}
+
+/// What one run measured.
+#[derive(Debug)]
+struct Measured {
+    subtasks: usize,
+    wall: Duration,
+    chain_calls: usize,
+    calls: usize,
+    /// The lead's request bodies in bytes, in order.
+    lead_request_bytes: Vec<usize>,
+    /// The byte size of each delegate result the lead got back.
+    delegate_result_bytes: Vec<usize>,
+    /// The time grove itself spent between the calls of the chain that ended last.
+    gaps: Vec<(String, Duration)>,
+}
+
+impl Measured {
+    fn critical_path(&self, latency: Duration) -> Duration {
+        latency * u32::try_from(self.chain_calls).unwrap_or(u32::MAX)
+    }
+
+    fn serial(&self, latency: Duration) -> Duration {
+        latency * u32::try_from(self.calls).unwrap_or(u32::MAX)
+    }
+
+    /// The lead's second request minus its first, per delegation.
+    fn growth_per_delegation(&self) -> Option<usize> {
+        match self.lead_request_bytes.as_slice() {
+            [first, second, ..] => Some(second.saturating_sub(*first) / self.subtasks.max(1)),
+            _ => None,
+        }
+    }
+}
+
+/// Which built-in role sent a request, told by its system prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Lead,
+    Worker,
+    Reviewer,
+}
+
+fn role_of(request: &RecordedRequest) -> Option<Role> {
+    let system = request.system_text();
+    if system.starts_with("You are the lead engineer") {
+        Some(Role::Lead)
+    } else if system.starts_with("You are an independent code reviewer") {
+        Some(Role::Reviewer)
+    } else if system.starts_with("You are a software engineer") {
+        Some(Role::Worker)
+    } else {
+        None
+    }
+}
+
+fn module_path(index: usize) -> String {
+    format!("src/module_{index}.txt")
+}
+
+/// The scripted reply of every role; the turn is told by how many tool results the
+/// conversation holds. Anything unexpected gets a 400, which fails the run loudly.
+fn respond(request: &RecordedRequest, subtasks: usize) -> Reply {
+    let answered = request.tool_results().len();
+    let turn = match role_of(request) {
+        Some(Role::Lead) => lead_turn(answered, subtasks),
+        Some(Role::Worker) => worker_turn(request, answered),
+        Some(Role::Reviewer) => reviewer_turn(answered),
+        None => Err(format!(
+            "unknown role, system prompt: {:.80}",
+            request.system_text()
+        )),
+    };
+    match turn {
+        Ok(turn) => turn.usage(100, 10, 50, 5).into(),
+        Err(problem) => Reply::error(400, "invalid_request_error", &problem),
+    }
+}
+
+fn lead_turn(answered: usize, subtasks: usize) -> Result<Turn, String> {
+    if answered > 0 {
+        return Ok(Turn::text("All subtasks are done."));
+    }
+    let mut turn = Turn::text("Delegating one subtask per module.");
+    for index in 0..subtasks {
+        let path = module_path(index);
+        let brief = format!("Rewrite {path} as the benchmark says.\n{FILE_MARKER}{path}");
+        turn = turn.tool_use(
+            &format!("lead_call_{index}"),
+            "delegate",
+            json!({ "task": brief }),
+        );
+    }
+    Ok(turn)
+}
+
+fn worker_turn(request: &RecordedRequest, answered: usize) -> Result<Turn, String> {
+    let path = brief_file(request).ok_or("worker brief names no file")?;
+    match answered {
+        0 => Ok(Turn::text("Reading.").tool_use(
+            "worker_read",
+            "read_file",
+            json!({ "path": path }),
+        )),
+        1 => Ok(Turn::text("Writing.").tool_use(
+            "worker_write",
+            "write_file",
+            json!({ "path": path, "content": NEW_CONTENT }),
+        )),
+        2 => Ok(Turn::text("Rewrote the file as asked.")),
+        more => Err(format!("worker asked for a turn after {more} tool results")),
+    }
+}
+
+fn reviewer_turn(answered: usize) -> Result<Turn, String> {
+    match answered {
+        0 => Ok(Turn::new().tool_use(
+            "review_verdict",
+            "submit_verdict",
+            json!({ "verdict": "approve", "summary": "Does what the brief asks." }),
+        )),
+        1 => Ok(Turn::text("Verdict given.")),
+        more => Err(format!(
+            "reviewer asked for a turn after {more} tool results"
+        )),
+    }
+}
+
+/// The file named by the newest `BENCH-FILE` line in the user's messages.
+fn brief_file(request: &RecordedRequest) -> Option<String> {
+    request
+        .messages()
+        .iter()
+        .rev()
+        .filter(|message| message["role"] == "user")
+        .flat_map(|message| text_of(&message["content"]))
+        .find_map(|text| {
+            text.lines()
+                .rev()
+                .find_map(|line| line.strip_prefix(FILE_MARKER))
+                .map(str::to_owned)
+        })
+}
+
+/// The texts of a message's content: a string, or its text blocks.
+fn text_of(content: &Value) -> Vec<String> {
+    match content {
+        Value::String(text) => vec![text.clone()],
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter(|block| block["type"] == "text")
+            .filter_map(|block| block["text"].as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn models(server: &FakeServer, provider: Provider) -> Models {
+    let choice = |name: &str| ModelChoice {
+        client: server.model(provider, true),
+        name: name.into(),
+    };
+    Models {
+        provider: provider.as_str().into(),
+        lead: choice("lead-model"),
+        worker: choice("worker-model"),
+        reviewer: choice("reviewer-model"),
+    }
+}
+
+/// A repository with one module file per possible subtask, plus a few bystanders.
+fn repository() -> GitFixture {
+    let max = SUBTASK_COUNTS.iter().copied().max().unwrap_or(0);
+    let modules: Vec<(String, String)> = (0..max)
+        .map(|index| (module_path(index), format!("module {index}, original\n")))
+        .collect();
+    let mut files: Vec<(&str, &str)> = modules
+        .iter()
+        .map(|(path, content)| (path.as_str(), content.as_str()))
+        .collect();
+    files.extend([
+        ("README.md", "A repository for the parallel benchmark.\n"),
+        ("AGENTS.md", "Keep every line short.\n"),
+    ]);
+    GitFixture::with_files(&files)
+}
+
+/// The longest chain of dependent calls: the lead's two turns around the subtasks, which
+/// run in waves of `jobs`, each a worker then its reviewer.
+fn chain_calls(subtasks: usize, jobs: usize) -> usize {
+    let waves = subtasks.div_ceil(jobs.max(1));
+    LEAD_CALLS + waves * (WORKER_CALLS + REVIEWER_CALLS)
+}
+
+async fn measure(settings: Settings, subtasks: usize) -> anyhow::Result<Measured> {
+    let fixture = repository();
+    let latency = settings.latency;
+    let server = FakeServer::with_responder(move |request| Reply::Delayed {
+        delay: latency,
+        reply: Box::new(respond(request, subtasks)),
+    })
+    .await;
+    let options = RunOptions {
+        jobs: settings.jobs,
+        git: fixture.options(),
+        ..RunOptions::new(TASK)
+    };
+
+    let started = Instant::now();
+    let report = grove::run::run(
+        &fixture.repo,
+        options,
+        models(&server, settings.provider),
+        EventSink::discard(),
+        CancellationToken::new(),
+    )
+    .await
+    .with_context(|| format!("the run with {subtasks} subtasks failed"))?;
+    let ended = Instant::now();
+    let wall = ended - started;
+
+    check_run(&fixture, &server, &report, subtasks)?;
+    let requests = server.requests();
+    let lead_requests: Vec<&RecordedRequest> = requests
+        .iter()
+        .filter(|request| role_of(request) == Some(Role::Lead))
+        .collect();
+    let delegate_result_bytes = lead_requests
+        .get(1)
+        .map(|request| {
+            request
+                .tool_results()
+                .iter()
+                .map(|(_, text)| text.len())
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Measured {
+        subtasks,
+        wall,
+        chain_calls: chain_calls(subtasks, settings.jobs),
+        calls: requests.len(),
+        lead_request_bytes: lead_requests
+            .iter()
+            .map(|request| request.raw_body.len())
+            .collect(),
+        delegate_result_bytes,
+        gaps: chain_gaps(&requests, started, ended, latency)?,
+    })
+}
+
+/// Where the wall time beyond the calls went, along the chain of the subtask whose
+/// review ended last: each gap is the time from one call's reply (arrival + L) to the
+/// next call's arrival, so the gaps sum to wall time minus chain calls × L.
+fn chain_gaps(
+    requests: &[RecordedRequest],
+    started: Instant,
+    ended: Instant,
+    latency: Duration,
+) -> anyhow::Result<Vec<(String, Duration)>> {
+    let of_role = |role: Role| {
+        requests
+            .iter()
+            .filter(move |request| role_of(request) == Some(role))
+    };
+    let last_review = of_role(Role::Reviewer)
+        .max_by_key(|request| request.received_at)
+        .context("no reviewer request was recorded")?;
+    let file = brief_file(last_review).context("the last reviewer's brief names no file")?;
+    let of_subtask = |role: Role| {
+        of_role(role)
+            .filter(|request| brief_file(request).as_deref() == Some(file.as_str()))
+            .map(|request| request.received_at)
+            .collect::<Vec<_>>()
+    };
+    let leads: Vec<Instant> = of_role(Role::Lead).map(|r| r.received_at).collect();
+    let workers = of_subtask(Role::Worker);
+    let reviewers = of_subtask(Role::Reviewer);
+    let ([lead_1, lead_2], [worker_1, worker_2, worker_3], [reviewer_1, reviewer_2]) =
+        (leads.as_slice(), workers.as_slice(), reviewers.as_slice())
+    else {
+        bail!(
+            "the chain of {file} is not lead 2, worker 3, reviewer 2 calls: {} {} {}",
+            leads.len(),
+            workers.len(),
+            reviewers.len()
+        );
+    };
+    let after = |call: Instant, next: Instant| next.saturating_duration_since(call + latency);
+    Ok(vec![
+        (
+            "run start -> lead 1 (setup)".to_owned(),
+            lead_1.saturating_duration_since(started),
+        ),
+        (
+            "lead 1 -> worker 1 (delegation, worktree, slot)".to_owned(),
+            after(*lead_1, *worker_1),
+        ),
+        (
+            "worker 1 -> 2 (read_file)".to_owned(),
+            after(*worker_1, *worker_2),
+        ),
+        (
+            "worker 2 -> 3 (write_file)".to_owned(),
+            after(*worker_2, *worker_3),
+        ),
+        (
+            "worker 3 -> reviewer 1 (commit, diff)".to_owned(),
+            after(*worker_3, *reviewer_1),
+        ),
+        (
+            "reviewer 1 -> 2 (submit_verdict)".to_owned(),
+            after(*reviewer_1, *reviewer_2),
+        ),
+        (
+            "reviewer 2 -> lead 2 (merges)".to_owned(),
+            after(*reviewer_2, *lead_2),
+        ),
+        (
+            "lead 2 -> run end (apply, cleanup)".to_owned(),
+            ended.saturating_duration_since(*lead_2 + latency),
+        ),
+    ])
+}
+
+/// Fails unless the run did exactly what the script says: every subtask merged, the
+/// result applied, the scripted number of calls, no protocol violation.
+fn check_run(
+    fixture: &GitFixture,
+    server: &FakeServer,
+    report: &RunReport,
+    subtasks: usize,
+) -> anyhow::Result<()> {
+    let violations = server.violations();
+    ensure!(
+        violations.is_empty(),
+        "the fake server saw protocol violations: {violations:#?}"
+    );
+    ensure!(
+        report.status == RunEnd::Finished,
+        "the run ended {:?}, not finished: {report:#?}",
+        report.status
+    );
+    let not_merged: Vec<String> = report
+        .subtasks
+        .iter()
+        .filter(|subtask| subtask.status != SubtaskOutcome::Merged)
+        .map(|subtask| {
+            format!(
+                "{} {:?}: {}",
+                subtask.id,
+                subtask.status,
+                subtask.reason.as_deref().unwrap_or("no reason given")
+            )
+        })
+        .collect();
+    ensure!(
+        report.subtasks.len() == subtasks && not_merged.is_empty(),
+        "expected {subtasks} merged subtasks, got {} of which not merged: {not_merged:#?}",
+        report.subtasks.len()
+    );
+    ensure!(
+        report.applied,
+        "the result was not applied to the user's branch: {:?}",
+        report.apply
+    );
+    for index in 0..subtasks {
+        let path = module_path(index);
+        let content = fixture.read(&path);
+        ensure!(
+            content == NEW_CONTENT.as_bytes(),
+            "{path} after the run holds {:?}, not the worker's text",
+            String::from_utf8_lossy(&content)
+        );
+    }
+    let expected_calls = LEAD_CALLS + subtasks * (WORKER_CALLS + REVIEWER_CALLS);
+    let calls = server.requests().len();
+    ensure!(
+        calls == expected_calls,
+        "the script has {expected_calls} model calls, the server recorded {calls}"
+    );
+    Ok(())
+}
+
+fn parse_settings() -> anyhow::Result<Settings> {
+    const USAGE: &str =
+        "usage: bench_parallel [--latency-ms L] [--jobs J] [--provider anthropic|openai]";
+    let mut settings = Settings {
+        latency: Duration::from_millis(DEFAULT_LATENCY_MS),
+        jobs: DEFAULT_JOBS,
+        provider: Provider::Anthropic,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = |what: &str| args.next().with_context(|| format!("{arg} needs {what}"));
+        match arg.as_str() {
+            "--latency-ms" => {
+                let text = value("a number of milliseconds")?;
+                let millis: u64 = text
+                    .parse()
+                    .with_context(|| format!("--latency-ms {text:?} is not a whole number"))?;
+                ensure!(millis > 0, "--latency-ms must be at least 1");
+                settings.latency = Duration::from_millis(millis);
+            }
+            "--jobs" => {
+                let text = value("a number")?;
+                let jobs: usize = text
+                    .parse()
+                    .with_context(|| format!("--jobs {text:?} is not a whole number"))?;
+                ensure!(jobs > 0, "--jobs must be at least 1");
+                settings.jobs = jobs;
+            }
+            "--provider" => {
+                settings.provider = match value("a provider")?.as_str() {
+                    "anthropic" => Provider::Anthropic,
+                    "openai" => Provider::OpenAi,
+                    other => bail!("unknown provider {other:?}; {USAGE}"),
+                };
+            }
+            other => bail!("unknown argument {other:?}; {USAGE}"),
+        }
+    }
+    Ok(settings)
+}
+
+fn seconds(duration: Duration) -> String {
+    format!("{:.3} s", duration.as_secs_f64())
+}
+
+fn ratio(numerator: Duration, denominator: Duration) -> f64 {
+    numerator.as_secs_f64() / denominator.as_secs_f64()
+}
+
+fn verdict(pass: bool) -> &'static str {
+    if pass { "PASS" } else { "FAIL" }
+}
+
+fn print_table(settings: Settings, runs: &[Measured]) {
+    let latency = settings.latency;
+    println!(
+        "{:>8}  {:>5}  {:>10}  {:>18}  {:>18}  {:>14}  {:>8}",
+        "subtasks", "calls", "wall", "critical path", "serial", "wall/critical", "speed-up"
+    );
+    for run in runs {
+        let critical = run.critical_path(latency);
+        let serial = run.serial(latency);
+        println!(
+            "{:>8}  {:>5}  {:>10}  {:>18}  {:>18}  {:>14.3}  {:>7.2}x",
+            run.subtasks,
+            run.calls,
+            seconds(run.wall),
+            format!("{} x L = {}", run.chain_calls, seconds(critical)),
+            format!("{} x L = {}", run.calls, seconds(serial)),
+            ratio(run.wall, critical),
+            ratio(serial, run.wall),
+        );
+    }
+}
+
+/// Prints the target lines for the largest run; returns whether both passed.
+fn print_targets(settings: Settings, run: &Measured) -> bool {
+    let latency = settings.latency;
+    let critical = run.critical_path(latency);
+    let serial = run.serial(latency);
+    let wall_over_critical = ratio(run.wall, critical);
+    let wall_pass = wall_over_critical <= TARGET_WALL_OVER_CRITICAL;
+    println!("at {} subtasks:", run.subtasks);
+    println!("  wall time        {}", seconds(run.wall));
+    println!(
+        "  critical path    {} calls x {} ms = {}  (lead 1 -> worker {WORKER_CALLS} -> \
+         reviewer {REVIEWER_CALLS} -> lead 1{})",
+        run.chain_calls,
+        latency.as_millis(),
+        seconds(critical),
+        if run.chain_calls > LEAD_CALLS + WORKER_CALLS + REVIEWER_CALLS {
+            ", in waves of --jobs"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "  serial time      {} calls x {} ms = {}",
+        run.calls,
+        latency.as_millis(),
+        seconds(serial)
+    );
+    println!(
+        "  wall / critical  {wall_over_critical:.3}  (target <= {TARGET_WALL_OVER_CRITICAL:.2}) {}",
+        verdict(wall_pass)
+    );
+    println!(
+        "  overhead         {} beyond the critical path",
+        seconds(run.wall.saturating_sub(critical))
+    );
+    println!(
+        "  speed-up         {:.2}x serial / wall",
+        ratio(serial, run.wall)
+    );
+    println!("  overhead along the chain that ended last (includes the HTTP round trips):");
+    for (step, gap) in &run.gaps {
+        println!("    {step:<48} {:>8.1} ms", gap.as_secs_f64() * 1000.0);
+    }
+
+    let growth_pass = match run.growth_per_delegation() {
+        Some(growth) => {
+            let pass = growth < TARGET_GROWTH_PER_DELEGATION;
+            println!(
+                "  lead context     {:?} bytes per request; ({} - {}) / {} = {growth} bytes per \
+                 delegation  (target < {TARGET_GROWTH_PER_DELEGATION}) {}",
+                run.lead_request_bytes,
+                run.lead_request_bytes.get(1).copied().unwrap_or(0),
+                run.lead_request_bytes.first().copied().unwrap_or(0),
+                run.subtasks,
+                verdict(pass)
+            );
+            pass
+        }
+        None => {
+            println!(
+                "  lead context     only {} lead request(s) recorded: cannot measure FAIL",
+                run.lead_request_bytes.len()
+            );
+            false
+        }
+    };
+    let sizes = &run.delegate_result_bytes;
+    println!(
+        "  delegate results {} texts, bytes {sizes:?} (max {}, total {})",
+        sizes.len(),
+        sizes.iter().max().copied().unwrap_or(0),
+        sizes.iter().sum::<usize>()
+    );
+    wall_pass && growth_pass
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let settings = parse_settings()?;
+    println!(
+        "grove run against the fake server: latency L = {} ms per call, --jobs {}, {} \
+         (streaming); per subtask worker {WORKER_CALLS} calls, reviewer {REVIEWER_CALLS}; \
+         lead {LEAD_CALLS}",
+        settings.latency.as_millis(),
+        settings.jobs,
+        settings.provider.as_str()
+    );
+    let mut runs = Vec::new();
+    for subtasks in SUBTASK_COUNTS {
+        runs.push(measure(settings, subtasks).await?);
+    }
+    println!();
+    print_table(settings, &runs);
+    println!();
+    let Some(largest) = runs.last() else {
+        bail!("no run was measured");
+    };
+    let pass = print_targets(settings, largest);
+    println!();
+    println!("overall: {}", verdict(pass));
+    Ok(())
+}
