@@ -533,19 +533,26 @@ impl Orchestrator {
             }
         }
         if !self.options.keep_worktrees {
-            if let Some(worktree) = worktree
-                && let Err(error) = self.repo.remove_worktree(worktree).await
-            {
-                self.note(format!(
-                    "{}: could not remove its worktree: {error}",
-                    report.id
-                ));
-            }
-            // Merged work lives on in the result, the rest in its archive; the git layer
-            // refuses to delete a branch whose work is kept nowhere else.
-            if let Err(error) = self.repo.delete_subtask_branch(&self.run, n).await {
-                self.note(format!("{}: kept its branch: {error}", report.id));
-            }
+            // The outcome is settled and its work kept (merged into the result, or
+            // archived above), so the lead need not wait for the cleanup: it runs as a
+            // tracked task the run waits for before it ends.
+            let repo = self.repo.clone();
+            let run = self.run.clone();
+            let events = self.events.clone();
+            let worktree = worktree.cloned();
+            let id = report.id.clone();
+            self.tasks.spawn(async move {
+                let note = |message: String| events.emit(Event::Note { message });
+                if let Some(worktree) = worktree
+                    && let Err(error) = repo.remove_worktree(&worktree).await
+                {
+                    note(format!("{id}: could not remove its worktree: {error}"));
+                }
+                // The git layer refuses to delete a branch whose work is kept nowhere else.
+                if let Err(error) = repo.delete_subtask_branch(&run, n).await {
+                    note(format!("{id}: kept its branch: {error}"));
+                }
+            });
         }
         finish_ledger(&mut report);
         self.journal(Entry::SubtaskFinished {
