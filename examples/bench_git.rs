@@ -69,6 +69,11 @@ fn generate(repo: &Path, files: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Flushes dirty pages so one side's writeback is not billed to the other's timing.
+fn settle() {
+    let _ = Command::new("sync").status();
+}
+
 fn secs(d: Duration) -> String {
     format!("{:8.3} s", d.as_secs_f64())
 }
@@ -129,6 +134,7 @@ async fn main() -> anyhow::Result<()> {
     println!("{:<44} {:>10}   {:>10}", "measurement", "grove", "git");
 
     // One worktree.
+    settle();
     let t = Instant::now();
     git(
         &home,
@@ -145,6 +151,7 @@ async fn main() -> anyhow::Result<()> {
     )?;
     let git_one = t.elapsed();
     let run = RunId::new("bench1")?;
+    settle();
     let t = Instant::now();
     let worktree = repo
         .create_worktree(WorktreeSpec {
@@ -167,6 +174,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
 
     // Eight worktrees.
+    settle();
     let t = Instant::now();
     for n in 2..2 + WORKTREES {
         git(
@@ -185,6 +193,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let git_eight = t.elapsed();
     let run = RunId::new("bench8")?;
+    settle();
     let t = Instant::now();
     let creations = (1..=WORKTREES).map(|n| {
         let spec = WorktreeSpec {
@@ -267,6 +276,7 @@ async fn main() -> anyhow::Result<()> {
     let outcomes = repo.merge_subtasks(&run, &subtasks).await?;
     let grove_merge = t.elapsed();
     let merge_dir = plain_dir.join("1");
+    settle();
     let t = Instant::now();
     for n in &subtasks {
         git(
