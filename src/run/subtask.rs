@@ -16,7 +16,7 @@ use crate::agent::{
     run_agent,
 };
 use crate::event::{AgentId, Event};
-use crate::git::{BranchDiff, DiffStat, MergeOutcome, Worktree};
+use crate::git::{BranchDiff, DiffStat, GitError, MergeOutcome, Worktree};
 use crate::model::Message;
 use crate::run::gate::gate_registry;
 use crate::run::journal::{ContextMode, Entry, SubtaskOutcome, VerdictKind};
@@ -228,7 +228,7 @@ impl Orchestrator {
             branch: branch.clone(),
         });
         let mut report = empty_report(&label, brief, branch);
-        let worktree = match self.repo.create_worktree(self.worktree_spec(n)).await {
+        let worktree = match self.create_worktree(n).await {
             Ok(worktree) => worktree,
             Err(error) => {
                 report.reason = Some(format!("could not create the worktree: {error}"));
@@ -251,6 +251,31 @@ impl Orchestrator {
             }
         }
         self.close_subtask(report, n, Some(&worktree)).await
+    }
+
+    /// Creates (or, on resume, recovers) subtask `n`'s worktree. A directory grove does
+    /// not own at that path (left by a crash, or by hand) is moved aside and kept, never
+    /// deleted, and the worktree is made anew from its branch.
+    async fn create_worktree(&self, n: u32) -> Result<Worktree, GitError> {
+        let spec = self.worktree_spec(n);
+        match self.repo.create_worktree(spec.clone()).await {
+            Err(GitError::WorktreePathOccupied { path, .. }) => {
+                let aside =
+                    path.with_file_name(format!("{}.stray-{}", n, crate::run::journal::now_ms()));
+                std::fs::rename(&path, &aside).map_err(|source| GitError::Io {
+                    action: "move aside",
+                    path: path.clone(),
+                    source,
+                })?;
+                self.note(format!(
+                    "S{n}: {} was not a worktree grove knows; it was kept at {}",
+                    path.display(),
+                    aside.display()
+                ));
+                self.repo.create_worktree(spec).await
+            }
+            other => other,
+        }
     }
 
     /// Worker, commit, review, merge.

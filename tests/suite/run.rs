@@ -756,9 +756,32 @@ async fn an_interrupted_run_keeps_its_work_and_resume_finishes_it() {
         "the interrupted worktree is kept"
     );
     std::fs::remove_dir_all(&worktree).unwrap();
+    // ...and something else left a directory of its own there, which is kept.
+    std::fs::create_dir_all(&worktree).unwrap();
+    std::fs::write(worktree.join("stray.txt"), "not grove's").unwrap();
 
     let first_server = server;
     let (server, resumed) = resume_healthy(&fixture, &report.run_id).await;
+    let kept: Vec<_> = std::fs::read_dir(worktree.parent().unwrap())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            path.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("1.stray-")
+        })
+        .collect();
+    assert_eq!(
+        kept.len(),
+        1,
+        "the stray directory is moved aside: {kept:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(kept[0].join("stray.txt")).unwrap(),
+        "not grove's",
+        "and kept, never deleted"
+    );
     assert!(resumed.applied);
     assert_eq!(fixture.read("src/a.txt"), b"ALPHA\n");
     assert_eq!(
