@@ -19,7 +19,9 @@ use crate::event::{Event, EventSink};
 use crate::git::GitOptions;
 use crate::model::{AnthropicClient, AnthropicConfig, ModelError, RetryPolicy};
 use crate::run::journal::{SubtaskOutcome, VerdictKind};
-use crate::run::{ModelChoice, Models, RunEnd, RunError, RunOptions, RunReport};
+use crate::run::{
+    ModelChoice, Models, RunEnd, RunError, RunOptions, RunReport, SubtaskReport,
+};
 
 use replay::ReplayServer;
 
@@ -187,11 +189,10 @@ pub fn went_as_scripted(report: &RunReport) -> bool {
     report.status == RunEnd::Finished && report.applied && actual == expected_sorted
 }
 
-/// The rejected subtask's archive ref, when there is one.
-pub fn rejected_archive(report: &RunReport) -> Option<&str> {
+/// The subtask its reviewer rejected, when there is one.
+pub fn rejected(report: &RunReport) -> Option<&SubtaskReport> {
     report
         .subtasks
         .iter()
         .find(|subtask| subtask.status == SubtaskOutcome::Rejected)
-        .and_then(|subtask| subtask.archive_ref.as_deref())
 }
