@@ -43,9 +43,26 @@ impl Drop for ReplayServer {
     }
 }
 
+/// How long a worker's first reply waits for the other workers' first requests.
+const GATHER_TIMEOUT: Duration = Duration::from_secs(10);
+
 struct Shared {
     delay: Duration,
     replies: AtomicU64,
+    /// How many workers have sent their first request: the first replies wait until
+    /// every target's worker is in flight, so the demo always shows them side by side.
+    first_requests: tokio::sync::watch::Sender<usize>,
+}
+
+impl Shared {
+    /// Holds a worker's first reply until every worker has asked (or a timeout passed,
+    /// so a run with fewer slots than targets is slowed, never stuck).
+    async fn gather_workers(&self) {
+        self.first_requests.send_modify(|count| *count += 1);
+        let mut arrivals = self.first_requests.subscribe();
+        let everyone = arrivals.wait_for(|count| *count >= TARGETS.len());
+        let _ = tokio::time::timeout(GATHER_TIMEOUT, everyone).await;
+    }
 }
 
 impl ReplayServer {
@@ -62,6 +79,7 @@ impl ReplayServer {
         let shared = Arc::new(Shared {
             delay,
             replies: AtomicU64::new(0),
+            first_requests: tokio::sync::watch::Sender::new(0),
         });
         let app = Router::new()
             .route("/v1/messages", post(messages))
@@ -86,9 +104,12 @@ impl ReplayServer {
 }
 
 async fn messages(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if role(&request) == Some(Role::Worker) && tool_results(&request) == 0 {
+        shared.gather_workers().await;
+    }
     tokio::time::sleep(shared.delay).await;
     let number = shared.replies.fetch_add(1, Ordering::Relaxed) + 1;
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let turn = answer(&request);
     let content = turn.content();
     let output_bytes = content.to_string().len();
