@@ -318,7 +318,7 @@ mod tests {
         let root = write_sample(&dir.path().join("sample")).await.unwrap();
         let repo = git2::Repository::open(&root).unwrap();
         let head = repo.head().unwrap();
-        assert_eq!(head.name(), Some("refs/heads/main"));
+        assert_eq!(head.name().unwrap(), "refs/heads/main");
         let commit = head.peel_to_commit().unwrap();
         assert_eq!(commit.parent_count(), 0, "one root commit");
         let statuses = repo.statuses(None).unwrap();
