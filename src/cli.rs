@@ -65,12 +65,14 @@ pub enum Command {
     #[command(after_help = "Examples:\n  grove gc --older-than 30")]
     Gc(GcArgs),
     /// Show grove at work on a sample repository, with a scripted model: no key, no network.
-    #[command(after_help = "The sample repository is real and kept afterwards (a new temp \
+    #[command(
+        after_help = "The sample repository is real and kept afterwards (a new temp \
         dir unless --keep-dir); only the model is replaced, by a replay server on 127.0.0.1. \
         One subtask is rejected by its reviewer on purpose.\n\n\
         Exit status: 0 when the demo went as scripted (two subtasks merged, one rejected), \
         1 when it did not, 130 when interrupted.\n\n\
-        Examples:\n  grove demo\n  grove demo --keep-dir /tmp/grove-demo")]
+        Examples:\n  grove demo\n  grove demo --keep-dir /tmp/grove-demo"
+    )]
     Demo(DemoArgs),
 }
 

@@ -378,8 +378,15 @@ pub fn demo_epilogue(repo: &std::path::Path, report: &RunReport, as_scripted: bo
             eprintln!("  {}", first_line(summary, 200));
         }
         for finding in &subtask.findings {
-            let line = finding.line.map(|line| format!(":{line}")).unwrap_or_default();
-            eprintln!("  {}{line}: {}", finding.path, first_line(&finding.problem, 160));
+            let line = finding
+                .line
+                .map(|line| format!(":{line}"))
+                .unwrap_or_default();
+            eprintln!(
+                "  {}{line}: {}",
+                finding.path,
+                first_line(&finding.problem, 160)
+            );
         }
     }
     eprintln!();

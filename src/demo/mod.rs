@@ -19,9 +19,7 @@ use crate::event::{Event, EventSink};
 use crate::git::GitOptions;
 use crate::model::{AnthropicClient, AnthropicConfig, ModelError, RetryPolicy};
 use crate::run::journal::{SubtaskOutcome, VerdictKind};
-use crate::run::{
-    ModelChoice, Models, RunEnd, RunError, RunOptions, RunReport, SubtaskReport,
-};
+use crate::run::{ModelChoice, Models, RunEnd, RunError, RunOptions, RunReport, SubtaskReport};
 
 use replay::ReplayServer;
 

@@ -349,7 +349,7 @@ fn reviewer(target: &Target, review_text: &str, step: usize) -> Turn {
             "verdict": "approve",
             "summary": format!(
                 "{LABEL} {} now logs through log.info and no longer imports log_old; \
-nothing else changed.",
+        nothing else changed.",
                 target.path
             ),
         }),
@@ -368,7 +368,7 @@ nothing else changed.",
                 "verdict": "reject",
                 "summary": format!(
                     "{LABEL} The log_old calls are replaced, but the diff also adds a debug \
-print to {}, which the brief did not ask for and AGENTS.md forbids.",
+            print to {}, which the brief did not ask for and AGENTS.md forbids.",
                     target.path
                 ),
                 "findings": [finding],
@@ -382,8 +382,8 @@ print to {}, which the brief did not ask for and AGENTS.md forbids.",
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::demo::sample::STRAY_LINE;
     use crate::agent::roles::{RoleKind, builtin};
+    use crate::demo::sample::STRAY_LINE;
 
     fn request(kind: RoleKind, messages: Value) -> Value {
         json!({
@@ -411,7 +411,10 @@ mod tests {
             .map(|(name, input)| (name.as_str(), input["task"].as_str().unwrap().to_owned()))
             .collect();
         let expected: Vec<_> = TARGETS.iter().map(|t| ("delegate", brief(t))).collect();
-        assert_eq!(delegated, expected, "one delegate call per target, in one turn");
+        assert_eq!(
+            delegated, expected,
+            "one delegate call per target, in one turn"
+        );
 
         let done = answer(&request(
             RoleKind::Lead,
@@ -424,7 +427,8 @@ mod tests {
     #[test]
     fn a_worker_reads_then_edits_then_reports() {
         let target = &TARGETS[0];
-        let brief = json!({ "role": "user", "content": [{ "type": "text", "text": brief(target) }] });
+        let brief =
+            json!({ "role": "user", "content": [{ "type": "text", "text": brief(target) }] });
         let names = |turn: &Turn| {
             turn.calls
                 .iter()
@@ -437,7 +441,12 @@ mod tests {
         assert_eq!(names(&edit), vec!["edit_file"; target.edits.len()]);
         let done = answer(&request(
             RoleKind::Worker,
-            json!([brief, tool_result("r"), tool_result("e1"), tool_result("e2")]),
+            json!([
+                brief,
+                tool_result("r"),
+                tool_result("e1"),
+                tool_result("e2")
+            ]),
         ));
         assert_eq!(names(&done), Vec::<String>::new());
         assert!(done.text.starts_with(LABEL), "{}", done.text);
@@ -466,7 +475,7 @@ mod tests {
                 "path": "shop/payments.py",
                 "line": 9,
                 "problem": "adds `print(\"DEBUG charge\", order_id, amount_cents)`: print \
-debugging the brief did not ask for, against the house rules"
+            debugging the brief did not ask for, against the house rules"
             }])
         );
         // The verdict follows the diff, not the file name: without the line, approve.
@@ -479,7 +488,10 @@ debugging the brief did not ask for, against the house rules"
             Value::Null,
             json!({ "system": "You are a poet." }),
             json!({ "system": 3, "messages": "nope" }),
-            request(RoleKind::Worker, json!([{ "role": "user", "content": "no file" }])),
+            request(
+                RoleKind::Worker,
+                json!([{ "role": "user", "content": "no file" }]),
+            ),
         ] {
             let turn = answer(&body);
             assert_eq!(
@@ -508,7 +520,10 @@ debugging the brief did not ask for, against the house rules"
             .await
             .unwrap();
         assert_eq!(reply["stop_reason"], "tool_use");
-        assert_eq!(reply["content"].as_array().unwrap().len(), 1 + TARGETS.len());
+        assert_eq!(
+            reply["content"].as_array().unwrap().len(),
+            1 + TARGETS.len()
+        );
         assert!(reply["usage"]["input_tokens"].as_u64().unwrap() > 0);
         let missing = client
             .get(format!("{}/v1/models", server.base_url()))

@@ -257,11 +257,8 @@ fn commit_sample(root: &Path) -> Result<(), git2::Error> {
     // Written to disk so `git status` sees a clean tree, which `grove run` requires to apply.
     index.write()?;
     let tree = repo.find_tree(index.write_tree()?)?;
-    let signature = git2::Signature::new(
-        AUTHOR_NAME,
-        AUTHOR_EMAIL,
-        &git2::Time::new(COMMIT_TIME, 0),
-    )?;
+    let signature =
+        git2::Signature::new(AUTHOR_NAME, AUTHOR_EMAIL, &git2::Time::new(COMMIT_TIME, 0))?;
     repo.commit(
         Some("HEAD"),
         &signature,

@@ -306,7 +306,10 @@ mod tests {
             ("http://localhost.example.com", false),
             ("not a url", false),
         ];
-        let actual: Vec<_> = cases.iter().map(|(url, _)| (*url, is_loopback(url))).collect();
+        let actual: Vec<_> = cases
+            .iter()
+            .map(|(url, _)| (*url, is_loopback(url)))
+            .collect();
         assert_eq!(actual, cases.to_vec());
     }
 

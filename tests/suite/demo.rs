@@ -103,7 +103,11 @@ async fn the_demo_runs_the_real_pipeline_with_no_key_and_keeps_the_sample() {
             ("S3", "merged", "approve"),
         ]
     );
-    assert_eq!(report["applied"], Value::Bool(true), "main moved to the result");
+    assert_eq!(
+        report["applied"],
+        Value::Bool(true),
+        "main moved to the result"
+    );
 
     let sample = sample.canonicalize().unwrap();
     assert!(
@@ -113,14 +117,22 @@ async fn the_demo_runs_the_real_pipeline_with_no_key_and_keeps_the_sample() {
     let read = |path: &str| std::fs::read_to_string(sample.join(path)).unwrap();
     let [orders, payments, shipping] = [&TARGETS[0], &TARGETS[1], &TARGETS[2]];
     assert_eq!(read(orders.path), orders.edited(), "approved edit merged");
-    assert_eq!(read(shipping.path), shipping.edited(), "approved edit merged");
+    assert_eq!(
+        read(shipping.path),
+        shipping.edited(),
+        "approved edit merged"
+    );
     assert_eq!(
         read(payments.path),
         original(payments.path),
         "the rejected edit is not merged"
     );
     let git = |args: &[&str]| git_in(&home, &sample, args);
-    assert_eq!(git(&["status", "--porcelain"]), "", "the sample is left clean");
+    assert_eq!(
+        git(&["status", "--porcelain"]),
+        "",
+        "the sample is left clean"
+    );
 
     // The rejected work is archived, with its stray line, and the epilogue names it.
     let archive = report["subtasks"][1]["archive_ref"].as_str().unwrap();
