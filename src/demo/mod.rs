@@ -165,26 +165,34 @@ pub async fn demo(
 /// True when the run ended as the script intends: finished and applied, every clean
 /// subtask merged, and exactly the one with the stray line rejected by its reviewer.
 pub fn went_as_scripted(report: &RunReport) -> bool {
-    let expected: Vec<(SubtaskOutcome, Option<VerdictKind>)> = sample::TARGETS
-        .iter()
-        .map(|target| match target.stray_line {
-            None => (SubtaskOutcome::Merged, Some(VerdictKind::Approve)),
-            Some(_) => (SubtaskOutcome::Rejected, Some(VerdictKind::Reject)),
-        })
-        .collect();
-    let mut actual: Vec<_> = report
-        .subtasks
-        .iter()
-        .map(|subtask| (subtask.status, subtask.verdict))
-        .collect();
-    let mut expected_sorted = expected;
-    // Subtasks may be listed in any order; compare as multisets.
-    let key = |(status, verdict): &(SubtaskOutcome, Option<VerdictKind>)| {
-        (status.as_str(), verdict.map(VerdictKind::as_str))
+    // Subtasks may be listed in any order: compare sorted outcomes.
+    let sorted = |mut outcomes: Vec<(&'static str, Option<&'static str>)>| {
+        outcomes.sort_unstable();
+        outcomes
     };
-    actual.sort_by_key(key);
-    expected_sorted.sort_by_key(key);
-    report.status == RunEnd::Finished && report.applied && actual == expected_sorted
+    let expected = sorted(
+        sample::TARGETS
+            .iter()
+            .map(|target| match target.stray_line {
+                None => (SubtaskOutcome::Merged, Some(VerdictKind::Approve)),
+                Some(_) => (SubtaskOutcome::Rejected, Some(VerdictKind::Reject)),
+            })
+            .map(|(status, verdict)| (status.as_str(), verdict.map(VerdictKind::as_str)))
+            .collect(),
+    );
+    let actual = sorted(
+        report
+            .subtasks
+            .iter()
+            .map(|subtask| {
+                (
+                    subtask.status.as_str(),
+                    subtask.verdict.map(VerdictKind::as_str),
+                )
+            })
+            .collect(),
+    );
+    report.status == RunEnd::Finished && report.applied && actual == expected
 }
 
 /// The subtask its reviewer rejected, when there is one.

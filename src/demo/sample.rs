@@ -2,8 +2,8 @@
 //! deprecated `log_old(...)` helper, plus the house rules the reviewer enforces.
 //!
 //! This module owns the sample's files and the edits the replay applies to them. It
-//! writes only inside the directory it is given and never reads or writes the user's
-//! git configuration: the one commit is made in process with a fixed identity.
+//! writes only inside the directory it is given and never writes git configuration; the
+//! one commit is made in process with a fixed identity and date, so no user setting shapes it.
 
 use std::path::{Path, PathBuf};
 
@@ -202,11 +202,11 @@ const COMMIT_TIME: i64 = 1_767_225_600;
 /// Writes the sample into `dir` (created if missing; must be empty), makes it a git
 /// repository on `main` with one commit, and returns its canonical path.
 pub async fn write_sample(dir: &Path) -> Result<PathBuf, DemoError> {
-    let dir = dir.to_path_buf();
-    tokio::task::spawn_blocking(move || write_sample_blocking(&dir))
+    let owned = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || write_sample_blocking(&owned))
         .await
         .map_err(|error| DemoError::Sample {
-            path: PathBuf::new(),
+            path: dir.to_path_buf(),
             action: "write the sample",
             reason: error.to_string(),
         })?
