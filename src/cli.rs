@@ -64,6 +64,16 @@ pub enum Command {
     /// Delete archived work older than a number of days (the only command that deletes it).
     #[command(after_help = "Examples:\n  grove gc --older-than 30")]
     Gc(GcArgs),
+    /// Show grove at work on a sample repository, with a scripted model: no key, no network.
+    #[command(
+        after_help = "The sample repository is real and kept afterwards (a new temp \
+        dir unless --keep-dir); only the model is replaced, by a replay server on 127.0.0.1. \
+        One subtask is rejected by its reviewer on purpose.\n\n\
+        Exit status: 0 when the demo went as scripted (two subtasks merged, one rejected), \
+        1 when it did not, 130 when interrupted.\n\n\
+        Examples:\n  grove demo\n  grove demo --keep-dir /tmp/grove-demo"
+    )]
+    Demo(DemoArgs),
 }
 
 /// Arguments of `grove run`.
@@ -134,6 +144,17 @@ pub struct CleanArgs {
     pub run_id: String,
 }
 
+/// Arguments of `grove demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Create the sample repository in DIR (empty or new) instead of a new temp dir.
+    #[arg(long, value_name = "DIR")]
+    pub keep_dir: Option<PathBuf>,
+    /// Print one JSON object with the run's report on stdout at the end.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// Arguments of `grove gc`.
 #[derive(Debug, Args)]
 pub struct GcArgs {
@@ -159,6 +180,7 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Runs(args) => runs(&directory, &args).await,
         Command::Clean(args) => clean(&directory, &args).await,
         Command::Gc(args) => gc(&directory, &args).await,
+        Command::Demo(args) => demo(&directory, &args).await,
     }
 }
 
@@ -234,10 +256,11 @@ async fn run(directory: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitC
     };
 
     let json = args.json;
-    drive(json, |events, cancel| {
+    let report = drive(json, |events, cancel| {
         grove::run::run(directory, options, models, events, cancel)
     })
-    .await
+    .await?;
+    Ok(exit_code(&report))
 }
 
 async fn resume(directory: &std::path::Path, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
@@ -271,7 +294,7 @@ async fn resume(directory: &std::path::Path, args: &ResumeArgs) -> anyhow::Resul
             reviewer: pick(names.reviewer),
         })
     };
-    drive(args.json, |events, cancel| {
+    let report = drive(args.json, |events, cancel| {
         grove::run::resume(
             directory,
             &args.run_id,
@@ -281,12 +304,13 @@ async fn resume(directory: &std::path::Path, args: &ResumeArgs) -> anyhow::Resul
             cancel,
         )
     })
-    .await
+    .await?;
+    Ok(exit_code(&report))
 }
 
 /// Runs a run (new or resumed) with the live view and Ctrl-C handling, then prints the
-/// report and maps it to the exit code.
-async fn drive<F, Fut>(json: bool, start: F) -> anyhow::Result<ExitCode>
+/// report; [`exit_code`] maps it to the exit code.
+async fn drive<F, Fut>(json: bool, start: F) -> anyhow::Result<RunReport>
 where
     F: FnOnce(EventSink, CancellationToken) -> Fut,
     Fut: std::future::Future<Output = Result<RunReport, RunError>>,
@@ -304,11 +328,42 @@ where
     if json {
         render::json(&report)?;
     }
-    Ok(match report.status {
+    Ok(report)
+}
+
+/// The exit code of a run or resume (DESIGN.md).
+fn exit_code(report: &RunReport) -> ExitCode {
+    match report.status {
         RunEnd::Interrupted => ExitCode::from(EXIT_INTERRUPTED),
         RunEnd::Failed | RunEnd::Paused => ExitCode::FAILURE,
         RunEnd::Finished if report.all_merged() => ExitCode::SUCCESS,
         RunEnd::Finished => ExitCode::from(EXIT_NOT_ALL_MERGED),
+    }
+}
+
+/// `grove demo`: the real pipeline on a sample repository and a replayed model.
+///
+/// Exit code 0 means the demo went as scripted, its one rejection included: the
+/// rejection is the point of the demo, and a first command that "fails" would teach the
+/// wrong thing. Anything else is 1 (or 130 when interrupted), so a broken demo is loud.
+async fn demo(directory: &std::path::Path, args: &DemoArgs) -> anyhow::Result<ExitCode> {
+    let dir = match &args.keep_dir {
+        Some(dir) => directory.join(dir),
+        // Kept on purpose: the user is told to look at it afterwards.
+        None => tempfile::Builder::new()
+            .prefix("grove-demo-")
+            .tempdir()
+            .context("cannot create a temp dir for the demo")?
+            .keep(),
+    };
+    let demo = grove::demo::Demo::prepare(&dir).await?;
+    let report = drive(args.json, |events, cancel| demo.run(events, cancel)).await?;
+    let as_scripted = grove::demo::went_as_scripted(&report);
+    render::demo_epilogue(demo.repo(), &report, as_scripted);
+    Ok(match report.status {
+        RunEnd::Interrupted => ExitCode::from(EXIT_INTERRUPTED),
+        RunEnd::Finished if as_scripted => ExitCode::SUCCESS,
+        _ => ExitCode::FAILURE,
     })
 }
 

@@ -7,6 +7,7 @@
 //! [`event::Event`] on a channel that the binary renders.
 
 pub mod agent;
+pub mod demo;
 pub mod event;
 pub mod git;
 pub mod model;

@@ -356,3 +356,64 @@ pub fn gc_report(deleted: &[String]) {
         println!("deleted {reference}");
     }
 }
+
+/// The end of `grove demo`: that it was a replay, where the sample is, how to look at
+/// the run, and how to run grove for real.
+pub fn demo_epilogue(repo: &std::path::Path, report: &RunReport, as_scripted: bool) {
+    let dir = shell_word(&repo.display().to_string());
+    eprintln!();
+    if !as_scripted {
+        eprintln!("grove: the demo did not go as scripted; the table above says what happened.");
+    }
+    eprintln!(
+        "This was a replay: no model was called. A scripted server on 127.0.0.1 played the \
+         lead, the workers and the reviewers; the repository, worktrees, reviews and merges \
+         were real."
+    );
+    let rejected = grove::demo::rejected(report);
+    if let Some(subtask) = rejected {
+        eprintln!();
+        eprintln!("The reviewer rejected {}:", subtask.id);
+        if let Some(summary) = &subtask.review_summary {
+            eprintln!("  {}", first_line(summary, 200));
+        }
+        for finding in &subtask.findings {
+            let line = finding
+                .line
+                .map(|line| format!(":{line}"))
+                .unwrap_or_default();
+            eprintln!(
+                "  {}{line}: {}",
+                finding.path,
+                first_line(&finding.problem, 160)
+            );
+        }
+    }
+    eprintln!();
+    eprintln!("The sample repository:");
+    eprintln!("  cd {dir}");
+    eprintln!("Look at the run:");
+    eprintln!("  git -C {dir} log --graph --oneline --all");
+    eprintln!("  grove -C {dir} runs");
+    if let Some(archive) = rejected.and_then(|subtask| subtask.archive_ref.as_deref()) {
+        eprintln!(
+            "  git -C {dir} show {}    # the rejected subtask's work, kept",
+            shell_word(archive)
+        );
+    }
+    eprintln!("Run grove on your own repository:");
+    eprintln!("  cd your-repo && ANTHROPIC_API_KEY=... grove run \"describe the change you want\"");
+}
+
+/// `text` as one shell word: unchanged when it needs no quoting, else single-quoted.
+fn shell_word(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:,@%=".contains(c));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}

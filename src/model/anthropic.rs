@@ -115,7 +115,7 @@ impl AnthropicClient {
         let base = http::normalise_base_url(&config.base_url, "ANTHROPIC_BASE_URL")?;
         Ok(Self {
             url: format!("{base}/v1/messages"),
-            http: http::build_client()?,
+            http: http::build_client(&base)?,
             key_header,
             config,
         })

@@ -21,12 +21,34 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest piece of a non-JSON error body quoted in an error message.
 const MAX_QUOTED_BODY: usize = 600;
 
-/// Builds the reqwest client both providers use.
-pub(super) fn build_client() -> Result<reqwest::Client, ModelError> {
-    reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
+/// Builds the reqwest client both providers use for `base_url` (already normalised).
+///
+/// A loopback base URL (a local model server, the demo's replay) bypasses any proxy from
+/// the environment: a proxy cannot reach this machine's 127.0.0.1, and reqwest does not
+/// exempt loopback by itself.
+pub(super) fn build_client(base_url: &str) -> Result<reqwest::Client, ModelError> {
+    let mut builder = reqwest::Client::builder().connect_timeout(CONNECT_TIMEOUT);
+    if is_loopback(base_url) {
+        builder = builder.no_proxy();
+    }
+    builder
         .build()
         .map_err(|err| ModelError::Config(format!("could not build the HTTP client: {err}")))
+}
+
+/// Whether `url`'s host is this machine (`localhost`, 127.0.0.0/8 or `::1`).
+fn is_loopback(url: &str) -> bool {
+    let Some(host) = reqwest::Url::parse(url)
+        .ok()
+        .and_then(|url| url.host_str().map(str::to_owned))
+    else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Checks and normalises a base URL: http(s), no trailing slash.
@@ -271,6 +293,25 @@ impl Exchange<'_> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_this_machine_counts_as_loopback_for_the_proxy_bypass() {
+        let cases = [
+            ("http://127.0.0.1:4000", true),
+            ("http://127.1.2.3", true),
+            ("http://LOCALHOST:8080/v1", true),
+            ("http://[::1]:8080", true),
+            ("https://api.anthropic.com", false),
+            ("http://10.0.0.1", false),
+            ("http://localhost.example.com", false),
+            ("not a url", false),
+        ];
+        let actual: Vec<_> = cases
+            .iter()
+            .map(|(url, _)| (*url, is_loopback(url)))
+            .collect();
+        assert_eq!(actual, cases.to_vec());
+    }
 
     #[test]
     fn redact_hides_keys_but_not_short_strings() {

@@ -142,7 +142,7 @@ impl OpenAiClient {
         };
         Ok(Self {
             url: format!("{base}/chat/completions"),
-            http: http::build_client()?,
+            http: http::build_client(&base)?,
             auth_header,
             config,
         })

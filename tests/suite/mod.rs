@@ -2,6 +2,7 @@
 
 mod agent;
 mod cli;
+mod demo;
 mod git;
 mod loop_http;
 mod model;
