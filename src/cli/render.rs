@@ -13,6 +13,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use grove::agent::Ledger;
 use grove::event::{AgentId, Event};
 use grove::git::CleanReport;
+use grove::run::journal::SubtaskOutcome;
 use grove::run::store::RunSummary;
 use grove::run::{RunEnd, RunReport};
 
@@ -248,10 +249,26 @@ pub fn report(report: &RunReport, ledgers: &Ledgers) {
                 subtask.input_tokens,
                 subtask.output_tokens
             );
-            if let Some(reason) = &subtask.reason
-                && subtask.status != grove::run::journal::SubtaskOutcome::Merged
-            {
-                eprintln!("      {}", first_line(reason, 110));
+            match subtask.status {
+                SubtaskOutcome::Merged => {}
+                // A rejection is explained by the reviewer, not by the worker's summary.
+                SubtaskOutcome::Rejected => {
+                    if let Some(summary) = &subtask.review_summary {
+                        eprintln!("      reviewer: {}", first_line(summary, 100));
+                    }
+                    for finding in subtask.findings.iter().take(3) {
+                        let place = match finding.line {
+                            Some(line) => format!("{}:{line}", finding.path),
+                            None => finding.path.clone(),
+                        };
+                        eprintln!("      - {place}: {}", first_line(&finding.problem, 90));
+                    }
+                }
+                SubtaskOutcome::Conflict | SubtaskOutcome::Failed => {
+                    if let Some(reason) = &subtask.reason {
+                        eprintln!("      {}", first_line(reason, 110));
+                    }
+                }
             }
             if !subtask.executes_later.is_empty() {
                 eprintln!(
