@@ -18,8 +18,13 @@ pub struct AgentId {
 }
 
 impl std::fmt::Display for AgentId {
+    /// `worker S2`; the lead, whose label is its role, is just `lead`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.role, self.label)
+        if self.role == self.label {
+            f.write_str(&self.role)
+        } else {
+            write!(f, "{} {}", self.role, self.label)
+        }
     }
 }
 

@@ -101,7 +101,7 @@ mod tests {
         };
         assert_eq!(
             Ledger::default().line(&lead).to_string(),
-            "[lead lead · steps=0 in=0 out=0]"
+            "[lead · steps=0 in=0 out=0]"
         );
     }
 }

@@ -76,7 +76,7 @@ async fn the_demo_runs_the_real_pipeline_with_no_key_and_keeps_the_sample() {
     line_index(&lines, "S1: merged (reviewer: approve)");
     line_index(&lines, "S2: rejected (reviewer: reject)");
     line_index(&lines, "S3: merged (reviewer: approve)");
-    line_index(&lines, "[lead lead · steps=2 ");
+    line_index(&lines, "[lead · steps=2 ");
     line_index(&lines, "total: steps=17 ");
     line_index(&lines, "This was a replay: no model was called.");
     line_index(&lines, "  shop/payments.py:9: adds `print(\"DEBUG charge\"");
