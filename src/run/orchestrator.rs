@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -508,14 +509,14 @@ impl Orchestrator {
                     cancel: self.cancel.child_token(),
                 },
                 events: self.events.clone(),
-                observer: Some(Arc::new(AgentObserver {
-                    orchestrator: Arc::downgrade(&self),
-                    label: LEAD_LABEL.to_owned(),
-                    transcript: self.transcript_path(LEAD_LABEL, "lead"),
+                observer: Some(Arc::new(AgentObserver::new(
+                    &self,
+                    LEAD_LABEL,
+                    self.transcript_path(LEAD_LABEL, "lead"),
                     earlier,
-                    checkpoint: None,
-                    is_lead: true,
-                })),
+                    None,
+                    true,
+                ))),
             },
         )
         .await;
@@ -768,9 +769,33 @@ pub(crate) struct AgentObserver {
     pub(crate) earlier: Ledger,
     pub(crate) checkpoint: Option<(Repo, Worktree)>,
     pub(crate) is_lead: bool,
+    /// The checkpoint commit of the latest mutating turn, running while the next model
+    /// call is in flight: it is off the critical path, and awaited before any further
+    /// tool runs or the subtask goes on, so it never races the files it commits.
+    pub(crate) pending_checkpoint: tokio::sync::Mutex<Option<JoinHandle<Result<(), String>>>>,
 }
 
 impl AgentObserver {
+    /// An observer for the agent `label`, saving its transcript at `transcript`.
+    pub(crate) fn new(
+        orchestrator: &Arc<Orchestrator>,
+        label: &str,
+        transcript: PathBuf,
+        earlier: Ledger,
+        checkpoint: Option<(Repo, Worktree)>,
+        is_lead: bool,
+    ) -> Self {
+        Self {
+            orchestrator: Arc::downgrade(orchestrator),
+            label: label.to_owned(),
+            transcript,
+            earlier,
+            checkpoint,
+            is_lead,
+            pending_checkpoint: tokio::sync::Mutex::new(None),
+        }
+    }
+
     fn save(&self, state: TurnState<'_>) -> Result<(), String> {
         let mut ledger = self.earlier;
         ledger.add(state.ledger);
@@ -783,11 +808,23 @@ impl AgentObserver {
         )
         .map_err(|error| format!("cannot save the transcript: {error}"))
     }
+
+    /// Waits for the checkpoint commit in flight, if any; its failure, if it failed.
+    pub(crate) async fn flush(&self) -> Result<(), String> {
+        let pending = self.pending_checkpoint.lock().await.take();
+        match pending {
+            None => Ok(()),
+            Some(task) => task
+                .await
+                .map_err(|error| format!("the checkpoint task failed: {error}"))?,
+        }
+    }
 }
 
 #[async_trait]
 impl TurnObserver for AgentObserver {
     async fn before_tools(&self, state: TurnState<'_>) -> Result<(), String> {
+        self.flush().await?;
         if self.is_lead
             && let Some(orchestrator) = self.orchestrator.upgrade()
         {
@@ -797,22 +834,31 @@ impl TurnObserver for AgentObserver {
     }
 
     async fn after_turn(&self, state: TurnState<'_>, mutated: bool) -> Result<(), String> {
+        self.flush().await?;
         if let Some((repo, worktree)) = &self.checkpoint
             && mutated
         {
-            let commit = repo
-                .checkpoint(worktree, &format!("{}: turn {}", self.label, state.turn))
-                .await
-                .map_err(|error| format!("checkpoint commit failed: {error}"))?;
-            if let (Some(commit), Some(orchestrator)) = (commit, self.orchestrator.upgrade()) {
-                orchestrator
-                    .journal(Entry::Checkpoint {
-                        subtask: self.label.clone(),
-                        commit: commit.to_string(),
-                        turn: state.turn,
-                    })
-                    .map_err(|error| format!("the run journal cannot be written: {error}"))?;
-            }
+            let (repo, worktree) = (repo.clone(), worktree.clone());
+            let orchestrator = self.orchestrator.clone();
+            let label = self.label.clone();
+            let turn = state.turn;
+            let task = tokio::spawn(async move {
+                let commit = repo
+                    .checkpoint(&worktree, &format!("{label}: turn {turn}"))
+                    .await
+                    .map_err(|error| format!("checkpoint commit failed: {error}"))?;
+                if let (Some(commit), Some(orchestrator)) = (commit, orchestrator.upgrade()) {
+                    orchestrator
+                        .journal(Entry::Checkpoint {
+                            subtask: label,
+                            commit: commit.to_string(),
+                            turn,
+                        })
+                        .map_err(|error| format!("the run journal cannot be written: {error}"))?;
+                }
+                Ok(())
+            });
+            *self.pending_checkpoint.lock().await = Some(task);
         }
         self.save(state)
     }

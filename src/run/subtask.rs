@@ -303,17 +303,18 @@ impl Orchestrator {
             self.options.subagent_budget_tokens,
             gate_registry(&tools, worktree),
         );
-        let observer = AgentObserver {
-            orchestrator: Arc::downgrade(self),
-            label: label.to_owned(),
-            transcript: self.transcript_path(label, &role.name),
-            earlier: start.ledger,
-            checkpoint: Some((self.repo.clone(), worktree.clone())),
-            is_lead: false,
-        };
+        let observer = Arc::new(AgentObserver::new(
+            self,
+            label,
+            self.transcript_path(label, &role.name),
+            start.ledger,
+            Some((self.repo.clone(), worktree.clone())),
+            false,
+        ));
         let worker = self
-            .run_agent_in(&spec, start.messages, worktree, observer)
+            .run_agent_in(&spec, start.messages, worktree, observer.clone())
             .await;
+        let checkpointed = observer.flush().await;
         self.spend(&worker.ledger);
         report.worker_ledger = start.ledger;
         report.worker_ledger.add(&worker.ledger);
@@ -344,6 +345,9 @@ impl Orchestrator {
         }
         if self.cancel.is_cancelled() {
             return Ok(Stage::Interrupted);
+        }
+        if let Err(reason) = checkpointed {
+            return Ok(Stage::Failed(reason));
         }
         let worker_summary = match &worker.result {
             Ok(outcome) => match outcome.stop {
@@ -452,7 +456,7 @@ impl Orchestrator {
         spec: &AgentSpec,
         messages: Vec<Message>,
         worktree: &Worktree,
-        observer: AgentObserver,
+        observer: Arc<AgentObserver>,
     ) -> AgentRun {
         run_agent(
             spec,
@@ -463,7 +467,7 @@ impl Orchestrator {
                     cancel: self.cancel.child_token(),
                 },
                 events: self.events.clone(),
-                observer: Some(Arc::new(observer)),
+                observer: Some(observer),
             },
         )
         .await
@@ -495,14 +499,14 @@ impl Orchestrator {
         );
         // A review always starts from a clean context and is never resumed: its saved
         // transcript is for the report only.
-        let observer = AgentObserver {
-            orchestrator: Arc::downgrade(self),
-            label: label.to_owned(),
-            transcript: self.transcript_path(label, "reviewer"),
-            earlier: Ledger::default(),
-            checkpoint: None,
-            is_lead: false,
-        };
+        let observer = Arc::new(AgentObserver::new(
+            self,
+            label,
+            self.transcript_path(label, "reviewer"),
+            Ledger::default(),
+            None,
+            false,
+        ));
         let reviewer = self
             .run_agent_in(
                 &spec,

@@ -302,6 +302,11 @@ async fn a_four_subtask_refactor_merges_three_and_archives_the_rejected_one_in_e
             "junk"
         );
         assert_eq!(
+            fixture.git(&["log", "--format=%s", &format!("{base}..{archive}")]),
+            format!("grove {}/4: S4: turn 2", report.run_id),
+            "{mode}: grove checkpointed the write turn, and made no empty final commit"
+        );
+        assert_eq!(
             fixture.git(&["for-each-ref", "--format=%(refname)", "refs/heads/grove/"]),
             format!("refs/heads/grove/{}/result", report.run_id),
             "{mode}: only the result branch is left"
