@@ -378,15 +378,7 @@ async fn a_four_subtask_refactor_merges_three_and_archives_the_rejected_one_in_e
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn isolated_contexts_never_leak_the_task_transcripts_or_reasoning() {
     let fixture = repo_with_rules();
-    let server = FakeServer::with_responder(|request| match who(request) {
-        Who::Lead => lead_reply(
-            request,
-            &[("Make src/a.txt shout.\nWRITE src/a.txt ALPHA", None)],
-        ),
-        Who::Worker => worker_reply(request),
-        Who::Reviewer => reviewer_reply(request),
-    })
-    .await;
+    let server = scripted_server(&[("Make src/a.txt shout.\nWRITE src/a.txt ALPHA", None)]).await;
     let report = run(
         &fixture,
         &server,
@@ -460,15 +452,7 @@ async fn isolated_contexts_never_leak_the_task_transcripts_or_reasoning() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_forked_worker_starts_from_the_leads_history_without_pending_calls() {
     let fixture = repo_with_rules();
-    let server = FakeServer::with_responder(|request| match who(request) {
-        Who::Lead => lead_reply(
-            request,
-            &[("Continue.\nWRITE src/a.txt ALPHA", Some("fork"))],
-        ),
-        Who::Worker => worker_reply(request),
-        Who::Reviewer => reviewer_reply(request),
-    })
-    .await;
+    let server = scripted_server(&[("Continue.\nWRITE src/a.txt ALPHA", Some("fork"))]).await;
     let report = run(
         &fixture,
         &server,
@@ -504,17 +488,10 @@ async fn a_forked_worker_starts_from_the_leads_history_without_pending_calls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_subtasks_editing_the_same_line_conflict_and_both_are_kept() {
     let fixture = repo_with_rules();
-    let server = FakeServer::with_responder(|request| match who(request) {
-        Who::Lead => lead_reply(
-            request,
-            &[
-                ("One.\nWRITE src/a.txt FIRST", None),
-                ("Two.\nWRITE src/a.txt SECOND", None),
-            ],
-        ),
-        Who::Worker => worker_reply(request),
-        Who::Reviewer => reviewer_reply(request),
-    })
+    let server = scripted_server(&[
+        ("One.\nWRITE src/a.txt FIRST", None),
+        ("Two.\nWRITE src/a.txt SECOND", None),
+    ])
     .await;
     let report = run(
         &fixture,
@@ -564,12 +541,7 @@ async fn a_dirty_tree_is_never_touched_and_the_result_waits_on_its_branch() {
     fixture.write("src/a.txt", "my own edit\n");
     fixture.write("notes.txt", "untracked\n");
     let before = fixture.user_state();
-    let server = FakeServer::with_responder(|request| match who(request) {
-        Who::Lead => lead_reply(request, &[("Shout.\nWRITE src/a.txt ALPHA", None)]),
-        Who::Worker => worker_reply(request),
-        Who::Reviewer => reviewer_reply(request),
-    })
-    .await;
+    let server = scripted_server(&[("Shout.\nWRITE src/a.txt ALPHA", None)]).await;
     let report = run(
         &fixture,
         &server,
@@ -872,17 +844,10 @@ async fn an_api_outage_pauses_the_run_and_resume_finishes_it_once_the_api_is_bac
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn jobs_bounds_how_many_subtasks_work_at_once() {
     let fixture = repo_with_rules();
-    let server = FakeServer::with_responder(|request| match who(request) {
-        Who::Lead => lead_reply(
-            request,
-            &[
-                ("One.\nWRITE src/a.txt ALPHA", None),
-                ("Two.\nWRITE src/b.txt BETA", None),
-            ],
-        ),
-        Who::Worker => worker_reply(request),
-        Who::Reviewer => reviewer_reply(request),
-    })
+    let server = scripted_server(&[
+        ("One.\nWRITE src/a.txt ALPHA", None),
+        ("Two.\nWRITE src/b.txt BETA", None),
+    ])
     .await;
     let report = run(
         &fixture,
@@ -1051,12 +1016,7 @@ async fn budgets_fail_a_greedy_subagent_and_stop_new_delegations() {
 
 /// Resumes `run_id` against a healthy server and checks that its one subtask merges.
 async fn resume_healthy(fixture: &GitFixture, run_id: &str) -> (FakeServer, RunReport) {
-    let server = FakeServer::with_responder(|request| match who(request) {
-        Who::Lead => lead_reply(request, &[("unused", None)]),
-        Who::Worker => worker_reply(request),
-        Who::Reviewer => reviewer_reply(request),
-    })
-    .await;
+    let server = scripted_server(&[("unused", None)]).await;
     let resumed = grove::run::resume(
         &fixture.repo,
         run_id,
@@ -1079,4 +1039,15 @@ async fn resume_healthy(fixture: &GitFixture, run_id: &str) -> (FakeServer, RunR
         "the resumed subtask finishes and merges"
     );
     (server, resumed)
+}
+
+/// A server whose lead delegates `briefs` in one response, with the standard worker and
+/// reviewer scripts.
+async fn scripted_server(briefs: &'static [(&'static str, Option<&'static str>)]) -> FakeServer {
+    FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => lead_reply(request, briefs),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await
 }
