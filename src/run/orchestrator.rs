@@ -71,6 +71,32 @@ pub enum RunError {
     Lock(#[from] LockError),
     #[error("run journal: {0}")]
     Store(#[from] StoreError),
+    /// Not retried: writing the run's state failed mid-run (a full disk, say). What was
+    /// reported durable is intact, so the run resumes once the cause is fixed.
+    #[error(
+        "run {run_id} stopped: its state could not be written: {source}. Everything \
+         recorded before is intact; fix the cause (e.g. free disk space), then \
+         `grove resume {run_id}` continues the run"
+    )]
+    StateNotWritten {
+        run_id: String,
+        #[source]
+        source: StoreError,
+    },
+}
+
+/// Names the run in a state-write failure that happened after the run started.
+fn resumable_on_store_error(
+    run_id: &RunId,
+    report: Result<RunReport, RunError>,
+) -> Result<RunReport, RunError> {
+    report.map_err(|error| match error {
+        RunError::Store(source) => RunError::StateNotWritten {
+            run_id: run_id.to_string(),
+            source,
+        },
+        other => other,
+    })
 }
 
 /// Runs `options.task` in the repository at `repo_path` and returns its report.
@@ -110,7 +136,7 @@ pub async fn run(
     )?;
     let report = orchestrator.execute(None).await;
     drop(lock);
-    report
+    resumable_on_store_error(&run_id, report)
 }
 
 /// Continues run `run_id` after a crash or an interrupt: finished subtasks keep their
@@ -164,7 +190,7 @@ pub async fn resume(
     )?;
     let report = orchestrator.execute(Some(state)).await;
     drop(lock);
-    report
+    resumable_on_store_error(&run_id, report)
 }
 
 fn acquire(repo: &Repo, run_id: &RunId, events: &EventSink) -> Result<RepoLock, RunError> {
