@@ -62,6 +62,9 @@ pub enum RunError {
          commit and run again"
     )]
     UnbornHead,
+    /// Not retried: a bare repository has no files for the agents to read.
+    #[error("the repository has no work tree (it is bare); run grove in a checkout")]
+    NoWorkTree,
     /// Not retried: the run's journal names a base or branch grove cannot read.
     #[error("run {run_id} cannot be resumed: {reason}")]
     NotResumable { run_id: String, reason: String },
@@ -240,8 +243,46 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The user agents (name, description) in `root`'s `.grove/agents` that a lead may name.
+pub(crate) fn agent_catalogue(root: &Path) -> Vec<(String, String)> {
+    let dir = root.join(".grove").join("agents");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut agents: Vec<(String, String)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name().to_str()?.strip_suffix(".md")?.to_owned();
+            match roles::load_agent(&root, &name) {
+                Ok(Some(role)) => Some((name, role.description)),
+                _ => None,
+            }
+        })
+        .collect();
+    agents.sort();
+    agents
+}
+
+/// The role a `delegate` call names, refused with a message for the lead.
+pub(crate) fn delegate_role(root: &Path, request: &DelegateRequest) -> Result<RoleDef, String> {
+    match request.agent.as_deref() {
+        None | Some("worker") => Ok(roles::builtin(RoleKind::Worker)),
+        Some(name @ ("lead" | "reviewer")) => Err(format!(
+            "`{name}` cannot be delegated to; leave `agent` out for a worker"
+        )),
+        Some(name) => match roles::load_agent(&root, name) {
+            Ok(Some(role)) => Ok(role),
+            Ok(None) => Err(format!(
+                "there is no agent `{name}` (no .grove/agents/{name}.md); leave `agent` out \
+                 for a worker"
+            )),
+            Err(error) => Err(error.to_string()),
+        },
+    }
+}
+
 /// Reads the project rules (`AGENTS.md`, else `CLAUDE.md`) from the user's work tree.
-fn read_rules(root: &Path) -> Option<ProjectRules> {
+pub(crate) fn read_rules(root: &Path) -> Option<ProjectRules> {
     roles::RULES_FILES.iter().find_map(|file| {
         let text = std::fs::read_to_string(root.join(file)).ok()?;
         (!text.trim().is_empty()).then(|| ProjectRules {
@@ -589,40 +630,12 @@ impl Orchestrator {
 
     /// The user agents the lead may name in `delegate`'s `agent` field.
     fn agent_catalogue(&self) -> Vec<(String, String)> {
-        let dir = self.user_root.join(".grove").join("agents");
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            return Vec::new();
-        };
-        let mut agents: Vec<(String, String)> = entries
-            .filter_map(Result::ok)
-            .filter_map(|entry| {
-                let name = entry.file_name().to_str()?.strip_suffix(".md")?.to_owned();
-                match roles::load_agent(&self.user_root, &name) {
-                    Ok(Some(role)) => Some((name, role.description)),
-                    _ => None,
-                }
-            })
-            .collect();
-        agents.sort();
-        agents
+        agent_catalogue(&self.user_root)
     }
 
     /// The role a `delegate` call names, refused with a message for the lead.
     pub(crate) fn delegate_role(&self, request: &DelegateRequest) -> Result<RoleDef, String> {
-        match request.agent.as_deref() {
-            None | Some("worker") => Ok(roles::builtin(RoleKind::Worker)),
-            Some(name @ ("lead" | "reviewer")) => Err(format!(
-                "`{name}` cannot be delegated to; leave `agent` out for a worker"
-            )),
-            Some(name) => match roles::load_agent(&self.user_root, name) {
-                Ok(Some(role)) => Ok(role),
-                Ok(None) => Err(format!(
-                    "there is no agent `{name}` (no .grove/agents/{name}.md); leave `agent` out \
-                     for a worker"
-                )),
-                Err(error) => Err(error.to_string()),
-            },
-        }
+        delegate_role(&self.user_root, request)
     }
 
     async fn finish(

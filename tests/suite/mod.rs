@@ -7,6 +7,7 @@ mod faults;
 mod git;
 mod loop_http;
 mod model;
+mod polish;
 pub(crate) mod run;
 mod run_state;
 mod tools;
