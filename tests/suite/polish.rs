@@ -153,3 +153,39 @@ fn completions_cover_every_command_and_the_bash_script_parses() {
     let usage = grove_sync(&["completions", "tcsh"], &[]);
     assert_eq!(usage.status.code(), Some(2), "an unknown shell is a usage error");
 }
+
+/// The output of `grove demo` run on a pseudo-terminal (util-linux `script`).
+fn demo_on_a_terminal(no_color: bool) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let command = format!(
+        "{} demo --keep-dir {}",
+        env!("CARGO_BIN_EXE_grove"),
+        dir.path().join("demo").display()
+    );
+    let mut script = std::process::Command::new("script");
+    script
+        .args(["--quiet", "--return", "--command", &command, "/dev/null"])
+        .env("TERM", "xterm-256color")
+        .env_remove("NO_COLOR");
+    if no_color {
+        script.env("NO_COLOR", "1");
+    }
+    let output = script.output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "the demo runs on a terminal");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn colour_on_a_terminal_and_none_with_no_color() {
+    let colour = regex::Regex::new("\x1b\\[[0-9;]*m").unwrap();
+    let coloured = demo_on_a_terminal(false);
+    assert!(
+        coloured.contains("\x1b[32mmerged\x1b[0m"),
+        "statuses are coloured on a terminal:\n{coloured}"
+    );
+    let plain = demo_on_a_terminal(true);
+    assert!(
+        plain.contains("merged") && !colour.is_match(&plain),
+        "NO_COLOR turns every colour off:\n{plain:?}"
+    );
+}
