@@ -6,7 +6,7 @@
 //! anything but a subtask's short result cross back to the lead, and never touch the
 //! user's branch before the end.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -46,6 +46,8 @@ pub const LEAD_LABEL: &str = "lead";
 /// The lead reads the repository from its own worktree, numbered 0, so that it sees the
 /// base commit (not the user's uncommitted or ignored files, such as `.env`).
 const LEAD_WORKTREE: u32 = 0;
+/// At most this many worktrees are registered ahead of the lead's delegations.
+const MAX_PREPARED_WORKTREES: u32 = 8;
 
 /// Why a run could not start or go on.
 #[derive(Debug, thiserror::Error)]
@@ -234,6 +236,9 @@ pub(crate) struct Orchestrator {
     pub(crate) lead_messages: Mutex<Vec<Message>>,
     /// Why the run paused itself (the model API failed), if it did.
     pause_reason: Mutex<Option<String>>,
+    /// Worktrees registered ahead of the lead's delegations (while its first model call is
+    /// in flight), by subtask number; unused ones are removed when the run ends.
+    prepared: Mutex<BTreeMap<u32, JoinHandle<Result<Worktree, GitError>>>>,
     /// Subtask numbers whose outcome is settled; approved subtasks merge in number order.
     settled: Mutex<BTreeSet<u32>>,
     settled_changed: Notify,
@@ -338,6 +343,7 @@ impl Orchestrator {
             user_root,
             worktrees_dir,
             next_subtask: AtomicU32::new(1),
+            prepared: Mutex::new(BTreeMap::new()),
             spent_tokens: AtomicU64::new(0),
             subtasks: Mutex::new(Vec::new()),
             lead_messages: Mutex::new(Vec::new()),
@@ -395,6 +401,53 @@ impl Orchestrator {
             subtask,
             base: self.base,
             path: self.worktrees_dir.join(subtask.to_string()),
+        }
+    }
+
+    /// Registers the worktrees of the next subtasks in the background, as many as may run
+    /// at once: registrations are serialised, so doing them while the lead's first model
+    /// call is in flight keeps them off the workers' critical path.
+    fn prepare_worktrees(&self) {
+        let next = self.next_subtask.load(Ordering::Relaxed);
+        let remaining = (self.options.max_subtasks + 1).saturating_sub(next);
+        let count = u32::try_from(self.options.jobs)
+            .unwrap_or(u32::MAX)
+            .min(remaining)
+            .min(MAX_PREPARED_WORKTREES);
+        let mut prepared = lock(&self.prepared);
+        for n in next..next + count {
+            let repo = self.repo.clone();
+            let spec = self.worktree_spec(n);
+            prepared.insert(
+                n,
+                tokio::spawn(async move { repo.create_worktree(spec).await }),
+            );
+        }
+    }
+
+    /// The worktree registered ahead for subtask `n`, if there is one.
+    pub(crate) async fn take_prepared_worktree(
+        &self,
+        n: u32,
+    ) -> Option<Result<Worktree, GitError>> {
+        let handle = lock(&self.prepared).remove(&n)?;
+        handle.await.ok()
+    }
+
+    /// Removes the worktrees registered ahead that no subtask used, with their branches
+    /// (which hold nothing but the base).
+    async fn remove_unused_worktrees(&self) {
+        let unused = std::mem::take(&mut *lock(&self.prepared));
+        for (n, handle) in unused {
+            let Ok(Ok(worktree)) = handle.await else {
+                continue;
+            };
+            if let Err(error) = self.repo.remove_worktree(&worktree).await {
+                self.note(format!("could not remove unused worktree {n}: {error}"));
+            }
+            if let Err(error) = self.repo.delete_subtask_branch(&self.run, n).await {
+                self.note(format!("kept unused branch {n}: {error}"));
+            }
         }
     }
 
@@ -459,6 +512,7 @@ impl Orchestrator {
         let (summary, lead_ledger, failure) = self.clone().run_lead(lead_history).await;
         self.tasks.close();
         self.tasks.wait().await;
+        self.remove_unused_worktrees().await;
         self.finish(summary, lead_ledger, failure).await
     }
 
@@ -541,6 +595,7 @@ impl Orchestrator {
                 return (String::new(), Ledger::default(), Some(failure));
             }
         };
+        self.prepare_worktrees();
         let tools = gate_registry(&tools::builtin(ToolSet::ReadOnly), &worktree).with(Arc::new(
             Delegate::new(Arc::downgrade(&self), self.agent_catalogue()),
         ));

@@ -109,6 +109,14 @@ async fn the_users_commit_and_edits_during_a_run_are_kept_byte_for_byte() {
         " M src/b.txt\n?? scratch.txt",
         "only the user's own changes are uncommitted"
     );
+    assert_eq!(
+        (
+            fixture.git(&["for-each-ref", "--format=%(refname)", "refs/heads/grove/"]),
+            fixture.git(&["worktree", "list", "--porcelain"]).matches("worktree ").count()
+        ),
+        (format!("refs/heads/grove/{}/result", report.run_id), 1),
+        "worktrees registered ahead for subtasks the lead never delegated are removed"
+    );
 }
 
 /// Row 3, the other way: the user commits to the very lines the run changes; the apply is
