@@ -15,12 +15,16 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::roles::{self, RoleKind};
-use crate::agent::{AgentError, AgentSpec, Ledger, LoopInput, StopKind, isolated_messages, run_agent};
+use crate::agent::{
+    AgentError, AgentSpec, Ledger, LoopInput, StopKind, isolated_messages, run_agent,
+};
 use crate::event::{AgentId, EventSink};
 use crate::git::Repo;
 use crate::run::delegate::{self, DelegateInput};
 use crate::run::journal::ContextMode;
-use crate::run::orchestrator::{LEAD_LABEL, RunError, agent_catalogue, delegate_role, lock, read_rules};
+use crate::run::orchestrator::{
+    LEAD_LABEL, RunError, agent_catalogue, delegate_role, lock, read_rules,
+};
 use crate::run::subtask::DelegateRequest;
 use crate::run::{Models, RunOptions};
 use crate::tools::{self, Tool, ToolContext, ToolError, ToolOutput, ToolSet, parse_input};
@@ -58,10 +62,7 @@ pub async fn plan(
     cancel: CancellationToken,
 ) -> Result<Plan, RunError> {
     let repo = Repo::open(repo_path, options.git.clone()).await?;
-    let root = repo
-        .work_tree()
-        .ok_or(RunError::NoWorkTree)?
-        .to_path_buf();
+    let root = repo.work_tree().ok_or(RunError::NoWorkTree)?.to_path_buf();
     let recorder = Arc::new(PlanDelegate {
         root: root.clone(),
         description: delegate::description(&agent_catalogue(&root)),
@@ -104,7 +105,10 @@ pub async fn plan(
         Ok(result) if result.stop == StopKind::Finished => (result.final_text, None),
         Ok(result) => (
             result.final_text,
-            Some(format!("the lead stopped: {}: {}", result.stop, result.detail)),
+            Some(format!(
+                "the lead stopped: {}: {}",
+                result.stop, result.detail
+            )),
         ),
         Err(AgentError::Cancelled { .. }) => (String::new(), Some("interrupted".into())),
         Err(error) => (String::new(), Some(error.to_string())),

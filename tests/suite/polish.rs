@@ -20,7 +20,11 @@ async fn dry_run_prints_the_plan_and_leaves_no_trace() {
         assert_eq!(who(request), Who::Lead, "only the lead runs in a dry run");
         let turn = match request.tool_results().len() {
             0 => Turn::text("Two steps.")
-                .tool_use("d1", "delegate", json!({"task": "Rename alpha in src/a.txt."}))
+                .tool_use(
+                    "d1",
+                    "delegate",
+                    json!({"task": "Rename alpha in src/a.txt."}),
+                )
                 .tool_use(
                     "d2",
                     "delegate",
@@ -69,7 +73,11 @@ async fn dry_run_prints_the_plan_and_leaves_no_trace() {
             && text.contains("S2 [fork, worker]\n    Update the docs."),
         "{text}"
     );
-    assert_eq!(fixture.user_state(), before, "the user's files are untouched");
+    assert_eq!(
+        fixture.user_state(),
+        before,
+        "the user's files are untouched"
+    );
     assert_eq!(
         fixture.git(&["for-each-ref", "--format=%(refname)"]),
         "refs/heads/main",
@@ -100,7 +108,10 @@ fn subcommands() -> Vec<String> {
         .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
         .filter(|name| name != "help")
         .collect();
-    assert!(commands.len() >= 7, "grove --help lists its commands: {help}");
+    assert!(
+        commands.len() >= 7,
+        "grove --help lists its commands: {help}"
+    );
     commands
 }
 
@@ -151,7 +162,11 @@ fn completions_cover_every_command_and_the_bash_script_parses() {
         String::from_utf8_lossy(&check.stderr)
     );
     let usage = grove_sync(&["completions", "tcsh"], &[]);
-    assert_eq!(usage.status.code(), Some(2), "an unknown shell is a usage error");
+    assert_eq!(
+        usage.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
 }
 
 /// The output of `grove demo` run on a pseudo-terminal (util-linux `script`).
