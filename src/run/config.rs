@@ -219,7 +219,7 @@ impl ProjectConfig {
     pub fn parse(path: &Path, text: &str) -> Result<ProjectConfig, ConfigError> {
         let raw: RawFile = toml::from_str(text).map_err(|error| {
             let span = error.span().unwrap_or(0..0);
-            let key = unknown_key(text, error.message(), &span);
+            let key = key_at(text, span.start);
             invalid(path, text, &span, key, error.message().trim().to_owned())
         })?;
         let check = Checker { path, text };
@@ -360,22 +360,36 @@ fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
     (line, before[line_start..].chars().count() + 1)
 }
 
-/// The dotted key an "unknown field" error is about: the key at `span`, prefixed with
-/// the table header above it, if any.
-fn unknown_key(text: &str, message: &str, span: &Range<usize>) -> Option<String> {
-    if !message.starts_with("unknown field") {
+/// The dotted key of the line holding byte `offset` of `text` (`worktree.copy` for a
+/// `copy = ...` line under `[worktree]`, `max_turns` for a `[max_turns]` header): what a
+/// TOML error there is about. `None` on a line that is neither.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let offset = (0..=offset.min(text.len()))
+        .rev()
+        .find(|at| text.is_char_boundary(*at))?;
+    let line_start = text[..offset].rfind('\n').map_or(0, |newline| newline + 1);
+    let line = text[line_start..].lines().next().unwrap_or_default().trim();
+    if let Some(header) = table_header(line) {
+        return Some(header);
+    }
+    let key = line.split_once('=')?.0.trim().trim_matches(['"', '\'']);
+    if key.is_empty() || key.starts_with('#') {
         return None;
     }
-    let key = text.get(span.clone())?.trim().trim_matches(['"', '\'']);
-    let table = text.get(..span.start)?.lines().rev().find_map(|line| {
-        let line = line.trim();
-        (line.starts_with('[') && line.ends_with(']'))
-            .then(|| line.trim_matches(['[', ']']).trim().to_owned())
-    });
+    let table = text[..line_start]
+        .lines()
+        .rev()
+        .find_map(|line| table_header(line.trim()));
     Some(match table {
-        Some(table) if !key.contains('.') => format!("{table}.{key}"),
-        _ => key.to_owned(),
+        Some(table) => format!("{table}.{key}"),
+        None => key.to_owned(),
     })
+}
+
+/// `name` for a `[name]` line.
+fn table_header(line: &str) -> Option<String> {
+    let name = line.strip_prefix('[')?.strip_suffix(']')?.trim();
+    (!name.is_empty() && !name.starts_with('[')).then(|| name.to_owned())
 }
 
 /// How a value reads in an error message: strings quoted, tables and arrays named.

@@ -2,6 +2,7 @@
 
 mod agent;
 mod cli;
+mod config;
 mod demo;
 mod git;
 mod loop_http;
