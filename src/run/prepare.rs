@@ -206,6 +206,8 @@ impl Orchestrator {
         let Some(command) = &setup.setup else {
             return Ok(());
         };
+        // It may take minutes (`npm ci`): say why the worker has not started yet.
+        self.note(format!("{label}: running the setup command `{command}`"));
         let request = ExecRequest {
             command: command.clone(),
             cwd: worktree.path().to_path_buf(),
