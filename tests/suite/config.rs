@@ -18,6 +18,7 @@ use grove::run::config::{
 };
 use grove::run::journal::{SubtaskOutcome, VerdictKind};
 use grove::run::options::default_jobs;
+use grove::run::store::{RunId, RunStore};
 use grove::run::{
     ModelChoice, ModelNames, Models, RunEnd, RunError, RunOptions, RunReport, TurnCaps,
     WorktreeSetup,
@@ -576,17 +577,19 @@ fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// The endpoint and model of the one request a lead that answers at once makes.
-async fn lead_request_with(
+/// What `grove run` decided, seen from outside: the endpoint and model of the one
+/// request a lead that answers at once makes, and the options the run journaled (which
+/// a resume reads back).
+async fn decided(
     fixture: &GitFixture,
     config: Option<&str>,
     flags: &[&str],
-) -> (Endpoint, String) {
+) -> (Endpoint, String, Value) {
     if let Some(config) = config {
         fixture.write(CONFIG_PATH, config);
     }
     let server = FakeServer::with_responder(|_| Turn::text("Nothing to do.").into()).await;
-    let mut args = vec!["run", "--no-apply"];
+    let mut args = vec!["run", "--json"];
     args.extend_from_slice(flags);
     args.push("look around");
     let output = grove(fixture, Some(&server), &args).await;
@@ -594,32 +597,121 @@ async fn lead_request_with(
     let requests = server.requests();
     assert_eq!(requests.len(), 1, "one lead turn");
     let model = requests[0].body["model"].as_str().unwrap().to_owned();
-    (requests[0].endpoint, model)
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let run_id: RunId = report["run_id"].as_str().unwrap().parse().unwrap();
+    let state = RunStore::new(&fixture.repo.join(".git"))
+        .read_state(&run_id)
+        .unwrap();
+    let options = &state.options;
+    let journaled = json!({
+        "jobs": options["jobs"],
+        "max_turns": options["max_turns"],
+        "budget_tokens": options["budget_tokens"],
+        "subagent_budget_tokens": options["subagent_budget_tokens"],
+        "apply": options["apply"],
+        "worktree_setup": options["worktree_setup"],
+        "model_names": options["model_names"],
+    });
+    (requests[0].endpoint, model, journaled)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grove_run_takes_the_default_then_the_file_then_the_flag() {
     let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+    let default_model = "claude-sonnet-4-5";
     assert_eq!(
-        lead_request_with(&fixture, None, &[]).await,
-        (Endpoint::Anthropic, "claude-sonnet-4-5".to_owned()),
+        decided(&fixture, None, &[]).await,
+        (
+            Endpoint::Anthropic,
+            default_model.to_owned(),
+            json!({
+                "jobs": default_jobs(),
+                "max_turns": { "lead": 40, "worker": 60, "reviewer": 20 },
+                "budget_tokens": null,
+                "subagent_budget_tokens": null,
+                "apply": true,
+                "worktree_setup": { "setup": null, "setup_timeout_s": 600, "copy": [] },
+                "model_names": { "lead": default_model, "worker": default_model, "reviewer": default_model },
+            })
+        ),
         "no file, no flag: the built-in defaults"
     );
 
-    let file = "provider = \"openai\"\nmodel = \"file-model\"\n[models]\nlead = \"file-lead\"\n";
+    let file = "provider = \"openai\"\nmodel = \"file-model\"\njobs = 3\nbudget_tokens = 5000\n\
+                subagent_budget_tokens = 700\napply = false\n[models]\nlead = \"file-lead\"\n\
+                [max_turns]\nworker = 9\n[worktree]\nsetup = \"true\"\nsetup_timeout_s = 30\n";
     assert_eq!(
-        lead_request_with(&fixture, Some(file), &[]).await,
-        (Endpoint::OpenAi, "file-lead".to_owned()),
+        decided(&fixture, Some(file), &[]).await,
+        (
+            Endpoint::OpenAi,
+            "file-lead".to_owned(),
+            json!({
+                "jobs": 3,
+                "max_turns": { "lead": 40, "worker": 9, "reviewer": 20 },
+                "budget_tokens": 5000,
+                "subagent_budget_tokens": 700,
+                "apply": false,
+                "worktree_setup": { "setup": "true", "setup_timeout_s": 30, "copy": [] },
+                "model_names": { "lead": "file-lead", "worker": "file-model", "reviewer": "file-model" },
+            })
+        ),
         "the file beats the defaults"
     );
     assert_eq!(
-        lead_request_with(&fixture, Some(file), &["--lead-model", "flag-lead"]).await,
-        (Endpoint::OpenAi, "flag-lead".to_owned()),
-        "a flag beats the file; the file's other keys still apply"
+        decided(
+            &fixture,
+            Some(file),
+            &[
+                "--lead-model",
+                "flag-lead",
+                "--jobs",
+                "2",
+                "--max-turns",
+                "5",
+                "--max-turns",
+                "worker=4",
+                "--budget-tokens",
+                "6000",
+                "--subagent-budget-tokens",
+                "800",
+                "--apply",
+            ],
+        )
+        .await,
+        (
+            Endpoint::OpenAi,
+            "flag-lead".to_owned(),
+            json!({
+                "jobs": 2,
+                "max_turns": { "lead": 5, "worker": 4, "reviewer": 5 },
+                "budget_tokens": 6000,
+                "subagent_budget_tokens": 800,
+                "apply": true,
+                "worktree_setup": { "setup": "true", "setup_timeout_s": 30, "copy": [] },
+                "model_names": { "lead": "flag-lead", "worker": "file-model", "reviewer": "file-model" },
+            })
+        ),
+        "each flag beats the file; the file's other keys still apply"
     );
+    let (endpoint, model, journaled) = decided(
+        &fixture,
+        Some(file),
+        &["--provider", "anthropic", "--no-apply"],
+    )
+    .await;
     assert_eq!(
-        lead_request_with(&fixture, Some(file), &["--provider", "anthropic"]).await,
-        (Endpoint::Anthropic, "claude-sonnet-4-5".to_owned()),
+        (
+            endpoint,
+            model,
+            &journaled["model_names"],
+            &journaled["apply"]
+        ),
+        (
+            Endpoint::Anthropic,
+            default_model.to_owned(),
+            &json!({ "lead": default_model, "worker": default_model, "reviewer": default_model }),
+            &json!(false),
+        ),
         "--provider beats the file, and the file's openai model names go with it"
     );
 }
