@@ -79,6 +79,46 @@ impl Repo {
     }
 }
 
+impl Repo {
+    /// The paths in `worktree` that the next [`Repo::checkpoint`] would commit: changed,
+    /// deleted or new files, not ignored and not local-only; sorted.
+    pub async fn uncommitted_paths(&self, worktree: &Worktree) -> Result<Vec<String>, GitError> {
+        worktree.ready().await?;
+        let local = recorded(worktree.admin_dir())?;
+        let output = self
+            .inner
+            .runner
+            .call(worktree.admin_dir(), worktree.path())
+            .work_tree(worktree.path())
+            .args([
+                "status",
+                "--porcelain=v1",
+                "-z",
+                "--untracked-files=all",
+                "--",
+                ".",
+            ])
+            .args(exclusions(&local))
+            .no_optional_locks()
+            .run()
+            .await?;
+        let mut paths = Vec::new();
+        let mut entries = output.stdout.split(|byte| *byte == 0);
+        while let Some(entry) = entries.next() {
+            if entry.len() < 4 {
+                continue;
+            }
+            paths.push(String::from_utf8_lossy(&entry[3..]).into_owned());
+            // A rename or copy is followed by its source path, which is not a change.
+            if matches!(entry[0], b'R' | b'C') {
+                entries.next();
+            }
+        }
+        paths.sort();
+        Ok(paths)
+    }
+}
+
 /// The local-only paths recorded for the worktree whose admin dir is `admin_dir`; empty
 /// when none were recorded. A record that cannot be read is an error, never "none": a
 /// commit that might include a secret must not be made.

@@ -582,7 +582,8 @@ pub fn template() -> String {
 # A shell command run in the worktree, with the same scrubbed environment (no API keys
 # or other secrets) as the agents' bash tool. If it fails or times out, the subtask fails
 # with the command's output and its worker never starts. Files it creates are committed
-# like the worker's unless .gitignore ignores them. Default: none. Example below.
+# like the worker's unless .gitignore ignores them (grove names them in a note).
+# Default: none. Example below.
 # setup = "npm ci"
 # Seconds the setup command may run, 1 to {MAX_SETUP_TIMEOUT_S}.
 # setup_timeout_s = {DEFAULT_SETUP_TIMEOUT_S}

@@ -19,6 +19,9 @@ use crate::tools::{CommandExecutor as _, ExecOutcome, ExecRequest, LocalExecutor
 /// where the error usually is.
 const SETUP_OUTPUT_TAIL_CHARS: usize = 2_000;
 
+/// How many of the files a setup command changed a note names.
+const LISTED_SETUP_CHANGES: usize = 5;
+
 /// Why a listed local-only file cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum LocalFileError {
@@ -227,7 +230,10 @@ impl Orchestrator {
                 ))
             })?;
         let how = match result.outcome {
-            ExecOutcome::Exited(0) => return Ok(()),
+            ExecOutcome::Exited(0) => {
+                self.note_setup_changes(label, worktree).await;
+                return Ok(());
+            }
             ExecOutcome::Cancelled => return Err(PrepareFailure::Interrupted),
             ExecOutcome::Exited(code) => format!("exited with status {code}"),
             ExecOutcome::Signalled(signal) => format!("was killed by signal {signal}"),
@@ -246,6 +252,35 @@ impl Orchestrator {
             "the setup command `{command}` {how} in {label}'s worktree; the worker did not \
              start. Its output ends with:\n{output}"
         )))
+    }
+
+    /// Tells the user when the setup command left files that grove would commit with the
+    /// worker's work (they would show up in the diff the reviewer judges).
+    async fn note_setup_changes(&self, label: &str, worktree: &Worktree) {
+        let paths = match self.repo.uncommitted_paths(worktree).await {
+            Ok(paths) if paths.is_empty() => return,
+            Ok(paths) => paths,
+            Err(error) => {
+                self.note(format!(
+                    "{label}: could not list what the setup command changed: {error}"
+                ));
+                return;
+            }
+        };
+        let mut listed = paths
+            .iter()
+            .take(LISTED_SETUP_CHANGES)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if paths.len() > LISTED_SETUP_CHANGES {
+            listed.push_str(&format!(" and {} more", paths.len() - LISTED_SETUP_CHANGES));
+        }
+        self.note(format!(
+            "{label}: the setup command changed files that will be committed with the \
+             worker's work and reviewed as part of it: {listed}; have .gitignore ignore them \
+             to keep them out"
+        ));
     }
 
     /// Why the history `base..tip` of a subtask must not be reviewed or merged: a commit

@@ -1263,3 +1263,44 @@ async fn resume_prepares_a_recreated_worktree_with_the_config_the_run_started_wi
     let text = history(&fixture, &format!("{base}..main"));
     assert!(text.contains("ALPHA") && !text.contains(SECRET), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn files_the_setup_command_leaves_for_the_commit_are_named_in_a_note() {
+    let fixture = repo_with_secrets();
+    let server = FakeServer::with_responder(script(&["Change a.\nWRITE a.txt ALPHA"])).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let report = grove::run::run(
+        &fixture.repo,
+        setup_options(
+            &fixture,
+            WorktreeSetup {
+                setup: Some("echo x > generated.txt; echo y > setup.log".into()),
+                copy: vec![".env".into()],
+                ..WorktreeSetup::default()
+            },
+        ),
+        models(&server),
+        EventSink::new(tx),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.subtasks[0].status, SubtaskOutcome::Merged);
+    let mut notes = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        if let grove::event::Event::Note { message } = event {
+            notes.push(message);
+        }
+    }
+    assert_eq!(
+        notes,
+        vec![
+            "S1: running the setup command `echo x > generated.txt; echo y > setup.log`".to_owned(),
+            "S1: the setup command changed files that will be committed with the worker's \
+             work and reviewed as part of it: generated.txt; have .gitignore ignore them to \
+             keep them out"
+                .to_owned(),
+        ],
+        "ignored (setup.log) and local-only (.env) files are not named"
+    );
+}
