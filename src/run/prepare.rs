@@ -118,20 +118,12 @@ fn source_file(root: &Path, path: &str) -> Result<PathBuf, String> {
 /// there (a symlink included, never followed).
 fn copy_into(user_root: &Path, worktree_root: &Path, path: &str) -> Result<(), String> {
     let source = source_file(user_root, path)?;
-    let target = worktree_root.join(path);
-    let parent = target
-        .parent()
-        .ok_or_else(|| format!("{path} has no parent directory"))?;
-    std::fs::create_dir_all(parent)
-        .map_err(|error| format!("cannot create {}: {error}", parent.display()))?;
-    let real_parent = std::fs::canonicalize(parent)
-        .map_err(|error| format!("cannot resolve {}: {error}", parent.display()))?;
-    if !real_parent.starts_with(worktree_root) {
-        return Err(format!(
-            "its directory in the worktree leads to {}, outside the worktree",
-            real_parent.display()
-        ));
-    }
+    let relative = Path::new(path);
+    let name = relative
+        .file_name()
+        .ok_or_else(|| format!("{path} names no file"))?;
+    let real_parent = make_dirs_inside(worktree_root, relative.parent().unwrap_or(Path::new("")))?;
+    let target = real_parent.join(name);
     let staged = tempfile::NamedTempFile::new_in(&real_parent)
         .map_err(|error| format!("cannot create a file in {}: {error}", real_parent.display()))?;
     std::fs::copy(&source, staged.path())
@@ -141,6 +133,38 @@ fn copy_into(user_root: &Path, worktree_root: &Path, path: &str) -> Result<(), S
         .persist(&target)
         .map_err(|error| format!("cannot write {}: {}", target.display(), error.error))?;
     Ok(())
+}
+
+/// Creates the directories of `relative` under `root` one at a time, never through a
+/// symlink that leads out of `root` (nothing is created outside), and returns the real
+/// path of the last one.
+fn make_dirs_inside(root: &Path, relative: &Path) -> Result<PathBuf, String> {
+    let mut dir = root.to_path_buf();
+    for part in relative.components() {
+        dir.push(part);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let real = std::fs::canonicalize(&dir)
+                    .map_err(|error| format!("cannot resolve {}: {error}", dir.display()))?;
+                if !real.starts_with(root) || !real.is_dir() {
+                    return Err(format!(
+                        "{} in the worktree leads to {}, outside the worktree",
+                        dir.display(),
+                        real.display()
+                    ));
+                }
+                dir = real;
+            }
+            Ok(_) => return Err(format!("{} is not a directory", dir.display())),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir(&dir)
+                    .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
+            }
+            Err(error) => return Err(format!("cannot read {}: {error}", dir.display())),
+        }
+    }
+    Ok(dir)
 }
 
 /// The last `max` characters of `text`, starting at a line when one starts near there.
@@ -349,6 +373,27 @@ mod tests {
             "the link is replaced"
         );
         assert_eq!(std::fs::read_to_string(copied).unwrap(), "SECRET=1\n");
+    }
+
+    #[test]
+    fn a_copy_never_creates_directories_through_a_symlink_out_of_the_worktree() {
+        let user = tempfile::tempdir().unwrap();
+        let worktree = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let user_root = std::fs::canonicalize(user.path()).unwrap();
+        let worktree_root = std::fs::canonicalize(worktree.path()).unwrap();
+        std::fs::create_dir_all(user_root.join("config/deep")).unwrap();
+        std::fs::write(user_root.join("config/deep/local.yml"), "k: v\n").unwrap();
+        std::os::unix::fs::symlink(outside.path(), worktree_root.join("config")).unwrap();
+
+        let problem = copy_into(&user_root, &worktree_root, "config/deep/local.yml").unwrap_err();
+
+        assert!(problem.contains("outside the worktree"), "{problem}");
+        assert_eq!(
+            std::fs::read_dir(outside.path()).unwrap().count(),
+            0,
+            "nothing is created outside the worktree"
+        );
     }
 
     #[test]
