@@ -143,12 +143,24 @@ fn invalid_config_errors_name_the_file_line_column_and_key() {
 }
 
 #[test]
-fn a_syntax_error_points_at_its_line() {
-    let error = parse_error("provider = \"openai\"\njobs = [1,\n");
-    assert!(
-        error.starts_with(&format!("{FILE}:2:")) || error.starts_with(&format!("{FILE}:3:")),
-        "an unclosed array is reported where it is: {error}"
-    );
+fn syntax_errors_point_at_where_the_parser_stopped() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "provider = \"openai\"\njobs = [1,\n",
+            "2:11: jobs: unclosed array, expected `]`",
+        ),
+        (
+            "provider = \"openai\nx = 1\n",
+            "1:19: provider: invalid basic string, expected `\"`",
+        ),
+        (
+            "[worktree\nsetup = \"x\"\n",
+            "1:10: unclosed table, expected `]`",
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(parse_error(text), format!("{FILE}:{expected}"), "{text:?}");
+    }
 }
 
 #[test]
