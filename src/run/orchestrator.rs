@@ -33,6 +33,7 @@ use crate::run::gate::gate_registry;
 use crate::run::journal::{Entry, RunOutcome};
 use crate::run::lock::{LockError, RepoLock};
 use crate::run::options::{ModelChoice, Models, RunOptions};
+use crate::run::prepare::{LocalFileError, check_local_files};
 use crate::run::report::{ApplyReport, RunEnd, RunReport, SubtaskReport, Totals};
 use crate::run::state::{RunState, SubtaskStatus};
 use crate::run::store::{ActiveRun, RunId, RunStart, RunStore, StoreError};
@@ -88,6 +89,9 @@ pub enum RunError {
         #[source]
         source: StoreError,
     },
+    /// Not retried: a `worktree.copy` file is missing, tracked or outside the repository.
+    #[error("{0}")]
+    LocalFile(#[from] LocalFileError),
 }
 
 /// Names the run in a state-write failure that happened after the run started.
@@ -119,6 +123,7 @@ pub async fn run(
     let head = repo.head()?;
     let branch = head.branch.ok_or(RunError::DetachedHead)?;
     let base = head.commit.ok_or(RunError::UnbornHead)?;
+    check_local_files(&repo, base, &options.worktree_setup.copy)?;
 
     let store = RunStore::new(repo.common_dir());
     let run_id = store.new_run_id();
@@ -173,6 +178,7 @@ pub async fn resume(
     let mut options: RunOptions = serde_json::from_value(state.options.clone())
         .map_err(|error| not_resumable(format!("its options cannot be read: {error}")))?;
     options.git = git;
+    check_local_files(&repo, base, &options.worktree_setup.copy)?;
     let models = models(&state)?;
     for call in &state.interrupted_tool_calls {
         events.emit(Event::Note {

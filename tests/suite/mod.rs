@@ -2,6 +2,7 @@
 
 mod agent;
 pub(crate) mod cli;
+mod config;
 mod demo;
 mod faults;
 mod git;
