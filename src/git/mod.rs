@@ -38,6 +38,7 @@ mod diff;
 mod error;
 mod merge;
 mod names;
+mod rebuild;
 mod worktree;
 
 use std::path::{Path, PathBuf};
@@ -50,6 +51,7 @@ pub use diff::{BranchDiff, DiffStat, FileStat, Patch};
 pub use error::GitError;
 pub use merge::{MergeCheck, MergeOutcome, PairConflict};
 pub use names::{CommitId, RunId, subtask_ref};
+pub use rebuild::{RebuildPick, RebuildStep, Rebuilt};
 pub use worktree::{Worktree, WorktreeSpec};
 
 use cmd::{GitCall, GitRunner};
