@@ -12,6 +12,7 @@ pub mod lock;
 pub mod options;
 pub mod orchestrator;
 pub mod report;
+pub mod review;
 pub mod state;
 pub mod store;
 pub mod subtask;
