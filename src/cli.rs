@@ -5,6 +5,7 @@
 //! merged, 3 some not merged, 1 error, 2 usage, 130 interrupted).
 
 mod render;
+mod review;
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -74,6 +75,21 @@ pub enum Command {
         Examples:\n  grove demo\n  grove demo --keep-dir /tmp/grove-demo"
     )]
     Demo(DemoArgs),
+    /// Walk a finished run's subtasks (verdicts, findings, diffs), override the reviewer,
+    /// and apply the result.
+    #[command(
+        after_help = "On a terminal, grove shows each subtask and asks [a]pprove / \
+        [r]eject / [k]eep as is / [q]uit, then what to do with the result. With flags it \
+        asks nothing. A person's decision outranks the reviewer's; the result is rebuilt \
+        from the base with the approved subtasks, in order, and work left out is archived.\n\n\
+        Exit status: 0 done (applied, nothing to apply, or not asked to apply); 3 a subtask \
+        you approve is not in the result (it conflicts); 1 error, or the apply was refused \
+        (your branch untouched); 2 usage error.\n\n\
+        Examples:\n  grove review 20261129-215530-7f3a\n  \
+        grove review --list 20261129-215530-7f3a\n  \
+        grove review --approve S2 --reject S1 --apply 20261129-215530-7f3a"
+    )]
+    Review(review::ReviewArgs),
 }
 
 /// Arguments of `grove run`.
@@ -181,6 +197,7 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Clean(args) => clean(&directory, &args).await,
         Command::Gc(args) => gc(&directory, &args).await,
         Command::Demo(args) => demo(&directory, &args).await,
+        Command::Review(args) => review::review(&directory, &args).await,
     }
 }
 

@@ -376,7 +376,9 @@ impl ApplyResult {
     }
 }
 
-/// What [`override_verdicts`] did, and the run as it is now.
+/// What [`override_verdicts`] did, and the run as it is now. Serialized as one flat
+/// object: the run's fields (`run_id`, `status`, `applied`, `result_commit`,
+/// `subtasks`...) next to `recorded`, `unchanged`, `rebuilt` and `apply`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReviewOutcome {
     /// Decisions journaled (those that changed something), in the order given.
@@ -388,10 +390,22 @@ pub struct ReviewOutcome {
     /// Set when an apply was asked for.
     pub apply: Option<ApplyResult>,
     /// The run after all of it.
+    #[serde(flatten)]
     pub review: RunReview,
 }
 
 impl ReviewOutcome {
+    /// The outcome of looking without changing anything.
+    pub fn unchanged(review: RunReview) -> Self {
+        Self {
+            recorded: Vec::new(),
+            unchanged: Vec::new(),
+            rebuilt: None,
+            apply: None,
+            review,
+        }
+    }
+
     /// Subtasks the decisions approve that are not in the result (they conflicted).
     pub fn approved_but_not_merged(&self) -> Vec<&SubtaskReview> {
         self.review
