@@ -236,9 +236,14 @@ pub async fn load(repo: &Repo, run_id: &str) -> Result<RunReview, ReviewError> {
 async fn review_of(repo: &Repo, state: &RunState) -> Result<RunReview, ReviewError> {
     let run = GitRunId::new(&state.run_id)?;
     let base = CommitId::parse(&state.base)?;
-    let mut subtasks = Vec::with_capacity(state.subtasks.len());
-    for subtask in &state.subtasks {
-        let found = find_subtask_commit(repo, &run, subtask)?;
+    // The journal has subtasks in the order they started, which races; people and the
+    // rebuild go by number.
+    let mut ordered: Vec<&SubtaskState> = state.subtasks.iter().collect();
+    ordered.sort_by_key(|s| subtask_number(&s.id).unwrap_or(u32::MAX));
+    let mut subtasks = Vec::with_capacity(ordered.len());
+    for subtask in ordered {
+        // A subtask that changed nothing is archived at the base: no work of its own.
+        let found = find_subtask_commit(repo, &run, subtask)?.filter(|(c, _)| *c != base);
         let diffstat = match &found {
             Some((commit, _)) => Some(repo.diff(base, *commit, STAT_ONLY_PATCH_BYTES).await?.stat),
             None => None,
