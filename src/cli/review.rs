@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use grove::git::{GitOptions, Repo};
+use grove::git::{GitError, GitOptions, Repo};
 use grove::run::journal::VerdictKind;
 use grove::run::review::{
     self, ApplyResult, CommitSource, ReviewOutcome, RunReview, SubtaskReview, override_verdicts,
@@ -49,14 +49,9 @@ pub struct ReviewArgs {
 }
 
 impl ReviewArgs {
-    /// True when the flags decide everything, so nothing is asked.
-    fn scripted(&self) -> bool {
-        !self.approve.is_empty()
-            || !self.reject.is_empty()
-            || self.apply
-            || self.no_apply
-            || self.list
-            || self.json
+    /// True when the flags ask for a change (decisions, or what to do with the result).
+    fn wants_change(&self) -> bool {
+        !self.approve.is_empty() || !self.reject.is_empty() || self.apply || self.no_apply
     }
 
     /// The decisions the flags give, or the label given to both flags.
@@ -130,15 +125,20 @@ pub async fn review(directory: &Path, args: &ReviewArgs) -> anyhow::Result<ExitC
     let repo = Repo::open(directory, GitOptions::default()).await?;
     let run = review::load(&repo, &args.run_id).await?;
     let mut out = Out::new(args.json);
-    let interactive =
-        !args.scripted() && std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    let interactive = !args.wants_change()
+        && !args.list
+        && !args.json
+        && std::io::stdin().is_terminal()
+        && std::io::stdout().is_terminal();
 
-    if args.list || (!interactive && !args.scripted()) {
+    if !args.wants_change() && !interactive {
+        let colour = out.colour;
+        let diff = |subtask: &SubtaskReview| run.render_diff(&repo, subtask, colour);
         for subtask in &run.subtasks {
-            show_subtask(&mut out, &repo, &run, subtask)?;
+            show_subtask(&mut out, subtask, &diff)?;
         }
         show_run_footer(&mut out, &run)?;
-        if !args.list {
+        if !args.list && !args.json {
             let mut stderr = std::io::stderr();
             writeln!(
                 stderr,
@@ -158,7 +158,9 @@ pub async fn review(directory: &Path, args: &ReviewArgs) -> anyhow::Result<ExitC
         }
         let stdin = std::io::stdin();
         let mut input = stdin.lock();
-        match walk(&mut out, &mut input, &repo, &run)? {
+        let colour = out.colour;
+        let diff = |subtask: &SubtaskReview| run.render_diff(&repo, subtask, colour);
+        match walk(&mut out, &mut input, &run, &diff)? {
             Some(decided) => decided,
             None => {
                 out.line("Quit: nothing was recorded.")?;
@@ -207,12 +209,14 @@ enum Answer {
     Quit,
 }
 
-/// Asks until the answer is one of `choices` (first letters); end of input is `None`.
+/// Asks until the answer is one of `choices` (first letters; an empty answer is
+/// `default`, when there is one); end of input is `None`.
 fn ask(
     out: &mut Out,
     input: &mut dyn BufRead,
     question: &str,
     choices: &[char],
+    default: Option<char>,
 ) -> std::io::Result<Option<char>> {
     loop {
         write!(out.stream, "{question} ")?;
@@ -223,6 +227,11 @@ fn ask(
             return Ok(None);
         }
         let answer = line.trim().to_lowercase();
+        if answer.is_empty()
+            && let Some(default) = default
+        {
+            return Ok(Some(default));
+        }
         if let Some(choice) = answer.chars().next().filter(|c| choices.contains(c))
             && answer.chars().count() <= "approve".len()
         {
@@ -244,12 +253,12 @@ fn ask(
 fn walk(
     out: &mut Out,
     input: &mut dyn BufRead,
-    repo: &Repo,
     run: &RunReview,
+    diff: &RenderDiff<'_>,
 ) -> anyhow::Result<Option<(Decisions, bool)>> {
     let mut changes = Vec::new();
     for subtask in &run.subtasks {
-        show_subtask(out, repo, run, subtask)?;
+        show_subtask(out, subtask, diff)?;
         if !subtask.approvable() {
             out.line("(no commit: there is nothing to approve)")?;
             out.line("")?;
@@ -264,6 +273,7 @@ fn walk(
                 subtask.decision.map_or("undecided", VerdictKind::as_str)
             ),
             &['a', 'r', 'k', 'q'],
+            None,
         )? {
             Some('a') => Answer::Approve,
             Some('r') => Answer::Reject,
@@ -293,6 +303,7 @@ fn walk(
             input,
             &format!("Apply the result to {branch}? [y/N]"),
             &['y', 'n'],
+            Some('n'),
         )?;
         return Ok(Some((changes, apply == Some('y'))));
     }
@@ -309,6 +320,7 @@ fn walk(
         input,
         &format!("[a]pply to {branch} / [s]ave without applying / [d]iscard?"),
         &['a', 's', 'd'],
+        None,
     )?;
     Ok(match next {
         Some('a') => Some((changes, true)),
@@ -317,12 +329,14 @@ fn walk(
     })
 }
 
+/// Renders a subtask's diff (`None`: it has no commit).
+type RenderDiff<'a> = dyn Fn(&SubtaskReview) -> Result<Option<String>, GitError> + 'a;
+
 /// The header (id, task, status, verdicts, findings, warnings) and the diff.
 fn show_subtask(
     out: &mut Out,
-    repo: &Repo,
-    run: &RunReview,
     subtask: &SubtaskReview,
+    diff: &RenderDiff<'_>,
 ) -> anyhow::Result<()> {
     let status = status_name(subtask.status);
     let status_code = match subtask.status {
@@ -387,7 +401,7 @@ fn show_subtask(
         }
         _ => out.line("work: none (it failed before producing a commit)")?,
     }
-    if let Some(diff) = run.render_diff(repo, subtask, out.colour)? {
+    if let Some(diff) = diff(subtask)? {
         out.line("")?;
         write!(out.stream, "{diff}")?;
     }
@@ -511,10 +525,120 @@ mod tests {
     #[test]
     fn a_prompt_asks_again_until_it_gets_a_choice_and_treats_end_of_input_as_none() {
         let mut input: &[u8] = b"maybe\n\nR\n";
-        let answer = ask(&mut silent(), &mut input, "?", &['a', 'r']).unwrap();
+        let answer = ask(&mut silent(), &mut input, "?", &['a', 'r'], None).unwrap();
         assert_eq!(answer, Some('r'), "unclear answers are asked again");
         let mut empty: &[u8] = b"";
-        assert_eq!(ask(&mut silent(), &mut empty, "?", &['a']).unwrap(), None);
+        assert_eq!(
+            ask(&mut silent(), &mut empty, "?", &['a'], None).unwrap(),
+            None
+        );
+    }
+
+    /// A writer whose bytes the test can read back.
+    #[derive(Clone, Default)]
+    struct Shared(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.borrow_mut().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn subtask(id: &str, status: SubtaskStatus, verdict: Option<VerdictKind>) -> SubtaskReview {
+        let commit = (status != SubtaskStatus::Failed)
+            .then(|| grove::git::CommitId::parse(&"c".repeat(40)).unwrap());
+        SubtaskReview {
+            id: id.into(),
+            task: format!("brief of {id}"),
+            status,
+            reviewer: verdict.map(|verdict| grove::run::state::VerdictState {
+                verdict,
+                summary: "judged".into(),
+                findings: Vec::new(),
+            }),
+            human_verdict: None,
+            decision: verdict,
+            commit,
+            commit_source: commit.map(|_| CommitSource::Checkpoint),
+            diffstat: None,
+            executes_later: Vec::new(),
+            conflict_paths: Vec::new(),
+        }
+    }
+
+    fn run() -> RunReview {
+        RunReview {
+            run_id: "20261130-000000-0000".into(),
+            task: "task".into(),
+            status: grove::run::state::RunStatus::Finished,
+            base: grove::git::CommitId::parse(&"b".repeat(40)).unwrap(),
+            branch: "refs/heads/main".into(),
+            result_branch: "grove/20261130-000000-0000/result".into(),
+            result_commit: None,
+            applied: false,
+            error: None,
+            subtasks: vec![
+                subtask("S1", SubtaskStatus::Merged, Some(VerdictKind::Approve)),
+                subtask("S2", SubtaskStatus::Rejected, Some(VerdictKind::Reject)),
+                subtask("S3", SubtaskStatus::Failed, None),
+            ],
+        }
+    }
+
+    /// Walks `run()` answering `answers`; returns the outcome and what was shown.
+    fn walk_with(answers: &str) -> (Option<(Decisions, bool)>, String) {
+        let shown = Shared::default();
+        let mut out = Out {
+            stream: Box::new(shown.clone()),
+            colour: false,
+        };
+        let diff = |s: &SubtaskReview| Ok(Some(format!("diff of {}\n", s.id)));
+        let outcome = walk(&mut out, &mut answers.as_bytes(), &run(), &diff).unwrap();
+        let text = String::from_utf8(shown.0.borrow().clone()).unwrap();
+        (outcome, text)
+    }
+
+    #[test]
+    fn the_walk_records_only_changed_decisions_and_skips_subtasks_without_work() {
+        let (outcome, shown) = walk_with("k\na\ns\n");
+        assert_eq!(
+            outcome,
+            Some((vec![("S2".to_owned(), VerdictKind::Approve)], false)),
+            "keep leaves S1 to the reviewer; approving S2 is the one change; s saves only"
+        );
+        for expected in [
+            "S1: [a]pprove / [r]eject / [k]eep as is (approve) / [q]uit?",
+            "diff of S2",
+            "S2: [a]pprove / [r]eject / [k]eep as is (reject) / [q]uit?",
+            "(no commit: there is nothing to approve)",
+            "  S2: reject → approve",
+        ] {
+            assert!(shown.contains(expected), "shows {expected:?}:\n{shown}");
+        }
+        assert!(
+            !shown.contains("S3: [a]pprove"),
+            "a subtask without work is not asked about:\n{shown}"
+        );
+    }
+
+    #[test]
+    fn the_walk_quits_on_q_or_end_of_input_and_asks_to_apply_when_nothing_changed() {
+        assert_eq!(walk_with("r\nq\n").0, None, "q records nothing");
+        assert_eq!(walk_with("r\n").0, None, "end of input records nothing");
+        assert_eq!(
+            walk_with("a\nr\n\n").0,
+            Some((vec![], false)),
+            "confirming the reviewer changes nothing; then only the apply is asked (no is the default)"
+        );
+        assert_eq!(walk_with("a\nr\ny\n").0, Some((vec![], true)));
+        assert_eq!(
+            walk_with("r\nk\na\n").0,
+            Some((vec![("S1".to_owned(), VerdictKind::Reject)], true))
+        );
     }
 
     #[test]

@@ -483,7 +483,11 @@ pub async fn override_verdicts(
 
     let run = GitRunId::new(&state.run_id)?;
     let decided = review_of(repo, &journal.state).await?;
-    let rebuilt = if !recorded.is_empty() || !consistent(&decided) {
+    // The result ref is grove's: one that no longer points where the journal says (moved
+    // or deleted by hand) is rebuilt from the decisions too.
+    let drifted =
+        repo.ref_target(&run.result_ref())?.map(|c| c.to_string()) != journal.state.result_commit;
+    let rebuilt = if !recorded.is_empty() || !consistent(&decided) || drifted {
         Some(rebuild(repo, &run, &decided, &mut journal).await?)
     } else {
         None

@@ -12,9 +12,11 @@ use tokio_util::sync::CancellationToken;
 use grove::event::EventSink;
 use grove::git::{RefusalReason, Repo};
 use grove::model::Provider;
-use grove::run::journal::{Entry, SubtaskOutcome, VerdictKind};
+use grove::run::journal::{
+    ContextMode, Entry, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
+};
 use grove::run::review::{self, ApplyResult, RecordedDecision, ReviewError, ReviewOutcome};
-use grove::run::state::{RunState, SubtaskStatus};
+use grove::run::state::{MergeState, RunState, SubtaskStatus};
 use grove::run::store::RunStore;
 use grove::run::{ModelChoice, Models, RunOptions};
 
@@ -668,4 +670,204 @@ fn stdout(output: &Output) -> String {
 
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn record(ts_ms: u64, entry: Entry) -> Record {
+    Record { ts_ms, entry }
+}
+
+/// A run with one rejected subtask, up to (not including) its `run_finished`.
+fn rejected_run_records() -> Vec<Record> {
+    vec![
+        record(
+            1,
+            Entry::RunStarted {
+                run_id: "20261130-000000-0000".into(),
+                task: "task".into(),
+                base: "b".repeat(40),
+                branch: "refs/heads/main".into(),
+                provider: "anthropic".into(),
+                model: "m".into(),
+                options: json!({}),
+            },
+        ),
+        record(
+            2,
+            Entry::SubtaskStarted {
+                subtask: "S1".into(),
+                task: "brief".into(),
+                branch: "grove/20261130-000000-0000/1".into(),
+                mode: ContextMode::Isolated,
+                agent: "worker".into(),
+            },
+        ),
+        record(
+            3,
+            Entry::Verdict {
+                subtask: "S1".into(),
+                verdict: VerdictKind::Reject,
+                summary: "no".into(),
+                findings: Vec::new(),
+            },
+        ),
+        record(
+            4,
+            Entry::SubtaskFinished {
+                subtask: "S1".into(),
+                status: SubtaskOutcome::Rejected,
+                ledger: Default::default(),
+            },
+        ),
+    ]
+}
+
+fn finished(ts_ms: u64) -> Record {
+    record(
+        ts_ms,
+        Entry::RunFinished {
+            status: RunOutcome::Finished,
+            applied: false,
+            result_commit: Some("b".repeat(40)),
+            error: None,
+        },
+    )
+}
+
+fn human_approves_s1(ts_ms: u64) -> Record {
+    record(
+        ts_ms,
+        Entry::HumanVerdict {
+            subtask: "S1".into(),
+            verdict: VerdictKind::Approve,
+            previous: Some(VerdictKind::Reject),
+        },
+    )
+}
+
+#[test]
+fn review_records_fold_only_into_a_finished_run_whose_result_is_not_applied() {
+    let mut unfinished = RunState::replay(&rejected_run_records()).unwrap();
+    let refused = unfinished.apply(&human_approves_s1(5)).unwrap_err();
+    assert!(
+        refused.reason.contains("not finished"),
+        "a run still going takes no person's decision: {refused}"
+    );
+
+    let mut records = rejected_run_records();
+    records.push(finished(5));
+    let mut state = RunState::replay(&records).unwrap();
+    state.apply(&human_approves_s1(6)).unwrap();
+    let s1 = state.subtask("S1").unwrap();
+    assert_eq!(
+        (s1.status, s1.human_verdict, s1.decision()),
+        (
+            SubtaskStatus::Rejected,
+            Some(VerdictKind::Approve),
+            Some(VerdictKind::Approve)
+        ),
+        "the decision counts at once; the status changes only with the rebuild"
+    );
+    state
+        .apply(&record(
+            7,
+            Entry::ResultRebuilt {
+                result: "e".repeat(40),
+                subtasks: vec![RebuiltSubtask {
+                    subtask: "S1".into(),
+                    status: SubtaskOutcome::Merged,
+                    commit: Some("d".repeat(40)),
+                    result: Some("e".repeat(40)),
+                    conflict_paths: Vec::new(),
+                }],
+            },
+        ))
+        .unwrap();
+    let s1 = state.subtask("S1").unwrap();
+    assert_eq!(
+        (
+            s1.status,
+            s1.merge.clone(),
+            state.result_commit.clone(),
+            state.applied
+        ),
+        (
+            SubtaskStatus::Merged,
+            Some(MergeState {
+                commit: "d".repeat(40),
+                result: "e".repeat(40)
+            }),
+            Some("e".repeat(40)),
+            false
+        )
+    );
+    state
+        .apply(&record(
+            8,
+            Entry::ResultApplied {
+                result: "e".repeat(40),
+            },
+        ))
+        .unwrap();
+    assert!(state.applied);
+    let after_apply = state.apply(&human_approves_s1(9)).unwrap_err();
+    assert!(
+        after_apply.reason.contains("already applied"),
+        "an applied run takes no more decisions: {after_apply}"
+    );
+    let paused = state
+        .apply(&record(10, Entry::Paused { reason: "x".into() }))
+        .unwrap_err();
+    assert!(
+        paused.reason.contains("already finished"),
+        "only review records may follow run_finished: {paused}"
+    );
+}
+
+#[test]
+fn a_merged_rebuild_record_without_its_commit_is_refused_and_changes_nothing() {
+    let mut records = rejected_run_records();
+    records.push(finished(5));
+    let mut state = RunState::replay(&records).unwrap();
+    let before = state.clone();
+    let bad = record(
+        6,
+        Entry::ResultRebuilt {
+            result: "e".repeat(40),
+            subtasks: vec![RebuiltSubtask {
+                subtask: "S1".into(),
+                status: SubtaskOutcome::Merged,
+                commit: None,
+                result: None,
+                conflict_paths: Vec::new(),
+            }],
+        },
+    );
+    assert!(state.apply(&bad).is_err());
+    assert_eq!(state, before, "a refused record leaves the state as it was");
+}
+
+#[test]
+fn review_records_have_a_flat_wire_format_and_old_snapshots_still_parse() {
+    assert_eq!(
+        serde_json::to_value(human_approves_s1(6)).unwrap(),
+        json!({
+            "ts_ms": 6,
+            "type": "human_verdict",
+            "subtask": "S1",
+            "verdict": "approve",
+            "previous": "reject"
+        })
+    );
+    let mut records = rejected_run_records();
+    records.push(finished(5));
+    let state = RunState::replay(&records).unwrap();
+    let mut old = serde_json::to_value(&state).unwrap();
+    for subtask in old["subtasks"].as_array_mut().unwrap() {
+        subtask.as_object_mut().unwrap().remove("human_verdict");
+    }
+    assert_eq!(
+        serde_json::from_value::<RunState>(old).unwrap(),
+        state,
+        "a state.json written before `grove review` existed parses, with no decision"
+    );
 }
