@@ -15,9 +15,10 @@ use grove::model::Provider;
 use grove::run::journal::{
     ContextMode, Entry, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
 };
+use grove::run::lock::RepoLock;
 use grove::run::review::{self, ApplyResult, RecordedDecision, ReviewError, ReviewOutcome};
-use grove::run::state::{MergeState, RunState, SubtaskStatus};
-use grove::run::store::RunStore;
+use grove::run::state::{MergeState, RunState, RunStatus, SubtaskStatus};
+use grove::run::store::{RunStart, RunStore};
 use grove::run::{ModelChoice, Models, RunOptions};
 
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
@@ -869,5 +870,64 @@ fn review_records_have_a_flat_wire_format_and_old_snapshots_still_parse() {
         serde_json::from_value::<RunState>(old).unwrap(),
         state,
         "a state.json written before `grove review` existed parses, with no decision"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_run_can_be_listed_but_not_changed() {
+    let fixture = fixture();
+    let repo = fixture.open().await;
+    let store = RunStore::new(repo.common_dir());
+    let run_id = store.new_run_id();
+    {
+        let lock = RepoLock::acquire(repo.common_dir(), run_id.as_str()).unwrap();
+        let mut active = store
+            .create_run(
+                &lock,
+                RunStart {
+                    task: "task".into(),
+                    base: fixture.rev("main").to_string(),
+                    branch: "refs/heads/main".into(),
+                    provider: "anthropic".into(),
+                    model: "m".into(),
+                    options: json!({}),
+                },
+            )
+            .unwrap();
+        active
+            .append(Entry::Paused {
+                reason: "the model API is down".into(),
+            })
+            .unwrap();
+    }
+    let journal_before = journal_entries(&repo, run_id.as_str());
+
+    let error = review::override_verdicts(&repo, run_id.as_str(), &[], true)
+        .await
+        .unwrap_err();
+
+    assert!(
+        matches!(
+            error,
+            ReviewError::NotFinished {
+                status: RunStatus::Paused,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("`grove resume {run_id}` finishes it first")),
+        "the refusal says what to do: {error}"
+    );
+    assert_eq!(journal_entries(&repo, run_id.as_str()), journal_before);
+    let listed = grove(&fixture, &["review", run_id.as_str(), "--list"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    assert!(
+        stdout(&listed).contains("It cannot be changed: run"),
+        "{}",
+        stdout(&listed)
     );
 }
