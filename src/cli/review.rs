@@ -257,6 +257,15 @@ fn walk(
     diff: &RenderDiff<'_>,
 ) -> anyhow::Result<Option<(Decisions, bool)>> {
     let mut changes = Vec::new();
+    out.line(&format!(
+        "Reviewing run {} ({}, {} subtask{}): {}",
+        run.run_id,
+        run.status,
+        run.subtasks.len(),
+        if run.subtasks.len() == 1 { "" } else { "s" },
+        run.task.lines().next().unwrap_or_default().trim()
+    ))?;
+    out.line("")?;
     for subtask in &run.subtasks {
         show_subtask(out, subtask, diff)?;
         if !subtask.approvable() {
@@ -616,6 +625,7 @@ mod tests {
             "S2: [a]pprove / [r]eject / [k]eep as is (reject) / [q]uit?",
             "(no commit: there is nothing to approve)",
             "  S2: reject → approve",
+            "Reviewing run 20261130-000000-0000 (finished, 3 subtasks): task",
         ] {
             assert!(shown.contains(expected), "shows {expected:?}:\n{shown}");
         }
