@@ -49,6 +49,7 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         grove run \"rename Config::load to Config::open everywhere\"\n  \
         grove run --jobs 2 --no-apply \"add doc comments to src/model\"\n  \
+        grove run --dry-run \"split the parser module\"\n  \
         OPENAI_BASE_URL=http://127.0.0.1:8080/v1 grove run --provider openai --model local \"fix the typos in docs/\"")]
     Run(RunArgs),
     /// Continue an interrupted run (after Ctrl-C, a crash or an outage).
@@ -75,8 +76,13 @@ pub enum Command {
         Examples:\n  grove demo\n  grove demo --keep-dir /tmp/grove-demo"
     )]
     Demo(DemoArgs),
-    /// Walk a finished run's subtasks (verdicts, findings, diffs), override the reviewer,
-    /// and apply the result.
+    /// Print a shell completion script on stdout.
+    #[command(after_help = "Examples:\n  \
+        grove completions bash > ~/.local/share/bash-completion/completions/grove\n  \
+        grove completions zsh > \"${fpath[1]}/_grove\"\n  \
+        grove completions fish > ~/.config/fish/completions/grove.fish")]
+    Completions(CompletionsArgs),
+    /// Walk a finished run's diffs and verdicts, override the reviewer, and apply.
     #[command(
         after_help = "On a terminal, grove shows each subtask and asks [a]pprove / \
         [r]eject / [k]eep as is / [q]uit, then what to do with the result. With flags it \
@@ -90,6 +96,13 @@ pub enum Command {
         grove review --approve S2 --reject S1 --apply 20261129-215530-7f3a"
     )]
     Review(review::ReviewArgs),
+}
+
+/// Arguments of `grove completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete in.
+    pub shell: clap_complete::Shell,
 }
 
 /// Arguments of `grove run`.
@@ -133,6 +146,10 @@ pub struct RunArgs {
     /// Print one JSON object with the run's report on stdout at the end.
     #[arg(long)]
     pub json: bool,
+    /// Show the lead's plan (the subtasks it would delegate) without running any worker:
+    /// no worktree, branch or run is created.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// Arguments of `grove resume`.
@@ -197,6 +214,11 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Clean(args) => clean(&directory, &args).await,
         Command::Gc(args) => gc(&directory, &args).await,
         Command::Demo(args) => demo(&directory, &args).await,
+        Command::Completions(args) => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(args.shell, &mut command, "grove", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Review(args) => review::review(&directory, &args).await,
     }
 }
@@ -273,6 +295,22 @@ async fn run(directory: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitC
     };
 
     let json = args.json;
+    if args.dry_run {
+        let (plan, ledgers) = drive_live(|events, cancel| {
+            grove::run::plan::plan(directory, options, models, events, cancel)
+        })
+        .await;
+        let plan = plan?;
+        render::plan(&plan, &ledgers);
+        if json {
+            render::json(&plan)?;
+        }
+        return Ok(match plan.stopped.as_deref() {
+            None => ExitCode::SUCCESS,
+            Some("interrupted") => ExitCode::from(EXIT_INTERRUPTED),
+            Some(_) => ExitCode::FAILURE,
+        });
+    }
     let report = drive(json, |events, cancel| {
         grove::run::run(directory, options, models, events, cancel)
     })
@@ -332,13 +370,7 @@ where
     F: FnOnce(EventSink, CancellationToken) -> Fut,
     Fut: std::future::Future<Output = Result<RunReport, RunError>>,
 {
-    let cancel = CancellationToken::new();
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let renderer = tokio::spawn(render::live(rx, std::io::stderr().is_terminal()));
-    let interrupt = tokio::spawn(watch_interrupts(cancel.clone()));
-    let outcome = start(EventSink::new(tx), cancel).await;
-    interrupt.abort();
-    let ledgers = renderer.await.unwrap_or_default();
+    let (outcome, ledgers) = drive_live(start).await;
     let report = outcome?;
 
     render::report(&report, &ledgers);
@@ -346,6 +378,22 @@ where
         render::json(&report)?;
     }
     Ok(report)
+}
+
+/// Runs `start` with the live view on stderr and Ctrl-C cancelling it; returns its
+/// outcome and every agent's ledger.
+async fn drive_live<T, F, Fut>(start: F) -> (Result<T, RunError>, render::Ledgers)
+where
+    F: FnOnce(EventSink, CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = Result<T, RunError>>,
+{
+    let cancel = CancellationToken::new();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let renderer = tokio::spawn(render::live(rx, std::io::stderr().is_terminal()));
+    let interrupt = tokio::spawn(watch_interrupts(cancel.clone()));
+    let outcome = start(EventSink::new(tx), cancel).await;
+    interrupt.abort();
+    (outcome, renderer.await.unwrap_or_default())
 }
 
 /// The exit code of a run or resume (DESIGN.md).

@@ -11,6 +11,7 @@ pub mod journal;
 pub mod lock;
 pub mod options;
 pub mod orchestrator;
+pub mod plan;
 pub mod report;
 pub mod review;
 pub mod state;

@@ -258,7 +258,11 @@ impl Orchestrator {
     /// deleted, and the worktree is made anew from its branch.
     async fn create_worktree(&self, n: u32) -> Result<Worktree, GitError> {
         let spec = self.worktree_spec(n);
-        match self.repo.create_worktree(spec.clone()).await {
+        let created = match self.take_prepared_worktree(n).await {
+            Some(prepared) => prepared,
+            None => self.repo.create_worktree(spec.clone()).await,
+        };
+        match created {
             Err(GitError::WorktreePathOccupied { path, .. }) => {
                 let aside =
                     path.with_file_name(format!("{}.stray-{}", n, crate::run::journal::now_ms()));

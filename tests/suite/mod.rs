@@ -1,12 +1,14 @@
 //! Integration test suites, one module per area.
 
 mod agent;
-mod cli;
+pub(crate) mod cli;
 mod demo;
+mod faults;
 mod git;
 mod loop_http;
 mod model;
+mod polish;
 mod review;
-mod run;
+pub(crate) mod run;
 mod run_state;
 mod tools;
