@@ -56,7 +56,16 @@ impl ReviewArgs {
 
     /// The decisions the flags give, or the label given to both flags.
     fn changes(&self) -> Result<Decisions, String> {
-        let label = |s: &String| s.trim().to_owned();
+        // `s2` and `2` mean `S2`: labels are typed by hand.
+        let label = |s: &String| {
+            let s = s.trim();
+            let digits = s.strip_prefix(['S', 's']).unwrap_or(s);
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                format!("S{digits}")
+            } else {
+                s.to_owned()
+            }
+        };
         let approve: Vec<String> = self.approve.iter().map(label).collect();
         let reject: Vec<String> = self.reject.iter().map(label).collect();
         if let Some(both) = approve.iter().find(|id| reject.contains(id)) {
@@ -648,6 +657,29 @@ mod tests {
         assert_eq!(
             walk_with("r\nk\na\n").0,
             Some((vec![("S1".to_owned(), VerdictKind::Reject)], true))
+        );
+    }
+
+    #[test]
+    fn labels_typed_by_hand_are_normalised() {
+        let args = ReviewArgs {
+            run_id: "x".into(),
+            approve: vec!["s1".into(), " 3 ".into()],
+            reject: vec!["S2".into(), "lead".into()],
+            apply: false,
+            no_apply: false,
+            list: false,
+            json: false,
+        };
+        assert_eq!(
+            args.changes(),
+            Ok(vec![
+                ("S1".to_owned(), VerdictKind::Approve),
+                ("S3".to_owned(), VerdictKind::Approve),
+                ("S2".to_owned(), VerdictKind::Reject),
+                ("lead".to_owned(), VerdictKind::Reject),
+            ]),
+            "anything else is passed on, for the library to refuse by name"
         );
     }
 

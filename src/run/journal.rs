@@ -233,7 +233,8 @@ pub enum Entry {
     },
     /// `grove review` applied the result to the user's branch. May follow `run_finished`.
     ResultApplied { result: String },
-    /// The last record of a run.
+    /// The last record of a run's own work; only `grove review`'s records (a person's
+    /// decisions, the rebuilt result, its apply) may follow it.
     RunFinished {
         status: RunOutcome,
         /// Whether the result was applied to the user's branch.
