@@ -447,8 +447,9 @@ pub async fn override_verdicts(
     // Fails with a clear message (run not found) before a lock file is created.
     store.read_state(&store_id)?;
     let _lock = RepoLock::acquire(repo.common_dir(), store_id.as_str())?;
-    let mut journal = ReviewJournal::open(&store, &store_id)?;
-    let state = journal.state.clone();
+    // Checked on a read-only replay, so a refused run is not written to at all (opening
+    // the journal for appending would cut a torn tail).
+    let state = store.read_state(&store_id)?;
     if let Some(refusal) = refusal(
         &state.run_id,
         state.status,
@@ -458,6 +459,8 @@ pub async fn override_verdicts(
     ) {
         return Err(refusal);
     }
+    let mut journal = ReviewJournal::open(&store, &store_id)?;
+    let state = journal.state.clone();
     let before = review_of(repo, &state).await?;
     let wanted = check_changes(&before, changes)?;
 
