@@ -258,7 +258,7 @@ pub(crate) fn agent_catalogue(root: &Path) -> Vec<(String, String)> {
         .filter_map(Result::ok)
         .filter_map(|entry| {
             let name = entry.file_name().to_str()?.strip_suffix(".md")?.to_owned();
-            match roles::load_agent(&root, &name) {
+            match roles::load_agent(root, &name) {
                 Ok(Some(role)) => Some((name, role.description)),
                 _ => None,
             }
@@ -275,7 +275,7 @@ pub(crate) fn delegate_role(root: &Path, request: &DelegateRequest) -> Result<Ro
         Some(name @ ("lead" | "reviewer")) => Err(format!(
             "`{name}` cannot be delegated to; leave `agent` out for a worker"
         )),
-        Some(name) => match roles::load_agent(&root, name) {
+        Some(name) => match roles::load_agent(root, name) {
             Ok(Some(role)) => Ok(role),
             Ok(None) => Err(format!(
                 "there is no agent `{name}` (no .grove/agents/{name}.md); leave `agent` out \

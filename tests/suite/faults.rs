@@ -470,3 +470,65 @@ async fn ctrl_c_once_checkpoints_exits_130_and_the_run_resumes() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(fixture.read("marker"), b"finished\n");
 }
+
+/// Row 7: the API is down for the whole run, the lead's first call included: retries are
+/// bounded, the run pauses with a message that says what happened and what to run, and
+/// once the API is back `grove resume` finishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_outage_from_the_first_call_pauses_the_run_and_resume_finishes_it() {
+    use grove::event::EventSink;
+    use grove::run::RunEnd;
+
+    use crate::suite::run::{models, scripted_server};
+
+    let fixture = repo_with_rules();
+    let down = FakeServer::with_responder(|_| Reply::overloaded()).await;
+    let report = tokio::time::timeout(
+        Duration::from_secs(120),
+        run(
+            &fixture,
+            &down,
+            Provider::Anthropic,
+            options(&fixture, USER_TASK),
+        ),
+    )
+    .await
+    .expect("an outage never hangs the run")
+    .unwrap();
+    down.assert_no_violations();
+    assert_eq!(report.status, RunEnd::Paused, "{report:#?}");
+    let error = report.error.clone().unwrap();
+    assert!(
+        error.contains("overloaded") && error.contains(&format!("grove resume {}", report.run_id)),
+        "the message says what happened and what to run: {error}"
+    );
+    let attempts = down.requests().len();
+    assert!(
+        (2..=10).contains(&attempts),
+        "retries are bounded: {attempts}"
+    );
+    assert_eq!(
+        fixture.git(&["status", "--porcelain=v1", "--untracked-files=all"]),
+        "",
+        "the user's tree is untouched"
+    );
+
+    let up = scripted_server(&[("Shout.\nWRITE src/a.txt ALPHA", None)]).await;
+    let resumed = grove::run::resume(
+        &fixture.repo,
+        &report.run_id,
+        fixture.options(),
+        |_| Ok(models(&up, Provider::Anthropic, true)),
+        EventSink::discard(),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    up.assert_no_violations();
+    assert_eq!(
+        (resumed.status, resumed.subtasks.len(), resumed.applied),
+        (RunEnd::Finished, 1, true),
+        "{resumed:#?}"
+    );
+    assert_eq!(fixture.read("src/a.txt"), b"ALPHA\n");
+}
