@@ -6,6 +6,7 @@
 
 mod init;
 mod render;
+mod review;
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -90,6 +91,20 @@ pub enum Command {
         grove completions zsh > \"${fpath[1]}/_grove\"\n  \
         grove completions fish > ~/.config/fish/completions/grove.fish")]
     Completions(CompletionsArgs),
+    /// Walk a finished run's diffs and verdicts, override the reviewer, and apply.
+    #[command(
+        after_help = "On a terminal, grove shows each subtask and asks [a]pprove / \
+        [r]eject / [k]eep as is / [q]uit, then what to do with the result. With flags it \
+        asks nothing. A person's decision outranks the reviewer's; the result is rebuilt \
+        from the base with the approved subtasks, in order, and work left out is archived.\n\n\
+        Exit status: 0 done (applied, nothing to apply, or not asked to apply); 3 a subtask \
+        you approve is not in the result (it conflicts); 1 error, or the apply was refused \
+        (your branch untouched); 2 usage error.\n\n\
+        Examples:\n  grove review 20261129-215530-7f3a\n  \
+        grove review --list 20261129-215530-7f3a\n  \
+        grove review --approve S2 --reject S1 --apply 20261129-215530-7f3a"
+    )]
+    Review(review::ReviewArgs),
 }
 
 /// Arguments of `grove completions`.
@@ -219,6 +234,7 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Init(args) => init::init(&directory, &args).await,
+        Command::Review(args) => review::review(&directory, &args).await,
     }
 }
 

@@ -109,6 +109,23 @@ impl VerdictKind {
     }
 }
 
+/// How one subtask ended when `grove review` rebuilt the result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebuiltSubtask {
+    pub subtask: String,
+    /// `merged`, `conflict` or `rejected`.
+    pub status: SubtaskOutcome,
+    /// The subtask's commit, when it was merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// The result right after this subtask was merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    /// The paths that conflicted, when `status` is `conflict`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflict_paths: Vec<String>,
+}
+
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -198,7 +215,26 @@ pub enum Entry {
     },
     /// The run stopped in a resumable state (user interrupt, budget, ...).
     Paused { reason: String },
-    /// The last record of a run.
+    /// A person's decision on a subtask in `grove review`, replacing the reviewer's for
+    /// what the result holds. `previous` is the decision it replaced (the reviewer's or an
+    /// earlier person's; `None` when there was none). May follow `run_finished`.
+    HumanVerdict {
+        subtask: String,
+        verdict: VerdictKind,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        previous: Option<VerdictKind>,
+    },
+    /// `grove review` rebuilt the run's result from the base with the subtasks now
+    /// approved, in subtask order; `result` is the new result commit and `subtasks` says
+    /// how each decided subtask ended. May follow `run_finished`.
+    ResultRebuilt {
+        result: String,
+        subtasks: Vec<RebuiltSubtask>,
+    },
+    /// `grove review` applied the result to the user's branch. May follow `run_finished`.
+    ResultApplied { result: String },
+    /// The last record of a run's own work; only `grove review`'s records (a person's
+    /// decisions, the rebuilt result, its apply) may follow it.
     RunFinished {
         status: RunOutcome,
         /// Whether the result was applied to the user's branch.
@@ -225,6 +261,9 @@ impl Entry {
             Entry::Conflict { .. } => "conflict",
             Entry::SubtaskFinished { .. } => "subtask_finished",
             Entry::Paused { .. } => "paused",
+            Entry::HumanVerdict { .. } => "human_verdict",
+            Entry::ResultRebuilt { .. } => "result_rebuilt",
+            Entry::ResultApplied { .. } => "result_applied",
             Entry::RunFinished { .. } => "run_finished",
         }
     }

@@ -15,6 +15,7 @@ pub mod orchestrator;
 pub mod plan;
 pub mod prepare;
 pub mod report;
+pub mod review;
 pub mod state;
 pub mod store;
 pub mod subtask;

@@ -839,7 +839,7 @@ impl Orchestrator {
     }
 }
 
-fn describe_refusal(reason: &crate::git::RefusalReason) -> String {
+pub(crate) fn describe_refusal(reason: &crate::git::RefusalReason) -> String {
     use crate::git::RefusalReason as R;
     match reason {
         R::BranchMovedWithConflicts { paths, .. } => format!(
