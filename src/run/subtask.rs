@@ -24,7 +24,7 @@ use crate::run::orchestrator::{AgentObserver, Orchestrator, lock};
 use crate::run::report::{SubtaskReport, executes_later};
 use crate::run::state::{SubtaskState, SubtaskStatus};
 use crate::run::store::StoreError;
-use crate::run::transcript::{self, Transcript};
+use crate::run::transcript::{self, AgentTiming, Transcript};
 use crate::run::verdict::{SubmitVerdict, Verdict};
 use crate::tools::{self, Registry, ToolContext, ToolSet, truncate_chars};
 
@@ -142,7 +142,7 @@ impl Orchestrator {
         .map_err(DelegateRefusal::Fatal)?;
         let start = Transcript {
             messages,
-            ledger: Ledger::default(),
+            ..Transcript::default()
         };
         let report = self
             .run_subtask(n, &request.task, &role, tools, start, permit)
@@ -196,7 +196,7 @@ impl Orchestrator {
             }
             None => Transcript {
                 messages: isolated_messages(&state.task),
-                ledger: Ledger::default(),
+                ..Transcript::default()
             },
         };
         let Ok(permit) = self.jobs.acquire().await else {
@@ -303,14 +303,17 @@ impl Orchestrator {
             self.options.subagent_budget_tokens,
             gate_registry(&tools, worktree),
         );
-        let observer = Arc::new(AgentObserver::new(
-            self,
-            label,
-            self.transcript_path(label, &role.name),
-            start.ledger,
-            Some((self.repo.clone(), worktree.clone())),
-            false,
-        ));
+        let observer = Arc::new(
+            AgentObserver::new(
+                self,
+                label,
+                self.transcript_path(label, &role.name),
+                start.ledger,
+                Some((self.repo.clone(), worktree.clone())),
+                false,
+            )
+            .with_timing(&spec.model_name, start.timing),
+        );
         let worker = self
             .run_agent_in(&spec, start.messages, worktree, observer.clone())
             .await;
@@ -499,14 +502,17 @@ impl Orchestrator {
         );
         // A review always starts from a clean context and is never resumed: its saved
         // transcript is for the report only.
-        let observer = Arc::new(AgentObserver::new(
-            self,
-            label,
-            self.transcript_path(label, "reviewer"),
-            Ledger::default(),
-            None,
-            false,
-        ));
+        let observer = Arc::new(
+            AgentObserver::new(
+                self,
+                label,
+                self.transcript_path(label, "reviewer"),
+                Ledger::default(),
+                None,
+                false,
+            )
+            .with_timing(&spec.model_name, AgentTiming::default()),
+        );
         let reviewer = self
             .run_agent_in(
                 &spec,

@@ -17,6 +17,27 @@ use crate::run::durable::{self, DurableError};
 pub struct Transcript {
     pub messages: Vec<Message>,
     pub ledger: Ledger,
+    /// When the agent started and answered, for `grove report`'s timeline. Absent in
+    /// transcripts written before it was recorded.
+    #[serde(default)]
+    pub timing: AgentTiming,
+}
+
+/// When an agent ran, kept beside its conversation because the journal holds no
+/// record per turn (each journal record is fsynced; a turn's time is not worth that).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentTiming {
+    /// When the agent's loop first started (kept across resumes), in ms since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<u64>,
+    /// When each saved turn's model answer arrived, oldest first. Only turns that call
+    /// tools are saved, so an agent's last answer (the one without tool calls) has no
+    /// entry here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turn_ms: Vec<u64>,
+    /// The model name the agent's requests carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// Why a transcript could not be saved or read.
@@ -193,6 +214,11 @@ mod tests {
             ledger: Ledger {
                 steps: 2,
                 ..Ledger::default()
+            },
+            timing: AgentTiming {
+                started_ms: Some(5),
+                turn_ms: vec![7, 9],
+                model: Some("m".into()),
             },
         };
         save(&path, &transcript).unwrap();
