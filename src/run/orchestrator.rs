@@ -37,7 +37,7 @@ use crate::run::report::{ApplyReport, RunEnd, RunReport, SubtaskReport, Totals};
 use crate::run::state::{RunState, SubtaskStatus};
 use crate::run::store::{ActiveRun, RunId, RunStart, RunStore, StoreError};
 use crate::run::subtask::{self, DelegateRequest};
-use crate::run::transcript::{self, AgentTiming, Transcript};
+use crate::run::transcript::{self, AgentEnd, AgentTiming, Transcript};
 use crate::tools::{self, Registry, ToolContext, ToolSet};
 
 /// The label of the lead in events, ledgers, transcripts and the journal.
@@ -501,6 +501,17 @@ impl Orchestrator {
                 AgentTiming::default(),
             ),
         };
+        let observer = Arc::new(
+            AgentObserver::new(
+                &self,
+                LEAD_LABEL,
+                self.transcript_path(LEAD_LABEL, "lead"),
+                earlier,
+                None,
+                true,
+            )
+            .with_timing(&spec.model_name, earlier_timing),
+        );
         let outcome = run_agent(
             &spec,
             LoopInput {
@@ -510,20 +521,11 @@ impl Orchestrator {
                     cancel: self.cancel.child_token(),
                 },
                 events: self.events.clone(),
-                observer: Some(Arc::new(
-                    AgentObserver::new(
-                        &self,
-                        LEAD_LABEL,
-                        self.transcript_path(LEAD_LABEL, "lead"),
-                        earlier,
-                        None,
-                        true,
-                    )
-                    .with_timing(&spec.model_name, earlier_timing),
-                )),
+                observer: Some(observer.clone()),
             },
         )
         .await;
+        observer.finished(&outcome.ledger);
         self.spend(&outcome.ledger);
         if let Err(error) = self.repo.remove_worktree(&worktree).await {
             self.note(format!("could not remove the lead's worktree: {error}"));
@@ -816,6 +818,22 @@ impl AgentObserver {
             timing.model = Some(model.to_owned());
         }
         self
+    }
+
+    /// Saves when the agent's loop ended and what it cost in all (`loop_ledger` is this
+    /// run's; earlier runs are added). A failure is noted, not fatal: only reports lose.
+    pub(crate) fn finished(&self, loop_ledger: &Ledger) {
+        let mut ledger = self.earlier;
+        ledger.add(loop_ledger);
+        let end = AgentEnd {
+            ended_ms: journal::now_ms(),
+            ledger,
+        };
+        if let Err(error) = transcript::save_end(&transcript::end_path(&self.transcript), &end)
+            && let Some(orchestrator) = self.orchestrator.upgrade()
+        {
+            orchestrator.note(format!("{}: {error}", self.label));
+        }
     }
 
     fn save(&self, state: TurnState<'_>) -> Result<(), String> {

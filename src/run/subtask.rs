@@ -317,6 +317,7 @@ impl Orchestrator {
         let worker = self
             .run_agent_in(&spec, start.messages, worktree, observer.clone())
             .await;
+        observer.finished(&worker.ledger);
         let checkpointed = observer.flush().await;
         self.spend(&worker.ledger);
         report.worker_ledger = start.ledger;
@@ -518,9 +519,10 @@ impl Orchestrator {
                 &spec,
                 isolated_messages(&review_brief(brief, diff, &report.executes_later)),
                 worktree,
-                observer,
+                observer.clone(),
             )
             .await;
+        observer.finished(&reviewer.ledger);
         self.spend(&reviewer.ledger);
         report.reviewer_ledger = reviewer.ledger;
         if let Some(verdict) = submit.verdict() {
