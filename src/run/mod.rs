@@ -7,6 +7,7 @@
 pub mod delegate;
 pub mod durable;
 pub mod gate;
+pub mod html_report;
 pub mod journal;
 pub mod lock;
 pub mod options;

@@ -208,7 +208,11 @@ impl PriceTable {
 /// The 1-based line of byte `offset` in `text`.
 fn line_of(text: &str, offset: usize) -> usize {
     let end = offset.min(text.len());
-    text.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count() + 1
+    text.as_bytes()[..end]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }
 
 #[cfg(test)]
@@ -231,7 +235,10 @@ mod tests {
     fn builtin_rates_price_every_kind_of_token() {
         let table = PriceTable::builtin();
         let cost = table
-            .cost("claude-sonnet-4-5", &ledger(1_000_000, 100_000, 2_000_000, 10_000))
+            .cost(
+                "claude-sonnet-4-5",
+                &ledger(1_000_000, 100_000, 2_000_000, 10_000),
+            )
             .usd()
             .unwrap();
         // 3 + 1.5 + 0.6 + 0.0375
@@ -245,7 +252,9 @@ mod tests {
     fn dated_model_names_use_their_family_and_unknown_models_are_not_free() {
         let table = PriceTable::builtin();
         assert_eq!(
-            table.lookup("claude-sonnet-4-5-20250929").map(|(name, _)| name),
+            table
+                .lookup("claude-sonnet-4-5-20250929")
+                .map(|(name, _)| name),
             Some("claude-sonnet-4-5")
         );
         assert_eq!(
@@ -290,21 +299,32 @@ mod tests {
             table.cost("local-model", &ledger(5, 5, 0, 0)),
             Cost::Usd(0.0)
         );
-        assert!(table.models.contains_key("claude-sonnet-4-5"), "built-ins stay");
+        assert!(
+            table.models.contains_key("claude-sonnet-4-5"),
+            "built-ins stay"
+        );
         assert_eq!(table.overrides, Some(PathBuf::from("prices.toml")));
     }
 
     #[test]
     fn bad_price_files_name_the_file_and_line() {
         let cases = [
-            ("[models.a]\ninput = 1.0\noutput = \"x\"\n", 3, "invalid type"),
+            (
+                "[models.a]\ninput = 1.0\noutput = \"x\"\n",
+                3,
+                "invalid type",
+            ),
             ("[models.a]\ninput = 1.0\n", 1, "missing field `output`"),
             (
                 "\n[models.a]\ninput = 1.0\noutput = 2.0\ncache_reed = 1.0\n",
                 5,
                 "unknown field `cache_reed`",
             ),
-            ("\n\n[models.a]\ninput = -1.0\noutput = 2.0\n", 3, "non-negative"),
+            (
+                "\n\n[models.a]\ninput = -1.0\noutput = 2.0\n",
+                3,
+                "non-negative",
+            ),
             ("[models.a\n", 1, ""),
         ];
         for (text, line, needle) in cases {
@@ -320,7 +340,9 @@ mod tests {
                 panic!("{error:?}");
             };
             assert!(
-                error.to_string().starts_with("price file /x/prices.toml, line "),
+                error
+                    .to_string()
+                    .starts_with("price file /x/prices.toml, line "),
                 "the message names the file: {error}"
             );
             assert!(message.contains(needle), "{text:?}: {message}");
