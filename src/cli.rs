@@ -5,6 +5,7 @@
 //! merged, 3 some not merged, 1 error, 2 usage, 130 interrupted).
 
 mod render;
+mod report;
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -74,6 +75,15 @@ pub enum Command {
         Examples:\n  grove demo\n  grove demo --keep-dir /tmp/grove-demo"
     )]
     Demo(DemoArgs),
+    /// Write one self-contained HTML page about a run: timeline, diffs, verdicts, cost.
+    #[command(
+        after_help = "Works for finished, failed, paused and interrupted runs (and running         ones). The page loads nothing from the network; open it in any browser.
+
+        Examples:
+  grove report 20261129-215530-7f3a
+          grove report --output /tmp/run.html --prices prices.toml 20261129-215530-7f3a"
+    )]
+    Report(report::ReportArgs),
 }
 
 /// Arguments of `grove run`.
@@ -181,6 +191,7 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Clean(args) => clean(&directory, &args).await,
         Command::Gc(args) => gc(&directory, &args).await,
         Command::Demo(args) => demo(&directory, &args).await,
+        Command::Report(args) => report::report(&directory, &args).await,
     }
 }
 

@@ -6,6 +6,7 @@ mod demo;
 mod git;
 mod loop_http;
 mod model;
+mod report;
 mod run;
 mod run_state;
 mod tools;

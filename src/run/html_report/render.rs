@@ -313,9 +313,9 @@ fn subtask_article(page: &mut String, subtask: &SubtaskSection) {
             summary,
             files,
         } => {
-            let _ = write!(
+            let _ = writeln!(
                 page,
-                "<p>Diff of the {} (<code>{}</code>) against the base (<code>{}</code>): {}</p>\n",
+                "<p>Diff of the {} (<code>{}</code>) against the base (<code>{}</code>): {}</p>",
                 escape(source),
                 escape(&short(head)),
                 escape(&short(base)),
@@ -337,9 +337,9 @@ fn file_diff(page: &mut String, file: &FileDiff) {
         Some(old) => format!(" (renamed from <code>{}</code>)", escape(old)),
         None => String::new(),
     };
-    let _ = write!(
+    let _ = writeln!(
         page,
-        "<details class=\"file\" open><summary><code>{}</code>{renamed} +{} −{}</summary>\n",
+        "<details class=\"file\" open><summary><code>{}</code>{renamed} +{} −{}</summary>",
         escape(&file.path),
         file.added,
         file.removed

@@ -32,12 +32,13 @@ pub fn duration(ms: u64) -> String {
 
 /// The axis step: the smallest of a few round durations that needs at most ten ticks.
 fn tick_step_ms(span_ms: u64) -> u64 {
-    const STEPS_S: [u64; 14] = [
-        1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200,
+    const STEPS_MS: [u64; 17] = [
+        100, 200, 500, 1_000, 2_000, 5_000, 10_000, 15_000, 30_000, 60_000, 120_000, 300_000,
+        600_000, 900_000, 1_800_000, 3_600_000, 7_200_000,
     ];
-    STEPS_S
+    STEPS_MS
         .iter()
-        .map(|s| s * 1000)
+        .copied()
         .find(|step| span_ms / step <= 10)
         .unwrap_or_else(|| span_ms.div_ceil(10).max(1))
 }
@@ -277,7 +278,8 @@ mod tests {
         );
         assert_eq!(tick_step_ms(9_000), 1_000);
         assert_eq!(tick_step_ms(95_000), 10_000);
-        assert_eq!(tick_step_ms(0), 1_000);
+        assert_eq!(tick_step_ms(900), 100);
+        assert_eq!(tick_step_ms(0), 100);
     }
 
     #[test]
