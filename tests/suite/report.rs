@@ -243,7 +243,13 @@ async fn the_report_of_a_real_run_renders_in_chromium_with_every_subtask_and_ver
         if std::env::var("GROVE_REQUIRE_CHROMIUM").as_deref() == Ok("1") {
             panic!("GROVE_REQUIRE_CHROMIUM=1 but no chromium on PATH");
         }
-        eprintln!("skipping the Chromium half of this test: no chromium on PATH");
+        #[allow(clippy::print_stderr)] // the skip must be visible in the test output
+        {
+            eprintln!(
+                "skipping the Chromium half of this test: no chromium on PATH \
+                 (set GROVE_REQUIRE_CHROMIUM=1 to make that a failure)"
+            );
+        }
         return;
     };
     let dom = dump_dom(&chromium, &page).await;
