@@ -383,7 +383,12 @@ fn file_diff(page: &mut String, file: &FileDiff) {
 fn diff_row(page: &mut String, row: &Row) {
     let cell = |number: Option<u32>, class: &str, body: String| {
         let number = number.map_or_else(String::new, |n| n.to_string());
-        format!("<td class=\"ln\">{number}</td><td class=\"code {class}\">{body}</td>")
+        let class = if class.is_empty() {
+            "code".to_owned()
+        } else {
+            format!("code {class}")
+        };
+        format!("<td class=\"ln\">{number}</td><td class=\"{class}\">{body}</td>")
     };
     if !row.changed {
         let old = row.old.as_ref().map(|l| (l.number, shown(&l.text)));
@@ -480,6 +485,7 @@ fn cost_section(page: &mut String, data: &ReportData) {
     }
     let total_cost = match unknown {
         0 => usd(total_usd),
+        n if n == data.agents.len() => "unknown price".to_owned(),
         n => format!(
             "{} + {n} agent{} at unknown price",
             usd(total_usd),
@@ -557,8 +563,21 @@ fn ledger_cells(ledger: &Ledger, cell: &str) -> String {
         ledger.cache_write_tokens,
     ]
     .iter()
-    .map(|n| format!("<{cell} class=\"num\">{n}</{cell}>"))
+    .map(|n| format!("<{cell} class=\"num\">{}</{cell}>", grouped(*n)))
     .collect()
+}
+
+/// `1234567` as `1,234,567`.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
 }
 
 fn usd(value: f64) -> String {
@@ -577,4 +596,248 @@ fn short(commit: &str) -> String {
 /// `Sun, 29 Nov 2026 21:55:30 GMT` for ms since the epoch.
 fn utc(ms: u64) -> String {
     httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(ms))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::run::html_report::{
+        DiffView, FileDiff, Hunk, Lane, Line, Marker, MarkerKind, PriceTable, Row, RunEvent,
+        SubtaskSection, Timeline,
+    };
+    use crate::run::journal::{Finding, VerdictKind};
+    use crate::run::state::SubtaskStatus;
+
+    const EVIL: &str = "</script><script>alert(1)</script>\"'><img src=x onerror=alert(2)>";
+
+    fn line(number: u32, text: &str) -> Option<Line> {
+        Some(Line {
+            number,
+            text: text.to_owned(),
+        })
+    }
+
+    fn ledger(steps: u32, input: u64) -> Ledger {
+        Ledger {
+            steps,
+            input_tokens: input,
+            output_tokens: input / 10,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+        }
+    }
+
+    /// A small run with every field set, `evil` in every string a model, the
+    /// repository or the user could have written.
+    fn sample(evil: &str) -> ReportData {
+        let lane = |role: &str, label: &str, start: u64, end: Option<u64>| Lane {
+            role: role.into(),
+            label: label.into(),
+            subtask: (role != "lead").then(|| label.to_owned()),
+            queued_ms: None,
+            started_ms: start,
+            ended_ms: end,
+            turn_ms: vec![start + 500],
+            turns: 2,
+            markers: vec![],
+        };
+        let mut reviewer = lane("reviewer", "S1", 4_000, Some(5_000));
+        reviewer.markers = vec![
+            Marker {
+                ts_ms: 5_000,
+                kind: MarkerKind::Rejected,
+            },
+            Marker {
+                ts_ms: 5_000,
+                kind: MarkerKind::Failed,
+            },
+        ];
+        let file = FileDiff {
+            path: format!("src/{evil}.rs"),
+            old_path: None,
+            added: 1,
+            removed: 1,
+            binary: false,
+            hunks: vec![Hunk {
+                header: format!("@@ -1,2 +1,2 @@ {evil}"),
+                rows: vec![
+                    Row {
+                        old: line(1, "// see https://example.com/docs"),
+                        new: line(1, "// see https://example.com/docs"),
+                        changed: false,
+                    },
+                    Row {
+                        old: line(2, "let x = 1;"),
+                        new: line(2, &format!("let x = \"{evil}\";")),
+                        changed: true,
+                    },
+                ],
+            }],
+            rows_left_out: 3,
+            cut: true,
+        };
+        ReportData {
+            run_id: "20261129-215530-7f3a".into(),
+            task: format!("Fix it {evil}"),
+            status: RunStatus::Paused,
+            base: "0123456789abcdef0123456789abcdef01234567".into(),
+            branch: format!("refs/heads/{evil}"),
+            provider: "anthropic".into(),
+            result_commit: None,
+            applied: false,
+            pause_reason: Some(format!("the model API failed: {evil}")),
+            error: None,
+            timeline: Timeline {
+                start_ms: 1_000,
+                end_ms: 6_000,
+                lanes: vec![
+                    lane("lead", "lead", 1_000, None),
+                    lane("worker", "S1", 2_000, Some(3_800)),
+                    reviewer,
+                ],
+                events: vec![RunEvent {
+                    ts_ms: 6_000,
+                    label: format!("paused: {evil}"),
+                }],
+            },
+            subtasks: vec![SubtaskSection {
+                id: "S1".into(),
+                task: format!("Do the thing {evil}"),
+                branch: "grove/20261129-215530-7f3a/1".into(),
+                agent: "worker".into(),
+                status: SubtaskStatus::Rejected,
+                verdict: Some(VerdictState {
+                    verdict: VerdictKind::Reject,
+                    summary: format!("No. {evil}"),
+                    findings: vec![Finding {
+                        path: format!("src/{evil}.rs"),
+                        line: Some(2),
+                        problem: format!("bad {evil}"),
+                    }],
+                }),
+                conflict_paths: vec![],
+                archive_ref: Some("refs/grove/archive/20261129-215530-7f3a/1".into()),
+                diff: DiffView::Shown {
+                    base: "0123456789abcdef0123456789abcdef01234567".into(),
+                    head: "89abcdef0123456789abcdef0123456789abcdef".into(),
+                    source: "archived work refs/grove/archive/20261129-215530-7f3a/1".into(),
+                    summary: "1 file changed, 1 insertion(+), 1 deletion(-)".into(),
+                    files: vec![file],
+                },
+            }],
+            agents: vec![
+                AgentCost {
+                    role: "lead".into(),
+                    label: "lead".into(),
+                    model: "claude-sonnet-4-5".into(),
+                    ledger: ledger(2, 1_000_000),
+                    complete: false,
+                },
+                AgentCost {
+                    role: "worker".into(),
+                    label: "S1".into(),
+                    model: format!("local {evil}"),
+                    ledger: ledger(2, 100),
+                    complete: true,
+                },
+            ],
+            prices: PriceTable {
+                overrides: Some(PathBuf::from(format!("/p/{evil}.toml"))),
+                ..PriceTable::builtin()
+            },
+            notes: vec![format!("transcript {evil}: broken")],
+        }
+    }
+
+    #[test]
+    fn every_string_from_the_run_is_escaped() {
+        let page = render_html(&sample(EVIL));
+        assert!(
+            !page.contains("<script>alert") && !page.contains("<img"),
+            "no injected element survives"
+        );
+        assert_eq!(
+            page.matches("<script>").count(),
+            2,
+            "the page's own scripts only"
+        );
+        let escaped = escape(EVIL);
+        assert_eq!(
+            escaped,
+            "&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#39;&gt;&lt;img \
+             src=x onerror=alert(2)&gt;"
+        );
+        // task, branch, pause reason, timeline event (title and label), subtask brief
+        // (table and details), verdict summary, finding path and problem, file path,
+        // hunk header, diff line, model name, price file, note.
+        assert!(
+            page.matches(escaped.as_str()).count() >= 14,
+            "each field is shown, escaped: {} times",
+            page.matches(escaped.as_str()).count()
+        );
+    }
+
+    #[test]
+    fn the_page_references_nothing_outside_itself() {
+        let page = render_html(&sample("x"));
+        let mut references = Vec::new();
+        for attribute in ["src=", "href=", "action=", "url(", "@import"] {
+            for (start, _) in page.match_indices(attribute) {
+                references.push(page[start..].chars().take(40).collect::<String>());
+            }
+        }
+        assert!(
+            references.iter().all(|r| r.starts_with("href=\"#")),
+            "only links to the page's own sections: {references:?}"
+        );
+        assert_eq!(
+            page.matches("https://").count(),
+            2,
+            "the only URLs are the diff's inert text, on each side"
+        );
+        assert!(
+            page.contains("content=\"default-src 'none';"),
+            "a Content-Security-Policy forbids loading anything"
+        );
+    }
+
+    #[test]
+    fn costs_say_estimate_and_unknown_prices_are_never_zero() {
+        let page = render_html(&sample("x"));
+        assert!(page.contains("<strong>estimate</strong>"));
+        assert!(
+            page.contains(
+                "<td><code>local x</code></td><td class=\"num\">2</td>\
+                 <td class=\"num\">100</td><td class=\"num\">10</td><td class=\"num\">0</td>\
+                 <td class=\"num\">0</td><td class=\"num\">unknown price</td>"
+            ),
+            "an unlisted model's cost is unknown"
+        );
+        assert!(
+            page.contains("<th class=\"num\">$4.50 + 1 agent at unknown price</th>"),
+            "the total says what it leaves out"
+        );
+        assert!(
+            page.contains("<td>lead *</td>"),
+            "an agent with no end is flagged"
+        );
+    }
+
+    #[test]
+    fn token_counts_are_grouped_by_thousands() {
+        assert_eq!(
+            [0, 999, 1_000, 1_000_000, 12_345_678].map(grouped),
+            ["0", "999", "1,000", "1,000,000", "12,345,678"]
+        );
+    }
+
+    #[test]
+    fn a_small_report_renders_as_reviewed() {
+        let page = render_html(&sample("<evil>"));
+        let body = &page[page.find("<body").unwrap()..];
+        insta::assert_snapshot!(body);
+    }
 }
