@@ -463,6 +463,8 @@ async fn an_interrupted_run_reports_its_open_subtask_from_its_branch() {
         json!({"ts_ms": 1_000, "type": "run_started", "run_id": run_id, "task": "shout",
                "base": base, "branch": "refs/heads/main", "provider": "anthropic",
                "model": "claude-sonnet-4-5"}),
+        json!({"ts_ms": 1_500, "type": "subtask_started", "subtask": "S2", "task": "shout b",
+               "branch": format!("grove/{run_id}/2"), "mode": "isolated", "agent": "worker"}),
         json!({"ts_ms": 2_000, "type": "subtask_started", "subtask": "S1", "task": "shout a",
                "branch": format!("grove/{run_id}/1"), "mode": "isolated", "agent": "worker"}),
         json!({"ts_ms": 3_000, "type": "checkpoint", "subtask": "S1", "commit": work, "turn": 1}),
@@ -480,10 +482,65 @@ async fn an_interrupted_run_reports_its_open_subtask_from_its_branch() {
         "Diff of the branch grove/20260101-000000-0001/1",
         "<td class=\"code del\"><span class=\"w\">a</span></td>",
         "<rect class=\"bar open\"",
+        "<p class=\"note\">No diff: the worker committed nothing</p>",
     ] {
         assert!(
             html.contains(expected),
             "an interrupted run's report shows `{expected}`"
         );
+    }
+    let position = |id: &str| html.find(&format!("id=\"subtask-{id}\"")).unwrap();
+    assert!(
+        position("S1") < position("S2"),
+        "subtasks are shown in delegation order, whichever started first"
+    );
+}
+
+#[tokio::test]
+async fn paused_and_failed_runs_report_why_they_stopped() {
+    let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+    let base = fixture.rev("HEAD").to_string();
+    let cases = [
+        (
+            "20260101-000000-0002",
+            json!({"ts_ms": 2_000, "type": "paused", "reason": "the model API failed <503>"}),
+            vec![
+                "id=\"run-status\">paused</span>",
+                "<dt>paused</dt><dd>the model API failed &lt;503&gt;</dd>",
+                "<code>grove resume 20260101-000000-0002</code>",
+            ],
+        ),
+        (
+            "20260101-000000-0003",
+            json!({"ts_ms": 2_000, "type": "run_finished", "status": "failed", "applied": false,
+                   "result_commit": null, "error": "the lead stopped <x>"}),
+            vec![
+                "id=\"run-status\">failed</span>",
+                "<dt>error</dt><dd>the lead stopped &lt;x&gt;</dd>",
+                "<text x=\"1076.0\" y=\"73.0\" text-anchor=\"end\">failed: the lead stopped &lt;x&gt;</text>",
+            ],
+        ),
+    ];
+    for (run_id, last, expected) in cases {
+        let run_dir = fixture.repo.join(".git/grove/runs").join(run_id);
+        std::fs::create_dir_all(&run_dir).unwrap();
+        let first = json!({"ts_ms": 1_000, "type": "run_started", "run_id": run_id,
+            "task": "t", "base": base, "branch": "refs/heads/main", "provider": "openai",
+            "model": "gpt-4.1"});
+        std::fs::write(run_dir.join("journal.jsonl"), format!("{first}\n{last}\n")).unwrap();
+
+        let output = grove(&fixture, &["report", run_id]).await;
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+        let html = std::fs::read_to_string(run_dir.join("report.html")).unwrap();
+        assert!(
+            html.contains("The lead delegated no subtask."),
+            "{run_id}: a run without subtasks says so"
+        );
+        for needle in expected {
+            assert!(
+                html.contains(needle),
+                "{run_id}: the report shows `{needle}`"
+            );
+        }
     }
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use crate::agent::Ledger;
 use crate::git::{CommitId, GitError, Repo, RunId as GitRunId};
-use crate::run::journal::{self, Entry, JournalError, Record, VerdictKind};
+use crate::run::journal::{self, Entry, JournalError, Record, RunOutcome, VerdictKind};
 use crate::run::lock::{self, Liveness};
 use crate::run::options::ModelNames;
 use crate::run::state::{LEAD_SUBTASK, RunState, RunStatus, SubtaskState, SubtaskStatus};
@@ -52,6 +52,14 @@ pub async fn gather(
     let run_dir = store.run_dir(&id);
     let records = journal::read_journal(&run_dir.join(JOURNAL_FILE))?.records;
     let mut notes = Vec::new();
+    // Journaled in the order they got going; shown in the order the lead delegated them.
+    state.subtasks.sort_by_cached_key(|subtask| {
+        let number = subtask
+            .id
+            .strip_prefix('S')
+            .and_then(|n| n.parse::<u32>().ok());
+        (number.unwrap_or(u32::MAX), subtask.id.clone())
+    });
 
     if state.status == RunStatus::Running {
         match lock::read_holder(repo.common_dir()) {
@@ -66,7 +74,18 @@ pub async fn gather(
         }
     }
 
-    let agents = AgentFiles::read(&run_dir, &state, &mut notes);
+    let mut agents = AgentFiles::read(&run_dir, &state, &mut notes);
+    // A resume always runs the lead again, so an end it saved before is not its end.
+    let last_resume = records
+        .iter()
+        .filter(|record| matches!(record.entry, Entry::Resumed { .. }))
+        .map(|record| record.ts_ms)
+        .max();
+    if let (Some(end), Some(resumed)) = (agents.lead.end, last_resume)
+        && end.ended_ms < resumed
+    {
+        agents.lead.end = None;
+    }
     let timeline = timeline(&state, &records, &agents);
     let costs = costs(&state, &agents);
     let archives = archive_refs(repo, &id, &mut notes);
@@ -295,8 +314,13 @@ fn timeline(state: &RunState, records: &[Record], agents: &AgentFiles) -> Timeli
             Entry::Paused { reason } => format!("paused: {reason}"),
             Entry::Resumed { .. } => "resumed".to_owned(),
             Entry::RunFinished {
-                error: Some(error), ..
-            } => format!("failed: {error}"),
+                status: RunOutcome::Failed,
+                error,
+                ..
+            } => match error {
+                Some(error) => format!("failed: {error}"),
+                None => "failed".to_owned(),
+            },
             Entry::RunFinished { .. } => "finished".to_owned(),
             _ => continue,
         };
