@@ -52,11 +52,25 @@ pub async fn report(directory: &Path, args: &ReportArgs) -> anyhow::Result<ExitC
         shown.display()
     );
     println!(
-        "open it with: xdg-open {}   (or open file://{} in a browser)",
+        "open it with: xdg-open {}   (or open {} in a browser)",
         shell_word(&shown.display().to_string()),
-        shown.display()
+        file_url(&shown)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `file://` URL of an absolute `path`, percent-encoding what a URL path cannot hold.
+fn file_url(path: &Path) -> String {
+    let mut url = String::from("file://");
+    for byte in path.as_os_str().as_encoded_bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'/' | b'-' | b'.' | b'_' | b'~' => {
+                url.push(char::from(*byte));
+            }
+            _ => url.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    url
 }
 
 /// `text` quoted for a POSIX shell when it needs to be.

@@ -210,8 +210,9 @@ async fn the_report_of_a_real_run_renders_in_chromium_with_every_subtask_and_ver
         text(&output.stdout),
         format!(
             "wrote the report of run {run_id} to {0}\nopen it with: xdg-open '{0}'   \
-             (or open file://{0} in a browser)\n",
-            canonical.display()
+             (or open file://{1} in a browser)\n",
+            canonical.display(),
+            canonical.display().to_string().replace(' ', "%20")
         ),
         "the binary says where the page is and how to open it"
     );
@@ -508,6 +509,9 @@ async fn paused_and_failed_runs_report_why_they_stopped() {
                 "id=\"run-status\">paused</span>",
                 "<dt>paused</dt><dd>the model API failed &lt;503&gt;</dd>",
                 "<code>grove resume 20260101-000000-0002</code>",
+                "<tr><td><code>gpt-4.1</code></td><td class=\"num\">1.50</td>\
+                 <td class=\"num\">6.00</td><td class=\"num\">—</td><td class=\"num\">—</td></tr>",
+                "with the models of <code>",
             ],
         ),
         (
@@ -521,6 +525,11 @@ async fn paused_and_failed_runs_report_why_they_stopped() {
             ],
         ),
     ];
+    std::fs::write(
+        fixture.repo.join("../prices.toml"),
+        "[models.\"gpt-4.1\"]\ninput = 1.5\noutput = 6.0\n",
+    )
+    .unwrap();
     for (run_id, last, expected) in cases {
         let run_dir = fixture.repo.join(".git/grove/runs").join(run_id);
         std::fs::create_dir_all(&run_dir).unwrap();
@@ -529,7 +538,7 @@ async fn paused_and_failed_runs_report_why_they_stopped() {
             "model": "gpt-4.1"});
         std::fs::write(run_dir.join("journal.jsonl"), format!("{first}\n{last}\n")).unwrap();
 
-        let output = grove(&fixture, &["report", run_id]).await;
+        let output = grove(&fixture, &["report", run_id, "--prices", "../prices.toml"]).await;
         assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
         let html = std::fs::read_to_string(run_dir.join("report.html")).unwrap();
         assert!(
