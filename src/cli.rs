@@ -77,11 +77,10 @@ pub enum Command {
     Demo(DemoArgs),
     /// Write one self-contained HTML page about a run: timeline, diffs, verdicts, cost.
     #[command(
-        after_help = "Works for finished, failed, paused and interrupted runs (and running         ones). The page loads nothing from the network; open it in any browser.
-
-        Examples:
-  grove report 20261129-215530-7f3a
-          grove report --output /tmp/run.html --prices prices.toml 20261129-215530-7f3a"
+        after_help = "Works for finished, failed, paused and interrupted runs (and running \
+        ones). The page loads nothing from the network; open it in any browser.\n\n\
+        Examples:\n  grove report 20261129-215530-7f3a\n  \
+        grove report --output /tmp/run.html --prices prices.toml 20261129-215530-7f3a"
     )]
     Report(report::ReportArgs),
 }
