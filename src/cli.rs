@@ -6,6 +6,7 @@
 
 mod init;
 mod render;
+mod report;
 mod review;
 
 use std::io::IsTerminal as _;
@@ -85,6 +86,14 @@ pub enum Command {
         Examples:\n  grove init\n  grove init --force"
     )]
     Init(init::InitArgs),
+    /// Write one self-contained HTML page about a run: timeline, diffs, verdicts, cost.
+    #[command(
+        after_help = "Works for finished, failed, paused and interrupted runs (and running \
+        ones). The page loads nothing from the network; open it in any browser.\n\n\
+        Examples:\n  grove report 20261129-215530-7f3a\n  \
+        grove report --output /tmp/run.html --prices prices.toml 20261129-215530-7f3a"
+    )]
+    Report(report::ReportArgs),
     /// Print a shell completion script on stdout.
     #[command(after_help = "Examples:\n  \
         grove completions bash > ~/.local/share/bash-completion/completions/grove\n  \
@@ -235,6 +244,7 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Init(args) => init::init(&directory, &args).await,
         Command::Review(args) => review::review(&directory, &args).await,
+        Command::Report(args) => report::report(&directory, &args).await,
     }
 }
 

@@ -8,6 +8,7 @@ pub mod config;
 pub mod delegate;
 pub mod durable;
 pub mod gate;
+pub mod html_report;
 pub mod journal;
 pub mod lock;
 pub mod options;

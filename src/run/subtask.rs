@@ -25,7 +25,7 @@ use crate::run::prepare::PrepareFailure;
 use crate::run::report::{SubtaskReport, executes_later};
 use crate::run::state::{SubtaskState, SubtaskStatus};
 use crate::run::store::StoreError;
-use crate::run::transcript::{self, Transcript};
+use crate::run::transcript::{self, AgentTiming, Transcript};
 use crate::run::verdict::{SubmitVerdict, Verdict};
 use crate::tools::{self, Registry, ToolContext, ToolSet, truncate_chars};
 
@@ -143,7 +143,7 @@ impl Orchestrator {
         .map_err(DelegateRefusal::Fatal)?;
         let start = Transcript {
             messages,
-            ledger: Ledger::default(),
+            ..Transcript::default()
         };
         let report = self
             .run_subtask(n, &request.task, &role, tools, start, permit)
@@ -197,7 +197,7 @@ impl Orchestrator {
             }
             None => Transcript {
                 messages: isolated_messages(&state.task),
-                ledger: Ledger::default(),
+                ..Transcript::default()
             },
         };
         let Ok(permit) = self.jobs.acquire().await else {
@@ -313,17 +313,21 @@ impl Orchestrator {
             self.options.subagent_budget_tokens,
             gate_registry(&tools, worktree),
         );
-        let observer = Arc::new(AgentObserver::new(
-            self,
-            label,
-            self.transcript_path(label, &role.name),
-            start.ledger,
-            Some((self.repo.clone(), worktree.clone())),
-            false,
-        ));
+        let observer = Arc::new(
+            AgentObserver::new(
+                self,
+                label,
+                self.transcript_path(label, &role.name),
+                start.ledger,
+                Some((self.repo.clone(), worktree.clone())),
+                false,
+            )
+            .with_timing(&spec.model_name, start.timing),
+        );
         let worker = self
             .run_agent_in(&spec, start.messages, worktree, observer.clone())
             .await;
+        observer.finished(&worker.ledger);
         let checkpointed = observer.flush().await;
         self.spend(&worker.ledger);
         report.worker_ledger = start.ledger;
@@ -512,22 +516,26 @@ impl Orchestrator {
         );
         // A review always starts from a clean context and is never resumed: its saved
         // transcript is for the report only.
-        let observer = Arc::new(AgentObserver::new(
-            self,
-            label,
-            self.transcript_path(label, "reviewer"),
-            Ledger::default(),
-            None,
-            false,
-        ));
+        let observer = Arc::new(
+            AgentObserver::new(
+                self,
+                label,
+                self.transcript_path(label, "reviewer"),
+                Ledger::default(),
+                None,
+                false,
+            )
+            .with_timing(&spec.model_name, AgentTiming::default()),
+        );
         let reviewer = self
             .run_agent_in(
                 &spec,
                 isolated_messages(&review_brief(brief, diff, &report.executes_later)),
                 worktree,
-                observer,
+                observer.clone(),
             )
             .await;
+        observer.finished(&reviewer.ledger);
         self.spend(&reviewer.ledger);
         report.reviewer_ledger = reviewer.ledger;
         if let Some(verdict) = submit.verdict() {

@@ -9,6 +9,7 @@ mod git;
 mod loop_http;
 mod model;
 mod polish;
+mod report;
 mod review;
 pub(crate) mod run;
 mod run_state;
