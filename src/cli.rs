@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use grove::event::EventSink;
 use grove::git::{GitOptions, Repo, RunId as GitRunId};
 use grove::model::{self, Provider};
+use grove::run::backend::WorkerBackend;
 use grove::run::store::RunStore;
 use grove::run::{
     ModelChoice, ModelNames, Models, RunEnd, RunError, RunOptions, RunReport, TurnCaps,
@@ -117,6 +118,13 @@ pub struct RunArgs {
     /// Print one JSON object with the run's report on stdout at the end.
     #[arg(long)]
     pub json: bool,
+    /// Who does the workers' job: builtin (grove's own), claude, codex, gemini, aider, or
+    /// cmd:"COMMAND" (the brief in $GROVE_BRIEF and on stdin). Lead and reviewer stay grove's.
+    #[arg(long, value_name = "BACKEND", default_value = "builtin", value_parser = parse_worker_backend)]
+    pub worker_backend: WorkerBackend,
+    /// Wall-clock limit of one external worker CLI run, in seconds [default: 3600].
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub worker_timeout: Option<u64>,
 }
 
 /// Arguments of `grove resume`.
@@ -161,6 +169,11 @@ pub struct GcArgs {
     /// Delete archives whose commit is older than this many days.
     #[arg(long, value_name = "DAYS")]
     pub older_than: u64,
+}
+
+fn parse_worker_backend(text: &str) -> Result<WorkerBackend, String> {
+    text.parse()
+        .map_err(|error: grove::run::backend::BackendParseError| error.to_string())
 }
 
 fn parse_provider(text: &str) -> Result<Provider, String> {
@@ -238,6 +251,10 @@ async fn run(directory: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitC
     options.subagent_budget_tokens = args.subagent_budget_tokens;
     options.apply = !args.no_apply;
     options.keep_worktrees = args.keep_worktrees;
+    options.worker_backend = args.worker_backend.clone();
+    if let Some(seconds) = args.worker_timeout {
+        options.worker_backend_timeout_secs = seconds;
+    }
 
     let client = model::connect(args.provider)?;
     let model = args

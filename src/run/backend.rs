@@ -16,7 +16,7 @@
 //! (November 2026); the doc comments of [`WorkerBackend::argv`] and of each parser say
 //! what they are based on.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::fmt;
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -868,8 +868,8 @@ impl GeminiParser {
                 } else {
                     as_u64(&tokens["prompt"]).saturating_sub(cached)
                 };
-                ledger.steps += u32::try_from(as_u64(&model["api"]["totalRequests"]))
-                    .unwrap_or(u32::MAX);
+                ledger.steps +=
+                    u32::try_from(as_u64(&model["api"]["totalRequests"])).unwrap_or(u32::MAX);
                 ledger.input_tokens += input + as_u64(&tokens["tool"]);
                 ledger.cache_read_tokens += cached;
                 ledger.output_tokens += as_u64(&tokens["candidates"]) + as_u64(&tokens["thoughts"]);
@@ -877,7 +877,9 @@ impl GeminiParser {
             }
         }
         if let Some(error) = document.get("error").filter(|error| !error.is_null()) {
-            let message = error["message"].as_str().unwrap_or("gemini reported an error");
+            let message = error["message"]
+                .as_str()
+                .unwrap_or("gemini reported an error");
             report.error = Some(match error["type"].as_str() {
                 Some(kind) if !kind.is_empty() => format!("{kind}: {message}"),
                 _ => message.to_owned(),
@@ -919,9 +921,8 @@ impl TailText {
 /// write, 512 cache hit, 156 received.` (older releases: `Tokens: 1,234 sent, 56
 /// received.`), followed on the same line by `Cost: …`. Figures above 1000 are rounded
 /// by aider (`2.3k`, `12k`); grove records them as read (2300, 12000).
-static AIDER_TOKENS: LazyLock<Option<regex::Regex>> = LazyLock::new(|| {
-    regex::Regex::new(r"(?:^|\s)Tokens: (?P<parts>.*? received)\.").ok()
-});
+static AIDER_TOKENS: LazyLock<Option<regex::Regex>> =
+    LazyLock::new(|| regex::Regex::new(r"(?:^|\s)Tokens: (?P<parts>.*? received)\.").ok());
 static AIDER_PART: LazyLock<Option<regex::Regex>> = LazyLock::new(|| {
     regex::Regex::new(
         r"(?P<n>[0-9][0-9,]*(?:\.[0-9]+)?)(?P<unit>[kKmM]?) (?P<what>sent|received|cache write|cache hit)",
@@ -1019,9 +1020,7 @@ impl AiderParser {
     fn finish(self) -> CliReport {
         // Text after the last report is aider's own epilogue (or an answer whose report
         // never came, when it was cut short): used only when there is nothing else.
-        let final_message = self
-            .last_reply
-            .or_else(|| non_empty(self.block.join("\n")));
+        let final_message = self.last_reply.or_else(|| non_empty(self.block.join("\n")));
         CliReport {
             final_message,
             ledger: self.ledger,
@@ -1121,7 +1120,10 @@ fn file_tail(path: &Path, max: u64) -> String {
         return String::new();
     };
     let length = file.metadata().map(|meta| meta.len()).unwrap_or(0);
-    if file.seek(SeekFrom::Start(length.saturating_sub(max))).is_err() {
+    if file
+        .seek(SeekFrom::Start(length.saturating_sub(max)))
+        .is_err()
+    {
         return String::new();
     }
     let mut bytes = Vec::new();
@@ -1208,9 +1210,7 @@ impl CliInvocation {
         let override_var = self.backend.program_override_var();
         self.env
             .iter()
-            .find(|(name, value)| {
-                override_var.is_some_and(|var| name == var) && !value.is_empty()
-            })
+            .find(|(name, value)| override_var.is_some_and(|var| name == var) && !value.is_empty())
             .map(|(_, value)| value.clone())
             .or_else(|| self.backend.default_program().map(OsString::from))
             .unwrap_or_default()
@@ -1219,7 +1219,10 @@ impl CliInvocation {
     fn executor(&self) -> LocalExecutor {
         let mut executor = LocalExecutor::with_env(self.env.iter().cloned());
         for (name, value) in &self.env {
-            if name.to_str().is_some_and(|name| self.backend.passes_var(name)) {
+            if name
+                .to_str()
+                .is_some_and(|name| self.backend.passes_var(name))
+            {
                 executor = executor.with_var(name.clone(), value.clone());
             }
         }
@@ -1278,7 +1281,10 @@ impl CliInvocation {
     /// An `Err` means it could not be started or its output files could not be made;
     /// everything that happened after it started (a crash, a non-zero exit, garbage
     /// output, a timeout) is a [`CliOutcome`].
-    pub async fn run(&self, mut progress: impl FnMut(Progress)) -> Result<CliOutcome, BackendError> {
+    pub async fn run(
+        &self,
+        mut progress: impl FnMut(Progress),
+    ) -> Result<CliOutcome, BackendError> {
         for path in [&self.stdout_path, &self.stderr_path] {
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir).map_err(|source| BackendError::Io {
@@ -1332,6 +1338,13 @@ impl CliInvocation {
         follower.feed(&mut parser, true, &mut watch)?;
         let report = parser.finish();
         let _ = self.remove_new_scratch(&scratch_before);
+        // Output read only after the exit may show the budget spent all the same.
+        if over_budget.is_none()
+            && let Some(budget) = self.budget_tokens
+            && report.ledger.total_tokens() >= budget
+        {
+            over_budget = Some(report.ledger.total_tokens());
+        }
         let name = self.backend.name();
         let explain = |report: &CliReport| {
             let stderr = file_tail(&self.stderr_path, STDERR_TAIL_BYTES);
@@ -1345,14 +1358,13 @@ impl CliInvocation {
             tail_chars(&detail, REASON_CHARS)
         };
         let end = match result.outcome {
-            ExecOutcome::Cancelled => match over_budget {
-                Some(spent) => CliEnd::Failed(format!(
-                    "{name} was stopped: it reported {spent} tokens, over the subagent budget \
-                     of {}",
-                    self.budget_tokens.unwrap_or_default()
-                )),
-                None => CliEnd::Interrupted,
-            },
+            ExecOutcome::Cancelled if self.cancel.is_cancelled() => CliEnd::Interrupted,
+            _ if over_budget.is_some() => CliEnd::Failed(format!(
+                "{name} spent {} tokens, over the subagent budget of {}",
+                over_budget.unwrap_or_default(),
+                self.budget_tokens.unwrap_or_default()
+            )),
+            ExecOutcome::Cancelled => CliEnd::Interrupted,
             ExecOutcome::TimedOut => CliEnd::Failed(format!(
                 "{name} did not finish within {}s; its process group was killed",
                 self.timeout.as_secs()
@@ -1396,7 +1408,11 @@ impl CliInvocation {
 /// (the built-in worker's system prompt, or a user agent's), then the brief. On a rerun
 /// after an interrupt, a note says the earlier attempt's files are already there.
 pub fn cli_prompt(system: &str, brief: &str, rerun: bool) -> String {
-    let mut prompt = format!("{}\n\n# Your subtask\n\n{}", system.trim_end(), brief.trim());
+    let mut prompt = format!(
+        "{}\n\n# Your subtask\n\n{}",
+        system.trim_end(),
+        brief.trim()
+    );
     if rerun {
         prompt.push_str(
             "\n\n(An earlier attempt at this subtask was interrupted. Its changes so far are \
@@ -1423,11 +1439,58 @@ pub fn describe_end(backend: &WorkerBackend, outcome: &CliOutcome) -> String {
     }
 }
 
-/// `path` with `.suffix` appended to its file name.
-pub fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(OsStr::new(suffix));
-    PathBuf::from(name)
+/// Where one attempt of an external worker saves its raw stdout and stderr: beside its
+/// transcript (`S2-worker.json` → `S2-worker.claude.stdout`), numbered from the second
+/// attempt on (`S2-worker.claude-2.stdout`) so a rerun never overwrites the first.
+pub fn raw_output_paths(transcript: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let stem = transcript.with_extension("");
+    let at = |attempt: u32, stream: &str| {
+        let mut path = stem.clone().into_os_string();
+        if attempt > 1 {
+            path.push(format!(".{name}-{attempt}.{stream}"));
+        } else {
+            path.push(format!(".{name}.{stream}"));
+        }
+        PathBuf::from(path)
+    };
+    let attempt = (1..)
+        .find(|attempt| !at(*attempt, "stdout").exists())
+        .unwrap_or(1);
+    (at(attempt, "stdout"), at(attempt, "stderr"))
+}
+
+/// A note for the user when the CLI's output was not all readable, naming the raw file.
+pub fn output_note(backend: &WorkerBackend, outcome: &CliOutcome, raw: &Path) -> Option<String> {
+    let report = &outcome.report;
+    let structured = !matches!(
+        backend.output_format(),
+        OutputFormat::AiderText | OutputFormat::PlainText
+    );
+    let mut problems = Vec::new();
+    if report.unreadable_lines > 0 {
+        problems.push(format!(
+            "{} line(s) of its output were not {}",
+            report.unreadable_lines,
+            match backend.output_format() {
+                OutputFormat::GeminiJson => "its JSON result",
+                _ => "the JSON it should print",
+            }
+        ));
+    }
+    if structured && !report.complete && outcome.end != CliEnd::Interrupted {
+        problems.push("its output ended without its final result record".to_owned());
+    }
+    if !report.usage_reported && backend.output_format() != OutputFormat::PlainText {
+        problems.push("it reported no token usage (counted as 0)".to_owned());
+    }
+    (!problems.is_empty()).then(|| {
+        format!(
+            "{}: {}; raw output: {}",
+            backend.name(),
+            problems.join("; "),
+            raw.display()
+        )
+    })
 }
 
 #[cfg(test)]
@@ -1593,7 +1656,11 @@ mod tests {
                     {\"type\":\"turn.failed\",\"error\":{\"message\":\"exceeded retry limit, last status: 429\"}}\n";
         let report = parse_output(OutputFormat::CodexJsonl, text);
         assert_eq!(
-            (report.error.as_deref(), report.unreadable_lines, report.complete),
+            (
+                report.error.as_deref(),
+                report.unreadable_lines,
+                report.complete
+            ),
             (Some("exceeded retry limit, last status: 429"), 1, true)
         );
     }
@@ -1647,12 +1714,18 @@ mod tests {
     fn gemini_errors_and_garbage_are_reported() {
         let failed = r#"{"error":{"type":"ApiError","message":"Rate limit exceeded","code":429}}"#;
         assert_eq!(
-            parse_output(OutputFormat::GeminiJson, failed).error.as_deref(),
+            parse_output(OutputFormat::GeminiJson, failed)
+                .error
+                .as_deref(),
             Some("ApiError: Rate limit exceeded")
         );
         let garbage = parse_output(OutputFormat::GeminiJson, "oops\n{\"response\": \"cut");
         assert_eq!(
-            (garbage.complete, garbage.final_message, garbage.unreadable_lines),
+            (
+                garbage.complete,
+                garbage.final_message,
+                garbage.unreadable_lines
+            ),
             (false, None, 2)
         );
     }
@@ -1729,7 +1802,11 @@ Applied edit to src/a.txt
             "only the tail is kept: {} bytes",
             message.len()
         );
-        assert_eq!(report.ledger, Ledger::default(), "a command reports no usage");
+        assert_eq!(
+            report.ledger,
+            Ledger::default(),
+            "a command reports no usage"
+        );
     }
 
     #[test]
