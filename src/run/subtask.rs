@@ -521,10 +521,20 @@ impl Orchestrator {
                 Registry::new(),
             )
             .system;
-        let rerun = matches!(
-            self.repo.ref_target(&worktree.branch_ref()),
-            Ok(Some(tip)) if tip != self.base
-        );
+        // The CLI sees the whole tree at once: it must wait for the background checkout.
+        let ready = tokio::select! {
+            ready = worktree.ready() => ready
+                .map_err(|error| format!("the worktree could not be checked out: {error}")),
+            () = self.cancel.cancelled() => Err("interrupted before the worker started".into()),
+        };
+        if let Err(reason) = ready {
+            return WorkerEnd {
+                ledger: Ledger::default(),
+                checkpointed: Ok(()),
+                summary: Err(reason),
+            };
+        }
+        let rerun = worktree.start() != self.base;
         if rerun {
             self.note(format!(
                 "{label}: {name} starts again on the brief from the subtask's last \

@@ -1,6 +1,7 @@
 //! Integration test suites, one module per area.
 
 mod agent;
+mod backends;
 mod cli;
 mod demo;
 mod git;
