@@ -2,7 +2,8 @@
 //! archive, and the short result the lead gets back.
 //!
 //! This file owns what crosses between the agents of a subtask: the worker sees its
-//! brief (or a fork of the lead), the reviewer sees the brief, the diff and the rules —
+//! brief (or a fork of the lead; an external worker CLI, `--worker-backend`, sees its role
+//! prompt, the rules and the brief), the reviewer sees the brief, the diff and the rules —
 //! never the worker's messages — and the lead sees one bounded result. It must never
 //! merge a diff no reviewer approved, and never delete work that is not kept elsewhere.
 
@@ -511,6 +512,7 @@ impl Orchestrator {
             role: role.name.clone(),
             label: label.to_owned(),
         };
+        // The very system prompt a built-in worker would get: role and project rules.
         let system = self
             .spec(
                 agent.clone(),

@@ -528,6 +528,24 @@ async fn a_cli_over_the_subagent_budget_fails_its_subtask() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_cli_says_how_to_point_grove_at_it() {
+    let fixture = repo();
+    let clis = FakeClis::new();
+    let server = server().await;
+    let mut options = options(&fixture, &clis, WorkerBackend::Codex);
+    // Only the empty stand-in dir: no `codex` anywhere on PATH.
+    options.backend_env = Some(vec![("PATH".into(), clis.bin.clone().into_os_string())]);
+    let (report, _) = run(&fixture, &server, options).await;
+    let subtask = &report.subtasks[0];
+    assert_eq!(subtask.status, SubtaskOutcome::Failed, "{subtask:#?}");
+    let reason = subtask.reason.as_deref().unwrap_or_default();
+    assert!(
+        reason.starts_with("codex could not be started (exit status 127: not found); install it or set GROVE_CODEX_BIN to its path"),
+        "the reason says what to do: {reason}"
+    );
+}
+
 /// True once `pid` is gone or a zombie (waits up to 10 s for the kill to land).
 async fn process_ends(pid: i32) -> bool {
     for _ in 0..100 {
