@@ -141,10 +141,9 @@ impl fmt::Display for WorkerBackend {
     }
 }
 
-/// One argument of a CLI's argv: fixed text, or the value of a variable of its
-/// environment (so that briefs and paths never pass through shell quoting).
+/// One argument of a CLI's argv as written in the tables below.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arg {
+enum Arg {
     Literal(&'static str),
     Var(&'static str),
 }
@@ -230,8 +229,8 @@ impl WorkerBackend {
     /// asking, and is kept from committing; none is given a flag that lifts its own
     /// safety prompts for arbitrary shell commands:
     ///
-    /// - claude: `-p` (print mode) with `--output-format stream-json`, which needs
-    ///   `--verbose` in print mode; `--permission-mode acceptEdits` lets it edit files
+    /// - claude: `-p` (print mode, non-interactive; the prompt is the positional argument
+    ///   after it) with `--output-format stream-json`, which needs `--verbose` in print mode; `--permission-mode acceptEdits` lets it edit files
     ///   without a prompt while commands outside its allow-list are denied (print mode
     ///   cannot ask), so it cannot `git commit`; `--max-turns` caps its agentic turns.
     ///   Based on the Claude Code CLI reference and headless-mode docs.
@@ -252,7 +251,7 @@ impl WorkerBackend {
     ///   `--no-pretty --no-stream` make its output plain text; `--no-check-update`,
     ///   `--no-show-model-warnings` and `--no-analytics` keep it from asking or phoning
     ///   home. Based on `aider/args.py`.
-    pub fn argv(&self, max_turns: u32) -> Vec<ArgOwned> {
+    pub fn argv(&self, max_turns: u32) -> Vec<CliArg> {
         use Arg::{Literal as L, Var as V};
         let fixed: &[Arg] = match self {
             Self::Claude => &[
@@ -303,10 +302,10 @@ impl WorkerBackend {
             ],
             Self::Builtin | Self::Command(_) => &[],
         };
-        let mut argv: Vec<ArgOwned> = fixed.iter().map(|arg| ArgOwned::from(*arg)).collect();
+        let mut argv: Vec<CliArg> = fixed.iter().map(|arg| CliArg::from(*arg)).collect();
         if matches!(self, Self::Claude) {
-            argv.push(ArgOwned::Literal("--max-turns".into()));
-            argv.push(ArgOwned::Literal(max_turns.max(1).to_string()));
+            argv.push(CliArg::Literal("--max-turns".into()));
+            argv.push(CliArg::Literal(max_turns.max(1).to_string()));
         }
         argv
     }
@@ -364,14 +363,15 @@ impl WorkerBackend {
     }
 }
 
-/// [`Arg`] with owned literal text (for computed arguments such as turn caps).
+/// One argument of a CLI's argv: fixed text (quoted for the shell), or the value of a
+/// variable of its environment, so that briefs and paths never pass through quoting.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ArgOwned {
+pub enum CliArg {
     Literal(String),
     Var(&'static str),
 }
 
-impl From<Arg> for ArgOwned {
+impl From<Arg> for CliArg {
     fn from(arg: Arg) -> Self {
         match arg {
             Arg::Literal(text) => Self::Literal(text.to_owned()),
@@ -405,8 +405,8 @@ fn shell_command(backend: &WorkerBackend, max_turns: u32) -> String {
             let mut words = vec![format!("exec \"${PROGRAM_VAR}\"")];
             for arg in other.argv(max_turns) {
                 words.push(match arg {
-                    ArgOwned::Literal(text) => shell_quote(&text),
-                    ArgOwned::Var(name) => format!("\"${name}\""),
+                    CliArg::Literal(text) => shell_quote(&text),
+                    CliArg::Var(name) => format!("\"${name}\""),
                 });
             }
             words.push(redirect);

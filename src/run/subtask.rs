@@ -315,7 +315,8 @@ impl Orchestrator {
             self.builtin_worker(label, role, tools, start.messages, start.ledger, worktree)
                 .await
         } else {
-            self.external_worker(label, brief, role, worktree).await
+            self.external_worker(label, brief, role, start.ledger, worktree)
+                .await
         };
         report.worker_ledger = start.ledger;
         report.worker_ledger.add(&worker.ledger);
@@ -504,6 +505,7 @@ impl Orchestrator {
         label: &str,
         brief: &str,
         role: &RoleDef,
+        earlier: Ledger,
         worktree: &Worktree,
     ) -> WorkerEnd {
         let backend = self.options.worker_backend.clone();
@@ -619,29 +621,9 @@ impl Orchestrator {
             ledger,
             outcome: described,
         });
-        // The transcript keeps the ledger across a resume and shows what was asked and
-        // answered; the CLI's raw output is saved beside it.
-        let mut earlier = transcript::load(&transcript_path)
-            .ok()
-            .flatten()
-            .map(|saved| saved.ledger)
-            .unwrap_or_default();
-        earlier.add(&ledger);
-        let mut messages = vec![Message::user_text(prompt)];
-        if let Some(text) = final_message {
-            messages.push(Message {
-                role: Role::Assistant,
-                content: vec![ContentBlock::Text { text }],
-            });
-        }
-        let checkpointed = transcript::save(
-            &transcript_path,
-            &Transcript {
-                messages,
-                ledger: earlier,
-            },
-        )
-        .map_err(|error| format!("cannot save the transcript: {error}"));
+        let mut total = earlier;
+        total.add(&ledger);
+        let checkpointed = save_cli_transcript(&transcript_path, prompt, final_message, total);
         WorkerEnd {
             ledger,
             checkpointed,
@@ -805,6 +787,25 @@ impl Drop for SettleOnDrop {
     fn drop(&mut self) {
         self.0.settle(self.1);
     }
+}
+
+/// Saves an external worker's transcript: what it was asked, what it answered, and the
+/// ledger of every attempt so far (so a resume keeps counting from there).
+fn save_cli_transcript(
+    path: &std::path::Path,
+    prompt: String,
+    final_message: Option<String>,
+    ledger: Ledger,
+) -> Result<(), String> {
+    let mut messages = vec![Message::user_text(prompt)];
+    if let Some(text) = final_message {
+        messages.push(Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::Text { text }],
+        });
+    }
+    transcript::save(path, &Transcript { messages, ledger })
+        .map_err(|error| format!("cannot save the transcript: {error}"))
 }
 
 fn empty_report(label: &str, brief: &str, branch: String) -> SubtaskReport {
