@@ -630,16 +630,28 @@ echo "RESUMED-FINAL: finished on the second attempt"
         "Ctrl-C kills the CLI's process group"
     );
 
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let resumed = grove::run::resume(
         &fixture.repo,
         &interrupted.run_id,
         fixture.options(),
         |_| Ok(models(&server)),
-        EventSink::discard(),
+        EventSink::new(tx),
         CancellationToken::new(),
     )
     .await
     .unwrap();
+    let mut events = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        events.push(event);
+    }
+    let notes = notes(&events);
+    assert!(
+        notes.iter().any(|note| note
+            == "S1: cmd starts again on the brief from the subtask's last checkpoint (a CLI's \
+                own conversation is not resumed)"),
+        "the user is told the CLI starts over: {notes:#?}"
+    );
     assert_eq!(
         (resumed.status, statuses(&resumed)),
         (
