@@ -526,6 +526,26 @@ pub enum BackendError {
     Exec(#[from] ExecError),
 }
 
+/// The environment external worker CLIs start from. Its `Debug` shows the names only:
+/// the values are credentials.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct BackendEnv(pub Vec<(OsString, OsString)>);
+
+impl BackendEnv {
+    /// This process's environment.
+    pub fn from_process() -> Self {
+        Self(std::env::vars_os().collect())
+    }
+}
+
+impl fmt::Debug for BackendEnv {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(name, _)| name))
+            .finish()
+    }
+}
+
 /// One run of a worker CLI.
 #[derive(Debug, Clone)]
 pub struct CliInvocation {
@@ -539,7 +559,7 @@ pub struct CliInvocation {
     pub stderr_path: PathBuf,
     /// The environment grove started from; the CLI gets its scrubbed part plus its own
     /// variables ([`WorkerBackend::passes_var`]).
-    pub env: Vec<(OsString, OsString)>,
+    pub env: BackendEnv,
     pub timeout: Duration,
     /// Passed to claude's `--max-turns`.
     pub max_turns: u32,
@@ -574,6 +594,7 @@ impl CliInvocation {
     fn program(&self) -> OsString {
         let override_var = self.backend.program_override_var();
         self.env
+            .0
             .iter()
             .find(|(name, value)| override_var.is_some_and(|var| name == var) && !value.is_empty())
             .map(|(_, value)| value.clone())
@@ -582,8 +603,8 @@ impl CliInvocation {
     }
 
     fn executor(&self) -> LocalExecutor {
-        let mut executor = LocalExecutor::with_env(self.env.iter().cloned());
-        for (name, value) in &self.env {
+        let mut executor = LocalExecutor::with_env(self.env.0.iter().cloned());
+        for (name, value) in &self.env.0 {
             if name
                 .to_str()
                 .is_some_and(|name| self.backend.passes_var(name))

@@ -1,6 +1,5 @@
 //! What a run is asked to do and with which models.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -8,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::git::GitOptions;
 use crate::model::Model;
-use crate::run::backend::WorkerBackend;
+use crate::run::backend::{BackendEnv, WorkerBackend};
 
 /// Turn caps per role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,7 +73,7 @@ pub struct RunOptions {
     /// The environment external worker CLIs start from; `None` is grove's own. Each CLI
     /// gets the scrubbed part of it plus its own credentials. Never journaled.
     #[serde(skip)]
-    pub backend_env: Option<Vec<(OsString, OsString)>>,
+    pub backend_env: Option<BackendEnv>,
 }
 
 impl RunOptions {

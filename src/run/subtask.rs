@@ -20,7 +20,7 @@ use crate::agent::{
 use crate::event::{AgentId, Event};
 use crate::git::{BranchDiff, DiffStat, GitError, MergeOutcome, Worktree};
 use crate::model::{ContentBlock, Message, Role};
-use crate::run::backend::{self, CliEnd, CliInvocation, Progress};
+use crate::run::backend::{self, BackendEnv, CliEnd, CliInvocation, Progress};
 use crate::run::gate::gate_registry;
 use crate::run::journal::{ContextMode, Entry, SubtaskOutcome, VerdictKind};
 use crate::run::orchestrator::{AgentObserver, Orchestrator, lock};
@@ -558,7 +558,7 @@ impl Orchestrator {
                 .options
                 .backend_env
                 .clone()
-                .unwrap_or_else(|| std::env::vars_os().collect()),
+                .unwrap_or_else(BackendEnv::from_process),
             timeout: Duration::from_secs(self.options.worker_backend_timeout_secs.max(1)),
             max_turns: role.max_turns.unwrap_or(self.options.max_turns.worker),
             budget_tokens: self.options.subagent_budget_tokens,

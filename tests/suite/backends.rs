@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use grove::agent::Ledger;
 use grove::event::{Event, EventSink};
 use grove::model::Provider;
-use grove::run::backend::WorkerBackend;
+use grove::run::backend::{BackendEnv, WorkerBackend};
 use grove::run::journal::{SubtaskOutcome, VerdictKind};
 use grove::run::{ModelChoice, Models, RunEnd, RunOptions, RunReport};
 
@@ -94,7 +94,7 @@ fn options(fixture: &GitFixture, clis: &FakeClis, backend: WorkerBackend) -> Run
         jobs: 2,
         git: fixture.options(),
         worker_backend: backend,
-        backend_env: Some(clis.env(&fixture.home())),
+        backend_env: Some(BackendEnv(clis.env(&fixture.home()))),
         ..RunOptions::new("USER-TASK: make a shout")
     }
 }
@@ -535,7 +535,10 @@ async fn a_missing_cli_says_how_to_point_grove_at_it() {
     let server = server().await;
     let mut options = options(&fixture, &clis, WorkerBackend::Codex);
     // Only the empty stand-in dir: no `codex` anywhere on PATH.
-    options.backend_env = Some(vec![("PATH".into(), clis.bin.clone().into_os_string())]);
+    options.backend_env = Some(BackendEnv(vec![(
+        "PATH".into(),
+        clis.bin.clone().into_os_string(),
+    )]));
     let (report, _) = run(&fixture, &server, options).await;
     let subtask = &report.subtasks[0];
     assert_eq!(subtask.status, SubtaskOutcome::Failed, "{subtask:#?}");
@@ -684,7 +687,10 @@ echo "RESUMED-FINAL: finished on the second attempt"
 fn the_backend_is_journaled_with_the_options_and_old_journals_read_as_builtin() {
     let options = RunOptions {
         worker_backend: WorkerBackend::Command("./agent.sh".into()),
-        backend_env: Some(vec![("ANTHROPIC_API_KEY".into(), "secret".into())]),
+        backend_env: Some(BackendEnv(vec![(
+            "ANTHROPIC_API_KEY".into(),
+            "secret".into(),
+        )])),
         ..RunOptions::new("task")
     };
     let journaled = serde_json::to_value(&options).unwrap();
@@ -698,6 +704,11 @@ fn the_backend_is_journaled_with_the_options_and_old_journals_read_as_builtin() 
     assert!(
         !journaled.to_string().contains("secret"),
         "the CLI environment is never journaled"
+    );
+    assert!(
+        !format!("{options:?}").contains("secret")
+            && format!("{options:?}").contains("ANTHROPIC_API_KEY"),
+        "debug output names the variables, never their values"
     );
     let old: RunOptions = serde_json::from_value(json!({ "task": "old run" })).unwrap();
     assert_eq!(
