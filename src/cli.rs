@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use grove::event::EventSink;
 use grove::git::{GitOptions, Repo, RunId as GitRunId};
 use grove::model::{self, Provider};
+use grove::run::backend::WorkerBackend;
 use grove::run::config::{ProjectConfig, RoleValues, RunSettings};
 use grove::run::store::RunStore;
 use grove::run::{ModelChoice, ModelNames, Models, RunEnd, RunError, RunReport};
@@ -173,6 +174,13 @@ pub struct RunArgs {
     /// no worktree, branch or run is created.
     #[arg(long)]
     pub dry_run: bool,
+    /// Who does the workers' job: builtin (grove's own), claude, codex, gemini, aider, or
+    /// cmd:"COMMAND" (the brief in $GROVE_BRIEF and on stdin). Lead and reviewer stay grove's.
+    #[arg(long, value_name = "BACKEND", default_value = "builtin", value_parser = parse_worker_backend)]
+    pub worker_backend: WorkerBackend,
+    /// Wall-clock limit of one external worker CLI run, in seconds [default: 3600].
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub worker_timeout: Option<u64>,
 }
 
 /// Arguments of `grove resume`.
@@ -217,6 +225,11 @@ pub struct GcArgs {
     /// Delete archives whose commit is older than this many days.
     #[arg(long, value_name = "DAYS")]
     pub older_than: u64,
+}
+
+fn parse_worker_backend(text: &str) -> Result<WorkerBackend, String> {
+    text.parse()
+        .map_err(|error: grove::run::backend::BackendParseError| error.to_string())
 }
 
 fn parse_provider(text: &str) -> Result<Provider, String> {
@@ -316,6 +329,10 @@ async fn run(directory: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitC
     let resolved = settings.resolve(args.task.clone());
     let mut options = resolved.options;
     options.keep_worktrees = args.keep_worktrees;
+    options.worker_backend = args.worker_backend.clone();
+    if let Some(seconds) = args.worker_timeout {
+        options.worker_backend_timeout_secs = seconds;
+    }
 
     let client = model::connect(resolved.provider)?;
     let choice = |name: &str| ModelChoice {

@@ -1,6 +1,7 @@
 //! Integration test suites, one module per area.
 
 mod agent;
+mod backends;
 pub(crate) mod cli;
 mod config;
 mod demo;
