@@ -399,6 +399,15 @@ fn parse_line(line: &[u8]) -> Result<Record, String> {
     serde_json::from_slice(line).map_err(|e| e.to_string())
 }
 
+/// Whether an append waits for the record to reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync before returning: the record survives a machine crash.
+    Synced,
+    /// No fsync: the record reaches the disk with the next synced append.
+    Buffered,
+}
+
 /// An open journal that records are appended to.
 #[derive(Debug)]
 pub struct Journal {
@@ -474,6 +483,18 @@ impl Journal {
     /// durable. On failure the partial line is cut off again, so the journal stays
     /// readable; if even that fails, every later append is refused.
     pub fn append(&mut self, record: &Record) -> Result<(), JournalError> {
+        self.append_with(record, Durability::Synced)
+    }
+
+    /// Appends `record`, fsyncing it only when `durability` says so. An unsynced record
+    /// survives a crash of the process (it is in the kernel's cache) and becomes durable
+    /// with the next synced one; only a crash of the machine can lose it, so it must be a
+    /// record whose loss errs on the safe side.
+    pub fn append_with(
+        &mut self,
+        record: &Record,
+        durability: Durability,
+    ) -> Result<(), JournalError> {
         if self.poisoned {
             return Err(JournalError::Poisoned {
                 path: self.path.clone(),
@@ -485,10 +506,10 @@ impl Journal {
             source,
         })?;
         line.push(b'\n');
-        let written = self
-            .file
-            .write_all(&line)
-            .and_then(|()| self.file.sync_data());
+        let written = self.file.write_all(&line).and_then(|()| match durability {
+            Durability::Synced => self.file.sync_data(),
+            Durability::Buffered => Ok(()),
+        });
         if let Err(source) = written {
             if self.file.set_len(self.durable_len).is_err() {
                 self.poisoned = true;
