@@ -47,6 +47,8 @@ pub const LEAD_LABEL: &str = "lead";
 /// The lead reads the repository from its own worktree, numbered 0, so that it sees the
 /// base commit (not the user's uncommitted or ignored files, such as `.env`).
 const LEAD_WORKTREE: u32 = 0;
+/// The longest a finished subtask's worktree cleanup waits for the others to settle.
+const CLEANUP_HOLD: std::time::Duration = std::time::Duration::from_secs(30);
 /// At most this many worktrees are registered ahead of the lead's delegations.
 const MAX_PREPARED_WORKTREES: u32 = 8;
 
@@ -385,6 +387,29 @@ impl Orchestrator {
                 () = self.cancel.cancelled() => return false,
             }
         }
+    }
+
+    /// Waits until every subtask delegated so far is settled (or the run is cancelled, or
+    /// a while has passed): worktree cleanups wait for it, so their git processes do not
+    /// compete with the merges that the lead is waiting for.
+    pub(crate) async fn all_settled(&self) {
+        let wait = async {
+            loop {
+                let notified = self.settled_changed.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                let delegated = self.next_subtask.load(Ordering::Relaxed);
+                if (1..delegated).all(|k| lock(&self.settled).contains(&k)) {
+                    return;
+                }
+                tokio::select! {
+                    () = notified => {}
+                    () = self.cancel.cancelled() => return,
+                }
+            }
+        };
+        // A cleanup is never held back for long, whatever happens to the other subtasks.
+        let _ = tokio::time::timeout(CLEANUP_HOLD, wait).await;
     }
 
     /// Stops the whole run in a resumable state: the model API failed past its retries

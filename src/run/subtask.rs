@@ -755,7 +755,7 @@ impl Orchestrator {
 
     /// Archives what is not merged, removes the worktree, journals the end.
     async fn close_subtask(
-        &self,
+        self: &Arc<Self>,
         mut report: SubtaskReport,
         n: u32,
         worktree: Option<&Worktree>,
@@ -783,7 +783,9 @@ impl Orchestrator {
             let events = self.events.clone();
             let worktree = worktree.cloned();
             let id = report.id.clone();
+            let orchestrator = Arc::clone(self);
             self.tasks.spawn(async move {
+                orchestrator.all_settled().await;
                 let note = |message: String| events.emit(Event::Note { message });
                 if let Some(worktree) = worktree
                     && let Err(error) = repo.remove_worktree(&worktree).await
