@@ -117,6 +117,13 @@ pub struct RunArgs {
     /// Print one JSON object with the run's report on stdout at the end.
     #[arg(long)]
     pub json: bool,
+    /// Confine workers' shell commands in the kernel sandbox (on), or run them with your
+    /// full rights (off: loud, and recorded in the run's journal).
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = clap::builder::ValueParser::new(|text: &str| text.parse::<grove::tools::sandbox::SandboxMode>()))]
+    pub sandbox: grove::tools::sandbox::SandboxMode,
+    /// Let sandboxed shell commands use the network (the rest of the sandbox holds).
+    #[arg(long)]
+    pub allow_network: bool,
 }
 
 /// Arguments of `grove resume`.
@@ -238,6 +245,8 @@ async fn run(directory: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitC
     options.subagent_budget_tokens = args.subagent_budget_tokens;
     options.apply = !args.no_apply;
     options.keep_worktrees = args.keep_worktrees;
+    options.sandbox = args.sandbox;
+    options.allow_network = args.allow_network;
 
     let client = model::connect(args.provider)?;
     let model = args

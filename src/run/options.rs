@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::git::GitOptions;
 use crate::model::Model;
+use crate::tools::sandbox::{CommandHost, SandboxMode};
 
 /// Turn caps per role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +61,15 @@ pub struct RunOptions {
     /// How grove runs git (program, identity, extra environment for sealed tests).
     #[serde(skip)]
     pub git: GitOptions,
+    /// Whether workers' shell commands run in the kernel sandbox (`--sandbox`).
+    #[serde(default)]
+    pub sandbox: SandboxMode,
+    /// Let sandboxed commands open internet sockets (`--allow-network`).
+    #[serde(default)]
+    pub allow_network: bool,
+    /// Where workers' commands start: the launcher binary and their environment.
+    #[serde(skip)]
+    pub commands: CommandHost,
 }
 
 impl RunOptions {
@@ -80,6 +90,9 @@ impl RunOptions {
             max_review_patch_bytes: 60_000,
             model_names: ModelNames::default(),
             git: GitOptions::default(),
+            sandbox: SandboxMode::On,
+            allow_network: false,
+            commands: CommandHost::default(),
         }
     }
 }

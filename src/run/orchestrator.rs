@@ -38,7 +38,8 @@ use crate::run::state::{RunState, SubtaskStatus};
 use crate::run::store::{ActiveRun, RunId, RunStart, RunStore, StoreError};
 use crate::run::subtask::{self, DelegateRequest};
 use crate::run::transcript::{self, Transcript};
-use crate::tools::{self, Registry, ToolContext, ToolSet};
+use crate::tools::sandbox::{self, SandboxError, SandboxMode, SandboxPolicy, SandboxedExecutor};
+use crate::tools::{self, CommandExecutor, LocalExecutor, Registry, ToolContext, ToolSet};
 
 /// The label of the lead in events, ledgers, transcripts and the journal.
 pub const LEAD_LABEL: &str = "lead";
@@ -71,6 +72,50 @@ pub enum RunError {
     Lock(#[from] LockError),
     #[error("run journal: {0}")]
     Store(#[from] StoreError),
+    /// Not retried: this system cannot confine workers' commands; the message says how to
+    /// proceed (a capable kernel, or `--sandbox off`).
+    #[error("{}", sandbox::refusal_advice(.0))]
+    Sandbox(#[source] SandboxError),
+}
+
+/// The executor workers' `bash` runs through, as the options say: the sandbox, checked to
+/// work before anything starts, or (loudly) none.
+fn command_executor(
+    options: &RunOptions,
+    events: &EventSink,
+) -> Result<Arc<dyn CommandExecutor>, RunError> {
+    let env = options.commands.env();
+    match options.sandbox {
+        SandboxMode::On => {
+            let launcher = options
+                .commands
+                .launcher_path()
+                .map_err(RunError::Sandbox)?;
+            sandbox::probe(&launcher).map_err(RunError::Sandbox)?;
+            let policy = SandboxPolicy {
+                allow_network: options.allow_network,
+                ..SandboxPolicy::default()
+            };
+            if options.allow_network {
+                events.emit(Event::Note {
+                    message: "the network is open to workers' shell commands \
+                              (--allow-network); the rest of the sandbox holds"
+                        .into(),
+                });
+            }
+            Ok(Arc::new(SandboxedExecutor::new(launcher, policy, env)))
+        }
+        SandboxMode::Off => {
+            events.emit(Event::Note {
+                message: "WARNING: --sandbox off: workers' shell commands run UNCONFINED, \
+                          with your full rights: they can read your secrets (~/.ssh, ~/.aws, \
+                          ...), write anywhere you can, use the network and leave processes \
+                          behind. This choice is recorded in the run's journal."
+                    .into(),
+            });
+            Ok(Arc::new(LocalExecutor::with_env(env)))
+        }
+    }
 }
 
 /// Runs `options.task` in the repository at `repo_path` and returns its report.
@@ -88,6 +133,7 @@ pub async fn run(
     let head = repo.head()?;
     let branch = head.branch.ok_or(RunError::DetachedHead)?;
     let base = head.commit.ok_or(RunError::UnbornHead)?;
+    let executor = command_executor(&options, &events)?;
 
     let store = RunStore::new(repo.common_dir());
     let run_id = store.new_run_id();
@@ -106,7 +152,7 @@ pub async fn run(
         },
     )?;
     let orchestrator = Orchestrator::new(
-        repo, &run_id, base, branch, options, models, events, cancel, active,
+        repo, &run_id, base, branch, options, models, events, cancel, active, executor,
     )?;
     let report = orchestrator.execute(None).await;
     drop(lock);
@@ -142,6 +188,7 @@ pub async fn resume(
     let mut options: RunOptions = serde_json::from_value(state.options.clone())
         .map_err(|error| not_resumable(format!("its options cannot be read: {error}")))?;
     options.git = git;
+    let executor = command_executor(&options, &events)?;
     let models = models(&state)?;
     for call in &state.interrupted_tool_calls {
         events.emit(Event::Note {
@@ -161,6 +208,7 @@ pub async fn resume(
         events,
         cancel,
         active,
+        executor,
     )?;
     let report = orchestrator.execute(Some(state)).await;
     drop(lock);
@@ -208,6 +256,8 @@ pub(crate) struct Orchestrator {
     /// Subtask numbers whose outcome is settled; approved subtasks merge in number order.
     settled: Mutex<BTreeSet<u32>>,
     settled_changed: Notify,
+    /// How workers' `bash` commands run (the sandbox, unless the run turned it off).
+    pub(crate) executor: Arc<dyn CommandExecutor>,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -245,6 +295,7 @@ impl Orchestrator {
         events: EventSink,
         cancel: CancellationToken,
         active: ActiveRun,
+        executor: Arc<dyn CommandExecutor>,
     ) -> Result<Arc<Self>, RunError> {
         let run = GitRunId::new(run_id.as_str())?;
         let user_root = repo
@@ -277,6 +328,7 @@ impl Orchestrator {
             pause_reason: Mutex::new(None),
             settled: Mutex::new(BTreeSet::new()),
             settled_changed: Notify::new(),
+            executor,
         }))
     }
 

@@ -126,6 +126,9 @@ pub struct ExecResult {
     pub total_bytes: u64,
     /// True when reading stopped because a process outside the group held the pipe open.
     pub output_abandoned: bool,
+    /// What the executor itself has to tell the model about this run (e.g. that it undid
+    /// a change the command made to something it must not change), one line each.
+    pub notes: Vec<String>,
 }
 
 impl ExecResult {
@@ -181,6 +184,11 @@ pub enum ExecError {
     /// Reading the command's output failed. Not retried.
     #[error("reading the command's output failed: {0}")]
     Read(#[source] std::io::Error),
+    /// The sandbox refused to run the command because it could not confine it (see
+    /// [`super::sandbox`]); nothing of the command ran. Not retried: the system will not
+    /// change its mind.
+    #[error("the sandbox refused to run the command: {reason}")]
+    Sandbox { reason: String },
 }
 
 /// Runs commands somewhere: this machine today, a sandbox or a remote pod later.
@@ -242,7 +250,7 @@ impl LocalExecutor {
     }
 }
 
-fn default_shell() -> PathBuf {
+pub(crate) fn default_shell() -> PathBuf {
     ["/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash"]
         .iter()
         .map(PathBuf::from)
@@ -338,102 +346,117 @@ impl Collector {
 #[async_trait]
 impl CommandExecutor for LocalExecutor {
     async fn execute(&self, request: ExecRequest) -> Result<ExecResult, ExecError> {
-        let (reader, writer) = std::io::pipe().map_err(ExecError::Pipe)?;
-        let writer_for_stderr = writer.try_clone().map_err(ExecError::Pipe)?;
-        let mut reader =
-            pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(ExecError::Pipe)?;
+        let args = [OsString::from("-c"), OsString::from(&request.command)];
+        run_in_process_group(&self.shell, &args, &self.env, &request).await
+    }
+}
 
-        let mut command = tokio::process::Command::new(&self.shell);
-        command
-            .arg("-c")
-            .arg(&request.command)
-            .current_dir(&request.cwd)
-            .env_clear()
-            .envs(self.env.iter().map(|(name, value)| (name, value)))
-            .stdin(Stdio::null())
-            .stdout(writer)
-            .stderr(writer_for_stderr)
-            .process_group(0)
-            .kill_on_drop(true);
-        let spawned = command.spawn();
-        // The command holds our copies of the pipe's write end; drop them so the pipe
-        // reaches EOF once the command's processes are gone.
-        drop(command);
-        let mut child = spawned.map_err(|source| ExecError::Spawn {
-            shell: self.shell.clone(),
-            cwd: request.cwd.clone(),
-            source,
-        })?;
-        let mut killer = GroupKiller {
-            group: child
-                .id()
-                .and_then(|id| i32::try_from(id).ok())
-                .map(Pid::from_raw),
-        };
+/// Runs `program args…` for `request` in a process group of its own, with `env` only,
+/// stdin from /dev/null and stdout + stderr merged into one capped capture; the group is
+/// killed when the command ends, times out, is cancelled, or this future is dropped.
+pub(crate) async fn run_in_process_group(
+    program: &Path,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+    request: &ExecRequest,
+) -> Result<ExecResult, ExecError> {
+    let (reader, writer) = std::io::pipe().map_err(ExecError::Pipe)?;
+    let writer_for_stderr = writer.try_clone().map_err(ExecError::Pipe)?;
+    let mut reader =
+        pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(ExecError::Pipe)?;
 
-        let mut collector = Collector::new(request.output_cap);
-        let mut buffer = vec![0u8; 64 * 1024];
-        let deadline = tokio::time::sleep(request.timeout);
-        tokio::pin!(deadline);
-        let mut eof = false;
-        let outcome = loop {
-            tokio::select! {
-                status = child.wait() => {
-                    let status = status.map_err(ExecError::Wait)?;
-                    break match (status.code(), status.signal()) {
-                        (Some(code), _) => ExecOutcome::Exited(code),
-                        (None, Some(signal)) => ExecOutcome::Signalled(signal),
-                        (None, None) => ExecOutcome::Signalled(0),
-                    };
-                }
-                read = reader.read(&mut buffer), if !eof => {
-                    match read.map_err(ExecError::Read)? {
-                        0 => eof = true,
-                        n => collector.push(&buffer[..n]),
-                    }
-                }
-                () = &mut deadline => {
-                    killer.kill();
-                    child.wait().await.map_err(ExecError::Wait)?;
-                    break ExecOutcome::TimedOut;
-                }
-                () = request.cancel.cancelled() => {
-                    killer.kill();
-                    child.wait().await.map_err(ExecError::Wait)?;
-                    break ExecOutcome::Cancelled;
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(args)
+        .current_dir(&request.cwd)
+        .env_clear()
+        .envs(env.iter().map(|(name, value)| (name, value)))
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(writer_for_stderr)
+        .process_group(0)
+        .kill_on_drop(true);
+    let spawned = command.spawn();
+    // The command holds our copies of the pipe's write end; drop them so the pipe
+    // reaches EOF once the command's processes are gone.
+    drop(command);
+    let mut child = spawned.map_err(|source| ExecError::Spawn {
+        shell: program.to_path_buf(),
+        cwd: request.cwd.clone(),
+        source,
+    })?;
+    let mut killer = GroupKiller {
+        group: child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .map(Pid::from_raw),
+    };
+
+    let mut collector = Collector::new(request.output_cap);
+    let mut buffer = vec![0u8; 64 * 1024];
+    let deadline = tokio::time::sleep(request.timeout);
+    tokio::pin!(deadline);
+    let mut eof = false;
+    let outcome = loop {
+        tokio::select! {
+            status = child.wait() => {
+                let status = status.map_err(ExecError::Wait)?;
+                break match (status.code(), status.signal()) {
+                    (Some(code), _) => ExecOutcome::Exited(code),
+                    (None, Some(signal)) => ExecOutcome::Signalled(signal),
+                    (None, None) => ExecOutcome::Signalled(0),
+                };
+            }
+            read = reader.read(&mut buffer), if !eof => {
+                match read.map_err(ExecError::Read)? {
+                    0 => eof = true,
+                    n => collector.push(&buffer[..n]),
                 }
             }
-        };
-        // Background children of a finished command would hold the pipe open forever.
-        // The leader is reaped by now, but while any member lives the group id cannot be
-        // reused, and with no member left the kill finds nothing (ESRCH).
-        killer.kill();
-
-        let mut output_abandoned = false;
-        if !eof {
-            let drain = async {
-                loop {
-                    match reader.read(&mut buffer).await {
-                        Ok(0) => return Ok(()),
-                        Ok(n) => collector.push(&buffer[..n]),
-                        Err(err) => return Err(err),
-                    }
-                }
-            };
-            match tokio::time::timeout(DRAIN_GRACE, drain).await {
-                Ok(read) => read.map_err(ExecError::Read)?,
-                Err(_) => output_abandoned = true,
+            () = &mut deadline => {
+                killer.kill();
+                child.wait().await.map_err(ExecError::Wait)?;
+                break ExecOutcome::TimedOut;
+            }
+            () = request.cancel.cancelled() => {
+                killer.kill();
+                child.wait().await.map_err(ExecError::Wait)?;
+                break ExecOutcome::Cancelled;
             }
         }
+    };
+    // Background children of a finished command would hold the pipe open forever.
+    // The leader is reaped by now, but while any member lives the group id cannot be
+    // reused, and with no member left the kill finds nothing (ESRCH).
+    // One SIGKILL to a group reaches every member, a process being forked at that
+    // moment included, so a fork bomb dies with it.
+    killer.kill();
 
-        Ok(ExecResult {
-            outcome,
-            head: collector.head,
-            tail: collector.tail.into_iter().collect(),
-            total_bytes: collector.total,
-            output_abandoned,
-        })
+    let mut output_abandoned = false;
+    if !eof {
+        let drain = async {
+            loop {
+                match reader.read(&mut buffer).await {
+                    Ok(0) => return Ok(()),
+                    Ok(n) => collector.push(&buffer[..n]),
+                    Err(err) => return Err(err),
+                }
+            }
+        };
+        match tokio::time::timeout(DRAIN_GRACE, drain).await {
+            Ok(read) => read.map_err(ExecError::Read)?,
+            Err(_) => output_abandoned = true,
+        }
     }
+
+    Ok(ExecResult {
+        outcome,
+        head: collector.head,
+        tail: collector.tail.into_iter().collect(),
+        total_bytes: collector.total,
+        output_abandoned,
+        notes: Vec::new(),
+    })
 }
 
 #[cfg(test)]
@@ -525,6 +548,7 @@ mod tests {
             tail: word[2..].to_vec(),
             total_bytes: word.len() as u64,
             output_abandoned: false,
+            notes: Vec::new(),
         };
         assert_eq!(
             result.output_text(),
@@ -541,6 +565,7 @@ mod tests {
             tail: b"end\n".to_vec(),
             total_bytes: 100,
             output_abandoned: false,
+            notes: Vec::new(),
         };
         assert_eq!(
             result.output_text(),
