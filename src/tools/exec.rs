@@ -291,17 +291,71 @@ struct GroupKiller {
 }
 
 impl GroupKiller {
-    fn kill(&mut self) {
-        if let Some(group) = self.group.take() {
-            // ESRCH (nothing left in the group) is the normal case after a clean exit.
-            let _ = killpg(group, Signal::SIGKILL);
+    /// Sends SIGKILL to the group; true when it still had members (ESRCH, nothing left,
+    /// is the normal case after a clean exit).
+    fn kill(&mut self) -> bool {
+        match self.group.take() {
+            Some(group) => killpg(group, Signal::SIGKILL).is_ok(),
+            None => false,
         }
     }
 }
 
+/// How long [`wait_until_group_is_dead`] waits for killed processes to finish dying.
+const DEATH_WAIT: Duration = Duration::from_secs(2);
+
+/// Waits until no member of the killed process group `group` is still running (zombies
+/// waiting for a reaper count as dead), killing again meanwhile, so that a command is
+/// reported finished only once nothing of it runs. SIGKILL reaches every member at once,
+/// a process being forked included, but a loaded machine may take a moment to run each
+/// one's exit.
+async fn wait_until_group_is_dead(group: Pid) {
+    let deadline = tokio::time::Instant::now() + DEATH_WAIT;
+    while group_has_running_member(group) && tokio::time::Instant::now() < deadline {
+        let _ = killpg(group, Signal::SIGKILL);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// True when a process of group `group` is alive and not a zombie (Linux: from /proc).
+#[cfg(target_os = "linux")]
+fn group_has_running_member(group: Pid) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    let group = group.as_raw().to_string();
+    entries.flatten().any(|entry| {
+        let is_pid = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|name| name.bytes().all(|b| b.is_ascii_digit()));
+        if !is_pid {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            return false;
+        };
+        // After the `(comm)` field: state, ppid, pgrp.
+        let mut fields = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or_default()
+            .split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1);
+        state != Some("Z") && pgrp == Some(group.as_str())
+    })
+}
+
+/// Without /proc, a killed group is taken at its word.
+#[cfg(not(target_os = "linux"))]
+fn group_has_running_member(_group: Pid) -> bool {
+    false
+}
+
 impl Drop for GroupKiller {
     fn drop(&mut self) {
-        self.kill();
+        let _ = self.kill();
     }
 }
 
@@ -385,12 +439,11 @@ pub(crate) async fn run_in_process_group(
         cwd: request.cwd.clone(),
         source,
     })?;
-    let mut killer = GroupKiller {
-        group: child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .map(Pid::from_raw),
-    };
+    let group = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+    let mut killer = GroupKiller { group };
 
     let mut collector = Collector::new(request.output_cap);
     let mut buffer = vec![0u8; 64 * 1024];
@@ -414,12 +467,12 @@ pub(crate) async fn run_in_process_group(
                 }
             }
             () = &mut deadline => {
-                killer.kill();
+                let _ = killer.kill();
                 child.wait().await.map_err(ExecError::Wait)?;
                 break ExecOutcome::TimedOut;
             }
             () = request.cancel.cancelled() => {
-                killer.kill();
+                let _ = killer.kill();
                 child.wait().await.map_err(ExecError::Wait)?;
                 break ExecOutcome::Cancelled;
             }
@@ -428,9 +481,14 @@ pub(crate) async fn run_in_process_group(
     // Background children of a finished command would hold the pipe open forever.
     // The leader is reaped by now, but while any member lives the group id cannot be
     // reused, and with no member left the kill finds nothing (ESRCH).
-    // One SIGKILL to a group reaches every member, a process being forked at that
-    // moment included, so a fork bomb dies with it.
-    killer.kill();
+    // After a timeout or cancel the group was killed above; a finished command's group
+    // may still hold background processes.
+    let had_members = killer.kill();
+    if let Some(group) = group
+        && (had_members || matches!(outcome, ExecOutcome::TimedOut | ExecOutcome::Cancelled))
+    {
+        wait_until_group_is_dead(group).await;
+    }
 
     let mut output_abandoned = false;
     if !eof {

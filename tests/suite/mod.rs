@@ -8,4 +8,5 @@ mod loop_http;
 mod model;
 mod run;
 mod run_state;
+mod sandbox;
 mod tools;
