@@ -58,6 +58,15 @@ pub(super) fn confine_and_exec(spec: &LaunchSpec) -> SandboxError {
 }
 
 fn confine_self(spec: &LaunchSpec) -> Result<(), SandboxError> {
+    if let Some(cgroup) = &spec.cgroup {
+        // "0" moves the writer itself; its children are born inside.
+        std::fs::write(cgroup.join("cgroup.procs"), "0").map_err(|error| {
+            SandboxError::Confine {
+                step: "joining the command's pids cgroup",
+                detail: format!("{}: {error}", cgroup.display()),
+            }
+        })?;
+    }
     // Before Landlock: writing the id maps is a file write the ruleset would refuse.
     let own_namespace = enter_user_namespace().is_ok();
     set_limits(spec, own_namespace)?;

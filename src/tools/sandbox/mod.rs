@@ -206,6 +206,8 @@ pub struct LaunchSpec {
     /// Paths nothing may read: the broad read grant of `/` skips them.
     pub hide: Vec<PathBuf>,
     pub policy: SandboxPolicy,
+    /// A pids cgroup (its directory) the launcher joins before anything else.
+    pub cgroup: Option<PathBuf>,
     /// The program and its arguments.
     pub command: Vec<OsString>,
 }
@@ -227,6 +229,10 @@ impl LaunchSpec {
         if self.policy.allow_network {
             args.push("--allow-network".into());
         }
+        if let Some(cgroup) = &self.cgroup {
+            args.push("--cgroup".into());
+            args.push(cgroup.clone().into_os_string());
+        }
         args.push("--max-processes".into());
         args.push(self.policy.max_processes.to_string().into());
         args.push("--max-file-bytes".into());
@@ -243,6 +249,7 @@ impl LaunchSpec {
             read: Vec::new(),
             hide: Vec::new(),
             policy: SandboxPolicy::default(),
+            cgroup: None,
             command: Vec::new(),
         };
         let mut args = args.into_iter();
@@ -270,6 +277,7 @@ impl LaunchSpec {
                 "--write" => spec.write.push(absolute(value)?),
                 "--read" => spec.read.push(absolute(value)?),
                 "--hide" => spec.hide.push(absolute(value)?),
+                "--cgroup" => spec.cgroup = Some(absolute(value)?),
                 "--max-processes" => spec.policy.max_processes = number()?,
                 "--max-file-bytes" => spec.policy.max_file_bytes = number()?,
                 _ => return Err(usage(format!("unknown flag `{}`", arg.to_string_lossy()))),
@@ -429,6 +437,7 @@ impl SandboxedExecutor {
             read,
             hide: hidden_paths(&homes),
             policy: self.policy,
+            cgroup: None,
             command: vec![
                 self.shell.clone().into_os_string(),
                 "-c".into(),
@@ -500,7 +509,9 @@ impl CommandExecutor for SandboxedExecutor {
             .path()
             .canonicalize()
             .unwrap_or_else(|_| temp_dir.path().to_path_buf());
-        let spec = self.launch_spec(&cwd, &temp_path, &request.command);
+        let mut spec = self.launch_spec(&cwd, &temp_path, &request.command);
+        let cgroup = PidsCgroup::create(self.policy.max_processes);
+        spec.cgroup = cgroup.as_ref().map(|cgroup| cgroup.dir.clone());
         let mut args = vec![OsString::from(LAUNCHER_ARG)];
         args.extend(spec.to_args());
         let mut env = self.env.clone();
@@ -517,8 +528,79 @@ impl CommandExecutor for SandboxedExecutor {
         }
         // Removing a big temp dir blocks; it must not stall the runtime's thread.
         let _ = tokio::task::spawn_blocking(move || drop(temp_dir)).await;
+        if let Some(cgroup) = cgroup {
+            cgroup.remove().await;
+        }
         Ok(result)
     }
+}
+
+/// A pids cgroup made for one command: the kernel caps its process count even for root,
+/// which `RLIMIT_NPROC` does not (the kernel exempts uid 0 from it).
+///
+/// Made beneath this process's own cgroup of a writable pids hierarchy (cgroup v1's
+/// `pids` controller, or v2 where `pids` is enabled for children); where there is none,
+/// commands get no cgroup and the rlimit is the only process cap.
+struct PidsCgroup {
+    dir: PathBuf,
+}
+
+impl PidsCgroup {
+    fn create(max_processes: u64) -> Option<Self> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let parent = own_pids_cgroup()?;
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = parent.join(format!("grove-{}-{n}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        let cgroup = Self { dir };
+        std::fs::write(cgroup.dir.join("pids.max"), max_processes.to_string()).ok()?;
+        Some(cgroup)
+    }
+
+    /// Removes the cgroup once its processes are gone (they are killed by now).
+    async fn remove(self) {
+        for _ in 0..200 {
+            match std::fs::remove_dir(&self.dir) {
+                Err(error) if error.raw_os_error() == Some(nix::libc::EBUSY) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                _ => return,
+            }
+        }
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        // A cgroup with processes left cannot be removed; nothing else is lost.
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// This process's cgroup directory in a pids hierarchy grove may create children in.
+fn own_pids_cgroup() -> Option<PathBuf> {
+    let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    for line in membership.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        let relative = path.trim_start_matches('/');
+        let (candidate, enabled_for_children) = if controllers.split(',').any(|c| c == "pids") {
+            // cgroup v1: every cgroup of the pids hierarchy limits its children.
+            (Path::new("/sys/fs/cgroup/pids").join(relative), true)
+        } else if controllers.is_empty() {
+            // cgroup v2: only where the parent enables `pids` for its children.
+            let candidate = Path::new("/sys/fs/cgroup").join(relative);
+            let enabled = std::fs::read_to_string(candidate.join("cgroup.subtree_control"))
+                .is_ok_and(|text| text.split_whitespace().any(|c| c == "pids"));
+            (candidate, enabled)
+        } else {
+            continue;
+        };
+        if enabled_for_children && candidate.join("cgroup.procs").exists() {
+            return Some(candidate);
+        }
+    }
+    None
 }
 
 /// The launcher's refusal message, when the result is one.
@@ -593,6 +675,7 @@ mod tests {
                 max_processes: 64,
                 max_file_bytes: 1 << 20,
             },
+            cgroup: Some("/sys/fs/cgroup/pids/grove-1-2".into()),
             command: vec!["/bin/bash".into(), "-c".into(), "echo -- --write x".into()],
         };
         assert_eq!(
