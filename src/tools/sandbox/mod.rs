@@ -387,6 +387,7 @@ pub struct SandboxedExecutor {
     policy: SandboxPolicy,
     shell: PathBuf,
     env: Vec<(OsString, OsString)>,
+    cgroups: std::sync::Arc<CgroupPool>,
 }
 
 impl fmt::Debug for SandboxedExecutor {
@@ -409,11 +410,14 @@ impl SandboxedExecutor {
         policy: SandboxPolicy,
         env: impl IntoIterator<Item = (OsString, OsString)>,
     ) -> Self {
+        // Commands start in the worktree: a relative launcher path would resolve there.
+        let launcher = std::path::absolute(&launcher).unwrap_or(launcher);
         Self {
             launcher,
             policy,
             shell: default_shell(),
             env: scrub_env(env),
+            cgroups: std::sync::Arc::new(CgroupPool::new(policy.max_processes)),
         }
     }
 
@@ -510,7 +514,7 @@ impl CommandExecutor for SandboxedExecutor {
             .canonicalize()
             .unwrap_or_else(|_| temp_dir.path().to_path_buf());
         let mut spec = self.launch_spec(&cwd, &temp_path, &request.command);
-        let cgroup = PidsCgroup::create(self.policy.max_processes);
+        let cgroup = self.cgroups.take();
         spec.cgroup = cgroup.as_ref().map(|cgroup| cgroup.dir.clone());
         let mut args = vec![OsString::from(LAUNCHER_ARG)];
         args.extend(spec.to_args());
@@ -529,14 +533,14 @@ impl CommandExecutor for SandboxedExecutor {
         // Removing a big temp dir blocks; it must not stall the runtime's thread.
         let _ = tokio::task::spawn_blocking(move || drop(temp_dir)).await;
         if let Some(cgroup) = cgroup {
-            cgroup.remove().await;
+            self.cgroups.give_back(cgroup);
         }
         Ok(result)
     }
 }
 
-/// A pids cgroup made for one command: the kernel caps its process count even for root,
-/// which `RLIMIT_NPROC` does not (the kernel exempts uid 0 from it).
+/// A pids cgroup for one command at a time: the kernel caps its process count even for
+/// root, which `RLIMIT_NPROC` does not (the kernel exempts uid 0 from it).
 ///
 /// Made beneath this process's own cgroup of a writable pids hierarchy (cgroup v1's
 /// `pids` controller, or v2 where `pids` is enabled for children); where there is none,
@@ -546,9 +550,8 @@ struct PidsCgroup {
 }
 
 impl PidsCgroup {
-    fn create(max_processes: u64) -> Option<Self> {
+    fn create(parent: &Path, max_processes: u64) -> Option<Self> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let parent = own_pids_cgroup()?;
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = parent.join(format!("grove-{}-{n}", std::process::id()));
         std::fs::create_dir(&dir).ok()?;
@@ -557,23 +560,65 @@ impl PidsCgroup {
         Some(cgroup)
     }
 
-    /// Removes the cgroup once its processes are gone (they are killed by now).
-    async fn remove(self) {
-        for _ in 0..200 {
-            match std::fs::remove_dir(&self.dir) {
-                Err(error) if error.raw_os_error() == Some(nix::libc::EBUSY) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
-                _ => return,
-            }
+    /// True when no process is charged to it (a zombie nobody reaped still is).
+    fn is_empty(&self) -> bool {
+        std::fs::read_to_string(self.dir.join("pids.current")).is_ok_and(|text| text.trim() == "0")
+    }
+}
+
+/// The cgroups of one executor, reused: making and removing a cgroup costs milliseconds
+/// each, more than the rest of the sandbox. Each is used by one command at a time, and
+/// reused only when nothing is charged to it any more.
+#[derive(Default)]
+struct CgroupPool {
+    /// The parent of the pool's cgroups; `None` where there is no usable pids hierarchy.
+    parent: Option<PathBuf>,
+    max_processes: u64,
+    free: std::sync::Mutex<Vec<PidsCgroup>>,
+}
+
+impl CgroupPool {
+    fn new(max_processes: u64) -> Self {
+        Self {
+            parent: own_pids_cgroup(),
+            max_processes,
+            free: std::sync::Mutex::default(),
         }
+    }
+
+    fn take(&self) -> Option<PidsCgroup> {
+        let parent = self.parent.as_ref()?;
+        let reused = self
+            .free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop();
+        reused.or_else(|| PidsCgroup::create(parent, self.max_processes))
+    }
+
+    fn give_back(&self, cgroup: PidsCgroup) {
+        if cgroup.is_empty() {
+            self.free
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(cgroup);
+        }
+        // Otherwise it is dropped: removed if it can be, and never reused.
     }
 }
 
 impl Drop for PidsCgroup {
     fn drop(&mut self) {
-        // A cgroup with processes left cannot be removed; nothing else is lost.
-        let _ = std::fs::remove_dir(&self.dir);
+        // The kernel may still be retiring the last process; a cgroup that keeps a
+        // process (a zombie nobody reaps) cannot be removed, and nothing else is lost.
+        for _ in 0..20 {
+            match std::fs::remove_dir(&self.dir) {
+                Err(error) if error.raw_os_error() == Some(nix::libc::EBUSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                _ => return,
+            }
+        }
     }
 }
 
