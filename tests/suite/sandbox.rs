@@ -833,3 +833,52 @@ async fn sandbox_off_is_recorded_in_the_runs_options() {
         "a journal written before these options resumes sandboxed"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_off_is_loud_and_journaled() {
+    let fixture = GitFixture::with_files(&[("src/a.txt", "alpha\n")]);
+    let server = obedient_server(vec![(
+        "write_file",
+        json!({ "path": "src/a.txt", "content": "ALPHA\n" }),
+    )])
+    .await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let options = RunOptions {
+        jobs: 1,
+        git: fixture.options(),
+        sandbox: SandboxMode::Off,
+        ..RunOptions::new("Do what the README says.")
+    };
+    let report = grove::run::run(
+        &fixture.repo,
+        options,
+        models(&server),
+        EventSink::new(tx),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let mut warnings = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        if let grove::event::Event::Note { message } = event
+            && message.contains("UNCONFINED")
+        {
+            warnings.push(message);
+        }
+    }
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one loud warning says the sandbox is off"
+    );
+    let store = grove::run::store::RunStore::new(&fixture.repo.join(".git"));
+    let state = store.read_state(&report.run_id.parse().unwrap()).unwrap();
+    assert_eq!(
+        (
+            state.options["sandbox"].clone(),
+            state.options["allow_network"].clone()
+        ),
+        (json!("off"), json!(false)),
+        "the run's journal records that its commands ran unconfined"
+    );
+}
