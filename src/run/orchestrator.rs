@@ -80,8 +80,14 @@ pub enum RunError {
 
 /// The executor workers' `bash` runs through, as the options say: the sandbox, checked to
 /// work before anything starts, or (loudly) none.
+///
+/// Besides the user's secrets, sandboxed commands cannot read the user's work tree (its
+/// uncommitted and ignored files, such as `.env`) nor the run store (journal, other
+/// agents' transcripts, other worktrees): a worker sees its own worktree and the
+/// repository's git data, as its isolation promises.
 fn command_executor(
     options: &RunOptions,
+    repo: &Repo,
     events: &EventSink,
 ) -> Result<Arc<dyn CommandExecutor>, RunError> {
     let env = options.commands.env();
@@ -103,7 +109,12 @@ fn command_executor(
                         .into(),
                 });
             }
-            Ok(Arc::new(SandboxedExecutor::new(launcher, policy, env)))
+            let mut hidden = vec![repo.common_dir().join("grove")];
+            hidden.extend(repo.work_tree().map(Path::to_path_buf));
+            let readable = [repo.common_dir().to_path_buf()];
+            Ok(Arc::new(
+                SandboxedExecutor::new(launcher, policy, env).hiding(&hidden, &readable),
+            ))
         }
         SandboxMode::Off => {
             events.emit(Event::Note {
@@ -133,7 +144,7 @@ pub async fn run(
     let head = repo.head()?;
     let branch = head.branch.ok_or(RunError::DetachedHead)?;
     let base = head.commit.ok_or(RunError::UnbornHead)?;
-    let executor = command_executor(&options, &events)?;
+    let executor = command_executor(&options, &repo, &events)?;
 
     let store = RunStore::new(repo.common_dir());
     let run_id = store.new_run_id();
@@ -188,7 +199,7 @@ pub async fn resume(
     let mut options: RunOptions = serde_json::from_value(state.options.clone())
         .map_err(|error| not_resumable(format!("its options cannot be read: {error}")))?;
     options.git = git;
-    let executor = command_executor(&options, &events)?;
+    let executor = command_executor(&options, &repo, &events)?;
     let models = models(&state)?;
     for call in &state.interrupted_tool_calls {
         events.emit(Event::Note {

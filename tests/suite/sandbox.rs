@@ -644,6 +644,9 @@ async fn a_prompt_injected_worker_can_neither_read_nor_send_the_users_key() {
     let key = home_path.join(".ssh/id_rsa");
     std::fs::write(&key, SECRET).unwrap();
     let key_text = key.display().to_string();
+    // The user's uncommitted secret, in their own work tree (not in the worktree).
+    let repo = fixture.repo.canonicalize().unwrap();
+    std::fs::write(repo.join(".env"), SECRET).unwrap();
 
     let steps = vec![
         ("read_file", json!({ "path": "README.md" })),
@@ -674,6 +677,14 @@ async fn a_prompt_injected_worker_can_neither_read_nor_send_the_users_key() {
             json!({ "path": "../../../../../../../../../../../..".to_owned() + &key_text }),
         ),
         (
+            "bash",
+            json!({ "command": format!(
+                "cat {repo}/.env; ls {repo}/.git/grove/runs; \
+                 cat {repo}/.git/config > /dev/null && echo git-data-readable",
+                repo = repo.display()
+            ) }),
+        ),
+        (
             "write_file",
             json!({ "path": "src/a.txt", "content": "ALPHA\n" }),
         ),
@@ -691,7 +702,17 @@ async fn a_prompt_injected_worker_can_neither_read_nor_send_the_users_key() {
     server.assert_no_violations();
 
     let results = worker_results(&server);
-    assert_eq!(results.len(), 9, "the worker made every call: {results:#?}");
+    assert_eq!(
+        results.len(),
+        10,
+        "the worker made every call: {results:#?}"
+    );
+    assert!(
+        results[8].matches("Permission denied").count() == 2
+            && results[8].contains("git-data-readable"),
+        "the user's work tree and the run store are hidden, the git data is not: {}",
+        results[8]
+    );
     assert!(
         results[1].starts_with("alpha\n") && results[1].contains("Permission denied"),
         "bash ran, and reading the key was denied: {}",

@@ -144,7 +144,14 @@ fn restrict_filesystem(spec: &LaunchSpec) -> Result<(), SandboxError> {
     let mut readable = Vec::new();
     grant_read_except(Path::new("/"), &spec.hide, &mut readable, 0);
     for path in &spec.read {
-        grant_read_except(path, &spec.hide, &mut readable, 0);
+        // An explicit grant beats a hidden ancestor; what is hidden beneath it stays so.
+        let beneath: Vec<PathBuf> = spec
+            .hide
+            .iter()
+            .filter(|secret| secret.starts_with(path) && *secret != path)
+            .cloned()
+            .collect();
+        grant_read_except(path, &beneath, &mut readable, 0);
     }
     rules.extend(readable.into_iter().map(|path| (path, read)));
     rules.extend(spec.write.iter().map(|path| (path.clone(), write)));

@@ -387,6 +387,10 @@ pub struct SandboxedExecutor {
     policy: SandboxPolicy,
     shell: PathBuf,
     env: Vec<(OsString, OsString)>,
+    /// Hidden on top of the secrets, e.g. the user's work tree and the run store.
+    extra_hidden: Vec<PathBuf>,
+    /// Readable even beneath a hidden path, e.g. the repository's git dir.
+    extra_readable: Vec<PathBuf>,
     cgroups: std::sync::Arc<CgroupPool>,
 }
 
@@ -417,8 +421,21 @@ impl SandboxedExecutor {
             policy,
             shell: default_shell(),
             env: scrub_env(env),
+            extra_hidden: Vec::new(),
+            extra_readable: Vec::new(),
             cgroups: std::sync::Arc::new(CgroupPool::new(policy.max_processes)),
         }
+    }
+
+    /// Also hides `hidden` from commands (the worktree itself stays writable and readable
+    /// even beneath one), and grants reading `readable` even where it lies beneath a
+    /// hidden path (paths hidden beneath it stay hidden). Paths are resolved at each
+    /// command, so one made after this call is covered; one that does not exist then is
+    /// skipped (there is nothing to hide or to read).
+    pub fn hiding(mut self, hidden: &[PathBuf], readable: &[PathBuf]) -> Self {
+        self.extra_hidden = hidden.to_vec();
+        self.extra_readable = readable.to_vec();
+        self
     }
 
     /// The launcher's full argument list for one command.
@@ -429,17 +446,28 @@ impl SandboxedExecutor {
         if let Ok(entries) = std::fs::read_dir("/home") {
             homes.extend(entries.flatten().map(|entry| entry.path()));
         }
-        let read = ["CARGO_HOME", "RUSTUP_HOME"]
+        let mut read: Vec<PathBuf> = ["CARGO_HOME", "RUSTUP_HOME"]
             .iter()
             .filter_map(|name| self.var(name))
             .map(PathBuf::from)
             .filter(|path| path.is_absolute())
             .filter_map(|path| path.canonicalize().ok())
             .collect();
+        read.extend(
+            self.extra_readable
+                .iter()
+                .filter_map(|path| path.canonicalize().ok()),
+        );
+        let mut hide = hidden_paths(&homes);
+        hide.extend(
+            self.extra_hidden
+                .iter()
+                .filter_map(|path| path.canonicalize().ok()),
+        );
         LaunchSpec {
             write: vec![cwd.to_path_buf(), temp_dir.to_path_buf()],
             read,
-            hide: hidden_paths(&homes),
+            hide,
             policy: self.policy,
             cgroup: None,
             command: vec![
