@@ -349,3 +349,36 @@ pub(super) fn probe() -> Result<(), SandboxError> {
         })?;
     syscall_filter(false).map(|_| ())
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_read_grant_splits_only_the_directories_above_a_hidden_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for path in ["home/.ssh", "home/projects/app", "usr/lib"] {
+            std::fs::create_dir_all(root.join(path)).unwrap();
+        }
+        std::fs::write(root.join("home/notes.txt"), "x").unwrap();
+        std::os::unix::fs::symlink(root.join("home/.ssh"), root.join("home/keys")).unwrap();
+        std::os::unix::fs::symlink(root.join("usr"), root.join("home/usr-link")).unwrap();
+
+        let mut granted = Vec::new();
+        grant_read_except(&root, &[root.join("home/.ssh")], &mut granted, 0);
+        granted.sort();
+        assert_eq!(
+            granted,
+            vec![
+                root.join("home/notes.txt"),
+                root.join("home/projects"),
+                root.join("usr"),
+                root.join("usr"),
+            ],
+            "siblings are granted whole, the hidden path and a link to it never, a link \
+             elsewhere as its target"
+        );
+    }
+}
