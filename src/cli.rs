@@ -4,6 +4,7 @@
 //! events and reports, and maps outcomes to exit codes (DESIGN.md: 0 every subtask
 //! merged, 3 some not merged, 1 error, 2 usage, 130 interrupted).
 
+mod init;
 mod render;
 
 use std::io::IsTerminal as _;
@@ -18,10 +19,9 @@ use tokio_util::sync::CancellationToken;
 use grove::event::EventSink;
 use grove::git::{GitOptions, Repo, RunId as GitRunId};
 use grove::model::{self, Provider};
+use grove::run::config::{ProjectConfig, RoleValues, RunSettings};
 use grove::run::store::RunStore;
-use grove::run::{
-    ModelChoice, ModelNames, Models, RunEnd, RunError, RunOptions, RunReport, TurnCaps,
-};
+use grove::run::{ModelChoice, ModelNames, Models, RunEnd, RunError, RunReport};
 
 /// Exit code: finished with some subtask not merged.
 const EXIT_NOT_ALL_MERGED: u8 = 3;
@@ -48,7 +48,10 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         grove run \"rename Config::load to Config::open everywhere\"\n  \
         grove run --jobs 2 --no-apply \"add doc comments to src/model\"\n  \
-        OPENAI_BASE_URL=http://127.0.0.1:8080/v1 grove run --provider openai --model local \"fix the typos in docs/\"")]
+        grove run --dry-run \"split the parser module\"\n  \
+        OPENAI_BASE_URL=http://127.0.0.1:8080/v1 grove run --provider openai --model local \"fix the typos in docs/\"\n\n\
+        Settings: a flag beats .grove/config.toml (`grove init` writes one), which beats the \
+        built-in default.")]
     Run(RunArgs),
     /// Continue an interrupted run (after Ctrl-C, a crash or an outage).
     #[command(
@@ -74,6 +77,26 @@ pub enum Command {
         Examples:\n  grove demo\n  grove demo --keep-dir /tmp/grove-demo"
     )]
     Demo(DemoArgs),
+    /// Write .grove/config.toml (every key commented at its default) and a sample agent.
+    #[command(
+        after_help = "Keys in .grove/config.toml apply to every `grove run` in the \
+        repository; a flag beats the file, the file beats the built-in default.\n\n\
+        Examples:\n  grove init\n  grove init --force"
+    )]
+    Init(init::InitArgs),
+    /// Print a shell completion script on stdout.
+    #[command(after_help = "Examples:\n  \
+        grove completions bash > ~/.local/share/bash-completion/completions/grove\n  \
+        grove completions zsh > \"${fpath[1]}/_grove\"\n  \
+        grove completions fish > ~/.config/fish/completions/grove.fish")]
+    Completions(CompletionsArgs),
+}
+
+/// Arguments of `grove completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete in.
+    pub shell: clap_complete::Shell,
 }
 
 /// Arguments of `grove run`.
@@ -84,9 +107,10 @@ pub struct RunArgs {
     /// How many subtasks may run at once [default: 2 per core, at most 4].
     #[arg(long, short = 'j', value_parser = clap::value_parser!(u32).range(1..=64))]
     pub jobs: Option<u32>,
-    /// The model API: anthropic (ANTHROPIC_API_KEY) or openai (OPENAI_API_KEY, OPENAI_BASE_URL).
-    #[arg(long, default_value = "anthropic", value_parser = parse_provider)]
-    pub provider: Provider,
+    /// The model API: anthropic (ANTHROPIC_API_KEY) or openai (OPENAI_API_KEY, OPENAI_BASE_URL)
+    /// [default: anthropic].
+    #[arg(long, value_parser = parse_provider)]
+    pub provider: Option<Provider>,
     /// The model of every role [default: claude-sonnet-4-5 for anthropic, gpt-4.1 for openai].
     #[arg(long)]
     pub model: Option<String>,
@@ -109,14 +133,22 @@ pub struct RunArgs {
     #[arg(long, value_name = "TOKENS")]
     pub subagent_budget_tokens: Option<u64>,
     /// Leave the result on grove/<run>/result instead of moving your branch.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "apply")]
     pub no_apply: bool,
+    /// Move your branch to the result when safe (the default; beats `apply = false` in
+    /// .grove/config.toml).
+    #[arg(long)]
+    pub apply: bool,
     /// Keep every worktree after the run, for inspection.
     #[arg(long)]
     pub keep_worktrees: bool,
     /// Print one JSON object with the run's report on stdout at the end.
     #[arg(long)]
     pub json: bool,
+    /// Show the lead's plan (the subtasks it would delegate) without running any worker:
+    /// no worktree, branch or run is created.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Confine workers' shell commands in the kernel sandbox (on), or run them with your
     /// full rights (off: loud, and recorded in the run's journal).
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = clap::builder::ValueParser::new(|text: &str| text.parse::<grove::tools::sandbox::SandboxMode>()))]
@@ -188,18 +220,18 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Clean(args) => clean(&directory, &args).await,
         Command::Gc(args) => gc(&directory, &args).await,
         Command::Demo(args) => demo(&directory, &args).await,
+        Command::Completions(args) => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(args.shell, &mut command, "grove", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Init(args) => init::init(&directory, &args).await,
     }
 }
 
-fn default_model(provider: Provider) -> &'static str {
-    match provider {
-        Provider::Anthropic => "claude-sonnet-4-5",
-        Provider::OpenAi => "gpt-4.1",
-    }
-}
-
-fn turn_caps(values: &[String]) -> anyhow::Result<TurnCaps> {
-    let mut caps = TurnCaps::default();
+/// `--max-turns` values, in order: `N` sets every role, `ROLE=N` one role.
+fn turn_caps(values: &[String]) -> anyhow::Result<RoleValues<u32>> {
+    let mut caps = RoleValues::default();
     for value in values {
         let (role, number) = match value.split_once('=') {
             Some((role, number)) => (Some(role.trim()), number),
@@ -213,15 +245,15 @@ fn turn_caps(values: &[String]) -> anyhow::Result<TurnCaps> {
             .with_context(|| format!("--max-turns {value}: expected a positive whole number"))?;
         match role {
             None => {
-                caps = TurnCaps {
-                    lead: turns,
-                    worker: turns,
-                    reviewer: turns,
+                caps = RoleValues {
+                    lead: Some(turns),
+                    worker: Some(turns),
+                    reviewer: Some(turns),
                 };
             }
-            Some("lead") => caps.lead = turns,
-            Some("worker") => caps.worker = turns,
-            Some("reviewer") => caps.reviewer = turns,
+            Some("lead") => caps.lead = Some(turns),
+            Some("worker") => caps.worker = Some(turns),
+            Some("reviewer") => caps.reviewer = Some(turns),
             Some(other) => {
                 bail!("--max-turns {value}: unknown role {other:?} (lead, worker, reviewer)")
             }
@@ -236,35 +268,67 @@ async fn run(directory: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitC
             "the task is empty; say what grove should do, e.g. grove run \"fix the failing test\""
         );
     }
-    let mut options = RunOptions::new(args.task.clone());
-    if let Some(jobs) = args.jobs {
-        options.jobs = jobs as usize;
-    }
-    options.max_turns = turn_caps(&args.max_turns)?;
-    options.budget_tokens = args.budget_tokens;
-    options.subagent_budget_tokens = args.subagent_budget_tokens;
-    options.apply = !args.no_apply;
+    // Flags beat .grove/config.toml, which beats the built-in defaults (RunSettings::over).
+    let flags = RunSettings {
+        provider: args.provider,
+        model: args.model.clone(),
+        models: RoleValues {
+            lead: args.lead_model.clone(),
+            worker: args.worker_model.clone(),
+            reviewer: args.reviewer_model.clone(),
+        },
+        jobs: args.jobs,
+        max_turns: turn_caps(&args.max_turns)?,
+        budget_tokens: args.budget_tokens,
+        subagent_budget_tokens: args.subagent_budget_tokens,
+        apply: match (args.no_apply, args.apply) {
+            (true, _) => Some(false),
+            (false, true) => Some(true),
+            (false, false) => None,
+        },
+        ..RunSettings::default()
+    };
+    let repo = open_repo(directory).await?;
+    let root = repo.work_tree().unwrap_or(repo.common_dir());
+    let settings = match ProjectConfig::load(root)? {
+        Some(file) => flags.over(file.settings),
+        None => flags,
+    };
+    let resolved = settings.resolve(args.task.clone());
+    let mut options = resolved.options;
     options.keep_worktrees = args.keep_worktrees;
     options.sandbox = args.sandbox;
     options.allow_network = args.allow_network;
 
-    let client = model::connect(args.provider)?;
-    let model = args
-        .model
-        .clone()
-        .unwrap_or_else(|| default_model(args.provider).to_owned());
-    let choice = |name: &Option<String>| ModelChoice {
+    let client = model::connect(resolved.provider)?;
+    let choice = |name: &str| ModelChoice {
         client: client.clone(),
-        name: name.clone().unwrap_or_else(|| model.clone()),
+        name: name.to_owned(),
     };
     let models = Models {
-        provider: args.provider.as_str().to_owned(),
-        lead: choice(&args.lead_model),
-        worker: choice(&args.worker_model),
-        reviewer: choice(&args.reviewer_model),
+        provider: resolved.provider.as_str().to_owned(),
+        lead: choice(&resolved.models.lead),
+        worker: choice(&resolved.models.worker),
+        reviewer: choice(&resolved.models.reviewer),
     };
 
     let json = args.json;
+    if args.dry_run {
+        let (plan, ledgers) = drive_live(|events, cancel| {
+            grove::run::plan::plan(directory, options, models, events, cancel)
+        })
+        .await;
+        let plan = plan?;
+        render::plan(&plan, &ledgers);
+        if json {
+            render::json(&plan)?;
+        }
+        return Ok(match plan.stopped.as_deref() {
+            None => ExitCode::SUCCESS,
+            Some("interrupted") => ExitCode::from(EXIT_INTERRUPTED),
+            Some(_) => ExitCode::FAILURE,
+        });
+    }
     let report = drive(json, |events, cancel| {
         grove::run::run(directory, options, models, events, cancel)
     })
@@ -324,13 +388,7 @@ where
     F: FnOnce(EventSink, CancellationToken) -> Fut,
     Fut: std::future::Future<Output = Result<RunReport, RunError>>,
 {
-    let cancel = CancellationToken::new();
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let renderer = tokio::spawn(render::live(rx, std::io::stderr().is_terminal()));
-    let interrupt = tokio::spawn(watch_interrupts(cancel.clone()));
-    let outcome = start(EventSink::new(tx), cancel).await;
-    interrupt.abort();
-    let ledgers = renderer.await.unwrap_or_default();
+    let (outcome, ledgers) = drive_live(start).await;
     let report = outcome?;
 
     render::report(&report, &ledgers);
@@ -338,6 +396,22 @@ where
         render::json(&report)?;
     }
     Ok(report)
+}
+
+/// Runs `start` with the live view on stderr and Ctrl-C cancelling it; returns its
+/// outcome and every agent's ledger.
+async fn drive_live<T, F, Fut>(start: F) -> (Result<T, RunError>, render::Ledgers)
+where
+    F: FnOnce(EventSink, CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = Result<T, RunError>>,
+{
+    let cancel = CancellationToken::new();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let renderer = tokio::spawn(render::live(rx, std::io::stderr().is_terminal()));
+    let interrupt = tokio::spawn(watch_interrupts(cancel.clone()));
+    let outcome = start(EventSink::new(tx), cancel).await;
+    interrupt.abort();
+    (outcome, renderer.await.unwrap_or_default())
 }
 
 /// The exit code of a run or resume (DESIGN.md).

@@ -315,6 +315,40 @@ pub fn report(report: &RunReport, ledgers: &Ledgers) {
     }
 }
 
+/// The lead's plan of a dry run.
+pub fn plan(plan: &grove::run::plan::Plan, ledgers: &Ledgers) {
+    eprintln!();
+    if plan.subtasks.is_empty() {
+        eprintln!("Dry run: the lead delegated nothing.");
+    } else {
+        eprintln!(
+            "Dry run: the lead would delegate {} subtask{} (nothing was run or changed):",
+            plan.subtasks.len(),
+            if plan.subtasks.len() == 1 { "" } else { "s" }
+        );
+        for subtask in &plan.subtasks {
+            let mode = match subtask.mode {
+                grove::run::journal::ContextMode::Isolated => "isolated",
+                grove::run::journal::ContextMode::Fork => "fork",
+            };
+            eprintln!("\n{} [{mode}, {}]", subtask.id, subtask.agent);
+            for line in subtask.task.trim().lines() {
+                eprintln!("    {line}");
+            }
+        }
+    }
+    eprintln!();
+    for (agent, ledger) in ledgers {
+        eprintln!("{}", ledger.line(agent));
+    }
+    if let Some(reason) = &plan.stopped {
+        eprintln!("grove: the plan is incomplete: {reason}");
+    }
+    if !plan.summary.trim().is_empty() {
+        eprintln!("\n{}", plan.summary.trim());
+    }
+}
+
 /// Prints `value` as one JSON document on stdout.
 pub fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);

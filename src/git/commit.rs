@@ -1,12 +1,14 @@
 //! Commits grove makes in a subtask's worktree: checkpoints and the final commit.
 //!
 //! This module owns the rule that the model never commits: grove stages everything
-//! (respecting `.gitignore`), writes the tree, and moves the branch by compare-and-swap.
-//! It must never commit from a worktree whose checkout has not finished, or the commit
-//! would record every file not yet written as deleted.
+//! (respecting `.gitignore`, and never the worktree's local-only files such as a copied
+//! `.env`), writes the tree, and moves the branch by compare-and-swap. It must never
+//! commit from a worktree whose checkout has not finished, or the commit would record
+//! every file not yet written as deleted.
 
 use super::Repo;
 use super::error::GitError;
+use super::local_files;
 use super::names::CommitId;
 use super::worktree::Worktree;
 
@@ -29,10 +31,20 @@ impl Repo {
                 .call(worktree.admin_dir(), worktree.path())
                 .work_tree(worktree.path())
         };
+        // Local-only files (a copied `.env`) stay out even if something staged them.
+        let local = local_files::recorded(worktree.admin_dir())?;
         in_worktree()
             .args(["add", "--all", "--", "."])
+            .args(local_files::exclusions(&local))
             .run()
             .await?;
+        if !local.is_empty() {
+            in_worktree()
+                .args(["update-index", "--force-remove", "--"])
+                .args(&local)
+                .run()
+                .await?;
+        }
         let tree = in_worktree().arg("write-tree").text().await?;
         let head_and_tree = in_worktree()
             .args(["rev-parse", "HEAD", "HEAD^{tree}"])

@@ -36,6 +36,7 @@ mod cmd;
 mod commit;
 mod diff;
 mod error;
+mod local_files;
 mod merge;
 mod names;
 mod worktree;

@@ -16,15 +16,6 @@ use crate::run::orchestrator::Orchestrator;
 use crate::run::subtask::{DelegateRefusal, DelegateRequest};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
 
-#[derive(Deserialize)]
-struct DelegateInput {
-    task: String,
-    #[serde(default)]
-    mode: Option<ContextMode>,
-    #[serde(default)]
-    agent: Option<String>,
-}
-
 /// The `delegate` tool of one run.
 pub(crate) struct Delegate {
     orchestrator: Weak<Orchestrator>,
@@ -36,24 +27,72 @@ impl Delegate {
     /// The tool for the run behind `orchestrator`; `agents` lists the user agents
     /// (name, description) the lead may name.
     pub(crate) fn new(orchestrator: Weak<Orchestrator>, agents: Vec<(String, String)>) -> Self {
-        let mut description = String::from(
-            "Hand one subtask to a worker that runs in its own git worktree, concurrently with \
-             the other delegate calls of the same response. The worker sees only `task` (and \
-             the project rules) unless `mode` is \"fork\", which also gives it this \
-             conversation so far. Its diff is reviewed by an independent reviewer and merged \
-             if approved. Returns the outcome: merged, rejected (with findings), conflict or \
-             failed, and a diffstat.",
-        );
-        if !agents.is_empty() {
-            description.push_str(" Agents you may name in `agent`:");
-            for (name, about) in agents {
-                description.push_str(&format!(" `{name}`: {about};"));
-            }
-        }
         Self {
             orchestrator,
-            description,
+            description: description(&agents),
         }
+    }
+}
+
+/// What the lead is told `delegate` does; `agents` lists the user agents (name,
+/// description) it may name.
+pub(crate) fn description(agents: &[(String, String)]) -> String {
+    let mut description = String::from(
+        "Hand one subtask to a worker that runs in its own git worktree, concurrently with \
+         the other delegate calls of the same response. The worker sees only `task` (and \
+         the project rules) unless `mode` is \"fork\", which also gives it this \
+         conversation so far. Its diff is reviewed by an independent reviewer and merged \
+         if approved. Returns the outcome: merged, rejected (with findings), conflict or \
+         failed, and a diffstat.",
+    );
+    if !agents.is_empty() {
+        description.push_str(" Agents you may name in `agent`:");
+        for (name, about) in agents {
+            description.push_str(&format!(" `{name}`: {about};"));
+        }
+    }
+    description
+}
+
+/// The `delegate` input schema (DESIGN.md).
+pub(crate) fn input_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "task": {
+                "type": "string",
+                "description": "The complete brief: files, the exact change wanted, how to check it."
+            },
+            "mode": {"type": "string", "enum": ["isolated", "fork"]},
+            "agent": {"type": "string", "description": "A project agent's name; leave out for a worker."}
+        },
+        "required": ["task"]
+    })
+}
+
+/// The fields of a `delegate` call.
+#[derive(Deserialize)]
+pub(crate) struct DelegateInput {
+    pub(crate) task: String,
+    #[serde(default)]
+    pub(crate) mode: Option<ContextMode>,
+    #[serde(default)]
+    pub(crate) agent: Option<String>,
+}
+
+impl DelegateInput {
+    /// The request this call makes; an empty task is the model's mistake to fix.
+    pub(crate) fn into_request(self) -> Result<DelegateRequest, ToolError> {
+        if self.task.trim().is_empty() {
+            return Err(ToolError::RespondToModel(
+                "`task` is empty; write the complete brief for the worker".into(),
+            ));
+        }
+        Ok(DelegateRequest {
+            task: self.task,
+            mode: self.mode.unwrap_or(ContextMode::Isolated),
+            agent: self.agent.filter(|agent| !agent.trim().is_empty()),
+        })
     }
 }
 
@@ -64,24 +103,11 @@ impl Tool for Delegate {
     }
 
     fn description(&self) -> &str {
-        // The registry wants `&'static str`; the description is built once per run, so
-        // leaking it costs one small string per run and keeps the trait simple.
-        Box::leak(self.description.clone().into_boxed_str())
+        &self.description
     }
 
     fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "task": {
-                    "type": "string",
-                    "description": "The complete brief: files, the exact change wanted, how to check it."
-                },
-                "mode": {"type": "string", "enum": ["isolated", "fork"]},
-                "agent": {"type": "string", "description": "A project agent's name; leave out for a worker."}
-            },
-            "required": ["task"]
-        })
+        input_schema()
     }
 
     fn mutates(&self) -> bool {
@@ -91,19 +117,9 @@ impl Tool for Delegate {
     }
 
     async fn run(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let input: DelegateInput = parse_input(self, input)?;
-        if input.task.trim().is_empty() {
-            return Err(ToolError::RespondToModel(
-                "`task` is empty; write the complete brief for the worker".into(),
-            ));
-        }
+        let request = parse_input::<DelegateInput>(self, input)?.into_request()?;
         let Some(orchestrator) = self.orchestrator.upgrade() else {
             return Err(ToolError::Fatal("the run is over".into()));
-        };
-        let request = DelegateRequest {
-            task: input.task,
-            mode: input.mode.unwrap_or(ContextMode::Isolated),
-            agent: input.agent.filter(|agent| !agent.trim().is_empty()),
         };
         match orchestrator.delegate(request).await {
             Ok(result) => Ok(ToolOutput::ok(result)),

@@ -72,6 +72,15 @@ pub fn replace_file(path: &Path, contents: &[u8]) -> Result<(), DurableError> {
     sync_dir(parent_dir(path))
 }
 
+/// Replaces `path` with `contents` atomically for readers (write `<path>.tmp`, rename it
+/// over `path`) without syncing anything: for caches that can be rebuilt, where a machine
+/// crash may leave the old file, the new one, or — on some file systems — an empty one.
+pub fn replace_file_unsynced(path: &Path, contents: &[u8]) -> Result<(), DurableError> {
+    let temp = temp_path_for(path);
+    std::fs::write(&temp, contents).map_err(|e| DurableError::new("write", &temp, e))?;
+    std::fs::rename(&temp, path).map_err(|e| DurableError::new("rename into place", path, e))
+}
+
 /// The directory holding `path`; `.` for a bare file name.
 pub(crate) fn parent_dir(path: &Path) -> &Path {
     match path.parent() {

@@ -4,6 +4,7 @@
 //! This module owns the run's lifecycle and is the only place that combines agents with
 //! git. It never prints; it emits events.
 
+pub mod config;
 pub mod delegate;
 pub mod durable;
 pub mod gate;
@@ -11,6 +12,8 @@ pub mod journal;
 pub mod lock;
 pub mod options;
 pub mod orchestrator;
+pub mod plan;
+pub mod prepare;
 pub mod report;
 pub mod state;
 pub mod store;
@@ -18,6 +21,6 @@ pub mod subtask;
 pub mod transcript;
 pub mod verdict;
 
-pub use options::{ModelChoice, ModelNames, Models, RunOptions, TurnCaps};
+pub use options::{ModelChoice, ModelNames, Models, RunOptions, TurnCaps, WorktreeSetup};
 pub use orchestrator::{RunError, resume, run};
 pub use report::{RunEnd, RunReport, SubtaskReport};

@@ -61,6 +61,9 @@ pub struct RunOptions {
     /// How grove runs git (program, identity, extra environment for sealed tests).
     #[serde(skip)]
     pub git: GitOptions,
+    /// How each subtask's worktree is prepared before its worker starts.
+    #[serde(default)]
+    pub worktree_setup: WorktreeSetup,
     /// Whether workers' shell commands run in the kernel sandbox (`--sandbox`).
     #[serde(default)]
     pub sandbox: SandboxMode,
@@ -90,6 +93,7 @@ impl RunOptions {
             max_review_patch_bytes: 60_000,
             model_names: ModelNames::default(),
             git: GitOptions::default(),
+            worktree_setup: WorktreeSetup::default(),
             sandbox: SandboxMode::On,
             allow_network: false,
             commands: CommandHost::default(),
@@ -100,6 +104,31 @@ impl RunOptions {
 impl Default for RunOptions {
     fn default() -> Self {
         Self::new("")
+    }
+}
+
+/// How a subtask's worktree is prepared, once filled and before its worker's first turn
+/// (`[worktree]` in `.grove/config.toml`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WorktreeSetup {
+    /// Shell command run in the worktree (the user's own, trusted, but given the tools'
+    /// scrubbed environment); its failure fails the subtask.
+    pub setup: Option<String>,
+    /// Seconds the setup command may run before its process group is killed.
+    pub setup_timeout_s: u64,
+    /// Untracked files, relative to the repository root, copied into each worktree and
+    /// never committed.
+    pub copy: Vec<String>,
+}
+
+impl Default for WorktreeSetup {
+    fn default() -> Self {
+        Self {
+            setup: None,
+            setup_timeout_s: crate::run::config::DEFAULT_SETUP_TIMEOUT_S,
+            copy: Vec::new(),
+        }
     }
 }
 

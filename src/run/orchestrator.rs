@@ -6,7 +6,7 @@
 //! anything but a subtask's short result cross back to the lead, and never touch the
 //! user's branch before the end.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -33,6 +33,7 @@ use crate::run::gate::gate_registry;
 use crate::run::journal::{Entry, RunOutcome};
 use crate::run::lock::{LockError, RepoLock};
 use crate::run::options::{ModelChoice, Models, RunOptions};
+use crate::run::prepare::{LocalFileError, check_local_files};
 use crate::run::report::{ApplyReport, RunEnd, RunReport, SubtaskReport, Totals};
 use crate::run::state::{RunState, SubtaskStatus};
 use crate::run::store::{ActiveRun, RunId, RunStart, RunStore, StoreError};
@@ -47,6 +48,8 @@ pub const LEAD_LABEL: &str = "lead";
 /// The lead reads the repository from its own worktree, numbered 0, so that it sees the
 /// base commit (not the user's uncommitted or ignored files, such as `.env`).
 const LEAD_WORKTREE: u32 = 0;
+/// At most this many worktrees are registered ahead of the lead's delegations.
+const MAX_PREPARED_WORKTREES: u32 = 8;
 
 /// Why a run could not start or go on.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +66,9 @@ pub enum RunError {
          commit and run again"
     )]
     UnbornHead,
+    /// Not retried: a bare repository has no files for the agents to read.
+    #[error("the repository has no work tree (it is bare); run grove in a checkout")]
+    NoWorkTree,
     /// Not retried: the run's journal names a base or branch grove cannot read.
     #[error("run {run_id} cannot be resumed: {reason}")]
     NotResumable { run_id: String, reason: String },
@@ -76,6 +82,21 @@ pub enum RunError {
     /// proceed (a capable kernel, or `--sandbox off`).
     #[error("{}", sandbox::refusal_advice(.0))]
     Sandbox(#[source] SandboxError),
+    /// Not retried: writing the run's state failed mid-run (a full disk, say). What was
+    /// reported durable is intact, so the run resumes once the cause is fixed.
+    #[error(
+        "run {run_id} stopped: its state could not be written: {source}. Everything \
+         recorded before is intact; fix the cause (e.g. free disk space), then \
+         `grove resume {run_id}` continues the run"
+    )]
+    StateNotWritten {
+        run_id: String,
+        #[source]
+        source: StoreError,
+    },
+    /// Not retried: a `worktree.copy` file is missing, tracked or outside the repository.
+    #[error("{0}")]
+    LocalFile(#[from] LocalFileError),
 }
 
 /// The executor workers' `bash` runs through, as the options say: the sandbox, checked to
@@ -129,6 +150,20 @@ fn command_executor(
     }
 }
 
+/// Names the run in a state-write failure that happened after the run started.
+fn resumable_on_store_error(
+    run_id: &RunId,
+    report: Result<RunReport, RunError>,
+) -> Result<RunReport, RunError> {
+    report.map_err(|error| match error {
+        RunError::Store(source) => RunError::StateNotWritten {
+            run_id: run_id.to_string(),
+            source,
+        },
+        other => other,
+    })
+}
+
 /// Runs `options.task` in the repository at `repo_path` and returns its report.
 ///
 /// An error here means the run could not start (not a repository, detached HEAD, lock
@@ -144,6 +179,7 @@ pub async fn run(
     let head = repo.head()?;
     let branch = head.branch.ok_or(RunError::DetachedHead)?;
     let base = head.commit.ok_or(RunError::UnbornHead)?;
+    check_local_files(&repo, base, &options.worktree_setup.copy)?;
     let executor = command_executor(&options, &repo, &events)?;
 
     let store = RunStore::new(repo.common_dir());
@@ -167,7 +203,7 @@ pub async fn run(
     )?;
     let report = orchestrator.execute(None).await;
     drop(lock);
-    report
+    resumable_on_store_error(&run_id, report)
 }
 
 /// Continues run `run_id` after a crash or an interrupt: finished subtasks keep their
@@ -199,6 +235,7 @@ pub async fn resume(
     let mut options: RunOptions = serde_json::from_value(state.options.clone())
         .map_err(|error| not_resumable(format!("its options cannot be read: {error}")))?;
     options.git = git;
+    check_local_files(&repo, base, &options.worktree_setup.copy)?;
     let executor = command_executor(&options, &repo, &events)?;
     let models = models(&state)?;
     for call in &state.interrupted_tool_calls {
@@ -223,7 +260,7 @@ pub async fn resume(
     )?;
     let report = orchestrator.execute(Some(state)).await;
     drop(lock);
-    report
+    resumable_on_store_error(&run_id, report)
 }
 
 fn acquire(repo: &Repo, run_id: &RunId, events: &EventSink) -> Result<RepoLock, RunError> {
@@ -264,6 +301,9 @@ pub(crate) struct Orchestrator {
     pub(crate) lead_messages: Mutex<Vec<Message>>,
     /// Why the run paused itself (the model API failed), if it did.
     pause_reason: Mutex<Option<String>>,
+    /// Worktrees registered ahead of the lead's delegations (while its first model call is
+    /// in flight), by subtask number; unused ones are removed when the run ends.
+    prepared: Mutex<BTreeMap<u32, JoinHandle<Result<Worktree, GitError>>>>,
     /// Subtask numbers whose outcome is settled; approved subtasks merge in number order.
     settled: Mutex<BTreeSet<u32>>,
     settled_changed: Notify,
@@ -275,8 +315,46 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The user agents (name, description) in `root`'s `.grove/agents` that a lead may name.
+pub(crate) fn agent_catalogue(root: &Path) -> Vec<(String, String)> {
+    let dir = root.join(".grove").join("agents");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut agents: Vec<(String, String)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name().to_str()?.strip_suffix(".md")?.to_owned();
+            match roles::load_agent(root, &name) {
+                Ok(Some(role)) => Some((name, role.description)),
+                _ => None,
+            }
+        })
+        .collect();
+    agents.sort();
+    agents
+}
+
+/// The role a `delegate` call names, refused with a message for the lead.
+pub(crate) fn delegate_role(root: &Path, request: &DelegateRequest) -> Result<RoleDef, String> {
+    match request.agent.as_deref() {
+        None | Some("worker") => Ok(roles::builtin(RoleKind::Worker)),
+        Some(name @ ("lead" | "reviewer")) => Err(format!(
+            "`{name}` cannot be delegated to; leave `agent` out for a worker"
+        )),
+        Some(name) => match roles::load_agent(root, name) {
+            Ok(Some(role)) => Ok(role),
+            Ok(None) => Err(format!(
+                "there is no agent `{name}` (no .grove/agents/{name}.md); leave `agent` out \
+                 for a worker"
+            )),
+            Err(error) => Err(error.to_string()),
+        },
+    }
+}
+
 /// Reads the project rules (`AGENTS.md`, else `CLAUDE.md`) from the user's work tree.
-fn read_rules(root: &Path) -> Option<ProjectRules> {
+pub(crate) fn read_rules(root: &Path) -> Option<ProjectRules> {
     roles::RULES_FILES.iter().find_map(|file| {
         let text = std::fs::read_to_string(root.join(file)).ok()?;
         (!text.trim().is_empty()).then(|| ProjectRules {
@@ -333,6 +411,7 @@ impl Orchestrator {
             user_root,
             worktrees_dir,
             next_subtask: AtomicU32::new(1),
+            prepared: Mutex::new(BTreeMap::new()),
             spent_tokens: AtomicU64::new(0),
             subtasks: Mutex::new(Vec::new()),
             lead_messages: Mutex::new(Vec::new()),
@@ -391,6 +470,53 @@ impl Orchestrator {
             subtask,
             base: self.base,
             path: self.worktrees_dir.join(subtask.to_string()),
+        }
+    }
+
+    /// Registers the worktrees of the next subtasks in the background, as many as may run
+    /// at once: registrations are serialised, so doing them while the lead's first model
+    /// call is in flight keeps them off the workers' critical path.
+    fn prepare_worktrees(&self) {
+        let next = self.next_subtask.load(Ordering::Relaxed);
+        let remaining = (self.options.max_subtasks + 1).saturating_sub(next);
+        let count = u32::try_from(self.options.jobs)
+            .unwrap_or(u32::MAX)
+            .min(remaining)
+            .min(MAX_PREPARED_WORKTREES);
+        let mut prepared = lock(&self.prepared);
+        for n in next..next + count {
+            let repo = self.repo.clone();
+            let spec = self.worktree_spec(n);
+            prepared.insert(
+                n,
+                tokio::spawn(async move { repo.create_worktree(spec).await }),
+            );
+        }
+    }
+
+    /// The worktree registered ahead for subtask `n`, if there is one.
+    pub(crate) async fn take_prepared_worktree(
+        &self,
+        n: u32,
+    ) -> Option<Result<Worktree, GitError>> {
+        let handle = lock(&self.prepared).remove(&n)?;
+        handle.await.ok()
+    }
+
+    /// Removes the worktrees registered ahead that no subtask used, with their branches
+    /// (which hold nothing but the base).
+    async fn remove_unused_worktrees(&self) {
+        let unused = std::mem::take(&mut *lock(&self.prepared));
+        for (n, handle) in unused {
+            let Ok(Ok(worktree)) = handle.await else {
+                continue;
+            };
+            if let Err(error) = self.repo.remove_worktree(&worktree).await {
+                self.note(format!("could not remove unused worktree {n}: {error}"));
+            }
+            if let Err(error) = self.repo.delete_subtask_branch(&self.run, n).await {
+                self.note(format!("kept unused branch {n}: {error}"));
+            }
         }
     }
 
@@ -455,6 +581,7 @@ impl Orchestrator {
         let (summary, lead_ledger, failure) = self.clone().run_lead(lead_history).await;
         self.tasks.close();
         self.tasks.wait().await;
+        self.remove_unused_worktrees().await;
         self.finish(summary, lead_ledger, failure).await
     }
 
@@ -537,6 +664,7 @@ impl Orchestrator {
                 return (String::new(), Ledger::default(), Some(failure));
             }
         };
+        self.prepare_worktrees();
         let tools = gate_registry(&tools::builtin(ToolSet::ReadOnly), &worktree).with(Arc::new(
             Delegate::new(Arc::downgrade(&self), self.agent_catalogue()),
         ));
@@ -626,40 +754,12 @@ impl Orchestrator {
 
     /// The user agents the lead may name in `delegate`'s `agent` field.
     fn agent_catalogue(&self) -> Vec<(String, String)> {
-        let dir = self.user_root.join(".grove").join("agents");
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            return Vec::new();
-        };
-        let mut agents: Vec<(String, String)> = entries
-            .filter_map(Result::ok)
-            .filter_map(|entry| {
-                let name = entry.file_name().to_str()?.strip_suffix(".md")?.to_owned();
-                match roles::load_agent(&self.user_root, &name) {
-                    Ok(Some(role)) => Some((name, role.description)),
-                    _ => None,
-                }
-            })
-            .collect();
-        agents.sort();
-        agents
+        agent_catalogue(&self.user_root)
     }
 
     /// The role a `delegate` call names, refused with a message for the lead.
     pub(crate) fn delegate_role(&self, request: &DelegateRequest) -> Result<RoleDef, String> {
-        match request.agent.as_deref() {
-            None | Some("worker") => Ok(roles::builtin(RoleKind::Worker)),
-            Some(name @ ("lead" | "reviewer")) => Err(format!(
-                "`{name}` cannot be delegated to; leave `agent` out for a worker"
-            )),
-            Some(name) => match roles::load_agent(&self.user_root, name) {
-                Ok(Some(role)) => Ok(role),
-                Ok(None) => Err(format!(
-                    "there is no agent `{name}` (no .grove/agents/{name}.md); leave `agent` out \
-                     for a worker"
-                )),
-                Err(error) => Err(error.to_string()),
-            },
-        }
+        delegate_role(&self.user_root, request)
     }
 
     async fn finish(

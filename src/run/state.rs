@@ -453,15 +453,18 @@ pub enum SnapshotError {
     Write(#[from] DurableError),
 }
 
-/// Replaces the snapshot at `path` atomically (temp file, fsync, rename, directory
-/// fsync). A temp file left by a crash is overwritten.
+/// Replaces the snapshot at `path` atomically for readers (temp file, rename). It is not
+/// synced: the journal is the run's truth, fsynced record by record, and the snapshot
+/// only a convenience for people and tools that read the run directory; resume rewrites
+/// a snapshot that a machine crash left stale or empty. A temp file left by a crash is
+/// overwritten.
 pub fn write_snapshot(path: &Path, state: &RunState) -> Result<(), SnapshotError> {
     let mut bytes = serde_json::to_vec_pretty(state).map_err(|source| SnapshotError::Encode {
         path: path.to_path_buf(),
         source,
     })?;
     bytes.push(b'\n');
-    durable::replace_file(path, &bytes)?;
+    durable::replace_file_unsynced(path, &bytes)?;
     Ok(())
 }
 

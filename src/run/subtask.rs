@@ -21,6 +21,7 @@ use crate::model::Message;
 use crate::run::gate::gate_registry;
 use crate::run::journal::{ContextMode, Entry, SubtaskOutcome, VerdictKind};
 use crate::run::orchestrator::{AgentObserver, Orchestrator, lock};
+use crate::run::prepare::PrepareFailure;
 use crate::run::report::{SubtaskReport, executes_later};
 use crate::run::state::{SubtaskState, SubtaskStatus};
 use crate::run::store::StoreError;
@@ -258,7 +259,11 @@ impl Orchestrator {
     /// deleted, and the worktree is made anew from its branch.
     async fn create_worktree(&self, n: u32) -> Result<Worktree, GitError> {
         let spec = self.worktree_spec(n);
-        match self.repo.create_worktree(spec.clone()).await {
+        let created = match self.take_prepared_worktree(n).await {
+            Some(prepared) => prepared,
+            None => self.repo.create_worktree(spec.clone()).await,
+        };
+        match created {
             Err(GitError::WorktreePathOccupied { path, .. }) => {
                 let aside =
                     path.with_file_name(format!("{}.stray-{}", n, crate::run::journal::now_ms()));
@@ -292,6 +297,11 @@ impl Orchestrator {
         report: &mut SubtaskReport,
     ) -> Result<Stage, StoreError> {
         let label = &format!("S{n}");
+        match self.prepare_worktree(label, worktree).await {
+            Ok(()) => {}
+            Err(PrepareFailure::Failed(reason)) => return Ok(Stage::Failed(reason)),
+            Err(PrepareFailure::Interrupted) => return Ok(Stage::Interrupted),
+        }
         let spec = self.spec(
             AgentId {
                 role: role.name.clone(),
@@ -375,6 +385,9 @@ impl Orchestrator {
         };
         if tip == self.base {
             return Ok(Stage::Failed("the worker changed no file".into()));
+        }
+        if let Some(reason) = self.local_files_in_history(tip).await {
+            return Ok(Stage::Failed(reason));
         }
         let diff = match self
             .repo

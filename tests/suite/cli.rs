@@ -12,7 +12,11 @@ use crate::support::git_fixture::{GitFixture, sealed_env};
 
 /// Runs the grove binary in `fixture`'s repository with a sealed environment, the model
 /// APIs pointed at `server`.
-async fn grove(fixture: &GitFixture, server: Option<&FakeServer>, args: &[&str]) -> Output {
+pub(crate) async fn grove(
+    fixture: &GitFixture,
+    server: Option<&FakeServer>,
+    args: &[&str],
+) -> Output {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_grove"));
     command.env_clear();
     command.env("PATH", std::env::var_os("PATH").unwrap_or_default());
@@ -28,11 +32,11 @@ async fn grove(fixture: &GitFixture, server: Option<&FakeServer>, args: &[&str])
     command.output().await.unwrap()
 }
 
-fn stderr(output: &Output) -> String {
+pub(crate) fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-fn role(request: &RecordedRequest) -> &'static str {
+pub(crate) fn role(request: &RecordedRequest) -> &'static str {
     let system = request.system_text();
     if system.starts_with("You are the lead engineer") {
         "lead"
@@ -297,7 +301,7 @@ async fn grove_in(dir: &Path, fixture: &GitFixture, server: &FakeServer, args: &
 }
 
 /// The first file named `name` under the run directories of `repo`, if any.
-fn find_in_worktrees(repo: &Path, name: &str) -> Option<std::path::PathBuf> {
+pub(crate) fn find_in_worktrees(repo: &Path, name: &str) -> Option<std::path::PathBuf> {
     let runs = repo.join(".git/grove/runs");
     for run in std::fs::read_dir(runs).ok()?.flatten() {
         let candidate = run.path().join("worktrees/1").join(name);

@@ -1,12 +1,15 @@
 //! Integration test suites, one module per area.
 
 mod agent;
-mod cli;
+pub(crate) mod cli;
+mod config;
 mod demo;
+mod faults;
 mod git;
 mod loop_http;
 mod model;
-mod run;
+mod polish;
+pub(crate) mod run;
 mod run_state;
 mod sandbox;
 mod tools;

@@ -17,17 +17,17 @@ use grove::run::{ModelChoice, Models, RunEnd, RunError, RunOptions, RunReport};
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 
-const RULES: &str = "House rule: keep every line under 80 columns.";
+pub(crate) const RULES: &str = "House rule: keep every line under 80 columns.";
 
 /// Which built-in role sent a request, told by its system prompt.
 #[derive(Debug, PartialEq, Eq)]
-enum Who {
+pub(crate) enum Who {
     Lead,
     Worker,
     Reviewer,
 }
 
-fn who(request: &RecordedRequest) -> Who {
+pub(crate) fn who(request: &RecordedRequest) -> Who {
     let system = request.system_text();
     if system.starts_with("You are the lead engineer") {
         Who::Lead
@@ -43,7 +43,7 @@ fn who(request: &RecordedRequest) -> Who {
 }
 
 /// The text of the first user message: a subagent's brief.
-fn first_user_text(request: &RecordedRequest) -> String {
+pub(crate) fn first_user_text(request: &RecordedRequest) -> String {
     let first = request
         .messages()
         .iter()
@@ -61,16 +61,16 @@ fn first_user_text(request: &RecordedRequest) -> String {
     }
 }
 
-fn answered(request: &RecordedRequest) -> bool {
+pub(crate) fn answered(request: &RecordedRequest) -> bool {
     !request.tool_results().is_empty()
 }
 
-fn usage(turn: Turn) -> Turn {
+pub(crate) fn usage(turn: Turn) -> Turn {
     turn.usage(100, 10, 50, 5)
 }
 
 /// A lead that delegates `briefs` at once, then summarises.
-fn lead_reply(request: &RecordedRequest, briefs: &[(&str, Option<&str>)]) -> Reply {
+pub(crate) fn lead_reply(request: &RecordedRequest, briefs: &[(&str, Option<&str>)]) -> Reply {
     if answered(request) {
         return usage(Turn::text("All subtasks are done.")).into();
     }
@@ -86,7 +86,7 @@ fn lead_reply(request: &RecordedRequest, briefs: &[(&str, Option<&str>)]) -> Rep
 }
 
 /// A worker that follows briefs of the form `WRITE <path> <content>`.
-fn worker_reply(request: &RecordedRequest) -> Reply {
+pub(crate) fn worker_reply(request: &RecordedRequest) -> Reply {
     if answered(request) {
         return usage(Turn::text("WORKER-FINAL: wrote the file as asked.")).into();
     }
@@ -95,7 +95,7 @@ fn worker_reply(request: &RecordedRequest) -> Reply {
 }
 
 /// The `write_file` call a `WRITE <path> <content>` line in `brief` asks for.
-fn write_reply(brief: &str) -> Reply {
+pub(crate) fn write_reply(brief: &str) -> Reply {
     let line = brief
         .lines()
         .rev()
@@ -113,7 +113,7 @@ fn write_reply(brief: &str) -> Reply {
 }
 
 /// A reviewer that rejects diffs touching `junk`, approves the rest.
-fn reviewer_reply(request: &RecordedRequest) -> Reply {
+pub(crate) fn reviewer_reply(request: &RecordedRequest) -> Reply {
     if answered(request) {
         return usage(Turn::text("Verdict given.")).into();
     }
@@ -130,7 +130,7 @@ fn reviewer_reply(request: &RecordedRequest) -> Reply {
     usage(Turn::new().tool_use("review_call_1", "submit_verdict", input)).into()
 }
 
-fn models(server: &FakeServer, provider: Provider, stream: bool) -> Models {
+pub(crate) fn models(server: &FakeServer, provider: Provider, stream: bool) -> Models {
     let choice = |name: &str| ModelChoice {
         client: server.model(provider, stream),
         name: name.into(),
@@ -143,7 +143,7 @@ fn models(server: &FakeServer, provider: Provider, stream: bool) -> Models {
     }
 }
 
-fn options(fixture: &GitFixture, task: &str) -> RunOptions {
+pub(crate) fn options(fixture: &GitFixture, task: &str) -> RunOptions {
     RunOptions {
         jobs: 3,
         git: fixture.options(),
@@ -151,7 +151,7 @@ fn options(fixture: &GitFixture, task: &str) -> RunOptions {
     }
 }
 
-async fn run(
+pub(crate) async fn run(
     fixture: &GitFixture,
     server: &FakeServer,
     provider: Provider,
@@ -167,7 +167,7 @@ async fn run(
     .await
 }
 
-fn repo_with_rules() -> GitFixture {
+pub(crate) fn repo_with_rules() -> GitFixture {
     GitFixture::with_files(&[
         ("src/a.txt", "alpha\n"),
         ("src/b.txt", "beta\n"),
@@ -185,7 +185,7 @@ fn statuses(report: &RunReport) -> Vec<(String, SubtaskOutcome, Option<VerdictKi
         .collect()
 }
 
-const USER_TASK: &str = "USER-TASK: shout the two words and add nothing else";
+pub(crate) const USER_TASK: &str = "USER-TASK: shout the two words and add nothing else";
 
 /// A worker that reads the shared notes first (all four workers' first replies wait
 /// at `gate` until every one of them is in flight), then writes, then reports.
@@ -1043,7 +1043,9 @@ async fn resume_healthy(fixture: &GitFixture, run_id: &str) -> (FakeServer, RunR
 
 /// A server whose lead delegates `briefs` in one response, with the standard worker and
 /// reviewer scripts.
-async fn scripted_server(briefs: &'static [(&'static str, Option<&'static str>)]) -> FakeServer {
+pub(crate) async fn scripted_server(
+    briefs: &'static [(&'static str, Option<&'static str>)],
+) -> FakeServer {
     FakeServer::with_responder(move |request| match who(request) {
         Who::Lead => lead_reply(request, briefs),
         Who::Worker => worker_reply(request),

@@ -1,0 +1,174 @@
+//! `grove run --dry-run`: the lead plans, and its delegations are recorded, not run.
+//!
+//! This module owns the dry run. The lead gets the same prompt, rules, read-only tools
+//! and `delegate` contract as in a real run, reading the user's work tree as it is; each
+//! delegation is checked like a real one and then only written down. It must never
+//! create a worktree, a branch, a journal or take the repository lock: a dry run leaves
+//! no trace in the repository.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::roles::{self, RoleKind};
+use crate::agent::{
+    AgentError, AgentSpec, Ledger, LoopInput, StopKind, isolated_messages, run_agent,
+};
+use crate::event::{AgentId, EventSink};
+use crate::git::Repo;
+use crate::run::delegate::{self, DelegateInput};
+use crate::run::journal::ContextMode;
+use crate::run::orchestrator::{
+    LEAD_LABEL, RunError, agent_catalogue, delegate_role, lock, read_rules,
+};
+use crate::run::subtask::DelegateRequest;
+use crate::run::{Models, RunOptions};
+use crate::tools::{self, Tool, ToolContext, ToolError, ToolOutput, ToolSet, parse_input};
+
+/// One delegation the lead would make.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlannedSubtask {
+    /// `S1`, `S2`, … in the order the lead asked.
+    pub id: String,
+    pub task: String,
+    pub mode: ContextMode,
+    /// `worker` or the project agent's name.
+    pub agent: String,
+}
+
+/// What the lead would do with the task.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    pub task: String,
+    pub subtasks: Vec<PlannedSubtask>,
+    /// The lead's closing text.
+    pub summary: String,
+    /// Why the lead stopped early, when it did (turn cap, budget, API error, Ctrl-C).
+    pub stopped: Option<String>,
+    pub lead_ledger: Ledger,
+}
+
+/// Runs the lead of `options.task` against the work tree at `repo_path`, recording its
+/// delegations instead of running them.
+pub async fn plan(
+    repo_path: &Path,
+    options: RunOptions,
+    models: Models,
+    events: EventSink,
+    cancel: CancellationToken,
+) -> Result<Plan, RunError> {
+    let repo = Repo::open(repo_path, options.git.clone()).await?;
+    let root = repo.work_tree().ok_or(RunError::NoWorkTree)?.to_path_buf();
+    let recorder = Arc::new(PlanDelegate {
+        root: root.clone(),
+        description: delegate::description(&agent_catalogue(&root)),
+        max_subtasks: options.max_subtasks,
+        planned: Mutex::new(Vec::new()),
+    });
+    let role = roles::builtin(RoleKind::Lead);
+    let spec = AgentSpec {
+        id: AgentId {
+            role: "lead".into(),
+            label: LEAD_LABEL.into(),
+        },
+        system: roles::system_prompt(&role, read_rules(&root).as_ref()),
+        model: models.lead.client.clone(),
+        model_name: models.lead.name.clone(),
+        max_tokens: options.max_output_tokens,
+        max_turns: options.max_turns.lead,
+        budget_tokens: options.budget_tokens,
+        max_consecutive_tool_errors: options.max_consecutive_tool_errors,
+        tools: tools::builtin(ToolSet::ReadOnly).with(recorder.clone()),
+    };
+    let outcome = run_agent(
+        &spec,
+        LoopInput {
+            messages: isolated_messages(&format!(
+                "# Task\n\n{}\n\nPlan the work, delegate it with `delegate`, and end with a \
+                 summary.",
+                options.task
+            )),
+            tool_context: ToolContext {
+                root,
+                cancel: cancel.child_token(),
+            },
+            events,
+            observer: None,
+        },
+    )
+    .await;
+    let (summary, stopped) = match outcome.result {
+        Ok(result) if result.stop == StopKind::Finished => (result.final_text, None),
+        Ok(result) => (
+            result.final_text,
+            Some(format!(
+                "the lead stopped: {}: {}",
+                result.stop, result.detail
+            )),
+        ),
+        Err(AgentError::Cancelled { .. }) => (String::new(), Some("interrupted".into())),
+        Err(error) => (String::new(), Some(error.to_string())),
+    };
+    let subtasks = lock(&recorder.planned).clone();
+    Ok(Plan {
+        task: options.task,
+        subtasks,
+        summary,
+        stopped,
+        lead_ledger: outcome.ledger,
+    })
+}
+
+/// `delegate` for a dry run: checks the call as a real run would, then records it.
+struct PlanDelegate {
+    root: std::path::PathBuf,
+    description: String,
+    max_subtasks: u32,
+    planned: Mutex<Vec<PlannedSubtask>>,
+}
+
+#[async_trait]
+impl Tool for PlanDelegate {
+    fn name(&self) -> &'static str {
+        "delegate"
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn input_schema(&self) -> Value {
+        delegate::input_schema()
+    }
+
+    fn mutates(&self) -> bool {
+        false
+    }
+
+    async fn run(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let request: DelegateRequest = parse_input::<DelegateInput>(self, input)?.into_request()?;
+        let role = delegate_role(&self.root, &request).map_err(ToolError::RespondToModel)?;
+        let mut planned = lock(&self.planned);
+        if planned.len() >= self.max_subtasks as usize {
+            return Err(ToolError::RespondToModel(format!(
+                "the run allows {} subtasks; plan within them",
+                self.max_subtasks
+            )));
+        }
+        let id = format!("S{}", planned.len() + 1);
+        planned.push(PlannedSubtask {
+            id: id.clone(),
+            task: request.task,
+            mode: request.mode,
+            agent: role.name,
+        });
+        Ok(ToolOutput::ok(format!(
+            "{id}: planned (dry run: nothing runs). Go on as if it will be done and merged; \
+             end with a summary of the plan."
+        )))
+    }
+}
