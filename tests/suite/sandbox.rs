@@ -498,8 +498,7 @@ async fn the_launcher_refuses_when_it_cannot_confine_and_bash_says_so() {
         "the launcher refuses with its code and message, and runs nothing"
     );
 
-    // A launcher that is not grove at all is caught by the executor's refusal check only
-    // if it mimics the refusal; `false` just fails, and the command's result says so.
+    // A missing launcher fails the executor's handshake: an error, never a run.
     let executor = SandboxedExecutor::new(
         PathBuf::from("/nonexistent/grove"),
         SandboxPolicy::default(),
@@ -515,9 +514,31 @@ async fn the_launcher_refuses_when_it_cannot_confine_and_bash_says_so() {
         })
         .await;
     assert!(
-        matches!(result, Err(ExecError::Spawn { .. })),
+        matches!(&result, Err(ExecError::Sandbox { reason }) if reason.contains("/nonexistent/grove")),
         "a missing launcher is an error, not a silent unconfined run: {result:?}"
     );
+    // A launcher that is some other program (a test harness, a stale path) fails the
+    // handshake: the model's command is never handed to it.
+    let impostor = SandboxedExecutor::new(
+        PathBuf::from("/bin/echo"),
+        SandboxPolicy::default(),
+        scene.env(),
+    );
+    let result = impostor
+        .execute(ExecRequest {
+            command: format!("touch {}/ran", scene.outside.display()),
+            cwd: scene.worktree.clone(),
+            timeout: std::time::Duration::from_secs(5),
+            cancel: CancellationToken::new(),
+            output_cap: OutputCap::default(),
+        })
+        .await;
+    assert!(
+        matches!(&result, Err(ExecError::Sandbox { reason })
+            if reason.starts_with("/bin/echo is not a working grove sandbox launcher")),
+        "an impostor launcher is refused: {result:?}"
+    );
+    assert!(!scene.outside.join("ran").exists(), "and nothing ran");
     assert!(
         matches!(
             sandbox::probe(Path::new("/nonexistent/grove")),

@@ -392,6 +392,8 @@ pub struct SandboxedExecutor {
     /// Readable even beneath a hidden path, e.g. the repository's git dir.
     extra_readable: Vec<PathBuf>,
     cgroups: std::sync::Arc<CgroupPool>,
+    /// Whether the launcher proved, once, that it is grove's and confines a command.
+    handshake: std::sync::Arc<tokio::sync::OnceCell<()>>,
 }
 
 impl fmt::Debug for SandboxedExecutor {
@@ -424,6 +426,7 @@ impl SandboxedExecutor {
             extra_hidden: Vec::new(),
             extra_readable: Vec::new(),
             cgroups: std::sync::Arc::new(CgroupPool::new(policy.max_processes)),
+            handshake: std::sync::Arc::default(),
         }
     }
 
@@ -541,6 +544,11 @@ impl CommandExecutor for SandboxedExecutor {
             .path()
             .canonicalize()
             .unwrap_or_else(|_| temp_dir.path().to_path_buf());
+        // Only success is kept: a failed (or cancelled) handshake is tried again.
+        self.handshake
+            .get_or_try_init(|| self.handshake(&cwd, &temp_path, &request))
+            .await
+            .map_err(|reason| ExecError::Sandbox { reason })?;
         let mut spec = self.launch_spec(&cwd, &temp_path, &request.command);
         let cgroup = self.cgroups.take();
         spec.cgroup = cgroup.as_ref().map(|cgroup| cgroup.dir.clone());
@@ -674,6 +682,54 @@ fn own_pids_cgroup() -> Option<PathBuf> {
         }
     }
     None
+}
+
+/// What the handshake command prints when the launcher ran it confined.
+const HANDSHAKE_REPLY: &str = "grove-sandbox-ok";
+
+impl SandboxedExecutor {
+    /// Runs one harmless command through the launcher and checks its exact reply, so that
+    /// a launcher that is not grove's (a test harness, a stale path) is caught with a clear
+    /// message before any command of the model's is handed to it.
+    async fn handshake(
+        &self,
+        cwd: &Path,
+        temp_dir: &Path,
+        request: &ExecRequest,
+    ) -> Result<(), String> {
+        let mut spec = self.launch_spec(cwd, temp_dir, "");
+        spec.command = vec![
+            self.shell.clone().into_os_string(),
+            "-c".into(),
+            format!("echo {HANDSHAKE_REPLY}").into(),
+        ];
+        let mut args = vec![OsString::from(LAUNCHER_ARG)];
+        args.extend(spec.to_args());
+        let probe = ExecRequest {
+            command: String::new(),
+            cwd: cwd.to_path_buf(),
+            timeout: std::time::Duration::from_secs(30),
+            cancel: request.cancel.clone(),
+            output_cap: super::exec::OutputCap::default(),
+        };
+        let result = run_in_process_group(&self.launcher, &args, &self.env, &probe)
+            .await
+            .map_err(|error| error.to_string())?;
+        if let Some(reason) = refusal(&result) {
+            return Err(reason);
+        }
+        let reply = result.output_text();
+        if result.outcome == ExecOutcome::Exited(0) && reply.trim() == HANDSHAKE_REPLY {
+            return Ok(());
+        }
+        Err(format!(
+            "{} is not a working grove sandbox launcher (it answered {:?}, {}); set the \
+             launcher to the grove binary",
+            self.launcher.display(),
+            result.outcome,
+            super::truncate_chars(reply.trim(), 200)
+        ))
+    }
 }
 
 /// The launcher's refusal message, when the result is one.
