@@ -648,8 +648,20 @@ impl CgroupPool {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(cgroup);
+            return;
         }
-        // Otherwise it is dropped: removed if it can be, and never reused.
+        // Killed processes still charged to it (zombies not yet reaped): never reused,
+        // removed in the background once the kernel lets go of it.
+        tokio::spawn(async move {
+            for _ in 0..200 {
+                match std::fs::remove_dir(&cgroup.dir) {
+                    Err(error) if error.raw_os_error() == Some(nix::libc::EBUSY) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                    _ => break,
+                }
+            }
+        });
     }
 }
 
