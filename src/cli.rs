@@ -6,6 +6,8 @@
 
 mod init;
 mod render;
+mod report;
+mod review;
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -19,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use grove::event::EventSink;
 use grove::git::{GitOptions, Repo, RunId as GitRunId};
 use grove::model::{self, Provider};
+use grove::run::backend::WorkerBackend;
 use grove::run::config::{ProjectConfig, RoleValues, RunSettings};
 use grove::run::store::RunStore;
 use grove::run::{ModelChoice, ModelNames, Models, RunEnd, RunError, RunReport};
@@ -84,12 +87,34 @@ pub enum Command {
         Examples:\n  grove init\n  grove init --force"
     )]
     Init(init::InitArgs),
+    /// Write one self-contained HTML page about a run: timeline, diffs, verdicts, cost.
+    #[command(
+        after_help = "Works for finished, failed, paused and interrupted runs (and running \
+        ones). The page loads nothing from the network; open it in any browser.\n\n\
+        Examples:\n  grove report 20261129-215530-7f3a\n  \
+        grove report --output /tmp/run.html --prices prices.toml 20261129-215530-7f3a"
+    )]
+    Report(report::ReportArgs),
     /// Print a shell completion script on stdout.
     #[command(after_help = "Examples:\n  \
         grove completions bash > ~/.local/share/bash-completion/completions/grove\n  \
         grove completions zsh > \"${fpath[1]}/_grove\"\n  \
         grove completions fish > ~/.config/fish/completions/grove.fish")]
     Completions(CompletionsArgs),
+    /// Walk a finished run's diffs and verdicts, override the reviewer, and apply.
+    #[command(
+        after_help = "On a terminal, grove shows each subtask and asks [a]pprove / \
+        [r]eject / [k]eep as is / [q]uit, then what to do with the result. With flags it \
+        asks nothing. A person's decision outranks the reviewer's; the result is rebuilt \
+        from the base with the approved subtasks, in order, and work left out is archived.\n\n\
+        Exit status: 0 done (applied, nothing to apply, or not asked to apply); 3 a subtask \
+        you approve is not in the result (it conflicts); 1 error, or the apply was refused \
+        (your branch untouched); 2 usage error.\n\n\
+        Examples:\n  grove review 20261129-215530-7f3a\n  \
+        grove review --list 20261129-215530-7f3a\n  \
+        grove review --approve S2 --reject S1 --apply 20261129-215530-7f3a"
+    )]
+    Review(review::ReviewArgs),
 }
 
 /// Arguments of `grove completions`.
@@ -149,6 +174,13 @@ pub struct RunArgs {
     /// no worktree, branch or run is created.
     #[arg(long)]
     pub dry_run: bool,
+    /// Who does the workers' job: builtin (grove's own), claude, codex, gemini, aider, or
+    /// cmd:"COMMAND" (the brief in $GROVE_BRIEF and on stdin). Lead and reviewer stay grove's.
+    #[arg(long, value_name = "BACKEND", default_value = "builtin", value_parser = parse_worker_backend)]
+    pub worker_backend: WorkerBackend,
+    /// Wall-clock limit of one external worker CLI run, in seconds [default: 3600].
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub worker_timeout: Option<u64>,
     /// Confine workers' shell commands in the kernel sandbox (on), or run them with your
     /// full rights (off: loud, and recorded in the run's journal).
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = clap::builder::ValueParser::new(|text: &str| text.parse::<grove::tools::sandbox::SandboxMode>()))]
@@ -202,6 +234,11 @@ pub struct GcArgs {
     pub older_than: u64,
 }
 
+fn parse_worker_backend(text: &str) -> Result<WorkerBackend, String> {
+    text.parse()
+        .map_err(|error: grove::run::backend::BackendParseError| error.to_string())
+}
+
 fn parse_provider(text: &str) -> Result<Provider, String> {
     text.parse()
         .map_err(|error: model::ModelError| error.to_string())
@@ -226,6 +263,8 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Init(args) => init::init(&directory, &args).await,
+        Command::Review(args) => review::review(&directory, &args).await,
+        Command::Report(args) => report::report(&directory, &args).await,
     }
 }
 
@@ -297,6 +336,10 @@ async fn run(directory: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitC
     let resolved = settings.resolve(args.task.clone());
     let mut options = resolved.options;
     options.keep_worktrees = args.keep_worktrees;
+    options.worker_backend = args.worker_backend.clone();
+    if let Some(seconds) = args.worker_timeout {
+        options.worker_backend_timeout_secs = seconds;
+    }
     options.sandbox = args.sandbox;
     options.allow_network = args.allow_network;
 

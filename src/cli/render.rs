@@ -304,6 +304,12 @@ pub fn report(report: &RunReport, ledgers: &Ledgers) {
             eprintln!("To apply it: {command}");
         }
     }
+    if report.status == RunEnd::Finished && !report.all_merged() && !report.applied {
+        eprintln!(
+            "To look at each diff and verdict, and approve or reject by hand: grove review {}",
+            report.run_id
+        );
+    }
     if matches!(report.status, RunEnd::Interrupted | RunEnd::Paused) {
         eprintln!(
             "Run {} was interrupted; its work is checkpointed on its branches.",
@@ -446,6 +452,14 @@ pub fn demo_epilogue(repo: &std::path::Path, report: &RunReport, as_scripted: bo
     eprintln!("Look at the run:");
     eprintln!("  git -C {dir} log --graph --oneline --all");
     eprintln!("  grove -C {dir} runs");
+    eprintln!(
+        "  grove -C {dir} report {}    # one HTML page: timeline, diffs, verdicts, cost",
+        report.run_id
+    );
+    eprintln!(
+        "  grove -C {dir} review --list {}    # each subtask's verdict, findings and diff",
+        report.run_id
+    );
     if let Some(archive) = rejected.and_then(|subtask| subtask.archive_ref.as_deref()) {
         eprintln!(
             "  git -C {dir} show {}    # the rejected subtask's work, kept",

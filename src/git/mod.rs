@@ -39,6 +39,7 @@ mod error;
 mod local_files;
 mod merge;
 mod names;
+mod rebuild;
 mod worktree;
 
 use std::path::{Path, PathBuf};
@@ -51,6 +52,7 @@ pub use diff::{BranchDiff, DiffStat, FileStat, Patch};
 pub use error::GitError;
 pub use merge::{MergeCheck, MergeOutcome, PairConflict};
 pub use names::{CommitId, RunId, subtask_ref};
+pub use rebuild::{RebuildPick, RebuildStep, Rebuilt};
 pub use worktree::{Worktree, WorktreeSpec};
 
 use cmd::{GitCall, GitRunner};

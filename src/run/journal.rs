@@ -109,6 +109,23 @@ impl VerdictKind {
     }
 }
 
+/// How one subtask ended when `grove review` rebuilt the result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebuiltSubtask {
+    pub subtask: String,
+    /// `merged`, `conflict` or `rejected`.
+    pub status: SubtaskOutcome,
+    /// The subtask's commit, when it was merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// The result right after this subtask was merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    /// The paths that conflicted, when `status` is `conflict`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflict_paths: Vec<String>,
+}
+
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -198,7 +215,26 @@ pub enum Entry {
     },
     /// The run stopped in a resumable state (user interrupt, budget, ...).
     Paused { reason: String },
-    /// The last record of a run.
+    /// A person's decision on a subtask in `grove review`, replacing the reviewer's for
+    /// what the result holds. `previous` is the decision it replaced (the reviewer's or an
+    /// earlier person's; `None` when there was none). May follow `run_finished`.
+    HumanVerdict {
+        subtask: String,
+        verdict: VerdictKind,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        previous: Option<VerdictKind>,
+    },
+    /// `grove review` rebuilt the run's result from the base with the subtasks now
+    /// approved, in subtask order; `result` is the new result commit and `subtasks` says
+    /// how each decided subtask ended. May follow `run_finished`.
+    ResultRebuilt {
+        result: String,
+        subtasks: Vec<RebuiltSubtask>,
+    },
+    /// `grove review` applied the result to the user's branch. May follow `run_finished`.
+    ResultApplied { result: String },
+    /// The last record of a run's own work; only `grove review`'s records (a person's
+    /// decisions, the rebuilt result, its apply) may follow it.
     RunFinished {
         status: RunOutcome,
         /// Whether the result was applied to the user's branch.
@@ -225,6 +261,9 @@ impl Entry {
             Entry::Conflict { .. } => "conflict",
             Entry::SubtaskFinished { .. } => "subtask_finished",
             Entry::Paused { .. } => "paused",
+            Entry::HumanVerdict { .. } => "human_verdict",
+            Entry::ResultRebuilt { .. } => "result_rebuilt",
+            Entry::ResultApplied { .. } => "result_applied",
             Entry::RunFinished { .. } => "run_finished",
         }
     }
@@ -360,6 +399,15 @@ fn parse_line(line: &[u8]) -> Result<Record, String> {
     serde_json::from_slice(line).map_err(|e| e.to_string())
 }
 
+/// Whether an append waits for the record to reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync before returning: the record survives a machine crash.
+    Synced,
+    /// No fsync: the record reaches the disk with the next synced append.
+    Buffered,
+}
+
 /// An open journal that records are appended to.
 #[derive(Debug)]
 pub struct Journal {
@@ -435,6 +483,18 @@ impl Journal {
     /// durable. On failure the partial line is cut off again, so the journal stays
     /// readable; if even that fails, every later append is refused.
     pub fn append(&mut self, record: &Record) -> Result<(), JournalError> {
+        self.append_with(record, Durability::Synced)
+    }
+
+    /// Appends `record`, fsyncing it only when `durability` says so. An unsynced record
+    /// survives a crash of the process (it is in the kernel's cache) and becomes durable
+    /// with the next synced one; only a crash of the machine can lose it, so it must be a
+    /// record whose loss errs on the safe side.
+    pub fn append_with(
+        &mut self,
+        record: &Record,
+        durability: Durability,
+    ) -> Result<(), JournalError> {
         if self.poisoned {
             return Err(JournalError::Poisoned {
                 path: self.path.clone(),
@@ -446,10 +506,10 @@ impl Journal {
             source,
         })?;
         line.push(b'\n');
-        let written = self
-            .file
-            .write_all(&line)
-            .and_then(|()| self.file.sync_data());
+        let written = self.file.write_all(&line).and_then(|()| match durability {
+            Durability::Synced => self.file.sync_data(),
+            Durability::Buffered => Ok(()),
+        });
         if let Err(source) = written {
             if self.file.set_len(self.durable_len).is_err() {
                 self.poisoned = true;

@@ -4,10 +4,12 @@
 //! This module owns the run's lifecycle and is the only place that combines agents with
 //! git. It never prints; it emits events.
 
+pub mod backend;
 pub mod config;
 pub mod delegate;
 pub mod durable;
 pub mod gate;
+pub mod html_report;
 pub mod journal;
 pub mod lock;
 pub mod options;
@@ -15,6 +17,7 @@ pub mod orchestrator;
 pub mod plan;
 pub mod prepare;
 pub mod report;
+pub mod review;
 pub mod state;
 pub mod store;
 pub mod subtask;

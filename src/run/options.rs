@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::git::GitOptions;
 use crate::model::Model;
+use crate::run::backend::{BackendEnv, WorkerBackend};
 use crate::tools::sandbox::{CommandHost, SandboxMode};
 
 /// Turn caps per role.
@@ -64,6 +65,19 @@ pub struct RunOptions {
     /// How each subtask's worktree is prepared before its worker starts.
     #[serde(default)]
     pub worktree_setup: WorktreeSetup,
+    /// Who does the workers' job: grove's own loop, or another agent CLI in the worktree
+    /// (journaled, so a resumed run uses the same one). The lead and the reviewer are
+    /// always grove's own.
+    #[serde(default)]
+    pub worker_backend: WorkerBackend,
+    /// Wall-clock limit of one external worker CLI run, in seconds; past it the CLI's
+    /// process group is killed and its subtask fails.
+    #[serde(default = "default_worker_backend_timeout_secs")]
+    pub worker_backend_timeout_secs: u64,
+    /// The environment external worker CLIs start from; `None` is grove's own. Each CLI
+    /// gets the scrubbed part of it plus its own credentials. Never journaled.
+    #[serde(skip)]
+    pub backend_env: Option<BackendEnv>,
     /// Whether workers' shell commands run in the kernel sandbox (`--sandbox`).
     #[serde(default)]
     pub sandbox: SandboxMode,
@@ -94,6 +108,9 @@ impl RunOptions {
             model_names: ModelNames::default(),
             git: GitOptions::default(),
             worktree_setup: WorktreeSetup::default(),
+            worker_backend: WorkerBackend::Builtin,
+            worker_backend_timeout_secs: default_worker_backend_timeout_secs(),
+            backend_env: None,
             sandbox: SandboxMode::On,
             allow_network: false,
             commands: CommandHost::default(),
@@ -138,6 +155,10 @@ impl Default for WorktreeSetup {
 pub fn default_jobs() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     cores.saturating_mul(2).clamp(2, 4)
+}
+
+fn default_worker_backend_timeout_secs() -> u64 {
+    crate::run::backend::DEFAULT_TIMEOUT_SECS
 }
 
 /// The model name of each role, recorded so that a resumed run uses the same ones.

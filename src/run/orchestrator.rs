@@ -30,7 +30,7 @@ use crate::git::{
 use crate::model::Message;
 use crate::run::delegate::Delegate;
 use crate::run::gate::gate_registry;
-use crate::run::journal::{Entry, RunOutcome};
+use crate::run::journal::{self, Entry, RunOutcome};
 use crate::run::lock::{LockError, RepoLock};
 use crate::run::options::{ModelChoice, Models, RunOptions};
 use crate::run::prepare::{LocalFileError, check_local_files};
@@ -38,7 +38,7 @@ use crate::run::report::{ApplyReport, RunEnd, RunReport, SubtaskReport, Totals};
 use crate::run::state::{RunState, SubtaskStatus};
 use crate::run::store::{ActiveRun, RunId, RunStart, RunStore, StoreError};
 use crate::run::subtask::{self, DelegateRequest};
-use crate::run::transcript::{self, Transcript};
+use crate::run::transcript::{self, AgentEnd, AgentTiming, Transcript};
 use crate::tools::sandbox::{self, SandboxError, SandboxMode, SandboxPolicy, SandboxedExecutor};
 use crate::tools::{self, CommandExecutor, LocalExecutor, Registry, ToolContext, ToolSet};
 
@@ -680,8 +680,8 @@ impl Orchestrator {
             self.options.budget_tokens,
             tools,
         );
-        let (messages, earlier) = match resumed {
-            Some(transcript) => (transcript.messages, transcript.ledger),
+        let (messages, earlier, earlier_timing) = match resumed {
+            Some(transcript) => (transcript.messages, transcript.ledger, transcript.timing),
             None => (
                 isolated_messages(&format!(
                     "# Task\n\n{}\n\nPlan the work, delegate it with `delegate`, and end with \
@@ -689,8 +689,20 @@ impl Orchestrator {
                     self.options.task
                 )),
                 Ledger::default(),
+                AgentTiming::default(),
             ),
         };
+        let observer = Arc::new(
+            AgentObserver::new(
+                &self,
+                LEAD_LABEL,
+                self.transcript_path(LEAD_LABEL, "lead"),
+                earlier,
+                None,
+                true,
+            )
+            .with_timing(&spec.model_name, earlier_timing),
+        );
         let outcome = run_agent(
             &spec,
             LoopInput {
@@ -700,17 +712,11 @@ impl Orchestrator {
                     cancel: self.cancel.child_token(),
                 },
                 events: self.events.clone(),
-                observer: Some(Arc::new(AgentObserver::new(
-                    &self,
-                    LEAD_LABEL,
-                    self.transcript_path(LEAD_LABEL, "lead"),
-                    earlier,
-                    None,
-                    true,
-                ))),
+                observer: Some(observer.clone()),
             },
         )
         .await;
+        observer.finished(&outcome.ledger);
         self.spend(&outcome.ledger);
         if let Err(error) = self.repo.remove_worktree(&worktree).await {
             self.note(format!("could not remove the lead's worktree: {error}"));
@@ -902,7 +908,7 @@ impl Orchestrator {
     }
 }
 
-fn describe_refusal(reason: &crate::git::RefusalReason) -> String {
+pub(crate) fn describe_refusal(reason: &crate::git::RefusalReason) -> String {
     use crate::git::RefusalReason as R;
     match reason {
         R::BranchMovedWithConflicts { paths, .. } => format!(
@@ -936,6 +942,8 @@ pub(crate) struct AgentObserver {
     /// call is in flight: it is off the critical path, and awaited before any further
     /// tool runs or the subtask goes on, so it never races the files it commits.
     pub(crate) pending_checkpoint: tokio::sync::Mutex<Option<JoinHandle<Result<(), String>>>>,
+    /// When the agent started and answered, saved with its transcript for reports.
+    pub(crate) timing: Mutex<AgentTiming>,
 }
 
 impl AgentObserver {
@@ -956,6 +964,38 @@ impl AgentObserver {
             checkpoint,
             is_lead,
             pending_checkpoint: tokio::sync::Mutex::new(None),
+            timing: Mutex::new(AgentTiming {
+                started_ms: Some(journal::now_ms()),
+                ..AgentTiming::default()
+            }),
+        }
+    }
+
+    /// Records `model` as the agent's model and carries on the timing of its earlier
+    /// run (before a resume), keeping its first start.
+    pub(crate) fn with_timing(self, model: &str, earlier: AgentTiming) -> Self {
+        {
+            let mut timing = lock(&self.timing);
+            timing.started_ms = earlier.started_ms.or(timing.started_ms);
+            timing.turn_ms = earlier.turn_ms;
+            timing.model = Some(model.to_owned());
+        }
+        self
+    }
+
+    /// Saves when the agent's loop ended and what it cost in all (`loop_ledger` is this
+    /// run's; earlier runs are added). A failure is noted, not fatal: only reports lose.
+    pub(crate) fn finished(&self, loop_ledger: &Ledger) {
+        let mut ledger = self.earlier;
+        ledger.add(loop_ledger);
+        let end = AgentEnd {
+            ended_ms: journal::now_ms(),
+            ledger,
+        };
+        if let Err(error) = transcript::save_end(&transcript::end_path(&self.transcript), &end)
+            && let Some(orchestrator) = self.orchestrator.upgrade()
+        {
+            orchestrator.note(format!("{}: {error}", self.label));
         }
     }
 
@@ -967,6 +1007,7 @@ impl AgentObserver {
             &Transcript {
                 messages: state.messages.to_vec(),
                 ledger,
+                timing: lock(&self.timing).clone(),
             },
         )
         .map_err(|error| format!("cannot save the transcript: {error}"))
@@ -987,6 +1028,8 @@ impl AgentObserver {
 #[async_trait]
 impl TurnObserver for AgentObserver {
     async fn before_tools(&self, state: TurnState<'_>) -> Result<(), String> {
+        // Called once per turn that calls tools, right after its answer arrived.
+        lock(&self.timing).turn_ms.push(journal::now_ms());
         self.flush().await?;
         if self.is_lead
             && let Some(orchestrator) = self.orchestrator.upgrade()

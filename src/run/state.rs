@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::agent::Ledger;
 use crate::run::durable::{self, DurableError};
 use crate::run::journal::{
-    ContextMode, Entry, Finding, Record, RunOutcome, SubtaskOutcome, VerdictKind,
+    ContextMode, Entry, Finding, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
 };
 
 /// The subtask label tool calls of the lead itself are journaled under.
@@ -122,6 +122,19 @@ pub struct SubtaskState {
     /// Paths of the last merge conflict, if merging conflicted.
     pub conflict_paths: Vec<String>,
     pub ledger: Ledger,
+    /// A person's latest decision in `grove review`; it outranks `verdict` for what the
+    /// result holds.
+    #[serde(default)]
+    pub human_verdict: Option<VerdictKind>,
+}
+
+impl SubtaskState {
+    /// The decision that counts: a person's, else the reviewer's; `None` when neither
+    /// decided (the subtask failed before its review).
+    pub fn decision(&self) -> Option<VerdictKind> {
+        self.human_verdict
+            .or_else(|| self.verdict.as_ref().map(|v| v.verdict))
+    }
 }
 
 /// A tool call that was journaled as started but not as finished.
@@ -265,7 +278,21 @@ impl RunState {
             record_type: record.entry.type_name(),
             reason,
         };
-        if self.is_finished() {
+        let from_review = matches!(
+            record.entry,
+            Entry::HumanVerdict { .. } | Entry::ResultRebuilt { .. } | Entry::ResultApplied { .. }
+        );
+        if from_review {
+            if !self.is_finished() {
+                return Err(fail(format!(
+                    "the run is {}, not finished; `grove review` changes only finished runs",
+                    self.status
+                )));
+            }
+            if self.applied {
+                return Err(fail("the run's result was already applied".to_string()));
+            }
+        } else if self.is_finished() {
             return Err(fail("the run already finished".to_string()));
         }
         let ts = record.ts_ms;
@@ -304,6 +331,7 @@ impl RunState {
                     merge: None,
                     conflict_paths: Vec::new(),
                     ledger: Ledger::default(),
+                    human_verdict: None,
                 });
             }
             Entry::Checkpoint {
@@ -386,6 +414,37 @@ impl RunState {
                 self.status = RunStatus::Paused;
                 self.pause_reason = Some(reason.clone());
             }
+            Entry::HumanVerdict {
+                subtask, verdict, ..
+            } => {
+                let Some(state) = self.subtasks.iter_mut().find(|s| &s.id == subtask) else {
+                    return Err(fail(format!("subtask `{subtask}` was never started")));
+                };
+                state.human_verdict = Some(*verdict);
+            }
+            Entry::ResultRebuilt { result, subtasks } => {
+                self.check_rebuilt(subtasks).map_err(fail)?;
+                for rebuilt in subtasks {
+                    if let Some(state) = self.subtasks.iter_mut().find(|s| s.id == rebuilt.subtask)
+                    {
+                        state.status = rebuilt.status.into();
+                        state.finished_ms = state.finished_ms.or(Some(ts));
+                        state.merge = match (&rebuilt.commit, &rebuilt.result) {
+                            (Some(commit), Some(result)) => Some(MergeState {
+                                commit: commit.clone(),
+                                result: result.clone(),
+                            }),
+                            _ => None,
+                        };
+                        state.conflict_paths = rebuilt.conflict_paths.clone();
+                    }
+                }
+                self.result_commit = Some(result.clone());
+            }
+            Entry::ResultApplied { result } => {
+                self.applied = true;
+                self.result_commit = Some(result.clone());
+            }
             Entry::RunFinished {
                 status,
                 applied,
@@ -418,6 +477,25 @@ impl RunState {
             }
             Some(state) => Ok(state),
         }
+    }
+
+    /// Checks a `result_rebuilt` record before any of it is folded in, so that a bad
+    /// record leaves the state unchanged.
+    fn check_rebuilt(&self, subtasks: &[RebuiltSubtask]) -> Result<(), String> {
+        for rebuilt in subtasks {
+            if self.subtask(&rebuilt.subtask).is_none() {
+                return Err(format!("subtask `{}` was never started", rebuilt.subtask));
+            }
+            if rebuilt.status == SubtaskOutcome::Merged
+                && (rebuilt.commit.is_none() || rebuilt.result.is_none())
+            {
+                return Err(format!(
+                    "subtask `{}` is merged without its commit and result",
+                    rebuilt.subtask
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn open_call_index(&self, subtask: &str, call_id: &str) -> Option<usize> {

@@ -12,7 +12,7 @@ use std::str::FromStr;
 use serde::Serialize;
 
 use crate::run::durable::{self, DurableError};
-use crate::run::journal::{self, Entry, Journal, JournalError, Record, TornTail};
+use crate::run::journal::{self, Durability, Entry, Journal, JournalError, Record, TornTail};
 use crate::run::lock::{self, Liveness, LockError, RepoLock};
 use crate::run::state::{self, ReplayError, RunState, RunStatus, SnapshotError};
 
@@ -499,8 +499,9 @@ impl ActiveRun {
         Ok(record)
     }
 
-    /// Journals `record` durably and folds it into the state. A record that does not fit
-    /// the state is refused before anything is written. The snapshot is rewritten after
+    /// Journals `record` (fsynced, but for the two tool-call records below) and folds it
+    /// into the state. A record that does not fit the state is refused before anything is
+    /// written. The snapshot is rewritten after
     /// records that change a subtask's or the run's standing; tool-call and checkpoint
     /// records only reach it with the next such record (the journal has them already).
     pub fn append_record(&mut self, record: &Record) -> Result<(), StoreError> {
@@ -510,7 +511,17 @@ impl ActiveRun {
                 run_id: self.run_id.clone(),
                 source,
             })?;
-        self.journal.append(record)?;
+        // Losing these two in a machine crash errs on the safe side: a finished call then
+        // reads as interrupted (reported, never re-run), and a read-only call that was
+        // running is harmless either way. Every other record is synced at once.
+        let durability = match &record.entry {
+            Entry::ToolCallFinished { .. }
+            | Entry::ToolCallStarted {
+                mutating: false, ..
+            } => Durability::Buffered,
+            _ => Durability::Synced,
+        };
+        self.journal.append_with(record, durability)?;
         self.state = next;
         let milestone = !matches!(
             record.entry,

@@ -2,11 +2,13 @@
 //! archive, and the short result the lead gets back.
 //!
 //! This file owns what crosses between the agents of a subtask: the worker sees its
-//! brief (or a fork of the lead), the reviewer sees the brief, the diff and the rules —
+//! brief (or a fork of the lead; an external worker CLI, `--worker-backend`, sees its role
+//! prompt, the rules and the brief), the reviewer sees the brief, the diff and the rules —
 //! never the worker's messages — and the lead sees one bounded result. It must never
 //! merge a diff no reviewer approved, and never delete work that is not kept elsewhere.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::SemaphorePermit;
 
@@ -17,7 +19,8 @@ use crate::agent::{
 };
 use crate::event::{AgentId, Event};
 use crate::git::{BranchDiff, DiffStat, GitError, MergeOutcome, Worktree};
-use crate::model::Message;
+use crate::model::{ContentBlock, Message, Role};
+use crate::run::backend::{self, BackendEnv, CliEnd, CliInvocation, Progress};
 use crate::run::gate::gate_registry;
 use crate::run::journal::{ContextMode, Entry, SubtaskOutcome, VerdictKind};
 use crate::run::orchestrator::{AgentObserver, Orchestrator, lock};
@@ -25,7 +28,7 @@ use crate::run::prepare::PrepareFailure;
 use crate::run::report::{SubtaskReport, executes_later};
 use crate::run::state::{SubtaskState, SubtaskStatus};
 use crate::run::store::StoreError;
-use crate::run::transcript::{self, Transcript};
+use crate::run::transcript::{self, AgentTiming, Transcript};
 use crate::run::verdict::{SubmitVerdict, Verdict};
 use crate::tools::{self, CommandExecutor, Registry, ToolContext, ToolSet, truncate_chars};
 
@@ -66,6 +69,16 @@ enum Stage {
     Interrupted,
 }
 
+/// How a worker (built-in or external) ended, before its work is committed.
+struct WorkerEnd {
+    /// What this attempt spent (earlier attempts are in the saved transcript).
+    ledger: Ledger,
+    /// Whether every checkpoint and transcript save during the work succeeded.
+    checkpointed: Result<(), String>,
+    /// The worker's final message, or why its subtask fails.
+    summary: Result<String, String>,
+}
+
 impl Orchestrator {
     /// Runs one delegated subtask to its end and returns what the lead is told.
     ///
@@ -97,6 +110,12 @@ impl Orchestrator {
                 "the run's limit of {} subtasks is reached; finish with a summary",
                 self.options.max_subtasks
             )));
+        }
+        if request.mode == ContextMode::Fork && !self.options.worker_backend.is_builtin() {
+            self.note(format!(
+                "S{n}: a fork was asked for, but the {} worker starts from its brief alone",
+                self.options.worker_backend.name()
+            ));
         }
         let messages = match request.mode {
             ContextMode::Fork => fork_messages(&lock(&self.lead_messages), &request.task),
@@ -143,7 +162,7 @@ impl Orchestrator {
         .map_err(DelegateRefusal::Fatal)?;
         let start = Transcript {
             messages,
-            ledger: Ledger::default(),
+            ..Transcript::default()
         };
         let report = self
             .run_subtask(n, &request.task, &role, tools, start, permit)
@@ -197,7 +216,7 @@ impl Orchestrator {
             }
             None => Transcript {
                 messages: isolated_messages(&state.task),
-                ledger: Ledger::default(),
+                ..Transcript::default()
             },
         };
         let Ok(permit) = self.jobs.acquire().await else {
@@ -302,35 +321,16 @@ impl Orchestrator {
             Err(PrepareFailure::Failed(reason)) => return Ok(Stage::Failed(reason)),
             Err(PrepareFailure::Interrupted) => return Ok(Stage::Interrupted),
         }
-        let spec = self.spec(
-            AgentId {
-                role: role.name.clone(),
-                label: label.to_owned(),
-            },
-            role,
-            &self.models.worker,
-            self.options.max_turns.worker,
-            self.options.subagent_budget_tokens,
-            gate_registry(&tools, worktree),
-        );
-        let observer = Arc::new(AgentObserver::new(
-            self,
-            label,
-            self.transcript_path(label, &role.name),
-            start.ledger,
-            Some((self.repo.clone(), worktree.clone())),
-            false,
-        ));
-        let worker = self
-            .run_agent_in(&spec, start.messages, worktree, observer.clone())
-            .await;
-        let checkpointed = observer.flush().await;
-        self.spend(&worker.ledger);
-        report.worker_ledger = start.ledger;
+        let earlier = start.ledger;
+        let worker = if self.options.worker_backend.is_builtin() {
+            self.builtin_worker(label, role, tools, start, worktree)
+                .await
+        } else {
+            self.external_worker(label, brief, role, earlier, worktree)
+                .await
+        };
+        report.worker_ledger = earlier;
         report.worker_ledger.add(&worker.ledger);
-        if let Err(AgentError::Model { source, .. }) = &worker.result {
-            self.pause(format!("the model API failed for {label}: {source}"));
-        }
 
         // The final commit: whatever the worker left, even after a failure or an
         // interrupt, so that nothing it wrote is lost.
@@ -356,20 +356,12 @@ impl Orchestrator {
         if self.cancel.is_cancelled() {
             return Ok(Stage::Interrupted);
         }
-        if let Err(reason) = checkpointed {
+        if let Err(reason) = worker.checkpointed {
             return Ok(Stage::Failed(reason));
         }
-        let worker_summary = match &worker.result {
-            Ok(outcome) => match outcome.stop {
-                StopKind::Finished | StopKind::TurnCap => outcome.final_text.clone(),
-                _ => {
-                    return Ok(Stage::Failed(format!(
-                        "the worker stopped: {}: {}",
-                        outcome.stop, outcome.detail
-                    )));
-                }
-            },
-            Err(error) => return Ok(Stage::Failed(format!("the worker failed: {error}"))),
+        let worker_summary = match worker.summary {
+            Ok(summary) => summary,
+            Err(reason) => return Ok(Stage::Failed(reason)),
         };
         report.reason = (!worker_summary.trim().is_empty()).then(|| {
             format!(
@@ -464,6 +456,210 @@ impl Orchestrator {
         Ok(Stage::Done)
     }
 
+    /// grove's own worker loop, with a checkpoint commit after every turn that changed
+    /// files.
+    async fn builtin_worker(
+        self: &Arc<Self>,
+        label: &str,
+        role: &RoleDef,
+        tools: Registry,
+        start: Transcript,
+        worktree: &Worktree,
+    ) -> WorkerEnd {
+        let Transcript {
+            messages,
+            ledger: earlier,
+            timing,
+        } = start;
+        let spec = self.spec(
+            AgentId {
+                role: role.name.clone(),
+                label: label.to_owned(),
+            },
+            role,
+            &self.models.worker,
+            self.options.max_turns.worker,
+            self.options.subagent_budget_tokens,
+            gate_registry(&tools, worktree),
+        );
+        let observer = Arc::new(
+            AgentObserver::new(
+                self,
+                label,
+                self.transcript_path(label, &role.name),
+                earlier,
+                Some((self.repo.clone(), worktree.clone())),
+                false,
+            )
+            .with_timing(&spec.model_name, timing),
+        );
+        let worker = self
+            .run_agent_in(&spec, messages, worktree, observer.clone())
+            .await;
+        observer.finished(&worker.ledger);
+        let checkpointed = observer.flush().await;
+        self.spend(&worker.ledger);
+        if let Err(AgentError::Model { source, .. }) = &worker.result {
+            self.pause(format!("the model API failed for {label}: {source}"));
+        }
+        let summary = match worker.result {
+            Ok(outcome) => match outcome.stop {
+                StopKind::Finished | StopKind::TurnCap => Ok(outcome.final_text),
+                _ => Err(format!(
+                    "the worker stopped: {}: {}",
+                    outcome.stop, outcome.detail
+                )),
+            },
+            Err(error) => Err(format!("the worker failed: {error}")),
+        };
+        WorkerEnd {
+            ledger: worker.ledger,
+            checkpointed,
+            summary,
+        }
+    }
+
+    /// Another agent CLI (`--worker-backend`) in the worktree, given the role's prompt,
+    /// the project rules and the brief. Its conversation cannot be resumed: after an
+    /// interrupt it starts again on the brief, from the subtask's last checkpoint.
+    async fn external_worker(
+        self: &Arc<Self>,
+        label: &str,
+        brief: &str,
+        role: &RoleDef,
+        earlier: Ledger,
+        worktree: &Worktree,
+    ) -> WorkerEnd {
+        let backend = self.options.worker_backend.clone();
+        let name = backend.name();
+        let agent = AgentId {
+            role: role.name.clone(),
+            label: label.to_owned(),
+        };
+        // The very system prompt a built-in worker would get: role and project rules.
+        let system = self
+            .spec(
+                agent.clone(),
+                role,
+                &self.models.worker,
+                0,
+                None,
+                Registry::new(),
+            )
+            .system;
+        // The CLI sees the whole tree at once: it must wait for the background checkout.
+        let ready = tokio::select! {
+            ready = worktree.ready() => ready
+                .map_err(|error| format!("the worktree could not be checked out: {error}")),
+            () = self.cancel.cancelled() => Err("interrupted before the worker started".into()),
+        };
+        let started_ms = crate::run::journal::now_ms();
+        if let Err(reason) = ready {
+            return WorkerEnd {
+                ledger: Ledger::default(),
+                checkpointed: Ok(()),
+                summary: Err(reason),
+            };
+        }
+        let rerun = worktree.start() != self.base;
+        if rerun {
+            self.note(format!(
+                "{label}: {name} starts again on the brief from the subtask's last \
+                 checkpoint (a CLI's own conversation is not resumed)"
+            ));
+        }
+        let transcript_path = self.transcript_path(label, &role.name);
+        let (stdout_path, stderr_path) = backend::raw_output_paths(&transcript_path, name);
+        let prompt = backend::cli_prompt(&system, brief, rerun);
+        let invocation = CliInvocation {
+            backend: backend.clone(),
+            prompt: prompt.clone(),
+            cwd: worktree.path().to_path_buf(),
+            stdout_path: stdout_path.clone(),
+            stderr_path,
+            env: self
+                .options
+                .backend_env
+                .clone()
+                .unwrap_or_else(BackendEnv::from_process),
+            timeout: Duration::from_secs(self.options.worker_backend_timeout_secs.max(1)),
+            max_turns: role.max_turns.unwrap_or(self.options.max_turns.worker),
+            budget_tokens: self.options.subagent_budget_tokens,
+            cancel: self.cancel.child_token(),
+        };
+        self.events.emit(Event::AgentStarted {
+            agent: agent.clone(),
+        });
+        let events = self.events.clone();
+        let outcome = invocation
+            .run(|progress| match progress {
+                Progress::Turn { turn, ledger } => events.emit(Event::TurnCompleted {
+                    agent: agent.clone(),
+                    turn,
+                    ledger,
+                }),
+                Progress::Tool { name, is_error } => events.emit(Event::ToolCalled {
+                    agent: agent.clone(),
+                    tool: name,
+                    is_error,
+                }),
+            })
+            .await;
+        let (ledger, summary, described, final_message) = match outcome {
+            Err(error) => {
+                let reason = format!("the {name} worker could not run: {error}");
+                (
+                    Ledger::default(),
+                    Err(reason.clone()),
+                    format!("failed: {reason}"),
+                    None,
+                )
+            }
+            Ok(outcome) => {
+                let report = &outcome.report;
+                if let Some(note) = backend::output_note(&backend, &outcome, &stdout_path) {
+                    self.note(format!("{label}: {note}"));
+                }
+                // It ran: at least one step, whatever it reported.
+                let mut ledger = report.ledger;
+                ledger.steps = ledger.steps.max(1);
+                let summary = match &outcome.end {
+                    CliEnd::Finished | CliEnd::TurnLimit => {
+                        Ok(report.final_message.clone().unwrap_or_default())
+                    }
+                    CliEnd::Failed(reason) => Err(reason.clone()),
+                    CliEnd::Interrupted => Err(format!("{name} was interrupted")),
+                };
+                (
+                    ledger,
+                    summary,
+                    backend::describe_end(&backend, &outcome),
+                    report.final_message.clone(),
+                )
+            }
+        };
+        self.spend(&ledger);
+        self.events.emit(Event::AgentFinished {
+            agent,
+            ledger,
+            outcome: described,
+        });
+        let mut total = earlier;
+        total.add(&ledger);
+        let timing = AgentTiming {
+            started_ms: Some(started_ms),
+            turn_ms: Vec::new(),
+            model: Some(format!("{backend} (external CLI)")),
+        };
+        let checkpointed =
+            save_cli_transcript(&transcript_path, prompt, final_message, total, timing);
+        WorkerEnd {
+            ledger,
+            checkpointed,
+            summary,
+        }
+    }
+
     async fn run_agent_in(
         &self,
         spec: &AgentSpec,
@@ -512,22 +708,26 @@ impl Orchestrator {
         );
         // A review always starts from a clean context and is never resumed: its saved
         // transcript is for the report only.
-        let observer = Arc::new(AgentObserver::new(
-            self,
-            label,
-            self.transcript_path(label, "reviewer"),
-            Ledger::default(),
-            None,
-            false,
-        ));
+        let observer = Arc::new(
+            AgentObserver::new(
+                self,
+                label,
+                self.transcript_path(label, "reviewer"),
+                Ledger::default(),
+                None,
+                false,
+            )
+            .with_timing(&spec.model_name, AgentTiming::default()),
+        );
         let reviewer = self
             .run_agent_in(
                 &spec,
                 isolated_messages(&review_brief(brief, diff, &report.executes_later)),
                 worktree,
-                observer,
+                observer.clone(),
             )
             .await;
+        observer.finished(&reviewer.ledger);
         self.spend(&reviewer.ledger);
         report.reviewer_ledger = reviewer.ledger;
         if let Some(verdict) = submit.verdict() {
@@ -620,6 +820,31 @@ impl Drop for SettleOnDrop {
     fn drop(&mut self) {
         self.0.settle(self.1);
     }
+}
+
+/// Saves an external worker's transcript: what it was asked, what it answered, and the
+/// ledger of every attempt so far (so a resume keeps counting from there).
+fn save_cli_transcript(
+    path: &std::path::Path,
+    prompt: String,
+    final_message: Option<String>,
+    ledger: Ledger,
+    timing: AgentTiming,
+) -> Result<(), String> {
+    let mut messages = vec![Message::user_text(prompt)];
+    if let Some(text) = final_message {
+        messages.push(Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::Text { text }],
+        });
+    }
+    let transcript = Transcript {
+        messages,
+        ledger,
+        timing,
+    };
+    transcript::save(path, &transcript)
+        .map_err(|error| format!("cannot save the transcript: {error}"))
 }
 
 fn empty_report(label: &str, brief: &str, branch: String) -> SubtaskReport {

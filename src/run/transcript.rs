@@ -17,6 +17,27 @@ use crate::run::durable::{self, DurableError};
 pub struct Transcript {
     pub messages: Vec<Message>,
     pub ledger: Ledger,
+    /// When the agent started and answered, for `grove report`'s timeline. Absent in
+    /// transcripts written before it was recorded.
+    #[serde(default)]
+    pub timing: AgentTiming,
+}
+
+/// When an agent ran, kept beside its conversation because the journal holds no
+/// record per turn (each journal record is fsynced; a turn's time is not worth that).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentTiming {
+    /// When the agent's loop first started (kept across resumes), in ms since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<u64>,
+    /// When each saved turn's model answer arrived, oldest first. Only turns that call
+    /// tools are saved, so an agent's last answer (the one without tool calls) has no
+    /// entry here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turn_ms: Vec<u64>,
+    /// The model name the agent's requests carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// Why a transcript could not be saved or read.
@@ -24,7 +45,8 @@ pub struct Transcript {
 pub enum TranscriptError {
     #[error(transparent)]
     Durable(#[from] DurableError),
-    #[error("cannot read transcript {path}: {source}")]
+    /// Reading or writing a transcript (or its end file) failed.
+    #[error("transcript {path}: {source}")]
     Read {
         path: PathBuf,
         #[source]
@@ -43,6 +65,59 @@ pub fn transcript_path(run_dir: &Path, label: &str, role: &str) -> PathBuf {
     run_dir
         .join("transcripts")
         .join(format!("{label}-{role}.json"))
+}
+
+/// How an agent's loop ended, saved beside its transcript for `grove report`: the
+/// transcript itself is saved only around turns that call tools, so it lacks the last
+/// turn's tokens and time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentEnd {
+    /// When the loop returned, in ms since the epoch.
+    pub ended_ms: u64,
+    /// What the agent cost in all, earlier runs before a resume included.
+    pub ledger: Ledger,
+}
+
+/// The end file of the agent whose transcript is at `transcript`
+/// (`<label>-<role>.end.json`).
+pub fn end_path(transcript: &Path) -> PathBuf {
+    transcript.with_extension("end.json")
+}
+
+/// Writes an agent's end file: renamed into place, so a crash never leaves half a file,
+/// but not fsynced, because it only feeds reports and sits on a worker's critical path.
+pub fn save_end(path: &Path, end: &AgentEnd) -> Result<(), TranscriptError> {
+    let bytes = serde_json::to_vec(end).map_err(|source| TranscriptError::Invalid {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let temp = path.with_extension("end.json.tmp");
+    std::fs::write(&temp, bytes)
+        .and_then(|()| std::fs::rename(&temp, path))
+        .map_err(|source| TranscriptError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// The end file at `path`, or `None` when the agent has not ended (or never saved one).
+pub fn load_end(path: &Path) -> Result<Option<AgentEnd>, TranscriptError> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(TranscriptError::Read {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|source| TranscriptError::Invalid {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// Replaces the transcript at `path` atomically.
@@ -194,8 +269,26 @@ mod tests {
                 steps: 2,
                 ..Ledger::default()
             },
+            timing: AgentTiming {
+                started_ms: Some(5),
+                turn_ms: vec![7, 9],
+                model: Some("m".into()),
+            },
         };
         save(&path, &transcript).unwrap();
         assert_eq!(load(&path).unwrap(), Some(transcript));
+
+        let end_file = end_path(&path);
+        assert_eq!(end_file, dir.path().join("transcripts/S1-worker.end.json"));
+        assert_eq!(load_end(&end_file).unwrap(), None);
+        let end = AgentEnd {
+            ended_ms: 11,
+            ledger: Ledger {
+                steps: 3,
+                ..Ledger::default()
+            },
+        };
+        save_end(&end_file, &end).unwrap();
+        assert_eq!(load_end(&end_file).unwrap(), Some(end));
     }
 }

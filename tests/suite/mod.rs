@@ -1,6 +1,7 @@
 //! Integration test suites, one module per area.
 
 mod agent;
+mod backends;
 pub(crate) mod cli;
 mod config;
 mod demo;
@@ -9,6 +10,8 @@ mod git;
 mod loop_http;
 mod model;
 mod polish;
+mod report;
+mod review;
 pub(crate) mod run;
 mod run_state;
 mod sandbox;

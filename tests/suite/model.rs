@@ -585,7 +585,10 @@ async fn stalled_responses_time_out_and_are_retried() {
                 "{mode:?}: a body that never comes is a request timeout: {last:?}"
             );
         }
-        assert_eq!(server.requests().len(), 2, "{mode:?}");
+        // The client's count is the invariant; on a loaded machine the retry's request
+        // may time out before the server has read it, so the server sees one or two.
+        let seen = server.requests().len();
+        assert!((1..=2).contains(&seen), "{mode:?}: the server saw {seen}");
         assert_eq!(notices.len(), 1, "{mode:?}");
     })
     .await;

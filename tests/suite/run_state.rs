@@ -240,6 +240,7 @@ fn expected_full_state(run: &RunId) -> RunState {
                     cache_read_tokens: 0,
                     cache_write_tokens: 50,
                 },
+                human_verdict: None,
             },
             SubtaskState {
                 id: "S2".into(),
@@ -255,6 +256,7 @@ fn expected_full_state(run: &RunId) -> RunState {
                 merge: None,
                 conflict_paths: vec!["tests/config.rs".into()],
                 ledger: Ledger::default(),
+                human_verdict: None,
             },
         ],
         open_tool_calls: vec![],
