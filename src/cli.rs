@@ -181,6 +181,13 @@ pub struct RunArgs {
     /// Wall-clock limit of one external worker CLI run, in seconds [default: 3600].
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub worker_timeout: Option<u64>,
+    /// Confine workers' shell commands in the kernel sandbox (on), or run them with your
+    /// full rights (off: loud, and recorded in the run's journal).
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = clap::builder::ValueParser::new(|text: &str| text.parse::<grove::tools::sandbox::SandboxMode>()))]
+    pub sandbox: grove::tools::sandbox::SandboxMode,
+    /// Let sandboxed shell commands use the network (the rest of the sandbox holds).
+    #[arg(long)]
+    pub allow_network: bool,
 }
 
 /// Arguments of `grove resume`.
@@ -333,6 +340,8 @@ async fn run(directory: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitC
     if let Some(seconds) = args.worker_timeout {
         options.worker_backend_timeout_secs = seconds;
     }
+    options.sandbox = args.sandbox;
+    options.allow_network = args.allow_network;
 
     let client = model::connect(resolved.provider)?;
     let choice = |name: &str| ModelChoice {

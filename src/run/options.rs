@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::git::GitOptions;
 use crate::model::Model;
 use crate::run::backend::{BackendEnv, WorkerBackend};
+use crate::tools::sandbox::{CommandHost, SandboxMode};
 
 /// Turn caps per role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +78,15 @@ pub struct RunOptions {
     /// gets the scrubbed part of it plus its own credentials. Never journaled.
     #[serde(skip)]
     pub backend_env: Option<BackendEnv>,
+    /// Whether workers' shell commands run in the kernel sandbox (`--sandbox`).
+    #[serde(default)]
+    pub sandbox: SandboxMode,
+    /// Let sandboxed commands open internet sockets (`--allow-network`).
+    #[serde(default)]
+    pub allow_network: bool,
+    /// Where workers' commands start: the launcher binary and their environment.
+    #[serde(skip)]
+    pub commands: CommandHost,
 }
 
 impl RunOptions {
@@ -101,6 +111,9 @@ impl RunOptions {
             worker_backend: WorkerBackend::Builtin,
             worker_backend_timeout_secs: default_worker_backend_timeout_secs(),
             backend_env: None,
+            sandbox: SandboxMode::On,
+            allow_network: false,
+            commands: CommandHost::default(),
         }
     }
 }

@@ -39,7 +39,8 @@ use crate::run::state::{RunState, SubtaskStatus};
 use crate::run::store::{ActiveRun, RunId, RunStart, RunStore, StoreError};
 use crate::run::subtask::{self, DelegateRequest};
 use crate::run::transcript::{self, AgentEnd, AgentTiming, Transcript};
-use crate::tools::{self, Registry, ToolContext, ToolSet};
+use crate::tools::sandbox::{self, SandboxError, SandboxMode, SandboxPolicy, SandboxedExecutor};
+use crate::tools::{self, CommandExecutor, LocalExecutor, Registry, ToolContext, ToolSet};
 
 /// The label of the lead in events, ledgers, transcripts and the journal.
 pub const LEAD_LABEL: &str = "lead";
@@ -79,6 +80,10 @@ pub enum RunError {
     Lock(#[from] LockError),
     #[error("run journal: {0}")]
     Store(#[from] StoreError),
+    /// Not retried: this system cannot confine workers' commands; the message says how to
+    /// proceed (a capable kernel, or `--sandbox off`).
+    #[error("{}", sandbox::refusal_advice(.0))]
+    Sandbox(#[source] SandboxError),
     /// Not retried: writing the run's state failed mid-run (a full disk, say). What was
     /// reported durable is intact, so the run resumes once the cause is fixed.
     #[error(
@@ -94,6 +99,57 @@ pub enum RunError {
     /// Not retried: a `worktree.copy` file is missing, tracked or outside the repository.
     #[error("{0}")]
     LocalFile(#[from] LocalFileError),
+}
+
+/// The executor workers' `bash` runs through, as the options say: the sandbox, checked to
+/// work before anything starts, or (loudly) none.
+///
+/// Besides the user's secrets, sandboxed commands cannot read the user's work tree (its
+/// uncommitted and ignored files, such as `.env`) nor the run store (journal, other
+/// agents' transcripts, other worktrees): a worker sees its own worktree and the
+/// repository's git data, as its isolation promises.
+fn command_executor(
+    options: &RunOptions,
+    repo: &Repo,
+    events: &EventSink,
+) -> Result<Arc<dyn CommandExecutor>, RunError> {
+    let env = options.commands.env();
+    match options.sandbox {
+        SandboxMode::On => {
+            let launcher = options
+                .commands
+                .launcher_path()
+                .map_err(RunError::Sandbox)?;
+            sandbox::probe(&launcher).map_err(RunError::Sandbox)?;
+            let policy = SandboxPolicy {
+                allow_network: options.allow_network,
+                ..SandboxPolicy::default()
+            };
+            if options.allow_network {
+                events.emit(Event::Note {
+                    message: "the network is open to workers' shell commands \
+                              (--allow-network); the rest of the sandbox holds"
+                        .into(),
+                });
+            }
+            let mut hidden = vec![repo.common_dir().join("grove")];
+            hidden.extend(repo.work_tree().map(Path::to_path_buf));
+            let readable = [repo.common_dir().to_path_buf()];
+            Ok(Arc::new(
+                SandboxedExecutor::new(launcher, policy, env).hiding(&hidden, &readable),
+            ))
+        }
+        SandboxMode::Off => {
+            events.emit(Event::Note {
+                message: "WARNING: --sandbox off: workers' shell commands run UNCONFINED, \
+                          with your full rights: they can read your secrets (~/.ssh, ~/.aws, \
+                          ...), write anywhere you can, use the network and leave processes \
+                          behind. This choice is recorded in the run's journal."
+                    .into(),
+            });
+            Ok(Arc::new(LocalExecutor::with_env(env)))
+        }
+    }
 }
 
 /// Names the run in a state-write failure that happened after the run started.
@@ -126,6 +182,7 @@ pub async fn run(
     let branch = head.branch.ok_or(RunError::DetachedHead)?;
     let base = head.commit.ok_or(RunError::UnbornHead)?;
     check_local_files(&repo, base, &options.worktree_setup.copy)?;
+    let executor = command_executor(&options, &repo, &events)?;
 
     let store = RunStore::new(repo.common_dir());
     let run_id = store.new_run_id();
@@ -144,7 +201,7 @@ pub async fn run(
         },
     )?;
     let orchestrator = Orchestrator::new(
-        repo, &run_id, base, branch, options, models, events, cancel, active,
+        repo, &run_id, base, branch, options, models, events, cancel, active, executor,
     )?;
     let report = orchestrator.execute(None).await;
     drop(lock);
@@ -181,6 +238,7 @@ pub async fn resume(
         .map_err(|error| not_resumable(format!("its options cannot be read: {error}")))?;
     options.git = git;
     check_local_files(&repo, base, &options.worktree_setup.copy)?;
+    let executor = command_executor(&options, &repo, &events)?;
     let models = models(&state)?;
     for call in &state.interrupted_tool_calls {
         events.emit(Event::Note {
@@ -200,6 +258,7 @@ pub async fn resume(
         events,
         cancel,
         active,
+        executor,
     )?;
     let report = orchestrator.execute(Some(state)).await;
     drop(lock);
@@ -250,6 +309,8 @@ pub(crate) struct Orchestrator {
     /// Subtask numbers whose outcome is settled; approved subtasks merge in number order.
     settled: Mutex<BTreeSet<u32>>,
     settled_changed: Notify,
+    /// How workers' `bash` commands run (the sandbox, unless the run turned it off).
+    pub(crate) executor: Arc<dyn CommandExecutor>,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -325,6 +386,7 @@ impl Orchestrator {
         events: EventSink,
         cancel: CancellationToken,
         active: ActiveRun,
+        executor: Arc<dyn CommandExecutor>,
     ) -> Result<Arc<Self>, RunError> {
         let run = GitRunId::new(run_id.as_str())?;
         let user_root = repo
@@ -358,6 +420,7 @@ impl Orchestrator {
             pause_reason: Mutex::new(None),
             settled: Mutex::new(BTreeSet::new()),
             settled_changed: Notify::new(),
+            executor,
         }))
     }
 

@@ -30,7 +30,7 @@ use crate::run::state::{SubtaskState, SubtaskStatus};
 use crate::run::store::StoreError;
 use crate::run::transcript::{self, AgentTiming, Transcript};
 use crate::run::verdict::{SubmitVerdict, Verdict};
-use crate::tools::{self, Registry, ToolContext, ToolSet, truncate_chars};
+use crate::tools::{self, CommandExecutor, Registry, ToolContext, ToolSet, truncate_chars};
 
 /// How much of a worker's final message the lead gets back.
 const WORKER_SUMMARY_CHARS: usize = 800;
@@ -99,7 +99,7 @@ impl Orchestrator {
         let role = self
             .delegate_role(&request)
             .map_err(DelegateRefusal::Model)?;
-        let tools = worker_tools(&role).map_err(DelegateRefusal::Model)?;
+        let tools = worker_tools(&role, &self.executor).map_err(DelegateRefusal::Model)?;
         // Numbered before anything awaits, so subtasks are numbered in call order.
         let n = self
             .next_subtask
@@ -186,7 +186,7 @@ impl Orchestrator {
         };
         let (role, tools) = match self
             .delegate_role(&request)
-            .and_then(|role| worker_tools(&role).map(|tools| (role, tools)))
+            .and_then(|role| worker_tools(&role, &self.executor).map(|tools| (role, tools)))
         {
             Ok(found) => found,
             Err(reason) => {
@@ -196,7 +196,7 @@ impl Orchestrator {
                 ));
                 (
                     roles::builtin(RoleKind::Worker),
-                    tools::builtin(ToolSet::Worker),
+                    tools::builtin_with_executor(ToolSet::Worker, self.executor.clone()),
                 )
             }
         };
@@ -905,8 +905,8 @@ pub(crate) fn report_from_state(state: &SubtaskState) -> SubtaskReport {
 
 /// The worker's tools: the kind's default set, or the agent file's `tools` list (which
 /// may only name worker tools).
-fn worker_tools(role: &RoleDef) -> Result<Registry, String> {
-    let all = tools::builtin(ToolSet::Worker);
+fn worker_tools(role: &RoleDef, executor: &Arc<dyn CommandExecutor>) -> Result<Registry, String> {
+    let all = tools::builtin_with_executor(ToolSet::Worker, executor.clone());
     let Some(names) = &role.tools else {
         return Ok(all);
     };

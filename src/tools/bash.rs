@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::exec::{CommandExecutor, ExecOutcome, ExecRequest, OutputCap};
+use super::exec::{CommandExecutor, ExecError, ExecOutcome, ExecRequest, OutputCap};
 use super::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
 
 /// Seconds a command may run when the model gives no `timeout_s`.
@@ -92,15 +92,30 @@ impl Tool for Bash {
             cancel: ctx.cancel.child_token(),
             output_cap: OutputCap::default(),
         };
-        let result =
-            self.executor.execute(request).await.map_err(|err| {
-                ToolError::Fatal(format!("the bash tool cannot run commands: {err}"))
-            })?;
+        let result = match self.executor.execute(request).await {
+            Ok(result) => result,
+            // The model should know why nothing ran; the file tools still work.
+            Err(err @ ExecError::Sandbox { .. }) => {
+                return Err(ToolError::RespondToModel(format!(
+                    "{err}. Nothing of the command ran; the file tools still work, and the \
+                     user can rerun grove with `--sandbox off` to run commands unconfined"
+                )));
+            }
+            Err(err) => {
+                return Err(ToolError::Fatal(format!(
+                    "the bash tool cannot run commands: {err}"
+                )));
+            }
+        };
 
         let mut content = result.output_text();
         if result.total_bytes == 0 {
             content.push_str("(no output)\n");
         } else if !content.ends_with('\n') {
+            content.push('\n');
+        }
+        for note in &result.notes {
+            content.push_str(note);
             content.push('\n');
         }
         if result.output_abandoned {

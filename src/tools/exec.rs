@@ -126,6 +126,9 @@ pub struct ExecResult {
     pub total_bytes: u64,
     /// True when reading stopped because a process outside the group held the pipe open.
     pub output_abandoned: bool,
+    /// What the executor itself has to tell the model about this run (e.g. that it undid
+    /// a change the command made to something it must not change), one line each.
+    pub notes: Vec<String>,
 }
 
 impl ExecResult {
@@ -181,6 +184,11 @@ pub enum ExecError {
     /// Reading the command's output failed. Not retried.
     #[error("reading the command's output failed: {0}")]
     Read(#[source] std::io::Error),
+    /// The sandbox refused to run the command because it could not confine it (see
+    /// [`super::sandbox`]); nothing of the command ran. Not retried: the system will not
+    /// change its mind.
+    #[error("the sandbox refused to run the command: {reason}")]
+    Sandbox { reason: String },
 }
 
 /// Runs commands somewhere: this machine today, a sandbox or a remote pod later.
@@ -242,7 +250,7 @@ impl LocalExecutor {
     }
 }
 
-fn default_shell() -> PathBuf {
+pub(crate) fn default_shell() -> PathBuf {
     ["/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash"]
         .iter()
         .map(PathBuf::from)
@@ -283,17 +291,71 @@ struct GroupKiller {
 }
 
 impl GroupKiller {
-    fn kill(&mut self) {
-        if let Some(group) = self.group.take() {
-            // ESRCH (nothing left in the group) is the normal case after a clean exit.
-            let _ = killpg(group, Signal::SIGKILL);
+    /// Sends SIGKILL to the group; true when it still had members (ESRCH, nothing left,
+    /// is the normal case after a clean exit).
+    fn kill(&mut self) -> bool {
+        match self.group.take() {
+            Some(group) => killpg(group, Signal::SIGKILL).is_ok(),
+            None => false,
         }
     }
 }
 
+/// How long [`wait_until_group_is_dead`] waits for killed processes to finish dying.
+const DEATH_WAIT: Duration = Duration::from_secs(2);
+
+/// Waits until no member of the killed process group `group` is still running (zombies
+/// waiting for a reaper count as dead), killing again meanwhile, so that a command is
+/// reported finished only once nothing of it runs. SIGKILL reaches every member at once,
+/// a process being forked included, but a loaded machine may take a moment to run each
+/// one's exit.
+async fn wait_until_group_is_dead(group: Pid) {
+    let deadline = tokio::time::Instant::now() + DEATH_WAIT;
+    while group_has_running_member(group) && tokio::time::Instant::now() < deadline {
+        let _ = killpg(group, Signal::SIGKILL);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// True when a process of group `group` is alive and not a zombie (Linux: from /proc).
+#[cfg(target_os = "linux")]
+fn group_has_running_member(group: Pid) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    let group = group.as_raw().to_string();
+    entries.flatten().any(|entry| {
+        let is_pid = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|name| name.bytes().all(|b| b.is_ascii_digit()));
+        if !is_pid {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            return false;
+        };
+        // After the `(comm)` field: state, ppid, pgrp.
+        let mut fields = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or_default()
+            .split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1);
+        state != Some("Z") && pgrp == Some(group.as_str())
+    })
+}
+
+/// Without /proc, a killed group is taken at its word.
+#[cfg(not(target_os = "linux"))]
+fn group_has_running_member(_group: Pid) -> bool {
+    false
+}
+
 impl Drop for GroupKiller {
     fn drop(&mut self) {
-        self.kill();
+        let _ = self.kill();
     }
 }
 
@@ -338,102 +400,121 @@ impl Collector {
 #[async_trait]
 impl CommandExecutor for LocalExecutor {
     async fn execute(&self, request: ExecRequest) -> Result<ExecResult, ExecError> {
-        let (reader, writer) = std::io::pipe().map_err(ExecError::Pipe)?;
-        let writer_for_stderr = writer.try_clone().map_err(ExecError::Pipe)?;
-        let mut reader =
-            pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(ExecError::Pipe)?;
+        let args = [OsString::from("-c"), OsString::from(&request.command)];
+        run_in_process_group(&self.shell, &args, &self.env, &request).await
+    }
+}
 
-        let mut command = tokio::process::Command::new(&self.shell);
-        command
-            .arg("-c")
-            .arg(&request.command)
-            .current_dir(&request.cwd)
-            .env_clear()
-            .envs(self.env.iter().map(|(name, value)| (name, value)))
-            .stdin(Stdio::null())
-            .stdout(writer)
-            .stderr(writer_for_stderr)
-            .process_group(0)
-            .kill_on_drop(true);
-        let spawned = command.spawn();
-        // The command holds our copies of the pipe's write end; drop them so the pipe
-        // reaches EOF once the command's processes are gone.
-        drop(command);
-        let mut child = spawned.map_err(|source| ExecError::Spawn {
-            shell: self.shell.clone(),
-            cwd: request.cwd.clone(),
-            source,
-        })?;
-        let mut killer = GroupKiller {
-            group: child
-                .id()
-                .and_then(|id| i32::try_from(id).ok())
-                .map(Pid::from_raw),
-        };
+/// Runs `program args…` for `request` in a process group of its own, with `env` only,
+/// stdin from /dev/null and stdout + stderr merged into one capped capture; the group is
+/// killed when the command ends, times out, is cancelled, or this future is dropped.
+pub(crate) async fn run_in_process_group(
+    program: &Path,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+    request: &ExecRequest,
+) -> Result<ExecResult, ExecError> {
+    let (reader, writer) = std::io::pipe().map_err(ExecError::Pipe)?;
+    let writer_for_stderr = writer.try_clone().map_err(ExecError::Pipe)?;
+    let mut reader =
+        pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(ExecError::Pipe)?;
 
-        let mut collector = Collector::new(request.output_cap);
-        let mut buffer = vec![0u8; 64 * 1024];
-        let deadline = tokio::time::sleep(request.timeout);
-        tokio::pin!(deadline);
-        let mut eof = false;
-        let outcome = loop {
-            tokio::select! {
-                status = child.wait() => {
-                    let status = status.map_err(ExecError::Wait)?;
-                    break match (status.code(), status.signal()) {
-                        (Some(code), _) => ExecOutcome::Exited(code),
-                        (None, Some(signal)) => ExecOutcome::Signalled(signal),
-                        (None, None) => ExecOutcome::Signalled(0),
-                    };
-                }
-                read = reader.read(&mut buffer), if !eof => {
-                    match read.map_err(ExecError::Read)? {
-                        0 => eof = true,
-                        n => collector.push(&buffer[..n]),
-                    }
-                }
-                () = &mut deadline => {
-                    killer.kill();
-                    child.wait().await.map_err(ExecError::Wait)?;
-                    break ExecOutcome::TimedOut;
-                }
-                () = request.cancel.cancelled() => {
-                    killer.kill();
-                    child.wait().await.map_err(ExecError::Wait)?;
-                    break ExecOutcome::Cancelled;
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(args)
+        .current_dir(&request.cwd)
+        .env_clear()
+        .envs(env.iter().map(|(name, value)| (name, value)))
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(writer_for_stderr)
+        .process_group(0)
+        .kill_on_drop(true);
+    let spawned = command.spawn();
+    // The command holds our copies of the pipe's write end; drop them so the pipe
+    // reaches EOF once the command's processes are gone.
+    drop(command);
+    let mut child = spawned.map_err(|source| ExecError::Spawn {
+        shell: program.to_path_buf(),
+        cwd: request.cwd.clone(),
+        source,
+    })?;
+    let group = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+    let mut killer = GroupKiller { group };
+
+    let mut collector = Collector::new(request.output_cap);
+    let mut buffer = vec![0u8; 64 * 1024];
+    let deadline = tokio::time::sleep(request.timeout);
+    tokio::pin!(deadline);
+    let mut eof = false;
+    let outcome = loop {
+        tokio::select! {
+            status = child.wait() => {
+                let status = status.map_err(ExecError::Wait)?;
+                break match (status.code(), status.signal()) {
+                    (Some(code), _) => ExecOutcome::Exited(code),
+                    (None, Some(signal)) => ExecOutcome::Signalled(signal),
+                    (None, None) => ExecOutcome::Signalled(0),
+                };
+            }
+            read = reader.read(&mut buffer), if !eof => {
+                match read.map_err(ExecError::Read)? {
+                    0 => eof = true,
+                    n => collector.push(&buffer[..n]),
                 }
             }
-        };
-        // Background children of a finished command would hold the pipe open forever.
-        // The leader is reaped by now, but while any member lives the group id cannot be
-        // reused, and with no member left the kill finds nothing (ESRCH).
-        killer.kill();
-
-        let mut output_abandoned = false;
-        if !eof {
-            let drain = async {
-                loop {
-                    match reader.read(&mut buffer).await {
-                        Ok(0) => return Ok(()),
-                        Ok(n) => collector.push(&buffer[..n]),
-                        Err(err) => return Err(err),
-                    }
-                }
-            };
-            match tokio::time::timeout(DRAIN_GRACE, drain).await {
-                Ok(read) => read.map_err(ExecError::Read)?,
-                Err(_) => output_abandoned = true,
+            () = &mut deadline => {
+                let _ = killer.kill();
+                child.wait().await.map_err(ExecError::Wait)?;
+                break ExecOutcome::TimedOut;
+            }
+            () = request.cancel.cancelled() => {
+                let _ = killer.kill();
+                child.wait().await.map_err(ExecError::Wait)?;
+                break ExecOutcome::Cancelled;
             }
         }
-
-        Ok(ExecResult {
-            outcome,
-            head: collector.head,
-            tail: collector.tail.into_iter().collect(),
-            total_bytes: collector.total,
-            output_abandoned,
-        })
+    };
+    // Background children of a finished command would hold the pipe open forever.
+    // The leader is reaped by now, but while any member lives the group id cannot be
+    // reused, and with no member left the kill finds nothing (ESRCH).
+    // After a timeout or cancel the group was killed above; a finished command's group
+    // may still hold background processes.
+    let had_members = killer.kill();
+    if let Some(group) = group
+        && (had_members || matches!(outcome, ExecOutcome::TimedOut | ExecOutcome::Cancelled))
+    {
+        wait_until_group_is_dead(group).await;
     }
+
+    let mut output_abandoned = false;
+    if !eof {
+        let drain = async {
+            loop {
+                match reader.read(&mut buffer).await {
+                    Ok(0) => return Ok(()),
+                    Ok(n) => collector.push(&buffer[..n]),
+                    Err(err) => return Err(err),
+                }
+            }
+        };
+        match tokio::time::timeout(DRAIN_GRACE, drain).await {
+            Ok(read) => read.map_err(ExecError::Read)?,
+            Err(_) => output_abandoned = true,
+        }
+    }
+
+    Ok(ExecResult {
+        outcome,
+        head: collector.head,
+        tail: collector.tail.into_iter().collect(),
+        total_bytes: collector.total,
+        output_abandoned,
+        notes: Vec::new(),
+    })
 }
 
 #[cfg(test)]
@@ -525,6 +606,7 @@ mod tests {
             tail: word[2..].to_vec(),
             total_bytes: word.len() as u64,
             output_abandoned: false,
+            notes: Vec::new(),
         };
         assert_eq!(
             result.output_text(),
@@ -541,6 +623,7 @@ mod tests {
             tail: b"end\n".to_vec(),
             total_bytes: 100,
             output_abandoned: false,
+            notes: Vec::new(),
         };
         assert_eq!(
             result.output_text(),

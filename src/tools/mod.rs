@@ -11,6 +11,7 @@ pub mod exec;
 mod grep;
 mod list_files;
 mod read_file;
+pub mod sandbox;
 mod text;
 mod walk;
 mod write_file;

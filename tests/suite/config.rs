@@ -996,6 +996,9 @@ async fn local_files_reach_every_worktree_and_never_a_commit_a_review_or_the_res
         },
     );
     options.keep_worktrees = true;
+    // The worker must be able to stage and commit by itself here, which the sandbox
+    // forbids: this is the defence for `--sandbox off`.
+    options.sandbox = grove::tools::sandbox::SandboxMode::Off;
     let report = run(&fixture, &server, options).await.unwrap();
     server.assert_no_violations();
 

@@ -14,4 +14,5 @@ mod report;
 mod review;
 pub(crate) mod run;
 mod run_state;
+mod sandbox;
 mod tools;
