@@ -65,33 +65,7 @@ impl Repo {
         let commit = self
             .ref_target(&branch)?
             .ok_or(GitError::UnknownRevision { rev: branch })?;
-        let mut suffix = 1u32;
-        loop {
-            let reference = if suffix == 1 {
-                format!("{}{subtask}", run.archive_prefix())
-            } else {
-                format!("{}{subtask}-{suffix}", run.archive_prefix())
-            };
-            match self.ref_target(&reference)? {
-                Some(existing) if existing == commit => {
-                    return Ok(ArchivedWork {
-                        subtask,
-                        reference,
-                        commit,
-                    });
-                }
-                Some(_) => suffix += 1,
-                None => {
-                    self.update_ref(&reference, commit, None, "grove: archive")
-                        .await?;
-                    return Ok(ArchivedWork {
-                        subtask,
-                        reference,
-                        commit,
-                    });
-                }
-            }
-        }
+        self.archive_commit(run, subtask, commit).await
     }
 
     /// Removes a subtask's worktree after committing anything uncommitted to its branch

@@ -127,7 +127,7 @@ impl Repo {
                 }
                 Some(_) => suffix += 1,
                 None => {
-                    self.update_ref(&reference, commit, None, "grove review: archive")
+                    self.update_ref(&reference, commit, None, "grove: archive")
                         .await?;
                     return Ok(ArchivedWork {
                         subtask,

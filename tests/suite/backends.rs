@@ -18,32 +18,15 @@ use grove::run::backend::{BackendEnv, WorkerBackend};
 use grove::run::journal::{SubtaskOutcome, VerdictKind};
 use grove::run::{ModelChoice, Models, RunEnd, RunOptions, RunReport};
 
+use crate::suite::run::{Who, who};
 use crate::support::fake_cli::{self, FakeClis};
-use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
+use crate::support::fake_server::{FakeServer, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 
 const BRIEF: &str = "Make src/a.txt shout: replace alpha with ALPHA. BRIEF-MARK-7";
 const BRIEF_MARK: &str = "BRIEF-MARK-7";
 /// What every stand-in does to the worktree.
 const EDIT: &str = "printf 'ALPHA\\n' > src/a.txt";
-
-#[derive(Debug, PartialEq, Eq)]
-enum Who {
-    Lead,
-    Worker,
-    Reviewer,
-}
-
-fn who(request: &RecordedRequest) -> Who {
-    let system = request.system_text();
-    if system.starts_with("You are the lead engineer") {
-        Who::Lead
-    } else if system.starts_with("You are an independent code reviewer") {
-        Who::Reviewer
-    } else {
-        Who::Worker
-    }
-}
 
 /// Lead delegates [`BRIEF`] once, then summarises; the reviewer approves. A request from
 /// grove's own worker is answered, and the tests assert there is none.

@@ -24,6 +24,7 @@ use grove::run::{
     WorktreeSetup,
 };
 
+use crate::suite::run::{Who, first_user_text, who};
 use crate::support::fake_server::{
     Endpoint, FakeServer, RecordedRequest, Reply, TEST_API_KEY, Turn,
 };
@@ -818,42 +819,6 @@ async fn grove_init_outside_a_repository_is_a_clear_error() {
 // `[worktree]`: setup command and local-only files, in real runs.
 
 const SECRET: &str = "FAKE-SECRET-4242";
-
-#[derive(Debug, PartialEq, Eq)]
-enum Who {
-    Lead,
-    Worker,
-    Reviewer,
-}
-
-fn who(request: &RecordedRequest) -> Who {
-    let system = request.system_text();
-    if system.starts_with("You are the lead engineer") {
-        Who::Lead
-    } else if system.starts_with("You are an independent code reviewer") {
-        Who::Reviewer
-    } else {
-        Who::Worker
-    }
-}
-
-fn first_user_text(request: &RecordedRequest) -> String {
-    let first = request
-        .messages()
-        .iter()
-        .find(|m| m["role"] == "user")
-        .cloned()
-        .unwrap_or(Value::Null);
-    match &first["content"] {
-        Value::String(text) => text.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
-}
 
 /// A lead that delegates `briefs` at once; workers that do the brief's `BASH <command>`
 /// and `WRITE <path> <content>` lines in order, one per turn; reviewers that approve.

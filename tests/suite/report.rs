@@ -17,22 +17,12 @@ use grove::run::journal::{SubtaskOutcome, VerdictKind};
 use grove::run::state::RunStatus;
 use grove::run::{ModelChoice, Models, RunEnd, RunOptions};
 
+use crate::suite::cli::role;
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::{GitFixture, sealed_env};
 
 /// Text that breaks out of a `<script>` element if it is not escaped.
 const INJECTION: &str = "</script><script>alert(1)</script><img src=x onerror=alert(2)>";
-
-fn role(request: &RecordedRequest) -> &'static str {
-    let system = request.system_text();
-    if system.starts_with("You are the lead engineer") {
-        "lead"
-    } else if system.starts_with("You are an independent code reviewer") {
-        "reviewer"
-    } else {
-        "worker"
-    }
-}
 
 /// A lead that delegates two subtasks, workers that follow `WRITE <path> <content>`, and
 /// a reviewer that rejects any diff adding `junk`.

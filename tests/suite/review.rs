@@ -21,6 +21,7 @@ use grove::run::state::{MergeState, RunState, RunStatus, SubtaskStatus};
 use grove::run::store::{RunStart, RunStore};
 use grove::run::{ModelChoice, Models, RunOptions};
 
+use crate::suite::cli::role;
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::{GitFixture, sealed_env};
 
@@ -30,17 +31,6 @@ const BRIEFS: &[&str] = &[
     "Add a file.\nWRITE junk.txt JUNK",
     "Shout delta.\nWRITE src/b.txt DELTA",
 ];
-
-fn role(request: &RecordedRequest) -> &'static str {
-    let system = request.system_text();
-    if system.starts_with("You are the lead engineer") {
-        "lead"
-    } else if system.starts_with("You are an independent code reviewer") {
-        "reviewer"
-    } else {
-        "worker"
-    }
-}
 
 /// A lead that delegates `briefs` at once; workers that follow `WRITE <path> <content>`
 /// (and change nothing without one); a reviewer that rejects any diff naming `junk`.

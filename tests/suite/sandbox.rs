@@ -27,7 +27,8 @@ use grove::tools::{
     builtin_with_executor,
 };
 
-use crate::support::fake_server::{FakeServer, RecordedRequest, Turn};
+use crate::suite::cli::role as who;
+use crate::support::fake_server::{FakeServer, Turn};
 use crate::support::git_fixture::GitFixture;
 
 const SECRET: &str = "SECRET-KEY-MATERIAL-7f3a9c";
@@ -550,17 +551,6 @@ async fn the_launcher_refuses_when_it_cannot_confine_and_bash_says_so() {
 
 // ---------------------------------------------------------------------------------------
 // End to end: a run whose worker obeys a hostile instruction.
-
-fn who(request: &RecordedRequest) -> &'static str {
-    let system = request.system_text();
-    if system.starts_with("You are the lead engineer") {
-        "lead"
-    } else if system.starts_with("You are an independent code reviewer") {
-        "reviewer"
-    } else {
-        "worker"
-    }
-}
 
 /// A server whose lead delegates one brief, whose reviewer approves, and whose worker
 /// makes `steps` tool calls one per turn, then finishes.
