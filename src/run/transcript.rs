@@ -102,22 +102,7 @@ pub fn save_end(path: &Path, end: &AgentEnd) -> Result<(), TranscriptError> {
 
 /// The end file at `path`, or `None` when the agent has not ended (or never saved one).
 pub fn load_end(path: &Path) -> Result<Option<AgentEnd>, TranscriptError> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(TranscriptError::Read {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
-    };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|source| TranscriptError::Invalid {
-            path: path.to_path_buf(),
-            source,
-        })
+    read_json(path)
 }
 
 /// Replaces the transcript at `path` atomically.
@@ -138,6 +123,11 @@ pub fn save(path: &Path, transcript: &Transcript) -> Result<(), TranscriptError>
 
 /// The transcript at `path`, or `None` when the agent never saved one.
 pub fn load(path: &Path) -> Result<Option<Transcript>, TranscriptError> {
+    read_json(path)
+}
+
+/// The JSON file at `path`, or `None` when there is none.
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, TranscriptError> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
