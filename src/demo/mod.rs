@@ -136,14 +136,23 @@ impl Demo {
                 self.repo.display()
             ),
         });
-        crate::run::run(
-            &self.repo,
-            self.options.clone(),
-            self.models.clone(),
-            events,
-            cancel,
-        )
-        .await
+        let mut options = self.options.clone();
+        // The replayed workers run no shell command, so a machine that cannot confine one
+        // (no Landlock, not Linux) can still show the demo; the run says so loudly.
+        let confinable = options
+            .commands
+            .launcher_path()
+            .and_then(|launcher| crate::tools::sandbox::probe(&launcher));
+        if let Err(error) = confinable {
+            events.emit(Event::Note {
+                message: format!(
+                    "demo: this machine cannot confine shell commands ({error}); the \
+                     replayed workers run none, so the demo goes on without the sandbox"
+                ),
+            });
+            options.sandbox = crate::tools::sandbox::SandboxMode::Off;
+        }
+        crate::run::run(&self.repo, options, self.models.clone(), events, cancel).await
     }
 }
 
