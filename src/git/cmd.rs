@@ -125,6 +125,24 @@ impl GitRunner {
         }
     }
 
+    /// The committer of in-process commits: what a git command of this runner would use
+    /// (the identity, unless the extra environment names another), at the current time.
+    pub fn signature(&self) -> Result<git2::Signature<'static>, git2::Error> {
+        let from_env = |name: &str| {
+            self.options
+                .env
+                .iter()
+                .rev()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.to_string_lossy().into_owned())
+        };
+        let name =
+            from_env("GIT_COMMITTER_NAME").unwrap_or_else(|| self.options.identity.name.clone());
+        let email =
+            from_env("GIT_COMMITTER_EMAIL").unwrap_or_else(|| self.options.identity.email.clone());
+        git2::Signature::now(&name, &email)
+    }
+
     /// Records the repository-local driver config to neutralise on every call.
     pub fn set_neutralized(&mut self, overrides: Vec<String>) {
         self.neutralized = overrides;

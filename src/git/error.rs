@@ -42,6 +42,14 @@ pub enum GitError {
         source: git2::Error,
     },
 
+    /// An in-process write through libgit2 (an object or a ref) failed. Not retried.
+    #[error("writing {what} failed: {source}")]
+    Write {
+        what: String,
+        #[source]
+        source: git2::Error,
+    },
+
     /// A filesystem operation on a path grove manages failed. Not retried.
     #[error("could not {action} {path}: {source}")]
     Io {

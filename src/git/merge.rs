@@ -90,17 +90,10 @@ impl Repo {
                 MergeCheck::Conflict { paths } => return Ok(MergeOutcome::Conflict { paths }),
                 MergeCheck::Clean { tree } => tree,
             };
-            let merged = self.commit_tree(&tree, &[tip, commit], message).await?;
-            match self
-                .update_ref(target_ref, merged, Some(tip), message)
-                .await
-            {
-                Ok(()) => return Ok(MergeOutcome::Merged { commit: merged }),
-                // Another writer moved the ref (or holds its lock): recompute on its tip.
-                Err(GitError::Command { stderr, .. }) if stderr.contains("cannot lock ref") => {
-                    last_seen = self.ref_target(target_ref)?;
-                }
-                Err(other) => return Err(other),
+            match self.commit_onto(target_ref, &tree, tip, commit, message)? {
+                Some(merged) => return Ok(MergeOutcome::Merged { commit: merged }),
+                // Another writer moved the ref meanwhile: recompute on its tip.
+                None => last_seen = self.ref_target(target_ref)?,
             }
         }
         Err(GitError::RefContended {
@@ -194,6 +187,58 @@ impl Repo {
     }
 
     /// Writes a commit of `tree` with `parents` and returns it.
+    /// Writes the merge commit of `tree` with parents `tip` and `theirs`, then moves
+    /// `target_ref` from `tip` to it — in process, where three git processes per merge
+    /// would sit on the path the lead waits on. `None` when the ref no longer points at
+    /// `tip` (the commit is then left unreferenced, for git's gc).
+    fn commit_onto(
+        &self,
+        target_ref: &str,
+        tree: &str,
+        tip: CommitId,
+        theirs: CommitId,
+        message: &str,
+    ) -> Result<Option<CommitId>, GitError> {
+        let signature = self.signature()?;
+        let write_error = |what: &str| {
+            let what = what.to_owned();
+            move |source| GitError::Write { what, source }
+        };
+        let repo = self
+            .inner
+            .libgit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tree = git2::Oid::from_str(tree)
+            .and_then(|oid| repo.find_tree(oid))
+            .map_err(write_error("merge commit"))?;
+        let parents = [tip, theirs]
+            .iter()
+            .map(|parent| repo.find_commit(parent.oid()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(write_error("merge commit"))?;
+        let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
+        let merged = repo
+            .commit(None, &signature, &signature, message, &tree, &parents)
+            .map_err(write_error("merge commit"))?;
+        let reflog = message.lines().next().unwrap_or("grove: merge");
+        match repo.reference_matching(target_ref, merged, true, tip.oid(), reflog) {
+            Ok(_) => Ok(Some(CommitId::from_oid(merged))),
+            Err(error)
+                if matches!(
+                    error.code(),
+                    git2::ErrorCode::Modified | git2::ErrorCode::Locked
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(source) => Err(GitError::Write {
+                what: target_ref.to_owned(),
+                source,
+            }),
+        }
+    }
+
     pub(super) async fn commit_tree(
         &self,
         tree: &str,

@@ -232,6 +232,17 @@ impl Repo {
         })
     }
 
+    /// The signature of commits grove writes in process.
+    fn signature(&self) -> Result<git2::Signature<'static>, GitError> {
+        self.inner
+            .runner
+            .signature()
+            .map_err(|source| GitError::Write {
+                what: "commit signature".to_owned(),
+                source,
+            })
+    }
+
     /// A git call on the user's repository without a work tree (refs, objects, merges).
     fn git(&self) -> GitCall<'_> {
         let cwd = self

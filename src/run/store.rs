@@ -499,7 +499,7 @@ impl ActiveRun {
         Ok(record)
     }
 
-    /// Journals `record` (fsynced, but for the two tool-call records below) and folds it
+    /// Journals `record` (fsynced, but for the records named below) and folds it
     /// into the state. A record that does not fit the state is refused before anything is
     /// written. The snapshot is rewritten after
     /// records that change a subtask's or the run's standing; tool-call and checkpoint
@@ -511,11 +511,14 @@ impl ActiveRun {
                 run_id: self.run_id.clone(),
                 source,
             })?;
-        // Losing these two in a machine crash errs on the safe side: a finished call then
-        // reads as interrupted (reported, never re-run), and a read-only call that was
-        // running is harmless either way. Every other record is synced at once.
+        // Losing these in a machine crash errs on the safe side: a finished call then
+        // reads as interrupted (reported, never re-run), a read-only call that was running
+        // is harmless either way, and a merge whose record is lost is found already merged
+        // on resume (its `subtask_finished`, synced, follows at once). Every other record is
+        // synced at once.
         let durability = match &record.entry {
             Entry::ToolCallFinished { .. }
+            | Entry::Merged { .. }
             | Entry::ToolCallStarted {
                 mutating: false, ..
             } => Durability::Buffered,
