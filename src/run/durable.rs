@@ -8,6 +8,16 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// Whether a write waits for the bytes to reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync before returning: the write survives a machine crash.
+    Synced,
+    /// No fsync: the write survives a crash of the process (it is in the kernel's cache)
+    /// and reaches the disk later, or with the next synced write of the same file.
+    Buffered,
+}
+
 /// A write, sync or rename that failed, with the path it failed on.
 #[derive(Debug, thiserror::Error)]
 #[error("{operation} {path}: {source}")]

@@ -9,6 +9,7 @@
 //! Reading tolerates a torn last line (a crash mid-write) and reports it; anything wrong
 //! before the last line is corruption and an error naming the file and line.
 
+pub use crate::run::durable::Durability;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -397,15 +398,6 @@ fn parse_line(line: &[u8]) -> Result<Record, String> {
         return Err("empty line".to_string());
     }
     serde_json::from_slice(line).map_err(|e| e.to_string())
-}
-
-/// Whether an append waits for the record to reach the disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// fsync before returning: the record survives a machine crash.
-    Synced,
-    /// No fsync: the record reaches the disk with the next synced append.
-    Buffered,
 }
 
 /// An open journal that records are appended to.

@@ -29,6 +29,7 @@ use crate::git::{
 };
 use crate::model::Message;
 use crate::run::delegate::Delegate;
+use crate::run::durable::Durability;
 use crate::run::gate::gate_registry;
 use crate::run::journal::{self, Entry, RunOutcome};
 use crate::run::lock::{LockError, RepoLock};
@@ -1024,16 +1025,17 @@ impl AgentObserver {
         }
     }
 
-    fn save(&self, state: TurnState<'_>) -> Result<(), String> {
+    fn save(&self, state: TurnState<'_>, durability: Durability) -> Result<(), String> {
         let mut ledger = self.earlier;
         ledger.add(state.ledger);
-        transcript::save(
+        transcript::save_with(
             &self.transcript,
             &Transcript {
                 messages: state.messages.to_vec(),
                 ledger,
                 timing: lock(&self.timing).clone(),
             },
+            durability,
         )
         .map_err(|error| format!("cannot save the transcript: {error}"))
     }
@@ -1061,7 +1063,9 @@ impl TurnObserver for AgentObserver {
         {
             *lock(&orchestrator.lead_messages) = state.messages.to_vec();
         }
-        self.save(state)
+        // Synced: the tool calls about to run must be on disk before they run, so that
+        // after any crash they are answered as interrupted, never run a second time.
+        self.save(state, Durability::Synced)
     }
 
     async fn after_turn(&self, state: TurnState<'_>, mutated: bool) -> Result<(), String> {
@@ -1091,6 +1095,8 @@ impl TurnObserver for AgentObserver {
             });
             *self.pending_checkpoint.lock().await = Some(task);
         }
-        self.save(state)
+        // Not synced: were these results lost in a machine crash, the calls would read as
+        // interrupted from the synced save before them — reported, never run again.
+        self.save(state, Durability::Buffered)
     }
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::Ledger;
 use crate::model::{ContentBlock, Message, Role};
-use crate::run::durable::{self, DurableError};
+use crate::run::durable::{self, Durability, DurableError};
 
 /// One agent's saved conversation.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -91,13 +91,8 @@ pub fn save_end(path: &Path, end: &AgentEnd) -> Result<(), TranscriptError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let temp = path.with_extension("end.json.tmp");
-    std::fs::write(&temp, bytes)
-        .and_then(|()| std::fs::rename(&temp, path))
-        .map_err(|source| TranscriptError::Read {
-            path: path.to_path_buf(),
-            source,
-        })
+    durable::replace_file_unsynced(path, &bytes)?;
+    Ok(())
 }
 
 /// The end file at `path`, or `None` when the agent has not ended (or never saved one).
@@ -107,6 +102,15 @@ pub fn load_end(path: &Path) -> Result<Option<AgentEnd>, TranscriptError> {
 
 /// Replaces the transcript at `path` atomically.
 pub fn save(path: &Path, transcript: &Transcript) -> Result<(), TranscriptError> {
+    save_with(path, transcript, Durability::Synced)
+}
+
+/// Replaces the transcript at `path` atomically, fsynced or not as `durability` says.
+pub fn save_with(
+    path: &Path,
+    transcript: &Transcript,
+    durability: Durability,
+) -> Result<(), TranscriptError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|source| TranscriptError::Read {
             path: dir.to_path_buf(),
@@ -117,7 +121,10 @@ pub fn save(path: &Path, transcript: &Transcript) -> Result<(), TranscriptError>
         path: path.to_path_buf(),
         source,
     })?;
-    durable::replace_file(path, &bytes)?;
+    match durability {
+        Durability::Synced => durable::replace_file(path, &bytes)?,
+        Durability::Buffered => durable::replace_file_unsynced(path, &bytes)?,
+    }
     Ok(())
 }
 
