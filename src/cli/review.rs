@@ -356,7 +356,7 @@ fn show_subtask(
     subtask: &SubtaskReview,
     diff: &RenderDiff<'_>,
 ) -> anyhow::Result<()> {
-    let status = status_name(subtask.status);
+    let status = subtask.status.as_str();
     let status_code = match subtask.status {
         SubtaskStatus::Merged => "32",
         SubtaskStatus::Conflict => "33",
@@ -425,16 +425,6 @@ fn show_subtask(
     }
     out.line("")?;
     Ok(())
-}
-
-fn status_name(status: SubtaskStatus) -> &'static str {
-    match status {
-        SubtaskStatus::Running => "running",
-        SubtaskStatus::Merged => "merged",
-        SubtaskStatus::Rejected => "rejected",
-        SubtaskStatus::Conflict => "conflict",
-        SubtaskStatus::Failed => "failed",
-    }
 }
 
 fn show_run_footer(out: &mut Out, run: &RunReview) -> anyhow::Result<()> {
@@ -522,7 +512,7 @@ fn show_outcome(out: &mut Out, outcome: &ReviewOutcome, apply: bool) -> anyhow::
         out.line(&format!(
             "{} is approved but not in the result ({}).",
             subtask.id,
-            status_name(subtask.status)
+            subtask.status.as_str()
         ))?;
     }
     Ok(())

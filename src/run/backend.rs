@@ -499,15 +499,12 @@ fn file_tail(path: &Path, max: u64) -> String {
 /// The last `max` characters of `text`'s trimmed content, on one line per source line.
 fn tail_chars(text: &str, max: usize) -> String {
     let text = text.trim();
-    let count = text.chars().count();
-    if count <= max {
-        return text.to_owned();
+    let tail = crate::tools::last_chars(text, max);
+    if tail.len() == text.len() {
+        tail.to_owned()
+    } else {
+        format!("…{tail}")
     }
-    let start = text
-        .char_indices()
-        .nth(count - max)
-        .map_or(0, |(index, _)| index);
-    format!("…{}", &text[start..])
 }
 
 /// Why an external worker could not be run at all (not a CLI that failed).

@@ -19,8 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::agent::roles::{self, ProjectRules, RoleDef, RoleKind};
 use crate::agent::{
-    AgentError, AgentRun, AgentSpec, Ledger, LoopInput, StopKind, TurnObserver, TurnState,
-    isolated_messages, run_agent,
+    AgentError, AgentRun, AgentSpec, Ledger, StopKind, TurnObserver, TurnState, isolated_messages,
 };
 use crate::event::{AgentId, Event, EventSink};
 use crate::git::{
@@ -41,7 +40,7 @@ use crate::run::store::{ActiveRun, RunId, RunStart, RunStore, StoreError};
 use crate::run::subtask::{self, DelegateRequest};
 use crate::run::transcript::{self, AgentEnd, AgentTiming, Transcript};
 use crate::tools::sandbox::{self, SandboxError, SandboxMode, SandboxPolicy, SandboxedExecutor};
-use crate::tools::{self, CommandExecutor, LocalExecutor, Registry, ToolContext, ToolSet};
+use crate::tools::{self, CommandExecutor, LocalExecutor, Registry, ToolSet};
 
 /// The label of the lead in events, ledgers, transcripts and the journal.
 pub const LEAD_LABEL: &str = "lead";
@@ -729,19 +728,9 @@ impl Orchestrator {
             )
             .with_timing(&spec.model_name, earlier_timing),
         );
-        let outcome = run_agent(
-            &spec,
-            LoopInput {
-                messages,
-                tool_context: ToolContext {
-                    root: worktree.path().to_path_buf(),
-                    cancel: self.cancel.child_token(),
-                },
-                events: self.events.clone(),
-                observer: Some(observer.clone()),
-            },
-        )
-        .await;
+        let outcome = self
+            .run_agent_in(&spec, messages, &worktree, observer.clone())
+            .await;
         observer.finished(&outcome.ledger);
         self.spend(&outcome.ledger);
         if let Err(error) = self.repo.remove_worktree(&worktree).await {

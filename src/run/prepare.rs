@@ -170,15 +170,11 @@ fn make_dirs_inside(root: &Path, relative: &Path) -> Result<PathBuf, String> {
 /// The last `max` characters of `text`, starting at a line when one starts near there.
 fn output_tail(text: &str, max: usize) -> String {
     let text = text.trim_end();
-    let count = text.chars().count();
-    if count <= max {
+    let tail = crate::tools::last_chars(text, max);
+    if tail.len() == text.len() {
         return text.to_owned();
     }
-    let start = text
-        .char_indices()
-        .nth(count - max)
-        .map_or(0, |(index, _)| index);
-    let tail = &text[start..];
+    let start = text.len() - tail.len();
     let tail = if text[..start].ends_with('\n') {
         tail
     } else {

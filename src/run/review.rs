@@ -759,18 +759,7 @@ impl ReviewJournal {
         let dir = store.run_dir(run_id);
         let path = dir.join(JOURNAL_FILE);
         let (journal, contents) = Journal::open(&path)?;
-        let state = RunState::replay(&contents.records).map_err(|source| StoreError::Replay {
-            path: path.clone(),
-            source,
-        })?;
-        if state.run_id != run_id.as_str() {
-            return Err(StoreError::ForeignJournal {
-                run_id: run_id.clone(),
-                found: state.run_id,
-                path,
-            }
-            .into());
-        }
+        let state = crate::run::store::replay_checked(run_id, &path, &contents.records)?;
         Ok(Self {
             journal,
             state,

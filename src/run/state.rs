@@ -70,6 +70,19 @@ pub enum SubtaskStatus {
     Failed,
 }
 
+impl SubtaskStatus {
+    /// The name used in JSON and in messages, e.g. `merged`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Merged => "merged",
+            Self::Rejected => "rejected",
+            Self::Conflict => "conflict",
+            Self::Failed => "failed",
+        }
+    }
+}
+
 impl From<SubtaskOutcome> for SubtaskStatus {
     fn from(outcome: SubtaskOutcome) -> Self {
         match outcome {

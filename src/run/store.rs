@@ -376,7 +376,9 @@ impl RunStore {
     }
 }
 
-fn replay_checked(
+/// Folds the `records` of run `run_id`'s journal at `journal_path`, refusing a journal
+/// that belongs to another run.
+pub(crate) fn replay_checked(
     run_id: &RunId,
     journal_path: &Path,
     records: &[Record],

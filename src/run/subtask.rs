@@ -660,7 +660,7 @@ impl Orchestrator {
         }
     }
 
-    async fn run_agent_in(
+    pub(crate) async fn run_agent_in(
         &self,
         spec: &AgentSpec,
         messages: Vec<Message>,

@@ -200,6 +200,16 @@ pub fn truncate_chars(text: &str, max: usize) -> String {
     }
 }
 
+/// The last `max` characters of `text` (all of it when shorter), as a slice.
+pub fn last_chars(text: &str, max: usize) -> &str {
+    let count = text.chars().count();
+    let start = count
+        .checked_sub(max)
+        .and_then(|skip| text.char_indices().nth(skip))
+        .map_or(0, |(index, _)| index);
+    &text[start..]
+}
+
 /// Which built-in tools a role gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolSet {

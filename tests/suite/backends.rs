@@ -16,7 +16,7 @@ use grove::event::{Event, EventSink};
 use grove::model::Provider;
 use grove::run::backend::{BackendEnv, WorkerBackend};
 use grove::run::journal::{SubtaskOutcome, VerdictKind};
-use grove::run::{ModelChoice, Models, RunEnd, RunOptions, RunReport};
+use grove::run::{Models, RunEnd, RunOptions, RunReport};
 
 use crate::suite::run::{Who, who};
 use crate::support::fake_cli::{self, FakeClis};
@@ -52,16 +52,7 @@ async fn server() -> FakeServer {
 }
 
 fn models(server: &FakeServer) -> Models {
-    let choice = |name: &str| ModelChoice {
-        client: server.model(Provider::Anthropic, true),
-        name: name.into(),
-    };
-    Models {
-        provider: "anthropic".into(),
-        lead: choice("lead-model"),
-        worker: choice("worker-model"),
-        reviewer: choice("reviewer-model"),
-    }
+    crate::suite::run::models(server, Provider::Anthropic, true)
 }
 
 fn repo() -> GitFixture {

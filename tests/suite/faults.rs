@@ -53,6 +53,31 @@ async fn worker_in_flight(server: &FakeServer) {
     }
 }
 
+/// Runs the standard one-subtask script while `user_acts` works on the repository (once
+/// the worker is in flight, before it goes on); returns the report and what it returned.
+async fn run_while_the_user_works<T>(
+    fixture: &GitFixture,
+    user_acts: impl FnOnce(&GitFixture) -> T,
+) -> (grove::run::RunReport, T) {
+    let gate = Arc::new(Barrier::new(2));
+    let server = gated_server("Shout.\nWRITE src/a.txt ALPHA", gate.clone()).await;
+    let running = run(
+        fixture,
+        &server,
+        Provider::Anthropic,
+        options(fixture, USER_TASK),
+    );
+    let user = async {
+        worker_in_flight(&server).await;
+        let acted = user_acts(fixture);
+        gate.wait().await;
+        acted
+    };
+    let (report, acted) = tokio::join!(running, user);
+    server.assert_no_violations();
+    (report.unwrap(), acted)
+}
+
 const USER_EDIT: &[u8] = b"the user's edit\r\nwith CRLF and invalid UTF-8: \xff\xfe\n";
 
 /// Rows 3 and 4: a commit and an uncommitted edit made while the run works are kept; the
@@ -60,26 +85,14 @@ const USER_EDIT: &[u8] = b"the user's edit\r\nwith CRLF and invalid UTF-8: \xff\
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_users_commit_and_edits_during_a_run_are_kept_byte_for_byte() {
     let fixture = repo_with_rules();
-    let gate = Arc::new(Barrier::new(2));
-    let server = gated_server("Shout.\nWRITE src/a.txt ALPHA", gate.clone()).await;
-    let running = run(
-        &fixture,
-        &server,
-        Provider::Anthropic,
-        options(&fixture, USER_TASK),
-    );
-    let user = async {
-        worker_in_flight(&server).await;
+    let (report, user_commit) = run_while_the_user_works(&fixture, |fixture| {
         fixture.write("src/c.txt", "the user's gamma\n");
         let user_commit = fixture.commit_all("user: change gamma during the run");
         fixture.write("src/b.txt", USER_EDIT);
         fixture.write("scratch.txt", "untracked notes\n");
-        gate.wait().await;
         user_commit
-    };
-    let (report, user_commit) = tokio::join!(running, user);
-    let report = report.unwrap();
-    server.assert_no_violations();
+    })
+    .await;
 
     assert_eq!(report.subtasks[0].status, SubtaskOutcome::Merged);
     assert!(
@@ -128,24 +141,13 @@ async fn the_users_commit_and_edits_during_a_run_are_kept_byte_for_byte() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_users_commit_that_conflicts_with_the_result_refuses_the_apply() {
     let fixture = repo_with_rules();
-    let gate = Arc::new(Barrier::new(2));
-    let server = gated_server("Shout.\nWRITE src/a.txt ALPHA", gate.clone()).await;
-    let running = run(
-        &fixture,
-        &server,
-        Provider::Anthropic,
-        options(&fixture, USER_TASK),
-    );
-    let user = async {
-        worker_in_flight(&server).await;
+    let (report, user_commit) = run_while_the_user_works(&fixture, |fixture| {
         fixture.write("src/a.txt", "the user's alpha\n");
         let user_commit = fixture.commit_all("user: change alpha during the run");
         fixture.write("src/b.txt", USER_EDIT);
-        gate.wait().await;
         user_commit
-    };
-    let (report, user_commit) = tokio::join!(running, user);
-    let report = report.unwrap();
+    })
+    .await;
 
     assert_eq!(report.subtasks[0].status, SubtaskOutcome::Merged);
     assert!(!report.applied, "a conflicting apply is refused");

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use grove::event::EventSink;
 use grove::model::Provider;
 use grove::run::journal::SubtaskOutcome;
-use grove::run::{ModelChoice, Models, RunError, RunOptions};
+use grove::run::{Models, RunError, RunOptions};
 use grove::tools::sandbox::{self, CommandHost, SandboxMode, SandboxPolicy, SandboxedExecutor};
 use grove::tools::{
     CommandExecutor, ExecError, ExecRequest, OutputCap, Registry, ToolContext, ToolOutput, ToolSet,
@@ -586,16 +586,7 @@ async fn obedient_server(steps: Vec<(&'static str, Value)>) -> FakeServer {
 }
 
 fn models(server: &FakeServer) -> Models {
-    let choice = |name: &str| ModelChoice {
-        client: server.model(Provider::Anthropic, true),
-        name: name.into(),
-    };
-    Models {
-        provider: "anthropic".into(),
-        lead: choice("lead-model"),
-        worker: choice("worker-model"),
-        reviewer: choice("reviewer-model"),
-    }
+    crate::suite::run::models(server, Provider::Anthropic, true)
 }
 
 fn sandboxed_options(fixture: &GitFixture, launcher: &Path, home: &Path) -> RunOptions {

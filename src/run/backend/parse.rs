@@ -153,6 +153,19 @@ fn as_u64(value: &Value) -> u64 {
 }
 
 /// A JSON object line, or `None` for anything else (blank lines are not counted).
+/// The JSON object of one JSON-lines line; `None` for a blank line, and for a line that
+/// is not an object, which `report` counts as unreadable.
+fn jsonl_event(line: &str, report: &mut CliReport) -> Option<serde_json::Map<String, Value>> {
+    if line.trim().is_empty() {
+        return None;
+    }
+    let event = json_object(line);
+    if event.is_none() {
+        report.unreadable_lines += 1;
+    }
+    event
+}
+
 fn json_object(line: &str) -> Option<serde_json::Map<String, Value>> {
     match serde_json::from_str::<Value>(line.trim()) {
         Ok(Value::Object(object)) => Some(object),
@@ -197,11 +210,7 @@ impl ClaudeParser {
     }
 
     fn line(&mut self, line: &str) -> Vec<Progress> {
-        if line.trim().is_empty() {
-            return Vec::new();
-        }
-        let Some(event) = json_object(line) else {
-            self.report.unreadable_lines += 1;
+        let Some(event) = jsonl_event(line, &mut self.report) else {
             return Vec::new();
         };
         let mut progress = Vec::new();
@@ -322,11 +331,7 @@ struct CodexParser {
 
 impl CodexParser {
     fn line(&mut self, line: &str) -> Vec<Progress> {
-        if line.trim().is_empty() {
-            return Vec::new();
-        }
-        let Some(event) = json_object(line) else {
-            self.report.unreadable_lines += 1;
+        let Some(event) = jsonl_event(line, &mut self.report) else {
             return Vec::new();
         };
         let mut progress = Vec::new();

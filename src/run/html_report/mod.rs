@@ -184,14 +184,3 @@ impl AgentCost {
         }
     }
 }
-
-/// The subtask status's word, as `grove run --json` spells it.
-pub fn subtask_status_str(status: SubtaskStatus) -> &'static str {
-    match status {
-        SubtaskStatus::Running => "running",
-        SubtaskStatus::Merged => "merged",
-        SubtaskStatus::Rejected => "rejected",
-        SubtaskStatus::Conflict => "conflict",
-        SubtaskStatus::Failed => "failed",
-    }
-}

@@ -14,7 +14,7 @@ use crate::run::state::{RunStatus, VerdictState};
 
 use super::diff::{FileDiff, Row, Segment, word_segments};
 use super::timeline::{self, duration, truncate};
-use super::{AgentCost, Cost, DiffView, ReportData, SubtaskSection, subtask_status_str};
+use super::{AgentCost, Cost, DiffView, ReportData, SubtaskSection};
 
 /// Lines longer than this are shown cut, with the count of what was left out.
 const MAX_LINE_CHARS: usize = 1_000;
@@ -212,7 +212,7 @@ fn subtasks_section(page: &mut String, data: &ReportData) {
              <th>diff</th><th>brief</th></tr>",
         );
         for subtask in &data.subtasks {
-            let status = subtask_status_str(subtask.status);
+            let status = subtask.status.as_str();
             let verdict = verdict_word(subtask.verdict.as_ref());
             let diff = match &subtask.diff {
                 DiffView::Shown { summary, .. } => escape(summary),
@@ -246,7 +246,7 @@ fn first_line(text: &str) -> &str {
 }
 
 fn subtask_article(page: &mut String, subtask: &SubtaskSection) {
-    let status = subtask_status_str(subtask.status);
+    let status = subtask.status.as_str();
     let verdict = verdict_word(subtask.verdict.as_ref());
     let id = escape(&subtask.id);
     let _ = write!(
