@@ -125,22 +125,32 @@ impl GitRunner {
         }
     }
 
-    /// The committer of in-process commits: what a git command of this runner would use
-    /// (the identity, unless the extra environment names another), at the current time.
-    pub fn signature(&self) -> Result<git2::Signature<'static>, git2::Error> {
-        let from_env = |name: &str| {
+    /// The author or committer (`role`: `AUTHOR`, `COMMITTER`) of in-process commits, as a
+    /// git command of this runner would write it: the identity unless the extra
+    /// environment names another, and `GIT_<role>_DATE` when it sets one (sealed tests do,
+    /// so that the same inputs give the same commit), else the current time.
+    pub fn signature(&self, role: &str) -> Result<git2::Signature<'static>, git2::Error> {
+        let from_env = |name: String| {
             self.options
                 .env
                 .iter()
                 .rev()
-                .find(|(key, _)| key == name)
+                .find(|(key, _)| *key == *name)
                 .map(|(_, value)| value.to_string_lossy().into_owned())
         };
-        let name =
-            from_env("GIT_COMMITTER_NAME").unwrap_or_else(|| self.options.identity.name.clone());
-        let email =
-            from_env("GIT_COMMITTER_EMAIL").unwrap_or_else(|| self.options.identity.email.clone());
-        git2::Signature::now(&name, &email)
+        let name = from_env(format!("GIT_{role}_NAME"))
+            .unwrap_or_else(|| self.options.identity.name.clone());
+        let email = from_env(format!("GIT_{role}_EMAIL"))
+            .unwrap_or_else(|| self.options.identity.email.clone());
+        match from_env(format!("GIT_{role}_DATE")) {
+            None => git2::Signature::now(&name, &email),
+            Some(date) => {
+                let (seconds, offset_minutes) = parse_git_date(&date).ok_or_else(|| {
+                    git2::Error::from_str(&format!("GIT_{role}_DATE {date:?} is not a date"))
+                })?;
+                git2::Signature::new(&name, &email, &git2::Time::new(seconds, offset_minutes))
+            }
+        }
     }
 
     /// Records the repository-local driver config to neutralise on every call.
@@ -370,11 +380,82 @@ pub(crate) fn neutralizing_overrides(config_listing: &[u8]) -> Vec<String> {
     overrides
 }
 
+/// Seconds since the epoch and the UTC offset in minutes of a date in the forms git's
+/// `GIT_*_DATE` takes that grove's callers use: `@SECONDS [+HHMM]`, `SECONDS +HHMM`, and
+/// ISO 8601 `YYYY-MM-DDTHH:MM:SS` with `Z` or `±HH:MM`.
+fn parse_git_date(text: &str) -> Option<(i64, i32)> {
+    let text = text.trim();
+    let offset = |zone: &str| -> Option<i32> {
+        let (sign, digits) = match zone.as_bytes().first()? {
+            b'+' => (1, &zone[1..]),
+            b'-' => (-1, &zone[1..]),
+            _ => return None,
+        };
+        let digits = digits.replace(':', "");
+        if digits.len() != 4 {
+            return None;
+        }
+        let hours: i32 = digits[..2].parse().ok()?;
+        let minutes: i32 = digits[2..].parse().ok()?;
+        Some(sign * (hours * 60 + minutes))
+    };
+    let raw = text.strip_prefix('@').unwrap_or(text);
+    let mut parts = raw.split_whitespace();
+    if let Some(Ok(seconds)) = parts.next().map(str::parse::<i64>) {
+        let zone = match parts.next() {
+            Some(zone) => offset(zone)?,
+            None => 0,
+        };
+        return Some((seconds, zone));
+    }
+    let (date, time) = text.split_once('T')?;
+    let (clock, zone) = match time.strip_suffix('Z') {
+        Some(clock) => (clock, 0),
+        None => {
+            let at = time.rfind(['+', '-'])?;
+            (&time[..at], offset(&time[at..])?)
+        }
+    };
+    let mut ymd = date.split('-').map(str::parse::<i64>);
+    let (year, month, day) = (ymd.next()?.ok()?, ymd.next()?.ok()?, ymd.next()?.ok()?);
+    let mut hms = clock.split(':').map(str::parse::<i64>);
+    let (hour, minute, second) = (hms.next()?.ok()?, hms.next()?.ok()?, hms.next()?.ok()?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
+    }
+    // Days from the civil date (proleptic Gregorian), after Howard Hinnant's algorithm.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    let local = days * 86_400 + hour * 3600 + minute * 60 + second;
+    Some((local - i64::from(zone) * 60, zone))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::super::error::stderr_shows_lock_contention;
     use super::*;
+
+    #[test]
+    fn git_dates_parse_as_git_reads_them() {
+        // The expected values are what `git var GIT_COMMITTER_IDENT` prints for each.
+        for (date, expected) in [
+            ("2026-01-01T00:00:00Z", Some((1_767_225_600, 0))),
+            ("2026-01-01T01:30:00+02:00", Some((1_767_223_800, 120))),
+            ("2000-02-29T12:00:00Z", Some((951_825_600, 0))),
+            ("@1767225600 +0000", Some((1_767_225_600, 0))),
+            ("1767225600 -0130", Some((1_767_225_600, -90))),
+            ("@1767225600", Some((1_767_225_600, 0))),
+            ("yesterday", None),
+            ("2026-13-01T00:00:00Z", None),
+        ] {
+            assert_eq!(parse_git_date(date), expected, "{date}");
+        }
+    }
 
     #[test]
     fn local_drivers_are_neutralized_and_global_ones_kept() {

@@ -199,7 +199,8 @@ impl Repo {
         theirs: CommitId,
         message: &str,
     ) -> Result<Option<CommitId>, GitError> {
-        let signature = self.signature()?;
+        let author = self.signature("AUTHOR")?;
+        let committer = self.signature("COMMITTER")?;
         let write_error = |what: &str| {
             let what = what.to_owned();
             move |source| GitError::Write { what, source }
@@ -219,7 +220,7 @@ impl Repo {
             .map_err(write_error("merge commit"))?;
         let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
         let merged = repo
-            .commit(None, &signature, &signature, message, &tree, &parents)
+            .commit(None, &author, &committer, message, &tree, &parents)
             .map_err(write_error("merge commit"))?;
         let reflog = message.lines().next().unwrap_or("grove: merge");
         match repo.reference_matching(target_ref, merged, true, tip.oid(), reflog) {

@@ -232,11 +232,11 @@ impl Repo {
         })
     }
 
-    /// The signature of commits grove writes in process.
-    fn signature(&self) -> Result<git2::Signature<'static>, GitError> {
+    /// The author or committer (`AUTHOR`, `COMMITTER`) of commits grove writes in process.
+    fn signature(&self, role: &str) -> Result<git2::Signature<'static>, GitError> {
         self.inner
             .runner
-            .signature()
+            .signature(role)
             .map_err(|source| GitError::Write {
                 what: "commit signature".to_owned(),
                 source,
