@@ -3,20 +3,11 @@
 
 mod cli;
 
-use std::ffi::OsStr;
 use std::process::ExitCode;
 
 use clap::Parser;
-use grove::tools::sandbox;
 
 fn main() -> ExitCode {
-    // The sandbox launcher must confine itself while this process still has one thread:
-    // before argument parsing, before the async runtime.
-    if std::env::args_os().nth(1).as_deref() == Some(OsStr::new(sandbox::LAUNCHER_ARG)) {
-        let refusal = sandbox::launch(std::env::args_os().skip(2));
-        eprintln!("{}{refusal}", sandbox::REFUSED_PREFIX);
-        return ExitCode::from(sandbox::REFUSED_EXIT_CODE);
-    }
     let args = cli::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -139,11 +139,7 @@ impl Demo {
         let mut options = self.options.clone();
         // The replayed workers run no shell command, so a machine that cannot confine one
         // (no Landlock, not Linux) can still show the demo; the run says so loudly.
-        let confinable = options
-            .commands
-            .launcher_path()
-            .and_then(|launcher| crate::tools::sandbox::probe(&launcher));
-        if let Err(error) = confinable {
+        if let Err(error) = crate::tools::sandbox::probe(&options.commands) {
             events.emit(Event::Note {
                 message: format!(
                     "demo: this machine cannot confine shell commands ({error}); the \

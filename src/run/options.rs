@@ -84,7 +84,7 @@ pub struct RunOptions {
     /// Let sandboxed commands open internet sockets (`--allow-network`).
     #[serde(default)]
     pub allow_network: bool,
-    /// Where workers' commands start: the launcher binary and their environment.
+    /// The environment workers' commands start from.
     #[serde(skip)]
     pub commands: CommandHost,
 }

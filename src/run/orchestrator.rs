@@ -116,11 +116,7 @@ fn command_executor(
     let env = options.commands.env();
     match options.sandbox {
         SandboxMode::On => {
-            let launcher = options
-                .commands
-                .launcher_path()
-                .map_err(RunError::Sandbox)?;
-            sandbox::probe(&launcher).map_err(RunError::Sandbox)?;
+            sandbox::probe(&options.commands).map_err(RunError::Sandbox)?;
             let policy = SandboxPolicy {
                 allow_network: options.allow_network,
                 ..SandboxPolicy::default()
@@ -136,7 +132,7 @@ fn command_executor(
             hidden.extend(repo.work_tree().map(Path::to_path_buf));
             let readable = [repo.common_dir().to_path_buf()];
             Ok(Arc::new(
-                SandboxedExecutor::new(launcher, policy, env).hiding(&hidden, &readable),
+                SandboxedExecutor::new(policy, env).hiding(&hidden, &readable),
             ))
         }
         SandboxMode::Off => {

@@ -401,18 +401,20 @@ impl Collector {
 impl CommandExecutor for LocalExecutor {
     async fn execute(&self, request: ExecRequest) -> Result<ExecResult, ExecError> {
         let args = [OsString::from("-c"), OsString::from(&request.command)];
-        run_in_process_group(&self.shell, &args, &self.env, &request).await
+        run_in_process_group(&self.shell, &args, &self.env, &request, |_| {}).await
     }
 }
 
 /// Runs `program args…` for `request` in a process group of its own, with `env` only,
 /// stdin from /dev/null and stdout + stderr merged into one capped capture; the group is
 /// killed when the command ends, times out, is cancelled, or this future is dropped.
+/// `customize` adds to the command before it is spawned (e.g. its confinement).
 pub(crate) async fn run_in_process_group(
     program: &Path,
     args: &[OsString],
     env: &[(OsString, OsString)],
     request: &ExecRequest,
+    customize: impl FnOnce(&mut tokio::process::Command),
 ) -> Result<ExecResult, ExecError> {
     let (reader, writer) = std::io::pipe().map_err(ExecError::Pipe)?;
     let writer_for_stderr = writer.try_clone().map_err(ExecError::Pipe)?;
@@ -430,6 +432,7 @@ pub(crate) async fn run_in_process_group(
         .stderr(writer_for_stderr)
         .process_group(0)
         .kill_on_drop(true);
+    customize(&mut command);
     let spawned = command.spawn();
     // The command holds our copies of the pipe's write end; drop them so the pipe
     // reaches EOF once the command's processes are gone.

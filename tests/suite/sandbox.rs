@@ -2,7 +2,7 @@
 //! injection end to end (row 11), runaway processes (row 12), the `.git` pointer, and
 //! failing closed.
 //!
-//! Every test runs real commands through the real launcher (`grove __sandbox`). A test
+//! Every test runs real commands confined by the real kernel rules. A test
 //! that needs the kernel's Landlock skips with the reason when the kernel lacks it, unless
 //! `GROVE_REQUIRE_SANDBOX` is set (CI sets it), where a missing sandbox fails the test.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
@@ -33,18 +33,16 @@ use crate::support::git_fixture::GitFixture;
 
 const SECRET: &str = "SECRET-KEY-MATERIAL-7f3a9c";
 
-/// The grove binary as launcher, when this kernel can sandbox; `None` (test skipped)
-/// otherwise.
-fn launcher_or_skip(test: &str) -> Option<PathBuf> {
-    let launcher = PathBuf::from(env!("CARGO_BIN_EXE_grove"));
-    match sandbox::probe(&launcher) {
-        Ok(()) => Some(launcher),
+/// Whether this kernel can sandbox; false (test skipped) otherwise.
+fn sandbox_or_skip(test: &str) -> bool {
+    match sandbox::probe(&CommandHost::default()) {
+        Ok(()) => true,
         Err(error) if std::env::var_os("GROVE_REQUIRE_SANDBOX").is_some() => {
             panic!("{test}: GROVE_REQUIRE_SANDBOX is set but the sandbox is unavailable: {error}")
         }
         Err(error) => {
             eprintln!("skipped {test}: the kernel sandbox is unavailable here: {error}");
-            None
+            false
         }
     }
 }
@@ -56,11 +54,10 @@ struct Scene {
     home: PathBuf,
     worktree: PathBuf,
     outside: PathBuf,
-    launcher: PathBuf,
 }
 
 impl Scene {
-    fn new(launcher: PathBuf) -> Self {
+    fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         let home = root.join("home");
@@ -84,7 +81,6 @@ impl Scene {
             home,
             worktree,
             outside,
-            launcher,
         }
     }
 
@@ -98,7 +94,7 @@ impl Scene {
     }
 
     fn executor(&self, policy: SandboxPolicy) -> SandboxedExecutor {
-        SandboxedExecutor::new(self.launcher.clone(), policy, self.env())
+        SandboxedExecutor::new(policy, self.env())
     }
 
     fn tools(&self, policy: SandboxPolicy) -> Registry {
@@ -197,11 +193,10 @@ fn pids_in(path: &Path) -> Vec<i32> {
 
 #[tokio::test]
 async fn bash_cannot_write_outside_the_worktree_by_any_path() {
-    let Some(launcher) = launcher_or_skip("bash_cannot_write_outside_the_worktree_by_any_path")
-    else {
+    if !sandbox_or_skip("bash_cannot_write_outside_the_worktree_by_any_path") {
         return;
-    };
-    let scene = Scene::new(launcher);
+    }
+    let scene = Scene::new();
     let tools = scene.tools(SandboxPolicy::default());
     let before = Scene::snapshot(&scene.outside);
     let outside = scene.outside.display();
@@ -260,10 +255,10 @@ async fn bash_cannot_write_outside_the_worktree_by_any_path() {
 
 #[tokio::test]
 async fn bash_cannot_read_the_users_secrets() {
-    let Some(launcher) = launcher_or_skip("bash_cannot_read_the_users_secrets") else {
+    if !sandbox_or_skip("bash_cannot_read_the_users_secrets") {
         return;
-    };
-    let scene = Scene::new(launcher);
+    }
+    let scene = Scene::new();
     let tools = scene.tools(SandboxPolicy::default());
     std::fs::write(scene.worktree.join("notes.txt"), "harmless\n").unwrap();
     let attempts = [
@@ -307,10 +302,10 @@ async fn bash_cannot_read_the_users_secrets() {
 
 #[tokio::test]
 async fn bash_has_no_network_unless_the_run_allows_it() {
-    let Some(launcher) = launcher_or_skip("bash_has_no_network_unless_the_run_allows_it") else {
+    if !sandbox_or_skip("bash_has_no_network_unless_the_run_allows_it") {
         return;
-    };
-    let scene = Scene::new(launcher);
+    }
+    let scene = Scene::new();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -348,10 +343,10 @@ async fn bash_has_no_network_unless_the_run_allows_it() {
 
 #[tokio::test]
 async fn sleep_and_daemons_die_with_the_command() {
-    let Some(launcher) = launcher_or_skip("sleep_and_daemons_die_with_the_command") else {
+    if !sandbox_or_skip("sleep_and_daemons_die_with_the_command") {
         return;
-    };
-    let scene = Scene::new(launcher);
+    }
+    let scene = Scene::new();
     let tools = scene.tools(SandboxPolicy::default());
 
     let timed_out = scene
@@ -403,10 +398,10 @@ async fn sleep_and_daemons_die_with_the_command() {
 
 #[tokio::test]
 async fn a_fork_bomb_is_capped_and_killed_at_the_timeout() {
-    let Some(launcher) = launcher_or_skip("a_fork_bomb_is_capped_and_killed_at_the_timeout") else {
+    if !sandbox_or_skip("a_fork_bomb_is_capped_and_killed_at_the_timeout") {
         return;
-    };
-    let scene = Scene::new(launcher);
+    }
+    let scene = Scene::new();
     let policy = SandboxPolicy {
         max_processes: 48,
         ..SandboxPolicy::default()
@@ -463,69 +458,14 @@ async fn a_fork_bomb_is_capped_and_killed_at_the_timeout() {
 }
 
 #[tokio::test]
-async fn the_launcher_refuses_when_it_cannot_confine_and_bash_says_so() {
-    let Some(launcher) =
-        launcher_or_skip("the_launcher_refuses_when_it_cannot_confine_and_bash_says_so")
-    else {
-        return;
-    };
-    let scene = Scene::new(launcher.clone());
-    // A launcher that cannot build its policy (here: a malformed argument list) refuses;
-    // the executor turns the refusal into an error, never into a result of the command.
-    let output = std::process::Command::new(&launcher)
-        .args([
-            "__sandbox",
-            "--write",
-            "relative/path",
-            "--",
-            "/bin/sh",
-            "-c",
-        ])
-        .arg(format!("echo ran > {}/ran", scene.outside.display()))
-        .output()
-        .unwrap();
-    assert_eq!(
-        (
-            output.status.code(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-            scene.outside.join("ran").exists()
-        ),
-        (
-            Some(i32::from(sandbox::REFUSED_EXIT_CODE)),
-            "grove sandbox: invalid launcher arguments: relative/path is not an absolute path\n"
-                .to_owned(),
-            false
-        ),
-        "the launcher refuses with its code and message, and runs nothing"
-    );
-
-    // A missing launcher fails the executor's handshake: an error, never a run.
-    let executor = SandboxedExecutor::new(
-        PathBuf::from("/nonexistent/grove"),
-        SandboxPolicy::default(),
-        scene.env(),
-    );
+async fn a_command_the_sandbox_cannot_prepare_for_is_an_error_never_a_run() {
+    let scene = Scene::new();
+    // Commands' private temporary directories go beneath the environment's TMPDIR; where
+    // none can be made, nothing of the command may run, confined or not.
+    let mut env = scene.env();
+    env.push(("TMPDIR".into(), "/nonexistent/tmp".into()));
+    let executor = SandboxedExecutor::new(SandboxPolicy::default(), env.clone());
     let result = executor
-        .execute(ExecRequest {
-            command: "true".into(),
-            cwd: scene.worktree.clone(),
-            timeout: std::time::Duration::from_secs(5),
-            cancel: CancellationToken::new(),
-            output_cap: OutputCap::default(),
-        })
-        .await;
-    assert!(
-        matches!(&result, Err(ExecError::Sandbox { reason }) if reason.contains("/nonexistent/grove")),
-        "a missing launcher is an error, not a silent unconfined run: {result:?}"
-    );
-    // A launcher that is some other program (a test harness, a stale path) fails the
-    // handshake: the model's command is never handed to it.
-    let impostor = SandboxedExecutor::new(
-        PathBuf::from("/bin/echo"),
-        SandboxPolicy::default(),
-        scene.env(),
-    );
-    let result = impostor
         .execute(ExecRequest {
             command: format!("touch {}/ran", scene.outside.display()),
             cwd: scene.worktree.clone(),
@@ -536,16 +476,16 @@ async fn the_launcher_refuses_when_it_cannot_confine_and_bash_says_so() {
         .await;
     assert!(
         matches!(&result, Err(ExecError::Sandbox { reason })
-            if reason.starts_with("/bin/echo is not a working grove sandbox launcher")),
-        "an impostor launcher is refused: {result:?}"
+            if reason.starts_with("cannot make the commands' private temporary directory in /nonexistent/tmp")),
+        "an unpreparable sandbox is an error, not a silent unconfined run: {result:?}"
     );
     assert!(!scene.outside.join("ran").exists(), "and nothing ran");
     assert!(
         matches!(
-            sandbox::probe(Path::new("/nonexistent/grove")),
-            Err(sandbox::SandboxError::Launcher { .. })
+            sandbox::probe(&CommandHost { env: Some(env) }),
+            Err(sandbox::SandboxError::TempDir { .. })
         ),
-        "the probe catches a missing launcher before a run starts"
+        "the probe catches it before a run starts"
     );
 }
 
@@ -589,13 +529,12 @@ fn models(server: &FakeServer) -> Models {
     crate::suite::run::models(server, Provider::Anthropic, true)
 }
 
-fn sandboxed_options(fixture: &GitFixture, launcher: &Path, home: &Path) -> RunOptions {
+fn sandboxed_options(fixture: &GitFixture, home: &Path) -> RunOptions {
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
     RunOptions {
         jobs: 1,
         git: fixture.options(),
         commands: CommandHost {
-            launcher: Some(launcher.to_path_buf()),
             env: Some(vec![
                 ("PATH".into(), path),
                 ("HOME".into(), home.as_os_str().to_owned()),
@@ -624,11 +563,9 @@ fn worker_results(server: &FakeServer) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prompt_injected_worker_can_neither_read_nor_send_the_users_key() {
-    let Some(launcher) =
-        launcher_or_skip("a_prompt_injected_worker_can_neither_read_nor_send_the_users_key")
-    else {
+    if !sandbox_or_skip("a_prompt_injected_worker_can_neither_read_nor_send_the_users_key") {
         return;
-    };
+    }
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -694,7 +631,7 @@ async fn a_prompt_injected_worker_can_neither_read_nor_send_the_users_key() {
     let server = obedient_server(steps).await;
     let report = grove::run::run(
         &fixture.repo,
-        sandboxed_options(&fixture, &launcher, &home_path),
+        sandboxed_options(&fixture, &home_path),
         models(&server),
         EventSink::discard(),
         CancellationToken::new(),
@@ -746,11 +683,9 @@ async fn a_prompt_injected_worker_can_neither_read_nor_send_the_users_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_planted_git_pointer_is_restored_and_never_runs_on_the_host() {
-    let Some(launcher) =
-        launcher_or_skip("a_planted_git_pointer_is_restored_and_never_runs_on_the_host")
-    else {
+    if !sandbox_or_skip("a_planted_git_pointer_is_restored_and_never_runs_on_the_host") {
         return;
-    };
+    }
     let fixture = GitFixture::with_files(&[("src/a.txt", "alpha\n")]);
     let home = tempfile::tempdir().unwrap();
     let markers = tempfile::tempdir().unwrap();
@@ -768,7 +703,7 @@ async fn a_planted_git_pointer_is_restored_and_never_runs_on_the_host() {
     let server = obedient_server(vec![("bash", json!({ "command": plant }))]).await;
     let report = grove::run::run(
         &fixture.repo,
-        sandboxed_options(&fixture, &launcher, home.path()),
+        sandboxed_options(&fixture, home.path()),
         models(&server),
         EventSink::discard(),
         CancellationToken::new(),
@@ -800,14 +735,14 @@ async fn a_planted_git_pointer_is_restored_and_never_runs_on_the_host() {
 }
 
 #[tokio::test]
-async fn a_run_without_a_usable_launcher_refuses_before_it_starts() {
+async fn a_run_whose_commands_cannot_be_confined_refuses_before_it_starts() {
     let fixture = GitFixture::with_files(&[("src/a.txt", "alpha\n")]);
     let server = FakeServer::start().await;
     let mut options = RunOptions {
         git: fixture.options(),
         ..RunOptions::new("anything")
     };
-    options.commands.launcher = Some(PathBuf::from("/nonexistent/grove"));
+    options.commands.env = Some(vec![("TMPDIR".into(), "/nonexistent/tmp".into())]);
     let error = grove::run::run(
         &fixture.repo,
         options,
@@ -823,7 +758,7 @@ async fn a_run_without_a_usable_launcher_refuses_before_it_starts() {
     );
     let message = error.to_string();
     assert!(
-        message.contains("--sandbox off") && message.contains("/nonexistent/grove"),
+        message.contains("--sandbox off") && message.contains("/nonexistent/tmp"),
         "the message names the problem and the way on: {message}"
     );
     assert_eq!(

@@ -1,27 +1,42 @@
-//! The Linux confinement: user namespace, rlimits, Landlock, seccomp, then `exec`.
+//! The Linux confinement of one command: prepared in grove's process, applied in the
+//! command's own process between `fork` and `exec`.
 //!
-//! This file owns the kernel calls of the launcher. Every step either succeeds or the
-//! launcher refuses: it must never `exec` the command after a step failed, and never
-//! accept a Landlock filesystem ruleset the kernel enforces only in part.
+//! This file owns the kernel calls of the sandbox. Everything that allocates, reads
+//! directories or can fail in an interesting way (the Landlock ruleset with its path
+//! rules, the seccomp program, the user-namespace id maps) is built beforehand, in grove,
+//! once per worktree ([`Confinement::prepare`]). The forked child, a copy of a
+//! multi-threaded process, then only makes system calls on that data ([`ChildSteps`]):
+//! it joins the pids cgroup, enters a user namespace, lowers its rlimits, restricts
+//! itself with the ready rulesets, installs the ready filter, and the shell is `exec`ed.
+//!
+//! Every step either succeeds or the child writes why on its stderr and exits with
+//! [`REFUSED_EXIT_CODE`]: it must never `exec` the command after a step failed. The
+//! filesystem ruleset is created with Landlock ABI 3 as a hard requirement, so the kernel
+//! enforces it in full or grove refuses before any command.
 
 use std::collections::BTreeMap;
-use std::os::unix::process::CommandExt as _;
+use std::ffi::CStr;
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use landlock::{
     ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope,
 };
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
 use nix::libc;
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
+use nix::sys::stat::Mode;
 use nix::unistd::{getegid, geteuid};
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule, TargetArch,
 };
 
-use super::{LaunchSpec, SandboxError};
+use super::{REFUSED_EXIT_CODE, REFUSED_PREFIX, SandboxError, SandboxPolicy};
 
 /// The Landlock ABI whose filesystem rights must be enforced in full: 3 adds truncation to
 /// 2's cross-directory link and rename (`REFER`), so neither a hard link, an `mv`, nor a
@@ -40,112 +55,204 @@ fn confine(step: &'static str) -> impl Fn(String) -> SandboxError {
     move |detail| SandboxError::Confine { step, detail }
 }
 
-/// Confines this (single-threaded) process as `spec` says and `exec`s its command;
-/// returns only the reason it did not.
-pub(super) fn confine_and_exec(spec: &LaunchSpec) -> SandboxError {
-    if let Err(error) = confine_self(spec) {
-        return error;
+/// Which paths a command may write, read and not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct PathRules {
+    /// Directories (or files) the command may write and read beneath.
+    pub write: Vec<PathBuf>,
+    /// Paths the command may read beneath, except where hidden (e.g. `CARGO_HOME`).
+    pub read: Vec<PathBuf>,
+    /// Paths nothing may read: the broad read grant of `/` skips them.
+    pub hide: Vec<PathBuf>,
+}
+
+/// Everything one worktree's commands are confined with, built once in grove's process.
+#[derive(Debug)]
+pub(super) struct Confinement {
+    filesystem: RulesetCreated,
+    /// `None` where the kernel has no Landlock scopes (ABI 6).
+    scopes: Option<RulesetCreated>,
+    filter: Arc<BpfProgram>,
+    policy: SandboxPolicy,
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+}
+
+impl Confinement {
+    /// Builds the rulesets and the filter for `rules` under `policy`.
+    ///
+    /// The paths are resolved now: a path made later under a granted directory is covered,
+    /// a new entry of a directory split around a hidden path is not (it stays unreadable).
+    pub(super) fn prepare(rules: &PathRules, policy: SandboxPolicy) -> Result<Self, SandboxError> {
+        let uid = geteuid();
+        let gid = getegid();
+        Ok(Self {
+            filesystem: filesystem_ruleset(rules)?,
+            scopes: scopes_ruleset(),
+            filter: Arc::new(syscall_filter(policy.allow_network)?),
+            policy,
+            uid_map: format!("{uid} {uid} 1").into_bytes(),
+            gid_map: format!("{gid} {gid} 1").into_bytes(),
+        })
     }
-    let (program, args) = match spec.command.split_first() {
-        Some(split) => split,
-        None => return SandboxError::Usage("no command after `--`".into()),
-    };
-    let source = std::process::Command::new(program).args(args).exec();
-    SandboxError::Exec {
-        program: PathBuf::from(program),
-        source,
+
+    /// The steps one command's process takes before `exec`, joining `cgroup_procs` (an
+    /// open `cgroup.procs` of its pids cgroup) first when there is one.
+    pub(super) fn steps(&self, cgroup_procs: Option<OwnedFd>) -> Result<ChildSteps, SandboxError> {
+        let duplicate = |ruleset: &RulesetCreated| {
+            ruleset
+                .try_clone()
+                .map_err(|error| confine("duplicating the Landlock ruleset")(error.to_string()))
+        };
+        Ok(ChildSteps {
+            cgroup_procs,
+            filesystem: Some(duplicate(&self.filesystem)?),
+            scopes: self.scopes.as_ref().map(duplicate).transpose()?,
+            filter: Arc::clone(&self.filter),
+            policy: self.policy,
+            uid_map: self.uid_map.clone(),
+            gid_map: self.gid_map.clone(),
+        })
     }
 }
 
-fn confine_self(spec: &LaunchSpec) -> Result<(), SandboxError> {
-    if let Some(cgroup) = &spec.cgroup {
-        // "0" moves the writer itself; its children are born inside.
-        std::fs::write(cgroup.join("cgroup.procs"), "0").map_err(|error| {
-            SandboxError::Confine {
-                step: "joining the command's pids cgroup",
-                detail: format!("{}: {error}", cgroup.display()),
+/// What one command's process does between `fork` and `exec`, on data prepared before the
+/// fork: system calls only, no allocation, no lock (another thread of grove may have held
+/// one at the fork, and the child is a copy of that moment).
+pub(super) struct ChildSteps {
+    cgroup_procs: Option<OwnedFd>,
+    filesystem: Option<RulesetCreated>,
+    scopes: Option<RulesetCreated>,
+    filter: Arc<BpfProgram>,
+    policy: SandboxPolicy,
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+}
+
+/// Makes `command`'s process take `steps` between `fork` and `exec`.
+#[allow(unsafe_code)]
+pub(super) fn confine_at_exec(command: &mut std::process::Command, mut steps: ChildSteps) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: the hook runs in the forked child, where only async-signal-safe work is
+    // sound. `ChildSteps::apply` makes system calls on data built before the fork; it
+    // neither allocates nor takes a lock, and on failure it writes a fixed message and
+    // leaves with `_exit`, running no exit handler.
+    unsafe {
+        command.pre_exec(move || {
+            steps.apply();
+            Ok(())
+        });
+    }
+}
+
+impl ChildSteps {
+    /// Confines the calling (child) process, or ends it with [`REFUSED_EXIT_CODE`].
+    fn apply(&mut self) {
+        if let Some(procs) = &self.cgroup_procs {
+            // "0" moves the writer itself; the shell and its children are born inside.
+            if let Err(errno) = nix::unistd::write(procs, b"0") {
+                refuse("joining the command's pids cgroup", errno);
             }
-        })?;
+        }
+        // Before Landlock: writing the id maps is a file write the ruleset would refuse.
+        let own_namespace = self.enter_user_namespace();
+        self.lower_limits(own_namespace);
+        match self.filesystem.take().map(RulesetCreated::restrict_self) {
+            Some(Ok(status)) if status.ruleset == RulesetStatus::FullyEnforced => {}
+            Some(Ok(_)) => refuse("enforcing the Landlock ruleset in full", Errno::ENOTSUP),
+            Some(Err(error)) => refuse("enforcing the Landlock ruleset", errno_of(&error)),
+            None => refuse("enforcing the Landlock ruleset", Errno::EBADF),
+        }
+        if let Some(Err(error)) = self.scopes.take().map(RulesetCreated::restrict_self) {
+            refuse("enforcing the Landlock scopes", errno_of(&error));
+        }
+        if let Err(error) = seccompiler::apply_filter(&self.filter) {
+            refuse("installing the seccomp filter", errno_of(&error));
+        }
     }
-    // Before Landlock: writing the id maps is a file write the ruleset would refuse.
-    let own_namespace = enter_user_namespace().is_ok();
-    set_limits(spec, own_namespace)?;
-    restrict_filesystem(spec)?;
-    restrict_scopes()?;
-    let filter = syscall_filter(spec.policy.allow_network)?;
-    seccompiler::apply_filter(&filter).map_err(|error| SandboxError::Confine {
-        step: "installing the seccomp filter",
-        detail: error.to_string(),
-    })
-}
 
-/// Moves this process into a new user namespace that maps only its own user and group.
-///
-/// It keeps the same files and owners, but drops every capability over the rest of the
-/// system (raw devices, `/proc/kcore`, other users' files), and makes the kernel count
-/// `RLIMIT_NPROC` for this namespace alone, even for root. Best effort: where user
-/// namespaces are not allowed the other layers still hold, and the process limit then
-/// applies only to non-root users.
-fn enter_user_namespace() -> Result<(), SandboxError> {
-    let uid = geteuid();
-    let gid = getegid();
-    unshare(CloneFlags::CLONE_NEWUSER).map_err(|errno| SandboxError::Confine {
-        step: "entering a user namespace",
-        detail: errno.to_string(),
-    })?;
-    let write = |file: &str, text: String| {
-        std::fs::write(file, text).map_err(|error| SandboxError::Confine {
-            step: "mapping the user namespace",
-            detail: format!("{file}: {error}"),
-        })
-    };
-    write("/proc/self/setgroups", "deny".into())?;
-    write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
-    write("/proc/self/gid_map", format!("{gid} {gid} 1"))
-}
-
-fn set_limits(spec: &LaunchSpec, own_namespace: bool) -> Result<(), SandboxError> {
-    let lower = |resource: Resource, name: &'static str, wanted: u64| {
-        let (soft, hard) = getrlimit(resource).map_err(|errno| SandboxError::Confine {
-            step: "reading a resource limit",
-            detail: format!("{name}: {errno}"),
-        })?;
-        let hard = hard.min(wanted);
-        setrlimit(resource, soft.min(hard), hard).map_err(|errno| SandboxError::Confine {
-            step: "setting a resource limit",
-            detail: format!("{name}: {errno}"),
-        })
-    };
-    lower(
-        Resource::RLIMIT_FSIZE,
-        "RLIMIT_FSIZE",
-        spec.policy.max_file_bytes,
-    )?;
-    lower(Resource::RLIMIT_CORE, "RLIMIT_CORE", 0)?;
-    // Outside its own namespace RLIMIT_NPROC counts all of the user's processes, so a
-    // low value would break a busy desktop; it is then left as it is.
-    if own_namespace {
-        lower(
-            Resource::RLIMIT_NPROC,
-            "RLIMIT_NPROC",
-            spec.policy.max_processes,
-        )?;
+    /// Moves this process into a new user namespace that maps only its own user and group.
+    ///
+    /// It keeps the same files and owners, but drops every capability over the rest of
+    /// the system (raw devices, `/proc/kcore`, other users' files), and makes the kernel
+    /// count `RLIMIT_NPROC` for this namespace alone, even for root. Best effort: where
+    /// user namespaces are not allowed the other layers still hold, and the process limit
+    /// then applies only to non-root users.
+    fn enter_user_namespace(&self) -> bool {
+        unshare(CloneFlags::CLONE_NEWUSER).is_ok()
+            && write_proc_file(c"/proc/self/setgroups", b"deny")
+            && write_proc_file(c"/proc/self/uid_map", &self.uid_map)
+            && write_proc_file(c"/proc/self/gid_map", &self.gid_map)
     }
-    Ok(())
+
+    fn lower_limits(&self, own_namespace: bool) {
+        lower_limit(Resource::RLIMIT_FSIZE, self.policy.max_file_bytes);
+        lower_limit(Resource::RLIMIT_CORE, 0);
+        // Outside its own namespace RLIMIT_NPROC counts all of the user's processes, so a
+        // low value would break a busy desktop; it is then left as it is.
+        if own_namespace {
+            lower_limit(Resource::RLIMIT_NPROC, self.policy.max_processes);
+        }
+    }
 }
 
-fn restrict_filesystem(spec: &LaunchSpec) -> Result<(), SandboxError> {
+fn write_proc_file(path: &CStr, text: &[u8]) -> bool {
+    let Ok(file) = nix::fcntl::open(path, OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty()) else {
+        return false;
+    };
+    nix::unistd::write(&file, text).is_ok_and(|written| written == text.len())
+}
+
+fn lower_limit(resource: Resource, wanted: u64) {
+    let (soft, hard) = match getrlimit(resource) {
+        Ok(limits) => limits,
+        Err(errno) => refuse("reading a resource limit", errno),
+    };
+    let hard = hard.min(wanted);
+    if let Err(errno) = setrlimit(resource, soft.min(hard), hard) {
+        refuse("setting a resource limit", errno);
+    }
+}
+
+/// The system error beneath `error`, found without allocating.
+fn errno_of(error: &(dyn std::error::Error + 'static)) -> Errno {
+    let mut cause = Some(error);
+    while let Some(current) = cause {
+        if let Some(code) = current
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+        {
+            return Errno::from_raw(code);
+        }
+        cause = current.source();
+    }
+    Errno::UnknownErrno
+}
+
+/// Tells why on stderr and ends the child before it runs the command.
+#[allow(unsafe_code)]
+fn refuse(step: &str, errno: Errno) -> ! {
+    let stderr = std::io::stderr();
+    for part in [REFUSED_PREFIX, step, " failed: ", errno.desc(), "\n"] {
+        let _ = nix::unistd::write(stderr.as_fd(), part.as_bytes());
+    }
+    // SAFETY: `_exit` ends the process at once, without the exit handlers a forked copy of
+    // a multi-threaded process must not run.
+    unsafe { libc::_exit(i32::from(REFUSED_EXIT_CODE)) }
+}
+
+fn filesystem_ruleset(rules: &PathRules) -> Result<RulesetCreated, SandboxError> {
     let read = AccessFs::from_read(FS_ABI);
     let all = AccessFs::from_all(FS_ABI);
     // Creating device nodes would reopen what the read grant hides (a raw disk).
     let write = all & !(AccessFs::MakeChar | AccessFs::MakeBlock);
 
-    let mut rules: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
+    let mut grants: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
     let mut readable = Vec::new();
-    grant_read_except(Path::new("/"), &spec.hide, &mut readable, 0);
-    for path in &spec.read {
+    grant_read_except(Path::new("/"), &rules.hide, &mut readable, 0);
+    for path in &rules.read {
         // An explicit grant beats a hidden ancestor; what is hidden beneath it stays so.
-        let beneath: Vec<PathBuf> = spec
+        let beneath: Vec<PathBuf> = rules
             .hide
             .iter()
             .filter(|secret| secret.starts_with(path) && *secret != path)
@@ -153,23 +260,22 @@ fn restrict_filesystem(spec: &LaunchSpec) -> Result<(), SandboxError> {
             .collect();
         grant_read_except(path, &beneath, &mut readable, 0);
     }
-    rules.extend(readable.into_iter().map(|path| (path, read)));
-    rules.extend(spec.write.iter().map(|path| (path.clone(), write)));
-    rules.extend(OPEN_DEVICES.iter().map(|dev| {
+    grants.extend(readable.into_iter().map(|path| (path, read)));
+    grants.extend(rules.write.iter().map(|path| (path.clone(), write)));
+    grants.extend(OPEN_DEVICES.iter().map(|dev| {
         (
             PathBuf::from(dev),
             read | AccessFs::WriteFile | AccessFs::Truncate,
         )
     }));
-    rules.extend(READ_DEVICES.iter().map(|dev| (PathBuf::from(dev), read)));
+    grants.extend(READ_DEVICES.iter().map(|dev| (PathBuf::from(dev), read)));
 
     let mut ruleset = Ruleset::default()
-        .set_compatibility(CompatLevel::BestEffort)
+        .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(all)
-        .map_err(|error| confine("preparing the Landlock ruleset")(error.to_string()))?
-        .create()
-        .map_err(|error| confine("creating the Landlock ruleset")(error.to_string()))?;
-    for (path, access) in rules {
+        .and_then(|ruleset| ruleset.create())
+        .map_err(|error| unsupported_landlock(&error))?;
+    for (path, access) in grants {
         let Ok(meta) = std::fs::metadata(&path) else {
             // A path that vanished meanwhile grants nothing; skipping it only denies more.
             continue;
@@ -188,27 +294,17 @@ fn restrict_filesystem(spec: &LaunchSpec) -> Result<(), SandboxError> {
                 confine("adding a Landlock rule")(format!("{}: {error}", path.display()))
             })?;
     }
-    let status = ruleset
-        .restrict_self()
-        .map_err(|error| confine("enforcing the Landlock ruleset")(error.to_string()))?;
-    match status.ruleset {
-        RulesetStatus::FullyEnforced => Ok(()),
-        RulesetStatus::PartiallyEnforced | RulesetStatus::NotEnforced => {
-            Err(SandboxError::Unsupported {
-                what: "Landlock filesystem confinement",
-                reason: format!(
-                    "the kernel enforces it {} (grove needs Landlock ABI {} or later; the \
-                     kernel reports {:?})",
-                    if status.ruleset == RulesetStatus::NotEnforced {
-                        "not at all"
-                    } else {
-                        "only in part"
-                    },
-                    FS_ABI as i32,
-                    status.landlock
-                ),
-            })
-        }
+    Ok(ruleset)
+}
+
+fn unsupported_landlock(error: &dyn std::fmt::Display) -> SandboxError {
+    SandboxError::Unsupported {
+        what: "Landlock filesystem confinement",
+        reason: format!(
+            "{error} (grove needs Landlock ABI {} or later: Linux 6.2+, with `landlock` in \
+             the kernel's `lsm=` list)",
+            FS_ABI as i32
+        ),
     }
 }
 
@@ -246,22 +342,14 @@ fn grant_read_except(path: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>, de
 }
 
 /// Landlock scopes (ABI 6): no signals to processes outside the sandbox (grove itself),
-/// no connecting to abstract UNIX sockets made outside it. Best effort: older kernels
-/// lack them, and the filesystem and seccomp layers do not depend on them.
-fn restrict_scopes() -> Result<(), SandboxError> {
-    let scopes = Scope::from_all(ABI::V6);
-    let created = Ruleset::default()
+/// no connecting to abstract UNIX sockets made outside it. `None` on older kernels: the
+/// filesystem and seccomp layers do not depend on them.
+fn scopes_ruleset() -> Option<RulesetCreated> {
+    Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
-        .scope(scopes)
-        .and_then(|ruleset| ruleset.create());
-    match created {
-        Ok(ruleset) => ruleset
-            .restrict_self()
-            .map(|_| ())
-            .map_err(|error| confine("enforcing the Landlock scopes")(error.to_string())),
-        // Nothing to enforce on this kernel.
-        Err(_) => Ok(()),
-    }
+        .scope(Scope::from_all(ABI::V6))
+        .and_then(|ruleset| ruleset.create())
+        .ok()
 }
 
 /// Bit set on x32 system call numbers on x86_64; the same calls are denied under it.
@@ -334,19 +422,12 @@ fn syscall_filter(allow_network: bool) -> Result<BpfProgram, SandboxError> {
 
 /// Checks that the kernel can enforce Landlock filesystem ABI 3 and that the seccomp
 /// filter compiles for this architecture, without restricting this process.
-pub(super) fn probe() -> Result<(), SandboxError> {
+pub(super) fn probe_kernel() -> Result<(), SandboxError> {
     Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(FS_ABI))
         .and_then(|ruleset| ruleset.create())
-        .map_err(|error| SandboxError::Unsupported {
-            what: "Landlock filesystem confinement",
-            reason: format!(
-                "{error} (grove needs Landlock ABI {} or later: Linux 6.2+, with `landlock` \
-                 in the kernel's `lsm=` list)",
-                FS_ABI as i32
-            ),
-        })?;
+        .map_err(|error| unsupported_landlock(&error))?;
     syscall_filter(false).map(|_| ())
 }
 
@@ -354,6 +435,57 @@ pub(super) fn probe() -> Result<(), SandboxError> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_that_fails_in_the_child_refuses_and_runs_nothing() {
+        if let Err(error) = probe_kernel() {
+            assert!(
+                std::env::var_os("GROVE_REQUIRE_SANDBOX").is_none(),
+                "GROVE_REQUIRE_SANDBOX is set but the sandbox is unavailable: {error}"
+            );
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let rules = PathRules {
+            write: vec![root.clone()],
+            read: Vec::new(),
+            hide: Vec::new(),
+        };
+        let confinement = Confinement::prepare(&rules, SandboxPolicy::default()).unwrap();
+        let run = |cgroup_procs: Option<OwnedFd>| {
+            let mut command = std::process::Command::new("/bin/sh");
+            command
+                .args(["-c", "echo ran > ran"])
+                .current_dir(&root)
+                .stderr(std::process::Stdio::piped());
+            confine_at_exec(&mut command, confinement.steps(cgroup_procs).unwrap());
+            let output = command.output().unwrap();
+            (
+                output.status.code(),
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+                root.join("ran").exists(),
+            )
+        };
+        // A `cgroup.procs` that cannot be written: the first step fails.
+        let read_only = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        assert_eq!(
+            run(Some(read_only)),
+            (
+                Some(i32::from(REFUSED_EXIT_CODE)),
+                "grove sandbox: joining the command's pids cgroup failed: Bad file number\n"
+                    .to_owned(),
+                false
+            ),
+            "a failed step ends the child with the refusal code and its reason, before the \
+             command runs"
+        );
+        assert_eq!(
+            run(None),
+            (Some(0), String::new(), true),
+            "the same confinement without the failing step runs the command"
+        );
+    }
 
     #[test]
     fn the_read_grant_splits_only_the_directories_above_a_hidden_path() {

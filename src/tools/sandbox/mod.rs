@@ -4,14 +4,15 @@
 //! refusal to run one when that cannot be enforced. It must never run a model's command
 //! unconfined while the sandbox is on, and never weaken a policy to make a command work.
 //!
-//! A command runs as `<grove> __sandbox <policy> -- bash -c COMMAND`: the hidden launcher
-//! subcommand (see [`launch`]), still single-threaded, confines itself and then `exec`s
-//! the shell, so the confinement is inherited by everything the command starts:
+//! A command's process confines itself between `fork` and `exec` (the `linux` module): the
+//! rules are built once per worktree in grove's process, and the child only hands them to
+//! the kernel, so the confinement is inherited by everything the command starts:
 //!
-//! - writes: only beneath the worktree and a private temporary directory (`TMPDIR`, made
-//!   for the command and removed after it), plus `/dev/null`, `/dev/zero` and `/dev/full`
-//!   (Landlock, filesystem ABI 3: link and rename across directories and truncation are
-//!   covered too, so a hard link or `mv` cannot carry a file out);
+//! - writes: only beneath the worktree and the worktree's private temporary directory
+//!   (`TMPDIR`, emptied after each command and removed with the executor), plus
+//!   `/dev/null`, `/dev/zero` and `/dev/full` (Landlock, filesystem ABI 3: link and rename
+//!   across directories and truncation are covered too, so a hard link or `mv` cannot
+//!   carry a file out);
 //! - reads: everywhere except the user's secrets: every dot-entry of the home
 //!   directories (`~/.ssh`, `~/.aws`, `~/.config`, `~/.gitconfig`, shell rc files…) but
 //!   the toolchains builds need ([`HOME_TOOLCHAIN_DIRS`], without cargo's registry
@@ -22,10 +23,10 @@
 //! - processes: `setsid` and `setpgid` are refused, so everything stays in the process
 //!   group the executor kills at the end; `ptrace`, `process_vm_*`, the kernel keyring,
 //!   `bpf`, `perf_event_open` and new namespaces are refused too;
-//! - limits: a process count (`RLIMIT_NPROC`, which the kernel enforces even for root
-//!   inside the user namespace the launcher enters when it can), a file-size cap
-//!   (`RLIMIT_FSIZE`) and no core dumps; the executor adds the wall-clock timeout and the
-//!   output cap;
+//! - limits: a process count (a pids cgroup where one is writable, and `RLIMIT_NPROC`,
+//!   which the kernel enforces even for root inside the user namespace the command enters
+//!   when it can), a file-size cap (`RLIMIT_FSIZE`) and no core dumps; the executor adds
+//!   the wall-clock timeout and the output cap;
 //! - environment: rebuilt from the allow-list of [`super::exec`], never an API key.
 //!
 //! The worktree's `.git` pointer file lies inside the writable worktree, so the kernel
@@ -36,10 +37,12 @@
 #[cfg(target_os = "linux")]
 mod linux;
 
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -49,13 +52,11 @@ use super::exec::{
     run_in_process_group, scrub_env,
 };
 
-/// The first argument that turns the grove binary into the sandbox launcher.
-pub const LAUNCHER_ARG: &str = "__sandbox";
-
-/// The launcher's exit code when it refused to run the command (it could not confine it).
+/// The exit code of a command's process that refused to run the command (it could not
+/// confine itself).
 pub const REFUSED_EXIT_CODE: u8 = 121;
 
-/// How the launcher's refusal message starts (on stderr, before exiting with
+/// How the refusal message starts (on the command's stderr, before it exits with
 /// [`REFUSED_EXIT_CODE`]).
 pub const REFUSED_PREFIX: &str = "grove sandbox: ";
 
@@ -69,12 +70,12 @@ pub const HOME_TOOLCHAIN_DIRS: &[&str] = &[
 /// Credential files inside [`HOME_TOOLCHAIN_DIRS`], hidden even though their folder is not.
 const HIDDEN_IN_TOOLCHAINS: &[&str] = &[".cargo/credentials", ".cargo/credentials.toml"];
 
-/// System paths hidden from every command: `/dev` as a whole (the launcher grants the
+/// System paths hidden from every command: `/dev` as a whole (the confinement grants the
 /// harmless devices one by one; a raw disk would bypass every file rule).
 const HIDDEN_SYSTEM_PATHS: &[&str] = &["/dev"];
 
 /// System secrets only root can read, hidden when grove runs as root. Hiding them splits
-/// `/etc` into one rule per entry (about 2 ms per command), which other users need not pay:
+/// `/etc` into one rule per entry (about 2 ms, once per worktree), which other users need not pay:
 /// the kernel keeps these from them anyway.
 const HIDDEN_FROM_ROOT: &[&str] = &["/etc/shadow", "/etc/gshadow", "/etc/ssh"];
 
@@ -140,29 +141,17 @@ impl Default for SandboxPolicy {
     }
 }
 
-/// How workers' commands start on this machine: which grove binary is the launcher and
-/// which environment commands get. Not journaled: it describes this process, not the run.
+/// The environment workers' commands start from on this machine. Not journaled: it
+/// describes this process, not the run.
 #[derive(Debug, Clone, Default)]
 pub struct CommandHost {
-    /// The grove binary that confines commands; `None`: this process's own executable.
-    pub launcher: Option<PathBuf>,
     /// The environment commands start from (scrubbed by the allow-list); `None`: this
-    /// process's environment.
+    /// process's environment. Its `TMPDIR` is where the commands' private temporary
+    /// directories are made.
     pub env: Option<Vec<(OsString, OsString)>>,
 }
 
 impl CommandHost {
-    /// The launcher to use: the configured one, else this process's executable.
-    pub fn launcher_path(&self) -> Result<PathBuf, SandboxError> {
-        match &self.launcher {
-            Some(path) => Ok(path.clone()),
-            None => std::env::current_exe().map_err(|source| SandboxError::Launcher {
-                path: PathBuf::from("/proc/self/exe"),
-                source,
-            }),
-        }
-    }
-
     /// The environment commands start from, before scrubbing.
     pub fn env(&self) -> Vec<(OsString, OsString)> {
         self.env
@@ -171,7 +160,7 @@ impl CommandHost {
     }
 }
 
-/// Why the sandbox cannot confine commands, or why the launcher refused one.
+/// Why the sandbox cannot confine commands.
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     /// This system cannot enforce the sandbox (no Landlock, non-Linux). Not retried: the
@@ -181,153 +170,13 @@ pub enum SandboxError {
     /// A kernel call of the confinement failed. Not retried.
     #[error("{step} failed: {detail}")]
     Confine { step: &'static str, detail: String },
-    /// The launcher binary cannot be used. Not retried.
-    #[error("the sandbox launcher {path} cannot be used: {source}")]
-    Launcher {
-        path: PathBuf,
+    /// The commands' private temporary directory cannot be made. Not retried.
+    #[error("cannot make the commands' private temporary directory in {parent}: {source}")]
+    TempDir {
+        parent: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    /// The launcher was started with arguments it does not understand (a grove bug or a
-    /// mismatched binary). Not retried.
-    #[error("invalid launcher arguments: {0}")]
-    Usage(String),
-    /// The confined program could not be started. Not retried.
-    #[error("cannot start {program} in the sandbox: {source}")]
-    Exec {
-        program: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// What [`launch`] does: the rules, then the program to `exec`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LaunchSpec {
-    /// Directories (or files) the command may write and read beneath.
-    pub write: Vec<PathBuf>,
-    /// Paths the command may read beneath, except where hidden (e.g. `CARGO_HOME`).
-    pub read: Vec<PathBuf>,
-    /// Paths nothing may read: the broad read grant of `/` skips them.
-    pub hide: Vec<PathBuf>,
-    pub policy: SandboxPolicy,
-    /// A pids cgroup (its directory) the launcher joins before anything else.
-    pub cgroup: Option<PathBuf>,
-    /// The program and its arguments.
-    pub command: Vec<OsString>,
-}
-
-impl LaunchSpec {
-    /// The launcher's arguments (after [`LAUNCHER_ARG`]) that parse back into `self`.
-    pub fn to_args(&self) -> Vec<OsString> {
-        let mut args = Vec::new();
-        for (flag, paths) in [
-            ("--write", &self.write),
-            ("--read", &self.read),
-            ("--hide", &self.hide),
-        ] {
-            for path in paths {
-                args.push(OsString::from(flag));
-                args.push(path.clone().into_os_string());
-            }
-        }
-        if self.policy.allow_network {
-            args.push("--allow-network".into());
-        }
-        if let Some(cgroup) = &self.cgroup {
-            args.push("--cgroup".into());
-            args.push(cgroup.clone().into_os_string());
-        }
-        args.push("--max-processes".into());
-        args.push(self.policy.max_processes.to_string().into());
-        args.push("--max-file-bytes".into());
-        args.push(self.policy.max_file_bytes.to_string().into());
-        args.push("--".into());
-        args.extend(self.command.iter().cloned());
-        args
-    }
-
-    /// Parses the launcher's arguments (after [`LAUNCHER_ARG`]).
-    pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Self, SandboxError> {
-        let mut spec = Self {
-            write: Vec::new(),
-            read: Vec::new(),
-            hide: Vec::new(),
-            policy: SandboxPolicy::default(),
-            cgroup: None,
-            command: Vec::new(),
-        };
-        let mut args = args.into_iter();
-        let usage = |message: String| SandboxError::Usage(message);
-        while let Some(arg) = args.next() {
-            let flag = arg.to_str().unwrap_or_default();
-            if flag == "--" {
-                spec.command = args.collect();
-                break;
-            }
-            if flag == "--allow-network" {
-                spec.policy.allow_network = true;
-                continue;
-            }
-            let value = args
-                .next()
-                .ok_or_else(|| usage(format!("`{}` needs a value", arg.to_string_lossy())))?;
-            let number = || {
-                value
-                    .to_str()
-                    .and_then(|text| text.parse::<u64>().ok())
-                    .ok_or_else(|| usage(format!("`{flag}` needs a number")))
-            };
-            match flag {
-                "--write" => spec.write.push(absolute(value)?),
-                "--read" => spec.read.push(absolute(value)?),
-                "--hide" => spec.hide.push(absolute(value)?),
-                "--cgroup" => spec.cgroup = Some(absolute(value)?),
-                "--max-processes" => spec.policy.max_processes = number()?,
-                "--max-file-bytes" => spec.policy.max_file_bytes = number()?,
-                _ => return Err(usage(format!("unknown flag `{}`", arg.to_string_lossy()))),
-            }
-        }
-        if spec.command.is_empty() {
-            return Err(usage("no command after `--`".into()));
-        }
-        Ok(spec)
-    }
-}
-
-fn absolute(value: OsString) -> Result<PathBuf, SandboxError> {
-    let path = PathBuf::from(value);
-    if path.is_absolute() {
-        Ok(path)
-    } else {
-        Err(SandboxError::Usage(format!(
-            "{} is not an absolute path",
-            path.display()
-        )))
-    }
-}
-
-/// The launcher: confines this process as `args` say, then `exec`s the command.
-///
-/// Called by the binary's `main` before anything else (no async runtime, one thread):
-/// Landlock and seccomp apply to the calling thread and are inherited across `exec`.
-/// Returns only when it refused; the caller prints [`REFUSED_PREFIX`] and the error and
-/// exits with [`REFUSED_EXIT_CODE`].
-pub fn launch(args: impl IntoIterator<Item = OsString>) -> SandboxError {
-    match LaunchSpec::parse(args) {
-        Ok(spec) => confine_and_exec(&spec),
-        Err(error) => error,
-    }
-}
-
-#[cfg(target_os = "linux")]
-fn confine_and_exec(spec: &LaunchSpec) -> SandboxError {
-    linux::confine_and_exec(spec)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn confine_and_exec(_spec: &LaunchSpec) -> SandboxError {
-    not_linux()
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -343,33 +192,52 @@ fn not_linux() -> SandboxError {
     }
 }
 
-/// Checks, before a run starts, that this system can confine commands: the kernel's
-/// Landlock (filesystem ABI 3) and seccomp, and a usable launcher binary.
+/// Checks, before a run starts, that this system can confine the commands of `host`: the
+/// kernel's Landlock (filesystem ABI 3) and seccomp, then one harmless command run
+/// confined from start to `exec`, in a private temporary directory of its own.
 ///
 /// Creates no restriction on this process.
-pub fn probe(launcher: &Path) -> Result<(), SandboxError> {
-    std::fs::metadata(launcher)
-        .and_then(|meta| {
-            if meta.is_file() {
-                Ok(())
-            } else {
-                Err(std::io::Error::other("not a file"))
-            }
-        })
-        .map_err(|source| SandboxError::Launcher {
-            path: launcher.to_path_buf(),
-            source,
-        })?;
-    probe_kernel()
-}
-
 #[cfg(target_os = "linux")]
-fn probe_kernel() -> Result<(), SandboxError> {
-    linux::probe()
+pub fn probe(host: &CommandHost) -> Result<(), SandboxError> {
+    linux::probe_kernel()?;
+    let temp_dir = private_temp_dir(&host.env())?;
+    let rules = linux::PathRules {
+        write: vec![temp_dir.path().to_path_buf()],
+        read: Vec::new(),
+        hide: hidden_paths(&[]),
+    };
+    let confinement = linux::Confinement::prepare(&rules, SandboxPolicy::default())?;
+    let mut command = std::process::Command::new(default_shell());
+    command
+        .args(["-c", "true"])
+        .current_dir(temp_dir.path())
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    linux::confine_at_exec(&mut command, confinement.steps(None)?);
+    let step = "running a probe command confined";
+    let output = command.output().map_err(|error| SandboxError::Confine {
+        step,
+        detail: error.to_string(),
+    })?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    Err(SandboxError::Confine {
+        step,
+        detail: format!(
+            "{} ({})",
+            stderr.trim().trim_start_matches(REFUSED_PREFIX),
+            output.status
+        ),
+    })
 }
 
+/// Checks, before a run starts, that this system can confine commands: it cannot.
 #[cfg(not(target_os = "linux"))]
-fn probe_kernel() -> Result<(), SandboxError> {
+pub fn probe(_host: &CommandHost) -> Result<(), SandboxError> {
     Err(not_linux())
 }
 
@@ -385,10 +253,10 @@ pub fn refusal_advice(error: &SandboxError) -> String {
     )
 }
 
-/// Runs commands through the sandbox launcher, one private temporary directory each.
+/// Runs commands confined, each worktree with its rules built once and a private
+/// temporary directory of its own.
 #[derive(Clone)]
 pub struct SandboxedExecutor {
-    launcher: PathBuf,
     policy: SandboxPolicy,
     shell: PathBuf,
     env: Vec<(OsString, OsString)>,
@@ -396,16 +264,15 @@ pub struct SandboxedExecutor {
     extra_hidden: Vec<PathBuf>,
     /// Readable even beneath a hidden path, e.g. the repository's git dir.
     extra_readable: Vec<PathBuf>,
-    cgroups: std::sync::Arc<CgroupPool>,
-    /// Whether the launcher proved, once, that it is grove's and confines a command.
-    handshake: std::sync::Arc<tokio::sync::OnceCell<()>>,
+    cgroups: Arc<CgroupPool>,
+    /// The prepared confinement of each worktree commands ran in, by canonical path.
+    worktrees: Arc<Mutex<HashMap<PathBuf, Arc<PreparedWorktree>>>>,
 }
 
 impl fmt::Debug for SandboxedExecutor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<_> = self.env.iter().map(|(name, _)| name).collect();
         f.debug_struct("SandboxedExecutor")
-            .field("launcher", &self.launcher)
             .field("policy", &self.policy)
             .field("shell", &self.shell)
             .field("env_names", &names)
@@ -414,40 +281,32 @@ impl fmt::Debug for SandboxedExecutor {
 }
 
 impl SandboxedExecutor {
-    /// Commands start through `launcher` (a grove binary) under `policy`, with the
-    /// allow-listed part of `env`.
-    pub fn new(
-        launcher: PathBuf,
-        policy: SandboxPolicy,
-        env: impl IntoIterator<Item = (OsString, OsString)>,
-    ) -> Self {
-        // Commands start in the worktree: a relative launcher path would resolve there.
-        let launcher = std::path::absolute(&launcher).unwrap_or(launcher);
+    /// Commands run confined under `policy`, with the allow-listed part of `env`.
+    pub fn new(policy: SandboxPolicy, env: impl IntoIterator<Item = (OsString, OsString)>) -> Self {
         Self {
-            launcher,
             policy,
             shell: default_shell(),
             env: scrub_env(env),
             extra_hidden: Vec::new(),
             extra_readable: Vec::new(),
-            cgroups: std::sync::Arc::new(CgroupPool::new(policy.max_processes)),
-            handshake: std::sync::Arc::default(),
+            cgroups: Arc::new(CgroupPool::new(policy.max_processes)),
+            worktrees: Arc::default(),
         }
     }
 
     /// Also hides `hidden` from commands (the worktree itself stays writable and readable
     /// even beneath one), and grants reading `readable` even where it lies beneath a
-    /// hidden path (paths hidden beneath it stay hidden). Paths are resolved at each
-    /// command, so one made after this call is covered; one that does not exist then is
-    /// skipped (there is nothing to hide or to read).
+    /// hidden path (paths hidden beneath it stay hidden). Paths are resolved when a
+    /// worktree runs its first command; one that does not exist then is skipped (there is
+    /// nothing to hide or to read).
     pub fn hiding(mut self, hidden: &[PathBuf], readable: &[PathBuf]) -> Self {
         self.extra_hidden = hidden.to_vec();
         self.extra_readable = readable.to_vec();
         self
     }
 
-    /// The launcher's full argument list for one command.
-    pub fn launch_spec(&self, cwd: &Path, temp_dir: &Path, command: &str) -> LaunchSpec {
+    #[cfg(target_os = "linux")]
+    fn path_rules(&self, worktree: &Path, temp_dir: &Path) -> linux::PathRules {
         let home = self.var("HOME").map(PathBuf::from);
         let mut homes: Vec<PathBuf> = home.into_iter().collect();
         homes.extend(std::env::var_os("HOME").map(PathBuf::from));
@@ -472,17 +331,10 @@ impl SandboxedExecutor {
                 .iter()
                 .filter_map(|path| path.canonicalize().ok()),
         );
-        LaunchSpec {
-            write: vec![cwd.to_path_buf(), temp_dir.to_path_buf()],
+        linux::PathRules {
+            write: vec![worktree.to_path_buf(), temp_dir.to_path_buf()],
             read,
             hide,
-            policy: self.policy,
-            cgroup: None,
-            command: vec![
-                self.shell.clone().into_os_string(),
-                "-c".into(),
-                command.into(),
-            ],
         }
     }
 
@@ -492,6 +344,142 @@ impl SandboxedExecutor {
             .find(|(key, _)| key == name)
             .map(|(_, value)| value.as_os_str())
     }
+
+    /// The worktree's prepared confinement, built on its first command (or again when the
+    /// directory at that path is no longer the one it was built for).
+    #[cfg(target_os = "linux")]
+    async fn prepared(&self, worktree: &Path) -> Result<Arc<PreparedWorktree>, ExecError> {
+        let identity = identity_of(worktree);
+        let known = self
+            .worktrees
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(worktree)
+            .filter(|prepared| identity.is_some() && prepared.identity == identity)
+            .cloned();
+        if let Some(prepared) = known {
+            return Ok(prepared);
+        }
+        let executor = self.clone();
+        let path = worktree.to_path_buf();
+        // Building the rules reads directories (home, `/etc` as root): off the runtime.
+        let prepared = tokio::task::spawn_blocking(move || {
+            let temp_dir = private_temp_dir(&executor.env)?;
+            let temp_path = temp_dir.path().to_path_buf();
+            let confinement = linux::Confinement::prepare(
+                &executor.path_rules(&path, &temp_path),
+                executor.policy,
+            )?;
+            Ok::<_, SandboxError>(PreparedWorktree {
+                identity,
+                confinement,
+                temp_dir,
+                temp_path,
+                running: Mutex::new(0),
+            })
+        })
+        .await
+        .map_err(|error| ExecError::Sandbox {
+            reason: format!("preparing the sandbox stopped: {error}"),
+        })?
+        .map_err(|error| ExecError::Sandbox {
+            reason: error.to_string(),
+        })?;
+        let prepared = Arc::new(prepared);
+        self.worktrees
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(worktree.to_path_buf(), Arc::clone(&prepared));
+        Ok(prepared)
+    }
+
+    /// Forgets `worktree`'s prepared confinement (its temporary directory goes with the
+    /// last command still using it).
+    fn forget(&self, worktree: &Path, prepared: &Arc<PreparedWorktree>) {
+        let mut worktrees = self
+            .worktrees
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if worktrees
+            .get(worktree)
+            .is_some_and(|known| Arc::ptr_eq(known, prepared))
+        {
+            worktrees.remove(worktree);
+        }
+    }
+}
+
+/// One worktree's confinement and private temporary directory.
+#[cfg(target_os = "linux")]
+struct PreparedWorktree {
+    /// The worktree directory's device and inode when it was prepared.
+    identity: Option<(u64, u64)>,
+    confinement: linux::Confinement,
+    temp_dir: tempfile::TempDir,
+    temp_path: PathBuf,
+    /// Commands running with it now; the last one out empties the temporary directory.
+    running: Mutex<usize>,
+}
+
+#[cfg(not(target_os = "linux"))]
+struct PreparedWorktree;
+
+#[cfg(target_os = "linux")]
+impl PreparedWorktree {
+    fn enter(&self) {
+        *self.running.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+    }
+
+    /// Marks one command done; true when it was the last one running.
+    fn leave(&self) -> bool {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        *running = running.saturating_sub(1);
+        *running == 0
+    }
+
+    /// Removes what commands left in the temporary directory; false when it could not.
+    fn empty_temp_dir(&self) -> bool {
+        let Ok(entries) = std::fs::read_dir(self.temp_dir.path()) else {
+            return false;
+        };
+        entries.into_iter().all(|entry| {
+            let Ok(entry) = entry else {
+                return false;
+            };
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(kind) if kind.is_dir() => std::fs::remove_dir_all(&path).is_ok(),
+                Ok(_) => std::fs::remove_file(&path).is_ok(),
+                Err(_) => false,
+            }
+        })
+    }
+
+    fn temp_dir_is_empty(&self) -> bool {
+        std::fs::read_dir(&self.temp_path).is_ok_and(|mut entries| entries.next().is_none())
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn identity_of(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path)
+        .ok()
+        .map(|meta| (meta.dev(), meta.ino()))
+}
+
+/// A new private temporary directory beneath `env`'s `TMPDIR` (else the system's).
+fn private_temp_dir(env: &[(OsString, OsString)]) -> Result<tempfile::TempDir, SandboxError> {
+    let parent = env
+        .iter()
+        .find(|(name, _)| name == "TMPDIR")
+        .map(|(_, value)| PathBuf::from(value))
+        .filter(|path| path.is_absolute())
+        .unwrap_or_else(std::env::temp_dir);
+    tempfile::Builder::new()
+        .prefix("grove-cmd-")
+        .tempdir_in(&parent)
+        .map_err(|source| SandboxError::TempDir { parent, source })
 }
 
 /// The secret paths of `homes` and of the system, canonical, each once.
@@ -533,55 +521,76 @@ pub fn hidden_paths(homes: &[PathBuf]) -> Vec<PathBuf> {
 
 #[async_trait]
 impl CommandExecutor for SandboxedExecutor {
+    #[cfg(target_os = "linux")]
     async fn execute(&self, request: ExecRequest) -> Result<ExecResult, ExecError> {
-        let temp_dir = tempfile::Builder::new()
-            .prefix("grove-cmd-")
-            .tempdir()
-            .map_err(|source| ExecError::Sandbox {
-                reason: format!(
-                    "cannot create the command's private temporary directory: {source}"
-                ),
-            })?;
-        let cwd = request
+        let worktree = request
             .cwd
             .canonicalize()
             .map_err(|source| ExecError::Spawn {
-                shell: self.launcher.clone(),
+                shell: self.shell.clone(),
                 cwd: request.cwd.clone(),
                 source,
             })?;
-        let temp_path = temp_dir
-            .path()
-            .canonicalize()
-            .unwrap_or_else(|_| temp_dir.path().to_path_buf());
-        // Only success is kept: a failed (or cancelled) handshake is tried again.
-        self.handshake
-            .get_or_try_init(|| self.handshake(&cwd, &temp_path, &request))
-            .await
-            .map_err(|reason| ExecError::Sandbox { reason })?;
-        let mut spec = self.launch_spec(&cwd, &temp_path, &request.command);
+        let prepared = self.prepared(&worktree).await?;
         let cgroup = self.cgroups.take();
-        spec.cgroup = cgroup.as_ref().map(|cgroup| cgroup.dir.clone());
-        let mut args = vec![OsString::from(LAUNCHER_ARG)];
-        args.extend(spec.to_args());
+        let cgroup_procs = match &cgroup {
+            Some(cgroup) => Some(cgroup.open_procs().map_err(|source| ExecError::Sandbox {
+                reason: format!(
+                    "cannot open {}: {source}",
+                    cgroup.dir.join("cgroup.procs").display()
+                ),
+            })?),
+            None => None,
+        };
+        let steps =
+            prepared
+                .confinement
+                .steps(cgroup_procs)
+                .map_err(|error| ExecError::Sandbox {
+                    reason: error.to_string(),
+                })?;
         let mut env = self.env.clone();
         env.retain(|(name, _)| name != "TMPDIR");
-        env.push(("TMPDIR".into(), temp_path.into_os_string()));
+        env.push(("TMPDIR".into(), prepared.temp_path.clone().into_os_string()));
+        let args = [OsString::from("-c"), OsString::from(&request.command)];
 
-        let pointer = GitPointer::snapshot(&cwd);
-        let mut result = run_in_process_group(&self.launcher, &args, &env, &request).await?;
+        let pointer = GitPointer::snapshot(&worktree);
+        prepared.enter();
+        let run = run_in_process_group(&self.shell, &args, &env, &request, |command| {
+            linux::confine_at_exec(command.as_std_mut(), steps);
+        })
+        .await;
+        let last_out = prepared.leave();
+        if let Some(cgroup) = cgroup {
+            self.cgroups.give_back(cgroup);
+        }
+        let mut result = run?;
         if let Some(reason) = refusal(&result) {
             return Err(ExecError::Sandbox { reason });
         }
         if let Some(note) = pointer.restore() {
             result.notes.push(note);
         }
-        // Removing a big temp dir blocks; it must not stall the runtime's thread.
-        let _ = tokio::task::spawn_blocking(move || drop(temp_dir)).await;
-        if let Some(cgroup) = cgroup {
-            self.cgroups.give_back(cgroup);
+        if last_out && !prepared.temp_dir_is_empty() {
+            // Removing a big tree blocks; it must not stall the runtime's thread.
+            let emptying = Arc::clone(&prepared);
+            let emptied = tokio::task::spawn_blocking(move || emptying.empty_temp_dir())
+                .await
+                .unwrap_or(false);
+            if !emptied {
+                // A command made it unremovable (e.g. took away its permissions): the next
+                // command gets a fresh worktree preparation and directory.
+                self.forget(&worktree, &prepared);
+            }
         }
         Ok(result)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    async fn execute(&self, _request: ExecRequest) -> Result<ExecResult, ExecError> {
+        Err(ExecError::Sandbox {
+            reason: not_linux().to_string(),
+        })
     }
 }
 
@@ -604,6 +613,14 @@ impl PidsCgroup {
         let cgroup = Self { dir };
         std::fs::write(cgroup.dir.join("pids.max"), max_processes.to_string()).ok()?;
         Some(cgroup)
+    }
+
+    /// Its `cgroup.procs`, open for the command's process to join with.
+    fn open_procs(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(self.dir.join("cgroup.procs"))
+            .map(std::os::fd::OwnedFd::from)
     }
 
     /// True when no process is charged to it (a zombie nobody reaped still is).
@@ -706,55 +723,7 @@ fn own_pids_cgroup() -> Option<PathBuf> {
     None
 }
 
-/// What the handshake command prints when the launcher ran it confined.
-const HANDSHAKE_REPLY: &str = "grove-sandbox-ok";
-
-impl SandboxedExecutor {
-    /// Runs one harmless command through the launcher and checks its exact reply, so that
-    /// a launcher that is not grove's (a test harness, a stale path) is caught with a clear
-    /// message before any command of the model's is handed to it.
-    async fn handshake(
-        &self,
-        cwd: &Path,
-        temp_dir: &Path,
-        request: &ExecRequest,
-    ) -> Result<(), String> {
-        let mut spec = self.launch_spec(cwd, temp_dir, "");
-        spec.command = vec![
-            self.shell.clone().into_os_string(),
-            "-c".into(),
-            format!("echo {HANDSHAKE_REPLY}").into(),
-        ];
-        let mut args = vec![OsString::from(LAUNCHER_ARG)];
-        args.extend(spec.to_args());
-        let probe = ExecRequest {
-            command: String::new(),
-            cwd: cwd.to_path_buf(),
-            timeout: std::time::Duration::from_secs(30),
-            cancel: request.cancel.clone(),
-            output_cap: super::exec::OutputCap::default(),
-        };
-        let result = run_in_process_group(&self.launcher, &args, &self.env, &probe)
-            .await
-            .map_err(|error| error.to_string())?;
-        if let Some(reason) = refusal(&result) {
-            return Err(reason);
-        }
-        let reply = result.output_text();
-        if result.outcome == ExecOutcome::Exited(0) && reply.trim() == HANDSHAKE_REPLY {
-            return Ok(());
-        }
-        Err(format!(
-            "{} is not a working grove sandbox launcher (it answered {:?}, {}); set the \
-             launcher to the grove binary",
-            self.launcher.display(),
-            result.outcome,
-            super::truncate_chars(reply.trim(), 200)
-        ))
-    }
-}
-
-/// The launcher's refusal message, when the result is one.
+/// The command process's refusal message, when the result is one.
 fn refusal(result: &ExecResult) -> Option<String> {
     if result.outcome != ExecOutcome::Exited(i32::from(REFUSED_EXIT_CODE)) {
         return None;
@@ -814,52 +783,6 @@ impl GitPointer {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn launch_spec_round_trips_through_its_arguments() {
-        let spec = LaunchSpec {
-            write: vec!["/work/tree".into(), "/tmp/grove-cmd-1".into()],
-            read: vec!["/opt/cargo".into()],
-            hide: vec!["/root/.ssh".into(), "/dev".into()],
-            policy: SandboxPolicy {
-                allow_network: true,
-                max_processes: 64,
-                max_file_bytes: 1 << 20,
-            },
-            cgroup: Some("/sys/fs/cgroup/pids/grove-1-2".into()),
-            command: vec!["/bin/bash".into(), "-c".into(), "echo -- --write x".into()],
-        };
-        assert_eq!(
-            LaunchSpec::parse(spec.to_args()).unwrap(),
-            spec,
-            "the launcher reads back exactly the policy the executor wrote"
-        );
-    }
-
-    #[test]
-    fn launch_spec_refuses_what_it_does_not_understand() {
-        let parse = |args: &[&str]| {
-            LaunchSpec::parse(args.iter().map(OsString::from))
-                .unwrap_err()
-                .to_string()
-        };
-        assert_eq!(
-            parse(&["--write", "relative", "--", "sh"]),
-            "invalid launcher arguments: relative is not an absolute path"
-        );
-        assert_eq!(
-            parse(&["--bogus", "x", "--", "sh"]),
-            "invalid launcher arguments: unknown flag `--bogus`"
-        );
-        assert_eq!(
-            parse(&["--max-processes", "many", "--", "sh"]),
-            "invalid launcher arguments: `--max-processes` needs a number"
-        );
-        assert_eq!(
-            parse(&["--write", "/x"]),
-            "invalid launcher arguments: no command after `--`"
-        );
-    }
 
     #[test]
     fn hidden_paths_take_every_home_dot_entry_but_the_toolchains() {
