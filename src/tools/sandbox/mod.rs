@@ -201,15 +201,24 @@ fn not_linux() -> SandboxError {
 pub fn probe(host: &CommandHost) -> Result<(), SandboxError> {
     linux::probe_kernel()?;
     let temp_dir = private_temp_dir(&host.env())?;
+    // The kernel's side is what is probed; the secrets a worktree's rules hide are not
+    // (splitting directories around them would only make every run start slower).
     let rules = linux::PathRules {
         write: vec![temp_dir.path().to_path_buf()],
         read: Vec::new(),
-        hide: hidden_paths(&[]),
+        hide: Vec::new(),
     };
     let confinement = linux::Confinement::prepare(&rules, SandboxPolicy::default())?;
-    let mut command = std::process::Command::new(default_shell());
+    let mut command = ["/bin/true", "/usr/bin/true"]
+        .into_iter()
+        .find(|program| Path::new(program).is_file())
+        .map(std::process::Command::new)
+        .unwrap_or_else(|| {
+            let mut shell = std::process::Command::new(default_shell());
+            shell.args(["-c", "true"]);
+            shell
+        });
     command
-        .args(["-c", "true"])
         .current_dir(temp_dir.path())
         .env_clear()
         .stdin(std::process::Stdio::null())
@@ -386,10 +395,13 @@ impl SandboxedExecutor {
             reason: error.to_string(),
         })?;
         let prepared = Arc::new(prepared);
-        self.worktrees
+        let mut worktrees = self
+            .worktrees
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(worktree.to_path_buf(), Arc::clone(&prepared));
+            .unwrap_or_else(PoisonError::into_inner);
+        // Worktrees removed since (finished subtasks) take their temporary directories along.
+        worktrees.retain(|path, _| path.exists());
+        worktrees.insert(worktree.to_path_buf(), Arc::clone(&prepared));
         Ok(prepared)
     }
 
