@@ -582,6 +582,55 @@ async fn write_file_creates_parent_directories_and_overwrites() {
 }
 
 #[tokio::test]
+async fn write_file_and_edit_file_never_write_git_data() {
+    let fx = Fixture::new();
+    fx.write(".git", "gitdir: /repo/.git/worktrees/1\n");
+    let refusal = |shown: &str| {
+        ToolOutput::error(format!(
+            "cannot write `{shown}`: grove manages git for this worktree and commits your \
+             changes itself; `.git` is not writable"
+        ))
+    };
+    let attempts = [
+        (
+            fx.call(
+                "write_file",
+                json!({"path": ".git", "content": "gitdir: /tmp/evil\n"}),
+            )
+            .await,
+            refusal(".git"),
+        ),
+        (
+            fx.call(
+                "write_file",
+                json!({"path": "sub/.git/hooks/post-checkout", "content": "#!/bin/sh\n"}),
+            )
+            .await,
+            refusal("sub/.git/hooks/post-checkout"),
+        ),
+        (
+            fx.call(
+                "edit_file",
+                json!({"path": "./.git", "old_string": "/repo", "new_string": "/tmp"}),
+            )
+            .await,
+            refusal("./.git"),
+        ),
+    ];
+    for (got, expected) in attempts {
+        assert_eq!(
+            got, expected,
+            "a write to git data is refused for the model"
+        );
+    }
+    assert_eq!(
+        (fx.read(".git"), fx.root.join("sub").exists()),
+        ("gitdir: /repo/.git/worktrees/1\n".to_owned(), false),
+        "the pointer is unchanged and nothing was created"
+    );
+}
+
+#[tokio::test]
 async fn edit_file_replaces_exactly_once_or_says_why_not() {
     let fx = Fixture::new();
     let original = "let a = 1;\nlet b = 1;\nlet c = 2;\n";
