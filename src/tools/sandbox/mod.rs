@@ -654,8 +654,12 @@ struct CgroupPool {
 
 impl CgroupPool {
     fn new(max_processes: u64) -> Self {
+        let parent = own_pids_cgroup();
+        if let Some(parent) = &parent {
+            remove_stale_cgroups(parent);
+        }
         Self {
-            parent: own_pids_cgroup(),
+            parent,
             max_processes,
             free: std::sync::Mutex::default(),
         }
@@ -667,7 +671,9 @@ impl CgroupPool {
             .free
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop();
+            .pop()
+            // Another grove sweeping the same parent may have removed an idle one.
+            .filter(|cgroup| cgroup.dir.exists());
         reused.or_else(|| PidsCgroup::create(parent, self.max_processes))
     }
 
@@ -705,6 +711,28 @@ impl Drop for PidsCgroup {
                 }
                 _ => return,
             }
+        }
+    }
+}
+
+/// Removes the empty cgroups of grove processes that are gone: one whose last command's
+/// processes were still being retired when its grove exited is left behind otherwise.
+fn remove_stale_cgroups(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let owner = name
+            .to_str()
+            .and_then(|name| name.strip_prefix("grove-"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok());
+        if let Some(pid) = owner
+            && !Path::new("/proc").join(pid.to_string()).exists()
+        {
+            // Fails, harmlessly, while a process is still charged to it.
+            let _ = std::fs::remove_dir(entry.path());
         }
     }
 }
@@ -830,6 +858,31 @@ mod tests {
         assert_eq!(
             hidden, expected,
             "secrets are hidden; toolchains and plain files stay readable"
+        );
+    }
+
+    #[test]
+    fn only_the_empty_cgroups_of_gone_grove_processes_are_removed() {
+        let parent = tempfile::tempdir().unwrap();
+        let own = format!("grove-{}-1", std::process::id());
+        // Beyond the kernel's largest pid: no such process.
+        let gone = "grove-4294967295-3";
+        for name in [own.as_str(), gone, "grove-4294967294-1", "other-1"] {
+            std::fs::create_dir(parent.path().join(name)).unwrap();
+        }
+        std::fs::write(parent.path().join("grove-4294967294-1/busy"), "").unwrap();
+        remove_stale_cgroups(parent.path());
+        let mut left: Vec<String> = std::fs::read_dir(parent.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut expected = vec![own, "grove-4294967294-1".to_owned(), "other-1".to_owned()];
+        expected.sort();
+        assert_eq!(
+            left, expected,
+            "a gone process's empty cgroup is removed; this process's, a busy one and \
+             others' stay"
         );
     }
 
