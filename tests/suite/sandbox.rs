@@ -251,6 +251,14 @@ async fn bash_cannot_write_outside_the_worktree_by_any_path() {
         (false, "ok\ntmp\n[exit code: 0]\n".to_owned()),
         "the worktree, the private TMPDIR and /dev/null stay writable"
     );
+    let next = scene
+        .bash(&tools, "mkdir \"$TMPDIR/d\" && ls -A \"$TMPDIR\"", 10)
+        .await;
+    assert_eq!(
+        (next.is_error, next.content),
+        (false, "d\n[exit code: 0]\n".to_owned()),
+        "the next command finds the private TMPDIR emptied of what the last one left"
+    );
 }
 
 #[tokio::test]

@@ -75,8 +75,8 @@ const HIDDEN_IN_TOOLCHAINS: &[&str] = &[".cargo/credentials", ".cargo/credential
 const HIDDEN_SYSTEM_PATHS: &[&str] = &["/dev"];
 
 /// System secrets only root can read, hidden when grove runs as root. Hiding them splits
-/// `/etc` into one rule per entry (about 2 ms, once per worktree), which other users need not pay:
-/// the kernel keeps these from them anyway.
+/// `/etc` into one rule per entry (about 2 ms, once per worktree), which other users need
+/// not pay: the kernel keeps these from them anyway.
 const HIDDEN_FROM_ROOT: &[&str] = &["/etc/shadow", "/etc/gshadow", "/etc/ssh"];
 
 /// Whether workers' commands run in the kernel sandbox.
@@ -374,16 +374,14 @@ impl SandboxedExecutor {
         // Building the rules reads directories (home, `/etc` as root): off the runtime.
         let prepared = tokio::task::spawn_blocking(move || {
             let temp_dir = private_temp_dir(&executor.env)?;
-            let temp_path = temp_dir.path().to_path_buf();
             let confinement = linux::Confinement::prepare(
-                &executor.path_rules(&path, &temp_path),
+                &executor.path_rules(&path, temp_dir.path()),
                 executor.policy,
             )?;
             Ok::<_, SandboxError>(PreparedWorktree {
                 identity,
                 confinement,
                 temp_dir,
-                temp_path,
                 running: Mutex::new(0),
             })
         })
@@ -428,7 +426,6 @@ struct PreparedWorktree {
     identity: Option<(u64, u64)>,
     confinement: linux::Confinement,
     temp_dir: tempfile::TempDir,
-    temp_path: PathBuf,
     /// Commands running with it now; the last one out empties the temporary directory.
     running: Mutex<usize>,
 }
@@ -438,15 +435,13 @@ struct PreparedWorktree;
 
 #[cfg(target_os = "linux")]
 impl PreparedWorktree {
-    fn enter(&self) {
+    /// Counts one more command running with it, until the guard is left or dropped.
+    fn enter(&self) -> Running<'_> {
         *self.running.lock().unwrap_or_else(PoisonError::into_inner) += 1;
-    }
-
-    /// Marks one command done; true when it was the last one running.
-    fn leave(&self) -> bool {
-        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        *running = running.saturating_sub(1);
-        *running == 0
+        Running {
+            worktree: self,
+            left: false,
+        }
     }
 
     /// Removes what commands left in the temporary directory; false when it could not.
@@ -468,7 +463,43 @@ impl PreparedWorktree {
     }
 
     fn temp_dir_is_empty(&self) -> bool {
-        std::fs::read_dir(&self.temp_path).is_ok_and(|mut entries| entries.next().is_none())
+        std::fs::read_dir(self.temp_dir.path()).is_ok_and(|mut entries| entries.next().is_none())
+    }
+}
+
+/// One command running with a prepared worktree.
+#[cfg(target_os = "linux")]
+struct Running<'a> {
+    worktree: &'a PreparedWorktree,
+    left: bool,
+}
+
+#[cfg(target_os = "linux")]
+impl Running<'_> {
+    /// Marks the command done; true when it was the last one running.
+    fn leave(mut self) -> bool {
+        self.left = true;
+        self.decrement() == 0
+    }
+
+    fn decrement(&self) -> usize {
+        let mut running = self
+            .worktree
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *running = running.saturating_sub(1);
+        *running
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        // A command whose future was dropped midway still stops counting.
+        if !self.left {
+            self.decrement();
+        }
     }
 }
 
@@ -563,16 +594,19 @@ impl CommandExecutor for SandboxedExecutor {
                 })?;
         let mut env = self.env.clone();
         env.retain(|(name, _)| name != "TMPDIR");
-        env.push(("TMPDIR".into(), prepared.temp_path.clone().into_os_string()));
+        env.push((
+            "TMPDIR".into(),
+            prepared.temp_dir.path().as_os_str().to_owned(),
+        ));
         let args = [OsString::from("-c"), OsString::from(&request.command)];
 
         let pointer = GitPointer::snapshot(&worktree);
-        prepared.enter();
+        let running = prepared.enter();
         let run = run_in_process_group(&self.shell, &args, &env, &request, |command| {
             linux::confine_at_exec(command.as_std_mut(), steps);
         })
         .await;
-        let last_out = prepared.leave();
+        let last_out = running.leave();
         if let Some(cgroup) = cgroup {
             self.cgroups.give_back(cgroup);
         }
