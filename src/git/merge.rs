@@ -90,7 +90,11 @@ impl Repo {
                 MergeCheck::Conflict { paths } => return Ok(MergeOutcome::Conflict { paths }),
                 MergeCheck::Clean { tree } => tree,
             };
-            match self.commit_onto(target_ref, &tree, tip, commit, message)? {
+            let tree = git2::Oid::from_str(&tree).map_err(|_| GitError::Parse {
+                op: "merge-tree".to_owned(),
+                detail: format!("{tree:?} is not a tree id"),
+            })?;
+            match self.commit_onto(target_ref, tree, tip, &[commit], message)? {
                 Some(merged) => return Ok(MergeOutcome::Merged { commit: merged }),
                 // Another writer moved the ref meanwhile: recompute on its tip.
                 None => last_seen = self.ref_target(target_ref)?,
@@ -186,60 +190,7 @@ impl Repo {
         Ok(conflicts)
     }
 
-    /// Writes a commit of `tree` with `parents` and returns it.
-    /// Writes the merge commit of `tree` with parents `tip` and `theirs`, then moves
-    /// `target_ref` from `tip` to it — in process, where three git processes per merge
-    /// would sit on the path the lead waits on. `None` when the ref no longer points at
-    /// `tip` (the commit is then left unreferenced, for git's gc).
-    fn commit_onto(
-        &self,
-        target_ref: &str,
-        tree: &str,
-        tip: CommitId,
-        theirs: CommitId,
-        message: &str,
-    ) -> Result<Option<CommitId>, GitError> {
-        let author = self.signature("AUTHOR")?;
-        let committer = self.signature("COMMITTER")?;
-        let write_error = |what: &str| {
-            let what = what.to_owned();
-            move |source| GitError::Write { what, source }
-        };
-        let repo = self
-            .inner
-            .libgit
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let tree = git2::Oid::from_str(tree)
-            .and_then(|oid| repo.find_tree(oid))
-            .map_err(write_error("merge commit"))?;
-        let parents = [tip, theirs]
-            .iter()
-            .map(|parent| repo.find_commit(parent.oid()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(write_error("merge commit"))?;
-        let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
-        let merged = repo
-            .commit(None, &author, &committer, message, &tree, &parents)
-            .map_err(write_error("merge commit"))?;
-        let reflog = message.lines().next().unwrap_or("grove: merge");
-        match repo.reference_matching(target_ref, merged, true, tip.oid(), reflog) {
-            Ok(_) => Ok(Some(CommitId::from_oid(merged))),
-            Err(error)
-                if matches!(
-                    error.code(),
-                    git2::ErrorCode::Modified | git2::ErrorCode::Locked
-                ) =>
-            {
-                Ok(None)
-            }
-            Err(source) => Err(GitError::Write {
-                what: target_ref.to_owned(),
-                source,
-            }),
-        }
-    }
-
+    /// Writes a commit of `tree` with `parents` through `git commit-tree`; its id.
     pub(super) async fn commit_tree(
         &self,
         tree: &str,

@@ -48,6 +48,7 @@ use std::sync::{Arc, Mutex};
 pub use apply::{ApplyOutcome, ApplyRequest, RefusalReason};
 pub use archive::{ArchivedWork, CleanReport};
 pub use cmd::{GitOptions, Identity};
+pub use commit::CommitPath;
 pub use diff::{BranchDiff, DiffStat, FileStat, Patch};
 pub use error::GitError;
 pub use merge::{MergeCheck, MergeOutcome, PairConflict};
