@@ -94,11 +94,27 @@ impl Repo {
             n = worktree.subtask(),
         );
         if path == CommitPath::Fastest
-            && let InProcess::Done(commit) = self.commit_index_in_process(worktree, &message)?
+            && let InProcess::Done(commit) =
+                self.commit_index_off_runtime(worktree, &message).await?
         {
             return Ok(commit);
         }
         self.commit_index_with_cli(worktree, &message).await
+    }
+
+    /// [`Repo::commit_index_in_process`] on the blocking pool: its file reads and
+    /// writes (and its wait for the libgit2 handle, which eight workers share) must not
+    /// hold up the runtime threads that carry every agent's model calls. A task that
+    /// died leaves the commit to the CLI.
+    async fn commit_index_off_runtime(
+        &self,
+        worktree: &Worktree,
+        message: &str,
+    ) -> Result<InProcess, GitError> {
+        let (repo, worktree, message) = (self.clone(), worktree.clone(), message.to_owned());
+        tokio::task::spawn_blocking(move || repo.commit_index_in_process(&worktree, &message))
+            .await
+            .unwrap_or(Ok(InProcess::Unsupported))
     }
 
     /// Writes the tree of `worktree`'s index, and unless it equals the branch tip's, a

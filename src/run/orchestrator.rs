@@ -311,6 +311,9 @@ pub(crate) struct Orchestrator {
     settled_changed: Notify,
     /// How workers' `bash` commands run (the sandbox, unless the run turned it off).
     pub(crate) executor: Arc<dyn CommandExecutor>,
+    /// The removal of the lead's worktree and branch once its loop ended; the finish
+    /// awaits it (alongside the apply) before the run's end is journaled.
+    lead_cleanup: Mutex<Option<JoinHandle<()>>>,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -421,6 +424,7 @@ impl Orchestrator {
             settled: Mutex::new(BTreeSet::new()),
             settled_changed: Notify::new(),
             executor,
+            lead_cleanup: Mutex::new(None),
         }))
     }
 
@@ -733,16 +737,19 @@ impl Orchestrator {
             .await;
         observer.finished(&outcome.ledger);
         self.spend(&outcome.ledger);
-        if let Err(error) = self.repo.remove_worktree(&worktree).await {
-            self.note(format!("could not remove the lead's worktree: {error}"));
-        }
-        if let Err(error) = self
-            .repo
-            .delete_subtask_branch(&self.run, LEAD_WORKTREE)
-            .await
-        {
-            self.note(format!("kept the lead's branch: {error}"));
-        }
+        // Off the way to the apply, which runs meanwhile: nothing the lead touched is in
+        // the result or the user's branch.
+        let (repo, run, events) = (self.repo.clone(), self.run.clone(), self.events.clone());
+        let cleanup = tokio::spawn(async move {
+            let note = |message: String| events.emit(Event::Note { message });
+            if let Err(error) = repo.remove_worktree(&worktree).await {
+                note(format!("could not remove the lead's worktree: {error}"));
+            }
+            if let Err(error) = repo.delete_subtask_branch(&run, LEAD_WORKTREE).await {
+                note(format!("kept the lead's branch: {error}"));
+            }
+        });
+        *lock(&self.lead_cleanup) = Some(cleanup);
         let AgentRun { result, .. } = outcome;
         let mut ledger = earlier;
         ledger.add(&outcome.ledger);
@@ -814,20 +821,33 @@ impl Orchestrator {
             (Some(LeadFailure::Stopped(reason)), _) => (RunEnd::Finished, Some(reason.clone())),
             (Some(LeadFailure::Error(reason)), _) => (RunEnd::Failed, Some(reason.clone())),
         };
-        let (applied, apply) = if !merged_any {
-            (false, None)
-        } else if !self.options.apply || matches!(status, RunEnd::Interrupted | RunEnd::Paused) {
-            let report = ApplyReport {
-                message: format!(
-                    "The result is on {}; your branch was not touched.",
-                    self.run.result_branch()
-                ),
-                command: Some(format!("git merge --ff-only {}", self.run.result_branch())),
-            };
-            (false, Some(report))
-        } else {
-            self.apply().await
+        let apply = async {
+            if !merged_any {
+                (false, None)
+            } else if !self.options.apply || matches!(status, RunEnd::Interrupted | RunEnd::Paused)
+            {
+                let report = ApplyReport {
+                    message: format!(
+                        "The result is on {}; your branch was not touched.",
+                        self.run.result_branch()
+                    ),
+                    command: Some(format!("git merge --ff-only {}", self.run.result_branch())),
+                };
+                (false, Some(report))
+            } else {
+                self.apply().await
+            }
         };
+        let lead_cleanup = lock(&self.lead_cleanup).take();
+        let cleaned = async {
+            if let Some(cleanup) = lead_cleanup
+                && let Err(error) = cleanup.await
+            {
+                self.note(format!("the lead's worktree cleanup stopped: {error}"));
+            }
+        };
+        // Everything is done before the run's end is journaled.
+        let ((applied, apply), ()) = tokio::join!(apply, cleaned);
         let journal_end = match status {
             RunEnd::Interrupted | RunEnd::Paused => Entry::Paused {
                 reason: error.clone().unwrap_or_else(|| "interrupted".into()),

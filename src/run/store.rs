@@ -504,8 +504,9 @@ impl ActiveRun {
     /// Journals `record` (fsynced, but for the records named below) and folds it
     /// into the state. A record that does not fit the state is refused before anything is
     /// written. The snapshot is rewritten after
-    /// records that change a subtask's or the run's standing; tool-call and checkpoint
-    /// records only reach it with the next such record (the journal has them already).
+    /// records that change a subtask's or the run's standing; tool-call, checkpoint and
+    /// merge records only reach it with the next such record (the journal has them
+    /// already, and a merge's `subtask_finished` follows it at once).
     pub fn append_record(&mut self, record: &Record) -> Result<(), StoreError> {
         let mut next = self.state.clone();
         next.apply(record)
@@ -528,11 +529,15 @@ impl ActiveRun {
         };
         self.journal.append_with(record, durability)?;
         self.state = next;
+        // A merge's record is followed at once by its subtask's `subtask_finished`, which
+        // rewrites the snapshot: skipping it here keeps one whole-state write off the
+        // chain of merges the lead waits on.
         let milestone = !matches!(
             record.entry,
             Entry::ToolCallStarted { .. }
                 | Entry::ToolCallFinished { .. }
                 | Entry::Checkpoint { .. }
+                | Entry::Merged { .. }
         );
         if milestone {
             self.write_snapshot()?;
