@@ -28,7 +28,7 @@ use crate::git::{
 };
 use crate::model::Message;
 use crate::run::delegate::Delegate;
-use crate::run::durable::Durability;
+use crate::run::durable::{self, Durability};
 use crate::run::gate::gate_registry;
 use crate::run::journal::{self, Entry, RunOutcome};
 use crate::run::lock::{LockError, RepoLock};
@@ -428,8 +428,10 @@ impl Orchestrator {
         }))
     }
 
+    /// Journals `entry` (most records are fsynced; see the store), off the runtime's
+    /// threads: subtasks journal at the same moments, and wait for each other here.
     pub(crate) fn journal(&self, entry: Entry) -> Result<(), StoreError> {
-        lock(&self.journal).append(entry).map(|_| ())
+        durable::off_the_runtime(|| lock(&self.journal).append(entry).map(|_| ()))
     }
 
     /// Marks subtask `n` as settled: it will not merge anything (any more).
@@ -1037,15 +1039,14 @@ impl AgentObserver {
     fn save(&self, state: TurnState<'_>, durability: Durability) -> Result<(), String> {
         let mut ledger = self.earlier;
         ledger.add(state.ledger);
-        transcript::save_with(
-            &self.transcript,
-            &Transcript {
-                messages: state.messages.to_vec(),
-                ledger,
-                timing: lock(&self.timing).clone(),
-            },
-            durability,
-        )
+        let transcript = Transcript {
+            messages: state.messages.to_vec(),
+            ledger,
+            timing: lock(&self.timing).clone(),
+        };
+        durable::off_the_runtime(|| {
+            transcript::save_with(&self.transcript, &transcript, durability)
+        })
         .map_err(|error| format!("cannot save the transcript: {error}"))
     }
 
