@@ -5,12 +5,42 @@
 //! `.env`), writes the tree, and moves the branch by compare-and-swap. It must never
 //! commit from a worktree whose checkout has not finished, or the commit would record
 //! every file not yet written as deleted.
+//!
+//! Staging stays with the git CLI (`git add --all`: it honours `.gitignore`, the user's
+//! filters and the index format exactly as git does). Everything after it — the tree of
+//! the index, the branch tip, the commit and the ref move — runs in process through
+//! libgit2, because eight workers checkpointing at once spent their turn gap waiting on
+//! five git processes each. Whatever libgit2 cannot do exactly as git would (an index
+//! with a mandatory extension it does not read, a worktree whose `HEAD` is not its
+//! branch, a ref moved meanwhile) falls back to the CLI path, which is kept whole.
 
 use super::Repo;
 use super::error::GitError;
 use super::local_files;
 use super::names::CommitId;
-use super::worktree::Worktree;
+use super::worktree::{Worktree, admin_head};
+
+/// libgit2's flag for an entry added with `git add -N` (intent to add): git's
+/// `write-tree` leaves such entries out, libgit2 would not, so an index holding one is
+/// committed by the CLI.
+const INTENT_TO_ADD: u16 = 1 << 13;
+
+/// Which way a checkpoint's commit is written (see [`Repo::checkpoint_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitPath {
+    /// In process when libgit2 can do it exactly as git would, else the CLI.
+    Fastest,
+    /// Only git processes (`write-tree`, `rev-parse`, `commit-tree`, `update-ref`).
+    Cli,
+}
+
+/// What the in-process commit of an index did.
+enum InProcess {
+    /// Done: the new commit, or `None` when the tree equals the branch tip's.
+    Done(Option<CommitId>),
+    /// libgit2 cannot do this one exactly as git would; the CLI must.
+    Unsupported,
+}
 
 impl Repo {
     /// Commits everything that changed in `worktree` since its last commit, with the
@@ -23,6 +53,19 @@ impl Repo {
         &self,
         worktree: &Worktree,
         label: &str,
+    ) -> Result<Option<CommitId>, GitError> {
+        self.checkpoint_with(worktree, label, CommitPath::Fastest)
+            .await
+    }
+
+    /// [`Repo::checkpoint`], with the commit written the way `path` says. Both ways give
+    /// the same commit for the same work tree; [`CommitPath::Cli`] is the fallback of the
+    /// other, public so that the two can be held to that.
+    pub async fn checkpoint_with(
+        &self,
+        worktree: &Worktree,
+        label: &str,
+        path: CommitPath,
     ) -> Result<Option<CommitId>, GitError> {
         worktree.ready().await?;
         let in_worktree = || {
@@ -45,6 +88,88 @@ impl Repo {
                 .run()
                 .await?;
         }
+        let message = format!(
+            "grove {run}/{n}: {label}\n\nGrove-Run: {run}\nGrove-Subtask: {n}\n",
+            run = worktree.run(),
+            n = worktree.subtask(),
+        );
+        if path == CommitPath::Fastest
+            && let InProcess::Done(commit) =
+                self.commit_index_off_runtime(worktree, &message).await?
+        {
+            return Ok(commit);
+        }
+        self.commit_index_with_cli(worktree, &message).await
+    }
+
+    /// [`Repo::commit_index_in_process`] on the blocking pool: its file reads and
+    /// writes (and its wait for the libgit2 handle, which eight workers share) must not
+    /// hold up the runtime threads that carry every agent's model calls. A task that
+    /// died leaves the commit to the CLI.
+    async fn commit_index_off_runtime(
+        &self,
+        worktree: &Worktree,
+        message: &str,
+    ) -> Result<InProcess, GitError> {
+        let (repo, worktree, message) = (self.clone(), worktree.clone(), message.to_owned());
+        tokio::task::spawn_blocking(move || repo.commit_index_in_process(&worktree, &message))
+            .await
+            .unwrap_or(Ok(InProcess::Unsupported))
+    }
+
+    /// Writes the tree of `worktree`'s index, and unless it equals the branch tip's, a
+    /// commit of it on the tip, moving the branch from the tip by compare-and-swap — all
+    /// in process. [`InProcess::Unsupported`] whenever the result could differ from the
+    /// CLI's, or the branch moved meanwhile: the caller then uses the CLI.
+    fn commit_index_in_process(
+        &self,
+        worktree: &Worktree,
+        message: &str,
+    ) -> Result<InProcess, GitError> {
+        let branch = worktree.branch_ref();
+        // A worktree whose HEAD was detached or switched: the CLI moves whatever HEAD is.
+        if admin_head(worktree.admin_dir()).as_deref() != Some(branch.as_str()) {
+            return Ok(InProcess::Unsupported);
+        }
+        let index_path = worktree.admin_dir().join("index");
+        // libgit2 opens a missing index as an empty one, which would commit every file
+        // as deleted.
+        if !index_path.is_file() {
+            return Ok(InProcess::Unsupported);
+        }
+        let tree_and_tip = {
+            let repo = self
+                .inner
+                .libgit
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            index_tree_and_tip(&repo, &index_path, &branch)
+        };
+        let Some((tree, tip, tip_tree)) = tree_and_tip else {
+            return Ok(InProcess::Unsupported);
+        };
+        if tree == tip_tree {
+            return Ok(InProcess::Done(None));
+        }
+        match self.commit_onto(&branch, tree, tip, &[], message)? {
+            Some(commit) => Ok(InProcess::Done(Some(commit))),
+            None => Ok(InProcess::Unsupported),
+        }
+    }
+
+    /// The CLI path of a checkpoint's commit, after staging: `write-tree`, `rev-parse`,
+    /// `commit-tree`, and `update-ref` through the worktree's `HEAD`.
+    async fn commit_index_with_cli(
+        &self,
+        worktree: &Worktree,
+        message: &str,
+    ) -> Result<Option<CommitId>, GitError> {
+        let in_worktree = || {
+            self.inner
+                .runner
+                .call(worktree.admin_dir(), worktree.path())
+                .work_tree(worktree.path())
+        };
         let tree = in_worktree().arg("write-tree").text().await?;
         let head_and_tree = in_worktree()
             .args(["rev-parse", "HEAD", "HEAD^{tree}"])
@@ -61,14 +186,9 @@ impl Repo {
         if tree == head_tree {
             return Ok(None);
         }
-        let message = format!(
-            "grove {run}/{n}: {label}\n\nGrove-Run: {run}\nGrove-Subtask: {n}\n",
-            run = worktree.run(),
-            n = worktree.subtask(),
-        );
         let commit = in_worktree()
             .args(["commit-tree", &tree, "-p", &head.to_string(), "-F", "-"])
-            .stdin(message.into_bytes())
+            .stdin(message.as_bytes().to_vec())
             .text()
             .await?;
         let commit = Self::parse_commit("commit-tree", &commit)?;
@@ -86,4 +206,78 @@ impl Repo {
             .await?;
         Ok(Some(commit))
     }
+
+    /// Writes a commit of `tree` whose parents are `tip` then `others`, then moves
+    /// `target_ref` from `tip` to it — in process, where git processes would sit on the
+    /// paths the agents wait on. The author and committer are those a git command of
+    /// this repository would write. `None` when the ref no longer points at `tip` or
+    /// another writer holds its lock (the commit is then left unreferenced, for git's gc).
+    pub(super) fn commit_onto(
+        &self,
+        target_ref: &str,
+        tree: git2::Oid,
+        tip: CommitId,
+        others: &[CommitId],
+        message: &str,
+    ) -> Result<Option<CommitId>, GitError> {
+        let author = self.signature("AUTHOR")?;
+        let committer = self.signature("COMMITTER")?;
+        let write_error = |source| GitError::Write {
+            what: format!("commit onto {target_ref}"),
+            source,
+        };
+        let repo = self
+            .inner
+            .libgit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tree = repo.find_tree(tree).map_err(write_error)?;
+        let parents = std::iter::once(tip)
+            .chain(others.iter().copied())
+            .map(|parent| repo.find_commit(parent.oid()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(write_error)?;
+        let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
+        let commit = repo
+            .commit(None, &author, &committer, message, &tree, &parents)
+            .map_err(write_error)?;
+        let reflog = message.lines().next().unwrap_or("grove: commit");
+        match repo.reference_matching(target_ref, commit, true, tip.oid(), reflog) {
+            Ok(_) => Ok(Some(CommitId::from_oid(commit))),
+            Err(error)
+                if matches!(
+                    error.code(),
+                    git2::ErrorCode::Modified | git2::ErrorCode::Locked
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(source) => Err(GitError::Write {
+                what: target_ref.to_owned(),
+                source,
+            }),
+        }
+    }
+}
+
+/// The tree of the index at `index_path` (written to `repo`'s object database), the
+/// commit `branch` points at and that commit's tree; `None` when libgit2 cannot read
+/// the index or the branch, or the index holds anything git's `write-tree` would treat
+/// otherwise (conflicts, intent-to-add entries).
+fn index_tree_and_tip(
+    repo: &git2::Repository,
+    index_path: &std::path::Path,
+    branch: &str,
+) -> Option<(git2::Oid, CommitId, git2::Oid)> {
+    let mut index = git2::Index::open(index_path).ok()?;
+    if index.has_conflicts()
+        || index
+            .iter()
+            .any(|entry| entry.flags_extended & INTENT_TO_ADD != 0)
+    {
+        return None;
+    }
+    let tip = repo.find_reference(branch).ok()?.peel_to_commit().ok()?;
+    let tree = index.write_tree_to(repo).ok()?;
+    Some((tree, CommitId::from_oid(tip.id()), tip.tree_id()))
 }

@@ -1,9 +1,16 @@
 //! In-memory integration: merging approved branches onto a run's result ref.
 //!
 //! This module owns the merge queue. Merges never touch a work tree or index: `git
-//! merge-tree --write-tree` (merge-ort, so renames and directory renames are right),
-//! `commit-tree`, then a compare-and-swap `update-ref`. A conflict leaves the target ref
-//! exactly where it was.
+//! merge-tree --write-tree` (merge-ort, so renames and directory renames are right), then
+//! the merge commit and a compare-and-swap ref move in process. A conflict leaves the
+//! target ref exactly where it was.
+//!
+//! Approved subtasks merge one after another while the lead waits, so the common merges
+//! whose result is certain skip the git process: the target has nothing of its own since
+//! the branch forked (the merge is the branch's tree), or the two sides only add and
+//! modify files, at paths neither shares nor nests under the other's (the merge is one
+//! side's tree with the other's files put in). Anything else — a deletion, so a possible
+//! rename; a path both touched; several merge bases — goes to `merge-tree`.
 
 use serde::Serialize;
 
@@ -63,8 +70,18 @@ impl Repo {
         if let Some(existing) = self.ref_target(&reference)? {
             return Ok(existing);
         }
-        self.update_ref(&reference, base, None, "grove: start run")
-            .await?;
+        // In process (no git process on the way to the lead's first call); `force` off
+        // makes it fail, like a compare-and-swap from nothing, if the ref appeared meanwhile.
+        let repo = self
+            .inner
+            .libgit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        repo.reference(&reference, base.oid(), false, "grove: start run")
+            .map_err(|source| GitError::Write {
+                what: reference.clone(),
+                source,
+            })?;
         Ok(base)
     }
 
@@ -86,11 +103,26 @@ impl Repo {
             if self.is_ancestor(commit, tip)? {
                 return Ok(MergeOutcome::AlreadyMerged);
             }
-            let tree = match self.check_merge(tip, commit).await? {
-                MergeCheck::Conflict { paths } => return Ok(MergeOutcome::Conflict { paths }),
-                MergeCheck::Clean { tree } => tree,
+            let tree = if self.is_ancestor(tip, commit)? {
+                // Nothing to merge on the target's side: the merge is the branch's tree.
+                self.read(target_ref, |repo| {
+                    Ok(repo.find_commit(commit.oid())?.tree_id())
+                })?
+            } else if let Some(tree) = self.disjoint_merge(tip, commit)? {
+                tree
+            } else {
+                let tree = match self.check_merge(tip, commit).await? {
+                    MergeCheck::Conflict { paths } => {
+                        return Ok(MergeOutcome::Conflict { paths });
+                    }
+                    MergeCheck::Clean { tree } => tree,
+                };
+                git2::Oid::from_str(&tree).map_err(|_| GitError::Parse {
+                    op: "merge-tree".to_owned(),
+                    detail: format!("{tree:?} is not a tree id"),
+                })?
             };
-            match self.commit_onto(target_ref, &tree, tip, commit, message)? {
+            match self.commit_onto(target_ref, tree, tip, &[commit], message)? {
                 Some(merged) => return Ok(MergeOutcome::Merged { commit: merged }),
                 // Another writer moved the ref meanwhile: recompute on its tip.
                 None => last_seen = self.ref_target(target_ref)?,
@@ -122,6 +154,55 @@ impl Repo {
             outcomes.push((n, outcome));
         }
         Ok(outcomes)
+    }
+
+    /// The tree of the merge of `theirs` onto `ours`, computed in process, when it is
+    /// certain to be the tree `git merge-tree` writes: one merge base, and since it both
+    /// sides only added or modified regular files and symlinks, at paths that are
+    /// neither shared nor nested one under the other. `None` otherwise (the caller asks
+    /// git). Without a deletion there is no rename, and without a shared path no content
+    /// merge, so merge-ort would take each changed path from the one side that changed it.
+    fn disjoint_merge(
+        &self,
+        ours: CommitId,
+        theirs: CommitId,
+    ) -> Result<Option<git2::Oid>, GitError> {
+        self.read("in-process merge", |repo| {
+            let bases = repo.merge_bases(ours.oid(), theirs.oid())?;
+            let [base] = bases.iter().as_slice() else {
+                return Ok(None);
+            };
+            let base_tree = repo.find_commit(*base)?.tree()?;
+            let ours_tree = repo.find_commit(ours.oid())?.tree()?;
+            let theirs_tree = repo.find_commit(theirs.oid())?.tree()?;
+            let (Some(ours_changes), Some(theirs_changes)) = (
+                plain_changes(repo, &base_tree, &ours_tree)?,
+                plain_changes(repo, &base_tree, &theirs_tree)?,
+            ) else {
+                return Ok(None);
+            };
+            let ours_paths: std::collections::BTreeSet<&str> = ours_changes
+                .iter()
+                .map(|(path, _, _)| path.as_str())
+                .collect();
+            let clash = theirs_changes.iter().any(|(path, _, _)| {
+                let inside = format!("{path}/");
+                ours_paths.contains(path.as_str())
+                    || parent_dirs(path).any(|dir| ours_paths.contains(dir))
+                    || ours_paths
+                        .range(inside.as_str()..)
+                        .next()
+                        .is_some_and(|next| next.starts_with(&inside))
+            });
+            if clash {
+                return Ok(None);
+            }
+            let mut update = git2::build::TreeUpdateBuilder::new();
+            for (path, id, mode) in &theirs_changes {
+                update.upsert(path.as_str(), *id, *mode);
+            }
+            update.create_updated(repo, &ours_tree).map(Some)
+        })
     }
 
     /// Computes the merge of `ours` and `theirs` without recording it anywhere.
@@ -186,60 +267,7 @@ impl Repo {
         Ok(conflicts)
     }
 
-    /// Writes a commit of `tree` with `parents` and returns it.
-    /// Writes the merge commit of `tree` with parents `tip` and `theirs`, then moves
-    /// `target_ref` from `tip` to it — in process, where three git processes per merge
-    /// would sit on the path the lead waits on. `None` when the ref no longer points at
-    /// `tip` (the commit is then left unreferenced, for git's gc).
-    fn commit_onto(
-        &self,
-        target_ref: &str,
-        tree: &str,
-        tip: CommitId,
-        theirs: CommitId,
-        message: &str,
-    ) -> Result<Option<CommitId>, GitError> {
-        let author = self.signature("AUTHOR")?;
-        let committer = self.signature("COMMITTER")?;
-        let write_error = |what: &str| {
-            let what = what.to_owned();
-            move |source| GitError::Write { what, source }
-        };
-        let repo = self
-            .inner
-            .libgit
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let tree = git2::Oid::from_str(tree)
-            .and_then(|oid| repo.find_tree(oid))
-            .map_err(write_error("merge commit"))?;
-        let parents = [tip, theirs]
-            .iter()
-            .map(|parent| repo.find_commit(parent.oid()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(write_error("merge commit"))?;
-        let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
-        let merged = repo
-            .commit(None, &author, &committer, message, &tree, &parents)
-            .map_err(write_error("merge commit"))?;
-        let reflog = message.lines().next().unwrap_or("grove: merge");
-        match repo.reference_matching(target_ref, merged, true, tip.oid(), reflog) {
-            Ok(_) => Ok(Some(CommitId::from_oid(merged))),
-            Err(error)
-                if matches!(
-                    error.code(),
-                    git2::ErrorCode::Modified | git2::ErrorCode::Locked
-                ) =>
-            {
-                Ok(None)
-            }
-            Err(source) => Err(GitError::Write {
-                what: target_ref.to_owned(),
-                source,
-            }),
-        }
-    }
-
+    /// Writes a commit of `tree` with `parents` through `git commit-tree`; its id.
     pub(super) async fn commit_tree(
         &self,
         tree: &str,
@@ -257,4 +285,42 @@ impl Repo {
             .await?;
         Self::parse_commit("commit-tree", &id)
     }
+}
+
+/// A path a side added or modified: its new blob (or link) and mode.
+type PlainChange = (String, git2::Oid, git2::FileMode);
+
+/// What changed from `base` to `side` (no rename detection): each path with its new
+/// blob and mode; `None` when anything was deleted or changed type, or is not a regular
+/// file or symlink (a submodule), where the in-process merge would not be certain.
+fn plain_changes(
+    repo: &git2::Repository,
+    base: &git2::Tree<'_>,
+    side: &git2::Tree<'_>,
+) -> Result<Option<Vec<PlainChange>>, git2::Error> {
+    let diff = repo.diff_tree_to_tree(Some(base), Some(side), None)?;
+    let mut changes = Vec::new();
+    for delta in diff.deltas() {
+        let file = delta.new_file();
+        let plain_mode = matches!(
+            file.mode(),
+            git2::FileMode::Blob | git2::FileMode::BlobExecutable | git2::FileMode::Link
+        );
+        let path = file.path().and_then(|path| path.to_str());
+        match (delta.status(), plain_mode, path) {
+            (git2::Delta::Added | git2::Delta::Modified, true, Some(path)) => {
+                changes.push((path.to_owned(), file.id(), file.mode()));
+            }
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some(changes))
+}
+
+/// The directories above a `/`-separated repository path, innermost first.
+fn parent_dirs(path: &str) -> impl Iterator<Item = &str> {
+    path.char_indices()
+        .rev()
+        .filter(|(_, c)| *c == '/')
+        .map(move |(at, _)| &path[..at])
 }

@@ -6,10 +6,12 @@
 //! nothing of models, tools or agents, and it never prints.
 //!
 //! The entry point is [`Repo`], opened once per run from a path inside the user's
-//! repository. Reads of refs, commits and blobs go through libgit2 in process; anything
-//! that writes a work tree or was measured faster or more correct with the CLI (worktree
-//! add and checkout, diffs of two commits, `merge-tree`) goes through the sealed runner
-//! in `cmd`, which never lets the repository's config run a program.
+//! repository. Reads of refs, commits and blobs go through libgit2 in process, and so do
+//! the writes on the paths agents wait on whose result is certain (checkpoint and merge
+//! commits, trees of an index or of a side-by-side merge, compare-and-swap ref moves);
+//! anything that touches a work tree or index, or is more correct with the CLI (worktree
+//! add and checkout, `add --all`, diffs of two commits, `merge-tree`), goes through the
+//! sealed runner in `cmd`, which never lets the repository's config run a program.
 //!
 //! Ref layout (see [`RunId`]): subtask branches `grove/<run>/<n>`, the run's result
 //! branch `grove/<run>/result`, archives `refs/grove/archive/<run>/<n>`.
@@ -48,6 +50,7 @@ use std::sync::{Arc, Mutex};
 pub use apply::{ApplyOutcome, ApplyRequest, RefusalReason};
 pub use archive::{ArchivedWork, CleanReport};
 pub use cmd::{GitOptions, Identity};
+pub use commit::CommitPath;
 pub use diff::{BranchDiff, DiffStat, FileStat, Patch};
 pub use error::GitError;
 pub use merge::{MergeCheck, MergeOutcome, PairConflict};

@@ -91,6 +91,20 @@ pub fn replace_file_unsynced(path: &Path, contents: &[u8]) -> Result<(), Durable
     std::fs::rename(&temp, path).map_err(|e| DurableError::new("rename into place", path, e))
 }
 
+/// Runs `work` — file writes and fsyncs, or a wait for a lock held during them — without
+/// stalling the other tasks of the runtime: on a multi-threaded runtime the calling
+/// worker thread hands its other tasks over first (`block_in_place`), so that a few
+/// agents syncing at once do not hold up every model call's replies. On a
+/// current-thread runtime (tests), or outside any runtime, it simply runs.
+pub(crate) fn off_the_runtime<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
+}
+
 /// The directory holding `path`; `.` for a bare file name.
 pub(crate) fn parent_dir(path: &Path) -> &Path {
     match path.parent() {

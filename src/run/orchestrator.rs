@@ -28,7 +28,7 @@ use crate::git::{
 };
 use crate::model::Message;
 use crate::run::delegate::Delegate;
-use crate::run::durable::Durability;
+use crate::run::durable::{self, Durability};
 use crate::run::gate::gate_registry;
 use crate::run::journal::{self, Entry, RunOutcome};
 use crate::run::lock::{LockError, RepoLock};
@@ -307,6 +307,9 @@ pub(crate) struct Orchestrator {
     settled_changed: Notify,
     /// How workers' `bash` commands run (the sandbox, unless the run turned it off).
     pub(crate) executor: Arc<dyn CommandExecutor>,
+    /// The removal of the lead's worktree and branch once its loop ended; the finish
+    /// awaits it (alongside the apply) before the run's end is journaled.
+    lead_cleanup: Mutex<Option<JoinHandle<()>>>,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -417,11 +420,14 @@ impl Orchestrator {
             settled: Mutex::new(BTreeSet::new()),
             settled_changed: Notify::new(),
             executor,
+            lead_cleanup: Mutex::new(None),
         }))
     }
 
+    /// Journals `entry` (most records are fsynced; see the store), off the runtime's
+    /// threads: subtasks journal at the same moments, and wait for each other here.
     pub(crate) fn journal(&self, entry: Entry) -> Result<(), StoreError> {
-        lock(&self.journal).append(entry).map(|_| ())
+        durable::off_the_runtime(|| lock(&self.journal).append(entry).map(|_| ()))
     }
 
     /// Marks subtask `n` as settled: it will not merge anything (any more).
@@ -729,16 +735,19 @@ impl Orchestrator {
             .await;
         observer.finished(&outcome.ledger);
         self.spend(&outcome.ledger);
-        if let Err(error) = self.repo.remove_worktree(&worktree).await {
-            self.note(format!("could not remove the lead's worktree: {error}"));
-        }
-        if let Err(error) = self
-            .repo
-            .delete_subtask_branch(&self.run, LEAD_WORKTREE)
-            .await
-        {
-            self.note(format!("kept the lead's branch: {error}"));
-        }
+        // Off the way to the apply, which runs meanwhile: nothing the lead touched is in
+        // the result or the user's branch.
+        let (repo, run, events) = (self.repo.clone(), self.run.clone(), self.events.clone());
+        let cleanup = tokio::spawn(async move {
+            let note = |message: String| events.emit(Event::Note { message });
+            if let Err(error) = repo.remove_worktree(&worktree).await {
+                note(format!("could not remove the lead's worktree: {error}"));
+            }
+            if let Err(error) = repo.delete_subtask_branch(&run, LEAD_WORKTREE).await {
+                note(format!("kept the lead's branch: {error}"));
+            }
+        });
+        *lock(&self.lead_cleanup) = Some(cleanup);
         let AgentRun { result, .. } = outcome;
         let mut ledger = earlier;
         ledger.add(&outcome.ledger);
@@ -810,20 +819,33 @@ impl Orchestrator {
             (Some(LeadFailure::Stopped(reason)), _) => (RunEnd::Finished, Some(reason.clone())),
             (Some(LeadFailure::Error(reason)), _) => (RunEnd::Failed, Some(reason.clone())),
         };
-        let (applied, apply) = if !merged_any {
-            (false, None)
-        } else if !self.options.apply || matches!(status, RunEnd::Interrupted | RunEnd::Paused) {
-            let report = ApplyReport {
-                message: format!(
-                    "The result is on {}; your branch was not touched.",
-                    self.run.result_branch()
-                ),
-                command: Some(format!("git merge --ff-only {}", self.run.result_branch())),
-            };
-            (false, Some(report))
-        } else {
-            self.apply().await
+        let apply = async {
+            if !merged_any {
+                (false, None)
+            } else if !self.options.apply || matches!(status, RunEnd::Interrupted | RunEnd::Paused)
+            {
+                let report = ApplyReport {
+                    message: format!(
+                        "The result is on {}; your branch was not touched.",
+                        self.run.result_branch()
+                    ),
+                    command: Some(format!("git merge --ff-only {}", self.run.result_branch())),
+                };
+                (false, Some(report))
+            } else {
+                self.apply().await
+            }
         };
+        let lead_cleanup = lock(&self.lead_cleanup).take();
+        let cleaned = async {
+            if let Some(cleanup) = lead_cleanup
+                && let Err(error) = cleanup.await
+            {
+                self.note(format!("the lead's worktree cleanup stopped: {error}"));
+            }
+        };
+        // Everything is done before the run's end is journaled.
+        let ((applied, apply), ()) = tokio::join!(apply, cleaned);
         let journal_end = match status {
             RunEnd::Interrupted | RunEnd::Paused => Entry::Paused {
                 reason: error.clone().unwrap_or_else(|| "interrupted".into()),
@@ -1013,15 +1035,14 @@ impl AgentObserver {
     fn save(&self, state: TurnState<'_>, durability: Durability) -> Result<(), String> {
         let mut ledger = self.earlier;
         ledger.add(state.ledger);
-        transcript::save_with(
-            &self.transcript,
-            &Transcript {
-                messages: state.messages.to_vec(),
-                ledger,
-                timing: lock(&self.timing).clone(),
-            },
-            durability,
-        )
+        let transcript = Transcript {
+            messages: state.messages.to_vec(),
+            ledger,
+            timing: lock(&self.timing).clone(),
+        };
+        durable::off_the_runtime(|| {
+            transcript::save_with(&self.transcript, &transcript, durability)
+        })
         .map_err(|error| format!("cannot save the transcript: {error}"))
     }
 

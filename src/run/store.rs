@@ -504,8 +504,9 @@ impl ActiveRun {
     /// Journals `record` (fsynced, but for the records named below) and folds it
     /// into the state. A record that does not fit the state is refused before anything is
     /// written. The snapshot is rewritten after
-    /// records that change a subtask's or the run's standing; tool-call and checkpoint
-    /// records only reach it with the next such record (the journal has them already).
+    /// records that change a subtask's or the run's standing; tool-call, checkpoint,
+    /// verdict and merge records only reach it with the next such record (the journal
+    /// has them already, and the subtask's `subtask_finished` follows soon).
     pub fn append_record(&mut self, record: &Record) -> Result<(), StoreError> {
         let mut next = self.state.clone();
         next.apply(record)
@@ -516,11 +517,14 @@ impl ActiveRun {
         // Losing these in a machine crash errs on the safe side: a finished call then
         // reads as interrupted (reported, never re-run), a read-only call that was running
         // is harmless either way, and a merge whose record is lost is found already merged
-        // on resume (its `subtask_finished`, synced, follows at once). Every other record is
-        // synced at once.
+        // on resume (its `subtask_finished`, synced, follows at once). A verdict is only
+        // read back once its subtask finished, and that synced record flushes it too: a
+        // subtask still running on resume is worked and reviewed again whatever its
+        // verdict. Every other record is synced at once.
         let durability = match &record.entry {
             Entry::ToolCallFinished { .. }
             | Entry::Merged { .. }
+            | Entry::Verdict { .. }
             | Entry::ToolCallStarted {
                 mutating: false, ..
             } => Durability::Buffered,
@@ -528,11 +532,16 @@ impl ActiveRun {
         };
         self.journal.append_with(record, durability)?;
         self.state = next;
+        // A verdict or a merge leaves its subtask running until its `subtask_finished`,
+        // which follows soon and rewrites the snapshot: skipping it here keeps a
+        // whole-state write off the path from the last review to the lead.
         let milestone = !matches!(
             record.entry,
             Entry::ToolCallStarted { .. }
                 | Entry::ToolCallFinished { .. }
                 | Entry::Checkpoint { .. }
+                | Entry::Verdict { .. }
+                | Entry::Merged { .. }
         );
         if milestone {
             self.write_snapshot()?;

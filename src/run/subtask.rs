@@ -258,6 +258,9 @@ impl Orchestrator {
         let stage = self
             .work_and_review(n, brief, role, tools, start, permit, &worktree, &mut report)
             .await?;
+        // Its merge (if any) is journaled: the next subtask in merge order need not wait
+        // for this one's archive and closing records.
+        self.settle(n);
         match stage {
             Stage::Done => {}
             Stage::Failed(reason) => report.reason = Some(reason),

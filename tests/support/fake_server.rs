@@ -446,6 +446,10 @@ impl FakeServer {
         let address = listener.local_addr().expect("local address");
         let task = tokio::spawn(async move {
             // Ends only when the task is aborted (the server dropped).
+            use axum::serve::ListenerExt;
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             let _ = axum::serve(listener, app).await;
         });
         Self {

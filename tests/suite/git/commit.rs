@@ -2,11 +2,11 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use grove::git::{GitOptions, Repo, subtask_ref};
+use grove::git::{CommitPath, GitOptions, Repo, subtask_ref};
 use pretty_assertions::assert_eq;
 
 use super::{filled_worktree, project, run_id};
-use crate::support::git_fixture::sealed_command;
+use crate::support::git_fixture::{git_in, sealed_command};
 
 #[tokio::test]
 async fn no_commit_is_made_when_nothing_changed() {
@@ -129,5 +129,96 @@ async fn commits_carry_grove_identity_and_name_the_run_and_subtask_without_user_
             "grove <grove@localhost>|grove <grove@localhost>|grove r1/3: after turn 1|{}",
             fixture.rev("HEAD")
         )
+    );
+}
+
+#[tokio::test]
+async fn the_in_process_commit_is_the_very_commit_the_cli_writes() {
+    let fixture = project();
+    let repo = fixture.open().await;
+    let base = fixture.rev("HEAD");
+    let worktree = filled_worktree(&repo, base, 1).await;
+    let dir = worktree.path();
+    std::fs::write(dir.join("README"), "changed\n").unwrap();
+    std::fs::write(dir.join("new.sh"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(dir.join("new.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::remove_file(dir.join("src/util.rs")).unwrap();
+    let branch = subtask_ref(&run_id(), 1);
+
+    let in_process = repo
+        .checkpoint_with(&worktree, "turn 1", CommitPath::Fastest)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        repo.ref_target(&branch).unwrap(),
+        Some(in_process),
+        "the branch moved to the in-process commit"
+    );
+    assert_eq!(
+        git_in(&fixture.home(), dir, &["status", "--porcelain"]),
+        "",
+        "the worktree is clean against its moved branch"
+    );
+    // The same staged work committed again by the CLI, from the same tip.
+    fixture.git(&["update-ref", &branch, &base.to_string()]);
+    let by_cli = repo
+        .checkpoint_with(&worktree, "turn 1", CommitPath::Cli)
+        .await
+        .unwrap()
+        .unwrap();
+
+    assert_eq!(
+        in_process, by_cli,
+        "same tree, parent, message, author, committer and dates: the same commit"
+    );
+    assert_eq!(fixture.rev(&format!("{in_process}^")), base);
+}
+
+#[tokio::test]
+async fn an_index_libgit2_cannot_read_is_committed_by_the_cli_whole() {
+    let fixture = project();
+    let repo = fixture.open().await;
+    let base = fixture.rev("HEAD");
+    let worktree = filled_worktree(&repo, base, 1).await;
+    let dir = worktree.path();
+    // A split index carries the mandatory `link` extension, which libgit2 cannot read.
+    git_in(&fixture.home(), dir, &["update-index", "--split-index"]);
+    std::fs::write(dir.join("src/new.rs"), "pub fn new() {}\n").unwrap();
+
+    let commit = repo.checkpoint(&worktree, "turn 1").await.unwrap().unwrap();
+
+    assert_eq!(
+        fixture.git(&["ls-tree", "-r", "--name-only", &commit.to_string()]),
+        "README\nsrc/lib.rs\nsrc/new.rs\nsrc/util.rs",
+        "every file of the split index is in the commit, none recorded as deleted"
+    );
+    assert_eq!(
+        repo.ref_target(&subtask_ref(&run_id(), 1)).unwrap(),
+        Some(commit)
+    );
+}
+
+#[tokio::test]
+async fn a_worktree_whose_head_left_its_branch_commits_through_its_head_as_git_would() {
+    let fixture = project();
+    let repo = fixture.open().await;
+    let base = fixture.rev("HEAD");
+    let worktree = filled_worktree(&repo, base, 1).await;
+    let dir = worktree.path();
+    git_in(&fixture.home(), dir, &["checkout", "--quiet", "--detach"]);
+    std::fs::write(dir.join("README"), "detached work\n").unwrap();
+
+    let commit = repo.checkpoint(&worktree, "turn 1").await.unwrap().unwrap();
+
+    assert_eq!(
+        git_in(&fixture.home(), dir, &["rev-parse", "HEAD"]),
+        commit.to_string(),
+        "the commit is on the worktree's detached HEAD"
+    );
+    assert_eq!(
+        repo.ref_target(&subtask_ref(&run_id(), 1)).unwrap(),
+        Some(base),
+        "the branch HEAD left is not moved behind its back"
     );
 }

@@ -1,6 +1,9 @@
 //! In-memory merges onto the run's result branch.
 
-use grove::git::{MergeOutcome, PairConflict, Repo};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use grove::git::{GitOptions, MergeCheck, MergeOutcome, PairConflict, Repo, subtask_ref};
 use pretty_assertions::assert_eq;
 
 use super::{commit_in, filled_worktree, project, run_id};
@@ -175,4 +178,169 @@ async fn a_conflict_names_the_paths_and_leaves_the_result_ref_unchanged() {
         after_first,
         "a conflict leaves the result ref where it was"
     );
+}
+
+/// A `git` that logs each invocation's arguments to `<dir>/git-calls`, then runs git.
+fn logging_git(dir: &Path) -> PathBuf {
+    let script = dir.join("logging-git.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> {}\nexec git \"$@\"\n",
+            dir.join("git-calls").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+fn merge_tree_calls(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("git-calls"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.contains("merge-tree"))
+        .count()
+}
+
+async fn logged_repo(fixture: &GitFixture) -> Repo {
+    Repo::open(
+        &fixture.repo,
+        GitOptions {
+            program: logging_git(fixture.dir.path()),
+            ..fixture.options()
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// Subtask `n` of a fresh worktree at `base`: `edit` changes its files, then a checkpoint.
+async fn subtask_with(
+    repo: &Repo,
+    base: grove::git::CommitId,
+    n: u32,
+    edit: impl FnOnce(&Path),
+) -> grove::git::CommitId {
+    let worktree = filled_worktree(repo, base, n).await;
+    edit(worktree.path());
+    repo.checkpoint(&worktree, "work").await.unwrap().unwrap()
+}
+
+#[tokio::test]
+async fn side_by_side_additions_and_edits_merge_in_process_into_the_tree_git_writes() {
+    let fixture = project();
+    let repo = logged_repo(&fixture).await;
+    let base = fixture.rev("HEAD");
+    subtask_with(&repo, base, 1, |dir| {
+        std::fs::write(dir.join("README"), "edited by 1\n").unwrap();
+        std::fs::create_dir_all(dir.join("src/new")).unwrap();
+        std::fs::write(dir.join("src/new/a.rs"), "// a\n").unwrap();
+        std::fs::write(dir.join("run.sh"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(dir.join("run.sh"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    })
+    .await;
+    subtask_with(&repo, base, 2, |dir| {
+        std::fs::write(dir.join("src/lib.rs"), "pub mod util;\n// edited by 2\n").unwrap();
+        std::fs::create_dir_all(dir.join("src/new")).unwrap();
+        std::fs::write(dir.join("src/new/b.rs"), "// b\n").unwrap();
+        // Sorts between `src` and `src/...`: must not be taken for a nested path.
+        std::fs::write(dir.join("src-notes.txt"), "notes\n").unwrap();
+        std::os::unix::fs::symlink("README", dir.join("readme-link")).unwrap();
+    })
+    .await;
+    repo.create_result_branch(&run_id(), base).await.unwrap();
+
+    let outcomes = repo.merge_subtasks(&run_id(), &[1, 2]).await.unwrap();
+
+    assert!(
+        outcomes
+            .iter()
+            .all(|(_, outcome)| matches!(outcome, MergeOutcome::Merged { .. })),
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        merge_tree_calls(fixture.dir.path()),
+        0,
+        "both merges were certain, so no merge-tree process ran"
+    );
+    let first = fixture.rev("grove/r1/result^1");
+    let second = repo
+        .ref_target(&subtask_ref(&run_id(), 2))
+        .unwrap()
+        .unwrap();
+    let MergeCheck::Clean { tree } = repo.check_merge(first, second).await.unwrap() else {
+        panic!("git finds the second merge clean");
+    };
+    assert_eq!(
+        fixture.git(&["rev-parse", "grove/r1/result^{tree}"]),
+        tree,
+        "the in-process merge is the tree merge-tree writes"
+    );
+    assert_eq!(
+        fixture.git(&[
+            "ls-tree",
+            "-r",
+            "--format=%(objectmode) %(path)",
+            "grove/r1/result"
+        ]),
+        "100644 README\n120000 readme-link\n100755 run.sh\n100644 src-notes.txt\n\
+100644 src/lib.rs\n100644 src/new/a.rs\n100644 src/new/b.rs\n100644 src/util.rs"
+    );
+}
+
+#[tokio::test]
+async fn a_deletion_a_shared_path_or_a_nested_path_is_merged_by_git() {
+    type Edit = fn(&Path);
+    let cases: [(&str, Edit, Edit, bool); 3] = [
+        (
+            "a deletion may be half of a rename",
+            |dir| std::fs::write(dir.join("README"), "edited\n").unwrap(),
+            |dir| std::fs::remove_file(dir.join("src/util.rs")).unwrap(),
+            true,
+        ),
+        (
+            "both sides edit one file",
+            |dir| std::fs::write(dir.join("README"), "first line\nhello\n").unwrap(),
+            |dir| std::fs::write(dir.join("README"), "hello\nlast line\n").unwrap(),
+            true,
+        ),
+        (
+            "a file where the other side adds a directory",
+            |dir| std::fs::write(dir.join("docs"), "a file\n").unwrap(),
+            |dir| {
+                std::fs::create_dir_all(dir.join("docs")).unwrap();
+                std::fs::write(dir.join("docs/a.md"), "a page\n").unwrap();
+            },
+            false,
+        ),
+    ];
+    for (case, first, second, clean) in cases {
+        let fixture = project();
+        let repo = logged_repo(&fixture).await;
+        let base = fixture.rev("HEAD");
+        // A bystander on the result first, so that neither merge is a plain fast-forward.
+        subtask_with(&repo, base, 1, |dir| {
+            std::fs::write(dir.join("bystander.txt"), "x\n").unwrap();
+        })
+        .await;
+        subtask_with(&repo, base, 2, first).await;
+        subtask_with(&repo, base, 3, second).await;
+        repo.create_result_branch(&run_id(), base).await.unwrap();
+
+        let outcomes = repo.merge_subtasks(&run_id(), &[1, 2, 3]).await.unwrap();
+
+        assert_eq!(
+            merge_tree_calls(fixture.dir.path()),
+            1,
+            "{case}: git computed the last merge, and only it"
+        );
+        let last = &outcomes[2].1;
+        assert_eq!(
+            matches!(last, MergeOutcome::Merged { .. }),
+            clean,
+            "{case}: {outcomes:?}"
+        );
+    }
 }

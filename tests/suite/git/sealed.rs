@@ -210,15 +210,15 @@ async fn a_planted_dot_git_file_in_a_worktree_is_never_followed() {
     );
 }
 
-/// A wrapper that makes the first `commit-tree` fail as if another process held the
-/// index lock, then behaves like git.
+/// A wrapper that makes the first `add`s fail as if another process held the index
+/// lock, then behaves like git.
 fn flaky_git(dir: &Path, failures: u32) -> PathBuf {
     let counter = dir.join("lock-failures");
     let script = dir.join("flaky-git.sh");
     std::fs::write(
         &script,
         format!(
-            "#!/bin/sh\nfor arg in \"$@\"; do\n  if [ \"$arg\" = commit-tree ]; then\n    n=$(cat {c} 2>/dev/null || echo 0)\n    if [ \"$n\" -lt {failures} ]; then\n      echo $((n + 1)) > {c}\n      echo \"fatal: Unable to create '/repo/.git/index.lock': File exists.\" >&2\n      exit 128\n    fi\n  fi\ndone\nexec git \"$@\"\n",
+            "#!/bin/sh\nfor arg in \"$@\"; do\n  if [ \"$arg\" = add ]; then\n    n=$(cat {c} 2>/dev/null || echo 0)\n    if [ \"$n\" -lt {failures} ]; then\n      echo $((n + 1)) > {c}\n      echo \"fatal: Unable to create '/repo/.git/index.lock': File exists.\" >&2\n      exit 128\n    fi\n  fi\ndone\nexec git \"$@\"\n",
             c = counter.display()
         ),
     )
