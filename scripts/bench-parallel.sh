@@ -3,12 +3,12 @@
 # answered after a fixed latency L, with 1, 4 and 8 subtasks delegated at once (worker 3
 # calls, reviewer 2, lead 2). Prints each run's wall time next to its critical path
 # (longest chain of calls x L) and its serial time (all calls x L), and at 8 subtasks
-# PASS/FAIL against the targets: wall within 15% of the critical path, and the lead's
+# (run R times; the median run counts) PASS/FAIL against the targets: wall within 15% of the critical path, and the lead's
 # context growing by less than 2 KB per delegation. Exits non-zero only when a run did
 # not merge every subtask (a broken run is not measured); it is not a pass/fail test.
 #
 # Usage: scripts/bench-parallel.sh [--latency-ms L] [--jobs J] [--provider anthropic|openai]
-#        (defaults 300, 8, anthropic)
+#                                  [--rounds R]   (defaults 300, 8, anthropic, 3)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
