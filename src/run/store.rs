@@ -520,11 +520,16 @@ impl ActiveRun {
         // on resume (its `subtask_finished`, synced, follows at once). A verdict is only
         // read back once its subtask finished, and that synced record flushes it too: a
         // subtask still running on resume is worked and reviewed again whatever its
-        // verdict. Every other record is synced at once.
+        // verdict. A `subtask_started` lost with the machine leaves a subtask that has
+        // changed nothing yet: its first mutating call is synced before it runs, which
+        // flushes this record too, so before that the lead's `delegate` call reads as
+        // interrupted and the worktree, if any, is reused when the lead delegates again.
+        // Every other record is synced at once.
         let durability = match &record.entry {
             Entry::ToolCallFinished { .. }
             | Entry::Merged { .. }
             | Entry::Verdict { .. }
+            | Entry::SubtaskStarted { .. }
             | Entry::ToolCallStarted {
                 mutating: false, ..
             } => Durability::Buffered,
