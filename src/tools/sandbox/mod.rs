@@ -192,14 +192,13 @@ fn not_linux() -> SandboxError {
     }
 }
 
-/// Checks, before a run starts, that this system can confine the commands of `host`: the
-/// kernel's Landlock (filesystem ABI 3) and seccomp, then one harmless command run
-/// confined from start to `exec`, in a private temporary directory of its own.
+/// Checks, before a run starts, that this system can confine the commands of `host`: a
+/// private temporary directory, the kernel's Landlock (filesystem ABI 3) and seccomp (in
+/// preparing the rules), then one harmless command run confined from start to `exec`.
 ///
 /// Creates no restriction on this process.
 #[cfg(target_os = "linux")]
 pub fn probe(host: &CommandHost) -> Result<(), SandboxError> {
-    linux::probe_kernel()?;
     let temp_dir = private_temp_dir(&host.env())?;
     // The kernel's side is what is probed; the secrets a worktree's rules hide are not
     // (splitting directories around them would only make every run start slower).
