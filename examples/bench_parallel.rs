@@ -664,10 +664,7 @@ async fn main() -> anyhow::Result<()> {
         bail!("no run was measured");
     };
     println!();
-    runs.extend(largest.iter().map(|run| Measured {
-        gaps: Vec::new(),
-        ..run.clone()
-    }));
+    runs.extend(largest.iter().cloned());
     print_table(settings, &runs);
     println!();
     println!(

@@ -57,6 +57,11 @@ struct Scene {
 }
 
 impl Scene {
+    /// A scene for `test`, when this kernel can sandbox (see [`sandbox_or_skip`]).
+    fn confined(test: &str) -> Option<Self> {
+        sandbox_or_skip(test).then(Self::new)
+    }
+
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
@@ -193,10 +198,9 @@ fn pids_in(path: &Path) -> Vec<i32> {
 
 #[tokio::test]
 async fn bash_cannot_write_outside_the_worktree_by_any_path() {
-    if !sandbox_or_skip("bash_cannot_write_outside_the_worktree_by_any_path") {
+    let Some(scene) = Scene::confined("bash_cannot_write_outside_the_worktree_by_any_path") else {
         return;
-    }
-    let scene = Scene::new();
+    };
     let tools = scene.tools(SandboxPolicy::default());
     let before = Scene::snapshot(&scene.outside);
     let outside = scene.outside.display();
@@ -263,10 +267,9 @@ async fn bash_cannot_write_outside_the_worktree_by_any_path() {
 
 #[tokio::test]
 async fn bash_cannot_read_the_users_secrets() {
-    if !sandbox_or_skip("bash_cannot_read_the_users_secrets") {
+    let Some(scene) = Scene::confined("bash_cannot_read_the_users_secrets") else {
         return;
-    }
-    let scene = Scene::new();
+    };
     let tools = scene.tools(SandboxPolicy::default());
     std::fs::write(scene.worktree.join("notes.txt"), "harmless\n").unwrap();
     let attempts = [
@@ -310,10 +313,9 @@ async fn bash_cannot_read_the_users_secrets() {
 
 #[tokio::test]
 async fn bash_has_no_network_unless_the_run_allows_it() {
-    if !sandbox_or_skip("bash_has_no_network_unless_the_run_allows_it") {
+    let Some(scene) = Scene::confined("bash_has_no_network_unless_the_run_allows_it") else {
         return;
-    }
-    let scene = Scene::new();
+    };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -351,10 +353,9 @@ async fn bash_has_no_network_unless_the_run_allows_it() {
 
 #[tokio::test]
 async fn sleep_and_daemons_die_with_the_command() {
-    if !sandbox_or_skip("sleep_and_daemons_die_with_the_command") {
+    let Some(scene) = Scene::confined("sleep_and_daemons_die_with_the_command") else {
         return;
-    }
-    let scene = Scene::new();
+    };
     let tools = scene.tools(SandboxPolicy::default());
 
     let timed_out = scene
@@ -406,10 +407,9 @@ async fn sleep_and_daemons_die_with_the_command() {
 
 #[tokio::test]
 async fn a_fork_bomb_is_capped_and_killed_at_the_timeout() {
-    if !sandbox_or_skip("a_fork_bomb_is_capped_and_killed_at_the_timeout") {
+    let Some(scene) = Scene::confined("a_fork_bomb_is_capped_and_killed_at_the_timeout") else {
         return;
-    }
-    let scene = Scene::new();
+    };
     let policy = SandboxPolicy {
         max_processes: 48,
         ..SandboxPolicy::default()
