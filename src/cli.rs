@@ -23,6 +23,7 @@ use grove::git::{GitOptions, Repo, RunId as GitRunId};
 use grove::model::{self, Provider};
 use grove::run::backend::WorkerBackend;
 use grove::run::config::{ProjectConfig, RoleValues, RunSettings};
+use grove::run::start::ResumeProblem;
 use grove::run::store::RunStore;
 use grove::run::{ModelChoice, ModelNames, Models, RunEnd, RunError, RunReport};
 
@@ -358,7 +359,7 @@ async fn run(directory: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitC
     let json = args.json;
     if args.dry_run {
         let (plan, ledgers) = drive_live(|events, cancel| {
-            grove::run::plan::plan(directory, options, models, events, cancel)
+            grove::run::dry_run::plan(directory, options, models, events, cancel)
         })
         .await;
         let plan = plan?;
@@ -387,11 +388,11 @@ async fn resume(directory: &std::path::Path, args: &ResumeArgs) -> anyhow::Resul
                 .parse()
                 .map_err(|error: model::ModelError| RunError::NotResumable {
                     run_id: state.run_id.clone(),
-                    reason: error.to_string(),
+                    source: ResumeProblem::Model(Box::new(error)),
                 })?;
         let client = model::connect(provider).map_err(|error| RunError::NotResumable {
             run_id: state.run_id.clone(),
-            reason: error.to_string(),
+            source: ResumeProblem::Model(Box::new(error)),
         })?;
         let names: ModelNames =
             serde_json::from_value(state.options["model_names"].clone()).unwrap_or_default();

@@ -322,7 +322,7 @@ pub fn report(report: &RunReport, ledgers: &Ledgers) {
 }
 
 /// The lead's plan of a dry run.
-pub fn plan(plan: &grove::run::plan::Plan, ledgers: &Ledgers) {
+pub fn plan(plan: &grove::run::dry_run::Plan, ledgers: &Ledgers) {
     eprintln!();
     if plan.subtasks.is_empty() {
         eprintln!("Dry run: the lead delegated nothing.");

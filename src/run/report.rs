@@ -60,6 +60,41 @@ pub struct SubtaskReport {
 }
 
 impl SubtaskReport {
+    /// A subtask that has not got anywhere yet: failed, nothing spent.
+    pub fn new(id: String, task: String, branch: String) -> Self {
+        Self {
+            id,
+            task,
+            branch,
+            status: SubtaskOutcome::Failed,
+            verdict: None,
+            steps: 0,
+            input_tokens: 0,
+            output_tokens: 0,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+            reason: None,
+            review_summary: None,
+            findings: Vec::new(),
+            diffstat: None,
+            conflict_paths: Vec::new(),
+            archive_ref: None,
+            executes_later: Vec::new(),
+            worker_ledger: Ledger::default(),
+            reviewer_ledger: Ledger::default(),
+        }
+    }
+
+    /// Copies the summed ledger into the flat token fields.
+    pub fn sum_ledgers(&mut self) {
+        let ledger = self.ledger();
+        self.steps = ledger.steps;
+        self.input_tokens = ledger.input_tokens;
+        self.output_tokens = ledger.output_tokens;
+        self.cache_read_tokens = ledger.cache_read_tokens;
+        self.cache_write_tokens = ledger.cache_write_tokens;
+    }
+
     /// The worker's and reviewer's ledgers summed.
     pub fn ledger(&self) -> Ledger {
         let mut total = self.worker_ledger;

@@ -17,11 +17,11 @@ use crate::git::{
     ApplyOutcome, ApplyRequest, ArchivedWork, CommitId, DiffStat, GitError, RebuildPick,
     RebuildStep, RefusalReason, Repo, RunId as GitRunId, subtask_ref,
 };
+use crate::run::finish::describe_refusal;
 use crate::run::journal::{
     Entry, Journal, JournalError, RebuiltSubtask, Record, SubtaskOutcome, VerdictKind,
 };
 use crate::run::lock::{LockError, RepoLock};
-use crate::run::orchestrator::describe_refusal;
 use crate::run::report::executes_later;
 use crate::run::state::{
     self, ReplayError, RunState, RunStatus, SnapshotError, SubtaskState, SubtaskStatus,

@@ -21,6 +21,32 @@ pub struct Verdict {
     pub findings: Vec<Finding>,
 }
 
+/// Where a finding is: `path:line`, or the path alone.
+pub struct FindingPlace<'a>(&'a Finding);
+
+impl std::fmt::Display for FindingPlace<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.line {
+            Some(line) => write!(f, "{}:{line}", self.0.path),
+            None => f.write_str(&self.0.path),
+        }
+    }
+}
+
+impl Finding {
+    /// Where the finding is, as `path:line` (the one spelling of it).
+    pub fn place(&self) -> FindingPlace<'_> {
+        FindingPlace(self)
+    }
+}
+
+impl std::fmt::Display for Finding {
+    /// `path:line: problem`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.place(), self.problem)
+    }
+}
+
 /// The `submit_verdict` tool; the verdict lands in a slot the orchestrator reads after
 /// the reviewer's loop ends.
 #[derive(Debug, Default)]

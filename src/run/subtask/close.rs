@@ -1,0 +1,156 @@
+//! Stage 6, close: what is not merged archived, the worktree removed, the end journaled,
+//! and the bounded result the lead gets back.
+//!
+//! This file owns the end of a subtask and the only text that crosses back to the lead:
+//! status, verdict, a bounded summary and findings, conflicts, the diffstat, where the
+//! work was kept. It must never delete work that is kept nowhere else (the git layer
+//! refuses to delete a branch that is neither merged nor archived), and never hand the
+//! lead a transcript.
+
+use std::sync::Arc;
+
+use tokio_util::task::TaskTracker;
+
+use crate::event::Event;
+use crate::git::{DiffStat, Worktree};
+use crate::run::context::RunContext;
+use crate::run::delegate::DelegateReport;
+use crate::run::id::SubtaskId;
+use crate::run::journal::{Entry, SubtaskOutcome};
+use crate::run::merge_queue::MergeQueue;
+use crate::run::report::SubtaskReport;
+use crate::run::store::StoreError;
+use crate::tools::truncate_chars;
+
+/// How much of the reviewer's summary the lead gets back.
+const REVIEW_SUMMARY_CHARS: usize = 500;
+/// How many findings and diffstat lines the lead gets back.
+const LISTED_FINDINGS: usize = 6;
+const LISTED_FILES: usize = 12;
+
+/// Archives what is not merged, removes the worktree (in the background, once the other
+/// subtasks settled), journals the end and tells the user.
+pub(crate) async fn close(
+    ctx: &Arc<RunContext>,
+    queue: &Arc<MergeQueue>,
+    tasks: &TaskTracker,
+    id: SubtaskId,
+    mut report: SubtaskReport,
+    worktree: Option<&Worktree>,
+) -> Result<SubtaskReport, StoreError> {
+    if report.status != SubtaskOutcome::Merged {
+        let archived = match worktree {
+            Some(worktree) => {
+                ctx.repo
+                    .archive_worktree(worktree, report.status.as_str())
+                    .await
+            }
+            None => ctx.repo.archive_branch(&ctx.run, id.number()).await,
+        };
+        match archived {
+            Ok(archived) => report.archive_ref = Some(archived.reference),
+            Err(error) => ctx.note(format!("{id}: could not archive: {error}")),
+        }
+    }
+    if !ctx.options.keep_worktrees {
+        // The outcome is settled and its work kept (merged into the result, or archived
+        // above), so the lead need not wait for the cleanup: it runs as a tracked task
+        // the run waits for before it ends.
+        let (ctx, queue) = (Arc::clone(ctx), Arc::clone(queue));
+        let worktree = worktree.cloned();
+        tasks.spawn(async move {
+            queue.all_settled().await;
+            if let Some(worktree) = worktree
+                && let Err(error) = ctx.repo.remove_worktree(&worktree).await
+            {
+                ctx.note(format!("{id}: could not remove its worktree: {error}"));
+            }
+            // The git layer refuses to delete a branch whose work is kept nowhere else.
+            if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, id.number()).await {
+                ctx.note(format!("{id}: kept its branch: {error}"));
+            }
+        });
+    }
+    report.sum_ledgers();
+    ctx.journal(Entry::SubtaskFinished {
+        subtask: id.to_string(),
+        status: report.status,
+        ledger: report.ledger(),
+    })?;
+    ctx.events.emit(Event::SubtaskFinished {
+        label: id.to_string(),
+        status: report.status.as_str().to_owned(),
+        verdict: report.verdict.map(|v| v.as_str().to_owned()),
+        diffstat: report.diffstat.as_ref().map(DiffStat::summary),
+    });
+    Ok(report)
+}
+
+/// The short result a lead gets for one subtask: status, verdict, findings, diffstat.
+pub(crate) fn lead_result(report: &SubtaskReport) -> DelegateReport {
+    let mut text = format!(
+        "{} {} ({})",
+        report.id,
+        report.status.as_str(),
+        report.branch
+    );
+    if let Some(verdict) = report.verdict {
+        text.push_str(&format!("; reviewer: {}", verdict.as_str()));
+    }
+    text.push('\n');
+    if let Some(reason) = &report.reason {
+        text.push_str(&format!("{reason}\n"));
+    }
+    if let Some(summary) = &report.review_summary {
+        text.push_str(&format!(
+            "review: {}\n",
+            truncate_chars(summary, REVIEW_SUMMARY_CHARS)
+        ));
+    }
+    for finding in report.findings.iter().take(LISTED_FINDINGS) {
+        text.push_str(&format!(
+            "- {}: {}\n",
+            finding.place(),
+            truncate_chars(&finding.problem, 200)
+        ));
+    }
+    if report.findings.len() > LISTED_FINDINGS {
+        text.push_str(&format!(
+            "- … {} more findings\n",
+            report.findings.len() - LISTED_FINDINGS
+        ));
+    }
+    if !report.conflict_paths.is_empty() {
+        text.push_str(&format!(
+            "conflicts in: {}\n",
+            report.conflict_paths.join(", ")
+        ));
+    }
+    if let Some(stat) = &report.diffstat {
+        push_diffstat(&mut text, stat);
+    }
+    if let Some(archive) = &report.archive_ref {
+        text.push_str(&format!("work kept at {archive}\n"));
+    }
+    DelegateReport { text }
+}
+
+fn push_diffstat(text: &mut String, stat: &DiffStat) {
+    text.push_str(&format!("diff: {}\n", stat.summary()));
+    for file in stat.files.iter().take(LISTED_FILES) {
+        if file.binary {
+            text.push_str(&format!("  {} (binary)\n", file.path));
+        } else {
+            text.push_str(&format!(
+                "  {} +{} -{}\n",
+                file.path, file.added, file.removed
+            ));
+        }
+    }
+    if stat.files.len() > LISTED_FILES {
+        text.push_str(&format!(
+            "  … {} more files\n",
+            stat.files.len() - LISTED_FILES
+        ));
+    }
+}

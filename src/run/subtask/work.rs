@@ -1,0 +1,310 @@
+//! Stage 2, work: grove's own worker loop in the worktree, or another agent CLI
+//! (`--worker-backend`) standing in for it.
+//!
+//! This file owns what a worker sees: its brief (or a fork of the lead), the role's
+//! prompt and the project rules — an external CLI gets the same system prompt and the
+//! brief, never the lead's messages. It commits nothing itself beyond the per-turn
+//! checkpoints (the observer's); the final commit is the next stage's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::agent::roles::RoleDef;
+use crate::agent::{AgentError, Ledger, StopKind};
+use crate::event::{AgentId, Event};
+use crate::git::Worktree;
+use crate::model::{ContentBlock, Message, Role};
+use crate::run::backend::{self, BackendEnv, CliEnd, CliInvocation, CliOutcome, Progress};
+use crate::run::checkout::waiting_for_checkout;
+use crate::run::context::{AgentCaps, RunContext};
+use crate::run::id::SubtaskId;
+use crate::run::journal;
+use crate::run::observer::{AgentObserver, SaveError};
+use crate::run::subtask::error::SubtaskError;
+use crate::run::transcript::{self, AgentTiming, Transcript};
+use crate::tools::Registry;
+
+/// One subtask as the lead asked for it, ready to work.
+pub(crate) struct Assignment {
+    pub(crate) id: SubtaskId,
+    /// The brief: everything the worker knows about its subtask.
+    pub(crate) brief: String,
+    pub(crate) role: RoleDef,
+    pub(crate) tools: Registry,
+    /// The worker's conversation so far (its first messages; on resume, its transcript).
+    pub(crate) start: Transcript,
+}
+
+/// How a worker (built-in or external) ended, before its work is committed.
+pub(crate) struct WorkEnd {
+    /// What the worker spent in all, earlier attempts (before a resume) included.
+    pub(crate) ledger: Ledger,
+    /// Whether every checkpoint and transcript save during the work succeeded.
+    pub(crate) saved: Result<(), SaveError>,
+    /// The worker's final message, or why its subtask fails.
+    pub(crate) summary: Result<String, SubtaskError>,
+}
+
+/// Runs the subtask's worker in `worktree` to its end.
+pub(crate) async fn work(
+    ctx: &Arc<RunContext>,
+    assignment: Assignment,
+    worktree: &Worktree,
+) -> WorkEnd {
+    if ctx.options.worker_backend.is_builtin() {
+        builtin(ctx, assignment, worktree).await
+    } else {
+        external(ctx, &assignment, worktree).await
+    }
+}
+
+/// grove's own worker loop, with a checkpoint commit after every turn that changed
+/// files.
+async fn builtin(ctx: &Arc<RunContext>, assignment: Assignment, worktree: &Worktree) -> WorkEnd {
+    let Assignment {
+        id,
+        role,
+        tools,
+        start,
+        ..
+    } = assignment;
+    let label = id.to_string();
+    let spec = ctx.spec(
+        AgentId {
+            role: role.name.clone(),
+            label: label.clone(),
+        },
+        &role,
+        AgentCaps {
+            model: &ctx.models.worker,
+            max_turns: ctx.options.max_turns.worker,
+            budget: ctx.options.subagent_budget_tokens,
+            tools: waiting_for_checkout(&tools, worktree),
+        },
+    );
+    let observer = Arc::new(
+        AgentObserver::new(
+            ctx,
+            &label,
+            ctx.transcript_path(&label, &role.name),
+            start.ledger,
+        )
+        .checkpointing(worktree)
+        .with_timing(&spec.model_name, start.timing),
+    );
+    let worker = ctx
+        .run_agent(&spec, start.messages, worktree.path(), observer.clone())
+        .await;
+    observer.finished(&worker.ledger);
+    let saved = observer.flush().await;
+    ctx.budget.spend(&worker.ledger);
+    if let Err(AgentError::Model { source, .. }) = &worker.result {
+        ctx.pause(format!("the model API failed for {label}: {source}"));
+    }
+    let summary = match worker.result {
+        Ok(outcome) => match outcome.stop {
+            StopKind::Finished | StopKind::TurnCap => Ok(outcome.final_text),
+            stop => Err(SubtaskError::WorkerStopped {
+                stop,
+                detail: outcome.detail,
+            }),
+        },
+        Err(source) => Err(SubtaskError::Worker {
+            source: Box::new(source),
+        }),
+    };
+    let mut ledger = start.ledger;
+    ledger.add(&worker.ledger);
+    WorkEnd {
+        ledger,
+        saved,
+        summary,
+    }
+}
+
+/// Another agent CLI (`--worker-backend`) in the worktree, given the role's prompt,
+/// the project rules and the brief. Its conversation cannot be resumed: after an
+/// interrupt it starts again on the brief, from the subtask's last checkpoint.
+async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree) -> WorkEnd {
+    let earlier = assignment.start.ledger;
+    let failed = |error| WorkEnd {
+        ledger: earlier,
+        saved: Ok(()),
+        summary: Err(error),
+    };
+    // The CLI sees the whole tree at once: it must wait for the background checkout.
+    tokio::select! {
+        ready = worktree.ready() => if let Err(source) = ready {
+            return failed(SubtaskError::CliNotCheckedOut { source });
+        },
+        () = ctx.cancel.cancelled() => return failed(SubtaskError::CliNotStarted),
+    }
+    let started_ms = journal::now_ms();
+    let cli = CliRun::new(ctx, assignment, worktree);
+    ctx.events.emit(Event::AgentStarted {
+        agent: cli.agent.clone(),
+    });
+    let outcome = cli.invocation.run(|progress| cli.progress(progress)).await;
+    let name = cli.invocation.backend.name();
+    let (ledger, summary, described, final_message) = match outcome {
+        Err(source) => {
+            let error = SubtaskError::CliNotRun {
+                backend: name,
+                source,
+            };
+            let described = format!("failed: {error}");
+            (Ledger::default(), Err(error), described, None)
+        }
+        Ok(outcome) => cli.ended(ctx, &outcome),
+    };
+    ctx.budget.spend(&ledger);
+    ctx.events.emit(Event::AgentFinished {
+        agent: cli.agent.clone(),
+        ledger,
+        outcome: described,
+    });
+    let mut total = earlier;
+    total.add(&ledger);
+    let timing = AgentTiming {
+        started_ms: Some(started_ms),
+        turn_ms: Vec::new(),
+        model: Some(format!("{} (external CLI)", cli.invocation.backend)),
+    };
+    let saved = cli.save_transcript(final_message, total, timing);
+    WorkEnd {
+        ledger: total,
+        saved,
+        summary,
+    }
+}
+
+/// One external worker CLI's run: who it is and how it is invoked.
+struct CliRun {
+    agent: AgentId,
+    invocation: CliInvocation,
+    transcript_path: std::path::PathBuf,
+    events: crate::event::EventSink,
+}
+
+impl CliRun {
+    fn new(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree) -> Self {
+        let backend = ctx.options.worker_backend.clone();
+        let name = backend.name();
+        let label = assignment.id.to_string();
+        let role = &assignment.role;
+        let agent = AgentId {
+            role: role.name.clone(),
+            label: label.clone(),
+        };
+        // The very system prompt a built-in worker would get: role and project rules.
+        let caps = AgentCaps {
+            model: &ctx.models.worker,
+            max_turns: 0,
+            budget: None,
+            tools: Registry::new(),
+        };
+        let system = ctx.spec(agent.clone(), role, caps).system;
+        let rerun = worktree.start() != ctx.base;
+        if rerun {
+            ctx.note(format!(
+                "{label}: {name} starts again on the brief from the subtask's last \
+                 checkpoint (a CLI's own conversation is not resumed)"
+            ));
+        }
+        let transcript_path = ctx.transcript_path(&label, &role.name);
+        let (stdout_path, stderr_path) = backend::raw_output_paths(&transcript_path, name);
+        let invocation = CliInvocation {
+            prompt: backend::cli_prompt(&system, &assignment.brief, rerun),
+            backend,
+            cwd: worktree.path().to_path_buf(),
+            stdout_path,
+            stderr_path,
+            env: ctx
+                .options
+                .backend_env
+                .clone()
+                .unwrap_or_else(BackendEnv::from_process),
+            timeout: Duration::from_secs(ctx.options.worker_backend_timeout_secs.max(1)),
+            max_turns: role.max_turns.unwrap_or(ctx.options.max_turns.worker),
+            budget_tokens: ctx.options.subagent_budget_tokens,
+            cancel: ctx.cancel.child_token(),
+        };
+        Self {
+            agent,
+            invocation,
+            transcript_path,
+            events: ctx.events.clone(),
+        }
+    }
+
+    /// Shows the CLI's progress as the built-in worker's would be.
+    fn progress(&self, progress: Progress) {
+        let agent = self.agent.clone();
+        self.events.emit(match progress {
+            Progress::Turn { turn, ledger } => Event::TurnCompleted {
+                agent,
+                turn,
+                ledger,
+            },
+            Progress::Tool { name, is_error } => Event::ToolCalled {
+                agent,
+                tool: name,
+                is_error,
+            },
+        });
+    }
+
+    /// What the CLI's end means for the subtask: its ledger, its summary (or failure),
+    /// how it ended in words, and its final message.
+    fn ended(
+        &self,
+        ctx: &RunContext,
+        outcome: &CliOutcome,
+    ) -> (Ledger, Result<String, SubtaskError>, String, Option<String>) {
+        let backend = &self.invocation.backend;
+        let report = &outcome.report;
+        if let Some(note) = backend::output_note(backend, outcome, &self.invocation.stdout_path) {
+            ctx.note(format!("{}: {note}", self.agent.label));
+        }
+        // It ran: at least one step, whatever it reported.
+        let mut ledger = report.ledger;
+        ledger.steps = ledger.steps.max(1);
+        let summary = match &outcome.end {
+            CliEnd::Finished | CliEnd::TurnLimit => {
+                Ok(report.final_message.clone().unwrap_or_default())
+            }
+            CliEnd::Failed(reason) => Err(SubtaskError::CliFailed {
+                reason: reason.clone(),
+            }),
+            CliEnd::Interrupted => Err(SubtaskError::CliInterrupted {
+                backend: backend.name(),
+            }),
+        };
+        let described = backend::describe_end(backend, outcome);
+        (ledger, summary, described, report.final_message.clone())
+    }
+
+    /// Saves the CLI's transcript: what it was asked, what it answered, and the ledger
+    /// of every attempt so far (so a resume keeps counting from there).
+    fn save_transcript(
+        &self,
+        final_message: Option<String>,
+        ledger: Ledger,
+        timing: AgentTiming,
+    ) -> Result<(), SaveError> {
+        let mut messages = vec![Message::user_text(self.invocation.prompt.clone())];
+        if let Some(text) = final_message {
+            messages.push(Message {
+                role: Role::Assistant,
+                content: vec![ContentBlock::Text { text }],
+            });
+        }
+        let transcript = Transcript {
+            messages,
+            ledger,
+            timing,
+        };
+        transcript::save(&self.transcript_path, &transcript)
+            .map_err(|source| SaveError::Transcript { source })
+    }
+}
