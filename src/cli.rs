@@ -22,9 +22,9 @@ use grove::event::EventSink;
 use grove::git::{GitOptions, Repo, RunId as GitRunId};
 use grove::model::{self, Provider};
 use grove::run::backend::WorkerBackend;
-use grove::run::config::{ProjectConfig, RoleValues, RunSettings};
-use grove::run::store::RunStore;
 use grove::run::{ModelChoice, ModelNames, Models, RunEnd, RunError, RunReport};
+use grove::settings::config::{ProjectConfig, RoleValues, RunSettings};
+use grove::store::RunStore;
 
 /// Exit code: finished with some subtask not merged.
 const EXIT_NOT_ALL_MERGED: u8 = 3;
@@ -380,7 +380,7 @@ async fn run(directory: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitC
 }
 
 async fn resume(directory: &std::path::Path, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
-    let models = |state: &grove::run::state::RunState| {
+    let models = |state: &grove::store::state::RunState| {
         let provider: Provider =
             state
                 .provider
@@ -523,14 +523,14 @@ async fn runs(directory: &std::path::Path, args: &RunsArgs) -> anyhow::Result<Ex
 
 async fn clean(directory: &std::path::Path, args: &CleanArgs) -> anyhow::Result<ExitCode> {
     let repo = open_repo(directory).await?;
-    let run: grove::run::store::RunId = args
+    let run: grove::store::RunId = args
         .run_id
         .parse()
         .with_context(|| format!("{:?} is not a run id; `grove runs` lists them", args.run_id))?;
-    let holder = grove::run::lock::read_holder(repo.common_dir())?;
+    let holder = grove::store::lock::read_holder(repo.common_dir())?;
     if let Some(holder) = holder
         && holder.run_id == run.as_str()
-        && holder.liveness() != grove::run::lock::Liveness::Dead
+        && holder.liveness() != grove::store::lock::Liveness::Dead
     {
         bail!(
             "run {} is still running (pid {}); stop it before cleaning it",

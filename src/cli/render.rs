@@ -13,9 +13,9 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use grove::agent::Ledger;
 use grove::event::{AgentId, Event};
 use grove::git::CleanReport;
-use grove::run::journal::SubtaskOutcome;
-use grove::run::store::RunSummary;
 use grove::run::{RunEnd, RunReport};
+use grove::store::RunSummary;
+use grove::store::journal::SubtaskOutcome;
 
 /// Every subagent's final ledger, in the order they finished.
 pub type Ledgers = Vec<(AgentId, Ledger)>;
@@ -334,8 +334,8 @@ pub fn plan(plan: &grove::run::plan::Plan, ledgers: &Ledgers) {
         );
         for subtask in &plan.subtasks {
             let mode = match subtask.mode {
-                grove::run::journal::ContextMode::Isolated => "isolated",
-                grove::run::journal::ContextMode::Fork => "fork",
+                grove::store::journal::ContextMode::Isolated => "isolated",
+                grove::store::journal::ContextMode::Fork => "fork",
             };
             eprintln!("\n{} [{mode}, {}]", subtask.id, subtask.agent);
             for line in subtask.task.trim().lines() {

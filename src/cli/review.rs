@@ -12,11 +12,11 @@ use std::process::ExitCode;
 use clap::Args;
 
 use grove::git::{GitError, GitOptions, Repo};
-use grove::run::journal::VerdictKind;
 use grove::run::review::{
     self, ApplyResult, CommitSource, ReviewOutcome, RunReview, SubtaskReview, override_verdicts,
 };
-use grove::run::state::SubtaskStatus;
+use grove::store::journal::VerdictKind;
+use grove::store::state::SubtaskStatus;
 
 /// Exit code: the decisions approve a subtask that is not in the result (it conflicts).
 const EXIT_APPROVED_NOT_MERGED: u8 = 3;
@@ -563,7 +563,7 @@ mod tests {
             id: id.into(),
             task: format!("brief of {id}"),
             status,
-            reviewer: verdict.map(|verdict| grove::run::state::VerdictState {
+            reviewer: verdict.map(|verdict| grove::store::state::VerdictState {
                 verdict,
                 summary: "judged".into(),
                 findings: Vec::new(),
@@ -582,7 +582,7 @@ mod tests {
         RunReview {
             run_id: "20261130-000000-0000".into(),
             task: "task".into(),
-            status: grove::run::state::RunStatus::Finished,
+            status: grove::store::state::RunStatus::Finished,
             base: grove::git::CommitId::parse(&"b".repeat(40)).unwrap(),
             branch: "refs/heads/main".into(),
             result_branch: "grove/20261130-000000-0000/result".into(),

@@ -10,12 +10,12 @@ use std::path::Path;
 
 use crate::agent::Ledger;
 use crate::git::{CommitId, GitError, Repo, RunId as GitRunId};
-use crate::run::journal::{self, Entry, JournalError, Record, RunOutcome, VerdictKind};
-use crate::run::lock::{self, Liveness};
-use crate::run::options::ModelNames;
-use crate::run::state::{LEAD_SUBTASK, RunState, RunStatus, SubtaskState, SubtaskStatus};
-use crate::run::store::{JOURNAL_FILE, RunId, RunStore, StoreError};
-use crate::run::transcript::{self, AgentEnd, AgentTiming};
+use crate::settings::options::ModelNames;
+use crate::store::journal::{self, Entry, JournalError, Record, RunOutcome, VerdictKind};
+use crate::store::lock::{self, Liveness};
+use crate::store::state::{LEAD_SUBTASK, RunState, RunStatus, SubtaskState, SubtaskStatus};
+use crate::store::transcript::{self, AgentEnd, AgentTiming};
+use crate::store::{JOURNAL_FILE, RunId, RunStore, StoreError};
 
 use super::diff::side_by_side;
 use super::{

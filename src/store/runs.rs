@@ -11,10 +11,10 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
-use crate::run::durable::{self, DurableError};
-use crate::run::journal::{self, Durability, Entry, Journal, JournalError, Record, TornTail};
-use crate::run::lock::{self, Liveness, LockError, RepoLock};
-use crate::run::state::{self, ReplayError, RunState, RunStatus, SnapshotError};
+use crate::store::durable::{self, DurableError};
+use crate::store::journal::{self, Durability, Entry, Journal, JournalError, Record, TornTail};
+use crate::store::lock::{self, Liveness, LockError, RepoLock};
+use crate::store::state::{self, ReplayError, RunState, RunStatus, SnapshotError};
 
 /// The journal's file name inside a run directory.
 pub const JOURNAL_FILE: &str = "journal.jsonl";
