@@ -19,7 +19,7 @@ use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use grove::event::EventSink;
-use grove::git::{GitOptions, Repo, RunId as GitRunId};
+use grove::git::{GitOptions, Repo};
 use grove::model::{self, Provider};
 use grove::run::backend::WorkerBackend;
 use grove::run::{ModelChoice, ModelNames, Models, RunEnd, RunError, RunReport};
@@ -538,9 +538,8 @@ async fn clean(directory: &std::path::Path, args: &CleanArgs) -> anyhow::Result<
             holder.pid
         );
     }
-    let git_run = GitRunId::new(run.as_str())?;
     let report = repo
-        .clean_run(&git_run, &repo.default_worktrees_dir(&git_run))
+        .clean_run(&run, &repo.default_worktrees_dir(&run))
         .await?;
     render::clean_report(&report);
     Ok(ExitCode::SUCCESS)

@@ -387,7 +387,7 @@ impl Orchestrator {
         active: ActiveRun,
         executor: Arc<dyn CommandExecutor>,
     ) -> Result<Arc<Self>, RunError> {
-        let run = GitRunId::new(run_id.as_str())?;
+        let run = run_id.clone();
         let user_root = repo
             .work_tree()
             .map_or_else(|| repo.common_dir().to_path_buf(), Path::to_path_buf);
