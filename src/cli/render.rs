@@ -10,9 +10,9 @@ use std::time::Duration;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use grove::agent::Ledger;
 use grove::event::{AgentId, Event};
 use grove::git::CleanReport;
+use grove::ledger::Ledger;
 use grove::run::journal::SubtaskOutcome;
 use grove::run::store::RunSummary;
 use grove::run::{RunEnd, RunReport};

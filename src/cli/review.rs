@@ -12,10 +12,10 @@ use std::process::ExitCode;
 use clap::Args;
 
 use grove::git::{GitError, GitOptions, Repo};
-use grove::run::journal::VerdictKind;
-use grove::run::review::{
+use grove::review::{
     self, ApplyResult, CommitSource, ReviewOutcome, RunReview, SubtaskReview, override_verdicts,
 };
+use grove::run::journal::VerdictKind;
 use grove::run::state::SubtaskStatus;
 
 /// Exit code: the decisions approve a subtask that is not in the result (it conflicts).

@@ -12,11 +12,11 @@ use tokio_util::sync::CancellationToken;
 use grove::event::EventSink;
 use grove::git::{RefusalReason, Repo};
 use grove::model::Provider;
+use grove::review::{self, ApplyResult, RecordedDecision, ReviewError, ReviewOutcome};
 use grove::run::journal::{
     ContextMode, Entry, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
 };
 use grove::run::lock::RepoLock;
-use grove::run::review::{self, ApplyResult, RecordedDecision, ReviewError, ReviewOutcome};
 use grove::run::state::{MergeState, RunState, RunStatus, SubtaskStatus};
 use grove::run::store::{RunStart, RunStore};
 use grove::run::{ModelChoice, Models, RunOptions};
