@@ -32,7 +32,7 @@ pub async fn report(directory: &Path, args: &ReportArgs) -> anyhow::Result<ExitC
         Some(file) => PriceTable::with_overrides_from(&directory.join(file))?,
         None => PriceTable::builtin(),
     };
-    let repo = super::open_repo(directory).await?;
+    let repo = crate::cli::drive::open_repo(directory).await?;
     let data = report::gather(&repo, &args.run_id, prices).await?;
     let output = match &args.output {
         Some(path) => directory.join(path),
