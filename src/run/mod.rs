@@ -7,12 +7,10 @@
 pub mod backend;
 pub mod delegate;
 pub mod gate;
-pub mod html_report;
 pub mod orchestrator;
 pub mod plan;
 pub mod prepare;
 pub mod report;
-pub mod review;
 pub mod subtask;
 pub mod verdict;
 
