@@ -18,10 +18,10 @@ use anyhow::{Context as _, bail};
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
+use grove::agent::external::WorkerBackend;
 use grove::event::EventSink;
 use grove::git::{GitOptions, Repo, RunId as GitRunId};
 use grove::model::{self, Provider};
-use grove::run::backend::WorkerBackend;
 use grove::run::config::{ProjectConfig, RoleValues, RunSettings};
 use grove::run::store::RunStore;
 use grove::run::{ModelChoice, ModelNames, Models, RunEnd, RunError, RunReport};
@@ -236,7 +236,7 @@ pub struct GcArgs {
 
 fn parse_worker_backend(text: &str) -> Result<WorkerBackend, String> {
     text.parse()
-        .map_err(|error: grove::run::backend::BackendParseError| error.to_string())
+        .map_err(|error: grove::agent::external::BackendParseError| error.to_string())
 }
 
 fn parse_provider(text: &str) -> Result<Provider, String> {

@@ -23,6 +23,7 @@ mod context;
 mod ledger;
 mod r#loop;
 
+pub mod external;
 pub mod roles;
 
 pub use context::{fork_messages, isolated_messages};

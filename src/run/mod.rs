@@ -4,7 +4,6 @@
 //! This module owns the run's lifecycle and is the only place that combines agents with
 //! git. It never prints; it emits events.
 
-pub mod backend;
 pub mod config;
 pub mod delegate;
 pub mod durable;

@@ -12,9 +12,9 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use grove::agent::Ledger;
+use grove::agent::external::{BackendEnv, WorkerBackend};
 use grove::event::{Event, EventSink};
 use grove::model::Provider;
-use grove::run::backend::{BackendEnv, WorkerBackend};
 use grove::run::journal::{SubtaskOutcome, VerdictKind};
 use grove::run::{Models, RunEnd, RunOptions, RunReport};
 
