@@ -15,15 +15,15 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::roles::{self, ProjectRules, RoleDef};
 use crate::agent::{AgentRun, AgentSpec, Ledger, LoopInput, TurnObserver, run_agent};
 use crate::event::{AgentId, Event, EventSink};
-use crate::git::{CommitId, Repo, RunId as GitRunId, WorktreeSpec};
+use crate::git::{CommitId, Repo, RunId, WorktreeSpec};
 use crate::model::Message;
-use crate::run::config::check_copy_path;
-use crate::run::durable;
 use crate::run::id::SubtaskId;
-use crate::run::journal::Entry;
-use crate::run::options::{ModelChoice, RunOptions};
-use crate::run::store::{ActiveRun, StoreError};
-use crate::run::transcript;
+use crate::settings::config::check_copy_path;
+use crate::settings::options::{ModelChoice, RunOptions};
+use crate::store::durable;
+use crate::store::journal::Entry;
+use crate::store::transcript;
+use crate::store::{ActiveRun, StoreError};
 use crate::tools::{CommandExecutor, Registry, ToolContext};
 
 /// The label of the lead in events, ledgers, transcripts and the journal.
@@ -32,13 +32,13 @@ pub const LEAD_LABEL: &str = "lead";
 /// Everything a stage of the run may read, and the journal it writes.
 pub(crate) struct RunContext {
     pub(crate) repo: Repo,
-    pub(crate) run: GitRunId,
+    pub(crate) run: RunId,
     /// The commit the run started from.
     pub(crate) base: CommitId,
     /// The user's branch, as a full ref.
     pub(crate) branch: String,
     pub(crate) options: RunOptions,
-    pub(crate) models: crate::run::options::Models,
+    pub(crate) models: crate::settings::options::Models,
     pub(crate) events: EventSink,
     /// Fires on Ctrl-C or when the run pauses itself; every agent's token is a child.
     pub(crate) cancel: CancellationToken,

@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::run::agents::RoleError;
-use crate::run::journal::ContextMode;
-use crate::run::store::StoreError;
+use crate::store::StoreError;
+use crate::store::journal::ContextMode;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
 
 /// One `delegate` call, validated.

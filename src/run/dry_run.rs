@@ -21,10 +21,10 @@ use crate::run::agents::{agent_catalogue, delegate_role, read_rules};
 use crate::run::context::lock;
 use crate::run::delegate::{self, DelegateInput, DelegateRequest};
 use crate::run::id::SubtaskId;
-use crate::run::journal::ContextMode;
 use crate::run::lead::{first_prompt, lead_spec};
-use crate::run::options::{Models, RunOptions};
 use crate::run::start::RunError;
+use crate::settings::options::{Models, RunOptions};
+use crate::store::journal::ContextMode;
 use crate::tools::{self, Tool, ToolContext, ToolError, ToolOutput, ToolSet, parse_input};
 
 /// One delegation the lead would make.

@@ -11,10 +11,10 @@ use tokio::task::JoinHandle;
 use crate::agent::Ledger;
 use crate::git::{ApplyOutcome, ApplyRequest, GitError, RefusalReason};
 use crate::run::context::RunContext;
-use crate::run::journal::{Entry, RunOutcome};
 use crate::run::lead::{LeadEnd, LeadFailure};
 use crate::run::report::{ApplyReport, RunEnd, RunReport, SubtaskReport, Totals};
-use crate::run::store::StoreError;
+use crate::store::StoreError;
+use crate::store::journal::{Entry, RunOutcome};
 
 /// Why the end of a run could not be recorded.
 #[derive(Debug, thiserror::Error)]

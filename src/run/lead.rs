@@ -20,12 +20,12 @@ use crate::run::context::{AgentCaps, LEAD_LABEL, RunContext, agent_spec};
 use crate::run::delegate::Delegate;
 use crate::run::id::SubtaskId;
 use crate::run::observer::AgentObserver;
-use crate::run::options::{ModelChoice, RunOptions};
 use crate::run::report::SubtaskReport;
-use crate::run::store::StoreError;
 use crate::run::subtask::Subtasks;
 use crate::run::subtask::close::lead_result;
-use crate::run::transcript::{self, AgentTiming, Transcript};
+use crate::settings::options::{ModelChoice, RunOptions};
+use crate::store::StoreError;
+use crate::store::transcript::{self, AgentTiming, Transcript};
 use crate::tools::{self, Registry, ToolSet};
 
 /// The lead reads the repository from its own worktree, numbered 0, so that it sees the

@@ -15,31 +15,20 @@
 //! the lead, and never touch the user's branch before the end.
 
 pub mod agents;
-pub mod backend;
 pub mod checkout;
-pub mod config;
 pub(crate) mod context;
 pub mod delegate;
 pub mod dry_run;
-pub mod durable;
 pub mod finish;
-pub mod html_report;
 pub mod id;
-pub mod journal;
 pub mod lead;
-pub mod lock;
 pub(crate) mod merge_queue;
 pub(crate) mod observer;
-pub mod options;
 pub mod report;
-pub mod review;
 pub mod start;
-pub mod state;
-pub mod store;
 pub mod subtask;
 #[cfg(test)]
 pub(crate) mod test_support;
-pub mod transcript;
 pub mod verdict;
 
 use std::path::Path;
@@ -53,11 +42,12 @@ use crate::run::context::RunContext;
 use crate::run::finish::FinishError;
 use crate::run::lead::{LeadEnd, LeadError};
 use crate::run::start::Started;
-use crate::run::state::RunState;
 use crate::run::subtask::Subtasks;
+use crate::store::state::RunState;
 
 pub use id::SubtaskId;
-pub use options::{ModelChoice, ModelNames, Models, RunOptions, TurnCaps, WorktreeSetup};
+// The inputs of `run`, re-exported so that callers of the pipeline need one path.
+pub use crate::settings::{ModelChoice, ModelNames, Models, RunOptions, TurnCaps, WorktreeSetup};
 pub use report::{RunEnd, RunReport, SubtaskReport};
 pub use start::RunError;
 

@@ -16,10 +16,10 @@ use tokio::task::JoinHandle;
 use crate::agent::{Ledger, ObserverError, TurnObserver, TurnState};
 use crate::git::{GitError, Worktree};
 use crate::run::context::{LeadHistory, RunContext, lock};
-use crate::run::durable::{self, Durability};
-use crate::run::journal::{self, Entry};
-use crate::run::store::StoreError;
-use crate::run::transcript::{self, AgentEnd, AgentTiming, Transcript, TranscriptError};
+use crate::store::StoreError;
+use crate::store::durable::{self, Durability};
+use crate::store::journal::{self, Entry};
+use crate::store::transcript::{self, AgentEnd, AgentTiming, Transcript, TranscriptError};
 
 /// Why an agent's work could not be made durable. Not retried: the agent's loop stops,
 /// its subtask fails, and what was saved before is intact.

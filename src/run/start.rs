@@ -11,15 +11,15 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::event::{Event, EventSink};
-use crate::git::{CommitId, GitError, GitOptions, Repo, RunId as GitRunId};
+use crate::git::{CommitId, GitError, GitOptions, Repo};
 use crate::run::agents::read_rules;
 use crate::run::context::{Budget, Pause, RunContext, RunJournal};
-use crate::run::journal::Entry;
-use crate::run::lock::{LockError, RepoLock};
-use crate::run::options::{Models, RunOptions};
-use crate::run::state::RunState;
-use crate::run::store::{ActiveRun, RunId, RunStart, RunStore, StoreError};
 use crate::run::subtask::prepare::{LocalFileError, check_local_files};
+use crate::settings::options::{Models, RunOptions};
+use crate::store::journal::Entry;
+use crate::store::lock::{LockError, RepoLock};
+use crate::store::state::RunState;
+use crate::store::{ActiveRun, RunId, RunStart, RunStore, StoreError};
 use crate::tools::sandbox::{self, SandboxError, SandboxMode, SandboxPolicy, SandboxedExecutor};
 use crate::tools::{CommandExecutor, LocalExecutor};
 
@@ -138,7 +138,7 @@ pub(crate) async fn start(
         cancel,
         executor,
     };
-    let ctx = context(facts, &run_id, active)?;
+    let ctx = context(facts, &run_id, active);
     Ok(Started { ctx, run_id, lock })
 }
 
@@ -191,7 +191,7 @@ pub(crate) async fn resume(
         cancel,
         executor,
     };
-    let ctx = context(facts, &run_id, active)?;
+    let ctx = context(facts, &run_id, active);
     Ok((Started { ctx, run_id, lock }, state))
 }
 
@@ -207,7 +207,7 @@ struct Facts {
     executor: Arc<dyn CommandExecutor>,
 }
 
-fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Result<Arc<RunContext>, RunError> {
+fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Arc<RunContext> {
     let Facts {
         repo,
         base,
@@ -218,7 +218,7 @@ fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Result<Arc<RunCon
         cancel,
         executor,
     } = facts;
-    let run = GitRunId::new(run_id.as_str())?;
+    let run = run_id.clone();
     let user_root = repo
         .work_tree()
         .map_or_else(|| repo.common_dir().to_path_buf(), Path::to_path_buf);
@@ -226,7 +226,7 @@ fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Result<Arc<RunCon
         || repo.default_worktrees_dir(&run),
         |dir| dir.join(run_id.as_str()),
     );
-    Ok(Arc::new(RunContext {
+    Arc::new(RunContext {
         rules: read_rules(&user_root),
         run_dir: active.dir().to_path_buf(),
         journal: RunJournal::new(active),
@@ -243,7 +243,7 @@ fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Result<Arc<RunCon
         user_root,
         worktrees_dir,
         executor,
-    }))
+    })
 }
 
 /// The executor workers' `bash` runs through, as the options say: the sandbox, checked to

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::AgentSpec;
 use crate::agent::roles::{self, RoleKind};
 use crate::event::{AgentId, Event, EventSink};
-use crate::git::{CommitId, GitOptions, Repo, RunId as GitRunId, Worktree};
+use crate::git::{CommitId, GitOptions, Repo, Worktree};
 use crate::model::{
     ContentBlock, Message, Model, ModelError, Request, Response, RetryNotice, Role, StopReason,
     Usage,
@@ -25,10 +25,10 @@ use crate::run::context::{
     AgentCaps, Budget, LEAD_LABEL, Pause, RunContext, RunJournal, agent_spec,
 };
 use crate::run::id::SubtaskId;
-use crate::run::lock::RepoLock;
-use crate::run::options::{ModelChoice, Models, RunOptions};
-use crate::run::store::{RunStart, RunStore};
 use crate::run::subtask::prepare::{AheadWorktrees, create_worktree};
+use crate::settings::options::{ModelChoice, Models, RunOptions};
+use crate::store::lock::RepoLock;
+use crate::store::{RunStart, RunStore};
 use crate::tools::{LocalExecutor, Registry};
 
 /// A model that answers each request with the next scripted response.
@@ -201,7 +201,7 @@ impl TestRun {
                 },
             )
             .unwrap();
-        let run = GitRunId::new(run_id.as_str()).unwrap();
+        let run = run_id.clone();
         let (tx, events) = tokio::sync::mpsc::unbounded_channel();
         let choice = ModelChoice {
             client: model,

@@ -16,10 +16,10 @@ use crate::git::{DiffStat, Worktree};
 use crate::run::context::RunContext;
 use crate::run::delegate::DelegateReport;
 use crate::run::id::SubtaskId;
-use crate::run::journal::{Entry, SubtaskOutcome};
 use crate::run::merge_queue::MergeQueue;
 use crate::run::report::SubtaskReport;
-use crate::run::store::StoreError;
+use crate::store::StoreError;
+use crate::store::journal::{Entry, SubtaskOutcome};
 use crate::tools::truncate_chars;
 
 /// How much of the reviewer's summary the lead gets back.

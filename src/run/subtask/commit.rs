@@ -9,9 +9,9 @@
 use crate::git::{BranchDiff, CommitId, Worktree};
 use crate::run::context::RunContext;
 use crate::run::id::SubtaskId;
-use crate::run::journal::Entry;
 use crate::run::subtask::error::SubtaskError;
 use crate::run::subtask::work::WorkEnd;
+use crate::store::journal::Entry;
 
 /// The worker's work, committed and ready for review.
 #[derive(Debug)]

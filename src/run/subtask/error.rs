@@ -7,12 +7,12 @@
 
 use std::path::PathBuf;
 
+use crate::agent::external::BackendError;
 use crate::agent::{AgentError, StopKind};
 use crate::git::GitError;
-use crate::run::backend::BackendError;
 use crate::run::id::SubtaskId;
 use crate::run::observer::SaveError;
-use crate::run::store::StoreError;
+use crate::store::StoreError;
 use crate::tools::ExecError;
 
 /// How a setup command ended when it did not succeed.

@@ -9,9 +9,9 @@
 use crate::git::{CommitId, MergeOutcome};
 use crate::run::context::RunContext;
 use crate::run::id::SubtaskId;
-use crate::run::journal::{Entry, SubtaskOutcome, VerdictKind};
 use crate::run::merge_queue::MergeQueue;
 use crate::run::subtask::error::SubtaskError;
+use crate::store::journal::{Entry, SubtaskOutcome, VerdictKind};
 use crate::tools::truncate_chars;
 
 /// Where the subtask's work ended up.

@@ -47,12 +47,12 @@ use crate::run::agents::{delegate_role, worker_tools};
 use crate::run::context::{LeadHistory, RunContext, lock};
 use crate::run::delegate::{DelegateError, DelegateReport, DelegateRequest, Delegator};
 use crate::run::id::SubtaskId;
-use crate::run::journal::{ContextMode, Entry, SubtaskOutcome};
 use crate::run::merge_queue::MergeQueue;
 use crate::run::report::{SubtaskReport, executes_later};
-use crate::run::state::{RunState, SubtaskState, SubtaskStatus};
-use crate::run::store::StoreError;
-use crate::run::transcript::{self, Transcript};
+use crate::store::StoreError;
+use crate::store::journal::{ContextMode, Entry, SubtaskOutcome};
+use crate::store::state::{RunState, SubtaskState, SubtaskStatus};
+use crate::store::transcript::{self, Transcript};
 use crate::tools::{self, ToolSet, truncate_chars};
 
 pub use error::SubtaskError;

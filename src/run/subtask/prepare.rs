@@ -17,10 +17,10 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 
 use crate::git::{CommitId, GitError, Repo, Worktree};
-use crate::run::config::check_copy_path;
 use crate::run::context::{RunContext, lock};
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::{CopyError, FileProblem, SetupEnd, SubtaskError};
+use crate::settings::config::check_copy_path;
 use crate::tools::{CommandExecutor as _, ExecOutcome, ExecRequest, LocalExecutor, OutputCap};
 
 /// How much of a failed setup command's output the subtask's reason shows: its end,
@@ -166,7 +166,7 @@ pub(crate) async fn create_worktree(
             let aside = path.with_file_name(format!(
                 "{}.stray-{}",
                 id.number(),
-                crate::run::journal::now_ms()
+                crate::store::journal::now_ms()
             ));
             std::fs::rename(&path, &aside).map_err(|source| SubtaskError::Worktree {
                 source: GitError::Io {
@@ -483,8 +483,8 @@ mod tests {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod stage_tests {
     use super::*;
-    use crate::run::options::RunOptions;
     use crate::run::test_support::{ScriptedModel, TestRun};
+    use crate::settings::options::RunOptions;
 
     #[tokio::test]
     async fn a_worktree_is_made_on_the_subtasks_branch_and_a_stray_directory_is_kept() {

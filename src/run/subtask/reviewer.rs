@@ -14,11 +14,11 @@ use crate::git::{BranchDiff, Worktree};
 use crate::run::checkout::waiting_for_checkout;
 use crate::run::context::{AgentCaps, RunContext};
 use crate::run::id::SubtaskId;
-use crate::run::journal::{Entry, VerdictKind};
 use crate::run::observer::AgentObserver;
 use crate::run::subtask::error::SubtaskError;
-use crate::run::transcript::AgentTiming;
 use crate::run::verdict::{SubmitVerdict, Verdict};
+use crate::store::journal::{Entry, VerdictKind};
+use crate::store::transcript::AgentTiming;
 use crate::tools::{self, ToolSet};
 
 /// What the review of one diff came to.

@@ -9,19 +9,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::agent::external::{
+    self as backend, BackendEnv, CliEnd, CliInvocation, CliOutcome, Progress,
+};
 use crate::agent::roles::RoleDef;
 use crate::agent::{AgentError, Ledger, StopKind};
 use crate::event::{AgentId, Event};
 use crate::git::Worktree;
 use crate::model::{ContentBlock, Message, Role};
-use crate::run::backend::{self, BackendEnv, CliEnd, CliInvocation, CliOutcome, Progress};
 use crate::run::checkout::waiting_for_checkout;
 use crate::run::context::{AgentCaps, RunContext};
 use crate::run::id::SubtaskId;
-use crate::run::journal;
 use crate::run::observer::{AgentObserver, SaveError};
 use crate::run::subtask::error::SubtaskError;
-use crate::run::transcript::{self, AgentTiming, Transcript};
+use crate::store::journal;
+use crate::store::transcript::{self, AgentTiming, Transcript};
 use crate::tools::Registry;
 
 /// One subtask as the lead asked for it, ready to work.
