@@ -27,6 +27,7 @@ use crate::run::context::{
 use crate::run::id::SubtaskId;
 use crate::run::subtask::prepare::{AheadWorktrees, create_worktree};
 use crate::settings::options::{ModelChoice, Models, RunOptions};
+use crate::store::journal::{ContextMode, Entry};
 use crate::store::lock::RepoLock;
 use crate::store::{RunStart, RunStore};
 use crate::tools::{LocalExecutor, Registry};
@@ -238,8 +239,17 @@ impl TestRun {
         }
     }
 
-    /// Subtask `n`'s worktree, created and checked out.
+    /// Subtask `n`'s worktree, created and checked out, its start journaled.
     pub(crate) async fn worktree(&self, n: u32) -> Worktree {
+        self.ctx
+            .journal(Entry::SubtaskStarted {
+                subtask: SubtaskId(n).to_string(),
+                task: format!("task {n}"),
+                branch: self.ctx.run.subtask_branch(n),
+                mode: ContextMode::Isolated,
+                agent: "worker".into(),
+            })
+            .unwrap();
         let ahead = AheadWorktrees::default();
         let worktree = create_worktree(&self.ctx, &ahead, SubtaskId(n))
             .await

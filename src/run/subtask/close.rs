@@ -154,3 +154,102 @@ fn push_diffstat(text: &mut String, stat: &DiffStat) {
         ));
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::run::test_support::{ScriptedModel, TestRun};
+    use crate::settings::options::RunOptions;
+    use crate::store::journal::{Finding, VerdictKind};
+
+    #[tokio::test]
+    async fn rejected_work_is_archived_journaled_and_reported_to_the_lead_in_bounds() {
+        let mut run = TestRun::new(
+            &[("a.txt", "alpha\n")],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        let worktree = run.worktree(1).await;
+        std::fs::write(worktree.path().join("a.txt"), "ALPHA\n").unwrap();
+        run.ctx
+            .repo
+            .checkpoint(&worktree, "S1: final")
+            .await
+            .unwrap();
+        let tip = run.rev(&worktree.branch_ref());
+        let queue = Arc::new(MergeQueue::new(run.ctx.cancel.clone()));
+        queue.settle(queue.next_id());
+        let tasks = TaskTracker::new();
+        let branch = run.ctx.run.subtask_branch(1);
+        let mut report = SubtaskReport::new("S1".into(), "shout alpha".into(), branch.clone());
+        report.status = SubtaskOutcome::Rejected;
+        report.verdict = Some(VerdictKind::Reject);
+        report.review_summary = Some("x".repeat(2_000));
+        report.findings = (1..=8)
+            .map(|line| Finding {
+                path: "a.txt".into(),
+                line: Some(line),
+                problem: "too loud".into(),
+            })
+            .collect();
+
+        let report = close(
+            &run.ctx,
+            &queue,
+            &tasks,
+            SubtaskId(1),
+            report,
+            Some(&worktree),
+        )
+        .await
+        .unwrap();
+        tasks.close();
+        tasks.wait().await;
+
+        let archive = report
+            .archive_ref
+            .clone()
+            .expect("rejected work is archived");
+        assert_eq!(
+            run.rev(&archive),
+            tip,
+            "the archive keeps the worker's commit"
+        );
+        assert!(!worktree.path().exists(), "the worktree is removed");
+        assert!(
+            run.ctx
+                .repo
+                .ref_target(&format!("refs/heads/{branch}"))
+                .unwrap()
+                .is_none(),
+            "the branch goes once its work is archived"
+        );
+        assert_eq!(
+            run.journal_types(),
+            vec!["run_started", "subtask_started", "subtask_finished"]
+        );
+        let text = lead_result(&report).text;
+        let expected_head = format!("S1 rejected ({branch}); reviewer: reject\nreview: ");
+        assert!(text.starts_with(&expected_head), "{text}");
+        assert!(
+            text.contains("- a.txt:6: too loud\n- … 2 more findings\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("a.txt:7"),
+            "at most six findings cross: {text}"
+        );
+        assert!(
+            text.ends_with(&format!("work kept at {archive}\n")),
+            "{text}"
+        );
+        assert!(
+            text.len() < 900,
+            "the review summary is cut: {} chars",
+            text.len()
+        );
+        assert_eq!(run.notes(), Vec::<String>::new());
+    }
+}

@@ -90,3 +90,122 @@ async fn no_local_files_in_history(ctx: &RunContext, tip: CommitId) -> Result<()
         }),
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::agent::Ledger;
+    use crate::run::test_support::{ScriptedModel, TestRun};
+    use crate::settings::options::RunOptions;
+
+    fn finished(steps: u32, summary: Result<String, SubtaskError>) -> WorkEnd {
+        WorkEnd {
+            ledger: Ledger {
+                steps,
+                ..Ledger::default()
+            },
+            saved: Ok(()),
+            summary,
+        }
+    }
+
+    #[tokio::test]
+    async fn what_the_worker_left_is_committed_and_diffed_against_the_base() {
+        let run = TestRun::new(
+            &[("a.txt", "alpha\n")],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        let worktree = run.worktree(1).await;
+        std::fs::write(worktree.path().join("a.txt"), "ALPHA\n").unwrap();
+
+        let committed = commit(
+            &run.ctx,
+            SubtaskId(1),
+            &worktree,
+            finished(3, Ok("done".into())),
+        )
+        .await
+        .unwrap();
+
+        assert_eq!(committed.summary, "done");
+        assert_eq!(committed.tip, run.rev(&worktree.branch_ref()));
+        assert_eq!(
+            run.git(worktree.path(), &["log", "-1", "--format=%s"]),
+            format!("grove {}/1: S1: final", run.ctx.run)
+        );
+        assert_eq!(
+            committed.diff.stat.summary(),
+            "1 file changed, 1 insertion(+), 1 deletion(-)"
+        );
+        assert!(
+            committed.diff.patch.text.contains("+ALPHA"),
+            "{}",
+            committed.diff.patch.text
+        );
+        assert_eq!(
+            run.journal_types(),
+            vec!["run_started", "subtask_started", "checkpoint"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_worker_fails_the_subtask_but_its_files_are_committed_first() {
+        let run = TestRun::new(
+            &[("a.txt", "alpha\n")],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        let worktree = run.worktree(1).await;
+        std::fs::write(worktree.path().join("half.txt"), "half done\n").unwrap();
+        let stopped = Err(SubtaskError::WorkerStopped {
+            stop: crate::agent::StopKind::ToolErrors,
+            detail: "8 tool errors in a row".into(),
+        });
+
+        let error = commit(&run.ctx, SubtaskId(1), &worktree, finished(1, stopped))
+            .await
+            .unwrap_err();
+
+        assert_eq!(
+            error.to_string(),
+            "the worker stopped: tool errors: 8 tool errors in a row"
+        );
+        assert_eq!(
+            run.git(
+                worktree.path(),
+                &["show", "--format=%s", "--name-only", "HEAD"]
+            ),
+            format!("grove {}/1: S1: final\n\nhalf.txt", run.ctx.run),
+            "nothing the worker wrote is lost"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_changed_nothing_has_nothing_to_review() {
+        let run = TestRun::new(
+            &[("a.txt", "alpha\n")],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        let worktree = run.worktree(1).await;
+        let error = commit(
+            &run.ctx,
+            SubtaskId(1),
+            &worktree,
+            finished(1, Ok("nothing to do".into())),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(error, SubtaskError::NoChanges), "{error:?}");
+        assert_eq!(
+            run.journal_types(),
+            vec!["run_started", "subtask_started"],
+            "no commit, no checkpoint record"
+        );
+    }
+}

@@ -161,3 +161,100 @@ fn review_brief(brief: &str, diff: &BranchDiff, executes_later: &[String]) -> St
     );
     text
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::run::test_support::{ScriptedModel, TestRun};
+    use crate::settings::options::RunOptions;
+    use crate::store::journal::Finding;
+
+    /// A run whose subtask S1 changed `a.txt`, committed; its diff.
+    async fn changed(model: std::sync::Arc<ScriptedModel>) -> (TestRun, Worktree, BranchDiff) {
+        let run = TestRun::new(&[("a.txt", "alpha\n")], RunOptions::new("t"), model).await;
+        let worktree = run.worktree(1).await;
+        std::fs::write(worktree.path().join("a.txt"), "ALPHA\n").unwrap();
+        run.ctx
+            .repo
+            .checkpoint(&worktree, "S1: final")
+            .await
+            .unwrap();
+        let tip = run.rev(&worktree.branch_ref());
+        let diff = run.ctx.repo.diff(run.ctx.base, tip, 60_000).await.unwrap();
+        (run, worktree, diff)
+    }
+
+    #[tokio::test]
+    async fn the_reviewer_sees_the_brief_and_the_diff_and_its_verdict_is_journaled() {
+        let model = ScriptedModel::new(vec![
+            ScriptedModel::tool_calls(&[(
+                "v1",
+                "submit_verdict",
+                json!({"verdict": "approve", "summary": "Shouts alpha.",
+                       "findings": [{"path": "a.txt", "line": 1, "problem": "loud"}]}),
+            )]),
+            ScriptedModel::text("done"),
+        ]);
+        let (run, worktree, diff) = changed(model.clone()).await;
+
+        let review = review(&run.ctx, SubtaskId(1), "shout alpha", &diff, &[], &worktree).await;
+
+        assert_eq!(
+            review.verdict.unwrap(),
+            Verdict {
+                kind: VerdictKind::Approve,
+                summary: "Shouts alpha.".into(),
+                findings: vec![Finding {
+                    path: "a.txt".into(),
+                    line: Some(1),
+                    problem: "loud".into()
+                }],
+            }
+        );
+        assert_eq!(review.ledger.steps, 2);
+        assert_eq!(
+            run.journal_types(),
+            vec!["run_started", "subtask_started", "verdict"]
+        );
+        let first = &model.requests()[0];
+        assert_eq!(first.messages.len(), 1, "a fresh context: one message");
+        let text = first.messages[0].text();
+        assert!(
+            text.starts_with("# The subtask's brief\n\nshout alpha\n"),
+            "{text}"
+        );
+        assert!(text.contains("+ALPHA"), "the diff is in the brief: {text}");
+        let mut tools: Vec<_> = first.tools.iter().map(|tool| tool.name.as_str()).collect();
+        tools.sort_unstable();
+        assert_eq!(
+            tools,
+            vec!["grep", "list_files", "read_file", "submit_verdict"],
+            "the reviewer reads, and judges; it never writes"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reviewer_that_ends_without_a_verdict_rejects() {
+        let (run, worktree, diff) =
+            changed(ScriptedModel::new(vec![ScriptedModel::text("looks fine")])).await;
+
+        let review = review(&run.ctx, SubtaskId(1), "shout alpha", &diff, &[], &worktree).await;
+
+        let verdict = review.verdict.unwrap();
+        assert_eq!(
+            verdict.kind,
+            VerdictKind::Reject,
+            "an unreviewed diff is never merged"
+        );
+        assert!(
+            verdict
+                .summary
+                .starts_with("The reviewer gave no verdict (finished: "),
+            "{}",
+            verdict.summary
+        );
+    }
+}

@@ -310,3 +310,64 @@ impl CliRun {
             .map_err(|source| SaveError::Transcript { source })
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::agent::roles::{self, RoleKind};
+    use crate::run::test_support::{ScriptedModel, TestRun};
+    use crate::settings::options::RunOptions;
+    use crate::tools::{self, ToolSet};
+
+    #[tokio::test]
+    async fn the_builtin_worker_works_in_its_worktree_and_each_changing_turn_is_checkpointed() {
+        let model = ScriptedModel::new(vec![
+            ScriptedModel::tool_calls(&[(
+                "w1",
+                "write_file",
+                json!({"path": "b.txt", "content": "beta\n"}),
+            )]),
+            ScriptedModel::text("wrote b.txt"),
+        ]);
+        let run = TestRun::new(&[("a.txt", "alpha\n")], RunOptions::new("t"), model.clone()).await;
+        let worktree = run.worktree(1).await;
+        let assignment = Assignment {
+            id: SubtaskId(1),
+            brief: "write b.txt".into(),
+            role: roles::builtin(RoleKind::Worker),
+            tools: tools::builtin(ToolSet::Worker),
+            start: Transcript {
+                messages: crate::agent::isolated_messages("write b.txt"),
+                ..Transcript::default()
+            },
+        };
+
+        let end = work(&run.ctx, assignment, &worktree).await;
+
+        assert_eq!(end.summary.unwrap(), "wrote b.txt");
+        assert!(end.saved.is_ok(), "every checkpoint and save succeeded");
+        assert_eq!((end.ledger.steps, end.ledger.input_tokens), (2, 20));
+        assert_eq!(
+            std::fs::read_to_string(worktree.path().join("b.txt")).unwrap(),
+            "beta\n"
+        );
+        assert_eq!(
+            run.git(worktree.path(), &["log", "-1", "--format=%s"]),
+            format!("grove {}/1: S1: turn 1", run.ctx.run),
+            "the turn that wrote a file is committed by grove"
+        );
+        assert_eq!(
+            run.journal_types(),
+            vec!["run_started", "subtask_started", "checkpoint"],
+            "the checkpoint is journaled"
+        );
+        assert_eq!(
+            model.requests()[0].messages,
+            crate::agent::isolated_messages("write b.txt"),
+            "an isolated worker sees its brief alone"
+        );
+    }
+}
