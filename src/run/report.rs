@@ -169,8 +169,9 @@ impl RunReport {
     }
 }
 
-/// Paths whose contents run on the host or in CI later, so a human should look at
-/// them whatever the reviewer decided.
+/// Paths whose contents run on the host or in CI later, or steer what grove or an agent
+/// does next (project config, rules files, hooks, editor tasks), so a human should look
+/// at them whatever the reviewer decided.
 pub fn executes_later(stat: &DiffStat) -> Vec<String> {
     stat.files
         .iter()
@@ -180,36 +181,62 @@ pub fn executes_later(stat: &DiffStat) -> Vec<String> {
         .collect()
 }
 
+/// Directories (at any depth) whose files run later or steer an agent.
+const ACTING_DIRS: &[&str] = &[
+    // CI
+    ".github/workflows/",
+    ".gitlab-ci",
+    ".circleci/",
+    ".ci/",
+    // git hooks
+    ".husky/",
+    ".githooks/",
+    ".lefthook/",
+    // grove's own config and agents, other agents' settings and hooks
+    ".grove/",
+    ".claude/",
+    ".codex/",
+    ".cursor/",
+    // dev containers run their lifecycle commands on creation
+    ".devcontainer/",
+];
+
+/// File names (in any directory) that run later or steer an agent.
+const ACTING_NAMES: &[&str] = &[
+    "build.rs",
+    "package.json",
+    "Makefile",
+    "GNUmakefile",
+    "makefile",
+    ".envrc",
+    ".gitmodules",
+    ".gitattributes",
+    "setup.py",
+    "pyproject.toml",
+    "Rakefile",
+    "Justfile",
+    "justfile",
+    ".pre-commit-config.yaml",
+    "lefthook.yml",
+    "Dockerfile",
+    ".gitlab-ci.yml",
+    "Jenkinsfile",
+    "CMakeLists.txt",
+    // project rules every agent reads
+    "AGENTS.md",
+    "CLAUDE.md",
+];
+
+/// Editor files that run commands (tasks, launch configurations).
+const ACTING_FILES: &[&str] = &[".vscode/tasks.json", ".vscode/launch.json"];
+
 fn runs_later(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     let in_dir = |dir: &str| path.starts_with(dir) || path.contains(&format!("/{dir}"));
-    in_dir(".github/workflows/")
-        || in_dir(".gitlab-ci")
-        || in_dir(".circleci/")
-        || in_dir(".husky/")
-        || in_dir(".githooks/")
-        || in_dir(".ci/")
-        || matches!(
-            name,
-            "build.rs"
-                | "package.json"
-                | "Makefile"
-                | "GNUmakefile"
-                | "makefile"
-                | ".envrc"
-                | ".gitmodules"
-                | ".gitattributes"
-                | "setup.py"
-                | "pyproject.toml"
-                | "Rakefile"
-                | "Justfile"
-                | "justfile"
-                | ".pre-commit-config.yaml"
-                | "Dockerfile"
-                | ".gitlab-ci.yml"
-                | "Jenkinsfile"
-                | "CMakeLists.txt"
-        )
+    let is_file = |file: &str| path == file || path.ends_with(&format!("/{file}"));
+    ACTING_DIRS.iter().any(|dir| in_dir(dir))
+        || ACTING_NAMES.contains(&name)
+        || ACTING_FILES.iter().any(|file| is_file(file))
 }
 
 #[cfg(test)]
@@ -217,15 +244,18 @@ mod tests {
     use super::*;
     use crate::git::FileStat;
 
-    #[test]
-    fn files_that_run_later_are_flagged() {
-        let file = |path: &str| FileStat {
+    fn file(path: &str) -> FileStat {
+        FileStat {
             path: path.into(),
             old_path: None,
             added: 1,
             removed: 0,
             binary: false,
-        };
+        }
+    }
+
+    #[test]
+    fn files_that_run_later_are_flagged() {
         let stat = DiffStat {
             files: vec![
                 file("src/lib.rs"),
@@ -244,6 +274,58 @@ mod tests {
                 "web/package.json",
                 ".envrc"
             ]
+        );
+    }
+
+    #[test]
+    fn files_that_make_grove_or_an_agent_act_are_flagged() {
+        let stat = DiffStat {
+            files: [
+                ".grove/config.toml",
+                ".grove/agents/docs.md",
+                "AGENTS.md",
+                "crates/x/AGENTS.md",
+                "CLAUDE.md",
+                ".claude/settings.json",
+                ".gitattributes",
+                ".gitmodules",
+                ".envrc",
+                ".vscode/tasks.json",
+                ".vscode/launch.json",
+                ".husky/pre-commit",
+                ".githooks/pre-push",
+                ".devcontainer/devcontainer.json",
+                "lefthook.yml",
+                // not acting: look-alikes
+                "docs/AGENTS.md.bak",
+                ".vscode/settings.json",
+                "src/grove/mod.rs",
+                "my.grove/notes.txt",
+            ]
+            .into_iter()
+            .map(file)
+            .collect(),
+        };
+        assert_eq!(
+            executes_later(&stat),
+            vec![
+                ".grove/config.toml",
+                ".grove/agents/docs.md",
+                "AGENTS.md",
+                "crates/x/AGENTS.md",
+                "CLAUDE.md",
+                ".claude/settings.json",
+                ".gitattributes",
+                ".gitmodules",
+                ".envrc",
+                ".vscode/tasks.json",
+                ".vscode/launch.json",
+                ".husky/pre-commit",
+                ".githooks/pre-push",
+                ".devcontainer/devcontainer.json",
+                "lefthook.yml",
+            ],
+            "every file that makes grove or an agent act is flagged for a person, and only those"
         );
     }
 }
