@@ -18,8 +18,8 @@ use grove::store::journal::{
 };
 use grove::store::lock::{LockError, RepoLock, StaleLock, read_holder, this_hostname};
 use grove::store::state::{
-    CheckpointState, MergeState, ReplayError, RunState, RunStatus, SubtaskState, SubtaskStatus,
-    ToolCallState, VerdictState, read_snapshot, write_snapshot,
+    CheckpointState, MergeState, ReplayError, ReplayReason, RunState, RunStatus, SubtaskState,
+    SubtaskStatus, ToolCallState, VerdictState, read_snapshot, write_snapshot,
 };
 use grove::store::{JOURNAL_FILE, RunId, RunStart, RunStore, SNAPSHOT_FILE, StoreError};
 use pretty_assertions::assert_eq;
@@ -489,54 +489,67 @@ fn replay_of_a_finished_run_records_outcome_and_result() {
 fn replay_refuses_records_that_do_not_fit() {
     let run = run_id(0);
     let records = full_journal(&run);
-    let cases: Vec<(Vec<Record>, ReplayError)> = vec![
+    let cases: Vec<(Vec<Record>, ReplayError, &str)> = vec![
         (
             vec![],
             ReplayError {
                 record: 1,
                 record_type: "none",
-                reason: "the journal is empty; it must start with `run_started`".into(),
+                reason: ReplayReason::EmptyJournal,
             },
+            "the journal is empty; it must start with `run_started`",
         ),
         (
             vec![records[1].clone()],
             ReplayError {
                 record: 1,
                 record_type: "subtask_started",
-                reason: "a journal must start with `run_started`".into(),
+                reason: ReplayReason::NotStartedFirst,
             },
+            "a journal must start with `run_started`",
         ),
         (
             vec![records[0].clone(), records[0].clone()],
             ReplayError {
                 record: 2,
                 record_type: "run_started",
-                reason: "the run already started".into(),
+                reason: ReplayReason::AlreadyStarted,
             },
+            "the run already started",
         ),
         (
             vec![records[0].clone(), records[7].clone()],
             ReplayError {
                 record: 2,
                 record_type: "checkpoint",
-                reason: "subtask `S1` was never started".into(),
+                reason: ReplayReason::SubtaskNeverStarted {
+                    subtask: "S1".into(),
+                },
             },
+            "subtask `S1` was never started",
         ),
         (
             vec![records[0].clone(), records[1].clone(), records[1].clone()],
             ReplayError {
                 record: 3,
                 record_type: "subtask_started",
-                reason: "subtask `S1` already started".into(),
+                reason: ReplayReason::SubtaskAlreadyStarted {
+                    subtask: "S1".into(),
+                },
             },
+            "subtask `S1` already started",
         ),
         (
             vec![records[0].clone(), records[4].clone()],
             ReplayError {
                 record: 2,
                 record_type: "tool_call_finished",
-                reason: "tool call `call_1` of `S1` finished but never started".into(),
+                reason: ReplayReason::ToolCallNeverStarted {
+                    subtask: "S1".into(),
+                    call_id: "call_1".into(),
+                },
             },
+            "tool call `call_1` of `S1` finished but never started",
         ),
         (
             vec![
@@ -555,15 +568,21 @@ fn replay_refuses_records_that_do_not_fit() {
             ReplayError {
                 record: 3,
                 record_type: "subtask_started",
-                reason: "the run already finished".into(),
+                reason: ReplayReason::AlreadyFinished,
             },
+            "the run already finished",
         ),
     ];
-    for (journal, expected) in cases {
+    for (journal, expected, reason) in cases {
+        let refused = RunState::replay(&journal).unwrap_err();
         assert_eq!(
-            RunState::replay(&journal).unwrap_err(),
-            expected,
+            refused, expected,
             "a record sequence no run can produce is refused with its position"
+        );
+        assert_eq!(
+            refused.reason.to_string(),
+            reason,
+            "the refusal says why in words"
         );
     }
 }
