@@ -393,8 +393,11 @@ async fn resume(directory: &std::path::Path, args: &ResumeArgs) -> anyhow::Resul
             run_id: state.run_id.clone(),
             reason: error.to_string(),
         })?;
-        let names: ModelNames =
-            serde_json::from_value(state.options["model_names"].clone()).unwrap_or_default();
+        let names: ModelNames = state
+            .options
+            .get()
+            .map(|options| options.model_names.clone())
+            .unwrap_or_default();
         let pick = |name: String| ModelChoice {
             client: client.clone(),
             name: if name.is_empty() {

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::Ledger;
 use crate::store::durable::{self, DurableError};
+use crate::store::recorded::RecordedOptions;
 
 /// One journal line: what happened and when.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -153,9 +154,9 @@ pub enum Entry {
         branch: String,
         provider: String,
         model: String,
-        /// The run's options (jobs, caps, ...) as the orchestrator chose to record them.
+        /// The run's options (jobs, caps, models, ...), so that a resume runs the same.
         #[serde(default)]
-        options: serde_json::Value,
+        options: RecordedOptions,
     },
     /// A `grove resume` process took the run over.
     Resumed { pid: u32 },

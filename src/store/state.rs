@@ -14,6 +14,7 @@ use crate::store::durable::{self, DurableError};
 use crate::store::journal::{
     ContextMode, Entry, Finding, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
 };
+use crate::store::recorded::RecordedOptions;
 
 /// The subtask label tool calls of the lead itself are journaled under.
 pub const LEAD_SUBTASK: &str = "lead";
@@ -197,7 +198,7 @@ pub struct RunState {
     pub branch: String,
     pub provider: String,
     pub model: String,
-    pub options: serde_json::Value,
+    pub options: RecordedOptions,
     pub status: RunStatus,
     pub started_ms: u64,
     /// The timestamp of the last record.

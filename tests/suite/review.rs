@@ -679,7 +679,7 @@ fn rejected_run_records() -> Vec<Record> {
                 branch: "refs/heads/main".into(),
                 provider: "anthropic".into(),
                 model: "m".into(),
-                options: json!({}),
+                options: grove::run::RunOptions::default().into(),
             },
         ),
         record(
@@ -880,7 +880,7 @@ async fn a_paused_run_can_be_listed_but_not_changed() {
                     branch: "refs/heads/main".into(),
                     provider: "anthropic".into(),
                     model: "m".into(),
-                    options: json!({}),
+                    options: grove::run::RunOptions::default(),
                 },
             )
             .unwrap();
