@@ -4,15 +4,12 @@
 //! git. It never prints; it emits events. What it records goes through [`crate::store`];
 //! what it is asked to do comes from [`crate::settings`].
 
-pub mod backend;
 pub mod delegate;
 pub mod gate;
-pub mod html_report;
 pub mod orchestrator;
 pub mod plan;
 pub mod prepare;
 pub mod report;
-pub mod review;
 pub mod subtask;
 pub mod verdict;
 

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use grove::event::EventSink;
 use grove::model::Provider;
-use grove::run::html_report::{self, DiffView, PriceTable};
+use grove::report::{self as html_report, DiffView, PriceTable};
 use grove::run::{ModelChoice, Models, RunEnd, RunOptions};
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
 use grove::store::state::RunStatus;

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use grove::event::EventSink;
 use grove::git::{RefusalReason, Repo};
 use grove::model::Provider;
-use grove::run::review::{self, ApplyResult, RecordedDecision, ReviewError, ReviewOutcome};
+use grove::review::{self, ApplyResult, RecordedDecision, ReviewError, ReviewOutcome};
 use grove::run::{ModelChoice, Models, RunOptions};
 use grove::store::journal::{
     ContextMode, Entry, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
