@@ -293,7 +293,7 @@ pub enum JournalError {
         path: PathBuf,
         /// 1-based line number.
         line: usize,
-        reason: String,
+        reason: CorruptLine,
     },
     /// A record could not be encoded.
     #[error("journal {path}: cannot encode a `{record_type}` record: {source}")]
@@ -394,11 +394,20 @@ pub fn parse_journal(path: &Path, bytes: &[u8]) -> Result<JournalContents, Journ
     })
 }
 
-fn parse_line(line: &[u8]) -> Result<Record, String> {
+/// What is wrong with one line of a journal.
+#[derive(Debug, thiserror::Error)]
+pub enum CorruptLine {
+    #[error("empty line")]
+    Empty,
+    #[error("{0}")]
+    NotARecord(#[source] serde_json::Error),
+}
+
+fn parse_line(line: &[u8]) -> Result<Record, CorruptLine> {
     if line.iter().all(u8::is_ascii_whitespace) {
-        return Err("empty line".to_string());
+        return Err(CorruptLine::Empty);
     }
-    serde_json::from_slice(line).map_err(|e| e.to_string())
+    serde_json::from_slice(line).map_err(CorruptLine::NotARecord)
 }
 
 /// An open journal that records are appended to.
