@@ -8,6 +8,7 @@ mod bash;
 mod confine;
 mod edit_file;
 pub mod exec;
+pub mod git_pointer;
 mod grep;
 mod list_files;
 mod read_file;
@@ -28,7 +29,8 @@ use tokio_util::sync::CancellationToken;
 pub use bash::Bash;
 pub use edit_file::EditFile;
 pub use exec::{
-    CommandExecutor, ExecError, ExecOutcome, ExecRequest, ExecResult, LocalExecutor, OutputCap,
+    CommandExecutor, DiskOverBudget, ExecError, ExecOutcome, ExecRequest, ExecResult,
+    LocalExecutor, OutputCap,
 };
 pub use grep::Grep;
 pub use list_files::ListFiles;
