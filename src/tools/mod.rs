@@ -186,11 +186,23 @@ impl Registry {
                 truncate_chars(&shown, 200)
             )));
         }
-        match tool.run(input, ctx).await {
-            Ok(output) => Ok(output),
-            Err(ToolError::RespondToModel(message)) => Ok(ToolOutput::error(message)),
-            Err(fatal @ ToolError::Fatal(_)) => Err(fatal),
+        // Whatever a tool did, the worktree's `.git` pointer is the one grove made.
+        let pointer = tool
+            .mutates()
+            .then(|| git_pointer::GitPointer::snapshot(&ctx.root));
+        let mut output = match tool.run(input, ctx).await {
+            Ok(output) => output,
+            Err(ToolError::RespondToModel(message)) => ToolOutput::error(message),
+            Err(fatal @ ToolError::Fatal(_)) => return Err(fatal),
+        };
+        if let Some(note) = pointer.and_then(|pointer| pointer.restore()) {
+            if !output.content.ends_with('\n') {
+                output.content.push('\n');
+            }
+            output.content.push_str(&note);
+            output.content.push('\n');
         }
+        Ok(output)
     }
 }
 
