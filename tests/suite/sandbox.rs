@@ -1161,3 +1161,75 @@ async fn a_setup_command_runs_confined_with_the_network_when_allowed() {
          127.0.0.1 with the network on: {output}"
     );
 }
+
+/// Set in the helper process of [`commands_die_with_grove_and_leftovers_are_killed_at_the_next_start`].
+const HELPER_DIR: &str = "GROVE_TEST_DYING_GROVE_DIR";
+
+/// Stands in for a grove that is killed mid-command: runs a sandboxed command whose shell
+/// waits in the foreground and whose background `sleep` would outlive it. Does nothing
+/// unless started by the test below.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a helper process, started by commands_die_with_grove_and_leftovers_are_killed_at_the_next_start"]
+async fn helper_a_grove_that_gets_killed() {
+    let Some(dir) = std::env::var_os(HELPER_DIR).map(PathBuf::from) else {
+        return;
+    };
+    let scene = Scene::new();
+    let executor = scene.executor(SandboxPolicy::default());
+    // The test's directory is this command's worktree: the only place it may write.
+    let command = "sleep 100 & echo $! > background; echo $$ > shell; sleep 100; echo done";
+    let _ = run_in(&executor, &dir, command).await;
+}
+
+#[tokio::test]
+async fn commands_die_with_grove_and_leftovers_are_killed_at_the_next_start() {
+    let Some(scene) =
+        Scene::confined("commands_die_with_grove_and_leftovers_are_killed_at_the_next_start")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut grove = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "suite::sandbox::helper_a_grove_that_gets_killed",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(HELPER_DIR, dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let read_pid = |name: &str| {
+        std::fs::read_to_string(dir.path().join(name))
+            .ok()
+            .and_then(|text| text.trim().parse::<i32>().ok())
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while (read_pid("shell").is_none() || read_pid("background").is_none())
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (shell, background) = (read_pid("shell").unwrap(), read_pid("background").unwrap());
+    grove.kill().unwrap(); // SIGKILL: grove gets no chance to clean up.
+    grove.wait().unwrap();
+    let settle = |pid: i32| {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !is_gone(pid) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        is_gone(pid)
+    };
+    assert!(
+        settle(shell),
+        "the command's shell dies with the grove that started it"
+    );
+    // The next grove's executor (a `grove resume`) kills what the dead one left.
+    let _next = scene.executor(SandboxPolicy::default());
+    assert!(
+        settle(background),
+        "a background process of the dead grove's command is killed when the next starts"
+    );
+}
