@@ -91,7 +91,7 @@ async fn execute(started: Started, resumed: Option<RunState>) -> Result<RunRepor
     report.map_err(|error| match error {
         FinishError::Store(source) => RunError::StateNotWritten {
             run_id: run_id.to_string(),
-            source,
+            source: Box::new(source),
         },
         FinishError::Git(source) => RunError::Git(source),
     })

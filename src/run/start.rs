@@ -19,7 +19,7 @@ use crate::settings::options::{Models, RunOptions};
 use crate::store::journal::Entry;
 use crate::store::lock::{LockError, RepoLock};
 use crate::store::state::RunState;
-use crate::store::{ActiveRun, RunId, RunStart, RunStore, StoreError};
+use crate::store::{ActiveRun, RecordedOptionsError, RunId, RunStart, RunStore, StoreError};
 use crate::tools::sandbox::{self, SandboxError, SandboxMode, SandboxPolicy, SandboxedExecutor};
 use crate::tools::{CommandExecutor, LocalExecutor};
 
@@ -48,9 +48,6 @@ pub enum RunError {
         #[source]
         source: ResumeProblem,
     },
-    /// Not retried: the run's options cannot be recorded in its journal.
-    #[error("the run's options cannot be recorded: {0}")]
-    RecordOptions(#[source] serde_json::Error),
     #[error("{0}")]
     Git(#[from] GitError),
     #[error("{0}")]
@@ -71,7 +68,7 @@ pub enum RunError {
     StateNotWritten {
         run_id: String,
         #[source]
-        source: StoreError,
+        source: Box<StoreError>,
     },
     /// Not retried: a `worktree.copy` file is missing, tracked or outside the repository.
     #[error("{0}")]
@@ -83,8 +80,8 @@ pub enum RunError {
 pub enum ResumeProblem {
     #[error("{0}")]
     Base(#[source] Box<GitError>),
-    #[error("its options cannot be read: {0}")]
-    Options(#[source] serde_json::Error),
+    #[error("{0}")]
+    Options(#[source] RecordedOptionsError),
     /// Its provider is unknown here, or its client cannot be made (no API key, say).
     #[error("{0}")]
     Model(#[source] Box<crate::model::ModelError>),
@@ -125,7 +122,7 @@ pub(crate) async fn start(
             branch: branch.clone(),
             provider: models.provider.clone(),
             model: models.worker.name.clone(),
-            options: serde_json::to_value(&recorded).map_err(RunError::RecordOptions)?,
+            options: recorded,
         },
     )?;
     let facts = Facts {
@@ -167,8 +164,11 @@ pub(crate) async fn resume(
     };
     let base = CommitId::parse(&state.base)
         .map_err(|e| not_resumable(ResumeProblem::Base(Box::new(e))))?;
-    let mut options: RunOptions = serde_json::from_value(state.options.clone())
-        .map_err(|e| not_resumable(ResumeProblem::Options(e)))?;
+    let mut options: RunOptions = state
+        .options
+        .get()
+        .map_err(|e| not_resumable(ResumeProblem::Options(e)))?
+        .clone();
     options.git = git;
     check_local_files(&repo, base, &options.worktree_setup.copy)?;
     let executor = command_executor(&options, &repo, &events)?;

@@ -198,7 +198,7 @@ impl TestRun {
                     branch: "refs/heads/main".into(),
                     provider: "anthropic".into(),
                     model: "scripted".into(),
-                    options: Value::Null,
+                    options: options.clone(),
                 },
             )
             .unwrap();

@@ -20,7 +20,7 @@ use crate::git::{CommitId, GitError, Repo, Worktree};
 use crate::run::context::{RunContext, lock};
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::{CopyError, FileProblem, SetupEnd, SubtaskError};
-use crate::settings::config::check_copy_path;
+use crate::settings::config::{CopyPathError, check_copy_path};
 use crate::tools::{CommandExecutor as _, ExecOutcome, ExecRequest, LocalExecutor, OutputCap};
 
 /// How much of a failed setup command's output the subtask's reason shows: its end,
@@ -38,7 +38,11 @@ const MAX_PREPARED_WORKTREES: u32 = 8;
 pub enum LocalFileError {
     /// The entry itself is unusable. Not retried: the user fixes the `worktree.copy` list.
     #[error("worktree.copy: {path}: {problem}")]
-    Entry { path: String, problem: String },
+    Entry {
+        path: String,
+        #[source]
+        problem: CopyPathError,
+    },
     /// The file is unusable. Not retried: the user fixes the file or the list.
     #[error("worktree.copy: {path}: {problem}")]
     File {
