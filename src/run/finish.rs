@@ -14,7 +14,7 @@ use crate::run::context::RunContext;
 use crate::run::lead::{LeadEnd, LeadFailure};
 use crate::run::report::{ApplyReport, RunEnd, RunReport, SubtaskReport, Totals};
 use crate::store::StoreError;
-use crate::store::journal::{Entry, RunOutcome};
+use crate::store::journal::Entry;
 
 /// Why the end of a run could not be recorded.
 #[derive(Debug, thiserror::Error)]
@@ -54,16 +54,12 @@ pub(crate) async fn finish(
     };
     // Everything is done before the run's end is journaled.
     let ((applied, apply), ()) = tokio::join!(apply, cleaned(ctx, lead.cleanup));
-    let journal_end = match status {
-        RunEnd::Interrupted | RunEnd::Paused => Entry::Paused {
+    let journal_end = match status.recorded() {
+        None => Entry::Paused {
             reason: error.clone().unwrap_or_else(|| "interrupted".into()),
         },
-        RunEnd::Finished | RunEnd::Failed => Entry::RunFinished {
-            status: if status == RunEnd::Failed {
-                RunOutcome::Failed
-            } else {
-                RunOutcome::Finished
-            },
+        Some(outcome) => Entry::RunFinished {
+            status: outcome,
             applied,
             result_commit: result_commit.map(|c| c.to_string()),
             error: error.clone(),

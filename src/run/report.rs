@@ -9,9 +9,16 @@ use serde::Serialize;
 
 use crate::agent::Ledger;
 use crate::git::DiffStat;
-use crate::store::journal::{Finding, SubtaskOutcome, VerdictKind};
+use crate::store::journal::{Finding, RunOutcome, SubtaskOutcome, VerdictKind};
+use crate::store::state::RunStatus;
 
-/// How a whole run ended.
+/// How this process's run ended (the `status` of `grove run --json`).
+///
+/// It differs from its neighbours on purpose: [`RunStatus`] is where a run stands as the
+/// store sees it (also `running`, or `unreadable`, in a listing), and [`RunOutcome`] is
+/// what a `run_finished` record says (only the two ends that are not resumable; a
+/// resumable end is journaled as `paused`). [`RunEnd::recorded`] and the `From` below
+/// are the one mapping between them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunEnd {
@@ -23,6 +30,30 @@ pub enum RunEnd {
     Paused,
     /// Stopped on an error.
     Failed,
+}
+
+impl RunEnd {
+    /// What the journal's `run_finished` record says of this end; `None` for the
+    /// resumable ends, which are journaled as `paused`.
+    pub fn recorded(self) -> Option<RunOutcome> {
+        match self {
+            Self::Finished => Some(RunOutcome::Finished),
+            Self::Failed => Some(RunOutcome::Failed),
+            Self::Interrupted | Self::Paused => None,
+        }
+    }
+}
+
+impl From<RunEnd> for RunStatus {
+    /// Where a run that ended so stands.
+    fn from(end: RunEnd) -> Self {
+        match end {
+            RunEnd::Finished => Self::Finished,
+            RunEnd::Interrupted => Self::Interrupted,
+            RunEnd::Paused => Self::Paused,
+            RunEnd::Failed => Self::Failed,
+        }
+    }
 }
 
 /// One subtask as reported.

@@ -155,3 +155,24 @@ impl Tool for SubmitVerdict {
         Ok(ToolOutput::ok("Verdict recorded. End your turn now."))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finding_is_spelled_path_line_problem_and_its_place_alone_without_a_line() {
+        let mut finding = Finding {
+            path: "src/a.rs".into(),
+            line: Some(7),
+            problem: "off by one".into(),
+        };
+        assert_eq!(finding.to_string(), "src/a.rs:7: off by one");
+        finding.line = None;
+        assert_eq!(
+            (finding.place().to_string(), finding.to_string()),
+            ("src/a.rs".to_owned(), "src/a.rs: off by one".to_owned()),
+            "a finding without a line names its file alone"
+        );
+    }
+}

@@ -224,11 +224,11 @@ pub fn show_subtask(
     if let Some(reviewer) = &subtask.reviewer {
         out.line(&format!("reviewer: {}", reviewer.summary.trim()))?;
         for finding in &reviewer.findings {
-            let place = match finding.line {
-                Some(line) => format!("{}:{line}", finding.path),
-                None => finding.path.clone(),
-            };
-            out.line(&format!("  - {place}: {}", finding.problem.trim()))?;
+            out.line(&format!(
+                "  - {}: {}",
+                finding.place(),
+                finding.problem.trim()
+            ))?;
         }
     } else {
         out.line("reviewer: no verdict (the subtask ended before its review)")?;

@@ -41,11 +41,11 @@ pub fn report(report: &RunReport, ledgers: &Ledgers) {
                         eprintln!("      reviewer: {}", first_line(summary, 100));
                     }
                     for finding in subtask.findings.iter().take(3) {
-                        let place = match finding.line {
-                            Some(line) => format!("{}:{line}", finding.path),
-                            None => finding.path.clone(),
-                        };
-                        eprintln!("      - {place}: {}", first_line(&finding.problem, 90));
+                        eprintln!(
+                            "      - {}: {}",
+                            finding.place(),
+                            first_line(&finding.problem, 90)
+                        );
                     }
                 }
                 SubtaskOutcome::Conflict | SubtaskOutcome::Failed => {

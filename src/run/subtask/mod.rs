@@ -373,12 +373,8 @@ impl Delegator for Subtasks {
 /// The report of a subtask that had finished before a resume, from the journal.
 fn report_from_state(state: &SubtaskState) -> SubtaskReport {
     let mut report = SubtaskReport::new(state.id.clone(), state.task.clone(), state.branch.clone());
-    report.status = match state.status {
-        SubtaskStatus::Merged => SubtaskOutcome::Merged,
-        SubtaskStatus::Rejected => SubtaskOutcome::Rejected,
-        SubtaskStatus::Conflict => SubtaskOutcome::Conflict,
-        SubtaskStatus::Failed | SubtaskStatus::Running => SubtaskOutcome::Failed,
-    };
+    // A subtask still running when its run ended never finished: it failed.
+    report.status = state.status.outcome().unwrap_or(SubtaskOutcome::Failed);
     if let Some(verdict) = &state.verdict {
         report.verdict = Some(verdict.verdict);
         report.review_summary = Some(verdict.summary.clone());
