@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::event::{AgentId, EventSink};
-use crate::model::{Message, Model, Usage};
+use crate::model::{Message, Model};
 use crate::tools::{Registry, ToolContext};
 
 mod context;
@@ -38,31 +38,6 @@ pub struct Ledger {
     pub output_tokens: u64,
     pub cache_read_tokens: u64,
     pub cache_write_tokens: u64,
-}
-
-impl Ledger {
-    /// Adds one turn's usage.
-    pub fn record(&mut self, usage: &Usage) {
-        self.steps += 1;
-        self.input_tokens += usage.input_tokens;
-        self.output_tokens += usage.output_tokens;
-        self.cache_read_tokens += usage.cache_read_input_tokens;
-        self.cache_write_tokens += usage.cache_creation_input_tokens;
-    }
-
-    /// Adds another ledger (run totals).
-    pub fn add(&mut self, other: &Ledger) {
-        self.steps += other.steps;
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cache_read_tokens += other.cache_read_tokens;
-        self.cache_write_tokens += other.cache_write_tokens;
-    }
-
-    /// Every token the provider counted, for budgets.
-    pub fn total_tokens(&self) -> u64 {
-        self.input_tokens + self.output_tokens + self.cache_read_tokens + self.cache_write_tokens
-    }
 }
 
 /// A role as data: everything that makes a lead, a worker or a reviewer different.

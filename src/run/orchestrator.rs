@@ -574,8 +574,13 @@ impl Orchestrator {
     }
 
     pub(crate) fn spend(&self, ledger: &Ledger) {
-        self.spent_tokens
-            .fetch_add(ledger.total_tokens(), Ordering::Relaxed);
+        // Saturating, like the ledger: absurd usage must not wrap under the budget.
+        let spent = ledger.total_tokens();
+        let _ = self
+            .spent_tokens
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |total| {
+                Some(total.saturating_add(spent))
+            });
     }
 
     pub(crate) fn run_budget_spent(&self) -> bool {
