@@ -539,9 +539,7 @@ async fn clean(directory: &std::path::Path, args: &CleanArgs) -> anyhow::Result<
         );
     }
     let git_run = GitRunId::new(run.as_str())?;
-    let report = repo
-        .clean_run(&git_run, &repo.default_worktrees_dir(&git_run))
-        .await?;
+    let report = repo.clean_run(&git_run).await?;
     render::clean_report(&report);
     Ok(ExitCode::SUCCESS)
 }

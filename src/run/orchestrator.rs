@@ -391,10 +391,8 @@ impl Orchestrator {
         let user_root = repo
             .work_tree()
             .map_or_else(|| repo.common_dir().to_path_buf(), Path::to_path_buf);
-        let worktrees_dir = options.worktrees_dir.clone().map_or_else(
-            || repo.default_worktrees_dir(&run),
-            |dir| dir.join(run_id.as_str()),
-        );
+        // Where this run's worktrees already are, if any (a resume), else where they go.
+        let worktrees_dir = repo.run_worktrees_dir(&run, options.worktrees_dir.as_deref())?;
         Ok(Arc::new(Self {
             rules: read_rules(&user_root),
             run_dir: active.dir().to_path_buf(),

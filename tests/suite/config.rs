@@ -922,9 +922,7 @@ fn repo_with_secrets() -> GitFixture {
 }
 
 fn worktree_of(fixture: &GitFixture, report: &RunReport, n: u32) -> PathBuf {
-    fixture
-        .repo
-        .join(format!(".git/grove/runs/{}/worktrees/{n}", report.run_id))
+    fixture.worktree_dir(&report.run_id, n)
 }
 
 /// Every commit in `range` with its patch and full tree listing, as one text.

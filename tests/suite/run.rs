@@ -725,9 +725,7 @@ async fn an_interrupted_run_keeps_its_work_and_resume_finishes_it() {
 
     // The worktree vanishes while the run is stopped (a cleanup, a reboot of a tmpfs):
     // resume re-creates it from its branch, whose checkpoint holds the work.
-    let worktree = fixture
-        .repo
-        .join(format!(".git/grove/runs/{}/worktrees/1", report.run_id));
+    let worktree = fixture.worktree_dir(&report.run_id, 1);
     assert!(
         worktree.join("src/a.txt").exists(),
         "the interrupted worktree is kept"
