@@ -128,7 +128,14 @@ fn command_executor(
                         .into(),
                 });
             }
-            let mut hidden = vec![repo.common_dir().join("grove")];
+            // The run store, the user's work tree, and every worktree grove keeps (each
+            // command's own worktree stays granted): a worker sees the base and its own
+            // work only, wherever the cache or `[worktree] dir` puts the others.
+            let mut hidden = vec![
+                repo.common_dir().join("grove"),
+                repo.worktrees_home().to_path_buf(),
+            ];
+            hidden.extend(options.worktrees_dir.clone());
             hidden.extend(repo.work_tree().map(Path::to_path_buf));
             let readable = [repo.common_dir().to_path_buf()];
             Ok(Arc::new(

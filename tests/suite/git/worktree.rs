@@ -295,33 +295,63 @@ async fn sixteen_worktrees_removed_concurrently_leave_nothing_registered_or_on_d
     let fixture = project();
     let repo = fixture.open().await;
     let base = fixture.rev("HEAD");
-    for round in 1..=8 {
-        let created =
-            futures_util::future::join_all((1..=16).map(|n| filled_worktree(&repo, base, n))).await;
-        for worktree in &created {
+    // As in a run: while one batch of subtasks is removed, the next batch is created.
+    let mut live =
+        futures_util::future::join_all((1..=16).map(|n| filled_worktree(&repo, base, n))).await;
+    for round in 1..=6 {
+        for worktree in &live {
             std::fs::write(worktree.path().join("wip.txt"), format!("round {round}\n")).unwrap();
         }
-        let removed =
-            futures_util::future::join_all(created.iter().map(|w| repo.remove_worktree(w))).await;
-        let failures: Vec<String> = removed
+        let next: Vec<u32> = if round < 6 {
+            let first = if round % 2 == 1 { 17 } else { 1 };
+            (first..first + 16).collect()
+        } else {
+            Vec::new()
+        };
+        let removals = futures_util::future::join_all(live.iter().map(|w| repo.remove_worktree(w)));
+        let creations = futures_util::future::join_all(next.iter().map(|n| {
+            let spec = spec(&repo, &fixture, *n);
+            let repo = repo.clone();
+            async move {
+                let worktree = repo.create_worktree(spec).await?;
+                worktree.ready().await.map(|()| worktree)
+            }
+        }));
+        let (removed, created) = futures_util::future::join(removals, creations).await;
+        let mut failures: Vec<String> = removed
             .iter()
             .filter_map(|result| result.as_ref().err().map(ToString::to_string))
             .collect();
+        failures.extend(
+            created
+                .iter()
+                .filter_map(|result| result.as_ref().err().map(ToString::to_string)),
+        );
         assert_eq!(
-            (
-                failures,
-                entries(&repo.common_dir().join("worktrees")),
-                entries(&repo.default_worktrees_dir(&run_id())),
-                entries(&repo.common_dir().join("grove/trash")),
-            ),
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new()),
-            "round {round}: every removal succeeds, nothing stays registered, no directory \
-             is left behind"
+            failures,
+            Vec::<String>::new(),
+            "round {round}: every removal and creation succeeds"
+        );
+        live = created.into_iter().map(Result::unwrap).collect();
+        let registered = entries(&repo.common_dir().join("worktrees")).len();
+        assert_eq!(
+            registered,
+            live.len(),
+            "round {round}: exactly the live worktrees stay registered"
         );
     }
     assert_eq!(
-        fixture.git(&["show", &format!("{}:wip.txt", subtask_ref(&run_id(), 16))]),
-        "round 8",
+        (
+            entries(&repo.common_dir().join("worktrees")),
+            entries(&repo.default_worktrees_dir(&run_id())),
+            entries(&repo.common_dir().join("grove/trash")),
+        ),
+        (Vec::new(), Vec::new(), Vec::new()),
+        "in the end nothing stays registered and no directory is left behind"
+    );
+    assert_eq!(
+        fixture.git(&["show", &format!("{}:wip.txt", subtask_ref(&run_id(), 17))]),
+        "round 6",
         "uncommitted work was committed to the branch before its worktree went"
     );
 }
