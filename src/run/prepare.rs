@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::git::{CommitId, GitError, Repo, Worktree};
-use crate::run::config::check_copy_path;
 use crate::run::orchestrator::Orchestrator;
+use crate::settings::config::check_copy_path;
 use crate::tools::{CommandExecutor as _, ExecOutcome, ExecRequest, LocalExecutor, OutputCap};
 
 /// How much of a failed setup command's output the subtask's reason shows: its end,
@@ -61,7 +61,7 @@ pub fn check_local_files(
     for path in paths {
         let path = check_copy_path(path).map_err(|problem| LocalFileError::Unusable {
             path: path.clone(),
-            problem,
+            problem: problem.to_string(),
         })?;
         let root = repo.work_tree().ok_or_else(|| LocalFileError::Bare {
             repo: repo.common_dir().to_path_buf(),
