@@ -532,3 +532,86 @@ async fn a_run_started_before_the_move_keeps_its_worktrees_and_clean_archives_th
         "old layout work"
     );
 }
+
+#[test]
+fn worktree_dir_in_the_project_file_is_an_absolute_path_outside_any_git_dir() {
+    use grove::settings::config::ProjectConfig;
+
+    let parse = |value: &str| {
+        ProjectConfig::parse(
+            Path::new("/repo/.grove/config.toml"),
+            &format!("[worktree]\ndir = {value}\n"),
+        )
+        .map(|config| config.settings.resolve("t").options.worktrees_dir)
+        .map_err(|error| error.to_string())
+    };
+    assert_eq!(
+        parse("\"/var/tmp/grove-worktrees\""),
+        Ok(Some(PathBuf::from("/var/tmp/grove-worktrees"))),
+        "an absolute directory is taken"
+    );
+    for refused in [
+        "\"worktrees\"",
+        "\"/repo/.git/wt\"",
+        "\"/repo/.GIT/wt\"",
+        "3",
+    ] {
+        let error = parse(refused).unwrap_err();
+        assert!(
+            error.contains("worktree.dir") && error.contains("outside any .git directory"),
+            "{refused} is refused naming the key: {error}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn grove_clean_of_a_run_started_before_the_move_archives_and_removes_its_worktrees() {
+    let fixture = project();
+    let repo = fixture.open().await;
+    let run = RunId::new("20261129-215530-7f3a").unwrap();
+    let legacy = repo.legacy_worktrees_dir(&run);
+    let old = repo
+        .create_worktree(WorktreeSpec {
+            run: run.clone(),
+            subtask: 1,
+            base: fixture.rev("HEAD"),
+            path: legacy.join("1"),
+        })
+        .await
+        .unwrap();
+    old.ready().await.unwrap();
+    std::fs::write(old.path().join("wip.txt"), "old layout work\n").unwrap();
+
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_grove"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(crate::support::git_fixture::sealed_env(&fixture.home()))
+        .current_dir(&fixture.repo)
+        .args(["clean", run.as_str()])
+        .output()
+        .unwrap();
+
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(
+        (
+            output.status.code(),
+            stdout.lines().next().unwrap_or_default().to_owned(),
+            entries(&repo.common_dir().join("worktrees")),
+            legacy.exists(),
+        ),
+        (
+            Some(0),
+            "archived subtask 1 at refs/grove/archive/20261129-215530-7f3a/1".to_owned(),
+            Vec::<String>::new(),
+            false,
+        ),
+        "grove clean finds the worktree under .git/grove/runs/, archives and removes it:\n\
+         {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        fixture.git(&["show", "refs/grove/archive/20261129-215530-7f3a/1:wip.txt"]),
+        "old layout work",
+        "its uncommitted work is in the archive"
+    );
+}
