@@ -197,8 +197,13 @@ impl Budget {
 
     /// Counts what one subagent spent.
     pub(crate) fn spend(&self, ledger: &Ledger) {
-        self.spent
-            .fetch_add(ledger.total_tokens(), Ordering::Relaxed);
+        // Saturating, like the ledger: absurd usage must not wrap under the budget.
+        let spent = ledger.total_tokens();
+        let _ = self
+            .spent
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |total| {
+                Some(total.saturating_add(spent))
+            });
     }
 
     /// True once the run's budget is spent: no new subtask starts.

@@ -135,7 +135,7 @@ pub(crate) async fn start(
         cancel,
         executor,
     };
-    let ctx = context(facts, &run_id, active);
+    let ctx = context(facts, &run_id, active)?;
     Ok(Started { ctx, run_id, lock })
 }
 
@@ -191,7 +191,7 @@ pub(crate) async fn resume(
         cancel,
         executor,
     };
-    let ctx = context(facts, &run_id, active);
+    let ctx = context(facts, &run_id, active)?;
     Ok((Started { ctx, run_id, lock }, state))
 }
 
@@ -207,7 +207,7 @@ struct Facts {
     executor: Arc<dyn CommandExecutor>,
 }
 
-fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Arc<RunContext> {
+fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Result<Arc<RunContext>, RunError> {
     let Facts {
         repo,
         base,
@@ -222,11 +222,9 @@ fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Arc<RunContext> {
     let user_root = repo
         .work_tree()
         .map_or_else(|| repo.common_dir().to_path_buf(), Path::to_path_buf);
-    let worktrees_dir = options.worktrees_dir.clone().map_or_else(
-        || repo.default_worktrees_dir(&run),
-        |dir| dir.join(run_id.as_str()),
-    );
-    Arc::new(RunContext {
+    // Where this run's worktrees already are, if any (a resume), else where they go.
+    let worktrees_dir = repo.run_worktrees_dir(&run, options.worktrees_dir.as_deref())?;
+    Ok(Arc::new(RunContext {
         rules: read_rules(&user_root),
         run_dir: active.dir().to_path_buf(),
         journal: RunJournal::new(active),
@@ -243,7 +241,7 @@ fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Arc<RunContext> {
         user_root,
         worktrees_dir,
         executor,
-    })
+    }))
 }
 
 /// The executor workers' `bash` runs through, as the options say: the sandbox, checked to
@@ -273,7 +271,14 @@ fn command_executor(
                         .into(),
                 });
             }
-            let mut hidden = vec![repo.common_dir().join("grove")];
+            // The run store, the user's work tree, and every worktree grove keeps (each
+            // command's own worktree stays granted): a worker sees the base and its own
+            // work only, wherever the cache or `[worktree] dir` puts the others.
+            let mut hidden = vec![
+                repo.common_dir().join("grove"),
+                repo.worktrees_home().to_path_buf(),
+            ];
+            hidden.extend(options.worktrees_dir.clone());
             hidden.extend(repo.work_tree().map(Path::to_path_buf));
             let readable = [repo.common_dir().to_path_buf()];
             Ok(Arc::new(

@@ -18,7 +18,7 @@ use crate::agent::roles::{self, RoleKind};
 use crate::event::{AgentId, Event, EventSink};
 use crate::git::{CommitId, GitOptions, Repo, Worktree};
 use crate::model::{
-    ContentBlock, Message, Model, ModelError, Request, Response, RetryNotice, Role, StopReason,
+    ContentBlock, Message, Model, ModelError, ModelNotice, Request, Response, Role, StopReason,
     Usage,
 };
 use crate::run::context::{
@@ -116,7 +116,7 @@ impl Model for ScriptedModel {
         &self,
         request: &Request,
         _cancel: &CancellationToken,
-        _on_retry: &(dyn Fn(RetryNotice) + Send + Sync),
+        _on_notice: &(dyn Fn(ModelNotice) + Send + Sync),
     ) -> Result<Response, ModelError> {
         self.requests.lock().unwrap().push(request.clone());
         let next = self.replies.lock().unwrap().pop_front();
