@@ -148,14 +148,23 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
     });
     let outcome = cli.invocation.run(|progress| cli.progress(progress)).await;
     let name = cli.invocation.backend.name();
-    let (ledger, summary, described, final_message) = match outcome {
+    let CliEnded {
+        ledger,
+        summary,
+        described,
+        final_message,
+    } = match outcome {
         Err(source) => {
             let error = SubtaskError::CliNotRun {
                 backend: name,
                 source,
             };
-            let described = format!("failed: {error}");
-            (Ledger::default(), Err(error), described, None)
+            CliEnded {
+                ledger: Ledger::default(),
+                described: format!("failed: {error}"),
+                summary: Err(error),
+                final_message: None,
+            }
         }
         Ok(outcome) => cli.ended(ctx, &outcome),
     };
@@ -178,6 +187,17 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
         saved,
         summary,
     }
+}
+
+/// What an external worker CLI's end means for its subtask.
+struct CliEnded {
+    /// What this attempt spent.
+    ledger: Ledger,
+    /// Its final message, or why the subtask fails.
+    summary: Result<String, SubtaskError>,
+    /// How it ended, in words, for the live view.
+    described: String,
+    final_message: Option<String>,
 }
 
 /// One external worker CLI's run: who it is and how it is invoked.
@@ -256,13 +276,8 @@ impl CliRun {
         });
     }
 
-    /// What the CLI's end means for the subtask: its ledger, its summary (or failure),
-    /// how it ended in words, and its final message.
-    fn ended(
-        &self,
-        ctx: &RunContext,
-        outcome: &CliOutcome,
-    ) -> (Ledger, Result<String, SubtaskError>, String, Option<String>) {
+    /// What the CLI's end means for the subtask.
+    fn ended(&self, ctx: &RunContext, outcome: &CliOutcome) -> CliEnded {
         let backend = &self.invocation.backend;
         let report = &outcome.report;
         if let Some(note) = backend::output_note(backend, outcome, &self.invocation.stdout_path) {
@@ -282,8 +297,12 @@ impl CliRun {
                 backend: backend.name(),
             }),
         };
-        let described = backend::describe_end(backend, outcome);
-        (ledger, summary, described, report.final_message.clone())
+        CliEnded {
+            ledger,
+            summary,
+            described: backend::describe_end(backend, outcome),
+            final_message: report.final_message.clone(),
+        }
     }
 
     /// Saves the CLI's transcript: what it was asked, what it answered, and the ledger
