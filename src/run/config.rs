@@ -103,6 +103,8 @@ pub struct RunSettings {
     pub setup_timeout_s: Option<u64>,
     /// Untracked files copied from the repository root into each worktree.
     pub copy: Option<Vec<String>>,
+    /// `[workers] pass_env`: extra variables an external worker CLI gets by name.
+    pub pass_env: Option<Vec<String>>,
 }
 
 /// What a run is given once every layer is applied.
@@ -144,6 +146,7 @@ impl RunSettings {
             setup: self.setup.or(lower.setup),
             setup_timeout_s: self.setup_timeout_s.or(lower.setup_timeout_s),
             copy: self.copy.or(lower.copy),
+            pass_env: self.pass_env.or(lower.pass_env),
         }
     }
 
@@ -174,6 +177,7 @@ impl RunSettings {
             setup_timeout_s: self.setup_timeout_s.unwrap_or(DEFAULT_SETUP_TIMEOUT_S),
             copy: self.copy.unwrap_or_default(),
         };
+        options.worker_pass_env = self.pass_env.unwrap_or_default();
         options.model_names = models.clone();
         ResolvedRun {
             provider,
@@ -226,6 +230,7 @@ impl ProjectConfig {
         let models = raw.models.unwrap_or_default();
         let max_turns = raw.max_turns.unwrap_or_default();
         let worktree = raw.worktree.unwrap_or_default();
+        let workers = raw.workers.unwrap_or_default();
         let settings = RunSettings {
             provider: check.optional(raw.provider, "provider", provider)?,
             model: check.optional(raw.model, "model", model_name)?,
@@ -256,6 +261,7 @@ impl ProjectConfig {
                 |value| integer(value, 1, MAX_SETUP_TIMEOUT_S),
             )?,
             copy: check.optional(worktree.copy, "worktree.copy", copy_list)?,
+            pass_env: check.optional(workers.pass_env, "workers.pass_env", variable_names)?,
         };
         Ok(ProjectConfig {
             path: path.to_path_buf(),
@@ -279,6 +285,13 @@ struct RawFile {
     subagent_budget_tokens: RawValue,
     apply: RawValue,
     worktree: Option<RawWorktree>,
+    workers: Option<RawWorkers>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table with the key pass_env")]
+struct RawWorkers {
+    pass_env: RawValue,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -465,6 +478,29 @@ fn setup_command(value: &toml::Value) -> Result<String, String> {
     }
 }
 
+/// Environment variable names, such as `["DISABLE_AUTOUPDATER"]`.
+fn variable_names(value: &toml::Value) -> Result<Vec<String>, String> {
+    let names = value.as_array().map(|items| {
+        items
+            .iter()
+            .map(|item| item.as_str().map(str::to_owned))
+            .collect::<Option<Vec<String>>>()
+    });
+    let valid = |name: &str| {
+        name.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    match names {
+        Some(Some(names)) if names.iter().all(|name| valid(name)) => Ok(names),
+        _ => Err(format!(
+            "expected an array of variable names such as [\"DISABLE_AUTOUPDATER\"], got {}",
+            shown(value)
+        )),
+    }
+}
+
 fn copy_list(value: &toml::Value) -> Result<Vec<String>, String> {
     let Some(items) = value.as_array() else {
         return Err(format!(
@@ -592,6 +628,12 @@ pub fn template() -> String {
 # a listed file that is missing or tracked stops the run at its start.
 # Default: none. Example below.
 # copy = [".env"]
+
+# Workers run by another agent CLI (--worker-backend claude|codex|gemini|aider).
+# [workers]
+# Variables each CLI gets by name besides grove's scrubbed environment and its own
+# credentials, e.g. a CLI's own settings. Default: none. Example below.
+# pass_env = ["DISABLE_AUTOUPDATER"]
 "#,
         openai_model = default_model(Provider::OpenAi),
         jobs = default_jobs(),

@@ -253,7 +253,8 @@ async fn codex_works_a_subtask_through_review_and_merge() {
         fake_cli::codex_script(EDIT, fake_cli::CODEX_SAMPLE),
         fake_cli::CODEX_SAMPLE,
         Ledger {
-            steps: 1,
+            // One per tool call (a command, a patch) and one for the answer.
+            steps: 3,
             input_tokens: 1200,
             output_tokens: 240,
             cache_read_tokens: 17000,
