@@ -8,14 +8,14 @@
 
 use std::path::Path;
 
-use crate::agent::Ledger;
-use crate::git::{CommitId, GitError, Repo, RunId as GitRunId};
-use crate::run::journal::{self, Entry, JournalError, Record, RunOutcome, VerdictKind};
-use crate::run::lock::{self, Liveness};
-use crate::run::options::ModelNames;
-use crate::run::state::{LEAD_SUBTASK, RunState, RunStatus, SubtaskState, SubtaskStatus};
-use crate::run::store::{JOURNAL_FILE, RunId, RunStore, StoreError};
-use crate::run::transcript::{self, AgentEnd, AgentTiming};
+use crate::git::{CommitId, GitError, Repo};
+use crate::ledger::Ledger;
+use crate::settings::options::ModelNames;
+use crate::store::journal::{self, Entry, JournalError, Record, RunOutcome, VerdictKind};
+use crate::store::lock::{self, Liveness};
+use crate::store::state::{LEAD_SUBTASK, RunState, RunStatus, SubtaskState, SubtaskStatus};
+use crate::store::transcript::{self, AgentEnd, AgentTiming};
+use crate::store::{JOURNAL_FILE, RunId, RunStore, StoreError};
 
 use super::diff::side_by_side;
 use super::{
@@ -223,9 +223,8 @@ fn subtask_times(records: &[Record], id: &str) -> SubtaskTimes {
 }
 
 fn timeline(state: &RunState, records: &[Record], agents: &AgentFiles) -> Timeline {
-    let mut lanes = Vec::new();
     let lead = &agents.lead;
-    lanes.push(Lane {
+    let mut lanes = vec![Lane {
         role: "lead".to_owned(),
         label: LEAD_SUBTASK.to_owned(),
         subtask: None,
@@ -235,101 +234,11 @@ fn timeline(state: &RunState, records: &[Record], agents: &AgentFiles) -> Timeli
         turn_ms: lead.timing.turn_ms.clone(),
         turns: lead.ledger().0.steps,
         markers: Vec::new(),
-    });
+    }];
     for (subtask, (worker, reviewer)) in state.subtasks.iter().zip(&agents.subtasks) {
-        let times = subtask_times(records, &subtask.id);
-        let failed_at = (subtask.status == SubtaskStatus::Failed)
-            .then_some(subtask.finished_ms)
-            .flatten();
-        let has_review = reviewer.found || times.verdict.is_some();
-        let worker_end = worker
-            .end
-            .map(|end| end.ended_ms)
-            .or(reviewer.timing.started_ms)
-            .or(times.verdict.map(|(ts, _)| ts))
-            .or(subtask.finished_ms);
-        let mut worker_markers = Vec::new();
-        if let (Some(ts_ms), false) = (failed_at, has_review) {
-            worker_markers.push(Marker {
-                ts_ms,
-                kind: MarkerKind::Failed,
-            });
-        }
-        lanes.push(Lane {
-            role: subtask.agent.clone(),
-            label: subtask.id.clone(),
-            subtask: Some(subtask.id.clone()),
-            queued_ms: Some(subtask.started_ms),
-            started_ms: worker.timing.started_ms.unwrap_or(subtask.started_ms),
-            ended_ms: worker_end,
-            turn_ms: worker.timing.turn_ms.clone(),
-            turns: worker.ledger().0.steps,
-            markers: worker_markers,
-        });
-        if !has_review {
-            continue;
-        }
-        let mut markers = Vec::new();
-        if let Some((ts_ms, verdict)) = times.verdict {
-            let kind = match verdict {
-                VerdictKind::Approve => MarkerKind::Approved,
-                VerdictKind::Reject => MarkerKind::Rejected,
-            };
-            markers.push(Marker { ts_ms, kind });
-        }
-        for (ts, kind) in [
-            (times.merged, MarkerKind::Merged),
-            (times.conflict, MarkerKind::Conflict),
-            (failed_at, MarkerKind::Failed),
-        ] {
-            if let Some(ts_ms) = ts {
-                markers.push(Marker { ts_ms, kind });
-            }
-        }
-        let verdict_ms = times.verdict.map(|(ts, _)| ts);
-        lanes.push(Lane {
-            role: "reviewer".to_owned(),
-            label: subtask.id.clone(),
-            subtask: Some(subtask.id.clone()),
-            queued_ms: None,
-            started_ms: reviewer
-                .timing
-                .started_ms
-                .or(verdict_ms)
-                .unwrap_or(subtask.started_ms),
-            ended_ms: reviewer
-                .end
-                .map(|end| end.ended_ms)
-                .or(verdict_ms)
-                .or(subtask.finished_ms),
-            turn_ms: reviewer.timing.turn_ms.clone(),
-            turns: reviewer.ledger().0.steps,
-            markers,
-        });
+        subtask_lanes(&mut lanes, subtask, records, worker, reviewer);
     }
-
-    let mut events = Vec::new();
-    for record in records {
-        let label = match &record.entry {
-            Entry::Paused { reason } => format!("paused: {reason}"),
-            Entry::Resumed { .. } => "resumed".to_owned(),
-            Entry::RunFinished {
-                status: RunOutcome::Failed,
-                error,
-                ..
-            } => match error {
-                Some(error) => format!("failed: {error}"),
-                None => "failed".to_owned(),
-            },
-            Entry::RunFinished { .. } => "finished".to_owned(),
-            _ => continue,
-        };
-        events.push(RunEvent {
-            ts_ms: record.ts_ms,
-            label,
-        });
-    }
-
+    let events = run_events(records);
     let start_ms = state.started_ms;
     let end_ms = lanes
         .iter()
@@ -352,6 +261,111 @@ fn timeline(state: &RunState, records: &[Record], agents: &AgentFiles) -> Timeli
         lanes,
         events,
     }
+}
+
+/// A subtask's worker lane and, when it was reviewed, its reviewer lane.
+fn subtask_lanes(
+    lanes: &mut Vec<Lane>,
+    subtask: &SubtaskState,
+    records: &[Record],
+    worker: &AgentFile,
+    reviewer: &AgentFile,
+) {
+    let times = subtask_times(records, &subtask.id);
+    let failed_at = (subtask.status == SubtaskStatus::Failed)
+        .then_some(subtask.finished_ms)
+        .flatten();
+    let has_review = reviewer.found || times.verdict.is_some();
+    let worker_end = worker
+        .end
+        .map(|end| end.ended_ms)
+        .or(reviewer.timing.started_ms)
+        .or(times.verdict.map(|(ts, _)| ts))
+        .or(subtask.finished_ms);
+    let mut worker_markers = Vec::new();
+    if let (Some(ts_ms), false) = (failed_at, has_review) {
+        worker_markers.push(Marker {
+            ts_ms,
+            kind: MarkerKind::Failed,
+        });
+    }
+    lanes.push(Lane {
+        role: subtask.agent.clone(),
+        label: subtask.id.clone(),
+        subtask: Some(subtask.id.clone()),
+        queued_ms: Some(subtask.started_ms),
+        started_ms: worker.timing.started_ms.unwrap_or(subtask.started_ms),
+        ended_ms: worker_end,
+        turn_ms: worker.timing.turn_ms.clone(),
+        turns: worker.ledger().0.steps,
+        markers: worker_markers,
+    });
+    if !has_review {
+        return;
+    }
+    let mut markers = Vec::new();
+    if let Some((ts_ms, verdict)) = times.verdict {
+        let kind = match verdict {
+            VerdictKind::Approve => MarkerKind::Approved,
+            VerdictKind::Reject => MarkerKind::Rejected,
+        };
+        markers.push(Marker { ts_ms, kind });
+    }
+    for (ts, kind) in [
+        (times.merged, MarkerKind::Merged),
+        (times.conflict, MarkerKind::Conflict),
+        (failed_at, MarkerKind::Failed),
+    ] {
+        if let Some(ts_ms) = ts {
+            markers.push(Marker { ts_ms, kind });
+        }
+    }
+    let verdict_ms = times.verdict.map(|(ts, _)| ts);
+    lanes.push(Lane {
+        role: "reviewer".to_owned(),
+        label: subtask.id.clone(),
+        subtask: Some(subtask.id.clone()),
+        queued_ms: None,
+        started_ms: reviewer
+            .timing
+            .started_ms
+            .or(verdict_ms)
+            .unwrap_or(subtask.started_ms),
+        ended_ms: reviewer
+            .end
+            .map(|end| end.ended_ms)
+            .or(verdict_ms)
+            .or(subtask.finished_ms),
+        turn_ms: reviewer.timing.turn_ms.clone(),
+        turns: reviewer.ledger().0.steps,
+        markers,
+    });
+}
+
+/// The run's own events: pauses, resumes, the end.
+fn run_events(records: &[Record]) -> Vec<RunEvent> {
+    let mut events = Vec::new();
+    for record in records {
+        let label = match &record.entry {
+            Entry::Paused { reason } => format!("paused: {reason}"),
+            Entry::Resumed { .. } => "resumed".to_owned(),
+            Entry::RunFinished {
+                status: RunOutcome::Failed,
+                error,
+                ..
+            } => match error {
+                Some(error) => format!("failed: {error}"),
+                None => "failed".to_owned(),
+            },
+            Entry::RunFinished { .. } => "finished".to_owned(),
+            _ => continue,
+        };
+        events.push(RunEvent {
+            ts_ms: record.ts_ms,
+            label,
+        });
+    }
+    events
 }
 
 fn costs(state: &RunState, agents: &AgentFiles) -> Vec<AgentCost> {
@@ -405,14 +419,10 @@ fn subtract(ledger: &mut Ledger, other: &Ledger) {
 
 /// The run's archive refs with their commits, e.g. `refs/grove/archive/<run>/2-2`.
 fn archive_refs(repo: &Repo, id: &RunId, notes: &mut Vec<String>) -> Vec<(String, CommitId)> {
-    let found = GitRunId::new(id.as_str()).and_then(|run| {
-        repo.refs_under(&run.archive_prefix())
-            .map(|refs| (run, refs))
-    });
-    match found {
-        Ok((run, refs)) => refs
+    match repo.refs_under(&id.archive_prefix()) {
+        Ok(refs) => refs
             .into_iter()
-            .filter(|(name, _)| name.starts_with(&run.archive_prefix()))
+            .filter(|(name, _)| name.starts_with(&id.archive_prefix()))
             .collect(),
         Err(error) => {
             notes.push(format!("cannot list the run's archived work: {error}"));

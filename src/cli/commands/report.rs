@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Args;
 
-use grove::run::html_report::{self, PriceTable};
-use grove::run::store::{RunId, RunStore};
+use grove::report::{self, PriceTable};
+use grove::store::{RunId, RunStore};
 
 /// Arguments of `grove report`.
 #[derive(Debug, Args)]
@@ -32,18 +32,18 @@ pub async fn report(directory: &Path, args: &ReportArgs) -> anyhow::Result<ExitC
         Some(file) => PriceTable::with_overrides_from(&directory.join(file))?,
         None => PriceTable::builtin(),
     };
-    let repo = super::open_repo(directory).await?;
-    let data = html_report::gather(&repo, &args.run_id, prices).await?;
+    let repo = crate::cli::drive::open_repo(directory).await?;
+    let data = report::gather(&repo, &args.run_id, prices).await?;
     let output = match &args.output {
         Some(path) => directory.join(path),
         None => {
             let run: RunId = args.run_id.parse()?;
             RunStore::new(repo.common_dir())
                 .run_dir(&run)
-                .join(html_report::DEFAULT_FILE_NAME)
+                .join(report::DEFAULT_FILE_NAME)
         }
     };
-    std::fs::write(&output, html_report::render_html(&data))
+    std::fs::write(&output, report::render_html(&data))
         .with_context(|| format!("cannot write the report to {}", output.display()))?;
     let shown = std::fs::canonicalize(&output).unwrap_or(output);
     println!(

@@ -9,31 +9,17 @@
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
-use crate::agent::Ledger;
-use crate::run::state::{RunStatus, VerdictState};
+use crate::ledger::Ledger;
+use crate::store::state::{RunStatus, VerdictState};
 
 use super::diff::{FileDiff, Row, Segment, word_segments};
-use super::timeline::{self, duration, truncate};
+use super::html::{duration, escape};
+use super::timeline;
 use super::{AgentCost, Cost, DiffView, ReportData, SubtaskSection};
+use crate::text::truncate;
 
 /// Lines longer than this are shown cut, with the count of what was left out.
 const MAX_LINE_CHARS: usize = 1_000;
-
-/// Escapes `text` for HTML text and attribute values (double or single quoted).
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// The whole report page. Pure: the same data gives the same bytes.
 pub fn render_html(data: &ReportData) -> String {
@@ -604,12 +590,12 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::run::html_report::{
+    use crate::report::{
         DiffView, FileDiff, Hunk, Lane, Line, Marker, MarkerKind, PriceTable, Row, RunEvent,
         SubtaskSection, Timeline,
     };
-    use crate::run::journal::{Finding, VerdictKind};
-    use crate::run::state::SubtaskStatus;
+    use crate::store::journal::{Finding, VerdictKind};
+    use crate::store::state::SubtaskStatus;
 
     const EVIL: &str = "</script><script>alert(1)</script>\"'><img src=x onerror=alert(2)>";
 

@@ -10,14 +10,15 @@
 
 mod diff;
 mod gather;
+mod html;
 mod prices;
 mod render;
 mod timeline;
 
 use serde::Serialize;
 
-use crate::agent::Ledger;
-use crate::run::state::{RunStatus, SubtaskStatus, VerdictState};
+use crate::ledger::Ledger;
+use crate::store::state::{RunStatus, SubtaskStatus, VerdictState};
 
 pub use diff::{FileDiff, Hunk, Line, Row, Segment, side_by_side, word_segments};
 pub use gather::{ReportError, gather};

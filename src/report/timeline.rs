@@ -6,8 +6,9 @@
 
 use std::fmt::Write as _;
 
-use super::render::escape;
-use super::{Lane, MarkerKind, Timeline};
+use super::html::{duration, escape};
+use super::{Lane, Marker, MarkerKind, Timeline};
+use crate::text::truncate;
 
 /// The picture's width in SVG units (it scales to the page).
 const WIDTH: f64 = 1100.0;
@@ -19,16 +20,6 @@ const LANE_HEIGHT: f64 = 28.0;
 const BAR_HEIGHT: f64 = 14.0;
 /// Room under the lanes for the run events' labels.
 const FOOTER_HEIGHT: f64 = 22.0;
-
-/// A duration for people: `850ms`, `12.3s`, `4m 05s`, `1h 02m`.
-pub fn duration(ms: u64) -> String {
-    match ms {
-        0..1_000 => format!("{ms}ms"),
-        1_000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
-        60_000..3_600_000 => format!("{}m {:02}s", ms / 60_000, ms / 1000 % 60),
-        _ => format!("{}h {:02}m", ms / 3_600_000, ms / 60_000 % 60),
-    }
-}
 
 /// The axis step: the smallest of a few round durations that needs at most ten ticks.
 fn tick_step_ms(span_ms: u64) -> u64 {
@@ -122,36 +113,7 @@ fn lane_svg(out: &mut String, lane: &Lane, top: f64, scale: &Scale, end_ms: u64)
         format!("{} {}", lane.role, lane.label)
     };
     let mid = top + LANE_HEIGHT / 2.0;
-    let kind = match lane.role.as_str() {
-        "lead" => "lead",
-        "reviewer" => "reviewer",
-        _ => "worker",
-    };
-    let _ = write!(
-        out,
-        "<g class=\"lane {kind}\" data-lane=\"{}\"",
-        escape(&name)
-    );
-    if let Some(subtask) = &lane.subtask {
-        let _ = write!(out, " data-lane-subtask=\"{}\"", escape(subtask));
-    }
-    out.push('>');
-    if lane.subtask.is_some() {
-        let _ = write!(
-            out,
-            "<a href=\"#subtask-{}\"><text class=\"lane-name\" x=\"8\" y=\"{:.1}\">{}</text></a>",
-            escape(&lane.label),
-            mid + 4.0,
-            escape(&truncate(&name, 22))
-        );
-    } else {
-        let _ = write!(
-            out,
-            "<text class=\"lane-name\" x=\"8\" y=\"{:.1}\">{}</text>",
-            mid + 4.0,
-            escape(&truncate(&name, 22))
-        );
-    }
+    lane_open(out, lane, &name, mid);
     if let Some(queued) = lane.queued_ms.filter(|queued| *queued < lane.started_ms) {
         let _ = write!(
             out,
@@ -164,6 +126,60 @@ fn lane_svg(out: &mut String, lane: &Lane, top: f64, scale: &Scale, end_ms: u64)
             scale.at(lane.started_ms)
         );
     }
+    lane_bar(out, lane, &name, mid, scale, end_ms);
+    for (index, turn) in lane.turn_ms.iter().enumerate() {
+        let x = scale.x(*turn);
+        let _ = write!(
+            out,
+            "<line class=\"turn\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{:.1}\" y2=\"{:.1}\">\
+             <title>{}: turn {} answered at {}</title></line>",
+            mid - BAR_HEIGHT / 2.0 - 3.0,
+            mid + BAR_HEIGHT / 2.0 + 3.0,
+            escape(&name),
+            index + 1,
+            scale.at(*turn)
+        );
+    }
+    for marker in &lane.markers {
+        marker_svg(out, &lane.label, marker, mid, scale);
+    }
+    out.push_str("</g>");
+}
+
+/// The lane's group and its name (a link to the subtask's section when it has one).
+fn lane_open(out: &mut String, lane: &Lane, name: &str, mid: f64) {
+    let kind = match lane.role.as_str() {
+        "lead" => "lead",
+        "reviewer" => "reviewer",
+        _ => "worker",
+    };
+    let _ = write!(
+        out,
+        "<g class=\"lane {kind}\" data-lane=\"{}\"",
+        escape(name)
+    );
+    if let Some(subtask) = &lane.subtask {
+        let _ = write!(out, " data-lane-subtask=\"{}\"", escape(subtask));
+    }
+    out.push('>');
+    let text = format!(
+        "<text class=\"lane-name\" x=\"8\" y=\"{:.1}\">{}</text>",
+        mid + 4.0,
+        escape(&truncate(name, 22))
+    );
+    if lane.subtask.is_some() {
+        let _ = write!(
+            out,
+            "<a href=\"#subtask-{}\">{text}</a>",
+            escape(&lane.label)
+        );
+    } else {
+        out.push_str(&text);
+    }
+}
+
+/// The bar of the lane's running time; open-ended (to `end_ms`) when no end was recorded.
+fn lane_bar(out: &mut String, lane: &Lane, name: &str, mid: f64, scale: &Scale, end_ms: u64) {
     let (bar_end, open) = match lane.ended_ms {
         Some(ended) => (ended.max(lane.started_ms), false),
         None => (end_ms.max(lane.started_ms), true),
@@ -189,72 +205,52 @@ fn lane_svg(out: &mut String, lane: &Lane, top: f64, scale: &Scale, end_ms: u64)
          height=\"{BAR_HEIGHT}\" rx=\"3\"><title>{}: {ran}; {} model turns</title></rect>",
         if open { " open" } else { "" },
         mid - BAR_HEIGHT / 2.0,
-        escape(&name),
+        escape(name),
         lane.turns
     );
-    for (index, turn) in lane.turn_ms.iter().enumerate() {
-        let x = scale.x(*turn);
-        let _ = write!(
-            out,
-            "<line class=\"turn\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{:.1}\" y2=\"{:.1}\">\
-             <title>{}: turn {} answered at {}</title></line>",
-            mid - BAR_HEIGHT / 2.0 - 3.0,
-            mid + BAR_HEIGHT / 2.0 + 3.0,
-            escape(&name),
-            index + 1,
-            scale.at(*turn)
-        );
-    }
-    for marker in &lane.markers {
-        let x = scale.x(marker.ts_ms);
-        let title = format!(
-            "<title>{} {} at {}</title>",
-            escape(&lane.label),
-            marker.kind.as_str(),
-            scale.at(marker.ts_ms)
-        );
-        let class = match marker.kind {
-            MarkerKind::Approved => "approved",
-            MarkerKind::Rejected => "rejected",
-            MarkerKind::Merged => "merged",
-            MarkerKind::Conflict => "conflict",
-            MarkerKind::Failed => "failed",
-        };
-        let shape = match marker.kind {
-            MarkerKind::Approved | MarkerKind::Rejected => {
-                format!("<circle cx=\"{x:.1}\" cy=\"{mid:.1}\" r=\"6\"/>")
-            }
-            MarkerKind::Merged => {
-                format!("<path d=\"M{x:.1} {:.1} l6 6 l-6 6 l-6 -6 z\"/>", mid - 6.0)
-            }
-            MarkerKind::Conflict => format!("<path d=\"M{x:.1} {:.1} l6 11 h-12 z\"/>", mid - 6.0),
-            MarkerKind::Failed => format!(
-                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"10\" height=\"10\"/>",
-                x - 5.0,
-                mid - 5.0
-            ),
-        };
-        let _ = write!(
-            out,
-            "<g class=\"marker {class}\" data-marker=\"{class}\">{title}{shape}</g>"
-        );
-    }
-    out.push_str("</g>");
 }
 
-/// At most `max` characters of `text`, with `…` when cut.
-pub fn truncate(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
-    }
+/// One verdict, merge, conflict or failure marker on a lane.
+fn marker_svg(out: &mut String, label: &str, marker: &Marker, mid: f64, scale: &Scale) {
+    let x = scale.x(marker.ts_ms);
+    let title = format!(
+        "<title>{} {} at {}</title>",
+        escape(label),
+        marker.kind.as_str(),
+        scale.at(marker.ts_ms)
+    );
+    let class = match marker.kind {
+        MarkerKind::Approved => "approved",
+        MarkerKind::Rejected => "rejected",
+        MarkerKind::Merged => "merged",
+        MarkerKind::Conflict => "conflict",
+        MarkerKind::Failed => "failed",
+    };
+    let shape = match marker.kind {
+        MarkerKind::Approved | MarkerKind::Rejected => {
+            format!("<circle cx=\"{x:.1}\" cy=\"{mid:.1}\" r=\"6\"/>")
+        }
+        MarkerKind::Merged => {
+            format!("<path d=\"M{x:.1} {:.1} l6 6 l-6 6 l-6 -6 z\"/>", mid - 6.0)
+        }
+        MarkerKind::Conflict => format!("<path d=\"M{x:.1} {:.1} l6 11 h-12 z\"/>", mid - 6.0),
+        MarkerKind::Failed => format!(
+            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"10\" height=\"10\"/>",
+            x - 5.0,
+            mid - 5.0
+        ),
+    };
+    let _ = write!(
+        out,
+        "<g class=\"marker {class}\" data-marker=\"{class}\">{title}{shape}</g>"
+    );
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::run::html_report::{Marker, RunEvent};
+    use crate::report::{Marker, RunEvent};
 
     fn lane(role: &str, label: &str, started: u64, ended: Option<u64>) -> Lane {
         Lane {

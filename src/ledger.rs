@@ -1,26 +1,65 @@
-//! The one-line rendering of what an agent cost.
+//! The token ledger: what one subagent, or a whole run, cost.
 //!
-//! This file owns the ledger line's format, which users read in the run summary; it
-//! must never decide what a ledger counts (that is [`Ledger::record`]).
+//! This module owns what a ledger counts ([`Ledger::record`]) and the one-line format
+//! users read in the run summary ([`LedgerLine`]). Any module may use it; it must never
+//! depend on anything but the model's usage type.
 
 use std::fmt;
 
-use crate::agent::Ledger;
-use crate::event::AgentId;
+use serde::{Deserialize, Serialize};
+
+use crate::model::Usage;
+
+/// What one subagent cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ledger {
+    /// Model turns taken.
+    pub steps: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+}
+
+impl Ledger {
+    /// Adds one turn's usage.
+    pub fn record(&mut self, usage: &Usage) {
+        self.steps += 1;
+        self.input_tokens += usage.input_tokens;
+        self.output_tokens += usage.output_tokens;
+        self.cache_read_tokens += usage.cache_read_input_tokens;
+        self.cache_write_tokens += usage.cache_creation_input_tokens;
+    }
+
+    /// Adds another ledger (run totals).
+    pub fn add(&mut self, other: &Ledger) {
+        self.steps += other.steps;
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
+    }
+
+    /// Every token the provider counted, for budgets.
+    pub fn total_tokens(&self) -> u64 {
+        self.input_tokens + self.output_tokens + self.cache_read_tokens + self.cache_write_tokens
+    }
+}
 
 /// One agent's ledger as a single line, e.g.
 /// `[worker S2 · steps=3 in=3400 out=290 cache_read=2900]`.
 ///
 /// Cache counters are shown only when non-zero, so runs without prompt caching stay short.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct LedgerLine<'a> {
-    pub agent: &'a AgentId,
+    /// Who spent it: an agent (`worker S2`) or any other label.
+    pub agent: &'a dyn fmt::Display,
     pub ledger: &'a Ledger,
 }
 
 impl Ledger {
     /// This ledger rendered as `agent`'s one-line summary.
-    pub fn line<'a>(&'a self, agent: &'a AgentId) -> LedgerLine<'a> {
+    pub fn line<'a>(&'a self, agent: &'a dyn fmt::Display) -> LedgerLine<'a> {
         LedgerLine {
             agent,
             ledger: self,
@@ -55,6 +94,7 @@ impl fmt::Display for LedgerLine<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::AgentId;
 
     fn worker_s2() -> AgentId {
         AgentId {

@@ -1,99 +1,26 @@
-//! `grove review RUN`: walk a finished run's subtasks (header, reviewer's verdict and
-//! findings, coloured diff), let a person approve or reject each one, then apply.
+//! The terminal side of `grove review`: each subtask's header, verdict, findings and
+//! diff, the prompts, and what was recorded.
 //!
-//! This file owns the terminal side of a review: the walk, the prompts, the flags for
-//! scripts, what is printed and the exit code. Every decision goes through the
-//! library's [`override_verdicts`]; this file never writes to the repository itself.
+//! This file owns what a person reads and answers during a review; it must never record
+//! or apply anything itself (the command does, through the library).
 
 use std::io::{BufRead, IsTerminal as _, Write};
-use std::path::Path;
-use std::process::ExitCode;
 
-use clap::Args;
-
-use grove::git::{GitError, GitOptions, Repo};
-use grove::run::journal::VerdictKind;
-use grove::run::review::{
-    self, ApplyResult, CommitSource, ReviewOutcome, RunReview, SubtaskReview, override_verdicts,
-};
-use grove::run::state::SubtaskStatus;
-
-/// Exit code: the decisions approve a subtask that is not in the result (it conflicts).
-const EXIT_APPROVED_NOT_MERGED: u8 = 3;
-/// Exit code: usage error (as clap's).
-const EXIT_USAGE: u8 = 2;
-
-/// Arguments of `grove review`.
-#[derive(Debug, Args)]
-pub struct ReviewArgs {
-    /// The run to review, as `grove runs` lists it.
-    pub run_id: String,
-    /// Approve these subtasks, whatever the reviewer said (labels, comma-separated).
-    #[arg(long, value_name = "S1,S3", value_delimiter = ',')]
-    pub approve: Vec<String>,
-    /// Reject these subtasks, whatever the reviewer said (labels, comma-separated).
-    #[arg(long, value_name = "S2", value_delimiter = ',')]
-    pub reject: Vec<String>,
-    /// Apply the result to your branch afterwards (same safety as `grove run`).
-    #[arg(long, conflicts_with = "no_apply")]
-    pub apply: bool,
-    /// Record the decisions and rebuild the result, but leave your branch alone.
-    #[arg(long)]
-    pub no_apply: bool,
-    /// Print every subtask (verdict, findings, diff) and change nothing.
-    #[arg(long, conflicts_with_all = ["approve", "reject", "apply", "no_apply"])]
-    pub list: bool,
-    /// Print the resulting state as one JSON object on stdout (the text goes to stderr).
-    #[arg(long)]
-    pub json: bool,
-}
-
-impl ReviewArgs {
-    /// True when the flags ask for a change (decisions, or what to do with the result).
-    fn wants_change(&self) -> bool {
-        !self.approve.is_empty() || !self.reject.is_empty() || self.apply || self.no_apply
-    }
-
-    /// The decisions the flags give, or the label given to both flags.
-    fn changes(&self) -> Result<Decisions, String> {
-        // `s2` and `2` mean `S2`: labels are typed by hand.
-        let label = |s: &String| {
-            let s = s.trim();
-            let digits = s.strip_prefix(['S', 's']).unwrap_or(s);
-            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-                format!("S{digits}")
-            } else {
-                s.to_owned()
-            }
-        };
-        let approve: Vec<String> = self.approve.iter().map(label).collect();
-        let reject: Vec<String> = self.reject.iter().map(label).collect();
-        if let Some(both) = approve.iter().find(|id| reject.contains(id)) {
-            return Err(format!("{both} is given to both --approve and --reject"));
-        }
-        if let Some(empty) = approve.iter().chain(&reject).find(|id| id.is_empty()) {
-            return Err(format!(
-                "an empty subtask label {empty:?} in --approve/--reject (e.g. --approve S1,S3)"
-            ));
-        }
-        Ok(approve
-            .into_iter()
-            .map(|id| (id, VerdictKind::Approve))
-            .chain(reject.into_iter().map(|id| (id, VerdictKind::Reject)))
-            .collect())
-    }
-}
+use grove::git::GitError;
+use grove::review::{ApplyResult, CommitSource, ReviewOutcome, RunReview, SubtaskReview};
+use grove::store::journal::VerdictKind;
+use grove::store::state::SubtaskStatus;
 
 /// Where the text goes and whether it is coloured.
-struct Out {
+pub struct Out {
     stream: Box<dyn Write>,
-    colour: bool,
+    pub colour: bool,
 }
 
 impl Out {
     /// Stdout, or stderr when stdout carries JSON; colour only on a terminal and
     /// without `NO_COLOR`.
-    fn new(json: bool) -> Self {
+    pub fn new(json: bool) -> Self {
         let no_colour = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
         if json {
             Self {
@@ -108,7 +35,7 @@ impl Out {
         }
     }
 
-    fn paint(&self, code: &str, text: &str) -> String {
+    pub fn paint(&self, code: &str, text: &str) -> String {
         if self.colour {
             format!("\x1b[{code}m{text}\x1b[0m")
         } else {
@@ -116,98 +43,13 @@ impl Out {
         }
     }
 
-    fn line(&mut self, text: &str) -> std::io::Result<()> {
+    pub fn line(&mut self, text: &str) -> std::io::Result<()> {
         writeln!(self.stream, "{text}")
     }
 }
 
-/// `grove review RUN`.
-pub async fn review(directory: &Path, args: &ReviewArgs) -> anyhow::Result<ExitCode> {
-    let changes = match args.changes() {
-        Ok(changes) => changes,
-        Err(problem) => {
-            let mut stderr = std::io::stderr();
-            writeln!(stderr, "grove: {problem}")?;
-            return Ok(ExitCode::from(EXIT_USAGE));
-        }
-    };
-    let repo = Repo::open(directory, GitOptions::default()).await?;
-    let run = review::load(&repo, &args.run_id).await?;
-    let mut out = Out::new(args.json);
-    let interactive = !args.wants_change()
-        && !args.list
-        && !args.json
-        && std::io::stdin().is_terminal()
-        && std::io::stdout().is_terminal();
-
-    if !args.wants_change() && !interactive {
-        let colour = out.colour;
-        let diff = |subtask: &SubtaskReview| run.render_diff(&repo, subtask, colour);
-        for subtask in &run.subtasks {
-            show_subtask(&mut out, subtask, &diff)?;
-        }
-        show_run_footer(&mut out, &run)?;
-        if !args.list && !args.json {
-            let mut stderr = std::io::stderr();
-            writeln!(
-                stderr,
-                "grove: not a terminal, so nothing was asked; decide with --approve/--reject \
-                 and --apply/--no-apply"
-            )?;
-        }
-        if args.json {
-            print_json(&ReviewOutcome::unchanged(run))?;
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-
-    let (changes, apply) = if interactive {
-        if let Some(refusal) = run.refusal() {
-            return Err(refusal.into());
-        }
-        let stdin = std::io::stdin();
-        let mut input = stdin.lock();
-        let colour = out.colour;
-        let diff = |subtask: &SubtaskReview| run.render_diff(&repo, subtask, colour);
-        match walk(&mut out, &mut input, &run, &diff)? {
-            Some(decided) => decided,
-            None => {
-                out.line("Quit: nothing was recorded.")?;
-                return Ok(ExitCode::SUCCESS);
-            }
-        }
-    } else {
-        (changes, args.apply)
-    };
-
-    let outcome = override_verdicts(&repo, &args.run_id, &changes, apply).await?;
-    show_outcome(&mut out, &outcome, apply)?;
-    if args.json {
-        print_json(&outcome)?;
-    }
-    Ok(exit_code(&outcome))
-}
-
-/// 1 when the apply was refused; 3 when a subtask the decisions approve is not in the
-/// result; 0 otherwise (applied, nothing to apply, or not asked to apply).
-fn exit_code(outcome: &ReviewOutcome) -> ExitCode {
-    if matches!(outcome.apply, Some(ApplyResult::Refused { .. })) {
-        ExitCode::FAILURE
-    } else if !outcome.approved_but_not_merged().is_empty() {
-        ExitCode::from(EXIT_APPROVED_NOT_MERGED)
-    } else {
-        ExitCode::SUCCESS
-    }
-}
-
-fn print_json(outcome: &ReviewOutcome) -> anyhow::Result<()> {
-    let mut stdout = std::io::stdout();
-    writeln!(stdout, "{}", serde_json::to_string_pretty(outcome)?)?;
-    Ok(())
-}
-
 /// Subtask labels with the decision a person gave them.
-type Decisions = Vec<(String, VerdictKind)>;
+pub type Decisions = Vec<(String, VerdictKind)>;
 
 /// What a person answered for one subtask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,7 +62,7 @@ enum Answer {
 
 /// Asks until the answer is one of `choices` (first letters; an empty answer is
 /// `default`, when there is one); end of input is `None`.
-fn ask(
+pub fn ask(
     out: &mut Out,
     input: &mut dyn BufRead,
     question: &str,
@@ -259,7 +101,7 @@ fn ask(
 
 /// Shows each subtask and asks for a decision; then shows the changes and asks what to
 /// do. `None` when the person quit.
-fn walk(
+pub fn walk(
     out: &mut Out,
     input: &mut dyn BufRead,
     run: &RunReview,
@@ -348,10 +190,10 @@ fn walk(
 }
 
 /// Renders a subtask's diff (`None`: it has no commit).
-type RenderDiff<'a> = dyn Fn(&SubtaskReview) -> Result<Option<String>, GitError> + 'a;
+pub type RenderDiff<'a> = dyn Fn(&SubtaskReview) -> Result<Option<String>, GitError> + 'a;
 
 /// The header (id, task, status, verdicts, findings, warnings) and the diff.
-fn show_subtask(
+pub fn show_subtask(
     out: &mut Out,
     subtask: &SubtaskReview,
     diff: &RenderDiff<'_>,
@@ -427,7 +269,7 @@ fn show_subtask(
     Ok(())
 }
 
-fn show_run_footer(out: &mut Out, run: &RunReview) -> anyhow::Result<()> {
+pub fn show_run_footer(out: &mut Out, run: &RunReview) -> anyhow::Result<()> {
     let branch = run
         .branch
         .strip_prefix("refs/heads/")
@@ -452,7 +294,7 @@ fn show_run_footer(out: &mut Out, run: &RunReview) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn show_outcome(out: &mut Out, outcome: &ReviewOutcome, apply: bool) -> anyhow::Result<()> {
+pub fn show_outcome(out: &mut Out, outcome: &ReviewOutcome, apply: bool) -> anyhow::Result<()> {
     let run = &outcome.review;
     for decision in &outcome.recorded {
         out.line(&format!(
@@ -563,7 +405,7 @@ mod tests {
             id: id.into(),
             task: format!("brief of {id}"),
             status,
-            reviewer: verdict.map(|verdict| grove::run::state::VerdictState {
+            reviewer: verdict.map(|verdict| grove::store::state::VerdictState {
                 verdict,
                 summary: "judged".into(),
                 findings: Vec::new(),
@@ -582,7 +424,7 @@ mod tests {
         RunReview {
             run_id: "20261130-000000-0000".into(),
             task: "task".into(),
-            status: grove::run::state::RunStatus::Finished,
+            status: grove::store::state::RunStatus::Finished,
             base: grove::git::CommitId::parse(&"b".repeat(40)).unwrap(),
             branch: "refs/heads/main".into(),
             result_branch: "grove/20261130-000000-0000/result".into(),
@@ -647,46 +489,6 @@ mod tests {
         assert_eq!(
             walk_with("r\nk\na\n").0,
             Some((vec![("S1".to_owned(), VerdictKind::Reject)], true))
-        );
-    }
-
-    #[test]
-    fn labels_typed_by_hand_are_normalised() {
-        let args = ReviewArgs {
-            run_id: "x".into(),
-            approve: vec!["s1".into(), " 3 ".into()],
-            reject: vec!["S2".into(), "lead".into()],
-            apply: false,
-            no_apply: false,
-            list: false,
-            json: false,
-        };
-        assert_eq!(
-            args.changes(),
-            Ok(vec![
-                ("S1".to_owned(), VerdictKind::Approve),
-                ("S3".to_owned(), VerdictKind::Approve),
-                ("S2".to_owned(), VerdictKind::Reject),
-                ("lead".to_owned(), VerdictKind::Reject),
-            ]),
-            "anything else is passed on, for the library to refuse by name"
-        );
-    }
-
-    #[test]
-    fn a_label_given_to_both_flags_is_a_usage_error() {
-        let args = ReviewArgs {
-            run_id: "x".into(),
-            approve: vec!["S1".into(), "S2".into()],
-            reject: vec!["S2".into()],
-            apply: false,
-            no_apply: false,
-            list: false,
-            json: false,
-        };
-        assert_eq!(
-            args.changes(),
-            Err("S2 is given to both --approve and --reject".to_owned())
         );
     }
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::agent::Ledger;
+use crate::ledger::Ledger;
 
 /// What one model costs, in US dollars per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]

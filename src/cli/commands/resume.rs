@@ -1,0 +1,65 @@
+//! `grove resume RUN_ID`: continues an interrupted run; it ends like `grove run`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use grove::git::GitOptions;
+use grove::model::{self, Provider};
+use grove::run::{ModelNames, RunError};
+use grove::store::state::RunState;
+
+use crate::cli::drive;
+
+/// Arguments of `grove resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The run to continue, as `grove runs` lists it.
+    pub run_id: String,
+    /// Print one JSON object with the run's report on stdout at the end.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Resumes `args.run_id` with the provider and models the run started with.
+pub async fn resume(directory: &Path, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
+    let models = |state: &RunState| {
+        let not_resumable = |reason: String| RunError::NotResumable {
+            run_id: state.run_id.clone(),
+            reason,
+        };
+        let provider: Provider = state
+            .provider
+            .parse()
+            .map_err(|error: model::ModelError| not_resumable(error.to_string()))?;
+        // Runs journaled before per-role models name only one model.
+        let names: ModelNames =
+            serde_json::from_value(state.options["model_names"].clone()).unwrap_or_default();
+        let or_run_model = |name: String| {
+            if name.is_empty() {
+                state.model.clone()
+            } else {
+                name
+            }
+        };
+        let names = ModelNames {
+            lead: or_run_model(names.lead),
+            worker: or_run_model(names.worker),
+            reviewer: or_run_model(names.reviewer),
+        };
+        drive::connect_models(provider, names).map_err(|error| not_resumable(error.to_string()))
+    };
+    let report = drive::drive(args.json, |events, cancel| {
+        grove::run::resume(
+            directory,
+            &args.run_id,
+            GitOptions::default(),
+            models,
+            events,
+            cancel,
+        )
+    })
+    .await?;
+    Ok(drive::exit_code(&report))
+}
