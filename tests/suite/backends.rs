@@ -11,9 +11,9 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use grove::ledger::Ledger;
 use grove::agent::external::{BackendEnv, WorkerBackend};
 use grove::event::{Event, EventSink};
+use grove::ledger::Ledger;
 use grove::model::Provider;
 use grove::run::{Models, RunEnd, RunOptions, RunReport};
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
@@ -23,14 +23,14 @@ use crate::support::fake_cli::{self, FakeClis};
 use crate::support::fake_server::{FakeServer, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 
-const BRIEF: &str = "Make src/a.txt shout: replace alpha with ALPHA. BRIEF-MARK-7";
+pub(crate) const BRIEF: &str = "Make src/a.txt shout: replace alpha with ALPHA. BRIEF-MARK-7";
 const BRIEF_MARK: &str = "BRIEF-MARK-7";
 /// What every stand-in does to the worktree.
 const EDIT: &str = "printf 'ALPHA\\n' > src/a.txt";
 
 /// Lead delegates [`BRIEF`] once, then summarises; the reviewer approves. A request from
 /// grove's own worker is answered, and the tests assert there is none.
-async fn server() -> FakeServer {
+pub(crate) async fn server() -> FakeServer {
     FakeServer::with_responder(|request| match who(request) {
         Who::Lead if request.tool_results().is_empty() => Turn::text("Delegating.")
             .tool_use("lead_call_0", "delegate", json!({ "task": BRIEF }))
@@ -55,7 +55,7 @@ fn models(server: &FakeServer) -> Models {
     crate::suite::run::models(server, Provider::Anthropic, true)
 }
 
-fn repo() -> GitFixture {
+pub(crate) fn repo() -> GitFixture {
     GitFixture::with_files(&[
         ("src/a.txt", "alpha\n"),
         ("src/b.txt", "beta\n"),
@@ -74,7 +74,7 @@ fn options(fixture: &GitFixture, clis: &FakeClis, backend: WorkerBackend) -> Run
 }
 
 /// Runs `options` to its end and returns the report and every event.
-async fn run(
+pub(crate) async fn run(
     fixture: &GitFixture,
     server: &FakeServer,
     options: RunOptions,
@@ -104,7 +104,7 @@ fn transcripts_dir(fixture: &GitFixture, run_id: &str) -> PathBuf {
         .join("transcripts")
 }
 
-fn statuses(report: &RunReport) -> Vec<(String, SubtaskOutcome, Option<VerdictKind>)> {
+pub(crate) fn statuses(report: &RunReport) -> Vec<(String, SubtaskOutcome, Option<VerdictKind>)> {
     report
         .subtasks
         .iter()

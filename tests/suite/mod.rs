@@ -1,7 +1,7 @@
 //! Integration test suites, one module per area.
 
 mod agent;
-mod backends;
+pub(crate) mod backends;
 pub(crate) mod cli;
 mod config;
 mod demo;
@@ -10,6 +10,7 @@ mod git;
 mod loop_http;
 mod model;
 mod polish;
+mod real_clis;
 mod report;
 mod review;
 pub(crate) mod run;
