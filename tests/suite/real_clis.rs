@@ -209,6 +209,14 @@ fn main_turn(cli: Cli, request: &RecordedRequest) -> Turn {
     }
 }
 
+/// Whether `request` is of the CLI's conversation (not a side request of its own).
+fn is_conversation(cli: Cli, request: &RecordedRequest) -> bool {
+    match cli {
+        Cli::Claude | Cli::Gemini => request.offers_tools(),
+        Cli::Codex | Cli::Aider => true,
+    }
+}
+
 /// The CLI's server: the conversation, side requests answered, and `fault` played.
 async fn cli_server(cli: Cli, fault: Fault) -> FakeServer {
     let faulted = Arc::new(AtomicBool::new(false));
@@ -230,11 +238,7 @@ async fn cli_server(cli: Cli, fault: Fault) -> FakeServer {
                 ),
             };
         }
-        let side = match cli {
-            Cli::Claude | Cli::Gemini => !request.offers_tools(),
-            Cli::Codex | Cli::Aider => false,
-        };
-        if side {
+        if !is_conversation(cli, request) {
             return side_answer(cli, request).into();
         }
         let turn = main_turn(cli, request);
@@ -391,6 +395,18 @@ async fn edit_is_merged(cli: Cli, fault: Fault, summary: &str) {
          included"
     );
     assert!(ledger.steps >= 1, "{cli:?}: it took steps: {ledger:?}");
+    let first_requests = outcome
+        .cli
+        .requests()
+        .iter()
+        .filter(|request| is_conversation(cli, request) && request.tool_result_count() == 0)
+        .count();
+    assert_eq!(
+        first_requests,
+        if fault == Fault::Transient { 2 } else { 1 },
+        "{cli:?} ({fault:?}): the conversation's first request was sent once, or again after \
+         the fault"
+    );
     assert_eq!(
         subtask.reason.as_deref(),
         Some(format!("worker: {summary}").as_str()),

@@ -19,7 +19,9 @@ use super::backend::{
     STDOUT_VAR, WorkerBackend, shell_command,
 };
 use super::follow::{LineFollower, file_tail, strip_escapes, tail_chars};
-use super::parse::{CliReport, OutputFormat, OutputParser, Progress, non_empty, parse_output};
+use super::parse::{
+    CliReport, OutputFormat, OutputParser, Progress, last_reply_in_history, non_empty, parse_output,
+};
 use crate::tools::exec::{
     CommandExecutor as _, ExecError, ExecOutcome, ExecRequest, ExecResult, LocalExecutor, OutputCap,
 };
@@ -210,7 +212,13 @@ impl CliInvocation {
             }
         };
         follower.feed(&mut parser, true, &mut watch)?;
-        let report = parser.finish();
+        let mut report = parser.finish();
+        if self.backend == WorkerBackend::Aider
+            && let Ok(history) = std::fs::read_to_string(self.history_path(".chat.md"))
+            && let Some(reply) = last_reply_in_history(&history)
+        {
+            report.final_message = Some(reply);
+        }
         // Output read only after the exit may show the budget spent all the same.
         if over_budget.is_none()
             && let Some(budget) = self.budget_tokens
@@ -322,11 +330,7 @@ impl CliInvocation {
                 executor = executor.with_var(name.clone(), value.clone());
             }
         }
-        let history = |suffix: &str| {
-            let mut path = self.stdout_path.clone().into_os_string();
-            path.push(suffix);
-            path
-        };
+        let history = |suffix: &str| self.history_path(suffix);
         executor
             .with_var(BRIEF_VAR, &self.prompt)
             .with_var(PROGRAM_VAR, self.program())
@@ -334,6 +338,14 @@ impl CliInvocation {
             .with_var(STDERR_VAR, self.stderr_path.as_os_str())
             .with_var(AIDER_CHAT_HISTORY_VAR, history(".chat.md"))
             .with_var(AIDER_INPUT_HISTORY_VAR, history(".input"))
+    }
+
+    /// Where aider keeps its chat (`.chat.md`) or input (`.input`) history: beside the
+    /// raw output, never in the worktree.
+    fn history_path(&self, suffix: &str) -> PathBuf {
+        let mut path = self.stdout_path.clone().into_os_string();
+        path.push(suffix);
+        PathBuf::from(path)
     }
 
     /// Root entries of the worktree with the backend's scratch prefix.

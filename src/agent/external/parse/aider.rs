@@ -178,6 +178,30 @@ impl AiderParser {
     }
 }
 
+/// The model's last answer in aider's chat history file (`--chat-history-file`), where
+/// aider marks its own output with `> ` and the user's messages with `#### `: the exact
+/// reply, which stdout mixes with aider's questions and file names.
+pub(crate) fn last_reply_in_history(history: &str) -> Option<String> {
+    let mut last = None;
+    let mut block: Vec<&str> = Vec::new();
+    let mut in_reply = false;
+    for line in history.lines() {
+        let own = line.starts_with("> ") || line == ">" || line.starts_with("# aider chat started");
+        if line.starts_with("#### ") {
+            in_reply = true;
+            block.clear();
+        } else if own {
+            if let Some(reply) = non_empty(block.join("\n")) {
+                last = Some(reply);
+            }
+            block.clear();
+        } else if in_reply {
+            block.push(line);
+        }
+    }
+    non_empty(block.join("\n")).or(last)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -248,6 +272,23 @@ mod tests {
             Done.\n\
             Tokens: 10 sent, 2 received.\n";
         assert_eq!(parse_output(OutputFormat::AiderText, recovered).error, None);
+    }
+
+    #[test]
+    fn the_history_file_holds_the_exact_reply() {
+        let history = "# aider chat started at 2026-12-01 08:39:45\n\n> aider --message x\n\
+            > Aider v0.86.2  \n\n#### make it shout  \n> src/a.txt  \n\
+            > Add file to the chat? (Y)es/(N)o [Yes]: y  \n\nI will shout.\n\nsrc/a.txt\n\
+            ```\n<<<<<<< SEARCH\nalpha\n=======\nALPHA\n>>>>>>> REPLACE\n```\n\n\
+            > Tokens: 1.0k sent, 50 received.  \n> Applied edit to src/a.txt  \n";
+        assert_eq!(
+            last_reply_in_history(history).as_deref(),
+            Some(
+                "I will shout.\n\nsrc/a.txt\n```\n<<<<<<< SEARCH\nalpha\n=======\nALPHA\n\
+                 >>>>>>> REPLACE\n```"
+            )
+        );
+        assert_eq!(last_reply_in_history("> Aider v0.86.2\n"), None);
     }
 
     #[test]

@@ -17,6 +17,8 @@ use serde::{Deserialize, Deserializer};
 use crate::agent::Ledger;
 
 mod aider;
+
+pub(crate) use aider::last_reply_in_history;
 mod claude;
 mod codex;
 mod gemini;
