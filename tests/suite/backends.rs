@@ -1,8 +1,11 @@
 //! `--worker-backend`: other agent CLIs as workers, end to end. Each stand-in CLI (see
-//! `support::fake_cli`) checks the argv and environment the real one needs, edits a file
-//! and prints a recorded sample of that CLI's output; the lead and the reviewer are
-//! grove's own, played by the fake model server. The worker's edit must then go through
-//! the same commit → isolated review → merge path as a built-in worker's.
+//! `support::fake_cli`) checks the exact argv and environment grove gives the real one
+//! (its own credentials and no other secret, the brief and the project rules in the
+//! prompt, a linked worktree), edits a file and prints a sample of that CLI's output;
+//! the lead and the reviewer are grove's own, played by the fake model server. The
+//! stand-ins also play what no real CLI can be made to do on cue (crash, hang, print
+//! garbage). That the real, pinned binaries work with that argv is proven in
+//! `suite::real_clis`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -347,6 +350,37 @@ echo "CMD-FINAL: done"
             Some("worker: noise that scrolls away\nCMD-FINAL: done")
         ),
         "a command reports no usage; its stdout tail is its final message"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_variables_reach_the_cli_and_no_others() {
+    let fixture = repo();
+    let clis = FakeClis::new();
+    clis.install(
+        "claude",
+        BRIEF_MARK,
+        &format!(
+            "need_env DISABLE_AUTOUPDATER 1\nno_env DISABLE_TELEMETRY\n{}",
+            fake_cli::claude_script(EDIT, fake_cli::CLAUDE_SAMPLE)
+        ),
+    );
+    let server = server().await;
+    let mut options = options(&fixture, &clis, WorkerBackend::Claude);
+    if let Some(env) = &mut options.backend_env {
+        env.0.push(("DISABLE_AUTOUPDATER".into(), "1".into()));
+        env.0.push(("DISABLE_TELEMETRY".into(), "1".into()));
+    }
+    options.worker_pass_env = vec!["DISABLE_AUTOUPDATER".into()];
+    let (report, _) = run(&fixture, &server, options).await;
+    assert_eq!(
+        statuses(&report),
+        vec![(
+            "S1".into(),
+            SubtaskOutcome::Merged,
+            Some(VerdictKind::Approve)
+        )],
+        "[workers] pass_env hands the named variable over, and only it: {report:#?}"
     );
 }
 

@@ -14,8 +14,8 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use pretty_assertions::assert_eq;
@@ -30,6 +30,8 @@ use crate::support::fake_server::{Endpoint, FakeServer, RecordedRequest, Reply, 
 use crate::support::git_fixture::GitFixture;
 
 const KEY: &str = "sk-fake-cli-key-0123456789";
+/// Text of the brief the lead delegates (`suite::backends::BRIEF`).
+const BRIEF_MARK: &str = "BRIEF-MARK-7";
 /// aider's answer, its banner and chatter left out.
 const AIDER_SUMMARY: &str = "I will make it shout.\n\nsrc/a.txt\n```\n<<<<<<< SEARCH\nalpha\n=======\nALPHA\n>>>>>>> REPLACE\n```";
 
@@ -77,8 +79,30 @@ impl Cli {
     }
 
     /// The program on PATH if it is the pinned version; otherwise a skip (or, with
-    /// `GROVE_REQUIRE_REAL_CLIS=1`, a failure).
+    /// `GROVE_REQUIRE_REAL_CLIS=1`, a failure). Checked once per CLI: `--version` alone
+    /// takes aider seconds.
     fn installed(self) -> Option<PathBuf> {
+        static CHECKED: [OnceLock<Result<PathBuf, String>>; 4] = [
+            OnceLock::new(),
+            OnceLock::new(),
+            OnceLock::new(),
+            OnceLock::new(),
+        ];
+        let checked = CHECKED[self as usize].get_or_init(|| self.find());
+        match checked {
+            Ok(program) => Some(program.clone()),
+            Err(problem) => {
+                assert!(
+                    std::env::var_os("GROVE_REQUIRE_REAL_CLIS").is_none(),
+                    "GROVE_REQUIRE_REAL_CLIS is set but {problem}"
+                );
+                eprintln!("skipped: {problem} (`.ci/run` installs it)");
+                None
+            }
+        }
+    }
+
+    fn find(self) -> Result<PathBuf, String> {
         let found = std::env::var_os("PATH").and_then(|path| {
             std::env::split_paths(&path)
                 .map(|dir| dir.join(self.program()))
@@ -93,7 +117,7 @@ impl Cli {
                     .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
                     .unwrap_or_default();
                 if output.contains(self.version()) {
-                    return found;
+                    return Ok(program.clone());
                 }
                 format!(
                     "{} is {:?}, not the pinned {}",
@@ -103,12 +127,7 @@ impl Cli {
                 )
             }
         };
-        assert!(
-            std::env::var_os("GROVE_REQUIRE_REAL_CLIS").is_none(),
-            "GROVE_REQUIRE_REAL_CLIS is set but {problem}"
-        );
-        eprintln!("skipped: {problem} (`.ci/run` installs it)");
-        None
+        Err(problem)
     }
 }
 
@@ -327,6 +346,12 @@ struct Outcome {
 
 /// Runs grove on the fixture with `cli` as the worker against a server playing `fault`.
 async fn run_cli(cli: Cli, fault: Fault) -> Option<Outcome> {
+    run_cli_in(cli, fault, None).await
+}
+
+/// [`run_cli`] with the worktrees under `worktrees_in` (a path in the fixture's repo)
+/// instead of a directory of their own.
+async fn run_cli_in(cli: Cli, fault: Fault, worktrees_in: Option<&str>) -> Option<Outcome> {
     cli.installed()?;
     let started = Instant::now();
     let fixture = repo();
@@ -345,7 +370,10 @@ async fn run_cli(cli: Cli, fault: Fault) -> Option<Outcome> {
             "LITELLM_LOCAL_MODEL_COST_MAP".into(),
         ],
         // Claude Code refuses every edit under a .git directory.
-        worktrees_dir: Some(worktrees.path().to_path_buf()),
+        worktrees_dir: Some(match worktrees_in {
+            Some(path) => fixture.repo.join(path),
+            None => worktrees.path().to_path_buf(),
+        }),
         worker_backend_timeout_secs: 120,
         ..RunOptions::new("USER-TASK: make a shout")
     };
@@ -395,6 +423,12 @@ async fn edit_is_merged(cli: Cli, fault: Fault, summary: &str) {
          included"
     );
     assert!(ledger.steps >= 1, "{cli:?}: it took steps: {ledger:?}");
+    assert!(
+        outcome.cli.requests().iter().any(|request| {
+            request.raw_body.contains(BRIEF_MARK) && request.raw_body.contains("House rule")
+        }),
+        "{cli:?}: the CLI's prompt holds the brief and the project rules"
+    );
     let first_requests = outcome
         .cli
         .requests()
@@ -449,8 +483,10 @@ async fn unauthorized_fails(cli: Cli, words: &str) {
         "{cli:?}: the user's branch and tree are as they were"
     );
     assert!(
-        !outcome.cli.requests().is_empty(),
-        "{cli:?}: it did reach its server"
+        outcome.cli.requests().iter().any(|request| {
+            request.raw_body.contains(BRIEF_MARK) && request.raw_body.contains("House rule")
+        }),
+        "{cli:?}: it reached its server with the brief and the project rules"
     );
 }
 
@@ -477,6 +513,32 @@ async fn claude_code_recovers_from_a_500() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_401_fails_the_subtask_in_its_words() {
     unauthorized_fails(Cli::Claude, "API error 401: Invalid API key").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_codes_refusal_to_edit_under_git_is_the_reason() {
+    let Some(outcome) = run_cli_in(Cli::Claude, Fault::None, Some(".git/grove-worktrees")).await
+    else {
+        return;
+    };
+    let subtask = &outcome.report.subtasks[0];
+    let reason = subtask.reason.clone().unwrap_or_default();
+    assert_eq!(
+        (subtask.status, subtask.verdict),
+        (SubtaskOutcome::Failed, None),
+        "a refused edit fails the subtask: {subtask:#?}"
+    );
+    assert!(
+        reason.starts_with("claude was refused by its own permission rules: Edit ")
+            && reason.contains("/.git/grove-worktrees/")
+            && reason.contains("src/a.txt"),
+        "the reason names the refused tool and path, not \"changed no file\": {reason:?}"
+    );
+    assert_eq!(
+        outcome.fixture.read("src/a.txt"),
+        b"alpha\n",
+        "nothing is merged"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
