@@ -8,14 +8,14 @@
 
 use std::path::Path;
 
-use crate::git::{CommitId, GitError, Repo, RunId as GitRunId};
+use crate::git::{CommitId, GitError, Repo};
 use crate::ledger::Ledger;
-use crate::run::journal::{self, Entry, JournalError, Record, RunOutcome, VerdictKind};
-use crate::run::lock::{self, Liveness};
-use crate::run::options::ModelNames;
-use crate::run::state::{LEAD_SUBTASK, RunState, RunStatus, SubtaskState, SubtaskStatus};
-use crate::run::store::{JOURNAL_FILE, RunId, RunStore, StoreError};
-use crate::run::transcript::{self, AgentEnd, AgentTiming};
+use crate::settings::options::ModelNames;
+use crate::store::journal::{self, Entry, JournalError, Record, RunOutcome, VerdictKind};
+use crate::store::lock::{self, Liveness};
+use crate::store::state::{LEAD_SUBTASK, RunState, RunStatus, SubtaskState, SubtaskStatus};
+use crate::store::transcript::{self, AgentEnd, AgentTiming};
+use crate::store::{JOURNAL_FILE, RunId, RunStore, StoreError};
 
 use super::diff::side_by_side;
 use super::{
@@ -419,14 +419,10 @@ fn subtract(ledger: &mut Ledger, other: &Ledger) {
 
 /// The run's archive refs with their commits, e.g. `refs/grove/archive/<run>/2-2`.
 fn archive_refs(repo: &Repo, id: &RunId, notes: &mut Vec<String>) -> Vec<(String, CommitId)> {
-    let found = GitRunId::new(id.as_str()).and_then(|run| {
-        repo.refs_under(&run.archive_prefix())
-            .map(|refs| (run, refs))
-    });
-    match found {
-        Ok((run, refs)) => refs
+    match repo.refs_under(&id.archive_prefix()) {
+        Ok(refs) => refs
             .into_iter()
-            .filter(|(name, _)| name.starts_with(&run.archive_prefix()))
+            .filter(|(name, _)| name.starts_with(&id.archive_prefix()))
             .collect(),
         Err(error) => {
             notes.push(format!("cannot list the run's archived work: {error}"));

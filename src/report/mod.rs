@@ -18,7 +18,7 @@ mod timeline;
 use serde::Serialize;
 
 use crate::ledger::Ledger;
-use crate::run::state::{RunStatus, SubtaskStatus, VerdictState};
+use crate::store::state::{RunStatus, SubtaskStatus, VerdictState};
 
 pub use diff::{FileDiff, Hunk, Line, Row, Segment, side_by_side, word_segments};
 pub use gather::{ReportError, gather};

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
 use crate::ledger::Ledger;
-use crate::run::state::{RunStatus, VerdictState};
+use crate::store::state::{RunStatus, VerdictState};
 
 use super::diff::{FileDiff, Row, Segment, word_segments};
 use super::html::{duration, escape};
@@ -594,8 +594,8 @@ mod tests {
         DiffView, FileDiff, Hunk, Lane, Line, Marker, MarkerKind, PriceTable, Row, RunEvent,
         SubtaskSection, Timeline,
     };
-    use crate::run::journal::{Finding, VerdictKind};
-    use crate::run::state::SubtaskStatus;
+    use crate::store::journal::{Finding, VerdictKind};
+    use crate::store::state::SubtaskStatus;
 
     const EVIL: &str = "</script><script>alert(1)</script>\"'><img src=x onerror=alert(2)>";
 

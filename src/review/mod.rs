@@ -17,17 +17,17 @@ use crate::git::{
     ApplyOutcome, ApplyRequest, ArchivedWork, CommitId, DiffStat, GitError, RebuildPick,
     RebuildStep, RefusalReason, Repo, RunId as GitRunId, subtask_ref,
 };
-use crate::run::journal::{
-    Entry, Journal, JournalError, RebuiltSubtask, Record, SubtaskOutcome, VerdictKind,
-};
-use crate::run::lock::{LockError, RepoLock};
 use crate::run::orchestrator::describe_refusal;
 use crate::run::report::executes_later;
-use crate::run::state::{
+use crate::store::journal::{
+    Entry, Journal, JournalError, RebuiltSubtask, Record, SubtaskOutcome, VerdictKind,
+};
+use crate::store::lock::{LockError, RepoLock};
+use crate::store::state::{
     self, ReplayError, RunState, RunStatus, SnapshotError, SubtaskState, SubtaskStatus,
     VerdictState,
 };
-use crate::run::store::{JOURNAL_FILE, RunId, RunStore, SNAPSHOT_FILE, StoreError};
+use crate::store::{JOURNAL_FILE, RunId, RunStore, SNAPSHOT_FILE, StoreError};
 
 /// The patch itself is not needed here (the terminal rendering reads blobs), only the
 /// diffstat; a small cap keeps `git diff`'s output from being copied around.
@@ -759,7 +759,7 @@ impl ReviewJournal {
         let dir = store.run_dir(run_id);
         let path = dir.join(JOURNAL_FILE);
         let (journal, contents) = Journal::open(&path)?;
-        let state = crate::run::store::replay_checked(run_id, &path, &contents.records)?;
+        let state = crate::store::replay_checked(run_id, &path, &contents.records)?;
         Ok(Self {
             journal,
             state,

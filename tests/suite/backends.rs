@@ -15,8 +15,8 @@ use grove::agent::Ledger;
 use grove::event::{Event, EventSink};
 use grove::model::Provider;
 use grove::run::backend::{BackendEnv, WorkerBackend};
-use grove::run::journal::{SubtaskOutcome, VerdictKind};
 use grove::run::{Models, RunEnd, RunOptions, RunReport};
+use grove::store::journal::{SubtaskOutcome, VerdictKind};
 
 use crate::suite::run::{Who, who};
 use crate::support::fake_cli::{self, FakeClis};

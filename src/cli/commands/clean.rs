@@ -6,8 +6,6 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use clap::Args;
 
-use grove::git::RunId as GitRunId;
-
 use crate::cli::{drive, render};
 
 /// Arguments of `grove clean`.
@@ -20,14 +18,14 @@ pub struct CleanArgs {
 /// Cleans `args.run_id` unless it is still running.
 pub async fn clean(directory: &Path, args: &CleanArgs) -> anyhow::Result<ExitCode> {
     let repo = drive::open_repo(directory).await?;
-    let run: grove::run::store::RunId = args
+    let run: grove::store::RunId = args
         .run_id
         .parse()
         .with_context(|| format!("{:?} is not a run id; `grove runs` lists them", args.run_id))?;
-    let holder = grove::run::lock::read_holder(repo.common_dir())?;
+    let holder = grove::store::lock::read_holder(repo.common_dir())?;
     if let Some(holder) = holder
         && holder.run_id == run.as_str()
-        && holder.liveness() != grove::run::lock::Liveness::Dead
+        && holder.liveness() != grove::store::lock::Liveness::Dead
     {
         bail!(
             "run {} is still running (pid {}); stop it before cleaning it",
@@ -35,9 +33,8 @@ pub async fn clean(directory: &Path, args: &CleanArgs) -> anyhow::Result<ExitCod
             holder.pid
         );
     }
-    let git_run = GitRunId::new(run.as_str())?;
     let report = repo
-        .clean_run(&git_run, &repo.default_worktrees_dir(&git_run))
+        .clean_run(&run, &repo.default_worktrees_dir(&run))
         .await?;
     render::clean_report(&report);
     Ok(ExitCode::SUCCESS)

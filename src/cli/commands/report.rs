@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use clap::Args;
 
 use grove::report::{self, PriceTable};
-use grove::run::store::{RunId, RunStore};
+use grove::store::{RunId, RunStore};
 
 /// Arguments of `grove report`.
 #[derive(Debug, Args)]

@@ -7,8 +7,8 @@ use clap::Args;
 
 use grove::git::GitOptions;
 use grove::model::{self, Provider};
-use grove::run::state::RunState;
 use grove::run::{ModelNames, RunError};
+use grove::store::state::RunState;
 
 use crate::cli::drive;
 

@@ -13,7 +13,7 @@ use clap::Args;
 
 use grove::git::{GitOptions, Repo};
 use grove::review::{self, ApplyResult, ReviewOutcome, SubtaskReview, override_verdicts};
-use grove::run::journal::VerdictKind;
+use grove::store::journal::VerdictKind;
 
 use crate::cli::exit::EXIT_USAGE;
 use crate::cli::render::review::{

@@ -9,7 +9,7 @@ use clap::Args;
 
 use grove::model::{self, Provider};
 use grove::run::backend::WorkerBackend;
-use grove::run::config::{ProjectConfig, RoleValues, RunSettings};
+use grove::settings::config::{ProjectConfig, RoleValues, RunSettings};
 
 use crate::cli::exit::EXIT_INTERRUPTED;
 use crate::cli::{drive, render};

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use grove::run::store::RunStore;
+use grove::store::RunStore;
 
 use crate::cli::{drive, render};
 

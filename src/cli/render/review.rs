@@ -8,8 +8,8 @@ use std::io::{BufRead, IsTerminal as _, Write};
 
 use grove::git::GitError;
 use grove::review::{ApplyResult, CommitSource, ReviewOutcome, RunReview, SubtaskReview};
-use grove::run::journal::VerdictKind;
-use grove::run::state::SubtaskStatus;
+use grove::store::journal::VerdictKind;
+use grove::store::state::SubtaskStatus;
 
 /// Where the text goes and whether it is coloured.
 pub struct Out {
@@ -405,7 +405,7 @@ mod tests {
             id: id.into(),
             task: format!("brief of {id}"),
             status,
-            reviewer: verdict.map(|verdict| grove::run::state::VerdictState {
+            reviewer: verdict.map(|verdict| grove::store::state::VerdictState {
                 verdict,
                 summary: "judged".into(),
                 findings: Vec::new(),
@@ -424,7 +424,7 @@ mod tests {
         RunReview {
             run_id: "20261130-000000-0000".into(),
             task: "task".into(),
-            status: grove::run::state::RunStatus::Finished,
+            status: grove::store::state::RunStatus::Finished,
             base: grove::git::CommitId::parse(&"b".repeat(40)).unwrap(),
             branch: "refs/heads/main".into(),
             result_branch: "grove/20261130-000000-0000/result".into(),

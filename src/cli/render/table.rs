@@ -2,9 +2,9 @@
 //! run's plan, `grove runs`, `grove clean`, `grove gc` and the demo's epilogue.
 
 use grove::git::CleanReport;
-use grove::run::journal::SubtaskOutcome;
-use grove::run::store::RunSummary;
 use grove::run::{RunEnd, RunReport};
+use grove::store::RunSummary;
+use grove::store::journal::SubtaskOutcome;
 
 use super::{Ledgers, first_line};
 
@@ -118,8 +118,8 @@ pub fn plan(plan: &grove::run::plan::Plan, ledgers: &Ledgers) {
         );
         for subtask in &plan.subtasks {
             let mode = match subtask.mode {
-                grove::run::journal::ContextMode::Isolated => "isolated",
-                grove::run::journal::ContextMode::Fork => "fork",
+                grove::store::journal::ContextMode::Isolated => "isolated",
+                grove::store::journal::ContextMode::Fork => "fork",
             };
             eprintln!("\n{} [{mode}, {}]", subtask.id, subtask.agent);
             for line in subtask.task.trim().lines() {

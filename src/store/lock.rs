@@ -23,7 +23,7 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
-use crate::run::journal::now_ms;
+use crate::store::journal::now_ms;
 
 /// Who holds (or held) the lock, as written in the lock file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -145,7 +145,7 @@ impl RepoLock {
                 source,
             }
         };
-        let dir = crate::run::durable::parent_dir(&path);
+        let dir = crate::store::durable::parent_dir(&path);
         std::fs::create_dir_all(dir).map_err(io("create directory", dir))?;
         let mut file = open_lock_file(&path)?;
         let mut locked = loop {

@@ -9,7 +9,7 @@
 //! Reading tolerates a torn last line (a crash mid-write) and reports it; anything wrong
 //! before the last line is corruption and an error naming the file and line.
 
-pub use crate::run::durable::Durability;
+pub use crate::store::durable::Durability;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -18,7 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::agent::Ledger;
-use crate::run::durable::{self, DurableError};
+use crate::store::durable::{self, DurableError};
 
 /// One journal line: what happened and when.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::agent::Ledger;
-use crate::run::durable::{self, DurableError};
-use crate::run::journal::{
+use crate::store::durable::{self, DurableError};
+use crate::store::journal::{
     ContextMode, Entry, Finding, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
 };
 

@@ -5,59 +5,25 @@
 //! never write to a run without holding the repository lock ([`RepoLock`]), and never
 //! resolve git paths itself: callers pass the common git dir.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use serde::Serialize;
 
-use crate::run::durable::{self, DurableError};
-use crate::run::journal::{self, Durability, Entry, Journal, JournalError, Record, TornTail};
-use crate::run::lock::{self, Liveness, LockError, RepoLock};
-use crate::run::state::{self, ReplayError, RunState, RunStatus, SnapshotError};
+use crate::store::durable::{self, DurableError};
+use crate::store::journal::{self, Durability, Entry, Journal, JournalError, Record, TornTail};
+use crate::store::lock::{self, Liveness, LockError, RepoLock};
+use crate::store::state::{self, ReplayError, RunState, RunStatus, SnapshotError};
 
 /// The journal's file name inside a run directory.
 pub const JOURNAL_FILE: &str = "journal.jsonl";
 /// The snapshot's file name inside a run directory.
 pub const SNAPSHOT_FILE: &str = "state.json";
 
-/// A run's id: `YYYYMMDD-HHMMSS-xxxx`, the UTC start time and four random hex digits.
-/// Ids sort in start order and are valid git ref components (`grove/<run>/...`).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
-pub struct RunId(String);
+pub use crate::git::RunId;
 
-impl RunId {
-    /// A fresh id for a run starting now.
-    pub fn generate() -> RunId {
-        let unix_seconds = i64::try_from(journal::now_ms() / 1000).unwrap_or(i64::MAX);
-        RunId::from_parts(unix_seconds, fastrand::u16(..))
-    }
-
-    /// The id for a run started at `unix_seconds` (UTC) with random `suffix`.
-    pub fn from_parts(unix_seconds: i64, suffix: u16) -> RunId {
-        let days = unix_seconds.div_euclid(86_400);
-        let seconds_of_day = unix_seconds.rem_euclid(86_400);
-        let (year, month, day) = civil_from_days(days);
-        RunId(format!(
-            "{year:04}{month:02}{day:02}-{:02}{:02}{:02}-{suffix:04x}",
-            seconds_of_day / 3600,
-            seconds_of_day / 60 % 60,
-            seconds_of_day % 60,
-        ))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for RunId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
+/// Parsing a run id a user typed (`grove resume ID`, `grove report ID`): the store
+/// accepts only the ids it generates ([`RunId::generate`]).
 impl FromStr for RunId {
     type Err = StoreError;
 
@@ -71,34 +37,15 @@ impl FromStr for RunId {
                 0..8 | 9..15 => b.is_ascii_digit(),
                 _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
             });
-        if shape_ok {
-            Ok(RunId(text.to_string()))
-        } else {
-            Err(StoreError::InvalidRunId {
-                id: text.to_string(),
-            })
+        let invalid = || StoreError::InvalidRunId {
+            id: text.to_string(),
+        };
+        if !shape_ok {
+            return Err(invalid());
         }
+        // The shape is a subset of what the git layer accepts; this cannot fail.
+        RunId::new(text).map_err(|_| invalid())
     }
-}
-
-/// Converts days since 1970-01-01 to a proleptic Gregorian (year, month, day).
-/// (Howard Hinnant's `civil_from_days`.)
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 /// Why a run could not be created, opened, written or listed.
@@ -565,21 +512,6 @@ impl ActiveRun {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn run_ids_render_utc_time_and_hex_suffix() {
-        // 2026-11-29 21:55:30 UTC
-        assert_eq!(
-            RunId::from_parts(1_795_989_330, 0x7f3a).as_str(),
-            "20261129-215530-7f3a"
-        );
-        assert_eq!(RunId::from_parts(0, 0).as_str(), "19700101-000000-0000");
-        // A leap day, to exercise the calendar arithmetic.
-        assert_eq!(
-            RunId::from_parts(951_782_400, 0xffff).as_str(),
-            "20000229-000000-ffff"
-        );
-    }
 
     #[test]
     fn run_ids_sort_in_time_order_and_round_trip() {

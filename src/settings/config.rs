@@ -14,16 +14,14 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::model::Provider;
-use crate::run::options::{ModelNames, RunOptions, TurnCaps, WorktreeSetup, default_jobs};
+pub use crate::settings::options::DEFAULT_SETUP_TIMEOUT_S;
+use crate::settings::options::{ModelNames, RunOptions, TurnCaps, WorktreeSetup, default_jobs};
 
 /// Where the file lives, relative to the repository root.
 pub const CONFIG_PATH: &str = ".grove/config.toml";
 
 /// The most subtasks `jobs` may allow at once (the `--jobs` flag's limit too).
 pub const MAX_JOBS: u32 = 64;
-
-/// The setup command's time limit when the file does not set one.
-pub const DEFAULT_SETUP_TIMEOUT_S: u64 = 600;
 
 /// The longest `setup_timeout_s` accepted: one day.
 const MAX_SETUP_TIMEOUT_S: u64 = 86_400;

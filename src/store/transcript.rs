@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::Ledger;
 use crate::model::{ContentBlock, Message, Role};
-use crate::run::durable::{self, Durability, DurableError};
+use crate::store::durable::{self, Durability, DurableError};
 
 /// One agent's saved conversation.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

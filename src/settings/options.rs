@@ -1,4 +1,8 @@
-//! What a run is asked to do and with which models.
+//! What a run is asked to do and with which models: the option types every layer of
+//! settings resolves to.
+//!
+//! This module owns the types and their built-in defaults. It must never read a file or
+//! the environment (the project file is `config.rs`, which points down to these types).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -124,6 +128,9 @@ impl Default for RunOptions {
     }
 }
 
+/// The setup command's time limit when `.grove/config.toml` does not set one.
+pub const DEFAULT_SETUP_TIMEOUT_S: u64 = 600;
+
 /// How a subtask's worktree is prepared, once filled and before its worker's first turn
 /// (`[worktree]` in `.grove/config.toml`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,7 +150,7 @@ impl Default for WorktreeSetup {
     fn default() -> Self {
         Self {
             setup: None,
-            setup_timeout_s: crate::run::config::DEFAULT_SETUP_TIMEOUT_S,
+            setup_timeout_s: DEFAULT_SETUP_TIMEOUT_S,
             copy: Vec::new(),
         }
     }
