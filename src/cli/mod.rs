@@ -20,6 +20,8 @@ use anyhow::Context as _;
 pub use args::Cli;
 use args::Command;
 use commands::{clean, completions, demo, gc, init, report, resume, review, run, runs};
+pub use drive::UsageError;
+pub use exit::EXIT_USAGE;
 
 /// Runs the parsed command line and returns the process's exit code.
 pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {

@@ -405,7 +405,11 @@ async fn an_unknown_or_malformed_run_id_is_a_clear_error() {
         "{stderr}"
     );
     let malformed = grove(&fixture, &["report", "../../etc"]).await;
-    assert_eq!(malformed.status.code(), Some(1));
+    assert_eq!(
+        malformed.status.code(),
+        Some(2),
+        "a malformed run id is a usage error (exit 2), an unknown one an error (exit 1)"
+    );
     assert!(
         text(&malformed.stderr).contains("`../../etc` is not a grove run id"),
         "{}",
