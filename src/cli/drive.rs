@@ -4,7 +4,7 @@
 //! This file owns how a run meets the terminal; it must never decide what a run does.
 
 use std::io::IsTerminal as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use tokio_util::sync::CancellationToken;
@@ -14,8 +14,7 @@ use grove::git::{GitOptions, Repo};
 use grove::model::{self, Provider};
 use grove::run::{ModelChoice, ModelNames, Models, RunEnd, RunError, RunReport};
 use grove::store::journal::SubtaskOutcome;
-use grove::store::state::LEAD_SUBTASK;
-use grove::store::{RunId, RunStore, StoreError, transcript};
+use grove::store::{RunId, StoreError};
 
 use crate::cli::exit::{EXIT_INTERRUPTED, EXIT_NOT_ALL_DONE};
 use crate::cli::render;
@@ -36,34 +35,19 @@ pub fn connect_models(provider: Provider, names: ModelNames) -> Result<Models, m
 }
 
 /// Runs a run (new or resumed) with the live view and Ctrl-C handling, then prints the
-/// report; [`exit_code`] maps it to the exit code. `directory` is where grove was
-/// started (to point at the lead's transcript when its text is cut).
-pub async fn drive<F, Fut>(directory: &Path, json: bool, start: F) -> anyhow::Result<RunReport>
+/// report (`json`: also as JSON on stdout); [`exit_code`] maps it to the exit code.
+pub async fn drive<F, Fut>(json: bool, start: F) -> anyhow::Result<RunReport>
 where
     F: FnOnce(EventSink, CancellationToken) -> Fut,
     Fut: std::future::Future<Output = Result<RunReport, RunError>>,
 {
     let (outcome, ledgers) = drive_live(start).await;
     let report = outcome?;
-    let transcript = lead_transcript(directory, &report.run_id).await;
-    render::report(
-        &report,
-        &ledgers,
-        not_done(&report).as_deref(),
-        transcript.as_deref(),
-    );
+    render::report(&report, &ledgers, not_done(&report).as_deref(), json);
     if json {
         render::json(&report)?;
     }
     Ok(report)
-}
-
-/// Where the lead's whole transcript is, when the run's directory can be found.
-async fn lead_transcript(directory: &Path, run_id: &str) -> Option<PathBuf> {
-    let repo = Repo::open(directory, GitOptions::default()).await.ok()?;
-    let id: RunId = run_id.parse().ok()?;
-    let run_dir = RunStore::new(repo.common_dir()).run_dir(&id);
-    Some(transcript::transcript_path(&run_dir, LEAD_SUBTASK, "lead"))
 }
 
 /// Runs `start` with the live view on stderr and Ctrl-C cancelling it; returns its

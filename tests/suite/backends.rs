@@ -694,10 +694,13 @@ fn the_backend_is_journaled_with_the_options_and_old_journals_read_as_builtin() 
 
 #[test]
 fn an_unknown_backend_is_a_usage_error() {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_grove"))
-        .args(["run", "--worker-backend", "cursor", "some task"])
-        .output()
-        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let output = crate::support::grove::Grove::new(dir.path(), dir.path()).grove([
+        "run",
+        "--worker-backend",
+        "cursor",
+        "some task",
+    ]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(

@@ -27,9 +27,9 @@ use grove::tools::{
     builtin_with_executor,
 };
 
-use crate::suite::cli::role as who;
 use crate::support::fake_server::{FakeServer, Turn};
 use crate::support::git_fixture::GitFixture;
+use crate::support::requests::role as who;
 
 const SECRET: &str = "SECRET-KEY-MATERIAL-7f3a9c";
 

@@ -38,10 +38,7 @@ pub async fn demo(directory: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode>
             .keep(),
     };
     let demo = grove::demo::Demo::prepare(&dir).await?;
-    let report = drive::drive(directory, args.json, |events, cancel| {
-        demo.run(events, cancel)
-    })
-    .await?;
+    let report = drive::drive(args.json, |events, cancel| demo.run(events, cancel)).await?;
     let as_scripted = grove::demo::went_as_scripted(&report);
     render::demo_epilogue(demo.repo(), &report, as_scripted);
     Ok(match report.status {

@@ -51,7 +51,7 @@ pub async fn resume(directory: &Path, args: &ResumeArgs) -> anyhow::Result<ExitC
         drive::connect_models(provider, names).map_err(|error| not_resumable(error.to_string()))
     };
     let run_id = drive::parse_run_id(&args.run_id)?;
-    let report = drive::drive(directory, args.json, |events, cancel| {
+    let report = drive::drive(args.json, |events, cancel| {
         grove::run::resume(
             directory,
             run_id.as_str(),

@@ -178,7 +178,7 @@ pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             Some(_) => ExitCode::FAILURE,
         });
     }
-    let report = drive::drive(directory, json, |events, cancel| {
+    let report = drive::drive(json, |events, cancel| {
         grove::run::run(directory, options, models, events, cancel)
     })
     .await?;

@@ -1,8 +1,6 @@
 //! What is printed when a command is done: the run's final table and summary, the dry
 //! run's plan, `grove runs`, `grove clean`, `grove gc` and the demo's epilogue.
 
-use std::path::Path;
-
 use grove::git::CleanReport;
 use grove::run::{RunEnd, RunReport};
 use grove::store::RunSummary;
@@ -14,7 +12,7 @@ use super::Ledgers;
 
 /// The lead's closing text is shown up to this many characters…
 const SUMMARY_CHARS: usize = 4_000;
-/// …and this many lines; the rest is in its transcript and in `--json`.
+/// …and this many lines; `--json` has the whole text.
 const SUMMARY_LINES: usize = 60;
 
 /// `eprintln!` with the line escaped by [`printable`]: everything printed here quotes
@@ -37,13 +35,8 @@ macro_rules! out {
 
 /// The final table, the ledger lines, the apply message, why not everything was done
 /// (`not_done`, the reason of exit 3) and the lead's closing text, cut when long
-/// (`transcript` is where the whole text is).
-pub fn report(
-    report: &RunReport,
-    ledgers: &Ledgers,
-    not_done: Option<&str>,
-    transcript: Option<&Path>,
-) {
+/// (`json`: the whole text is on stdout).
+pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, json: bool) {
     say!();
     if report.subtasks.is_empty() {
         say!("No subtasks were delegated.");
@@ -141,12 +134,12 @@ pub fn report(
             report.run_id
         );
     }
-    summary(&report.summary, transcript);
+    summary(&report.summary, json);
 }
 
 /// The lead's closing text, at most [`SUMMARY_LINES`] lines of [`SUMMARY_CHARS`]
 /// characters, saying how much was left out and where the whole text is.
-fn summary(text: &str, transcript: Option<&Path>) {
+fn summary(text: &str, json: bool) {
     let text = text.trim();
     if text.is_empty() {
         return;
@@ -163,14 +156,12 @@ fn summary(text: &str, transcript: Option<&Path>) {
     say!("\n{shown}");
     let left_out = text.chars().count() - shown.chars().count();
     if left_out > 0 {
-        let whole = match transcript {
-            Some(path) => format!(
-                "the last message of {} and `summary` in --json",
-                path.display()
-            ),
-            None => "`summary` in --json".to_owned(),
+        let whole = if json {
+            "is `summary` in the JSON on stdout"
+        } else {
+            "is `summary` in `--json` output"
         };
-        say!("[… {left_out} more characters of the lead's text; the whole text: {whole}]");
+        say!("[… {left_out} more characters of the lead's text left out; the whole text {whole}]");
     }
 }
 
