@@ -172,7 +172,7 @@ fn demo_on_a_terminal(no_color: bool) -> String {
     let dir = tempfile::tempdir().unwrap();
     let command = format!(
         "{} demo --keep-dir {}",
-        env!("CARGO_BIN_EXE_grove"),
+        crate::support::grove::GROVE,
         dir.path().join("demo").display()
     );
     let mut grove = Grove::new(dir.path(), dir.path())
