@@ -36,7 +36,10 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Clean(args) => clean::clean(&directory, &args).await,
         Command::Gc(args) => gc::gc(&directory, &args).await,
         Command::Demo(args) => demo::demo(&directory, &args).await,
-        Command::Completions(args) => Ok(completions::completions(&args)),
+        Command::Completions(args) => Ok(completions::completions(
+            &args,
+            <Cli as clap::CommandFactory>::command(),
+        )),
         Command::Init(args) => init::init(&directory, &args).await,
         Command::Review(args) => review::review(&directory, &args).await,
         Command::Report(args) => report::report(&directory, &args).await,
