@@ -21,6 +21,7 @@ use crate::tools::{Registry, ToolContext};
 mod context;
 mod r#loop;
 
+pub mod external;
 pub mod roles;
 
 pub use context::{fork_messages, isolated_messages};

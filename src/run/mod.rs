@@ -4,7 +4,6 @@
 //! git. It never prints; it emits events. What it records goes through [`crate::store`];
 //! what it is asked to do comes from [`crate::settings`].
 
-pub mod backend;
 pub mod delegate;
 pub mod gate;
 pub mod orchestrator;

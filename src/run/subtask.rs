@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::SemaphorePermit;
 
+use crate::agent::external::{self as backend, BackendEnv, CliEnd, CliInvocation, Progress};
 use crate::agent::roles::{self, RoleDef, RoleKind};
 use crate::agent::{
     AgentError, AgentRun, AgentSpec, Ledger, LoopInput, StopKind, fork_messages, isolated_messages,
@@ -20,7 +21,6 @@ use crate::agent::{
 use crate::event::{AgentId, Event};
 use crate::git::{BranchDiff, DiffStat, GitError, MergeOutcome, Worktree};
 use crate::model::{ContentBlock, Message, Role};
-use crate::run::backend::{self, BackendEnv, CliEnd, CliInvocation, Progress};
 use crate::run::gate::gate_registry;
 use crate::run::orchestrator::{AgentObserver, Orchestrator, lock};
 use crate::run::prepare::PrepareFailure;

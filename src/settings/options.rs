@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::agent::external::{BackendEnv, WorkerBackend};
 use crate::git::GitOptions;
 use crate::model::Model;
-use crate::run::backend::{BackendEnv, WorkerBackend};
 use crate::tools::sandbox::{CommandHost, SandboxMode};
 
 /// Turn caps per role.
@@ -165,7 +165,7 @@ pub fn default_jobs() -> usize {
 }
 
 fn default_worker_backend_timeout_secs() -> u64 {
-    crate::run::backend::DEFAULT_TIMEOUT_SECS
+    crate::agent::external::DEFAULT_TIMEOUT_SECS
 }
 
 /// The model name of each role, recorded so that a resumed run uses the same ones.

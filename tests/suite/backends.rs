@@ -11,10 +11,10 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use grove::agent::Ledger;
+use grove::agent::external::{BackendEnv, WorkerBackend};
 use grove::event::{Event, EventSink};
+use grove::ledger::Ledger;
 use grove::model::Provider;
-use grove::run::backend::{BackendEnv, WorkerBackend};
 use grove::run::{Models, RunEnd, RunOptions, RunReport};
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
 

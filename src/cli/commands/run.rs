@@ -8,9 +8,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Args;
 
+use grove::agent::external::WorkerBackend;
 use grove::agent::roles;
 use grove::model::{self, Provider};
-use grove::run::backend::WorkerBackend;
 use grove::settings::config::{ProjectConfig, RoleValues, RunSettings};
 
 use crate::cli::drive::{self, UsageError};
@@ -90,7 +90,7 @@ pub struct RunArgs {
 
 fn parse_worker_backend(text: &str) -> Result<WorkerBackend, String> {
     text.parse()
-        .map_err(|error: grove::run::backend::BackendParseError| error.to_string())
+        .map_err(|error: grove::agent::external::BackendParseError| error.to_string())
 }
 
 fn parse_provider(text: &str) -> Result<Provider, String> {
