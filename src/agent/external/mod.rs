@@ -26,10 +26,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::text::{tail, truncate};
 use crate::tools::exec::{
     CommandExecutor as _, ExecError, ExecOutcome, ExecRequest, LocalExecutor, OutputCap,
 };
-use crate::tools::truncate_chars;
 
 pub mod parse;
 
@@ -496,17 +496,6 @@ fn file_tail(path: &Path, max: u64) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// The last `max` characters of `text`'s trimmed content, on one line per source line.
-fn tail_chars(text: &str, max: usize) -> String {
-    let text = text.trim();
-    let tail = crate::tools::last_chars(text, max);
-    if tail.len() == text.len() {
-        tail.to_owned()
-    } else {
-        format!("…{tail}")
-    }
-}
-
 /// Why an external worker could not be run at all (not a CLI that failed).
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -743,7 +732,7 @@ impl CliInvocation {
                 .or_else(|| non_empty(result.output_text()))
                 .or_else(|| report.final_message.clone())
                 .unwrap_or_else(|| "it printed nothing on stderr".to_owned());
-            tail_chars(&detail, REASON_CHARS)
+            tail(&detail, REASON_CHARS)
         };
         let end = match result.outcome {
             ExecOutcome::Cancelled if self.cancel.is_cancelled() => CliEnd::Interrupted,
@@ -779,7 +768,7 @@ impl CliInvocation {
             ExecOutcome::Exited(0) => match &report.error {
                 Some(error) => CliEnd::Failed(format!(
                     "{name} reported an error: {}",
-                    tail_chars(error, REASON_CHARS)
+                    tail(error, REASON_CHARS)
                 )),
                 None => CliEnd::Finished,
             },
@@ -817,7 +806,7 @@ pub fn describe_end(backend: &WorkerBackend, outcome: &CliOutcome) -> String {
         CliEnd::Finished => match &outcome.report.final_message {
             Some(message) => format!(
                 "{name} finished: {}",
-                truncate_chars(message.lines().next().unwrap_or_default(), 120)
+                truncate(message.lines().next().unwrap_or_default(), 120)
             ),
             None => format!("{name} finished"),
         },
@@ -950,7 +939,7 @@ mod tests {
 
     #[test]
     fn tails_keep_the_end() {
-        assert_eq!(tail_chars("  abcdef \n", 3), "…def");
-        assert_eq!(tail_chars("abc", 3), "abc");
+        assert_eq!(tail("  abcdef \n", 3), "…def");
+        assert_eq!(tail("abc", 3), "abc");
     }
 }
