@@ -621,3 +621,58 @@ async fn a_task_over_128_kib_comes_from_a_file_or_stdin() {
         "a task and a task file: usage error"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_stopped_by_ctrl_c_is_interrupted_in_its_json_and_in_grove_runs() {
+    let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+    let server = FakeServer::with_responder(|request| {
+        let turn = match (role(request), request.tool_results().len()) {
+            ("lead", 0) => Turn::new().tool_use("d1", "delegate", json!({"task": "Wait."})),
+            ("worker", 0) => Turn::new().tool_use(
+                "w1",
+                "bash",
+                json!({"command": "echo started > marker; sleep 30", "timeout_s": 60}),
+            ),
+            _ => Turn::text("done"),
+        };
+        turn.usage(10, 2, 0, 0).into()
+    })
+    .await;
+    let child = Grove::in_repo(&fixture)
+        .with_server(&server)
+        .spawn_piped(["run", "--json", "wait"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while find_in_worktrees(&fixture.repo, "marker").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker's command never ran"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("grove stops promptly after one Ctrl-C")
+        .unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+
+    let listed = grove(&fixture, None, &["runs", "--json"]).await;
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let table = grove(&fixture, None, &["runs"]).await;
+    let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    assert_eq!(
+        (
+            report["status"].clone(),
+            listed[0]["status"].clone(),
+            table.split_whitespace().nth(1).map(str::to_owned)
+        ),
+        (
+            json!("interrupted"),
+            json!("interrupted"),
+            Some("interrupted".to_owned())
+        ),
+        "the run's own --json, `grove runs --json` and `grove runs` agree"
+    );
+}
