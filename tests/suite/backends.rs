@@ -18,10 +18,10 @@ use grove::model::Provider;
 use grove::run::{Models, RunEnd, RunOptions, RunReport};
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
 
-use crate::suite::run::{Who, who};
 use crate::support::fake_cli::{self, FakeClis};
 use crate::support::fake_server::{FakeServer, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
+use crate::support::requests::{Who, who};
 
 const BRIEF: &str = "Make src/a.txt shout: replace alpha with ALPHA. BRIEF-MARK-7";
 const BRIEF_MARK: &str = "BRIEF-MARK-7";
@@ -52,7 +52,7 @@ async fn server() -> FakeServer {
 }
 
 fn models(server: &FakeServer) -> Models {
-    crate::suite::run::models(server, Provider::Anthropic, true)
+    crate::support::scripted_run::models(server, Provider::Anthropic, true)
 }
 
 fn repo() -> GitFixture {

@@ -24,10 +24,11 @@ use grove::settings::options::default_jobs;
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
 use grove::store::{RunId, RunStore};
 
-use crate::suite::run::{Who, first_user_text, who};
 use crate::support::fake_server::{Endpoint, FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::Grove;
+use crate::support::requests::{Who, who};
+use crate::support::scripted_run::first_user_text;
 
 const FILE: &str = "/repo/.grove/config.toml";
 

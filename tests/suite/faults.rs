@@ -20,11 +20,12 @@ use grove::store::{JOURNAL_FILE, RunId, RunStart, RunStore, SNAPSHOT_FILE};
 use grove::tools::{LocalExecutor, ToolContext, ToolOutput, ToolSet, builtin_with_executor};
 use tokio_util::sync::CancellationToken;
 
-use crate::suite::run::{
-    USER_TASK, Who, lead_reply, options, repo_with_rules, reviewer_reply, run, who, worker_reply,
-};
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
 use crate::support::git_fixture::GitFixture;
+use crate::support::requests::{Who, who};
+use crate::support::scripted_run::{
+    USER_TASK, lead_reply, options, repo_with_rules, reviewer_reply, run, worker_reply,
+};
 
 /// A server whose one worker's first reply waits at `gate`, so the test can act on the
 /// user's repository while the run is in flight.
@@ -472,7 +473,7 @@ async fn an_outage_from_the_first_call_pauses_the_run_and_resume_finishes_it() {
     use grove::event::EventSink;
     use grove::run::RunEnd;
 
-    use crate::suite::run::{models, scripted_server};
+    use crate::support::scripted_run::{models, scripted_server};
 
     let fixture = repo_with_rules();
     let down = FakeServer::with_responder(|_| Reply::overloaded()).await;

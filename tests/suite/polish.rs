@@ -6,9 +6,10 @@
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
-use crate::suite::run::{Who, repo_with_rules, usage, who};
 use crate::support::fake_server::{FakeServer, Turn};
 use crate::support::grove::{Grove, grove_in as grove, stderr};
+use crate::support::requests::{Who, who};
+use crate::support::scripted_run::{repo_with_rules, usage};
 
 /// `--dry-run` shows the lead's plan and leaves no trace: no worker or reviewer is
 /// called, no worktree, branch or run is created, the user's files are untouched.

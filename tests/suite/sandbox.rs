@@ -534,7 +534,7 @@ async fn obedient_server(steps: Vec<(&'static str, Value)>) -> FakeServer {
 }
 
 fn models(server: &FakeServer) -> Models {
-    crate::suite::run::models(server, Provider::Anthropic, true)
+    crate::support::scripted_run::models(server, Provider::Anthropic, true)
 }
 
 fn sandboxed_options(fixture: &GitFixture, home: &Path) -> RunOptions {

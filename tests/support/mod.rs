@@ -7,3 +7,4 @@ pub mod git_fixture;
 pub mod grove;
 pub mod requests;
 pub mod scripted_model;
+pub mod scripted_run;
