@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use tokio_util::sync::CancellationToken;
 
+use grove::agent::roles;
 use grove::event::EventSink;
 use grove::git::{GitOptions, Repo};
 use grove::model::{self, Provider};
@@ -135,4 +136,24 @@ async fn watch_interrupts(cancel: CancellationToken) {
 /// The repository grove was started in.
 pub async fn open_repo(directory: &Path) -> anyhow::Result<Repo> {
     Ok(Repo::open(directory, GitOptions::default()).await?)
+}
+
+/// Every `.grove/agents/*.md` under `root` that cannot be used, with why: the lead is
+/// never offered such an agent, so the user must hear of it.
+pub fn agent_file_problems(root: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(root.join(".grove").join("agents")) else {
+        return Vec::new();
+    };
+    let mut problems: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let file = entry.file_name();
+            let name = file.to_str()?.strip_suffix(".md")?;
+            roles::load_agent(root, name)
+                .err()
+                .map(|error| error.to_string())
+        })
+        .collect();
+    problems.sort();
+    problems
 }

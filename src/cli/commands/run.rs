@@ -9,7 +9,6 @@ use anyhow::Context as _;
 use clap::Args;
 
 use grove::agent::external::WorkerBackend;
-use grove::agent::roles;
 use grove::model::{self, Provider};
 use grove::settings::config::{ProjectConfig, RoleValues, RunSettings};
 
@@ -148,7 +147,7 @@ pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(file) => flags.over(file.settings),
         None => flags,
     };
-    render::agent_file_problems(&agent_file_problems(root));
+    render::agent_file_problems(&drive::agent_file_problems(root));
     let resolved = settings.resolve(task);
     let mut options = resolved.options;
     options.keep_worktrees = args.keep_worktrees;
@@ -235,24 +234,4 @@ fn flag_settings(args: &RunArgs) -> Result<RunSettings, UsageError> {
         },
         ..RunSettings::default()
     })
-}
-
-/// Every `.grove/agents/*.md` under `root` that cannot be used, with why: the lead is
-/// never offered such an agent, so the user must hear of it.
-fn agent_file_problems(root: &Path) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(root.join(".grove").join("agents")) else {
-        return Vec::new();
-    };
-    let mut problems: Vec<String> = entries
-        .filter_map(Result::ok)
-        .filter_map(|entry| {
-            let file = entry.file_name();
-            let name = file.to_str()?.strip_suffix(".md")?;
-            roles::load_agent(root, name)
-                .err()
-                .map(|error| error.to_string())
-        })
-        .collect();
-    problems.sort();
-    problems
 }
