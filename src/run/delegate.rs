@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use crate::run::agents::RoleError;
 use crate::store::StoreError;
 use crate::store::journal::ContextMode;
+use crate::text::printable;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
 
 /// One `delegate` call, validated.
@@ -91,7 +92,8 @@ impl Delegate {
 fn tool_error(error: DelegateError) -> ToolError {
     match error {
         DelegateError::Journal { .. } => ToolError::Fatal(error.to_string()),
-        refused => ToolError::RespondToModel(refused.to_string()),
+        // A refusal may quote model text (an agent file's error, say): printable only.
+        refused => ToolError::RespondToModel(printable(&refused.to_string()).into_owned()),
     }
 }
 
@@ -180,7 +182,9 @@ impl Tool for Delegate {
     async fn run(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let request = parse_input::<DelegateInput>(self, input)?.into_request()?;
         let report = self.delegator.delegate(request).await.map_err(tool_error)?;
-        Ok(ToolOutput::ok(report.text))
+        // The report quotes a worker's summary and a reviewer's findings: model text
+        // that may carry terminal escapes (issue 12 item 17).
+        Ok(ToolOutput::ok(printable(&report.text).into_owned()))
     }
 }
 

@@ -20,7 +20,7 @@ use crate::run::merge_queue::MergeQueue;
 use crate::run::report::SubtaskReport;
 use crate::store::StoreError;
 use crate::store::journal::{Entry, SubtaskOutcome};
-use crate::tools::truncate_chars;
+use crate::text::truncate;
 
 /// How much of the reviewer's summary the lead gets back.
 const REVIEW_SUMMARY_CHARS: usize = 500;
@@ -104,14 +104,14 @@ pub(crate) fn lead_result(report: &SubtaskReport) -> DelegateReport {
     if let Some(summary) = &report.review_summary {
         text.push_str(&format!(
             "review: {}\n",
-            truncate_chars(summary, REVIEW_SUMMARY_CHARS)
+            truncate(summary, REVIEW_SUMMARY_CHARS)
         ));
     }
     for finding in report.findings.iter().take(LISTED_FINDINGS) {
         text.push_str(&format!(
             "- {}: {}\n",
             finding.place(),
-            truncate_chars(&finding.problem, 200)
+            truncate(&finding.problem, 200)
         ));
     }
     if report.findings.len() > LISTED_FINDINGS {

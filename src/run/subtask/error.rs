@@ -7,7 +7,6 @@
 
 use std::path::PathBuf;
 
-use crate::agent::external::BackendError;
 use crate::agent::{AgentError, StopKind};
 use crate::git::GitError;
 use crate::run::id::SubtaskId;
@@ -131,17 +130,10 @@ pub enum SubtaskError {
     },
     #[error("interrupted before the worker started")]
     CliNotStarted,
-    #[error("the {backend} worker could not run: {source}")]
-    CliNotRun {
-        backend: &'static str,
-        #[source]
-        source: BackendError,
-    },
-    /// The CLI ran and failed; `reason` is its own account.
+    /// The CLI could not run, or ran and failed or was interrupted; `reason` is
+    /// `agent::external`'s account of it (its own words or its stderr's tail).
     #[error("{reason}")]
     CliFailed { reason: String },
-    #[error("{backend} was interrupted")]
-    CliInterrupted { backend: &'static str },
     /// A checkpoint or transcript save during the work failed.
     #[error("{source}")]
     Save {

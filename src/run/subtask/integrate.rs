@@ -12,7 +12,7 @@ use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
 use crate::run::subtask::error::SubtaskError;
 use crate::store::journal::{Entry, SubtaskOutcome, VerdictKind};
-use crate::tools::truncate_chars;
+use crate::text::truncate;
 
 /// Where the subtask's work ended up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +55,7 @@ pub(crate) async fn integrate(
     let message = format!(
         "grove {}: merge {id}\n\n{}\n\nGrove-Run: {}\nGrove-Subtask: {id}\n",
         ctx.run,
-        truncate_chars(brief.lines().next().unwrap_or_default(), 200),
+        truncate(brief.lines().next().unwrap_or_default(), 200),
         ctx.run
     );
     let merged = ctx

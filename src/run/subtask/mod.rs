@@ -53,7 +53,8 @@ use crate::store::StoreError;
 use crate::store::journal::{ContextMode, Entry, SubtaskOutcome};
 use crate::store::state::{RunState, SubtaskState, SubtaskStatus};
 use crate::store::transcript::{self, Transcript};
-use crate::tools::{self, ToolSet, truncate_chars};
+use crate::text::truncate;
+use crate::tools::{self, ToolSet};
 
 pub use error::SubtaskError;
 use integrate::Integration;
@@ -203,7 +204,7 @@ impl Subtasks {
         let committed = commit::commit(ctx, id, worktree, work).await?;
         let summary = committed.summary.trim();
         report.reason = (!summary.is_empty())
-            .then(|| format!("worker: {}", truncate_chars(summary, WORKER_SUMMARY_CHARS)));
+            .then(|| format!("worker: {}", truncate(summary, WORKER_SUMMARY_CHARS)));
         report.executes_later = executes_later(&committed.diff.stat);
         report.diffstat = Some(committed.diff.stat.clone());
         let review = reviewer::review(

@@ -9,9 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::agent::external::{
-    self as backend, BackendEnv, CliEnd, CliInvocation, CliOutcome, Progress,
-};
+use crate::agent::external::{self as agent_cli, BackendEnv, Progress};
 use crate::agent::roles::RoleDef;
 use crate::agent::{AgentError, Ledger, StopKind};
 use crate::event::{AgentId, Event};
@@ -142,192 +140,122 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
         () = ctx.cancel.cancelled() => return failed(SubtaskError::CliNotStarted),
     }
     let started_ms = journal::now_ms();
-    let cli = CliRun::new(ctx, assignment, worktree);
-    ctx.events.emit(Event::AgentStarted {
-        agent: cli.agent.clone(),
-    });
-    let outcome = cli.invocation.run(|progress| cli.progress(progress)).await;
-    let name = cli.invocation.backend.name();
-    let CliEnded {
-        ledger,
-        summary,
-        described,
-        final_message,
-    } = match outcome {
-        Err(source) => {
-            let error = SubtaskError::CliNotRun {
-                backend: name,
-                source,
-            };
-            CliEnded {
-                ledger: Ledger::default(),
-                described: format!("failed: {error}"),
-                summary: Err(error),
-                final_message: None,
-            }
-        }
-        Ok(outcome) => cli.ended(ctx, &outcome),
+    let backend = &ctx.options.worker_backend;
+    let (id, role) = (assignment.id, &assignment.role);
+    let agent = AgentId {
+        role: role.name.clone(),
+        label: id.to_string(),
     };
-    ctx.budget.spend(&ledger);
+    // The very system prompt a built-in worker would get: role and project rules.
+    let caps = AgentCaps {
+        model: &ctx.models.worker,
+        max_turns: 0,
+        budget: None,
+        tools: Registry::new(),
+    };
+    let system = ctx.spec(agent.clone(), role, caps).system;
+    let rerun = worktree.start() != ctx.base;
+    if rerun {
+        ctx.note(format!(
+            "{id}: {} starts again on the brief from the subtask's last checkpoint (a \
+             CLI's own conversation is not resumed)",
+            backend.name()
+        ));
+    }
+    let transcript_path = ctx.transcript_path(&agent.label, &role.name);
+    let job = agent_cli::ExternalWork {
+        backend,
+        system: &system,
+        brief: &assignment.brief,
+        rerun,
+        cwd: worktree.path(),
+        transcript: &transcript_path,
+        env: ctx
+            .options
+            .backend_env
+            .clone()
+            .unwrap_or_else(BackendEnv::from_process),
+        pass_env: &ctx.options.worker_pass_env,
+        timeout: Duration::from_secs(ctx.options.worker_backend_timeout_secs.max(1)),
+        max_turns: role.max_turns.unwrap_or(ctx.options.max_turns.worker),
+        budget_tokens: ctx.options.subagent_budget_tokens,
+        cancel: ctx.cancel.child_token(),
+    };
+    ctx.events.emit(Event::AgentStarted {
+        agent: agent.clone(),
+    });
+    let done = agent_cli::work(job, |progress| progress_event(ctx, &agent, progress)).await;
+    if let Some(note) = &done.note {
+        ctx.note(format!("{id}: {note}"));
+    }
+    ctx.budget.spend(&done.ledger);
     ctx.events.emit(Event::AgentFinished {
-        agent: cli.agent.clone(),
-        ledger,
-        outcome: described,
+        agent,
+        ledger: done.ledger,
+        outcome: done.described,
     });
     let mut total = earlier;
-    total.add(&ledger);
+    total.add(&done.ledger);
     let timing = AgentTiming {
         started_ms: Some(started_ms),
         turn_ms: Vec::new(),
-        model: Some(format!("{} (external CLI)", cli.invocation.backend)),
+        model: Some(format!("{backend} (external CLI)")),
     };
-    let saved = cli.save_transcript(final_message, total, timing);
+    let saved = save_cli_transcript(
+        &transcript_path,
+        done.prompt,
+        done.final_message,
+        total,
+        timing,
+    );
     WorkEnd {
         ledger: total,
         saved,
-        summary,
+        summary: done
+            .summary
+            .map_err(|reason| SubtaskError::CliFailed { reason }),
     }
 }
 
-/// What an external worker CLI's end means for its subtask.
-struct CliEnded {
-    /// What this attempt spent.
-    ledger: Ledger,
-    /// Its final message, or why the subtask fails.
-    summary: Result<String, SubtaskError>,
-    /// How it ended, in words, for the live view.
-    described: String,
-    final_message: Option<String>,
-}
-
-/// One external worker CLI's run: who it is and how it is invoked.
-struct CliRun {
-    agent: AgentId,
-    invocation: CliInvocation,
-    transcript_path: std::path::PathBuf,
-    events: crate::event::EventSink,
-}
-
-impl CliRun {
-    fn new(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree) -> Self {
-        let backend = ctx.options.worker_backend.clone();
-        let name = backend.name();
-        let label = assignment.id.to_string();
-        let role = &assignment.role;
-        let agent = AgentId {
-            role: role.name.clone(),
-            label: label.clone(),
-        };
-        // The very system prompt a built-in worker would get: role and project rules.
-        let caps = AgentCaps {
-            model: &ctx.models.worker,
-            max_turns: 0,
-            budget: None,
-            tools: Registry::new(),
-        };
-        let system = ctx.spec(agent.clone(), role, caps).system;
-        let rerun = worktree.start() != ctx.base;
-        if rerun {
-            ctx.note(format!(
-                "{label}: {name} starts again on the brief from the subtask's last \
-                 checkpoint (a CLI's own conversation is not resumed)"
-            ));
-        }
-        let transcript_path = ctx.transcript_path(&label, &role.name);
-        let (stdout_path, stderr_path) = backend::raw_output_paths(&transcript_path, name);
-        let invocation = CliInvocation {
-            prompt: backend::cli_prompt(&system, &assignment.brief, rerun),
-            backend,
-            cwd: worktree.path().to_path_buf(),
-            stdout_path,
-            stderr_path,
-            env: ctx
-                .options
-                .backend_env
-                .clone()
-                .unwrap_or_else(BackendEnv::from_process),
-            timeout: Duration::from_secs(ctx.options.worker_backend_timeout_secs.max(1)),
-            max_turns: role.max_turns.unwrap_or(ctx.options.max_turns.worker),
-            budget_tokens: ctx.options.subagent_budget_tokens,
-            cancel: ctx.cancel.child_token(),
-        };
-        Self {
+/// Shows an external CLI's progress as the built-in worker's would be.
+fn progress_event(ctx: &RunContext, agent: &AgentId, progress: Progress) {
+    let agent = agent.clone();
+    ctx.events.emit(match progress {
+        Progress::Turn { turn, ledger } => Event::TurnCompleted {
             agent,
-            invocation,
-            transcript_path,
-            events: ctx.events.clone(),
-        }
-    }
+            turn,
+            ledger,
+        },
+        Progress::Tool { name, is_error } => Event::ToolCalled {
+            agent,
+            tool: name,
+            is_error,
+        },
+    });
+}
 
-    /// Shows the CLI's progress as the built-in worker's would be.
-    fn progress(&self, progress: Progress) {
-        let agent = self.agent.clone();
-        self.events.emit(match progress {
-            Progress::Turn { turn, ledger } => Event::TurnCompleted {
-                agent,
-                turn,
-                ledger,
-            },
-            Progress::Tool { name, is_error } => Event::ToolCalled {
-                agent,
-                tool: name,
-                is_error,
-            },
+/// Saves an external worker's transcript: what it was asked, what it answered, and the
+/// ledger of every attempt so far (so a resume keeps counting from there).
+fn save_cli_transcript(
+    path: &std::path::Path,
+    prompt: String,
+    final_message: Option<String>,
+    ledger: Ledger,
+    timing: AgentTiming,
+) -> Result<(), SaveError> {
+    let mut messages = vec![Message::user_text(prompt)];
+    if let Some(text) = final_message {
+        messages.push(Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::Text { text }],
         });
     }
-
-    /// What the CLI's end means for the subtask.
-    fn ended(&self, ctx: &RunContext, outcome: &CliOutcome) -> CliEnded {
-        let backend = &self.invocation.backend;
-        let report = &outcome.report;
-        if let Some(note) = backend::output_note(backend, outcome, &self.invocation.stdout_path) {
-            ctx.note(format!("{}: {note}", self.agent.label));
-        }
-        // It ran: at least one step, whatever it reported.
-        let mut ledger = report.ledger;
-        ledger.steps = ledger.steps.max(1);
-        let summary = match &outcome.end {
-            CliEnd::Finished | CliEnd::TurnLimit => {
-                Ok(report.final_message.clone().unwrap_or_default())
-            }
-            CliEnd::Failed(reason) => Err(SubtaskError::CliFailed {
-                reason: reason.clone(),
-            }),
-            CliEnd::Interrupted => Err(SubtaskError::CliInterrupted {
-                backend: backend.name(),
-            }),
-        };
-        CliEnded {
-            ledger,
-            summary,
-            described: backend::describe_end(backend, outcome),
-            final_message: report.final_message.clone(),
-        }
-    }
-
-    /// Saves the CLI's transcript: what it was asked, what it answered, and the ledger
-    /// of every attempt so far (so a resume keeps counting from there).
-    fn save_transcript(
-        &self,
-        final_message: Option<String>,
-        ledger: Ledger,
-        timing: AgentTiming,
-    ) -> Result<(), SaveError> {
-        let mut messages = vec![Message::user_text(self.invocation.prompt.clone())];
-        if let Some(text) = final_message {
-            messages.push(Message {
-                role: Role::Assistant,
-                content: vec![ContentBlock::Text { text }],
-            });
-        }
-        let transcript = Transcript {
-            messages,
-            ledger,
-            timing,
-        };
-        transcript::save(&self.transcript_path, &transcript)
-            .map_err(|source| SaveError::Transcript { source })
-    }
+    let transcript = Transcript {
+        messages,
+        ledger,
+        timing,
+    };
+    transcript::save(path, &transcript).map_err(|source| SaveError::Transcript { source })
 }
 
 #[cfg(test)]
