@@ -14,6 +14,7 @@ use crate::agent::roles::{self, ProjectRules, RoleKind};
 use crate::agent::{AgentError, AgentSpec, Ledger, StopKind, isolated_messages};
 use crate::event::AgentId;
 use crate::git::GitError;
+use crate::model::{ContentBlock, Message, Role};
 use crate::run::agents::agent_catalogue;
 use crate::run::checkout::waiting_for_checkout;
 use crate::run::context::{AgentCaps, LEAD_LABEL, RunContext, agent_spec};
@@ -166,7 +167,7 @@ pub(crate) async fn run_lead(
     let outcome = ctx
         .run_agent(&spec, messages, worktree.path(), observer.clone())
         .await;
-    observer.finished(&outcome.ledger);
+    observer.finished(&outcome.ledger, &outcome.messages);
     ctx.budget.spend(&outcome.ledger);
     // Off the way to the apply, which runs meanwhile: nothing the lead touched is in
     // the result or the user's branch.
@@ -236,5 +237,22 @@ pub(crate) fn resumed_history(ctx: &RunContext, subtasks: &[SubtaskReport]) -> O
         used[index] = true;
         Some(lead_result(&subtasks[index]).text)
     });
+    drop_final_answer(&mut lead.messages);
     Some(lead)
+}
+
+/// Drops the lead's closing answer (an assistant message without tool calls, saved when
+/// its loop ended) so that a resumed lead is asked again rather than sent a conversation
+/// that ends with its own words.
+fn drop_final_answer(messages: &mut Vec<Message>) {
+    let ends_answered = messages.last().is_some_and(|last| {
+        last.role == Role::Assistant
+            && !last
+                .content
+                .iter()
+                .any(|block| matches!(block, ContentBlock::ToolUse { .. }))
+    });
+    if ends_answered && messages.len() > 1 {
+        messages.pop();
+    }
 }

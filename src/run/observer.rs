@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 
 use crate::agent::{Ledger, ObserverError, TurnObserver, TurnState};
 use crate::git::{GitError, Worktree};
+use crate::model::Message;
 use crate::run::context::{LeadHistory, RunContext, lock};
 use crate::store::StoreError;
 use crate::store::durable::{self, Durability};
@@ -114,16 +115,29 @@ impl AgentObserver {
         self
     }
 
-    /// Saves when the agent's loop ended and what it cost in all (`loop_ledger` is this
-    /// run's; earlier runs are added). A failure is noted, not fatal: only reports lose.
-    pub(crate) fn finished(&self, loop_ledger: &Ledger) {
+    /// Saves the agent's whole conversation (`messages`, its last answer included) and
+    /// when its loop ended and what it cost in all (`loop_ledger` is this run's; earlier
+    /// runs are added). A lead that ends without calling a tool saved nothing before: this
+    /// is its only transcript. A failure is noted, not fatal: only reports lose.
+    pub(crate) fn finished(&self, loop_ledger: &Ledger, messages: &[Message]) {
         let mut ledger = self.earlier;
         ledger.add(loop_ledger);
         let end = AgentEnd {
             ended_ms: journal::now_ms(),
             ledger,
         };
-        if let Err(error) = transcript::save_end(&transcript::end_path(&self.transcript), &end) {
+        let saved = durable::off_the_runtime(|| {
+            if !messages.is_empty() {
+                let transcript = Transcript {
+                    messages: messages.to_vec(),
+                    ledger,
+                    timing: lock(&self.timing).clone(),
+                };
+                transcript::save_with(&self.transcript, &transcript, Durability::Buffered)?;
+            }
+            transcript::save_end(&transcript::end_path(&self.transcript), &end)
+        });
+        if let Err(error) = saved {
             self.ctx.note(format!("{}: {error}", self.label));
         }
     }

@@ -84,14 +84,27 @@ pub fn end_path(transcript: &Path) -> PathBuf {
     transcript.with_extension("end.json")
 }
 
-/// Writes an agent's end file: renamed into place, so a crash never leaves half a file,
-/// but not fsynced, because it only feeds reports and sits on a worker's critical path.
+/// Writes an agent's end file durably (fsynced, renamed into place), creating its
+/// directory: an agent that never saved a transcript (a lead that ends without a tool
+/// call) has none yet. One fsync per agent's end.
 pub fn save_end(path: &Path, end: &AgentEnd) -> Result<(), TranscriptError> {
+    create_parent(path)?;
     let bytes = serde_json::to_vec(end).map_err(|source| TranscriptError::Invalid {
         path: path.to_path_buf(),
         source,
     })?;
-    durable::replace_file_unsynced(path, &bytes)?;
+    durable::replace_file(path, &bytes)?;
+    Ok(())
+}
+
+/// Creates the directory `path` lies in, if it is missing.
+fn create_parent(path: &Path) -> Result<(), TranscriptError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| TranscriptError::Read {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
     Ok(())
 }
 
@@ -111,12 +124,7 @@ pub fn save_with(
     transcript: &Transcript,
     durability: Durability,
 ) -> Result<(), TranscriptError> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| TranscriptError::Read {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-    }
+    create_parent(path)?;
     let bytes = serde_json::to_vec(transcript).map_err(|source| TranscriptError::Invalid {
         path: path.to_path_buf(),
         source,

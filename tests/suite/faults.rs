@@ -526,3 +526,97 @@ async fn an_outage_from_the_first_call_pauses_the_run_and_resume_finishes_it() {
     );
     assert_eq!(fixture.read("src/a.txt"), b"ALPHA\n");
 }
+
+/// The one run directory of `fixture` (the test started a single run).
+fn only_run_dir(fixture: &GitFixture) -> std::path::PathBuf {
+    let runs: Vec<_> = std::fs::read_dir(fixture.repo.join(".git/grove/runs"))
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.is_dir())
+        .collect();
+    assert_eq!(runs.len(), 1, "the test started one run: {runs:?}");
+    runs.into_iter().next().unwrap()
+}
+
+/// Issue 12 item 14: a lead that ends without ever calling a tool — the task already
+/// done, a refusal, a paused turn then an answer, an empty answer, a budget stop — ends
+/// the run with exit 3 (nothing was delegated), and its transcript and end file exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lead_that_ends_without_any_tool_call_exits_3_and_keeps_its_transcript() {
+    use crate::support::fake_server::Turn;
+    use crate::support::grove::{grove_in, stderr};
+    let endings: Vec<(&str, Vec<Reply>, Vec<&str>)> = vec![
+        (
+            "already done",
+            vec![Turn::text("The task is already done.").into()],
+            vec![],
+        ),
+        (
+            "refusal",
+            vec![Turn::text("I will not do that.").stop("refusal").into()],
+            vec![],
+        ),
+        (
+            "pause_turn",
+            vec![
+                Turn::text("Let me think.").stop("pause_turn").into(),
+                Turn::text("Nothing needs changing.").into(),
+            ],
+            vec![],
+        ),
+        ("empty content", vec![Turn::new().into()], vec![]),
+        (
+            "budget stop",
+            vec![
+                Turn::text("Thinking hard.")
+                    .stop("pause_turn")
+                    .usage(5000, 10, 0, 0)
+                    .into(),
+            ],
+            vec!["--budget-tokens", "100"],
+        ),
+    ];
+    for (ending, replies, flags) in endings {
+        let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+        let before = fixture.user_state();
+        let server = FakeServer::with_script(replies).await;
+        let mut args = vec!["run"];
+        args.extend(flags);
+        args.push("change a");
+        let output = grove_in(&fixture, Some(&server), &args).await;
+        let err = stderr(&output);
+        assert_eq!(
+            output.status.code(),
+            Some(3),
+            "{ending}: a lead that delegated nothing finishes with exit 3\n{err}"
+        );
+        assert!(
+            !err.contains("No such file or directory"),
+            "{ending}: no file write fails\n{err}"
+        );
+        let run_dir = only_run_dir(&fixture);
+        let transcript = run_dir.join("transcripts/lead-lead.json");
+        let saved = grove::store::transcript::load(&transcript)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{ending}: the lead's transcript is saved\n{err}"));
+        // An empty answer adds no message: the transcript then holds the task alone.
+        let least = if ending == "empty content" { 1 } else { 2 };
+        assert!(
+            saved.messages.len() >= least,
+            "{ending}: the transcript holds the task and the lead's answer: {:?}",
+            saved.messages
+        );
+        assert!(
+            grove::store::transcript::load_end(&grove::store::transcript::end_path(&transcript))
+                .unwrap()
+                .is_some(),
+            "{ending}: the lead's end file is saved\n{err}"
+        );
+        assert_eq!(
+            fixture.user_state(),
+            before,
+            "{ending}: the user's branch and tree are untouched"
+        );
+    }
+}

@@ -72,7 +72,8 @@ pub(crate) async fn review(
     let reviewer = ctx
         .run_agent(&spec, messages, worktree.path(), observer.clone())
         .await;
-    observer.finished(&reviewer.ledger);
+    // Its transcript stays as its last tool-calling turn left it: a resume goes on from there.
+    observer.finished(&reviewer.ledger, &[]);
     ctx.budget.spend(&reviewer.ledger);
     let verdict = match submit.verdict() {
         Some(verdict) => Ok(verdict),

@@ -95,7 +95,8 @@ async fn builtin(ctx: &Arc<RunContext>, assignment: Assignment, worktree: &Workt
     let worker = ctx
         .run_agent(&spec, start.messages, worktree.path(), observer.clone())
         .await;
-    observer.finished(&worker.ledger);
+    // Its transcript stays as its last tool-calling turn left it: a resume goes on from there.
+    observer.finished(&worker.ledger, &[]);
     let saved = observer.flush().await;
     ctx.budget.spend(&worker.ledger);
     if let Err(AgentError::Model { source, .. }) = &worker.result {
