@@ -11,9 +11,9 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use grove::ledger::Ledger;
 use grove::agent::external::{BackendEnv, WorkerBackend};
 use grove::event::{Event, EventSink};
+use grove::ledger::Ledger;
 use grove::model::Provider;
 use grove::run::{Models, RunEnd, RunOptions, RunReport};
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
