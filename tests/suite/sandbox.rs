@@ -839,11 +839,9 @@ async fn sandbox_off_is_loud_and_journaled() {
     );
     let store = grove::store::RunStore::new(&fixture.repo.join(".git"));
     let state = store.read_state(&report.run_id.parse().unwrap()).unwrap();
+    let options = serde_json::to_value(&state.options).unwrap();
     assert_eq!(
-        (
-            state.options["sandbox"].clone(),
-            state.options["allow_network"].clone()
-        ),
+        (options["sandbox"].clone(), options["allow_network"].clone()),
         (json!("off"), json!(false)),
         "the run's journal records that its commands ran unconfined"
     );

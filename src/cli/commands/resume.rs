@@ -34,8 +34,11 @@ pub async fn resume(directory: &Path, args: &ResumeArgs) -> anyhow::Result<ExitC
             .parse()
             .map_err(|error: model::ModelError| not_resumable(error.to_string()))?;
         // Runs journaled before per-role models name only one model.
-        let names: ModelNames =
-            serde_json::from_value(state.options["model_names"].clone()).unwrap_or_default();
+        let names: ModelNames = state
+            .options
+            .get()
+            .map(|options| options.model_names.clone())
+            .unwrap_or_default();
         let or_run_model = |name: String| {
             if name.is_empty() {
                 state.model.clone()
