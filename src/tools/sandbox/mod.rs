@@ -52,7 +52,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::exec::{
-    CommandExecutor, DiskOverBudget, ExecError, ExecOutcome, ExecRequest, ExecResult,
+    CommandExecutor, DiskOverBudget, ExecError, ExecOutcome, ExecRequest, ExecResult, SetupPolicy,
     default_shell, run_in_process_group, scrub_env,
 };
 use super::git_pointer::GitPointer;
@@ -607,6 +607,16 @@ impl CommandExecutor for SandboxedExecutor {
         Err(ExecError::Sandbox {
             reason: not_linux().to_string(),
         })
+    }
+
+    /// The same confinement with the setup's network and caches, prepared apart from
+    /// the workers' (their rules do not grant the caches).
+    fn for_setup(&self, policy: &SetupPolicy) -> Arc<dyn CommandExecutor> {
+        let mut setup = self.clone();
+        setup.policy.allow_network = policy.allow_network;
+        setup.extra_writable.extend(policy.writable.iter().cloned());
+        setup.worktrees = Arc::default();
+        Arc::new(setup)
     }
 }
 
