@@ -1106,6 +1106,12 @@ async fn a_command_that_takes_the_worktree_past_its_disk_budget_fails() {
         "a command that leaves the worktree over budget fails, naming the excess: {}",
         big.content
     );
+    let cleaned = scene.bash(&tools, "rm big.bin", 10).await;
+    assert!(
+        !cleaned.is_error,
+        "once the excess is deleted, commands succeed again: {}",
+        cleaned.content
+    );
 }
 
 #[tokio::test]
