@@ -19,7 +19,7 @@ use anyhow::Context as _;
 
 pub use args::Cli;
 use args::Command;
-use commands::{clean, completions, demo, gc, init, report, resume, review, run, runs};
+use commands::{clean, completions, demo, gc, init, report, resume, review, run, runs, trust};
 
 /// Runs the parsed command line and returns the process's exit code.
 pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -36,6 +36,7 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo(args) => demo::demo(&directory, &args).await,
         Command::Completions(args) => Ok(completions::completions(&args)),
         Command::Init(args) => init::init(&directory, &args).await,
+        Command::Trust(args) => trust::trust(&directory, &args).await,
         Command::Review(args) => review::review(&directory, &args).await,
         Command::Report(args) => report::report(&directory, &args).await,
     }
