@@ -319,3 +319,51 @@ async fn a_sandboxed_worker_cannot_write_a_trust_record() {
         text(&refused.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grove_resume_refuses_a_journaled_setup_command_until_it_is_trusted() {
+    use crate::suite::run::{repo_with_rules, scripted_server};
+
+    // A run journaled by a grove that did not ask for trust (the journal of
+    // `run_state`'s old-format fixture, its options given a setup command), paused before
+    // its lead's first answer.
+    let fixture = repo_with_rules();
+    let run_id = "20261201-084722-0491";
+    let mut records: Vec<Value> = include_str!("fixtures/paused_run.journal.jsonl")
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    records[0]["options"]["worktree_setup"]["setup"] = json!(STAMP);
+    let journal: String = records.iter().map(|record| format!("{record}\n")).collect();
+    let run_dir = fixture.repo.join(".git/grove/runs").join(run_id);
+    std::fs::create_dir_all(&run_dir).unwrap();
+    std::fs::write(run_dir.join("journal.jsonl"), &journal).unwrap();
+
+    let server = scripted_server(&[("Shout.\nWRITE src/a.txt ALPHA", None)]).await;
+    let refused = grove(&fixture, Some(&server), &[], &["resume", run_id]).await;
+    let message = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains(&format!("\n    {STAMP}\n")) && message.contains("grove trust"),
+        "the refusal shows the journaled command and how to trust it: {message}"
+    );
+    assert_eq!(
+        (
+            text(&std::fs::read(run_dir.join("journal.jsonl")).unwrap()),
+            server.requests().len()
+        ),
+        (journal, 0),
+        "the refused resume journals nothing and asks no model"
+    );
+
+    fixture.write(
+        CONFIG_PATH,
+        format!("[worktree]\nsetup = {}\n", toml_string(STAMP)),
+    );
+    let trusted = grove(&fixture, None, &[], &["trust"]).await;
+    assert_eq!(trusted.status.code(), Some(0), "{}", text(&trusted.stderr));
+    let resumed = grove(&fixture, Some(&server), &[], &["resume", "--json", run_id]).await;
+    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed.stderr));
+    assert_eq!(report(&resumed)["subtasks"][0]["status"], json!("merged"));
+    assert_eq!(fixture.git(&["show", "HEAD:.setup-stamp"]), "set up");
+}
