@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::Ledger;
+use crate::ledger::Ledger;
 use crate::store::durable::{self, DurableError};
 use crate::store::journal::{
     ContextMode, Entry, Finding, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
