@@ -96,7 +96,8 @@ impl Repo {
             self.default_worktrees_dir(run),
             self.legacy_worktrees_dir(run),
         ];
-        for (subtask, (admin, path)) in self.run_registrations(run)? {
+        for registered in self.run_registrations(run)? {
+            let (subtask, admin, path) = (registered.subtask, registered.admin, registered.path);
             let Some(tip) = self.ref_target(&subtask_ref(run, subtask))? else {
                 continue;
             };
