@@ -92,6 +92,7 @@ impl Repo {
     pub async fn clean_run(&self, run: &RunId) -> Result<CleanReport, GitError> {
         let mut report = CleanReport::default();
         self.prune_worktrees().await?;
+        self.sweep_trash().await?;
         let mut dirs = vec![
             self.default_worktrees_dir(run),
             self.legacy_worktrees_dir(run),
