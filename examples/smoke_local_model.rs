@@ -105,9 +105,9 @@ fn judge_model_error(error: &ModelError) -> Verdict {
         ModelError::Decode(_) => {
             Verdict::GroveFault(format!("grove could not read the server's reply: {error}"))
         }
-        ModelError::NotHttp { .. } | ModelError::NotAStream { .. } => {
-            Verdict::ServerFault(format!("the server answered in another protocol: {error}"))
-        }
+        ModelError::NotHttp { .. } | ModelError::NotAStream { .. } => Verdict::ServerFault(
+            format!("the server does not speak the API grove asked for: {error}"),
+        ),
         ModelError::InvalidRequest(_) | ModelError::Config(_) | ModelError::Cancelled => {
             Verdict::GroveFault(error.to_string())
         }
