@@ -27,9 +27,9 @@ use grove::tools::{
     builtin_with_executor,
 };
 
-use crate::suite::cli::role as who;
 use crate::support::fake_server::{FakeServer, Turn};
 use crate::support::git_fixture::GitFixture;
+use crate::support::requests::role as who;
 
 const SECRET: &str = "SECRET-KEY-MATERIAL-7f3a9c";
 
@@ -534,7 +534,7 @@ async fn obedient_server(steps: Vec<(&'static str, Value)>) -> FakeServer {
 }
 
 fn models(server: &FakeServer) -> Models {
-    crate::suite::run::models(server, Provider::Anthropic, true)
+    crate::support::scripted_run::models(server, Provider::Anthropic, true)
 }
 
 fn sandboxed_options(fixture: &GitFixture, home: &Path) -> RunOptions {
