@@ -127,7 +127,14 @@ pub async fn work(job: ExternalWork<'_>, progress: impl FnMut(Progress)) -> Work
                 note: None,
             }
         }
-        Ok(outcome) => {
+        Ok(mut outcome) => {
+            // The answer goes to the lead and the terminal: no escapes either.
+            outcome.report.final_message = outcome
+                .report
+                .final_message
+                .as_deref()
+                .map(follow::strip_escapes)
+                .and_then(parse::non_empty);
             let report = &outcome.report;
             let mut ledger = report.ledger;
             ledger.steps = ledger.steps.max(1);
