@@ -57,9 +57,10 @@ use crate::agent::{
 };
 use crate::event::{AgentId, Event, EventSink};
 use crate::model::{
-    ContentBlock, Message, ModelError, Request, Response, RetryNotice, Role, StopReason, ToolSpec,
+    ContentBlock, Message, ModelError, ModelNotice, Request, Response, Role, StopReason, ToolSpec,
 };
-use crate::tools::{Registry, ToolContext, ToolError, ToolOutput, truncate_chars};
+use crate::text::truncate;
+use crate::tools::{Registry, ToolContext, ToolError, ToolOutput};
 
 /// The user message that asks the model to go on after its text was cut at `max_tokens`.
 pub const CONTINUE_AFTER_MAX_TOKENS: &str =
@@ -172,7 +173,7 @@ impl ErrorStreak {
             self.count += 1;
             self.last = format!(
                 "`{tool}`: {}",
-                truncate_chars(&output.content, QUOTED_ERROR_CHARS)
+                truncate(&output.content, QUOTED_ERROR_CHARS)
             );
         } else {
             self.count = 0;
@@ -457,14 +458,7 @@ impl Conversation<'_> {
     async fn complete(&self) -> Result<Response, AgentError> {
         let agent = &self.spec.id;
         let events = &self.events;
-        let on_retry = |notice: RetryNotice| {
-            events.emit(Event::ModelRetry {
-                agent: agent.clone(),
-                attempt: notice.attempt,
-                delay_ms: u64::try_from(notice.delay.as_millis()).unwrap_or(u64::MAX),
-                reason: notice.reason,
-            });
-        };
+        let on_retry = |notice: ModelNotice| events.emit(Event::from_model(agent, notice));
         let cancel = &self.tool_context.cancel;
         let result = tokio::select! {
             biased;

@@ -170,7 +170,7 @@ fn make_dirs_inside(root: &Path, relative: &Path) -> Result<PathBuf, String> {
 /// The last `max` characters of `text`, starting at a line when one starts near there.
 fn output_tail(text: &str, max: usize) -> String {
     let text = text.trim_end();
-    let tail = crate::tools::last_chars(text, max);
+    let tail = crate::text::last_chars(text, max);
     if tail.len() == text.len() {
         return text.to_owned();
     }

@@ -5,177 +5,19 @@
 use std::sync::Arc;
 
 use pretty_assertions::assert_eq;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
 use grove::event::EventSink;
 use grove::model::Provider;
-use grove::run::{ModelChoice, Models, RunEnd, RunError, RunOptions, RunReport};
+use grove::run::{RunEnd, RunError, RunOptions, RunReport};
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
 
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
-
-pub(crate) const RULES: &str = "House rule: keep every line under 80 columns.";
-
-/// Which built-in role sent a request, told by its system prompt.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Who {
-    Lead,
-    Worker,
-    Reviewer,
-}
-
-pub(crate) fn who(request: &RecordedRequest) -> Who {
-    let system = request.system_text();
-    if system.starts_with("You are the lead engineer") {
-        Who::Lead
-    } else if system.starts_with("You are an independent code reviewer") {
-        Who::Reviewer
-    } else {
-        assert!(
-            system.starts_with("You are a software engineer"),
-            "unknown role: {system}"
-        );
-        Who::Worker
-    }
-}
-
-/// The text of the first user message: a subagent's brief.
-pub(crate) fn first_user_text(request: &RecordedRequest) -> String {
-    let first = request
-        .messages()
-        .iter()
-        .find(|m| m["role"] == "user")
-        .cloned()
-        .unwrap_or(Value::Null);
-    match &first["content"] {
-        Value::String(text) => text.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
-}
-
-pub(crate) fn answered(request: &RecordedRequest) -> bool {
-    !request.tool_results().is_empty()
-}
-
-pub(crate) fn usage(turn: Turn) -> Turn {
-    turn.usage(100, 10, 50, 5)
-}
-
-/// A lead that delegates `briefs` at once, then summarises.
-pub(crate) fn lead_reply(request: &RecordedRequest, briefs: &[(&str, Option<&str>)]) -> Reply {
-    if answered(request) {
-        return usage(Turn::text("All subtasks are done.")).into();
-    }
-    let mut turn = Turn::text("Delegating.");
-    for (index, (brief, mode)) in briefs.iter().enumerate() {
-        let mut input = json!({ "task": brief });
-        if let Some(mode) = mode {
-            input["mode"] = json!(mode);
-        }
-        turn = turn.tool_use(&format!("lead_call_{index}"), "delegate", input);
-    }
-    usage(turn).into()
-}
-
-/// A worker that follows briefs of the form `WRITE <path> <content>`.
-pub(crate) fn worker_reply(request: &RecordedRequest) -> Reply {
-    if answered(request) {
-        return usage(Turn::text("WORKER-FINAL: wrote the file as asked.")).into();
-    }
-    // The brief is the newest user text, in isolated and forked conversations alike.
-    write_reply(&request.last_user_text())
-}
-
-/// The `write_file` call a `WRITE <path> <content>` line in `brief` asks for.
-pub(crate) fn write_reply(brief: &str) -> Reply {
-    let line = brief
-        .lines()
-        .rev()
-        .find(|line| line.starts_with("WRITE "))
-        .unwrap_or_else(|| panic!("brief without WRITE: {brief}"));
-    let mut parts = line.splitn(3, ' ').skip(1);
-    let path = parts.next().unwrap();
-    let content = parts.next().unwrap_or_default();
-    usage(Turn::text("Writing.").tool_use(
-        "worker_call_1",
-        "write_file",
-        json!({ "path": path, "content": format!("{content}\n") }),
-    ))
-    .into()
-}
-
-/// A reviewer that rejects diffs touching `junk`, approves the rest.
-pub(crate) fn reviewer_reply(request: &RecordedRequest) -> Reply {
-    if answered(request) {
-        return usage(Turn::text("Verdict given.")).into();
-    }
-    let brief = first_user_text(request);
-    let input = if brief.contains("junk") {
-        json!({
-            "verdict": "reject",
-            "summary": "Adds a junk file nobody asked for.",
-            "findings": [{ "path": "junk.txt", "line": 1, "problem": "not part of the task" }]
-        })
-    } else {
-        json!({ "verdict": "approve", "summary": "Does what the brief asks." })
-    };
-    usage(Turn::new().tool_use("review_call_1", "submit_verdict", input)).into()
-}
-
-pub(crate) fn models(server: &FakeServer, provider: Provider, stream: bool) -> Models {
-    let choice = |name: &str| ModelChoice {
-        client: server.model(provider, stream),
-        name: name.into(),
-    };
-    Models {
-        provider: provider.as_str().into(),
-        lead: choice("lead-model"),
-        worker: choice("worker-model"),
-        reviewer: choice("reviewer-model"),
-    }
-}
-
-pub(crate) fn options(fixture: &GitFixture, task: &str) -> RunOptions {
-    RunOptions {
-        jobs: 3,
-        git: fixture.options(),
-        ..RunOptions::new(task)
-    }
-}
-
-pub(crate) async fn run(
-    fixture: &GitFixture,
-    server: &FakeServer,
-    provider: Provider,
-    options: RunOptions,
-) -> Result<RunReport, RunError> {
-    grove::run::run(
-        &fixture.repo,
-        options,
-        models(server, provider, true),
-        EventSink::discard(),
-        CancellationToken::new(),
-    )
-    .await
-}
-
-pub(crate) fn repo_with_rules() -> GitFixture {
-    GitFixture::with_files(&[
-        ("src/a.txt", "alpha\n"),
-        ("src/b.txt", "beta\n"),
-        ("src/c.txt", "gamma\n"),
-        ("src/notes.txt", "READ-BY-WORKER: private notes\n"),
-        ("AGENTS.md", RULES),
-    ])
-}
+use crate::support::requests::{Who, who};
+use crate::support::scripted_run::*;
 
 fn statuses(report: &RunReport) -> Vec<(String, SubtaskOutcome, Option<VerdictKind>)> {
     report
@@ -184,8 +26,6 @@ fn statuses(report: &RunReport) -> Vec<(String, SubtaskOutcome, Option<VerdictKi
         .map(|s| (s.id.clone(), s.status, s.verdict))
         .collect()
 }
-
-pub(crate) const USER_TASK: &str = "USER-TASK: shout the two words and add nothing else";
 
 /// A worker that reads the shared notes first (all four workers' first replies wait
 /// at `gate` until every one of them is in flight), then writes, then reports.
@@ -725,9 +565,7 @@ async fn an_interrupted_run_keeps_its_work_and_resume_finishes_it() {
 
     // The worktree vanishes while the run is stopped (a cleanup, a reboot of a tmpfs):
     // resume re-creates it from its branch, whose checkpoint holds the work.
-    let worktree = fixture
-        .repo
-        .join(format!(".git/grove/runs/{}/worktrees/1", report.run_id));
+    let worktree = fixture.worktree_dir(&report.run_id, 1);
     assert!(
         worktree.join("src/a.txt").exists(),
         "the interrupted worktree is kept"
@@ -778,6 +616,65 @@ async fn an_interrupted_run_keeps_its_work_and_resume_finishes_it() {
     assert_eq!(
         resumed.subtasks[0].worker_ledger.steps, 2,
         "the ledger spans both processes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_interrupted_before_worktrees_left_git_resumes_in_its_old_worktree() {
+    let fixture = repo_with_rules();
+    let cancel = CancellationToken::new();
+    let trip = cancel.clone();
+    let server = FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => lead_reply(request, &[("Shout.\nWRITE src/a.txt ALPHA", None)]),
+        Who::Worker => {
+            if answered(request) {
+                trip.cancel();
+            }
+            worker_reply(request)
+        }
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let report = grove::run::run(
+        &fixture.repo,
+        options(&fixture, USER_TASK),
+        models(&server, Provider::Anthropic, true),
+        EventSink::discard(),
+        cancel,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.status, RunEnd::Interrupted, "{report:#?}");
+
+    // Put the worktree where grove kept worktrees before they moved out of .git, as a
+    // run started by an older grove left it.
+    let cached = fixture.worktree_dir(&report.run_id, 1);
+    let legacy = fixture
+        .repo
+        .join(".git/grove/runs")
+        .join(&report.run_id)
+        .join("worktrees");
+    std::fs::create_dir_all(&legacy).unwrap();
+    fixture.git(&[
+        "worktree",
+        "move",
+        cached.to_str().unwrap(),
+        legacy.join("1").to_str().unwrap(),
+    ]);
+    std::fs::write(legacy.join("1/uncommitted.txt"), "kept\n").unwrap();
+
+    let (_server, resumed) = resume_healthy(&fixture, &report.run_id).await;
+
+    assert!(resumed.applied, "{resumed:#?}");
+    assert_eq!(
+        (
+            fixture.read("src/a.txt"),
+            cached.exists(),
+            fixture.read("uncommitted.txt"),
+        ),
+        (b"ALPHA\n".to_vec(), false, b"kept\n".to_vec()),
+        "the resume used the old worktree (its uncommitted file was merged too) and made \
+         no new one in the cache"
     );
 }
 
@@ -1039,17 +936,4 @@ async fn resume_healthy(fixture: &GitFixture, run_id: &str) -> (FakeServer, RunR
         "the resumed subtask finishes and merges"
     );
     (server, resumed)
-}
-
-/// A server whose lead delegates `briefs` in one response, with the standard worker and
-/// reviewer scripts.
-pub(crate) async fn scripted_server(
-    briefs: &'static [(&'static str, Option<&'static str>)],
-) -> FakeServer {
-    FakeServer::with_responder(move |request| match who(request) {
-        Who::Lead => lead_reply(request, briefs),
-        Who::Worker => worker_reply(request),
-        Who::Reviewer => reviewer_reply(request),
-    })
-    .await
 }

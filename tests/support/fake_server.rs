@@ -377,7 +377,8 @@ pub enum Reply {
         message: String,
         headers: Vec<(String, String)>,
     },
-    /// A status with this body verbatim (e.g. an HTML page from a proxy).
+    /// A status with this body verbatim (e.g. an HTML page from a proxy), as
+    /// `text/html` unless `headers` name another `content-type`.
     Raw {
         status: u16,
         body: String,
@@ -401,6 +402,10 @@ pub enum Reply {
     Slow { turn: Turn, gap: Duration },
     /// No response at all, not even headers (request timeout, cancellation).
     Hang,
+    /// 200 and the stream's first frame, then a keep-alive frame every `gap` forever
+    /// (Anthropic `ping`, an empty OpenAI delta): never idle, never done.
+    /// Non-streaming requests get the headers, then a space every `gap`.
+    Drip { gap: Duration },
     /// `reply`, after `delay` (a model's latency).
     Delayed { delay: Duration, reply: Box<Reply> },
     /// `reply`, once `gate`'s other parties have arrived too: a request answered only
@@ -842,10 +847,10 @@ async fn handle(
         let mut sent = lock(&shared.usage_sent);
         let (input, output, cache_read, cache_write) = turn.usage;
         *sent = (
-            sent.0 + input,
-            sent.1 + output,
-            sent.2 + cache_read,
-            sent.3 + cache_write,
+            sent.0.saturating_add(input),
+            sent.1.saturating_add(output),
+            sent.2.saturating_add(cache_read),
+            sent.3.saturating_add(cache_write),
         );
     }
     let gemini_model = (endpoint == Endpoint::Gemini)

@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Ledger;
-use crate::tools::truncate_chars;
+use crate::text::truncate;
 
 mod backend;
 mod follow;
@@ -133,7 +133,7 @@ pub async fn work(job: ExternalWork<'_>, progress: impl FnMut(Progress)) -> Work
                 .report
                 .final_message
                 .as_deref()
-                .map(follow::strip_escapes)
+                .map(crate::text::strip_escapes)
                 .and_then(parse::non_empty);
             let report = &outcome.report;
             let mut ledger = report.ledger;
@@ -182,7 +182,7 @@ fn describe_end(backend: &WorkerBackend, outcome: &CliOutcome) -> String {
         CliEnd::Finished => match &outcome.report.final_message {
             Some(message) => format!(
                 "{name} finished: {}",
-                truncate_chars(message.lines().next().unwrap_or_default(), 120)
+                truncate(message.lines().next().unwrap_or_default(), 120)
             ),
             None => format!("{name} finished"),
         },

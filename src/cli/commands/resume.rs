@@ -10,7 +10,7 @@ use grove::model::{self, Provider};
 use grove::run::{ModelNames, RunError};
 use grove::store::state::RunState;
 
-use crate::cli::drive;
+use crate::cli::{drive, render};
 
 /// Arguments of `grove resume`.
 #[derive(Debug, Args)]
@@ -53,10 +53,15 @@ pub async fn resume(directory: &Path, args: &ResumeArgs) -> anyhow::Result<ExitC
         };
         drive::connect_models(provider, names).map_err(|error| not_resumable(error.to_string()))
     };
+    let run_id = drive::parse_run_id(&args.run_id)?;
+    let repo = drive::open_repo(directory).await?;
+    render::agent_file_problems(&drive::agent_file_problems(
+        repo.work_tree().unwrap_or(repo.common_dir()),
+    ));
     let report = drive::drive(args.json, |events, cancel| {
         grove::run::resume(
             directory,
-            &args.run_id,
+            run_id.as_str(),
             GitOptions::default(),
             models,
             events,
