@@ -222,6 +222,28 @@ pub enum ExecError {
 pub trait CommandExecutor: Send + Sync + fmt::Debug {
     /// Runs `request` to completion (or timeout, or cancellation) and reports what it did.
     async fn execute(&self, request: ExecRequest) -> Result<ExecResult, ExecError>;
+
+    /// The executor a worktree's `setup` command runs through: this one's confinement
+    /// (none when this one has none), with `policy`'s network and writable caches.
+    fn for_setup(&self, policy: &SetupPolicy) -> std::sync::Arc<dyn CommandExecutor>;
+}
+
+/// What a worktree's `setup` command may do beyond a worker's command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetupPolicy {
+    /// Internet sockets (`npm ci` downloads); on by default.
+    pub allow_network: bool,
+    /// Directories it may write besides the worktree and its `TMPDIR` (package caches).
+    pub writable: Vec<PathBuf>,
+}
+
+impl Default for SetupPolicy {
+    fn default() -> Self {
+        Self {
+            allow_network: true,
+            writable: Vec::new(),
+        }
+    }
 }
 
 /// Runs commands on this machine, each in its own process group.
@@ -429,6 +451,10 @@ impl CommandExecutor for LocalExecutor {
         let args = [OsString::from("-c"), OsString::from(&request.command)];
         run_in_process_group(&self.shell, &args, &self.env, &request, |_| {}).await
     }
+
+    fn for_setup(&self, _policy: &SetupPolicy) -> std::sync::Arc<dyn CommandExecutor> {
+        std::sync::Arc::new(self.clone())
+    }
 }
 
 /// Runs `program args…` for `request` in a process group of its own, with `env` only,
@@ -459,16 +485,7 @@ pub(crate) async fn run_in_process_group(
         .process_group(0)
         .kill_on_drop(true);
     customize(&mut command);
-    let parent = nix::unistd::getpid();
-    // SAFETY: the hook runs in the forked child and makes async-signal-safe system calls
-    // only (prctl, getppid, close_range or fcntl, _exit); it allocates nothing.
-    #[allow(unsafe_code)]
-    unsafe {
-        command.pre_exec(move || {
-            child_hygiene(parent);
-            Ok(())
-        });
-    }
+    hygiene_at_exec(&mut command);
     // The thread that spawns owns the parent-death signal; it must outlive the command.
     // `spawn_lasting` drops the command, and with it our copies of the pipe's write end,
     // so the pipe reaches EOF once the command's processes are gone.
@@ -555,6 +572,20 @@ pub(crate) async fn run_in_process_group(
         notes: Vec::new(),
         disk_over_budget: None,
     })
+}
+
+/// Makes `command`'s process take [`child_hygiene`] before `exec`.
+fn hygiene_at_exec(command: &mut tokio::process::Command) {
+    let parent = nix::unistd::getpid();
+    // SAFETY: the hook runs in the forked child and makes async-signal-safe system calls
+    // only (prctl, getppid, close_range or fcntl, _exit); it allocates nothing.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(move || {
+            child_hygiene(parent);
+            Ok(())
+        });
+    }
 }
 
 /// What every command's process does before `exec`, whoever runs it (a sandboxed
