@@ -35,23 +35,55 @@ pub struct CleanReport {
     pub removed_worktrees: Vec<PathBuf>,
     /// Subtask branches deleted (each held by its archive).
     pub deleted_branches: Vec<String>,
+    /// Worktrees kept because they hold files git refuses to record (their branches
+    /// stay too). Absent from the JSON when there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept_worktrees: Vec<KeptWorktree>,
+}
+
+/// A worktree `grove clean` kept, and the files in it that git refuses to record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeptWorktree {
+    pub path: PathBuf,
+    pub paths: Vec<String>,
 }
 
 impl Repo {
     /// Keeps the subtask's work under an archive ref: commits uncommitted changes first
     /// (only if the worktree's checkout finished; a half-filled tree has no work of its
     /// own), then points the archive ref at the branch tip.
+    ///
+    /// Paths git refuses to record do not stop the archive of everything else; they stay
+    /// in the worktree, which [`Repo::remove_worktree`] then refuses to remove.
     pub async fn archive_worktree(
         &self,
         worktree: &Worktree,
         reason: &str,
     ) -> Result<ArchivedWork, GitError> {
+        Ok(self.archive_worktree_noting(worktree, reason).await?.0)
+    }
+
+    /// [`Repo::archive_worktree`], and the paths left only in the worktree, if any.
+    async fn archive_worktree_noting(
+        &self,
+        worktree: &Worktree,
+        reason: &str,
+    ) -> Result<(ArchivedWork, Vec<String>), GitError> {
+        let mut refused = Vec::new();
         if worktree.ready().await.is_ok() && worktree.path().exists() {
-            self.checkpoint(worktree, &format!("archived: {reason}"))
-                .await?;
+            match self
+                .checkpoint(worktree, &format!("archived: {reason}"))
+                .await
+            {
+                Ok(_) => {}
+                Err(GitError::PathsRefused { paths, .. }) => refused = paths,
+                Err(error) => return Err(error),
+            }
         }
-        self.archive_branch(worktree.run(), worktree.subtask())
-            .await
+        let archived = self
+            .archive_branch(worktree.run(), worktree.subtask())
+            .await?;
+        Ok((archived, refused))
     }
 
     /// Points an archive ref at the tip of subtask `n`'s branch (never overwriting an
@@ -91,6 +123,7 @@ impl Repo {
     /// branches (each now held by its archive). The result branch is kept.
     pub async fn clean_run(&self, run: &RunId) -> Result<CleanReport, GitError> {
         let mut report = CleanReport::default();
+        let mut kept_subtasks = Vec::new();
         self.prune_worktrees().await?;
         self.sweep_trash().await?;
         let mut dirs = vec![
@@ -104,9 +137,20 @@ impl Repo {
             };
             // The base only matters for new branches; this one exists.
             if let Some(worktree) = self.find_worktree(run, subtask, tip, &path)? {
-                report
-                    .archived
-                    .push(self.archive_worktree(&worktree, "run cleaned").await?);
+                let (archived, refused) = self
+                    .archive_worktree_noting(&worktree, "run cleaned")
+                    .await?;
+                report.archived.push(archived);
+                if !refused.is_empty() {
+                    // Files git refuses to record live only there: the directory (and
+                    // its branch, so that the next clean finds it) stays.
+                    kept_subtasks.push(subtask);
+                    report.kept_worktrees.push(KeptWorktree {
+                        path,
+                        paths: refused,
+                    });
+                    continue;
+                }
                 self.delete_worktree(worktree.path(), &admin).await?;
                 dirs.extend(path.parent().map(Path::to_path_buf));
                 report.removed_worktrees.push(path);
@@ -120,6 +164,9 @@ impl Repo {
             else {
                 continue;
             };
+            if kept_subtasks.contains(&subtask) {
+                continue;
+            }
             let archived = match report.archived.iter().find(|a| a.subtask == subtask) {
                 Some(archived) if archived.commit == commit => archived.clone(),
                 _ => {

@@ -62,6 +62,30 @@ fn git_dir_entries(root: &std::path::Path, listing: &[u8]) -> Vec<String> {
     flagged
 }
 
+/// The paths a failed `git add` names as ones it cannot record (`error: invalid path
+/// 'P'`, `error: unable to add 'P' to index`), each once.
+fn refused_paths(error: &GitError) -> Vec<String> {
+    let GitError::Command { stderr, .. } = error else {
+        return Vec::new();
+    };
+    let mut paths = Vec::new();
+    for line in stderr.lines() {
+        let quoted = line
+            .strip_prefix("error: invalid path '")
+            .and_then(|rest| rest.strip_suffix('\''))
+            .or_else(|| {
+                line.strip_prefix("error: unable to add '")
+                    .and_then(|rest| rest.strip_suffix("' to index"))
+            });
+        if let Some(path) = quoted
+            && !paths.iter().any(|p| p == path)
+        {
+            paths.push(path.to_owned());
+        }
+    }
+    paths
+}
+
 /// libgit2's flag for an entry added with `git add -N` (intent to add): git's
 /// `write-tree` leaves such entries out, libgit2 would not, so an index holding one is
 /// committed by the CLI.
@@ -118,11 +142,7 @@ impl Repo {
         };
         // Local-only files (a copied `.env`) stay out even if something staged them.
         let local = local_files::recorded(worktree.admin_dir())?;
-        in_worktree()
-            .args(["add", "--all", "--", "."])
-            .args(local_files::exclusions(&local))
-            .run()
-            .await?;
+        let refused = self.stage_all(worktree, &local).await?;
         if !local.is_empty() {
             in_worktree()
                 .args(["update-index", "--force-remove", "--"])
@@ -144,13 +164,60 @@ impl Repo {
             run = worktree.run(),
             n = worktree.subtask(),
         );
-        if path == CommitPath::Fastest
-            && let InProcess::Done(commit) =
-                self.commit_index_off_runtime(worktree, &message).await?
-        {
+        let commit = match path {
+            CommitPath::Fastest => match self.commit_index_off_runtime(worktree, &message).await? {
+                InProcess::Done(commit) => commit,
+                InProcess::Unsupported => self.commit_index_with_cli(worktree, &message).await?,
+            },
+            CommitPath::Cli => self.commit_index_with_cli(worktree, &message).await?,
+        };
+        if refused.is_empty() {
             return Ok(commit);
         }
-        self.commit_index_with_cli(worktree, &message).await
+        Err(GitError::PathsRefused {
+            worktree: worktree.path().to_path_buf(),
+            paths: refused,
+        })
+    }
+
+    /// Stages everything in `worktree` but its `local` files, files outside a sparse
+    /// checkout's cone included (`--sparse`: worktrees inherit the cone, and a worker's
+    /// file outside it is still its work). Paths git refuses to record (`x/git~1/y`,
+    /// `x/.GIT/y`) do not stop the others from being staged; they are returned.
+    async fn stage_all(
+        &self,
+        worktree: &Worktree,
+        local: &[String],
+    ) -> Result<Vec<String>, GitError> {
+        let add = |ignore_errors: bool| {
+            self.inner
+                .runner
+                .call(worktree.admin_dir(), worktree.path())
+                .work_tree(worktree.path())
+                .args(["add", "--all", "--sparse"])
+                .args(ignore_errors.then_some("--ignore-errors"))
+                .args(["--", "."])
+                .args(local_files::exclusions(local))
+                .run()
+        };
+        let error = match add(false).await {
+            Ok(_) => return Ok(Vec::new()),
+            Err(error) => error,
+        };
+        if refused_paths(&error).is_empty() {
+            return Err(error);
+        }
+        match add(true).await {
+            Ok(_) => Ok(Vec::new()),
+            Err(retry) => {
+                let refused = refused_paths(&retry);
+                if refused.is_empty() {
+                    Err(retry)
+                } else {
+                    Ok(refused)
+                }
+            }
+        }
     }
 
     /// The paths in `worktree` that a checkpoint leaves out because they are, lead to or
@@ -161,13 +228,7 @@ impl Repo {
     /// what it returns.
     pub async fn git_dir_paths(&self, worktree: &Worktree) -> Result<Vec<String>, GitError> {
         worktree.ready().await?;
-        self.inner
-            .runner
-            .call(worktree.admin_dir(), worktree.path())
-            .work_tree(worktree.path())
-            .args(["add", "--all", "--", "."])
-            .run()
-            .await?;
+        self.stage_all(worktree, &[]).await?;
         self.staged_git_dir_paths(worktree).await
     }
 

@@ -86,6 +86,20 @@ pub enum GitError {
     )]
     WorkNotKept { branch: String, tip: String },
 
+    /// git refuses to record some paths of a worktree (names it treats as `.git` under
+    /// another spelling, such as `x/git~1/y`). Everything else was committed; these stay
+    /// only in the worktree, which must therefore be kept, never removed. Not retried.
+    #[error(
+        "git refuses to record {} in {} (everything else is committed); the worktree is \
+         kept so that they are not lost",
+        paths.join(", "),
+        worktree.display()
+    )]
+    PathsRefused {
+        worktree: PathBuf,
+        paths: Vec<String>,
+    },
+
     /// A revision or ref grove needed does not exist.
     #[error("{rev} does not exist in the repository")]
     UnknownRevision { rev: String },

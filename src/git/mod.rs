@@ -49,7 +49,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 pub use apply::{ApplyOutcome, ApplyRequest, RefusalReason};
-pub use archive::{ArchivedWork, CleanReport};
+pub use archive::{ArchivedWork, CleanReport, KeptWorktree};
 pub use cmd::{GitOptions, Identity};
 pub use commit::CommitPath;
 pub use diff::{BranchDiff, DiffStat, FileStat, Patch};

@@ -620,3 +620,128 @@ async fn a_lead_that_ends_without_any_tool_call_exits_3_and_keeps_its_transcript
         );
     }
 }
+
+/// A server whose lead delegates one subtask, whose worker makes one call (`call`, then
+/// ends) and whose reviewer approves.
+async fn one_call_server(call: (&'static str, serde_json::Value)) -> FakeServer {
+    use crate::support::fake_server::Turn;
+    use crate::support::scripted_run::{answered, usage};
+    FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => lead_reply(request, &[("Write the files.", None)]),
+        Who::Worker if answered(request) => usage(Turn::text("WORKER-FINAL: done.")).into(),
+        Who::Worker => usage(Turn::text("Writing.").tool_use("w1", call.0, call.1.clone())).into(),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await
+}
+
+/// The commits of the run's result branch and archives that hold `path`.
+fn kept_anywhere(fixture: &GitFixture, run_id: &str, path: &str) -> Vec<String> {
+    let refs = fixture.git(&[
+        "for-each-ref",
+        "--format=%(refname)",
+        &format!("refs/heads/grove/{run_id}/result"),
+        &format!("refs/grove/archive/{run_id}/"),
+    ]);
+    refs.lines()
+        .filter(|reference| {
+            sealed_git_ok(fixture, &["cat-file", "-e", &format!("{reference}:{path}")])
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+fn sealed_git_ok(fixture: &GitFixture, args: &[&str]) -> bool {
+    crate::support::git_fixture::sealed_command(&fixture.home(), &fixture.repo, args)
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+/// Issue 12 item 11, sparse checkout: worktrees inherit the cone, so `git add --all`
+/// refused a worker's file outside it and the work was lost with its branch. Now the file
+/// is staged (`--sparse`), committed, reviewed and merged, and no worktree stays behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_workers_file_outside_a_sparse_checkout_cone_is_kept_never_lost() {
+    let fixture = GitFixture::with_files(&[("in/a.txt", "a\n"), ("out/b.txt", "b\n")]);
+    fixture.git(&["sparse-checkout", "set", "in"]);
+    let server = one_call_server((
+        "write_file",
+        json!({ "path": "out/new.txt", "content": "NEW\n" }),
+    ))
+    .await;
+
+    let report = run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        options(&fixture, USER_TASK),
+    )
+    .await
+    .unwrap();
+
+    assert_eq!(
+        kept_anywhere(&fixture, &report.run_id, "out/new.txt"),
+        vec![format!("refs/heads/grove/{}/result", report.run_id)],
+        "the file outside the cone is committed and merged into the result: {:?}",
+        report.subtasks
+    );
+    assert_eq!(report.subtasks[0].status, SubtaskOutcome::Merged);
+    assert_eq!(
+        fixture
+            .git(&["worktree", "list", "--porcelain"])
+            .matches("worktree ")
+            .count(),
+        1,
+        "no worktree stays registered"
+    );
+}
+
+/// Issue 12 item 11, a path git refuses (`x/git~1/y`, a `.git` under its NTFS short
+/// name): everything else is committed and archived, and the worktree holding the refused
+/// file is kept with its branch — never removed — and `grove clean` lists it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_path_git_refuses_to_record_keeps_the_worktree_and_grove_clean_lists_it() {
+    use crate::support::grove::{grove_in, stderr};
+    let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+    let server = one_call_server((
+        "bash",
+        json!({ "command": "mkdir -p 'x/git~1' && echo refused > 'x/git~1/y' && echo ok > ok.txt" }),
+    ))
+    .await;
+
+    let report = run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        options(&fixture, USER_TASK),
+    )
+    .await
+    .unwrap();
+    let run_id = report.run_id.clone();
+
+    assert_eq!(
+        kept_anywhere(&fixture, &run_id, "ok.txt"),
+        vec![format!("refs/grove/archive/{run_id}/1")],
+        "what git can record is archived, never merged half: {:?}",
+        report.subtasks
+    );
+    let worktree = fixture.worktree_dir(&run_id, 1);
+    assert_eq!(
+        std::fs::read(worktree.join("x/git~1/y")).ok(),
+        Some(b"refused\n".to_vec()),
+        "the refused file stays in its kept worktree"
+    );
+    let clean = grove_in(&fixture, None, &["clean", &run_id]).await;
+    let out = String::from_utf8_lossy(&clean.stdout).into_owned();
+    assert!(
+        out.contains(&format!("kept worktree {}", worktree.display())) && out.contains("x/git~1/y"),
+        "grove clean lists the kept worktree and the refused file:\n{out}\n{}",
+        stderr(&clean)
+    );
+    assert!(
+        worktree.join("x/git~1/y").exists(),
+        "grove clean does not delete the file git cannot record"
+    );
+}

@@ -231,7 +231,17 @@ pub fn clean_report(report: &CleanReport) {
     for branch in &report.deleted_branches {
         out!("deleted branch {branch} (its work is archived)");
     }
-    if report.archived.is_empty() && report.removed_worktrees.is_empty() {
+    for kept in &report.kept_worktrees {
+        out!(
+            "kept worktree {}: git refuses to record {} (move or rename them, then clean again)",
+            kept.path.display(),
+            grove::text::printable(&kept.paths.join(", "))
+        );
+    }
+    if report.archived.is_empty()
+        && report.removed_worktrees.is_empty()
+        && report.kept_worktrees.is_empty()
+    {
         out!("nothing to clean");
     }
 }

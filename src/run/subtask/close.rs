@@ -71,7 +71,13 @@ pub(crate) async fn close(
             if let Some(worktree) = worktree
                 && let Err(error) = ctx.repo.remove_worktree(&worktree).await
             {
-                ctx.note(format!("{id}: could not remove its worktree: {error}"));
+                // Its branch stays with it, so that `grove clean` finds both.
+                ctx.note(format!(
+                    "{id}: kept its worktree at {}: {error}; `grove clean {}` removes it",
+                    worktree.path().display(),
+                    ctx.run
+                ));
+                return;
             }
             // The git layer refuses to delete a branch whose work is kept nowhere else.
             if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, id.number()).await {
