@@ -21,6 +21,7 @@ use crate::run::report::SubtaskReport;
 use crate::store::StoreError;
 use crate::store::journal::{Entry, SubtaskOutcome};
 use crate::text::truncate;
+use crate::tools::git_pointer::ensure_git_pointer;
 
 /// How much of the reviewer's summary the lead gets back.
 const REVIEW_SUMMARY_CHARS: usize = 500;
@@ -51,6 +52,13 @@ pub(crate) async fn close(
             Ok(archived) => report.archive_ref = Some(archived.reference),
             Err(error) => ctx.note(format!("{id}: could not archive: {error}")),
         }
+    }
+    // A kept worktree must send the user's git to the repository, never to a git dir
+    // a model planted.
+    if let Some(worktree) = worktree
+        && let Err(error) = ensure_git_pointer(worktree.path(), worktree.admin_dir())
+    {
+        ctx.note(format!("{id}: could not restore its `.git` file: {error}"));
     }
     if !ctx.options.keep_worktrees {
         // The outcome is settled and its work kept (merged into the result, or archived

@@ -21,7 +21,7 @@ use crate::run::context::{RunContext, lock};
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::{CopyError, FileProblem, SetupEnd, SubtaskError};
 use crate::settings::config::{CopyPathError, check_copy_path};
-use crate::tools::{CommandExecutor as _, ExecOutcome, ExecRequest, LocalExecutor, OutputCap};
+use crate::tools::{ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
 
 /// How much of a failed setup command's output the subtask's reason shows: its end,
 /// where the error usually is.
@@ -247,7 +247,9 @@ async fn run_setup(
             tail: 16 * 1024,
         },
     };
-    let result = LocalExecutor::from_process_env()
+    let result = ctx
+        .executor
+        .for_setup(&SetupPolicy::default())
         .execute(request)
         .await
         .map_err(|source| SubtaskError::SetupNotRun {
