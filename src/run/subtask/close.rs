@@ -53,8 +53,8 @@ pub(crate) async fn close(
             Err(error) => ctx.note(format!("{id}: could not archive: {error}")),
         }
     }
-    // A kept worktree must send the user's git to the repository, never to a git dir a
-    // model planted.
+    // A kept worktree must send the user's git to the repository, never to a git dir
+    // a model planted.
     if let Some(worktree) = worktree
         && let Err(error) = ensure_git_pointer(worktree.path(), worktree.admin_dir())
     {
