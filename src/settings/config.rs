@@ -139,6 +139,8 @@ pub struct RunSettings {
     pub setup_timeout_s: Option<u64>,
     /// Untracked files copied from the repository root into each worktree.
     pub copy: Option<Vec<String>>,
+    /// Where runs' worktrees go (`[worktree] dir`), instead of the user's cache directory.
+    pub worktrees_dir: Option<PathBuf>,
 }
 
 /// What a run is given once every layer is applied.
@@ -180,6 +182,7 @@ impl RunSettings {
             setup: self.setup.or(lower.setup),
             setup_timeout_s: self.setup_timeout_s.or(lower.setup_timeout_s),
             copy: self.copy.or(lower.copy),
+            worktrees_dir: self.worktrees_dir.or(lower.worktrees_dir),
         }
     }
 
@@ -210,6 +213,7 @@ impl RunSettings {
             setup_timeout_s: self.setup_timeout_s.unwrap_or(DEFAULT_SETUP_TIMEOUT_S),
             copy: self.copy.unwrap_or_default(),
         };
+        options.worktrees_dir = self.worktrees_dir;
         options.model_names = models.clone();
         ResolvedRun {
             provider,
@@ -293,6 +297,7 @@ impl ProjectConfig {
                 |value| integer(value, 1, MAX_SETUP_TIMEOUT_S),
             )?,
             copy: check.optional(worktree.copy, "worktree.copy", copy_list)?,
+            worktrees_dir: check.optional(worktree.dir, "worktree.dir", worktrees_dir)?,
         };
         Ok(ProjectConfig {
             path: path.to_path_buf(),
@@ -332,12 +337,13 @@ struct RawRoles {
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a table with the keys setup, setup_timeout_s and copy"
+    expecting = "a table with the keys setup, setup_timeout_s, copy and dir"
 )]
 struct RawWorktree {
     setup: RawValue,
     setup_timeout_s: RawValue,
     copy: RawValue,
+    dir: RawValue,
 }
 
 /// Turns raw values into typed ones, with errors that point into the file.
@@ -505,6 +511,26 @@ fn setup_command(value: &toml::Value) -> Result<String, ValueProblem> {
     }
 }
 
+/// `[worktree] dir`: an absolute directory outside every `.git` directory (agent CLIs
+/// refuse to edit beneath one).
+fn worktrees_dir(value: &toml::Value) -> Result<PathBuf, ValueProblem> {
+    let path = value.as_str().map(PathBuf::from);
+    match path {
+        Some(path)
+            if path.is_absolute()
+                && !path
+                    .components()
+                    .any(|part| part.as_os_str().eq_ignore_ascii_case(".git")) =>
+        {
+            Ok(path)
+        }
+        _ => Err(expected(
+            "an absolute directory outside any .git directory, e.g. \"/var/tmp/grove\"",
+            value,
+        )),
+    }
+}
+
 fn copy_list(value: &toml::Value) -> Result<Vec<String>, ValueProblem> {
     let Some(items) = value.as_array() else {
         return Err(expected("an array of paths such as [\".env\"]", value));
@@ -619,6 +645,10 @@ pub fn template() -> String {
 # a listed file that is missing or tracked stops the run at its start.
 # Default: none. Example below.
 # copy = [".env"]
+# Where the worktrees go: <dir>/<run>/<n>, an absolute path outside any .git directory.
+# Default: the user's cache directory ($XDG_CACHE_HOME/grove or ~/.cache/grove; on macOS
+# ~/Library/Caches/grove), one folder per repository. Example below.
+# dir = "/var/tmp/grove-worktrees"
 "#,
         openai_model = default_model(Provider::OpenAi),
         jobs = default_jobs(),

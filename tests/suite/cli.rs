@@ -291,7 +291,7 @@ async fn kill_9_mid_tool_call_then_resume_finishes_without_running_the_call_twic
         .with_server(&server)
         .spawn(["run", "leave a marker"]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while find_in_worktrees(&fixture.repo, "marker").is_none() {
+    while find_in_worktrees(&fixture, "marker").is_none() {
         assert!(
             std::time::Instant::now() < deadline,
             "the worker's command never ran"
@@ -642,7 +642,7 @@ async fn a_run_stopped_by_ctrl_c_is_interrupted_in_its_json_and_in_grove_runs() 
         .with_server(&server)
         .spawn_piped(["run", "--json", "wait"]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while find_in_worktrees(&fixture.repo, "marker").is_none() {
+    while find_in_worktrees(&fixture, "marker").is_none() {
         assert!(
             std::time::Instant::now() < deadline,
             "the worker's command never ran"

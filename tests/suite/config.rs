@@ -251,6 +251,7 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
             setup: Some("npm ci".into()),
             setup_timeout_s: Some(config::DEFAULT_SETUP_TIMEOUT_S),
             copy: Some(vec![".env".into()]),
+            worktrees_dir: Some("/var/tmp/grove-worktrees".into()),
         },
         "every key is documented, each line parses"
     );
@@ -261,6 +262,7 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
         subagent_budget_tokens: None,
         setup: None,
         copy: None,
+        worktrees_dir: None,
         ..uncommented.settings
     };
     assert_eq!(
@@ -916,9 +918,7 @@ fn repo_with_secrets() -> GitFixture {
 }
 
 fn worktree_of(fixture: &GitFixture, report: &RunReport, n: u32) -> PathBuf {
-    fixture
-        .repo
-        .join(format!(".git/grove/runs/{}/worktrees/{n}", report.run_id))
+    fixture.worktree_dir(&report.run_id, n)
 }
 
 /// Every commit in `range` with its patch and full tree listing, as one text.

@@ -9,6 +9,7 @@ mod faults;
 mod git;
 mod loop_http;
 mod model;
+mod model_faults;
 mod polish;
 mod report;
 mod review;

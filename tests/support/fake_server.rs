@@ -320,7 +320,8 @@ pub enum Reply {
         message: String,
         headers: Vec<(String, String)>,
     },
-    /// A status with this body verbatim (e.g. an HTML page from a proxy).
+    /// A status with this body verbatim (e.g. an HTML page from a proxy), as
+    /// `text/html` unless `headers` name another `content-type`.
     Raw {
         status: u16,
         body: String,
@@ -344,6 +345,10 @@ pub enum Reply {
     Slow { turn: Turn, gap: Duration },
     /// No response at all, not even headers (request timeout, cancellation).
     Hang,
+    /// 200 and the stream's first frame, then a keep-alive frame every `gap` forever
+    /// (Anthropic `ping`, an empty OpenAI delta): never idle, never done.
+    /// Non-streaming requests get the headers, then a space every `gap`.
+    Drip { gap: Duration },
     /// `reply`, after `delay` (a model's latency).
     Delayed { delay: Duration, reply: Box<Reply> },
     /// `reply`, once `gate`'s other parties have arrived too: a request answered only

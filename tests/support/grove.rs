@@ -183,12 +183,13 @@ pub async fn grove_in(fixture: &GitFixture, server: Option<&FakeServer>, args: &
     grove.grove_async(args).await
 }
 
-/// The first file named `name` in the first worktree of any run of `repo`, if any (a
-/// worker's command has run once it is there).
-pub fn find_in_worktrees(repo: &Path, name: &str) -> Option<PathBuf> {
-    let runs = repo.join(".git/grove/runs");
+/// The first file named `name` in worktree 1 of any run of `fixture`, if any (a worker's
+/// command has run once it is there).
+pub fn find_in_worktrees(fixture: &GitFixture, name: &str) -> Option<PathBuf> {
+    let runs = fixture.repo.join(".git/grove/runs");
     for run in std::fs::read_dir(runs).ok()?.flatten() {
-        let candidate = run.path().join("worktrees/1").join(name);
+        let run_id = run.file_name().to_string_lossy().into_owned();
+        let candidate = fixture.worktree_dir(&run_id, 1).join(name);
         if candidate.exists() {
             return Some(candidate);
         }

@@ -32,9 +32,7 @@ pub async fn clean(directory: &Path, args: &CleanArgs) -> anyhow::Result<ExitCod
             holder.pid
         );
     }
-    let report = repo
-        .clean_run(&run, &repo.default_worktrees_dir(&run))
-        .await?;
+    let report = repo.clean_run(&run).await?;
     let nothing = report.archived.is_empty()
         && report.removed_worktrees.is_empty()
         && report.deleted_branches.is_empty();

@@ -104,10 +104,15 @@ pub(super) async fn reply(
             body,
             headers,
         } => {
+            let typed = headers
+                .iter()
+                .any(|(name, _)| name.eq_ignore_ascii_case("content-type"));
             let mut response = status(code, &body, &headers, request_id);
-            response
-                .headers_mut()
-                .insert("content-type", HeaderValue::from_static("text/html"));
+            if !typed {
+                response
+                    .headers_mut()
+                    .insert("content-type", HeaderValue::from_static("text/html"));
+            }
             response
         }
         Reply::ErrorEvent {
@@ -164,6 +169,31 @@ pub(super) async fn reply(
             }
         }
         Reply::Hang => std::future::pending().await,
+        Reply::Drip { gap } => {
+            let frames = frames(endpoint, &Turn::text("drip"), model, request_id);
+            let (first, keep_alive) = if !stream {
+                (String::new(), " ".to_owned())
+            } else {
+                match endpoint {
+                    // message_start, then `ping` again and again.
+                    Endpoint::Anthropic => (frames[0].clone(), frames[1].clone()),
+                    // The role chunk, then it again (an empty delta).
+                    Endpoint::OpenAi => (frames[0].clone(), frames[0].clone()),
+                }
+            };
+            let drip = stream::iter([Ok::<_, io::Error>(Bytes::from(first))]).chain(
+                stream::repeat(keep_alive).then(move |frame| async move {
+                    tokio::time::sleep(gap).await;
+                    Ok::<_, io::Error>(Bytes::from(frame))
+                }),
+            );
+            let content_type = if stream {
+                "text/event-stream"
+            } else {
+                "application/json"
+            };
+            streaming_response(Body::from_stream(drip), content_type, request_id)
+        }
         Reply::Delayed { reply, .. } | Reply::Gated { reply, .. } => {
             // `handle` waits these out before rendering; render what they wrap.
             Box::pin(self::reply(endpoint, *reply, stream, model, request_id)).await
@@ -252,11 +282,12 @@ fn anthropic_usage(turn: &Turn) -> Value {
 
 fn openai_usage(turn: &Turn) -> Value {
     let (input, output, cache_read, cache_write) = turn.usage;
-    let prompt = input + cache_read + cache_write;
+    // Saturating: a test may send absurd usage (u64::MAX) on purpose.
+    let prompt = input.saturating_add(cache_read).saturating_add(cache_write);
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": output,
-        "total_tokens": prompt + output,
+        "total_tokens": prompt.saturating_add(output),
         "prompt_tokens_details": {"cached_tokens": cache_read},
     })
 }
