@@ -86,6 +86,55 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `text` without terminal escape sequences (CSI `ESC [ … final`, OSC `ESC ] … BEL/ST`,
+/// two-byte `ESC x`) and without other control characters but newlines and tabs: for
+/// output meant for a terminal (a CLI's coloured stderr), where [`printable`] would show
+/// every colour code; text that may carry anything is shown with [`printable`].
+pub fn strip_escapes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => match chars.next() {
+                Some('[') => {
+                    // Parameters and intermediates, then one final byte in @..~.
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+                Some(']') => {
+                    while let Some(c) = chars.next() {
+                        if c == '\u{7}' {
+                            break;
+                        }
+                        if c == '\u{1b}' {
+                            if chars.peek() == Some(&'\\') {
+                                chars.next();
+                            }
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            },
+            '\u{9b}' => {
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            '\n' | '\t' => out.push(c),
+            '\r' => {}
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// True for what [`printable`] escapes.
 fn needs_escape(c: char) -> bool {
     (c.is_control() && c != '\n' && c != '\t')
@@ -131,6 +180,16 @@ mod tests {
                 Cow::Borrowed(_)
             ),
             "text without controls is not copied"
+        );
+    }
+
+    #[test]
+    fn escapes_and_control_characters_never_pass() {
+        assert_eq!(
+            strip_escapes(
+                "\u{1b}[31mred\u{1b}[0m \u{1b}]0;title\u{7}ok\u{1b}]8;;http://x\u{1b}\\link\r\n\tnext\u{8}\u{9b}2Jend"
+            ),
+            "red oklink\n\tnextend"
         );
     }
 

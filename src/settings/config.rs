@@ -141,6 +141,8 @@ pub struct RunSettings {
     pub copy: Option<Vec<String>>,
     /// Where runs' worktrees go (`[worktree] dir`), instead of the user's cache directory.
     pub worktrees_dir: Option<PathBuf>,
+    /// `[workers] pass_env`: extra variables an external worker CLI gets by name.
+    pub pass_env: Option<Vec<String>>,
 }
 
 /// What a run is given once every layer is applied.
@@ -183,6 +185,7 @@ impl RunSettings {
             setup_timeout_s: self.setup_timeout_s.or(lower.setup_timeout_s),
             copy: self.copy.or(lower.copy),
             worktrees_dir: self.worktrees_dir.or(lower.worktrees_dir),
+            pass_env: self.pass_env.or(lower.pass_env),
         }
     }
 
@@ -214,6 +217,7 @@ impl RunSettings {
             copy: self.copy.unwrap_or_default(),
         };
         options.worktrees_dir = self.worktrees_dir;
+        options.worker_pass_env = self.pass_env.unwrap_or_default();
         options.model_names = models.clone();
         ResolvedRun {
             provider,
@@ -267,6 +271,7 @@ impl ProjectConfig {
         let models = raw.models.unwrap_or_default();
         let max_turns = raw.max_turns.unwrap_or_default();
         let worktree = raw.worktree.unwrap_or_default();
+        let workers = raw.workers.unwrap_or_default();
         let settings = RunSettings {
             provider: check.optional(raw.provider, "provider", provider)?,
             model: check.optional(raw.model, "model", model_name)?,
@@ -298,6 +303,7 @@ impl ProjectConfig {
             )?,
             copy: check.optional(worktree.copy, "worktree.copy", copy_list)?,
             worktrees_dir: check.optional(worktree.dir, "worktree.dir", worktrees_dir)?,
+            pass_env: check.optional(workers.pass_env, "workers.pass_env", variable_names)?,
         };
         Ok(ProjectConfig {
             path: path.to_path_buf(),
@@ -321,6 +327,13 @@ struct RawFile {
     subagent_budget_tokens: RawValue,
     apply: RawValue,
     worktree: Option<RawWorktree>,
+    workers: Option<RawWorkers>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table with the key pass_env")]
+struct RawWorkers {
+    pass_env: RawValue,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -531,6 +544,29 @@ fn worktrees_dir(value: &toml::Value) -> Result<PathBuf, ValueProblem> {
     }
 }
 
+/// Environment variable names, such as `["DISABLE_AUTOUPDATER"]`.
+fn variable_names(value: &toml::Value) -> Result<Vec<String>, ValueProblem> {
+    let names = value.as_array().map(|items| {
+        items
+            .iter()
+            .map(|item| item.as_str().map(str::to_owned))
+            .collect::<Option<Vec<String>>>()
+    });
+    let valid = |name: &str| {
+        name.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    match names {
+        Some(Some(names)) if names.iter().all(|name| valid(name)) => Ok(names),
+        _ => Err(expected(
+            "an array of variable names such as [\"DISABLE_AUTOUPDATER\"]",
+            value,
+        )),
+    }
+}
+
 fn copy_list(value: &toml::Value) -> Result<Vec<String>, ValueProblem> {
     let Some(items) = value.as_array() else {
         return Err(expected("an array of paths such as [\".env\"]", value));
@@ -649,6 +685,12 @@ pub fn template() -> String {
 # Default: the user's cache directory ($XDG_CACHE_HOME/grove or ~/.cache/grove; on macOS
 # ~/Library/Caches/grove), one folder per repository. Example below.
 # dir = "/var/tmp/grove-worktrees"
+
+# Workers run by another agent CLI (--worker-backend claude|codex|gemini|aider).
+# [workers]
+# Variables each CLI gets by name besides grove's scrubbed environment and its own
+# credentials, e.g. a CLI's own settings. Default: none. Example below.
+# pass_env = ["DISABLE_AUTOUPDATER"]
 "#,
         openai_model = default_model(Provider::OpenAi),
         jobs = default_jobs(),

@@ -120,7 +120,7 @@ fn invalid_config_errors_name_the_file_line_column_and_key() {
             "jobz = 4",
             "1:1: jobz: unknown field `jobz`, expected one of `provider`, `model`, `models`, \
              `jobs`, `max_turns`, `budget_tokens`, `subagent_budget_tokens`, `apply`, \
-             `worktree`",
+             `worktree`, `workers`",
         ),
         (
             "[models]\nleed = \"x\"",
@@ -252,6 +252,7 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
             setup_timeout_s: Some(config::DEFAULT_SETUP_TIMEOUT_S),
             copy: Some(vec![".env".into()]),
             worktrees_dir: Some("/var/tmp/grove-worktrees".into()),
+            pass_env: Some(vec!["DISABLE_AUTOUPDATER".into()]),
         },
         "every key is documented, each line parses"
     );
@@ -263,6 +264,7 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
         setup: None,
         copy: None,
         worktrees_dir: None,
+        pass_env: None,
         ..uncommented.settings
     };
     assert_eq!(

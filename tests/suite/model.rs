@@ -962,6 +962,7 @@ async fn post_raw(server: &FakeServer, endpoint: Endpoint, body: Value) -> u16 {
         Endpoint::OpenAi => client
             .post(format!("{}/chat/completions", server.openai_url()))
             .bearer_auth(TEST_API_KEY),
+        other => panic!("post_raw speaks grove's own APIs, not {other:?}"),
     };
     builder
         .header("content-type", "application/json")

@@ -56,19 +56,29 @@ pub(super) fn error(
     headers: &[(String, String)],
     request_id: &str,
 ) -> Response {
-    let body = error_body(endpoint, error_type, message, request_id);
+    let body = error_body(endpoint, code, error_type, message, request_id);
     status(code, &body.to_string(), headers, request_id)
 }
 
-fn error_body(endpoint: Endpoint, error_type: &str, message: &str, request_id: &str) -> Value {
+fn error_body(
+    endpoint: Endpoint,
+    code: u16,
+    error_type: &str,
+    message: &str,
+    request_id: &str,
+) -> Value {
     match endpoint {
         Endpoint::Anthropic => json!({
             "type": "error",
             "error": {"type": error_type, "message": message},
             "request_id": request_id,
         }),
-        Endpoint::OpenAi => json!({
+        Endpoint::OpenAi | Endpoint::Responses => json!({
             "error": {"message": message, "type": error_type, "param": null, "code": null},
+        }),
+        // Google's envelope: `status` is the error's kind, e.g. UNAUTHENTICATED.
+        Endpoint::Gemini => json!({
+            "error": {"code": code, "message": message, "status": error_type},
         }),
     }
 }
@@ -125,10 +135,12 @@ pub(super) async fn reply(
             }
             let mut frames = frames(endpoint, &turn, model, request_id);
             frames.truncate(FRAMES_BEFORE_FAULT);
-            let payload = error_body(endpoint, &error_type, &message, request_id);
+            let payload = error_body(endpoint, 500, &error_type, &message, request_id);
             frames.push(match endpoint {
                 Endpoint::Anthropic => format!("event: error\ndata: {payload}\n\n"),
-                Endpoint::OpenAi => format!("data: {payload}\n\n"),
+                Endpoint::OpenAi | Endpoint::Responses | Endpoint::Gemini => {
+                    format!("data: {payload}\n\n")
+                }
             });
             sse(frames, Ending::Complete, request_id)
         }
@@ -178,7 +190,10 @@ pub(super) async fn reply(
                     // message_start, then `ping` again and again.
                     Endpoint::Anthropic => (frames[0].clone(), frames[1].clone()),
                     // The role chunk, then it again (an empty delta).
-                    Endpoint::OpenAi => (frames[0].clone(), frames[0].clone()),
+                    // The first frame, then it again.
+                    Endpoint::OpenAi | Endpoint::Responses | Endpoint::Gemini => {
+                        (frames[0].clone(), frames[0].clone())
+                    }
                 }
             };
             let drip = stream::iter([Ok::<_, io::Error>(Bytes::from(first))]).chain(
@@ -240,7 +255,7 @@ fn streaming_response(body: Body, content_type: &'static str, request_id: &str) 
     response
 }
 
-fn pieces(text: &str) -> Vec<String> {
+pub(super) fn pieces(text: &str) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     chars
         .chunks(PIECE_CHARS)
@@ -294,6 +309,8 @@ fn openai_usage(turn: &Turn) -> Value {
 
 fn json_body(endpoint: Endpoint, turn: &Turn, model: &str, request_id: &str) -> Value {
     match endpoint {
+        Endpoint::Responses => super::cli_render::responses_body(turn, model, request_id),
+        Endpoint::Gemini => super::cli_render::gemini_body(turn, model, request_id),
         Endpoint::Anthropic => {
             let content: Vec<Value> = turn
                 .blocks
@@ -378,6 +395,8 @@ fn frames(endpoint: Endpoint, turn: &Turn, model: &str, request_id: &str) -> Vec
     match endpoint {
         Endpoint::Anthropic => anthropic_frames(turn, model, request_id),
         Endpoint::OpenAi => openai_frames(turn, model, request_id),
+        Endpoint::Responses => super::cli_render::responses_frames(turn, model, request_id),
+        Endpoint::Gemini => super::cli_render::gemini_frames(turn, model, request_id),
     }
 }
 
