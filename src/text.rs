@@ -86,10 +86,14 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// True for what [`printable`] escapes.
+fn needs_escape(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 /// `text` without terminal escape sequences (CSI `ESC [ … final`, OSC `ESC ] … BEL/ST`,
-/// two-byte `ESC x`) and without other control characters but newlines and tabs: for
-/// output meant for a terminal (a CLI's coloured stderr), where [`printable`] would show
-/// every colour code; text that may carry anything is shown with [`printable`].
+/// two-byte `ESC x`) and without other control characters but newlines and tabs.
 pub fn strip_escapes(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars().peekable();
@@ -135,12 +139,6 @@ pub fn strip_escapes(text: &str) -> String {
     out
 }
 
-/// True for what [`printable`] escapes.
-fn needs_escape(c: char) -> bool {
-    (c.is_control() && c != '\n' && c != '\t')
-        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
 #[cfg(test)]
 #[allow(clippy::expect_used)]
 mod tests {
@@ -184,16 +182,6 @@ mod tests {
     }
 
     #[test]
-    fn escapes_and_control_characters_never_pass() {
-        assert_eq!(
-            strip_escapes(
-                "\u{1b}[31mred\u{1b}[0m \u{1b}]0;title\u{7}ok\u{1b}]8;;http://x\u{1b}\\link\r\n\tnext\u{8}\u{9b}2Jend"
-            ),
-            "red oklink\n\tnextend"
-        );
-    }
-
-    #[test]
     fn shell_words_survive_a_real_shell() {
         let words = [
             "plain/path-1.2_x+y,z:@%",
@@ -231,5 +219,15 @@ mod tests {
             "a path that needs nothing stays readable"
         );
         assert_eq!(shell_word("a=b"), "'a=b'");
+    }
+
+    #[test]
+    fn escapes_and_control_characters_never_pass() {
+        assert_eq!(
+            strip_escapes(
+                "\u{1b}[31mred\u{1b}[0m \u{1b}]0;title\u{7}ok\u{1b}]8;;http://x\u{1b}\\link\r\n\tnext\u{8}\u{9b}2Jend"
+            ),
+            "red oklink\n\tnextend"
+        );
     }
 }

@@ -31,6 +31,7 @@ use crate::store::journal::{ContextMode, Entry, SubtaskOutcome, VerdictKind};
 use crate::store::state::{SubtaskState, SubtaskStatus};
 use crate::store::transcript::{self, AgentTiming, Transcript};
 use crate::text::truncate;
+use crate::tools::git_pointer::ensure_git_pointer;
 use crate::tools::{self, CommandExecutor, Registry, ToolContext, ToolSet};
 
 /// How much of a worker's final message the lead gets back.
@@ -753,6 +754,16 @@ impl Orchestrator {
                 Ok(archived) => report.archive_ref = Some(archived.reference),
                 Err(error) => self.note(format!("{}: could not archive: {error}", report.id)),
             }
+        }
+        // A kept worktree must send the user's git to the repository, never to a git dir
+        // a model planted.
+        if let Some(worktree) = worktree
+            && let Err(error) = ensure_git_pointer(worktree.path(), worktree.admin_dir())
+        {
+            self.note(format!(
+                "{}: could not restore its `.git` file: {error}",
+                report.id
+            ));
         }
         if !self.options.keep_worktrees {
             // The outcome is settled and its work kept (merged into the result, or

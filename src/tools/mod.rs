@@ -30,7 +30,7 @@ pub use bash::Bash;
 pub use edit_file::EditFile;
 pub use exec::{
     CommandExecutor, DiskOverBudget, ExecError, ExecOutcome, ExecRequest, ExecResult,
-    LocalExecutor, OutputCap,
+    LocalExecutor, OutputCap, SetupPolicy,
 };
 pub use grep::Grep;
 pub use list_files::ListFiles;
