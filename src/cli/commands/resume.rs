@@ -8,7 +8,10 @@ use clap::Args;
 use grove::git::GitOptions;
 use grove::model::{self, Provider};
 use grove::run::{ModelNames, RunError};
+use grove::settings::config::CONFIG_PATH;
+use grove::settings::trust::TrustStore;
 use grove::store::state::RunState;
+use grove::store::{RunId, RunStore};
 
 use crate::cli::{drive, render};
 
@@ -24,6 +27,7 @@ pub struct ResumeArgs {
 
 /// Resumes `args.run_id` with the provider and models the run started with.
 pub async fn resume(directory: &Path, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
+    check_setup_trusted(directory, &args.run_id).await?;
     let models = |state: &RunState| {
         let not_resumable = |reason: String| RunError::NotResumable {
             run_id: state.run_id.clone(),
@@ -70,4 +74,23 @@ pub async fn resume(directory: &Path, args: &ResumeArgs) -> anyhow::Result<ExitC
     })
     .await?;
     Ok(drive::exit_code(&report))
+}
+
+/// Refuses to resume a run whose journaled setup command the user has not trusted here
+/// (a run started before grove asked for trust). A run started since had its command
+/// trusted at its start. Problems reading the run are left to the resume to report.
+async fn check_setup_trusted(directory: &Path, run_id: &str) -> anyhow::Result<()> {
+    let repo = drive::open_repo(directory).await?;
+    let (Some(root), Ok(run_id)) = (repo.work_tree(), run_id.parse::<RunId>()) else {
+        return Ok(());
+    };
+    let Ok(state) = RunStore::new(repo.common_dir()).read_state(&run_id) else {
+        return Ok(());
+    };
+    if let Ok(options) = state.options.get()
+        && let Some(command) = &options.worktree_setup.setup
+    {
+        TrustStore::for_user()?.check(root, &root.join(CONFIG_PATH), command)?;
+    }
+    Ok(())
 }

@@ -11,6 +11,7 @@ use clap::Args;
 use grove::agent::external::WorkerBackend;
 use grove::model::{self, Provider};
 use grove::settings::config::{ProjectConfig, RoleValues, RunSettings};
+use grove::settings::trust::TrustStore;
 
 use crate::cli::drive::{self, UsageError};
 use crate::cli::exit::EXIT_INTERRUPTED;
@@ -142,8 +143,17 @@ pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let flags = flag_settings(&args)?;
     let repo = drive::open_repo(directory).await?;
     let root = repo.work_tree().unwrap_or(repo.common_dir());
+    let file = ProjectConfig::load(root)?;
+    // Before anything is created: a setup command the file asks for runs only once the
+    // user has trusted its exact text here (a worker could have written the file).
+    if !args.dry_run
+        && let Some(file) = &file
+        && let Some(command) = &file.settings.setup
+    {
+        TrustStore::for_user()?.check(root, &file.path, command)?;
+    }
     // Flags beat .grove/config.toml, which beats the built-in defaults (RunSettings::over).
-    let settings = match ProjectConfig::load(root)? {
+    let settings = match file {
         Some(file) => flags.over(file.settings),
         None => flags,
     };
