@@ -69,8 +69,8 @@ fn judge(error: &AgentError) -> Verdict {
         AgentError::Tool { tool, message, .. } => {
             Verdict::GroveFault(format!("tool `{tool}` failed fatally: {message}"))
         }
-        AgentError::Observer { message, .. } => {
-            Verdict::GroveFault(format!("the turn observer failed: {message}"))
+        AgentError::Observer { source, .. } => {
+            Verdict::GroveFault(format!("the turn observer failed: {source}"))
         }
         AgentError::Cancelled { .. } => {
             Verdict::GroveFault("the loop was cancelled, but nothing here cancels it".to_owned())

@@ -389,10 +389,10 @@ impl Conversation<'_> {
                     ledger: &self.ledger,
                 })
                 .await
-                .map_err(|message| AgentError::Observer {
+                .map_err(|source| AgentError::Observer {
                     agent: self.spec.id.clone(),
                     turn,
-                    message,
+                    source,
                 })?;
         }
         let results = tokio::select! {
@@ -433,10 +433,10 @@ impl Conversation<'_> {
                     results.mutated,
                 )
                 .await
-                .map_err(|message| AgentError::Observer {
+                .map_err(|source| AgentError::Observer {
                     agent: self.spec.id.clone(),
                     turn,
-                    message,
+                    source,
                 })?;
         }
         let cap = self.spec.max_consecutive_tool_errors;

@@ -61,6 +61,10 @@ pub struct TurnState<'a> {
     pub ledger: &'a Ledger,
 }
 
+/// Why a [`TurnObserver`] could not do its part; the observer's own typed error, boxed
+/// so that the loop needs to know nothing of what observers do (commits, journals).
+pub type ObserverError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Called by the loop around the tool calls of each turn that has some.
 #[async_trait]
 pub trait TurnObserver: Send + Sync {
@@ -68,13 +72,13 @@ pub trait TurnObserver: Send + Sync {
     /// asked for them (a `delegate` call forks from exactly this history, and a
     /// transcript saved here shows which calls may have run if the process dies). An
     /// error stops the loop as fatal.
-    async fn before_tools(&self, _state: TurnState<'_>) -> Result<(), String> {
+    async fn before_tools(&self, _state: TurnState<'_>) -> Result<(), ObserverError> {
         Ok(())
     }
 
     /// After the turn's tool results were appended. `mutated` is true when a mutating
     /// tool ran in that turn. An error stops the loop as fatal.
-    async fn after_turn(&self, state: TurnState<'_>, mutated: bool) -> Result<(), String>;
+    async fn after_turn(&self, state: TurnState<'_>, mutated: bool) -> Result<(), ObserverError>;
 }
 
 /// Why a loop ended without an error.
@@ -137,11 +141,12 @@ pub enum AgentError {
         message: String,
     },
     /// The [`TurnObserver`] failed (e.g. the checkpoint commit).
-    #[error("{agent}: after turn {turn}: {message}")]
+    #[error("{agent}: after turn {turn}: {source}")]
     Observer {
         agent: AgentId,
         turn: u32,
-        message: String,
+        #[source]
+        source: ObserverError,
     },
     /// The loop's cancellation token fired.
     #[error("{agent}: cancelled")]

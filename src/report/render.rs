@@ -274,14 +274,10 @@ fn subtask_article(page: &mut String, subtask: &SubtaskSection) {
             if !state.findings.is_empty() {
                 page.push_str("<ul class=\"findings\">");
                 for finding in &state.findings {
-                    let place = match finding.line {
-                        Some(line) => format!("{}:{line}", finding.path),
-                        None => finding.path.clone(),
-                    };
                     let _ = write!(
                         page,
                         "<li><code>{}</code>: {}</li>",
-                        escape(&place),
+                        escape(&finding.place().to_string()),
                         escape(&finding.problem)
                     );
                 }

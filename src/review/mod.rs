@@ -17,7 +17,7 @@ use crate::git::{
     ApplyOutcome, ApplyRequest, ArchivedWork, CommitId, DiffStat, GitError, RebuildPick,
     RebuildStep, RefusalReason, Repo, RunId as GitRunId, subtask_ref,
 };
-use crate::run::orchestrator::describe_refusal;
+use crate::run::finish::describe_refusal;
 use crate::run::report::executes_later;
 use crate::store::journal::{
     Entry, Journal, JournalError, RebuiltSubtask, Record, SubtaskOutcome, VerdictKind,

@@ -1,36 +1,99 @@
-//! The lead's `delegate` tool: one call, one subtask.
+//! The lead's `delegate` tool: one call, one subtask, through a [`Delegator`].
 //!
 //! This file owns the tool's contract (DESIGN.md: `delegate {task, mode?:
-//! "isolated"|"fork", agent?}`) and what crosses back to the lead: one short result per
-//! subtask, never a transcript. It lives in `run/` because it needs the orchestrator,
-//! and is handed to the lead's registry so no import runs back up.
+//! "isolated"|"fork", agent?}`), the [`Delegator`] trait the tool talks to, and the one
+//! mapping of a refusal to what the lead sees. It knows nothing of how a subtask runs:
+//! the run hands it an `Arc<dyn Delegator>`. It must never return more to the lead than
+//! the delegator's bounded report.
 
-use std::sync::Weak;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::run::orchestrator::Orchestrator;
-use crate::run::subtask::{DelegateRefusal, DelegateRequest};
+use crate::run::agents::RoleError;
+use crate::store::StoreError;
 use crate::store::journal::ContextMode;
+use crate::text::printable;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
+
+/// One `delegate` call, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DelegateRequest {
+    /// The brief: everything the worker will know about its subtask.
+    pub task: String,
+    pub mode: ContextMode,
+    /// A user agent from `.grove/agents/<name>.md`; `None` for the built-in worker.
+    pub agent: Option<String>,
+}
+
+/// What the lead is told about one subtask: bounded, never a transcript.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DelegateReport {
+    pub text: String,
+}
+
+/// Why a `delegate` call produced no report. Every variant but [`Journal`] is for the
+/// lead to read and adapt to; none is retried by grove.
+///
+/// [`Journal`]: DelegateError::Journal
+#[derive(Debug, thiserror::Error)]
+pub enum DelegateError {
+    #[error("the run's token budget is spent; no more subtasks can start. Finish with a summary.")]
+    BudgetSpent,
+    #[error("the run's limit of {max} subtasks is reached; finish with a summary")]
+    SubtaskCap { max: u32 },
+    #[error("{0}")]
+    Role(#[from] RoleError),
+    #[error("the run is shutting down")]
+    ShuttingDown,
+    #[error("the run was interrupted")]
+    Interrupted,
+    /// The subtask's task panicked or was aborted.
+    #[error("the subtask stopped unexpectedly: {source}")]
+    Stopped {
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// The run cannot go on: what happens can no longer be recorded.
+    #[error("the run journal cannot be written: {source}")]
+    Journal {
+        #[source]
+        source: StoreError,
+    },
+}
+
+/// Runs the subtask one `delegate` call asks for, to its end.
+#[async_trait]
+pub trait Delegator: Send + Sync {
+    async fn delegate(&self, request: DelegateRequest) -> Result<DelegateReport, DelegateError>;
+}
 
 /// The `delegate` tool of one run.
 pub(crate) struct Delegate {
-    orchestrator: Weak<Orchestrator>,
+    delegator: Arc<dyn Delegator>,
     /// Built once per run: it lists the project's agents.
     description: String,
 }
 
 impl Delegate {
-    /// The tool for the run behind `orchestrator`; `agents` lists the user agents
+    /// The tool that hands calls to `delegator`; `agents` lists the user agents
     /// (name, description) the lead may name.
-    pub(crate) fn new(orchestrator: Weak<Orchestrator>, agents: Vec<(String, String)>) -> Self {
+    pub(crate) fn new(delegator: Arc<dyn Delegator>, agents: &[(String, String)]) -> Self {
         Self {
-            orchestrator,
-            description: description(&agents),
+            delegator,
+            description: description(agents),
         }
+    }
+}
+
+/// What the lead sees of a refusal: a message to adapt to, or the end of the run.
+fn tool_error(error: DelegateError) -> ToolError {
+    match error {
+        DelegateError::Journal { .. } => ToolError::Fatal(error.to_string()),
+        // A refusal may quote model text (an agent file's error, say): printable only.
+        refused => ToolError::RespondToModel(printable(&refused.to_string()).into_owned()),
     }
 }
 
@@ -118,33 +181,158 @@ impl Tool for Delegate {
 
     async fn run(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let request = parse_input::<DelegateInput>(self, input)?.into_request()?;
-        let Some(orchestrator) = self.orchestrator.upgrade() else {
-            return Err(ToolError::Fatal("the run is over".into()));
-        };
-        match orchestrator.delegate(request).await {
-            // The report quotes a worker's summary and a reviewer's findings: model text
-            // that may carry terminal escapes (issue 12 item 17).
-            Ok(result) => Ok(ToolOutput::ok(crate::text::printable(&result).into_owned())),
-            Err(DelegateRefusal::Model(message)) => Err(ToolError::RespondToModel(
-                crate::text::printable(&message).into_owned(),
-            )),
-            Err(DelegateRefusal::Fatal(error)) => Err(ToolError::Fatal(format!(
-                "the run journal cannot be written: {error}"
-            ))),
-        }
+        let report = self.delegator.delegate(request).await.map_err(tool_error)?;
+        // The report quotes a worker's summary and a reviewer's findings: model text
+        // that may carry terminal escapes (issue 12 item 17).
+        Ok(ToolOutput::ok(printable(&report.text).into_owned()))
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use super::*;
+    use std::sync::Mutex;
+    use std::time::Duration;
 
-    #[test]
-    fn delegate_calls_of_one_response_run_concurrently() {
-        // The agent loop runs the non-mutating calls of one response concurrently; were
-        // `delegate` mutating, a lead's subtasks would run one after another.
-        let tool = Delegate::new(Weak::new(), vec![("docs".into(), "writes docs".into())]);
-        assert!(!tool.mutates());
+    use tokio::sync::Barrier;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::agent::{LoopInput, run_agent};
+    use crate::event::EventSink;
+    use crate::run::test_support::{ScriptedModel, lead_spec_for_test};
+    use crate::tools::Registry;
+
+    /// Answers each call as scripted by its task, and records the requests.
+    struct MockDelegator {
+        requests: Mutex<Vec<DelegateRequest>>,
+        /// Every call waits here, so two calls pass only if both are in flight at once.
+        barrier: Option<Barrier>,
+    }
+
+    #[async_trait]
+    impl Delegator for MockDelegator {
+        async fn delegate(
+            &self,
+            request: DelegateRequest,
+        ) -> Result<DelegateReport, DelegateError> {
+            self.requests.lock().unwrap().push(request.clone());
+            if let Some(barrier) = &self.barrier {
+                barrier.wait().await;
+            }
+            match request.task.as_str() {
+                "over budget" => Err(DelegateError::BudgetSpent),
+                "journal" => Err(DelegateError::Journal {
+                    source: StoreError::InvalidRunId { id: "r1".into() },
+                }),
+                task => Ok(DelegateReport {
+                    text: format!("S1 merged: {task}"),
+                }),
+            }
+        }
+    }
+
+    fn tool(barrier: Option<Barrier>) -> (Arc<MockDelegator>, Delegate) {
+        let mock = Arc::new(MockDelegator {
+            requests: Mutex::new(Vec::new()),
+            barrier,
+        });
+        let tool = Delegate::new(mock.clone(), &[("docs".into(), "writes docs".into())]);
+        (mock, tool)
+    }
+
+    fn ctx() -> ToolContext {
+        ToolContext {
+            root: std::env::temp_dir(),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_becomes_one_request_and_the_report_is_all_the_lead_gets() {
+        let (mock, tool) = tool(None);
+        let output = tool
+            .run(
+                json!({"task": "rename a", "mode": "fork", "agent": " "}),
+                &ctx(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(output, ToolOutput::ok("S1 merged: rename a"));
+        assert_eq!(
+            *mock.requests.lock().unwrap(),
+            vec![DelegateRequest {
+                task: "rename a".into(),
+                mode: ContextMode::Fork,
+                agent: None,
+            }],
+            "a blank agent is the built-in worker"
+        );
         assert!(tool.description().ends_with(" `docs`: writes docs;"));
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_for_the_lead_and_a_journal_failure_ends_the_run() {
+        let (mock, tool) = tool(None);
+        let refused = tool.run(json!({"task": "over budget"}), &ctx()).await;
+        assert!(
+            matches!(&refused, Err(ToolError::RespondToModel(m)) if m.starts_with("the run's token budget is spent")),
+            "{refused:?}"
+        );
+        let fatal = tool.run(json!({"task": "journal"}), &ctx()).await;
+        assert!(
+            matches!(&fatal, Err(ToolError::Fatal(m)) if m.starts_with("the run journal cannot be written")),
+            "{fatal:?}"
+        );
+        let empty = tool.run(json!({"task": "  "}), &ctx()).await;
+        assert!(matches!(empty, Err(ToolError::RespondToModel(_))));
+        assert_eq!(
+            mock.requests.lock().unwrap().len(),
+            2,
+            "an empty task never reaches the delegator"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn delegate_calls_of_one_response_run_concurrently() {
+        // Both calls wait at a barrier for two: the lead's turn completes only if the
+        // agent loop has both in flight at once. Were `delegate` run one call after the
+        // other, the first would wait forever and the timeout would fail the test.
+        let (mock, tool) = tool(Some(Barrier::new(2)));
+        let model = ScriptedModel::new(vec![
+            ScriptedModel::tool_calls(&[
+                ("c1", "delegate", json!({"task": "rename a"})),
+                ("c2", "delegate", json!({"task": "rename b"})),
+            ]),
+            ScriptedModel::text("done"),
+        ]);
+        let spec = lead_spec_for_test(model.clone(), Registry::new().with(Arc::new(tool)));
+        let run = tokio::time::timeout(
+            Duration::from_secs(10),
+            run_agent(
+                &spec,
+                LoopInput {
+                    messages: crate::agent::isolated_messages("plan"),
+                    tool_context: ctx(),
+                    events: EventSink::discard(),
+                    observer: None,
+                },
+            ),
+        )
+        .await
+        .expect("both delegate calls of one response are in flight at once");
+        assert_eq!(
+            run.result.map(|outcome| outcome.final_text).ok(),
+            Some("done".into())
+        );
+        assert_eq!(
+            model.tool_results(1),
+            vec![
+                ("c1".to_owned(), "S1 merged: rename a".to_owned()),
+                ("c2".to_owned(), "S1 merged: rename b".to_owned())
+            ],
+            "each call is answered with its own report"
+        );
+        assert_eq!(mock.requests.lock().unwrap().len(), 2);
     }
 }

@@ -1,19 +1,120 @@
-//! The orchestrator: one run from task to applied result, and the reports.
+//! One run, from the user's task to an applied result, as a pipeline:
 //!
-//! This module owns the run's lifecycle and is the only place that combines agents with
-//! git. It never prints; it emits events. What it records goes through [`crate::store`];
-//! what it is asked to do comes from [`crate::settings`].
+//! - [`start`] — repository checks, base = HEAD, the lock, the journal, the executor for
+//!   workers' commands; the result is one immutable [`context::RunContext`].
+//! - [`lead`] — the lead's loop: read-only tools plus `delegate` ([`delegate`]), which
+//!   hands each call to [`subtask`], one subtask's pipeline of stages; approved work
+//!   merges in subtask order through the [`merge_queue`].
+//! - [`finish`] — the result applied to the user's branch when that is safe, the end
+//!   journaled, the report ([`report`]).
+//!
+//! `grove run --dry-run` is [`dry_run`]: the same lead, its delegations recorded.
+//!
+//! This module is the only place that combines agents with git. It never prints; it
+//! emits events. It must never let anything but a subtask's short result cross back to
+//! the lead, and never touch the user's branch before the end.
 
+pub mod agents;
+pub mod checkout;
+pub(crate) mod context;
 pub mod delegate;
-pub mod gate;
-pub mod orchestrator;
-pub mod plan;
-pub mod prepare;
+pub mod dry_run;
+pub mod finish;
+pub mod id;
+pub mod lead;
+pub(crate) mod merge_queue;
+pub(crate) mod observer;
 pub mod report;
+pub mod start;
 pub mod subtask;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod verdict;
 
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::event::EventSink;
+use crate::git::GitOptions;
+use crate::run::context::RunContext;
+use crate::run::finish::FinishError;
+use crate::run::lead::{LeadEnd, LeadError};
+use crate::run::start::Started;
+use crate::run::subtask::Subtasks;
+use crate::store::state::RunState;
+
+pub use id::SubtaskId;
 // The inputs of `run`, re-exported so that callers of the pipeline need one path.
 pub use crate::settings::{ModelChoice, ModelNames, Models, RunOptions, TurnCaps, WorktreeSetup};
-pub use orchestrator::{RunError, resume, run};
 pub use report::{RunEnd, RunReport, SubtaskReport};
+pub use start::RunError;
+
+/// Runs `options.task` in the repository at `repo_path` and returns its report.
+///
+/// An error here means the run could not start (not a repository, detached HEAD, lock
+/// held). Once started, failures end in a report whose `status` says what happened.
+pub async fn run(
+    repo_path: &Path,
+    options: RunOptions,
+    models: Models,
+    events: EventSink,
+    cancel: CancellationToken,
+) -> Result<RunReport, RunError> {
+    let started = start::start(repo_path, options, models, events, cancel).await?;
+    execute(started, None).await
+}
+
+/// Continues run `run_id` after a crash or an interrupt: finished subtasks keep their
+/// outcome, interrupted ones continue from their last checkpoint and transcript, and
+/// the lead continues its conversation. Tool calls that were pending when the process
+/// stopped are answered as interrupted, never run again.
+pub async fn resume(
+    repo_path: &Path,
+    run_id: &str,
+    git: GitOptions,
+    models: impl FnOnce(&RunState) -> Result<Models, RunError>,
+    events: EventSink,
+    cancel: CancellationToken,
+) -> Result<RunReport, RunError> {
+    let (started, state) = start::resume(repo_path, run_id, git, models, events, cancel).await?;
+    execute(started, Some(state)).await
+}
+
+/// The lead's loop (after resuming interrupted subtasks), then the finish; an error is
+/// a state write failing, which names the run so it can be resumed.
+async fn execute(started: Started, resumed: Option<RunState>) -> Result<RunReport, RunError> {
+    let Started { ctx, run_id, lock } = started;
+    let report = lead_then_finish(&ctx, resumed).await;
+    drop(lock);
+    report.map_err(|error| match error {
+        FinishError::Store(source) => RunError::StateNotWritten {
+            run_id: run_id.to_string(),
+            source: Box::new(source),
+        },
+        FinishError::Git(source) => RunError::Git(source),
+    })
+}
+
+async fn lead_then_finish(
+    ctx: &Arc<RunContext>,
+    resumed: Option<RunState>,
+) -> Result<RunReport, FinishError> {
+    let subtasks = Subtasks::new(Arc::clone(ctx));
+    if let Err(source) = ctx.repo.create_result_branch(&ctx.run, ctx.base).await {
+        let lead = LeadEnd::failed(LeadError::ResultBranch { source });
+        return finish::finish(ctx, Vec::new(), lead).await;
+    }
+    let mut history = None;
+    if let Some(state) = &resumed {
+        if let Err(source) = subtasks.resume(state).await {
+            let lead = LeadEnd::failed(LeadError::Journal { source });
+            return finish::finish(ctx, subtasks.reports(), lead).await;
+        }
+        history = lead::resumed_history(ctx, &subtasks.reports());
+    }
+    let lead = lead::run_lead(ctx, &subtasks, history).await;
+    subtasks.wait().await;
+    finish::finish(ctx, subtasks.reports(), lead).await
+}

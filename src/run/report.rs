@@ -9,9 +9,16 @@ use serde::Serialize;
 
 use crate::agent::Ledger;
 use crate::git::DiffStat;
-use crate::store::journal::{Finding, SubtaskOutcome, VerdictKind};
+use crate::store::journal::{Finding, RunOutcome, SubtaskOutcome, VerdictKind};
+use crate::store::state::RunStatus;
 
-/// How a whole run ended.
+/// How this process's run ended (the `status` of `grove run --json`).
+///
+/// It differs from its neighbours on purpose: [`RunStatus`] is where a run stands as the
+/// store sees it (also `running`, or `unreadable`, in a listing), and [`RunOutcome`] is
+/// what a `run_finished` record says (only the two ends that are not resumable; a
+/// resumable end is journaled as `paused`). [`RunEnd::recorded`] and the `From` below
+/// are the one mapping between them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunEnd {
@@ -23,6 +30,30 @@ pub enum RunEnd {
     Paused,
     /// Stopped on an error.
     Failed,
+}
+
+impl RunEnd {
+    /// What the journal's `run_finished` record says of this end; `None` for the
+    /// resumable ends, which are journaled as `paused`.
+    pub fn recorded(self) -> Option<RunOutcome> {
+        match self {
+            Self::Finished => Some(RunOutcome::Finished),
+            Self::Failed => Some(RunOutcome::Failed),
+            Self::Interrupted | Self::Paused => None,
+        }
+    }
+}
+
+impl From<RunEnd> for RunStatus {
+    /// Where a run that ended so stands.
+    fn from(end: RunEnd) -> Self {
+        match end {
+            RunEnd::Finished => Self::Finished,
+            RunEnd::Interrupted => Self::Interrupted,
+            RunEnd::Paused => Self::Paused,
+            RunEnd::Failed => Self::Failed,
+        }
+    }
 }
 
 /// One subtask as reported.
@@ -60,6 +91,41 @@ pub struct SubtaskReport {
 }
 
 impl SubtaskReport {
+    /// A subtask that has not got anywhere yet: failed, nothing spent.
+    pub fn new(id: String, task: String, branch: String) -> Self {
+        Self {
+            id,
+            task,
+            branch,
+            status: SubtaskOutcome::Failed,
+            verdict: None,
+            steps: 0,
+            input_tokens: 0,
+            output_tokens: 0,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+            reason: None,
+            review_summary: None,
+            findings: Vec::new(),
+            diffstat: None,
+            conflict_paths: Vec::new(),
+            archive_ref: None,
+            executes_later: Vec::new(),
+            worker_ledger: Ledger::default(),
+            reviewer_ledger: Ledger::default(),
+        }
+    }
+
+    /// Copies the summed ledger into the flat token fields.
+    pub fn sum_ledgers(&mut self) {
+        let ledger = self.ledger();
+        self.steps = ledger.steps;
+        self.input_tokens = ledger.input_tokens;
+        self.output_tokens = ledger.output_tokens;
+        self.cache_read_tokens = ledger.cache_read_tokens;
+        self.cache_write_tokens = ledger.cache_write_tokens;
+    }
+
     /// The worker's and reviewer's ledgers summed.
     pub fn ledger(&self) -> Ledger {
         let mut total = self.worker_ledger;
@@ -134,8 +200,9 @@ impl RunReport {
     }
 }
 
-/// Paths whose contents run on the host or in CI later, so a human should look at
-/// them whatever the reviewer decided.
+/// Paths whose contents run on the host or in CI later, or steer what grove or an agent
+/// does next (project config, rules files, hooks, editor tasks), so a human should look
+/// at them whatever the reviewer decided.
 pub fn executes_later(stat: &DiffStat) -> Vec<String> {
     stat.files
         .iter()
@@ -145,36 +212,62 @@ pub fn executes_later(stat: &DiffStat) -> Vec<String> {
         .collect()
 }
 
+/// Directories (at any depth) whose files run later or steer an agent.
+const ACTING_DIRS: &[&str] = &[
+    // CI
+    ".github/workflows/",
+    ".gitlab-ci",
+    ".circleci/",
+    ".ci/",
+    // git hooks
+    ".husky/",
+    ".githooks/",
+    ".lefthook/",
+    // grove's own config and agents, other agents' settings and hooks
+    ".grove/",
+    ".claude/",
+    ".codex/",
+    ".cursor/",
+    // dev containers run their lifecycle commands on creation
+    ".devcontainer/",
+];
+
+/// File names (in any directory) that run later or steer an agent.
+const ACTING_NAMES: &[&str] = &[
+    "build.rs",
+    "package.json",
+    "Makefile",
+    "GNUmakefile",
+    "makefile",
+    ".envrc",
+    ".gitmodules",
+    ".gitattributes",
+    "setup.py",
+    "pyproject.toml",
+    "Rakefile",
+    "Justfile",
+    "justfile",
+    ".pre-commit-config.yaml",
+    "lefthook.yml",
+    "Dockerfile",
+    ".gitlab-ci.yml",
+    "Jenkinsfile",
+    "CMakeLists.txt",
+    // project rules every agent reads
+    "AGENTS.md",
+    "CLAUDE.md",
+];
+
+/// Editor files that run commands (tasks, launch configurations).
+const ACTING_FILES: &[&str] = &[".vscode/tasks.json", ".vscode/launch.json"];
+
 fn runs_later(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     let in_dir = |dir: &str| path.starts_with(dir) || path.contains(&format!("/{dir}"));
-    in_dir(".github/workflows/")
-        || in_dir(".gitlab-ci")
-        || in_dir(".circleci/")
-        || in_dir(".husky/")
-        || in_dir(".githooks/")
-        || in_dir(".ci/")
-        || matches!(
-            name,
-            "build.rs"
-                | "package.json"
-                | "Makefile"
-                | "GNUmakefile"
-                | "makefile"
-                | ".envrc"
-                | ".gitmodules"
-                | ".gitattributes"
-                | "setup.py"
-                | "pyproject.toml"
-                | "Rakefile"
-                | "Justfile"
-                | "justfile"
-                | ".pre-commit-config.yaml"
-                | "Dockerfile"
-                | ".gitlab-ci.yml"
-                | "Jenkinsfile"
-                | "CMakeLists.txt"
-        )
+    let is_file = |file: &str| path == file || path.ends_with(&format!("/{file}"));
+    ACTING_DIRS.iter().any(|dir| in_dir(dir))
+        || ACTING_NAMES.contains(&name)
+        || ACTING_FILES.iter().any(|file| is_file(file))
 }
 
 #[cfg(test)]
@@ -182,15 +275,18 @@ mod tests {
     use super::*;
     use crate::git::FileStat;
 
-    #[test]
-    fn files_that_run_later_are_flagged() {
-        let file = |path: &str| FileStat {
+    fn file(path: &str) -> FileStat {
+        FileStat {
             path: path.into(),
             old_path: None,
             added: 1,
             removed: 0,
             binary: false,
-        };
+        }
+    }
+
+    #[test]
+    fn files_that_run_later_are_flagged() {
         let stat = DiffStat {
             files: vec![
                 file("src/lib.rs"),
@@ -209,6 +305,58 @@ mod tests {
                 "web/package.json",
                 ".envrc"
             ]
+        );
+    }
+
+    #[test]
+    fn files_that_make_grove_or_an_agent_act_are_flagged() {
+        let stat = DiffStat {
+            files: [
+                ".grove/config.toml",
+                ".grove/agents/docs.md",
+                "AGENTS.md",
+                "crates/x/AGENTS.md",
+                "CLAUDE.md",
+                ".claude/settings.json",
+                ".gitattributes",
+                ".gitmodules",
+                ".envrc",
+                ".vscode/tasks.json",
+                ".vscode/launch.json",
+                ".husky/pre-commit",
+                ".githooks/pre-push",
+                ".devcontainer/devcontainer.json",
+                "lefthook.yml",
+                // not acting: look-alikes
+                "docs/AGENTS.md.bak",
+                ".vscode/settings.json",
+                "src/grove/mod.rs",
+                "my.grove/notes.txt",
+            ]
+            .into_iter()
+            .map(file)
+            .collect(),
+        };
+        assert_eq!(
+            executes_later(&stat),
+            vec![
+                ".grove/config.toml",
+                ".grove/agents/docs.md",
+                "AGENTS.md",
+                "crates/x/AGENTS.md",
+                "CLAUDE.md",
+                ".claude/settings.json",
+                ".gitattributes",
+                ".gitmodules",
+                ".envrc",
+                ".vscode/tasks.json",
+                ".vscode/launch.json",
+                ".husky/pre-commit",
+                ".githooks/pre-push",
+                ".devcontainer/devcontainer.json",
+                "lefthook.yml",
+            ],
+            "every file that makes grove or an agent act is flagged for a person, and only those"
         );
     }
 }

@@ -21,6 +21,32 @@ pub struct Verdict {
     pub findings: Vec<Finding>,
 }
 
+/// Where a finding is: `path:line`, or the path alone.
+pub struct FindingPlace<'a>(&'a Finding);
+
+impl std::fmt::Display for FindingPlace<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.line {
+            Some(line) => write!(f, "{}:{line}", self.0.path),
+            None => f.write_str(&self.0.path),
+        }
+    }
+}
+
+impl Finding {
+    /// Where the finding is, as `path:line` (the one spelling of it).
+    pub fn place(&self) -> FindingPlace<'_> {
+        FindingPlace(self)
+    }
+}
+
+impl std::fmt::Display for Finding {
+    /// `path:line: problem`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.place(), self.problem)
+    }
+}
+
 /// The `submit_verdict` tool; the verdict lands in a slot the orchestrator reads after
 /// the reviewer's loop ends.
 #[derive(Debug, Default)]
@@ -127,5 +153,26 @@ impl Tool for SubmitVerdict {
         }
         *slot = Some(verdict);
         Ok(ToolOutput::ok("Verdict recorded. End your turn now."))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finding_is_spelled_path_line_problem_and_its_place_alone_without_a_line() {
+        let mut finding = Finding {
+            path: "src/a.rs".into(),
+            line: Some(7),
+            problem: "off by one".into(),
+        };
+        assert_eq!(finding.to_string(), "src/a.rs:7: off by one");
+        finding.line = None;
+        assert_eq!(
+            (finding.place().to_string(), finding.to_string()),
+            ("src/a.rs".to_owned(), "src/a.rs: off by one".to_owned()),
+            "a finding without a line names its file alone"
+        );
     }
 }

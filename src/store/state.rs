@@ -84,6 +84,19 @@ impl SubtaskStatus {
     }
 }
 
+impl SubtaskStatus {
+    /// How the subtask ended, as its report says; `None` while it runs.
+    pub fn outcome(self) -> Option<SubtaskOutcome> {
+        match self {
+            Self::Running => None,
+            Self::Merged => Some(SubtaskOutcome::Merged),
+            Self::Rejected => Some(SubtaskOutcome::Rejected),
+            Self::Conflict => Some(SubtaskOutcome::Conflict),
+            Self::Failed => Some(SubtaskOutcome::Failed),
+        }
+    }
+}
+
 impl From<SubtaskOutcome> for SubtaskStatus {
     fn from(outcome: SubtaskOutcome) -> Self {
         match outcome {

@@ -173,11 +173,15 @@ struct RecordingObserver {
 
 #[async_trait]
 impl TurnObserver for RecordingObserver {
-    async fn after_turn(&self, state: TurnState<'_>, mutated: bool) -> Result<(), String> {
+    async fn after_turn(
+        &self,
+        state: TurnState<'_>,
+        mutated: bool,
+    ) -> Result<(), grove::agent::ObserverError> {
         let turn = state.turn;
         self.calls.lock().unwrap().push((turn, mutated));
         if self.fail_on_turn == Some(turn) {
-            return Err("checkpoint commit failed".to_owned());
+            return Err("checkpoint commit failed".into());
         }
         Ok(())
     }

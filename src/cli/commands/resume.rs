@@ -7,6 +7,7 @@ use clap::Args;
 
 use grove::git::GitOptions;
 use grove::model::{self, Provider};
+use grove::run::start::ResumeProblem;
 use grove::run::{ModelNames, RunError};
 use grove::settings::config::CONFIG_PATH;
 use grove::settings::trust::TrustStore;
@@ -29,14 +30,11 @@ pub struct ResumeArgs {
 pub async fn resume(directory: &Path, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
     check_setup_trusted(directory, &args.run_id).await?;
     let models = |state: &RunState| {
-        let not_resumable = |reason: String| RunError::NotResumable {
+        let not_resumable = |error: model::ModelError| RunError::NotResumable {
             run_id: state.run_id.clone(),
-            reason,
+            source: ResumeProblem::Model(Box::new(error)),
         };
-        let provider: Provider = state
-            .provider
-            .parse()
-            .map_err(|error: model::ModelError| not_resumable(error.to_string()))?;
+        let provider: Provider = state.provider.parse().map_err(not_resumable)?;
         // Runs journaled before per-role models name only one model.
         let names: ModelNames = state
             .options
@@ -55,7 +53,7 @@ pub async fn resume(directory: &Path, args: &ResumeArgs) -> anyhow::Result<ExitC
             worker: or_run_model(names.worker),
             reviewer: or_run_model(names.reviewer),
         };
-        drive::connect_models(provider, names).map_err(|error| not_resumable(error.to_string()))
+        drive::connect_models(provider, names).map_err(not_resumable)
     };
     let run_id = drive::parse_run_id(&args.run_id)?;
     let repo = drive::open_repo(directory).await?;

@@ -173,7 +173,7 @@ pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let json = args.json;
     if args.dry_run {
         let (plan, ledgers) = drive::drive_live(|events, cancel| {
-            grove::run::plan::plan(directory, options, models, events, cancel)
+            grove::run::dry_run::plan(directory, options, models, events, cancel)
         })
         .await;
         let plan = plan?;

@@ -228,13 +228,9 @@ pub fn show_subtask(
     if let Some(reviewer) = &subtask.reviewer {
         out.line(&format!("reviewer: {}", printable(reviewer.summary.trim())))?;
         for finding in &reviewer.findings {
-            let place = match finding.line {
-                Some(line) => format!("{}:{line}", finding.path),
-                None => finding.path.clone(),
-            };
             out.line(&format!(
                 "  - {}: {}",
-                printable(&place),
+                printable(&finding.place().to_string()),
                 printable(finding.problem.trim())
             ))?;
         }

@@ -73,11 +73,11 @@ pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, jso
                         say!("      reviewer: {}", first_line(summary, 100));
                     }
                     for finding in subtask.findings.iter().take(3) {
-                        let place = match finding.line {
-                            Some(line) => format!("{}:{line}", finding.path),
-                            None => finding.path.clone(),
-                        };
-                        say!("      - {place}: {}", first_line(&finding.problem, 90));
+                        say!(
+                            "      - {}: {}",
+                            finding.place(),
+                            first_line(&finding.problem, 90)
+                        );
                     }
                 }
                 SubtaskOutcome::Conflict | SubtaskOutcome::Failed => {
@@ -166,7 +166,7 @@ fn summary(text: &str, json: bool) {
 }
 
 /// The lead's plan of a dry run.
-pub fn plan(plan: &grove::run::plan::Plan, ledgers: &Ledgers) {
+pub fn plan(plan: &grove::run::dry_run::Plan, ledgers: &Ledgers) {
     say!();
     if plan.subtasks.is_empty() {
         say!("Dry run: the lead delegated nothing.");

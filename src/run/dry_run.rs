@@ -14,18 +14,16 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::roles::{self, RoleKind};
-use crate::agent::{
-    AgentError, AgentSpec, Ledger, LoopInput, StopKind, isolated_messages, run_agent,
-};
-use crate::event::{AgentId, EventSink};
+use crate::agent::{AgentError, Ledger, LoopInput, StopKind, isolated_messages, run_agent};
+use crate::event::EventSink;
 use crate::git::Repo;
-use crate::run::delegate::{self, DelegateInput};
-use crate::run::orchestrator::{
-    LEAD_LABEL, RunError, agent_catalogue, delegate_role, lock, read_rules,
-};
-use crate::run::subtask::DelegateRequest;
-use crate::run::{Models, RunOptions};
+use crate::run::agents::{agent_catalogue, delegate_role, read_rules};
+use crate::run::context::lock;
+use crate::run::delegate::{self, DelegateInput, DelegateRequest};
+use crate::run::id::SubtaskId;
+use crate::run::lead::{first_prompt, lead_spec};
+use crate::run::start::RunError;
+use crate::settings::options::{Models, RunOptions};
 use crate::store::journal::ContextMode;
 use crate::tools::{self, Tool, ToolContext, ToolError, ToolOutput, ToolSet, parse_input};
 
@@ -69,29 +67,12 @@ pub async fn plan(
         max_subtasks: options.max_subtasks,
         planned: Mutex::new(Vec::new()),
     });
-    let role = roles::builtin(RoleKind::Lead);
-    let spec = AgentSpec {
-        id: AgentId {
-            role: "lead".into(),
-            label: LEAD_LABEL.into(),
-        },
-        system: roles::system_prompt(&role, read_rules(&root).as_ref()),
-        model: models.lead.client.clone(),
-        model_name: models.lead.name.clone(),
-        max_tokens: options.max_output_tokens,
-        max_turns: options.max_turns.lead,
-        budget_tokens: options.budget_tokens,
-        max_consecutive_tool_errors: options.max_consecutive_tool_errors,
-        tools: tools::builtin(ToolSet::ReadOnly).with(recorder.clone()),
-    };
+    let tools = tools::builtin(ToolSet::ReadOnly).with(recorder.clone());
+    let spec = lead_spec(&options, read_rules(&root).as_ref(), &models.lead, tools);
     let outcome = run_agent(
         &spec,
         LoopInput {
-            messages: isolated_messages(&format!(
-                "# Task\n\n{}\n\nPlan the work, delegate it with `delegate`, and end with a \
-                 summary.",
-                options.task
-            )),
+            messages: isolated_messages(&first_prompt(&options.task)),
             tool_context: ToolContext {
                 root,
                 cancel: cancel.child_token(),
@@ -151,7 +132,8 @@ impl Tool for PlanDelegate {
 
     async fn run(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let request: DelegateRequest = parse_input::<DelegateInput>(self, input)?.into_request()?;
-        let role = delegate_role(&self.root, &request).map_err(ToolError::RespondToModel)?;
+        let role = delegate_role(&self.root, request.agent.as_deref())
+            .map_err(|refused| ToolError::RespondToModel(refused.to_string()))?;
         let mut planned = lock(&self.planned);
         if planned.len() >= self.max_subtasks as usize {
             return Err(ToolError::RespondToModel(format!(
@@ -159,7 +141,7 @@ impl Tool for PlanDelegate {
                 self.max_subtasks
             )));
         }
-        let id = format!("S{}", planned.len() + 1);
+        let id = SubtaskId(u32::try_from(planned.len() + 1).unwrap_or(u32::MAX)).to_string();
         planned.push(PlannedSubtask {
             id: id.clone(),
             task: request.task,

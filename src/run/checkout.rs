@@ -1,4 +1,4 @@
-//! Tools that wait for their worktree's files before they touch them.
+//! Tools that wait for their worktree's checkout before they touch its files.
 //!
 //! A worktree is registered at once and filled in the background, so that a subagent's
 //! first model call (seconds) overlaps the checkout. This wrapper owns that wait: a tool
@@ -14,13 +14,13 @@ use crate::git::Worktree;
 use crate::tools::{Registry, Tool, ToolContext, ToolError, ToolOutput};
 
 /// A tool that waits for `worktree` to be filled before it runs.
-struct Gated {
+struct AfterCheckout {
     inner: Arc<dyn Tool>,
     worktree: Worktree,
 }
 
 #[async_trait]
-impl Tool for Gated {
+impl Tool for AfterCheckout {
     fn name(&self) -> &'static str {
         self.inner.name()
     }
@@ -50,14 +50,14 @@ impl Tool for Gated {
     }
 }
 
-/// `registry` with every tool waiting for `worktree`'s files first.
-pub fn gate_registry(registry: &Registry, worktree: &Worktree) -> Registry {
+/// `registry` with every tool waiting for `worktree`'s checkout first.
+pub fn waiting_for_checkout(registry: &Registry, worktree: &Worktree) -> Registry {
     registry
         .names()
         .into_iter()
         .filter_map(|name| registry.get(name).cloned())
-        .fold(Registry::new(), |gated, inner| {
-            gated.with(Arc::new(Gated {
+        .fold(Registry::new(), |waiting, inner| {
+            waiting.with(Arc::new(AfterCheckout {
                 inner,
                 worktree: worktree.clone(),
             }))

@@ -1,0 +1,249 @@
+//! The context of one run: its facts (repository, base, branch, options, models), the
+//! journal handle, the token budget and the events — the same for every stage.
+//!
+//! This file owns what every stage of a run may read, and the few small pieces of shared
+//! state that are not the merge queue's or a subtask's: the budget spent, why the run
+//! paused, the lead's history for forks. Its facts never change once the run started;
+//! it must never grow a field only one stage needs (pass that to the stage instead).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::roles::{self, ProjectRules, RoleDef};
+use crate::agent::{AgentRun, AgentSpec, Ledger, LoopInput, TurnObserver, run_agent};
+use crate::event::{AgentId, Event, EventSink};
+use crate::git::{CommitId, Repo, RunId, WorktreeSpec};
+use crate::model::Message;
+use crate::run::id::SubtaskId;
+use crate::settings::config::check_copy_path;
+use crate::settings::options::{ModelChoice, RunOptions};
+use crate::store::durable;
+use crate::store::journal::Entry;
+use crate::store::transcript;
+use crate::store::{ActiveRun, StoreError};
+use crate::tools::{CommandExecutor, Registry, ToolContext};
+
+/// The label of the lead in events, ledgers, transcripts and the journal.
+pub const LEAD_LABEL: &str = "lead";
+
+/// Everything a stage of the run may read, and the journal it writes.
+pub(crate) struct RunContext {
+    pub(crate) repo: Repo,
+    pub(crate) run: RunId,
+    /// The commit the run started from.
+    pub(crate) base: CommitId,
+    /// The user's branch, as a full ref.
+    pub(crate) branch: String,
+    pub(crate) options: RunOptions,
+    pub(crate) models: crate::settings::options::Models,
+    pub(crate) events: EventSink,
+    /// Fires on Ctrl-C or when the run pauses itself; every agent's token is a child.
+    pub(crate) cancel: CancellationToken,
+    /// The project rules every role's system prompt includes.
+    pub(crate) rules: Option<ProjectRules>,
+    /// The user's work tree, where `.grove/agents`, the rules and local files are read.
+    pub(crate) user_root: PathBuf,
+    /// Where this run's worktrees live (outside every `.git`).
+    pub(crate) worktrees_dir: PathBuf,
+    /// The run's directory in the store: journal and transcripts.
+    pub(crate) run_dir: PathBuf,
+    /// How workers' `bash` commands run (the sandbox, unless the run turned it off).
+    pub(crate) executor: Arc<dyn CommandExecutor>,
+    pub(crate) journal: RunJournal,
+    pub(crate) budget: Budget,
+    pub(crate) pause: Pause,
+}
+
+impl RunContext {
+    /// Journals `entry` (most records are fsynced; see the store).
+    pub(crate) fn journal(&self, entry: Entry) -> Result<(), StoreError> {
+        self.journal.append(entry)
+    }
+
+    /// A status line for the user.
+    pub(crate) fn note(&self, message: impl Into<String>) {
+        self.events.emit(Event::Note {
+            message: message.into(),
+        });
+    }
+
+    /// Stops the whole run in a resumable state: the model API failed past its retries
+    /// (an outage, a revoked key, a spent balance), so no subagent can go on, and nothing
+    /// they did is judged a failure. The first reason is kept.
+    pub(crate) fn pause(&self, reason: String) {
+        self.pause.set(reason);
+        self.cancel.cancel();
+    }
+
+    /// Where the transcript of `role` working on `label` (a subtask, or the lead) lives.
+    pub(crate) fn transcript_path(&self, label: &str, role: &str) -> PathBuf {
+        transcript::transcript_path(&self.run_dir, label, role)
+    }
+
+    /// The worktree of subtask `id` (0 is the lead's).
+    pub(crate) fn worktree_spec(&self, id: SubtaskId) -> WorktreeSpec {
+        WorktreeSpec {
+            run: self.run.clone(),
+            subtask: id.number(),
+            base: self.base,
+            path: self.worktrees_dir.join(id.number().to_string()),
+        }
+    }
+
+    /// The run's `worktree.copy` entries, normalised as the git layer records them.
+    pub(crate) fn local_paths(&self) -> Vec<String> {
+        self.options
+            .worktree_setup
+            .copy
+            .iter()
+            .map(|path| check_copy_path(path).unwrap_or_else(|_| path.clone()))
+            .collect()
+    }
+
+    /// Runs the agent `spec` from `messages` with its tools in `root`, observed.
+    pub(crate) async fn run_agent(
+        &self,
+        spec: &AgentSpec,
+        messages: Vec<Message>,
+        root: &std::path::Path,
+        observer: Arc<dyn TurnObserver>,
+    ) -> AgentRun {
+        run_agent(
+            spec,
+            LoopInput {
+                messages,
+                tool_context: ToolContext {
+                    root: root.to_path_buf(),
+                    cancel: self.cancel.child_token(),
+                },
+                events: self.events.clone(),
+                observer: Some(observer),
+            },
+        )
+        .await
+    }
+
+    /// The spec of one agent of this run.
+    pub(crate) fn spec(&self, id: AgentId, role: &RoleDef, caps: AgentCaps<'_>) -> AgentSpec {
+        agent_spec(&self.options, self.rules.as_ref(), id, role, caps)
+    }
+}
+
+/// The model, turn cap, token budget and tools of one agent.
+pub(crate) struct AgentCaps<'a> {
+    pub(crate) model: &'a ModelChoice,
+    pub(crate) max_turns: u32,
+    pub(crate) budget: Option<u64>,
+    pub(crate) tools: Registry,
+}
+
+/// The one place an agent's spec is built, for the run and the dry run alike: the role's
+/// prompt with the project rules, its model and turn cap unless the role names its own.
+pub(crate) fn agent_spec(
+    options: &RunOptions,
+    rules: Option<&ProjectRules>,
+    id: AgentId,
+    role: &RoleDef,
+    caps: AgentCaps<'_>,
+) -> AgentSpec {
+    AgentSpec {
+        id,
+        system: roles::system_prompt(role, rules),
+        model: caps.model.client.clone(),
+        model_name: role
+            .model
+            .clone()
+            .unwrap_or_else(|| caps.model.name.clone()),
+        max_tokens: options.max_output_tokens,
+        max_turns: role.max_turns.unwrap_or(caps.max_turns),
+        budget_tokens: caps.budget,
+        max_consecutive_tool_errors: options.max_consecutive_tool_errors,
+        tools: caps.tools,
+    }
+}
+
+/// The run's journal, shared by the subtasks that write to it at the same moments.
+pub(crate) struct RunJournal(Mutex<ActiveRun>);
+
+impl RunJournal {
+    pub(crate) fn new(active: ActiveRun) -> Self {
+        Self(Mutex::new(active))
+    }
+
+    /// Appends `entry` off the runtime's threads: subtasks journal at the same moments,
+    /// and wait for each other here.
+    pub(crate) fn append(&self, entry: Entry) -> Result<(), StoreError> {
+        durable::off_the_runtime(|| lock(&self.0).append(entry).map(|_| ()))
+    }
+}
+
+/// The run's token budget: what every finished subagent spent, against the limit.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    limit: Option<u64>,
+    spent: AtomicU64,
+}
+
+impl Budget {
+    pub(crate) fn new(limit: Option<u64>) -> Self {
+        Self {
+            limit,
+            spent: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts what one subagent spent.
+    pub(crate) fn spend(&self, ledger: &Ledger) {
+        // Saturating, like the ledger: absurd usage must not wrap under the budget.
+        let spent = ledger.total_tokens();
+        let _ = self
+            .spent
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |total| {
+                Some(total.saturating_add(spent))
+            });
+    }
+
+    /// True once the run's budget is spent: no new subtask starts.
+    pub(crate) fn is_spent(&self) -> bool {
+        self.limit
+            .is_some_and(|limit| self.spent.load(Ordering::Relaxed) >= limit)
+    }
+}
+
+/// Why the run paused itself, if it did (the first reason counts).
+#[derive(Debug, Default)]
+pub(crate) struct Pause(Mutex<Option<String>>);
+
+impl Pause {
+    fn set(&self, reason: String) {
+        lock(&self.0).get_or_insert(reason);
+    }
+
+    /// The reason, when the run paused itself.
+    pub(crate) fn reason(&self) -> Option<String> {
+        lock(&self.0).clone()
+    }
+}
+
+/// The lead's history as of its latest tool-calling turn; forks start from it.
+#[derive(Debug, Default)]
+pub(crate) struct LeadHistory(Mutex<Vec<Message>>);
+
+impl LeadHistory {
+    pub(crate) fn set(&self, messages: &[Message]) {
+        *lock(&self.0) = messages.to_vec();
+    }
+
+    pub(crate) fn get(&self) -> Vec<Message> {
+        lock(&self.0).clone()
+    }
+}
+
+/// A poisoned lock still holds consistent data here: every critical section is a
+/// single assignment or append.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}

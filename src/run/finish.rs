@@ -1,0 +1,201 @@
+//! The end of a run: the result applied to the user's branch when that is safe, the end
+//! journaled, the report built.
+//!
+//! This file owns the only write to the user's branch, and it goes through the git
+//! layer's checked apply (fast-forward or compare-and-swap, only into a clean tree). It
+//! must never touch the user's branch of an interrupted or paused run, and never journal
+//! the end before everything (apply, the lead's cleanup) is done.
+
+use tokio::task::JoinHandle;
+
+use crate::agent::Ledger;
+use crate::git::{ApplyOutcome, ApplyRequest, GitError, RefusalReason};
+use crate::run::context::RunContext;
+use crate::run::lead::{LeadEnd, LeadFailure};
+use crate::run::report::{ApplyReport, RunEnd, RunReport, SubtaskReport, Totals};
+use crate::store::StoreError;
+use crate::store::journal::Entry;
+
+/// Why the end of a run could not be recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum FinishError {
+    /// The result ref cannot be read. Not retried.
+    #[error("{0}")]
+    Git(#[from] GitError),
+    /// The run's end cannot be journaled. Not retried; the run resumes once fixed.
+    #[error("run journal: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// Applies the result if it may, journals the run's end and reports it.
+pub(crate) async fn finish(
+    ctx: &RunContext,
+    subtasks: Vec<SubtaskReport>,
+    lead: LeadEnd,
+) -> Result<RunReport, FinishError> {
+    let result_commit = ctx.repo.ref_target(&ctx.run.result_ref())?;
+    let merged_any = result_commit.is_some_and(|commit| commit != ctx.base);
+    let (status, error) = status(ctx, lead.failure);
+    let apply = async {
+        if !merged_any {
+            (false, None)
+        } else if !ctx.options.apply || matches!(status, RunEnd::Interrupted | RunEnd::Paused) {
+            let report = ApplyReport {
+                message: format!(
+                    "The result is on {}; your branch was not touched.",
+                    ctx.run.result_branch()
+                ),
+                command: Some(format!("git merge --ff-only {}", ctx.run.result_branch())),
+            };
+            (false, Some(report))
+        } else {
+            apply(ctx).await
+        }
+    };
+    // Everything is done before the run's end is journaled.
+    let ((applied, apply), ()) = tokio::join!(apply, cleaned(ctx, lead.cleanup));
+    let journal_end = match status.recorded() {
+        None => Entry::Paused {
+            reason: error.clone().unwrap_or_else(|| "interrupted".into()),
+        },
+        Some(outcome) => Entry::RunFinished {
+            status: outcome,
+            applied,
+            result_commit: result_commit.map(|c| c.to_string()),
+            error: error.clone(),
+        },
+    };
+    ctx.journal(journal_end)?;
+    let mut total: Ledger = lead.ledger;
+    for subtask in &subtasks {
+        total.add(&subtask.ledger());
+    }
+    Ok(RunReport {
+        run_id: ctx.run.as_str().to_owned(),
+        status,
+        base: ctx.base.to_string(),
+        branch: ctx.branch.clone(),
+        result_commit: result_commit.map(|c| c.to_string()),
+        result_branch: ctx.run.result_branch(),
+        applied,
+        apply,
+        summary: lead.summary,
+        error,
+        subtasks,
+        lead_ledger: lead.ledger,
+        totals: Totals::from(total),
+    })
+}
+
+/// How the run ended, and why it did not finish when it did not (for the person).
+fn status(ctx: &RunContext, failure: Option<LeadFailure>) -> (RunEnd, Option<String>) {
+    match (failure, ctx.pause.reason()) {
+        (Some(LeadFailure::Interrupted), Some(reason)) => (
+            RunEnd::Paused,
+            Some(format!(
+                "{reason}. The run is paused with its work checkpointed; when the API \
+                 answers again, `grove resume {}` continues it",
+                ctx.run
+            )),
+        ),
+        (None, _) => (RunEnd::Finished, None),
+        (Some(LeadFailure::Interrupted), None) => (
+            RunEnd::Interrupted,
+            Some(format!(
+                "interrupted; `grove resume {}` continues the run",
+                ctx.run
+            )),
+        ),
+        (Some(LeadFailure::Stopped { stop, detail }), _) => (
+            RunEnd::Finished,
+            Some(format!("the lead stopped: {stop}: {detail}")),
+        ),
+        (Some(LeadFailure::Error(error)), _) => (RunEnd::Failed, Some(error.to_string())),
+    }
+}
+
+/// Waits for the lead's worktree cleanup.
+async fn cleaned(ctx: &RunContext, cleanup: Option<JoinHandle<()>>) {
+    if let Some(cleanup) = cleanup
+        && let Err(error) = cleanup.await
+    {
+        ctx.note(format!("the lead's worktree cleanup stopped: {error}"));
+    }
+}
+
+/// Moves the user's branch to the result when the git layer says it is safe.
+async fn apply(ctx: &RunContext) -> (bool, Option<ApplyReport>) {
+    let branch = ctx
+        .branch
+        .strip_prefix("refs/heads/")
+        .unwrap_or(&ctx.branch);
+    let result_branch = ctx.run.result_branch();
+    let outcome = ctx
+        .repo
+        .apply(&ApplyRequest {
+            run: ctx.run.clone(),
+            branch: ctx.branch.clone(),
+            base: ctx.base,
+        })
+        .await;
+    let (applied, message, command) = match outcome {
+        Ok(ApplyOutcome::Applied {
+            to, merged_on_top, ..
+        }) => {
+            let hex = to.to_string();
+            let how = if merged_on_top {
+                ", merged on top of your new commits"
+            } else {
+                ""
+            };
+            (
+                true,
+                format!(
+                    "{branch} now has the result ({}{how}).",
+                    &hex[..hex.len().min(10)]
+                ),
+                None,
+            )
+        }
+        Ok(ApplyOutcome::AlreadyApplied) => {
+            (true, format!("{branch} already has the result."), None)
+        }
+        Ok(ApplyOutcome::Refused { reason, command }) => (
+            false,
+            format!(
+                "Your branch was not touched: {}. The result is on {result_branch}.",
+                describe_refusal(&reason)
+            ),
+            Some(command),
+        ),
+        Err(error) => (
+            false,
+            format!(
+                "Your branch was not touched: applying failed: {error}. The result is on \
+                 {result_branch}."
+            ),
+            Some(format!("git merge {result_branch}")),
+        ),
+    };
+    (applied, Some(ApplyReport { message, command }))
+}
+
+/// Why the git layer refused to move the user's branch, for the person.
+pub(crate) fn describe_refusal(reason: &RefusalReason) -> String {
+    use RefusalReason as R;
+    match reason {
+        R::BranchMovedWithConflicts { paths, .. } => format!(
+            "your branch moved during the run and the result conflicts with it in {}",
+            paths.join(", ")
+        ),
+        R::OperationInProgress { operation } => format!("a {operation} is in progress"),
+        R::LocalChangesInTheWay { paths } => {
+            format!("uncommitted changes are in the way in {}", paths.join(", "))
+        }
+        R::CheckedOutInAnotherWorktree { path } => format!(
+            "the branch is checked out in another worktree at {}",
+            path.display()
+        ),
+        R::GitRefused { stderr } => format!("git refused: {}", stderr.trim()),
+    }
+}

@@ -1,0 +1,240 @@
+//! The lead: its first prompt and spec (one place, for the run and the dry run), and its
+//! loop in a worktree of its own.
+//!
+//! This file owns what the lead sees: the user's task, read-only tools on the base
+//! commit (never the user's uncommitted or ignored files), and `delegate`. It must never
+//! give the lead a tool that writes, and never let anything but a subtask's bounded
+//! result reach its conversation.
+
+use std::sync::Arc;
+
+use tokio::task::JoinHandle;
+
+use crate::agent::roles::{self, ProjectRules, RoleKind};
+use crate::agent::{AgentError, AgentSpec, Ledger, StopKind, isolated_messages};
+use crate::event::AgentId;
+use crate::git::GitError;
+use crate::run::agents::agent_catalogue;
+use crate::run::checkout::waiting_for_checkout;
+use crate::run::context::{AgentCaps, LEAD_LABEL, RunContext, agent_spec};
+use crate::run::delegate::Delegate;
+use crate::run::id::SubtaskId;
+use crate::run::observer::AgentObserver;
+use crate::run::report::SubtaskReport;
+use crate::run::subtask::Subtasks;
+use crate::run::subtask::close::lead_result;
+use crate::settings::options::{ModelChoice, RunOptions};
+use crate::store::StoreError;
+use crate::store::transcript::{self, AgentTiming, Transcript};
+use crate::tools::{self, Registry, ToolSet};
+
+/// The lead reads the repository from its own worktree, numbered 0, so that it sees the
+/// base commit (not the user's uncommitted or ignored files, such as `.env`).
+const LEAD_WORKTREE: SubtaskId = SubtaskId(0);
+
+/// The lead's first message: the user's task and what to do with it.
+pub(crate) fn first_prompt(task: &str) -> String {
+    format!(
+        "# Task\n\n{task}\n\nPlan the work, delegate it with `delegate`, and end with a \
+         summary."
+    )
+}
+
+/// The lead's spec: its role's prompt with the project rules, read-only tools plus
+/// `delegate` (in `tools`), the run's budget.
+pub(crate) fn lead_spec(
+    options: &RunOptions,
+    rules: Option<&ProjectRules>,
+    model: &ModelChoice,
+    tools: Registry,
+) -> AgentSpec {
+    agent_spec(
+        options,
+        rules,
+        AgentId {
+            role: "lead".into(),
+            label: LEAD_LABEL.into(),
+        },
+        &roles::builtin(RoleKind::Lead),
+        AgentCaps {
+            model,
+            max_turns: options.max_turns.lead,
+            budget: options.budget_tokens,
+            tools,
+        },
+    )
+}
+
+/// Why the lead could not run or go on.
+#[derive(Debug, thiserror::Error)]
+pub enum LeadError {
+    #[error("{source}")]
+    ResultBranch {
+        #[source]
+        source: GitError,
+    },
+    #[error("the run journal failed: {source}")]
+    Journal {
+        #[source]
+        source: StoreError,
+    },
+    #[error("could not create the lead's worktree: {source}")]
+    Worktree {
+        #[source]
+        source: GitError,
+    },
+    #[error("{source}")]
+    Agent {
+        #[source]
+        source: AgentError,
+    },
+}
+
+/// Why the lead did not finish normally.
+#[derive(Debug)]
+pub(crate) enum LeadFailure {
+    /// Ctrl-C, or the run paused itself.
+    Interrupted,
+    /// The lead stopped itself (turn cap, budget...): the run still finishes.
+    Stopped {
+        stop: StopKind,
+        detail: String,
+    },
+    Error(LeadError),
+}
+
+/// How the lead's loop ended.
+pub(crate) struct LeadEnd {
+    /// Its closing text.
+    pub(crate) summary: String,
+    /// What it spent in all, earlier runs (before a resume) included.
+    pub(crate) ledger: Ledger,
+    pub(crate) failure: Option<LeadFailure>,
+    /// The removal of its worktree and branch, running meanwhile.
+    pub(crate) cleanup: Option<JoinHandle<()>>,
+}
+
+impl LeadEnd {
+    /// The lead never ran.
+    pub(crate) fn failed(error: LeadError) -> Self {
+        Self {
+            summary: String::new(),
+            ledger: Ledger::default(),
+            failure: Some(LeadFailure::Error(error)),
+            cleanup: None,
+        }
+    }
+}
+
+/// Runs the lead's loop, from the start or from its saved transcript.
+pub(crate) async fn run_lead(
+    ctx: &Arc<RunContext>,
+    subtasks: &Subtasks,
+    resumed: Option<Transcript>,
+) -> LeadEnd {
+    let worktree = match ctx
+        .repo
+        .create_worktree(ctx.worktree_spec(LEAD_WORKTREE))
+        .await
+    {
+        Ok(worktree) => worktree,
+        Err(source) => return LeadEnd::failed(LeadError::Worktree { source }),
+    };
+    subtasks.register_worktrees_ahead();
+    let delegate = Delegate::new(Arc::new(subtasks.clone()), &agent_catalogue(&ctx.user_root));
+    let tools = waiting_for_checkout(&tools::builtin(ToolSet::ReadOnly), &worktree)
+        .with(Arc::new(delegate));
+    let spec = lead_spec(&ctx.options, ctx.rules.as_ref(), &ctx.models.lead, tools);
+    let (messages, earlier, earlier_timing) = match resumed {
+        Some(transcript) => (transcript.messages, transcript.ledger, transcript.timing),
+        None => (
+            isolated_messages(&first_prompt(&ctx.options.task)),
+            Ledger::default(),
+            AgentTiming::default(),
+        ),
+    };
+    let observer = Arc::new(
+        AgentObserver::new(
+            ctx,
+            LEAD_LABEL,
+            ctx.transcript_path(LEAD_LABEL, "lead"),
+            earlier,
+        )
+        .keeping_history(subtasks.lead_history())
+        .with_timing(&spec.model_name, earlier_timing),
+    );
+    let outcome = ctx
+        .run_agent(&spec, messages, worktree.path(), observer.clone())
+        .await;
+    observer.finished(&outcome.ledger);
+    ctx.budget.spend(&outcome.ledger);
+    // Off the way to the apply, which runs meanwhile: nothing the lead touched is in
+    // the result or the user's branch.
+    let cleanup = {
+        let ctx = Arc::clone(ctx);
+        tokio::spawn(async move {
+            if let Err(error) = ctx.repo.remove_worktree(&worktree).await {
+                ctx.note(format!("could not remove the lead's worktree: {error}"));
+            }
+            let lead = LEAD_WORKTREE.number();
+            if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, lead).await {
+                ctx.note(format!("kept the lead's branch: {error}"));
+            }
+        })
+    };
+    let mut ledger = earlier;
+    ledger.add(&outcome.ledger);
+    let (summary, failure) = match outcome.result {
+        Ok(outcome) => {
+            let failure = match outcome.stop {
+                StopKind::Finished => None,
+                _ if ctx.cancel.is_cancelled() => Some(LeadFailure::Interrupted),
+                stop => Some(LeadFailure::Stopped {
+                    stop,
+                    detail: outcome.detail,
+                }),
+            };
+            (outcome.final_text, failure)
+        }
+        Err(AgentError::Cancelled { .. }) => (String::new(), Some(LeadFailure::Interrupted)),
+        Err(AgentError::Model { source, .. }) => {
+            ctx.pause(format!("the model API failed for the lead: {source}"));
+            (String::new(), Some(LeadFailure::Interrupted))
+        }
+        Err(source) => (
+            String::new(),
+            Some(LeadFailure::Error(LeadError::Agent { source })),
+        ),
+    };
+    LeadEnd {
+        summary,
+        ledger,
+        failure,
+        cleanup: Some(cleanup),
+    }
+}
+
+/// The lead's saved transcript of a resumed run, its pending calls answered: a
+/// `delegate` call with its subtask's result (matched by brief), any other as
+/// interrupted. `None` when there is none (the lead starts over).
+pub(crate) fn resumed_history(ctx: &RunContext, subtasks: &[SubtaskReport]) -> Option<Transcript> {
+    let mut lead =
+        transcript::load(&ctx.transcript_path(LEAD_LABEL, "lead")).unwrap_or_else(|error| {
+            ctx.note(format!("the lead starts over: {error}"));
+            None
+        })?;
+    let mut used = vec![false; subtasks.len()];
+    transcript::answer_pending(&mut lead.messages, |_, name, input| {
+        if name != "delegate" {
+            return None;
+        }
+        let task = input.get("task")?.as_str()?;
+        let index = subtasks
+            .iter()
+            .enumerate()
+            .position(|(i, s)| !used[i] && s.task == task)?;
+        used[index] = true;
+        Some(lead_result(&subtasks[index]).text)
+    });
+    Some(lead)
+}

@@ -1,0 +1,203 @@
+//! Every agent's [`TurnObserver`]: its transcript saved around each tool-calling turn,
+//! the lead's history kept for forks, and a worker's checkpoint commit after each turn
+//! that changed files.
+//!
+//! This file owns when an agent's work becomes durable. It must never let a tool call
+//! run before the transcript naming it is synced (after a crash it is answered as
+//! interrupted, never run twice), and never let a checkpoint commit race the files it
+//! commits (it is awaited before the next tools run).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use tokio::task::JoinHandle;
+
+use crate::agent::{Ledger, ObserverError, TurnObserver, TurnState};
+use crate::git::{GitError, Worktree};
+use crate::run::context::{LeadHistory, RunContext, lock};
+use crate::store::StoreError;
+use crate::store::durable::{self, Durability};
+use crate::store::journal::{self, Entry};
+use crate::store::transcript::{self, AgentEnd, AgentTiming, Transcript, TranscriptError};
+
+/// Why an agent's work could not be made durable. Not retried: the agent's loop stops,
+/// its subtask fails, and what was saved before is intact.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    #[error("cannot save the transcript: {source}")]
+    Transcript {
+        #[source]
+        source: TranscriptError,
+    },
+    #[error("checkpoint commit failed: {source}")]
+    Checkpoint {
+        #[source]
+        source: GitError,
+    },
+    #[error("the run journal cannot be written: {source}")]
+    Journal {
+        #[source]
+        source: StoreError,
+    },
+    #[error("the checkpoint task failed: {source}")]
+    Task {
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+/// The observer of one agent of the run.
+pub(crate) struct AgentObserver {
+    ctx: Arc<RunContext>,
+    label: String,
+    transcript: PathBuf,
+    /// What the agent spent before a resume, so the saved ledger stays whole.
+    earlier: Ledger,
+    /// A worker's worktree, committed after each turn that changed files.
+    checkpoint: Option<Worktree>,
+    /// The lead's history, kept for forks; `None` for every other agent.
+    lead_history: Option<Arc<LeadHistory>>,
+    /// The checkpoint commit of the latest mutating turn, running while the next model
+    /// call is in flight: it is off the critical path, and awaited before any further
+    /// tool runs or the subtask goes on, so it never races the files it commits.
+    pending_checkpoint: tokio::sync::Mutex<Option<JoinHandle<Result<(), SaveError>>>>,
+    /// When the agent started and answered, saved with its transcript for reports.
+    timing: Mutex<AgentTiming>,
+}
+
+impl AgentObserver {
+    /// An observer for the agent `label` of the run, saving its transcript at
+    /// `transcript`.
+    pub(crate) fn new(
+        ctx: &Arc<RunContext>,
+        label: &str,
+        transcript: PathBuf,
+        earlier: Ledger,
+    ) -> Self {
+        Self {
+            ctx: Arc::clone(ctx),
+            label: label.to_owned(),
+            transcript,
+            earlier,
+            checkpoint: None,
+            lead_history: None,
+            pending_checkpoint: tokio::sync::Mutex::new(None),
+            timing: Mutex::new(AgentTiming {
+                started_ms: Some(journal::now_ms()),
+                ..AgentTiming::default()
+            }),
+        }
+    }
+
+    /// Commits `worktree` after every turn that changed files (a worker).
+    pub(crate) fn checkpointing(mut self, worktree: &Worktree) -> Self {
+        self.checkpoint = Some(worktree.clone());
+        self
+    }
+
+    /// Keeps the agent's history in `history` before its tools run (the lead).
+    pub(crate) fn keeping_history(mut self, history: Arc<LeadHistory>) -> Self {
+        self.lead_history = Some(history);
+        self
+    }
+
+    /// Records `model` as the agent's model and carries on the timing of its earlier
+    /// run (before a resume), keeping its first start.
+    pub(crate) fn with_timing(self, model: &str, earlier: AgentTiming) -> Self {
+        {
+            let mut timing = lock(&self.timing);
+            timing.started_ms = earlier.started_ms.or(timing.started_ms);
+            timing.turn_ms = earlier.turn_ms;
+            timing.model = Some(model.to_owned());
+        }
+        self
+    }
+
+    /// Saves when the agent's loop ended and what it cost in all (`loop_ledger` is this
+    /// run's; earlier runs are added). A failure is noted, not fatal: only reports lose.
+    pub(crate) fn finished(&self, loop_ledger: &Ledger) {
+        let mut ledger = self.earlier;
+        ledger.add(loop_ledger);
+        let end = AgentEnd {
+            ended_ms: journal::now_ms(),
+            ledger,
+        };
+        if let Err(error) = transcript::save_end(&transcript::end_path(&self.transcript), &end) {
+            self.ctx.note(format!("{}: {error}", self.label));
+        }
+    }
+
+    fn save(&self, state: TurnState<'_>, durability: Durability) -> Result<(), SaveError> {
+        let mut ledger = self.earlier;
+        ledger.add(state.ledger);
+        let transcript = Transcript {
+            messages: state.messages.to_vec(),
+            ledger,
+            timing: lock(&self.timing).clone(),
+        };
+        durable::off_the_runtime(|| {
+            transcript::save_with(&self.transcript, &transcript, durability)
+        })
+        .map_err(|source| SaveError::Transcript { source })
+    }
+
+    /// Waits for the checkpoint commit in flight, if any; its failure, if it failed.
+    pub(crate) async fn flush(&self) -> Result<(), SaveError> {
+        let pending = self.pending_checkpoint.lock().await.take();
+        match pending {
+            None => Ok(()),
+            Some(task) => task.await.map_err(|source| SaveError::Task { source })?,
+        }
+    }
+
+    /// Starts the checkpoint commit of turn `turn` in the background.
+    async fn start_checkpoint(&self, worktree: &Worktree, turn: u32) {
+        let (ctx, worktree) = (Arc::clone(&self.ctx), worktree.clone());
+        let label = self.label.clone();
+        let task = tokio::spawn(async move {
+            let commit = ctx
+                .repo
+                .checkpoint(&worktree, &format!("{label}: turn {turn}"))
+                .await
+                .map_err(|source| SaveError::Checkpoint { source })?;
+            if let Some(commit) = commit {
+                ctx.journal(Entry::Checkpoint {
+                    subtask: label,
+                    commit: commit.to_string(),
+                    turn,
+                })
+                .map_err(|source| SaveError::Journal { source })?;
+            }
+            Ok(())
+        });
+        *self.pending_checkpoint.lock().await = Some(task);
+    }
+}
+
+#[async_trait]
+impl TurnObserver for AgentObserver {
+    async fn before_tools(&self, state: TurnState<'_>) -> Result<(), ObserverError> {
+        // Called once per turn that calls tools, right after its answer arrived.
+        lock(&self.timing).turn_ms.push(journal::now_ms());
+        self.flush().await?;
+        if let Some(history) = &self.lead_history {
+            history.set(state.messages);
+        }
+        // Synced: the tool calls about to run must be on disk before they run, so that
+        // after any crash they are answered as interrupted, never run a second time.
+        Ok(self.save(state, Durability::Synced)?)
+    }
+
+    async fn after_turn(&self, state: TurnState<'_>, mutated: bool) -> Result<(), ObserverError> {
+        self.flush().await?;
+        if let Some(worktree) = &self.checkpoint
+            && mutated
+        {
+            self.start_checkpoint(worktree, state.turn).await;
+        }
+        // Not synced: were these results lost in a machine crash, the calls would read as
+        // interrupted from the synced save before them — reported, never run again.
+        Ok(self.save(state, Durability::Buffered)?)
+    }
+}

@@ -1,0 +1,309 @@
+//! The start of a run (or of its resume): the repository checked, the lock taken, the
+//! journal opened, the executor for workers' commands chosen, the run context built.
+//!
+//! This file owns everything that must hold before any agent runs. It must never start
+//! a run it cannot promise to resume (the journal exists before the lead's first call),
+//! and never run workers' commands unconfined unless the user said so (loudly).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::event::{Event, EventSink};
+use crate::git::{CommitId, GitError, GitOptions, Repo};
+use crate::run::agents::read_rules;
+use crate::run::context::{Budget, Pause, RunContext, RunJournal};
+use crate::run::subtask::prepare::{LocalFileError, check_local_files};
+use crate::settings::options::{Models, RunOptions};
+use crate::store::journal::Entry;
+use crate::store::lock::{LockError, RepoLock};
+use crate::store::state::RunState;
+use crate::store::{ActiveRun, RecordedOptionsError, RunId, RunStart, RunStore, StoreError};
+use crate::tools::sandbox::{self, SandboxError, SandboxMode, SandboxPolicy, SandboxedExecutor};
+use crate::tools::{CommandExecutor, LocalExecutor};
+
+/// Why a run could not start or go on.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Not retried: the user must check out a branch.
+    #[error(
+        "HEAD is detached; grove needs a branch to apply its result to. Check out a branch \
+         (`git switch <branch>`) and run again"
+    )]
+    DetachedHead,
+    /// Not retried: there is nothing to branch from.
+    #[error(
+        "the current branch has no commits yet; grove starts from a commit. Make a first \
+         commit and run again"
+    )]
+    UnbornHead,
+    /// Not retried: a bare repository has no files for the agents to read.
+    #[error("the repository has no work tree (it is bare); run grove in a checkout")]
+    NoWorkTree,
+    /// Not retried: the run's journal names a base or options grove cannot read.
+    #[error("run {run_id} cannot be resumed: {source}")]
+    NotResumable {
+        run_id: String,
+        #[source]
+        source: ResumeProblem,
+    },
+    #[error("{0}")]
+    Git(#[from] GitError),
+    #[error("{0}")]
+    Lock(#[from] LockError),
+    #[error("run journal: {0}")]
+    Store(#[from] StoreError),
+    /// Not retried: this system cannot confine workers' commands; the message says how to
+    /// proceed (a capable kernel, or `--sandbox off`).
+    #[error("{}", sandbox::refusal_advice(.0))]
+    Sandbox(#[source] SandboxError),
+    /// Not retried: writing the run's state failed mid-run (a full disk, say). What was
+    /// reported durable is intact, so the run resumes once the cause is fixed.
+    #[error(
+        "run {run_id} stopped: its state could not be written: {source}. Everything \
+         recorded before is intact; fix the cause (e.g. free disk space), then \
+         `grove resume {run_id}` continues the run"
+    )]
+    StateNotWritten {
+        run_id: String,
+        #[source]
+        source: Box<StoreError>,
+    },
+    /// Not retried: a `worktree.copy` file is missing, tracked or outside the repository.
+    #[error("{0}")]
+    LocalFile(#[from] LocalFileError),
+}
+
+/// What in a run's journal cannot be resumed from.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeProblem {
+    #[error("{0}")]
+    Base(#[source] Box<GitError>),
+    #[error("{0}")]
+    Options(#[source] RecordedOptionsError),
+    /// Its provider is unknown here, or its client cannot be made (no API key, say).
+    #[error("{0}")]
+    Model(#[source] Box<crate::model::ModelError>),
+}
+
+/// A run that started: its context, and the lock held until it ends.
+pub(crate) struct Started {
+    pub(crate) ctx: Arc<RunContext>,
+    pub(crate) run_id: RunId,
+    pub(crate) lock: RepoLock,
+}
+
+/// Starts a new run of `options.task` in the repository at `repo_path`.
+pub(crate) async fn start(
+    repo_path: &Path,
+    options: RunOptions,
+    models: Models,
+    events: EventSink,
+    cancel: CancellationToken,
+) -> Result<Started, RunError> {
+    let repo = Repo::open(repo_path, options.git.clone()).await?;
+    let head = repo.head()?;
+    let branch = head.branch.ok_or(RunError::DetachedHead)?;
+    let base = head.commit.ok_or(RunError::UnbornHead)?;
+    check_local_files(&repo, base, &options.worktree_setup.copy)?;
+    let executor = command_executor(&options, &repo, &events)?;
+
+    let store = RunStore::new(repo.common_dir());
+    let run_id = store.new_run_id();
+    let lock = acquire(&repo, &run_id, &events)?;
+    let mut recorded = options.clone();
+    recorded.model_names = models.names();
+    let active = store.create_run(
+        &lock,
+        RunStart {
+            task: options.task.clone(),
+            base: base.to_string(),
+            branch: branch.clone(),
+            provider: models.provider.clone(),
+            model: models.worker.name.clone(),
+            options: recorded,
+        },
+    )?;
+    let facts = Facts {
+        repo,
+        base,
+        branch,
+        options,
+        models,
+        events,
+        cancel,
+        executor,
+    };
+    let ctx = context(facts, &run_id, active)?;
+    Ok(Started { ctx, run_id, lock })
+}
+
+/// Takes over run `run_id` after a crash or an interrupt; also returns its state as the
+/// journal left it.
+pub(crate) async fn resume(
+    repo_path: &Path,
+    run_id: &str,
+    git: GitOptions,
+    models: impl FnOnce(&RunState) -> Result<Models, RunError>,
+    events: EventSink,
+    cancel: CancellationToken,
+) -> Result<(Started, RunState), RunError> {
+    let repo = Repo::open(repo_path, git.clone()).await?;
+    let store = RunStore::new(repo.common_dir());
+    let run_id: RunId = run_id.parse()?;
+    let lock = acquire(&repo, &run_id, &events)?;
+    let mut active = store.resume_run(&lock)?;
+    active.append(Entry::Resumed {
+        pid: std::process::id(),
+    })?;
+    let state = active.state().clone();
+    let not_resumable = |source| RunError::NotResumable {
+        run_id: run_id.to_string(),
+        source,
+    };
+    let base = CommitId::parse(&state.base)
+        .map_err(|e| not_resumable(ResumeProblem::Base(Box::new(e))))?;
+    let mut options: RunOptions = state
+        .options
+        .get()
+        .map_err(|e| not_resumable(ResumeProblem::Options(e)))?
+        .clone();
+    options.git = git;
+    check_local_files(&repo, base, &options.worktree_setup.copy)?;
+    let executor = command_executor(&options, &repo, &events)?;
+    let models = models(&state)?;
+    for call in &state.interrupted_tool_calls {
+        events.emit(Event::Note {
+            message: format!(
+                "{}: tool call {} ({}) was running when grove stopped; it is not run again",
+                call.subtask, call.call_id, call.tool
+            ),
+        });
+    }
+    let facts = Facts {
+        repo,
+        base,
+        branch: state.branch.clone(),
+        options,
+        models,
+        events,
+        cancel,
+        executor,
+    };
+    let ctx = context(facts, &run_id, active)?;
+    Ok((Started { ctx, run_id, lock }, state))
+}
+
+/// What a run starts from, before its context is built.
+struct Facts {
+    repo: Repo,
+    base: CommitId,
+    branch: String,
+    options: RunOptions,
+    models: Models,
+    events: EventSink,
+    cancel: CancellationToken,
+    executor: Arc<dyn CommandExecutor>,
+}
+
+fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Result<Arc<RunContext>, RunError> {
+    let Facts {
+        repo,
+        base,
+        branch,
+        options,
+        models,
+        events,
+        cancel,
+        executor,
+    } = facts;
+    let run = run_id.clone();
+    let user_root = repo
+        .work_tree()
+        .map_or_else(|| repo.common_dir().to_path_buf(), Path::to_path_buf);
+    // Where this run's worktrees already are, if any (a resume), else where they go.
+    let worktrees_dir = repo.run_worktrees_dir(&run, options.worktrees_dir.as_deref())?;
+    Ok(Arc::new(RunContext {
+        rules: read_rules(&user_root),
+        run_dir: active.dir().to_path_buf(),
+        journal: RunJournal::new(active),
+        budget: Budget::new(options.budget_tokens),
+        pause: Pause::default(),
+        repo,
+        run,
+        base,
+        branch,
+        options,
+        models,
+        events,
+        cancel,
+        user_root,
+        worktrees_dir,
+        executor,
+    }))
+}
+
+/// The executor workers' `bash` runs through, as the options say: the sandbox, checked to
+/// work before anything starts, or (loudly) none.
+///
+/// Besides the user's secrets, sandboxed commands cannot read the user's work tree (its
+/// uncommitted and ignored files, such as `.env`) nor the run store (journal, other
+/// agents' transcripts, other worktrees): a worker sees its own worktree and the
+/// repository's git data, as its isolation promises.
+fn command_executor(
+    options: &RunOptions,
+    repo: &Repo,
+    events: &EventSink,
+) -> Result<Arc<dyn CommandExecutor>, RunError> {
+    let env = options.commands.env();
+    match options.sandbox {
+        SandboxMode::On => {
+            sandbox::probe(&options.commands).map_err(RunError::Sandbox)?;
+            let policy = SandboxPolicy {
+                allow_network: options.allow_network,
+                ..SandboxPolicy::default()
+            };
+            if options.allow_network {
+                events.emit(Event::Note {
+                    message: "the network is open to workers' shell commands \
+                              (--allow-network); the rest of the sandbox holds"
+                        .into(),
+                });
+            }
+            // The run store, the user's work tree, and every worktree grove keeps (each
+            // command's own worktree stays granted): a worker sees the base and its own
+            // work only, wherever the cache or `[worktree] dir` puts the others.
+            let mut hidden = vec![
+                repo.common_dir().join("grove"),
+                repo.worktrees_home().to_path_buf(),
+            ];
+            hidden.extend(options.worktrees_dir.clone());
+            hidden.extend(repo.work_tree().map(Path::to_path_buf));
+            let readable = [repo.common_dir().to_path_buf()];
+            Ok(Arc::new(
+                SandboxedExecutor::new(policy, env).hiding(&hidden, &readable),
+            ))
+        }
+        SandboxMode::Off => {
+            events.emit(Event::Note {
+                message: "WARNING: --sandbox off: workers' shell commands run UNCONFINED, \
+                          with your full rights: they can read your secrets (~/.ssh, ~/.aws, \
+                          ...), write anywhere you can, use the network and leave processes \
+                          behind. This choice is recorded in the run's journal."
+                    .into(),
+            });
+            Ok(Arc::new(LocalExecutor::with_env(env)))
+        }
+    }
+}
+
+fn acquire(repo: &Repo, run_id: &RunId, events: &EventSink) -> Result<RepoLock, RunError> {
+    let lock = RepoLock::acquire(repo.common_dir(), run_id.as_str())?;
+    if let Some(stale) = lock.taken_over() {
+        events.emit(Event::Note {
+            message: stale.to_string(),
+        });
+    }
+    Ok(lock)
+}

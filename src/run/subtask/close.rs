@@ -1,0 +1,263 @@
+//! Stage 6, close: what is not merged archived, the worktree removed, the end journaled,
+//! and the bounded result the lead gets back.
+//!
+//! This file owns the end of a subtask and the only text that crosses back to the lead:
+//! status, verdict, a bounded summary and findings, conflicts, the diffstat, where the
+//! work was kept. It must never delete work that is kept nowhere else (the git layer
+//! refuses to delete a branch that is neither merged nor archived), and never hand the
+//! lead a transcript.
+
+use std::sync::Arc;
+
+use tokio_util::task::TaskTracker;
+
+use crate::event::Event;
+use crate::git::{DiffStat, Worktree};
+use crate::run::context::RunContext;
+use crate::run::delegate::DelegateReport;
+use crate::run::id::SubtaskId;
+use crate::run::merge_queue::MergeQueue;
+use crate::run::report::SubtaskReport;
+use crate::store::StoreError;
+use crate::store::journal::{Entry, SubtaskOutcome};
+use crate::text::truncate;
+use crate::tools::git_pointer::ensure_git_pointer;
+
+/// How much of the reviewer's summary the lead gets back.
+const REVIEW_SUMMARY_CHARS: usize = 500;
+/// How many findings and diffstat lines the lead gets back.
+const LISTED_FINDINGS: usize = 6;
+const LISTED_FILES: usize = 12;
+
+/// Archives what is not merged, removes the worktree (in the background, once the other
+/// subtasks settled), journals the end and tells the user.
+pub(crate) async fn close(
+    ctx: &Arc<RunContext>,
+    queue: &Arc<MergeQueue>,
+    tasks: &TaskTracker,
+    id: SubtaskId,
+    mut report: SubtaskReport,
+    worktree: Option<&Worktree>,
+) -> Result<SubtaskReport, StoreError> {
+    if report.status != SubtaskOutcome::Merged {
+        let archived = match worktree {
+            Some(worktree) => {
+                ctx.repo
+                    .archive_worktree(worktree, report.status.as_str())
+                    .await
+            }
+            None => ctx.repo.archive_branch(&ctx.run, id.number()).await,
+        };
+        match archived {
+            Ok(archived) => report.archive_ref = Some(archived.reference),
+            Err(error) => ctx.note(format!("{id}: could not archive: {error}")),
+        }
+    }
+    // A kept worktree must send the user's git to the repository, never to a git dir
+    // a model planted.
+    if let Some(worktree) = worktree
+        && let Err(error) = ensure_git_pointer(worktree.path(), worktree.admin_dir())
+    {
+        ctx.note(format!("{id}: could not restore its `.git` file: {error}"));
+    }
+    if !ctx.options.keep_worktrees {
+        // The outcome is settled and its work kept (merged into the result, or archived
+        // above), so the lead need not wait for the cleanup: it runs as a tracked task
+        // the run waits for before it ends.
+        let (ctx, queue) = (Arc::clone(ctx), Arc::clone(queue));
+        let worktree = worktree.cloned();
+        tasks.spawn(async move {
+            queue.all_settled().await;
+            if let Some(worktree) = worktree
+                && let Err(error) = ctx.repo.remove_worktree(&worktree).await
+            {
+                ctx.note(format!("{id}: could not remove its worktree: {error}"));
+            }
+            // The git layer refuses to delete a branch whose work is kept nowhere else.
+            if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, id.number()).await {
+                ctx.note(format!("{id}: kept its branch: {error}"));
+            }
+        });
+    }
+    report.sum_ledgers();
+    ctx.journal(Entry::SubtaskFinished {
+        subtask: id.to_string(),
+        status: report.status,
+        ledger: report.ledger(),
+    })?;
+    ctx.events.emit(Event::SubtaskFinished {
+        label: id.to_string(),
+        status: report.status.as_str().to_owned(),
+        verdict: report.verdict.map(|v| v.as_str().to_owned()),
+        diffstat: report.diffstat.as_ref().map(DiffStat::summary),
+    });
+    Ok(report)
+}
+
+/// The short result a lead gets for one subtask: status, verdict, findings, diffstat.
+pub(crate) fn lead_result(report: &SubtaskReport) -> DelegateReport {
+    let mut text = format!(
+        "{} {} ({})",
+        report.id,
+        report.status.as_str(),
+        report.branch
+    );
+    if let Some(verdict) = report.verdict {
+        text.push_str(&format!("; reviewer: {}", verdict.as_str()));
+    }
+    text.push('\n');
+    if let Some(reason) = &report.reason {
+        text.push_str(&format!("{reason}\n"));
+    }
+    if let Some(summary) = &report.review_summary {
+        text.push_str(&format!(
+            "review: {}\n",
+            truncate(summary, REVIEW_SUMMARY_CHARS)
+        ));
+    }
+    for finding in report.findings.iter().take(LISTED_FINDINGS) {
+        text.push_str(&format!(
+            "- {}: {}\n",
+            finding.place(),
+            truncate(&finding.problem, 200)
+        ));
+    }
+    if report.findings.len() > LISTED_FINDINGS {
+        text.push_str(&format!(
+            "- … {} more findings\n",
+            report.findings.len() - LISTED_FINDINGS
+        ));
+    }
+    if !report.conflict_paths.is_empty() {
+        text.push_str(&format!(
+            "conflicts in: {}\n",
+            report.conflict_paths.join(", ")
+        ));
+    }
+    if let Some(stat) = &report.diffstat {
+        push_diffstat(&mut text, stat);
+    }
+    if let Some(archive) = &report.archive_ref {
+        text.push_str(&format!("work kept at {archive}\n"));
+    }
+    DelegateReport { text }
+}
+
+fn push_diffstat(text: &mut String, stat: &DiffStat) {
+    text.push_str(&format!("diff: {}\n", stat.summary()));
+    for file in stat.files.iter().take(LISTED_FILES) {
+        if file.binary {
+            text.push_str(&format!("  {} (binary)\n", file.path));
+        } else {
+            text.push_str(&format!(
+                "  {} +{} -{}\n",
+                file.path, file.added, file.removed
+            ));
+        }
+    }
+    if stat.files.len() > LISTED_FILES {
+        text.push_str(&format!(
+            "  … {} more files\n",
+            stat.files.len() - LISTED_FILES
+        ));
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::run::test_support::{ScriptedModel, TestRun};
+    use crate::settings::options::RunOptions;
+    use crate::store::journal::{Finding, VerdictKind};
+
+    #[tokio::test]
+    async fn rejected_work_is_archived_journaled_and_reported_to_the_lead_in_bounds() {
+        let mut run = TestRun::new(
+            &[("a.txt", "alpha\n")],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        let worktree = run.worktree(1).await;
+        std::fs::write(worktree.path().join("a.txt"), "ALPHA\n").unwrap();
+        run.ctx
+            .repo
+            .checkpoint(&worktree, "S1: final")
+            .await
+            .unwrap();
+        let tip = run.rev(&worktree.branch_ref());
+        let queue = Arc::new(MergeQueue::new(run.ctx.cancel.clone()));
+        queue.settle(queue.next_id());
+        let tasks = TaskTracker::new();
+        let branch = run.ctx.run.subtask_branch(1);
+        let mut report = SubtaskReport::new("S1".into(), "shout alpha".into(), branch.clone());
+        report.status = SubtaskOutcome::Rejected;
+        report.verdict = Some(VerdictKind::Reject);
+        report.review_summary = Some("x".repeat(2_000));
+        report.findings = (1..=8)
+            .map(|line| Finding {
+                path: "a.txt".into(),
+                line: Some(line),
+                problem: "too loud".into(),
+            })
+            .collect();
+
+        let report = close(
+            &run.ctx,
+            &queue,
+            &tasks,
+            SubtaskId(1),
+            report,
+            Some(&worktree),
+        )
+        .await
+        .unwrap();
+        tasks.close();
+        tasks.wait().await;
+
+        let archive = report
+            .archive_ref
+            .clone()
+            .expect("rejected work is archived");
+        assert_eq!(
+            run.rev(&archive),
+            tip,
+            "the archive keeps the worker's commit"
+        );
+        assert!(!worktree.path().exists(), "the worktree is removed");
+        assert!(
+            run.ctx
+                .repo
+                .ref_target(&format!("refs/heads/{branch}"))
+                .unwrap()
+                .is_none(),
+            "the branch goes once its work is archived"
+        );
+        assert_eq!(
+            run.journal_types(),
+            vec!["run_started", "subtask_started", "subtask_finished"]
+        );
+        let text = lead_result(&report).text;
+        let expected_head = format!("S1 rejected ({branch}); reviewer: reject\nreview: ");
+        assert!(text.starts_with(&expected_head), "{text}");
+        assert!(
+            text.contains("- a.txt:6: too loud\n- … 2 more findings\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("a.txt:7"),
+            "at most six findings cross: {text}"
+        );
+        assert!(
+            text.ends_with(&format!("work kept at {archive}\n")),
+            "{text}"
+        );
+        assert!(
+            text.len() < 900,
+            "the review summary is cut: {} chars",
+            text.len()
+        );
+        assert_eq!(run.notes(), Vec::<String>::new());
+    }
+}

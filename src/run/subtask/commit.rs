@@ -1,0 +1,211 @@
+//! Stage 3, commit: the orchestrator (not the model) commits what the worker left, and
+//! the branch's diff is taken for the review.
+//!
+//! This file owns the final commit and what must hold before a diff is reviewed: the
+//! worker finished, it changed something, and no commit on the branch records a
+//! local-only file. It must never lose what a worker wrote: the final commit is made
+//! even after a failure or an interrupt.
+
+use crate::git::{BranchDiff, CommitId, Worktree};
+use crate::run::context::RunContext;
+use crate::run::id::SubtaskId;
+use crate::run::subtask::error::SubtaskError;
+use crate::run::subtask::work::WorkEnd;
+use crate::store::journal::Entry;
+
+/// The worker's work, committed and ready for review.
+#[derive(Debug)]
+pub(crate) struct Committed {
+    /// The branch's tip.
+    pub(crate) tip: CommitId,
+    /// The branch against the base.
+    pub(crate) diff: BranchDiff,
+    /// The worker's final message.
+    pub(crate) summary: String,
+}
+
+/// Commits whatever the worker left in `worktree`, then checks that its work can be
+/// reviewed.
+pub(crate) async fn commit(
+    ctx: &RunContext,
+    id: SubtaskId,
+    worktree: &Worktree,
+    work: WorkEnd,
+) -> Result<Committed, SubtaskError> {
+    let head = ctx
+        .repo
+        .checkpoint(worktree, &format!("{id}: final"))
+        .await
+        .map_err(|source| SubtaskError::Checkpoint {
+            path: worktree.path().to_path_buf(),
+            source,
+        })?;
+    if let Some(commit) = head {
+        ctx.journal(Entry::Checkpoint {
+            subtask: id.to_string(),
+            commit: commit.to_string(),
+            turn: work.ledger.steps,
+        })?;
+    }
+    if ctx.cancel.is_cancelled() {
+        return Err(SubtaskError::Interrupted);
+    }
+    work.saved.map_err(|source| SubtaskError::Save { source })?;
+    let summary = work.summary?;
+    let tip = ctx
+        .repo
+        .ref_target(&worktree.branch_ref())
+        .map_err(|source| SubtaskError::Branch { source })?
+        .ok_or_else(|| SubtaskError::BranchVanished {
+            branch: worktree.branch_ref(),
+        })?;
+    if tip == ctx.base {
+        return Err(SubtaskError::NoChanges);
+    }
+    no_local_files_in_history(ctx, tip).await?;
+    let diff = ctx
+        .repo
+        .diff(ctx.base, tip, ctx.options.max_review_patch_bytes)
+        .await
+        .map_err(|source| SubtaskError::Diff { source })?;
+    Ok(Committed { tip, diff, summary })
+}
+
+/// Fails when a commit in the history `base..tip` records a local-only file: something
+/// other than grove committed it (e.g. a `git commit` in the worker's shell), so the
+/// branch is archived, never reviewed or merged.
+async fn no_local_files_in_history(ctx: &RunContext, tip: CommitId) -> Result<(), SubtaskError> {
+    let local = ctx.local_paths();
+    let commits = ctx
+        .repo
+        .commits_touching(ctx.base, tip, &local)
+        .await
+        .map_err(|source| SubtaskError::LocalFilesUnchecked { source })?;
+    match commits.last() {
+        None => Ok(()),
+        Some(first) => Err(SubtaskError::LocalFilesCommitted {
+            count: commits.len(),
+            paths: local,
+            first: first.to_string(),
+        }),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::agent::Ledger;
+    use crate::run::test_support::{ScriptedModel, TestRun};
+    use crate::settings::options::RunOptions;
+
+    fn finished(steps: u32, summary: Result<String, SubtaskError>) -> WorkEnd {
+        WorkEnd {
+            ledger: Ledger {
+                steps,
+                ..Ledger::default()
+            },
+            saved: Ok(()),
+            summary,
+        }
+    }
+
+    #[tokio::test]
+    async fn what_the_worker_left_is_committed_and_diffed_against_the_base() {
+        let run = TestRun::new(
+            &[("a.txt", "alpha\n")],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        let worktree = run.worktree(1).await;
+        std::fs::write(worktree.path().join("a.txt"), "ALPHA\n").unwrap();
+
+        let committed = commit(
+            &run.ctx,
+            SubtaskId(1),
+            &worktree,
+            finished(3, Ok("done".into())),
+        )
+        .await
+        .unwrap();
+
+        assert_eq!(committed.summary, "done");
+        assert_eq!(committed.tip, run.rev(&worktree.branch_ref()));
+        assert_eq!(
+            run.git(worktree.path(), &["log", "-1", "--format=%s"]),
+            format!("grove {}/1: S1: final", run.ctx.run)
+        );
+        assert_eq!(
+            committed.diff.stat.summary(),
+            "1 file changed, 1 insertion(+), 1 deletion(-)"
+        );
+        assert!(
+            committed.diff.patch.text.contains("+ALPHA"),
+            "{}",
+            committed.diff.patch.text
+        );
+        assert_eq!(
+            run.journal_types(),
+            vec!["run_started", "subtask_started", "checkpoint"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_worker_fails_the_subtask_but_its_files_are_committed_first() {
+        let run = TestRun::new(
+            &[("a.txt", "alpha\n")],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        let worktree = run.worktree(1).await;
+        std::fs::write(worktree.path().join("half.txt"), "half done\n").unwrap();
+        let stopped = Err(SubtaskError::WorkerStopped {
+            stop: crate::agent::StopKind::ToolErrors,
+            detail: "8 tool errors in a row".into(),
+        });
+
+        let error = commit(&run.ctx, SubtaskId(1), &worktree, finished(1, stopped))
+            .await
+            .unwrap_err();
+
+        assert_eq!(
+            error.to_string(),
+            "the worker stopped: tool errors: 8 tool errors in a row"
+        );
+        assert_eq!(
+            run.git(
+                worktree.path(),
+                &["show", "--format=%s", "--name-only", "HEAD"]
+            ),
+            format!("grove {}/1: S1: final\n\nhalf.txt", run.ctx.run),
+            "nothing the worker wrote is lost"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_changed_nothing_has_nothing_to_review() {
+        let run = TestRun::new(
+            &[("a.txt", "alpha\n")],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        let worktree = run.worktree(1).await;
+        let error = commit(
+            &run.ctx,
+            SubtaskId(1),
+            &worktree,
+            finished(1, Ok("nothing to do".into())),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(error, SubtaskError::NoChanges), "{error:?}");
+        assert_eq!(
+            run.journal_types(),
+            vec!["run_started", "subtask_started"],
+            "no commit, no checkpoint record"
+        );
+    }
+}

@@ -1,0 +1,207 @@
+//! Why a subtask's pipeline stopped before its end, one variant per cause with its
+//! context.
+//!
+//! This file owns the vocabulary every stage fails with. A failure becomes text only in
+//! the subtask's report (`reason`), which the lead and the user read; that text is this
+//! file's `Display`, and it must stay as it was (the lead and the tests read it).
+
+use std::path::PathBuf;
+
+use crate::agent::{AgentError, StopKind};
+use crate::git::GitError;
+use crate::run::id::SubtaskId;
+use crate::run::observer::SaveError;
+use crate::store::StoreError;
+use crate::tools::ExecError;
+
+/// How a setup command ended when it did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SetupEnd {
+    Exited(i32),
+    Signalled(i32),
+    TimedOut { timeout_s: u64 },
+}
+
+impl std::fmt::Display for SetupEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Exited(code) => write!(f, "exited with status {code}"),
+            Self::Signalled(signal) => write!(f, "was killed by signal {signal}"),
+            Self::TimedOut { timeout_s } => write!(
+                f,
+                "did not finish within {timeout_s} s (worktree.setup_timeout_s)"
+            ),
+        }
+    }
+}
+
+/// What is wrong with a local-only file in the user's work tree.
+#[derive(Debug, thiserror::Error)]
+pub enum FileProblem {
+    #[error("there is no such file in {} (create it, or remove it from worktree.copy)", root.display())]
+    Missing { root: PathBuf },
+    #[error("cannot resolve it: {source}")]
+    Unresolvable {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("it leads to {}, outside the repository's work tree", real.display())]
+    Outside { real: PathBuf },
+    #[error("it is not a regular file; list the files to copy one by one")]
+    NotAFile,
+}
+
+/// Why a local-only file could not be copied into a worktree.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// The user's file is gone, or no longer a regular file inside the work tree.
+    #[error("{0}")]
+    Source(#[from] FileProblem),
+    #[error("{path} names no file")]
+    NoFileName { path: String },
+    #[error("{} in the worktree leads to {}, outside the worktree", path.display(), real.display())]
+    Escapes { path: PathBuf, real: PathBuf },
+    #[error("{} is not a directory", path.display())]
+    NotADirectory { path: PathBuf },
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why a subtask did not reach its end. Nothing here is retried by grove: the subtask
+/// is reported (failed, its work archived) and the lead decides whether to delegate a
+/// fix. Only [`Interrupted`](Self::Interrupted) leaves it open for `grove resume`, and
+/// only [`Journal`](Self::Journal) stops the run.
+#[derive(Debug, thiserror::Error)]
+pub enum SubtaskError {
+    #[error("could not create the worktree: {source}")]
+    Worktree {
+        #[source]
+        source: GitError,
+    },
+    #[error("the worktree was not checked out: {source}")]
+    NotCheckedOut {
+        #[source]
+        source: GitError,
+    },
+    #[error("could not record the local-only files: {source}")]
+    RecordLocalFiles {
+        #[source]
+        source: GitError,
+    },
+    #[error("could not copy {path} into the worktree (worktree.copy): {source}")]
+    Copy {
+        path: String,
+        #[source]
+        source: CopyError,
+    },
+    #[error("the setup command `{command}` could not run: {source}")]
+    SetupNotRun {
+        command: String,
+        #[source]
+        source: ExecError,
+    },
+    #[error(
+        "the setup command `{command}` {status} in {subtask}'s worktree; the worker did not \
+         start. Its output ends with:\n{tail}"
+    )]
+    Setup {
+        command: String,
+        subtask: SubtaskId,
+        status: SetupEnd,
+        /// The end of its output, where the error usually is.
+        tail: String,
+    },
+    #[error("the worker stopped: {stop}: {detail}")]
+    WorkerStopped { stop: StopKind, detail: String },
+    #[error("the worker failed: {source}")]
+    Worker {
+        #[source]
+        source: Box<AgentError>,
+    },
+    #[error("the worktree could not be checked out: {source}")]
+    CliNotCheckedOut {
+        #[source]
+        source: GitError,
+    },
+    #[error("interrupted before the worker started")]
+    CliNotStarted,
+    /// The CLI could not run, or ran and failed or was interrupted; `reason` is
+    /// `agent::external`'s account of it (its own words or its stderr's tail).
+    #[error("{reason}")]
+    CliFailed { reason: String },
+    /// A checkpoint or transcript save during the work failed.
+    #[error("{source}")]
+    Save {
+        #[source]
+        source: SaveError,
+    },
+    #[error("could not commit the worker's files: {source}")]
+    Checkpoint {
+        path: PathBuf,
+        #[source]
+        source: GitError,
+    },
+    #[error("the subtask's branch vanished")]
+    BranchVanished { branch: String },
+    #[error("{source}")]
+    Branch {
+        #[source]
+        source: GitError,
+    },
+    #[error("the worker changed no file")]
+    NoChanges,
+    #[error(
+        "{count} commit(s) on the branch record a local-only file ({}), first {first}; the \
+         branch is archived, never reviewed or merged",
+        paths.join(", ")
+    )]
+    LocalFilesCommitted {
+        count: usize,
+        paths: Vec<String>,
+        first: String,
+    },
+    #[error("could not check the branch for local-only files: {source}")]
+    LocalFilesUnchecked {
+        #[source]
+        source: GitError,
+    },
+    #[error("could not diff the subtask: {source}")]
+    Diff {
+        #[source]
+        source: GitError,
+    },
+    #[error("cancelled during review")]
+    ReviewCancelled,
+    #[error("the model API failed during review")]
+    ReviewModelApi,
+    #[error("the review failed: {source}")]
+    Review {
+        #[source]
+        source: Box<AgentError>,
+    },
+    #[error("could not merge: {source}")]
+    Merge {
+        #[source]
+        source: GitError,
+    },
+    /// The run was interrupted: the work is checkpointed, the subtask stays open.
+    #[error("interrupted")]
+    Interrupted,
+    /// The journal cannot be written: the run cannot go on.
+    #[error("the run journal cannot be written: {source}")]
+    Journal {
+        #[source]
+        source: StoreError,
+    },
+}
+
+impl From<StoreError> for SubtaskError {
+    fn from(source: StoreError) -> Self {
+        Self::Journal { source }
+    }
+}

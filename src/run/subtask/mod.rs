@@ -1,0 +1,388 @@
+//! One subtask, from the lead's `delegate` call to the lead's tool_result, as a pipeline
+//! of stages, each a function in its own file:
+//!
+//! 0. [`Subtasks::delegate`] (here) — the call is checked (budget, role, tools, the
+//!    subtask cap), numbered by the merge queue, journaled, and run as a tracked task
+//!    under a `--jobs` slot.
+//! 1. [`prepare`] — the worktree is created (or recovered), the local-only files are
+//!    copied in, the setup command runs.
+//! 2. [`work`] — the worker (grove's loop, or an external CLI) works in the worktree,
+//!    its turns checkpointed.
+//! 3. [`commit`] — grove commits what it left and takes the branch's diff.
+//! 4. [`reviewer`] — a fresh, read-only reviewer judges the brief and the diff; its
+//!    verdict is journaled.
+//! 5. [`integrate`] — an approved diff is merged onto the run's result in subtask order
+//!    (the merge queue); a rejected one is not.
+//! 6. [`close`] — what is not merged is archived, the worktree removed, the end
+//!    journaled, and the lead gets one bounded result.
+//!
+//! A stage that cannot go on returns a [`SubtaskError`]; the pipeline stops there and
+//! the subtask is closed as failed (or, interrupted, left open for `grove resume`).
+//!
+//! This module owns what crosses between the agents of a subtask: the worker sees its
+//! brief (or a fork of the lead), the reviewer sees the brief, the diff and the rules —
+//! never the worker's messages — and the lead sees one bounded result. It must never
+//! merge a diff no reviewer approved, and never delete work that is not kept elsewhere.
+
+pub(crate) mod close;
+pub(crate) mod commit;
+pub(crate) mod error;
+pub(crate) mod integrate;
+pub(crate) mod prepare;
+pub(crate) mod reviewer;
+pub(crate) mod work;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::task::TaskTracker;
+
+use crate::agent::roles::{self, RoleKind};
+use crate::agent::{fork_messages, isolated_messages};
+use crate::event::Event;
+use crate::git::Worktree;
+use crate::run::agents::{delegate_role, worker_tools};
+use crate::run::context::{LeadHistory, RunContext, lock};
+use crate::run::delegate::{DelegateError, DelegateReport, DelegateRequest, Delegator};
+use crate::run::id::SubtaskId;
+use crate::run::merge_queue::MergeQueue;
+use crate::run::report::{SubtaskReport, executes_later};
+use crate::store::StoreError;
+use crate::store::journal::{ContextMode, Entry, SubtaskOutcome};
+use crate::store::state::{RunState, SubtaskState, SubtaskStatus};
+use crate::store::transcript::{self, Transcript};
+use crate::text::truncate;
+use crate::tools::{self, ToolSet};
+
+pub use error::SubtaskError;
+use integrate::Integration;
+use prepare::AheadWorktrees;
+use work::Assignment;
+
+/// How much of a worker's final message the lead gets back.
+const WORKER_SUMMARY_CHARS: usize = 800;
+
+/// The subtasks of one run: the [`Delegator`] the lead's `delegate` tool talks to.
+#[derive(Clone)]
+pub(crate) struct Subtasks {
+    ctx: Arc<RunContext>,
+    queue: Arc<MergeQueue>,
+    ahead: Arc<AheadWorktrees>,
+    /// `--jobs`: how many subtasks work at once.
+    jobs: Arc<Semaphore>,
+    /// Every subtask pipeline, so the run ends only after each one has checkpointed.
+    tasks: TaskTracker,
+    reports: Arc<Mutex<BTreeMap<SubtaskId, SubtaskReport>>>,
+    lead_history: Arc<LeadHistory>,
+}
+
+impl Subtasks {
+    pub(crate) fn new(ctx: Arc<RunContext>) -> Self {
+        Self {
+            queue: Arc::new(MergeQueue::new(ctx.cancel.clone())),
+            ahead: Arc::new(AheadWorktrees::default()),
+            jobs: Arc::new(Semaphore::new(ctx.options.jobs.max(1))),
+            tasks: TaskTracker::new(),
+            reports: Arc::new(Mutex::new(BTreeMap::new())),
+            lead_history: Arc::new(LeadHistory::default()),
+            ctx,
+        }
+    }
+
+    /// The lead's history, which its observer keeps and forks start from.
+    pub(crate) fn lead_history(&self) -> Arc<LeadHistory> {
+        Arc::clone(&self.lead_history)
+    }
+
+    /// Registers the worktrees of the next subtasks while the lead's first model call is
+    /// in flight.
+    pub(crate) fn register_worktrees_ahead(&self) {
+        self.ahead.register(&self.ctx, self.queue.peek_next());
+    }
+
+    /// Waits for every subtask pipeline and cleanup, then removes the unused worktrees.
+    pub(crate) async fn wait(&self) {
+        self.tasks.close();
+        self.tasks.wait().await;
+        self.ahead.remove_unused(&self.ctx).await;
+    }
+
+    /// Every subtask's report, in subtask order.
+    pub(crate) fn reports(&self) -> Vec<SubtaskReport> {
+        lock(&self.reports).values().cloned().collect()
+    }
+
+    async fn run_delegated(
+        self,
+        assignment: Assignment,
+        request: DelegateRequest,
+    ) -> Result<DelegateReport, DelegateError> {
+        let id = assignment.id;
+        let _settle = self.queue.guard(id);
+        let permit = tokio::select! {
+            permit = Arc::clone(&self.jobs).acquire_owned() => {
+                permit.map_err(|_| DelegateError::ShuttingDown)?
+            }
+            () = self.ctx.cancel.cancelled() => return Err(DelegateError::Interrupted),
+        };
+        self.ctx
+            .journal(Entry::SubtaskStarted {
+                subtask: id.to_string(),
+                task: request.task,
+                branch: self.ctx.run.subtask_branch(id.number()),
+                mode: request.mode,
+                agent: assignment.role.name.clone(),
+            })
+            .map_err(|source| DelegateError::Journal { source })?;
+        let report = self
+            .run_subtask(assignment, permit)
+            .await
+            .map_err(|source| DelegateError::Journal { source })?;
+        let result = close::lead_result(&report);
+        lock(&self.reports).insert(id, report);
+        Ok(result)
+    }
+
+    /// The pipeline of one subtask; an error here is the journal failing (fatal).
+    async fn run_subtask(
+        &self,
+        assignment: Assignment,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<SubtaskReport, StoreError> {
+        let (ctx, id) = (&self.ctx, assignment.id);
+        let branch = ctx.run.subtask_branch(id.number());
+        ctx.events.emit(Event::SubtaskStarted {
+            label: id.to_string(),
+            task: assignment.brief.clone(),
+            branch: branch.clone(),
+        });
+        let mut report = SubtaskReport::new(id.to_string(), assignment.brief.clone(), branch);
+        let worktree = match prepare::create_worktree(ctx, &self.ahead, id).await {
+            Ok(worktree) => worktree,
+            Err(error) => {
+                report.reason = Some(error.to_string());
+                return close::close(ctx, &self.queue, &self.tasks, id, report, None).await;
+            }
+        };
+        let reached = self
+            .stages(assignment, permit, &worktree, &mut report)
+            .await;
+        // Its merge (if any) is journaled: the next subtask in merge order need not wait
+        // for this one's archive and closing records.
+        self.queue.settle(id);
+        match reached {
+            Ok(()) => {}
+            Err(SubtaskError::Journal { source }) => return Err(source),
+            Err(SubtaskError::Interrupted) => {
+                report.reason = Some(format!(
+                    "interrupted; its work is checkpointed on {}; `grove resume {}` continues it",
+                    report.branch, ctx.run
+                ));
+                report.sum_ledgers();
+                return Ok(report);
+            }
+            Err(error) => report.reason = Some(error.to_string()),
+        }
+        close::close(ctx, &self.queue, &self.tasks, id, report, Some(&worktree)).await
+    }
+
+    /// Stages 1 to 5 in `worktree`, each adding what it found to `report`.
+    async fn stages(
+        &self,
+        assignment: Assignment,
+        permit: OwnedSemaphorePermit,
+        worktree: &Worktree,
+        report: &mut SubtaskReport,
+    ) -> Result<(), SubtaskError> {
+        let (ctx, id) = (&self.ctx, assignment.id);
+        let brief = assignment.brief.clone();
+        prepare::prepare(ctx, id, worktree).await?;
+        let work = work::work(ctx, assignment, worktree).await;
+        report.worker_ledger = work.ledger;
+        let committed = commit::commit(ctx, id, worktree, work).await?;
+        let summary = committed.summary.trim();
+        report.reason = (!summary.is_empty())
+            .then(|| format!("worker: {}", truncate(summary, WORKER_SUMMARY_CHARS)));
+        report.executes_later = executes_later(&committed.diff.stat);
+        report.diffstat = Some(committed.diff.stat.clone());
+        let review = reviewer::review(
+            ctx,
+            id,
+            &brief,
+            &committed.diff,
+            &report.executes_later,
+            worktree,
+        )
+        .await;
+        report.reviewer_ledger = review.ledger;
+        let verdict = review.verdict?;
+        report.verdict = Some(verdict.kind);
+        report.review_summary = Some(verdict.summary);
+        report.findings = verdict.findings;
+        // The merge may wait for lower-numbered subtasks; they may need this slot.
+        drop(permit);
+        let integration =
+            integrate::integrate(ctx, &self.queue, id, &brief, verdict.kind, committed.tip).await?;
+        report.status = integration.outcome();
+        if let Integration::Conflict { paths } = integration {
+            report.reason = Some(format!(
+                "approved, but it conflicts with work merged before it in: {}",
+                paths.join(", ")
+            ));
+            report.conflict_paths = paths;
+        }
+        Ok(())
+    }
+
+    /// Restores the subtasks of a resumed run: finished ones as reported, interrupted
+    /// ones continued to their end from their checkpoint and transcript.
+    pub(crate) async fn resume(&self, state: &RunState) -> Result<(), StoreError> {
+        let mut highest = SubtaskId(0);
+        let mut continuing = Vec::new();
+        for subtask in &state.subtasks {
+            let Ok(id) = subtask.id.parse::<SubtaskId>() else {
+                self.ctx
+                    .note(format!("{}: not a subtask label; skipped", subtask.id));
+                continue;
+            };
+            highest = highest.max(id);
+            self.ctx.budget.spend(&subtask.ledger);
+            if subtask.status == SubtaskStatus::Running {
+                continuing.push((id, subtask.clone()));
+            } else {
+                lock(&self.reports).insert(id, report_from_state(subtask));
+            }
+        }
+        let ids: Vec<SubtaskId> = continuing.iter().map(|(id, _)| *id).collect();
+        self.queue.resume_after(highest, &ids);
+        let resumed = continuing
+            .iter()
+            .map(|(id, state)| self.clone().resume_subtask(*id, state));
+        for (id, result) in ids
+            .iter()
+            .zip(futures_util::future::join_all(resumed).await)
+        {
+            lock(&self.reports).insert(*id, result?);
+        }
+        Ok(())
+    }
+
+    /// Continues subtask `id` of a resumed run from its checkpoint and transcript.
+    async fn resume_subtask(
+        self,
+        id: SubtaskId,
+        state: &SubtaskState,
+    ) -> Result<SubtaskReport, StoreError> {
+        let ctx = &self.ctx;
+        let agent = (state.agent != "worker").then_some(state.agent.as_str());
+        let found = delegate_role(&ctx.user_root, agent)
+            .and_then(|role| worker_tools(&role, &ctx.executor).map(|tools| (role, tools)));
+        let (role, tools) = found.unwrap_or_else(|reason| {
+            // The agent file changed since: the built-in worker carries on.
+            ctx.note(format!(
+                "{id}: {reason}; continuing with the built-in worker"
+            ));
+            (
+                roles::builtin(RoleKind::Worker),
+                tools::builtin_with_executor(ToolSet::Worker, ctx.executor.clone()),
+            )
+        });
+        let _settle = self.queue.guard(id);
+        let label = id.to_string();
+        let saved =
+            transcript::load(&ctx.transcript_path(&label, &role.name)).unwrap_or_else(|error| {
+                ctx.note(format!("{label}: the worker starts over: {error}"));
+                None
+            });
+        let start = match saved {
+            Some(mut saved) => {
+                transcript::answer_pending(&mut saved.messages, |_, _, _| None);
+                saved
+            }
+            None => Transcript {
+                messages: isolated_messages(&state.task),
+                ..Transcript::default()
+            },
+        };
+        let branch = ctx.run.subtask_branch(id.number());
+        let Ok(permit) = Arc::clone(&self.jobs).acquire_owned().await else {
+            return Ok(SubtaskReport::new(label, state.task.clone(), branch));
+        };
+        let assignment = Assignment {
+            id,
+            brief: state.task.clone(),
+            role,
+            tools,
+            start,
+        };
+        self.run_subtask(assignment, permit).await
+    }
+}
+
+#[async_trait]
+impl Delegator for Subtasks {
+    /// Runs one delegated subtask to its end and returns what the lead is told.
+    ///
+    /// The pipeline runs as a tracked task of its own: when the run is interrupted the
+    /// lead's loop drops this call at once, but the subtask still checkpoints its work
+    /// and reports, and the run waits for it before it finishes.
+    async fn delegate(&self, request: DelegateRequest) -> Result<DelegateReport, DelegateError> {
+        let ctx = &self.ctx;
+        if ctx.budget.is_spent() {
+            return Err(DelegateError::BudgetSpent);
+        }
+        let role = delegate_role(&ctx.user_root, request.agent.as_deref())?;
+        let tools = worker_tools(&role, &ctx.executor)?;
+        // Numbered before anything awaits, so subtasks are numbered in call order.
+        let id = self.queue.next_id();
+        if id.number() > ctx.options.max_subtasks {
+            self.queue.settle(id);
+            return Err(DelegateError::SubtaskCap {
+                max: ctx.options.max_subtasks,
+            });
+        }
+        if request.mode == ContextMode::Fork && !ctx.options.worker_backend.is_builtin() {
+            ctx.note(format!(
+                "{id}: a fork was asked for, but the {} worker starts from its brief alone",
+                ctx.options.worker_backend.name()
+            ));
+        }
+        let messages = match request.mode {
+            ContextMode::Fork => fork_messages(&self.lead_history.get(), &request.task),
+            ContextMode::Isolated => isolated_messages(&request.task),
+        };
+        let assignment = Assignment {
+            id,
+            brief: request.task.clone(),
+            role,
+            tools,
+            start: Transcript {
+                messages,
+                ..Transcript::default()
+            },
+        };
+        let task = self
+            .tasks
+            .spawn(self.clone().run_delegated(assignment, request));
+        task.await
+            .unwrap_or_else(|source| Err(DelegateError::Stopped { source }))
+    }
+}
+
+/// The report of a subtask that had finished before a resume, from the journal.
+fn report_from_state(state: &SubtaskState) -> SubtaskReport {
+    let mut report = SubtaskReport::new(state.id.clone(), state.task.clone(), state.branch.clone());
+    // A subtask still running when its run ended never finished: it failed.
+    report.status = state.status.outcome().unwrap_or(SubtaskOutcome::Failed);
+    if let Some(verdict) = &state.verdict {
+        report.verdict = Some(verdict.verdict);
+        report.review_summary = Some(verdict.summary.clone());
+        report.findings = verdict.findings.clone();
+    }
+    report.conflict_paths = state.conflict_paths.clone();
+    report.worker_ledger = state.ledger;
+    report.sum_ledgers();
+    report
+}

@@ -1,0 +1,591 @@
+//! Stage 1, prepare: the subtask's worktree created (or recovered), the user's
+//! local-only files copied in (`worktree.copy`), then the user's setup command
+//! (`worktree.setup`).
+//!
+//! This file owns the worktree until its worker starts: the registrations made ahead of
+//! the lead's delegations, both preparation steps, and the check at a run's start that
+//! every listed file can be copied. It must never let a copied file be committed — the
+//! git layer learns the paths before the files exist in the worktree — never follow a
+//! symlink out of the repository or out of the worktree, and never delete a directory
+//! it does not own (it is moved aside and kept).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::git::{CommitId, GitError, Repo, Worktree};
+use crate::run::context::{RunContext, lock};
+use crate::run::id::SubtaskId;
+use crate::run::subtask::error::{CopyError, FileProblem, SetupEnd, SubtaskError};
+use crate::settings::config::{CopyPathError, check_copy_path};
+use crate::tools::{ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
+
+/// How much of a failed setup command's output the subtask's reason shows: its end,
+/// where the error usually is.
+const SETUP_OUTPUT_TAIL_CHARS: usize = 2_000;
+
+/// How many of the files a setup command changed a note names.
+const LISTED_SETUP_CHANGES: usize = 5;
+
+/// At most this many worktrees are registered ahead of the lead's delegations.
+const MAX_PREPARED_WORKTREES: u32 = 8;
+
+/// Why a listed local-only file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalFileError {
+    /// The entry itself is unusable. Not retried: the user fixes the `worktree.copy` list.
+    #[error("worktree.copy: {path}: {problem}")]
+    Entry {
+        path: String,
+        #[source]
+        problem: CopyPathError,
+    },
+    /// The file is unusable. Not retried: the user fixes the file or the list.
+    #[error("worktree.copy: {path}: {problem}")]
+    File {
+        path: String,
+        #[source]
+        problem: FileProblem,
+    },
+    /// Git tracks the file. Not retried.
+    #[error(
+        "worktree.copy: {path}: git tracks it, so every worktree has it already; `copy` is \
+         for files git does not track"
+    )]
+    Tracked { path: String },
+    /// The repository has no work tree to copy from. Not retried.
+    #[error("worktree.copy: {repo} is a bare repository; there is no work tree to copy files from")]
+    Bare { repo: PathBuf },
+    /// Git could not tell whether the file is tracked. Not retried.
+    #[error("worktree.copy: {path}: {source}")]
+    Git {
+        path: String,
+        #[source]
+        source: GitError,
+    },
+}
+
+/// Checks, at a run's start, that every `worktree.copy` entry names a regular file in
+/// the user's work tree, inside the repository (symlinks included), that git does not
+/// track at `base` nor in the index. Returns the entries normalised.
+pub fn check_local_files(
+    repo: &Repo,
+    base: CommitId,
+    paths: &[String],
+) -> Result<Vec<String>, LocalFileError> {
+    let mut checked = Vec::with_capacity(paths.len());
+    for path in paths {
+        let path = check_copy_path(path).map_err(|problem| LocalFileError::Entry {
+            path: path.clone(),
+            problem,
+        })?;
+        let root = repo.work_tree().ok_or_else(|| LocalFileError::Bare {
+            repo: repo.common_dir().to_path_buf(),
+        })?;
+        source_file(root, &path).map_err(|problem| LocalFileError::File {
+            path: path.clone(),
+            problem,
+        })?;
+        let tracked = repo
+            .is_tracked(base, &path)
+            .map_err(|source| LocalFileError::Git {
+                path: path.clone(),
+                source,
+            })?;
+        if tracked {
+            return Err(LocalFileError::Tracked { path });
+        }
+        checked.push(path);
+    }
+    Ok(checked)
+}
+
+/// Worktrees registered ahead of the lead's delegations (while its first model call is
+/// in flight), by subtask number: registrations are serialised by git, so doing them
+/// early keeps them off the workers' critical path.
+#[derive(Default)]
+pub(crate) struct AheadWorktrees(Mutex<BTreeMap<u32, JoinHandle<Result<Worktree, GitError>>>>);
+
+impl AheadWorktrees {
+    /// Registers the worktrees of the subtasks from `next` on, as many as may run at once.
+    pub(crate) fn register(&self, ctx: &RunContext, next: SubtaskId) {
+        let remaining = (ctx.options.max_subtasks + 1).saturating_sub(next.number());
+        let count = u32::try_from(ctx.options.jobs)
+            .unwrap_or(u32::MAX)
+            .min(remaining)
+            .min(MAX_PREPARED_WORKTREES);
+        let mut prepared = lock(&self.0);
+        for n in next.number()..next.number() + count {
+            let repo = ctx.repo.clone();
+            let spec = ctx.worktree_spec(SubtaskId(n));
+            prepared.insert(
+                n,
+                tokio::spawn(async move { repo.create_worktree(spec).await }),
+            );
+        }
+    }
+
+    /// The worktree registered ahead for `id`, if there is one.
+    async fn take(&self, id: SubtaskId) -> Option<Result<Worktree, GitError>> {
+        let handle = lock(&self.0).remove(&id.number())?;
+        handle.await.ok()
+    }
+
+    /// Removes the worktrees registered ahead that no subtask used, with their branches
+    /// (which hold nothing but the base).
+    pub(crate) async fn remove_unused(&self, ctx: &RunContext) {
+        let unused = std::mem::take(&mut *lock(&self.0));
+        for (n, handle) in unused {
+            let Ok(Ok(worktree)) = handle.await else {
+                continue;
+            };
+            if let Err(error) = ctx.repo.remove_worktree(&worktree).await {
+                ctx.note(format!("could not remove unused worktree {n}: {error}"));
+            }
+            if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, n).await {
+                ctx.note(format!("kept unused branch {n}: {error}"));
+            }
+        }
+    }
+}
+
+/// Creates (or, on resume, recovers) subtask `id`'s worktree. A directory grove does
+/// not own at that path (left by a crash, or by hand) is moved aside and kept, never
+/// deleted, and the worktree is made anew from its branch.
+pub(crate) async fn create_worktree(
+    ctx: &RunContext,
+    ahead: &AheadWorktrees,
+    id: SubtaskId,
+) -> Result<Worktree, SubtaskError> {
+    let spec = ctx.worktree_spec(id);
+    let created = match ahead.take(id).await {
+        Some(prepared) => prepared,
+        None => ctx.repo.create_worktree(spec.clone()).await,
+    };
+    let recovered = match created {
+        Err(GitError::WorktreePathOccupied { path, .. }) => {
+            let aside = path.with_file_name(format!(
+                "{}.stray-{}",
+                id.number(),
+                crate::store::journal::now_ms()
+            ));
+            std::fs::rename(&path, &aside).map_err(|source| SubtaskError::Worktree {
+                source: GitError::Io {
+                    action: "move aside",
+                    path: path.clone(),
+                    source,
+                },
+            })?;
+            ctx.note(format!(
+                "{id}: {} was not a worktree grove knows; it was kept at {}",
+                path.display(),
+                aside.display()
+            ));
+            ctx.repo.create_worktree(spec).await
+        }
+        other => other,
+    };
+    recovered.map_err(|source| SubtaskError::Worktree { source })
+}
+
+/// Copies the local-only files into subtask `id`'s worktree and runs the setup command
+/// there, once the worktree is filled and before the worker's first turn.
+pub(crate) async fn prepare(
+    ctx: &RunContext,
+    id: SubtaskId,
+    worktree: &Worktree,
+) -> Result<(), SubtaskError> {
+    let setup = &ctx.options.worktree_setup;
+    let local = ctx.local_paths();
+    if local.is_empty() && setup.setup.is_none() {
+        return Ok(());
+    }
+    worktree
+        .ready()
+        .await
+        .map_err(|source| SubtaskError::NotCheckedOut { source })?;
+    if !local.is_empty() {
+        // Recorded first: no commit can include a file that is not yet recorded.
+        ctx.repo
+            .set_local_files(worktree, &local)
+            .map_err(|source| SubtaskError::RecordLocalFiles { source })?;
+        for path in &local {
+            copy_into(&ctx.user_root, worktree.path(), path).map_err(|source| {
+                SubtaskError::Copy {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+        }
+    }
+    match &setup.setup {
+        Some(command) => run_setup(ctx, id, worktree, command).await,
+        None => Ok(()),
+    }
+}
+
+/// Runs the setup command `command` in the worktree.
+async fn run_setup(
+    ctx: &RunContext,
+    id: SubtaskId,
+    worktree: &Worktree,
+    command: &str,
+) -> Result<(), SubtaskError> {
+    let timeout_s = ctx.options.worktree_setup.setup_timeout_s;
+    // It may take minutes (`npm ci`): say why the worker has not started yet.
+    ctx.note(format!("{id}: running the setup command `{command}`"));
+    let request = ExecRequest {
+        command: command.to_owned(),
+        cwd: worktree.path().to_path_buf(),
+        timeout: Duration::from_secs(timeout_s),
+        cancel: ctx.cancel.child_token(),
+        output_cap: OutputCap {
+            head: 4 * 1024,
+            tail: 16 * 1024,
+        },
+    };
+    let result = ctx
+        .executor
+        .for_setup(&SetupPolicy::default())
+        .execute(request)
+        .await
+        .map_err(|source| SubtaskError::SetupNotRun {
+            command: command.to_owned(),
+            source,
+        })?;
+    let status = match result.outcome {
+        ExecOutcome::Exited(0) => {
+            note_setup_changes(ctx, id, worktree).await;
+            return Ok(());
+        }
+        ExecOutcome::Cancelled => return Err(SubtaskError::Interrupted),
+        ExecOutcome::Exited(code) => SetupEnd::Exited(code),
+        ExecOutcome::Signalled(signal) => SetupEnd::Signalled(signal),
+        ExecOutcome::TimedOut => SetupEnd::TimedOut { timeout_s },
+    };
+    let tail = output_tail(&result.output_text(), SETUP_OUTPUT_TAIL_CHARS);
+    Err(SubtaskError::Setup {
+        command: command.to_owned(),
+        subtask: id,
+        status,
+        tail: if tail.is_empty() {
+            "(no output)".to_owned()
+        } else {
+            tail
+        },
+    })
+}
+
+/// Tells the user when the setup command left files that grove would commit with the
+/// worker's work (they would show up in the diff the reviewer judges).
+async fn note_setup_changes(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) {
+    let paths = match ctx.repo.uncommitted_paths(worktree).await {
+        Ok(paths) if paths.is_empty() => return,
+        Ok(paths) => paths,
+        Err(error) => {
+            ctx.note(format!(
+                "{id}: could not list what the setup command changed: {error}"
+            ));
+            return;
+        }
+    };
+    let mut listed = paths
+        .iter()
+        .take(LISTED_SETUP_CHANGES)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if paths.len() > LISTED_SETUP_CHANGES {
+        listed.push_str(&format!(" and {} more", paths.len() - LISTED_SETUP_CHANGES));
+    }
+    ctx.note(format!(
+        "{id}: the setup command changed files that will be committed with the worker's \
+         work and reviewed as part of it: {listed}; have .gitignore ignore them to keep \
+         them out"
+    ));
+}
+
+/// The file to copy for `path`: the real path of `<root>/<path>`, which must be a
+/// regular file inside `root` (and not in its `.git`).
+fn source_file(root: &Path, path: &str) -> Result<PathBuf, FileProblem> {
+    let real = match std::fs::canonicalize(root.join(path)) {
+        Ok(real) => real,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(FileProblem::Missing {
+                root: root.to_path_buf(),
+            });
+        }
+        Err(source) => return Err(FileProblem::Unresolvable { source }),
+    };
+    if !real.starts_with(root) || real.starts_with(root.join(".git")) {
+        return Err(FileProblem::Outside { real });
+    }
+    if !real.is_file() {
+        return Err(FileProblem::NotAFile);
+    }
+    Ok(real)
+}
+
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CopyError {
+    let path = path.to_path_buf();
+    move |source| CopyError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// Copies the user's `path` into the worktree at `worktree_root`, replacing whatever is
+/// there (a symlink included, never followed).
+fn copy_into(user_root: &Path, worktree_root: &Path, path: &str) -> Result<(), CopyError> {
+    let source = source_file(user_root, path)?;
+    let relative = Path::new(path);
+    let name = relative.file_name().ok_or_else(|| CopyError::NoFileName {
+        path: path.to_owned(),
+    })?;
+    let real_parent = make_dirs_inside(worktree_root, relative.parent().unwrap_or(Path::new("")))?;
+    let target = real_parent.join(name);
+    let staged = tempfile::NamedTempFile::new_in(&real_parent)
+        .map_err(io("create a file in", &real_parent))?;
+    std::fs::copy(&source, staged.path()).map_err(io("copy", &source))?;
+    // A rename replaces a symlink at the target instead of writing through it.
+    staged
+        .persist(&target)
+        .map_err(|error| io("write", &target)(error.error))?;
+    Ok(())
+}
+
+/// Creates the directories of `relative` under `root` one at a time, never through a
+/// symlink that leads out of `root` (nothing is created outside), and returns the real
+/// path of the last one.
+fn make_dirs_inside(root: &Path, relative: &Path) -> Result<PathBuf, CopyError> {
+    let mut dir = root.to_path_buf();
+    for part in relative.components() {
+        dir.push(part);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let real = std::fs::canonicalize(&dir).map_err(io("resolve", &dir))?;
+                if !real.starts_with(root) || !real.is_dir() {
+                    return Err(CopyError::Escapes { path: dir, real });
+                }
+                dir = real;
+            }
+            Ok(_) => return Err(CopyError::NotADirectory { path: dir }),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir(&dir).map_err(io("create", &dir))?;
+            }
+            Err(error) => return Err(io("read", &dir)(error)),
+        }
+    }
+    Ok(dir)
+}
+
+/// The last `max` characters of `text`, starting at a line when one starts near there.
+fn output_tail(text: &str, max: usize) -> String {
+    let text = text.trim_end();
+    let tail = crate::text::last_chars(text, max);
+    if tail.len() == text.len() {
+        return text.to_owned();
+    }
+    let start = text.len() - tail.len();
+    let tail = if text[..start].ends_with('\n') {
+        tail
+    } else {
+        tail.find('\n').map_or(tail, |newline| &tail[newline + 1..])
+    };
+    format!("[… earlier output cut]\n{tail}")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_tail_keeps_the_end_from_a_line_start() {
+        assert_eq!(output_tail("short\n", 100), "short");
+        let long = (1..=50)
+            .map(|n| format!("line {n}"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(
+            output_tail(&long, 20),
+            "[… earlier output cut]\nline 49\nline 50",
+            "a line cut in the middle is left out"
+        );
+        assert_eq!(
+            output_tail(&long, 23),
+            "[… earlier output cut]\nline 48\nline 49\nline 50",
+            "a cut at a line start keeps that line"
+        );
+    }
+
+    #[test]
+    fn a_copy_never_writes_through_a_symlink_in_the_worktree() {
+        let user = tempfile::tempdir().unwrap();
+        let worktree = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let user_root = std::fs::canonicalize(user.path()).unwrap();
+        let worktree_root = std::fs::canonicalize(worktree.path()).unwrap();
+        std::fs::write(user_root.join(".env"), "SECRET=1\n").unwrap();
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        std::os::unix::fs::symlink(&victim, worktree_root.join(".env")).unwrap();
+
+        copy_into(&user_root, &worktree_root, ".env").unwrap();
+
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        let copied = worktree_root.join(".env");
+        assert!(
+            !copied.symlink_metadata().unwrap().is_symlink(),
+            "the link is replaced"
+        );
+        assert_eq!(std::fs::read_to_string(copied).unwrap(), "SECRET=1\n");
+    }
+
+    #[test]
+    fn a_copy_never_creates_directories_through_a_symlink_out_of_the_worktree() {
+        let user = tempfile::tempdir().unwrap();
+        let worktree = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let user_root = std::fs::canonicalize(user.path()).unwrap();
+        let worktree_root = std::fs::canonicalize(worktree.path()).unwrap();
+        std::fs::create_dir_all(user_root.join("config/deep")).unwrap();
+        std::fs::write(user_root.join("config/deep/local.yml"), "k: v\n").unwrap();
+        std::os::unix::fs::symlink(outside.path(), worktree_root.join("config")).unwrap();
+
+        let problem = copy_into(&user_root, &worktree_root, "config/deep/local.yml")
+            .unwrap_err()
+            .to_string();
+
+        assert!(problem.contains("outside the worktree"), "{problem}");
+        assert_eq!(
+            std::fs::read_dir(outside.path()).unwrap().count(),
+            0,
+            "nothing is created outside the worktree"
+        );
+    }
+
+    #[test]
+    fn a_source_symlink_out_of_the_repository_is_refused() {
+        let user = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let user_root = std::fs::canonicalize(user.path()).unwrap();
+        std::fs::write(outside.path().join("id_rsa"), "KEY").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("id_rsa"), user_root.join(".env")).unwrap();
+        let problem = source_file(&user_root, ".env").unwrap_err().to_string();
+        assert!(problem.contains("outside the repository"), "{problem}");
+        std::fs::create_dir(user_root.join("dir")).unwrap();
+        let problem = source_file(&user_root, "dir").unwrap_err().to_string();
+        assert!(problem.contains("not a regular file"), "{problem}");
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod stage_tests {
+    use super::*;
+    use crate::run::test_support::{ScriptedModel, TestRun};
+    use crate::settings::options::RunOptions;
+
+    #[tokio::test]
+    async fn a_worktree_is_made_on_the_subtasks_branch_and_a_stray_directory_is_kept() {
+        let run = TestRun::new(
+            &[("a.txt", "alpha\n")],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        let stray = run.ctx.worktree_spec(SubtaskId(1)).path;
+        std::fs::create_dir_all(&stray).unwrap();
+        std::fs::write(stray.join("mine.txt"), "keep me").unwrap();
+
+        let worktree = create_worktree(&run.ctx, &AheadWorktrees::default(), SubtaskId(1))
+            .await
+            .unwrap();
+        worktree.ready().await.unwrap();
+
+        assert_eq!(
+            worktree.branch_ref(),
+            format!("refs/heads/{}", run.ctx.run.subtask_branch(1))
+        );
+        assert_eq!(
+            std::fs::read_to_string(worktree.path().join("a.txt")).unwrap(),
+            "alpha\n"
+        );
+        let kept: Vec<_> = std::fs::read_dir(stray.parent().unwrap())
+            .unwrap()
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|name| name.starts_with("1.stray-"))
+            .collect();
+        assert_eq!(
+            kept.len(),
+            1,
+            "the directory grove does not own is moved aside"
+        );
+        let aside = stray.with_file_name(&kept[0]);
+        assert_eq!(
+            std::fs::read_to_string(aside.join("mine.txt")).unwrap(),
+            "keep me"
+        );
+    }
+
+    #[tokio::test]
+    async fn local_files_are_copied_and_a_failing_setup_fails_with_its_status_and_tail() {
+        let mut options = RunOptions::new("t");
+        options.worktree_setup.copy = vec![".env".into()];
+        options.worktree_setup.setup = Some("echo preparing; echo broken >&2; exit 3".into());
+        let mut run =
+            TestRun::new(&[("a.txt", "alpha\n")], options, ScriptedModel::new(vec![])).await;
+        std::fs::write(run.ctx.user_root.join(".env"), "SECRET=1\n").unwrap();
+        let worktree = run.worktree(1).await;
+
+        let error = prepare(&run.ctx, SubtaskId(1), &worktree)
+            .await
+            .unwrap_err();
+
+        assert_eq!(
+            std::fs::read_to_string(worktree.path().join(".env")).unwrap(),
+            "SECRET=1\n",
+            "the local-only file is copied before the setup runs"
+        );
+        match &error {
+            SubtaskError::Setup {
+                command,
+                subtask,
+                status,
+                tail,
+            } => {
+                assert_eq!(command, "echo preparing; echo broken >&2; exit 3");
+                assert_eq!((*subtask, status), (SubtaskId(1), &SetupEnd::Exited(3)));
+                assert!(
+                    tail.contains("preparing") && tail.contains("broken"),
+                    "{tail}"
+                );
+            }
+            other => panic!("expected a setup failure, got {other:?}"),
+        }
+        assert!(error.to_string().starts_with(
+            "the setup command `echo preparing; echo broken >&2; exit 3` exited with status 3 \
+             in S1's worktree; the worker did not start."
+        ));
+        assert_eq!(
+            run.notes(),
+            vec!["S1: running the setup command `echo preparing; echo broken >&2; exit 3`"]
+        );
+        let committed = run
+            .ctx
+            .repo
+            .checkpoint(&worktree, "S1: probe")
+            .await
+            .unwrap();
+        assert_eq!(
+            committed, None,
+            "a copied local-only file is never committed"
+        );
+    }
+}
