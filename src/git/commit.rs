@@ -62,6 +62,15 @@ fn git_dir_entries(root: &std::path::Path, listing: &[u8]) -> Vec<String> {
     flagged
 }
 
+/// What [`Repo::stage_all`] could not stage.
+#[derive(Debug, Default)]
+struct Staged {
+    /// Paths git refuses to record; they live only in the worktree.
+    refused: Vec<String>,
+    /// Nested repositories git cannot add (no commit yet): git data, left out.
+    repositories: Vec<String>,
+}
+
 /// The paths a failed `git add` names as ones it cannot record (`error: invalid path
 /// 'P'`, `error: unable to add 'P' to index`), each once.
 fn refused_paths(error: &GitError) -> Vec<String> {
@@ -76,6 +85,12 @@ fn refused_paths(error: &GitError) -> Vec<String> {
             .or_else(|| {
                 line.strip_prefix("error: unable to add '")
                     .and_then(|rest| rest.strip_suffix("' to index"))
+            })
+            .or_else(|| {
+                // A nested repository without a commit yet.
+                line.strip_prefix("error: '")
+                    .and_then(|rest| rest.strip_suffix("' does not have a commit checked out"))
+                    .map(|path| path.trim_end_matches('/'))
             });
         if let Some(path) = quoted
             && !paths.iter().any(|p| p == path)
@@ -142,7 +157,7 @@ impl Repo {
         };
         // Local-only files (a copied `.env`) stay out even if something staged them.
         let local = local_files::recorded(worktree.admin_dir())?;
-        let refused = self.stage_all(worktree, &local).await?;
+        let refused = self.stage_all(worktree, &local).await?.refused;
         if !local.is_empty() {
             in_worktree()
                 .args(["update-index", "--force-remove", "--"])
@@ -184,11 +199,7 @@ impl Repo {
     /// checkout's cone included (`--sparse`: worktrees inherit the cone, and a worker's
     /// file outside it is still its work). Paths git refuses to record (`x/git~1/y`,
     /// `x/.GIT/y`) do not stop the others from being staged; they are returned.
-    async fn stage_all(
-        &self,
-        worktree: &Worktree,
-        local: &[String],
-    ) -> Result<Vec<String>, GitError> {
+    async fn stage_all(&self, worktree: &Worktree, local: &[String]) -> Result<Staged, GitError> {
         let add = |ignore_errors: bool| {
             self.inner
                 .runner
@@ -201,23 +212,29 @@ impl Repo {
                 .run()
         };
         let error = match add(false).await {
-            Ok(_) => return Ok(Vec::new()),
+            Ok(_) => return Ok(Staged::default()),
             Err(error) => error,
         };
         if refused_paths(&error).is_empty() {
             return Err(error);
         }
-        match add(true).await {
-            Ok(_) => Ok(Vec::new()),
-            Err(retry) => {
-                let refused = refused_paths(&retry);
-                if refused.is_empty() {
-                    Err(retry)
-                } else {
-                    Ok(refused)
-                }
-            }
+        let refused = match add(true).await {
+            Ok(_) => return Ok(Staged::default()),
+            Err(retry) => refused_paths(&retry),
+        };
+        if refused.is_empty() {
+            return Err(error);
         }
+        // A nested repository is git data, left out like any other (and listed by
+        // `git_dir_paths`); only what git refuses to record is lost unless kept.
+        let (repositories, refused) = refused.into_iter().partition(|path| {
+            let dir = worktree.path().join(path);
+            is_git_repository(&dir) || std::fs::symlink_metadata(dir.join(".git")).is_ok()
+        });
+        Ok(Staged {
+            refused,
+            repositories,
+        })
     }
 
     /// The paths in `worktree` that a checkpoint leaves out because they are, lead to or
@@ -228,8 +245,10 @@ impl Repo {
     /// what it returns.
     pub async fn git_dir_paths(&self, worktree: &Worktree) -> Result<Vec<String>, GitError> {
         worktree.ready().await?;
-        self.stage_all(worktree, &[]).await?;
-        self.staged_git_dir_paths(worktree).await
+        let staged = self.stage_all(worktree, &[]).await?;
+        let mut paths = self.staged_git_dir_paths(worktree).await?;
+        paths.extend(staged.repositories);
+        Ok(paths)
     }
 
     /// The staged paths of `worktree` that [`Repo::git_dir_paths`] describes.

@@ -86,6 +86,11 @@ pub struct SubtaskReport {
     /// Changed paths that run on the host or in CI later (build scripts, workflows...),
     /// flagged for a human whatever the reviewer decided.
     pub executes_later: Vec<String>,
+    /// Paths the commit left out because they are, lead to or lie in git data (a link
+    /// into `.git`, a nested or bare repository: `Repo::git_dir_paths`), flagged to the
+    /// reviewer. Absent from the JSON when there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<String>,
     pub worker_ledger: Ledger,
     pub reviewer_ledger: Ledger,
 }
@@ -111,6 +116,7 @@ impl SubtaskReport {
             conflict_paths: Vec::new(),
             archive_ref: None,
             executes_later: Vec::new(),
+            left_out: Vec::new(),
             worker_ledger: Ledger::default(),
             reviewer_ledger: Ledger::default(),
         }

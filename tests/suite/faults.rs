@@ -745,3 +745,53 @@ async fn a_path_git_refuses_to_record_keeps_the_worktree_and_grove_clean_lists_i
         "grove clean does not delete the file git cannot record"
     );
 }
+
+/// Issue 12 item 1, wired into the pipeline: paths that lead into git data (a link to
+/// `.git`, a nested repository) are left out of the commit, flagged to the reviewer and
+/// listed in the subtask's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn links_into_git_data_are_flagged_to_the_reviewer_and_listed_in_the_result() {
+    let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+    let server = one_call_server((
+        "bash",
+        json!({ "command": "ln -s .git gp && mkdir nested && git -C nested init -q && echo ok > ok.txt" }),
+    ))
+    .await;
+
+    let report = run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        options(&fixture, USER_TASK),
+    )
+    .await
+    .unwrap();
+
+    let left_out = &report.subtasks[0].left_out;
+    assert!(
+        left_out.iter().any(|p| p == "gp") && left_out.iter().any(|p| p.starts_with("nested")),
+        "the link and the nested repository are listed in the result: {:?}",
+        report.subtasks
+    );
+    let review = server
+        .requests()
+        .into_iter()
+        .find(|request| who(request) == Who::Reviewer)
+        .expect("the subtask was reviewed");
+    let brief = crate::support::scripted_run::first_user_text(&review);
+    assert!(
+        brief.contains("left out of the commit") && brief.contains("- gp\n"),
+        "the reviewer is told about the link:\n{brief}"
+    );
+    assert!(
+        !sealed_git_ok(
+            &fixture,
+            &[
+                "cat-file",
+                "-e",
+                &format!("refs/heads/grove/{}/result:gp", report.run_id)
+            ]
+        ),
+        "the link never reaches the result"
+    );
+}

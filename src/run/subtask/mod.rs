@@ -207,15 +207,12 @@ impl Subtasks {
             .then(|| format!("worker: {}", truncate(summary, WORKER_SUMMARY_CHARS)));
         report.executes_later = executes_later(&committed.diff.stat);
         report.diffstat = Some(committed.diff.stat.clone());
-        let review = reviewer::review(
-            ctx,
-            id,
-            &brief,
-            &committed.diff,
-            &report.executes_later,
-            worktree,
-        )
-        .await;
+        report.left_out = left_out_of_commit(ctx, id, worktree).await;
+        let flagged = reviewer::Flagged {
+            executes_later: &report.executes_later,
+            left_out: &report.left_out,
+        };
+        let review = reviewer::review(ctx, id, &brief, &committed.diff, flagged, worktree).await;
         report.reviewer_ledger = review.ledger;
         let verdict = review.verdict?;
         report.verdict = Some(verdict.kind);
@@ -385,4 +382,19 @@ fn report_from_state(state: &SubtaskState) -> SubtaskReport {
     report.worker_ledger = state.ledger;
     report.sum_ledgers();
     report
+}
+
+/// The paths of `worktree` the commit left out as git data (`Repo::git_dir_paths`), for
+/// the reviewer and the report. Not knowing them is noted, not fatal: the commit left
+/// them out either way.
+async fn left_out_of_commit(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) -> Vec<String> {
+    match ctx.repo.git_dir_paths(worktree).await {
+        Ok(paths) => paths,
+        Err(error) => {
+            ctx.note(format!(
+                "{id}: could not list the paths left out of its commit: {error}"
+            ));
+            Vec::new()
+        }
+    }
 }

@@ -36,7 +36,7 @@ pub(crate) async fn review(
     id: SubtaskId,
     brief: &str,
     diff: &BranchDiff,
-    executes_later: &[String],
+    flagged: Flagged<'_>,
     worktree: &Worktree,
 ) -> Review {
     let label = id.to_string();
@@ -68,7 +68,7 @@ pub(crate) async fn review(
         )
         .with_timing(&spec.model_name, AgentTiming::default()),
     );
-    let messages = isolated_messages(&review_brief(brief, diff, executes_later));
+    let messages = isolated_messages(&review_brief(brief, diff, flagged));
     let reviewer = ctx
         .run_agent(&spec, messages, worktree.path(), observer.clone())
         .await;
@@ -134,19 +134,39 @@ fn no_verdict(
     })
 }
 
+/// The paths a reviewer is told to look at twice.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Flagged<'a> {
+    /// Changed files that run on the host or in CI later.
+    pub(crate) executes_later: &'a [String],
+    /// Paths the commit left out as git data (links into `.git`, nested repositories).
+    pub(crate) left_out: &'a [String],
+}
+
 /// The reviewer's first message: the brief, the flagged paths, the diff. Nothing else.
-fn review_brief(brief: &str, diff: &BranchDiff, executes_later: &[String]) -> String {
+fn review_brief(brief: &str, diff: &BranchDiff, flagged: Flagged<'_>) -> String {
     let mut text = format!(
         "# The subtask's brief\n\n{}\n\n# The diff against the base ({})\n\n",
         brief.trim(),
         diff.stat.summary()
     );
-    if !executes_later.is_empty() {
+    if !flagged.executes_later.is_empty() {
         text.push_str(
             "Attention: this diff changes files that run on the host or in CI later; check \
              that each change is needed and harmless:\n",
         );
-        for path in executes_later {
+        for path in flagged.executes_later {
+            text.push_str(&format!("- {path}\n"));
+        }
+        text.push('\n');
+    }
+    if !flagged.left_out.is_empty() {
+        text.push_str(
+            "Attention: the worker made these paths, which lead into or are git data (a link \
+             into `.git`, a nested or bare repository); they are left out of the commit, and \
+             a worker has no reason to make them:\n",
+        );
+        for path in flagged.left_out {
             text.push_str(&format!("- {path}\n"));
         }
         text.push('\n');
@@ -201,7 +221,15 @@ mod tests {
         ]);
         let (run, worktree, diff) = changed(model.clone()).await;
 
-        let review = review(&run.ctx, SubtaskId(1), "shout alpha", &diff, &[], &worktree).await;
+        let review = review(
+            &run.ctx,
+            SubtaskId(1),
+            "shout alpha",
+            &diff,
+            Flagged::default(),
+            &worktree,
+        )
+        .await;
 
         assert_eq!(
             review.verdict.unwrap(),
@@ -242,7 +270,15 @@ mod tests {
         let (run, worktree, diff) =
             changed(ScriptedModel::new(vec![ScriptedModel::text("looks fine")])).await;
 
-        let review = review(&run.ctx, SubtaskId(1), "shout alpha", &diff, &[], &worktree).await;
+        let review = review(
+            &run.ctx,
+            SubtaskId(1),
+            "shout alpha",
+            &diff,
+            Flagged::default(),
+            &worktree,
+        )
+        .await;
 
         let verdict = review.verdict.unwrap();
         assert_eq!(
