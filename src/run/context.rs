@@ -29,6 +29,9 @@ use crate::tools::{CommandExecutor, Registry, ToolContext};
 /// The label of the lead in events, ledgers, transcripts and the journal.
 pub const LEAD_LABEL: &str = "lead";
 
+/// How a pause for a full disk starts: its reason is whole (what failed, what to run).
+pub(crate) const DISK_FULL: &str = "the disk is full";
+
 /// Everything a stage of the run may read, and the journal it writes.
 pub(crate) struct RunContext {
     pub(crate) repo: Repo,
@@ -76,6 +79,31 @@ impl RunContext {
     pub(crate) fn pause(&self, reason: String) {
         self.pause.set(reason);
         self.cancel.cancel();
+    }
+
+    /// Pauses the run when `error` is a full disk (and says so: true), naming what failed
+    /// and what to run next; any other error is the caller's to handle (false).
+    pub(crate) fn pause_if_disk_full(
+        &self,
+        what: &str,
+        error: &(dyn std::error::Error + 'static),
+    ) -> bool {
+        if !crate::store::disk_full::is_disk_full(error) {
+            return false;
+        }
+        self.pause.set(format!(
+            "{DISK_FULL}: {what}: {error}. Nothing was applied; free some space, then \
+             `grove resume {}` finishes the run",
+            self.run
+        ));
+        self.cancel.cancel();
+        true
+    }
+
+    /// True once the run paused itself or was interrupted: what fails from now on is
+    /// the stop, not the work.
+    pub(crate) fn stopping(&self) -> bool {
+        self.cancel.is_cancelled()
     }
 
     /// Where the transcript of `role` working on `label` (a subtask, or the lead) lives.

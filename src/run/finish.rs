@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 
 use crate::agent::Ledger;
 use crate::git::{ApplyOutcome, ApplyRequest, GitError, RefusalReason};
-use crate::run::context::RunContext;
+use crate::run::context::{DISK_FULL, RunContext};
 use crate::run::lead::{LeadEnd, LeadFailure};
 use crate::run::report::{ApplyReport, RunEnd, RunReport, SubtaskReport, Totals};
 use crate::store::StoreError;
@@ -90,6 +90,8 @@ pub(crate) async fn finish(
 /// How the run ended, and why it did not finish when it did not (for the person).
 fn status(ctx: &RunContext, failure: Option<LeadFailure>) -> (RunEnd, Option<String>) {
     match (failure, ctx.pause.reason()) {
+        // A full disk pauses the run whatever the lead did: never a partial apply.
+        (_, Some(reason)) if reason.starts_with(DISK_FULL) => (RunEnd::Paused, Some(reason)),
         (Some(LeadFailure::Interrupted), Some(reason)) => (
             RunEnd::Paused,
             Some(format!(

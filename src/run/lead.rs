@@ -116,6 +116,16 @@ pub(crate) struct LeadEnd {
 }
 
 impl LeadEnd {
+    /// The lead never ran: the run paused before it could.
+    pub(crate) fn interrupted() -> Self {
+        Self {
+            summary: String::new(),
+            ledger: Ledger::default(),
+            failure: Some(LeadFailure::Interrupted),
+            cleanup: None,
+        }
+    }
+
     /// The lead never ran.
     pub(crate) fn failed(error: LeadError) -> Self {
         Self {
@@ -139,7 +149,13 @@ pub(crate) async fn run_lead(
         .await
     {
         Ok(worktree) => worktree,
-        Err(source) => return LeadEnd::failed(LeadError::Worktree { source }),
+        Err(source) => {
+            let error = LeadError::Worktree { source };
+            if ctx.pause_if_disk_full("creating the lead's worktree", &error) {
+                return LeadEnd::interrupted();
+            }
+            return LeadEnd::failed(error);
+        }
     };
     subtasks.register_worktrees_ahead();
     let delegate = Delegate::new(Arc::new(subtasks.clone()), &agent_catalogue(&ctx.user_root));
@@ -200,6 +216,9 @@ pub(crate) async fn run_lead(
         Err(AgentError::Cancelled { .. }) => (String::new(), Some(LeadFailure::Interrupted)),
         Err(AgentError::Model { source, .. }) => {
             ctx.pause(format!("the model API failed for the lead: {source}"));
+            (String::new(), Some(LeadFailure::Interrupted))
+        }
+        Err(source) if ctx.pause_if_disk_full("the lead", &source) || ctx.stopping() => {
             (String::new(), Some(LeadFailure::Interrupted))
         }
         Err(source) => (

@@ -153,7 +153,14 @@ impl AgentObserver {
         durable::off_the_runtime(|| {
             transcript::save_with(&self.transcript, &transcript, durability)
         })
-        .map_err(|source| SaveError::Transcript { source })
+        .map_err(|source| self.paused_if_disk_full(SaveError::Transcript { source }))
+    }
+
+    /// `error`, after pausing the run when it is a full disk.
+    fn paused_if_disk_full(&self, error: SaveError) -> SaveError {
+        let what = format!("saving {}'s work", self.label);
+        self.ctx.pause_if_disk_full(&what, &error);
+        error
     }
 
     /// Waits for the checkpoint commit in flight, if any; its failure, if it failed.
@@ -161,7 +168,10 @@ impl AgentObserver {
         let pending = self.pending_checkpoint.lock().await.take();
         match pending {
             None => Ok(()),
-            Some(task) => task.await.map_err(|source| SaveError::Task { source })?,
+            Some(task) => task
+                .await
+                .map_err(|source| SaveError::Task { source })?
+                .map_err(|error| self.paused_if_disk_full(error)),
         }
     }
 

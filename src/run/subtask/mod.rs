@@ -163,6 +163,10 @@ impl Subtasks {
             Ok(worktree) => worktree,
             Err(error) => {
                 report.reason = Some(error.to_string());
+                if ctx.pause_if_disk_full(&format!("creating {id}'s worktree"), &error) {
+                    report.sum_ledgers();
+                    return Ok(report);
+                }
                 return close::close(ctx, &self.queue, &self.tasks, id, report, None).await;
             }
         };
@@ -175,6 +179,19 @@ impl Subtasks {
         match reached {
             Ok(()) => {}
             Err(SubtaskError::Journal { source }) => return Err(source),
+            // A full disk, or any failure once the run is stopping, leaves the subtask
+            // to `grove resume` like an interruption: never failed, never half merged.
+            Err(error)
+                if ctx.pause_if_disk_full(&format!("subtask {id}"), &error) || ctx.stopping() =>
+            {
+                report.reason = Some(format!(
+                    "paused ({error}); its work is checkpointed on {}; `grove resume {}` \
+                     continues it",
+                    report.branch, ctx.run
+                ));
+                report.sum_ledgers();
+                return Ok(report);
+            }
             Err(SubtaskError::Interrupted) => {
                 report.reason = Some(format!(
                     "interrupted; its work is checkpointed on {}; `grove resume {}` continues it",

@@ -1,0 +1,54 @@
+//! The one place that says whether a failure is a full disk (ENOSPC).
+//!
+//! This file owns the classification only: the run decides what to do (pause, never
+//! fail). It must never inspect anything but the error chain it is given.
+
+use std::error::Error;
+
+/// The text git and libgit2 print for ENOSPC (`strerror(ENOSPC)`).
+const NO_SPACE: &str = "No space left on device";
+/// Linux's ENOSPC.
+const ENOSPC: i32 = 28;
+
+/// True when `error`, or any error in its source chain, is a full disk: an
+/// `io::Error` of kind `StorageFull` (or raw os error 28), or a git command or libgit2
+/// call whose message says "No space left on device".
+pub fn is_disk_full(error: &(dyn Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && (io.kind() == std::io::ErrorKind::StorageFull || io.raw_os_error() == Some(ENOSPC))
+        {
+            return true;
+        }
+        // A git CLI's stderr and libgit2's messages reach us as text only.
+        if error.to_string().contains(NO_SPACE) {
+            return true;
+        }
+        current = error.source();
+    }
+    false
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("save failed")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn enospc_is_recognised_by_kind_raw_code_and_git_text_anywhere_in_the_chain() {
+        let raw = Outer(std::io::Error::from_raw_os_error(ENOSPC));
+        let kind = Outer(std::io::Error::from(std::io::ErrorKind::StorageFull));
+        let git = std::io::Error::other("fatal: write error: No space left on device");
+        let other = Outer(std::io::Error::from(std::io::ErrorKind::NotFound));
+        assert_eq!(
+            [&raw as &dyn Error, &kind, &git, &other].map(is_disk_full),
+            [true, true, true, false],
+            "ENOSPC by its code, its kind or git's text, and nothing else"
+        );
+    }
+}
