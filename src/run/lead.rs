@@ -191,7 +191,9 @@ pub(crate) async fn run_lead(
         let ctx = Arc::clone(ctx);
         tokio::spawn(async move {
             if let Err(error) = ctx.repo.remove_worktree(&worktree).await {
+                // Its branch stays with it: a resume reuses both, `grove clean` finds both.
                 ctx.note(format!("could not remove the lead's worktree: {error}"));
+                return;
             }
             let lead = LEAD_WORKTREE.number();
             if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, lead).await {

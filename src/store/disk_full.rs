@@ -5,8 +5,15 @@
 
 use std::error::Error;
 
-/// The text git and libgit2 print for ENOSPC (`strerror(ENOSPC)`).
-const NO_SPACE: &str = "No space left on device";
+/// The texts git and libgit2 print for ENOSPC: `strerror(ENOSPC)`, git's own words when
+/// an object write fails ("sha1 file '…' write error. Out of diskspace"), and a checkout
+/// that cannot write a file ("error: unable to write file P", which drops errno). The
+/// last may be another write fault in grove's own worktree: pausing is the safe side.
+const NO_SPACE: [&str; 3] = [
+    "No space left on device",
+    "Out of diskspace",
+    "error: unable to write file ",
+];
 /// Linux's ENOSPC.
 const ENOSPC: i32 = 28;
 
@@ -22,7 +29,8 @@ pub fn is_disk_full(error: &(dyn Error + 'static)) -> bool {
             return true;
         }
         // A git CLI's stderr and libgit2's messages reach us as text only.
-        if error.to_string().contains(NO_SPACE) {
+        let text = error.to_string();
+        if NO_SPACE.iter().any(|words| text.contains(words)) {
             return true;
         }
         current = error.source();

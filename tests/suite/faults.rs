@@ -795,3 +795,151 @@ async fn links_into_git_data_are_flagged_to_the_reviewer_and_listed_in_the_resul
         "the link never reaches the result"
     );
 }
+
+/// The bytes free on the file system holding `dir`.
+fn free_bytes(dir: &Path) -> u64 {
+    let output = std::process::Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Fills the file system holding `dir` with `dir/filler` until `left` bytes are free.
+fn fill_leaving(dir: &Path, left: u64) -> std::path::PathBuf {
+    let filler = dir.join("filler");
+    let size = free_bytes(dir).saturating_sub(left);
+    let file = std::fs::File::create(&filler).unwrap();
+    // tmpfs has no fallocate limit trick: write real zeros, in one go.
+    std::io::Write::write_all(&mut &file, &vec![0u8; usize::try_from(size).unwrap()]).ok();
+    file.sync_all().ok();
+    filler
+}
+
+/// Issue 12 item 10 (row 13, end to end): the repository and the worktrees on a small
+/// disk, filled to leave 150 KB and then 500 KB free. The run pauses — exit 1 with the
+/// `grove resume RUN_ID` line, `paused` in the journal and `grove runs` — and the user's
+/// branch is untouched; once space is freed, `grove resume` merges and applies it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_disk_pauses_the_run_and_resume_finishes_it_once_space_is_freed() {
+    use crate::support::grove::{Grove, stderr};
+    if !running_as_root() {
+        eprintln!("skipped: a small filesystem needs root to mount");
+        return;
+    }
+    for left in [150 * 1024, 500 * 1024] {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = dir.path().join("disk");
+        std::fs::create_dir_all(&disk).unwrap();
+        std::fs::create_dir_all(dir.path().join("home")).unwrap();
+        let _mounted = SmallFilesystem::mount(&disk, "24m").expect("root mounts a tmpfs");
+        let repo = disk.join("repo");
+        std::fs::create_dir_all(&repo).unwrap();
+        let fixture = GitFixture { dir, repo };
+        fixture.git(&["init", "--quiet", "--initial-branch=main"]);
+        fixture.write("src/a.txt", "alpha\n");
+        fixture.write("src/b.txt", "beta\n");
+        fixture.commit_all("initial");
+        let before = fixture.user_state();
+        // With 500 KB free, a file of 160 KB (in the brief, the transcripts, the object
+        // store and the merge) fills the disk later in the run.
+        let big = if left > 200 * 1024 {
+            "A".repeat(160 * 1024)
+        } else {
+            "ALPHA".to_owned()
+        };
+        let brief_a: &'static str =
+            Box::leak(format!("Shout a.\nWRITE src/a.txt {big}").into_boxed_str());
+        let briefs: &'static [(&'static str, Option<&'static str>)] = Box::leak(
+            vec![(brief_a, None), ("Shout b.\nWRITE src/b.txt BETA", None)].into_boxed_slice(),
+        );
+        let server = FakeServer::with_responder(move |request| match who(request) {
+            Who::Lead => lead_reply(request, briefs),
+            // A write reported as interrupted (the run paused while it was pending) is
+            // made again, as a model would; the call itself is never re-run by grove.
+            Who::Worker
+                if request.tool_results().last().is_some_and(|(_, text)| {
+                    text.contains(grove::store::transcript::INTERRUPTED_CALL)
+                }) =>
+            {
+                redo_write(&crate::support::scripted_run::first_user_text(request))
+            }
+            Who::Worker => worker_reply(request),
+            Who::Reviewer => reviewer_reply(request),
+        })
+        .await;
+        let grove = Grove::in_repo(&fixture)
+            .with_server(&server)
+            .env("XDG_CACHE_HOME", disk.join("cache"));
+        let filler = fill_leaving(&disk, left);
+
+        let output = grove.grove_async(["run", "--jobs", "2", "shout"]).await;
+        let err = stderr(&output);
+        let run_dir = only_run_dir(&fixture);
+        let run_id = run_dir.file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(
+            output.status.code(),
+            Some(1),
+            "{left} B free: a full disk pauses the run (exit 1)\n{err}"
+        );
+        assert!(
+            err.contains(&format!("grove resume {run_id}"))
+                && (err.contains("disk is full") || err.contains("No space left on device")),
+            "{left} B free: the message says the disk is full and names the resume command\n{err}"
+        );
+        assert_eq!(
+            fixture.user_state(),
+            before,
+            "{left} B free: the user's branch and tree are untouched"
+        );
+        let runs = grove.grove_async(["runs"]).await;
+        let listed = String::from_utf8_lossy(&runs.stdout).into_owned();
+        assert!(
+            listed
+                .lines()
+                .any(|line| line.starts_with(&run_id) && line.contains("paused")),
+            "{left} B free: `grove runs` shows the run paused:\n{listed}"
+        );
+
+        std::fs::remove_file(&filler).unwrap();
+        let resumed = grove.grove_async(["resume", &run_id]).await;
+        let err = stderr(&resumed);
+        assert_eq!(
+            resumed.status.code(),
+            Some(0),
+            "{left} B free, then freed: the resume merges everything\n{err}\n{}",
+            std::fs::read_to_string(run_dir.join(JOURNAL_FILE)).unwrap_or_default()
+        );
+        assert_eq!(
+            (fixture.read("src/a.txt"), fixture.read("src/b.txt")),
+            (format!("{big}\n").into_bytes(), b"BETA\n".to_vec()),
+            "{left} B free, then freed: both subtasks are applied\n{err}"
+        );
+    }
+}
+
+/// The `write_file` call a `WRITE <path> <content>` brief asks for, made again after
+/// the first was reported interrupted (a new call id: ids are unique per conversation).
+fn redo_write(brief: &str) -> Reply {
+    use crate::support::fake_server::Turn;
+    let line = brief
+        .lines()
+        .rev()
+        .find(|line| line.starts_with("WRITE "))
+        .unwrap();
+    let mut parts = line.splitn(3, ' ').skip(1);
+    let (path, content) = (parts.next().unwrap(), parts.next().unwrap_or_default());
+    crate::support::scripted_run::usage(Turn::text("Writing again.").tool_use(
+        "worker_call_redo",
+        "write_file",
+        json!({ "path": path, "content": format!("{content}\n") }),
+    ))
+    .into()
+}

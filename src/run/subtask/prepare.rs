@@ -165,8 +165,15 @@ pub(crate) async fn create_worktree(
         Some(prepared) => prepared,
         None => ctx.repo.create_worktree(spec.clone()).await,
     };
-    let recovered = match created {
-        Err(GitError::WorktreePathOccupied { path, .. }) => {
+    let stray = match created {
+        Err(GitError::WorktreePathOccupied { path, .. }) => Err(path),
+        // Registered, but its branch was never made: a creation a full disk (or a crash)
+        // cut short. Its directory is moved aside like a stray one, never deleted.
+        Err(GitError::UnknownRevision { .. }) if spec.path.exists() => Err(spec.path.clone()),
+        other => Ok(other),
+    };
+    let recovered = match stray {
+        Err(path) => {
             let aside = path.with_file_name(format!(
                 "{}.stray-{}",
                 id.number(),
@@ -186,7 +193,7 @@ pub(crate) async fn create_worktree(
             ));
             ctx.repo.create_worktree(spec).await
         }
-        other => other,
+        Ok(created) => created,
     };
     recovered.map_err(|source| SubtaskError::Worktree { source })
 }
