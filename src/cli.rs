@@ -22,9 +22,10 @@ use grove::event::EventSink;
 use grove::git::{GitOptions, Repo, RunId as GitRunId};
 use grove::model::{self, Provider};
 use grove::run::backend::WorkerBackend;
-use grove::run::config::{ProjectConfig, RoleValues, RunSettings};
+use grove::run::config::{RoleValues, RunSettings};
+use grove::run::launch::{self, Launch, RunRequest, parse_turn_caps};
 use grove::run::store::RunStore;
-use grove::run::{ModelChoice, ModelNames, Models, RunEnd, RunError, RunReport};
+use grove::run::{RunEnd, RunError, RunReport};
 
 /// Exit code: finished with some subtask not merged.
 const EXIT_NOT_ALL_MERGED: u8 = 3;
@@ -268,45 +269,7 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// `--max-turns` values, in order: `N` sets every role, `ROLE=N` one role.
-fn turn_caps(values: &[String]) -> anyhow::Result<RoleValues<u32>> {
-    let mut caps = RoleValues::default();
-    for value in values {
-        let (role, number) = match value.split_once('=') {
-            Some((role, number)) => (Some(role.trim()), number),
-            None => (None, value.as_str()),
-        };
-        let turns: u32 = number
-            .trim()
-            .parse()
-            .ok()
-            .filter(|turns| *turns > 0)
-            .with_context(|| format!("--max-turns {value}: expected a positive whole number"))?;
-        match role {
-            None => {
-                caps = RoleValues {
-                    lead: Some(turns),
-                    worker: Some(turns),
-                    reviewer: Some(turns),
-                };
-            }
-            Some("lead") => caps.lead = Some(turns),
-            Some("worker") => caps.worker = Some(turns),
-            Some("reviewer") => caps.reviewer = Some(turns),
-            Some(other) => {
-                bail!("--max-turns {value}: unknown role {other:?} (lead, worker, reviewer)")
-            }
-        }
-    }
-    Ok(caps)
-}
-
 async fn run(directory: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitCode> {
-    if args.task.trim().is_empty() {
-        bail!(
-            "the task is empty; say what grove should do, e.g. grove run \"fix the failing test\""
-        );
-    }
     // Flags beat .grove/config.toml, which beats the built-in defaults (RunSettings::over).
     let flags = RunSettings {
         provider: args.provider,
@@ -317,7 +280,7 @@ async fn run(directory: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitC
             reviewer: args.reviewer_model.clone(),
         },
         jobs: args.jobs,
-        max_turns: turn_caps(&args.max_turns)?,
+        max_turns: parse_turn_caps(&args.max_turns)?,
         budget_tokens: args.budget_tokens,
         subagent_budget_tokens: args.subagent_budget_tokens,
         apply: match (args.no_apply, args.apply) {
@@ -327,33 +290,19 @@ async fn run(directory: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitC
         },
         ..RunSettings::default()
     };
-    let repo = open_repo(directory).await?;
-    let root = repo.work_tree().unwrap_or(repo.common_dir());
-    let settings = match ProjectConfig::load(root)? {
-        Some(file) => flags.over(file.settings),
-        None => flags,
-    };
-    let resolved = settings.resolve(args.task.clone());
-    let mut options = resolved.options;
-    options.keep_worktrees = args.keep_worktrees;
-    options.worker_backend = args.worker_backend.clone();
-    if let Some(seconds) = args.worker_timeout {
-        options.worker_backend_timeout_secs = seconds;
-    }
-    options.sandbox = args.sandbox;
-    options.allow_network = args.allow_network;
-
-    let client = model::connect(resolved.provider)?;
-    let choice = |name: &str| ModelChoice {
-        client: client.clone(),
-        name: name.to_owned(),
-    };
-    let models = Models {
-        provider: resolved.provider.as_str().to_owned(),
-        lead: choice(&resolved.models.lead),
-        worker: choice(&resolved.models.worker),
-        reviewer: choice(&resolved.models.reviewer),
-    };
+    let Launch { options, models } = launch::prepare(
+        directory,
+        RunRequest {
+            task: args.task.clone(),
+            flags,
+            keep_worktrees: args.keep_worktrees,
+            worker_backend: args.worker_backend.clone(),
+            worker_timeout_secs: args.worker_timeout,
+            sandbox: args.sandbox,
+            allow_network: args.allow_network,
+        },
+    )
+    .await?;
 
     let json = args.json;
     if args.dry_run {
@@ -380,36 +329,7 @@ async fn run(directory: &std::path::Path, args: RunArgs) -> anyhow::Result<ExitC
 }
 
 async fn resume(directory: &std::path::Path, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
-    let models = |state: &grove::run::state::RunState| {
-        let provider: Provider =
-            state
-                .provider
-                .parse()
-                .map_err(|error: model::ModelError| RunError::NotResumable {
-                    run_id: state.run_id.clone(),
-                    reason: error.to_string(),
-                })?;
-        let client = model::connect(provider).map_err(|error| RunError::NotResumable {
-            run_id: state.run_id.clone(),
-            reason: error.to_string(),
-        })?;
-        let names: ModelNames =
-            serde_json::from_value(state.options["model_names"].clone()).unwrap_or_default();
-        let pick = |name: String| ModelChoice {
-            client: client.clone(),
-            name: if name.is_empty() {
-                state.model.clone()
-            } else {
-                name
-            },
-        };
-        Ok(Models {
-            provider: provider.as_str().to_owned(),
-            lead: pick(names.lead),
-            worker: pick(names.worker),
-            reviewer: pick(names.reviewer),
-        })
-    };
+    let models = launch::resume_models;
     let report = drive(args.json, |events, cancel| {
         grove::run::resume(
             directory,

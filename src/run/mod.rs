@@ -11,6 +11,7 @@ pub mod durable;
 pub mod gate;
 pub mod html_report;
 pub mod journal;
+pub mod launch;
 pub mod lock;
 pub mod options;
 pub mod orchestrator;
