@@ -5,6 +5,7 @@
 //! merged, 3 some not merged, 1 error, 2 usage, 130 interrupted).
 
 mod init;
+mod mcp;
 mod render;
 mod report;
 mod review;
@@ -116,6 +117,14 @@ pub enum Command {
         grove review --approve S2 --reject S1 --apply 20261129-215530-7f3a"
     )]
     Review(review::ReviewArgs),
+    /// Serve the Model Context Protocol on stdio, for Claude Code, Codex, Gemini CLI...
+    #[command(
+        after_help = "Tools: run, resume, list_runs, show_run, review (see the \
+        README). Nothing but the protocol goes to stdout; the runs' progress goes to \
+        stderr.\n\n\
+        Examples:\n  claude mcp add grove -- grove mcp\n  grove -C ~/src/project mcp"
+    )]
+    Mcp(mcp::McpArgs),
 }
 
 /// Arguments of `grove completions`.
@@ -266,6 +275,7 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Init(args) => init::init(&directory, &args).await,
         Command::Review(args) => review::review(&directory, &args).await,
         Command::Report(args) => report::report(&directory, &args).await,
+        Command::Mcp(args) => mcp::mcp(&directory, &args).await,
     }
 }
 

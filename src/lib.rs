@@ -10,6 +10,7 @@ pub mod agent;
 pub mod demo;
 pub mod event;
 pub mod git;
+pub mod mcp;
 pub mod model;
 pub mod run;
 pub mod tools;
