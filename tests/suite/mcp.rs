@@ -1,0 +1,428 @@
+//! `grove mcp` driven by a real MCP client no one here wrote: the official Python SDK
+//! (`mcp` on PyPI, pinned by `.ci/run`) runs `tests/mcp_client.py` against the grove
+//! binary, with the fake model server standing in for the model API.
+//!
+//! Locally the test skips with a message when `python3 -c "import mcp"` fails; with
+//! `GROVE_REQUIRE_MCP_CLIENT=1` (as in CI) that is a failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::suite::cli::{grove, role, stderr};
+use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, TEST_API_KEY, Turn};
+use crate::support::git_fixture::{GitFixture, sealed_env};
+
+/// The `mcp` release `.ci/run` installs; CI checks that it is the one that ran.
+const PINNED_MCP: &str = "2.3.0";
+
+/// The Python interpreter that has the `mcp` package, or `None` (skip) when there is
+/// none and CI does not require one.
+fn python_with_mcp() -> Option<String> {
+    let required = std::env::var("GROVE_REQUIRE_MCP_CLIENT").is_ok_and(|v| v == "1");
+    let probe = std::process::Command::new("python3")
+        .args(["-c", "import mcp, sys; print(sys.executable)"])
+        .output();
+    match probe {
+        Ok(output) if output.status.success() => {
+            Some(String::from_utf8(output.stdout).unwrap().trim().to_owned())
+        }
+        outcome => {
+            let why = match outcome {
+                Ok(output) => String::from_utf8_lossy(&output.stderr).into_owned(),
+                Err(error) => error.to_string(),
+            };
+            assert!(
+                !required,
+                "GROVE_REQUIRE_MCP_CLIENT=1 but python3 cannot import mcp: {why}"
+            );
+            eprintln!(
+                "skipped: the MCP client test needs the Python SDK (pip install mcp=={PINNED_MCP}): {why}"
+            );
+            None
+        }
+    }
+}
+
+/// The first message of a conversation (the lead's task, a worker's brief) as text.
+fn opening(request: &RecordedRequest) -> String {
+    request.messages()[0]["content"].to_string()
+}
+
+fn called(request: &RecordedRequest, id: &str) -> bool {
+    request.tool_calls().iter().any(|(call, _)| call == id)
+}
+
+/// Run 1 ("write a and b"): S1 writes a.txt (approved), S2 writes b.txt "bad"
+/// (rejected). Run 2 ("write c slowly"): its worker writes c.txt "started", then its
+/// next model request hangs once — creating `hang_file` — and after the resume it
+/// writes "finished".
+fn responder(hang_file: &Path) -> impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static {
+    let hung = Arc::new(AtomicBool::new(false));
+    let hang_file = hang_file.to_owned();
+    move |request| {
+        let answered = !request.tool_results().is_empty();
+        let turn = match role(request) {
+            "lead" if answered => Turn::text("done"),
+            "lead" if opening(request).contains("write a and b") => Turn::new()
+                .tool_use("d1", "delegate", json!({"task": "WRITE a.txt good"}))
+                .tool_use("d2", "delegate", json!({"task": "WRITE b.txt bad"})),
+            "lead" => Turn::new().tool_use("d1", "delegate", json!({"task": "SLOW c.txt"})),
+            "reviewer" if answered => Turn::text("done"),
+            "reviewer" => {
+                let bad = request.last_user_text().contains("+bad");
+                Turn::new().tool_use(
+                    "r1",
+                    "submit_verdict",
+                    json!({
+                        "verdict": if bad { "reject" } else { "approve" },
+                        "summary": if bad { "the content is bad" } else { "fine" },
+                        "findings": if bad {
+                            json!([{"path": "b.txt", "line": 1, "problem": "says bad"}])
+                        } else {
+                            json!([])
+                        },
+                    }),
+                )
+            }
+            _ if opening(request).contains("SLOW c.txt") => {
+                if !called(request, "w-start") {
+                    Turn::new().tool_use(
+                        "w-start",
+                        "write_file",
+                        json!({"path": "c.txt", "content": "started\n"}),
+                    )
+                } else if !hung.swap(true, Ordering::SeqCst) {
+                    std::fs::write(&hang_file, "").unwrap();
+                    return Reply::Hang;
+                } else if !called(request, "w-finish") {
+                    Turn::new().tool_use(
+                        "w-finish",
+                        "write_file",
+                        json!({"path": "c.txt", "content": "finished\n"}),
+                    )
+                } else {
+                    Turn::text("wrote c.txt")
+                }
+            }
+            _ if answered => Turn::text("wrote it"),
+            _ => {
+                let brief = opening(request);
+                let (path, content) = if brief.contains("WRITE a.txt") {
+                    ("a.txt", "good")
+                } else {
+                    ("b.txt", "bad")
+                };
+                Turn::new().tool_use(
+                    "w1",
+                    "write_file",
+                    json!({"path": path, "content": format!("{content}\n")}),
+                )
+            }
+        };
+        turn.usage(10, 2, 0, 0).into()
+    }
+}
+
+/// The `(id, status, verdict)` of each subtask of a `--json` report.
+fn outcomes(report: &Value) -> Vec<(String, String, Value)> {
+    report["subtasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_str().unwrap().to_owned(),
+                s["status"].as_str().unwrap().to_owned(),
+                s["verdict"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn owned(pairs: &[(&str, &str, Value)]) -> Vec<(String, String, Value)> {
+    pairs
+        .iter()
+        .map(|(id, status, verdict)| ((*id).to_owned(), (*status).to_owned(), verdict.clone()))
+        .collect()
+}
+
+fn messages(progress: &Value) -> Vec<String> {
+    progress
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["message"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_python_sdk_runs_reviews_applies_and_cancels_through_grove_mcp() {
+    let Some(python) = python_with_mcp() else {
+        return;
+    };
+    let started = Instant::now();
+    let fixture = GitFixture::with_files(&[("a.txt", "a\n"), ("b.txt", "b\n")]);
+    let base = fixture.rev("HEAD").to_string();
+    let hang_file = fixture.home().join("worker-is-waiting");
+    let server = FakeServer::with_responder(responder(&hang_file)).await;
+
+    let client = tokio::process::Command::new(&python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(sealed_env(&fixture.home()))
+        .env("ANTHROPIC_BASE_URL", server.url())
+        .env("ANTHROPIC_API_KEY", TEST_API_KEY)
+        .env("GROVE_BIN", env!("CARGO_BIN_EXE_grove"))
+        .env("GROVE_REPO", &fixture.repo)
+        .env("GROVE_HANG_FILE", &hang_file)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(180), client)
+        .await
+        .expect("the MCP client finishes within 3 minutes")
+        .unwrap();
+    let client_time = started.elapsed();
+    assert!(
+        output.status.success(),
+        "the MCP client's scenario ran through\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&output.stdout),
+        stderr(&output)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "the client prints one JSON object ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    });
+    server.assert_no_violations();
+    assert_eq!(
+        report["stray_output"],
+        json!([]),
+        "grove writes nothing but the protocol on stdout"
+    );
+    if std::env::var("GROVE_REQUIRE_MCP_CLIENT").is_ok_and(|v| v == "1") {
+        assert_eq!(report["mcp_version"], PINNED_MCP, "CI runs the pinned SDK");
+    }
+
+    assert_eq!(
+        report["tools"],
+        json!(["list_runs", "resume", "review", "run", "show_run"]),
+        "tools/list offers grove's five tools"
+    );
+    let arguments: Vec<&String> = report["run_schema"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    for flag in [
+        "task",
+        "jobs",
+        "provider",
+        "model",
+        "max_turns",
+        "budget_tokens",
+        "subagent_budget_tokens",
+        "no_apply",
+        "sandbox",
+        "allow_network",
+    ] {
+        assert!(
+            arguments.iter().any(|a| *a == flag),
+            "the run tool takes `{flag}`: {arguments:?}"
+        );
+    }
+
+    // The run: the same JSON as `grove run --json`, and the summary.
+    let run = &report["run"];
+    assert_eq!(
+        run["is_error"], false,
+        "a finished run is no tool error: {run:#}"
+    );
+    let structured = &run["structured"];
+    let run_id = structured["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        (
+            &structured["status"],
+            &structured["base"],
+            &structured["applied"]
+        ),
+        (&json!("finished"), &json!(base), &json!(false)),
+        "a no_apply run finishes on the base without touching the branch: {structured:#}"
+    );
+    assert_eq!(
+        outcomes(structured),
+        owned(&[
+            ("S1", "merged", json!("approve")),
+            ("S2", "rejected", json!("reject"))
+        ]),
+    );
+    for key in ["result_commit", "totals", "result_branch", "branch"] {
+        assert!(
+            structured.get(key).is_some(),
+            "the result carries `grove run --json`'s `{key}`"
+        );
+    }
+    assert_eq!(
+        serde_json::from_str::<Value>(run["texts"][1].as_str().unwrap()).unwrap(),
+        *structured,
+        "the second text block is the same JSON, for clients that read only text"
+    );
+    let summary = run["texts"][0].as_str().unwrap();
+    for expected in [
+        format!("Run {run_id} finished: 1 of 2 subtasks merged."),
+        "S1 merged (reviewer: approve; 1 file changed".to_owned(),
+        "S2 rejected (reviewer: reject; 1 file changed".to_owned(),
+        "the content is bad".to_owned(),
+        format!("grove/{run_id}/result"),
+    ] {
+        assert!(
+            summary.contains(&expected),
+            "the summary says `{expected}`:\n{summary}"
+        );
+    }
+    let mut progress = messages(&report["run_progress"]);
+    progress.sort();
+    assert_eq!(
+        progress,
+        vec![
+            "S1 merged (reviewer: approve; 1 file changed, 1 insertion(+), 1 deletion(-))",
+            "S1 started: WRITE a.txt good",
+            "S2 rejected (reviewer: reject; 1 file changed, 1 insertion(+), 1 deletion(-))",
+            "S2 started: WRITE b.txt bad",
+        ],
+        "one progress notification per subtask start and end"
+    );
+    let counts: Vec<f64> = report["run_progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["progress"].as_f64().unwrap())
+        .collect();
+    assert_eq!(counts, vec![1.0, 2.0, 3.0, 4.0], "progress only grows");
+
+    // list_runs is `grove runs --json`.
+    let listed = &report["runs"]["structured"]["runs"];
+    assert_eq!(listed[0]["run_id"], json!(run_id));
+    assert_eq!(listed[0]["status"], "finished");
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed:#}");
+
+    // show_run: verdicts, findings, diffstats, capped diffs.
+    let show = &report["show"]["structured"];
+    assert_eq!(show["run_id"], json!(run_id));
+    assert_eq!(
+        show["subtasks"][1]["reviewer"],
+        json!({
+            "verdict": "reject",
+            "summary": "the content is bad",
+            "findings": [{"path": "b.txt", "line": 1, "problem": "says bad"}],
+        }),
+        "show_run carries the reviewer's verdict and findings"
+    );
+    assert_eq!(
+        show["subtasks"][0]["diffstat"]["files"][0]["path"], "a.txt",
+        "and each subtask's diffstat"
+    );
+    let diff = &show["diffs"]["S2"];
+    assert!(
+        diff["text"].as_str().unwrap().contains("+bad"),
+        "with diff: true, each subtask's diff: {diff:#}"
+    );
+    assert_eq!(diff["truncated"], false, "a short diff is whole: {diff:#}");
+    let text = report["show"]["texts"][0].as_str().unwrap();
+    assert!(
+        text.contains("  - b.txt:1: says bad"),
+        "the show summary lists findings:\n{text}"
+    );
+
+    // review: the person approves S2 and applies; then the run can no longer change.
+    let review = &report["review"];
+    assert_eq!(review["is_error"], false, "{review:#}");
+    assert_eq!(
+        review["structured"]["recorded"],
+        json!([{"subtask": "S2", "verdict": "approve", "previous": "reject"}])
+    );
+    assert_eq!(review["structured"]["apply"]["status"], "applied");
+    assert_eq!(
+        (fixture.read("a.txt"), fixture.read("b.txt")),
+        (b"good\n".to_vec(), b"bad\n".to_vec()),
+        "the approved subtasks are on the user's branch"
+    );
+    let again = &report["review_again"];
+    assert_eq!(again["is_error"], true, "{again:#}");
+    assert!(
+        again["texts"][0]
+            .as_str()
+            .unwrap()
+            .contains("was already applied"),
+        "a run already applied is refused as `grove review` refuses it: {again:#}"
+    );
+
+    // The cancelled run: interrupted, its work checkpointed, listed, resumable.
+    assert!(
+        report["cancelled_result"].is_null(),
+        "the cancelled call returns no result to the client"
+    );
+    assert_eq!(
+        messages(&report["cancelled_progress"]),
+        vec!["S1 started: SLOW c.txt"],
+        "progress went out until the cancellation"
+    );
+    let after = report["runs_after_cancel"]["structured"]["runs"]
+        .as_array()
+        .unwrap();
+    assert_eq!(after.len(), 2, "{after:#?}");
+    // Listed by run id: two runs started in the same second sort by their suffix.
+    let cancelled = after
+        .iter()
+        .find(|run| run["task"] == "write c slowly")
+        .unwrap();
+    let cancelled_id = cancelled["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        (&cancelled["status"], &cancelled["pause_reason"]),
+        (
+            &json!("paused"),
+            &json!(format!(
+                "interrupted; `grove resume {cancelled_id}` continues the run"
+            ))
+        ),
+        "a cancelled MCP request interrupts the run as Ctrl-C does: {after:#?}"
+    );
+    assert_eq!(
+        fixture.git(&["show", &format!("grove/{cancelled_id}/1:c.txt")]),
+        "started",
+        "the interrupted worker's write is checkpointed on its branch"
+    );
+    let cli_runs = grove(&fixture, None, &["runs", "--json"]).await;
+    let cli_runs: Value = serde_json::from_slice(&cli_runs.stdout).unwrap();
+    assert_eq!(
+        cli_runs, report["runs_after_cancel"]["structured"]["runs"],
+        "list_runs is `grove runs --json`, and MCP runs are ordinary runs"
+    );
+
+    let resumed = grove(
+        &fixture,
+        Some(&server),
+        &["resume", "--json", &cancelled_id],
+    )
+    .await;
+    server.assert_no_violations();
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let resumed: Value = serde_json::from_slice(&resumed.stdout).unwrap();
+    assert_eq!(
+        outcomes(&resumed),
+        owned(&[("S1", "merged", json!("approve"))]),
+        "`grove resume` finishes the run the MCP request started: {resumed:#}"
+    );
+    assert_eq!(
+        fixture.git(&["show", &format!("grove/{cancelled_id}/result:c.txt")]),
+        "finished",
+        "the resumed worker's work is in the result (no_apply: the branch is left alone)"
+    );
+    eprintln!("MCP client test: {client_time:?} for the client's scenario");
+}
