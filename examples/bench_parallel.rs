@@ -45,8 +45,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail, ensure};
 use grove::event::EventSink;
 use grove::model::Provider;
-use grove::run::journal::SubtaskOutcome;
 use grove::run::{ModelChoice, Models, RunEnd, RunOptions, RunReport};
+use grove::store::journal::SubtaskOutcome;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 

@@ -6,7 +6,7 @@
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use crate::agent::Ledger;
+use crate::ledger::Ledger;
 
 /// Identifies one running subagent: its role and the subtask label it works on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]

@@ -1,7 +1,7 @@
 //! grove: run one coding task as a fleet of LLM subagents, each in its own git worktree,
 //! with an isolated reviewer that must approve every diff before it is merged.
 //!
-//! The layers only point down: `cli → run → agent → {tools, model}` and `run → git`.
+//! The layers only point down: `cli → run → {agent, store, settings} → {tools, model, git}`.
 //! `tools`, `model` and `git` know nothing of each other or of the layers above; `agent`
 //! knows no git. The library never prints: everything a user should see travels as an
 //! [`event::Event`] on a channel that the binary renders.
@@ -10,7 +10,13 @@ pub mod agent;
 pub mod demo;
 pub mod event;
 pub mod git;
+pub mod ledger;
 pub mod mcp;
 pub mod model;
+pub mod report;
+pub mod review;
 pub mod run;
+pub mod settings;
+pub mod store;
+pub mod text;
 pub mod tools;

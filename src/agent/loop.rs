@@ -188,6 +188,23 @@ struct ToolCall {
     input: Value,
 }
 
+/// One model turn as the loop reads it.
+struct Reply {
+    text: String,
+    calls: Vec<ToolCall>,
+    stop_reason: StopReason,
+    /// The message's last block is a tool call (with `max_tokens`, that call may be cut).
+    ends_with_tool_call: bool,
+}
+
+/// One logical answer that spans turns: a `max_tokens` cut the model was asked to
+/// continue, or a paused turn; its text is joined into the final text.
+#[derive(Debug, Default)]
+struct Answer {
+    carried_text: String,
+    asked_to_continue: bool,
+}
+
 /// The answered tool calls of one turn, in call order.
 struct TurnResults {
     answers: Vec<(String, ToolOutput)>,
@@ -196,12 +213,11 @@ struct TurnResults {
 }
 
 impl Conversation<'_> {
+    /// The loop: one model turn per pass, capped by the role's `max_turns`, ended early by
+    /// the cancellation token (checked before every turn and raced against every wait).
     async fn run(&mut self) -> Result<AgentOutcome, AgentError> {
         let mut turn: u32 = 0;
-        // The text of the previous turns of one logical answer (a `max_tokens` cut the
-        // model was asked to continue, or a paused turn), joined into the final text.
-        let mut carried_text = String::new();
-        let mut asked_to_continue = false;
+        let mut answer = Answer::default();
         let mut last_text = String::new();
         loop {
             if turn >= self.spec.max_turns {
@@ -217,125 +233,140 @@ impl Conversation<'_> {
                 return Err(self.cancelled());
             }
             turn += 1;
-            let Response {
-                message,
-                stop_reason,
-                usage,
-                request_id: _,
-            } = self.complete().await?;
-            self.ledger.record(&usage);
-            if message.role != Role::Assistant {
-                return Err(AgentError::Model {
-                    agent: self.spec.id.clone(),
-                    source: ModelError::Decode(format!(
-                        "turn {turn} came back as a {:?} message, not an assistant message",
-                        message.role
-                    )),
-                });
-            }
-            let calls: Vec<ToolCall> = message
-                .tool_uses()
-                .map(|(id, name, input)| ToolCall {
-                    id: id.to_owned(),
-                    name: name.to_owned(),
-                    input: input.clone(),
-                })
-                .collect();
-            let ends_with_tool_call =
-                matches!(message.content.last(), Some(ContentBlock::ToolUse { .. }));
-            let text = message.text();
-            // An empty assistant message would be rejected when sent back; it says nothing.
-            if !message.content.is_empty() {
-                self.request.messages.push(message);
-            }
-            self.events.emit(Event::TurnCompleted {
-                agent: self.spec.id.clone(),
-                turn,
-                ledger: self.ledger,
-            });
-            let answer_text = format!("{carried_text}{text}");
-            last_text = text;
-
-            match (&stop_reason, calls.is_empty()) {
-                (StopReason::Refusal, _) => {
-                    return Ok(AgentOutcome {
-                        stop: StopKind::ModelStopped("refusal".to_owned()),
-                        final_text: answer_text,
-                        detail: format!("the model refused in turn {turn}"),
-                    });
-                }
-                (_, false) => {}
-                (StopReason::EndTurn | StopReason::StopSequence | StopReason::ToolUse, true) => {
-                    return Ok(AgentOutcome {
-                        stop: StopKind::Finished,
-                        final_text: answer_text,
-                        detail: format!("the model ended its turn {turn}"),
-                    });
-                }
-                (StopReason::MaxTokens, true) if asked_to_continue => {
-                    return Ok(AgentOutcome {
-                        stop: StopKind::ModelStopped("max_tokens".to_owned()),
-                        final_text: answer_text,
-                        detail: format!(
-                            "the model's reply was cut at max_tokens ({}) in turns {} and \
-                             {turn}, even after it was asked to continue",
-                            self.spec.max_tokens,
-                            turn - 1
-                        ),
-                    });
-                }
-                (StopReason::MaxTokens, true) => {
-                    if let Some(stop) =
-                        self.over_budget(&answer_text, "asking the model to continue")
-                    {
-                        return Ok(stop);
-                    }
-                    // After an empty cut turn the last message is still the user's.
-                    append_user_text(&mut self.request.messages, CONTINUE_AFTER_MAX_TOKENS);
-                    asked_to_continue = true;
-                    carried_text = answer_text;
-                    continue;
-                }
-                (StopReason::PauseTurn, true) => {
-                    if let Some(stop) = self.over_budget(&answer_text, "resuming the paused turn") {
-                        return Ok(stop);
-                    }
-                    asked_to_continue = false;
-                    carried_text = answer_text;
-                    continue;
-                }
-                (StopReason::Other(reason), true) => {
-                    return Ok(AgentOutcome {
-                        stop: StopKind::ModelStopped(reason.clone()),
-                        final_text: answer_text,
-                        detail: format!(
-                            "the model stopped turn {turn} with `{reason}`, which grove cannot \
-                             continue from"
-                        ),
-                    });
+            let reply = self.take_turn(turn).await?;
+            let answer_text = format!("{}{}", answer.carried_text, reply.text);
+            last_text = reply.text;
+            if reply.stop_reason == StopReason::Refusal || reply.calls.is_empty() {
+                match self.without_tools(turn, &reply.stop_reason, answer_text, &mut answer) {
+                    Some(outcome) => return Ok(outcome),
+                    None => continue,
                 }
             }
-
-            let call_count = calls.len();
-            if let Some(stop) = self.over_budget(
-                &answer_text,
-                &format!(
-                    "running the {} of turn {turn}",
-                    plural(call_count, "tool call", "tool calls")
-                ),
-            ) {
+            let skipped = format!(
+                "running the {} of turn {turn}",
+                plural(reply.calls.len(), "tool call", "tool calls")
+            );
+            if let Some(stop) = self.over_budget(&answer_text, &skipped) {
                 return Ok(stop);
             }
-            carried_text.clear();
-            asked_to_continue = false;
-            let cut_last_call = stop_reason == StopReason::MaxTokens && ends_with_tool_call;
+            answer = Answer::default();
+            let cut_last_call =
+                reply.stop_reason == StopReason::MaxTokens && reply.ends_with_tool_call;
             if let Some(stop) = self
-                .answer_tool_calls(turn, &calls, cut_last_call, &last_text)
+                .answer_tool_calls(turn, &reply.calls, cut_last_call, &last_text)
                 .await?
             {
                 return Ok(stop);
             }
         }
+    }
+
+    /// One model turn: asks the model, counts its usage, appends its message to the
+    /// conversation and reports the turn.
+    async fn take_turn(&mut self, turn: u32) -> Result<Reply, AgentError> {
+        let Response {
+            message,
+            stop_reason,
+            usage,
+            request_id: _,
+        } = self.complete().await?;
+        self.ledger.record(&usage);
+        if message.role != Role::Assistant {
+            return Err(AgentError::Model {
+                agent: self.spec.id.clone(),
+                source: ModelError::Decode(format!(
+                    "turn {turn} came back as a {:?} message, not an assistant message",
+                    message.role
+                )),
+            });
+        }
+        let calls: Vec<ToolCall> = message
+            .tool_uses()
+            .map(|(id, name, input)| ToolCall {
+                id: id.to_owned(),
+                name: name.to_owned(),
+                input: input.clone(),
+            })
+            .collect();
+        let ends_with_tool_call =
+            matches!(message.content.last(), Some(ContentBlock::ToolUse { .. }));
+        let text = message.text();
+        // An empty assistant message would be rejected when sent back; it says nothing.
+        if !message.content.is_empty() {
+            self.request.messages.push(message);
+        }
+        self.events.emit(Event::TurnCompleted {
+            agent: self.spec.id.clone(),
+            turn,
+            ledger: self.ledger,
+        });
+        Ok(Reply {
+            text,
+            calls,
+            stop_reason,
+            ends_with_tool_call,
+        })
+    }
+
+    /// What a turn without tool calls (or a refusal) means: the loop's outcome, or `None`
+    /// when the model is asked to go on (a `max_tokens` cut once, a paused turn), with
+    /// `answer` carrying the text so far.
+    fn without_tools(
+        &mut self,
+        turn: u32,
+        stop_reason: &StopReason,
+        answer_text: String,
+        answer: &mut Answer,
+    ) -> Option<AgentOutcome> {
+        let (stop, detail) = match stop_reason {
+            StopReason::Refusal => (
+                StopKind::ModelStopped("refusal".to_owned()),
+                format!("the model refused in turn {turn}"),
+            ),
+            StopReason::EndTurn | StopReason::StopSequence | StopReason::ToolUse => (
+                StopKind::Finished,
+                format!("the model ended its turn {turn}"),
+            ),
+            StopReason::MaxTokens if answer.asked_to_continue => (
+                StopKind::ModelStopped("max_tokens".to_owned()),
+                format!(
+                    "the model's reply was cut at max_tokens ({}) in turns {} and \
+                     {turn}, even after it was asked to continue",
+                    self.spec.max_tokens,
+                    turn - 1
+                ),
+            ),
+            StopReason::MaxTokens => {
+                if let Some(stop) = self.over_budget(&answer_text, "asking the model to continue") {
+                    return Some(stop);
+                }
+                // After an empty cut turn the last message is still the user's.
+                append_user_text(&mut self.request.messages, CONTINUE_AFTER_MAX_TOKENS);
+                answer.asked_to_continue = true;
+                answer.carried_text = answer_text;
+                return None;
+            }
+            StopReason::PauseTurn => {
+                if let Some(stop) = self.over_budget(&answer_text, "resuming the paused turn") {
+                    return Some(stop);
+                }
+                answer.asked_to_continue = false;
+                answer.carried_text = answer_text;
+                return None;
+            }
+            StopReason::Other(reason) => (
+                StopKind::ModelStopped(reason.clone()),
+                format!(
+                    "the model stopped turn {turn} with `{reason}`, which grove cannot \
+                     continue from"
+                ),
+            ),
+        };
+        Some(AgentOutcome {
+            stop,
+            final_text: answer_text,
+            detail,
+        })
     }
 
     /// Runs one turn's tool calls, appends their results, lets the observer see the

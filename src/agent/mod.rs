@@ -1,4 +1,4 @@
-//! The agent loop every role runs, its token ledger, and role definitions.
+//! The agent loop every role runs, and role definitions.
 //!
 //! This module owns the conversation: send a turn, run the tools it asked for, append
 //! the results, repeat. A role is data ([`AgentSpec`]); the loop is the same for all.
@@ -8,7 +8,6 @@
 //! - [`run_agent`] runs one loop and returns an [`AgentRun`] that keeps the ledger and
 //!   the transcript even when the loop failed.
 //! - [`fork_messages`] and [`isolated_messages`] build a child's first messages.
-//! - [`LedgerLine`] renders one agent's cost as a single line.
 
 use std::sync::Arc;
 
@@ -16,54 +15,20 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::event::{AgentId, EventSink};
-use crate::model::{Message, Model, Usage};
+use crate::model::{Message, Model};
 use crate::tools::{Registry, ToolContext};
 
 mod context;
-mod ledger;
 mod r#loop;
 
+pub mod external;
 pub mod roles;
 
 pub use context::{fork_messages, isolated_messages};
-pub use ledger::LedgerLine;
+// The ledger lives at the top level (any module may count tokens); this keeps the
+// `agent::Ledger` path of the modules that predate the move.
+pub use crate::ledger::Ledger;
 pub use r#loop::{AgentRun, CONTINUE_AFTER_MAX_TOKENS, TRUNCATED_TOOL_CALL, run_agent};
-
-/// What one subagent cost.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Ledger {
-    /// Model turns taken.
-    pub steps: u32,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cache_read_tokens: u64,
-    pub cache_write_tokens: u64,
-}
-
-impl Ledger {
-    /// Adds one turn's usage.
-    pub fn record(&mut self, usage: &Usage) {
-        self.steps += 1;
-        self.input_tokens += usage.input_tokens;
-        self.output_tokens += usage.output_tokens;
-        self.cache_read_tokens += usage.cache_read_input_tokens;
-        self.cache_write_tokens += usage.cache_creation_input_tokens;
-    }
-
-    /// Adds another ledger (run totals).
-    pub fn add(&mut self, other: &Ledger) {
-        self.steps += other.steps;
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cache_read_tokens += other.cache_read_tokens;
-        self.cache_write_tokens += other.cache_write_tokens;
-    }
-
-    /// Every token the provider counted, for budgets.
-    pub fn total_tokens(&self) -> u64 {
-        self.input_tokens + self.output_tokens + self.cache_read_tokens + self.cache_write_tokens
-    }
-}
 
 /// A role as data: everything that makes a lead, a worker or a reviewer different.
 #[derive(Clone)]

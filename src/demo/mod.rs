@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use crate::event::{Event, EventSink};
 use crate::git::GitOptions;
 use crate::model::{AnthropicClient, AnthropicConfig, ModelError, RetryPolicy};
-use crate::run::journal::{SubtaskOutcome, VerdictKind};
 use crate::run::{ModelChoice, Models, RunEnd, RunError, RunOptions, RunReport, SubtaskReport};
+use crate::store::journal::{SubtaskOutcome, VerdictKind};
 
 use replay::ReplayServer;
 

@@ -5,7 +5,7 @@
 //! `list_runs`, `show_run`, `review`), their arguments, the progress notifications a
 //! run sends while it goes, and the text summaries next to each tool's JSON. A run
 //! started here is an ordinary run ([`crate::run::run`]: journaled, resumable, listed by
-//! `grove runs`), and a review is [`crate::run::review::override_verdicts`], with the
+//! `grove runs`), and a review is [`crate::review::override_verdicts`], with the
 //! CLI's safety. It must never write to stdout (the protocol owns it), never print
 //! anything else (events go to the sink the caller renders on stderr), and never
 //! reimplement what the run or the review does.

@@ -9,11 +9,11 @@
 use rmcp::schemars::{self, JsonSchema};
 use serde::Deserialize;
 
+use crate::agent::external::WorkerBackend;
 use crate::model::Provider;
-use crate::run::backend::WorkerBackend;
-use crate::run::config::{MAX_JOBS, RoleValues, RunSettings};
-use crate::run::journal::VerdictKind;
 use crate::run::launch::RunRequest;
+use crate::settings::config::{MAX_JOBS, RoleValues, RunSettings};
+use crate::store::journal::VerdictKind;
 use crate::tools::sandbox::SandboxMode;
 
 /// The default cap on one subtask's diff in `show_run`, in characters.

@@ -9,7 +9,7 @@ use rmcp::{Peer, RoleServer};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::event::{Event, EventSink};
-use crate::tools::truncate_chars;
+use crate::text::truncate;
 
 /// Where progress goes: the client and the token of its request.
 pub struct Progress {
@@ -47,7 +47,7 @@ pub fn progress_message(event: &Event) -> Option<String> {
     match event {
         Event::SubtaskStarted { label, task, .. } => Some(format!(
             "{label} started: {}",
-            truncate_chars(task.lines().next().unwrap_or_default().trim(), 120)
+            truncate(task.lines().next().unwrap_or_default().trim(), 120)
         )),
         Event::SubtaskFinished {
             label,

@@ -5,10 +5,10 @@
 //! client that reads only `structuredContent` misses nothing.
 
 use crate::git::DiffStat;
-use crate::run::journal::{Finding, SubtaskOutcome};
-use crate::run::review::{ApplyResult, ReviewOutcome, RunReview};
+use crate::review::{ApplyResult, ReviewOutcome, RunReview};
 use crate::run::{RunEnd, RunReport};
-use crate::tools::truncate_chars;
+use crate::store::journal::{Finding, SubtaskOutcome};
+use crate::text::truncate;
 
 /// `grove run`'s ending in a few lines: the run, one line per subtask, the branch.
 pub fn run(report: &RunReport) -> String {
@@ -179,7 +179,7 @@ fn diffstat(stat: Option<&DiffStat>) -> String {
 }
 
 fn first_line(text: &str, max: usize) -> String {
-    truncate_chars(text.lines().next().unwrap_or_default().trim(), max)
+    truncate(text.lines().next().unwrap_or_default().trim(), max)
 }
 
 fn plural(count: usize) -> &'static str {

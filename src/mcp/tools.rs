@@ -25,10 +25,10 @@ use crate::git::{GitOptions, Repo};
 use crate::mcp::params::{ResumeParams, ReviewParams, RunParams, ShowParams};
 use crate::mcp::progress::{self, Progress};
 use crate::mcp::summary;
-use crate::run::review::{self, ApplyResult};
-use crate::run::store::RunStore;
+use crate::review::{self, ApplyResult};
 use crate::run::{RunEnd, RunError, RunReport, launch};
-use crate::tools::truncate_chars;
+use crate::store::runs::RunStore;
+use crate::text::truncate;
 
 /// The tools' names, as `tools/list` gives them.
 pub const TOOL_NAMES: [&str; 5] = ["run", "resume", "list_runs", "show_run", "review"];
@@ -321,7 +321,7 @@ fn tool_error(error: &dyn std::error::Error) -> CallToolResult {
 fn capped_diff(diff: &str, cap: usize) -> Value {
     let chars = diff.chars().count();
     serde_json::json!({
-        "text": if chars > cap { truncate_chars(diff, cap) } else { diff.to_owned() },
+        "text": if chars > cap { truncate(diff, cap) } else { diff.to_owned() },
         "truncated": chars > cap,
         "chars": chars,
     })

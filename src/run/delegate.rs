@@ -11,9 +11,9 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::run::journal::ContextMode;
 use crate::run::orchestrator::Orchestrator;
 use crate::run::subtask::{DelegateRefusal, DelegateRequest};
+use crate::store::journal::ContextMode;
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
 
 /// The `delegate` tool of one run.

@@ -7,13 +7,13 @@
 
 use std::path::Path;
 
+use crate::agent::external::WorkerBackend;
 use crate::git::{GitError, GitOptions, Repo};
 use crate::model::{self, ModelError, Provider};
-use crate::run::backend::WorkerBackend;
-use crate::run::config::{ConfigError, ProjectConfig, RoleValues, RunSettings};
-use crate::run::options::{ModelChoice, ModelNames, Models, RunOptions};
 use crate::run::orchestrator::RunError;
-use crate::run::state::RunState;
+use crate::settings::config::{ConfigError, ProjectConfig, RoleValues, RunSettings};
+use crate::settings::{ModelChoice, ModelNames, Models, RunOptions};
+use crate::store::state::RunState;
 use crate::tools::sandbox::SandboxMode;
 
 /// Why a request could not become a run. None of these are retried: the caller fixes

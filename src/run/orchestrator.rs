@@ -28,17 +28,17 @@ use crate::git::{
 };
 use crate::model::Message;
 use crate::run::delegate::Delegate;
-use crate::run::durable::{self, Durability};
 use crate::run::gate::gate_registry;
-use crate::run::journal::{self, Entry, RunOutcome};
-use crate::run::lock::{LockError, RepoLock};
-use crate::run::options::{ModelChoice, Models, RunOptions};
 use crate::run::prepare::{LocalFileError, check_local_files};
 use crate::run::report::{ApplyReport, RunEnd, RunReport, SubtaskReport, Totals};
-use crate::run::state::{RunState, SubtaskStatus};
-use crate::run::store::{ActiveRun, RunId, RunStart, RunStore, StoreError};
 use crate::run::subtask::{self, DelegateRequest};
-use crate::run::transcript::{self, AgentEnd, AgentTiming, Transcript};
+use crate::settings::options::{ModelChoice, Models, RunOptions};
+use crate::store::durable::{self, Durability};
+use crate::store::journal::{self, Entry, RunOutcome};
+use crate::store::lock::{LockError, RepoLock};
+use crate::store::state::{RunState, SubtaskStatus};
+use crate::store::transcript::{self, AgentEnd, AgentTiming, Transcript};
+use crate::store::{ActiveRun, RunId, RunStart, RunStore, StoreError};
 use crate::tools::sandbox::{self, SandboxError, SandboxMode, SandboxPolicy, SandboxedExecutor};
 use crate::tools::{self, CommandExecutor, LocalExecutor, Registry, ToolSet};
 
@@ -387,7 +387,7 @@ impl Orchestrator {
         active: ActiveRun,
         executor: Arc<dyn CommandExecutor>,
     ) -> Result<Arc<Self>, RunError> {
-        let run = GitRunId::new(run_id.as_str())?;
+        let run = run_id.clone();
         let user_root = repo
             .work_tree()
             .map_or_else(|| repo.common_dir().to_path_buf(), Path::to_path_buf);

@@ -21,12 +21,12 @@ use crate::agent::{
 use crate::event::{AgentId, EventSink};
 use crate::git::Repo;
 use crate::run::delegate::{self, DelegateInput};
-use crate::run::journal::ContextMode;
 use crate::run::orchestrator::{
     LEAD_LABEL, RunError, agent_catalogue, delegate_role, lock, read_rules,
 };
 use crate::run::subtask::DelegateRequest;
 use crate::run::{Models, RunOptions};
+use crate::store::journal::ContextMode;
 use crate::tools::{self, Tool, ToolContext, ToolError, ToolOutput, ToolSet, parse_input};
 
 /// One delegation the lead would make.

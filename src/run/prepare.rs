@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::git::{CommitId, GitError, Repo, Worktree};
-use crate::run::config::check_copy_path;
 use crate::run::orchestrator::Orchestrator;
+use crate::settings::config::check_copy_path;
 use crate::tools::{CommandExecutor as _, ExecOutcome, ExecRequest, LocalExecutor, OutputCap};
 
 /// How much of a failed setup command's output the subtask's reason shows: its end,

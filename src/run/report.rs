@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::agent::Ledger;
 use crate::git::DiffStat;
-use crate::run::journal::{Finding, SubtaskOutcome, VerdictKind};
+use crate::store::journal::{Finding, SubtaskOutcome, VerdictKind};
 
 /// How a whole run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::SemaphorePermit;
 
+use crate::agent::external::{self as backend, BackendEnv, CliEnd, CliInvocation, Progress};
 use crate::agent::roles::{self, RoleDef, RoleKind};
 use crate::agent::{
     AgentError, AgentRun, AgentSpec, Ledger, LoopInput, StopKind, fork_messages, isolated_messages,
@@ -20,16 +21,15 @@ use crate::agent::{
 use crate::event::{AgentId, Event};
 use crate::git::{BranchDiff, DiffStat, GitError, MergeOutcome, Worktree};
 use crate::model::{ContentBlock, Message, Role};
-use crate::run::backend::{self, BackendEnv, CliEnd, CliInvocation, Progress};
 use crate::run::gate::gate_registry;
-use crate::run::journal::{ContextMode, Entry, SubtaskOutcome, VerdictKind};
 use crate::run::orchestrator::{AgentObserver, Orchestrator, lock};
 use crate::run::prepare::PrepareFailure;
 use crate::run::report::{SubtaskReport, executes_later};
-use crate::run::state::{SubtaskState, SubtaskStatus};
-use crate::run::store::StoreError;
-use crate::run::transcript::{self, AgentTiming, Transcript};
 use crate::run::verdict::{SubmitVerdict, Verdict};
+use crate::store::StoreError;
+use crate::store::journal::{ContextMode, Entry, SubtaskOutcome, VerdictKind};
+use crate::store::state::{SubtaskState, SubtaskStatus};
+use crate::store::transcript::{self, AgentTiming, Transcript};
 use crate::tools::{self, CommandExecutor, Registry, ToolContext, ToolSet, truncate_chars};
 
 /// How much of a worker's final message the lead gets back.
@@ -288,7 +288,7 @@ impl Orchestrator {
         match created {
             Err(GitError::WorktreePathOccupied { path, .. }) => {
                 let aside =
-                    path.with_file_name(format!("{}.stray-{}", n, crate::run::journal::now_ms()));
+                    path.with_file_name(format!("{}.stray-{}", n, crate::store::journal::now_ms()));
                 std::fs::rename(&path, &aside).map_err(|source| GitError::Io {
                     action: "move aside",
                     path: path.clone(),
@@ -556,7 +556,7 @@ impl Orchestrator {
                 .map_err(|error| format!("the worktree could not be checked out: {error}")),
             () = self.cancel.cancelled() => Err("interrupted before the worker started".into()),
         };
-        let started_ms = crate::run::journal::now_ms();
+        let started_ms = crate::store::journal::now_ms();
         if let Err(reason) = ready {
             return WorkerEnd {
                 ledger: Ledger::default(),

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::run::journal::{Finding, VerdictKind};
+use crate::store::journal::{Finding, VerdictKind};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
 
 /// A reviewer's decision on one diff.

@@ -11,12 +11,12 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use grove::agent::Ledger;
+use grove::agent::external::{BackendEnv, WorkerBackend};
 use grove::event::{Event, EventSink};
+use grove::ledger::Ledger;
 use grove::model::Provider;
-use grove::run::backend::{BackendEnv, WorkerBackend};
-use grove::run::journal::{SubtaskOutcome, VerdictKind};
 use grove::run::{Models, RunEnd, RunOptions, RunReport};
+use grove::store::journal::{SubtaskOutcome, VerdictKind};
 
 use crate::suite::run::{Who, who};
 use crate::support::fake_cli::{self, FakeClis};

@@ -12,17 +12,17 @@ use tokio_util::sync::CancellationToken;
 
 use grove::event::EventSink;
 use grove::model::Provider;
-use grove::run::config::{
-    self, AGENT_SAMPLE, AGENT_SAMPLE_PATH, CONFIG_PATH, ProjectConfig, ResolvedRun, RoleValues,
-    RunSettings,
-};
-use grove::run::journal::{SubtaskOutcome, VerdictKind};
-use grove::run::options::default_jobs;
-use grove::run::store::{RunId, RunStore};
 use grove::run::{
     ModelChoice, ModelNames, Models, RunEnd, RunError, RunOptions, RunReport, TurnCaps,
     WorktreeSetup,
 };
+use grove::settings::config::{
+    self, AGENT_SAMPLE, AGENT_SAMPLE_PATH, CONFIG_PATH, ProjectConfig, ResolvedRun, RoleValues,
+    RunSettings,
+};
+use grove::settings::options::default_jobs;
+use grove::store::journal::{SubtaskOutcome, VerdictKind};
+use grove::store::{RunId, RunStore};
 
 use crate::suite::run::{Who, first_user_text, who};
 use crate::support::fake_server::{

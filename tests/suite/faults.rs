@@ -13,10 +13,10 @@ use serde_json::json;
 use tokio::sync::Barrier;
 
 use grove::model::Provider;
-use grove::run::journal::{ContextMode, Entry, SubtaskOutcome, read_journal};
-use grove::run::lock::RepoLock;
-use grove::run::state::{RunState, read_snapshot};
-use grove::run::store::{JOURNAL_FILE, RunId, RunStart, RunStore, SNAPSHOT_FILE};
+use grove::store::journal::{ContextMode, Entry, SubtaskOutcome, read_journal};
+use grove::store::lock::RepoLock;
+use grove::store::state::{RunState, read_snapshot};
+use grove::store::{JOURNAL_FILE, RunId, RunStart, RunStore, SNAPSHOT_FILE};
 use grove::tools::{LocalExecutor, ToolContext, ToolOutput, ToolSet, builtin_with_executor};
 use tokio_util::sync::CancellationToken;
 

@@ -3,8 +3,9 @@
 //! binary, with the fake model server standing in for the model API.
 //!
 //! Locally the test skips with a message when `python3 -c "import mcp"` fails; with
-//! `GROVE_REQUIRE_MCP_CLIENT=1` (as in CI) that is a failure.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `GROVE_REQUIRE_MCP_CLIENT=1` (as in CI) that is a failure. The skip and the time the
+//! client took go to stderr, for `--nocapture` readers.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::path::Path;
 use std::sync::Arc;

@@ -12,10 +12,10 @@ use tokio_util::sync::CancellationToken;
 
 use grove::event::EventSink;
 use grove::model::Provider;
-use grove::run::html_report::{self, DiffView, PriceTable};
-use grove::run::journal::{SubtaskOutcome, VerdictKind};
-use grove::run::state::RunStatus;
+use grove::report::{self as html_report, DiffView, PriceTable};
 use grove::run::{ModelChoice, Models, RunEnd, RunOptions};
+use grove::store::journal::{SubtaskOutcome, VerdictKind};
+use grove::store::state::RunStatus;
 
 use crate::suite::cli::role;
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};

@@ -12,14 +12,14 @@ use tokio_util::sync::CancellationToken;
 use grove::event::EventSink;
 use grove::git::{RefusalReason, Repo};
 use grove::model::Provider;
-use grove::run::journal::{
+use grove::review::{self, ApplyResult, RecordedDecision, ReviewError, ReviewOutcome};
+use grove::run::{ModelChoice, Models, RunOptions};
+use grove::store::journal::{
     ContextMode, Entry, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
 };
-use grove::run::lock::RepoLock;
-use grove::run::review::{self, ApplyResult, RecordedDecision, ReviewError, ReviewOutcome};
-use grove::run::state::{MergeState, RunState, RunStatus, SubtaskStatus};
-use grove::run::store::{RunStart, RunStore};
-use grove::run::{ModelChoice, Models, RunOptions};
+use grove::store::lock::RepoLock;
+use grove::store::state::{MergeState, RunState, RunStatus, SubtaskStatus};
+use grove::store::{RunStart, RunStore};
 
 use crate::suite::cli::role;
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
@@ -151,7 +151,7 @@ fn journal_entries(repo: &Repo, run_id: &str) -> Vec<Entry> {
     let path = RunStore::new(repo.common_dir())
         .run_dir(&run_id.parse().unwrap())
         .join("journal.jsonl");
-    grove::run::journal::read_journal(&path)
+    grove::store::journal::read_journal(&path)
         .unwrap()
         .records
         .into_iter()

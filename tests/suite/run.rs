@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use grove::event::EventSink;
 use grove::model::Provider;
-use grove::run::journal::{SubtaskOutcome, VerdictKind};
 use grove::run::{ModelChoice, Models, RunEnd, RunError, RunOptions, RunReport};
+use grove::store::journal::{SubtaskOutcome, VerdictKind};
 
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
@@ -662,7 +662,7 @@ async fn a_second_grove_on_the_same_repository_is_refused() {
     let fixture = repo_with_rules();
     let repo = fixture.open().await;
     let _held =
-        grove::run::lock::RepoLock::acquire(repo.common_dir(), "20260101-000000-abcd").unwrap();
+        grove::store::lock::RepoLock::acquire(repo.common_dir(), "20260101-000000-abcd").unwrap();
     let server = FakeServer::start().await;
     let error = run(
         &fixture,
@@ -832,7 +832,7 @@ async fn an_api_outage_pauses_the_run_and_resume_finishes_it_once_the_api_is_bac
         report.subtasks[0].archive_ref.is_none(),
         "an outage is not the worker's failure"
     );
-    let listed = grove::run::store::RunStore::new(fixture.open().await.common_dir())
+    let listed = grove::store::RunStore::new(fixture.open().await.common_dir())
         .list_runs()
         .unwrap();
     assert_eq!(listed[0].status.as_str(), "paused");

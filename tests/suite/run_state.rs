@@ -12,16 +12,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 
 use grove::agent::Ledger;
-use grove::run::journal::{
+use grove::store::journal::{
     ContextMode, Entry, Finding, Journal, JournalContents, JournalError, Record, RunOutcome,
     SubtaskOutcome, TornTail, VerdictKind, read_journal,
 };
-use grove::run::lock::{LockError, RepoLock, StaleLock, read_holder, this_hostname};
-use grove::run::state::{
+use grove::store::lock::{LockError, RepoLock, StaleLock, read_holder, this_hostname};
+use grove::store::state::{
     CheckpointState, MergeState, ReplayError, RunState, RunStatus, SubtaskState, SubtaskStatus,
     ToolCallState, VerdictState, read_snapshot, write_snapshot,
 };
-use grove::run::store::{JOURNAL_FILE, RunId, RunStart, RunStore, SNAPSHOT_FILE, StoreError};
+use grove::store::{JOURNAL_FILE, RunId, RunStart, RunStore, SNAPSHOT_FILE, StoreError};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 

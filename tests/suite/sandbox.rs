@@ -19,8 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 use grove::event::EventSink;
 use grove::model::Provider;
-use grove::run::journal::SubtaskOutcome;
 use grove::run::{Models, RunError, RunOptions};
+use grove::store::journal::SubtaskOutcome;
 use grove::tools::sandbox::{self, CommandHost, SandboxMode, SandboxPolicy, SandboxedExecutor};
 use grove::tools::{
     CommandExecutor, ExecError, ExecRequest, OutputCap, Registry, ToolContext, ToolOutput, ToolSet,
@@ -837,7 +837,7 @@ async fn sandbox_off_is_loud_and_journaled() {
         1,
         "one loud warning says the sandbox is off"
     );
-    let store = grove::run::store::RunStore::new(&fixture.repo.join(".git"));
+    let store = grove::store::RunStore::new(&fixture.repo.join(".git"));
     let state = store.read_state(&report.run_id.parse().unwrap()).unwrap();
     assert_eq!(
         (

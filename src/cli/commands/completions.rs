@@ -1,0 +1,21 @@
+//! `grove completions SHELL`: prints a shell completion script on stdout.
+
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::cli::args::Cli;
+
+/// Arguments of `grove completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete in.
+    pub shell: clap_complete::Shell,
+}
+
+/// Writes the completion script of `args.shell` to stdout.
+pub fn completions(args: &CompletionsArgs) -> ExitCode {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    clap_complete::generate(args.shell, &mut command, "grove", &mut std::io::stdout());
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,200 @@
+//! The live view of a run: spinner lines on a terminal, plain lines elsewhere.
+//!
+//! This file owns how events are shown while a run goes; it must never block the run
+//! (events arrive on an unbounded channel) and never print to stdout.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use grove::event::{AgentId, Event};
+use grove::ledger::Ledger;
+
+use super::{first_line, paint};
+
+/// Every subagent's final ledger, in the order they finished.
+pub type Ledgers = Vec<(AgentId, Ledger)>;
+
+/// Renders events until the channel closes; returns the ledgers it saw.
+pub async fn live(mut events: UnboundedReceiver<Event>, terminal: bool) -> Ledgers {
+    let mut view = if terminal {
+        View::Bars(Bars::new())
+    } else {
+        View::Plain
+    };
+    let mut ledgers = Vec::new();
+    while let Some(event) = events.recv().await {
+        if let Event::AgentFinished { agent, ledger, .. } = &event {
+            ledgers.push((agent.clone(), *ledger));
+        }
+        match &mut view {
+            View::Plain => plain(&event),
+            View::Bars(bars) => bars.show(&event),
+        }
+    }
+    if let View::Bars(bars) = view {
+        bars.finish();
+    }
+    ledgers
+}
+
+enum View {
+    Plain,
+    Bars(Bars),
+}
+
+fn plain(event: &Event) {
+    match event {
+        Event::AgentStarted { agent } => eprintln!("{agent}: started"),
+        Event::TurnCompleted {
+            agent,
+            turn,
+            ledger,
+        } => eprintln!(
+            "{agent}: turn {turn} done (in={} out={})",
+            ledger.input_tokens, ledger.output_tokens
+        ),
+        Event::ToolCalled { .. } => {}
+        Event::ModelRetry {
+            agent,
+            attempt,
+            delay_ms,
+            reason,
+        } => eprintln!(
+            "{agent}: model call failed ({reason}); retry {attempt} in {:.1}s",
+            *delay_ms as f64 / 1000.0
+        ),
+        Event::AgentFinished {
+            agent,
+            ledger,
+            outcome,
+        } => eprintln!("{} {outcome}", ledger.line(agent)),
+        Event::SubtaskStarted { label, task, .. } => {
+            eprintln!("{label}: delegated: {}", first_line(task, 100));
+        }
+        Event::SubtaskFinished {
+            label,
+            status,
+            verdict,
+            diffstat,
+        } => eprintln!(
+            "{label}: {status}{}{}",
+            verdict
+                .as_ref()
+                .map(|v| format!(" (reviewer: {v})"))
+                .unwrap_or_default(),
+            diffstat
+                .as_ref()
+                .map(|d| format!(", {d}"))
+                .unwrap_or_default()
+        ),
+        Event::Note { message } => eprintln!("grove: {message}"),
+    }
+}
+
+/// The terminal view: one spinner line per running subagent.
+struct Bars {
+    multi: MultiProgress,
+    lines: BTreeMap<String, ProgressBar>,
+    style: ProgressStyle,
+}
+
+impl Bars {
+    fn new() -> Self {
+        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+        let style = ProgressStyle::with_template("{spinner} {prefix:<14} {wide_msg} {elapsed:>4}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner());
+        Self {
+            multi,
+            lines: BTreeMap::new(),
+            style,
+        }
+    }
+
+    fn line(&mut self, agent: &AgentId) -> &ProgressBar {
+        let key = agent.to_string();
+        self.lines.entry(key.clone()).or_insert_with(|| {
+            let bar = self.multi.add(ProgressBar::new_spinner());
+            bar.set_style(self.style.clone());
+            bar.set_prefix(key);
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar
+        })
+    }
+
+    fn show(&mut self, event: &Event) {
+        match event {
+            Event::AgentStarted { agent } => self.line(agent).set_message("thinking"),
+            Event::TurnCompleted {
+                agent,
+                turn,
+                ledger,
+            } => self.line(agent).set_message(format!(
+                "turn {turn} · in={} out={}",
+                ledger.input_tokens, ledger.output_tokens
+            )),
+            Event::ToolCalled { agent, tool, .. } => {
+                let line = self.line(agent);
+                let message = line.message();
+                let base = message.split(" · →").next().unwrap_or_default().to_owned();
+                line.set_message(format!("{base} · → {tool}"));
+            }
+            Event::ModelRetry {
+                agent,
+                attempt,
+                delay_ms,
+                reason,
+            } => self.line(agent).set_message(format!(
+                "retry {attempt} in {:.1}s: {}",
+                *delay_ms as f64 / 1000.0,
+                first_line(reason, 60)
+            )),
+            Event::AgentFinished {
+                agent,
+                ledger,
+                outcome,
+            } => {
+                let text = format!("{} {}", ledger.line(agent), first_line(outcome, 60));
+                let line = self.line(agent).clone();
+                line.finish_and_clear();
+                let _ = self.multi.println(text);
+            }
+            Event::SubtaskStarted { label, task, .. } => {
+                let _ = self
+                    .multi
+                    .println(format!("{label}: delegated: {}", first_line(task, 100)));
+            }
+            Event::SubtaskFinished {
+                label,
+                status,
+                verdict,
+                diffstat,
+            } => {
+                let _ = self.multi.println(format!(
+                    "{label}: {}{}{}",
+                    paint(status),
+                    verdict
+                        .as_ref()
+                        .map(|v| format!(" (reviewer: {v})"))
+                        .unwrap_or_default(),
+                    diffstat
+                        .as_ref()
+                        .map(|d| format!(", {d}"))
+                        .unwrap_or_default()
+                ));
+            }
+            Event::Note { message } => {
+                let _ = self.multi.println(format!("grove: {message}"));
+            }
+        }
+    }
+
+    fn finish(self) {
+        for line in self.lines.values() {
+            line.finish_and_clear();
+        }
+        let _ = self.multi.clear();
+    }
+}

@@ -1,0 +1,558 @@
+//! Gathering a report's data from a run: its journal, its agents' saved timing and
+//! ledgers, its lock, and git for each subtask's diff.
+//!
+//! This file owns where each fact of the report comes from. It only reads: it never
+//! writes to the run directory or the repository, so it is safe while the run goes on.
+//! A missing or unreadable piece (a transcript, an archived commit) becomes a note in
+//! the report, never a failure of the whole report.
+
+use std::path::Path;
+
+use crate::git::{CommitId, GitError, Repo};
+use crate::ledger::Ledger;
+use crate::settings::options::ModelNames;
+use crate::store::journal::{self, Entry, JournalError, Record, RunOutcome, VerdictKind};
+use crate::store::lock::{self, Liveness};
+use crate::store::state::{LEAD_SUBTASK, RunState, RunStatus, SubtaskState, SubtaskStatus};
+use crate::store::transcript::{self, AgentEnd, AgentTiming};
+use crate::store::{JOURNAL_FILE, RunId, RunStore, StoreError};
+
+use super::diff::side_by_side;
+use super::{
+    AgentCost, DiffView, Lane, Marker, MarkerKind, PriceTable, ReportData, RunEvent,
+    SubtaskSection, Timeline,
+};
+
+/// A subtask's patch is cut at this many bytes (the cut is said in the report).
+const MAX_PATCH_BYTES: usize = 1_000_000;
+/// At most this many side-by-side rows per file (the rest are counted, not shown).
+const MAX_ROWS_PER_FILE: usize = 400;
+
+/// Why no report could be made. None is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// The run id is malformed or names no run, or its journal does not replay.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The journal could not be read a second time for its timestamps.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+}
+
+/// Gathers the report of run `run_id` of `repo`, costed with `prices`. Works for runs
+/// in any state: finished, failed, paused, interrupted, or running right now.
+pub async fn gather(
+    repo: &Repo,
+    run_id: &str,
+    prices: PriceTable,
+) -> Result<ReportData, ReportError> {
+    let id: RunId = run_id.parse()?;
+    let store = RunStore::new(repo.common_dir());
+    let mut state = store.read_state(&id)?;
+    let run_dir = store.run_dir(&id);
+    let records = journal::read_journal(&run_dir.join(JOURNAL_FILE))?.records;
+    let mut notes = Vec::new();
+    // Journaled in the order they got going; shown in the order the lead delegated them.
+    state.subtasks.sort_by_cached_key(|subtask| {
+        let number = subtask
+            .id
+            .strip_prefix('S')
+            .and_then(|n| n.parse::<u32>().ok());
+        (number.unwrap_or(u32::MAX), subtask.id.clone())
+    });
+
+    if state.status == RunStatus::Running {
+        match lock::read_holder(repo.common_dir()) {
+            Ok(holder) => {
+                let live = holder
+                    .is_some_and(|h| h.run_id == id.as_str() && h.liveness() != Liveness::Dead);
+                if !live {
+                    state.status = RunStatus::Interrupted;
+                }
+            }
+            Err(error) => notes.push(format!("cannot tell whether the run is live: {error}")),
+        }
+    }
+
+    let mut agents = AgentFiles::read(&run_dir, &state, &mut notes);
+    // A resume always runs the lead again, so an end it saved before is not its end.
+    let last_resume = records
+        .iter()
+        .filter(|record| matches!(record.entry, Entry::Resumed { .. }))
+        .map(|record| record.ts_ms)
+        .max();
+    if let (Some(end), Some(resumed)) = (agents.lead.end, last_resume)
+        && end.ended_ms < resumed
+    {
+        agents.lead.end = None;
+    }
+    let timeline = timeline(&state, &records, &agents);
+    let costs = costs(&state, &agents);
+    let archives = archive_refs(repo, &id, &mut notes);
+    let mut subtasks = Vec::new();
+    for subtask in &state.subtasks {
+        subtasks.push(section(repo, &state, subtask, &archives).await);
+    }
+    Ok(ReportData {
+        run_id: state.run_id.clone(),
+        task: state.task.clone(),
+        status: state.status,
+        base: state.base.clone(),
+        branch: state.branch.clone(),
+        provider: state.provider.clone(),
+        result_commit: state.result_commit.clone(),
+        applied: state.applied,
+        pause_reason: state.pause_reason.clone(),
+        error: state.error.clone(),
+        timeline,
+        subtasks,
+        agents: costs,
+        prices,
+        notes,
+    })
+}
+
+/// What one agent saved of itself: its transcript's timing and ledger, and its end.
+#[derive(Debug, Clone, Default)]
+struct AgentFile {
+    /// Whether a transcript or end file exists at all.
+    found: bool,
+    timing: AgentTiming,
+    /// The ledger as of the last saved turn.
+    saved_ledger: Ledger,
+    end: Option<AgentEnd>,
+}
+
+impl AgentFile {
+    fn read(run_dir: &Path, label: &str, role: &str, notes: &mut Vec<String>) -> AgentFile {
+        let path = transcript::transcript_path(run_dir, label, role);
+        let mut file = AgentFile::default();
+        match transcript::load(&path) {
+            Ok(Some(saved)) => {
+                file.found = true;
+                file.timing = saved.timing;
+                file.saved_ledger = saved.ledger;
+            }
+            Ok(None) => {}
+            Err(error) => notes.push(error.to_string()),
+        }
+        match transcript::load_end(&transcript::end_path(&path)) {
+            Ok(end) => {
+                file.found |= end.is_some();
+                // An end older than a turn belongs to an earlier run of the agent that
+                // a resume continued.
+                file.end = end.filter(|end| {
+                    file.timing
+                        .turn_ms
+                        .last()
+                        .is_none_or(|last| *last <= end.ended_ms)
+                });
+            }
+            Err(error) => notes.push(error.to_string()),
+        }
+        file
+    }
+
+    /// The agent's whole ledger if it ended, else the last saved one.
+    fn ledger(&self) -> (Ledger, bool) {
+        match &self.end {
+            Some(end) => (end.ledger, true),
+            None => (self.saved_ledger, false),
+        }
+    }
+}
+
+/// The saved files of every agent of the run.
+struct AgentFiles {
+    lead: AgentFile,
+    /// Per subtask, in the state's order: (worker, reviewer).
+    subtasks: Vec<(AgentFile, AgentFile)>,
+    models: ModelNames,
+}
+
+impl AgentFiles {
+    fn read(run_dir: &Path, state: &RunState, notes: &mut Vec<String>) -> AgentFiles {
+        let subtasks = state
+            .subtasks
+            .iter()
+            .map(|s| {
+                (
+                    AgentFile::read(run_dir, &s.id, &s.agent, notes),
+                    AgentFile::read(run_dir, &s.id, "reviewer", notes),
+                )
+            })
+            .collect();
+        let mut models: ModelNames =
+            serde_json::from_value(state.options["model_names"].clone()).unwrap_or_default();
+        for name in [&mut models.lead, &mut models.worker, &mut models.reviewer] {
+            if name.is_empty() {
+                name.clone_from(&state.model);
+            }
+        }
+        AgentFiles {
+            lead: AgentFile::read(run_dir, LEAD_SUBTASK, "lead", notes),
+            subtasks,
+            models,
+        }
+    }
+}
+
+/// The timestamps the journal holds for one subtask.
+#[derive(Default)]
+struct SubtaskTimes {
+    verdict: Option<(u64, VerdictKind)>,
+    merged: Option<u64>,
+    conflict: Option<u64>,
+}
+
+fn subtask_times(records: &[Record], id: &str) -> SubtaskTimes {
+    let mut times = SubtaskTimes::default();
+    for record in records {
+        match &record.entry {
+            Entry::Verdict {
+                subtask, verdict, ..
+            } if subtask == id => times.verdict = Some((record.ts_ms, *verdict)),
+            Entry::Merged { subtask, .. } if subtask == id => times.merged = Some(record.ts_ms),
+            Entry::Conflict { subtask, .. } if subtask == id => {
+                times.conflict = Some(record.ts_ms);
+            }
+            _ => {}
+        }
+    }
+    times
+}
+
+fn timeline(state: &RunState, records: &[Record], agents: &AgentFiles) -> Timeline {
+    let lead = &agents.lead;
+    let mut lanes = vec![Lane {
+        role: "lead".to_owned(),
+        label: LEAD_SUBTASK.to_owned(),
+        subtask: None,
+        queued_ms: None,
+        started_ms: lead.timing.started_ms.unwrap_or(state.started_ms),
+        ended_ms: lead.end.map(|end| end.ended_ms).or(state.finished_ms),
+        turn_ms: lead.timing.turn_ms.clone(),
+        turns: lead.ledger().0.steps,
+        markers: Vec::new(),
+    }];
+    for (subtask, (worker, reviewer)) in state.subtasks.iter().zip(&agents.subtasks) {
+        subtask_lanes(&mut lanes, subtask, records, worker, reviewer);
+    }
+    let events = run_events(records);
+    let start_ms = state.started_ms;
+    let end_ms = lanes
+        .iter()
+        .flat_map(|lane| {
+            let markers = lane.markers.iter().map(|m| m.ts_ms);
+            [Some(lane.started_ms), lane.ended_ms]
+                .into_iter()
+                .flatten()
+                .chain(lane.turn_ms.iter().copied())
+                .chain(markers)
+        })
+        .chain(events.iter().map(|e| e.ts_ms))
+        .chain([state.updated_ms])
+        .max()
+        .unwrap_or(start_ms)
+        .max(start_ms);
+    Timeline {
+        start_ms,
+        end_ms,
+        lanes,
+        events,
+    }
+}
+
+/// A subtask's worker lane and, when it was reviewed, its reviewer lane.
+fn subtask_lanes(
+    lanes: &mut Vec<Lane>,
+    subtask: &SubtaskState,
+    records: &[Record],
+    worker: &AgentFile,
+    reviewer: &AgentFile,
+) {
+    let times = subtask_times(records, &subtask.id);
+    let failed_at = (subtask.status == SubtaskStatus::Failed)
+        .then_some(subtask.finished_ms)
+        .flatten();
+    let has_review = reviewer.found || times.verdict.is_some();
+    let worker_end = worker
+        .end
+        .map(|end| end.ended_ms)
+        .or(reviewer.timing.started_ms)
+        .or(times.verdict.map(|(ts, _)| ts))
+        .or(subtask.finished_ms);
+    let mut worker_markers = Vec::new();
+    if let (Some(ts_ms), false) = (failed_at, has_review) {
+        worker_markers.push(Marker {
+            ts_ms,
+            kind: MarkerKind::Failed,
+        });
+    }
+    lanes.push(Lane {
+        role: subtask.agent.clone(),
+        label: subtask.id.clone(),
+        subtask: Some(subtask.id.clone()),
+        queued_ms: Some(subtask.started_ms),
+        started_ms: worker.timing.started_ms.unwrap_or(subtask.started_ms),
+        ended_ms: worker_end,
+        turn_ms: worker.timing.turn_ms.clone(),
+        turns: worker.ledger().0.steps,
+        markers: worker_markers,
+    });
+    if !has_review {
+        return;
+    }
+    let mut markers = Vec::new();
+    if let Some((ts_ms, verdict)) = times.verdict {
+        let kind = match verdict {
+            VerdictKind::Approve => MarkerKind::Approved,
+            VerdictKind::Reject => MarkerKind::Rejected,
+        };
+        markers.push(Marker { ts_ms, kind });
+    }
+    for (ts, kind) in [
+        (times.merged, MarkerKind::Merged),
+        (times.conflict, MarkerKind::Conflict),
+        (failed_at, MarkerKind::Failed),
+    ] {
+        if let Some(ts_ms) = ts {
+            markers.push(Marker { ts_ms, kind });
+        }
+    }
+    let verdict_ms = times.verdict.map(|(ts, _)| ts);
+    lanes.push(Lane {
+        role: "reviewer".to_owned(),
+        label: subtask.id.clone(),
+        subtask: Some(subtask.id.clone()),
+        queued_ms: None,
+        started_ms: reviewer
+            .timing
+            .started_ms
+            .or(verdict_ms)
+            .unwrap_or(subtask.started_ms),
+        ended_ms: reviewer
+            .end
+            .map(|end| end.ended_ms)
+            .or(verdict_ms)
+            .or(subtask.finished_ms),
+        turn_ms: reviewer.timing.turn_ms.clone(),
+        turns: reviewer.ledger().0.steps,
+        markers,
+    });
+}
+
+/// The run's own events: pauses, resumes, the end.
+fn run_events(records: &[Record]) -> Vec<RunEvent> {
+    let mut events = Vec::new();
+    for record in records {
+        let label = match &record.entry {
+            Entry::Paused { reason } => format!("paused: {reason}"),
+            Entry::Resumed { .. } => "resumed".to_owned(),
+            Entry::RunFinished {
+                status: RunOutcome::Failed,
+                error,
+                ..
+            } => match error {
+                Some(error) => format!("failed: {error}"),
+                None => "failed".to_owned(),
+            },
+            Entry::RunFinished { .. } => "finished".to_owned(),
+            _ => continue,
+        };
+        events.push(RunEvent {
+            ts_ms: record.ts_ms,
+            label,
+        });
+    }
+    events
+}
+
+fn costs(state: &RunState, agents: &AgentFiles) -> Vec<AgentCost> {
+    let row = |role: &str, label: &str, file: &AgentFile, default_model: &str| {
+        let (ledger, complete) = file.ledger();
+        AgentCost {
+            role: role.to_owned(),
+            label: label.to_owned(),
+            model: file
+                .timing
+                .model
+                .clone()
+                .unwrap_or_else(|| default_model.to_owned()),
+            ledger,
+            complete,
+        }
+    };
+    let mut rows = vec![row("lead", LEAD_SUBTASK, &agents.lead, &agents.models.lead)];
+    for (subtask, (worker, reviewer)) in state.subtasks.iter().zip(&agents.subtasks) {
+        let mut worker_row = row(&subtask.agent, &subtask.id, worker, &agents.models.worker);
+        let reviewer_row = row("reviewer", &subtask.id, reviewer, &agents.models.reviewer);
+        // A finished subtask journaled its agents' exact total; files from before end
+        // files existed make up the worker's share from it.
+        if subtask.status != SubtaskStatus::Running && !(worker_row.complete) {
+            let mut exact = subtask.ledger;
+            subtract(&mut exact, &reviewer_row.ledger);
+            if reviewer_row.complete || !reviewer.found {
+                worker_row.ledger = exact;
+                worker_row.complete = true;
+            }
+        }
+        rows.push(worker_row);
+        if reviewer.found {
+            rows.push(reviewer_row);
+        }
+    }
+    rows
+}
+
+fn subtract(ledger: &mut Ledger, other: &Ledger) {
+    ledger.steps = ledger.steps.saturating_sub(other.steps);
+    ledger.input_tokens = ledger.input_tokens.saturating_sub(other.input_tokens);
+    ledger.output_tokens = ledger.output_tokens.saturating_sub(other.output_tokens);
+    ledger.cache_read_tokens = ledger
+        .cache_read_tokens
+        .saturating_sub(other.cache_read_tokens);
+    ledger.cache_write_tokens = ledger
+        .cache_write_tokens
+        .saturating_sub(other.cache_write_tokens);
+}
+
+/// The run's archive refs with their commits, e.g. `refs/grove/archive/<run>/2-2`.
+fn archive_refs(repo: &Repo, id: &RunId, notes: &mut Vec<String>) -> Vec<(String, CommitId)> {
+    match repo.refs_under(&id.archive_prefix()) {
+        Ok(refs) => refs
+            .into_iter()
+            .filter(|(name, _)| name.starts_with(&id.archive_prefix()))
+            .collect(),
+        Err(error) => {
+            notes.push(format!("cannot list the run's archived work: {error}"));
+            Vec::new()
+        }
+    }
+}
+
+/// The newest archive of subtask `n`: `<prefix><n>`, or `<prefix><n>-<k>` with the
+/// highest `k` (a later archive of different work).
+fn newest_archive<'a>(
+    archives: &'a [(String, CommitId)],
+    run_id: &str,
+    n: &str,
+) -> Option<&'a (String, CommitId)> {
+    let prefix = format!("refs/grove/archive/{run_id}/{n}");
+    archives
+        .iter()
+        .filter_map(|entry| {
+            let rest = entry.0.strip_prefix(&prefix)?;
+            let generation = match rest.strip_prefix('-') {
+                None if rest.is_empty() => 1,
+                Some(k) => k.parse::<u32>().ok()?,
+                None => return None,
+            };
+            Some((generation, entry))
+        })
+        .max_by_key(|(generation, _)| *generation)
+        .map(|(_, entry)| entry)
+}
+
+async fn section(
+    repo: &Repo,
+    state: &RunState,
+    subtask: &SubtaskState,
+    archives: &[(String, CommitId)],
+) -> SubtaskSection {
+    let number = subtask.id.strip_prefix('S').unwrap_or(&subtask.id);
+    let archive = newest_archive(archives, &state.run_id, number);
+    let diff = match head_of(repo, subtask, archive) {
+        Ok(Some((head, source))) => diff_view(repo, &state.base, head, source).await,
+        Ok(None) => DiffView::Unavailable {
+            reason: "the worker committed nothing".to_owned(),
+        },
+        Err(error) => DiffView::Unavailable {
+            reason: error.to_string(),
+        },
+    };
+    SubtaskSection {
+        id: subtask.id.clone(),
+        task: subtask.task.clone(),
+        branch: subtask.branch.clone(),
+        agent: subtask.agent.clone(),
+        status: subtask.status,
+        verdict: subtask.verdict.clone(),
+        conflict_paths: subtask.conflict_paths.clone(),
+        archive_ref: archive.map(|(name, _)| name.clone()),
+        diff,
+    }
+}
+
+/// The commit whose diff shows the subtask's work, and what it is: the merged commit,
+/// else its newest archive, else its branch tip, else its last checkpoint.
+fn head_of(
+    repo: &Repo,
+    subtask: &SubtaskState,
+    archive: Option<&(String, CommitId)>,
+) -> Result<Option<(CommitId, String)>, GitError> {
+    if let Some(merge) = &subtask.merge {
+        return Ok(Some((
+            CommitId::parse(&merge.commit)?,
+            "merged commit".into(),
+        )));
+    }
+    if let Some((name, commit)) = archive {
+        return Ok(Some((*commit, format!("archived work {name}"))));
+    }
+    let branch = format!("refs/heads/{}", subtask.branch);
+    if let Some(tip) = repo.ref_target(&branch)? {
+        return Ok(Some((tip, format!("branch {}", subtask.branch))));
+    }
+    match &subtask.last_checkpoint {
+        Some(checkpoint) => Ok(Some((
+            CommitId::parse(&checkpoint.commit)?,
+            format!("checkpoint after turn {}", checkpoint.turn),
+        ))),
+        None => Ok(None),
+    }
+}
+
+async fn diff_view(repo: &Repo, base: &str, head: CommitId, source: String) -> DiffView {
+    let diff = match CommitId::parse(base) {
+        Ok(base) => repo.diff(base, head, MAX_PATCH_BYTES).await,
+        Err(error) => Err(error),
+    };
+    match diff {
+        Ok(diff) => DiffView::Shown {
+            base: diff.base.to_string(),
+            head: diff.head.to_string(),
+            source,
+            summary: diff.stat.summary(),
+            files: side_by_side(&diff.stat, &diff.patch, MAX_ROWS_PER_FILE),
+        },
+        Err(error) => DiffView::Unavailable {
+            reason: format!("cannot diff {source} ({head}) against the base: {error}"),
+        },
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_archive_of_a_subtask_wins_and_other_subtasks_do_not_match() {
+        let commit = CommitId::parse("0123456789012345678901234567890123456789").unwrap();
+        let archives: Vec<(String, CommitId)> = [
+            "refs/grove/archive/R/1",
+            "refs/grove/archive/R/12",
+            "refs/grove/archive/R/2",
+            "refs/grove/archive/R/2-3",
+            "refs/grove/archive/R/2-10",
+        ]
+        .into_iter()
+        .map(|name| (name.to_owned(), commit))
+        .collect();
+        let name = |n| newest_archive(&archives, "R", n).map(|(name, _)| name.as_str());
+        assert_eq!(name("1"), Some("refs/grove/archive/R/1"), "S12 is not S1");
+        assert_eq!(name("2"), Some("refs/grove/archive/R/2-10"));
+        assert_eq!(name("3"), None);
+    }
+}

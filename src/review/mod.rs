@@ -1,0 +1,798 @@
+//! `grove review`: a person looks at a finished run's subtasks, overrides the reviewer's
+//! verdicts, and applies the result.
+//!
+//! This module owns loading a run for review (each subtask's commit, diff, verdict and
+//! flags), journaling a person's decisions, rebuilding the run's result from them (the
+//! approved subtasks merged onto the base in subtask order, in memory, as a run does)
+//! and the apply that follows, with the same safety as `grove run`. It must never
+//! change a run that has not finished or whose result was already applied, never write
+//! without holding the repository lock, never leave a subtask's work reachable from no
+//! ref (work dropped from the result is archived), and never print.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::git::{
+    ApplyOutcome, ApplyRequest, ArchivedWork, CommitId, DiffStat, GitError, RebuildPick,
+    RebuildStep, RefusalReason, Repo, RunId as GitRunId, subtask_ref,
+};
+use crate::run::orchestrator::describe_refusal;
+use crate::run::report::executes_later;
+use crate::store::journal::{
+    Entry, Journal, JournalError, RebuiltSubtask, Record, SubtaskOutcome, VerdictKind,
+};
+use crate::store::lock::{LockError, RepoLock};
+use crate::store::state::{
+    self, ReplayError, RunState, RunStatus, SnapshotError, SubtaskState, SubtaskStatus,
+    VerdictState,
+};
+use crate::store::{JOURNAL_FILE, RunId, RunStore, SNAPSHOT_FILE, StoreError};
+
+/// The patch itself is not needed here (the terminal rendering reads blobs), only the
+/// diffstat; a small cap keeps `git diff`'s output from being copied around.
+const STAT_ONLY_PATCH_BYTES: usize = 1024;
+
+/// Why a review could not load, record or apply. None of these are retried.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    /// The run is still going, paused or interrupted: its subtasks may still change.
+    #[error(
+        "run {run_id} is {status}, not finished, so its subtasks may still change; \
+         `grove resume {run_id}` finishes it first (`grove review {run_id} --list` shows it \
+         as it is)"
+    )]
+    NotFinished { run_id: String, status: RunStatus },
+    /// The result is on the user's branch already; taking part of it back is a git
+    /// operation on the user's history, which grove leaves to the user.
+    #[error(
+        "run {run_id} was already applied to {branch}, so grove review can no longer change \
+         it; undo it yourself: `git revert` the run's merge commits, or `git reset` {branch} \
+         to where you want it"
+    )]
+    AlreadyApplied { run_id: String, branch: String },
+    /// A decision names a subtask the run does not have.
+    #[error("run {run_id} has no subtask {subtask} (it has: {known})")]
+    UnknownSubtask {
+        run_id: String,
+        subtask: String,
+        known: String,
+    },
+    /// The same subtask is both approved and rejected in one review.
+    #[error("{subtask} is both approved and rejected; decide once")]
+    ContradictoryDecisions { subtask: String },
+    /// A subtask that left no commit has no work that could be merged.
+    #[error(
+        "{subtask} cannot be approved: it {status} before producing a commit, so there is no \
+         work to merge"
+    )]
+    NoCommit {
+        subtask: String,
+        status: &'static str,
+    },
+    /// The journal refused a record (a bug, or a journal edited by hand). The journal is
+    /// unchanged.
+    #[error("run {run_id}: refused to journal a record: {source}")]
+    RecordRejected {
+        run_id: String,
+        #[source]
+        source: ReplayError,
+    },
+    /// Applying failed after the decisions were recorded and the result rebuilt; those
+    /// stay, and `grove review RUN --apply` tries the apply again.
+    #[error(
+        "run {run_id}: the decisions are recorded and the result is on {result_branch}, but \
+         applying it failed: {source}; `grove review {run_id} --apply` tries again"
+    )]
+    ApplyFailed {
+        run_id: String,
+        result_branch: String,
+        #[source]
+        source: Box<GitError>,
+    },
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Lock(#[from] LockError),
+    #[error("{0}")]
+    Git(#[from] GitError),
+    #[error("run journal: {0}")]
+    Journal(#[from] JournalError),
+    #[error("run snapshot: {0}")]
+    Snapshot(#[from] SnapshotError),
+}
+
+/// Where a subtask's commit was found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CommitSource {
+    /// The commit that was merged onto the result.
+    Merged,
+    /// The subtask's branch, still there (`--keep-worktrees`, or not cleaned up).
+    Branch { reference: String },
+    /// An archive ref (rejected, failed or conflicting work, or work a person rejected).
+    Archive { reference: String },
+    /// The last checkpoint the journal recorded.
+    Checkpoint,
+}
+
+/// One subtask as a person reviews it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SubtaskReview {
+    /// The label, e.g. `S2`.
+    pub id: String,
+    pub task: String,
+    pub status: SubtaskStatus,
+    /// The reviewer's verdict, summary and findings.
+    pub reviewer: Option<VerdictState>,
+    /// A person's latest decision, if any.
+    pub human_verdict: Option<VerdictKind>,
+    /// The decision that counts: the person's, else the reviewer's.
+    pub decision: Option<VerdictKind>,
+    /// The subtask's work; `None` when it failed before producing a commit.
+    pub commit: Option<CommitId>,
+    pub commit_source: Option<CommitSource>,
+    /// The diffstat of `commit` against the run's base.
+    pub diffstat: Option<DiffStat>,
+    /// Changed paths that run on the host or in CI later.
+    pub executes_later: Vec<String>,
+    /// Paths that conflicted when it was last merged, if it conflicted.
+    pub conflict_paths: Vec<String>,
+}
+
+impl SubtaskReview {
+    /// Whether a person may approve it (it has work to merge).
+    pub fn approvable(&self) -> bool {
+        self.commit.is_some()
+    }
+}
+
+/// A run as a person reviews it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunReview {
+    pub run_id: String,
+    pub task: String,
+    pub status: RunStatus,
+    /// The commit the run started from; every subtask's diff is against it.
+    pub base: CommitId,
+    /// The user's branch, as a full ref.
+    pub branch: String,
+    /// `grove/<run>/result`.
+    pub result_branch: String,
+    pub result_commit: Option<String>,
+    pub applied: bool,
+    /// Why the run failed, if it did.
+    pub error: Option<String>,
+    /// In subtask order.
+    pub subtasks: Vec<SubtaskReview>,
+}
+
+impl RunReview {
+    /// The subtask labelled `id`.
+    pub fn subtask(&self, id: &str) -> Option<&SubtaskReview> {
+        self.subtasks.iter().find(|s| s.id == id)
+    }
+
+    /// Why decisions cannot be recorded on this run, if they cannot.
+    pub fn refusal(&self) -> Option<ReviewError> {
+        refusal(
+            &self.run_id,
+            self.status,
+            self.applied,
+            &self.branch,
+            self.status == RunStatus::Finished || self.status == RunStatus::Failed,
+        )
+    }
+
+    /// The subtask's diff for a terminal (file headers, hunks, word-level highlights
+    /// when `colour` is on); `None` when the subtask has no commit.
+    pub fn render_diff(
+        &self,
+        repo: &Repo,
+        subtask: &SubtaskReview,
+        colour: bool,
+    ) -> Result<Option<String>, GitError> {
+        match (&subtask.commit, &subtask.diffstat) {
+            (Some(commit), Some(stat)) => {
+                repo.render_diff(self.base, *commit, stat, colour).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+fn refusal(
+    run_id: &str,
+    status: RunStatus,
+    applied: bool,
+    branch: &str,
+    finished: bool,
+) -> Option<ReviewError> {
+    if applied {
+        return Some(ReviewError::AlreadyApplied {
+            run_id: run_id.to_owned(),
+            branch: short_branch(branch).to_owned(),
+        });
+    }
+    (!finished).then(|| ReviewError::NotFinished {
+        run_id: run_id.to_owned(),
+        status,
+    })
+}
+
+fn short_branch(branch: &str) -> &str {
+    branch.strip_prefix("refs/heads/").unwrap_or(branch)
+}
+
+/// Loads run `run_id` of `repo` for review, without writing anything (safe while
+/// another process holds the lock). Every run can be loaded; [`RunReview::refusal`]
+/// says whether it can be changed.
+pub async fn load(repo: &Repo, run_id: &str) -> Result<RunReview, ReviewError> {
+    let run_id: RunId = run_id.parse()?;
+    let state = RunStore::new(repo.common_dir()).read_state(&run_id)?;
+    review_of(repo, &state).await
+}
+
+async fn review_of(repo: &Repo, state: &RunState) -> Result<RunReview, ReviewError> {
+    let run = GitRunId::new(&state.run_id)?;
+    let base = CommitId::parse(&state.base)?;
+    // The journal has subtasks in the order they started, which races; people and the
+    // rebuild go by number.
+    let mut ordered: Vec<&SubtaskState> = state.subtasks.iter().collect();
+    ordered.sort_by_key(|s| subtask_number(&s.id).unwrap_or(u32::MAX));
+    let mut subtasks = Vec::with_capacity(ordered.len());
+    for subtask in ordered {
+        // A subtask that changed nothing is archived at the base: no work of its own.
+        let found = find_subtask_commit(repo, &run, subtask)?.filter(|(c, _)| *c != base);
+        let diffstat = match &found {
+            Some((commit, _)) => Some(repo.diff(base, *commit, STAT_ONLY_PATCH_BYTES).await?.stat),
+            None => None,
+        };
+        let (commit, commit_source) = found.unzip();
+        subtasks.push(SubtaskReview {
+            id: subtask.id.clone(),
+            task: subtask.task.clone(),
+            status: subtask.status,
+            reviewer: subtask.verdict.clone(),
+            human_verdict: subtask.human_verdict,
+            decision: subtask.decision(),
+            commit,
+            commit_source,
+            executes_later: diffstat.as_ref().map(executes_later).unwrap_or_default(),
+            diffstat,
+            conflict_paths: subtask.conflict_paths.clone(),
+        });
+    }
+    Ok(RunReview {
+        run_id: state.run_id.clone(),
+        task: state.task.clone(),
+        status: state.status,
+        base,
+        branch: state.branch.clone(),
+        result_branch: run.result_branch(),
+        result_commit: state.result_commit.clone(),
+        applied: state.applied,
+        error: state.error.clone(),
+        subtasks,
+    })
+}
+
+/// The subtask's number: `S3` → 3.
+fn subtask_number(id: &str) -> Option<u32> {
+    id.strip_prefix('S')?.parse().ok()
+}
+
+/// Finds a subtask's work: the merged commit, else its branch, else an archive (one
+/// holding the last checkpoint or more, else the newest), else the last checkpoint.
+/// Branches go once a subtask is settled and checkpoints may be garbage-collected, so
+/// each candidate is checked to exist.
+fn find_subtask_commit(
+    repo: &Repo,
+    run: &GitRunId,
+    subtask: &SubtaskState,
+) -> Result<Option<(CommitId, CommitSource)>, GitError> {
+    if let Some(merge) = &subtask.merge
+        && let Some(commit) = repo.find_commit(&merge.commit)?
+    {
+        return Ok(Some((commit, CommitSource::Merged)));
+    }
+    let Some(number) = subtask_number(&subtask.id) else {
+        return Ok(None);
+    };
+    let branch = subtask_ref(run, number);
+    if let Some(commit) = repo.ref_target(&branch)? {
+        return Ok(Some((commit, CommitSource::Branch { reference: branch })));
+    }
+    let checkpoint = match &subtask.last_checkpoint {
+        Some(checkpoint) => repo.find_commit(&checkpoint.commit)?,
+        None => None,
+    };
+    let archives = repo.subtask_archives(run, number)?;
+    let mut holding_checkpoint = None;
+    if let Some(checkpoint) = checkpoint {
+        for (reference, commit) in &archives {
+            if repo.is_ancestor(checkpoint, *commit)? {
+                holding_checkpoint = Some((reference.clone(), *commit));
+            }
+        }
+    }
+    if let Some((reference, commit)) = holding_checkpoint.or_else(|| match checkpoint {
+        Some(_) => None,
+        None => archives.last().cloned(),
+    }) {
+        return Ok(Some((commit, CommitSource::Archive { reference })));
+    }
+    Ok(checkpoint.map(|commit| (commit, CommitSource::Checkpoint)))
+}
+
+/// One decision recorded by [`override_verdicts`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecordedDecision {
+    pub subtask: String,
+    pub verdict: VerdictKind,
+    /// The decision it replaced.
+    pub previous: Option<VerdictKind>,
+}
+
+/// What rebuilding the result did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RebuildReport {
+    /// The result before.
+    pub previous: Option<String>,
+    /// The result now.
+    pub result: String,
+    /// How every decided subtask ended, in subtask order.
+    pub subtasks: Vec<RebuiltSubtask>,
+    /// Work that is not in the result, kept under archive refs.
+    pub archived: Vec<ArchivedWork>,
+}
+
+/// How the apply after a review ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum ApplyResult {
+    /// The user's branch now has the result.
+    Applied {
+        from: CommitId,
+        to: CommitId,
+        /// True when the branch had moved and the result was merged on top of it.
+        merged_on_top: bool,
+        message: String,
+    },
+    /// The result holds nothing beyond the base (every subtask rejected); the branch was
+    /// not touched.
+    NothingToApply { message: String },
+    /// Nothing of the user's was touched; `command` applies the result by hand.
+    Refused {
+        reason: RefusalReason,
+        command: String,
+        message: String,
+    },
+}
+
+impl ApplyResult {
+    /// One sentence for the user.
+    pub fn message(&self) -> &str {
+        match self {
+            ApplyResult::Applied { message, .. }
+            | ApplyResult::NothingToApply { message }
+            | ApplyResult::Refused { message, .. } => message,
+        }
+    }
+}
+
+/// What [`override_verdicts`] did, and the run as it is now. Serialized as one flat
+/// object: the run's fields (`run_id`, `status`, `applied`, `result_commit`,
+/// `subtasks`...) next to `recorded`, `unchanged`, `rebuilt` and `apply`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReviewOutcome {
+    /// Decisions journaled (those that changed something), in the order given.
+    pub recorded: Vec<RecordedDecision>,
+    /// Subtasks whose decision was already the one given; nothing was journaled for them.
+    pub unchanged: Vec<String>,
+    /// Set when the result was rebuilt.
+    pub rebuilt: Option<RebuildReport>,
+    /// Set when an apply was asked for.
+    pub apply: Option<ApplyResult>,
+    /// The run after all of it.
+    #[serde(flatten)]
+    pub review: RunReview,
+}
+
+impl ReviewOutcome {
+    /// The outcome of looking without changing anything.
+    pub fn unchanged(review: RunReview) -> Self {
+        Self {
+            recorded: Vec::new(),
+            unchanged: Vec::new(),
+            rebuilt: None,
+            apply: None,
+            review,
+        }
+    }
+
+    /// Subtasks the decisions approve that are not in the result (they conflicted).
+    pub fn approved_but_not_merged(&self) -> Vec<&SubtaskReview> {
+        self.review
+            .subtasks
+            .iter()
+            .filter(|s| s.decision == Some(VerdictKind::Approve))
+            .filter(|s| s.status != SubtaskStatus::Merged)
+            .collect()
+    }
+}
+
+/// Records a person's decisions on run `run_id` and rebuilds its result from them, then
+/// applies it to the user's branch when `apply` is set.
+///
+/// Under the repository lock: each decision that changes a subtask's decision is
+/// journaled (`human_verdict`); then, if any was (or an earlier review was cut short),
+/// the result is rebuilt from the base with every approved subtask merged in subtask
+/// order — a conflicting one is reported, left out and archived — and journaled
+/// (`result_rebuilt`). The apply has `grove run`'s safety (a dirty work tree or a moved
+/// branch is a [`ApplyResult::Refused`] with its advice, and nothing is touched); the
+/// decisions stay recorded whatever it says.
+///
+/// Refused before anything is written: a run that has not finished, a run already
+/// applied, an unknown subtask, a subtask both approved and rejected, and approving a
+/// subtask that left no commit.
+pub async fn override_verdicts(
+    repo: &Repo,
+    run_id: &str,
+    changes: &[(String, VerdictKind)],
+    apply: bool,
+) -> Result<ReviewOutcome, ReviewError> {
+    let store_id: RunId = run_id.parse()?;
+    let store = RunStore::new(repo.common_dir());
+    // Fails with a clear message (run not found) before a lock file is created.
+    store.read_state(&store_id)?;
+    let _lock = RepoLock::acquire(repo.common_dir(), store_id.as_str())?;
+    // Checked on a read-only replay, so a refused run is not written to at all (opening
+    // the journal for appending would cut a torn tail).
+    let state = store.read_state(&store_id)?;
+    if let Some(refusal) = refusal(
+        &state.run_id,
+        state.status,
+        state.applied,
+        &state.branch,
+        state.is_finished(),
+    ) {
+        return Err(refusal);
+    }
+    let mut journal = ReviewJournal::open(&store, &store_id)?;
+    let state = journal.state.clone();
+    let before = review_of(repo, &state).await?;
+    let wanted = check_changes(&before, changes)?;
+
+    let mut recorded = Vec::new();
+    let mut unchanged = Vec::new();
+    for (subtask, verdict) in wanted {
+        let previous = before.subtask(&subtask).and_then(|s| s.decision);
+        if previous == Some(verdict) {
+            unchanged.push(subtask);
+            continue;
+        }
+        journal.append(Entry::HumanVerdict {
+            subtask: subtask.clone(),
+            verdict,
+            previous,
+        })?;
+        recorded.push(RecordedDecision {
+            subtask,
+            verdict,
+            previous,
+        });
+    }
+
+    let run = GitRunId::new(&state.run_id)?;
+    let decided = review_of(repo, &journal.state).await?;
+    // The result ref is grove's: one that no longer points where the journal says (moved
+    // or deleted by hand) is rebuilt from the decisions too.
+    let drifted =
+        repo.ref_target(&run.result_ref())?.map(|c| c.to_string()) != journal.state.result_commit;
+    let rebuilt = if !recorded.is_empty() || !consistent(&decided) || drifted {
+        Some(rebuild(repo, &run, &decided, &mut journal).await?)
+    } else {
+        None
+    };
+
+    let apply = if apply {
+        let state = journal.state.clone();
+        Some(apply_result(repo, &run, &state, &mut journal).await?)
+    } else {
+        None
+    };
+    let review = review_of(repo, &journal.state).await?;
+    Ok(ReviewOutcome {
+        recorded,
+        unchanged,
+        rebuilt,
+        apply,
+        review,
+    })
+}
+
+/// Checks the decisions against the run; returns them in subtask order, one per
+/// subtask.
+fn check_changes(
+    review: &RunReview,
+    changes: &[(String, VerdictKind)],
+) -> Result<Vec<(String, VerdictKind)>, ReviewError> {
+    let mut wanted: Vec<(String, VerdictKind)> = Vec::new();
+    for (subtask, verdict) in changes {
+        let Some(found) = review.subtask(subtask) else {
+            return Err(ReviewError::UnknownSubtask {
+                run_id: review.run_id.clone(),
+                subtask: subtask.clone(),
+                known: review
+                    .subtasks
+                    .iter()
+                    .map(|s| s.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        };
+        if *verdict == VerdictKind::Approve && !found.approvable() {
+            return Err(ReviewError::NoCommit {
+                subtask: subtask.clone(),
+                status: match found.status {
+                    SubtaskStatus::Running => "stopped",
+                    _ => "failed",
+                },
+            });
+        }
+        match wanted.iter().find(|(id, _)| id == subtask) {
+            Some((_, earlier)) if earlier != verdict => {
+                return Err(ReviewError::ContradictoryDecisions {
+                    subtask: subtask.clone(),
+                });
+            }
+            Some(_) => {}
+            None => wanted.push((subtask.clone(), *verdict)),
+        }
+    }
+    let position = |id: &str| review.subtasks.iter().position(|s| s.id == id);
+    wanted.sort_by_key(|(id, _)| position(id));
+    Ok(wanted)
+}
+
+/// True when every subtask's status matches its decision: approved ones merged (or
+/// conflicting), rejected ones not merged. A review cut short between its decisions
+/// and its rebuild leaves this false, and the next review rebuilds.
+fn consistent(review: &RunReview) -> bool {
+    review.subtasks.iter().all(|s| match s.decision {
+        Some(VerdictKind::Approve) if s.commit.is_some() => {
+            matches!(s.status, SubtaskStatus::Merged | SubtaskStatus::Conflict)
+        }
+        Some(VerdictKind::Reject) => s.status != SubtaskStatus::Merged,
+        _ => true,
+    })
+}
+
+async fn rebuild(
+    repo: &Repo,
+    run: &GitRunId,
+    review: &RunReview,
+    journal: &mut ReviewJournal,
+) -> Result<RebuildReport, ReviewError> {
+    let mut archived = Vec::new();
+    let mut picks = Vec::new();
+    for subtask in &review.subtasks {
+        let (Some(number), Some(commit)) = (subtask_number(&subtask.id), subtask.commit) else {
+            continue;
+        };
+        match subtask.decision {
+            Some(VerdictKind::Approve) => picks.push(RebuildPick {
+                subtask: number,
+                commit,
+                message: merge_message(run, subtask),
+            }),
+            // Kept before the result stops holding it.
+            Some(VerdictKind::Reject) => {
+                archived.push(repo.archive_commit(run, number, commit).await?);
+            }
+            None => {}
+        }
+    }
+    let previous = repo.ref_target(&run.result_ref())?;
+    let rebuilt = repo
+        .rebuild_result(run, review.base, &picks, previous)
+        .await?;
+
+    let mut subtasks = Vec::new();
+    for subtask in &review.subtasks {
+        let Some(number) = subtask_number(&subtask.id) else {
+            continue;
+        };
+        let step = rebuilt.steps.iter().find(|(n, _)| *n == number);
+        let outcome = match (subtask.decision, step, subtask.commit) {
+            (Some(VerdictKind::Reject), _, _) => RebuiltSubtask {
+                subtask: subtask.id.clone(),
+                status: SubtaskOutcome::Rejected,
+                commit: None,
+                result: None,
+                conflict_paths: Vec::new(),
+            },
+            (
+                Some(VerdictKind::Approve),
+                Some((_, RebuildStep::Merged { result } | RebuildStep::AlreadyMerged { result })),
+                Some(commit),
+            ) => RebuiltSubtask {
+                subtask: subtask.id.clone(),
+                status: SubtaskOutcome::Merged,
+                commit: Some(commit.to_string()),
+                result: Some(result.to_string()),
+                conflict_paths: Vec::new(),
+            },
+            (Some(VerdictKind::Approve), Some((_, RebuildStep::Conflict { paths })), Some(c)) => {
+                archived.push(repo.archive_commit(run, number, c).await?);
+                RebuiltSubtask {
+                    subtask: subtask.id.clone(),
+                    status: SubtaskOutcome::Conflict,
+                    commit: None,
+                    result: None,
+                    conflict_paths: paths.clone(),
+                }
+            }
+            // No decision, or approved by the reviewer but its work is gone: as it was.
+            _ => continue,
+        };
+        subtasks.push(outcome);
+    }
+    archived.sort_by(|a, b| a.reference.cmp(&b.reference));
+    archived.dedup();
+    journal.append(Entry::ResultRebuilt {
+        result: rebuilt.result.to_string(),
+        subtasks: subtasks.clone(),
+    })?;
+    Ok(RebuildReport {
+        previous: previous.map(|c| c.to_string()),
+        result: rebuilt.result.to_string(),
+        subtasks,
+        archived,
+    })
+}
+
+fn merge_message(run: &GitRunId, subtask: &SubtaskReview) -> String {
+    let brief = crate::tools::truncate_chars(subtask.task.lines().next().unwrap_or_default(), 200);
+    let approved_by = if subtask.human_verdict == Some(VerdictKind::Approve) {
+        "Grove-Review: approved by a person\n"
+    } else {
+        ""
+    };
+    format!(
+        "grove {run}: merge {label}\n\n{brief}\n\nGrove-Run: {run}\nGrove-Subtask: {label}\n\
+         {approved_by}",
+        label = subtask.id
+    )
+}
+
+async fn apply_result(
+    repo: &Repo,
+    run: &GitRunId,
+    state: &RunState,
+    journal: &mut ReviewJournal,
+) -> Result<ApplyResult, ReviewError> {
+    let branch = short_branch(&state.branch).to_owned();
+    let result_branch = run.result_branch();
+    let base = CommitId::parse(&state.base)?;
+    let result = repo.ref_target(&run.result_ref())?;
+    if result.is_none_or(|result| result == base) {
+        return Ok(ApplyResult::NothingToApply {
+            message: format!("The result holds no approved work; {branch} was not touched."),
+        });
+    }
+    let failed = |source| ReviewError::ApplyFailed {
+        run_id: state.run_id.clone(),
+        result_branch: result_branch.clone(),
+        source: Box::new(source),
+    };
+    let outcome = repo
+        .apply(&ApplyRequest {
+            run: run.clone(),
+            branch: state.branch.clone(),
+            base,
+        })
+        .await
+        .map_err(failed)?;
+    let applied = match outcome {
+        ApplyOutcome::Applied {
+            from,
+            to,
+            merged_on_top,
+        } => {
+            let hex = to.to_string();
+            let how = if merged_on_top {
+                ", merged on top of your new commits"
+            } else {
+                ""
+            };
+            ApplyResult::Applied {
+                from,
+                to,
+                merged_on_top,
+                message: format!(
+                    "{branch} now has the result ({}{how}).",
+                    hex.get(..10).unwrap_or(&hex)
+                ),
+            }
+        }
+        ApplyOutcome::AlreadyApplied => {
+            let to = repo.ref_target(&state.branch)?.unwrap_or(base);
+            ApplyResult::Applied {
+                from: to,
+                to,
+                merged_on_top: false,
+                message: format!("{branch} already has the result."),
+            }
+        }
+        ApplyOutcome::Refused { reason, command } => {
+            let message = format!(
+                "Your branch was not touched: {}. The result is on {result_branch}.",
+                describe_refusal(&reason)
+            );
+            return Ok(ApplyResult::Refused {
+                reason,
+                command,
+                message,
+            });
+        }
+    };
+    if let Some(result) = result {
+        journal.append(Entry::ResultApplied {
+            result: result.to_string(),
+        })?;
+    }
+    Ok(applied)
+}
+
+/// The run's journal opened for appending review records, with the state kept in step
+/// (like the store's active run, but for a run that has finished).
+struct ReviewJournal {
+    journal: Journal,
+    state: RunState,
+    snapshot: PathBuf,
+}
+
+impl ReviewJournal {
+    fn open(store: &RunStore, run_id: &RunId) -> Result<Self, ReviewError> {
+        let dir = store.run_dir(run_id);
+        let path = dir.join(JOURNAL_FILE);
+        let (journal, contents) = Journal::open(&path)?;
+        let state = crate::store::replay_checked(run_id, &path, &contents.records)?;
+        Ok(Self {
+            journal,
+            state,
+            snapshot: dir.join(SNAPSHOT_FILE),
+        })
+    }
+
+    /// Journals `entry` durably and folds it in; a record that does not fit is refused
+    /// before anything is written.
+    fn append(&mut self, entry: Entry) -> Result<(), ReviewError> {
+        let record = Record::now(entry);
+        let mut next = self.state.clone();
+        next.apply(&record)
+            .map_err(|source| ReviewError::RecordRejected {
+                run_id: self.state.run_id.clone(),
+                source,
+            })?;
+        self.journal.append(&record)?;
+        self.state = next;
+        state::write_snapshot(&self.snapshot, &self.state)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subtask_numbers_come_from_their_labels() {
+        assert_eq!(subtask_number("S12"), Some(12));
+        assert_eq!(subtask_number("lead"), None);
+        assert_eq!(subtask_number("S"), None);
+    }
+}

@@ -1,0 +1,649 @@
+//! The project configuration file, `.grove/config.toml`: its keys, their built-in
+//! defaults, the layering of flags over the file over the defaults, and the commented
+//! file `grove init` writes.
+//!
+//! This module owns reading and validating the file and turning settings into
+//! [`RunOptions`]. It must never print, never run or copy anything the file names (the
+//! run does that), and never let a malformed value through: every problem is an error
+//! naming the file, the line and the key.
+
+use std::ops::Range;
+use std::path::{Component, Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::model::Provider;
+pub use crate::settings::options::DEFAULT_SETUP_TIMEOUT_S;
+use crate::settings::options::{ModelNames, RunOptions, TurnCaps, WorktreeSetup, default_jobs};
+
+/// Where the file lives, relative to the repository root.
+pub const CONFIG_PATH: &str = ".grove/config.toml";
+
+/// The most subtasks `jobs` may allow at once (the `--jobs` flag's limit too).
+pub const MAX_JOBS: u32 = 64;
+
+/// The longest `setup_timeout_s` accepted: one day.
+const MAX_SETUP_TIMEOUT_S: u64 = 86_400;
+
+/// The model every role uses with `provider` when neither a flag nor the file names one.
+pub fn default_model(provider: Provider) -> &'static str {
+    match provider {
+        Provider::Anthropic => "claude-sonnet-4-5",
+        Provider::OpenAi => "gpt-4.1",
+    }
+}
+
+/// Why the project configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but cannot be read. Not retried.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML, has an unknown key, or a value out of range. Not
+    /// retried: the user fixes the file.
+    #[error("{}:{line}:{column}: {}{problem}", path.display(), key_prefix(key.as_deref()))]
+    Invalid {
+        path: PathBuf,
+        /// 1-based.
+        line: usize,
+        /// 1-based, in characters.
+        column: usize,
+        /// The key as written in the file (`jobs`, `models.lead`), when one is to blame.
+        key: Option<String>,
+        /// What was wrong, e.g. `expected an integer from 1 to 64, got "four"`.
+        problem: String,
+    },
+}
+
+fn key_prefix(key: Option<&str>) -> String {
+    key.map(|key| format!("{key}: ")).unwrap_or_default()
+}
+
+/// One value per role; `None` where a layer says nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoleValues<T> {
+    pub lead: Option<T>,
+    pub worker: Option<T>,
+    pub reviewer: Option<T>,
+}
+
+impl<T> RoleValues<T> {
+    fn or(self, lower: Self) -> Self {
+        Self {
+            lead: self.lead.or(lower.lead),
+            worker: self.worker.or(lower.worker),
+            reviewer: self.reviewer.or(lower.reviewer),
+        }
+    }
+}
+
+/// The settings a run takes from one layer (the flags, or the file); `None` where the
+/// layer says nothing, so that the layer below decides.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunSettings {
+    pub provider: Option<Provider>,
+    /// The model of every role.
+    pub model: Option<String>,
+    /// A role's model, overriding `model` for that role.
+    pub models: RoleValues<String>,
+    pub jobs: Option<u32>,
+    pub max_turns: RoleValues<u32>,
+    pub budget_tokens: Option<u64>,
+    pub subagent_budget_tokens: Option<u64>,
+    pub apply: Option<bool>,
+    /// Shell command run in each new worktree before its worker starts.
+    pub setup: Option<String>,
+    pub setup_timeout_s: Option<u64>,
+    /// Untracked files copied from the repository root into each worktree.
+    pub copy: Option<Vec<String>>,
+}
+
+/// What a run is given once every layer is applied.
+#[derive(Debug, Clone)]
+pub struct ResolvedRun {
+    pub provider: Provider,
+    /// The model name of each role.
+    pub models: ModelNames,
+    /// Options with every layered key set; the caller sets the rest (`keep_worktrees`,
+    /// `git`...).
+    pub options: RunOptions,
+}
+
+impl RunSettings {
+    /// These settings layered over `lower`: each key set here wins.
+    ///
+    /// Two keys reach further than themselves, because a careful user means them so:
+    /// a layer's `model` (every role) also beats the lower layer's per-role models, and
+    /// a layer that switches to another provider than the lower one drops the lower
+    /// layer's model names, which name the other provider's models.
+    pub fn over(self, lower: RunSettings) -> RunSettings {
+        let switches_provider = self
+            .provider
+            .is_some_and(|provider| provider != lower.provider.unwrap_or_default());
+        let (lower_model, lower_models) = if switches_provider || self.model.is_some() {
+            (None, RoleValues::default())
+        } else {
+            (lower.model, lower.models)
+        };
+        RunSettings {
+            provider: self.provider.or(lower.provider),
+            model: self.model.or(lower_model),
+            models: self.models.or(lower_models),
+            jobs: self.jobs.or(lower.jobs),
+            max_turns: self.max_turns.or(lower.max_turns),
+            budget_tokens: self.budget_tokens.or(lower.budget_tokens),
+            subagent_budget_tokens: self.subagent_budget_tokens.or(lower.subagent_budget_tokens),
+            apply: self.apply.or(lower.apply),
+            setup: self.setup.or(lower.setup),
+            setup_timeout_s: self.setup_timeout_s.or(lower.setup_timeout_s),
+            copy: self.copy.or(lower.copy),
+        }
+    }
+
+    /// The run these settings describe, built-in defaults filling every gap.
+    pub fn resolve(self, task: impl Into<String>) -> ResolvedRun {
+        let provider = self.provider.unwrap_or_default();
+        let model = self
+            .model
+            .unwrap_or_else(|| default_model(provider).to_owned());
+        let models = ModelNames {
+            lead: self.models.lead.unwrap_or_else(|| model.clone()),
+            worker: self.models.worker.unwrap_or_else(|| model.clone()),
+            reviewer: self.models.reviewer.unwrap_or(model),
+        };
+        let caps = TurnCaps::default();
+        let mut options = RunOptions::new(task);
+        options.jobs = self.jobs.map_or_else(default_jobs, |jobs| jobs as usize);
+        options.max_turns = TurnCaps {
+            lead: self.max_turns.lead.unwrap_or(caps.lead),
+            worker: self.max_turns.worker.unwrap_or(caps.worker),
+            reviewer: self.max_turns.reviewer.unwrap_or(caps.reviewer),
+        };
+        options.budget_tokens = self.budget_tokens;
+        options.subagent_budget_tokens = self.subagent_budget_tokens;
+        options.apply = self.apply.unwrap_or(true);
+        options.worktree_setup = WorktreeSetup {
+            setup: self.setup,
+            setup_timeout_s: self.setup_timeout_s.unwrap_or(DEFAULT_SETUP_TIMEOUT_S),
+            copy: self.copy.unwrap_or_default(),
+        };
+        options.model_names = models.clone();
+        ResolvedRun {
+            provider,
+            models,
+            options,
+        }
+    }
+}
+
+/// A parsed and validated `.grove/config.toml`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectConfig {
+    /// The file it was read from.
+    pub path: PathBuf,
+    pub settings: RunSettings,
+}
+
+impl ProjectConfig {
+    /// Reads `<repo_root>/.grove/config.toml`; `None` when there is no such file.
+    pub fn load(repo_root: &Path) -> Result<Option<ProjectConfig>, ConfigError> {
+        let path = repo_root.join(CONFIG_PATH);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(ConfigError::Read { path, source }),
+        };
+        let text = String::from_utf8(bytes).map_err(|error| {
+            let valid = error.utf8_error().valid_up_to();
+            let text = String::from_utf8_lossy(&error.into_bytes()[..valid]).into_owned();
+            let (line, column) = line_and_column(&text, valid);
+            ConfigError::Invalid {
+                path: path.clone(),
+                line,
+                column,
+                key: None,
+                problem: "the file is not valid UTF-8".into(),
+            }
+        })?;
+        Self::parse(&path, &text).map(Some)
+    }
+
+    /// Parses the text of a config file read from `path` (named in errors).
+    pub fn parse(path: &Path, text: &str) -> Result<ProjectConfig, ConfigError> {
+        let raw: RawFile = toml::from_str(text).map_err(|error| {
+            let span = error.span().unwrap_or(0..0);
+            let key = key_at(text, span.start);
+            invalid(path, text, &span, key, error.message().trim().to_owned())
+        })?;
+        let check = Checker { path, text };
+        let models = raw.models.unwrap_or_default();
+        let max_turns = raw.max_turns.unwrap_or_default();
+        let worktree = raw.worktree.unwrap_or_default();
+        let settings = RunSettings {
+            provider: check.optional(raw.provider, "provider", provider)?,
+            model: check.optional(raw.model, "model", model_name)?,
+            models: RoleValues {
+                lead: check.optional(models.lead, "models.lead", model_name)?,
+                worker: check.optional(models.worker, "models.worker", model_name)?,
+                reviewer: check.optional(models.reviewer, "models.reviewer", model_name)?,
+            },
+            jobs: check.optional(raw.jobs, "jobs", |value| {
+                integer(value, 1, u64::from(MAX_JOBS)).map(|jobs| jobs as u32)
+            })?,
+            max_turns: RoleValues {
+                lead: check.optional(max_turns.lead, "max_turns.lead", turns)?,
+                worker: check.optional(max_turns.worker, "max_turns.worker", turns)?,
+                reviewer: check.optional(max_turns.reviewer, "max_turns.reviewer", turns)?,
+            },
+            budget_tokens: check.optional(raw.budget_tokens, "budget_tokens", tokens)?,
+            subagent_budget_tokens: check.optional(
+                raw.subagent_budget_tokens,
+                "subagent_budget_tokens",
+                tokens,
+            )?,
+            apply: check.optional(raw.apply, "apply", boolean)?,
+            setup: check.optional(worktree.setup, "worktree.setup", setup_command)?,
+            setup_timeout_s: check.optional(
+                worktree.setup_timeout_s,
+                "worktree.setup_timeout_s",
+                |value| integer(value, 1, MAX_SETUP_TIMEOUT_S),
+            )?,
+            copy: check.optional(worktree.copy, "worktree.copy", copy_list)?,
+        };
+        Ok(ProjectConfig {
+            path: path.to_path_buf(),
+            settings,
+        })
+    }
+}
+
+/// A value as the file holds it, with its place in the text.
+type RawValue = Option<Spanned<toml::Value>>;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    provider: RawValue,
+    model: RawValue,
+    models: Option<RawRoles>,
+    jobs: RawValue,
+    max_turns: Option<RawRoles>,
+    budget_tokens: RawValue,
+    subagent_budget_tokens: RawValue,
+    apply: RawValue,
+    worktree: Option<RawWorktree>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table with the keys lead, worker and reviewer"
+)]
+struct RawRoles {
+    lead: RawValue,
+    worker: RawValue,
+    reviewer: RawValue,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table with the keys setup, setup_timeout_s and copy"
+)]
+struct RawWorktree {
+    setup: RawValue,
+    setup_timeout_s: RawValue,
+    copy: RawValue,
+}
+
+/// Turns raw values into typed ones, with errors that point into the file.
+struct Checker<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl Checker<'_> {
+    fn optional<T>(
+        &self,
+        raw: RawValue,
+        key: &str,
+        convert: impl FnOnce(&toml::Value) -> Result<T, String>,
+    ) -> Result<Option<T>, ConfigError> {
+        let Some(raw) = raw else {
+            return Ok(None);
+        };
+        convert(raw.get_ref()).map(Some).map_err(|problem| {
+            invalid(
+                self.path,
+                self.text,
+                &raw.span(),
+                Some(key.to_owned()),
+                problem,
+            )
+        })
+    }
+}
+
+fn invalid(
+    path: &Path,
+    text: &str,
+    span: &Range<usize>,
+    key: Option<String>,
+    problem: String,
+) -> ConfigError {
+    let (line, column) = line_and_column(text, span.start);
+    ConfigError::Invalid {
+        path: path.to_path_buf(),
+        line,
+        column,
+        key,
+        problem,
+    }
+}
+
+/// The 1-based line and column (in characters) of byte `offset` in `text`.
+fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |newline| newline + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+/// The dotted key of the line holding byte `offset` of `text` (`worktree.copy` for a
+/// `copy = ...` line under `[worktree]`, `max_turns` for a `[max_turns]` header): what a
+/// TOML error there is about. `None` on a line that is neither.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let offset = (0..=offset.min(text.len()))
+        .rev()
+        .find(|at| text.is_char_boundary(*at))?;
+    let line_start = text[..offset].rfind('\n').map_or(0, |newline| newline + 1);
+    let line = text[line_start..].lines().next().unwrap_or_default().trim();
+    if let Some(header) = table_header(line) {
+        return Some(header);
+    }
+    let key = line.split_once('=')?.0.trim().trim_matches(['"', '\'']);
+    if key.is_empty() || key.starts_with('#') {
+        return None;
+    }
+    let table = text[..line_start]
+        .lines()
+        .rev()
+        .find_map(|line| table_header(line.trim()));
+    Some(match table {
+        Some(table) => format!("{table}.{key}"),
+        None => key.to_owned(),
+    })
+}
+
+/// `name` for a `[name]` line.
+fn table_header(line: &str) -> Option<String> {
+    let name = line.strip_prefix('[')?.strip_suffix(']')?.trim();
+    (!name.is_empty() && !name.starts_with('[')).then(|| name.to_owned())
+}
+
+/// How a value reads in an error message: strings quoted, tables and arrays named.
+fn shown(value: &toml::Value) -> String {
+    match value {
+        toml::Value::String(text) => format!("{text:?}"),
+        toml::Value::Integer(number) => number.to_string(),
+        toml::Value::Float(number) => number.to_string(),
+        toml::Value::Boolean(flag) => flag.to_string(),
+        toml::Value::Datetime(date) => format!("the date {date}"),
+        toml::Value::Array(_) => "an array".into(),
+        toml::Value::Table(_) => "a table".into(),
+    }
+}
+
+fn provider(value: &toml::Value) -> Result<Provider, String> {
+    value
+        .as_str()
+        .and_then(|text| text.parse().ok())
+        .ok_or_else(|| format!("expected \"anthropic\" or \"openai\", got {}", shown(value)))
+}
+
+fn model_name(value: &toml::Value) -> Result<String, String> {
+    match value.as_str().map(str::trim) {
+        Some(name) if !name.is_empty() && !name.contains(char::is_whitespace) => {
+            Ok(name.to_owned())
+        }
+        _ => Err(format!(
+            "expected a model name (a non-empty string without spaces), got {}",
+            shown(value)
+        )),
+    }
+}
+
+fn integer(value: &toml::Value, min: u64, max: u64) -> Result<u64, String> {
+    value
+        .as_integer()
+        .and_then(|number| u64::try_from(number).ok())
+        .filter(|number| (min..=max).contains(number))
+        .ok_or_else(|| {
+            format!(
+                "expected an integer from {min} to {max}, got {}",
+                shown(value)
+            )
+        })
+}
+
+fn turns(value: &toml::Value) -> Result<u32, String> {
+    integer(value, 1, u64::from(u32::MAX)).map(|turns| turns as u32)
+}
+
+fn tokens(value: &toml::Value) -> Result<u64, String> {
+    value
+        .as_integer()
+        .and_then(|number| u64::try_from(number).ok())
+        .filter(|number| *number > 0)
+        .ok_or_else(|| format!("expected a positive number of tokens, got {}", shown(value)))
+}
+
+fn boolean(value: &toml::Value) -> Result<bool, String> {
+    value
+        .as_bool()
+        .ok_or_else(|| format!("expected true or false, got {}", shown(value)))
+}
+
+fn setup_command(value: &toml::Value) -> Result<String, String> {
+    match value.as_str() {
+        Some(command) if !command.trim().is_empty() => Ok(command.to_owned()),
+        _ => Err(format!(
+            "expected a shell command (a non-empty string), got {}",
+            shown(value)
+        )),
+    }
+}
+
+fn copy_list(value: &toml::Value) -> Result<Vec<String>, String> {
+    let Some(items) = value.as_array() else {
+        return Err(format!(
+            "expected an array of paths such as [\".env\"], got {}",
+            shown(value)
+        ));
+    };
+    let mut paths: Vec<String> = Vec::with_capacity(items.len());
+    for item in items {
+        let Some(path) = item.as_str() else {
+            return Err(format!(
+                "expected an array of paths (strings), got {} in it",
+                shown(item)
+            ));
+        };
+        let path = check_copy_path(path)?;
+        if paths.contains(&path) {
+            return Err(format!("{path:?} is listed twice"));
+        }
+        paths.push(path);
+    }
+    Ok(paths)
+}
+
+/// Checks one `worktree.copy` entry by its text alone and returns it normalised (`./`
+/// and trailing `/` removed): relative, inside the repository, not in `.git`.
+pub fn check_copy_path(path: &str) -> Result<String, String> {
+    if path.chars().any(char::is_control) {
+        return Err(format!("{path:?} holds a control character"));
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for component in Path::new(path).components() {
+        match component {
+            Component::Normal(part) => match part.to_str() {
+                Some(part) => parts.push(part),
+                None => return Err(format!("{path:?} is not valid UTF-8")),
+            },
+            Component::CurDir => {}
+            Component::ParentDir => {
+                return Err(format!(
+                    "{path:?} leaves the repository (`..`); list paths inside it"
+                ));
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(format!(
+                    "{path:?} is absolute; list paths relative to the repository root"
+                ));
+            }
+        }
+    }
+    match parts.first() {
+        None => Err(format!("{path:?} names no file")),
+        Some(&".git") => Err(format!(
+            "{path:?} is inside .git; list files of the work tree"
+        )),
+        Some(_) => Ok(parts.join("/")),
+    }
+}
+
+/// The commented file `grove init` writes. Every key is commented out at its built-in
+/// default (or, for keys that have none, at an example marked as such), so the file as
+/// written changes nothing until a line is uncommented.
+pub fn template() -> String {
+    let model = default_model(Provider::Anthropic);
+    let caps = TurnCaps::default();
+    format!(
+        r#"# grove's project configuration (written by `grove init`).
+#
+# Every key is optional. A flag on the command line beats this file, and this file beats
+# the built-in default shown on each line below. Uncomment a line to change it.
+# A mistake here (an unknown key, a value out of range) stops `grove run` with an error
+# naming this file, the line and the key.
+
+# The model API: "anthropic" (ANTHROPIC_API_KEY) or "openai" (OPENAI_API_KEY, and
+# OPENAI_BASE_URL for any OpenAI-compatible server). Flag: --provider.
+# provider = "anthropic"
+
+# The model of every role. Default: {model} with anthropic, {openai_model} with openai.
+# Model names here belong to this file's provider: when --provider picks another one,
+# they are not used. Flag: --model.
+# model = "{model}"
+
+# How many subtasks may run at once, 1 to {MAX_JOBS}.
+# Default: 2 per core, at most 4 ({jobs} on this machine). Flag: --jobs.
+# jobs = {jobs}
+
+# Tokens the whole run may spend; no new subtask starts once they are spent.
+# Default: no limit. Example below. Flag: --budget-tokens.
+# budget_tokens = 2000000
+
+# Tokens one subagent may spend; over it, its subtask fails.
+# Default: no limit. Example below. Flag: --subagent-budget-tokens.
+# subagent_budget_tokens = 400000
+
+# Move your branch to the result at the end, when that is safe; false leaves the result
+# on grove/<run>/result. Flags: --no-apply, --apply.
+# apply = true
+
+# A role's model, overriding `model` for that role. Default: `model`.
+# Flags: --lead-model, --worker-model, --reviewer-model.
+# [models]
+# lead = "{model}"
+# worker = "{model}"
+# reviewer = "{model}"
+
+# Turn caps per role; an agent file's own `max_turns` beats them.
+# Flag: --max-turns N (every role) or --max-turns ROLE=N.
+# [max_turns]
+# lead = {lead}
+# worker = {worker}
+# reviewer = {reviewer}
+
+# Each subtask's worktree, prepared before its worker's first turn (again on resume).
+# [worktree]
+# A shell command run in the worktree, with the same scrubbed environment (no API keys
+# or other secrets) as the agents' bash tool. If it fails or times out, the subtask fails
+# with the command's output and its worker never starts. Files it creates are committed
+# like the worker's unless .gitignore ignores them (grove names them in a note).
+# Default: none. Example below.
+# setup = "npm ci"
+# Seconds the setup command may run, 1 to {MAX_SETUP_TIMEOUT_S}.
+# setup_timeout_s = {DEFAULT_SETUP_TIMEOUT_S}
+# Files git does not track that each worktree needs, relative to the repository root,
+# e.g. .env. Each is copied into every worktree and never committed, reviewed or merged;
+# a listed file that is missing or tracked stops the run at its start.
+# Default: none. Example below.
+# copy = [".env"]
+"#,
+        openai_model = default_model(Provider::OpenAi),
+        jobs = default_jobs(),
+        lead = caps.lead,
+        worker = caps.worker,
+        reviewer = caps.reviewer,
+    )
+}
+
+/// The commented example agent file `grove init` writes next to the config.
+pub const AGENT_SAMPLE_PATH: &str = ".grove/agents/example.md.sample";
+
+/// The example agent: rename it to `<name>.md` to make it an agent the lead can name.
+pub const AGENT_SAMPLE: &str = "\
+---
+description: Writes and fixes documentation; give it doc-only subtasks
+tools: [read_file, list_files, grep, write_file, edit_file]
+max_turns: 30
+---
+
+This is an example agent. Rename this file to `docs.md` (any name of letters, digits, `-`
+and `_`, ending in `.md`) and the lead may delegate to it with `agent: \"docs\"`. The front
+matter sets what the lead is told about it (`description`), the worker tools it may use
+(`tools`, default all), its own `model` and `max_turns`; this text becomes its prompt,
+and the project rules (AGENTS.md or CLAUDE.md) are appended to it.
+
+You write documentation. Change only comments, doc comments and Markdown files; keep
+every statement you write true of the code as it is.
+";
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn line_and_column_count_characters_from_one() {
+        let text = "a = 1\nbé = \"x\"\n";
+        assert_eq!(line_and_column(text, 0), (1, 1));
+        assert_eq!(line_and_column(text, 6), (2, 1));
+        // "bé" is three bytes; the value starts at character 6 of line 2.
+        assert_eq!(line_and_column(text, 6 + 6), (2, 6));
+        assert_eq!(line_and_column(text, 1000), (3, 1), "past the end: clamped");
+    }
+
+    #[test]
+    fn copy_paths_are_normalised_or_refused() {
+        assert_eq!(
+            check_copy_path("./config//local.yml/").unwrap(),
+            "config/local.yml"
+        );
+        for bad in ["", ".", "../x", "a/../../x", "/etc/passwd", ".git/config"] {
+            assert!(check_copy_path(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! What a run is asked to do and with which models: the option types every layer of
+//! settings resolves to.
+//!
+//! This module owns the types and their built-in defaults. It must never read a file or
+//! the environment (the project file is `config.rs`, which points down to these types).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::external::{BackendEnv, WorkerBackend};
+use crate::git::GitOptions;
+use crate::model::Model;
+use crate::tools::sandbox::{CommandHost, SandboxMode};
+
+/// Turn caps per role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TurnCaps {
+    pub lead: u32,
+    pub worker: u32,
+    pub reviewer: u32,
+}
+
+impl Default for TurnCaps {
+    fn default() -> Self {
+        Self {
+            lead: 40,
+            worker: 60,
+            reviewer: 20,
+        }
+    }
+}
+
+/// Everything about a run except its models.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunOptions {
+    /// The user's task, verbatim.
+    pub task: String,
+    /// How many subtasks may run at once.
+    pub jobs: usize,
+    pub max_turns: TurnCaps,
+    /// Tokens the whole run may spend; delegation stops once they are spent.
+    pub budget_tokens: Option<u64>,
+    /// Tokens one subagent may spend before it is stopped and its subtask fails.
+    pub subagent_budget_tokens: Option<u64>,
+    /// How many subtasks the lead may delegate in total (follow-ups included).
+    pub max_subtasks: u32,
+    /// `max_tokens` of every model request.
+    pub max_output_tokens: u32,
+    /// Consecutive failing tool calls after which a subagent gives up.
+    pub max_consecutive_tool_errors: u32,
+    /// Whether to move the user's branch to the result at the end (when safe).
+    pub apply: bool,
+    /// Keep every worktree after the run (for inspection) instead of removing them.
+    pub keep_worktrees: bool,
+    /// Where worktrees go; default `<common git dir>/grove/runs/<run>/worktrees`.
+    pub worktrees_dir: Option<PathBuf>,
+    /// The reviewer's diff is cut to this many bytes, with a note saying what was cut.
+    pub max_review_patch_bytes: usize,
+    /// The model name of each role, as given on the command line.
+    #[serde(default)]
+    pub model_names: ModelNames,
+    /// How grove runs git (program, identity, extra environment for sealed tests).
+    #[serde(skip)]
+    pub git: GitOptions,
+    /// How each subtask's worktree is prepared before its worker starts.
+    #[serde(default)]
+    pub worktree_setup: WorktreeSetup,
+    /// Who does the workers' job: grove's own loop, or another agent CLI in the worktree
+    /// (journaled, so a resumed run uses the same one). The lead and the reviewer are
+    /// always grove's own.
+    #[serde(default)]
+    pub worker_backend: WorkerBackend,
+    /// Wall-clock limit of one external worker CLI run, in seconds; past it the CLI's
+    /// process group is killed and its subtask fails.
+    #[serde(default = "default_worker_backend_timeout_secs")]
+    pub worker_backend_timeout_secs: u64,
+    /// The environment external worker CLIs start from; `None` is grove's own. Each CLI
+    /// gets the scrubbed part of it plus its own credentials. Never journaled.
+    #[serde(skip)]
+    pub backend_env: Option<BackendEnv>,
+    /// Whether workers' shell commands run in the kernel sandbox (`--sandbox`).
+    #[serde(default)]
+    pub sandbox: SandboxMode,
+    /// Let sandboxed commands open internet sockets (`--allow-network`).
+    #[serde(default)]
+    pub allow_network: bool,
+    /// The environment workers' commands start from.
+    #[serde(skip)]
+    pub commands: CommandHost,
+}
+
+impl RunOptions {
+    /// Options for `task` with every other setting at its default.
+    pub fn new(task: impl Into<String>) -> Self {
+        Self {
+            task: task.into(),
+            jobs: default_jobs(),
+            max_turns: TurnCaps::default(),
+            budget_tokens: None,
+            subagent_budget_tokens: None,
+            max_subtasks: 16,
+            max_output_tokens: 8192,
+            max_consecutive_tool_errors: 8,
+            apply: true,
+            keep_worktrees: false,
+            worktrees_dir: None,
+            max_review_patch_bytes: 60_000,
+            model_names: ModelNames::default(),
+            git: GitOptions::default(),
+            worktree_setup: WorktreeSetup::default(),
+            worker_backend: WorkerBackend::Builtin,
+            worker_backend_timeout_secs: default_worker_backend_timeout_secs(),
+            backend_env: None,
+            sandbox: SandboxMode::On,
+            allow_network: false,
+            commands: CommandHost::default(),
+        }
+    }
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self::new("")
+    }
+}
+
+/// The setup command's time limit when `.grove/config.toml` does not set one.
+pub const DEFAULT_SETUP_TIMEOUT_S: u64 = 600;
+
+/// How a subtask's worktree is prepared, once filled and before its worker's first turn
+/// (`[worktree]` in `.grove/config.toml`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WorktreeSetup {
+    /// Shell command run in the worktree (the user's own, trusted, but given the tools'
+    /// scrubbed environment); its failure fails the subtask.
+    pub setup: Option<String>,
+    /// Seconds the setup command may run before its process group is killed.
+    pub setup_timeout_s: u64,
+    /// Untracked files, relative to the repository root, copied into each worktree and
+    /// never committed.
+    pub copy: Vec<String>,
+}
+
+impl Default for WorktreeSetup {
+    fn default() -> Self {
+        Self {
+            setup: None,
+            setup_timeout_s: DEFAULT_SETUP_TIMEOUT_S,
+            copy: Vec::new(),
+        }
+    }
+}
+
+/// The default `--jobs`: model calls wait on the network, but workers also build and
+/// test on this machine, and provider rate limits bite early; four is a middle ground,
+/// fewer on a single core.
+pub fn default_jobs() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    cores.saturating_mul(2).clamp(2, 4)
+}
+
+fn default_worker_backend_timeout_secs() -> u64 {
+    crate::agent::external::DEFAULT_TIMEOUT_SECS
+}
+
+/// The model name of each role, recorded so that a resumed run uses the same ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelNames {
+    pub lead: String,
+    pub worker: String,
+    pub reviewer: String,
+}
+
+/// A model client and the model name sent with each request.
+#[derive(Clone)]
+pub struct ModelChoice {
+    pub client: Arc<dyn Model>,
+    pub name: String,
+}
+
+impl std::fmt::Debug for ModelChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.name, self.client.name())
+    }
+}
+
+/// The models of a run, per role.
+#[derive(Debug, Clone)]
+pub struct Models {
+    /// `anthropic` or `openai`, for the journal and the report.
+    pub provider: String,
+    pub lead: ModelChoice,
+    pub worker: ModelChoice,
+    pub reviewer: ModelChoice,
+}
+
+impl Models {
+    /// The model name of each role.
+    pub fn names(&self) -> ModelNames {
+        ModelNames {
+            lead: self.lead.name.clone(),
+            worker: self.worker.name.clone(),
+            reviewer: self.reviewer.name.clone(),
+        }
+    }
+}

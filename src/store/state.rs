@@ -1,0 +1,604 @@
+//! The run's state as a value: what the journal's records add up to, and its snapshot
+//! file `state.json`.
+//!
+//! This module owns folding records into a [`RunState`] and the rules a record sequence
+//! must follow. The journal is the truth; the snapshot is a cache of the fold that can
+//! always be rebuilt. It must never change the journal.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::Ledger;
+use crate::store::durable::{self, DurableError};
+use crate::store::journal::{
+    ContextMode, Entry, Finding, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
+};
+
+/// The subtask label tool calls of the lead itself are journaled under.
+pub const LEAD_SUBTASK: &str = "lead";
+
+/// Where a run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// A grove process is working on it (or, in a bare replay, was when it last wrote).
+    Running,
+    /// Stopped in a resumable state on purpose.
+    Paused,
+    /// The journal says running, but no live grove process holds the lock for it: the
+    /// process crashed or was killed. Never produced by [`RunState::replay`], only by
+    /// a listing that checks the lock.
+    Interrupted,
+    /// Went through to the end.
+    Finished,
+    /// Stopped on an error it cannot resume from.
+    Failed,
+    /// The run's journal cannot be read. Only produced by a listing, which reports the
+    /// problem instead of hiding the run.
+    Unreadable,
+}
+
+impl RunStatus {
+    /// The name used in JSON and in messages, e.g. `interrupted`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Paused => "paused",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Finished => "finished",
+            RunStatus::Failed => "failed",
+            RunStatus::Unreadable => "unreadable",
+        }
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a subtask stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubtaskStatus {
+    Running,
+    Merged,
+    Rejected,
+    Conflict,
+    Failed,
+}
+
+impl SubtaskStatus {
+    /// The name used in JSON and in messages, e.g. `merged`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Merged => "merged",
+            Self::Rejected => "rejected",
+            Self::Conflict => "conflict",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+impl From<SubtaskOutcome> for SubtaskStatus {
+    fn from(outcome: SubtaskOutcome) -> Self {
+        match outcome {
+            SubtaskOutcome::Merged => Self::Merged,
+            SubtaskOutcome::Rejected => Self::Rejected,
+            SubtaskOutcome::Conflict => Self::Conflict,
+            SubtaskOutcome::Failed => Self::Failed,
+        }
+    }
+}
+
+/// The latest commit the orchestrator made of a worker's worktree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointState {
+    pub commit: String,
+    pub turn: u32,
+}
+
+/// The reviewer's verdict as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerdictState {
+    pub verdict: VerdictKind,
+    pub summary: String,
+    pub findings: Vec<Finding>,
+}
+
+/// A subtask's merge onto the run's result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergeState {
+    /// The subtask's commit that was merged.
+    pub commit: String,
+    /// The run's result commit after the merge.
+    pub result: String,
+}
+
+/// One delegated subtask.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubtaskState {
+    pub id: String,
+    pub task: String,
+    pub branch: String,
+    pub mode: ContextMode,
+    pub agent: String,
+    pub status: SubtaskStatus,
+    pub started_ms: u64,
+    pub finished_ms: Option<u64>,
+    pub last_checkpoint: Option<CheckpointState>,
+    pub verdict: Option<VerdictState>,
+    pub merge: Option<MergeState>,
+    /// Paths of the last merge conflict, if merging conflicted.
+    pub conflict_paths: Vec<String>,
+    pub ledger: Ledger,
+    /// A person's latest decision in `grove review`; it outranks `verdict` for what the
+    /// result holds.
+    #[serde(default)]
+    pub human_verdict: Option<VerdictKind>,
+}
+
+impl SubtaskState {
+    /// The decision that counts: a person's, else the reviewer's; `None` when neither
+    /// decided (the subtask failed before its review).
+    pub fn decision(&self) -> Option<VerdictKind> {
+        self.human_verdict
+            .or_else(|| self.verdict.as_ref().map(|v| v.verdict))
+    }
+}
+
+/// A tool call that was journaled as started but not as finished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCallState {
+    /// The subtask label, or [`LEAD_SUBTASK`].
+    pub subtask: String,
+    pub call_id: String,
+    pub tool: String,
+    pub mutating: bool,
+    pub started_ms: u64,
+}
+
+/// Everything the journal says about a run, folded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    pub run_id: String,
+    pub task: String,
+    pub base: String,
+    pub branch: String,
+    pub provider: String,
+    pub model: String,
+    pub options: serde_json::Value,
+    pub status: RunStatus,
+    pub started_ms: u64,
+    /// The timestamp of the last record.
+    pub updated_ms: u64,
+    pub finished_ms: Option<u64>,
+    /// Why the run is paused, while it is.
+    pub pause_reason: Option<String>,
+    /// Why the run failed, if it did.
+    pub error: Option<String>,
+    /// The run's latest result commit (after the last merge, or as finished).
+    pub result_commit: Option<String>,
+    /// Whether the result was applied to the user's branch.
+    pub applied: bool,
+    /// In the order they were started.
+    pub subtasks: Vec<SubtaskState>,
+    /// Tool calls running right now — or, if the process died, calls that may have had
+    /// effects and must be reported rather than run again.
+    pub open_tool_calls: Vec<ToolCallState>,
+    /// Calls that were open when a resume took over: they never finished, and they are
+    /// never replayed.
+    pub interrupted_tool_calls: Vec<ToolCallState>,
+    /// How many times the run was resumed.
+    pub resumes: u32,
+    /// How many journal records this state folds; a snapshot with fewer than the journal
+    /// holds is stale.
+    pub journal_records: u64,
+}
+
+/// A record that does not fit the records before it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("journal record {record} (`{record_type}`) cannot be applied: {reason}")]
+pub struct ReplayError {
+    /// 1-based position of the record in the journal (its line, for an intact journal).
+    pub record: u64,
+    pub record_type: &'static str,
+    pub reason: String,
+}
+
+impl RunState {
+    /// Folds a whole journal into the state it describes. The first record must be
+    /// `run_started`.
+    pub fn replay<'a>(
+        records: impl IntoIterator<Item = &'a Record>,
+    ) -> Result<RunState, ReplayError> {
+        let mut records = records.into_iter();
+        let Some(first) = records.next() else {
+            return Err(ReplayError {
+                record: 1,
+                record_type: "none",
+                reason: "the journal is empty; it must start with `run_started`".to_string(),
+            });
+        };
+        let mut state = RunState::start(first)?;
+        for record in records {
+            state.apply(record)?;
+        }
+        Ok(state)
+    }
+
+    /// The state after the first record, which must be `run_started`.
+    pub fn start(record: &Record) -> Result<RunState, ReplayError> {
+        let Entry::RunStarted {
+            run_id,
+            task,
+            base,
+            branch,
+            provider,
+            model,
+            options,
+        } = &record.entry
+        else {
+            return Err(ReplayError {
+                record: 1,
+                record_type: record.entry.type_name(),
+                reason: "a journal must start with `run_started`".to_string(),
+            });
+        };
+        Ok(RunState {
+            run_id: run_id.clone(),
+            task: task.clone(),
+            base: base.clone(),
+            branch: branch.clone(),
+            provider: provider.clone(),
+            model: model.clone(),
+            options: options.clone(),
+            status: RunStatus::Running,
+            started_ms: record.ts_ms,
+            updated_ms: record.ts_ms,
+            finished_ms: None,
+            pause_reason: None,
+            error: None,
+            result_commit: None,
+            applied: false,
+            subtasks: Vec::new(),
+            open_tool_calls: Vec::new(),
+            interrupted_tool_calls: Vec::new(),
+            resumes: 0,
+            journal_records: 1,
+        })
+    }
+
+    /// The subtask labelled `id`.
+    pub fn subtask(&self, id: &str) -> Option<&SubtaskState> {
+        self.subtasks.iter().find(|s| s.id == id)
+    }
+
+    /// Whether a `run_finished` record ended the run.
+    pub fn is_finished(&self) -> bool {
+        self.finished_ms.is_some()
+    }
+
+    /// Folds one more record in. On error the state is unchanged, so a caller can check
+    /// a record before journaling it.
+    pub fn apply(&mut self, record: &Record) -> Result<(), ReplayError> {
+        let position = self.journal_records + 1;
+        let fail = |reason: String| ReplayError {
+            record: position,
+            record_type: record.entry.type_name(),
+            reason,
+        };
+        let from_review = matches!(
+            record.entry,
+            Entry::HumanVerdict { .. } | Entry::ResultRebuilt { .. } | Entry::ResultApplied { .. }
+        );
+        if from_review {
+            if !self.is_finished() {
+                return Err(fail(format!(
+                    "the run is {}, not finished; `grove review` changes only finished runs",
+                    self.status
+                )));
+            }
+            if self.applied {
+                return Err(fail("the run's result was already applied".to_string()));
+            }
+        } else if self.is_finished() {
+            return Err(fail("the run already finished".to_string()));
+        }
+        let ts = record.ts_ms;
+        match &record.entry {
+            Entry::RunStarted { .. } => {
+                return Err(fail("the run already started".to_string()));
+            }
+            Entry::Resumed { .. } => {
+                self.status = RunStatus::Running;
+                self.pause_reason = None;
+                self.resumes += 1;
+                let open = std::mem::take(&mut self.open_tool_calls);
+                self.interrupted_tool_calls.extend(open);
+            }
+            Entry::SubtaskStarted {
+                subtask,
+                task,
+                branch,
+                mode,
+                agent,
+            } => {
+                if self.subtask(subtask).is_some() {
+                    return Err(fail(format!("subtask `{subtask}` already started")));
+                }
+                self.subtasks.push(SubtaskState {
+                    id: subtask.clone(),
+                    task: task.clone(),
+                    branch: branch.clone(),
+                    mode: *mode,
+                    agent: agent.clone(),
+                    status: SubtaskStatus::Running,
+                    started_ms: ts,
+                    finished_ms: None,
+                    last_checkpoint: None,
+                    verdict: None,
+                    merge: None,
+                    conflict_paths: Vec::new(),
+                    ledger: Ledger::default(),
+                    human_verdict: None,
+                });
+            }
+            Entry::Checkpoint {
+                subtask,
+                commit,
+                turn,
+            } => {
+                self.running_subtask(subtask).map_err(fail)?.last_checkpoint =
+                    Some(CheckpointState {
+                        commit: commit.clone(),
+                        turn: *turn,
+                    });
+            }
+            Entry::ToolCallStarted {
+                subtask,
+                call_id,
+                tool,
+                mutating,
+            } => {
+                if self.open_call_index(subtask, call_id).is_some() {
+                    return Err(fail(format!(
+                        "tool call `{call_id}` of `{subtask}` already started"
+                    )));
+                }
+                self.open_tool_calls.push(ToolCallState {
+                    subtask: subtask.clone(),
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    mutating: *mutating,
+                    started_ms: ts,
+                });
+            }
+            Entry::ToolCallFinished {
+                subtask, call_id, ..
+            } => {
+                let Some(index) = self.open_call_index(subtask, call_id) else {
+                    return Err(fail(format!(
+                        "tool call `{call_id}` of `{subtask}` finished but never started"
+                    )));
+                };
+                self.open_tool_calls.remove(index);
+            }
+            Entry::Verdict {
+                subtask,
+                verdict,
+                summary,
+                findings,
+            } => {
+                self.running_subtask(subtask).map_err(fail)?.verdict = Some(VerdictState {
+                    verdict: *verdict,
+                    summary: summary.clone(),
+                    findings: findings.clone(),
+                });
+            }
+            Entry::Merged {
+                subtask,
+                commit,
+                result,
+            } => {
+                self.running_subtask(subtask).map_err(fail)?.merge = Some(MergeState {
+                    commit: commit.clone(),
+                    result: result.clone(),
+                });
+                self.result_commit = Some(result.clone());
+            }
+            Entry::Conflict { subtask, paths } => {
+                self.running_subtask(subtask).map_err(fail)?.conflict_paths = paths.clone();
+            }
+            Entry::SubtaskFinished {
+                subtask,
+                status,
+                ledger,
+            } => {
+                let state = self.running_subtask(subtask).map_err(fail)?;
+                state.status = (*status).into();
+                state.finished_ms = Some(ts);
+                state.ledger = *ledger;
+            }
+            Entry::Paused { reason } => {
+                self.status = RunStatus::Paused;
+                self.pause_reason = Some(reason.clone());
+            }
+            Entry::HumanVerdict {
+                subtask, verdict, ..
+            } => {
+                let Some(state) = self.subtasks.iter_mut().find(|s| &s.id == subtask) else {
+                    return Err(fail(format!("subtask `{subtask}` was never started")));
+                };
+                state.human_verdict = Some(*verdict);
+            }
+            Entry::ResultRebuilt { result, subtasks } => {
+                self.check_rebuilt(subtasks).map_err(fail)?;
+                for rebuilt in subtasks {
+                    if let Some(state) = self.subtasks.iter_mut().find(|s| s.id == rebuilt.subtask)
+                    {
+                        state.status = rebuilt.status.into();
+                        state.finished_ms = state.finished_ms.or(Some(ts));
+                        state.merge = match (&rebuilt.commit, &rebuilt.result) {
+                            (Some(commit), Some(result)) => Some(MergeState {
+                                commit: commit.clone(),
+                                result: result.clone(),
+                            }),
+                            _ => None,
+                        };
+                        state.conflict_paths = rebuilt.conflict_paths.clone();
+                    }
+                }
+                self.result_commit = Some(result.clone());
+            }
+            Entry::ResultApplied { result } => {
+                self.applied = true;
+                self.result_commit = Some(result.clone());
+            }
+            Entry::RunFinished {
+                status,
+                applied,
+                result_commit,
+                error,
+            } => {
+                self.status = match status {
+                    RunOutcome::Finished => RunStatus::Finished,
+                    RunOutcome::Failed => RunStatus::Failed,
+                };
+                self.pause_reason = None;
+                self.applied = *applied;
+                if result_commit.is_some() {
+                    self.result_commit = result_commit.clone();
+                }
+                self.error = error.clone();
+                self.finished_ms = Some(ts);
+            }
+        }
+        self.updated_ms = self.updated_ms.max(ts);
+        self.journal_records += 1;
+        Ok(())
+    }
+
+    fn running_subtask(&mut self, id: &str) -> Result<&mut SubtaskState, String> {
+        match self.subtasks.iter_mut().find(|s| s.id == id) {
+            None => Err(format!("subtask `{id}` was never started")),
+            Some(state) if state.status != SubtaskStatus::Running => {
+                Err(format!("subtask `{id}` already finished"))
+            }
+            Some(state) => Ok(state),
+        }
+    }
+
+    /// Checks a `result_rebuilt` record before any of it is folded in, so that a bad
+    /// record leaves the state unchanged.
+    fn check_rebuilt(&self, subtasks: &[RebuiltSubtask]) -> Result<(), String> {
+        for rebuilt in subtasks {
+            if self.subtask(&rebuilt.subtask).is_none() {
+                return Err(format!("subtask `{}` was never started", rebuilt.subtask));
+            }
+            if rebuilt.status == SubtaskOutcome::Merged
+                && (rebuilt.commit.is_none() || rebuilt.result.is_none())
+            {
+                return Err(format!(
+                    "subtask `{}` is merged without its commit and result",
+                    rebuilt.subtask
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn open_call_index(&self, subtask: &str, call_id: &str) -> Option<usize> {
+        self.open_tool_calls
+            .iter()
+            .position(|c| c.subtask == subtask && c.call_id == call_id)
+    }
+}
+
+/// Why `state.json` could not be read or written. Never retried; a snapshot that
+/// cannot be read is rebuilt from the journal by the store.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("snapshot {path}: read: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("snapshot {path} is not a valid run state: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("snapshot {path}: cannot encode the run state: {source}")]
+    Encode {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Write(#[from] DurableError),
+}
+
+/// Replaces the snapshot at `path` atomically for readers (temp file, rename). It is not
+/// synced: the journal is the run's truth, fsynced record by record, and the snapshot
+/// only a convenience for people and tools that read the run directory; resume rewrites
+/// a snapshot that a machine crash left stale or empty. A temp file left by a crash is
+/// overwritten.
+pub fn write_snapshot(path: &Path, state: &RunState) -> Result<(), SnapshotError> {
+    let mut bytes = serde_json::to_vec_pretty(state).map_err(|source| SnapshotError::Encode {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    bytes.push(b'\n');
+    durable::replace_file_unsynced(path, &bytes)?;
+    Ok(())
+}
+
+/// Reads the snapshot at `path`; `None` if there is none.
+pub fn read_snapshot(path: &Path) -> Result<Option<RunState>, SnapshotError> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(SnapshotError::Read {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|source| SnapshotError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_names_match_their_json() {
+        for status in [
+            RunStatus::Running,
+            RunStatus::Paused,
+            RunStatus::Interrupted,
+            RunStatus::Finished,
+            RunStatus::Failed,
+            RunStatus::Unreadable,
+        ] {
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                serde_json::Value::from(status.as_str()),
+                "messages and `grove runs --json` use the same status names"
+            );
+        }
+    }
+}
