@@ -34,7 +34,13 @@ fn python_with_mcp() -> Option<String> {
         }
         outcome => {
             let why = match outcome {
-                Ok(output) => String::from_utf8_lossy(&output.stderr).into_owned(),
+                // The traceback's last line says what is missing.
+                Ok(output) => String::from_utf8_lossy(&output.stderr)
+                    .trim()
+                    .lines()
+                    .last()
+                    .unwrap_or_default()
+                    .to_owned(),
                 Err(error) => error.to_string(),
             };
             assert!(
