@@ -121,6 +121,9 @@ async def scenario():
             report["show"] = await call(
                 session, "show_run", {"run_id": run_id, "diff": True, "diff_max_chars": 400}
             )
+            report["show_cut"] = await call(
+                session, "show_run", {"run_id": run_id, "diff": True, "diff_max_chars": 10}
+            )
             report["review"] = await call(
                 session, "review", {"run_id": run_id, "approve": ["S2"], "apply": True}
             )

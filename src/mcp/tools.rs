@@ -25,7 +25,7 @@ use crate::git::{GitOptions, Repo};
 use crate::mcp::params::{ResumeParams, ReviewParams, RunParams, ShowParams};
 use crate::mcp::progress::{self, Progress};
 use crate::mcp::summary;
-use crate::review::{self, ApplyResult};
+use crate::review::{self, ApplyResult, ReviewOutcome};
 use crate::run::{RunEnd, RunError, RunReport, launch};
 use crate::store::runs::RunStore;
 use crate::text::truncate;
@@ -138,7 +138,7 @@ impl Tools {
     }
 
     #[tool(
-        description = "Show one run as `grove review --list` does: each subtask's status, \
+        description = "Show one run as `grove review --list --json` does: each subtask's status, \
         the reviewer's verdict, summary and findings, a person's decision, the diffstat, \
         and (with diff: true) its diff against the run's base, capped at diff_max_chars."
     )]
@@ -158,7 +158,8 @@ impl Tools {
             Ok(run) => run,
             Err(error) => return Ok(tool_error(&error)),
         };
-        let mut value = to_value(&run)?;
+        // What `grove review --list --json` prints.
+        let mut value = to_value(&ReviewOutcome::unchanged(run.clone()))?;
         if params.diff {
             let mut diffs = serde_json::Map::new();
             for subtask in &run.subtasks {

@@ -341,6 +341,24 @@ async fn the_python_sdk_runs_reviews_applies_and_cancels_through_grove_mcp() {
         "with diff: true, each subtask's diff: {diff:#}"
     );
     assert_eq!(diff["truncated"], false, "a short diff is whole: {diff:#}");
+    let cut = &report["show_cut"]["structured"]["diffs"]["S2"];
+    assert_eq!(
+        (
+            cut["truncated"].clone(),
+            cut["text"].as_str().unwrap().chars().count()
+        ),
+        (json!(true), 11),
+        "a diff over diff_max_chars is cut there and marked: {cut:#}"
+    );
+    assert_eq!(
+        cut["chars"], diff["chars"],
+        "the cut diff says how long the whole one is"
+    );
+    assert_eq!(
+        show["recorded"],
+        json!([]),
+        "show_run is `grove review --list --json`'s object, which records nothing"
+    );
     let text = report["show"]["texts"][0].as_str().unwrap();
     assert!(
         text.contains("  - b.txt:1: says bad"),
