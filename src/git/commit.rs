@@ -19,6 +19,48 @@ use super::error::GitError;
 use super::local_files;
 use super::names::CommitId;
 use super::worktree::{Worktree, admin_head};
+use crate::tools::git_pointer::{is_git_dir_name, is_git_repository};
+
+/// The entries of `git ls-files --stage -z` output (`mode hash stage\tpath\0`) of the
+/// work tree at `root` that lead to or lie in git data (see [`Repo::git_dir_paths`]).
+fn git_dir_entries(root: &std::path::Path, listing: &[u8]) -> Vec<String> {
+    let in_git_data = |relative: &std::path::Path| {
+        let mut prefix = std::path::PathBuf::new();
+        relative.components().any(|component| {
+            prefix.push(component);
+            is_git_dir_name(component.as_os_str()) || is_git_repository(&root.join(&prefix))
+        })
+    };
+    let mut flagged = Vec::new();
+    for entry in listing.split(|byte| *byte == 0) {
+        let Some((meta, path)) = std::str::from_utf8(entry)
+            .ok()
+            .and_then(|entry| entry.split_once('\t'))
+        else {
+            continue;
+        };
+        let mode = meta.split(' ').next().unwrap_or_default();
+        let relative = std::path::Path::new(path);
+        let bad = match mode {
+            "160000" => true,
+            "120000" => {
+                let target = std::fs::read_link(root.join(relative)).unwrap_or_default();
+                let parent = relative.parent().unwrap_or(std::path::Path::new(""));
+                let resolved = root.join(parent).join(&target);
+                target.components().any(|c| is_git_dir_name(c.as_os_str()))
+                    || resolved
+                        .canonicalize()
+                        .is_ok_and(|real| is_git_repository(&real) || real.ends_with(".git"))
+                    || in_git_data(relative)
+            }
+            _ => in_git_data(relative),
+        };
+        if bad {
+            flagged.push(path.to_owned());
+        }
+    }
+    flagged
+}
 
 /// libgit2's flag for an entry added with `git add -N` (intent to add): git's
 /// `write-tree` leaves such entries out, libgit2 would not, so an index holding one is
@@ -88,6 +130,15 @@ impl Repo {
                 .run()
                 .await?;
         }
+        // A link into a git dir or a git repository must never reach the user's branch.
+        let git_dirs = self.staged_git_dir_paths(worktree).await?;
+        if !git_dirs.is_empty() {
+            in_worktree()
+                .args(["update-index", "--force-remove", "--"])
+                .args(&git_dirs)
+                .run()
+                .await?;
+        }
         let message = format!(
             "grove {run}/{n}: {label}\n\nGrove-Run: {run}\nGrove-Subtask: {n}\n",
             run = worktree.run(),
@@ -100,6 +151,37 @@ impl Repo {
             return Ok(commit);
         }
         self.commit_index_with_cli(worktree, &message).await
+    }
+
+    /// The paths in `worktree` that a checkpoint leaves out because they are, lead to or
+    /// lie inside git data: a symlink whose target is or goes through a `.git` (any
+    /// spelling) or a git repository, a nested repository (a gitlink), and every file
+    /// inside a directory that is a git repository (a bare one a model made). Stages the
+    /// worktree as a checkpoint would (grove owns that index); tell the reviewer about
+    /// what it returns.
+    pub async fn git_dir_paths(&self, worktree: &Worktree) -> Result<Vec<String>, GitError> {
+        worktree.ready().await?;
+        self.inner
+            .runner
+            .call(worktree.admin_dir(), worktree.path())
+            .work_tree(worktree.path())
+            .args(["add", "--all", "--", "."])
+            .run()
+            .await?;
+        self.staged_git_dir_paths(worktree).await
+    }
+
+    /// The staged paths of `worktree` that [`Repo::git_dir_paths`] describes.
+    async fn staged_git_dir_paths(&self, worktree: &Worktree) -> Result<Vec<String>, GitError> {
+        let listing = self
+            .inner
+            .runner
+            .call(worktree.admin_dir(), worktree.path())
+            .work_tree(worktree.path())
+            .args(["ls-files", "--stage", "-z"])
+            .run()
+            .await?;
+        Ok(git_dir_entries(worktree.path(), &listing.stdout))
     }
 
     /// [`Repo::commit_index_in_process`] on the blocking pool: its file reads and
@@ -280,4 +362,54 @@ fn index_tree_and_tip(
     let tip = repo.find_reference(branch).ok()?.peel_to_commit().ok()?;
     let tree = index.write_tree_to(repo).ok()?;
     Some((tree, CommitId::from_oid(tip.id()), tip.tree_id()))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_into_git_data_nested_and_bare_repositories_are_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join(".git"), "gitdir: /repo/.git/worktrees/1\n").unwrap();
+        std::os::unix::fs::symlink(".git", root.join("gp")).unwrap();
+        std::os::unix::fs::symlink("/repo/.git/hooks", root.join("hooks")).unwrap();
+        std::os::unix::fs::symlink("evilgd", root.join("gd")).unwrap();
+        std::os::unix::fs::symlink("src/lib.rs", root.join("lib-link")).unwrap();
+        for dir in ["evilgd/objects", "evilgd/refs", "src"] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        std::fs::write(root.join("evilgd/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(root.join("evilgd/config"), "[core]\n").unwrap();
+        std::fs::write(root.join("src/lib.rs"), "").unwrap();
+        let hash = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391";
+        let listing: Vec<u8> = [
+            ("120000", "gp"),
+            ("120000", "hooks"),
+            ("120000", "gd"),
+            ("120000", "lib-link"),
+            ("160000", "vendor/nested"),
+            ("100644", "evilgd/HEAD"),
+            ("100644", "evilgd/config"),
+            ("100644", "src/lib.rs"),
+        ]
+        .iter()
+        .flat_map(|(mode, path)| format!("{mode} {hash} 0\t{path}\0").into_bytes())
+        .collect();
+        assert_eq!(
+            git_dir_entries(root, &listing),
+            vec![
+                "gp",
+                "hooks",
+                "gd",
+                "vendor/nested",
+                "evilgd/HEAD",
+                "evilgd/config"
+            ],
+            "links into git data, a nested repository and a bare one are flagged; an \
+             ordinary link and file are not"
+        );
+    }
 }

@@ -182,8 +182,11 @@ impl AgentFiles {
                 )
             })
             .collect();
-        let mut models: ModelNames =
-            serde_json::from_value(state.options["model_names"].clone()).unwrap_or_default();
+        let mut models: ModelNames = state
+            .options
+            .get()
+            .map(|options| options.model_names.clone())
+            .unwrap_or_default();
         for name in [&mut models.lead, &mut models.worker, &mut models.reviewer] {
             if name.is_empty() {
                 name.clone_from(&state.model);

@@ -122,8 +122,12 @@ pub fn resume_models(state: &RunState) -> Result<Models, RunError> {
         .parse()
         .map_err(|error: ModelError| not_resumable(error.to_string()))?;
     let client = model::connect(provider).map_err(|error| not_resumable(error.to_string()))?;
-    let names: ModelNames =
-        serde_json::from_value(state.options["model_names"].clone()).unwrap_or_default();
+    // Runs journaled before per-role models name only one model.
+    let names: ModelNames = state
+        .options
+        .get()
+        .map(|options| options.model_names.clone())
+        .unwrap_or_default();
     let pick = |name: String| ModelChoice {
         client: client.clone(),
         name: if name.is_empty() {

@@ -193,7 +193,7 @@ pub async fn run(
             branch: branch.clone(),
             provider: models.provider.clone(),
             model: models.worker.name.clone(),
-            options: serde_json::to_value(&recorded).unwrap_or_default(),
+            options: recorded,
         },
     )?;
     let orchestrator = Orchestrator::new(
@@ -230,8 +230,11 @@ pub async fn resume(
         reason,
     };
     let base = CommitId::parse(&state.base).map_err(|error| not_resumable(error.to_string()))?;
-    let mut options: RunOptions = serde_json::from_value(state.options.clone())
-        .map_err(|error| not_resumable(format!("its options cannot be read: {error}")))?;
+    let mut options: RunOptions = state
+        .options
+        .get()
+        .map_err(|error| not_resumable(error.to_string()))?
+        .clone();
     options.git = git;
     check_local_files(&repo, base, &options.worktree_setup.copy)?;
     let executor = command_executor(&options, &repo, &events)?;

@@ -61,7 +61,7 @@ pub fn check_local_files(
     for path in paths {
         let path = check_copy_path(path).map_err(|problem| LocalFileError::Unusable {
             path: path.clone(),
-            problem,
+            problem: problem.to_string(),
         })?;
         let root = repo.work_tree().ok_or_else(|| LocalFileError::Bare {
             repo: repo.common_dir().to_path_buf(),

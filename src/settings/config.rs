@@ -56,8 +56,46 @@ pub enum ConfigError {
         /// The key as written in the file (`jobs`, `models.lead`), when one is to blame.
         key: Option<String>,
         /// What was wrong, e.g. `expected an integer from 1 to 64, got "four"`.
-        problem: String,
+        problem: ValueProblem,
     },
+}
+
+/// What is wrong with the file at one place.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueProblem {
+    #[error("the file is not valid UTF-8")]
+    NotUtf8,
+    /// Not TOML, or an unknown key: the TOML parser's own words.
+    #[error("{message}")]
+    Syntax { message: String },
+    /// A value of the wrong kind; `got` is the value as [`shown`] in messages.
+    #[error("expected {expected}, got {got}")]
+    Expected { expected: &'static str, got: String },
+    #[error("expected an integer from {min} to {max}, got {got}")]
+    OutOfRange { min: u64, max: u64, got: String },
+    #[error("expected an array of paths (strings), got {got} in it")]
+    NotAPath { got: String },
+    #[error("{path:?} is listed twice")]
+    ListedTwice { path: String },
+    #[error(transparent)]
+    CopyPath(#[from] CopyPathError),
+}
+
+/// Why a `worktree.copy` entry cannot name a file of the work tree.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CopyPathError {
+    #[error("{path:?} holds a control character")]
+    ControlCharacter { path: String },
+    #[error("{path:?} is not valid UTF-8")]
+    NotUtf8 { path: String },
+    #[error("{path:?} leaves the repository (`..`); list paths inside it")]
+    LeavesRepository { path: String },
+    #[error("{path:?} is absolute; list paths relative to the repository root")]
+    Absolute { path: String },
+    #[error("{path:?} names no file")]
+    Empty { path: String },
+    #[error("{path:?} is inside .git; list files of the work tree")]
+    InsideGit { path: String },
 }
 
 fn key_prefix(key: Option<&str>) -> String {
@@ -207,7 +245,7 @@ impl ProjectConfig {
                 line,
                 column,
                 key: None,
-                problem: "the file is not valid UTF-8".into(),
+                problem: ValueProblem::NotUtf8,
             }
         })?;
         Self::parse(&path, &text).map(Some)
@@ -218,7 +256,8 @@ impl ProjectConfig {
         let raw: RawFile = toml::from_str(text).map_err(|error| {
             let span = error.span().unwrap_or(0..0);
             let key = key_at(text, span.start);
-            invalid(path, text, &span, key, error.message().trim().to_owned())
+            let message = error.message().trim().to_owned();
+            invalid(path, text, &span, key, ValueProblem::Syntax { message })
         })?;
         let check = Checker { path, text };
         let models = raw.models.unwrap_or_default();
@@ -312,7 +351,7 @@ impl Checker<'_> {
         &self,
         raw: RawValue,
         key: &str,
-        convert: impl FnOnce(&toml::Value) -> Result<T, String>,
+        convert: impl FnOnce(&toml::Value) -> Result<T, ValueProblem>,
     ) -> Result<Option<T>, ConfigError> {
         let Some(raw) = raw else {
             return Ok(None);
@@ -334,7 +373,7 @@ fn invalid(
     text: &str,
     span: &Range<usize>,
     key: Option<String>,
-    problem: String,
+    problem: ValueProblem,
 ) -> ConfigError {
     let (line, column) = line_and_column(text, span.start);
     ConfigError::Invalid {
@@ -403,84 +442,81 @@ fn shown(value: &toml::Value) -> String {
     }
 }
 
-fn provider(value: &toml::Value) -> Result<Provider, String> {
+fn expected(expected: &'static str, value: &toml::Value) -> ValueProblem {
+    ValueProblem::Expected {
+        expected,
+        got: shown(value),
+    }
+}
+
+fn provider(value: &toml::Value) -> Result<Provider, ValueProblem> {
     value
         .as_str()
         .and_then(|text| text.parse().ok())
-        .ok_or_else(|| format!("expected \"anthropic\" or \"openai\", got {}", shown(value)))
+        .ok_or_else(|| expected("\"anthropic\" or \"openai\"", value))
 }
 
-fn model_name(value: &toml::Value) -> Result<String, String> {
+fn model_name(value: &toml::Value) -> Result<String, ValueProblem> {
     match value.as_str().map(str::trim) {
         Some(name) if !name.is_empty() && !name.contains(char::is_whitespace) => {
             Ok(name.to_owned())
         }
-        _ => Err(format!(
-            "expected a model name (a non-empty string without spaces), got {}",
-            shown(value)
+        _ => Err(expected(
+            "a model name (a non-empty string without spaces)",
+            value,
         )),
     }
 }
 
-fn integer(value: &toml::Value, min: u64, max: u64) -> Result<u64, String> {
+fn integer(value: &toml::Value, min: u64, max: u64) -> Result<u64, ValueProblem> {
     value
         .as_integer()
         .and_then(|number| u64::try_from(number).ok())
         .filter(|number| (min..=max).contains(number))
-        .ok_or_else(|| {
-            format!(
-                "expected an integer from {min} to {max}, got {}",
-                shown(value)
-            )
+        .ok_or_else(|| ValueProblem::OutOfRange {
+            min,
+            max,
+            got: shown(value),
         })
 }
 
-fn turns(value: &toml::Value) -> Result<u32, String> {
+fn turns(value: &toml::Value) -> Result<u32, ValueProblem> {
     integer(value, 1, u64::from(u32::MAX)).map(|turns| turns as u32)
 }
 
-fn tokens(value: &toml::Value) -> Result<u64, String> {
+fn tokens(value: &toml::Value) -> Result<u64, ValueProblem> {
     value
         .as_integer()
         .and_then(|number| u64::try_from(number).ok())
         .filter(|number| *number > 0)
-        .ok_or_else(|| format!("expected a positive number of tokens, got {}", shown(value)))
+        .ok_or_else(|| expected("a positive number of tokens", value))
 }
 
-fn boolean(value: &toml::Value) -> Result<bool, String> {
+fn boolean(value: &toml::Value) -> Result<bool, ValueProblem> {
     value
         .as_bool()
-        .ok_or_else(|| format!("expected true or false, got {}", shown(value)))
+        .ok_or_else(|| expected("true or false", value))
 }
 
-fn setup_command(value: &toml::Value) -> Result<String, String> {
+fn setup_command(value: &toml::Value) -> Result<String, ValueProblem> {
     match value.as_str() {
         Some(command) if !command.trim().is_empty() => Ok(command.to_owned()),
-        _ => Err(format!(
-            "expected a shell command (a non-empty string), got {}",
-            shown(value)
-        )),
+        _ => Err(expected("a shell command (a non-empty string)", value)),
     }
 }
 
-fn copy_list(value: &toml::Value) -> Result<Vec<String>, String> {
+fn copy_list(value: &toml::Value) -> Result<Vec<String>, ValueProblem> {
     let Some(items) = value.as_array() else {
-        return Err(format!(
-            "expected an array of paths such as [\".env\"], got {}",
-            shown(value)
-        ));
+        return Err(expected("an array of paths such as [\".env\"]", value));
     };
     let mut paths: Vec<String> = Vec::with_capacity(items.len());
     for item in items {
         let Some(path) = item.as_str() else {
-            return Err(format!(
-                "expected an array of paths (strings), got {} in it",
-                shown(item)
-            ));
+            return Err(ValueProblem::NotAPath { got: shown(item) });
         };
         let path = check_copy_path(path)?;
         if paths.contains(&path) {
-            return Err(format!("{path:?} is listed twice"));
+            return Err(ValueProblem::ListedTwice { path });
         }
         paths.push(path);
     }
@@ -489,35 +525,28 @@ fn copy_list(value: &toml::Value) -> Result<Vec<String>, String> {
 
 /// Checks one `worktree.copy` entry by its text alone and returns it normalised (`./`
 /// and trailing `/` removed): relative, inside the repository, not in `.git`.
-pub fn check_copy_path(path: &str) -> Result<String, String> {
+pub fn check_copy_path(path: &str) -> Result<String, CopyPathError> {
+    let owned = || path.to_owned();
     if path.chars().any(char::is_control) {
-        return Err(format!("{path:?} holds a control character"));
+        return Err(CopyPathError::ControlCharacter { path: owned() });
     }
     let mut parts: Vec<&str> = Vec::new();
     for component in Path::new(path).components() {
         match component {
             Component::Normal(part) => match part.to_str() {
                 Some(part) => parts.push(part),
-                None => return Err(format!("{path:?} is not valid UTF-8")),
+                None => return Err(CopyPathError::NotUtf8 { path: owned() }),
             },
             Component::CurDir => {}
-            Component::ParentDir => {
-                return Err(format!(
-                    "{path:?} leaves the repository (`..`); list paths inside it"
-                ));
-            }
+            Component::ParentDir => return Err(CopyPathError::LeavesRepository { path: owned() }),
             Component::RootDir | Component::Prefix(_) => {
-                return Err(format!(
-                    "{path:?} is absolute; list paths relative to the repository root"
-                ));
+                return Err(CopyPathError::Absolute { path: owned() });
             }
         }
     }
     match parts.first() {
-        None => Err(format!("{path:?} names no file")),
-        Some(&".git") => Err(format!(
-            "{path:?} is inside .git; list files of the work tree"
-        )),
+        None => Err(CopyPathError::Empty { path: owned() }),
+        Some(&".git") => Err(CopyPathError::InsideGit { path: owned() }),
         Some(_) => Ok(parts.join("/")),
     }
 }

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::Ledger;
 use crate::store::durable::{self, DurableError};
+use crate::store::recorded::RecordedOptions;
 
 /// One journal line: what happened and when.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -153,9 +154,9 @@ pub enum Entry {
         branch: String,
         provider: String,
         model: String,
-        /// The run's options (jobs, caps, ...) as the orchestrator chose to record them.
+        /// The run's options (jobs, caps, models, ...), so that a resume runs the same.
         #[serde(default)]
-        options: serde_json::Value,
+        options: RecordedOptions,
     },
     /// A `grove resume` process took the run over.
     Resumed { pid: u32 },
@@ -292,7 +293,7 @@ pub enum JournalError {
         path: PathBuf,
         /// 1-based line number.
         line: usize,
-        reason: String,
+        reason: CorruptLine,
     },
     /// A record could not be encoded.
     #[error("journal {path}: cannot encode a `{record_type}` record: {source}")]
@@ -393,11 +394,20 @@ pub fn parse_journal(path: &Path, bytes: &[u8]) -> Result<JournalContents, Journ
     })
 }
 
-fn parse_line(line: &[u8]) -> Result<Record, String> {
+/// What is wrong with one line of a journal.
+#[derive(Debug, thiserror::Error)]
+pub enum CorruptLine {
+    #[error("empty line")]
+    Empty,
+    #[error("{0}")]
+    NotARecord(#[source] serde_json::Error),
+}
+
+fn parse_line(line: &[u8]) -> Result<Record, CorruptLine> {
     if line.iter().all(u8::is_ascii_whitespace) {
-        return Err("empty line".to_string());
+        return Err(CorruptLine::Empty);
     }
-    serde_json::from_slice(line).map_err(|e| e.to_string())
+    serde_json::from_slice(line).map_err(CorruptLine::NotARecord)
 }
 
 /// An open journal that records are appended to.

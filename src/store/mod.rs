@@ -11,10 +11,12 @@
 pub mod durable;
 pub mod journal;
 pub mod lock;
+pub mod recorded;
 pub mod runs;
 pub mod state;
 pub mod transcript;
 
+pub use recorded::{RecordedOptions, RecordedOptionsError};
 pub(crate) use runs::replay_checked;
 pub use runs::{
     ActiveRun, JOURNAL_FILE, Recovery, RunDetails, RunId, RunStart, RunStore, RunSummary,

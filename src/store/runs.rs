@@ -10,6 +10,7 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
+use crate::settings::RunOptions;
 use crate::store::durable::{self, DurableError};
 use crate::store::journal::{self, Durability, Entry, Journal, JournalError, Record, TornTail};
 use crate::store::lock::{self, Liveness, LockError, RepoLock};
@@ -104,7 +105,7 @@ pub enum StoreError {
 }
 
 /// What the user asked for, recorded as the journal's first record.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct RunStart {
     pub task: String,
     /// The commit the run starts from.
@@ -113,7 +114,8 @@ pub struct RunStart {
     pub branch: String,
     pub provider: String,
     pub model: String,
-    pub options: serde_json::Value,
+    /// The options to journal: everything a resume needs to run the same.
+    pub options: RunOptions,
 }
 
 /// The runs of one repository.
@@ -193,7 +195,7 @@ impl RunStore {
             branch: start.branch,
             provider: start.provider,
             model: start.model,
-            options: start.options,
+            options: start.options.into(),
         });
         let state = RunState::start(&first).map_err(|source| StoreError::RecordRejected {
             run_id: run_id.clone(),

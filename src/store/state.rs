@@ -14,6 +14,7 @@ use crate::store::durable::{self, DurableError};
 use crate::store::journal::{
     ContextMode, Entry, Finding, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
 };
+use crate::store::recorded::RecordedOptions;
 
 /// The subtask label tool calls of the lead itself are journaled under.
 pub const LEAD_SUBTASK: &str = "lead";
@@ -142,6 +143,33 @@ pub struct SubtaskState {
 }
 
 impl SubtaskState {
+    /// A subtask as its `subtask_started` record leaves it.
+    fn started(
+        id: &str,
+        task: &str,
+        branch: &str,
+        mode: ContextMode,
+        agent: &str,
+        ts: u64,
+    ) -> SubtaskState {
+        SubtaskState {
+            id: id.to_string(),
+            task: task.to_string(),
+            branch: branch.to_string(),
+            mode,
+            agent: agent.to_string(),
+            status: SubtaskStatus::Running,
+            started_ms: ts,
+            finished_ms: None,
+            last_checkpoint: None,
+            verdict: None,
+            merge: None,
+            conflict_paths: Vec::new(),
+            ledger: Ledger::default(),
+            human_verdict: None,
+        }
+    }
+
     /// The decision that counts: a person's, else the reviewer's; `None` when neither
     /// decided (the subtask failed before its review).
     pub fn decision(&self) -> Option<VerdictKind> {
@@ -170,7 +198,7 @@ pub struct RunState {
     pub branch: String,
     pub provider: String,
     pub model: String,
-    pub options: serde_json::Value,
+    pub options: RecordedOptions,
     pub status: RunStatus,
     pub started_ms: u64,
     /// The timestamp of the last record.
@@ -199,14 +227,46 @@ pub struct RunState {
     pub journal_records: u64,
 }
 
-/// A record that does not fit the records before it.
+/// A record that does not fit the records before it. Never retried: the journal (or the
+/// caller about to journal the record) is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("journal record {record} (`{record_type}`) cannot be applied: {reason}")]
 pub struct ReplayError {
     /// 1-based position of the record in the journal (its line, for an intact journal).
     pub record: u64,
     pub record_type: &'static str,
-    pub reason: String,
+    pub reason: ReplayReason,
+}
+
+/// Why a record does not fit the records before it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayReason {
+    #[error("the journal is empty; it must start with `run_started`")]
+    EmptyJournal,
+    #[error("a journal must start with `run_started`")]
+    NotStartedFirst,
+    #[error("the run already started")]
+    AlreadyStarted,
+    #[error("the run already finished")]
+    AlreadyFinished,
+    /// A `grove review` record (a person's verdict, a rebuilt or applied result) before
+    /// the run finished.
+    #[error("the run is {status}, not finished; `grove review` changes only finished runs")]
+    NotFinished { status: RunStatus },
+    #[error("the run's result was already applied")]
+    AlreadyApplied,
+    #[error("subtask `{subtask}` already started")]
+    SubtaskAlreadyStarted { subtask: String },
+    #[error("subtask `{subtask}` was never started")]
+    SubtaskNeverStarted { subtask: String },
+    #[error("subtask `{subtask}` already finished")]
+    SubtaskAlreadyFinished { subtask: String },
+    #[error("tool call `{call_id}` of `{subtask}` already started")]
+    ToolCallAlreadyStarted { subtask: String, call_id: String },
+    #[error("tool call `{call_id}` of `{subtask}` finished but never started")]
+    ToolCallNeverStarted { subtask: String, call_id: String },
+    #[error("subtask `{subtask}` is merged without its commit and result")]
+    MergedWithoutCommit { subtask: String },
 }
 
 impl RunState {
@@ -220,7 +280,7 @@ impl RunState {
             return Err(ReplayError {
                 record: 1,
                 record_type: "none",
-                reason: "the journal is empty; it must start with `run_started`".to_string(),
+                reason: ReplayReason::EmptyJournal,
             });
         };
         let mut state = RunState::start(first)?;
@@ -245,7 +305,7 @@ impl RunState {
             return Err(ReplayError {
                 record: 1,
                 record_type: record.entry.type_name(),
-                reason: "a journal must start with `run_started`".to_string(),
+                reason: ReplayReason::NotStartedFirst,
             });
         };
         Ok(RunState {
@@ -285,40 +345,26 @@ impl RunState {
     /// Folds one more record in. On error the state is unchanged, so a caller can check
     /// a record before journaling it.
     pub fn apply(&mut self, record: &Record) -> Result<(), ReplayError> {
-        let position = self.journal_records + 1;
-        let fail = |reason: String| ReplayError {
-            record: position,
-            record_type: record.entry.type_name(),
-            reason,
-        };
-        let from_review = matches!(
-            record.entry,
-            Entry::HumanVerdict { .. } | Entry::ResultRebuilt { .. } | Entry::ResultApplied { .. }
-        );
-        if from_review {
-            if !self.is_finished() {
-                return Err(fail(format!(
-                    "the run is {}, not finished; `grove review` changes only finished runs",
-                    self.status
-                )));
-            }
-            if self.applied {
-                return Err(fail("the run's result was already applied".to_string()));
-            }
-        } else if self.is_finished() {
-            return Err(fail("the run already finished".to_string()));
-        }
-        let ts = record.ts_ms;
-        match &record.entry {
-            Entry::RunStarted { .. } => {
-                return Err(fail("the run already started".to_string()));
-            }
+        self.fold(&record.entry, record.ts_ms)
+            .map_err(|reason| ReplayError {
+                record: self.journal_records + 1,
+                record_type: record.entry.type_name(),
+                reason,
+            })?;
+        self.updated_ms = self.updated_ms.max(record.ts_ms);
+        self.journal_records += 1;
+        Ok(())
+    }
+
+    /// Folds `entry`, journaled at `ts`, into the state; each kind of record has its own
+    /// function below, and each checks before it changes anything.
+    fn fold(&mut self, entry: &Entry, ts: u64) -> Result<(), ReplayReason> {
+        self.admit(entry)?;
+        match entry {
+            Entry::RunStarted { .. } => Err(ReplayReason::AlreadyStarted),
             Entry::Resumed { .. } => {
-                self.status = RunStatus::Running;
-                self.pause_reason = None;
-                self.resumes += 1;
-                let open = std::mem::take(&mut self.open_tool_calls);
-                self.interrupted_tool_calls.extend(open);
+                self.resume();
+                Ok(())
             }
             Entry::SubtaskStarted {
                 subtask,
@@ -326,137 +372,47 @@ impl RunState {
                 branch,
                 mode,
                 agent,
-            } => {
-                if self.subtask(subtask).is_some() {
-                    return Err(fail(format!("subtask `{subtask}` already started")));
-                }
-                self.subtasks.push(SubtaskState {
-                    id: subtask.clone(),
-                    task: task.clone(),
-                    branch: branch.clone(),
-                    mode: *mode,
-                    agent: agent.clone(),
-                    status: SubtaskStatus::Running,
-                    started_ms: ts,
-                    finished_ms: None,
-                    last_checkpoint: None,
-                    verdict: None,
-                    merge: None,
-                    conflict_paths: Vec::new(),
-                    ledger: Ledger::default(),
-                    human_verdict: None,
-                });
-            }
-            Entry::Checkpoint {
-                subtask,
-                commit,
-                turn,
-            } => {
-                self.running_subtask(subtask).map_err(fail)?.last_checkpoint =
-                    Some(CheckpointState {
-                        commit: commit.clone(),
-                        turn: *turn,
-                    });
-            }
+            } => self.start_subtask(SubtaskState::started(
+                subtask, task, branch, *mode, agent, ts,
+            )),
             Entry::ToolCallStarted {
                 subtask,
                 call_id,
                 tool,
                 mutating,
-            } => {
-                if self.open_call_index(subtask, call_id).is_some() {
-                    return Err(fail(format!(
-                        "tool call `{call_id}` of `{subtask}` already started"
-                    )));
-                }
-                self.open_tool_calls.push(ToolCallState {
-                    subtask: subtask.clone(),
-                    call_id: call_id.clone(),
-                    tool: tool.clone(),
-                    mutating: *mutating,
-                    started_ms: ts,
-                });
-            }
+            } => self.open_call(subtask, call_id, tool, *mutating, ts),
             Entry::ToolCallFinished {
                 subtask, call_id, ..
-            } => {
-                let Some(index) = self.open_call_index(subtask, call_id) else {
-                    return Err(fail(format!(
-                        "tool call `{call_id}` of `{subtask}` finished but never started"
-                    )));
-                };
-                self.open_tool_calls.remove(index);
-            }
-            Entry::Verdict {
-                subtask,
-                verdict,
-                summary,
-                findings,
-            } => {
-                self.running_subtask(subtask).map_err(fail)?.verdict = Some(VerdictState {
-                    verdict: *verdict,
-                    summary: summary.clone(),
-                    findings: findings.clone(),
-                });
-            }
-            Entry::Merged {
-                subtask,
-                commit,
-                result,
-            } => {
-                self.running_subtask(subtask).map_err(fail)?.merge = Some(MergeState {
-                    commit: commit.clone(),
-                    result: result.clone(),
-                });
-                self.result_commit = Some(result.clone());
-            }
-            Entry::Conflict { subtask, paths } => {
-                self.running_subtask(subtask).map_err(fail)?.conflict_paths = paths.clone();
-            }
-            Entry::SubtaskFinished {
-                subtask,
-                status,
-                ledger,
-            } => {
-                let state = self.running_subtask(subtask).map_err(fail)?;
-                state.status = (*status).into();
-                state.finished_ms = Some(ts);
-                state.ledger = *ledger;
+            } => self.close_call(subtask, call_id),
+            Entry::Checkpoint { subtask, .. }
+            | Entry::Verdict { subtask, .. }
+            | Entry::Merged { subtask, .. }
+            | Entry::Conflict { subtask, .. }
+            | Entry::SubtaskFinished { subtask, .. } => {
+                let state = self.running_subtask(subtask)?;
+                let merged = record_subtask_fact(state, entry, ts);
+                if merged.is_some() {
+                    self.result_commit = merged;
+                }
+                Ok(())
             }
             Entry::Paused { reason } => {
                 self.status = RunStatus::Paused;
                 self.pause_reason = Some(reason.clone());
+                Ok(())
             }
             Entry::HumanVerdict {
                 subtask, verdict, ..
             } => {
-                let Some(state) = self.subtasks.iter_mut().find(|s| &s.id == subtask) else {
-                    return Err(fail(format!("subtask `{subtask}` was never started")));
-                };
+                let state = self.subtask_mut(subtask)?;
                 state.human_verdict = Some(*verdict);
+                Ok(())
             }
-            Entry::ResultRebuilt { result, subtasks } => {
-                self.check_rebuilt(subtasks).map_err(fail)?;
-                for rebuilt in subtasks {
-                    if let Some(state) = self.subtasks.iter_mut().find(|s| s.id == rebuilt.subtask)
-                    {
-                        state.status = rebuilt.status.into();
-                        state.finished_ms = state.finished_ms.or(Some(ts));
-                        state.merge = match (&rebuilt.commit, &rebuilt.result) {
-                            (Some(commit), Some(result)) => Some(MergeState {
-                                commit: commit.clone(),
-                                result: result.clone(),
-                            }),
-                            _ => None,
-                        };
-                        state.conflict_paths = rebuilt.conflict_paths.clone();
-                    }
-                }
-                self.result_commit = Some(result.clone());
-            }
+            Entry::ResultRebuilt { result, subtasks } => self.rebuild(result, subtasks, ts),
             Entry::ResultApplied { result } => {
                 self.applied = true;
                 self.result_commit = Some(result.clone());
+                Ok(())
             }
             Entry::RunFinished {
                 status,
@@ -464,48 +420,176 @@ impl RunState {
                 result_commit,
                 error,
             } => {
-                self.status = match status {
-                    RunOutcome::Finished => RunStatus::Finished,
-                    RunOutcome::Failed => RunStatus::Failed,
-                };
-                self.pause_reason = None;
-                self.applied = *applied;
-                if result_commit.is_some() {
-                    self.result_commit = result_commit.clone();
-                }
-                self.error = error.clone();
-                self.finished_ms = Some(ts);
+                self.finish(
+                    *status,
+                    *applied,
+                    result_commit.as_ref(),
+                    error.as_ref(),
+                    ts,
+                );
+                Ok(())
             }
         }
-        self.updated_ms = self.updated_ms.max(ts);
-        self.journal_records += 1;
+    }
+
+    /// Refuses a record that comes at the wrong point of the run's life: `grove review`'s
+    /// records only after the run finished (and before its result was applied), every
+    /// other record only before.
+    fn admit(&self, entry: &Entry) -> Result<(), ReplayReason> {
+        let from_review = matches!(
+            entry,
+            Entry::HumanVerdict { .. } | Entry::ResultRebuilt { .. } | Entry::ResultApplied { .. }
+        );
+        if from_review {
+            if !self.is_finished() {
+                return Err(ReplayReason::NotFinished {
+                    status: self.status,
+                });
+            }
+            if self.applied {
+                return Err(ReplayReason::AlreadyApplied);
+            }
+        } else if self.is_finished() {
+            return Err(ReplayReason::AlreadyFinished);
+        }
         Ok(())
     }
 
-    fn running_subtask(&mut self, id: &str) -> Result<&mut SubtaskState, String> {
-        match self.subtasks.iter_mut().find(|s| s.id == id) {
-            None => Err(format!("subtask `{id}` was never started")),
-            Some(state) if state.status != SubtaskStatus::Running => {
-                Err(format!("subtask `{id}` already finished"))
-            }
-            Some(state) => Ok(state),
-        }
+    /// A resume takes over: calls still open never finished, and are never replayed.
+    fn resume(&mut self) {
+        self.status = RunStatus::Running;
+        self.pause_reason = None;
+        self.resumes += 1;
+        let open = std::mem::take(&mut self.open_tool_calls);
+        self.interrupted_tool_calls.extend(open);
     }
 
-    /// Checks a `result_rebuilt` record before any of it is folded in, so that a bad
-    /// record leaves the state unchanged.
-    fn check_rebuilt(&self, subtasks: &[RebuiltSubtask]) -> Result<(), String> {
+    fn start_subtask(&mut self, started: SubtaskState) -> Result<(), ReplayReason> {
+        if self.subtask(&started.id).is_some() {
+            return Err(ReplayReason::SubtaskAlreadyStarted {
+                subtask: started.id,
+            });
+        }
+        self.subtasks.push(started);
+        Ok(())
+    }
+
+    fn open_call(
+        &mut self,
+        subtask: &str,
+        call_id: &str,
+        tool: &str,
+        mutating: bool,
+        ts: u64,
+    ) -> Result<(), ReplayReason> {
+        if self.open_call_index(subtask, call_id).is_some() {
+            return Err(ReplayReason::ToolCallAlreadyStarted {
+                subtask: subtask.to_string(),
+                call_id: call_id.to_string(),
+            });
+        }
+        self.open_tool_calls.push(ToolCallState {
+            subtask: subtask.to_string(),
+            call_id: call_id.to_string(),
+            tool: tool.to_string(),
+            mutating,
+            started_ms: ts,
+        });
+        Ok(())
+    }
+
+    fn close_call(&mut self, subtask: &str, call_id: &str) -> Result<(), ReplayReason> {
+        let Some(index) = self.open_call_index(subtask, call_id) else {
+            return Err(ReplayReason::ToolCallNeverStarted {
+                subtask: subtask.to_string(),
+                call_id: call_id.to_string(),
+            });
+        };
+        self.open_tool_calls.remove(index);
+        Ok(())
+    }
+
+    /// `grove review` rebuilt the result: the record is checked whole before any of it is
+    /// folded in, so that a bad record leaves the state unchanged.
+    fn rebuild(
+        &mut self,
+        result: &str,
+        subtasks: &[RebuiltSubtask],
+        ts: u64,
+    ) -> Result<(), ReplayReason> {
+        self.check_rebuilt(subtasks)?;
+        for rebuilt in subtasks {
+            if let Some(state) = self.subtasks.iter_mut().find(|s| s.id == rebuilt.subtask) {
+                state.status = rebuilt.status.into();
+                state.finished_ms = state.finished_ms.or(Some(ts));
+                state.merge = match (&rebuilt.commit, &rebuilt.result) {
+                    (Some(commit), Some(result)) => Some(MergeState {
+                        commit: commit.clone(),
+                        result: result.clone(),
+                    }),
+                    _ => None,
+                };
+                state.conflict_paths = rebuilt.conflict_paths.clone();
+            }
+        }
+        self.result_commit = Some(result.to_string());
+        Ok(())
+    }
+
+    fn finish(
+        &mut self,
+        status: RunOutcome,
+        applied: bool,
+        result_commit: Option<&String>,
+        error: Option<&String>,
+        ts: u64,
+    ) {
+        self.status = match status {
+            RunOutcome::Finished => RunStatus::Finished,
+            RunOutcome::Failed => RunStatus::Failed,
+        };
+        self.pause_reason = None;
+        self.applied = applied;
+        if let Some(result_commit) = result_commit {
+            self.result_commit = Some(result_commit.clone());
+        }
+        self.error = error.cloned();
+        self.finished_ms = Some(ts);
+    }
+
+    fn subtask_mut(&mut self, id: &str) -> Result<&mut SubtaskState, ReplayReason> {
+        self.subtasks
+            .iter_mut()
+            .find(|s| s.id == id)
+            .ok_or_else(|| ReplayReason::SubtaskNeverStarted {
+                subtask: id.to_string(),
+            })
+    }
+
+    fn running_subtask(&mut self, id: &str) -> Result<&mut SubtaskState, ReplayReason> {
+        let state = self.subtask_mut(id)?;
+        if state.status != SubtaskStatus::Running {
+            return Err(ReplayReason::SubtaskAlreadyFinished {
+                subtask: id.to_string(),
+            });
+        }
+        Ok(state)
+    }
+
+    /// Checks a `result_rebuilt` record before any of it is folded in.
+    fn check_rebuilt(&self, subtasks: &[RebuiltSubtask]) -> Result<(), ReplayReason> {
         for rebuilt in subtasks {
             if self.subtask(&rebuilt.subtask).is_none() {
-                return Err(format!("subtask `{}` was never started", rebuilt.subtask));
+                return Err(ReplayReason::SubtaskNeverStarted {
+                    subtask: rebuilt.subtask.clone(),
+                });
             }
             if rebuilt.status == SubtaskOutcome::Merged
                 && (rebuilt.commit.is_none() || rebuilt.result.is_none())
             {
-                return Err(format!(
-                    "subtask `{}` is merged without its commit and result",
-                    rebuilt.subtask
-                ));
+                return Err(ReplayReason::MergedWithoutCommit {
+                    subtask: rebuilt.subtask.clone(),
+                });
             }
         }
         Ok(())
@@ -516,6 +600,46 @@ impl RunState {
             .iter()
             .position(|c| c.subtask == subtask && c.call_id == call_id)
     }
+}
+
+/// Folds a record about one running subtask into its state; returns the run's new
+/// result commit when the record is a merge.
+fn record_subtask_fact(state: &mut SubtaskState, entry: &Entry, ts: u64) -> Option<String> {
+    match entry {
+        Entry::Checkpoint { commit, turn, .. } => {
+            state.last_checkpoint = Some(CheckpointState {
+                commit: commit.clone(),
+                turn: *turn,
+            });
+        }
+        Entry::Verdict {
+            verdict,
+            summary,
+            findings,
+            ..
+        } => {
+            state.verdict = Some(VerdictState {
+                verdict: *verdict,
+                summary: summary.clone(),
+                findings: findings.clone(),
+            });
+        }
+        Entry::Merged { commit, result, .. } => {
+            state.merge = Some(MergeState {
+                commit: commit.clone(),
+                result: result.clone(),
+            });
+            return Some(result.clone());
+        }
+        Entry::Conflict { paths, .. } => state.conflict_paths = paths.clone(),
+        Entry::SubtaskFinished { status, ledger, .. } => {
+            state.status = (*status).into();
+            state.finished_ms = Some(ts);
+            state.ledger = *ledger;
+        }
+        _ => {}
+    }
+    None
 }
 
 /// Why `state.json` could not be read or written. Never retried; a snapshot that

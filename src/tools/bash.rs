@@ -147,6 +147,10 @@ impl Tool for Bash {
                 true
             }
         };
+        if let Some(over) = result.disk_over_budget {
+            let _ = writeln!(content, "[failed: {over}]");
+        }
+        let is_error = is_error || result.disk_over_budget.is_some();
         Ok(ToolOutput { content, is_error })
     }
 }

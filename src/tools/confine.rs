@@ -24,6 +24,7 @@ use cap_std::fs::{Dir, File, OpenOptions, OpenOptionsExt as _};
 use nix::fcntl::OFlag;
 
 use super::ToolError;
+use super::git_pointer::{is_git_dir_name, is_git_repository};
 
 /// A capability handle on the root, and the root's path for messages and for turning
 /// absolute paths inside it into relative ones.
@@ -150,6 +151,87 @@ impl ConfinedRoot {
             }
             return Ok(path);
         }
+    }
+}
+
+impl ConfinedRoot {
+    /// Refuses `relative` when it is, or lies inside, a git dir: a component spelled like
+    /// `.git` in any case ([`is_git_dir_name`]), or a directory that is a git repository,
+    /// found on the path as written and on the path its symlinks resolve to (`gp -> .git`
+    /// is refused as `.git`).
+    pub(crate) fn refuse_git_dir(&self, relative: &Path, shown: &str) -> Result<(), ToolError> {
+        let refused = || {
+            ToolError::RespondToModel(format!(
+                "cannot write `{shown}`: grove manages git for this worktree and commits your \
+                 changes itself; `.git` is not writable"
+            ))
+        };
+        for path in [Some(relative.to_path_buf()), self.resolve_links(relative)]
+            .into_iter()
+            .flatten()
+        {
+            let mut prefix = PathBuf::new();
+            for component in path.components() {
+                if is_git_dir_name(component.as_os_str()) {
+                    return Err(refused());
+                }
+                prefix.push(component);
+                if is_git_repository(&self.root.join(&prefix)) {
+                    return Err(refused());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `relative` with every symlink on it resolved, as a path beneath the root; `None`
+    /// when a link leads outside (the open refuses that) or there are too many.
+    fn resolve_links(&self, relative: &Path) -> Option<PathBuf> {
+        let mut pending: Vec<std::ffi::OsString> = relative
+            .components()
+            .rev()
+            .map(|component| component.as_os_str().to_owned())
+            .collect();
+        let mut resolved = PathBuf::new();
+        let mut hops = 0;
+        while let Some(name) = pending.pop() {
+            if name == "." {
+                continue;
+            }
+            if name == ".." {
+                if !resolved.pop() {
+                    return None;
+                }
+                continue;
+            }
+            let candidate = resolved.join(&name);
+            let is_link = self
+                .dir
+                .symlink_metadata(&candidate)
+                .is_ok_and(|metadata| metadata.file_type().is_symlink());
+            if !is_link {
+                resolved = candidate;
+                continue;
+            }
+            hops += 1;
+            if hops > MAX_LINK_HOPS {
+                return None;
+            }
+            let target = self.dir.read_link_contents(&candidate).ok()?;
+            let target = if target.is_absolute() {
+                resolved = PathBuf::new();
+                self.strip_root(&target)?.to_path_buf()
+            } else {
+                target
+            };
+            pending.extend(
+                target
+                    .components()
+                    .rev()
+                    .map(|component| component.as_os_str().to_owned()),
+            );
+        }
+        Some(resolved)
     }
 }
 

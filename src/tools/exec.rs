@@ -129,6 +129,32 @@ pub struct ExecResult {
     /// What the executor itself has to tell the model about this run (e.g. that it undid
     /// a change the command made to something it must not change), one line each.
     pub notes: Vec<String>,
+    /// Set when the command left its worktree over the disk budget: the command counts as
+    /// failed whatever its exit code.
+    pub disk_over_budget: Option<DiskOverBudget>,
+}
+
+/// A worktree over its disk budget after a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskOverBudget {
+    /// Bytes the worktree takes on disk.
+    pub used: u64,
+    /// Bytes it may take.
+    pub budget: u64,
+}
+
+impl fmt::Display for DiskOverBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+        write!(
+            f,
+            "the worktree takes {:.1} MiB on disk, {:.1} MiB over its budget of {:.1} MiB; \
+             delete what the command made (build output, downloads) before going on",
+            mib(self.used),
+            mib(self.used.saturating_sub(self.budget)),
+            mib(self.budget)
+        )
+    }
 }
 
 impl ExecResult {
@@ -184,8 +210,8 @@ pub enum ExecError {
     /// Reading the command's output failed. Not retried.
     #[error("reading the command's output failed: {0}")]
     Read(#[source] std::io::Error),
-    /// The sandbox refused to run the command because it could not confine it (see
-    /// [`super::sandbox`]); nothing of the command ran. Not retried: the system will not
+    /// The sandbox refused to run the command because it could not confine it (see the
+    /// `sandbox` module); nothing of the command ran. Not retried: the system will not
     /// change its mind.
     #[error("the sandbox refused to run the command: {reason}")]
     Sandbox { reason: String },
@@ -433,10 +459,20 @@ pub(crate) async fn run_in_process_group(
         .process_group(0)
         .kill_on_drop(true);
     customize(&mut command);
-    let spawned = command.spawn();
-    // The command holds our copies of the pipe's write end; drop them so the pipe
-    // reaches EOF once the command's processes are gone.
-    drop(command);
+    let parent = nix::unistd::getpid();
+    // SAFETY: the hook runs in the forked child and makes async-signal-safe system calls
+    // only (prctl, getppid, close_range or fcntl, _exit); it allocates nothing.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(move || {
+            child_hygiene(parent);
+            Ok(())
+        });
+    }
+    // The thread that spawns owns the parent-death signal; it must outlive the command.
+    // `spawn_lasting` drops the command, and with it our copies of the pipe's write end,
+    // so the pipe reaches EOF once the command's processes are gone.
+    let spawned = spawn_lasting(command).await;
     let mut child = spawned.map_err(|source| ExecError::Spawn {
         shell: program.to_path_buf(),
         cwd: request.cwd.clone(),
@@ -517,7 +553,122 @@ pub(crate) async fn run_in_process_group(
         total_bytes: collector.total,
         output_abandoned,
         notes: Vec::new(),
+        disk_over_budget: None,
     })
+}
+
+/// What every command's process does before `exec`, whoever runs it (a sandboxed
+/// command, the setup command, an external worker CLI, the check):
+///
+/// - it is killed when grove dies (`PR_SET_PDEATHSIG`), and gives up at once if grove is
+///   already gone, so a `kill -9` of grove leaves no shell running (its background
+///   children, still in the process group and the cgroup, are killed by the next grove:
+///   see `sandbox::kill_orphaned_commands`);
+/// - no descriptor above stderr survives the `exec`: grove may have inherited some from
+///   whoever started it (`7>>file 8<~/.ssh/id_rsa 9<>/dev/tcp/…`), and a command must not
+///   read, write or send through them.
+#[allow(unsafe_code)]
+fn child_hygiene(parent: Pid) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with integer arguments and _exit are async-signal-safe.
+    unsafe {
+        nix::libc::prctl(
+            nix::libc::PR_SET_PDEATHSIG,
+            nix::libc::SIGKILL as nix::libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        if nix::libc::getppid() != parent.as_raw() {
+            nix::libc::_exit(1);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = parent;
+    close_inherited_descriptors();
+}
+
+/// Marks every descriptor above 2 close-on-exec (the kernel's `close_range`, else one
+/// `fcntl` per possible descriptor). Marking rather than closing keeps the descriptor the
+/// standard library reports an `exec` failure through.
+#[allow(unsafe_code)]
+fn close_inherited_descriptors() {
+    use nix::libc;
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: a plain system call on integers.
+        let swept = unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                3 as libc::c_uint,
+                libc::c_uint::MAX,
+                libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+            )
+        };
+        if swept == 0 {
+            return;
+        }
+    }
+    // SAFETY: getrlimit fills a struct on the stack; fcntl on integers.
+    unsafe {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let highest = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur.min(1 << 20) as libc::c_int
+        } else {
+            1 << 16
+        };
+        for fd in 3..highest {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+}
+
+/// A spawn request for the spawning thread.
+type SpawnJob = (
+    tokio::process::Command,
+    tokio::runtime::Handle,
+    tokio::sync::oneshot::Sender<std::io::Result<tokio::process::Child>>,
+);
+
+/// Spawns `command` from one thread that lives as long as grove: the kernel sends the
+/// parent-death signal when the spawning *thread* exits, and a runtime's threads come and
+/// go (a blocking section hands its worker's place to a new thread).
+async fn spawn_lasting(command: tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    static SPAWNER: std::sync::OnceLock<
+        Option<std::sync::Mutex<std::sync::mpsc::Sender<SpawnJob>>>,
+    > = std::sync::OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (sender, jobs) = std::sync::mpsc::channel::<SpawnJob>();
+        std::thread::Builder::new()
+            .name("grove-spawner".into())
+            .spawn(move || {
+                for (mut command, runtime, reply) in jobs {
+                    let _entered = runtime.enter();
+                    let spawned = command.spawn();
+                    drop(command);
+                    let _ = reply.send(spawned);
+                }
+            })
+            .ok()
+            .map(|_| std::sync::Mutex::new(sender))
+    });
+    let gone = || std::io::Error::other("grove's process-spawning thread is gone");
+    let Some(spawner) = spawner else {
+        return Err(gone());
+    };
+    let (reply, spawned) = tokio::sync::oneshot::channel();
+    spawner
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .send((command, tokio::runtime::Handle::current(), reply))
+        .map_err(|_| gone())?;
+    spawned.await.map_err(|_| gone())?
 }
 
 #[cfg(test)]
@@ -610,6 +761,7 @@ mod tests {
             total_bytes: word.len() as u64,
             output_abandoned: false,
             notes: Vec::new(),
+            disk_over_budget: None,
         };
         assert_eq!(
             result.output_text(),
@@ -627,6 +779,7 @@ mod tests {
             total_bytes: 100,
             output_abandoned: false,
             notes: Vec::new(),
+            disk_over_budget: None,
         };
         assert_eq!(
             result.output_text(),

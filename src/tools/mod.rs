@@ -8,6 +8,7 @@ mod bash;
 mod confine;
 mod edit_file;
 pub mod exec;
+pub mod git_pointer;
 mod grep;
 mod list_files;
 mod read_file;
@@ -28,7 +29,8 @@ use tokio_util::sync::CancellationToken;
 pub use bash::Bash;
 pub use edit_file::EditFile;
 pub use exec::{
-    CommandExecutor, ExecError, ExecOutcome, ExecRequest, ExecResult, LocalExecutor, OutputCap,
+    CommandExecutor, DiskOverBudget, ExecError, ExecOutcome, ExecRequest, ExecResult,
+    LocalExecutor, OutputCap,
 };
 pub use grep::Grep;
 pub use list_files::ListFiles;
@@ -184,11 +186,23 @@ impl Registry {
                 truncate_chars(&shown, 200)
             )));
         }
-        match tool.run(input, ctx).await {
-            Ok(output) => Ok(output),
-            Err(ToolError::RespondToModel(message)) => Ok(ToolOutput::error(message)),
-            Err(fatal @ ToolError::Fatal(_)) => Err(fatal),
+        // Whatever a tool did, the worktree's `.git` pointer is the one grove made.
+        let pointer = tool
+            .mutates()
+            .then(|| git_pointer::GitPointer::snapshot(&ctx.root));
+        let mut output = match tool.run(input, ctx).await {
+            Ok(output) => output,
+            Err(ToolError::RespondToModel(message)) => ToolOutput::error(message),
+            Err(fatal @ ToolError::Fatal(_)) => return Err(fatal),
+        };
+        if let Some(note) = pointer.and_then(|pointer| pointer.restore()) {
+            if !output.content.ends_with('\n') {
+                output.content.push('\n');
+            }
+            output.content.push_str(&note);
+            output.content.push('\n');
         }
+        Ok(output)
     }
 }
 

@@ -82,16 +82,9 @@ pub(crate) fn write(
         )));
     }
     // The worktree's `.git` points git at its admin dir; a planted one (or a nested git
-    // dir) could send a later `git` run to hooks of the model's making.
-    if relative
-        .components()
-        .any(|component| component.as_os_str() == ".git")
-    {
-        return Err(ToolError::RespondToModel(format!(
-            "cannot write `{shown}`: grove manages git for this worktree and commits your \
-             changes itself; `.git` is not writable"
-        )));
-    }
+    // dir, under any spelling or through a link) could send a later `git` run to hooks
+    // of the model's making.
+    confined.refuse_git_dir(&relative, shown)?;
     if let Some(parent) = relative
         .parent()
         .filter(|parent| !parent.as_os_str().is_empty())

@@ -615,7 +615,7 @@ async fn decided(
     let state = RunStore::new(&fixture.repo.join(".git"))
         .read_state(&run_id)
         .unwrap();
-    let options = &state.options;
+    let options = serde_json::to_value(&state.options).unwrap();
     let journaled = json!({
         "jobs": options["jobs"],
         "max_turns": options["max_turns"],

@@ -271,7 +271,7 @@ fn run_start() -> RunStart {
         branch: "refs/heads/main".into(),
         provider: "anthropic".into(),
         model: "m".into(),
-        options: json!({}),
+        options: grove::run::RunOptions::default(),
     }
 }
 

@@ -679,7 +679,7 @@ fn rejected_run_records() -> Vec<Record> {
                 branch: "refs/heads/main".into(),
                 provider: "anthropic".into(),
                 model: "m".into(),
-                options: json!({}),
+                options: grove::run::RunOptions::default().into(),
             },
         ),
         record(
@@ -740,7 +740,7 @@ fn review_records_fold_only_into_a_finished_run_whose_result_is_not_applied() {
     let mut unfinished = RunState::replay(&rejected_run_records()).unwrap();
     let refused = unfinished.apply(&human_approves_s1(5)).unwrap_err();
     assert!(
-        refused.reason.contains("not finished"),
+        refused.reason.to_string().contains("not finished"),
         "a run still going takes no person's decision: {refused}"
     );
 
@@ -802,14 +802,14 @@ fn review_records_fold_only_into_a_finished_run_whose_result_is_not_applied() {
     assert!(state.applied);
     let after_apply = state.apply(&human_approves_s1(9)).unwrap_err();
     assert!(
-        after_apply.reason.contains("already applied"),
+        after_apply.reason.to_string().contains("already applied"),
         "an applied run takes no more decisions: {after_apply}"
     );
     let paused = state
         .apply(&record(10, Entry::Paused { reason: "x".into() }))
         .unwrap_err();
     assert!(
-        paused.reason.contains("already finished"),
+        paused.reason.to_string().contains("already finished"),
         "only review records may follow run_finished: {paused}"
     );
 }
@@ -880,7 +880,7 @@ async fn a_paused_run_can_be_listed_but_not_changed() {
                     branch: "refs/heads/main".into(),
                     provider: "anthropic".into(),
                     model: "m".into(),
-                    options: json!({}),
+                    options: grove::run::RunOptions::default(),
                 },
             )
             .unwrap();

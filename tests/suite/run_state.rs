@@ -12,14 +12,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 
 use grove::agent::Ledger;
+use grove::settings::RunOptions;
 use grove::store::journal::{
     ContextMode, Entry, Finding, Journal, JournalContents, JournalError, Record, RunOutcome,
     SubtaskOutcome, TornTail, VerdictKind, read_journal,
 };
 use grove::store::lock::{LockError, RepoLock, StaleLock, read_holder, this_hostname};
 use grove::store::state::{
-    CheckpointState, MergeState, ReplayError, RunState, RunStatus, SubtaskState, SubtaskStatus,
-    ToolCallState, VerdictState, read_snapshot, write_snapshot,
+    CheckpointState, MergeState, ReplayError, ReplayReason, RunState, RunStatus, SubtaskState,
+    SubtaskStatus, ToolCallState, VerdictState, read_snapshot, write_snapshot,
 };
 use grove::store::{JOURNAL_FILE, RunId, RunStart, RunStore, SNAPSHOT_FILE, StoreError};
 use pretty_assertions::assert_eq;
@@ -41,7 +42,18 @@ fn start(task: &str) -> RunStart {
         branch: "main".to_string(),
         provider: "anthropic".to_string(),
         model: "claude-test".to_string(),
-        options: json!({"jobs": 2}),
+        options: RunOptions {
+            jobs: 2,
+            ..RunOptions::default()
+        },
+    }
+}
+
+fn two_jobs_eight_subtasks() -> RunOptions {
+    RunOptions {
+        jobs: 2,
+        max_subtasks: 8,
+        ..RunOptions::default()
     }
 }
 
@@ -61,7 +73,7 @@ fn full_journal(run: &RunId) -> Vec<Record> {
                 branch: "main".into(),
                 provider: "anthropic".into(),
                 model: "claude-test".into(),
-                options: json!({"jobs": 2, "max_subtasks": 8}),
+                options: two_jobs_eight_subtasks().into(),
             },
         ),
         at(
@@ -196,7 +208,7 @@ fn expected_full_state(run: &RunId) -> RunState {
         branch: "main".into(),
         provider: "anthropic".into(),
         model: "claude-test".into(),
-        options: json!({"jobs": 2, "max_subtasks": 8}),
+        options: two_jobs_eight_subtasks().into(),
         status: RunStatus::Running,
         started_ms: 1000,
         updated_ms: 1800,
@@ -489,54 +501,67 @@ fn replay_of_a_finished_run_records_outcome_and_result() {
 fn replay_refuses_records_that_do_not_fit() {
     let run = run_id(0);
     let records = full_journal(&run);
-    let cases: Vec<(Vec<Record>, ReplayError)> = vec![
+    let cases: Vec<(Vec<Record>, ReplayError, &str)> = vec![
         (
             vec![],
             ReplayError {
                 record: 1,
                 record_type: "none",
-                reason: "the journal is empty; it must start with `run_started`".into(),
+                reason: ReplayReason::EmptyJournal,
             },
+            "the journal is empty; it must start with `run_started`",
         ),
         (
             vec![records[1].clone()],
             ReplayError {
                 record: 1,
                 record_type: "subtask_started",
-                reason: "a journal must start with `run_started`".into(),
+                reason: ReplayReason::NotStartedFirst,
             },
+            "a journal must start with `run_started`",
         ),
         (
             vec![records[0].clone(), records[0].clone()],
             ReplayError {
                 record: 2,
                 record_type: "run_started",
-                reason: "the run already started".into(),
+                reason: ReplayReason::AlreadyStarted,
             },
+            "the run already started",
         ),
         (
             vec![records[0].clone(), records[7].clone()],
             ReplayError {
                 record: 2,
                 record_type: "checkpoint",
-                reason: "subtask `S1` was never started".into(),
+                reason: ReplayReason::SubtaskNeverStarted {
+                    subtask: "S1".into(),
+                },
             },
+            "subtask `S1` was never started",
         ),
         (
             vec![records[0].clone(), records[1].clone(), records[1].clone()],
             ReplayError {
                 record: 3,
                 record_type: "subtask_started",
-                reason: "subtask `S1` already started".into(),
+                reason: ReplayReason::SubtaskAlreadyStarted {
+                    subtask: "S1".into(),
+                },
             },
+            "subtask `S1` already started",
         ),
         (
             vec![records[0].clone(), records[4].clone()],
             ReplayError {
                 record: 2,
                 record_type: "tool_call_finished",
-                reason: "tool call `call_1` of `S1` finished but never started".into(),
+                reason: ReplayReason::ToolCallNeverStarted {
+                    subtask: "S1".into(),
+                    call_id: "call_1".into(),
+                },
             },
+            "tool call `call_1` of `S1` finished but never started",
         ),
         (
             vec![
@@ -555,15 +580,21 @@ fn replay_refuses_records_that_do_not_fit() {
             ReplayError {
                 record: 3,
                 record_type: "subtask_started",
-                reason: "the run already finished".into(),
+                reason: ReplayReason::AlreadyFinished,
             },
+            "the run already finished",
         ),
     ];
-    for (journal, expected) in cases {
+    for (journal, expected, reason) in cases {
+        let refused = RunState::replay(&journal).unwrap_err();
         assert_eq!(
-            RunState::replay(&journal).unwrap_err(),
-            expected,
+            refused, expected,
             "a record sequence no run can produce is refused with its position"
+        );
+        assert_eq!(
+            refused.reason.to_string(),
+            reason,
+            "the refusal says why in words"
         );
     }
 }
@@ -636,10 +667,10 @@ fn create_run_writes_journal_and_snapshot_that_agree() {
     assert_eq!(
         (
             replayed.task.as_str(),
-            replayed.options.clone(),
+            replayed.options.get().unwrap().jobs,
             replayed.subtasks.len()
         ),
-        ("add a flag", json!({"jobs": 2}), 1)
+        ("add a flag", 2, 1)
     );
     let leftovers: Vec<_> = std::fs::read_dir(store.runs_dir())
         .unwrap()
@@ -1167,4 +1198,87 @@ fn child_process_helper() {
         }
         other => panic!("unknown child mode {other}"),
     }
+}
+
+/// A journal as grove wrote it before its options were typed (main at 76a8d80, byte for
+/// byte): a run the model API's outage paused before the lead's first answer, in the
+/// sealed `repo_with_rules` repository, whose commit ids are fixed.
+const JOURNAL_BEFORE_TYPED_OPTIONS: &str = include_str!("fixtures/paused_run.journal.jsonl");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn grove_resume_finishes_a_run_journaled_before_options_were_typed() {
+    use crate::suite::run::{Who, repo_with_rules, scripted_server, who};
+    use crate::support::git_fixture::sealed_env;
+
+    let fixture = repo_with_rules();
+    assert_eq!(
+        fixture.rev("HEAD").to_string(),
+        "7c6fc19736fcb32873aceaf39f7cb3012df150f5",
+        "the sealed repository is the one the journal was written in"
+    );
+    let run_id = "20261201-084722-0491";
+    let run_dir = fixture.repo.join(".git/grove/runs").join(run_id);
+    std::fs::create_dir_all(&run_dir).unwrap();
+    std::fs::write(run_dir.join(JOURNAL_FILE), JOURNAL_BEFORE_TYPED_OPTIONS).unwrap();
+
+    let server = scripted_server(&[("Shout.\nWRITE src/a.txt ALPHA", None)]).await;
+    let output = Command::new(env!("CARGO_BIN_EXE_grove"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(sealed_env(&fixture.home()))
+        .env("ANTHROPIC_BASE_URL", server.url())
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .current_dir(&fixture.repo)
+        .args(["resume", run_id, "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "grove resume: {stderr}");
+    server.assert_no_violations();
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        (
+            report["run_id"].clone(),
+            report["status"].clone(),
+            report["applied"].clone(),
+            report["subtasks"][0]["status"].clone()
+        ),
+        (
+            json!(run_id),
+            json!("finished"),
+            json!(true),
+            json!("merged")
+        ),
+        "the old run resumes and ends like a new one: {report:#}"
+    );
+    assert_eq!(fixture.read("src/a.txt"), b"ALPHA\n");
+    let models: Vec<(Who, String)> = server
+        .requests()
+        .iter()
+        .map(|r| {
+            (
+                who(r),
+                r.body["model"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        models.iter().all(|(who, model)| *model
+            == match who {
+                Who::Lead => "lead-model",
+                Who::Worker => "worker-model",
+                Who::Reviewer => "reviewer-model",
+            }),
+        "every role uses the model the old journal recorded for it: {models:?}"
+    );
+
+    let state = RunStore::new(&fixture.repo.join(".git"))
+        .read_state(&run_id.parse().unwrap())
+        .unwrap();
+    let options = state.options.get().unwrap();
+    assert_eq!(
+        (options.jobs, options.max_subtasks, options.apply),
+        (3, 16, true),
+        "the old journal's options read back typed"
+    );
 }

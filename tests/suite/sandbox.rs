@@ -839,12 +839,395 @@ async fn sandbox_off_is_loud_and_journaled() {
     );
     let store = grove::store::RunStore::new(&fixture.repo.join(".git"));
     let state = store.read_state(&report.run_id.parse().unwrap()).unwrap();
+    let options = serde_json::to_value(&state.options).unwrap();
     assert_eq!(
-        (
-            state.options["sandbox"].clone(),
-            state.options["allow_network"].clone()
-        ),
+        (options["sandbox"].clone(), options["allow_network"].clone()),
         (json!("off"), json!(false)),
         "the run's journal records that its commands ran unconfined"
+    );
+}
+
+/// Runs `command` in `cwd` through `executor` with a 20 s timeout; its output text.
+async fn run_in(
+    executor: &SandboxedExecutor,
+    cwd: &Path,
+    command: &str,
+) -> grove::tools::ExecResult {
+    executor
+        .execute(ExecRequest {
+            command: command.to_owned(),
+            cwd: cwd.to_path_buf(),
+            timeout: std::time::Duration::from_secs(20),
+            cancel: CancellationToken::new(),
+            output_cap: OutputCap::default(),
+        })
+        .await
+        .unwrap()
+}
+
+/// Clears close-on-exec on `fd`, as a shell's `8<file` leaves a descriptor for grove.
+fn inheritable(fd: &(impl std::os::fd::AsRawFd + std::os::fd::AsFd)) -> i32 {
+    use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+    fcntl(fd.as_fd(), FcntlArg::F_SETFD(FdFlag::empty())).unwrap();
+    fd.as_raw_fd()
+}
+
+#[tokio::test]
+async fn descriptors_grove_inherited_reach_no_command() {
+    let Some(scene) = Scene::confined("descriptors_grove_inherited_reach_no_command") else {
+        return;
+    };
+    let key = std::fs::File::open(scene.home.join(".ssh/id_rsa")).unwrap();
+    let log = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(scene.outside.join("log"))
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let socket = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (mut peer, _) = listener.accept().unwrap();
+    peer.set_nonblocking(true).unwrap();
+    let (key_fd, log_fd, socket_fd) = (inheritable(&key), inheritable(&log), inheritable(&socket));
+    let command = format!(
+        "cat <&{key_fd}; echo leaked >&{log_fd}; echo sent >&{socket_fd}; \
+         ls /proc/self/fd | tr '\\n' ' '"
+    );
+    let result = run_in(
+        &scene.executor(SandboxPolicy::default()),
+        &scene.worktree,
+        &command,
+    )
+    .await;
+    let output = result.output_text();
+    let mut received = [0u8; 16];
+    use std::io::Read as _;
+    assert_eq!(
+        (
+            output.contains(SECRET),
+            std::fs::read_to_string(scene.outside.join("log")).unwrap(),
+            peer.read(&mut received).map_err(|error| error.kind()),
+        ),
+        (false, String::new(), Err(ErrorKind::WouldBlock)),
+        "no inherited descriptor reads the key, writes the file or sends on the socket: \
+         {output}"
+    );
+    assert!(
+        output.contains("Bad file descriptor"),
+        "the descriptors are closed in the command: {output}"
+    );
+}
+
+#[tokio::test]
+async fn sandboxed_git_works_for_a_user_with_a_gitconfig() {
+    let Some(scene) = Scene::confined("sandboxed_git_works_for_a_user_with_a_gitconfig") else {
+        return;
+    };
+    std::fs::write(
+        scene.home.join(".gitconfig"),
+        "[user]\n\tname = Someone\n\temail = someone@example.com\n",
+    )
+    .unwrap();
+    let result = run_in(
+        &scene.executor(SandboxPolicy::default()),
+        &scene.worktree,
+        "git init -q scratch && git -C scratch status --short && echo git-ok",
+    )
+    .await;
+    assert_eq!(
+        (result.outcome, result.output_text()),
+        (grove::tools::ExecOutcome::Exited(0), "git-ok\n".to_owned()),
+        "git starts without warnings and `git init` works though ~/.gitconfig is hidden"
+    );
+}
+
+/// A repository with a linked worktree per subtask (`grove/r/<n>`), as a run has them.
+fn repository_with_worktrees(config_extra: &str) -> (GitFixture, Vec<PathBuf>) {
+    let fixture = GitFixture::with_files(&[("src/a.txt", "alpha\n")]);
+    let config = fixture.repo.join(".git/config");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(config_extra);
+    std::fs::write(&config, text).unwrap();
+    let mut trees = Vec::new();
+    for n in 1..=2 {
+        let tree = fixture.dir.path().join(format!("wt{n}"));
+        fixture.git(&[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            &format!("grove/r/{n}"),
+            tree.to_str().unwrap(),
+        ]);
+        trees.push(tree.canonicalize().unwrap());
+    }
+    (fixture, trees)
+}
+
+#[tokio::test]
+async fn commands_cannot_read_the_repositorys_credentials_and_git_still_works() {
+    let Some(scene) =
+        Scene::confined("commands_cannot_read_the_repositorys_credentials_and_git_still_works")
+    else {
+        return;
+    };
+    let (_fixture, trees) = repository_with_worktrees(&format!(
+        "[url \"https://x-access-token:{SECRET}@github.com/\"]\n\tinsteadOf = https://github.com/\n\
+         [http]\n\textraheader = AUTHORIZATION: basic {SECRET}\n"
+    ));
+    let result = run_in(
+        &scene.executor(SandboxPolicy::default()),
+        &trees[0],
+        "cat \"$(git rev-parse --git-common-dir)/config\"; git config --get-regexp 'url|http'; \
+         git status --short && git log --oneline -1 --format=%s && echo git-ok",
+    )
+    .await;
+    let output = result.output_text();
+    assert!(
+        !output.contains(SECRET) && output.contains("git-ok") && !output.contains("warning"),
+        "the common dir's config shows no token or header, and git works: {output}"
+    );
+}
+
+#[tokio::test]
+async fn a_worker_sees_neither_another_subtasks_branch_nor_its_tmpdir() {
+    let Some(scene) =
+        Scene::confined("a_worker_sees_neither_another_subtasks_branch_nor_its_tmpdir")
+    else {
+        return;
+    };
+    let (fixture, trees) = repository_with_worktrees("");
+    let executor = scene.executor(SandboxPolicy::default());
+    let s1_tmp = run_in(&executor, &trees[0], "printf %s \"$TMPDIR\"")
+        .await
+        .output_text();
+    std::fs::write(trees[0].join("s1.txt"), SECRET).unwrap();
+    crate::support::git_fixture::git_in(&fixture.home(), &trees[0], &["add", "-A"]);
+    crate::support::git_fixture::git_in(&fixture.home(), &trees[0], &["commit", "-qm", "S1 work"]);
+    let s1_head = fixture.git(&["rev-parse", "grove/r/1"]);
+    let s1_command = format!("echo {SECRET} > \"$TMPDIR/note\"; sleep 3");
+    let s1 = run_in(&executor, &trees[0], &s1_command);
+    let s2 = async {
+        tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+        run_in(
+            &executor,
+            &trees[1],
+            &format!(
+                "ls \"$(dirname \"$TMPDIR\")\"; cat {s1_tmp}/note; \
+                 git show refs/heads/grove/r/1:s1.txt; git log --all --format=%s; \
+                 cat \"$(git rev-parse --git-common-dir)\"/logs/refs/heads/grove/r/1; \
+                 ls \"$(git rev-parse --git-common-dir)\"/worktrees; \
+                 git log -1 --format=own:%s"
+            ),
+        )
+        .await
+    };
+    let (_, s2) = tokio::join!(s1, s2);
+    let output = s2.output_text();
+    assert!(
+        !output.contains(SECRET) && !output.contains(&s1_head) && !output.contains("S1 work"),
+        "S2 sees neither S1's temporary files nor its branch, reflog or admin dir: {output}"
+    );
+    assert!(
+        output.contains("own:initial") || output.contains("own:"),
+        "S2's own git still works: {output}"
+    );
+
+    // S2's own branch moves (a checkpoint replaces the ref file): its git keeps working.
+    std::fs::write(trees[1].join("s2.txt"), "two\n").unwrap();
+    crate::support::git_fixture::git_in(&fixture.home(), &trees[1], &["add", "-A"]);
+    crate::support::git_fixture::git_in(&fixture.home(), &trees[1], &["commit", "-qm", "S2 work"]);
+    let after = run_in(&executor, &trees[1], "git log -1 --format=%s").await;
+    assert_eq!(
+        after.output_text(),
+        "S2 work\n",
+        "after its branch moved, S2's git reads its new tip"
+    );
+}
+
+#[tokio::test]
+async fn a_command_past_the_memory_cap_is_killed_and_a_small_one_runs() {
+    let Some(scene) =
+        Scene::confined("a_command_past_the_memory_cap_is_killed_and_a_small_one_runs")
+    else {
+        return;
+    };
+    let executor = scene.executor(SandboxPolicy {
+        max_memory_bytes: 64 << 20,
+        ..SandboxPolicy::default()
+    });
+    if !executor.caps_memory() {
+        eprintln!("skipped: no memory cgroup controller is delegated to this process");
+        return;
+    }
+    let small = run_in(
+        &executor,
+        &scene.worktree,
+        "x=$(head -c 4000000 /dev/zero | tr '\\0' a); echo ${#x}",
+    )
+    .await;
+    let big = run_in(
+        &executor,
+        &scene.worktree,
+        "x=$(head -c 400000000 /dev/zero | tr '\\0' a); echo ${#x}",
+    )
+    .await;
+    assert_eq!(
+        (small.output_text(), big.output_text().contains("400000000")),
+        ("4000000\n".to_owned(), false),
+        "4 MB fit under a 64 MiB cap; 400 MB never does: {}",
+        big.output_text()
+    );
+}
+
+#[tokio::test]
+async fn a_command_that_takes_the_worktree_past_its_disk_budget_fails() {
+    let Some(scene) =
+        Scene::confined("a_command_that_takes_the_worktree_past_its_disk_budget_fails")
+    else {
+        return;
+    };
+    let tools = scene.tools(SandboxPolicy {
+        max_worktree_bytes: Some(2 << 20),
+        ..SandboxPolicy::default()
+    });
+    let small = scene
+        .bash(&tools, "head -c 100000 /dev/urandom > small.bin", 10)
+        .await;
+    let big = scene
+        .bash(&tools, "head -c 5000000 /dev/urandom > big.bin", 10)
+        .await;
+    assert_eq!(
+        (
+            small.is_error,
+            big.is_error,
+            big.content.contains("over its budget of 2.0 MiB")
+        ),
+        (false, true, true),
+        "a command that leaves the worktree over budget fails, naming the excess: {}",
+        big.content
+    );
+}
+
+#[tokio::test]
+async fn a_setup_command_runs_confined_with_the_network_when_allowed() {
+    let Some(scene) =
+        Scene::confined("a_setup_command_runs_confined_with_the_network_when_allowed")
+    else {
+        return;
+    };
+    let cache = scene.outside.join("cache");
+    std::fs::create_dir(&cache).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let setup = SandboxedExecutor::new(
+        SandboxPolicy {
+            allow_network: true,
+            ..SandboxPolicy::default()
+        },
+        scene.env(),
+    )
+    .writing(std::slice::from_ref(&cache));
+    let result = run_in(
+        &setup,
+        &scene.worktree,
+        &format!(
+            "echo made > node_modules.txt; echo cached > {cache}/pkg; \
+             echo escaped > {outside}/target.txt; cat ~/.ssh/id_rsa; \
+             echo hello > /dev/tcp/127.0.0.1/{port} && echo reached",
+            cache = cache.display(),
+            outside = scene.outside.display()
+        ),
+    )
+    .await;
+    let output = result.output_text();
+    assert_eq!(
+        (
+            std::fs::read_to_string(scene.worktree.join("node_modules.txt")).unwrap(),
+            std::fs::read_to_string(cache.join("pkg")).unwrap(),
+            std::fs::read_to_string(scene.outside.join("target.txt")).unwrap(),
+            output.contains(SECRET),
+            output.contains("reached"),
+        ),
+        (
+            "made\n".to_owned(),
+            "cached\n".to_owned(),
+            "outside, untouched\n".to_owned(),
+            false,
+            true
+        ),
+        "setup writes its worktree and named cache only, reads no secret, and reaches \
+         127.0.0.1 with the network on: {output}"
+    );
+}
+
+/// Set in the helper process of [`commands_die_with_grove_and_leftovers_are_killed_at_the_next_start`].
+const HELPER_DIR: &str = "GROVE_TEST_DYING_GROVE_DIR";
+
+/// Stands in for a grove that is killed mid-command: runs a sandboxed command whose shell
+/// waits in the foreground and whose background `sleep` would outlive it. Does nothing
+/// unless started by the test below.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a helper process, started by commands_die_with_grove_and_leftovers_are_killed_at_the_next_start"]
+async fn helper_a_grove_that_gets_killed() {
+    let Some(dir) = std::env::var_os(HELPER_DIR).map(PathBuf::from) else {
+        return;
+    };
+    let scene = Scene::new();
+    let executor = scene.executor(SandboxPolicy::default());
+    // The test's directory is this command's worktree: the only place it may write.
+    let command = "sleep 100 & echo $! > background; echo $$ > shell; sleep 100; echo done";
+    let _ = run_in(&executor, &dir, command).await;
+}
+
+#[tokio::test]
+async fn commands_die_with_grove_and_leftovers_are_killed_at_the_next_start() {
+    let Some(scene) =
+        Scene::confined("commands_die_with_grove_and_leftovers_are_killed_at_the_next_start")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut grove = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "suite::sandbox::helper_a_grove_that_gets_killed",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(HELPER_DIR, dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let read_pid = |name: &str| {
+        std::fs::read_to_string(dir.path().join(name))
+            .ok()
+            .and_then(|text| text.trim().parse::<i32>().ok())
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while (read_pid("shell").is_none() || read_pid("background").is_none())
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (shell, background) = (read_pid("shell").unwrap(), read_pid("background").unwrap());
+    grove.kill().unwrap(); // SIGKILL: grove gets no chance to clean up.
+    grove.wait().unwrap();
+    let settle = |pid: i32| {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !is_gone(pid) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        is_gone(pid)
+    };
+    assert!(
+        settle(shell),
+        "the command's shell dies with the grove that started it"
+    );
+    // The next grove's executor (a `grove resume`) kills what the dead one left.
+    let _next = scene.executor(SandboxPolicy::default());
+    assert!(
+        settle(background),
+        "a background process of the dead grove's command is killed when the next starts"
     );
 }

@@ -1062,3 +1062,81 @@ async fn a_missing_working_directory_is_a_spawn_error() {
         other => panic!("expected a spawn error, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn git_dirs_under_other_spellings_links_and_bare_repositories_are_refused() {
+    let fx = Fixture::new();
+    fx.write(".git", "gitdir: /repo/.git/worktrees/1\n");
+    // What a worker's bash can make: a link to the pointer, a link to a folder holding
+    // a `.GIT`, and a bare repository of its own.
+    std::os::unix::fs::symlink(".git", fx.root.join("gp")).unwrap();
+    std::os::unix::fs::symlink(fx.root.join(".git"), fx.root.join("gp-abs")).unwrap();
+    fx.write("evilgd/HEAD", "ref: refs/heads/main\n");
+    fs::create_dir_all(fx.root.join("evilgd/objects")).unwrap();
+    fs::create_dir_all(fx.root.join("evilgd/refs")).unwrap();
+    std::os::unix::fs::symlink("evilgd", fx.root.join("gd-link")).unwrap();
+    let refusal = |shown: &str| {
+        ToolOutput::error(format!(
+            "cannot write `{shown}`: grove manages git for this worktree and commits your \
+             changes itself; `.git` is not writable"
+        ))
+    };
+    let paths = [
+        "gp",
+        "gp-abs",
+        ".GIT/config",
+        "notes/.Git/x",
+        "a/.git./hooks/pre-commit",
+        "evilgd/config",
+        "gd-link/hooks/post-checkout",
+    ];
+    for path in paths {
+        let got = fx
+            .call(
+                "write_file",
+                json!({"path": path, "content": "gitdir: evilgd\n"}),
+            )
+            .await;
+        assert_eq!(
+            got,
+            refusal(path),
+            "`{path}` is or lies inside a git dir and is refused"
+        );
+    }
+    let edited = fx
+        .call(
+            "edit_file",
+            json!({"path": "gp", "old_string": "/repo", "new_string": "evilgd"}),
+        )
+        .await;
+    assert_eq!(
+        edited,
+        refusal("gp"),
+        "edit_file through the link is refused too"
+    );
+    assert_eq!(
+        (
+            fx.read(".git"),
+            fx.root.join(".GIT").exists() && !fx.root.join(".git").is_file(),
+            fx.root.join("notes").exists(),
+            fx.root.join("evilgd/config").exists(),
+        ),
+        (
+            "gitdir: /repo/.git/worktrees/1\n".to_owned(),
+            false,
+            false,
+            false
+        ),
+        "the pointer is unchanged and nothing was created"
+    );
+    let fine = fx
+        .call(
+            "write_file",
+            json!({"path": "docs/gitignore-notes.md", "content": "x\n"}),
+        )
+        .await;
+    assert!(
+        !fine.is_error,
+        "an ordinary path is still written: {fine:?}"
+    );
+}

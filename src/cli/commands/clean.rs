@@ -6,8 +6,6 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use clap::Args;
 
-use grove::git::RunId as GitRunId;
-
 use crate::cli::{drive, render};
 
 /// Arguments of `grove clean`.
@@ -35,9 +33,8 @@ pub async fn clean(directory: &Path, args: &CleanArgs) -> anyhow::Result<ExitCod
             holder.pid
         );
     }
-    let git_run = GitRunId::new(run.as_str())?;
     let report = repo
-        .clean_run(&git_run, &repo.default_worktrees_dir(&git_run))
+        .clean_run(&run, &repo.default_worktrees_dir(&run))
         .await?;
     render::clean_report(&report);
     Ok(ExitCode::SUCCESS)

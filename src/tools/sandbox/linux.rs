@@ -15,7 +15,7 @@
 //! enforces it in full or grove refuses before any command.
 
 use std::collections::BTreeMap;
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -64,6 +64,10 @@ pub(super) struct PathRules {
     pub read: Vec<PathBuf>,
     /// Paths nothing may read: the broad read grant of `/` skips them.
     pub hide: Vec<PathBuf>,
+    /// Files mounted over others in the command's own mount namespace (`(source,
+    /// target)`): a sanitized copy seen in place of a file it may not read. Best effort:
+    /// where the command gets no user namespace the target simply stays hidden.
+    pub mounts: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Everything one worktree's commands are confined with, built once in grove's process.
@@ -76,6 +80,7 @@ pub(super) struct Confinement {
     policy: SandboxPolicy,
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
+    mounts: Arc<Vec<(CString, CString)>>,
 }
 
 impl Confinement {
@@ -93,12 +98,19 @@ impl Confinement {
             policy,
             uid_map: format!("{uid} {uid} 1").into_bytes(),
             gid_map: format!("{gid} {gid} 1").into_bytes(),
+            mounts: Arc::new(
+                rules
+                    .mounts
+                    .iter()
+                    .filter_map(|(source, target)| Some((c_path(source)?, c_path(target)?)))
+                    .collect(),
+            ),
         })
     }
 
-    /// The steps one command's process takes before `exec`, joining `cgroup_procs` (an
-    /// open `cgroup.procs` of its pids cgroup) first when there is one.
-    pub(super) fn steps(&self, cgroup_procs: Option<OwnedFd>) -> Result<ChildSteps, SandboxError> {
+    /// The steps one command's process takes before `exec`, joining `cgroup_procs` (the
+    /// open `cgroup.procs` of its cgroups) first.
+    pub(super) fn steps(&self, cgroup_procs: Vec<OwnedFd>) -> Result<ChildSteps, SandboxError> {
         let duplicate = |ruleset: &RulesetCreated| {
             ruleset
                 .try_clone()
@@ -112,21 +124,27 @@ impl Confinement {
             policy: self.policy,
             uid_map: self.uid_map.clone(),
             gid_map: self.gid_map.clone(),
+            mounts: Arc::clone(&self.mounts),
         })
     }
+}
+
+fn c_path(path: &Path) -> Option<CString> {
+    CString::new(path.as_os_str().as_encoded_bytes()).ok()
 }
 
 /// What one command's process does between `fork` and `exec`, on data prepared before the
 /// fork: system calls only, no allocation, no lock (another thread of grove may have held
 /// one at the fork, and the child is a copy of that moment).
 pub(super) struct ChildSteps {
-    cgroup_procs: Option<OwnedFd>,
+    cgroup_procs: Vec<OwnedFd>,
     filesystem: Option<RulesetCreated>,
     scopes: Option<RulesetCreated>,
     filter: Arc<BpfProgram>,
     policy: SandboxPolicy,
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
+    mounts: Arc<Vec<(CString, CString)>>,
 }
 
 /// Makes `command`'s process take `steps` between `fork` and `exec`.
@@ -148,14 +166,18 @@ pub(super) fn confine_at_exec(command: &mut std::process::Command, mut steps: Ch
 impl ChildSteps {
     /// Confines the calling (child) process, or ends it with [`REFUSED_EXIT_CODE`].
     fn apply(&mut self) {
-        if let Some(procs) = &self.cgroup_procs {
+        for procs in &self.cgroup_procs {
             // "0" moves the writer itself; the shell and its children are born inside.
             if let Err(errno) = nix::unistd::write(procs, b"0") {
-                refuse("joining the command's pids cgroup", errno);
+                refuse("joining the command's cgroup", errno);
             }
         }
-        // Before Landlock: writing the id maps is a file write the ruleset would refuse.
+        // Before Landlock: writing the id maps is a file write the ruleset would refuse,
+        // and a sandboxed process may not mount.
         let own_namespace = self.enter_user_namespace();
+        if own_namespace {
+            self.mount_sanitized_copies();
+        }
         self.lower_limits(own_namespace);
         match self.filesystem.take().map(RulesetCreated::restrict_self) {
             Some(Ok(status)) if status.ruleset == RulesetStatus::FullyEnforced => {}
@@ -183,6 +205,37 @@ impl ChildSteps {
             && write_proc_file(c"/proc/self/setgroups", b"deny")
             && write_proc_file(c"/proc/self/uid_map", &self.uid_map)
             && write_proc_file(c"/proc/self/gid_map", &self.gid_map)
+    }
+
+    /// Mounts each sanitized copy over the file it stands for, in a mount namespace of
+    /// this process's own (so nothing outside sees it). Best effort: a target that stays
+    /// as it is stays hidden by the Landlock rules, so nothing is read that must not be.
+    #[allow(unsafe_code)]
+    fn mount_sanitized_copies(&self) {
+        if self.mounts.is_empty() || unshare(CloneFlags::CLONE_NEWNS).is_err() {
+            return;
+        }
+        // SAFETY: mount(2) on C strings built before the fork; no allocation.
+        unsafe {
+            let none = std::ptr::null();
+            // Private: the mounts must not propagate back to grove's namespace.
+            libc::mount(
+                none,
+                c"/".as_ptr(),
+                none,
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            );
+            for (source, target) in self.mounts.iter() {
+                libc::mount(
+                    source.as_ptr(),
+                    target.as_ptr(),
+                    none,
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                );
+            }
+        }
     }
 
     fn lower_limits(&self, own_namespace: bool) {
@@ -433,6 +486,7 @@ mod tests {
             write: vec![root.clone()],
             read: Vec::new(),
             hide: Vec::new(),
+            mounts: Vec::new(),
         };
         let confinement = match Confinement::prepare(&rules, SandboxPolicy::default()) {
             Ok(confinement) => confinement,
@@ -444,7 +498,7 @@ mod tests {
                 return;
             }
         };
-        let run = |cgroup_procs: Option<OwnedFd>| {
+        let run = |cgroup_procs: Vec<OwnedFd>| {
             let mut command = std::process::Command::new("/bin/sh");
             command
                 .args(["-c", "echo ran > ran"])
@@ -461,18 +515,17 @@ mod tests {
         // A `cgroup.procs` that cannot be written: the first step fails.
         let read_only = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
         assert_eq!(
-            run(Some(read_only)),
+            run(vec![read_only]),
             (
                 Some(i32::from(REFUSED_EXIT_CODE)),
-                "grove sandbox: joining the command's pids cgroup failed: Bad file number\n"
-                    .to_owned(),
+                "grove sandbox: joining the command's cgroup failed: Bad file number\n".to_owned(),
                 false
             ),
             "a failed step ends the child with the refusal code and its reason, before the \
              command runs"
         );
         assert_eq!(
-            run(None),
+            run(Vec::new()),
             (Some(0), String::new(), true),
             "the same confinement without the failing step runs the command"
         );

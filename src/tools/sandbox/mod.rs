@@ -34,8 +34,12 @@
 //! explicitly), and the executor restores it after every command that changed it, so a
 //! user running git there later is not sent to a planted git dir with hooks.
 
+mod cgroup;
 #[cfg(target_os = "linux")]
 mod linux;
+mod paths;
+#[cfg(target_os = "linux")]
+mod prepared;
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -48,9 +52,18 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::exec::{
-    CommandExecutor, ExecError, ExecOutcome, ExecRequest, ExecResult, default_shell,
-    run_in_process_group, scrub_env,
+    CommandExecutor, DiskOverBudget, ExecError, ExecOutcome, ExecRequest, ExecResult,
+    default_shell, run_in_process_group, scrub_env,
 };
+use super::git_pointer::GitPointer;
+use cgroup::CgroupPool;
+use paths::{GitView, hidden_paths};
+#[cfg(target_os = "linux")]
+use prepared::{Identity, PreparedWorktree};
+
+pub use cgroup::{OWNER_VAR, kill_orphaned_commands};
+pub use paths::HOME_TOOLCHAIN_DIRS;
+pub use prepared::disk_usage;
 
 /// The exit code of a command's process that refused to run the command (it could not
 /// confine itself).
@@ -59,25 +72,6 @@ pub const REFUSED_EXIT_CODE: u8 = 121;
 /// How the refusal message starts (on the command's stderr, before it exits with
 /// [`REFUSED_EXIT_CODE`]).
 pub const REFUSED_PREFIX: &str = "grove sandbox: ";
-
-/// Dot-entries of a home directory that stay readable: toolchains a build needs. Each
-/// holds programs and caches, not credentials (cargo's credential files are hidden on
-/// their own, see [`HIDDEN_IN_TOOLCHAINS`]).
-pub const HOME_TOOLCHAIN_DIRS: &[&str] = &[
-    ".cargo", ".rustup", ".nvm", ".pyenv", ".rbenv", ".volta", ".bun", ".deno", ".sdkman",
-];
-
-/// Credential files inside [`HOME_TOOLCHAIN_DIRS`], hidden even though their folder is not.
-const HIDDEN_IN_TOOLCHAINS: &[&str] = &[".cargo/credentials", ".cargo/credentials.toml"];
-
-/// System paths hidden from every command: `/dev` as a whole (the confinement grants the
-/// harmless devices one by one; a raw disk would bypass every file rule).
-const HIDDEN_SYSTEM_PATHS: &[&str] = &["/dev"];
-
-/// System secrets only root can read, hidden when grove runs as root. Hiding them splits
-/// `/etc` into one rule per entry (about 2 ms, once per worktree), which other users need
-/// not pay: the kernel keeps these from them anyway.
-const HIDDEN_FROM_ROOT: &[&str] = &["/etc/shadow", "/etc/gshadow", "/etc/ssh"];
 
 /// Whether workers' commands run in the kernel sandbox.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,7 +123,19 @@ pub struct SandboxPolicy {
     pub max_processes: u64,
     /// The largest file a command may write, in bytes.
     pub max_file_bytes: u64,
+    /// The memory a command (all its processes) may use, in bytes, where a memory cgroup
+    /// is available ([`SandboxedExecutor::caps_memory`]); past it the kernel kills it.
+    pub max_memory_bytes: u64,
+    /// The disk a worktree may take, in bytes, checked after each command; `None`: no
+    /// budget. A command that leaves the worktree over it fails with the excess named.
+    pub max_worktree_bytes: Option<u64>,
 }
+
+/// The default [`SandboxPolicy::max_memory_bytes`]: 4 GiB.
+pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 4 << 30;
+
+/// The default [`SandboxPolicy::max_worktree_bytes`]: 10 GiB.
+pub const DEFAULT_MAX_WORKTREE_BYTES: u64 = 10 << 30;
 
 impl Default for SandboxPolicy {
     fn default() -> Self {
@@ -137,6 +143,8 @@ impl Default for SandboxPolicy {
             allow_network: false,
             max_processes: 1024,
             max_file_bytes: 4 << 30,
+            max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
+            max_worktree_bytes: Some(DEFAULT_MAX_WORKTREE_BYTES),
         }
     }
 }
@@ -199,13 +207,14 @@ fn not_linux() -> SandboxError {
 /// Creates no restriction on this process.
 #[cfg(target_os = "linux")]
 pub fn probe(host: &CommandHost) -> Result<(), SandboxError> {
-    let temp_dir = private_temp_dir(&host.env())?;
+    let temp_dir = paths::private_temp_root(&host.env())?;
     // The kernel's side is what is probed; the secrets a worktree's rules hide are not
     // (splitting directories around them would only make every run start slower).
     let rules = linux::PathRules {
         write: vec![temp_dir.path().to_path_buf()],
         read: Vec::new(),
         hide: Vec::new(),
+        mounts: Vec::new(),
     };
     let confinement = linux::Confinement::prepare(&rules, SandboxPolicy::default())?;
     let mut command = ["/bin/true", "/usr/bin/true"]
@@ -223,7 +232,7 @@ pub fn probe(host: &CommandHost) -> Result<(), SandboxError> {
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
-    linux::confine_at_exec(&mut command, confinement.steps(None)?);
+    linux::confine_at_exec(&mut command, confinement.steps(Vec::new())?);
     let step = "running a probe command confined";
     let output = command.output().map_err(|error| SandboxError::Confine {
         step,
@@ -272,7 +281,12 @@ pub struct SandboxedExecutor {
     extra_hidden: Vec<PathBuf>,
     /// Readable even beneath a hidden path, e.g. the repository's git dir.
     extra_readable: Vec<PathBuf>,
+    /// Writable besides the worktree and its `TMPDIR`, e.g. the caches a setup command
+    /// fills.
+    extra_writable: Vec<PathBuf>,
     cgroups: Arc<CgroupPool>,
+    /// The parent of every worktree's private directories, made on the first command.
+    temp_root: Arc<Mutex<Option<Arc<tempfile::TempDir>>>>,
     /// The prepared confinement of each worktree commands ran in, by canonical path.
     worktrees: Arc<Mutex<HashMap<PathBuf, Arc<PreparedWorktree>>>>,
 }
@@ -290,14 +304,31 @@ impl fmt::Debug for SandboxedExecutor {
 
 impl SandboxedExecutor {
     /// Commands run confined under `policy`, with the allow-listed part of `env`.
+    ///
+    /// Kills first what commands of a grove that died left running (see
+    /// [`kill_orphaned_commands`]).
     pub fn new(policy: SandboxPolicy, env: impl IntoIterator<Item = (OsString, OsString)>) -> Self {
+        let mut env = scrub_env(env);
+        // `~/.gitconfig` is hidden: git then fails to read its configuration and refuses
+        // to work ("unknown error occurred while reading the configuration files").
+        env.retain(|(name, _)| name != "GIT_CONFIG_GLOBAL" && name != cgroup::OWNER_VAR);
+        env.push(("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()));
+        env.push((cgroup::OWNER_VAR.into(), cgroup::owner_mark().into()));
+        env.sort();
+        let cgroups = CgroupPool::new(cgroup::Limits {
+            max_processes: policy.max_processes,
+            max_memory_bytes: policy.max_memory_bytes,
+        });
+        kill_orphaned_commands();
         Self {
             policy,
             shell: default_shell(),
-            env: scrub_env(env),
+            env,
             extra_hidden: Vec::new(),
             extra_readable: Vec::new(),
-            cgroups: Arc::new(CgroupPool::new(policy.max_processes)),
+            extra_writable: Vec::new(),
+            cgroups: Arc::new(cgroups),
+            temp_root: Arc::default(),
             worktrees: Arc::default(),
         }
     }
@@ -313,14 +344,39 @@ impl SandboxedExecutor {
         self
     }
 
+    /// Also lets commands write beneath `writable` (e.g. the caches a setup command fills);
+    /// one that does not exist when a worktree runs its first command is skipped.
+    pub fn writing(mut self, writable: &[PathBuf]) -> Self {
+        self.extra_writable = writable.to_vec();
+        self
+    }
+
+    /// Whether commands get a memory cap here (a memory cgroup grove may make).
+    pub fn caps_memory(&self) -> bool {
+        self.cgroups.caps_memory()
+    }
+
     #[cfg(target_os = "linux")]
-    fn path_rules(&self, worktree: &Path, temp_dir: &Path) -> linux::PathRules {
+    fn path_rules(
+        &self,
+        worktree: &Path,
+        temp_dir: &Path,
+        temp_root: &Path,
+        git: &GitView,
+        config_copy: Option<&Path>,
+    ) -> linux::PathRules {
         let home = self.var("HOME").map(PathBuf::from);
         let mut homes: Vec<PathBuf> = home.into_iter().collect();
         homes.extend(std::env::var_os("HOME").map(PathBuf::from));
         if let Ok(entries) = std::fs::read_dir("/home") {
             homes.extend(entries.flatten().map(|entry| entry.path()));
         }
+        let canonical = |paths: &[PathBuf]| -> Vec<PathBuf> {
+            paths
+                .iter()
+                .filter_map(|path| path.canonicalize().ok())
+                .collect()
+        };
         let mut read: Vec<PathBuf> = ["CARGO_HOME", "RUSTUP_HOME"]
             .iter()
             .filter_map(|name| self.var(name))
@@ -328,21 +384,25 @@ impl SandboxedExecutor {
             .filter(|path| path.is_absolute())
             .filter_map(|path| path.canonicalize().ok())
             .collect();
-        read.extend(
-            self.extra_readable
-                .iter()
-                .filter_map(|path| path.canonicalize().ok()),
-        );
+        read.extend(canonical(&self.extra_readable));
+        read.extend(git.read.iter().cloned());
+        read.extend(config_copy.map(Path::to_path_buf));
         let mut hide = hidden_paths(&homes);
-        hide.extend(
-            self.extra_hidden
-                .iter()
-                .filter_map(|path| path.canonicalize().ok()),
-        );
+        hide.extend(canonical(&self.extra_hidden));
+        // Other worktrees' private directories (and their listing) are hidden.
+        hide.push(temp_root.to_path_buf());
+        hide.extend(git.hide.iter().cloned());
+        let mut write = vec![worktree.to_path_buf(), temp_dir.to_path_buf()];
+        write.extend(canonical(&self.extra_writable));
+        let mounts = match (config_copy, &git.config) {
+            (Some(copy), Some(config)) => vec![(copy.to_path_buf(), config.clone())],
+            _ => Vec::new(),
+        };
         linux::PathRules {
-            write: vec![worktree.to_path_buf(), temp_dir.to_path_buf()],
+            write,
             read,
             hide,
+            mounts,
         }
     }
 
@@ -353,17 +413,75 @@ impl SandboxedExecutor {
             .map(|(_, value)| value.as_os_str())
     }
 
+    fn temp_root(&self) -> Result<Arc<tempfile::TempDir>, SandboxError> {
+        let mut root = self
+            .temp_root
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(root) = root.as_ref().filter(|root| root.path().is_dir()) {
+            return Ok(Arc::clone(root));
+        }
+        let made = Arc::new(paths::private_temp_root(&self.env)?);
+        *root = Some(Arc::clone(&made));
+        Ok(made)
+    }
+
+    /// Builds `worktree`'s confinement (reads directories: call off the runtime).
+    #[cfg(target_os = "linux")]
+    fn prepare(
+        &self,
+        worktree: &Path,
+        identity: Identity,
+    ) -> Result<PreparedWorktree, SandboxError> {
+        let root = self.temp_root()?;
+        let temp_dir = paths::private_dir(root.path(), "tmp-")?;
+        let git = GitView::of(worktree);
+        let (git_dir, config_copy) = match &git.config {
+            Some(config) => {
+                let dir = paths::private_dir(root.path(), "git-")?;
+                let copy = dir.path().join("config");
+                let text = std::fs::read_to_string(config).unwrap_or_default();
+                std::fs::write(&copy, paths::sanitized_config(&text)).map_err(|source| {
+                    SandboxError::TempDir {
+                        parent: dir.path().to_path_buf(),
+                        source,
+                    }
+                })?;
+                (Some(dir), Some(copy))
+            }
+            None => (None, None),
+        };
+        let rules = self.path_rules(
+            worktree,
+            temp_dir.path(),
+            root.path(),
+            &git,
+            config_copy.as_deref(),
+        );
+        Ok(PreparedWorktree {
+            identity,
+            confinement: linux::Confinement::prepare(&rules, self.policy)?,
+            temp_dir,
+            _git_dir: git_dir,
+            running: Mutex::new(0),
+        })
+    }
+
     /// The worktree's prepared confinement, built on its first command (or again when the
-    /// directory at that path is no longer the one it was built for).
+    /// directory at that path, or its own ref file, is no longer the one it was built
+    /// for).
     #[cfg(target_os = "linux")]
     async fn prepared(&self, worktree: &Path) -> Result<Arc<PreparedWorktree>, ExecError> {
-        let identity = identity_of(worktree);
+        let identity = (
+            paths::identity_of(worktree),
+            GitView::current_ref_identity(worktree),
+        );
         let known = self
             .worktrees
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(worktree)
-            .filter(|prepared| identity.is_some() && prepared.identity == identity)
+            .filter(|prepared| identity.0.is_some() && prepared.identity == identity)
             .cloned();
         if let Some(prepared) = known {
             return Ok(prepared);
@@ -371,26 +489,14 @@ impl SandboxedExecutor {
         let executor = self.clone();
         let path = worktree.to_path_buf();
         // Building the rules reads directories (home, `/etc` as root): off the runtime.
-        let prepared = tokio::task::spawn_blocking(move || {
-            let temp_dir = private_temp_dir(&executor.env)?;
-            let confinement = linux::Confinement::prepare(
-                &executor.path_rules(&path, temp_dir.path()),
-                executor.policy,
-            )?;
-            Ok::<_, SandboxError>(PreparedWorktree {
-                identity,
-                confinement,
-                temp_dir,
-                running: Mutex::new(0),
-            })
-        })
-        .await
-        .map_err(|error| ExecError::Sandbox {
-            reason: format!("preparing the sandbox stopped: {error}"),
-        })?
-        .map_err(|error| ExecError::Sandbox {
-            reason: error.to_string(),
-        })?;
+        let prepared = tokio::task::spawn_blocking(move || executor.prepare(&path, identity))
+            .await
+            .map_err(|error| ExecError::Sandbox {
+                reason: format!("preparing the sandbox stopped: {error}"),
+            })?
+            .map_err(|error| ExecError::Sandbox {
+                reason: error.to_string(),
+            })?;
         let prepared = Arc::new(prepared);
         let mut worktrees = self
             .worktrees
@@ -416,155 +522,10 @@ impl SandboxedExecutor {
             worktrees.remove(worktree);
         }
     }
-}
 
-/// One worktree's confinement and private temporary directory.
-#[cfg(target_os = "linux")]
-struct PreparedWorktree {
-    /// The worktree directory's device and inode when it was prepared.
-    identity: Option<(u64, u64)>,
-    confinement: linux::Confinement,
-    temp_dir: tempfile::TempDir,
-    /// Commands running with it now; the last one out empties the temporary directory.
-    running: Mutex<usize>,
-}
-
-#[cfg(not(target_os = "linux"))]
-struct PreparedWorktree;
-
-#[cfg(target_os = "linux")]
-impl PreparedWorktree {
-    /// Counts one more command running with it, until the guard is left or dropped.
-    fn enter(&self) -> Running<'_> {
-        *self.running.lock().unwrap_or_else(PoisonError::into_inner) += 1;
-        Running {
-            worktree: self,
-            left: false,
-        }
-    }
-
-    /// Removes what commands left in the temporary directory; false when it could not.
-    fn empty_temp_dir(&self) -> bool {
-        let Ok(entries) = std::fs::read_dir(self.temp_dir.path()) else {
-            return false;
-        };
-        entries.into_iter().all(|entry| {
-            let Ok(entry) = entry else {
-                return false;
-            };
-            let path = entry.path();
-            match entry.file_type() {
-                Ok(kind) if kind.is_dir() => std::fs::remove_dir_all(&path).is_ok(),
-                Ok(_) => std::fs::remove_file(&path).is_ok(),
-                Err(_) => false,
-            }
-        })
-    }
-
-    fn temp_dir_is_empty(&self) -> bool {
-        std::fs::read_dir(self.temp_dir.path()).is_ok_and(|mut entries| entries.next().is_none())
-    }
-}
-
-/// One command running with a prepared worktree.
-#[cfg(target_os = "linux")]
-struct Running<'a> {
-    worktree: &'a PreparedWorktree,
-    left: bool,
-}
-
-#[cfg(target_os = "linux")]
-impl Running<'_> {
-    /// Marks the command done; true when it was the last one running.
-    fn leave(mut self) -> bool {
-        self.left = true;
-        self.decrement() == 0
-    }
-
-    fn decrement(&self) -> usize {
-        let mut running = self
-            .worktree
-            .running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        *running = running.saturating_sub(1);
-        *running
-    }
-}
-
-#[cfg(target_os = "linux")]
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
-        // A command whose future was dropped midway still stops counting.
-        if !self.left {
-            self.decrement();
-        }
-    }
-}
-
-#[cfg(target_os = "linux")]
-fn identity_of(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt as _;
-    std::fs::metadata(path)
-        .ok()
-        .map(|meta| (meta.dev(), meta.ino()))
-}
-
-/// A new private temporary directory beneath `env`'s `TMPDIR` (else the system's).
-fn private_temp_dir(env: &[(OsString, OsString)]) -> Result<tempfile::TempDir, SandboxError> {
-    let parent = env
-        .iter()
-        .find(|(name, _)| name == "TMPDIR")
-        .map(|(_, value)| PathBuf::from(value))
-        .filter(|path| path.is_absolute())
-        .unwrap_or_else(std::env::temp_dir);
-    tempfile::Builder::new()
-        .prefix("grove-cmd-")
-        .tempdir_in(&parent)
-        .map_err(|source| SandboxError::TempDir { parent, source })
-}
-
-/// The secret paths of `homes` and of the system, canonical, each once.
-pub fn hidden_paths(homes: &[PathBuf]) -> Vec<PathBuf> {
-    let mut hidden: Vec<PathBuf> = Vec::new();
-    let mut push = |path: PathBuf| {
-        if let Ok(canonical) = path.canonicalize()
-            && !hidden.contains(&canonical)
-        {
-            hidden.push(canonical);
-        }
-    };
-    for home in homes {
-        let Ok(entries) = std::fs::read_dir(home) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with('.') && !HOME_TOOLCHAIN_DIRS.contains(&name.as_ref()) {
-                push(entry.path());
-            }
-        }
-        for inner in HIDDEN_IN_TOOLCHAINS {
-            push(home.join(inner));
-        }
-    }
-    for system in HIDDEN_SYSTEM_PATHS {
-        push(PathBuf::from(system));
-    }
-    if nix::unistd::geteuid().is_root() {
-        for system in HIDDEN_FROM_ROOT {
-            push(PathBuf::from(system));
-        }
-    }
-    hidden.sort();
-    hidden
-}
-
-#[async_trait]
-impl CommandExecutor for SandboxedExecutor {
+    /// Runs `request` confined, then checks the worktree's disk budget.
     #[cfg(target_os = "linux")]
-    async fn execute(&self, request: ExecRequest) -> Result<ExecResult, ExecError> {
+    async fn run_confined(&self, request: ExecRequest) -> Result<ExecResult, ExecError> {
         let worktree = request
             .cwd
             .canonicalize()
@@ -574,23 +535,18 @@ impl CommandExecutor for SandboxedExecutor {
                 source,
             })?;
         let prepared = self.prepared(&worktree).await?;
-        let cgroup = self.cgroups.take();
-        let cgroup_procs = match &cgroup {
-            Some(cgroup) => Some(cgroup.open_procs().map_err(|source| ExecError::Sandbox {
-                reason: format!(
-                    "cannot open {}: {source}",
-                    cgroup.dir.join("cgroup.procs").display()
-                ),
-            })?),
-            None => None,
-        };
-        let steps =
-            prepared
-                .confinement
-                .steps(cgroup_procs)
-                .map_err(|error| ExecError::Sandbox {
-                    reason: error.to_string(),
-                })?;
+        let cgroups = self.cgroups.take();
+        let procs = cgroups
+            .open_procs()
+            .map_err(|(path, source)| ExecError::Sandbox {
+                reason: format!("cannot open {}: {source}", path.display()),
+            })?;
+        let steps = prepared
+            .confinement
+            .steps(procs)
+            .map_err(|error| ExecError::Sandbox {
+                reason: error.to_string(),
+            })?;
         let mut env = self.env.clone();
         env.retain(|(name, _)| name != "TMPDIR");
         env.push((
@@ -606,9 +562,7 @@ impl CommandExecutor for SandboxedExecutor {
         })
         .await;
         let last_out = running.leave();
-        if let Some(cgroup) = cgroup {
-            self.cgroups.give_back(cgroup);
-        }
+        self.cgroups.give_back(cgroups);
         let mut result = run?;
         if let Some(reason) = refusal(&result) {
             return Err(ExecError::Sandbox { reason });
@@ -628,7 +582,24 @@ impl CommandExecutor for SandboxedExecutor {
                 self.forget(&worktree, &prepared);
             }
         }
+        if let Some(budget) = self.policy.max_worktree_bytes {
+            let root = worktree.clone();
+            let used = tokio::task::spawn_blocking(move || disk_usage(&root))
+                .await
+                .unwrap_or(0);
+            if used > budget {
+                result.disk_over_budget = Some(DiskOverBudget { used, budget });
+            }
+        }
         Ok(result)
+    }
+}
+
+#[async_trait]
+impl CommandExecutor for SandboxedExecutor {
+    #[cfg(target_os = "linux")]
+    async fn execute(&self, request: ExecRequest) -> Result<ExecResult, ExecError> {
+        self.run_confined(request).await
     }
 
     #[cfg(not(target_os = "linux"))]
@@ -637,163 +608,6 @@ impl CommandExecutor for SandboxedExecutor {
             reason: not_linux().to_string(),
         })
     }
-}
-
-/// A pids cgroup for one command at a time: the kernel caps its process count even for
-/// root, which `RLIMIT_NPROC` does not (the kernel exempts uid 0 from it).
-///
-/// Made beneath this process's own cgroup of a writable pids hierarchy (cgroup v1's
-/// `pids` controller, or v2 where `pids` is enabled for children); where there is none,
-/// commands get no cgroup and the rlimit is the only process cap.
-struct PidsCgroup {
-    dir: PathBuf,
-}
-
-impl PidsCgroup {
-    fn create(parent: &Path, max_processes: u64) -> Option<Self> {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = parent.join(format!("grove-{}-{n}", std::process::id()));
-        std::fs::create_dir(&dir).ok()?;
-        let cgroup = Self { dir };
-        std::fs::write(cgroup.dir.join("pids.max"), max_processes.to_string()).ok()?;
-        Some(cgroup)
-    }
-
-    /// Its `cgroup.procs`, open for the command's process to join with.
-    fn open_procs(&self) -> std::io::Result<std::os::fd::OwnedFd> {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(self.dir.join("cgroup.procs"))
-            .map(std::os::fd::OwnedFd::from)
-    }
-
-    /// True when no process is charged to it (a zombie nobody reaped still is).
-    fn is_empty(&self) -> bool {
-        std::fs::read_to_string(self.dir.join("pids.current")).is_ok_and(|text| text.trim() == "0")
-    }
-}
-
-/// The cgroups of one executor, reused: making and removing a cgroup costs milliseconds
-/// each, more than the rest of the sandbox. Each is used by one command at a time, and
-/// reused only when nothing is charged to it any more.
-#[derive(Default)]
-struct CgroupPool {
-    /// The parent of the pool's cgroups; `None` where there is no usable pids hierarchy.
-    parent: Option<PathBuf>,
-    max_processes: u64,
-    free: std::sync::Mutex<Vec<PidsCgroup>>,
-}
-
-impl CgroupPool {
-    fn new(max_processes: u64) -> Self {
-        let parent = own_pids_cgroup();
-        if let Some(parent) = &parent {
-            remove_stale_cgroups(parent);
-        }
-        Self {
-            parent,
-            max_processes,
-            free: std::sync::Mutex::default(),
-        }
-    }
-
-    fn take(&self) -> Option<PidsCgroup> {
-        let parent = self.parent.as_ref()?;
-        let reused = self
-            .free
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop()
-            // Another grove sweeping the same parent may have removed an idle one.
-            .filter(|cgroup| cgroup.dir.exists());
-        reused.or_else(|| PidsCgroup::create(parent, self.max_processes))
-    }
-
-    fn give_back(&self, cgroup: PidsCgroup) {
-        if cgroup.is_empty() {
-            self.free
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(cgroup);
-            return;
-        }
-        // Killed processes still charged to it (zombies not yet reaped): never reused,
-        // removed in the background once the kernel lets go of it.
-        tokio::spawn(async move {
-            for _ in 0..200 {
-                match std::fs::remove_dir(&cgroup.dir) {
-                    Err(error) if error.raw_os_error() == Some(nix::libc::EBUSY) => {
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    }
-                    _ => break,
-                }
-            }
-        });
-    }
-}
-
-impl Drop for PidsCgroup {
-    fn drop(&mut self) {
-        // The kernel may still be retiring the last process; a cgroup that keeps a
-        // process (a zombie nobody reaps) cannot be removed, and nothing else is lost.
-        for _ in 0..20 {
-            match std::fs::remove_dir(&self.dir) {
-                Err(error) if error.raw_os_error() == Some(nix::libc::EBUSY) => {
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-                _ => return,
-            }
-        }
-    }
-}
-
-/// Removes the empty cgroups of grove processes that are gone: one whose last command's
-/// processes were still being retired when its grove exited is left behind otherwise.
-fn remove_stale_cgroups(parent: &Path) {
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let owner = name
-            .to_str()
-            .and_then(|name| name.strip_prefix("grove-"))
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(pid, _)| pid.parse::<u32>().ok());
-        if let Some(pid) = owner
-            && !Path::new("/proc").join(pid.to_string()).exists()
-        {
-            // Fails, harmlessly, while a process is still charged to it.
-            let _ = std::fs::remove_dir(entry.path());
-        }
-    }
-}
-
-/// This process's cgroup directory in a pids hierarchy grove may create children in.
-fn own_pids_cgroup() -> Option<PathBuf> {
-    let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    for line in membership.lines() {
-        let mut fields = line.splitn(3, ':');
-        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
-        let relative = path.trim_start_matches('/');
-        let (candidate, enabled_for_children) = if controllers.split(',').any(|c| c == "pids") {
-            // cgroup v1: every cgroup of the pids hierarchy limits its children.
-            (Path::new("/sys/fs/cgroup/pids").join(relative), true)
-        } else if controllers.is_empty() {
-            // cgroup v2: only where the parent enables `pids` for its children.
-            let candidate = Path::new("/sys/fs/cgroup").join(relative);
-            let enabled = std::fs::read_to_string(candidate.join("cgroup.subtree_control"))
-                .is_ok_and(|text| text.split_whitespace().any(|c| c == "pids"));
-            (candidate, enabled)
-        } else {
-            continue;
-        };
-        if enabled_for_children && candidate.join("cgroup.procs").exists() {
-            return Some(candidate);
-        }
-    }
-    None
 }
 
 /// The command process's refusal message, when the result is one.
@@ -806,118 +620,10 @@ fn refusal(result: &ExecResult) -> Option<String> {
     Some(message.trim().to_owned())
 }
 
-/// The worktree's `.git` pointer file as it was before a command.
-struct GitPointer {
-    path: PathBuf,
-    bytes: Option<Vec<u8>>,
-}
-
-impl GitPointer {
-    fn snapshot(worktree: &Path) -> Self {
-        let path = worktree.join(".git");
-        let bytes = std::fs::symlink_metadata(&path)
-            .ok()
-            .filter(std::fs::Metadata::is_file)
-            .and_then(|_| std::fs::read(&path).ok());
-        Self { path, bytes }
-    }
-
-    /// Puts the pointer back if the command changed it; a note for the model if it did.
-    fn restore(&self) -> Option<String> {
-        let original = self.bytes.as_ref()?;
-        let unchanged = std::fs::symlink_metadata(&self.path)
-            .ok()
-            .filter(std::fs::Metadata::is_file)
-            .and_then(|_| std::fs::read(&self.path).ok())
-            .is_some_and(|now| now == *original);
-        if unchanged {
-            return None;
-        }
-        let restored = match std::fs::symlink_metadata(&self.path) {
-            Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&self.path),
-            Ok(_) => std::fs::remove_file(&self.path),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(error) => Err(error),
-        }
-        .and_then(|()| std::fs::write(&self.path, original));
-        Some(match restored {
-            Ok(()) => "[the command changed the worktree's `.git` file; grove restored it. \
-                       grove manages git for this worktree: leave `.git` alone]"
-                .to_owned(),
-            Err(error) => format!(
-                "[the command changed the worktree's `.git` file and grove could not restore \
-                 it ({error}); grove's own git never follows it]"
-            ),
-        })
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hidden_paths_take_every_home_dot_entry_but_the_toolchains() {
-        let home = tempfile::tempdir().unwrap();
-        for dir in [".ssh", ".aws", ".config", ".cargo", ".rustup", "projects"] {
-            std::fs::create_dir(home.path().join(dir)).unwrap();
-        }
-        for file in [
-            ".bashrc",
-            ".gitconfig",
-            ".cargo/credentials.toml",
-            "notes.txt",
-        ] {
-            std::fs::write(home.path().join(file), "x").unwrap();
-        }
-        let home = home.path().canonicalize().unwrap();
-        let hidden: Vec<PathBuf> = hidden_paths(std::slice::from_ref(&home))
-            .into_iter()
-            .filter(|path| path.starts_with(&home))
-            .collect();
-        let mut expected: Vec<PathBuf> = [
-            ".aws",
-            ".bashrc",
-            ".cargo/credentials.toml",
-            ".config",
-            ".gitconfig",
-            ".ssh",
-        ]
-        .iter()
-        .map(|name| home.join(name))
-        .collect();
-        expected.sort();
-        assert_eq!(
-            hidden, expected,
-            "secrets are hidden; toolchains and plain files stay readable"
-        );
-    }
-
-    #[test]
-    fn only_the_empty_cgroups_of_gone_grove_processes_are_removed() {
-        let parent = tempfile::tempdir().unwrap();
-        let own = format!("grove-{}-1", std::process::id());
-        // Beyond the kernel's largest pid: no such process.
-        let gone = "grove-4294967295-3";
-        for name in [own.as_str(), gone, "grove-4294967294-1", "other-1"] {
-            std::fs::create_dir(parent.path().join(name)).unwrap();
-        }
-        std::fs::write(parent.path().join("grove-4294967294-1/busy"), "").unwrap();
-        remove_stale_cgroups(parent.path());
-        let mut left: Vec<String> = std::fs::read_dir(parent.path())
-            .unwrap()
-            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        left.sort();
-        let mut expected = vec![own, "grove-4294967294-1".to_owned(), "other-1".to_owned()];
-        expected.sort();
-        assert_eq!(
-            left, expected,
-            "a gone process's empty cgroup is removed; this process's, a busy one and \
-             others' stay"
-        );
-    }
 
     #[test]
     fn sandbox_mode_parses_and_serializes_as_on_and_off() {
@@ -929,31 +635,6 @@ mod tests {
         assert_eq!(
             serde_json::to_value(SandboxMode::Off).unwrap(),
             serde_json::json!("off")
-        );
-    }
-
-    #[test]
-    fn a_changed_git_pointer_is_restored_with_a_note() {
-        let tree = tempfile::tempdir().unwrap();
-        let pointer = tree.path().join(".git");
-        std::fs::write(&pointer, "gitdir: /repo/.git/worktrees/1\n").unwrap();
-        let snapshot = GitPointer::snapshot(tree.path());
-        assert_eq!(
-            snapshot.restore(),
-            None,
-            "an unchanged pointer needs nothing"
-        );
-
-        std::fs::remove_file(&pointer).unwrap();
-        std::fs::create_dir_all(pointer.join("hooks")).unwrap();
-        let note = snapshot.restore();
-        assert_eq!(
-            (
-                note.is_some_and(|note| note.contains("restored")),
-                std::fs::read_to_string(&pointer).unwrap()
-            ),
-            (true, "gitdir: /repo/.git/worktrees/1\n".to_owned()),
-            "a pointer replaced by a directory is put back, and the model is told"
         );
     }
 }

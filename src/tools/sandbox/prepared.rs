@@ -1,0 +1,121 @@
+//! One worktree's prepared confinement: its rules, its private directories, and how many
+//! of its commands run now.
+//!
+//! This file owns the lifetime of what a worktree's commands share. It must never hand a
+//! command a confinement built for another directory, or for an own ref that git has
+//! replaced since (the read rule would hold the old file).
+
+use std::path::Path;
+use std::sync::{Mutex, PoisonError};
+
+use super::linux;
+
+/// What a prepared confinement was built for: the worktree directory and its own ref
+/// file (each device and inode).
+pub(super) type Identity = (Option<(u64, u64)>, Option<(u64, u64)>);
+
+/// One worktree's confinement and private directories.
+pub(super) struct PreparedWorktree {
+    pub identity: Identity,
+    pub confinement: linux::Confinement,
+    /// The commands' `TMPDIR`, emptied after each.
+    pub temp_dir: tempfile::TempDir,
+    /// Holds the sanitized git config mounted over the repository's; read-only to
+    /// commands.
+    pub _git_dir: Option<tempfile::TempDir>,
+    /// Commands running with it now; the last one out empties the temporary directory.
+    pub running: Mutex<usize>,
+}
+
+impl PreparedWorktree {
+    /// Counts one more command running with it, until the guard is left or dropped.
+    pub(super) fn enter(&self) -> Running<'_> {
+        *self.running.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        Running {
+            worktree: self,
+            left: false,
+        }
+    }
+
+    /// Removes what commands left in the temporary directory; false when it could not.
+    pub(super) fn empty_temp_dir(&self) -> bool {
+        let Ok(entries) = std::fs::read_dir(self.temp_dir.path()) else {
+            return false;
+        };
+        entries.into_iter().all(|entry| {
+            let Ok(entry) = entry else {
+                return false;
+            };
+            let path = entry.path();
+            match entry.file_type() {
+                Ok(kind) if kind.is_dir() => std::fs::remove_dir_all(&path).is_ok(),
+                Ok(_) => std::fs::remove_file(&path).is_ok(),
+                Err(_) => false,
+            }
+        })
+    }
+
+    pub(super) fn temp_dir_is_empty(&self) -> bool {
+        std::fs::read_dir(self.temp_dir.path()).is_ok_and(|mut entries| entries.next().is_none())
+    }
+}
+
+/// One command running with a prepared worktree.
+pub(super) struct Running<'a> {
+    worktree: &'a PreparedWorktree,
+    left: bool,
+}
+
+impl Running<'_> {
+    /// Marks the command done; true when it was the last one running.
+    pub(super) fn leave(mut self) -> bool {
+        self.left = true;
+        self.decrement() == 0
+    }
+
+    fn decrement(&self) -> usize {
+        let mut running = self
+            .worktree
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        *running = running.saturating_sub(1);
+        *running
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        // A command whose future was dropped midway still stops counting.
+        if !self.left {
+            self.decrement();
+        }
+    }
+}
+
+/// The size a directory tree takes on disk (allocated blocks, each inode once), without
+/// following symlinks; what cannot be read counts as nothing.
+pub fn disk_usage(root: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0u64;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else {
+                continue;
+            };
+            if meta.nlink() > 1 && !seen.insert((meta.dev(), meta.ino())) {
+                continue;
+            }
+            total = total.saturating_add(meta.blocks().saturating_mul(512));
+            if meta.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    total
+}
