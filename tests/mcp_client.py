@@ -8,11 +8,16 @@ and asserts on the one JSON object this script prints on stdout. The scenario:
 3. `list_runs`, `show_run` (with diffs), then `review` approving the subtask the
    reviewer rejected, with `apply`;
 4. `run` a second task and cancel the request (notifications/cancelled) once the fake
-   server says its worker is mid-request, then `list_runs` until it is interrupted.
+   server says its worker is mid-request, then `list_runs` until it is interrupted;
 
-Environment: GROVE_BIN (the grove binary), GROVE_REPO (the repository), GROVE_HANG_FILE
-(created by the fake server when the second run's worker is waiting on it), and the
-model API variables grove reads, passed through to the server.
+With the argument `crash`, it only starts a run ("write d then crash") and waits, to be
+killed by the test while that run's worker is mid-request: the host dies, grove sees its
+stdin close and no cancellation.
+
+Environment: GROVE_BIN (the grove binary), GROVE_REPO (the repository), GROVE_HANG_DIR
+(where the fake server creates a file named after the file a worker writes when that
+worker's model request hangs), and the model API variables grove reads, passed through
+to the server.
 """
 
 import json
@@ -50,15 +55,16 @@ async def call(session, name, arguments, progress=None):
     return tool_result(result)
 
 
-async def cancel_a_run(session, hang_file):
-    """Starts a run, cancels the request while its worker waits on the model, and
-    returns the progress seen before the cancellation."""
+async def abandon_a_run(session, task, hang_file):
+    """Starts a run, abandons the request once its worker waits on the model (the SDK
+    then sends notifications/cancelled), and returns the progress seen until then and
+    the result, which should never come."""
     progress = []
     outcome = {"finished_anyway": None}
 
     async def start():
         outcome["finished_anyway"] = await call(
-            session, "run", {"task": "write c slowly", "no_apply": True}, progress
+            session, "run", {"task": task, "no_apply": True}, progress
         )
 
     async with anyio.create_task_group() as group:
@@ -66,9 +72,8 @@ async def cancel_a_run(session, hang_file):
         deadline = time.monotonic() + DEADLINE_S
         while not os.path.exists(hang_file):
             if time.monotonic() > deadline:
-                raise TimeoutError("the second run's worker never reached the model")
+                raise TimeoutError(f"the worker of {task!r} never reached the model")
             await anyio.sleep(0.02)
-        # Abandoning the call makes the SDK send notifications/cancelled for it.
         group.cancel_scope.cancel()
     return progress, outcome["finished_anyway"]
 
@@ -86,12 +91,17 @@ async def wait_until_stopped(session):
         await anyio.sleep(0.1)
 
 
-async def scenario():
-    server = StdioServerParameters(
+def server_parameters():
+    return StdioServerParameters(
         command=os.environ["GROVE_BIN"],
         args=["-C", os.environ["GROVE_REPO"], "mcp"],
         env=dict(os.environ),
     )
+
+
+async def scenario():
+    server = server_parameters()
+    hang_dir = os.environ["GROVE_HANG_DIR"]
     report = {"mcp_version": version("mcp")}
     # Every line grove writes on stdout must be a JSON-RPC message; one that is not
     # reaches the message handler as an exception.
@@ -131,7 +141,9 @@ async def scenario():
                 session, "review", {"run_id": run_id, "reject": ["S1"], "apply": True}
             )
 
-            progress, finished = await cancel_a_run(session, os.environ["GROVE_HANG_FILE"])
+            progress, finished = await abandon_a_run(
+                session, "write c slowly", os.path.join(hang_dir, "c.txt")
+            )
             report["cancelled_progress"] = progress
             report["cancelled_result"] = finished
             report["runs_after_cancel"] = await wait_until_stopped(session)
@@ -139,9 +151,18 @@ async def scenario():
     return report
 
 
+async def crash():
+    """Starts a run and waits to be killed."""
+    async with stdio_client(server_parameters()) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            await call(session, "run", {"task": "write d then crash", "no_apply": True})
+    raise RuntimeError("the run ended before the test killed this client")
+
+
 def main():
     try:
-        report = anyio.run(scenario)
+        report = anyio.run(crash if sys.argv[1:] == ["crash"] else scenario)
     except BaseException:  # the test prints stderr on failure
         traceback.print_exc()
         sys.exit(1)

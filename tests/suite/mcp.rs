@@ -7,9 +7,9 @@
 //! client took go to stderr, for `--nocapture` readers.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+use std::collections::HashSet;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -65,12 +65,12 @@ fn called(request: &RecordedRequest, id: &str) -> bool {
 }
 
 /// Run 1 ("write a and b"): S1 writes a.txt (approved), S2 writes b.txt "bad"
-/// (rejected). Run 2 ("write c slowly"): its worker writes c.txt "started", then its
-/// next model request hangs once — creating `hang_file` — and after the resume it
-/// writes "finished".
-fn responder(hang_file: &Path) -> impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static {
-    let hung = Arc::new(AtomicBool::new(false));
-    let hang_file = hang_file.to_owned();
+/// (rejected). Runs 2 ("write c slowly") and 3 ("write d then crash"): the worker
+/// writes c.txt (d.txt) "started", then its next model request hangs once — creating
+/// `hang_dir/c.txt` (`d.txt`) — and after the resume it writes "finished".
+fn responder(hang_dir: &Path) -> impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static {
+    let hung: Arc<Mutex<HashSet<&'static str>>> = Arc::default();
+    let hang_dir = hang_dir.to_owned();
     move |request| {
         let answered = !request.tool_results().is_empty();
         let turn = match role(request) {
@@ -78,7 +78,14 @@ fn responder(hang_file: &Path) -> impl Fn(&RecordedRequest) -> Reply + Send + Sy
             "lead" if opening(request).contains("write a and b") => Turn::new()
                 .tool_use("d1", "delegate", json!({"task": "WRITE a.txt good"}))
                 .tool_use("d2", "delegate", json!({"task": "WRITE b.txt bad"})),
-            "lead" => Turn::new().tool_use("d1", "delegate", json!({"task": "SLOW c.txt"})),
+            "lead" => {
+                let path = if opening(request).contains("write c") {
+                    "c.txt"
+                } else {
+                    "d.txt"
+                };
+                Turn::new().tool_use("d1", "delegate", json!({"task": format!("SLOW {path}")}))
+            }
             "reviewer" if answered => Turn::text("done"),
             "reviewer" => {
                 let bad = request.last_user_text().contains("+bad");
@@ -96,24 +103,29 @@ fn responder(hang_file: &Path) -> impl Fn(&RecordedRequest) -> Reply + Send + Sy
                     }),
                 )
             }
-            _ if opening(request).contains("SLOW c.txt") => {
+            _ if opening(request).contains("SLOW ") => {
+                let path = if opening(request).contains("SLOW c.txt") {
+                    "c.txt"
+                } else {
+                    "d.txt"
+                };
                 if !called(request, "w-start") {
                     Turn::new().tool_use(
                         "w-start",
                         "write_file",
-                        json!({"path": "c.txt", "content": "started\n"}),
+                        json!({"path": path, "content": "started\n"}),
                     )
-                } else if !hung.swap(true, Ordering::SeqCst) {
-                    std::fs::write(&hang_file, "").unwrap();
+                } else if hung.lock().unwrap().insert(path) {
+                    std::fs::write(hang_dir.join(path), "").unwrap();
                     return Reply::Hang;
                 } else if !called(request, "w-finish") {
                     Turn::new().tool_use(
                         "w-finish",
                         "write_file",
-                        json!({"path": "c.txt", "content": "finished\n"}),
+                        json!({"path": path, "content": "finished\n"}),
                     )
                 } else {
-                    Turn::text("wrote c.txt")
+                    Turn::text("wrote it")
                 }
             }
             _ if answered => Turn::text("wrote it"),
@@ -175,22 +187,27 @@ async fn the_python_sdk_runs_reviews_applies_and_cancels_through_grove_mcp() {
     let started = Instant::now();
     let fixture = GitFixture::with_files(&[("a.txt", "a\n"), ("b.txt", "b\n")]);
     let base = fixture.rev("HEAD").to_string();
-    let hang_file = fixture.home().join("worker-is-waiting");
-    let server = FakeServer::with_responder(responder(&hang_file)).await;
+    let hang_dir = tempfile::tempdir().unwrap();
+    let server = FakeServer::with_responder(responder(hang_dir.path())).await;
 
-    let client = tokio::process::Command::new(&python)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .envs(sealed_env(&fixture.home()))
-        .env("ANTHROPIC_BASE_URL", server.url())
-        .env("ANTHROPIC_API_KEY", TEST_API_KEY)
-        .env("GROVE_BIN", env!("CARGO_BIN_EXE_grove"))
-        .env("GROVE_REPO", &fixture.repo)
-        .env("GROVE_HANG_FILE", &hang_file)
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(180), client)
+    let client = |args: &[&str]| {
+        let mut command = tokio::process::Command::new(&python);
+        command
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py"))
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(sealed_env(&fixture.home()))
+            .env("ANTHROPIC_BASE_URL", server.url())
+            .env("ANTHROPIC_API_KEY", TEST_API_KEY)
+            .env("GROVE_BIN", env!("CARGO_BIN_EXE_grove"))
+            .env("GROVE_REPO", &fixture.repo)
+            .env("GROVE_HANG_DIR", hang_dir.path())
+            .kill_on_drop(true);
+        command
+    };
+    let output = client(&[]).output();
+    let output = tokio::time::timeout(Duration::from_secs(180), output)
         .await
         .expect("the MCP client finishes within 3 minutes")
         .unwrap();
@@ -425,29 +442,96 @@ async fn the_python_sdk_runs_reviews_applies_and_cancels_through_grove_mcp() {
     );
     let cli_runs = grove(&fixture, None, &["runs", "--json"]).await;
     let cli_runs: Value = serde_json::from_slice(&cli_runs.stdout).unwrap();
-    assert_eq!(
-        cli_runs, report["runs_after_cancel"]["structured"]["runs"],
-        "list_runs is `grove runs --json`, and MCP runs are ordinary runs"
-    );
+    let cli_run = |field: &str, value: &Value| -> Value {
+        cli_runs
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|run| run[field] == *value)
+            .cloned()
+            .unwrap_or_else(|| {
+                panic!("`grove runs` lists the run with {field} {value}: {cli_runs:#}")
+            })
+    };
+    for listed in after {
+        assert_eq!(
+            cli_run("run_id", &listed["run_id"]),
+            *listed,
+            "list_runs is `grove runs --json`, and MCP runs are ordinary runs"
+        );
+    }
 
-    let resumed = grove(
-        &fixture,
-        Some(&server),
-        &["resume", "--json", &cancelled_id],
-    )
-    .await;
-    server.assert_no_violations();
-    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
-    let resumed: Value = serde_json::from_slice(&resumed.stdout).unwrap();
-    assert_eq!(
-        outcomes(&resumed),
-        owned(&[("S1", "merged", json!("approve"))]),
-        "`grove resume` finishes the run the MCP request started: {resumed:#}"
+    // The host dies mid-run (no cancellation, only the end of grove's stdin): grove
+    // winds the run down itself and exits; killed, the run would read `interrupted`.
+    let mut host = client(&["crash"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !hang_dir.path().join("d.txt").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the crash run's worker never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    host.kill().await.unwrap();
+    let killed = Instant::now();
+    let deadline = killed + Duration::from_secs(20);
+    let quit = loop {
+        let runs = grove(&fixture, None, &["runs", "--json"]).await;
+        let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
+        let run = runs
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|run| run["task"] == "write d then crash")
+            .cloned()
+            .unwrap();
+        if run["status"] != "running" {
+            break run;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "grove stops the run within 20 s of its client's death: {run:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let stop_time = killed.elapsed();
+    // rmcp alone would let the run go on for its 5 s drain of in-flight requests.
+    assert!(
+        stop_time < Duration::from_secs(4),
+        "the end of stdin stops the runs at once, not after rmcp's drain: {stop_time:?}"
     );
+    let quit_id = quit["run_id"].as_str().unwrap().to_owned();
     assert_eq!(
-        fixture.git(&["show", &format!("grove/{cancelled_id}/result:c.txt")]),
-        "finished",
-        "the resumed worker's work is in the result (no_apply: the branch is left alone)"
+        (&quit["status"], &quit["pause_reason"]),
+        (
+            &json!("paused"),
+            &json!(format!(
+                "interrupted; `grove resume {quit_id}` continues the run"
+            ))
+        ),
+        "a client that goes away interrupts its runs as Ctrl-C does: {quit:#}"
     );
-    eprintln!("MCP client test: {client_time:?} for the client's scenario");
+    for (run, path) in [(&cancelled_id, "c.txt"), (&quit_id, "d.txt")] {
+        let resumed = grove(&fixture, Some(&server), &["resume", "--json", run]).await;
+        server.assert_no_violations();
+        assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+        let resumed: Value = serde_json::from_slice(&resumed.stdout).unwrap();
+        assert_eq!(
+            outcomes(&resumed),
+            owned(&[("S1", "merged", json!("approve"))]),
+            "`grove resume` finishes the run the MCP client left: {resumed:#}"
+        );
+        assert_eq!(
+            fixture.git(&["show", &format!("grove/{run}/result:{path}")]),
+            "finished",
+            "the resumed worker's work is in the result (no_apply: the branch is left alone)"
+        );
+    }
+    eprintln!(
+        "MCP client test: {client_time:?} for the client's scenario; the run of a killed host stopped {stop_time:?} after"
+    );
 }
