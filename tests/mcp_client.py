@@ -8,7 +8,8 @@ and asserts on the one JSON object this script prints on stdout. The scenario:
 3. `list_runs`, `show_run` (with diffs), then `review` approving the subtask the
    reviewer rejected, with `apply`;
 4. `run` a second task and cancel the request (notifications/cancelled) once the fake
-   server says its worker is mid-request, then `list_runs` until it is interrupted;
+   server says its worker is mid-request, `list_runs` until it is interrupted, then
+   `resume` it;
 
 With the argument `crash`, it only starts a run ("write d then crash") and waits, to be
 killed by the test while that run's worker is mid-request: the host dies, grove sees its
@@ -147,6 +148,17 @@ async def scenario():
             report["cancelled_progress"] = progress
             report["cancelled_result"] = finished
             report["runs_after_cancel"] = await wait_until_stopped(session)
+            cancelled = next(
+                run
+                for run in report["runs_after_cancel"]["structured"]["runs"]
+                if run["task"] == "write c slowly"
+            )
+            progress = []
+            report["resumed"] = await call(
+                session, "resume", {"run_id": cancelled["run_id"]}, progress
+            )
+            report["resumed_progress"] = progress
+            report["runs_final"] = await call(session, "list_runs", {})
     report["stray_output"] = stray
     return report
 

@@ -234,6 +234,20 @@ async fn the_python_sdk_runs_reviews_applies_and_cancels_through_grove_mcp() {
         assert_eq!(report["mcp_version"], PINNED_MCP, "CI runs the pinned SDK");
     }
 
+    check_tools(&report);
+    let run_id = check_run(&report, &base);
+    check_show(&report, &run_id);
+    check_review(&report, &fixture);
+    check_cancel_and_resume(&report, &fixture);
+    check_listing(&report, &fixture).await;
+    let stop_time = crash_the_host(client(&["crash"]), &fixture, hang_dir.path(), &server).await;
+    eprintln!(
+        "MCP client test: {client_time:?} for the client's scenario; the run of a killed host stopped {stop_time:?} after"
+    );
+}
+
+/// tools/list: the five tools, and `run` takes `grove run`'s flags.
+fn check_tools(report: &Value) {
     assert_eq!(
         report["tools"],
         json!(["list_runs", "resume", "review", "run", "show_run"]),
@@ -261,7 +275,10 @@ async fn the_python_sdk_runs_reviews_applies_and_cancels_through_grove_mcp() {
             "the run tool takes `{flag}`: {arguments:?}"
         );
     }
+}
 
+/// The first run: `grove run --json`'s object, its summary and its progress; returns its id.
+fn check_run(report: &Value, base: &str) -> String {
     // The run: the same JSON as `grove run --json`, and the summary.
     let run = &report["run"];
     assert_eq!(
@@ -330,6 +347,11 @@ async fn the_python_sdk_runs_reviews_applies_and_cancels_through_grove_mcp() {
         .collect();
     assert_eq!(counts, vec![1.0, 2.0, 3.0, 4.0], "progress only grows");
 
+    run_id
+}
+
+/// list_runs after the first run, and show_run: verdicts, findings, diffstats, capped diffs.
+fn check_show(report: &Value, run_id: &str) {
     // list_runs is `grove runs --json`.
     let listed = &report["runs"]["structured"]["runs"];
     assert_eq!(listed[0]["run_id"], json!(run_id));
@@ -381,7 +403,10 @@ async fn the_python_sdk_runs_reviews_applies_and_cancels_through_grove_mcp() {
         text.contains("  - b.txt:1: says bad"),
         "the show summary lists findings:\n{text}"
     );
+}
 
+/// review: a person's approval applied, then a second review refused.
+fn check_review(report: &Value, fixture: &GitFixture) {
     // review: the person approves S2 and applies; then the run can no longer change.
     let review = &report["review"];
     assert_eq!(review["is_error"], false, "{review:#}");
@@ -404,7 +429,10 @@ async fn the_python_sdk_runs_reviews_applies_and_cancels_through_grove_mcp() {
             .contains("was already applied"),
         "a run already applied is refused as `grove review` refuses it: {again:#}"
     );
+}
 
+/// The cancelled run is paused, resumable, and the `resume` tool finishes it.
+fn check_cancel_and_resume(report: &Value, fixture: &GitFixture) {
     // The cancelled run: interrupted, its work checkpointed, listed, resumable.
     assert!(
         report["cancelled_result"].is_null(),
@@ -435,11 +463,37 @@ async fn the_python_sdk_runs_reviews_applies_and_cancels_through_grove_mcp() {
         ),
         "a cancelled MCP request interrupts the run as Ctrl-C does: {after:#?}"
     );
+
+    // The `resume` tool finishes it, as `grove resume` would.
+    let resumed = &report["resumed"];
+    assert_eq!(resumed["is_error"], false, "{resumed:#}");
     assert_eq!(
-        fixture.git(&["show", &format!("grove/{cancelled_id}/1:c.txt")]),
-        "started",
-        "the interrupted worker's write is checkpointed on its branch"
+        (
+            &resumed["structured"]["run_id"],
+            outcomes(&resumed["structured"])
+        ),
+        (
+            &json!(cancelled_id),
+            owned(&[("S1", "merged", json!("approve"))])
+        ),
+        "the resume tool finishes the cancelled run: {resumed:#}"
     );
+    assert!(
+        messages(&report["resumed_progress"])
+            .iter()
+            .any(|m| m.starts_with("S1 merged")),
+        "a resumed run sends progress too: {}",
+        report["resumed_progress"]
+    );
+    assert_eq!(
+        fixture.git(&["show", &format!("grove/{cancelled_id}/result:c.txt")]),
+        "finished",
+        "the resumed worker's work is in the result (no_apply: the branch is left alone)"
+    );
+}
+
+/// list_runs at the end of the scenario is `grove runs --json`.
+async fn check_listing(report: &Value, fixture: &GitFixture) {
     let cli_runs = grove(&fixture, None, &["runs", "--json"]).await;
     let cli_runs: Value = serde_json::from_slice(&cli_runs.stdout).unwrap();
     let cli_run = |field: &str, value: &Value| -> Value {
@@ -453,23 +507,36 @@ async fn the_python_sdk_runs_reviews_applies_and_cancels_through_grove_mcp() {
                 panic!("`grove runs` lists the run with {field} {value}: {cli_runs:#}")
             })
     };
-    for listed in after {
+    let listed = report["runs_final"]["structured"]["runs"]
+        .as_array()
+        .unwrap();
+    assert_eq!(listed.len(), 2, "{listed:#?}");
+    for listed in listed {
         assert_eq!(
             cli_run("run_id", &listed["run_id"]),
             *listed,
             "list_runs is `grove runs --json`, and MCP runs are ordinary runs"
         );
     }
+}
 
+/// Starts `host` (the client in `crash` mode), kills it while its run's worker waits on
+/// the model, and checks that grove stopped the run itself; returns how long that took.
+async fn crash_the_host(
+    mut host_command: tokio::process::Command,
+    fixture: &GitFixture,
+    hang_dir: &Path,
+    server: &FakeServer,
+) -> Duration {
     // The host dies mid-run (no cancellation, only the end of grove's stdin): grove
     // winds the run down itself and exits; killed, the run would read `interrupted`.
-    let mut host = client(&["crash"])
+    let mut host = host_command
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !hang_dir.path().join("d.txt").exists() {
+    while !hang_dir.join("d.txt").exists() {
         assert!(
             Instant::now() < deadline,
             "the crash run's worker never ran"
@@ -515,23 +582,23 @@ async fn the_python_sdk_runs_reviews_applies_and_cancels_through_grove_mcp() {
         ),
         "a client that goes away interrupts its runs as Ctrl-C does: {quit:#}"
     );
-    for (run, path) in [(&cancelled_id, "c.txt"), (&quit_id, "d.txt")] {
-        let resumed = grove(&fixture, Some(&server), &["resume", "--json", run]).await;
-        server.assert_no_violations();
-        assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
-        let resumed: Value = serde_json::from_slice(&resumed.stdout).unwrap();
-        assert_eq!(
-            outcomes(&resumed),
-            owned(&[("S1", "merged", json!("approve"))]),
-            "`grove resume` finishes the run the MCP client left: {resumed:#}"
-        );
-        assert_eq!(
-            fixture.git(&["show", &format!("grove/{run}/result:{path}")]),
-            "finished",
-            "the resumed worker's work is in the result (no_apply: the branch is left alone)"
-        );
-    }
-    eprintln!(
-        "MCP client test: {client_time:?} for the client's scenario; the run of a killed host stopped {stop_time:?} after"
+    assert_eq!(
+        fixture.git(&["show", &format!("grove/{quit_id}/1:d.txt")]),
+        "started",
+        "the interrupted worker's write is checkpointed on its branch"
     );
+    let resumed = grove(&fixture, Some(&server), &["resume", "--json", &quit_id]).await;
+    server.assert_no_violations();
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let resumed: Value = serde_json::from_slice(&resumed.stdout).unwrap();
+    assert_eq!(
+        outcomes(&resumed),
+        owned(&[("S1", "merged", json!("approve"))]),
+        "`grove resume` finishes the run the dead host left: {resumed:#}"
+    );
+    assert_eq!(
+        fixture.git(&["show", &format!("grove/{quit_id}/result:d.txt")]),
+        "finished"
+    );
+    stop_time
 }
