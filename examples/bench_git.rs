@@ -170,8 +170,7 @@ async fn main() -> anyhow::Result<()> {
         git_one,
     );
     row("1 worktree: full checkout", grove_full, git_one);
-    repo.clean_run(&run, &repo.default_worktrees_dir(&run))
-        .await?;
+    repo.clean_run(&run).await?;
 
     // Eight worktrees.
     settle();
@@ -311,9 +310,7 @@ async fn main() -> anyhow::Result<()> {
     println!("  (grove's result tree equals git's merge result: {same_tree})");
 
     let t = Instant::now();
-    let report = repo
-        .clean_run(&run, &repo.default_worktrees_dir(&run))
-        .await?;
+    let report = repo.clean_run(&run).await?;
     println!(
         "grove clean: archived {} subtasks, removed {} worktrees in {}",
         report.archived.len(),

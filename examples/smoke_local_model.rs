@@ -96,14 +96,18 @@ fn judge_model_error(error: &ModelError) -> Verdict {
         ModelError::Api(api) => {
             Verdict::GroveFault(format!("the server refused grove's request: {api}"))
         }
-        ModelError::Transport { .. } | ModelError::Timeout { .. } | ModelError::Stream(_) => {
-            Verdict::ServerFault(format!(
-                "the server crashed, hung or cut the reply: {error}"
-            ))
-        }
+        ModelError::Transport { .. }
+        | ModelError::Timeout { .. }
+        | ModelError::TurnTimeout { .. }
+        | ModelError::Stream(_) => Verdict::ServerFault(format!(
+            "the server crashed, hung or cut the reply: {error}"
+        )),
         ModelError::Decode(_) => {
             Verdict::GroveFault(format!("grove could not read the server's reply: {error}"))
         }
+        ModelError::NotHttp { .. } | ModelError::NotAStream { .. } => Verdict::ServerFault(
+            format!("the server does not speak the API grove asked for: {error}"),
+        ),
         ModelError::InvalidRequest(_) | ModelError::Config(_) | ModelError::Cancelled => {
             Verdict::GroveFault(error.to_string())
         }

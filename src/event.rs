@@ -7,6 +7,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::ledger::Ledger;
+use crate::model::ModelNotice;
 
 /// Identifies one running subagent: its role and the subtask label it works on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -75,6 +76,39 @@ pub enum Event {
     },
     /// A free-form status line from the orchestrator.
     Note { message: String },
+    /// A model request has been waiting `waited_ms` for `waiting_for` (sent every few
+    /// seconds while it lasts), on attempt `attempt` of `attempts`.
+    ModelWaiting {
+        agent: AgentId,
+        attempt: u32,
+        attempts: u32,
+        waited_ms: u64,
+        /// `the first byte of the answer` or `the next stream event`.
+        waiting_for: String,
+    },
+}
+
+impl Event {
+    /// The event telling what a model client reported for `agent`'s turn.
+    pub fn from_model(agent: &AgentId, notice: ModelNotice) -> Self {
+        let millis =
+            |duration: std::time::Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        match notice {
+            ModelNotice::Retry(retry) => Event::ModelRetry {
+                agent: agent.clone(),
+                attempt: retry.attempt,
+                delay_ms: millis(retry.delay),
+                reason: retry.reason,
+            },
+            ModelNotice::Waiting(wait) => Event::ModelWaiting {
+                agent: agent.clone(),
+                attempt: wait.attempt,
+                attempts: wait.attempts,
+                waited_ms: millis(wait.waited),
+                waiting_for: wait.phase.as_str().to_owned(),
+            },
+        }
+    }
 }
 
 /// The sending half every library component gets; sending never blocks or fails loudly.

@@ -1,7 +1,7 @@
 //! The token ledger: what one subagent, or a whole run, cost.
 //!
-//! This module owns what a ledger counts ([`Ledger::record`]) and the one-line format
-//! users read in the run summary ([`LedgerLine`]). Any module may use it; it must never
+//! This module owns what a ledger counts ([`Ledger::record`], saturating, never
+//! wrapping) and the one-line format users read in the run summary ([`LedgerLine`]). Any module may use it; it must never
 //! depend on anything but the model's usage type.
 
 use std::fmt;
@@ -22,27 +22,53 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Adds one turn's usage.
+    /// Adds one turn's usage. A counter that would pass `u64::MAX` stops there (see
+    /// [`Ledger::is_saturated`]): absurd usage from a server must not wrap to a small
+    /// figure that slips under a budget.
     pub fn record(&mut self, usage: &Usage) {
-        self.steps += 1;
-        self.input_tokens += usage.input_tokens;
-        self.output_tokens += usage.output_tokens;
-        self.cache_read_tokens += usage.cache_read_input_tokens;
-        self.cache_write_tokens += usage.cache_creation_input_tokens;
+        self.steps = self.steps.saturating_add(1);
+        self.input_tokens = self.input_tokens.saturating_add(usage.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(usage.output_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_add(usage.cache_read_input_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(usage.cache_creation_input_tokens);
     }
 
-    /// Adds another ledger (run totals).
+    /// Adds another ledger (run totals), saturating like [`Ledger::record`].
     pub fn add(&mut self, other: &Ledger) {
-        self.steps += other.steps;
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cache_read_tokens += other.cache_read_tokens;
-        self.cache_write_tokens += other.cache_write_tokens;
+        self.steps = self.steps.saturating_add(other.steps);
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_add(other.cache_read_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(other.cache_write_tokens);
     }
 
-    /// Every token the provider counted, for budgets.
+    /// Every token the provider counted, for budgets (`u64::MAX` when that overflows).
     pub fn total_tokens(&self) -> u64 {
-        self.input_tokens + self.output_tokens + self.cache_read_tokens + self.cache_write_tokens
+        self.input_tokens
+            .saturating_add(self.output_tokens)
+            .saturating_add(self.cache_read_tokens)
+            .saturating_add(self.cache_write_tokens)
+    }
+
+    /// Whether a counter reached `u64::MAX`: the true figure is unknown (at least
+    /// that), so the ledger line flags it rather than show a number as exact.
+    pub fn is_saturated(&self) -> bool {
+        [
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+        ]
+        .contains(&u64::MAX)
+            || self.steps == u32::MAX
     }
 }
 
@@ -86,6 +112,9 @@ impl fmt::Display for LedgerLine<'_> {
         }
         if *cache_write_tokens > 0 {
             write!(f, " cache_write={cache_write_tokens}")?;
+        }
+        if self.ledger.is_saturated() {
+            f.write_str(" · counters saturated: the API reported absurd usage")?;
         }
         f.write_str("]")
     }
@@ -131,6 +160,46 @@ mod tests {
             ledger.line(&worker_s2()).to_string(),
             "[worker S2 · steps=1 in=10 out=2 cache_read=5 cache_write=7]"
         );
+    }
+
+    #[test]
+    fn absurd_usage_saturates_and_is_flagged_instead_of_wrapping() {
+        let absurd = Usage {
+            input_tokens: u64::MAX,
+            output_tokens: 5,
+            cache_read_input_tokens: u64::MAX - 1,
+            cache_creation_input_tokens: 0,
+        };
+        let mut ledger = Ledger::default();
+        ledger.record(&absurd);
+        ledger.record(&absurd);
+        let mut total = Ledger::default();
+        total.add(&ledger);
+        total.add(&ledger);
+        assert_eq!(
+            (total, total.total_tokens(), total.is_saturated()),
+            (
+                Ledger {
+                    steps: 4,
+                    input_tokens: u64::MAX,
+                    output_tokens: 20,
+                    cache_read_tokens: u64::MAX,
+                    cache_write_tokens: 0,
+                },
+                u64::MAX,
+                true
+            ),
+            "counters stop at u64::MAX and say so"
+        );
+        assert_eq!(
+            total.line(&worker_s2()).to_string(),
+            format!(
+                "[worker S2 · steps=4 in={max} out=20 cache_read={max} · counters saturated: \
+                 the API reported absurd usage]",
+                max = u64::MAX
+            )
+        );
+        assert!(!Ledger::default().is_saturated());
     }
 
     #[test]

@@ -57,7 +57,7 @@ use crate::agent::{
 };
 use crate::event::{AgentId, Event, EventSink};
 use crate::model::{
-    ContentBlock, Message, ModelError, Request, Response, RetryNotice, Role, StopReason, ToolSpec,
+    ContentBlock, Message, ModelError, ModelNotice, Request, Response, Role, StopReason, ToolSpec,
 };
 use crate::tools::{Registry, ToolContext, ToolError, ToolOutput, truncate_chars};
 
@@ -457,14 +457,7 @@ impl Conversation<'_> {
     async fn complete(&self) -> Result<Response, AgentError> {
         let agent = &self.spec.id;
         let events = &self.events;
-        let on_retry = |notice: RetryNotice| {
-            events.emit(Event::ModelRetry {
-                agent: agent.clone(),
-                attempt: notice.attempt,
-                delay_ms: u64::try_from(notice.delay.as_millis()).unwrap_or(u64::MAX),
-                reason: notice.reason,
-            });
-        };
+        let on_retry = |notice: ModelNotice| events.emit(Event::from_model(agent, notice));
         let cancel = &self.tool_context.cancel;
         let result = tokio::select! {
             biased;

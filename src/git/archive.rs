@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::Repo;
 use super::error::GitError;
 use super::names::{CommitId, RunId, subtask_ref};
-use super::worktree::{Worktree, admin_head};
+use super::worktree::Worktree;
 
 /// Where one subtask's work was kept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -76,10 +76,7 @@ impl Repo {
                 self.checkpoint(worktree, "final state before removal")
                     .await?;
             }
-            self.git()
-                .args(["worktree", "remove", "--force", "--force"])
-                .arg(worktree.path())
-                .run()
+            self.delete_worktree(worktree.path(), worktree.admin_dir())
                 .await?;
         } else {
             self.prune_worktrees().await?;
@@ -88,28 +85,18 @@ impl Repo {
     }
 
     /// The library side of `grove clean RUN`: archives every subtask of `run` (its
-    /// worktree's uncommitted changes first), removes the run's worktrees under
-    /// `worktrees_dir`, and deletes the subtask branches (each now held by its archive).
-    /// The result branch is kept.
-    pub async fn clean_run(
-        &self,
-        run: &RunId,
-        worktrees_dir: &Path,
-    ) -> Result<CleanReport, GitError> {
+    /// worktree's uncommitted changes first), removes the run's worktrees wherever they
+    /// are registered (the cache directory, a `[worktree] dir`, or `.git/grove/runs/` for
+    /// runs started before worktrees moved out of `.git`), and deletes the subtask
+    /// branches (each now held by its archive). The result branch is kept.
+    pub async fn clean_run(&self, run: &RunId) -> Result<CleanReport, GitError> {
         let mut report = CleanReport::default();
         self.prune_worktrees().await?;
-        for (admin, path) in self.registered_worktrees()? {
-            let Some(subtask) = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let under_dir = path.parent().is_some_and(|p| same_dir(p, worktrees_dir));
-            if !under_dir || admin_head(&admin).as_deref() != Some(&subtask_ref(run, subtask)) {
-                continue;
-            }
+        let mut dirs = vec![
+            self.default_worktrees_dir(run),
+            self.legacy_worktrees_dir(run),
+        ];
+        for (subtask, (admin, path)) in self.run_registrations(run)? {
             let Some(tip) = self.ref_target(&subtask_ref(run, subtask))? else {
                 continue;
             };
@@ -118,11 +105,8 @@ impl Repo {
                 report
                     .archived
                     .push(self.archive_worktree(&worktree, "run cleaned").await?);
-                self.git()
-                    .args(["worktree", "remove", "--force", "--force"])
-                    .arg(worktree.path())
-                    .run()
-                    .await?;
+                self.delete_worktree(worktree.path(), &admin).await?;
+                dirs.extend(path.parent().map(Path::to_path_buf));
                 report.removed_worktrees.push(path);
             }
         }
@@ -148,8 +132,10 @@ impl Repo {
                 .await?;
             report.deleted_branches.push(branch);
         }
-        // Only an empty directory goes; anything left in it is not grove's to delete.
-        let _ = std::fs::remove_dir(worktrees_dir);
+        // Only empty directories go; anything left in one is not grove's to delete.
+        for dir in &dirs {
+            let _ = std::fs::remove_dir(dir);
+        }
         report
             .archived
             .sort_by(|a, b| a.reference.cmp(&b.reference));
@@ -179,12 +165,5 @@ impl Repo {
             }
         }
         Ok(deleted)
-    }
-}
-
-fn same_dir(a: &Path, b: &Path) -> bool {
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
     }
 }

@@ -39,6 +39,7 @@ mod commit;
 mod diff;
 mod error;
 mod local_files;
+mod location;
 mod merge;
 mod names;
 mod rebuild;
@@ -76,6 +77,8 @@ struct RepoInner {
     runner: GitRunner,
     /// libgit2 handles are not `Sync`; reads are short, so one lock is enough.
     libgit: Mutex<git2::Repository>,
+    /// This repository's folder of worktrees in the user's cache directory.
+    worktrees_home: PathBuf,
 }
 
 /// Where the user's `HEAD` is.
@@ -112,6 +115,10 @@ impl Repo {
         let git_dir = canonical(repo.path())?;
         let common_dir = canonical(repo.commondir())?;
         let work_tree = repo.workdir().map(canonical).transpose()?;
+        let worktrees_home = location::cache_home(&options.env).join(location::repository_folder(
+            &common_dir,
+            work_tree.as_deref(),
+        ));
         let mut runner = GitRunner::new(options);
         let cwd = work_tree.clone().unwrap_or_else(|| git_dir.clone());
         let listing = runner
@@ -127,6 +134,7 @@ impl Repo {
                 work_tree,
                 runner,
                 libgit: Mutex::new(repo),
+                worktrees_home,
             }),
         })
     }
@@ -144,17 +152,6 @@ impl Repo {
     /// The common git dir shared by every worktree of the repository.
     pub fn common_dir(&self) -> &Path {
         &self.inner.common_dir
-    }
-
-    /// The default home of a run's worktrees: `<common git dir>/grove/runs/<run>/worktrees`,
-    /// outside the user's work tree so no build tool, editor or `git status` sees them.
-    pub fn default_worktrees_dir(&self, run: &RunId) -> PathBuf {
-        self.inner
-            .common_dir
-            .join("grove")
-            .join("runs")
-            .join(run.as_str())
-            .join("worktrees")
     }
 
     /// Where `HEAD` of the opened work tree points.

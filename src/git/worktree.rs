@@ -1,9 +1,12 @@
-//! Subtask worktrees: registration (serialised), background fill, and finding them again.
+//! Subtask worktrees: registration and removal (serialised), background fill, and
+//! finding them again.
 //!
 //! This module owns the `<common dir>/worktrees/*` registrations grove makes. It never
 //! follows a worktree's `.git` file: the admin dir is found from the common dir's side
-//! (its `gitdir` file), and every later command names it explicitly.
+//! (its `gitdir` file), and every later command names it explicitly. Paths stay
+//! `Path`/`OsStr` throughout: a repository path need not be UTF-8.
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -13,10 +16,16 @@ use super::error::GitError;
 use super::names::{CommitId, RunId, subtask_ref};
 use super::{Repo, canonical};
 
-/// Serialises `git worktree add` within this process: parallel adds race on the common
-/// dir's locks (measured: 14 of 40 failed at 8-way). Other processes are survived by the
-/// runner's lock-retry.
+/// Serialises every change to `<common>/worktrees/` within this process (`worktree add`,
+/// `prune`, `unlock`, and removal): parallel adds race on the common dir's locks
+/// (measured: 14 of 40 failed at 8-way), and a `git worktree remove` reads every other
+/// registration, so one half-deleted by a parallel removal fails it (`failed to read
+/// …/worktrees/10/commondir`; 2 of 10 runs of 16 parallel subtasks) and leaves an orphan.
+/// Other processes are survived by the runner's lock-retry.
 static REGISTRATION: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Numbers the trash names of removals within this process.
+static REMOVALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Written into a worktree's admin dir once its files are complete; a worktree without
 /// it was never fully checked out and must not be committed from.
@@ -148,7 +157,7 @@ impl Repo {
             .iter()
             .any(|(_, path)| !path.exists())
         {
-            self.prune_worktrees().await?;
+            self.prune_unlocked().await?;
         }
 
         if let Some(admin) = self.find_admin_dir(&spec.path)? {
@@ -162,7 +171,7 @@ impl Repo {
                 .allow_codes(&[128])
                 .run()
                 .await?;
-            self.prune_worktrees().await?;
+            self.prune_unlocked().await?;
         }
         if std::fs::read_dir(&spec.path).is_ok_and(|mut entries| entries.next().is_some()) {
             return Err(GitError::WorktreePathOccupied {
@@ -342,8 +351,83 @@ impl Repo {
         }
     }
 
+    /// `git worktree prune`, serialised with every other registration change.
     pub(super) async fn prune_worktrees(&self) -> Result<(), GitError> {
+        let _guard = REGISTRATION.lock().await;
+        self.prune_unlocked().await
+    }
+
+    /// `git worktree prune`; the caller holds [`REGISTRATION`].
+    async fn prune_unlocked(&self) -> Result<(), GitError> {
         self.git().args(["worktree", "prune"]).run().await.map(drop)
+    }
+
+    /// Unregisters the worktree at `path` (admin dir `admin`) and deletes its files,
+    /// uncommitted changes included (the caller has committed what must be kept).
+    ///
+    /// Both go away atomically for any concurrent reader: under [`REGISTRATION`] the
+    /// directory and then the admin dir are renamed into `<common>/grove/trash/` (never
+    /// inside `worktrees/`, which git lists entry by entry), and the files are deleted
+    /// after the lock is released, so parallel removals neither race nor wait on each
+    /// other's deletes. A directory that cannot be renamed (another filesystem) falls back
+    /// to `git worktree remove`, still under the lock.
+    pub(super) async fn delete_worktree(&self, path: &Path, admin: &Path) -> Result<(), GitError> {
+        let trash = self.common_dir().join("grove").join("trash");
+        let number = REMOVALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let stamp = format!("{}-{number}", std::process::id());
+        let (moved_tree, moved_admin) = (
+            trash.join(format!("tree-{stamp}")),
+            trash.join(format!("admin-{stamp}")),
+        );
+        let io = |action: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| GitError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        {
+            let _guard = REGISTRATION.lock().await;
+            std::fs::create_dir_all(&trash).map_err(io("create", &trash))?;
+            let tree_moved = match std::fs::rename(path, &moved_tree) {
+                Ok(()) => true,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+                Err(_) => {
+                    self.git()
+                        .args(["worktree", "remove", "--force", "--force"])
+                        .arg(path)
+                        .run()
+                        .await?;
+                    return Ok(());
+                }
+            };
+            match std::fs::rename(admin, &moved_admin) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    if tree_moved {
+                        // Put the files back: a registration without its tree would
+                        // be pruned with the work still in it.
+                        let _ = std::fs::rename(&moved_tree, path);
+                    }
+                    return Err(GitError::Io {
+                        action: "unregister",
+                        path: admin.to_path_buf(),
+                        source,
+                    });
+                }
+            }
+        }
+        for moved in [&moved_tree, &moved_admin] {
+            match tokio::fs::remove_dir_all(moved).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => return Err(io("delete", moved)(source)),
+            }
+        }
+        let _ = std::fs::remove_dir(&trash);
+        Ok(())
     }
 
     /// The admin dir under `<common>/worktrees/` whose `gitdir` names `path/.git`.
@@ -373,10 +457,18 @@ impl Repo {
         let mut found = Vec::new();
         for entry in entries.flatten() {
             let admin = entry.path();
-            let Ok(gitdir) = std::fs::read_to_string(admin.join("gitdir")) else {
+            // Bytes, not text: a repository path need not be UTF-8.
+            let Ok(gitdir) = std::fs::read(admin.join("gitdir")) else {
                 continue;
             };
-            let dot_git = PathBuf::from(gitdir.trim_end_matches(['\n', '\r']));
+            let mut line: &[u8] = &gitdir;
+            while let Some(rest) = line
+                .strip_suffix(b"\n")
+                .or_else(|| line.strip_suffix(b"\r"))
+            {
+                line = rest;
+            }
+            let dot_git = PathBuf::from(std::ffi::OsStr::from_bytes(line));
             if let Some(worktree) = dot_git.parent() {
                 found.push((admin, normalize(worktree)));
             }

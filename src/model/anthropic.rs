@@ -16,8 +16,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::http::{self, SseEvents};
 use super::retry::RetryPolicy;
+use super::turn::{self, Progress};
+use super::url::{self as base_url, redact_userinfo};
 use super::{
-    ContentBlock, Message, Model, ModelError, Request, Response, RetryNotice, Role, StopReason,
+    ContentBlock, Message, Model, ModelError, ModelNotice, Request, Response, Role, StopReason,
     Usage,
 };
 
@@ -37,39 +39,50 @@ pub struct AnthropicConfig {
     /// Stream the response over SSE (the default) or wait for one JSON body.
     pub stream: bool,
     pub retry: RetryPolicy,
-    /// Deadline for the whole response (non-streaming) or its headers (streaming).
+    /// Deadline for the first byte of an answer: the whole response (non-streaming) or
+    /// its headers (streaming). A failed attempt, retried.
     pub request_timeout: Duration,
-    /// A stream that delivers no bytes for this long is a failed attempt.
+    /// A stream that delivers no event for this long is a failed attempt, retried.
     pub idle_timeout: Duration,
+    /// Deadline for the whole turn, every attempt and wait included. Not retried.
+    pub turn_timeout: Duration,
+    /// How often a long wait is reported as a [`ModelNotice::Waiting`].
+    pub heartbeat: Duration,
 }
 
 impl std::fmt::Debug for AnthropicConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AnthropicConfig")
-            .field("base_url", &self.base_url)
+            .field("base_url", &redact_userinfo(&self.base_url))
             .field("api_key", &"[redacted]")
             .field("stream", &self.stream)
             .field("retry", &self.retry)
             .field("request_timeout", &self.request_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("turn_timeout", &self.turn_timeout)
+            .field("heartbeat", &self.heartbeat)
             .finish()
     }
 }
 
 impl AnthropicConfig {
-    /// A config for `base_url` and `api_key` with default streaming, retries and timeouts.
+    /// A config for `base_url` and `api_key` with default streaming, retries and timeouts
+    /// (see [`turn`](super::turn) for the defaults).
     pub fn new(base_url: impl Into<String>, api_key: impl Into<String>) -> Self {
         Self {
             base_url: base_url.into(),
             api_key: api_key.into(),
             stream: true,
             retry: RetryPolicy::default(),
-            request_timeout: Duration::from_secs(600),
-            idle_timeout: Duration::from_secs(300),
+            request_timeout: turn::DEFAULT_FIRST_BYTE_TIMEOUT,
+            idle_timeout: turn::DEFAULT_IDLE_TIMEOUT,
+            turn_timeout: turn::DEFAULT_TURN_TIMEOUT,
+            heartbeat: turn::DEFAULT_HEARTBEAT,
         }
     }
 
-    /// Reads `ANTHROPIC_API_KEY` (required) and `ANTHROPIC_BASE_URL` (optional).
+    /// Reads `ANTHROPIC_API_KEY` (required), `ANTHROPIC_BASE_URL` (optional) and the
+    /// time bounds of [`super::TimeoutEnv`] (optional).
     pub fn from_env() -> Result<Self, ModelError> {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
@@ -88,7 +101,14 @@ impl AnthropicConfig {
         let base_url = lookup("ANTHROPIC_BASE_URL")
             .filter(|url| !url.trim().is_empty())
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
-        Ok(Self::new(base_url, api_key))
+        let timeouts = turn::EnvTimeouts::read(&lookup)?;
+        Ok(Self {
+            request_timeout: timeouts.first_byte,
+            idle_timeout: timeouts.idle,
+            turn_timeout: timeouts.turn,
+            heartbeat: timeouts.heartbeat,
+            ..Self::new(base_url, api_key)
+        })
     }
 }
 
@@ -97,7 +117,7 @@ impl AnthropicConfig {
 pub struct AnthropicClient {
     config: AnthropicConfig,
     http: reqwest::Client,
-    url: String,
+    endpoint: base_url::Endpoint,
     key_header: HeaderValue,
 }
 
@@ -112,10 +132,10 @@ impl AnthropicClient {
             ));
         }
         let key_header = http::secret_header(&config.api_key, "ANTHROPIC_API_KEY")?;
-        let base = http::normalise_base_url(&config.base_url, "ANTHROPIC_BASE_URL")?;
+        let endpoint = base_url::endpoint(&config.base_url, "/v1/messages", "ANTHROPIC_BASE_URL")?;
         Ok(Self {
-            url: format!("{base}/v1/messages"),
-            http: http::build_client(&base)?,
+            http: http::build_client(endpoint.send.as_str())?,
+            endpoint,
             key_header,
             config,
         })
@@ -129,16 +149,18 @@ impl AnthropicClient {
         encode_request(request, self.config.stream)
     }
 
-    async fn attempt(&self, body: &[u8]) -> Result<Response, ModelError> {
+    async fn attempt(&self, body: &[u8], progress: Progress<'_>) -> Result<Response, ModelError> {
         let builder = self
             .http
-            .post(&self.url)
+            .post(self.endpoint.send.clone())
             .header("x-api-key", self.key_header.clone())
             .header("anthropic-version", ANTHROPIC_VERSION)
             .header(CONTENT_TYPE, "application/json")
             .body(body.to_vec());
         let exchange = http::Exchange {
-            url: &self.url,
+            url: &self.endpoint.shown,
+            target: &self.endpoint.send,
+            progress,
             api_key: &self.config.api_key,
             request_id_header: REQUEST_ID_HEADER,
             timeout: self.config.request_timeout,
@@ -166,13 +188,18 @@ impl Model for AnthropicClient {
         &self,
         request: &Request,
         cancel: &CancellationToken,
-        on_retry: &(dyn Fn(RetryNotice) + Send + Sync),
+        on_notice: &(dyn Fn(ModelNotice) + Send + Sync),
     ) -> Result<Response, ModelError> {
         let body = self.request_body(request)?;
-        self.config
-            .retry
-            .run(cancel, on_retry, || self.attempt(&body))
-            .await
+        turn::run(
+            &self.config.retry,
+            self.config.turn_timeout,
+            self.config.heartbeat,
+            cancel,
+            on_notice,
+            |progress| self.attempt(&body, progress),
+        )
+        .await
     }
 }
 
@@ -686,7 +713,7 @@ fn usage_from(value: &Value) -> Result<WireUsage, ModelError> {
         .map_err(|err| ModelError::Decode(format!("unreadable usage {value}: {err}")))
 }
 
-async fn read_stream(events: &mut SseEvents, secret: &str) -> Result<Response, ModelError> {
+async fn read_stream(events: &mut SseEvents<'_>, secret: &str) -> Result<Response, ModelError> {
     let mut message = StreamedMessage::default();
     while let Some(event) = events.next().await? {
         if event.data.trim().is_empty() {

@@ -77,6 +77,39 @@ pub enum ModelError {
     /// with no content). Never retried: the caller must change the request.
     #[error("the model request is invalid: {0}")]
     InvalidRequest(String),
+    /// Something answers at the address, but not in HTTP (another service on the port,
+    /// a TLS port asked in plain HTTP). Never retried: no retry changes the protocol.
+    #[error("the server at {url} does not speak HTTP: it sent {received}")]
+    NotHttp {
+        url: String,
+        /// The first bytes it sent, escaped, or what is known of them.
+        received: String,
+    },
+    /// A stream was asked for and a 200 came back with another kind of body (a proxy's
+    /// HTML page, a JSON body from a server that ignores `stream`). Never retried: the
+    /// same server answers the same way again.
+    #[error(
+        "the model API at {url} answered a streaming request with {content_type} instead of an event stream; the body starts: {body_start}"
+    )]
+    NotAStream {
+        url: String,
+        content_type: String,
+        /// The start of the body, shortened and with secrets removed.
+        body_start: String,
+    },
+    /// The whole turn (every attempt and the waits between them) did not finish within
+    /// its bound. Never retried: the bound is the end of trying.
+    #[error(
+        "the model turn did not finish within {}s (attempt {attempt} of {attempts} was running{})",
+        after.as_secs_f64(),
+        last_failure.as_ref().map(|last| format!("; the last failure: {last}")).unwrap_or_default()
+    )]
+    TurnTimeout {
+        after: Duration,
+        attempt: u32,
+        attempts: u32,
+        last_failure: Option<String>,
+    },
 }
 
 impl ApiError {
@@ -130,7 +163,10 @@ impl ModelError {
             | ModelError::RetriesExhausted { .. }
             | ModelError::Cancelled
             | ModelError::Config(_)
-            | ModelError::InvalidRequest(_) => false,
+            | ModelError::InvalidRequest(_)
+            | ModelError::NotHttp { .. }
+            | ModelError::NotAStream { .. }
+            | ModelError::TurnTimeout { .. } => false,
         }
     }
 

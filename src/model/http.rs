@@ -13,6 +13,8 @@ use futures_util::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderValue};
 
 use super::retry::retry_after;
+use super::turn::{Progress, WaitPhase};
+use super::url::redact_userinfo;
 use super::{ApiError, ModelError};
 
 /// How long to wait for a TCP + TLS connection before counting it as failed.
@@ -51,22 +53,6 @@ fn is_loopback(url: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Checks and normalises a base URL: http(s), no trailing slash.
-pub(super) fn normalise_base_url(base: &str, variable: &str) -> Result<String, ModelError> {
-    let trimmed = base.trim().trim_end_matches('/');
-    let parsed = reqwest::Url::parse(trimmed).map_err(|err| {
-        ModelError::Config(format!(
-            "{variable} is not a valid URL ({trimmed:?}): {err}"
-        ))
-    })?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(ModelError::Config(format!(
-            "{variable} must be an http:// or https:// URL, got {trimmed:?}"
-        )));
-    }
-    Ok(trimmed.to_owned())
-}
-
 /// A header value holding a secret, marked sensitive so it never shows in debug output.
 pub(super) fn secret_header(value: &str, variable: &str) -> Result<HeaderValue, ModelError> {
     let mut header = HeaderValue::from_str(value).map_err(|_| {
@@ -81,32 +67,121 @@ pub(super) fn secret_header(value: &str, variable: &str) -> Result<HeaderValue, 
 /// Replaces every occurrence of `secret` in `text`, so API keys echoed back by a server
 /// or a proxy never reach logs. Very short secrets are left alone: masking every `a`
 /// would destroy the message and protect nothing.
+/// URL userinfo is hidden too ([`redact_userinfo`]).
 pub(super) fn redact(text: &str, secret: &str) -> String {
+    let text = redact_userinfo(text);
     if secret.len() < 4 {
-        return text.to_owned();
+        return text;
     }
     text.replace(secret, "[redacted]")
 }
 
-/// Sends `builder`, waiting at most `timeout` for the response headers.
+/// Sends `builder`, waiting at most `timeout` for the response headers (and telling
+/// `progress` while it waits). `url` is the endpoint as shown; `target` the one sent to.
 pub(super) async fn send(
     builder: reqwest::RequestBuilder,
     url: &str,
+    target: &reqwest::Url,
     timeout: Duration,
-    phase: &'static str,
+    progress: &Progress<'_>,
 ) -> Result<reqwest::Response, ModelError> {
-    match tokio::time::timeout(timeout, builder.send()).await {
-        Ok(Ok(response)) => Ok(response),
-        Ok(Err(source)) => Err(ModelError::Transport {
+    let phase = "response headers";
+    match progress
+        .wait(builder.send(), timeout, WaitPhase::FirstByte)
+        .await
+    {
+        Some(Ok(response)) => Ok(response),
+        Some(Err(source)) if speaks_other_protocol(&source) => Err(ModelError::NotHttp {
             url: url.to_owned(),
-            source,
+            received: describe_other_protocol(target, &source).await,
         }),
-        Err(_) => Err(ModelError::Timeout {
+        Some(Err(source)) => Err(ModelError::Transport {
+            url: url.to_owned(),
+            source: source.without_url(),
+        }),
+        None => Err(ModelError::Timeout {
             url: url.to_owned(),
             phase,
             after: timeout,
         }),
     }
+}
+
+/// Whether reqwest failed because the answer was not HTTP at all (hyper could not
+/// parse a response head), as opposed to a refused or broken connection.
+fn speaks_other_protocol(error: &reqwest::Error) -> bool {
+    let mut cause: Option<&dyn std::error::Error> = Some(error);
+    while let Some(current) = cause {
+        let text = current.to_string();
+        // hyper's words for a response head it cannot parse, or bytes that came
+        // before any request was sent (a server that speaks first, such as SSH).
+        if [
+            "invalid HTTP",
+            "message head is too large",
+            "unexpected message",
+        ]
+        .iter()
+        .any(|marker| text.contains(marker))
+        {
+            return true;
+        }
+        cause = current.source();
+    }
+    false
+}
+
+/// The first bytes a non-HTTP server at `target` sends, escaped: read again over a
+/// plain connection (servers such as SSH speak first; others are sent an HTTP request
+/// line). Falls back to hyper's complaint when nothing can be read.
+async fn describe_other_protocol(target: &reqwest::Url, error: &reqwest::Error) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const PROBE: Duration = Duration::from_secs(2);
+    let fallback = || {
+        let mut cause: Option<&dyn std::error::Error> = Some(error);
+        let mut last = error.to_string();
+        while let Some(current) = cause {
+            last = current.to_string();
+            cause = current.source();
+        }
+        format!("a response that is not HTTP ({last})")
+    };
+    let (Some(host), Some(port)) = (target.host_str(), target.port_or_known_default()) else {
+        return fallback();
+    };
+    if target.scheme() != "http" {
+        return fallback();
+    }
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let Ok(Ok(mut tcp)) =
+        tokio::time::timeout(PROBE, tokio::net::TcpStream::connect((host, port))).await
+    else {
+        return fallback();
+    };
+    let mut buffer = [0_u8; 64];
+    let mut read = tokio::time::timeout(PROBE, tcp.read(&mut buffer))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or(0);
+    if read == 0 {
+        let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        if tcp.write_all(request.as_bytes()).await.is_ok() {
+            read = tokio::time::timeout(PROBE, tcp.read(&mut buffer))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or(0);
+        }
+    }
+    if read == 0 {
+        return fallback();
+    }
+    let escaped: String = buffer[..read]
+        .iter()
+        .flat_map(|byte| std::ascii::escape_default(*byte))
+        .map(char::from)
+        .collect();
+    format!("\"{escaped}\"")
 }
 
 /// Reads a whole body, failing as a [`ModelError::Timeout`] when it is not complete
@@ -119,7 +194,8 @@ pub(super) async fn read_body(
     match tokio::time::timeout(timeout, response.bytes()).await {
         Ok(Ok(bytes)) => Ok(bytes.to_vec()),
         Ok(Err(err)) => Err(ModelError::Stream(format!(
-            "the response body from {url} broke off: {err}"
+            "the response body from {url} broke off: {}",
+            err.without_url()
         ))),
         Err(_) => Err(ModelError::Timeout {
             url: url.to_owned(),
@@ -203,36 +279,51 @@ fn describe_body(status: reqwest::StatusCode, body: &str) -> String {
 
 type EventResult = Result<Event, EventStreamError<reqwest::Error>>;
 
+/// Longest piece of a non-SSE body quoted when a stream was asked for.
+const MAX_QUOTED_START: usize = 200;
+
 /// The server-sent events of one streaming response, read with an idle timeout.
-pub(super) struct SseEvents {
+pub(super) struct SseEvents<'a> {
     events: Pin<Box<dyn Stream<Item = EventResult> + Send>>,
     idle_timeout: Duration,
+    progress: Progress<'a>,
 }
 
-impl SseEvents {
-    pub(super) fn new(response: reqwest::Response, idle_timeout: Duration) -> Self {
+impl<'a> SseEvents<'a> {
+    pub(super) fn new(
+        response: reqwest::Response,
+        idle_timeout: Duration,
+        progress: Progress<'a>,
+    ) -> Self {
         Self {
             events: Box::pin(response.bytes_stream().eventsource()),
             idle_timeout,
+            progress,
         }
     }
 
     /// The next event; `None` at the end of the stream.
     ///
-    /// No bytes for `idle_timeout`, a broken connection or undecodable bytes are a
+    /// No event for `idle_timeout`, a broken connection or undecodable bytes are a
     /// [`ModelError::Stream`]: the caller retries the whole turn.
     pub(super) async fn next(&mut self) -> Result<Option<Event>, ModelError> {
-        match tokio::time::timeout(self.idle_timeout, self.events.next()).await {
-            Err(_) => Err(ModelError::Stream(format!(
-                "no data for {}s (stream idle timeout)",
+        let next = self.progress.wait(
+            self.events.next(),
+            self.idle_timeout,
+            WaitPhase::StreamEvent,
+        );
+        match next.await {
+            None => Err(ModelError::Stream(format!(
+                "no event for {}s (stream idle timeout)",
                 self.idle_timeout.as_secs_f64()
             ))),
-            Ok(None) => Ok(None),
-            Ok(Some(Ok(event))) => Ok(Some(event)),
-            Ok(Some(Err(EventStreamError::Transport(err)))) => Err(ModelError::Stream(format!(
-                "the connection broke mid-stream: {err}"
+            Some(None) => Ok(None),
+            Some(Some(Ok(event))) => Ok(Some(event)),
+            Some(Some(Err(EventStreamError::Transport(err)))) => Err(ModelError::Stream(format!(
+                "the connection broke mid-stream: {}",
+                err.without_url()
             ))),
-            Ok(Some(Err(err))) => Err(ModelError::Stream(format!(
+            Some(Some(Err(err))) => Err(ModelError::Stream(format!(
                 "the event stream could not be decoded: {err}"
             ))),
         }
@@ -240,9 +331,9 @@ impl SseEvents {
 }
 
 /// What came back from one successful exchange.
-pub(super) enum Body {
+pub(super) enum Body<'a> {
     /// An SSE stream, read with its idle timeout.
-    Stream(SseEvents),
+    Stream(SseEvents<'a>),
     /// A whole JSON body.
     Whole(Vec<u8>),
 }
@@ -250,29 +341,29 @@ pub(super) enum Body {
 /// One request/response exchange with a model API, shared by both clients: send, turn
 /// an error status into a typed [`ModelError::Api`], hand back the body.
 pub(super) struct Exchange<'a> {
+    /// The endpoint as shown (userinfo hidden).
     pub url: &'a str,
+    /// The endpoint as sent.
+    pub target: &'a reqwest::Url,
     pub api_key: &'a str,
     pub request_id_header: &'a str,
     /// For the whole response (JSON) or until the headers (streaming).
     pub timeout: Duration,
     /// For the gaps between SSE events.
     pub idle_timeout: Duration,
+    /// Which attempt this is, and where its waits are told.
+    pub progress: Progress<'a>,
 }
 
-impl Exchange<'_> {
+impl<'a> Exchange<'a> {
     /// Sends `builder` and returns the body with the provider's request id.
     pub async fn send(
         &self,
         builder: reqwest::RequestBuilder,
         stream: bool,
-    ) -> Result<(Body, Option<String>), ModelError> {
-        let phase = if stream {
-            "response headers"
-        } else {
-            "response"
-        };
+    ) -> Result<(Body<'a>, Option<String>), ModelError> {
         let started = tokio::time::Instant::now();
-        let response = send(builder, self.url, self.timeout, phase).await?;
+        let response = send(builder, self.url, self.target, self.timeout, &self.progress).await?;
         let request_id = header_text(response.headers(), self.request_id_header);
         if !response.status().is_success() {
             return Err(
@@ -280,12 +371,57 @@ impl Exchange<'_> {
             );
         }
         let body = if stream {
-            Body::Stream(SseEvents::new(response, self.idle_timeout))
+            self.check_event_stream(response).await?
         } else {
             let remaining = self.timeout.saturating_sub(started.elapsed());
             Body::Whole(read_body(response, self.url, remaining).await?)
         };
         Ok((body, request_id))
+    }
+
+    /// The response as an event stream, or [`ModelError::NotAStream`] when its content
+    /// type says it is something else (a missing content type is given the benefit of
+    /// the doubt).
+    async fn check_event_stream(
+        &self,
+        mut response: reqwest::Response,
+    ) -> Result<Body<'a>, ModelError> {
+        let content_type = header_text(response.headers(), "content-type");
+        let Some(content_type) =
+            content_type.filter(|kind| !kind.to_ascii_lowercase().contains("text/event-stream"))
+        else {
+            return Ok(Body::Stream(SseEvents::new(
+                response,
+                self.idle_timeout,
+                self.progress,
+            )));
+        };
+        let mut start = Vec::new();
+        let limit = self.timeout.min(Duration::from_secs(5));
+        let _ = tokio::time::timeout(limit, async {
+            while start.len() < MAX_QUOTED_START * 4 {
+                match response.chunk().await {
+                    Ok(Some(chunk)) => start.extend_from_slice(&chunk),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        })
+        .await;
+        let text = String::from_utf8_lossy(&start);
+        let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut end = collapsed.len().min(MAX_QUOTED_START);
+        while !collapsed.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut body_start = format!("{:?}", &collapsed[..end]);
+        if end < collapsed.len() {
+            body_start.push('…');
+        }
+        Err(ModelError::NotAStream {
+            url: self.url.to_owned(),
+            content_type: redact(&content_type, self.api_key),
+            body_start: redact(&body_start, self.api_key),
+        })
     }
 }
 
@@ -320,17 +456,6 @@ mod tests {
             "Incorrect API key provided: [redacted]"
         );
         assert_eq!(redact("a b c", "a"), "a b c");
-    }
-
-    #[test]
-    fn base_urls_are_checked_and_trimmed() {
-        assert_eq!(
-            normalise_base_url("http://127.0.0.1:8080/v1/", "X").unwrap(),
-            "http://127.0.0.1:8080/v1"
-        );
-        let err = normalise_base_url("ftp://example.com", "OPENAI_BASE_URL").unwrap_err();
-        assert!(err.to_string().contains("OPENAI_BASE_URL"), "{err}");
-        assert!(normalise_base_url("not a url", "X").is_err());
     }
 
     #[test]

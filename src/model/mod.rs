@@ -16,11 +16,15 @@ mod error;
 mod http;
 pub mod openai;
 pub mod retry;
+mod turn;
+mod url;
 
 pub use anthropic::{AnthropicClient, AnthropicConfig};
 pub use error::{ApiError, ModelError};
 pub use openai::{OpenAiClient, OpenAiConfig};
 pub use retry::RetryPolicy;
+pub use turn::{ModelNotice, TimeoutEnv, WaitNotice, WaitPhase};
+pub use url::redact_userinfo;
 
 /// Who authored a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,9 +164,10 @@ pub struct RetryNotice {
 
 /// What the agent loop talks to: one turn in, one turn out.
 ///
-/// Implementations handle retries themselves (reporting each through `on_retry`) and
-/// return an error only when the turn cannot be had: a non-retryable API answer,
-/// retries exhausted, or cancellation.
+/// Implementations handle retries themselves (reporting each retry, and every long wait
+/// for the API, through `on_notice`) and return an error only when the turn cannot be
+/// had: a non-retryable API answer, retries exhausted, the turn's deadline passed, or
+/// cancellation.
 #[async_trait]
 pub trait Model: Send + Sync {
     /// A short name for logs and ledgers, e.g. `anthropic/claude-sonnet-4-5`.
@@ -173,7 +178,7 @@ pub trait Model: Send + Sync {
         &self,
         request: &Request,
         cancel: &CancellationToken,
-        on_retry: &(dyn Fn(RetryNotice) + Send + Sync),
+        on_notice: &(dyn Fn(ModelNotice) + Send + Sync),
     ) -> Result<Response, ModelError>;
 }
 

@@ -18,8 +18,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::http::{self, SseEvents};
 use super::retry::RetryPolicy;
+use super::turn::{self, Progress};
+use super::url::{self as base_url, redact_userinfo};
 use super::{
-    ContentBlock, Message, Model, ModelError, Request, Response, RetryNotice, Role, StopReason,
+    ContentBlock, Message, Model, ModelError, ModelNotice, Request, Response, Role, StopReason,
     Usage,
 };
 
@@ -38,16 +40,21 @@ pub struct OpenAiConfig {
     /// Stream the response over SSE (the default) or wait for one JSON body.
     pub stream: bool,
     pub retry: RetryPolicy,
-    /// Deadline for the whole response (non-streaming) or its headers (streaming).
+    /// Deadline for the first byte of an answer: the whole response (non-streaming) or
+    /// its headers (streaming). A failed attempt, retried.
     pub request_timeout: Duration,
-    /// A stream that delivers no bytes for this long is a failed attempt.
+    /// A stream that delivers no event for this long is a failed attempt, retried.
     pub idle_timeout: Duration,
+    /// Deadline for the whole turn, every attempt and wait included. Not retried.
+    pub turn_timeout: Duration,
+    /// How often a long wait is reported as a [`ModelNotice::Waiting`].
+    pub heartbeat: Duration,
 }
 
 impl std::fmt::Debug for OpenAiConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OpenAiConfig")
-            .field("base_url", &self.base_url)
+            .field("base_url", &redact_userinfo(&self.base_url))
             .field(
                 "api_key",
                 &if self.api_key.is_empty() {
@@ -60,25 +67,31 @@ impl std::fmt::Debug for OpenAiConfig {
             .field("retry", &self.retry)
             .field("request_timeout", &self.request_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("turn_timeout", &self.turn_timeout)
+            .field("heartbeat", &self.heartbeat)
             .finish()
     }
 }
 
 impl OpenAiConfig {
-    /// A config for `base_url` and `api_key` with default streaming, retries and timeouts.
+    /// A config for `base_url` and `api_key` with default streaming, retries and timeouts
+    /// (see [`turn`](super::turn) for the defaults).
     pub fn new(base_url: impl Into<String>, api_key: impl Into<String>) -> Self {
         Self {
             base_url: base_url.into(),
             api_key: api_key.into(),
             stream: true,
             retry: RetryPolicy::default(),
-            request_timeout: Duration::from_secs(600),
-            idle_timeout: Duration::from_secs(300),
+            request_timeout: turn::DEFAULT_FIRST_BYTE_TIMEOUT,
+            idle_timeout: turn::DEFAULT_IDLE_TIMEOUT,
+            turn_timeout: turn::DEFAULT_TURN_TIMEOUT,
+            heartbeat: turn::DEFAULT_HEARTBEAT,
         }
     }
 
-    /// Reads `OPENAI_API_KEY` and `OPENAI_BASE_URL`; the key may be absent only when the
-    /// base URL is not api.openai.com (local servers and gateways without auth).
+    /// Reads `OPENAI_API_KEY`, `OPENAI_BASE_URL` and the time bounds of [`TimeoutEnv`];
+    /// the key may be absent only when the base URL is not api.openai.com (local servers
+    /// and gateways without auth).
     pub fn from_env() -> Result<Self, ModelError> {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
@@ -91,7 +104,14 @@ impl OpenAiConfig {
         let api_key = lookup("OPENAI_API_KEY")
             .map(|key| key.trim().to_owned())
             .unwrap_or_default();
-        let config = Self::new(base_url, api_key);
+        let timeouts = turn::EnvTimeouts::read(&lookup)?;
+        let config = Self {
+            request_timeout: timeouts.first_byte,
+            idle_timeout: timeouts.idle,
+            turn_timeout: timeouts.turn,
+            heartbeat: timeouts.heartbeat,
+            ..Self::new(base_url, api_key)
+        };
         config.check_key()?;
         Ok(config)
     }
@@ -120,7 +140,7 @@ fn is_official_api(base_url: &str) -> bool {
 pub struct OpenAiClient {
     config: OpenAiConfig,
     http: reqwest::Client,
-    url: String,
+    endpoint: base_url::Endpoint,
     auth_header: Option<HeaderValue>,
 }
 
@@ -131,7 +151,8 @@ impl OpenAiClient {
         // Trimmed once, so the header and the redaction of error text use the same key.
         config.api_key = config.api_key.trim().to_owned();
         config.check_key()?;
-        let base = http::normalise_base_url(&config.base_url, "OPENAI_BASE_URL")?;
+        let endpoint =
+            base_url::endpoint(&config.base_url, "/chat/completions", "OPENAI_BASE_URL")?;
         let auth_header = if config.api_key.is_empty() {
             None
         } else {
@@ -141,8 +162,8 @@ impl OpenAiClient {
             )?)
         };
         Ok(Self {
-            url: format!("{base}/chat/completions"),
-            http: http::build_client(&base)?,
+            http: http::build_client(endpoint.send.as_str())?,
+            endpoint,
             auth_header,
             config,
         })
@@ -153,17 +174,19 @@ impl OpenAiClient {
         encode_request(request, self.config.stream)
     }
 
-    async fn attempt(&self, body: &[u8]) -> Result<Response, ModelError> {
+    async fn attempt(&self, body: &[u8], progress: Progress<'_>) -> Result<Response, ModelError> {
         let mut builder = self
             .http
-            .post(&self.url)
+            .post(self.endpoint.send.clone())
             .header(CONTENT_TYPE, "application/json")
             .body(body.to_vec());
         if let Some(auth) = &self.auth_header {
             builder = builder.header(AUTHORIZATION, auth.clone());
         }
         let exchange = http::Exchange {
-            url: &self.url,
+            url: &self.endpoint.shown,
+            target: &self.endpoint.send,
+            progress,
             api_key: &self.config.api_key,
             request_id_header: REQUEST_ID_HEADER,
             timeout: self.config.request_timeout,
@@ -187,13 +210,11 @@ impl Model for OpenAiClient {
         if is_official_api(&self.config.base_url) {
             return "openai".to_owned();
         }
-        match reqwest::Url::parse(&self.url) {
-            Ok(url) => match (url.host_str(), url.port()) {
-                (Some(host), Some(port)) => format!("openai@{host}:{port}"),
-                (Some(host), None) => format!("openai@{host}"),
-                _ => "openai".to_owned(),
-            },
-            Err(_) => "openai".to_owned(),
+        let url = &self.endpoint.send;
+        match (url.host_str(), url.port()) {
+            (Some(host), Some(port)) => format!("openai@{host}:{port}"),
+            (Some(host), None) => format!("openai@{host}"),
+            _ => "openai".to_owned(),
         }
     }
 
@@ -201,13 +222,18 @@ impl Model for OpenAiClient {
         &self,
         request: &Request,
         cancel: &CancellationToken,
-        on_retry: &(dyn Fn(RetryNotice) + Send + Sync),
+        on_notice: &(dyn Fn(ModelNotice) + Send + Sync),
     ) -> Result<Response, ModelError> {
         let body = self.request_body(request)?;
-        self.config
-            .retry
-            .run(cancel, on_retry, || self.attempt(&body))
-            .await
+        turn::run(
+            &self.config.retry,
+            self.config.turn_timeout,
+            self.config.heartbeat,
+            cancel,
+            on_notice,
+            |progress| self.attempt(&body, progress),
+        )
+        .await
     }
 }
 
@@ -696,7 +722,7 @@ impl StreamedCompletion {
     }
 }
 
-async fn read_stream(events: &mut SseEvents, secret: &str) -> Result<Response, ModelError> {
+async fn read_stream(events: &mut SseEvents<'_>, secret: &str) -> Result<Response, ModelError> {
     let mut completion = StreamedCompletion::default();
     while let Some(event) = events.next().await? {
         let data = event.data.trim();

@@ -61,7 +61,8 @@ impl RetryPolicy {
     /// Runs `attempt` until it succeeds, fails with an error that is not retryable, or
     /// the retries are used up.
     ///
-    /// Before each retry `on_retry` is told the attempt number, the wait and the reason.
+    /// `attempt` is given its number (1 for the first). Before each retry `on_retry` is
+    /// told the attempt number, the wait and the reason.
     /// Cancelling `cancel` aborts the running attempt or the wait at once with
     /// [`ModelError::Cancelled`]. When every attempt failed retryably the result is
     /// [`ModelError::RetriesExhausted`] holding the last error.
@@ -72,7 +73,7 @@ impl RetryPolicy {
         mut attempt: F,
     ) -> Result<T, ModelError>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(u32) -> Fut,
         Fut: Future<Output = Result<T, ModelError>>,
     {
         let mut failures: u32 = 0;
@@ -83,7 +84,7 @@ impl RetryPolicy {
             let outcome = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(ModelError::Cancelled),
-                outcome = attempt() => outcome,
+                outcome = attempt(failures.saturating_add(1)) => outcome,
             };
             let error = match outcome {
                 Ok(value) => return Ok(value),
@@ -275,7 +276,7 @@ mod tests {
             .run(
                 &CancellationToken::new(),
                 &|notice| notices.lock().unwrap().push(notice.attempt),
-                || {
+                |_| {
                     calls.fetch_add(1, Ordering::SeqCst);
                     async { Err(api(529, None)) }
                 },
@@ -294,7 +295,7 @@ mod tests {
     async fn non_retryable_errors_return_at_once() {
         let calls = AtomicU32::new(0);
         let result: Result<(), _> = fast(5)
-            .run(&CancellationToken::new(), &|_| {}, || {
+            .run(&CancellationToken::new(), &|_| {}, |_| {
                 calls.fetch_add(1, Ordering::SeqCst);
                 async { Err(api(401, None)) }
             })
@@ -315,7 +316,7 @@ mod tests {
             max_delay: Duration::from_secs(3600),
         };
         let result: Result<(), _> = policy
-            .run(&cancel, &|_| cancel.cancel(), || async {
+            .run(&cancel, &|_| cancel.cancel(), |_| async {
                 Err(api(429, Some(Duration::from_secs(3600))))
             })
             .await;

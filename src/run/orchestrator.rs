@@ -128,7 +128,14 @@ fn command_executor(
                         .into(),
                 });
             }
-            let mut hidden = vec![repo.common_dir().join("grove")];
+            // The run store, the user's work tree, and every worktree grove keeps (each
+            // command's own worktree stays granted): a worker sees the base and its own
+            // work only, wherever the cache or `[worktree] dir` puts the others.
+            let mut hidden = vec![
+                repo.common_dir().join("grove"),
+                repo.worktrees_home().to_path_buf(),
+            ];
+            hidden.extend(options.worktrees_dir.clone());
             hidden.extend(repo.work_tree().map(Path::to_path_buf));
             let readable = [repo.common_dir().to_path_buf()];
             Ok(Arc::new(
@@ -394,10 +401,8 @@ impl Orchestrator {
         let user_root = repo
             .work_tree()
             .map_or_else(|| repo.common_dir().to_path_buf(), Path::to_path_buf);
-        let worktrees_dir = options.worktrees_dir.clone().map_or_else(
-            || repo.default_worktrees_dir(&run),
-            |dir| dir.join(run_id.as_str()),
-        );
+        // Where this run's worktrees already are, if any (a resume), else where they go.
+        let worktrees_dir = repo.run_worktrees_dir(&run, options.worktrees_dir.as_deref())?;
         Ok(Arc::new(Self {
             rules: read_rules(&user_root),
             run_dir: active.dir().to_path_buf(),
@@ -577,8 +582,13 @@ impl Orchestrator {
     }
 
     pub(crate) fn spend(&self, ledger: &Ledger) {
-        self.spent_tokens
-            .fetch_add(ledger.total_tokens(), Ordering::Relaxed);
+        // Saturating, like the ledger: absurd usage must not wrap under the budget.
+        let spent = ledger.total_tokens();
+        let _ = self
+            .spent_tokens
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |total| {
+                Some(total.saturating_add(spent))
+            });
     }
 
     pub(crate) fn run_budget_spent(&self) -> bool {

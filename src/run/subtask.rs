@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::SemaphorePermit;
 
-use crate::agent::external::{self as backend, BackendEnv, CliEnd, CliInvocation, Progress};
+use crate::agent::external::{self, BackendEnv, Progress};
 use crate::agent::roles::{self, RoleDef, RoleKind};
 use crate::agent::{
     AgentError, AgentRun, AgentSpec, Ledger, LoopInput, StopKind, fork_messages, isolated_messages,
@@ -572,75 +572,51 @@ impl Orchestrator {
             ));
         }
         let transcript_path = self.transcript_path(label, &role.name);
-        let (stdout_path, stderr_path) = backend::raw_output_paths(&transcript_path, name);
-        let prompt = backend::cli_prompt(&system, brief, rerun);
-        let invocation = CliInvocation {
-            backend: backend.clone(),
-            prompt: prompt.clone(),
-            cwd: worktree.path().to_path_buf(),
-            stdout_path: stdout_path.clone(),
-            stderr_path,
+        self.events.emit(Event::AgentStarted {
+            agent: agent.clone(),
+        });
+        let events = self.events.clone();
+        let job = external::ExternalWork {
+            backend: &backend,
+            system: &system,
+            brief,
+            rerun,
+            cwd: worktree.path(),
+            transcript: &transcript_path,
             env: self
                 .options
                 .backend_env
                 .clone()
                 .unwrap_or_else(BackendEnv::from_process),
+            pass_env: &self.options.worker_pass_env,
             timeout: Duration::from_secs(self.options.worker_backend_timeout_secs.max(1)),
             max_turns: role.max_turns.unwrap_or(self.options.max_turns.worker),
             budget_tokens: self.options.subagent_budget_tokens,
             cancel: self.cancel.child_token(),
         };
-        self.events.emit(Event::AgentStarted {
-            agent: agent.clone(),
-        });
-        let events = self.events.clone();
-        let outcome = invocation
-            .run(|progress| match progress {
-                Progress::Turn { turn, ledger } => events.emit(Event::TurnCompleted {
-                    agent: agent.clone(),
-                    turn,
-                    ledger,
-                }),
-                Progress::Tool { name, is_error } => events.emit(Event::ToolCalled {
-                    agent: agent.clone(),
-                    tool: name,
-                    is_error,
-                }),
-            })
-            .await;
-        let (ledger, summary, described, final_message) = match outcome {
-            Err(error) => {
-                let reason = format!("the {name} worker could not run: {error}");
-                (
-                    Ledger::default(),
-                    Err(reason.clone()),
-                    format!("failed: {reason}"),
-                    None,
-                )
-            }
-            Ok(outcome) => {
-                let report = &outcome.report;
-                if let Some(note) = backend::output_note(&backend, &outcome, &stdout_path) {
-                    self.note(format!("{label}: {note}"));
-                }
-                // It ran: at least one step, whatever it reported.
-                let mut ledger = report.ledger;
-                ledger.steps = ledger.steps.max(1);
-                let summary = match &outcome.end {
-                    CliEnd::Finished | CliEnd::TurnLimit => {
-                        Ok(report.final_message.clone().unwrap_or_default())
-                    }
-                    CliEnd::Failed(reason) => Err(reason.clone()),
-                    CliEnd::Interrupted => Err(format!("{name} was interrupted")),
-                };
-                (
-                    ledger,
-                    summary,
-                    backend::describe_end(&backend, &outcome),
-                    report.final_message.clone(),
-                )
-            }
-        };
+        let done = external::work(job, |progress| match progress {
+            Progress::Turn { turn, ledger } => events.emit(Event::TurnCompleted {
+                agent: agent.clone(),
+                turn,
+                ledger,
+            }),
+            Progress::Tool { name, is_error } => events.emit(Event::ToolCalled {
+                agent: agent.clone(),
+                tool: name,
+                is_error,
+            }),
+        })
+        .await;
+        if let Some(note) = &done.note {
+            self.note(format!("{label}: {note}"));
+        }
+        let (ledger, summary, described, final_message, prompt) = (
+            done.ledger,
+            done.summary,
+            done.described,
+            done.final_message,
+            done.prompt,
+        );
         self.spend(&ledger);
         self.events.emit(Event::AgentFinished {
             agent,

@@ -139,6 +139,10 @@ pub struct RunSettings {
     pub setup_timeout_s: Option<u64>,
     /// Untracked files copied from the repository root into each worktree.
     pub copy: Option<Vec<String>>,
+    /// Where runs' worktrees go (`[worktree] dir`), instead of the user's cache directory.
+    pub worktrees_dir: Option<PathBuf>,
+    /// `[workers] pass_env`: extra variables an external worker CLI gets by name.
+    pub pass_env: Option<Vec<String>>,
 }
 
 /// What a run is given once every layer is applied.
@@ -180,6 +184,8 @@ impl RunSettings {
             setup: self.setup.or(lower.setup),
             setup_timeout_s: self.setup_timeout_s.or(lower.setup_timeout_s),
             copy: self.copy.or(lower.copy),
+            worktrees_dir: self.worktrees_dir.or(lower.worktrees_dir),
+            pass_env: self.pass_env.or(lower.pass_env),
         }
     }
 
@@ -210,6 +216,8 @@ impl RunSettings {
             setup_timeout_s: self.setup_timeout_s.unwrap_or(DEFAULT_SETUP_TIMEOUT_S),
             copy: self.copy.unwrap_or_default(),
         };
+        options.worktrees_dir = self.worktrees_dir;
+        options.worker_pass_env = self.pass_env.unwrap_or_default();
         options.model_names = models.clone();
         ResolvedRun {
             provider,
@@ -263,6 +271,7 @@ impl ProjectConfig {
         let models = raw.models.unwrap_or_default();
         let max_turns = raw.max_turns.unwrap_or_default();
         let worktree = raw.worktree.unwrap_or_default();
+        let workers = raw.workers.unwrap_or_default();
         let settings = RunSettings {
             provider: check.optional(raw.provider, "provider", provider)?,
             model: check.optional(raw.model, "model", model_name)?,
@@ -293,6 +302,8 @@ impl ProjectConfig {
                 |value| integer(value, 1, MAX_SETUP_TIMEOUT_S),
             )?,
             copy: check.optional(worktree.copy, "worktree.copy", copy_list)?,
+            worktrees_dir: check.optional(worktree.dir, "worktree.dir", worktrees_dir)?,
+            pass_env: check.optional(workers.pass_env, "workers.pass_env", variable_names)?,
         };
         Ok(ProjectConfig {
             path: path.to_path_buf(),
@@ -316,6 +327,13 @@ struct RawFile {
     subagent_budget_tokens: RawValue,
     apply: RawValue,
     worktree: Option<RawWorktree>,
+    workers: Option<RawWorkers>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table with the key pass_env")]
+struct RawWorkers {
+    pass_env: RawValue,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -332,12 +350,13 @@ struct RawRoles {
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a table with the keys setup, setup_timeout_s and copy"
+    expecting = "a table with the keys setup, setup_timeout_s, copy and dir"
 )]
 struct RawWorktree {
     setup: RawValue,
     setup_timeout_s: RawValue,
     copy: RawValue,
+    dir: RawValue,
 }
 
 /// Turns raw values into typed ones, with errors that point into the file.
@@ -505,6 +524,49 @@ fn setup_command(value: &toml::Value) -> Result<String, ValueProblem> {
     }
 }
 
+/// `[worktree] dir`: an absolute directory outside every `.git` directory (agent CLIs
+/// refuse to edit beneath one).
+fn worktrees_dir(value: &toml::Value) -> Result<PathBuf, ValueProblem> {
+    let path = value.as_str().map(PathBuf::from);
+    match path {
+        Some(path)
+            if path.is_absolute()
+                && !path
+                    .components()
+                    .any(|part| part.as_os_str().eq_ignore_ascii_case(".git")) =>
+        {
+            Ok(path)
+        }
+        _ => Err(expected(
+            "an absolute directory outside any .git directory, e.g. \"/var/tmp/grove\"",
+            value,
+        )),
+    }
+}
+
+/// Environment variable names, such as `["DISABLE_AUTOUPDATER"]`.
+fn variable_names(value: &toml::Value) -> Result<Vec<String>, ValueProblem> {
+    let names = value.as_array().map(|items| {
+        items
+            .iter()
+            .map(|item| item.as_str().map(str::to_owned))
+            .collect::<Option<Vec<String>>>()
+    });
+    let valid = |name: &str| {
+        name.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    match names {
+        Some(Some(names)) if names.iter().all(|name| valid(name)) => Ok(names),
+        _ => Err(expected(
+            "an array of variable names such as [\"DISABLE_AUTOUPDATER\"]",
+            value,
+        )),
+    }
+}
+
 fn copy_list(value: &toml::Value) -> Result<Vec<String>, ValueProblem> {
     let Some(items) = value.as_array() else {
         return Err(expected("an array of paths such as [\".env\"]", value));
@@ -619,6 +681,16 @@ pub fn template() -> String {
 # a listed file that is missing or tracked stops the run at its start.
 # Default: none. Example below.
 # copy = [".env"]
+# Where the worktrees go: <dir>/<run>/<n>, an absolute path outside any .git directory.
+# Default: the user's cache directory ($XDG_CACHE_HOME/grove or ~/.cache/grove; on macOS
+# ~/Library/Caches/grove), one folder per repository. Example below.
+# dir = "/var/tmp/grove-worktrees"
+
+# Workers run by another agent CLI (--worker-backend claude|codex|gemini|aider).
+# [workers]
+# Variables each CLI gets by name besides grove's scrubbed environment and its own
+# credentials, e.g. a CLI's own settings. Default: none. Example below.
+# pass_env = ["DISABLE_AUTOUPDATER"]
 "#,
         openai_model = default_model(Provider::OpenAi),
         jobs = default_jobs(),

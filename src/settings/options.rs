@@ -82,6 +82,9 @@ pub struct RunOptions {
     /// gets the scrubbed part of it plus its own credentials. Never journaled.
     #[serde(skip)]
     pub backend_env: Option<BackendEnv>,
+    /// Extra variables external worker CLIs get by name (`[workers] pass_env`).
+    #[serde(default)]
+    pub worker_pass_env: Vec<String>,
     /// Whether workers' shell commands run in the kernel sandbox (`--sandbox`).
     #[serde(default)]
     pub sandbox: SandboxMode,
@@ -115,6 +118,7 @@ impl RunOptions {
             worker_backend: WorkerBackend::Builtin,
             worker_backend_timeout_secs: default_worker_backend_timeout_secs(),
             backend_env: None,
+            worker_pass_env: Vec::new(),
             sandbox: SandboxMode::On,
             allow_network: false,
             commands: CommandHost::default(),

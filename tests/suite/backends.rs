@@ -1,8 +1,11 @@
 //! `--worker-backend`: other agent CLIs as workers, end to end. Each stand-in CLI (see
-//! `support::fake_cli`) checks the argv and environment the real one needs, edits a file
-//! and prints a recorded sample of that CLI's output; the lead and the reviewer are
-//! grove's own, played by the fake model server. The worker's edit must then go through
-//! the same commit → isolated review → merge path as a built-in worker's.
+//! `support::fake_cli`) checks the exact argv and environment grove gives the real one
+//! (its own credentials and no other secret, the brief and the project rules in the
+//! prompt, a linked worktree), edits a file and prints a sample of that CLI's output;
+//! the lead and the reviewer are grove's own, played by the fake model server. The
+//! stand-ins also play what no real CLI can be made to do on cue (crash, hang, print
+//! garbage). That the real, pinned binaries work with that argv is proven in
+//! `suite::real_clis`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -23,14 +26,14 @@ use crate::support::fake_cli::{self, FakeClis};
 use crate::support::fake_server::{FakeServer, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 
-const BRIEF: &str = "Make src/a.txt shout: replace alpha with ALPHA. BRIEF-MARK-7";
+pub(crate) const BRIEF: &str = "Make src/a.txt shout: replace alpha with ALPHA. BRIEF-MARK-7";
 const BRIEF_MARK: &str = "BRIEF-MARK-7";
 /// What every stand-in does to the worktree.
 const EDIT: &str = "printf 'ALPHA\\n' > src/a.txt";
 
 /// Lead delegates [`BRIEF`] once, then summarises; the reviewer approves. A request from
 /// grove's own worker is answered, and the tests assert there is none.
-async fn server() -> FakeServer {
+pub(crate) async fn server() -> FakeServer {
     FakeServer::with_responder(|request| match who(request) {
         Who::Lead if request.tool_results().is_empty() => Turn::text("Delegating.")
             .tool_use("lead_call_0", "delegate", json!({ "task": BRIEF }))
@@ -55,7 +58,7 @@ fn models(server: &FakeServer) -> Models {
     crate::suite::run::models(server, Provider::Anthropic, true)
 }
 
-fn repo() -> GitFixture {
+pub(crate) fn repo() -> GitFixture {
     GitFixture::with_files(&[
         ("src/a.txt", "alpha\n"),
         ("src/b.txt", "beta\n"),
@@ -74,7 +77,7 @@ fn options(fixture: &GitFixture, clis: &FakeClis, backend: WorkerBackend) -> Run
 }
 
 /// Runs `options` to its end and returns the report and every event.
-async fn run(
+pub(crate) async fn run(
     fixture: &GitFixture,
     server: &FakeServer,
     options: RunOptions,
@@ -104,7 +107,7 @@ fn transcripts_dir(fixture: &GitFixture, run_id: &str) -> PathBuf {
         .join("transcripts")
 }
 
-fn statuses(report: &RunReport) -> Vec<(String, SubtaskOutcome, Option<VerdictKind>)> {
+pub(crate) fn statuses(report: &RunReport) -> Vec<(String, SubtaskOutcome, Option<VerdictKind>)> {
     report
         .subtasks
         .iter()
@@ -253,7 +256,8 @@ async fn codex_works_a_subtask_through_review_and_merge() {
         fake_cli::codex_script(EDIT, fake_cli::CODEX_SAMPLE),
         fake_cli::CODEX_SAMPLE,
         Ledger {
-            steps: 1,
+            // One per tool call (a command, a patch) and one for the answer.
+            steps: 3,
             input_tokens: 1200,
             output_tokens: 240,
             cache_read_tokens: 17000,
@@ -346,6 +350,37 @@ echo "CMD-FINAL: done"
             Some("worker: noise that scrolls away\nCMD-FINAL: done")
         ),
         "a command reports no usage; its stdout tail is its final message"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_variables_reach_the_cli_and_no_others() {
+    let fixture = repo();
+    let clis = FakeClis::new();
+    clis.install(
+        "claude",
+        BRIEF_MARK,
+        &format!(
+            "need_env DISABLE_AUTOUPDATER 1\nno_env DISABLE_TELEMETRY\n{}",
+            fake_cli::claude_script(EDIT, fake_cli::CLAUDE_SAMPLE)
+        ),
+    );
+    let server = server().await;
+    let mut options = options(&fixture, &clis, WorkerBackend::Claude);
+    if let Some(env) = &mut options.backend_env {
+        env.0.push(("DISABLE_AUTOUPDATER".into(), "1".into()));
+        env.0.push(("DISABLE_TELEMETRY".into(), "1".into()));
+    }
+    options.worker_pass_env = vec!["DISABLE_AUTOUPDATER".into()];
+    let (report, _) = run(&fixture, &server, options).await;
+    assert_eq!(
+        statuses(&report),
+        vec![(
+            "S1".into(),
+            SubtaskOutcome::Merged,
+            Some(VerdictKind::Approve)
+        )],
+        "[workers] pass_env hands the named variable over, and only it: {report:#?}"
     );
 }
 

@@ -300,11 +300,12 @@ async fn grove_in(dir: &Path, fixture: &GitFixture, server: &FakeServer, args: &
     command.output().await.unwrap()
 }
 
-/// The first file named `name` under the run directories of `repo`, if any.
-pub(crate) fn find_in_worktrees(repo: &Path, name: &str) -> Option<std::path::PathBuf> {
-    let runs = repo.join(".git/grove/runs");
+/// The first file named `name` in worktree 1 of any run of `fixture`, if any.
+pub(crate) fn find_in_worktrees(fixture: &GitFixture, name: &str) -> Option<std::path::PathBuf> {
+    let runs = fixture.repo.join(".git/grove/runs");
     for run in std::fs::read_dir(runs).ok()?.flatten() {
-        let candidate = run.path().join("worktrees/1").join(name);
+        let run_id = run.file_name().to_string_lossy().into_owned();
+        let candidate = fixture.worktree_dir(&run_id, 1).join(name);
         if candidate.exists() {
             return Some(candidate);
         }
@@ -351,7 +352,7 @@ async fn kill_9_mid_tool_call_then_resume_finishes_without_running_the_call_twic
         .stderr(std::process::Stdio::null());
     let mut child = first.spawn().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while find_in_worktrees(&fixture.repo, "marker").is_none() {
+    while find_in_worktrees(&fixture, "marker").is_none() {
         assert!(
             std::time::Instant::now() < deadline,
             "the worker's command never ran"

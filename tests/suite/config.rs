@@ -120,7 +120,7 @@ fn invalid_config_errors_name_the_file_line_column_and_key() {
             "jobz = 4",
             "1:1: jobz: unknown field `jobz`, expected one of `provider`, `model`, `models`, \
              `jobs`, `max_turns`, `budget_tokens`, `subagent_budget_tokens`, `apply`, \
-             `worktree`",
+             `worktree`, `workers`",
         ),
         (
             "[models]\nleed = \"x\"",
@@ -251,6 +251,8 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
             setup: Some("npm ci".into()),
             setup_timeout_s: Some(config::DEFAULT_SETUP_TIMEOUT_S),
             copy: Some(vec![".env".into()]),
+            worktrees_dir: Some("/var/tmp/grove-worktrees".into()),
+            pass_env: Some(vec!["DISABLE_AUTOUPDATER".into()]),
         },
         "every key is documented, each line parses"
     );
@@ -261,6 +263,8 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
         subagent_budget_tokens: None,
         setup: None,
         copy: None,
+        worktrees_dir: None,
+        pass_env: None,
         ..uncommented.settings
     };
     assert_eq!(
@@ -922,9 +926,7 @@ fn repo_with_secrets() -> GitFixture {
 }
 
 fn worktree_of(fixture: &GitFixture, report: &RunReport, n: u32) -> PathBuf {
-    fixture
-        .repo
-        .join(format!(".git/grove/runs/{}/worktrees/{n}", report.run_id))
+    fixture.worktree_dir(&report.run_id, n)
 }
 
 /// Every commit in `range` with its patch and full tree listing, as one text.

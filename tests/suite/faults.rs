@@ -438,7 +438,7 @@ async fn ctrl_c_once_checkpoints_exits_130_and_the_run_resumes() {
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while find_in_worktrees(&fixture.repo, "marker").is_none() {
+    while find_in_worktrees(&fixture, "marker").is_none() {
         assert!(
             std::time::Instant::now() < deadline,
             "the worker's command never ran"

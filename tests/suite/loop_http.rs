@@ -572,3 +572,46 @@ async fn a_rejected_request_fails_the_loop_and_keeps_the_ledger() {
         assert_eq!(server.requests().len(), 2, "{case}: a 400 is not retried");
     }
 }
+
+#[tokio::test]
+async fn absurd_usage_saturates_the_ledger_and_flags_it_instead_of_wrapping() {
+    for (provider, stream) in CASES {
+        let case = case_name(provider, stream);
+        let sandbox = Sandbox::new();
+        let server = FakeServer::with_script(vec![
+            Turn::new()
+                .tool_use("read_1", "read_file", json!({"path": "src/lib.rs"}))
+                .usage(u64::MAX, 3, 0, 0)
+                .into(),
+            Turn::text("done").usage(u64::MAX, 4, 0, 0).into(),
+        ])
+        .await;
+
+        let run = run(
+            &server,
+            provider,
+            stream,
+            builtin(ToolSet::Worker),
+            5,
+            &sandbox.root,
+        )
+        .await;
+
+        outcome(&run, &case);
+        assert_eq!(
+            (run.ledger, run.ledger.is_saturated()),
+            (
+                Ledger {
+                    steps: 2,
+                    input_tokens: u64::MAX,
+                    output_tokens: 7,
+                    cache_read_tokens: 0,
+                    cache_write_tokens: 0,
+                },
+                true
+            ),
+            "{case}: two turns of u64::MAX input stop at u64::MAX and are flagged"
+        );
+        assert_eq!(run.ledger.total_tokens(), u64::MAX, "{case}: no wrap");
+    }
+}

@@ -1,7 +1,7 @@
 //! Integration test suites, one module per area.
 
 mod agent;
-mod backends;
+pub(crate) mod backends;
 pub(crate) mod cli;
 mod config;
 mod demo;
@@ -10,7 +10,9 @@ mod git;
 mod loop_http;
 mod mcp;
 mod model;
+mod model_faults;
 mod polish;
+mod real_clis;
 mod report;
 mod review;
 pub(crate) mod run;

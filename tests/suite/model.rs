@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use grove::model::{
-    AnthropicClient, AnthropicConfig, ContentBlock, Message, Model, ModelError, OpenAiClient,
-    OpenAiConfig, Provider, Request, Response, RetryNotice, RetryPolicy, Role, StopReason,
-    ToolSpec, Usage,
+    AnthropicClient, AnthropicConfig, ContentBlock, Message, Model, ModelError, ModelNotice,
+    OpenAiClient, OpenAiConfig, Provider, Request, Response, RetryNotice, RetryPolicy, Role,
+    StopReason, ToolSpec, Usage,
 };
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -151,6 +151,23 @@ async fn complete_with(
     request: &Request,
     cancel: &CancellationToken,
 ) -> (Result<Response, ModelError>, Vec<RetryNotice>) {
+    let (result, notices) = complete_noticing(model, request, cancel).await;
+    let retries = notices
+        .into_iter()
+        .filter_map(|notice| match notice {
+            ModelNotice::Retry(retry) => Some(retry),
+            ModelNotice::Waiting(_) => None,
+        })
+        .collect();
+    (result, retries)
+}
+
+/// Runs one turn, collecting every notice (waits and retries).
+async fn complete_noticing(
+    model: &dyn Model,
+    request: &Request,
+    cancel: &CancellationToken,
+) -> (Result<Response, ModelError>, Vec<ModelNotice>) {
     let notices = Mutex::new(Vec::new());
     let result = model
         .complete(request, cancel, &|notice| {
@@ -945,6 +962,7 @@ async fn post_raw(server: &FakeServer, endpoint: Endpoint, body: Value) -> u16 {
         Endpoint::OpenAi => client
             .post(format!("{}/chat/completions", server.openai_url()))
             .bearer_auth(TEST_API_KEY),
+        other => panic!("post_raw speaks grove's own APIs, not {other:?}"),
     };
     builder
         .header("content-type", "application/json")

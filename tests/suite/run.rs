@@ -725,9 +725,7 @@ async fn an_interrupted_run_keeps_its_work_and_resume_finishes_it() {
 
     // The worktree vanishes while the run is stopped (a cleanup, a reboot of a tmpfs):
     // resume re-creates it from its branch, whose checkpoint holds the work.
-    let worktree = fixture
-        .repo
-        .join(format!(".git/grove/runs/{}/worktrees/1", report.run_id));
+    let worktree = fixture.worktree_dir(&report.run_id, 1);
     assert!(
         worktree.join("src/a.txt").exists(),
         "the interrupted worktree is kept"
@@ -778,6 +776,65 @@ async fn an_interrupted_run_keeps_its_work_and_resume_finishes_it() {
     assert_eq!(
         resumed.subtasks[0].worker_ledger.steps, 2,
         "the ledger spans both processes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_interrupted_before_worktrees_left_git_resumes_in_its_old_worktree() {
+    let fixture = repo_with_rules();
+    let cancel = CancellationToken::new();
+    let trip = cancel.clone();
+    let server = FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => lead_reply(request, &[("Shout.\nWRITE src/a.txt ALPHA", None)]),
+        Who::Worker => {
+            if answered(request) {
+                trip.cancel();
+            }
+            worker_reply(request)
+        }
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let report = grove::run::run(
+        &fixture.repo,
+        options(&fixture, USER_TASK),
+        models(&server, Provider::Anthropic, true),
+        EventSink::discard(),
+        cancel,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.status, RunEnd::Interrupted, "{report:#?}");
+
+    // Put the worktree where grove kept worktrees before they moved out of .git, as a
+    // run started by an older grove left it.
+    let cached = fixture.worktree_dir(&report.run_id, 1);
+    let legacy = fixture
+        .repo
+        .join(".git/grove/runs")
+        .join(&report.run_id)
+        .join("worktrees");
+    std::fs::create_dir_all(&legacy).unwrap();
+    fixture.git(&[
+        "worktree",
+        "move",
+        cached.to_str().unwrap(),
+        legacy.join("1").to_str().unwrap(),
+    ]);
+    std::fs::write(legacy.join("1/uncommitted.txt"), "kept\n").unwrap();
+
+    let (_server, resumed) = resume_healthy(&fixture, &report.run_id).await;
+
+    assert!(resumed.applied, "{resumed:#?}");
+    assert_eq!(
+        (
+            fixture.read("src/a.txt"),
+            cached.exists(),
+            fixture.read("uncommitted.txt"),
+        ),
+        (b"ALPHA\n".to_vec(), false, b"kept\n".to_vec()),
+        "the resume used the old worktree (its uncommitted file was merged too) and made \
+         no new one in the cache"
     );
 }
 

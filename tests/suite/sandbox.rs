@@ -1231,3 +1231,74 @@ async fn commands_die_with_grove_and_leftovers_are_killed_at_the_next_start() {
         "a background process of the dead grove's command is killed when the next starts"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_writes_its_own_worktree_in_the_cache_and_cannot_read_another() {
+    if !sandbox_or_skip("a_worker_writes_its_own_worktree_in_the_cache_and_cannot_read_another") {
+        return;
+    }
+    let fixture = GitFixture::with_files(&[("src/a.txt", "alpha\n")]);
+    let home = tempfile::tempdir().unwrap();
+    // Another run's kept worktree, with unreviewed work in it, beside this run's.
+    let repo = fixture.open().await;
+    let other_run = grove::git::RunId::new("20260101-000000-0000").unwrap();
+    let other = repo
+        .create_worktree(grove::git::WorktreeSpec {
+            run: other_run.clone(),
+            subtask: 1,
+            base: fixture.rev("HEAD"),
+            path: repo.default_worktrees_dir(&other_run).join("1"),
+        })
+        .await
+        .unwrap();
+    other.ready().await.unwrap();
+    std::fs::write(other.path().join("unreviewed.txt"), SECRET).unwrap();
+
+    let steps = vec![
+        (
+            "bash",
+            json!({ "command": "pwd; echo mine > mine.txt && echo wrote-own" }),
+        ),
+        (
+            "bash",
+            json!({ "command": "cat ../../20260101-000000-0000/1/unreviewed.txt; ls ..; ls ../.." }),
+        ),
+    ];
+    let server = obedient_server(steps).await;
+    let report = grove::run::run(
+        &fixture.repo,
+        sandboxed_options(&fixture, home.path()),
+        models(&server),
+        EventSink::discard(),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    server.assert_no_violations();
+
+    let results = worker_results(&server);
+    assert_eq!(results.len(), 2, "the worker made both calls: {results:#?}");
+    let own = results[0].lines().next().unwrap_or_default().to_owned();
+    assert!(
+        own.starts_with(&repo.worktrees_home().display().to_string())
+            && !own.contains("/.git/")
+            && results[0].contains("wrote-own"),
+        "the worker runs in its worktree in the cache, outside .git, and writes there: {}",
+        results[0]
+    );
+    assert_eq!(
+        results[1].matches("Permission denied").count(),
+        3,
+        "another worktree, the run's folder and the repository's folder are hidden: {}",
+        results[1]
+    );
+    assert!(!results[1].contains(SECRET), "{}", results[1]);
+    assert_eq!(
+        (
+            report.subtasks[0].status.clone(),
+            fixture.git(&["show", &format!("{}:mine.txt", report.branch)]),
+        ),
+        (SubtaskOutcome::Merged, "mine".to_owned()),
+        "what the worker wrote in its own worktree was merged"
+    );
+}

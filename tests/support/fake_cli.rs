@@ -121,13 +121,13 @@ no_env GEMINI_API_KEY
     )
 }
 
-/// Gemini CLI: `gemini -p PROMPT --output-format json --approval-mode auto_edit`.
+/// Gemini CLI: `gemini -p PROMPT --output-format json --approval-mode auto_edit --skip-trust`.
 pub fn gemini_script(edit: &str, sample: &str) -> String {
     format!(
         r#"[ "$1" = "-p" ] || fail "argv must start with -p: $*"
 prompt=$2
 shift 2
-[ "$*" = "--output-format json --approval-mode auto_edit" ] || fail "unexpected flags: $*"
+[ "$*" = "--output-format json --approval-mode auto_edit --skip-trust" ] || fail "unexpected flags: $*"
 need_prompt "$prompt"
 need_env GEMINI_API_KEY {GEMINI_KEY}
 no_env ANTHROPIC_API_KEY

@@ -1,5 +1,6 @@
 //! A fake model server on 127.0.0.1 that speaks the Anthropic Messages API and OpenAI
-//! chat completions (JSON and SSE) the way the real services do.
+//! chat completions (JSON and SSE) the way the real services do, and for the agent CLIs
+//! also the OpenAI Responses API (codex) and Gemini's generateContent (Gemini CLI).
 //!
 //! It validates every request as strictly as the real APIs (answering violations with a
 //! 400 and recording them), records every request, and plays scripted [`Reply`]s: a FIFO
@@ -21,6 +22,7 @@
 // fixture should panic loudly.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+mod cli_render;
 mod render;
 mod validate;
 
@@ -60,12 +62,18 @@ pub enum Endpoint {
     Anthropic,
     /// `POST /v1/chat/completions` (or `/chat/completions`).
     OpenAi,
+    /// `POST /v1/responses` (codex).
+    Responses,
+    /// `POST /v1beta/models/{model}:generateContent` or `:streamGenerateContent`.
+    Gemini,
 }
 
 /// One request as the server received it.
 #[derive(Debug, Clone)]
 pub struct RecordedRequest {
     pub endpoint: Endpoint,
+    /// The path and query, e.g. `/v1/messages?beta=true`.
+    pub path: String,
     /// Header names lower-cased, in arrival order.
     pub headers: Vec<(String, String)>,
     /// The parsed body (`Value::Null` if it was not JSON).
@@ -88,7 +96,53 @@ impl RecordedRequest {
 
     /// Whether the request asked for SSE.
     pub fn stream(&self) -> bool {
-        self.body.get("stream").and_then(Value::as_bool) == Some(true)
+        match self.endpoint {
+            Endpoint::Gemini => self.path.contains(":streamGenerateContent"),
+            _ => self.body.get("stream").and_then(Value::as_bool) == Some(true),
+        }
+    }
+
+    /// How many tool results the conversation holds, in any of the four formats.
+    pub fn tool_result_count(&self) -> usize {
+        match self.endpoint {
+            Endpoint::Anthropic | Endpoint::OpenAi => self.tool_results().len(),
+            Endpoint::Responses => self
+                .body
+                .get("input")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|item| {
+                    matches!(
+                        item["type"].as_str(),
+                        Some("function_call_output" | "custom_tool_call_output")
+                    )
+                })
+                .count(),
+            Endpoint::Gemini => self
+                .body
+                .get("contents")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .flat_map(|content| content["parts"].as_array().cloned().unwrap_or_default())
+                .filter(|part| part.get("functionResponse").is_some())
+                .count(),
+        }
+    }
+
+    /// Whether the request offers tools (Gemini: function declarations).
+    pub fn offers_tools(&self) -> bool {
+        match self.endpoint {
+            Endpoint::Gemini => self.body["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|tool| tool.get("functionDeclarations").is_some()),
+            _ => self.body["tools"]
+                .as_array()
+                .is_some_and(|tools| !tools.is_empty()),
+        }
     }
 
     /// The messages array (empty if absent).
@@ -105,6 +159,7 @@ impl RecordedRequest {
     pub fn system_text(&self) -> String {
         match self.endpoint {
             Endpoint::Anthropic => content_text(self.body.get("system").unwrap_or(&Value::Null)),
+            Endpoint::Responses | Endpoint::Gemini => String::new(),
             Endpoint::OpenAi => self
                 .messages()
                 .iter()
@@ -151,6 +206,7 @@ impl RecordedRequest {
                         }
                     }
                 }
+                Endpoint::Responses | Endpoint::Gemini => {}
                 Endpoint::OpenAi => {
                     if message["role"] == "tool" {
                         results.push((
@@ -179,6 +235,7 @@ impl RecordedRequest {
                         }
                     }
                 }
+                Endpoint::Responses | Endpoint::Gemini => {}
                 Endpoint::OpenAi => {
                     for call in message["tool_calls"].as_array().into_iter().flatten() {
                         calls.push((
@@ -320,7 +377,8 @@ pub enum Reply {
         message: String,
         headers: Vec<(String, String)>,
     },
-    /// A status with this body verbatim (e.g. an HTML page from a proxy).
+    /// A status with this body verbatim (e.g. an HTML page from a proxy), as
+    /// `text/html` unless `headers` name another `content-type`.
     Raw {
         status: u16,
         body: String,
@@ -344,6 +402,10 @@ pub enum Reply {
     Slow { turn: Turn, gap: Duration },
     /// No response at all, not even headers (request timeout, cancellation).
     Hang,
+    /// 200 and the stream's first frame, then a keep-alive frame every `gap` forever
+    /// (Anthropic `ping`, an empty OpenAI delta): never idle, never done.
+    /// Non-streaming requests get the headers, then a space every `gap`.
+    Drip { gap: Duration },
     /// `reply`, after `delay` (a model's latency).
     Delayed { delay: Duration, reply: Box<Reply> },
     /// `reply`, once `gate`'s other parties have arrived too: a request answered only
@@ -408,6 +470,11 @@ struct Shared {
     violations: Mutex<Vec<String>>,
     next_id: AtomicU64,
     require_openai_auth: AtomicBool,
+    /// Accept the extra fields agent CLIs send (their requests are checked only for
+    /// auth and shape, not against grove's stricter expectations).
+    lenient: AtomicBool,
+    /// Summed usage of every turn served whole: input, output, cache read, cache write.
+    usage_sent: Mutex<(u64, u64, u64, u64)>,
 }
 
 /// The running server; stops when dropped.
@@ -433,11 +500,18 @@ impl FakeServer {
             violations: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
             require_openai_auth: AtomicBool::new(true),
+            lenient: AtomicBool::new(false),
+            usage_sent: Mutex::new((0, 0, 0, 0)),
         });
         let app = Router::new()
             .route("/v1/messages", post(anthropic_handler))
             .route("/v1/chat/completions", post(openai_handler))
             .route("/chat/completions", post(openai_handler))
+            .route("/v1/responses", post(responses_handler))
+            .route("/responses", post(responses_handler))
+            .route("/v1beta/models/{*action}", post(gemini_handler))
+            // Claude Code probes the base URL before its first request.
+            .route("/", axum::routing::get(reachable).head(reachable))
             .fallback(unknown_route)
             .with_state(Arc::clone(&shared));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -488,6 +562,22 @@ impl FakeServer {
         responder: impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static,
     ) {
         *lock(&self.shared.responder) = Some(Arc::new(responder));
+    }
+
+    /// A server for agent CLIs driven by `responder`: their requests carry fields grove's
+    /// own never sends, so they are checked for auth and shape only.
+    pub async fn for_clis(
+        responder: impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static,
+    ) -> Self {
+        let server = Self::with_responder(responder).await;
+        server.shared.lenient.store(true, Ordering::SeqCst);
+        server
+    }
+
+    /// The usage of every turn served whole so far, summed: (input, output, cache
+    /// read, cache write) — what a client that counts right must have spent.
+    pub fn usage_sent(&self) -> (u64, u64, u64, u64) {
+        *lock(&self.shared.usage_sent)
     }
 
     /// Whether OpenAI requests must carry `Authorization: Bearer` (default true; false
@@ -576,18 +666,84 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 async fn anthropic_handler(
     State(shared): State<Arc<Shared>>,
+    uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(&shared, Endpoint::Anthropic, &headers, &body).await
+    handle(&shared, Endpoint::Anthropic, &uri, &headers, &body).await
 }
 
 async fn openai_handler(
     State(shared): State<Arc<Shared>>,
+    uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(&shared, Endpoint::OpenAi, &headers, &body).await
+    handle(&shared, Endpoint::OpenAi, &uri, &headers, &body).await
+}
+
+async fn responses_handler(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(&shared, Endpoint::Responses, &uri, &headers, &body).await
+}
+
+async fn gemini_handler(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(&shared, Endpoint::Gemini, &uri, &headers, &body).await
+}
+
+async fn reachable() -> Response {
+    render::status(200, "", &[], "")
+}
+
+/// The checks of a request from an agent CLI: its credentials and the shape of its
+/// body, in each API's own terms.
+fn validate_cli(
+    endpoint: Endpoint,
+    headers: &HeaderMap,
+    uri: &Uri,
+    body: &Value,
+) -> Result<(), validate::Rejection> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let (authorized, shaped) = match endpoint {
+        Endpoint::Anthropic => (
+            header("x-api-key").is_some() || header("authorization").is_some(),
+            body["messages"].is_array(),
+        ),
+        Endpoint::OpenAi | Endpoint::Responses => (
+            header("authorization").is_some_and(|value| value.starts_with("Bearer ")),
+            body["messages"].is_array() || body["input"].is_array(),
+        ),
+        Endpoint::Gemini => (
+            header("x-goog-api-key").is_some()
+                || uri.query().is_some_and(|query| query.contains("key=")),
+            body["contents"].is_array(),
+        ),
+    };
+    if !authorized {
+        return Err(validate::Rejection::invalid(vec![
+            "the request carries no credentials".to_owned(),
+        ]));
+    }
+    if !shaped {
+        return Err(validate::Rejection::invalid(vec![format!(
+            "the body has no {}",
+            match endpoint {
+                Endpoint::Gemini => "contents",
+                Endpoint::Responses => "input",
+                _ => "messages",
+            }
+        )]));
+    }
+    Ok(())
 }
 
 async fn unknown_route(State(shared): State<Arc<Shared>>, method: Method, uri: Uri) -> Response {
@@ -603,6 +759,7 @@ async fn unknown_route(State(shared): State<Arc<Shared>>, method: Method, uri: U
 async fn handle(
     shared: &Shared,
     endpoint: Endpoint,
+    uri: &Uri,
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Response {
@@ -612,6 +769,9 @@ async fn handle(
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
     let recorded = RecordedRequest {
         endpoint,
+        path: uri
+            .path_and_query()
+            .map_or_else(|| uri.path().to_owned(), |pq| pq.as_str().to_owned()),
         headers: headers
             .iter()
             .map(|(name, value)| {
@@ -632,7 +792,16 @@ async fn handle(
         None => Err(validate::Rejection::invalid(vec![
             "the body is not valid JSON".to_owned(),
         ])),
+        Some(body) if shared.lenient.load(Ordering::SeqCst) => {
+            validate_cli(endpoint, headers, uri, body)
+        }
+        Some(_) if matches!(endpoint, Endpoint::Responses | Endpoint::Gemini) => {
+            Err(validate::Rejection::invalid(vec![format!(
+                "{endpoint:?} is served only by FakeServer::for_clis"
+            )]))
+        }
         Some(body) => match endpoint {
+            Endpoint::Responses | Endpoint::Gemini => Ok(()),
             Endpoint::Anthropic => validate::anthropic(headers, body),
             Endpoint::OpenAi => validate::openai(
                 headers,
@@ -674,7 +843,29 @@ async fn handle(
         }
     };
     let reply = wait_for_release(shared, endpoint, &request_id, reply).await;
-    let model = recorded.body["model"].as_str().unwrap_or("fake-model");
+    if let Reply::Turn(turn) = &reply {
+        let mut sent = lock(&shared.usage_sent);
+        let (input, output, cache_read, cache_write) = turn.usage;
+        *sent = (
+            sent.0.saturating_add(input),
+            sent.1.saturating_add(output),
+            sent.2.saturating_add(cache_read),
+            sent.3.saturating_add(cache_write),
+        );
+    }
+    let gemini_model = (endpoint == Endpoint::Gemini)
+        .then(|| {
+            uri.path()
+                .rsplit('/')
+                .next()
+                .and_then(|action| action.split(':').next())
+                .map(str::to_owned)
+        })
+        .flatten();
+    let model = gemini_model
+        .as_deref()
+        .or_else(|| recorded.body["model"].as_str())
+        .unwrap_or("fake-model");
     render::reply(endpoint, reply, recorded.stream(), model, &request_id).await
 }
 

@@ -24,6 +24,8 @@ pub fn sealed_env(home: &Path) -> Vec<(OsString, OsString)> {
         ("GIT_CONFIG_NOSYSTEM", OsString::from("1")),
         ("HOME", home.as_os_str().to_owned()),
         ("XDG_CONFIG_HOME", home.join(".config").into_os_string()),
+        // Worktrees go under the cache directory: the fixture's, never the machine's.
+        ("XDG_CACHE_HOME", home.join(".cache").into_os_string()),
         ("GIT_AUTHOR_NAME", OsString::from("Test Author")),
         ("GIT_AUTHOR_EMAIL", OsString::from("author@example.com")),
         ("GIT_AUTHOR_DATE", OsString::from("2026-01-01T00:00:00Z")),
@@ -157,6 +159,27 @@ impl GitFixture {
             &["worktree", "remove", "--force", scratch.to_str().unwrap()],
         );
         commit
+    }
+
+    /// Where subtask `n` of run `run_id` has its worktree: under the fixture's cache
+    /// directory, `<home>/.cache/grove/<repo>-<hash>/<run>/<n>` (the folder is found, not
+    /// computed; a path that does not exist yet when no run has created it).
+    pub fn worktree_dir(&self, run_id: &str, n: u32) -> PathBuf {
+        let grove = self.home().join(".cache").join("grove");
+        let mut folders: Vec<PathBuf> = std::fs::read_dir(&grove)
+            .map(|entries| entries.flatten().map(|entry| entry.path()).collect())
+            .unwrap_or_default();
+        folders.sort();
+        folders
+            .iter()
+            .map(|folder| folder.join(run_id).join(n.to_string()))
+            .find(|path| path.exists())
+            .unwrap_or_else(|| {
+                grove
+                    .join("unknown-repository")
+                    .join(run_id)
+                    .join(n.to_string())
+            })
     }
 
     /// Library options with the sealed env.

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use grove::model::{
-    ContentBlock, Message, Model, ModelError, Request, Response, RetryNotice, Role, StopReason,
-    Usage,
+    ContentBlock, Message, Model, ModelError, ModelNotice, Request, Response, RetryNotice, Role,
+    StopReason, Usage,
 };
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -72,7 +72,7 @@ impl Model for ScriptedModel {
         &self,
         request: &Request,
         cancel: &CancellationToken,
-        on_retry: &(dyn Fn(RetryNotice) + Send + Sync),
+        on_retry: &(dyn Fn(ModelNotice) + Send + Sync),
     ) -> Result<Response, ModelError> {
         let number = {
             let mut requests = self.requests.lock().unwrap();
@@ -84,7 +84,7 @@ impl Model for ScriptedModel {
             Some(Step::Respond(response)) => Ok(response),
             Some(Step::RetryThenRespond(notices, response)) => {
                 for notice in notices {
-                    on_retry(notice);
+                    on_retry(ModelNotice::Retry(notice));
                 }
                 Ok(response)
             }

@@ -33,9 +33,7 @@ pub async fn clean(directory: &Path, args: &CleanArgs) -> anyhow::Result<ExitCod
             holder.pid
         );
     }
-    let report = repo
-        .clean_run(&run, &repo.default_worktrees_dir(&run))
-        .await?;
+    let report = repo.clean_run(&run).await?;
     render::clean_report(&report);
     Ok(ExitCode::SUCCESS)
 }

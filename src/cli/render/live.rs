@@ -63,9 +63,10 @@ fn plain(event: &Event) {
             delay_ms,
             reason,
         } => eprintln!(
-            "{agent}: model call failed ({reason}); retry {attempt} in {:.1}s",
+            "{agent}: retrying in {:.1} s (retry {attempt}) after: {reason}",
             *delay_ms as f64 / 1000.0
         ),
+        Event::ModelWaiting { agent, .. } => eprintln!("{agent}: {}", waiting(event)),
         Event::AgentFinished {
             agent,
             ledger,
@@ -92,6 +93,32 @@ fn plain(event: &Event) {
         ),
         Event::Note { message } => eprintln!("grove: {message}"),
     }
+}
+
+/// `waiting for the model API (62 s, attempt 2 of 7)`; the phase is named once a
+/// stream has started.
+fn waiting(event: &Event) -> String {
+    let Event::ModelWaiting {
+        attempt,
+        attempts,
+        waited_ms,
+        waiting_for,
+        ..
+    } = event
+    else {
+        return String::new();
+    };
+    let during = if waiting_for.contains("stream") {
+        format!(" for {waiting_for}")
+    } else {
+        String::new()
+    };
+    let waited = if *waited_ms < 10_000 {
+        format!("{:.1}", *waited_ms as f64 / 1000.0)
+    } else {
+        (waited_ms / 1000).to_string()
+    };
+    format!("waiting for the model API{during} ({waited} s, attempt {attempt} of {attempts})")
 }
 
 /// The terminal view: one spinner line per running subagent.
@@ -147,10 +174,11 @@ impl Bars {
                 delay_ms,
                 reason,
             } => self.line(agent).set_message(format!(
-                "retry {attempt} in {:.1}s: {}",
+                "retrying in {:.1} s (retry {attempt}) after: {}",
                 *delay_ms as f64 / 1000.0,
                 first_line(reason, 60)
             )),
+            Event::ModelWaiting { agent, .. } => self.line(agent).set_message(waiting(event)),
             Event::AgentFinished {
                 agent,
                 ledger,

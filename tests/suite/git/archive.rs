@@ -61,7 +61,7 @@ async fn clean_archives_every_subtask_then_removes_worktrees_and_branches() {
     repo.create_result_branch(&run_id(), base).await.unwrap();
     let worktrees_dir = repo.default_worktrees_dir(&run_id());
 
-    let report = repo.clean_run(&run_id(), &worktrees_dir).await.unwrap();
+    let report = repo.clean_run(&run_id()).await.unwrap();
 
     let references: Vec<&str> = report
         .archived

@@ -114,9 +114,7 @@ async fn planted_hooks_fsmonitor_and_drivers_never_run_through_a_whole_run() {
         })
         .await
         .unwrap();
-    repo.clean_run(&run_id(), &repo.default_worktrees_dir(&run_id()))
-        .await
-        .unwrap();
+    repo.clean_run(&run_id()).await.unwrap();
 
     assert_eq!(
         markers(&fixture),

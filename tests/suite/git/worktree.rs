@@ -4,7 +4,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use grove::git::{GitError, GitOptions, Repo, WorktreeSpec, subtask_ref};
+use grove::git::{GitError, GitOptions, Repo, RunId, WorktreeSpec, subtask_ref};
 use pretty_assertions::assert_eq;
 
 use super::{commit_in, filled_worktree, project, run_id};
@@ -273,5 +273,345 @@ async fn a_branch_live_in_another_worktree_is_never_checked_out_twice() {
     assert!(
         matches!(&result, Err(GitError::BranchCheckedOutElsewhere { path, .. }) if path == first.path()),
         "{result:?}"
+    );
+}
+
+/// The entries of `dir` (none when it does not exist), sorted.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_worktrees_removed_concurrently_leave_nothing_registered_or_on_disk() {
+    let fixture = project();
+    let repo = fixture.open().await;
+    let base = fixture.rev("HEAD");
+    // As in a run: while one batch of subtasks is removed, the next batch is created.
+    let mut live =
+        futures_util::future::join_all((1..=16).map(|n| filled_worktree(&repo, base, n))).await;
+    for round in 1..=6 {
+        for worktree in &live {
+            std::fs::write(worktree.path().join("wip.txt"), format!("round {round}\n")).unwrap();
+        }
+        let next: Vec<u32> = if round < 6 {
+            let first = if round % 2 == 1 { 17 } else { 1 };
+            (first..first + 16).collect()
+        } else {
+            Vec::new()
+        };
+        let removals = futures_util::future::join_all(live.iter().map(|w| repo.remove_worktree(w)));
+        let creations = futures_util::future::join_all(next.iter().map(|n| {
+            let spec = spec(&repo, &fixture, *n);
+            let repo = repo.clone();
+            async move {
+                let worktree = repo.create_worktree(spec).await?;
+                worktree.ready().await.map(|()| worktree)
+            }
+        }));
+        let (removed, created) = futures_util::future::join(removals, creations).await;
+        let mut failures: Vec<String> = removed
+            .iter()
+            .filter_map(|result| result.as_ref().err().map(ToString::to_string))
+            .collect();
+        failures.extend(
+            created
+                .iter()
+                .filter_map(|result| result.as_ref().err().map(ToString::to_string)),
+        );
+        assert_eq!(
+            failures,
+            Vec::<String>::new(),
+            "round {round}: every removal and creation succeeds"
+        );
+        live = created.into_iter().map(Result::unwrap).collect();
+        let registered = entries(&repo.common_dir().join("worktrees")).len();
+        assert_eq!(
+            registered,
+            live.len(),
+            "round {round}: exactly the live worktrees stay registered"
+        );
+    }
+    assert_eq!(
+        (
+            entries(&repo.common_dir().join("worktrees")),
+            entries(&repo.default_worktrees_dir(&run_id())),
+            entries(&repo.common_dir().join("grove/trash")),
+        ),
+        (Vec::new(), Vec::new(), Vec::new()),
+        "in the end nothing stays registered and no directory is left behind"
+    );
+    assert_eq!(
+        fixture.git(&["show", &format!("{}:wip.txt", subtask_ref(&run_id(), 17))]),
+        "round 6",
+        "uncommitted work was committed to the branch before its worktree went"
+    );
+}
+
+#[tokio::test]
+async fn a_runs_worktrees_live_in_the_cache_outside_every_git_dir_and_the_work_tree() {
+    let fixture = project();
+    let repo = fixture.open().await;
+    let worktree = filled_worktree(&repo, fixture.rev("HEAD"), 1).await;
+    let path = worktree.path();
+    let git_components: Vec<String> = path
+        .components()
+        .map(|part| part.as_os_str().to_string_lossy().to_ascii_lowercase())
+        .filter(|part| part == ".git")
+        .collect();
+    let cache = fixture.home().canonicalize().unwrap().join(".cache/grove");
+    let folder = path
+        .strip_prefix(&cache)
+        .map(|rest| rest.components().next().unwrap().as_os_str().to_owned());
+    assert_eq!(
+        (
+            git_components,
+            path.starts_with(&fixture.repo),
+            path.starts_with(repo.common_dir()),
+            path.parent().unwrap().file_name().unwrap().to_str(),
+        ),
+        (Vec::<String>::new(), false, false, Some(run_id().as_str())),
+        "{}: no .git component, outside the work tree and the git dir, one folder per run",
+        path.display()
+    );
+    let folder = folder
+        .unwrap_or_else(|_| panic!("{} is under {}", path.display(), cache.display()))
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        folder.starts_with("repo-") && folder.len() == "repo-".len() + 12,
+        "one folder per repository, named after it with a short hash: {folder}"
+    );
+}
+
+#[tokio::test]
+async fn a_repository_at_a_non_utf8_path_gets_its_worktrees_and_gives_them_back() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    use crate::support::git_fixture::{git_in, sealed_env, write_file};
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let home = root.join("home");
+    let path = root.join(OsStr::from_bytes(b"caf\xe9 repo"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&path).unwrap();
+    git_in(&home, &path, &["init", "--quiet", "--initial-branch=main"]);
+    write_file(&path, "README", "hello\n");
+    git_in(&home, &path, &["add", "README"]);
+    git_in(&home, &path, &["commit", "--quiet", "-m", "initial"]);
+    let repo = Repo::open(
+        &path,
+        GitOptions {
+            env: sealed_env(&home),
+            ..GitOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let base = repo.resolve("HEAD").unwrap();
+    let places = [
+        (1, repo.default_worktrees_dir(&run_id()).join("1")),
+        (2, path.join(OsStr::from_bytes(b"worktrees-\xff")).join("2")),
+    ];
+    for (n, place) in places {
+        let worktree = repo
+            .create_worktree(WorktreeSpec {
+                run: run_id(),
+                subtask: n,
+                base,
+                path: place.clone(),
+            })
+            .await
+            .unwrap_or_else(|e| panic!("worktree {n} at {}: {e}", place.display()));
+        worktree.ready().await.unwrap();
+        assert_eq!(
+            std::fs::read(worktree.path().join("README")).unwrap(),
+            b"hello\n",
+            "worktree {n} is filled"
+        );
+        commit_in(&repo, &worktree, &[("new.txt", "work\n")]).await;
+        repo.remove_worktree(&worktree).await.unwrap();
+        assert!(!place.exists(), "worktree {n} is gone");
+    }
+    assert_eq!(
+        entries(&path.join(".git/worktrees")),
+        Vec::<String>::new(),
+        "nothing stays registered"
+    );
+    let branches = git_in(
+        &home,
+        &path,
+        &["for-each-ref", "--format=%(refname)", "refs/heads/grove/"],
+    );
+    assert_eq!(
+        branches,
+        format!(
+            "{}\n{}",
+            subtask_ref(&run_id(), 1),
+            subtask_ref(&run_id(), 2)
+        ),
+        "both subtasks' work is on their branches"
+    );
+}
+
+#[tokio::test]
+async fn a_run_started_before_the_move_keeps_its_worktrees_and_clean_archives_them() {
+    let fixture = project();
+    let repo = fixture.open().await;
+    let base = fixture.rev("HEAD");
+    let legacy = repo.legacy_worktrees_dir(&run_id());
+    assert!(
+        legacy.starts_with(repo.common_dir()),
+        "the old layout: {}",
+        legacy.display()
+    );
+    let old = repo
+        .create_worktree(WorktreeSpec {
+            run: run_id(),
+            subtask: 1,
+            base,
+            path: legacy.join("1"),
+        })
+        .await
+        .unwrap();
+    old.ready().await.unwrap();
+    std::fs::write(old.path().join("wip.txt"), "old layout work\n").unwrap();
+
+    assert_eq!(
+        repo.run_worktrees_dir(&run_id(), None).unwrap(),
+        legacy.canonicalize().unwrap(),
+        "a resumed old run finds its worktrees where they are"
+    );
+    let configured = fixture.dir.path().join("elsewhere");
+    assert_eq!(
+        repo.run_worktrees_dir(&run_id(), Some(&configured))
+            .unwrap(),
+        legacy.canonicalize().unwrap(),
+        "even when [worktree] dir points elsewhere now"
+    );
+    assert_eq!(
+        repo.run_worktrees_dir(&RunId::new("r2").unwrap(), None)
+            .unwrap(),
+        repo.default_worktrees_dir(&RunId::new("r2").unwrap()),
+        "a new run goes to the cache"
+    );
+
+    let report = repo.clean_run(&run_id()).await.unwrap();
+
+    assert_eq!(
+        (
+            report.removed_worktrees,
+            report
+                .archived
+                .iter()
+                .map(|a| a.reference.clone())
+                .collect::<Vec<_>>(),
+            entries(&repo.common_dir().join("worktrees")),
+            legacy.exists(),
+        ),
+        (
+            vec![legacy.canonicalize().unwrap_or(legacy.clone()).join("1")],
+            vec!["refs/grove/archive/r1/1".to_owned()],
+            Vec::<String>::new(),
+            false
+        ),
+        "clean finds the old-layout worktree, archives it and removes it"
+    );
+    assert_eq!(
+        fixture.git(&["show", "refs/grove/archive/r1/1:wip.txt"]),
+        "old layout work"
+    );
+}
+
+#[test]
+fn worktree_dir_in_the_project_file_is_an_absolute_path_outside_any_git_dir() {
+    use grove::settings::config::ProjectConfig;
+
+    let parse = |value: &str| {
+        ProjectConfig::parse(
+            Path::new("/repo/.grove/config.toml"),
+            &format!("[worktree]\ndir = {value}\n"),
+        )
+        .map(|config| config.settings.resolve("t").options.worktrees_dir)
+        .map_err(|error| error.to_string())
+    };
+    assert_eq!(
+        parse("\"/var/tmp/grove-worktrees\""),
+        Ok(Some(PathBuf::from("/var/tmp/grove-worktrees"))),
+        "an absolute directory is taken"
+    );
+    for refused in [
+        "\"worktrees\"",
+        "\"/repo/.git/wt\"",
+        "\"/repo/.GIT/wt\"",
+        "3",
+    ] {
+        let error = parse(refused).unwrap_err();
+        assert!(
+            error.contains("worktree.dir") && error.contains("outside any .git directory"),
+            "{refused} is refused naming the key: {error}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn grove_clean_of_a_run_started_before_the_move_archives_and_removes_its_worktrees() {
+    let fixture = project();
+    let repo = fixture.open().await;
+    let run = RunId::new("20261129-215530-7f3a").unwrap();
+    let legacy = repo.legacy_worktrees_dir(&run);
+    let old = repo
+        .create_worktree(WorktreeSpec {
+            run: run.clone(),
+            subtask: 1,
+            base: fixture.rev("HEAD"),
+            path: legacy.join("1"),
+        })
+        .await
+        .unwrap();
+    old.ready().await.unwrap();
+    std::fs::write(old.path().join("wip.txt"), "old layout work\n").unwrap();
+
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_grove"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(crate::support::git_fixture::sealed_env(&fixture.home()))
+        .current_dir(&fixture.repo)
+        .args(["clean", run.as_str()])
+        .output()
+        .unwrap();
+
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(
+        (
+            output.status.code(),
+            stdout.lines().next().unwrap_or_default().to_owned(),
+            entries(&repo.common_dir().join("worktrees")),
+            legacy.exists(),
+        ),
+        (
+            Some(0),
+            "archived subtask 1 at refs/grove/archive/20261129-215530-7f3a/1".to_owned(),
+            Vec::<String>::new(),
+            false,
+        ),
+        "grove clean finds the worktree under .git/grove/runs/, archives and removes it:\n\
+         {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        fixture.git(&["show", "refs/grove/archive/20261129-215530-7f3a/1:wip.txt"]),
+        "old layout work",
+        "its uncommitted work is in the archive"
     );
 }

@@ -56,19 +56,29 @@ pub(super) fn error(
     headers: &[(String, String)],
     request_id: &str,
 ) -> Response {
-    let body = error_body(endpoint, error_type, message, request_id);
+    let body = error_body(endpoint, code, error_type, message, request_id);
     status(code, &body.to_string(), headers, request_id)
 }
 
-fn error_body(endpoint: Endpoint, error_type: &str, message: &str, request_id: &str) -> Value {
+fn error_body(
+    endpoint: Endpoint,
+    code: u16,
+    error_type: &str,
+    message: &str,
+    request_id: &str,
+) -> Value {
     match endpoint {
         Endpoint::Anthropic => json!({
             "type": "error",
             "error": {"type": error_type, "message": message},
             "request_id": request_id,
         }),
-        Endpoint::OpenAi => json!({
+        Endpoint::OpenAi | Endpoint::Responses => json!({
             "error": {"message": message, "type": error_type, "param": null, "code": null},
+        }),
+        // Google's envelope: `status` is the error's kind, e.g. UNAUTHENTICATED.
+        Endpoint::Gemini => json!({
+            "error": {"code": code, "message": message, "status": error_type},
         }),
     }
 }
@@ -104,10 +114,15 @@ pub(super) async fn reply(
             body,
             headers,
         } => {
+            let typed = headers
+                .iter()
+                .any(|(name, _)| name.eq_ignore_ascii_case("content-type"));
             let mut response = status(code, &body, &headers, request_id);
-            response
-                .headers_mut()
-                .insert("content-type", HeaderValue::from_static("text/html"));
+            if !typed {
+                response
+                    .headers_mut()
+                    .insert("content-type", HeaderValue::from_static("text/html"));
+            }
             response
         }
         Reply::ErrorEvent {
@@ -120,10 +135,12 @@ pub(super) async fn reply(
             }
             let mut frames = frames(endpoint, &turn, model, request_id);
             frames.truncate(FRAMES_BEFORE_FAULT);
-            let payload = error_body(endpoint, &error_type, &message, request_id);
+            let payload = error_body(endpoint, 500, &error_type, &message, request_id);
             frames.push(match endpoint {
                 Endpoint::Anthropic => format!("event: error\ndata: {payload}\n\n"),
-                Endpoint::OpenAi => format!("data: {payload}\n\n"),
+                Endpoint::OpenAi | Endpoint::Responses | Endpoint::Gemini => {
+                    format!("data: {payload}\n\n")
+                }
             });
             sse(frames, Ending::Complete, request_id)
         }
@@ -164,6 +181,34 @@ pub(super) async fn reply(
             }
         }
         Reply::Hang => std::future::pending().await,
+        Reply::Drip { gap } => {
+            let frames = frames(endpoint, &Turn::text("drip"), model, request_id);
+            let (first, keep_alive) = if !stream {
+                (String::new(), " ".to_owned())
+            } else {
+                match endpoint {
+                    // message_start, then `ping` again and again.
+                    Endpoint::Anthropic => (frames[0].clone(), frames[1].clone()),
+                    // The role chunk, then it again (an empty delta).
+                    // The first frame, then it again.
+                    Endpoint::OpenAi | Endpoint::Responses | Endpoint::Gemini => {
+                        (frames[0].clone(), frames[0].clone())
+                    }
+                }
+            };
+            let drip = stream::iter([Ok::<_, io::Error>(Bytes::from(first))]).chain(
+                stream::repeat(keep_alive).then(move |frame| async move {
+                    tokio::time::sleep(gap).await;
+                    Ok::<_, io::Error>(Bytes::from(frame))
+                }),
+            );
+            let content_type = if stream {
+                "text/event-stream"
+            } else {
+                "application/json"
+            };
+            streaming_response(Body::from_stream(drip), content_type, request_id)
+        }
         Reply::Delayed { reply, .. } | Reply::Gated { reply, .. } => {
             // `handle` waits these out before rendering; render what they wrap.
             Box::pin(self::reply(endpoint, *reply, stream, model, request_id)).await
@@ -210,7 +255,7 @@ fn streaming_response(body: Body, content_type: &'static str, request_id: &str) 
     response
 }
 
-fn pieces(text: &str) -> Vec<String> {
+pub(super) fn pieces(text: &str) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     chars
         .chunks(PIECE_CHARS)
@@ -252,17 +297,20 @@ fn anthropic_usage(turn: &Turn) -> Value {
 
 fn openai_usage(turn: &Turn) -> Value {
     let (input, output, cache_read, cache_write) = turn.usage;
-    let prompt = input + cache_read + cache_write;
+    // Saturating: a test may send absurd usage (u64::MAX) on purpose.
+    let prompt = input.saturating_add(cache_read).saturating_add(cache_write);
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": output,
-        "total_tokens": prompt + output,
+        "total_tokens": prompt.saturating_add(output),
         "prompt_tokens_details": {"cached_tokens": cache_read},
     })
 }
 
 fn json_body(endpoint: Endpoint, turn: &Turn, model: &str, request_id: &str) -> Value {
     match endpoint {
+        Endpoint::Responses => super::cli_render::responses_body(turn, model, request_id),
+        Endpoint::Gemini => super::cli_render::gemini_body(turn, model, request_id),
         Endpoint::Anthropic => {
             let content: Vec<Value> = turn
                 .blocks
@@ -347,6 +395,8 @@ fn frames(endpoint: Endpoint, turn: &Turn, model: &str, request_id: &str) -> Vec
     match endpoint {
         Endpoint::Anthropic => anthropic_frames(turn, model, request_id),
         Endpoint::OpenAi => openai_frames(turn, model, request_id),
+        Endpoint::Responses => super::cli_render::responses_frames(turn, model, request_id),
+        Endpoint::Gemini => super::cli_render::gemini_frames(turn, model, request_id),
     }
 }
 

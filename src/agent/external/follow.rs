@@ -1,0 +1,195 @@
+//! Reading what a CLI writes while it runs: its output file line by line, the tail of
+//! its stderr, and text made safe to show (terminal escapes stripped).
+//!
+//! It never trusts the bytes: over-long lines are cut and counted, invalid UTF-8 is
+//! replaced, and no escape sequence from a CLI reaches a terminal, a JSON reason or the
+//! lead.
+
+use std::io::{Read as _, Seek as _, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use super::BackendError;
+use super::parse::{OutputParser, Progress};
+
+/// Output lines longer than this are cut (and counted as unreadable): a runaway line costs
+/// the cap, not the memory.
+const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Reads the lines appended to a file since the last call, each cut at
+/// [`MAX_LINE_BYTES`].
+pub(super) struct LineFollower {
+    file: std::fs::File,
+    path: PathBuf,
+    pending: Vec<u8>,
+    /// The current line was cut: the rest of it is skipped up to its newline.
+    skipping: bool,
+}
+
+impl LineFollower {
+    pub(super) fn open(path: &Path) -> Result<Self, BackendError> {
+        let file = std::fs::File::open(path).map_err(|source| BackendError::Io {
+            action: "open the output of",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            pending: Vec::new(),
+            skipping: false,
+        })
+    }
+
+    /// Feeds every complete new line to `parser`; at the end, the last partial one too.
+    pub(super) fn feed(
+        &mut self,
+        parser: &mut OutputParser,
+        at_end: bool,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<(), BackendError> {
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            let read = self
+                .file
+                .read(&mut chunk)
+                .map_err(|source| BackendError::Io {
+                    action: "read the output of",
+                    path: self.path.clone(),
+                    source,
+                })?;
+            if read == 0 {
+                break;
+            }
+            for piece in chunk[..read].split_inclusive(|byte| *byte == b'\n') {
+                let ends_line = piece.last() == Some(&b'\n');
+                let body = if ends_line {
+                    &piece[..piece.len() - 1]
+                } else {
+                    piece
+                };
+                if !self.skipping {
+                    self.pending.extend_from_slice(body);
+                    if self.pending.len() > MAX_LINE_BYTES {
+                        self.pending.clear();
+                        self.skipping = true;
+                        parser.cut_line();
+                    }
+                }
+                if ends_line {
+                    if !self.skipping {
+                        let line = std::mem::take(&mut self.pending);
+                        for event in parser.line(&String::from_utf8_lossy(&line)) {
+                            progress(event);
+                        }
+                    }
+                    self.skipping = false;
+                }
+            }
+        }
+        if at_end && !self.pending.is_empty() && !self.skipping {
+            let line = std::mem::take(&mut self.pending);
+            for event in parser.line(&String::from_utf8_lossy(&line)) {
+                progress(event);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The last bytes of a file as text (empty when it cannot be read).
+pub(super) fn file_tail(path: &Path, max: u64) -> String {
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let length = file.metadata().map(|meta| meta.len()).unwrap_or(0);
+    if file
+        .seek(SeekFrom::Start(length.saturating_sub(max)))
+        .is_err()
+    {
+        return String::new();
+    }
+    let mut bytes = Vec::new();
+    let _ = file.take(max).read_to_end(&mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The last `max` characters of `text`'s trimmed content, on one line per source line.
+pub(super) fn tail_chars(text: &str, max: usize) -> String {
+    let text = text.trim();
+    let tail = crate::tools::last_chars(text, max);
+    if tail.len() == text.len() {
+        tail.to_owned()
+    } else {
+        format!("…{tail}")
+    }
+}
+
+/// `text` without terminal escape sequences (CSI `ESC [ … final`, OSC `ESC ] … BEL/ST`,
+/// two-byte `ESC x`) and without other control characters but newlines and tabs.
+pub(super) fn strip_escapes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => match chars.next() {
+                Some('[') => {
+                    // Parameters and intermediates, then one final byte in @..~.
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+                Some(']') => {
+                    while let Some(c) = chars.next() {
+                        if c == '\u{7}' {
+                            break;
+                        }
+                        if c == '\u{1b}' {
+                            if chars.peek() == Some(&'\\') {
+                                chars.next();
+                            }
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            },
+            '\u{9b}' => {
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            '\n' | '\t' => out.push(c),
+            '\r' => {}
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn tails_keep_the_end() {
+        assert_eq!(tail_chars("  abcdef \n", 3), "…def");
+        assert_eq!(tail_chars("abc", 3), "abc");
+    }
+
+    #[test]
+    fn escapes_and_control_characters_never_pass() {
+        assert_eq!(
+            strip_escapes(
+                "\u{1b}[31mred\u{1b}[0m \u{1b}]0;title\u{7}ok\u{1b}]8;;http://x\u{1b}\\link\r\n\tnext\u{8}\u{9b}2Jend"
+            ),
+            "red oklink\n\tnextend"
+        );
+    }
+}
