@@ -27,7 +27,7 @@ use tokio_util::task::TaskTracker;
 use crate::event::EventSink;
 use crate::git::{GitError, GitOptions, Repo};
 
-pub use tools::{TOOL_NAMES, Tools};
+use tools::Tools;
 
 /// Why `grove mcp` could not serve. None of these are retried.
 #[derive(Debug, thiserror::Error)]

@@ -30,9 +30,6 @@ use crate::run::{RunEnd, RunError, RunReport, launch};
 use crate::store::runs::RunStore;
 use crate::text::truncate;
 
-/// The tools' names, as `tools/list` gives them.
-pub const TOOL_NAMES: [&str; 5] = ["run", "resume", "list_runs", "show_run", "review"];
-
 /// The server's state: the repository it serves and the runs it started.
 #[derive(Debug, Clone)]
 pub struct Tools {
