@@ -31,7 +31,8 @@ use anyhow::Context;
 use grove::agent::{AgentError, AgentRun, AgentSpec, LoopInput, run_agent};
 use grove::event::{AgentId, Event, EventSink};
 use grove::model::{ContentBlock, Message, ModelError, OpenAiClient, OpenAiConfig, Role};
-use grove::tools::{ToolContext, ToolSet, builtin, truncate_chars};
+use grove::text::truncate;
+use grove::tools::{ToolContext, ToolSet, builtin};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -151,7 +152,7 @@ fn show_event(event: &Event) {
             ..
         } => println!(
             "  · retry {attempt} in {delay_ms} ms: {}",
-            truncate_chars(reason, SHOWN_RESULT_CHARS)
+            truncate(reason, SHOWN_RESULT_CHARS)
         ),
         _ => {}
     }
@@ -181,7 +182,7 @@ fn show_transcript(messages: &[Message]) {
 fn show_assistant_block(block: &ContentBlock) {
     match block {
         ContentBlock::Text { text } => {
-            println!("    text: {:?}", truncate_chars(text, SHOWN_RESULT_CHARS));
+            println!("    text: {:?}", truncate(text, SHOWN_RESULT_CHARS));
         }
         ContentBlock::ToolUse { id, name, input } => match input {
             Value::String(raw) => {
@@ -207,10 +208,10 @@ fn show_user_block(block: &ContentBlock) {
             };
             println!(
                 "    {kind} for {tool_use_id}: {:?}",
-                truncate_chars(content, SHOWN_RESULT_CHARS)
+                truncate(content, SHOWN_RESULT_CHARS)
             );
         }
-        ContentBlock::Text { text } => println!("    user: {:?}", truncate_chars(text, 120)),
+        ContentBlock::Text { text } => println!("    user: {:?}", truncate(text, 120)),
         ContentBlock::ToolUse { .. } => println!("    (a tool call in a user turn?)"),
     }
 }

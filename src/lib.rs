@@ -1,9 +1,10 @@
 //! grove: run one coding task as a fleet of LLM subagents, each in its own git worktree,
 //! with an isolated reviewer that must approve every diff before it is merged.
 //!
-//! The layers only point down: `cli → run → {agent, store, settings} → {tools, model, git}`.
-//! `tools`, `model` and `git` know nothing of each other or of the layers above; `agent`
-//! knows no git. The library never prints: everything a user should see travels as an
+//! The layers only point down: the binary's `cli → {run, review, report, demo} → {agent,
+//! store, settings} → {tools, model, git}`, and any module may use `event`, `ledger` and
+//! `text`, which use nothing above them. `tools`, `model` and `git` know nothing of each
+//! other or of the layers above; `agent` knows no git. The library never prints: everything a user should see travels as an
 //! [`event::Event`] on a channel that the binary renders.
 
 pub mod agent;

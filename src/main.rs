@@ -22,8 +22,12 @@ fn main() -> ExitCode {
     match runtime.block_on(cli::main(args)) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("grove: {}", describe(&error));
-            ExitCode::FAILURE
+            eprintln!("grove: {}", grove::text::printable(&describe(&error)));
+            if error.downcast_ref::<cli::UsageError>().is_some() {
+                ExitCode::from(cli::EXIT_USAGE)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -1,13 +1,233 @@
 //! Text shown to people and models: truncation, tails, shell quoting, control characters.
 //!
 //! This module owns every rule for cutting and cleaning text that came from outside
-//! (a model, a repository, an external CLI). Any module may use it; it must never do I/O
-//! and never depend on another module of the crate.
+//! (a model, a repository, an external CLI) before it is shown. Any module may use it;
+//! it must never do I/O and never depend on another module of the crate.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
 
 /// At most `max` characters of `text`, with `…` when cut.
 pub fn truncate(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.to_owned(),
+    }
+}
+
+/// The last `max` characters of `text` (all of it when shorter), as a slice.
+pub fn last_chars(text: &str, max: usize) -> &str {
+    let count = text.chars().count();
+    let start = count
+        .checked_sub(max)
+        .and_then(|skip| text.char_indices().nth(skip))
+        .map_or(0, |(index, _)| index);
+    &text[start..]
+}
+
+/// The last `max` characters of `text` without its surrounding blank space, with a
+/// leading `…` when something was cut (for the end of a command's output).
+pub fn tail(text: &str, max: usize) -> String {
+    let text = text.trim();
+    let tail = last_chars(text, max);
+    if tail.len() == text.len() {
+        tail.to_owned()
+    } else {
+        format!("…{tail}")
+    }
+}
+
+/// The first line of `text`, trimmed, at most `max` characters.
+pub fn first_line(text: &str, max: usize) -> String {
+    truncate(text.lines().next().unwrap_or_default().trim(), max)
+}
+
+/// `text` as one POSIX shell word: unchanged when no character in it means anything to
+/// a shell, else single-quoted (a `'` inside becomes `'\''`).
+///
+/// `=` and `~` are quoted on purpose: `a=b` first on a line is an assignment and `~`
+/// first in a word is the home directory.
+pub fn shell_word(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%".contains(c));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+/// `text` safe to print on a terminal or hand to a model: every control character but
+/// `\n` and `\t` is written out as an escape (`\x1b`, `\r`, `\u{9b}`), as are the
+/// Unicode controls that reorder what a reader sees (bidirectional overrides).
+///
+/// Text from outside (a model's brief, an external CLI's stderr, a file's content in an
+/// error) may carry terminal escapes that clear the screen, move the cursor or rewrite
+/// the window title; escaped, they show what they were and do nothing. Borrowed when
+/// there is nothing to escape, which is nearly always.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if !needs_escape(c) {
+            out.push(c);
+            continue;
+        }
+        let _ = match c {
+            '\r' => out.write_str("\\r"),
+            c if u32::from(c) < 0x80 => write!(out, "\\x{:02x}", u32::from(c)),
+            c => write!(out, "\\u{{{:x}}}", u32::from(c)),
+        };
+    }
+    Cow::Owned(out)
+}
+
+/// True for what [`printable`] escapes.
+fn needs_escape(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` without terminal escape sequences (CSI `ESC [ … final`, OSC `ESC ] … BEL/ST`,
+/// two-byte `ESC x`) and without other control characters but newlines and tabs.
+pub fn strip_escapes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => match chars.next() {
+                Some('[') => {
+                    // Parameters and intermediates, then one final byte in @..~.
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+                Some(']') => {
+                    while let Some(c) = chars.next() {
+                        if c == '\u{7}' {
+                            break;
+                        }
+                        if c == '\u{1b}' {
+                            if chars.peek() == Some(&'\\') {
+                                chars.next();
+                            }
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            },
+            '\u{9b}' => {
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            '\n' | '\t' => out.push(c),
+            '\r' => {}
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncate_counts_characters_and_marks_the_cut() {
+        assert_eq!(truncate("héllo", 3), "hél…");
+        assert_eq!(truncate("héllo", 5), "héllo");
+        assert_eq!(truncate("", 0), "");
+    }
+
+    #[test]
+    fn tails_keep_the_end_on_a_character_boundary() {
+        assert_eq!(last_chars("abcdé", 2), "dé");
+        assert_eq!(last_chars("ab", 5), "ab");
+        assert_eq!(tail("  one\ntwo\nthree \n", 5), "…three");
+        assert_eq!(tail(" short ", 10), "short");
+    }
+
+    #[test]
+    fn first_line_is_trimmed_and_bounded() {
+        assert_eq!(first_line("  fix it  \nand more", 100), "fix it");
+        assert_eq!(first_line("abcdef", 3), "abc…");
+        assert_eq!(first_line("", 3), "");
+    }
+
+    #[test]
+    fn printable_escapes_every_control_but_newline_and_tab() {
+        assert_eq!(
+            printable("a\x1b[2Jb\r\n\tc\x07\u{9b}31m\u{202e}x\x7f"),
+            "a\\x1b[2Jb\\r\n\tc\\x07\\u{9b}31m\\u{202e}x\\x7f"
+        );
+        assert!(
+            matches!(
+                printable("plain text, ünïcode\n\tand tabs"),
+                Cow::Borrowed(_)
+            ),
+            "text without controls is not copied"
+        );
+    }
+
+    #[test]
+    fn shell_words_survive_a_real_shell() {
+        let words = [
+            "plain/path-1.2_x+y,z:@%",
+            "",
+            "with space",
+            "it's",
+            "a=b",
+            "~root",
+            "$HOME",
+            "`id`",
+            "semi;colon",
+            "glob*?[x]",
+            "new\nline",
+            "ünïcode",
+            "back\\slash",
+            "'",
+            "!bang",
+        ];
+        for word in words {
+            let quoted = shell_word(word);
+            let output = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("printf '%s' {quoted}"))
+                .output()
+                .expect("sh runs");
+            assert_eq!(
+                String::from_utf8_lossy(&output.stdout),
+                word,
+                "{word:?} quoted as {quoted} reaches the command as itself"
+            );
+        }
+        assert_eq!(
+            shell_word("/tmp/grove-demo-x1"),
+            "/tmp/grove-demo-x1",
+            "a path that needs nothing stays readable"
+        );
+        assert_eq!(shell_word("a=b"), "'a=b'");
+    }
+
+    #[test]
+    fn escapes_and_control_characters_never_pass() {
+        assert_eq!(
+            strip_escapes(
+                "\u{1b}[31mred\u{1b}[0m \u{1b}]0;title\u{7}ok\u{1b}]8;;http://x\u{1b}\\link\r\n\tnext\u{8}\u{9b}2Jend"
+            ),
+            "red oklink\n\tnextend"
+        );
     }
 }

@@ -59,7 +59,8 @@ use crate::event::{AgentId, Event, EventSink};
 use crate::model::{
     ContentBlock, Message, ModelError, ModelNotice, Request, Response, Role, StopReason, ToolSpec,
 };
-use crate::tools::{Registry, ToolContext, ToolError, ToolOutput, truncate_chars};
+use crate::text::truncate;
+use crate::tools::{Registry, ToolContext, ToolError, ToolOutput};
 
 /// The user message that asks the model to go on after its text was cut at `max_tokens`.
 pub const CONTINUE_AFTER_MAX_TOKENS: &str =
@@ -172,7 +173,7 @@ impl ErrorStreak {
             self.count += 1;
             self.last = format!(
                 "`{tool}`: {}",
-                truncate_chars(&output.content, QUOTED_ERROR_CHARS)
+                truncate(&output.content, QUOTED_ERROR_CHARS)
             );
         } else {
             self.count = 0;

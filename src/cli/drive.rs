@@ -5,19 +5,23 @@
 //! This file owns how a run meets the terminal; it must never decide what a run does.
 
 use std::io::IsTerminal as _;
+use std::path::Path;
 use std::process::ExitCode;
 
 use tokio_util::sync::CancellationToken;
 
+use grove::agent::roles;
 use grove::event::EventSink;
 use grove::git::{GitOptions, Repo};
 use grove::run::{RunEnd, RunError, RunReport};
+use grove::store::journal::SubtaskOutcome;
+use grove::store::{RunId, StoreError};
 
 use crate::cli::exit::{EXIT_INTERRUPTED, EXIT_NOT_ALL_DONE};
 use crate::cli::render;
 
 /// Runs a run (new or resumed) with the live view and Ctrl-C handling, then prints the
-/// report; [`exit_code`] maps it to the exit code.
+/// report (`json`: also as JSON on stdout); [`exit_code`] maps it to the exit code.
 pub async fn drive<F, Fut>(json: bool, start: F) -> anyhow::Result<RunReport>
 where
     F: FnOnce(EventSink, CancellationToken) -> Fut,
@@ -25,8 +29,7 @@ where
 {
     let (outcome, ledgers) = drive_live(start).await;
     let report = outcome?;
-
-    render::report(&report, &ledgers);
+    render::report(&report, &ledgers, not_done(&report).as_deref(), json);
     if json {
         render::json(&report)?;
     }
@@ -49,14 +52,57 @@ where
     (outcome, renderer.await.unwrap_or_default())
 }
 
-/// The exit code of a run or resume (DESIGN.md).
+/// The exit code of a run or resume (DESIGN.md): 0 only when it finished and
+/// [`not_done`] finds nothing missing.
 pub fn exit_code(report: &RunReport) -> ExitCode {
     match report.status {
         RunEnd::Interrupted => ExitCode::from(EXIT_INTERRUPTED),
         RunEnd::Failed | RunEnd::Paused => ExitCode::FAILURE,
-        RunEnd::Finished if report.all_merged() => ExitCode::SUCCESS,
+        RunEnd::Finished if not_done(report).is_none() => ExitCode::SUCCESS,
         RunEnd::Finished => ExitCode::from(EXIT_NOT_ALL_DONE),
     }
+}
+
+/// Why a finished run did not do everything (exit 3), in one sentence: the lead stopped
+/// before it finished (turn cap, budget, tool-error limit, refusal: the run's `error`),
+/// it delegated nothing, or some subtask was not merged. `None` when all was done, or
+/// when the run did not finish at all.
+pub fn not_done(report: &RunReport) -> Option<String> {
+    if report.status != RunEnd::Finished {
+        return None;
+    }
+    if let Some(error) = &report.error {
+        return Some(error.clone());
+    }
+    if report.subtasks.is_empty() {
+        return Some("the lead delegated nothing".to_owned());
+    }
+    let not_merged: Vec<String> = report
+        .subtasks
+        .iter()
+        .filter(|subtask| subtask.status != SubtaskOutcome::Merged)
+        .map(|subtask| format!("{} {}", subtask.id, subtask.status.as_str()))
+        .collect();
+    (!not_merged.is_empty()).then(|| {
+        format!(
+            "{} of {} subtasks not merged ({})",
+            not_merged.len(),
+            report.subtasks.len(),
+            not_merged.join(", ")
+        )
+    })
+}
+
+/// A usage error found after clap parsed the flags (a bad combination, a malformed run
+/// id): `main` exits 2 for it, as clap does for its own.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// `text` as a run id, or a usage error that says where the ids are.
+pub fn parse_run_id(text: &str) -> Result<RunId, UsageError> {
+    text.parse()
+        .map_err(|error: StoreError| UsageError(format!("{error}; `grove runs` lists the runs")))
 }
 
 /// The first Ctrl-C cancels the run (work is checkpointed, the run stays resumable); a
@@ -73,6 +119,26 @@ async fn watch_interrupts(cancel: CancellationToken) {
 }
 
 /// The repository grove was started in.
-pub async fn open_repo(directory: &std::path::Path) -> anyhow::Result<Repo> {
+pub async fn open_repo(directory: &Path) -> anyhow::Result<Repo> {
     Ok(Repo::open(directory, GitOptions::default()).await?)
+}
+
+/// Every `.grove/agents/*.md` under `root` that cannot be used, with why: the lead is
+/// never offered such an agent, so the user must hear of it.
+pub fn agent_file_problems(root: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(root.join(".grove").join("agents")) else {
+        return Vec::new();
+    };
+    let mut problems: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let file = entry.file_name();
+            let name = file.to_str()?.strip_suffix(".md")?;
+            roles::load_agent(root, name)
+                .err()
+                .map(|error| error.to_string())
+        })
+        .collect();
+    problems.sort();
+    problems
 }

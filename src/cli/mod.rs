@@ -20,6 +20,8 @@ use anyhow::Context as _;
 pub use args::Cli;
 use args::Command;
 use commands::{clean, completions, demo, gc, init, mcp, report, resume, review, run, runs};
+pub use drive::UsageError;
+pub use exit::EXIT_USAGE;
 
 /// Runs the parsed command line and returns the process's exit code.
 pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -34,7 +36,10 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Clean(args) => clean::clean(&directory, &args).await,
         Command::Gc(args) => gc::gc(&directory, &args).await,
         Command::Demo(args) => demo::demo(&directory, &args).await,
-        Command::Completions(args) => Ok(completions::completions(&args)),
+        Command::Completions(args) => Ok(completions::completions(
+            &args,
+            <Cli as clap::CommandFactory>::command(),
+        )),
         Command::Init(args) => init::init(&directory, &args).await,
         Command::Review(args) => review::review(&directory, &args).await,
         Command::Report(args) => report::report(&directory, &args).await,

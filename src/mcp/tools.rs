@@ -120,10 +120,13 @@ impl Tools {
             Ok(repo) => repo,
             Err(result) => return Ok(result),
         };
-        let runs = match RunStore::new(repo.common_dir()).list_runs() {
+        let mut runs = match RunStore::new(repo.common_dir()).list_runs() {
             Ok(runs) => runs,
             Err(error) => return Ok(tool_error(&error)),
         };
+        for run in &mut runs {
+            run.status = run.shown_status();
+        }
         let count = runs.len();
         let text = format!(
             "{count} run{} in {}.",

@@ -654,7 +654,7 @@ async fn rebuild(
 }
 
 fn merge_message(run: &GitRunId, subtask: &SubtaskReview) -> String {
-    let brief = crate::tools::truncate_chars(subtask.task.lines().next().unwrap_or_default(), 200);
+    let brief = crate::text::truncate(subtask.task.lines().next().unwrap_or_default(), 200);
     let approved_by = if subtask.human_verdict == Some(VerdictKind::Approve) {
         "Grove-Review: approved by a person\n"
     } else {

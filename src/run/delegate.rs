@@ -122,8 +122,12 @@ impl Tool for Delegate {
             return Err(ToolError::Fatal("the run is over".into()));
         };
         match orchestrator.delegate(request).await {
-            Ok(result) => Ok(ToolOutput::ok(result)),
-            Err(DelegateRefusal::Model(message)) => Err(ToolError::RespondToModel(message)),
+            // The report quotes a worker's summary and a reviewer's findings: model text
+            // that may carry terminal escapes (issue 12 item 17).
+            Ok(result) => Ok(ToolOutput::ok(crate::text::printable(&result).into_owned())),
+            Err(DelegateRefusal::Model(message)) => Err(ToolError::RespondToModel(
+                crate::text::printable(&message).into_owned(),
+            )),
             Err(DelegateRefusal::Fatal(error)) => Err(ToolError::Fatal(format!(
                 "the run journal cannot be written: {error}"
             ))),

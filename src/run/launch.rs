@@ -2,8 +2,7 @@
 //! arguments of the MCP `run` tool become [`RunOptions`] and [`Models`] the same way.
 //!
 //! This module owns layering a request over `.grove/config.toml` and the built-in
-//! defaults, parsing turn caps (`N` or `ROLE=N`), and connecting the model clients of a
-//! new or a resumed run. It must never print, start a run, or write anything.
+//! defaults, and connecting the model clients of a new or a resumed run. It must never print, start a run, or write anything.
 
 use std::path::Path;
 
@@ -11,7 +10,7 @@ use crate::agent::external::WorkerBackend;
 use crate::git::{GitError, GitOptions, Repo};
 use crate::model::{self, ModelError, Provider};
 use crate::run::orchestrator::RunError;
-use crate::settings::config::{ConfigError, ProjectConfig, RoleValues, RunSettings};
+use crate::settings::config::{ConfigError, ProjectConfig, RunSettings};
 use crate::settings::{ModelChoice, ModelNames, Models, RunOptions};
 use crate::store::state::RunState;
 use crate::tools::sandbox::SandboxMode;
@@ -23,9 +22,6 @@ pub enum LaunchError {
     /// The task is empty or only blanks.
     #[error("the task is empty; say what grove should do, e.g. grove run \"fix the failing test\"")]
     EmptyTask,
-    /// A turn cap is not `N` or `ROLE=N` with a positive `N` and a known role.
-    #[error("--max-turns {value}: {problem}")]
-    TurnCap { value: String, problem: String },
     /// The directory is not a git repository (or git failed reading it).
     #[error(transparent)]
     Repo(#[from] GitError),
@@ -142,80 +138,4 @@ pub fn resume_models(state: &RunState) -> Result<Models, RunError> {
         worker: pick(names.worker),
         reviewer: pick(names.reviewer),
     })
-}
-
-/// Turn caps given as `N` (every role) or `ROLE=N` (lead, worker, reviewer), applied in
-/// order.
-pub fn parse_turn_caps(values: &[String]) -> Result<RoleValues<u32>, LaunchError> {
-    let mut caps = RoleValues::default();
-    for value in values {
-        let problem = |problem: &str| LaunchError::TurnCap {
-            value: value.clone(),
-            problem: problem.to_owned(),
-        };
-        let (role, number) = match value.split_once('=') {
-            Some((role, number)) => (Some(role.trim()), number),
-            None => (None, value.as_str()),
-        };
-        let turns: u32 = number
-            .trim()
-            .parse()
-            .ok()
-            .filter(|turns| *turns > 0)
-            .ok_or_else(|| problem("expected a positive whole number"))?;
-        match role {
-            None => {
-                caps = RoleValues {
-                    lead: Some(turns),
-                    worker: Some(turns),
-                    reviewer: Some(turns),
-                };
-            }
-            Some("lead") => caps.lead = Some(turns),
-            Some("worker") => caps.worker = Some(turns),
-            Some("reviewer") => caps.reviewer = Some(turns),
-            Some(other) => {
-                return Err(problem(&format!(
-                    "unknown role {other:?} (lead, worker, reviewer)"
-                )));
-            }
-        }
-    }
-    Ok(caps)
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::*;
-
-    fn caps(values: &[&str]) -> Result<RoleValues<u32>, String> {
-        let values: Vec<String> = values.iter().map(|v| (*v).to_owned()).collect();
-        parse_turn_caps(&values).map_err(|error| error.to_string())
-    }
-
-    #[test]
-    fn turn_caps_apply_in_order_a_number_for_every_role_then_one_role() {
-        assert_eq!(
-            caps(&["5", "worker=9"]),
-            Ok(RoleValues {
-                lead: Some(5),
-                worker: Some(9),
-                reviewer: Some(5),
-            }),
-            "N sets every role; a later ROLE=N overrides that role only"
-        );
-    }
-
-    #[test]
-    fn turn_caps_refuse_zero_words_and_unknown_roles_naming_the_value() {
-        assert_eq!(
-            caps(&["0"]),
-            Err("--max-turns 0: expected a positive whole number".to_owned())
-        );
-        assert_eq!(
-            caps(&["judge=3"]),
-            Err("--max-turns judge=3: unknown role \"judge\" (lead, worker, reviewer)".to_owned())
-        );
-    }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::git::{CommitId, GitError, Repo, Worktree};
 use crate::run::orchestrator::Orchestrator;
 use crate::settings::config::check_copy_path;
-use crate::tools::{CommandExecutor as _, ExecOutcome, ExecRequest, LocalExecutor, OutputCap};
+use crate::tools::{ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
 
 /// How much of a failed setup command's output the subtask's reason shows: its end,
 /// where the error usually is.
@@ -170,7 +170,7 @@ fn make_dirs_inside(root: &Path, relative: &Path) -> Result<PathBuf, String> {
 /// The last `max` characters of `text`, starting at a line when one starts near there.
 fn output_tail(text: &str, max: usize) -> String {
     let text = text.trim_end();
-    let tail = crate::tools::last_chars(text, max);
+    let tail = crate::text::last_chars(text, max);
     if tail.len() == text.len() {
         return text.to_owned();
     }
@@ -241,7 +241,9 @@ impl Orchestrator {
                 tail: 16 * 1024,
             },
         };
-        let result = LocalExecutor::from_process_env()
+        let result = self
+            .executor
+            .for_setup(&SetupPolicy::default())
             .execute(request)
             .await
             .map_err(|error| {

@@ -30,7 +30,9 @@ use crate::store::StoreError;
 use crate::store::journal::{ContextMode, Entry, SubtaskOutcome, VerdictKind};
 use crate::store::state::{SubtaskState, SubtaskStatus};
 use crate::store::transcript::{self, AgentTiming, Transcript};
-use crate::tools::{self, CommandExecutor, Registry, ToolContext, ToolSet, truncate_chars};
+use crate::text::truncate;
+use crate::tools::git_pointer::ensure_git_pointer;
+use crate::tools::{self, CommandExecutor, Registry, ToolContext, ToolSet};
 
 /// How much of a worker's final message the lead gets back.
 const WORKER_SUMMARY_CHARS: usize = 800;
@@ -369,7 +371,7 @@ impl Orchestrator {
         report.reason = (!worker_summary.trim().is_empty()).then(|| {
             format!(
                 "worker: {}",
-                truncate_chars(worker_summary.trim(), WORKER_SUMMARY_CHARS)
+                truncate(worker_summary.trim(), WORKER_SUMMARY_CHARS)
             )
         });
 
@@ -425,7 +427,7 @@ impl Orchestrator {
         let message = format!(
             "grove {}: merge {label}\n\n{}\n\nGrove-Run: {}\nGrove-Subtask: {label}\n",
             self.run,
-            truncate_chars(brief.lines().next().unwrap_or_default(), 200),
+            truncate(brief.lines().next().unwrap_or_default(), 200),
             self.run
         );
         match self
@@ -753,6 +755,16 @@ impl Orchestrator {
                 Err(error) => self.note(format!("{}: could not archive: {error}", report.id)),
             }
         }
+        // A kept worktree must send the user's git to the repository, never to a git dir
+        // a model planted.
+        if let Some(worktree) = worktree
+            && let Err(error) = ensure_git_pointer(worktree.path(), worktree.admin_dir())
+        {
+            self.note(format!(
+                "{}: could not restore its `.git` file: {error}",
+                report.id
+            ));
+        }
         if !self.options.keep_worktrees {
             // The outcome is settled and its work kept (merged into the result, or
             // archived above), so the lead need not wait for the cleanup: it runs as a
@@ -951,7 +963,7 @@ pub(crate) fn lead_result(report: &SubtaskReport) -> String {
     if let Some(summary) = &report.review_summary {
         text.push_str(&format!(
             "review: {}\n",
-            truncate_chars(summary, REVIEW_SUMMARY_CHARS)
+            truncate(summary, REVIEW_SUMMARY_CHARS)
         ));
     }
     for finding in report.findings.iter().take(LISTED_FINDINGS) {
@@ -959,10 +971,7 @@ pub(crate) fn lead_result(report: &SubtaskReport) -> String {
             Some(line) => format!("{}:{line}", finding.path),
             None => finding.path.clone(),
         };
-        text.push_str(&format!(
-            "- {place}: {}\n",
-            truncate_chars(&finding.problem, 200)
-        ));
+        text.push_str(&format!("- {place}: {}\n", truncate(&finding.problem, 200)));
     }
     if report.findings.len() > LISTED_FINDINGS {
         text.push_str(&format!(

@@ -222,6 +222,28 @@ pub enum ExecError {
 pub trait CommandExecutor: Send + Sync + fmt::Debug {
     /// Runs `request` to completion (or timeout, or cancellation) and reports what it did.
     async fn execute(&self, request: ExecRequest) -> Result<ExecResult, ExecError>;
+
+    /// The executor a worktree's `setup` command runs through: this one's confinement
+    /// (none when this one has none), with `policy`'s network and writable caches.
+    fn for_setup(&self, policy: &SetupPolicy) -> std::sync::Arc<dyn CommandExecutor>;
+}
+
+/// What a worktree's `setup` command may do beyond a worker's command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetupPolicy {
+    /// Internet sockets (`npm ci` downloads); on by default.
+    pub allow_network: bool,
+    /// Directories it may write besides the worktree and its `TMPDIR` (package caches).
+    pub writable: Vec<PathBuf>,
+}
+
+impl Default for SetupPolicy {
+    fn default() -> Self {
+        Self {
+            allow_network: true,
+            writable: Vec::new(),
+        }
+    }
 }
 
 /// Runs commands on this machine, each in its own process group.
@@ -428,6 +450,10 @@ impl CommandExecutor for LocalExecutor {
     async fn execute(&self, request: ExecRequest) -> Result<ExecResult, ExecError> {
         let args = [OsString::from("-c"), OsString::from(&request.command)];
         run_in_process_group(&self.shell, &args, &self.env, &request, |_| {}).await
+    }
+
+    fn for_setup(&self, _policy: &SetupPolicy) -> std::sync::Arc<dyn CommandExecutor> {
+        std::sync::Arc::new(self.clone())
     }
 }
 

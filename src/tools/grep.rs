@@ -19,7 +19,8 @@ use tokio_util::sync::CancellationToken;
 use super::confine::{Access, ConfinedRoot, blocking, io_error, open_file};
 use super::text::{BoundedLines, display, looks_binary, read_prefix};
 use super::walk::{Start, resolve_start, walk};
-use super::{Tool, ToolContext, ToolError, ToolOutput, parse_input, truncate_chars};
+use super::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
+use crate::text::truncate;
 
 /// Matching lines shown in one result.
 pub const MAX_MATCHES: usize = 200;
@@ -78,7 +79,7 @@ impl Tool for Grep {
             .map_err(|err| {
                 ToolError::RespondToModel(format!(
                     "invalid regex `{}`: {err}",
-                    truncate_chars(&input.pattern, 200)
+                    truncate(&input.pattern, 200)
                 ))
             })?;
         let root = ctx.root.clone();
@@ -146,7 +147,7 @@ fn search(
         let _ = writeln!(
             out,
             "[no matches for `{}` under `{shown}`: {} files searched, {} binary files skipped]",
-            truncate_chars(regex.as_str(), 200),
+            truncate(regex.as_str(), 200),
             state.files_searched,
             state.binary_skipped
         );
@@ -192,7 +193,7 @@ fn search_file(
         let (text, _, _) = display(&line.bytes, line.cut_bytes > 0);
         let rendered = format!(
             "{shown_path}:{number}:{}\n",
-            truncate_chars(&text, MAX_SHOWN_LINE_CHARS)
+            truncate(&text, MAX_SHOWN_LINE_CHARS)
         );
         if state.matches >= MAX_MATCHES || state.out.len() + rendered.len() > MAX_OUTPUT_BYTES {
             state.full = true;

@@ -30,7 +30,7 @@ pub use bash::Bash;
 pub use edit_file::EditFile;
 pub use exec::{
     CommandExecutor, DiskOverBudget, ExecError, ExecOutcome, ExecRequest, ExecResult,
-    LocalExecutor, OutputCap,
+    LocalExecutor, OutputCap, SetupPolicy,
 };
 pub use grep::Grep;
 pub use list_files::ListFiles;
@@ -183,7 +183,7 @@ impl Registry {
             };
             return Ok(ToolOutput::error(format!(
                 "the input to `{name}` must be a JSON object matching its schema; got: {}",
-                truncate_chars(&shown, 200)
+                crate::text::truncate(&shown, 200)
             )));
         }
         // Whatever a tool did, the worktree's `.git` pointer is the one grove made.
@@ -204,24 +204,6 @@ impl Registry {
         }
         Ok(output)
     }
-}
-
-/// The first `max` characters of `text`, with an ellipsis when cut.
-pub fn truncate_chars(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
-    }
-}
-
-/// The last `max` characters of `text` (all of it when shorter), as a slice.
-pub fn last_chars(text: &str, max: usize) -> &str {
-    let count = text.chars().count();
-    let start = count
-        .checked_sub(max)
-        .and_then(|skip| text.char_indices().nth(skip))
-        .map_or(0, |(index, _)| index);
-    &text[start..]
 }
 
 /// Which built-in tools a role gets.
@@ -382,7 +364,7 @@ fn describe_value(value: &Value) -> String {
     format!(
         "{} {}",
         json_kind(value),
-        truncate_chars(&value.to_string(), 80)
+        crate::text::truncate(&value.to_string(), 80)
     )
 }
 

@@ -21,10 +21,10 @@ use grove::model::Provider;
 use grove::run::{Models, RunEnd, RunOptions, RunReport};
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
 
-use crate::suite::run::{Who, who};
 use crate::support::fake_cli::{self, FakeClis};
 use crate::support::fake_server::{FakeServer, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
+use crate::support::requests::{Who, who};
 
 pub(crate) const BRIEF: &str = "Make src/a.txt shout: replace alpha with ALPHA. BRIEF-MARK-7";
 const BRIEF_MARK: &str = "BRIEF-MARK-7";
@@ -55,7 +55,7 @@ pub(crate) async fn server() -> FakeServer {
 }
 
 fn models(server: &FakeServer) -> Models {
-    crate::suite::run::models(server, Provider::Anthropic, true)
+    crate::support::scripted_run::models(server, Provider::Anthropic, true)
 }
 
 pub(crate) fn repo() -> GitFixture {
@@ -729,10 +729,13 @@ fn the_backend_is_journaled_with_the_options_and_old_journals_read_as_builtin() 
 
 #[test]
 fn an_unknown_backend_is_a_usage_error() {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_grove"))
-        .args(["run", "--worker-backend", "cursor", "some task"])
-        .output()
-        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let output = crate::support::grove::Grove::new(dir.path(), dir.path()).grove([
+        "run",
+        "--worker-backend",
+        "cursor",
+        "some task",
+    ]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(

@@ -7,45 +7,12 @@ use std::process::Output;
 
 use serde_json::{Value, json};
 
-use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, TEST_API_KEY, Turn};
-use crate::support::git_fixture::{GitFixture, sealed_env};
+use grove::text;
 
-/// Runs the grove binary in `fixture`'s repository with a sealed environment, the model
-/// APIs pointed at `server`.
-pub(crate) async fn grove(
-    fixture: &GitFixture,
-    server: Option<&FakeServer>,
-    args: &[&str],
-) -> Output {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_grove"));
-    command.env_clear();
-    command.env("PATH", std::env::var_os("PATH").unwrap_or_default());
-    command.envs(sealed_env(&fixture.home()));
-    if let Some(server) = server {
-        command
-            .env("ANTHROPIC_BASE_URL", server.url())
-            .env("ANTHROPIC_API_KEY", TEST_API_KEY)
-            .env("OPENAI_BASE_URL", server.openai_url())
-            .env("OPENAI_API_KEY", TEST_API_KEY);
-    }
-    command.current_dir(&fixture.repo).args(args);
-    command.output().await.unwrap()
-}
-
-pub(crate) fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-pub(crate) fn role(request: &RecordedRequest) -> &'static str {
-    let system = request.system_text();
-    if system.starts_with("You are the lead engineer") {
-        "lead"
-    } else if system.starts_with("You are an independent code reviewer") {
-        "reviewer"
-    } else {
-        "worker"
-    }
-}
+use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
+use crate::support::git_fixture::GitFixture;
+use crate::support::grove::{Grove, find_in_worktrees, grove_in as grove, stderr};
+use crate::support::requests::role;
 
 /// A lead that delegates one subtask per `(path, content)`, workers that write it, and
 /// a reviewer that rejects any content starting with `bad`.
@@ -287,30 +254,11 @@ async fn usage_errors_exit_2_and_setup_errors_exit_1_with_one_clear_line() {
 }
 
 async fn grove_in(dir: &Path, fixture: &GitFixture, server: &FakeServer, args: &[&str]) -> Output {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_grove"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .envs(sealed_env(&fixture.home()))
+    Grove::new(dir, fixture.home())
+        .with_server(server)
         .env("GIT_CEILING_DIRECTORIES", dir.parent().unwrap())
-        .env("ANTHROPIC_BASE_URL", server.url())
-        .env("ANTHROPIC_API_KEY", TEST_API_KEY)
-        .current_dir(dir)
-        .args(args);
-    command.output().await.unwrap()
-}
-
-/// The first file named `name` in worktree 1 of any run of `fixture`, if any.
-pub(crate) fn find_in_worktrees(fixture: &GitFixture, name: &str) -> Option<std::path::PathBuf> {
-    let runs = fixture.repo.join(".git/grove/runs");
-    for run in std::fs::read_dir(runs).ok()?.flatten() {
-        let run_id = run.file_name().to_string_lossy().into_owned();
-        let candidate = fixture.worktree_dir(&run_id, 1).join(name);
-        if candidate.exists() {
-            return Some(candidate);
-        }
-    }
-    None
+        .grove_async(args)
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -339,18 +287,9 @@ async fn kill_9_mid_tool_call_then_resume_finishes_without_running_the_call_twic
     })
     .await;
 
-    let mut first = tokio::process::Command::new(env!("CARGO_BIN_EXE_grove"));
-    first
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .envs(sealed_env(&fixture.home()))
-        .env("ANTHROPIC_BASE_URL", server.url())
-        .env("ANTHROPIC_API_KEY", TEST_API_KEY)
-        .current_dir(&fixture.repo)
-        .args(["run", "leave a marker"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let mut child = first.spawn().unwrap();
+    let mut child = Grove::in_repo(&fixture)
+        .with_server(&server)
+        .spawn(["run", "leave a marker"]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while find_in_worktrees(&fixture, "marker").is_none() {
         assert!(
@@ -392,5 +331,348 @@ async fn kill_9_mid_tool_call_then_resume_finishes_without_running_the_call_twic
             .contains("grove was interrupted"),
         "the model is told the call was interrupted: {:?}",
         resumed_worker.tool_results()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Text from outside, exit codes that do not hide failure, usage errors, long tasks.
+
+/// Control characters a model (or an external CLI) may send: clear the screen, set the
+/// window title, a C1 CSI, a carriage return that overwrites a line.
+const ESCAPES: &str = "\x1b[2J\x1b]0;pwned\x07\u{9b}31m\r";
+
+/// True when `bytes` hold a raw ESC, BEL, CR or C1 CSI (in UTF-8).
+fn has_raw_controls(bytes: &[u8]) -> bool {
+    bytes.iter().any(|b| matches!(b, 0x1b | 0x07 | b'\r'))
+        || bytes.windows(2).any(|w| w == [0xc2, 0x9b])
+}
+
+/// A lead that delegates a brief carrying [`ESCAPES`], a reviewer that rejects with them
+/// in its summary, and a lead whose closing text carries them too.
+fn escaping(request: &RecordedRequest) -> Reply {
+    let done = !request.tool_results().is_empty();
+    let turn = match (role(request), done) {
+        ("lead", false) => Turn::new().tool_use(
+            "d1",
+            "delegate",
+            json!({ "task": format!("Write a.txt.{ESCAPES}") }),
+        ),
+        ("worker", false) => Turn::new().tool_use(
+            "w1",
+            "write_file",
+            json!({ "path": "a.txt", "content": "changed\n" }),
+        ),
+        ("reviewer", false) => Turn::new().tool_use(
+            "r1",
+            "submit_verdict",
+            json!({
+                "verdict": "reject",
+                "summary": format!("rejected{ESCAPES}"),
+                "findings": [{"path": "a.txt", "line": 1, "problem": format!("bad{ESCAPES}")}],
+            }),
+        ),
+        ("lead", true) => Turn::text(format!("all done{ESCAPES}")),
+        (_, true) => Turn::text("done"),
+        _ => unreachable!(),
+    };
+    turn.usage(10, 2, 0, 0).into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn terminal_escapes_from_a_model_reach_neither_the_terminal_nor_the_json_nor_the_lead() {
+    let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+    let server = FakeServer::with_responder(escaping).await;
+
+    let output = grove(&fixture, Some(&server), &["run", "--json", "change a"]).await;
+
+    let err = stderr(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "S1 is rejected: exit 3\n{err}"
+    );
+    assert!(
+        err.contains("rejected\\x1b[2J\\x1b]0;pwned\\x07\\u{9b}31m"),
+        "the reviewer's summary is shown with its escapes written out:\n{err}"
+    );
+    assert!(
+        !has_raw_controls(&output.stderr),
+        "no raw control character reaches the terminal:\n{err:?}"
+    );
+    assert!(
+        !has_raw_controls(&output.stdout),
+        "nor stdout's JSON, even decoded"
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let decoded = serde_json::to_string(&report).unwrap();
+    assert!(
+        !decoded.contains("\\u001b") && !decoded.contains('\u{9b}'),
+        "a JSON reader that prints a field gets no escape either: {decoded}"
+    );
+    assert!(
+        report["subtasks"][0]["task"]
+            .as_str()
+            .unwrap()
+            .ends_with("Write a.txt.\\x1b[2J\\x1b]0;pwned\\x07\\u{9b}31m\\r"),
+        "the brief is kept, written out: {report:#}"
+    );
+    let lead_results: Vec<String> = server
+        .requests()
+        .iter()
+        .filter(|request| role(request) == "lead")
+        .flat_map(|request| request.tool_results())
+        .map(|(_, content)| content)
+        .collect();
+    assert!(
+        lead_results.iter().any(|content| content.contains("pwned")),
+        "the reviewer's words reach the lead: {lead_results:?}"
+    );
+    assert!(
+        lead_results
+            .iter()
+            .all(|content| !has_raw_controls(content.as_bytes())),
+        "the lead's tool result carries no raw control character: {lead_results:?}"
+    );
+}
+
+/// A lead that answers `text` without delegating anything.
+fn lead_only(text: &'static str) -> impl Fn(&RecordedRequest) -> Reply {
+    move |_| Turn::text(text).usage(10, 2, 0, 0).into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn exit_3_when_the_lead_delegated_nothing_or_stopped_at_its_turn_cap() {
+    let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+    let server = FakeServer::with_responder(lead_only("Nothing to do here.")).await;
+    let nothing = grove(&fixture, Some(&server), &["run", "change a"]).await;
+    let err = stderr(&nothing);
+    assert_eq!(
+        nothing.status.code(),
+        Some(3),
+        "a run that delegated nothing did not do the task: exit 3\n{err}"
+    );
+    assert!(
+        err.contains("grove: finished, but not everything was done: the lead delegated nothing"),
+        "the reason is said:\n{err}"
+    );
+
+    let server = FakeServer::with_responder(scripted(&[("a.txt", "good")])).await;
+    let capped = grove(
+        &fixture,
+        Some(&server),
+        &["run", "--json", "--max-turns", "lead=1", "change a"],
+    )
+    .await;
+    let err = stderr(&capped);
+    let report: Value = serde_json::from_slice(&capped.stdout).unwrap();
+    assert_eq!(
+        (
+            capped.status.code(),
+            report["subtasks"][0]["status"].clone()
+        ),
+        (Some(3), json!("merged")),
+        "every subtask merged, but the lead was stopped by its turn cap: exit 3\n{err}"
+    );
+    assert!(
+        err.contains("grove: finished, but not everything was done: the lead stopped: turn cap"),
+        "the reason is said:\n{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_leads_long_closing_text_is_cut_saying_how_much_and_where_the_rest_is() {
+    let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+    let long: &'static str = "All fine. ".repeat(20_000).leak();
+    let writes = scripted(&[("a.txt", "good")]);
+    let server = FakeServer::with_responder(move |request| {
+        if role(request) == "lead" && !request.tool_results().is_empty() {
+            Turn::text(long).usage(10, 2, 0, 0).into()
+        } else {
+            writes(request)
+        }
+    })
+    .await;
+    let output = grove(&fixture, Some(&server), &["run", "--json", "change a"]).await;
+    let err = stderr(&output);
+    assert!(
+        err.len() < 12_000,
+        "200 000 characters of closing text are not all printed ({} bytes)",
+        err.len()
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let summary = report["summary"].as_str().unwrap();
+    assert_eq!(
+        (summary.len(), summary.trim()),
+        (long.len(), long.trim()),
+        "--json keeps the whole text"
+    );
+    assert!(
+        err.contains(
+            "[… 195999 more characters of the lead's text left out; the whole text is \
+             `summary` in the JSON on stdout]"
+        ),
+        "how much was left out and where the whole text is:\n{}",
+        text::last_chars(&err, 600)
+    );
+}
+
+#[tokio::test]
+async fn usage_errors_found_after_parsing_exit_2_and_an_unknown_run_is_an_error() {
+    let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+    let unknown = "20260101-000000-abcd";
+    let cases: [(&[&str], i32, &str); 8] = [
+        (&["run", "  "], 2, "grove: the task is empty"),
+        (
+            &["run", "--max-turns", "lead=x", "t"],
+            2,
+            "grove: --max-turns lead=x: expected a positive whole number",
+        ),
+        (
+            &["run", "--max-turns", "boss=3", "t"],
+            2,
+            "grove: --max-turns boss=3: unknown role \"boss\"",
+        ),
+        (
+            &["resume", "../x"],
+            2,
+            "grove: `../x` is not a grove run id",
+        ),
+        (&["clean", "../x"], 2, "grove: `../x` is not a grove run id"),
+        (
+            &["review", "../x"],
+            2,
+            "grove: `../x` is not a grove run id",
+        ),
+        (
+            &["clean", unknown],
+            1,
+            "grove: there is no run 20260101-000000-abcd in this repository",
+        ),
+        (
+            &["run", "--task-file", "missing.md"],
+            1,
+            "grove: cannot read the task file",
+        ),
+    ];
+    for (args, code, message) in cases {
+        let output = grove(&fixture, None, args).await;
+        let err = stderr(&output);
+        assert_eq!(
+            (output.status.code(), err.starts_with(message)),
+            (Some(code), true),
+            "grove {args:?} exits {code} saying {message:?}; it said:\n{err}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_task_over_128_kib_comes_from_a_file_or_stdin() {
+    let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+    fixture.write(
+        ".grove/agents/broken.md",
+        "---\ncolour: red\n---\nA prompt.\n",
+    );
+    let server = FakeServer::with_responder(lead_only("A plan.")).await;
+    let task: String = "Rename every item. ".repeat(10_000);
+    assert!(task.len() > 128 * 1024, "longer than one argument may be");
+    let task_file = fixture.repo.join("task.md");
+    std::fs::write(&task_file, &task).unwrap();
+
+    let from_file = grove(
+        &fixture,
+        Some(&server),
+        &["run", "--dry-run", "--task-file", "task.md"],
+    )
+    .await;
+    let from_stdin = Grove::in_repo(&fixture)
+        .with_server(&server)
+        .grove_with_stdin(["run", "--dry-run", "--task-file", "-"], task.as_bytes())
+        .await;
+    for output in [&from_file, &from_stdin] {
+        let err = stderr(output);
+        assert_eq!(output.status.code(), Some(0), "{err}");
+        assert!(
+            err.contains("grove: note: ") && err.contains("broken.md:2: "),
+            "a broken agent file is shown to the user, with its line:\n{err}"
+        );
+    }
+    let leads: Vec<String> = server
+        .requests()
+        .iter()
+        .map(RecordedRequest::last_user_text)
+        .collect();
+    assert_eq!(leads.len(), 2, "one lead request per run");
+    for text in leads {
+        assert!(
+            text.contains(task.trim()),
+            "the lead gets the whole task ({} bytes)",
+            text.len()
+        );
+    }
+    let both = grove(
+        &fixture,
+        None,
+        &["run", "--task-file", "task.md", "a task too"],
+    )
+    .await;
+    assert_eq!(
+        both.status.code(),
+        Some(2),
+        "a task and a task file: usage error"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_stopped_by_ctrl_c_is_interrupted_in_its_json_and_in_grove_runs() {
+    let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+    let server = FakeServer::with_responder(|request| {
+        let turn = match (role(request), request.tool_results().len()) {
+            ("lead", 0) => Turn::new().tool_use("d1", "delegate", json!({"task": "Wait."})),
+            ("worker", 0) => Turn::new().tool_use(
+                "w1",
+                "bash",
+                json!({"command": "echo started > marker; sleep 30", "timeout_s": 60}),
+            ),
+            _ => Turn::text("done"),
+        };
+        turn.usage(10, 2, 0, 0).into()
+    })
+    .await;
+    let child = Grove::in_repo(&fixture)
+        .with_server(&server)
+        .spawn_piped(["run", "--json", "wait"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while find_in_worktrees(&fixture, "marker").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker's command never ran"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("grove stops promptly after one Ctrl-C")
+        .unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", stderr(&output));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+
+    let listed = grove(&fixture, None, &["runs", "--json"]).await;
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let table = grove(&fixture, None, &["runs"]).await;
+    let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    assert_eq!(
+        (
+            report["status"].clone(),
+            listed[0]["status"].clone(),
+            table.split_whitespace().nth(1).map(str::to_owned)
+        ),
+        (
+            json!("interrupted"),
+            json!("interrupted"),
+            Some("interrupted".to_owned())
+        ),
+        "the run's own --json, `grove runs --json` and `grove runs` agree"
     );
 }

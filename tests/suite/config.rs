@@ -24,11 +24,11 @@ use grove::settings::options::default_jobs;
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
 use grove::store::{RunId, RunStore};
 
-use crate::suite::run::{Who, first_user_text, who};
-use crate::support::fake_server::{
-    Endpoint, FakeServer, RecordedRequest, Reply, TEST_API_KEY, Turn,
-};
-use crate::support::git_fixture::{GitFixture, sealed_env};
+use crate::support::fake_server::{Endpoint, FakeServer, RecordedRequest, Reply, Turn};
+use crate::support::git_fixture::GitFixture;
+use crate::support::grove::Grove;
+use crate::support::requests::{Who, who};
+use crate::support::scripted_run::first_user_text;
 
 const FILE: &str = "/repo/.grove/config.toml";
 
@@ -567,19 +567,11 @@ fn options_journaled_before_worktree_setup_existed_still_read() {
 // The binary: layers end to end, errors, `grove init`.
 
 async fn grove_in(dir: &Path, home: &Path, server: Option<&FakeServer>, args: &[&str]) -> Output {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_grove"));
-    command.env_clear();
-    command.env("PATH", std::env::var_os("PATH").unwrap_or_default());
-    command.envs(sealed_env(home));
+    let mut grove = Grove::new(dir, home);
     if let Some(server) = server {
-        command
-            .env("ANTHROPIC_BASE_URL", server.url())
-            .env("ANTHROPIC_API_KEY", TEST_API_KEY)
-            .env("OPENAI_BASE_URL", server.openai_url())
-            .env("OPENAI_API_KEY", TEST_API_KEY);
+        grove = grove.with_server(server);
     }
-    command.current_dir(dir).args(args);
-    command.output().await.unwrap()
+    grove.grove_async(args).await
 }
 
 async fn grove(fixture: &GitFixture, server: Option<&FakeServer>, args: &[&str]) -> Output {
@@ -610,7 +602,8 @@ async fn decided(
     args.extend_from_slice(flags);
     args.push("look around");
     let output = grove(fixture, Some(&server), &args).await;
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    // The lead delegates nothing: finished, but not everything was done (DESIGN.md).
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
     let requests = server.requests();
     assert_eq!(requests.len(), 1, "one lead turn");
     let model = requests[0].body["model"].as_str().unwrap().to_owned();
@@ -800,7 +793,8 @@ async fn grove_init_writes_a_config_that_runs_and_refuses_to_overwrite_it() {
     fixture.commit_all("first");
     let server = FakeServer::with_responder(|_| Turn::text("Nothing to do.").into()).await;
     let run = grove(&fixture, Some(&server), &["run", "look around"]).await;
-    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    // It ran to the end; the lead delegated nothing, which is exit 3 (DESIGN.md).
+    assert_eq!(run.status.code(), Some(3), "{}", stderr(&run));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

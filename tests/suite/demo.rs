@@ -10,21 +10,15 @@ use serde_json::Value;
 
 use grove::demo::sample::{FILES, TARGETS};
 
-use crate::support::git_fixture::{git_in, sealed_env};
+use crate::support::git_fixture::git_in;
+use crate::support::grove::Grove;
 
 /// Runs `grove demo <args>` with only `PATH` and the sealed git env: no key of any kind.
 async fn grove_demo(home: &Path, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_grove"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+    Grove::new(home, home)
         .env("TMPDIR", home)
-        .envs(sealed_env(home))
-        .current_dir(home)
-        .arg("demo")
-        .args(args)
-        .output()
+        .grove_async(["demo"].iter().chain(args))
         .await
-        .unwrap()
 }
 
 fn original(path: &str) -> &'static str {

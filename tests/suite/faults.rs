@@ -20,11 +20,12 @@ use grove::store::{JOURNAL_FILE, RunId, RunStart, RunStore, SNAPSHOT_FILE};
 use grove::tools::{LocalExecutor, ToolContext, ToolOutput, ToolSet, builtin_with_executor};
 use tokio_util::sync::CancellationToken;
 
-use crate::suite::run::{
-    USER_TASK, Who, lead_reply, options, repo_with_rules, reviewer_reply, run, who, worker_reply,
-};
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
 use crate::support::git_fixture::GitFixture;
+use crate::support::requests::{Who, who};
+use crate::support::scripted_run::{
+    USER_TASK, lead_reply, options, repo_with_rules, reviewer_reply, run, worker_reply,
+};
 
 /// A server whose one worker's first reply waits at `gate`, so the test can act on the
 /// user's repository while the run is in flight.
@@ -392,9 +393,9 @@ fn a_disk_that_fills_while_state_is_written_keeps_the_previous_state_and_the_run
 /// command that continues, and `grove resume` finishes the run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ctrl_c_once_checkpoints_exits_130_and_the_run_resumes() {
-    use crate::suite::cli::{find_in_worktrees, grove, role, stderr};
-    use crate::support::fake_server::{TEST_API_KEY, Turn};
-    use crate::support::git_fixture::sealed_env;
+    use crate::support::fake_server::Turn;
+    use crate::support::grove::{Grove, find_in_worktrees, grove_in as grove, stderr};
+    use crate::support::requests::role;
 
     let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
     let server = FakeServer::with_responder(|request| {
@@ -425,18 +426,9 @@ async fn ctrl_c_once_checkpoints_exits_130_and_the_run_resumes() {
     })
     .await;
 
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_grove"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .envs(sealed_env(&fixture.home()))
-        .env("ANTHROPIC_BASE_URL", server.url())
-        .env("ANTHROPIC_API_KEY", TEST_API_KEY)
-        .current_dir(&fixture.repo)
-        .args(["run", "write the marker"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = Grove::in_repo(&fixture)
+        .with_server(&server)
+        .spawn_piped(["run", "write the marker"]);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while find_in_worktrees(&fixture, "marker").is_none() {
         assert!(
@@ -481,7 +473,7 @@ async fn an_outage_from_the_first_call_pauses_the_run_and_resume_finishes_it() {
     use grove::event::EventSink;
     use grove::run::RunEnd;
 
-    use crate::suite::run::{models, scripted_server};
+    use crate::support::scripted_run::{models, scripted_server};
 
     let fixture = repo_with_rules();
     let down = FakeServer::with_responder(|_| Reply::overloaded()).await;

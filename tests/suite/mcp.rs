@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::suite::cli::{grove, role, stderr};
-use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, TEST_API_KEY, Turn};
-use crate::support::git_fixture::{GitFixture, sealed_env};
+use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
+use crate::support::git_fixture::GitFixture;
+use crate::support::grove::{Grove, grove_in as grove, stderr};
+use crate::support::requests::role;
 
 /// The `mcp` release `.ci/run` installs; CI checks that it is the one that ran.
 const PINNED_MCP: &str = "2.3.0";
@@ -190,20 +191,20 @@ async fn the_python_sdk_runs_reviews_applies_and_cancels_through_grove_mcp() {
     let hang_dir = tempfile::tempdir().unwrap();
     let server = FakeServer::with_responder(responder(hang_dir.path())).await;
 
+    // The client gets grove's sealed environment and hands it on to `grove mcp`.
+    let sealed = Grove::in_repo(&fixture)
+        .with_server(&server)
+        .env("GROVE_BIN", env!("CARGO_BIN_EXE_grove"))
+        .env("GROVE_REPO", &fixture.repo)
+        .env("GROVE_HANG_DIR", hang_dir.path());
     let client = |args: &[&str]| {
-        let mut command = tokio::process::Command::new(&python);
+        let mut command = std::process::Command::new(&python);
+        sealed.seal(&mut command);
         command
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py"))
-            .args(args)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .envs(sealed_env(&fixture.home()))
-            .env("ANTHROPIC_BASE_URL", server.url())
-            .env("ANTHROPIC_API_KEY", TEST_API_KEY)
-            .env("GROVE_BIN", env!("CARGO_BIN_EXE_grove"))
-            .env("GROVE_REPO", &fixture.repo)
-            .env("GROVE_HANG_DIR", hang_dir.path())
-            .kill_on_drop(true);
+            .args(args);
+        let mut command = tokio::process::Command::from(command);
+        command.kill_on_drop(true);
         command
     };
     let output = client(&[]).output();
@@ -456,7 +457,7 @@ fn check_cancel_and_resume(report: &Value, fixture: &GitFixture) {
     assert_eq!(
         (&cancelled["status"], &cancelled["pause_reason"]),
         (
-            &json!("paused"),
+            &json!("interrupted"),
             &json!(format!(
                 "interrupted; `grove resume {cancelled_id}` continues the run"
             ))
@@ -529,7 +530,7 @@ async fn crash_the_host(
     server: &FakeServer,
 ) -> Duration {
     // The host dies mid-run (no cancellation, only the end of grove's stdin): grove
-    // winds the run down itself and exits; killed, the run would read `interrupted`.
+    // winds the run down itself and exits; killed, the run would have no pause reason.
     let mut host = host_command
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -575,7 +576,7 @@ async fn crash_the_host(
     assert_eq!(
         (&quit["status"], &quit["pause_reason"]),
         (
-            &json!("paused"),
+            &json!("interrupted"),
             &json!(format!(
                 "interrupted; `grove resume {quit_id}` continues the run"
             ))

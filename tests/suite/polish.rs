@@ -6,9 +6,10 @@
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
-use crate::suite::cli::{grove, stderr};
-use crate::suite::run::{Who, repo_with_rules, usage, who};
 use crate::support::fake_server::{FakeServer, Turn};
+use crate::support::grove::{Grove, grove_in as grove, stderr};
+use crate::support::requests::{Who, who};
+use crate::support::scripted_run::{repo_with_rules, usage};
 
 /// `--dry-run` shows the lead's plan and leaves no trace: no worker or reviewer is
 /// called, no worktree, branch or run is created, the user's files are untouched.
@@ -89,17 +90,15 @@ async fn dry_run_prints_the_plan_and_leaves_no_trace() {
     );
 }
 
-fn grove_sync(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_grove"))
-        .args(args)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap()
+/// `grove ARGS` outside any repository, through the one sealed runner.
+fn grove_sync(args: &[&str]) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    Grove::new(dir.path(), dir.path()).grove(args)
 }
 
 /// The subcommands `grove --help` lists, so a new command is checked without a list here.
 fn subcommands() -> Vec<String> {
-    let help = String::from_utf8(grove_sync(&["--help"], &[]).stdout).unwrap();
+    let help = String::from_utf8(grove_sync(&["--help"]).stdout).unwrap();
     let commands: Vec<String> = help
         .lines()
         .skip_while(|line| !line.starts_with("Commands:"))
@@ -118,7 +117,7 @@ fn subcommands() -> Vec<String> {
 #[test]
 fn every_command_has_help_with_examples() {
     for command in subcommands() {
-        let output = grove_sync(&[&command, "--help"], &[]);
+        let output = grove_sync(&[&command, "--help"]);
         let help = String::from_utf8(output.stdout).unwrap();
         assert_eq!(output.status.code(), Some(0), "grove {command} --help");
         let examples: Vec<&str> = help
@@ -138,7 +137,7 @@ fn every_command_has_help_with_examples() {
 fn completions_cover_every_command_and_the_bash_script_parses() {
     let commands = subcommands();
     for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
-        let output = grove_sync(&["completions", shell], &[]);
+        let output = grove_sync(&["completions", shell]);
         assert_eq!(output.status.code(), Some(0), "grove completions {shell}");
         let script = String::from_utf8(output.stdout).unwrap();
         for command in &commands {
@@ -150,7 +149,7 @@ fn completions_cover_every_command_and_the_bash_script_parses() {
     }
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("grove.bash");
-    std::fs::write(&script, grove_sync(&["completions", "bash"], &[]).stdout).unwrap();
+    std::fs::write(&script, grove_sync(&["completions", "bash"]).stdout).unwrap();
     let check = std::process::Command::new("bash")
         .arg("-n")
         .arg(&script)
@@ -161,7 +160,7 @@ fn completions_cover_every_command_and_the_bash_script_parses() {
         "the bash completion script is valid bash: {}",
         String::from_utf8_lossy(&check.stderr)
     );
-    let usage = grove_sync(&["completions", "tcsh"], &[]);
+    let usage = grove_sync(&["completions", "tcsh"]);
     assert_eq!(
         usage.status.code(),
         Some(2),
@@ -174,17 +173,18 @@ fn demo_on_a_terminal(no_color: bool) -> String {
     let dir = tempfile::tempdir().unwrap();
     let command = format!(
         "{} demo --keep-dir {}",
-        env!("CARGO_BIN_EXE_grove"),
+        crate::support::grove::GROVE,
         dir.path().join("demo").display()
     );
-    let mut script = std::process::Command::new("script");
-    script
-        .args(["--quiet", "--return", "--command", &command, "/dev/null"])
+    let mut grove = Grove::new(dir.path(), dir.path())
         .env("TERM", "xterm-256color")
         .env_remove("NO_COLOR");
     if no_color {
-        script.env("NO_COLOR", "1");
+        grove = grove.env("NO_COLOR", "1");
     }
+    let mut script = std::process::Command::new("script");
+    grove.seal(&mut script);
+    script.args(["--quiet", "--return", "--command", &command, "/dev/null"]);
     let output = script.output().unwrap();
     assert_eq!(output.status.code(), Some(0), "the demo runs on a terminal");
     String::from_utf8_lossy(&output.stdout).into_owned()

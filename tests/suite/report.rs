@@ -17,9 +17,10 @@ use grove::run::{ModelChoice, Models, RunEnd, RunOptions};
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
 use grove::store::state::RunStatus;
 
-use crate::suite::cli::role;
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
-use crate::support::git_fixture::{GitFixture, sealed_env};
+use crate::support::git_fixture::GitFixture;
+use crate::support::grove::Grove;
+use crate::support::requests::role;
 
 /// Text that breaks out of a `<script>` element if it is not escaped.
 const INJECTION: &str = "</script><script>alert(1)</script><img src=x onerror=alert(2)>";
@@ -113,16 +114,9 @@ async fn finished_run(fixture: &GitFixture) -> String {
     report.run_id
 }
 
-/// Runs the grove binary in `fixture`'s repository with a sealed environment.
+/// Runs the grove binary in `fixture`'s repository (the one sealed runner).
 async fn grove(fixture: &GitFixture, args: &[&str]) -> Output {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_grove"));
-    command
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .envs(sealed_env(&fixture.home()))
-        .current_dir(&fixture.repo)
-        .args(args);
-    command.output().await.unwrap()
+    Grove::in_repo(fixture).grove_async(args).await
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -405,7 +399,11 @@ async fn an_unknown_or_malformed_run_id_is_a_clear_error() {
         "{stderr}"
     );
     let malformed = grove(&fixture, &["report", "../../etc"]).await;
-    assert_eq!(malformed.status.code(), Some(1));
+    assert_eq!(
+        malformed.status.code(),
+        Some(2),
+        "a malformed run id is a usage error (exit 2), an unknown one an error (exit 1)"
+    );
     assert!(
         text(&malformed.stderr).contains("`../../etc` is not a grove run id"),
         "{}",

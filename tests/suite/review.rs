@@ -21,9 +21,10 @@ use grove::store::lock::RepoLock;
 use grove::store::state::{MergeState, RunState, RunStatus, SubtaskStatus};
 use grove::store::{RunStart, RunStore};
 
-use crate::suite::cli::role;
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
-use crate::support::git_fixture::{GitFixture, sealed_env};
+use crate::support::git_fixture::GitFixture;
+use crate::support::grove::Grove;
+use crate::support::requests::role;
 
 /// Three briefs: S1 and S3 are approved, S2 adds a junk file and is rejected.
 const BRIEFS: &[&str] = &[
@@ -643,16 +644,7 @@ async fn the_binary_lists_a_run_and_refuses_bad_decisions_with_clear_messages() 
 const NOTHING_AND_JUNK: &[&str] = &["Look around.", "Add a file.\nWRITE junk.txt JUNK"];
 
 fn grove(fixture: &GitFixture, args: &[&str]) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_grove"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .envs(sealed_env(&fixture.home()))
-        .env("NO_COLOR", "1")
-        .current_dir(&fixture.repo)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap()
+    Grove::in_repo(fixture).grove(args)
 }
 
 fn stdout(output: &Output) -> String {

@@ -5,177 +5,19 @@
 use std::sync::Arc;
 
 use pretty_assertions::assert_eq;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
 use grove::event::EventSink;
 use grove::model::Provider;
-use grove::run::{ModelChoice, Models, RunEnd, RunError, RunOptions, RunReport};
+use grove::run::{RunEnd, RunError, RunOptions, RunReport};
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
 
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
-
-pub(crate) const RULES: &str = "House rule: keep every line under 80 columns.";
-
-/// Which built-in role sent a request, told by its system prompt.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Who {
-    Lead,
-    Worker,
-    Reviewer,
-}
-
-pub(crate) fn who(request: &RecordedRequest) -> Who {
-    let system = request.system_text();
-    if system.starts_with("You are the lead engineer") {
-        Who::Lead
-    } else if system.starts_with("You are an independent code reviewer") {
-        Who::Reviewer
-    } else {
-        assert!(
-            system.starts_with("You are a software engineer"),
-            "unknown role: {system}"
-        );
-        Who::Worker
-    }
-}
-
-/// The text of the first user message: a subagent's brief.
-pub(crate) fn first_user_text(request: &RecordedRequest) -> String {
-    let first = request
-        .messages()
-        .iter()
-        .find(|m| m["role"] == "user")
-        .cloned()
-        .unwrap_or(Value::Null);
-    match &first["content"] {
-        Value::String(text) => text.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
-}
-
-pub(crate) fn answered(request: &RecordedRequest) -> bool {
-    !request.tool_results().is_empty()
-}
-
-pub(crate) fn usage(turn: Turn) -> Turn {
-    turn.usage(100, 10, 50, 5)
-}
-
-/// A lead that delegates `briefs` at once, then summarises.
-pub(crate) fn lead_reply(request: &RecordedRequest, briefs: &[(&str, Option<&str>)]) -> Reply {
-    if answered(request) {
-        return usage(Turn::text("All subtasks are done.")).into();
-    }
-    let mut turn = Turn::text("Delegating.");
-    for (index, (brief, mode)) in briefs.iter().enumerate() {
-        let mut input = json!({ "task": brief });
-        if let Some(mode) = mode {
-            input["mode"] = json!(mode);
-        }
-        turn = turn.tool_use(&format!("lead_call_{index}"), "delegate", input);
-    }
-    usage(turn).into()
-}
-
-/// A worker that follows briefs of the form `WRITE <path> <content>`.
-pub(crate) fn worker_reply(request: &RecordedRequest) -> Reply {
-    if answered(request) {
-        return usage(Turn::text("WORKER-FINAL: wrote the file as asked.")).into();
-    }
-    // The brief is the newest user text, in isolated and forked conversations alike.
-    write_reply(&request.last_user_text())
-}
-
-/// The `write_file` call a `WRITE <path> <content>` line in `brief` asks for.
-pub(crate) fn write_reply(brief: &str) -> Reply {
-    let line = brief
-        .lines()
-        .rev()
-        .find(|line| line.starts_with("WRITE "))
-        .unwrap_or_else(|| panic!("brief without WRITE: {brief}"));
-    let mut parts = line.splitn(3, ' ').skip(1);
-    let path = parts.next().unwrap();
-    let content = parts.next().unwrap_or_default();
-    usage(Turn::text("Writing.").tool_use(
-        "worker_call_1",
-        "write_file",
-        json!({ "path": path, "content": format!("{content}\n") }),
-    ))
-    .into()
-}
-
-/// A reviewer that rejects diffs touching `junk`, approves the rest.
-pub(crate) fn reviewer_reply(request: &RecordedRequest) -> Reply {
-    if answered(request) {
-        return usage(Turn::text("Verdict given.")).into();
-    }
-    let brief = first_user_text(request);
-    let input = if brief.contains("junk") {
-        json!({
-            "verdict": "reject",
-            "summary": "Adds a junk file nobody asked for.",
-            "findings": [{ "path": "junk.txt", "line": 1, "problem": "not part of the task" }]
-        })
-    } else {
-        json!({ "verdict": "approve", "summary": "Does what the brief asks." })
-    };
-    usage(Turn::new().tool_use("review_call_1", "submit_verdict", input)).into()
-}
-
-pub(crate) fn models(server: &FakeServer, provider: Provider, stream: bool) -> Models {
-    let choice = |name: &str| ModelChoice {
-        client: server.model(provider, stream),
-        name: name.into(),
-    };
-    Models {
-        provider: provider.as_str().into(),
-        lead: choice("lead-model"),
-        worker: choice("worker-model"),
-        reviewer: choice("reviewer-model"),
-    }
-}
-
-pub(crate) fn options(fixture: &GitFixture, task: &str) -> RunOptions {
-    RunOptions {
-        jobs: 3,
-        git: fixture.options(),
-        ..RunOptions::new(task)
-    }
-}
-
-pub(crate) async fn run(
-    fixture: &GitFixture,
-    server: &FakeServer,
-    provider: Provider,
-    options: RunOptions,
-) -> Result<RunReport, RunError> {
-    grove::run::run(
-        &fixture.repo,
-        options,
-        models(server, provider, true),
-        EventSink::discard(),
-        CancellationToken::new(),
-    )
-    .await
-}
-
-pub(crate) fn repo_with_rules() -> GitFixture {
-    GitFixture::with_files(&[
-        ("src/a.txt", "alpha\n"),
-        ("src/b.txt", "beta\n"),
-        ("src/c.txt", "gamma\n"),
-        ("src/notes.txt", "READ-BY-WORKER: private notes\n"),
-        ("AGENTS.md", RULES),
-    ])
-}
+use crate::support::requests::{Who, who};
+use crate::support::scripted_run::*;
 
 fn statuses(report: &RunReport) -> Vec<(String, SubtaskOutcome, Option<VerdictKind>)> {
     report
@@ -184,8 +26,6 @@ fn statuses(report: &RunReport) -> Vec<(String, SubtaskOutcome, Option<VerdictKi
         .map(|s| (s.id.clone(), s.status, s.verdict))
         .collect()
 }
-
-pub(crate) const USER_TASK: &str = "USER-TASK: shout the two words and add nothing else";
 
 /// A worker that reads the shared notes first (all four workers' first replies wait
 /// at `gate` until every one of them is in flight), then writes, then reports.
@@ -1096,17 +936,4 @@ async fn resume_healthy(fixture: &GitFixture, run_id: &str) -> (FakeServer, RunR
         "the resumed subtask finishes and merges"
     );
     (server, resumed)
-}
-
-/// A server whose lead delegates `briefs` in one response, with the standard worker and
-/// reviewer scripts.
-pub(crate) async fn scripted_server(
-    briefs: &'static [(&'static str, Option<&'static str>)],
-) -> FakeServer {
-    FakeServer::with_responder(move |request| match who(request) {
-        Who::Lead => lead_reply(request, briefs),
-        Who::Worker => worker_reply(request),
-        Who::Reviewer => reviewer_reply(request),
-    })
-    .await
 }

@@ -1207,8 +1207,9 @@ const JOURNAL_BEFORE_TYPED_OPTIONS: &str = include_str!("fixtures/paused_run.jou
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn grove_resume_finishes_a_run_journaled_before_options_were_typed() {
-    use crate::suite::run::{Who, repo_with_rules, scripted_server, who};
     use crate::support::git_fixture::sealed_env;
+    use crate::support::requests::{Who, who};
+    use crate::support::scripted_run::{repo_with_rules, scripted_server};
 
     let fixture = repo_with_rules();
     assert_eq!(

@@ -27,9 +27,9 @@ use grove::tools::{
     builtin_with_executor,
 };
 
-use crate::suite::cli::role as who;
 use crate::support::fake_server::{FakeServer, Turn};
 use crate::support::git_fixture::GitFixture;
+use crate::support::requests::role as who;
 
 const SECRET: &str = "SECRET-KEY-MATERIAL-7f3a9c";
 
@@ -534,7 +534,7 @@ async fn obedient_server(steps: Vec<(&'static str, Value)>) -> FakeServer {
 }
 
 fn models(server: &FakeServer) -> Models {
-    crate::suite::run::models(server, Provider::Anthropic, true)
+    crate::support::scripted_run::models(server, Provider::Anthropic, true)
 }
 
 fn sandboxed_options(fixture: &GitFixture, home: &Path) -> RunOptions {
@@ -849,7 +849,7 @@ async fn sandbox_off_is_loud_and_journaled() {
 
 /// Runs `command` in `cwd` through `executor` with a 20 s timeout; its output text.
 async fn run_in(
-    executor: &SandboxedExecutor,
+    executor: &dyn CommandExecutor,
     cwd: &Path,
     command: &str,
 ) -> grove::tools::ExecResult {
@@ -1106,6 +1106,12 @@ async fn a_command_that_takes_the_worktree_past_its_disk_budget_fails() {
         "a command that leaves the worktree over budget fails, naming the excess: {}",
         big.content
     );
+    let cleaned = scene.bash(&tools, "rm big.bin", 10).await;
+    assert!(
+        !cleaned.is_error,
+        "once the excess is deleted, commands succeed again: {}",
+        cleaned.content
+    );
 }
 
 #[tokio::test]
@@ -1119,16 +1125,15 @@ async fn a_setup_command_runs_confined_with_the_network_when_allowed() {
     std::fs::create_dir(&cache).unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let setup = SandboxedExecutor::new(
-        SandboxPolicy {
+    // What the run's prepare stage does: the workers' executor, for the setup.
+    let setup = scene
+        .executor(SandboxPolicy::default())
+        .for_setup(&grove::tools::SetupPolicy {
             allow_network: true,
-            ..SandboxPolicy::default()
-        },
-        scene.env(),
-    )
-    .writing(std::slice::from_ref(&cache));
+            writable: vec![cache.clone()],
+        });
     let result = run_in(
-        &setup,
+        setup.as_ref(),
         &scene.worktree,
         &format!(
             "echo made > node_modules.txt; echo cached > {cache}/pkg; \

@@ -1,6 +1,10 @@
-//! Test support: the fake model server and sealed git fixtures.
+//! Test support: the fake model server, sealed git fixtures, and the one sealed runner
+//! of the grove binary.
 
 pub mod fake_cli;
 pub mod fake_server;
 pub mod git_fixture;
+pub mod grove;
+pub mod requests;
 pub mod scripted_model;
+pub mod scripted_run;

@@ -18,10 +18,11 @@ use super::backend::{
     AIDER_CHAT_HISTORY_VAR, AIDER_INPUT_HISTORY_VAR, OPENAI_BASE_URL_VAR, PROGRAM_VAR, STDERR_VAR,
     STDOUT_VAR, WorkerBackend, shell_command,
 };
-use super::follow::{LineFollower, file_tail, strip_escapes, tail_chars};
+use super::follow::{LineFollower, file_tail};
 use super::parse::{
     CliReport, OutputFormat, OutputParser, Progress, last_reply_in_history, non_empty, parse_output,
 };
+use crate::text::{strip_escapes, tail};
 use crate::tools::exec::{
     CommandExecutor as _, ExecError, ExecOutcome, ExecRequest, ExecResult, LocalExecutor, OutputCap,
 };
@@ -272,10 +273,10 @@ impl CliInvocation {
             ExecOutcome::Exited(0) => match (&report.error, report.denials.as_slice()) {
                 (Some(error), _) => CliEnd::Failed(format!(
                     "{name} reported an error: {}",
-                    tail_chars(&strip_escapes(error), REASON_CHARS)
+                    tail(&strip_escapes(error), REASON_CHARS)
                 )),
                 (None, []) => CliEnd::Finished,
-                (None, denials) => CliEnd::Failed(tail_chars(
+                (None, denials) => CliEnd::Failed(tail(
                     &strip_escapes(&format!(
                         "{name} was refused by its own permission rules: {} (Claude Code \
                          never edits under a .git directory)",
@@ -307,7 +308,7 @@ impl CliInvocation {
             .or_else(|| non_empty(ran.result.output_text()))
             .or_else(|| ran.report.final_message.clone())
             .unwrap_or_else(|| "it printed nothing on stderr".to_owned());
-        tail_chars(&strip_escapes(&detail), REASON_CHARS)
+        tail(&strip_escapes(&detail), REASON_CHARS)
     }
 
     /// The program to start, from `GROVE_<NAME>_BIN` in the environment or the default.

@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Ledger;
-use crate::tools::truncate_chars;
+use crate::text::truncate;
 
 mod backend;
 mod follow;
@@ -156,7 +156,7 @@ pub fn describe_end(backend: &WorkerBackend, outcome: &CliOutcome) -> String {
         CliEnd::Finished => match &outcome.report.final_message {
             Some(message) => format!(
                 "{name} finished: {}",
-                truncate_chars(message.lines().next().unwrap_or_default(), 120)
+                truncate(message.lines().next().unwrap_or_default(), 120)
             ),
             None => format!("{name} finished"),
         },

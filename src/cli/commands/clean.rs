@@ -3,8 +3,10 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use clap::Args;
+
+use grove::store::RunStore;
 
 use crate::cli::{drive, render};
 
@@ -17,11 +19,8 @@ pub struct CleanArgs {
 
 /// Cleans `args.run_id` unless it is still running.
 pub async fn clean(directory: &Path, args: &CleanArgs) -> anyhow::Result<ExitCode> {
+    let run = drive::parse_run_id(&args.run_id)?;
     let repo = drive::open_repo(directory).await?;
-    let run: grove::store::RunId = args
-        .run_id
-        .parse()
-        .with_context(|| format!("{:?} is not a run id; `grove runs` lists them", args.run_id))?;
     let holder = grove::store::lock::read_holder(repo.common_dir())?;
     if let Some(holder) = holder
         && holder.run_id == run.as_str()
@@ -34,6 +33,14 @@ pub async fn clean(directory: &Path, args: &CleanArgs) -> anyhow::Result<ExitCod
         );
     }
     let report = repo.clean_run(&run).await?;
+    let nothing = report.archived.is_empty()
+        && report.removed_worktrees.is_empty()
+        && report.deleted_branches.is_empty();
+    // A run whose directory is gone may still have left worktrees; only when neither
+    // exists is the id wrong.
+    if nothing && !RunStore::new(repo.common_dir()).run_dir(&run).exists() {
+        bail!("there is no run {run} in this repository; `grove runs` lists them");
+    }
     render::clean_report(&report);
     Ok(ExitCode::SUCCESS)
 }

@@ -4,8 +4,6 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::cli::args::Cli;
-
 /// Arguments of `grove completions`.
 #[derive(Debug, Args)]
 pub struct CompletionsArgs {
@@ -13,9 +11,9 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
-/// Writes the completion script of `args.shell` to stdout.
-pub fn completions(args: &CompletionsArgs) -> ExitCode {
-    let mut command = <Cli as clap::CommandFactory>::command();
+/// Writes the completion script of `args.shell` for `command` (grove's whole command
+/// line) to stdout.
+pub fn completions(args: &CompletionsArgs, mut command: clap::Command) -> ExitCode {
     clap_complete::generate(args.shell, &mut command, "grove", &mut std::io::stdout());
     ExitCode::SUCCESS
 }

@@ -9,7 +9,10 @@ use anyhow::Context as _;
 use clap::Args;
 
 use grove::report::{self, PriceTable};
-use grove::store::{RunId, RunStore};
+use grove::store::RunStore;
+use grove::text::shell_word;
+
+use crate::cli::drive;
 
 /// Arguments of `grove report`.
 #[derive(Debug, Args)]
@@ -32,16 +35,14 @@ pub async fn report(directory: &Path, args: &ReportArgs) -> anyhow::Result<ExitC
         Some(file) => PriceTable::with_overrides_from(&directory.join(file))?,
         None => PriceTable::builtin(),
     };
-    let repo = crate::cli::drive::open_repo(directory).await?;
-    let data = report::gather(&repo, &args.run_id, prices).await?;
+    let run = drive::parse_run_id(&args.run_id)?;
+    let repo = drive::open_repo(directory).await?;
+    let data = report::gather(&repo, run.as_str(), prices).await?;
     let output = match &args.output {
         Some(path) => directory.join(path),
-        None => {
-            let run: RunId = args.run_id.parse()?;
-            RunStore::new(repo.common_dir())
-                .run_dir(&run)
-                .join(report::DEFAULT_FILE_NAME)
-        }
+        None => RunStore::new(repo.common_dir())
+            .run_dir(&run)
+            .join(report::DEFAULT_FILE_NAME),
     };
     std::fs::write(&output, report::render_html(&data))
         .with_context(|| format!("cannot write the report to {}", output.display()))?;
@@ -71,16 +72,4 @@ fn file_url(path: &Path) -> String {
         }
     }
     url
-}
-
-/// `text` quoted for a POSIX shell when it needs to be.
-fn shell_word(text: &str) -> String {
-    let plain = text
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%".contains(c));
-    if plain && !text.is_empty() {
-        text.to_owned()
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
-    }
 }

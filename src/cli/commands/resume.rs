@@ -8,7 +8,7 @@ use clap::Args;
 use grove::git::GitOptions;
 use grove::run::launch;
 
-use crate::cli::drive;
+use crate::cli::{drive, render};
 
 /// Arguments of `grove resume`.
 #[derive(Debug, Args)]
@@ -23,10 +23,15 @@ pub struct ResumeArgs {
 /// Resumes `args.run_id` with the provider and models the run started with.
 pub async fn resume(directory: &Path, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
     let models = launch::resume_models;
+    let run_id = drive::parse_run_id(&args.run_id)?;
+    let repo = drive::open_repo(directory).await?;
+    render::agent_file_problems(&drive::agent_file_problems(
+        repo.work_tree().unwrap_or(repo.common_dir()),
+    ));
     let report = drive::drive(args.json, |events, cancel| {
         grove::run::resume(
             directory,
-            &args.run_id,
+            run_id.as_str(),
             GitOptions::default(),
             models,
             events,

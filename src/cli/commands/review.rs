@@ -15,6 +15,7 @@ use grove::git::{GitOptions, Repo};
 use grove::review::{self, ApplyResult, ReviewOutcome, SubtaskReview, override_verdicts};
 use grove::store::journal::VerdictKind;
 
+use crate::cli::drive;
 use crate::cli::exit::EXIT_USAGE;
 use crate::cli::render::review::{
     Decisions, Out, show_outcome, show_run_footer, show_subtask, walk,
@@ -94,8 +95,9 @@ pub async fn review(directory: &Path, args: &ReviewArgs) -> anyhow::Result<ExitC
             return Ok(ExitCode::from(EXIT_USAGE));
         }
     };
+    let run_id = drive::parse_run_id(&args.run_id)?;
     let repo = Repo::open(directory, GitOptions::default()).await?;
-    let run = review::load(&repo, &args.run_id).await?;
+    let run = review::load(&repo, run_id.as_str()).await?;
     let mut out = Out::new(args.json);
     let interactive = !args.wants_change()
         && !args.list
@@ -143,7 +145,7 @@ pub async fn review(directory: &Path, args: &ReviewArgs) -> anyhow::Result<ExitC
         (changes, args.apply)
     };
 
-    let outcome = override_verdicts(&repo, &args.run_id, &changes, apply).await?;
+    let outcome = override_verdicts(&repo, run_id.as_str(), &changes, apply).await?;
     show_outcome(&mut out, &outcome, apply)?;
     if args.json {
         print_json(&outcome)?;

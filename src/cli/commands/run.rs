@@ -1,24 +1,32 @@
 //! `grove run TASK`: runs one task in the current repository (or, with `--dry-run`,
 //! shows the lead's plan).
 
-use std::path::Path;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use clap::Args;
 
 use grove::agent::external::WorkerBackend;
 use grove::model::{self, Provider};
-use grove::run::launch::{self, Launch, RunRequest, parse_turn_caps};
+use grove::run::launch::{self, Launch, RunRequest};
 use grove::settings::config::{RoleValues, RunSettings};
 
+use crate::cli::drive::{self, UsageError};
 use crate::cli::exit::EXIT_INTERRUPTED;
-use crate::cli::{drive, render};
+use crate::cli::render;
 
 /// Arguments of `grove run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// What to do, in plain words.
-    pub task: String,
+    #[arg(required_unless_present = "task_file")]
+    pub task: Option<String>,
+    /// Read the task from FILE (`-`: standard input) instead of the command line, for a
+    /// task longer than a command line holds (128 KiB).
+    #[arg(long, value_name = "FILE", conflicts_with = "task")]
+    pub task_file: Option<PathBuf>,
     /// How many subtasks may run at once [default: 2 per core, at most 4].
     #[arg(long, short = 'j', value_parser = clap::value_parser!(u32).range(1..=64))]
     pub jobs: Option<u32>,
@@ -90,32 +98,56 @@ fn parse_provider(text: &str) -> Result<Provider, String> {
         .map_err(|error: model::ModelError| error.to_string())
 }
 
+/// `--max-turns` values, in order: `N` sets every role, `ROLE=N` one role.
+fn turn_caps(values: &[String]) -> Result<RoleValues<u32>, UsageError> {
+    let mut caps = RoleValues::default();
+    for value in values {
+        let (role, number) = match value.split_once('=') {
+            Some((role, number)) => (Some(role.trim()), number),
+            None => (None, value.as_str()),
+        };
+        let turns: u32 = number
+            .trim()
+            .parse()
+            .ok()
+            .filter(|turns| *turns > 0)
+            .ok_or_else(|| {
+                UsageError(format!(
+                    "--max-turns {value}: expected a positive whole number"
+                ))
+            })?;
+        match role {
+            None => {
+                caps = RoleValues {
+                    lead: Some(turns),
+                    worker: Some(turns),
+                    reviewer: Some(turns),
+                };
+            }
+            Some("lead") => caps.lead = Some(turns),
+            Some("worker") => caps.worker = Some(turns),
+            Some("reviewer") => caps.reviewer = Some(turns),
+            Some(other) => {
+                return Err(UsageError(format!(
+                    "--max-turns {value}: unknown role {other:?} (lead, worker, reviewer)"
+                )));
+            }
+        }
+    }
+    Ok(caps)
+}
+
 /// Runs the task with the settings of the flags over `.grove/config.toml`.
 pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let task = task(directory, &args)?;
+    let flags = flag_settings(&args)?;
+    let repo = drive::open_repo(directory).await?;
+    let root = repo.work_tree().unwrap_or(repo.common_dir());
     // Flags beat .grove/config.toml, which beats the built-in defaults (RunSettings::over).
-    let flags = RunSettings {
-        provider: args.provider,
-        model: args.model.clone(),
-        models: RoleValues {
-            lead: args.lead_model.clone(),
-            worker: args.worker_model.clone(),
-            reviewer: args.reviewer_model.clone(),
-        },
-        jobs: args.jobs,
-        max_turns: parse_turn_caps(&args.max_turns)?,
-        budget_tokens: args.budget_tokens,
-        subagent_budget_tokens: args.subagent_budget_tokens,
-        apply: match (args.no_apply, args.apply) {
-            (true, _) => Some(false),
-            (false, true) => Some(true),
-            (false, false) => None,
-        },
-        ..RunSettings::default()
-    };
     let Launch { options, models } = launch::prepare(
         directory,
         RunRequest {
-            task: args.task.clone(),
+            task,
             flags,
             keep_worktrees: args.keep_worktrees,
             worker_backend: args.worker_backend.clone(),
@@ -125,6 +157,7 @@ pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         },
     )
     .await?;
+    render::agent_file_problems(&drive::agent_file_problems(root));
 
     let json = args.json;
     if args.dry_run {
@@ -148,4 +181,56 @@ pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     })
     .await?;
     Ok(drive::exit_code(&report))
+}
+
+/// The task: the argument, or the contents of `--task-file` (`-` reads stdin). An empty
+/// task is a usage error.
+fn task(directory: &Path, args: &RunArgs) -> anyhow::Result<String> {
+    let task = match (&args.task, &args.task_file) {
+        (Some(task), _) => task.clone(),
+        (None, Some(file)) if file.as_os_str() == "-" => {
+            let mut task = String::new();
+            std::io::stdin()
+                .read_to_string(&mut task)
+                .context("cannot read the task from standard input")?;
+            task
+        }
+        (None, Some(file)) => {
+            let path = directory.join(file);
+            std::fs::read_to_string(&path)
+                .with_context(|| format!("cannot read the task file {}", path.display()))?
+        }
+        (None, None) => String::new(),
+    };
+    if task.trim().is_empty() {
+        return Err(UsageError(
+            "the task is empty; say what grove should do, e.g. grove run \"fix the failing test\""
+                .to_owned(),
+        )
+        .into());
+    }
+    Ok(task)
+}
+
+/// The settings the flags give (unset keys fall through to the project file).
+fn flag_settings(args: &RunArgs) -> Result<RunSettings, UsageError> {
+    Ok(RunSettings {
+        provider: args.provider,
+        model: args.model.clone(),
+        models: RoleValues {
+            lead: args.lead_model.clone(),
+            worker: args.worker_model.clone(),
+            reviewer: args.reviewer_model.clone(),
+        },
+        jobs: args.jobs,
+        max_turns: turn_caps(&args.max_turns)?,
+        budget_tokens: args.budget_tokens,
+        subagent_budget_tokens: args.subagent_budget_tokens,
+        apply: match (args.no_apply, args.apply) {
+            (true, _) => Some(false),
+            (false, true) => Some(true),
+            (false, false) => None,
+        },
+        ..RunSettings::default()
+    })
 }

@@ -20,7 +20,10 @@ pub struct RunsArgs {
 /// Prints the runs as a table, or as a JSON array with `--json`.
 pub async fn runs(directory: &Path, args: &RunsArgs) -> anyhow::Result<ExitCode> {
     let repo = drive::open_repo(directory).await?;
-    let runs = RunStore::new(repo.common_dir()).list_runs()?;
+    let mut runs = RunStore::new(repo.common_dir()).list_runs()?;
+    for run in &mut runs {
+        run.status = run.shown_status();
+    }
     if args.json {
         render::json(&runs)?;
     } else {

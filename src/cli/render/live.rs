@@ -12,7 +12,9 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use grove::event::{AgentId, Event};
 use grove::ledger::Ledger;
 
-use super::{first_line, paint};
+use grove::text::{first_line, printable};
+
+use super::paint;
 
 /// Every subagent's final ledger, in the order they finished.
 pub type Ledgers = Vec<(AgentId, Ledger)>;
@@ -26,6 +28,7 @@ pub async fn live(mut events: UnboundedReceiver<Event>, terminal: bool) -> Ledge
     };
     let mut ledgers = Vec::new();
     while let Some(event) = events.recv().await {
+        let event = escaped(event);
         if let Event::AgentFinished { agent, ledger, .. } = &event {
             ledgers.push((agent.clone(), *ledger));
         }
@@ -38,6 +41,98 @@ pub async fn live(mut events: UnboundedReceiver<Event>, terminal: bool) -> Ledge
         bars.finish();
     }
     ledgers
+}
+
+/// `event` with every string escaped by [`printable`]: a brief, a model's error, an
+/// external CLI's stderr or an agent file's name may carry terminal escapes, and this is
+/// the one place events reach the terminal. Exhaustive on purpose: a new event's text
+/// must be thought about here.
+fn escaped(event: Event) -> Event {
+    let text = |text: String| match printable(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(escaped) => escaped,
+    };
+    let agent = |agent: AgentId| AgentId {
+        role: text(agent.role),
+        label: text(agent.label),
+    };
+    match event {
+        Event::AgentStarted { agent: id } => Event::AgentStarted { agent: agent(id) },
+        Event::TurnCompleted {
+            agent: id,
+            turn,
+            ledger,
+        } => Event::TurnCompleted {
+            agent: agent(id),
+            turn,
+            ledger,
+        },
+        Event::ToolCalled {
+            agent: id,
+            tool,
+            is_error,
+        } => Event::ToolCalled {
+            agent: agent(id),
+            tool: text(tool),
+            is_error,
+        },
+        Event::ModelRetry {
+            agent: id,
+            attempt,
+            delay_ms,
+            reason,
+        } => Event::ModelRetry {
+            agent: agent(id),
+            attempt,
+            delay_ms,
+            reason: text(reason),
+        },
+        Event::ModelWaiting {
+            agent: id,
+            attempt,
+            attempts,
+            waited_ms,
+            waiting_for,
+        } => Event::ModelWaiting {
+            agent: agent(id),
+            attempt,
+            attempts,
+            waited_ms,
+            waiting_for,
+        },
+        Event::AgentFinished {
+            agent: id,
+            ledger,
+            outcome,
+        } => Event::AgentFinished {
+            agent: agent(id),
+            ledger,
+            outcome: text(outcome),
+        },
+        Event::SubtaskStarted {
+            label,
+            task,
+            branch,
+        } => Event::SubtaskStarted {
+            label: text(label),
+            task: text(task),
+            branch: text(branch),
+        },
+        Event::SubtaskFinished {
+            label,
+            status,
+            verdict,
+            diffstat,
+        } => Event::SubtaskFinished {
+            label: text(label),
+            status: text(status),
+            verdict: verdict.map(text),
+            diffstat: diffstat.map(text),
+        },
+        Event::Note { message } => Event::Note {
+            message: text(message),
+        },
+    }
 }
 
 enum View {

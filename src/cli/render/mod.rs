@@ -9,13 +9,34 @@ mod live;
 pub mod review;
 mod table;
 
-pub use live::{Ledgers, live};
-pub use table::{clean_report, demo_epilogue, gc_report, plan, report, runs_table};
+use grove::text::printable;
 
-/// Prints `value` as one JSON document on stdout.
+pub use live::{Ledgers, live};
+pub use table::{
+    agent_file_problems, clean_report, demo_epilogue, gc_report, plan, report, runs_table,
+};
+
+/// Prints `value` as one JSON document on stdout, every string in it escaped by
+/// [`printable`] (a reason or summary may quote a model's terminal escapes, and a JSON
+/// reader that prints a field would pass them on).
 pub fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    let mut value = serde_json::to_value(value)?;
+    escape_strings(&mut value);
+    println!("{}", serde_json::to_string_pretty(&value)?);
     Ok(())
+}
+
+fn escape_strings(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::String(text) => {
+            if let std::borrow::Cow::Owned(escaped) = printable(text) {
+                *text = escaped;
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(escape_strings),
+        serde_json::Value::Object(fields) => fields.values_mut().for_each(escape_strings),
+        serde_json::Value::Null | serde_json::Value::Bool(_) | serde_json::Value::Number(_) => {}
+    }
 }
 
 /// Says that the run is stopping after a Ctrl-C.
@@ -41,8 +62,4 @@ pub fn paint(status: &str) -> String {
         _ => return status.to_owned(),
     };
     format!("\x1b[{code}m{status}\x1b[0m")
-}
-
-pub fn first_line(text: &str, max: usize) -> String {
-    grove::tools::truncate_chars(text.lines().next().unwrap_or_default().trim(), max)
 }

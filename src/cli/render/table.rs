@@ -6,17 +6,49 @@ use grove::run::{RunEnd, RunReport};
 use grove::store::RunSummary;
 use grove::store::journal::SubtaskOutcome;
 
-use super::{Ledgers, first_line};
+use grove::text::{first_line, printable, shell_word, truncate};
 
-/// The final table, the ledger lines, the apply message and the lead's summary.
-pub fn report(report: &RunReport, ledgers: &Ledgers) {
-    eprintln!();
+use super::Ledgers;
+
+/// The lead's closing text is shown up to this many characters…
+const SUMMARY_CHARS: usize = 4_000;
+/// …and this many lines; `--json` has the whole text.
+const SUMMARY_LINES: usize = 60;
+
+/// `eprintln!` with the line escaped by [`printable`]: everything printed here quotes
+/// text from outside (briefs, reviews, errors, paths), and nothing here is coloured.
+macro_rules! say {
+    () => {
+        eprintln!()
+    };
+    ($($arg:tt)*) => {
+        eprintln!("{}", printable(&format!($($arg)*)))
+    };
+}
+
+/// `println!` with the line escaped by [`printable`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        println!("{}", printable(&format!($($arg)*)))
+    };
+}
+
+/// The final table, the ledger lines, the apply message, why not everything was done
+/// (`not_done`, the reason of exit 3) and the lead's closing text, cut when long
+/// (`json`: the whole text is on stdout).
+pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, json: bool) {
+    say!();
     if report.subtasks.is_empty() {
-        eprintln!("No subtasks were delegated.");
+        say!("No subtasks were delegated.");
     } else {
-        eprintln!(
+        say!(
             "{:<5} {:<9} {:<8} {:<44} {:>9} {:>8}",
-            "", "status", "verdict", "diff", "in", "out"
+            "",
+            "status",
+            "verdict",
+            "diff",
+            "in",
+            "out"
         );
         for subtask in &report.subtasks {
             let diff = subtask
@@ -24,12 +56,12 @@ pub fn report(report: &RunReport, ledgers: &Ledgers) {
                 .as_ref()
                 .map(grove::git::DiffStat::summary)
                 .unwrap_or_else(|| "-".into());
-            eprintln!(
+            say!(
                 "{:<5} {:<9} {:<8} {:<44} {:>9} {:>8}",
                 subtask.id,
                 subtask.status.as_str(),
                 subtask.verdict.map_or("-", |v| v.as_str()),
-                grove::tools::truncate_chars(&diff, 44),
+                truncate(&diff, 44),
                 subtask.input_tokens,
                 subtask.output_tokens
             );
@@ -38,39 +70,39 @@ pub fn report(report: &RunReport, ledgers: &Ledgers) {
                 // A rejection is explained by the reviewer, not by the worker's summary.
                 SubtaskOutcome::Rejected => {
                     if let Some(summary) = &subtask.review_summary {
-                        eprintln!("      reviewer: {}", first_line(summary, 100));
+                        say!("      reviewer: {}", first_line(summary, 100));
                     }
                     for finding in subtask.findings.iter().take(3) {
                         let place = match finding.line {
                             Some(line) => format!("{}:{line}", finding.path),
                             None => finding.path.clone(),
                         };
-                        eprintln!("      - {place}: {}", first_line(&finding.problem, 90));
+                        say!("      - {place}: {}", first_line(&finding.problem, 90));
                     }
                 }
                 SubtaskOutcome::Conflict | SubtaskOutcome::Failed => {
                     if let Some(reason) = &subtask.reason {
-                        eprintln!("      {}", first_line(reason, 110));
+                        say!("      {}", first_line(reason, 110));
                     }
                 }
             }
             if !subtask.executes_later.is_empty() {
-                eprintln!(
+                say!(
                     "      check by hand: changes files that run later: {}",
                     subtask.executes_later.join(", ")
                 );
             }
             if let Some(archive) = &subtask.archive_ref {
-                eprintln!("      work kept at {archive}");
+                say!("      work kept at {archive}");
             }
         }
     }
-    eprintln!();
+    say!();
     for (agent, ledger) in ledgers {
-        eprintln!("{}", ledger.line(agent));
+        say!("{}", ledger.line(agent));
     }
     let totals = &report.totals;
-    eprintln!(
+    say!(
         "total: steps={} in={} out={} cache_read={} cache_write={}",
         totals.steps,
         totals.input_tokens,
@@ -78,40 +110,68 @@ pub fn report(report: &RunReport, ledgers: &Ledgers) {
         totals.cache_read_tokens,
         totals.cache_write_tokens
     );
-    eprintln!();
-    if let Some(error) = &report.error {
-        eprintln!("grove: {error}");
+    say!();
+    match (not_done, &report.error) {
+        (Some(reason), _) => say!("grove: finished, but not everything was done: {reason}"),
+        (None, Some(error)) => say!("grove: {error}"),
+        (None, None) => {}
     }
     if let Some(apply) = &report.apply {
-        eprintln!("{}", apply.message);
+        say!("{}", apply.message);
         if let Some(command) = &apply.command {
-            eprintln!("To apply it: {command}");
+            say!("To apply it: {command}");
         }
     }
     if report.status == RunEnd::Finished && !report.all_merged() && !report.applied {
-        eprintln!(
+        say!(
             "To look at each diff and verdict, and approve or reject by hand: grove review {}",
             report.run_id
         );
     }
     if matches!(report.status, RunEnd::Interrupted | RunEnd::Paused) {
-        eprintln!(
+        say!(
             "Run {} was interrupted; its work is checkpointed on its branches.",
             report.run_id
         );
     }
-    if !report.summary.trim().is_empty() {
-        eprintln!("\n{}", report.summary.trim());
+    summary(&report.summary, json);
+}
+
+/// The lead's closing text, at most [`SUMMARY_LINES`] lines of [`SUMMARY_CHARS`]
+/// characters, saying how much was left out and where the whole text is.
+fn summary(text: &str, json: bool) {
+    let text = text.trim();
+    if text.is_empty() {
+        return;
+    }
+    let by_chars = text
+        .char_indices()
+        .nth(SUMMARY_CHARS)
+        .map_or(text.len(), |(cut, _)| cut);
+    let by_lines = text
+        .match_indices('\n')
+        .nth(SUMMARY_LINES - 1)
+        .map_or(text.len(), |(cut, _)| cut);
+    let shown = &text[..by_chars.min(by_lines)];
+    say!("\n{shown}");
+    let left_out = text.chars().count() - shown.chars().count();
+    if left_out > 0 {
+        let whole = if json {
+            "is `summary` in the JSON on stdout"
+        } else {
+            "is `summary` in `--json` output"
+        };
+        say!("[… {left_out} more characters of the lead's text left out; the whole text {whole}]");
     }
 }
 
 /// The lead's plan of a dry run.
 pub fn plan(plan: &grove::run::plan::Plan, ledgers: &Ledgers) {
-    eprintln!();
+    say!();
     if plan.subtasks.is_empty() {
-        eprintln!("Dry run: the lead delegated nothing.");
+        say!("Dry run: the lead delegated nothing.");
     } else {
-        eprintln!(
+        say!(
             "Dry run: the lead would delegate {} subtask{} (nothing was run or changed):",
             plan.subtasks.len(),
             if plan.subtasks.len() == 1 { "" } else { "s" }
@@ -121,28 +181,28 @@ pub fn plan(plan: &grove::run::plan::Plan, ledgers: &Ledgers) {
                 grove::store::journal::ContextMode::Isolated => "isolated",
                 grove::store::journal::ContextMode::Fork => "fork",
             };
-            eprintln!("\n{} [{mode}, {}]", subtask.id, subtask.agent);
+            say!("\n{} [{mode}, {}]", subtask.id, subtask.agent);
             for line in subtask.task.trim().lines() {
-                eprintln!("    {line}");
+                say!("    {line}");
             }
         }
     }
-    eprintln!();
+    say!();
     for (agent, ledger) in ledgers {
-        eprintln!("{}", ledger.line(agent));
+        say!("{}", ledger.line(agent));
     }
     if let Some(reason) = &plan.stopped {
-        eprintln!("grove: the plan is incomplete: {reason}");
+        say!("grove: the plan is incomplete: {reason}");
     }
     if !plan.summary.trim().is_empty() {
-        eprintln!("\n{}", plan.summary.trim());
+        say!("\n{}", plan.summary.trim());
     }
 }
 
 /// The `grove runs` table.
 pub fn runs_table(runs: &[RunSummary]) {
     if runs.is_empty() {
-        println!("No runs in this repository.");
+        out!("No runs in this repository.");
         return;
     }
     for run in runs {
@@ -152,36 +212,37 @@ pub fn runs_table(runs: &[RunSummary]) {
             .map(|details| first_line(&details.task, 60))
             .or_else(|| run.problem.clone())
             .unwrap_or_default();
-        println!("{}  {:<11}  {task}", run.run_id, run.status.as_str());
+        out!("{}  {:<11}  {task}", run.run_id, run.status.as_str());
     }
 }
 
 /// What `grove clean` did.
 pub fn clean_report(report: &CleanReport) {
     for archived in &report.archived {
-        println!(
+        out!(
             "archived subtask {} at {}",
-            archived.subtask, archived.reference
+            archived.subtask,
+            archived.reference
         );
     }
     for path in &report.removed_worktrees {
-        println!("removed worktree {}", path.display());
+        out!("removed worktree {}", path.display());
     }
     for branch in &report.deleted_branches {
-        println!("deleted branch {branch} (its work is archived)");
+        out!("deleted branch {branch} (its work is archived)");
     }
     if report.archived.is_empty() && report.removed_worktrees.is_empty() {
-        println!("nothing to clean");
+        out!("nothing to clean");
     }
 }
 
 /// What `grove gc` deleted.
 pub fn gc_report(deleted: &[String]) {
     if deleted.is_empty() {
-        println!("no archive is old enough to delete");
+        out!("no archive is old enough to delete");
     }
     for reference in deleted {
-        println!("deleted {reference}");
+        out!("deleted {reference}");
     }
 }
 
@@ -189,67 +250,61 @@ pub fn gc_report(deleted: &[String]) {
 /// the run, and how to run grove for real.
 pub fn demo_epilogue(repo: &std::path::Path, report: &RunReport, as_scripted: bool) {
     let dir = shell_word(&repo.display().to_string());
-    eprintln!();
+    say!();
     if !as_scripted {
-        eprintln!("grove: the demo did not go as scripted; the table above says what happened.");
+        say!("grove: the demo did not go as scripted; the table above says what happened.");
     }
-    eprintln!(
+    say!(
         "This was a replay: no model was called. A scripted server on 127.0.0.1 played the \
          lead, the workers and the reviewers; the repository, worktrees, reviews and merges \
          were real."
     );
     let rejected = grove::demo::rejected(report);
     if let Some(subtask) = rejected {
-        eprintln!();
-        eprintln!("The reviewer rejected {}:", subtask.id);
+        say!();
+        say!("The reviewer rejected {}:", subtask.id);
         if let Some(summary) = &subtask.review_summary {
-            eprintln!("  {}", first_line(summary, 200));
+            say!("  {}", first_line(summary, 200));
         }
         for finding in &subtask.findings {
             let line = finding
                 .line
                 .map(|line| format!(":{line}"))
                 .unwrap_or_default();
-            eprintln!(
+            say!(
                 "  {}{line}: {}",
                 finding.path,
                 first_line(&finding.problem, 160)
             );
         }
     }
-    eprintln!();
-    eprintln!("The sample repository:");
-    eprintln!("  cd {dir}");
-    eprintln!("Look at the run:");
-    eprintln!("  git -C {dir} log --graph --oneline --all");
-    eprintln!("  grove -C {dir} runs");
-    eprintln!(
+    say!();
+    say!("The sample repository:");
+    say!("  cd {dir}");
+    say!("Look at the run:");
+    say!("  git -C {dir} log --graph --oneline --all");
+    say!("  grove -C {dir} runs");
+    say!(
         "  grove -C {dir} report {}    # one HTML page: timeline, diffs, verdicts, cost",
         report.run_id
     );
-    eprintln!(
+    say!(
         "  grove -C {dir} review --list {}    # each subtask's verdict, findings and diff",
         report.run_id
     );
     if let Some(archive) = rejected.and_then(|subtask| subtask.archive_ref.as_deref()) {
-        eprintln!(
+        say!(
             "  git -C {dir} show {}    # the rejected subtask's work, kept",
             shell_word(archive)
         );
     }
-    eprintln!("Run grove on your own repository:");
-    eprintln!("  cd your-repo && ANTHROPIC_API_KEY=... grove run \"describe the change you want\"");
+    say!("Run grove on your own repository:");
+    say!("  cd your-repo && ANTHROPIC_API_KEY=... grove run \"describe the change you want\"");
 }
 
-/// `text` as one shell word: unchanged when it needs no quoting, else single-quoted.
-fn shell_word(text: &str) -> String {
-    let plain = !text.is_empty()
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+:,@%=".contains(c));
-    if plain {
-        text.to_owned()
-    } else {
-        format!("'{}'", text.replace('\'', r"'\''"))
+/// Notes on `.grove/agents/*.md` files that cannot be used (the lead is not offered them).
+pub fn agent_file_problems(problems: &[String]) {
+    for problem in problems {
+        say!("grove: note: {problem} (the lead is not offered this agent)");
     }
 }

@@ -52,17 +52,18 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use super::exec::{
-    CommandExecutor, DiskOverBudget, ExecError, ExecOutcome, ExecRequest, ExecResult,
+    CommandExecutor, DiskOverBudget, ExecError, ExecOutcome, ExecRequest, ExecResult, SetupPolicy,
     default_shell, run_in_process_group, scrub_env,
 };
 use super::git_pointer::GitPointer;
 use cgroup::CgroupPool;
 use paths::{GitView, hidden_paths};
 #[cfg(target_os = "linux")]
-use prepared::{Identity, PreparedWorktree};
+use prepared::{DiskMeter, Identity, PreparedWorktree};
 
 pub use cgroup::{OWNER_VAR, kill_orphaned_commands};
 pub use paths::HOME_TOOLCHAIN_DIRS;
+#[cfg(target_os = "linux")]
 pub use prepared::disk_usage;
 
 /// The exit code of a command's process that refused to run the command (it could not
@@ -289,6 +290,8 @@ pub struct SandboxedExecutor {
     temp_root: Arc<Mutex<Option<Arc<tempfile::TempDir>>>>,
     /// The prepared confinement of each worktree commands ran in, by canonical path.
     worktrees: Arc<Mutex<HashMap<PathBuf, Arc<PreparedWorktree>>>>,
+    #[cfg(target_os = "linux")]
+    disk: Arc<DiskMeter>,
 }
 
 impl fmt::Debug for SandboxedExecutor {
@@ -330,6 +333,8 @@ impl SandboxedExecutor {
             cgroups: Arc::new(cgroups),
             temp_root: Arc::default(),
             worktrees: Arc::default(),
+            #[cfg(target_os = "linux")]
+            disk: Arc::default(),
         }
     }
 
@@ -583,13 +588,12 @@ impl SandboxedExecutor {
             }
         }
         if let Some(budget) = self.policy.max_worktree_bytes {
-            let root = worktree.clone();
-            let used = tokio::task::spawn_blocking(move || disk_usage(&root))
+            let (meter, root) = (Arc::clone(&self.disk), worktree.clone());
+            let over = tokio::task::spawn_blocking(move || meter.over_budget(&root, budget))
                 .await
-                .unwrap_or(0);
-            if used > budget {
-                result.disk_over_budget = Some(DiskOverBudget { used, budget });
-            }
+                .ok()
+                .flatten();
+            result.disk_over_budget = over.map(|(used, budget)| DiskOverBudget { used, budget });
         }
         Ok(result)
     }
@@ -607,6 +611,16 @@ impl CommandExecutor for SandboxedExecutor {
         Err(ExecError::Sandbox {
             reason: not_linux().to_string(),
         })
+    }
+
+    /// The same confinement with the setup's network and caches, prepared apart from
+    /// the workers' (their rules do not grant the caches).
+    fn for_setup(&self, policy: &SetupPolicy) -> Arc<dyn CommandExecutor> {
+        let mut setup = self.clone();
+        setup.policy.allow_network = policy.allow_network;
+        setup.extra_writable.extend(policy.writable.iter().cloned());
+        setup.worktrees = Arc::default();
+        Arc::new(setup)
     }
 }
 

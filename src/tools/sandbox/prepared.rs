@@ -119,3 +119,52 @@ pub fn disk_usage(root: &Path) -> u64 {
     }
     total
 }
+
+/// How much the filesystem may grow after a worktree's last measure before it is walked
+/// again even though the budget is not near.
+const REWALK_GROWTH: u64 = 256 << 20;
+
+/// The disk budget check of an executor's worktrees: a walk of the worktree is exact but
+/// costs a moment per thousand files, so after the first one each command only reads how
+/// much the worktree's filesystem grew, and walks again when that growth could put the
+/// worktree past its budget (or is large).
+///
+/// Limit: space freed elsewhere on the same filesystem during a command hides as much of
+/// the command's growth until the next walk.
+#[derive(Debug, Default)]
+pub(super) struct DiskMeter {
+    /// By worktree: its size at the last walk, and its filesystem's used bytes then.
+    measured: Mutex<std::collections::HashMap<std::path::PathBuf, (u64, u64)>>,
+}
+
+impl DiskMeter {
+    /// The worktree's size on disk when it is over `budget` (blocking: walks the tree).
+    pub(super) fn over_budget(&self, worktree: &Path, budget: u64) -> Option<(u64, u64)> {
+        let fs_used = filesystem_used(worktree);
+        let known = self
+            .measured
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(worktree)
+            .copied();
+        if let (Some((used, fs_then)), Some(fs_now)) = (known, fs_used) {
+            let growth = fs_now.saturating_sub(fs_then);
+            if used.saturating_add(growth) <= budget && growth < REWALK_GROWTH {
+                return None;
+            }
+        }
+        let used = disk_usage(worktree);
+        self.measured
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(worktree.to_path_buf(), (used, fs_used.unwrap_or(0)));
+        (used > budget).then_some((used, budget))
+    }
+}
+
+/// The bytes in use on the filesystem holding `path`.
+fn filesystem_used(path: &Path) -> Option<u64> {
+    let stats = nix::sys::statvfs::statvfs(path).ok()?;
+    let used_blocks = u64::from(stats.blocks()).saturating_sub(u64::from(stats.blocks_free()));
+    Some(used_blocks.saturating_mul(u64::from(stats.fragment_size())))
+}

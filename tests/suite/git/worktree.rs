@@ -143,13 +143,35 @@ async fn eight_worktrees_created_concurrently_all_succeed() {
         }
     });
     let worktrees = futures_util::future::join_all(creations).await;
+    let mut expected = Vec::new();
     for (n, worktree) in (1..=8).zip(worktrees) {
         let worktree = worktree.unwrap_or_else(|e| panic!("worktree {n} failed: {e}"));
         assert_eq!(
             std::fs::read(worktree.path().join("README")).unwrap(),
             b"hello\n"
         );
+        expected.push((
+            std::fs::canonicalize(worktree.path()).unwrap(),
+            format!("refs/heads/grove/r1/{n}"),
+        ));
     }
+    // What git registered: each worktree its own directory on its own branch.
+    let listing = fixture.git(&["worktree", "list", "--porcelain"]);
+    let mut registered: Vec<(std::path::PathBuf, String)> = listing
+        .split("\n\n")
+        .filter_map(|entry| {
+            let path = entry.lines().find_map(|l| l.strip_prefix("worktree "))?;
+            let branch = entry.lines().find_map(|l| l.strip_prefix("branch "))?;
+            Some((std::fs::canonicalize(path).unwrap(), branch.to_owned()))
+        })
+        .filter(|(_, branch)| branch.starts_with("refs/heads/grove/"))
+        .collect();
+    registered.sort();
+    expected.sort();
+    assert_eq!(
+        registered, expected,
+        "eight distinct worktrees, each on its own subtask branch:\n{listing}"
+    );
 }
 
 #[tokio::test]

@@ -1,0 +1,198 @@
+//! One sealed runner for the grove binary, used by every suite.
+//!
+//! A [`Grove`] runs `target/.../grove` with nothing of the developer's machine: the
+//! environment is cleared (only `PATH` is kept), `HOME` is a temp dir, git reads no user
+//! or system config (`GIT_CONFIG_GLOBAL=/dev/null`, `GIT_CONFIG_NOSYSTEM=1`), author and
+//! committer and their dates are fixed, `NO_COLOR=1`, and stdin is empty. A test that
+//! needs more says so (`with_server`, `env`, `env_remove`). Modelled on jj's
+//! `cli/tests/common/test_environment.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+
+use super::fake_server::{FakeServer, TEST_API_KEY};
+use super::git_fixture::{GitFixture, sealed_env};
+
+/// The grove binary under test.
+pub const GROVE: &str = env!("CARGO_BIN_EXE_grove");
+
+/// How to run the grove binary: where, with which HOME, and which extra variables.
+#[derive(Debug, Clone)]
+pub struct Grove {
+    dir: PathBuf,
+    home: PathBuf,
+    env: Vec<(OsString, Option<OsString>)>,
+}
+
+impl Grove {
+    /// Runs in `dir` with `home` as HOME.
+    pub fn new(dir: impl Into<PathBuf>, home: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            home: home.into(),
+            env: Vec::new(),
+        }
+    }
+
+    /// Runs in `fixture`'s work tree with its home.
+    pub fn in_repo(fixture: &GitFixture) -> Self {
+        Self::new(&fixture.repo, fixture.home())
+    }
+
+    /// The model APIs of both providers point at `server`, with the test key.
+    pub fn with_server(self, server: &FakeServer) -> Self {
+        self.env("ANTHROPIC_BASE_URL", server.url())
+            .env("ANTHROPIC_API_KEY", TEST_API_KEY)
+            .env("OPENAI_BASE_URL", server.openai_url())
+            .env("OPENAI_API_KEY", TEST_API_KEY)
+    }
+
+    /// Sets one more variable (set after the sealed ones, so it can replace them).
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env
+            .push((key.as_ref().to_owned(), Some(value.as_ref().to_owned())));
+        self
+    }
+
+    /// Unsets a sealed variable (e.g. `NO_COLOR` for a colour test).
+    pub fn env_remove(mut self, key: impl AsRef<OsStr>) -> Self {
+        self.env.push((key.as_ref().to_owned(), None));
+        self
+    }
+
+    /// Gives `command` the sealed environment and the directory, for a program that runs
+    /// grove itself (a pseudo-terminal through `script`).
+    pub fn seal(&self, command: &mut std::process::Command) {
+        command.env_clear();
+        command.env("PATH", std::env::var_os("PATH").unwrap_or_default());
+        command.envs(sealed_env(&self.home));
+        command.env("NO_COLOR", "1");
+        for (key, value) in &self.env {
+            match value {
+                Some(value) => command.env(key, value),
+                None => command.env_remove(key),
+            };
+        }
+        command.current_dir(&self.dir);
+    }
+
+    /// The sealed command `grove ARGS` with empty stdin and captured output.
+    pub fn command<I, S>(&self, args: I) -> std::process::Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut command = std::process::Command::new(GROVE);
+        self.seal(&mut command);
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    }
+
+    /// Runs `grove ARGS` to the end (blocking: for tests without a fake server on their
+    /// own runtime).
+    #[must_use]
+    pub fn grove<I, S>(&self, args: I) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.command(args).output().unwrap()
+    }
+
+    /// Runs `grove ARGS` to the end without blocking the runtime (the fake server answers
+    /// on it).
+    #[must_use]
+    pub async fn grove_async<I, S>(&self, args: I) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        tokio::process::Command::from(self.command(args))
+            .output()
+            .await
+            .unwrap()
+    }
+
+    /// Runs `grove ARGS` with `stdin` as its standard input.
+    #[must_use]
+    pub async fn grove_with_stdin<I, S>(&self, args: I, stdin: &[u8]) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        use tokio::io::AsyncWriteExt as _;
+        let mut command = tokio::process::Command::from(self.command(args));
+        command.stdin(Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        let mut input = child.stdin.take().unwrap();
+        // Written while the child reads, so a large input cannot fill the pipe and stall.
+        let writing = async move {
+            input.write_all(stdin).await.unwrap();
+            drop(input);
+        };
+        let (output, ()) = tokio::join!(child.wait_with_output(), writing);
+        output.unwrap()
+    }
+
+    /// Starts `grove ARGS` and hands back the child, its output discarded, for tests
+    /// that signal or kill it (killed when dropped).
+    pub fn spawn<I, S>(&self, args: I) -> tokio::process::Child
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut command = self.command(args);
+        command.stdout(Stdio::null()).stderr(Stdio::null());
+        let mut command = tokio::process::Command::from(command);
+        command.kill_on_drop(true);
+        command.spawn().unwrap()
+    }
+
+    /// Like [`Grove::spawn`], with stdout and stderr piped: the test must read them (or
+    /// `wait_with_output`) so that grove never blocks on a full pipe.
+    pub fn spawn_piped<I, S>(&self, args: I) -> tokio::process::Child
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut command = tokio::process::Command::from(self.command(args));
+        command.kill_on_drop(true);
+        command.spawn().unwrap()
+    }
+}
+
+/// The output's stderr as text.
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Runs `grove ARGS` in `fixture`'s work tree, the model APIs pointed at `server` when
+/// there is one: the shape most tests need.
+#[must_use]
+pub async fn grove_in(fixture: &GitFixture, server: Option<&FakeServer>, args: &[&str]) -> Output {
+    let mut grove = Grove::in_repo(fixture);
+    if let Some(server) = server {
+        grove = grove.with_server(server);
+    }
+    grove.grove_async(args).await
+}
+
+/// The first file named `name` in worktree 1 of any run of `fixture`, if any (a
+/// worker's command has run once it is there).
+pub fn find_in_worktrees(fixture: &GitFixture, name: &str) -> Option<PathBuf> {
+    let runs = fixture.repo.join(".git/grove/runs");
+    for run in std::fs::read_dir(runs).ok()?.flatten() {
+        let run_id = run.file_name().to_string_lossy().into_owned();
+        let candidate = fixture.worktree_dir(&run_id, 1).join(name);
+        if candidate.exists() {
+            return Some(candidate);
+        }
+    }
+    None
+}

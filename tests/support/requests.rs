@@ -1,0 +1,39 @@
+//! Reading the requests the fake model server recorded: whose request it was.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::fake_server::RecordedRequest;
+
+/// The role that sent `request`, from its system prompt: `lead`, `reviewer` or `worker`.
+pub fn role(request: &RecordedRequest) -> &'static str {
+    let system = request.system_text();
+    if system.starts_with("You are the lead engineer") {
+        "lead"
+    } else if system.starts_with("You are an independent code reviewer") {
+        "reviewer"
+    } else {
+        "worker"
+    }
+}
+
+/// Which built-in role sent a request, told by its system prompt.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Who {
+    Lead,
+    Worker,
+    Reviewer,
+}
+
+pub fn who(request: &RecordedRequest) -> Who {
+    let system = request.system_text();
+    if system.starts_with("You are the lead engineer") {
+        Who::Lead
+    } else if system.starts_with("You are an independent code reviewer") {
+        Who::Reviewer
+    } else {
+        assert!(
+            system.starts_with("You are a software engineer"),
+            "unknown role: {system}"
+        );
+        Who::Worker
+    }
+}
