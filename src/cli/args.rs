@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::cli::commands::{
-    clean, completions, demo, gc, init, mcp, report, resume, review, run, runs,
+    clean, completions, demo, gc, init, mcp, report, resume, review, run, runs, trust,
 };
 
 /// Run one coding task as a fleet of LLM subagents in parallel git worktrees, with an
@@ -65,6 +65,16 @@ pub enum Command {
         Examples:\n  grove init\n  grove init --force"
     )]
     Init(init::InitArgs),
+    /// Trust the [worktree] setup command of .grove/config.toml, exactly as it is now.
+    #[command(
+        after_help = "grove runs a setup command from .grove/config.toml only once you have \
+        trusted that exact text in this repository; a changed command must be trusted again. \
+        `grove trust` prints the command, asks nothing, and records it in your data directory \
+        ($XDG_DATA_HOME/grove/trust, default ~/.local/share/grove/trust), never in the \
+        repository. `grove init` does not trust anything.\n\n\
+        Examples:\n  grove trust"
+    )]
+    Trust(trust::TrustArgs),
     /// Write one self-contained HTML page about a run: timeline, diffs, verdicts, cost.
     #[command(
         after_help = "Works for finished, failed, paused and interrupted runs (and running \

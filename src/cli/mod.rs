@@ -19,7 +19,7 @@ use anyhow::Context as _;
 
 pub use args::Cli;
 use args::Command;
-use commands::{clean, completions, demo, gc, init, mcp, report, resume, review, run, runs};
+use commands::{clean, completions, demo, gc, init, mcp, report, resume, review, run, runs, trust};
 pub use drive::UsageError;
 pub use exit::EXIT_USAGE;
 
@@ -41,6 +41,7 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             <Cli as clap::CommandFactory>::command(),
         )),
         Command::Init(args) => init::init(&directory, &args).await,
+        Command::Trust(args) => trust::trust(&directory, &args).await,
         Command::Review(args) => review::review(&directory, &args).await,
         Command::Report(args) => report::report(&directory, &args).await,
         Command::Mcp(args) => mcp::mcp(&directory, &args).await,

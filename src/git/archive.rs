@@ -92,11 +92,13 @@ impl Repo {
     pub async fn clean_run(&self, run: &RunId) -> Result<CleanReport, GitError> {
         let mut report = CleanReport::default();
         self.prune_worktrees().await?;
+        self.sweep_trash().await?;
         let mut dirs = vec![
             self.default_worktrees_dir(run),
             self.legacy_worktrees_dir(run),
         ];
-        for (subtask, (admin, path)) in self.run_registrations(run)? {
+        for registered in self.run_registrations(run)? {
+            let (subtask, admin, path) = (registered.subtask, registered.admin, registered.path);
             let Some(tip) = self.ref_target(&subtask_ref(run, subtask))? else {
                 continue;
             };

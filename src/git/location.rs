@@ -88,6 +88,16 @@ pub(super) fn repository_folder(common_dir: &Path, work_tree: Option<&Path>) -> 
     format!("{name}-{}", hash.get(..12).unwrap_or("0"))
 }
 
+/// One registered worktree of a run.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct RunWorktree {
+    pub subtask: u32,
+    /// Its admin dir under `<common>/worktrees/`.
+    pub admin: PathBuf,
+    /// Its directory, as registered.
+    pub path: PathBuf,
+}
+
 impl Repo {
     /// The folder of this repository's worktrees under the user's cache directory,
     /// `<cache>/grove/<name>-<hash>` (see [`Repo::default_worktrees_dir`]).
@@ -121,7 +131,7 @@ impl Repo {
         run: &RunId,
         configured: Option<&Path>,
     ) -> Result<PathBuf, GitError> {
-        if let Some((_, (_, path))) = self.run_registrations(run)?.into_iter().next()
+        if let Some(RunWorktree { path, .. }) = self.run_registrations(run)?.into_iter().next()
             && let Some(parent) = path.parent()
         {
             return Ok(parent.to_path_buf());
@@ -136,20 +146,21 @@ impl Repo {
         ))
     }
 
-    /// Every registered worktree of `run`: (subtask, (admin dir, path)), by subtask. A
-    /// registration counts when its directory is named `<n>` and its `HEAD` names the
-    /// subtask branch `grove/<run>/<n>`, wherever the directory is.
-    pub(super) fn run_registrations(
-        &self,
-        run: &RunId,
-    ) -> Result<Vec<(u32, (PathBuf, PathBuf))>, GitError> {
-        let mut found: Vec<(u32, (PathBuf, PathBuf))> = self
+    /// Every registered worktree of `run`, by subtask. A registration counts when its
+    /// directory is named `<n>` and its `HEAD` names the subtask branch `grove/<run>/<n>`,
+    /// wherever the directory is.
+    pub(super) fn run_registrations(&self, run: &RunId) -> Result<Vec<RunWorktree>, GitError> {
+        let mut found: Vec<RunWorktree> = self
             .registered_worktrees()?
             .into_iter()
             .filter_map(|(admin, path)| {
                 let subtask = path.file_name()?.to_str()?.parse::<u32>().ok()?;
                 (admin_head(&admin).as_deref() == Some(subtask_ref(run, subtask).as_str()))
-                    .then_some((subtask, (admin, path)))
+                    .then_some(RunWorktree {
+                        subtask,
+                        admin,
+                        path,
+                    })
             })
             .collect();
         found.sort();

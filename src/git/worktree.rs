@@ -357,6 +357,38 @@ impl Repo {
         self.prune_unlocked().await
     }
 
+    /// Deletes what removals by a grove that died mid-way left in `<common>/grove/trash/`
+    /// (entries named `tree-<pid>-<n>` or `admin-<pid>-<n>` whose process is gone).
+    pub(super) async fn sweep_trash(&self) -> Result<(), GitError> {
+        let trash = self.common_dir().join("grove").join("trash");
+        let Ok(entries) = std::fs::read_dir(&trash) else {
+            return Ok(());
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let pid = name
+                .to_str()
+                .and_then(|name| name.split('-').nth(1))
+                .and_then(|pid| pid.parse::<i32>().ok());
+            let Some(pid) = pid else { continue };
+            let alive = pid == i32::try_from(std::process::id()).unwrap_or(-1)
+                || nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                    .map_or_else(|errno| errno != nix::errno::Errno::ESRCH, |()| true);
+            if !alive {
+                let path = entry.path();
+                tokio::fs::remove_dir_all(&path)
+                    .await
+                    .map_err(|source| GitError::Io {
+                        action: "delete",
+                        path,
+                        source,
+                    })?;
+            }
+        }
+        let _ = std::fs::remove_dir(&trash);
+        Ok(())
+    }
+
     /// `git worktree prune`; the caller holds [`REGISTRATION`].
     async fn prune_unlocked(&self) -> Result<(), GitError> {
         self.git().args(["worktree", "prune"]).run().await.map(drop)

@@ -160,6 +160,7 @@ impl RunParams {
             worker_timeout_secs: self.worker_timeout,
             sandbox,
             allow_network: self.allow_network,
+            check_setup_trust: true,
         })
     }
 }

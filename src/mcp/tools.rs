@@ -95,6 +95,9 @@ impl Tools {
         Parameters(params): Parameters<ResumeParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
+        if let Err(error) = launch::check_resume_trusted(&self.directory, &params.run_id).await {
+            return Ok(tool_error(&error));
+        }
         let directory = self.directory.clone();
         self.drive(context, move |events, cancel| async move {
             crate::run::resume(

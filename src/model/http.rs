@@ -290,13 +290,13 @@ pub(super) struct SseEvents<'a> {
 }
 
 impl<'a> SseEvents<'a> {
-    pub(super) fn new(
-        response: reqwest::Response,
+    pub(super) fn new<B: AsRef<[u8]> + Send + 'static>(
+        bytes: impl Stream<Item = Result<B, reqwest::Error>> + Send + 'static,
         idle_timeout: Duration,
         progress: Progress<'a>,
     ) -> Self {
         Self {
-            events: Box::pin(response.bytes_stream().eventsource()),
+            events: Box::pin(bytes.eventsource()),
             idle_timeout,
             progress,
         }
@@ -379,9 +379,11 @@ impl<'a> Exchange<'a> {
         Ok((body, request_id))
     }
 
-    /// The response as an event stream, or [`ModelError::NotAStream`] when its content
-    /// type says it is something else (a missing content type is given the benefit of
-    /// the doubt).
+    /// The response as an event stream, or [`ModelError::NotAStream`] when it is none.
+    ///
+    /// A missing content type is given the benefit of the doubt, and so is a wrong one
+    /// whose first bytes read as SSE (`data:`, `event:`, a `:` comment): some servers
+    /// label their streams `text/plain`.
     async fn check_event_stream(
         &self,
         mut response: reqwest::Response,
@@ -391,13 +393,28 @@ impl<'a> Exchange<'a> {
             content_type.filter(|kind| !kind.to_ascii_lowercase().contains("text/event-stream"))
         else {
             return Ok(Body::Stream(SseEvents::new(
-                response,
+                response.bytes_stream(),
                 self.idle_timeout,
                 self.progress,
             )));
         };
-        let mut start = Vec::new();
         let limit = self.timeout.min(Duration::from_secs(5));
+        let first = match tokio::time::timeout(limit, response.chunk()).await {
+            Ok(Ok(Some(chunk))) => Some(chunk),
+            _ => None,
+        };
+        let mut start = first
+            .as_ref()
+            .map(|chunk| chunk.to_vec())
+            .unwrap_or_default();
+        if let Some(first) = first.filter(|chunk| looks_like_sse(chunk)) {
+            let first = futures_util::stream::once(async move { Ok(first) });
+            return Ok(Body::Stream(SseEvents::new(
+                first.chain(response.bytes_stream()),
+                self.idle_timeout,
+                self.progress,
+            )));
+        }
         let _ = tokio::time::timeout(limit, async {
             while start.len() < MAX_QUOTED_START * 4 {
                 match response.chunk().await {
@@ -423,6 +440,15 @@ impl<'a> Exchange<'a> {
             body_start: redact(&body_start, self.api_key),
         })
     }
+}
+
+/// Whether `start` begins like a server-sent event stream.
+fn looks_like_sse(start: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(start);
+    let text = text.trim_start();
+    ["data:", "event:", "id:", "retry:", ":"]
+        .iter()
+        .any(|field| text.starts_with(field))
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! arguments of the MCP `run` tool become [`RunOptions`] and [`Models`] the same way.
 //!
 //! This module owns layering a request over `.grove/config.toml` and the built-in
-//! defaults, and connecting the model clients of a new or a resumed run. It must never print, start a run, or write anything.
+//! defaults, the trust a setup command needs, and connecting the model clients of a new
+//! or a resumed run. It must never print, start a run, or write anything.
 
 use std::path::Path;
 
@@ -10,9 +11,11 @@ use crate::agent::external::WorkerBackend;
 use crate::git::{GitError, GitOptions, Repo};
 use crate::model::{self, ModelError, Provider};
 use crate::run::orchestrator::RunError;
-use crate::settings::config::{ConfigError, ProjectConfig, RunSettings};
+use crate::settings::config::{CONFIG_PATH, ConfigError, ProjectConfig, RunSettings};
+use crate::settings::trust::{TrustError, TrustStore};
 use crate::settings::{ModelChoice, ModelNames, Models, RunOptions};
 use crate::store::state::RunState;
+use crate::store::{RunId, RunStore};
 use crate::tools::sandbox::SandboxMode;
 
 /// Why a request could not become a run. None of these are retried: the caller fixes
@@ -31,6 +34,10 @@ pub enum LaunchError {
     /// The provider's client cannot be configured (missing key, bad base URL).
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// The setup command of `.grove/config.toml` (or of the run being resumed) is not
+    /// trusted in this repository; nothing was created.
+    #[error(transparent)]
+    Trust(#[from] TrustError),
 }
 
 /// What a caller asks of a new run, before the project file and the defaults: each
@@ -46,6 +53,9 @@ pub struct RunRequest {
     pub worker_timeout_secs: Option<u64>,
     pub sandbox: SandboxMode,
     pub allow_network: bool,
+    /// Refuse a setup command the user has not trusted here (off only for a dry run,
+    /// which creates nothing).
+    pub check_setup_trust: bool,
 }
 
 impl RunRequest {
@@ -59,6 +69,7 @@ impl RunRequest {
             worker_timeout_secs: None,
             sandbox: SandboxMode::default(),
             allow_network: false,
+            check_setup_trust: true,
         }
     }
 }
@@ -78,7 +89,16 @@ pub async fn prepare(directory: &Path, request: RunRequest) -> Result<Launch, La
     }
     let repo = Repo::open(directory, GitOptions::default()).await?;
     let root = repo.work_tree().unwrap_or(repo.common_dir());
-    let settings = match ProjectConfig::load(root)? {
+    let file = ProjectConfig::load(root)?;
+    // Before anything is created: a setup command the file asks for runs only once the
+    // user has trusted its exact text here (a worker could have written the file).
+    if request.check_setup_trust
+        && let Some(file) = &file
+        && let Some(command) = &file.settings.setup
+    {
+        TrustStore::for_user()?.check(root, &file.path, command)?;
+    }
+    let settings = match file {
         Some(file) => request.flags.over(file.settings),
         None => request.flags,
     };
@@ -104,6 +124,25 @@ pub async fn prepare(directory: &Path, request: RunRequest) -> Result<Launch, La
         reviewer: choice(&resolved.models.reviewer),
     };
     Ok(Launch { options, models })
+}
+
+/// Refuses to resume a run whose journaled setup command the user has not trusted here
+/// (a run started before grove asked for trust). A run started since had its command
+/// trusted at its start. Problems reading the run are left to the resume to report.
+pub async fn check_resume_trusted(directory: &Path, run_id: &str) -> Result<(), LaunchError> {
+    let repo = Repo::open(directory, GitOptions::default()).await?;
+    let (Some(root), Ok(run_id)) = (repo.work_tree(), run_id.parse::<RunId>()) else {
+        return Ok(());
+    };
+    let Ok(state) = RunStore::new(repo.common_dir()).read_state(&run_id) else {
+        return Ok(());
+    };
+    if let Ok(options) = state.options.get()
+        && let Some(command) = &options.worktree_setup.setup
+    {
+        TrustStore::for_user()?.check(root, &root.join(CONFIG_PATH), command)?;
+    }
+    Ok(())
 }
 
 /// The models a run recorded, connected again for [`crate::run::resume`]; a run that

@@ -1,5 +1,6 @@
-//! How a run is configured: the option types, the project file `.grove/config.toml`, and
-//! the precedence of flags over the file over the built-in defaults.
+//! How a run is configured: the option types, the project file `.grove/config.toml`, the
+//! precedence of flags over the file over the built-in defaults, and the user's trust of
+//! the file's setup command (`trust.rs`).
 //!
 //! This module owns turning what the user said (flags, the project file) into
 //! [`RunOptions`]. It must never run or copy anything a setting names (the run does
@@ -11,5 +12,6 @@
 
 pub mod config;
 pub mod options;
+pub mod trust;
 
 pub use options::{ModelChoice, ModelNames, Models, RunOptions, TurnCaps, WorktreeSetup};

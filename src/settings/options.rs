@@ -56,7 +56,8 @@ pub struct RunOptions {
     pub apply: bool,
     /// Keep every worktree after the run (for inspection) instead of removing them.
     pub keep_worktrees: bool,
-    /// Where worktrees go; default `<common git dir>/grove/runs/<run>/worktrees`.
+    /// Where worktrees go (`<dir>/<run>/<n>`, `[worktree] dir`); default the user's cache
+    /// directory, see [`Repo::default_worktrees_dir`](crate::git::Repo::default_worktrees_dir).
     pub worktrees_dir: Option<PathBuf>,
     /// The reviewer's diff is cut to this many bytes, with a note saying what was cut.
     pub max_review_patch_bytes: usize,

@@ -17,7 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::Ledger;
+use crate::ledger::Ledger;
 use crate::store::durable::{self, DurableError};
 use crate::store::recorded::RecordedOptions;
 

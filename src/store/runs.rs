@@ -76,7 +76,7 @@ pub enum StoreError {
     Replay {
         path: PathBuf,
         #[source]
-        source: ReplayError,
+        source: Box<ReplayError>,
     },
     /// A record was refused before being journaled because it does not fit the run's
     /// state (a bug in the caller). The journal is unchanged. Not retried.
@@ -84,7 +84,7 @@ pub enum StoreError {
     RecordRejected {
         run_id: RunId,
         #[source]
-        source: ReplayError,
+        source: Box<ReplayError>,
     },
     /// A directory operation failed. Not retried.
     #[error("run store {path}: {operation}: {source}")]
@@ -199,7 +199,7 @@ impl RunStore {
         });
         let state = RunState::start(&first).map_err(|source| StoreError::RecordRejected {
             run_id: run_id.clone(),
-            source,
+            source: Box::new(source),
         })?;
         Journal::create(&staging.join(JOURNAL_FILE))?.append(&first)?;
         state::write_snapshot(&staging.join(SNAPSHOT_FILE), &state)?;
@@ -334,7 +334,7 @@ pub(crate) fn replay_checked(
 ) -> Result<RunState, StoreError> {
     let state = RunState::replay(records).map_err(|source| StoreError::Replay {
         path: journal_path.to_path_buf(),
-        source,
+        source: Box::new(source),
     })?;
     if state.run_id != run_id.as_str() {
         return Err(StoreError::ForeignJournal {
@@ -476,7 +476,7 @@ impl ActiveRun {
         next.apply(record)
             .map_err(|source| StoreError::RecordRejected {
                 run_id: self.run_id.clone(),
-                source,
+                source: Box::new(source),
             })?;
         // Losing these in a machine crash errs on the safe side: a finished call then
         // reads as interrupted (reported, never re-run), a read-only call that was running

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::Ledger;
+use crate::ledger::Ledger;
 use crate::store::durable::{self, DurableError};
 use crate::store::journal::{
     ContextMode, Entry, Finding, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
@@ -401,19 +401,9 @@ impl RunState {
                 self.pause_reason = Some(reason.clone());
                 Ok(())
             }
-            Entry::HumanVerdict {
-                subtask, verdict, ..
-            } => {
-                let state = self.subtask_mut(subtask)?;
-                state.human_verdict = Some(*verdict);
-                Ok(())
-            }
-            Entry::ResultRebuilt { result, subtasks } => self.rebuild(result, subtasks, ts),
-            Entry::ResultApplied { result } => {
-                self.applied = true;
-                self.result_commit = Some(result.clone());
-                Ok(())
-            }
+            Entry::HumanVerdict { .. }
+            | Entry::ResultRebuilt { .. }
+            | Entry::ResultApplied { .. } => self.fold_review(entry, ts),
             Entry::RunFinished {
                 status,
                 applied,
@@ -430,6 +420,22 @@ impl RunState {
                 Ok(())
             }
         }
+    }
+
+    /// Folds a record `grove review` wrote after the run finished.
+    fn fold_review(&mut self, entry: &Entry, ts: u64) -> Result<(), ReplayReason> {
+        match entry {
+            Entry::HumanVerdict {
+                subtask, verdict, ..
+            } => self.subtask_mut(subtask)?.human_verdict = Some(*verdict),
+            Entry::ResultRebuilt { result, subtasks } => self.rebuild(result, subtasks, ts)?,
+            Entry::ResultApplied { result } => {
+                self.applied = true;
+                self.result_commit = Some(result.clone());
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// Refuses a record that comes at the wrong point of the run's life: `grove review`'s

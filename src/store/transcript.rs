@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::Ledger;
+use crate::ledger::Ledger;
 use crate::model::{ContentBlock, Message, Role};
 use crate::store::durable::{self, Durability, DurableError};
 

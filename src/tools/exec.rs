@@ -485,16 +485,7 @@ pub(crate) async fn run_in_process_group(
         .process_group(0)
         .kill_on_drop(true);
     customize(&mut command);
-    let parent = nix::unistd::getpid();
-    // SAFETY: the hook runs in the forked child and makes async-signal-safe system calls
-    // only (prctl, getppid, close_range or fcntl, _exit); it allocates nothing.
-    #[allow(unsafe_code)]
-    unsafe {
-        command.pre_exec(move || {
-            child_hygiene(parent);
-            Ok(())
-        });
-    }
+    hygiene_at_exec(&mut command);
     // The thread that spawns owns the parent-death signal; it must outlive the command.
     // `spawn_lasting` drops the command, and with it our copies of the pipe's write end,
     // so the pipe reaches EOF once the command's processes are gone.
@@ -581,6 +572,20 @@ pub(crate) async fn run_in_process_group(
         notes: Vec::new(),
         disk_over_budget: None,
     })
+}
+
+/// Makes `command`'s process take [`child_hygiene`] before `exec`.
+fn hygiene_at_exec(command: &mut tokio::process::Command) {
+    let parent = nix::unistd::getpid();
+    // SAFETY: the hook runs in the forked child and makes async-signal-safe system calls
+    // only (prctl, getppid, close_range or fcntl, _exit); it allocates nothing.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(move || {
+            child_hygiene(parent);
+            Ok(())
+        });
+    }
 }
 
 /// What every command's process does before `exec`, whoever runs it (a sandboxed

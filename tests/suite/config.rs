@@ -596,6 +596,9 @@ async fn decided(
 ) -> (Endpoint, String, Value) {
     if let Some(config) = config {
         fixture.write(CONFIG_PATH, config);
+        // A setup command in the file runs only once trusted.
+        let trusted = grove(fixture, None, &["trust"]).await;
+        assert_eq!(trusted.status.code(), Some(0), "{}", stderr(&trusted));
     }
     let server = FakeServer::with_responder(|_| Turn::text("Nothing to do.").into()).await;
     let mut args = vec!["run", "--json"];

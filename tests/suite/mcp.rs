@@ -495,7 +495,7 @@ fn check_cancel_and_resume(report: &Value, fixture: &GitFixture) {
 
 /// list_runs at the end of the scenario is `grove runs --json`.
 async fn check_listing(report: &Value, fixture: &GitFixture) {
-    let cli_runs = grove(&fixture, None, &["runs", "--json"]).await;
+    let cli_runs = grove(fixture, None, &["runs", "--json"]).await;
     let cli_runs: Value = serde_json::from_slice(&cli_runs.stdout).unwrap();
     let cli_run = |field: &str, value: &Value| -> Value {
         cli_runs
@@ -548,7 +548,7 @@ async fn crash_the_host(
     let killed = Instant::now();
     let deadline = killed + Duration::from_secs(20);
     let quit = loop {
-        let runs = grove(&fixture, None, &["runs", "--json"]).await;
+        let runs = grove(fixture, None, &["runs", "--json"]).await;
         let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
         let run = runs
             .as_array()
@@ -588,7 +588,7 @@ async fn crash_the_host(
         "started",
         "the interrupted worker's write is checkpointed on its branch"
     );
-    let resumed = grove(&fixture, Some(&server), &["resume", "--json", &quit_id]).await;
+    let resumed = grove(fixture, Some(server), &["resume", "--json", &quit_id]).await;
     server.assert_no_violations();
     assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
     let resumed: Value = serde_json::from_slice(&resumed.stdout).unwrap();

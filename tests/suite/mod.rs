@@ -19,3 +19,4 @@ pub(crate) mod run;
 mod run_state;
 mod sandbox;
 mod tools;
+mod trust;

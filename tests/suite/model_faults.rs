@@ -463,3 +463,41 @@ async fn grove_run_against_a_silent_api_shows_the_wait_ends_and_never_shows_the_
         "the base URL's password is printed and recorded nowhere"
     );
 }
+
+#[tokio::test]
+async fn a_real_stream_labelled_text_plain_is_still_read_as_one() {
+    let frames = [
+        r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"labelled wrong"}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}"#,
+        r#"{"type":"message_stop"}"#,
+    ];
+    let body: String = frames
+        .iter()
+        .map(|data| {
+            let kind = serde_json::from_str::<serde_json::Value>(data).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            format!("event: {kind}\ndata: {data}\n\n")
+        })
+        .collect();
+    let server = FakeServer::with_script(vec![
+        Reply::Raw {
+            status: 200,
+            body,
+            headers: Vec::new(),
+        }
+        .with_header("content-type", "text/plain; charset=utf-8"),
+    ])
+    .await;
+    let model = client(Provider::Anthropic, &server.url(), true, Limits::default());
+    let (result, notices, _) = turn(model.as_ref()).await;
+    let response = result.expect("an SSE body under a wrong label is still a stream");
+    assert_eq!(
+        (response.message.text(), notices.len()),
+        ("labelled wrong".to_owned(), 0)
+    );
+}

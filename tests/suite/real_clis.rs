@@ -11,6 +11,8 @@
 //! nothing. A missing (or differently versioned) CLI skips its tests with a message;
 //! with `GROVE_REQUIRE_REAL_CLIS=1` (CI) it fails them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+// A skip, and each run's time, must be visible in the test output.
+#![allow(clippy::print_stderr)]
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

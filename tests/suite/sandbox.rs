@@ -1300,7 +1300,7 @@ async fn a_worker_writes_its_own_worktree_in_the_cache_and_cannot_read_another()
     assert!(!results[1].contains(SECRET), "{}", results[1]);
     assert_eq!(
         (
-            report.subtasks[0].status.clone(),
+            report.subtasks[0].status,
             fixture.git(&["show", &format!("{}:mine.txt", report.branch)]),
         ),
         (SubtaskOutcome::Merged, "mine".to_owned()),

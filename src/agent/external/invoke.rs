@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::BRIEF_VAR;
 use super::backend::{
     AIDER_CHAT_HISTORY_VAR, AIDER_INPUT_HISTORY_VAR, OPENAI_BASE_URL_VAR, PROGRAM_VAR, STDERR_VAR,
     STDOUT_VAR, WorkerBackend, shell_command,
@@ -22,9 +21,10 @@ use super::follow::{LineFollower, file_tail};
 use super::parse::{
     CliReport, OutputFormat, OutputParser, Progress, last_reply_in_history, non_empty, parse_output,
 };
+use super::{BRIEF_VAR, BackendError};
 use crate::text::{strip_escapes, tail};
 use crate::tools::exec::{
-    CommandExecutor as _, ExecError, ExecOutcome, ExecRequest, ExecResult, LocalExecutor, OutputCap,
+    CommandExecutor as _, ExecOutcome, ExecRequest, ExecResult, LocalExecutor, OutputCap,
 };
 
 /// How often the CLI's output file is read while it runs, for the live view.
@@ -37,22 +37,6 @@ const REASON_CHARS: usize = 600;
 const GEMINI_TURN_LIMIT_EXIT: i32 = 53;
 /// Exit status of a shell whose command was not found.
 const NOT_FOUND_EXIT: i32 = 127;
-
-/// Why an external worker could not be run at all (not a CLI that failed).
-#[derive(Debug, thiserror::Error)]
-pub enum BackendError {
-    /// A file of the run directory could not be made or read. Not retried.
-    #[error("cannot {action} the worker CLI at {path}: {source}")]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// The shell could not be started. Not retried.
-    #[error("cannot start the worker CLI: {0}")]
-    Exec(#[from] ExecError),
-}
 
 /// The environment external worker CLIs start from. Its `Debug` shows the names only:
 /// the values are credentials.

@@ -25,11 +25,14 @@ use crate::text::truncate;
 mod backend;
 mod follow;
 mod invoke;
-pub mod parse;
+mod parse;
 
-pub use backend::{BackendParseError, CODEX_PROVIDER, CliArg, WorkerBackend};
-pub use invoke::{BackendEnv, BackendError, CliEnd, CliInvocation, CliOutcome};
-pub use parse::{CliReport, OutputFormat, OutputParser, Progress, parse_output};
+pub use backend::{BackendParseError, CODEX_PROVIDER, WorkerBackend};
+pub use invoke::BackendEnv;
+pub use parse::Progress;
+
+use invoke::{CliEnd, CliInvocation, CliOutcome};
+use parse::OutputFormat;
 
 /// The default wall-clock limit of one external worker run.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60 * 60;
@@ -37,6 +40,22 @@ pub const DEFAULT_TIMEOUT_SECS: u64 = 60 * 60;
 /// The environment variable that carries the brief to every external worker (`cmd:`
 /// commands also get it on stdin).
 pub const BRIEF_VAR: &str = "GROVE_BRIEF";
+
+/// Why an external worker could not be run at all (not a CLI that failed).
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// A file of the run directory could not be made or read. Not retried.
+    #[error("cannot {action} the worker CLI at {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The shell could not be started. Not retried.
+    #[error("cannot start the worker CLI: {0}")]
+    Exec(#[from] crate::tools::exec::ExecError),
+}
 
 /// One worker's job for an external CLI, as the run pipeline hands it over.
 #[derive(Debug, Clone)]
@@ -108,7 +127,14 @@ pub async fn work(job: ExternalWork<'_>, progress: impl FnMut(Progress)) -> Work
                 note: None,
             }
         }
-        Ok(outcome) => {
+        Ok(mut outcome) => {
+            // The answer goes to the lead and the terminal: no escapes either.
+            outcome.report.final_message = outcome
+                .report
+                .final_message
+                .as_deref()
+                .map(crate::text::strip_escapes)
+                .and_then(parse::non_empty);
             let report = &outcome.report;
             let mut ledger = report.ledger;
             ledger.steps = ledger.steps.max(1);
@@ -134,7 +160,7 @@ pub async fn work(job: ExternalWork<'_>, progress: impl FnMut(Progress)) -> Work
 /// The prompt an external worker gets: its role's instructions with the project rules
 /// (the built-in worker's system prompt, or a user agent's), then the brief. On a rerun
 /// after an interrupt, a note says the earlier attempt's files are already there.
-pub fn cli_prompt(system: &str, brief: &str, rerun: bool) -> String {
+fn cli_prompt(system: &str, brief: &str, rerun: bool) -> String {
     let mut prompt = format!(
         "{}\n\n# Your subtask\n\n{}",
         system.trim_end(),
@@ -150,7 +176,7 @@ pub fn cli_prompt(system: &str, brief: &str, rerun: bool) -> String {
 }
 
 /// A one-line description of how an external worker ended, for the live view.
-pub fn describe_end(backend: &WorkerBackend, outcome: &CliOutcome) -> String {
+fn describe_end(backend: &WorkerBackend, outcome: &CliOutcome) -> String {
     let name = backend.name();
     match &outcome.end {
         CliEnd::Finished => match &outcome.report.final_message {
@@ -169,7 +195,7 @@ pub fn describe_end(backend: &WorkerBackend, outcome: &CliOutcome) -> String {
 /// Where one attempt of an external worker saves its raw stdout and stderr: beside its
 /// transcript (`S2-worker.json` → `S2-worker.claude.stdout`), numbered from the second
 /// attempt on (`S2-worker.claude-2.stdout`) so a rerun never overwrites the first.
-pub fn raw_output_paths(transcript: &Path, name: &str) -> (PathBuf, PathBuf) {
+fn raw_output_paths(transcript: &Path, name: &str) -> (PathBuf, PathBuf) {
     let stem = transcript.with_extension("");
     let at = |attempt: u32, stream: &str| {
         let mut path = stem.clone().into_os_string();
@@ -187,7 +213,7 @@ pub fn raw_output_paths(transcript: &Path, name: &str) -> (PathBuf, PathBuf) {
 }
 
 /// A note for the user when the CLI's output was not all readable, naming the raw file.
-pub fn output_note(backend: &WorkerBackend, outcome: &CliOutcome, raw: &Path) -> Option<String> {
+fn output_note(backend: &WorkerBackend, outcome: &CliOutcome, raw: &Path) -> Option<String> {
     let report = &outcome.report;
     let structured = !matches!(
         backend.output_format(),

@@ -15,3 +15,4 @@ pub mod resume;
 pub mod review;
 pub mod run;
 pub mod runs;
+pub mod trust;

@@ -22,6 +22,7 @@ pub struct ResumeArgs {
 
 /// Resumes `args.run_id` with the provider and models the run started with.
 pub async fn resume(directory: &Path, args: &ResumeArgs) -> anyhow::Result<ExitCode> {
+    launch::check_resume_trusted(directory, &args.run_id).await?;
     let models = launch::resume_models;
     let run_id = drive::parse_run_id(&args.run_id)?;
     let repo = drive::open_repo(directory).await?;

@@ -143,7 +143,8 @@ pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let flags = flag_settings(&args)?;
     let repo = drive::open_repo(directory).await?;
     let root = repo.work_tree().unwrap_or(repo.common_dir());
-    // Flags beat .grove/config.toml, which beats the built-in defaults (RunSettings::over).
+    // Flags beat .grove/config.toml, which beats the built-in defaults; a setup command
+    // the file asks for must be trusted (not for a dry run, which creates nothing).
     let Launch { options, models } = launch::prepare(
         directory,
         RunRequest {
@@ -154,6 +155,7 @@ pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             worker_timeout_secs: args.worker_timeout,
             sandbox: args.sandbox,
             allow_network: args.allow_network,
+            check_setup_trust: !args.dry_run,
         },
     )
     .await?;

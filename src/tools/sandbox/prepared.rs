@@ -165,6 +165,12 @@ impl DiskMeter {
 /// The bytes in use on the filesystem holding `path`.
 fn filesystem_used(path: &Path) -> Option<u64> {
     let stats = nix::sys::statvfs::statvfs(path).ok()?;
-    let used_blocks = u64::from(stats.blocks()).saturating_sub(u64::from(stats.blocks_free()));
-    Some(used_blocks.saturating_mul(u64::from(stats.fragment_size())))
+    // The field types differ between platforms (u32 or u64); `as u64` never truncates.
+    #[allow(clippy::unnecessary_cast)]
+    let (blocks, free, size) = (
+        stats.blocks() as u64,
+        stats.blocks_free() as u64,
+        stats.fragment_size() as u64,
+    );
+    Some(blocks.saturating_sub(free).saturating_mul(size))
 }

@@ -637,3 +637,26 @@ async fn grove_clean_of_a_run_started_before_the_move_archives_and_removes_its_w
         "its uncommitted work is in the archive"
     );
 }
+
+#[tokio::test]
+async fn clean_sweeps_what_a_removal_by_a_dead_grove_left_in_the_trash() {
+    let fixture = project();
+    let repo = fixture.open().await;
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let trash = repo.common_dir().join("grove/trash");
+    let left = trash.join(format!("tree-{dead}-0"));
+    std::fs::create_dir_all(left.join("src")).unwrap();
+    std::fs::write(left.join("src/lib.rs"), "half deleted").unwrap();
+    let ours = trash.join(format!("tree-{}-9", std::process::id()));
+    std::fs::create_dir_all(&ours).unwrap();
+
+    repo.clean_run(&run_id()).await.unwrap();
+
+    assert_eq!(
+        entries(&trash),
+        vec![format!("tree-{}-9", std::process::id())],
+        "a dead grove's leftovers go; a live one's removal in flight is left alone"
+    );
+}

@@ -1,0 +1,58 @@
+//! `grove trust`: trusts the `[worktree] setup` command of this repository's
+//! `.grove/config.toml`, exactly as the file has it now.
+//!
+//! It prints the command it trusts, asks nothing, and records it outside the repository
+//! (`grove::settings::trust`). It must never run the command.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use clap::Args;
+
+use grove::settings::config::ProjectConfig;
+use grove::settings::trust::TrustStore;
+
+use crate::cli::drive;
+
+/// Arguments of `grove trust`.
+#[derive(Debug, Args)]
+pub struct TrustArgs {}
+
+/// Records trust of the setup command in the config of the repository containing
+/// `directory`.
+#[allow(clippy::print_stdout)]
+pub async fn trust(directory: &Path, _args: &TrustArgs) -> anyhow::Result<ExitCode> {
+    let repo = drive::open_repo(directory).await?;
+    let Some(root) = repo.work_tree() else {
+        bail!(
+            "{} is a bare repository; it has no .grove/config.toml whose setup command \
+             could be trusted",
+            repo.common_dir().display()
+        );
+    };
+    let Some(config) = ProjectConfig::load(root)? else {
+        println!(
+            "{} has no .grove/config.toml; nothing to trust",
+            root.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    };
+    let Some(command) = &config.settings.setup else {
+        println!(
+            "{} has no [worktree] setup command; nothing to trust",
+            config.path.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    };
+    let store = TrustStore::for_user()?;
+    let record = store.trust(root, command)?;
+    println!(
+        "trusted this setup command for {}:\n\n    {command}\n\ngrove runs it in every new \
+         worktree until the command in {} changes (recorded in {})",
+        root.display(),
+        config.path.display(),
+        record.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
