@@ -13,6 +13,7 @@ use similar::{ChangeTag, TextDiff};
 use super::Repo;
 use super::error::GitError;
 use super::names::CommitId;
+use crate::text::printable;
 
 /// One file's line counts between two commits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -150,9 +151,10 @@ impl Repo {
         let mut out = String::new();
         for file in &stat.files {
             let old_path = file.old_path.as_deref().unwrap_or(&file.path);
+            // Paths and contents are the repository's: no escape in them reaches a terminal.
             let title = match &file.old_path {
-                Some(old) => format!("{old} → {}", file.path),
-                None => file.path.clone(),
+                Some(old) => format!("{} → {}", printable(old), printable(&file.path)),
+                None => printable(&file.path).into_owned(),
             };
             let _ = writeln!(
                 out,
@@ -174,7 +176,7 @@ impl Repo {
                 let _ = writeln!(out, "  binary file changed");
                 continue;
             };
-            render_text_diff(&mut out, &old, &new, style);
+            render_text_diff(&mut out, &printable(&old), &printable(&new), style);
         }
         let _ = writeln!(out, "{}", stat.summary());
         Ok(out)

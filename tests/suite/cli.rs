@@ -360,7 +360,8 @@ fn escaping(request: &RecordedRequest) -> Reply {
         ("worker", false) => Turn::new().tool_use(
             "w1",
             "write_file",
-            json!({ "path": "a.txt", "content": "changed\n" }),
+            // One escape only: more control characters and git calls the file binary.
+            json!({ "path": "a.txt", "content": "changed\x1b[2J\n" }),
         ),
         ("reviewer", false) => Turn::new().tool_use(
             "r1",
@@ -432,6 +433,18 @@ async fn terminal_escapes_from_a_model_reach_neither_the_terminal_nor_the_json_n
             .iter()
             .all(|content| !has_raw_controls(content.as_bytes())),
         "the lead's tool result carries no raw control character: {lead_results:?}"
+    );
+
+    let run_id = report["run_id"].as_str().unwrap();
+    let review = grove(&fixture, None, &["review", "--list", run_id]).await;
+    let shown = String::from_utf8_lossy(&review.stdout).into_owned();
+    assert!(
+        shown.contains("reviewer: rejected\\x1b[2J") && shown.contains("changed\\x1b[2J"),
+        "grove review shows the summary and the diff, escapes written out:\n{shown}"
+    );
+    assert!(
+        !has_raw_controls(&review.stdout) && !has_raw_controls(&review.stderr),
+        "grove review prints no raw control character:\n{shown:?}"
     );
 }
 

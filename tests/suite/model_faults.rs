@@ -403,10 +403,7 @@ async fn grove_run_against_a_silent_api_shows_the_wait_ends_and_never_shows_the_
     let started = Instant::now();
     let output = tokio::time::timeout(
         GENEROUS,
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_grove"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .envs(crate::support::git_fixture::sealed_env(&fixture.home()))
+        crate::support::grove::Grove::in_repo(&fixture)
             .env(
                 "ANTHROPIC_BASE_URL",
                 url.replace("http://", "http://grove:hunter2-secret@"),
@@ -415,13 +412,10 @@ async fn grove_run_against_a_silent_api_shows_the_wait_ends_and_never_shows_the_
             .env("GROVE_MODEL_FIRST_BYTE_TIMEOUT_S", "0.6")
             .env("GROVE_MODEL_HEARTBEAT_S", "0.25")
             .env("GROVE_MODEL_TURN_TIMEOUT_S", "2")
-            .current_dir(&fixture.repo)
-            .args(["run", "Fix the typo in a.txt."])
-            .output(),
+            .grove_async(["run", "Fix the typo in a.txt."]),
     )
     .await
-    .expect("grove ends on its own")
-    .unwrap();
+    .expect("grove ends on its own");
     listener.abort();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(

@@ -1207,7 +1207,6 @@ const JOURNAL_BEFORE_TYPED_OPTIONS: &str = include_str!("fixtures/paused_run.jou
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn grove_resume_finishes_a_run_journaled_before_options_were_typed() {
-    use crate::support::git_fixture::sealed_env;
     use crate::support::requests::{Who, who};
     use crate::support::scripted_run::{repo_with_rules, scripted_server};
 
@@ -1223,16 +1222,10 @@ async fn grove_resume_finishes_a_run_journaled_before_options_were_typed() {
     std::fs::write(run_dir.join(JOURNAL_FILE), JOURNAL_BEFORE_TYPED_OPTIONS).unwrap();
 
     let server = scripted_server(&[("Shout.\nWRITE src/a.txt ALPHA", None)]).await;
-    let output = Command::new(env!("CARGO_BIN_EXE_grove"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .envs(sealed_env(&fixture.home()))
-        .env("ANTHROPIC_BASE_URL", server.url())
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .current_dir(&fixture.repo)
-        .args(["resume", run_id, "--json"])
-        .output()
-        .unwrap();
+    let output = crate::support::grove::Grove::in_repo(&fixture)
+        .with_server(&server)
+        .grove_async(["resume", run_id, "--json"])
+        .await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "grove resume: {stderr}");
     server.assert_no_violations();

@@ -14,8 +14,9 @@ use grove::settings::config::CONFIG_PATH;
 use grove::settings::trust::TrustStore;
 use grove::tools::sandbox::{self, CommandHost};
 
-use crate::support::fake_server::{FakeServer, RecordedRequest, TEST_API_KEY, Turn};
-use crate::support::git_fixture::{GitFixture, sealed_env};
+use crate::support::fake_server::{FakeServer, RecordedRequest, Turn};
+use crate::support::git_fixture::GitFixture;
+use crate::support::grove::Grove;
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::{lead_reply, reviewer_reply, worker_reply};
 
@@ -30,20 +31,14 @@ async fn grove(
     extra: &[(&str, &Path)],
     args: &[&str],
 ) -> Output {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_grove"));
-    command.env_clear();
-    command.env("PATH", std::env::var_os("PATH").unwrap_or_default());
-    command.envs(sealed_env(&fixture.home()));
+    let mut grove = Grove::in_repo(fixture);
     for (name, value) in extra {
-        command.env(name, value);
+        grove = grove.env(name, value);
     }
     if let Some(server) = server {
-        command
-            .env("ANTHROPIC_BASE_URL", server.url())
-            .env("ANTHROPIC_API_KEY", TEST_API_KEY);
+        grove = grove.with_server(server);
     }
-    command.current_dir(&fixture.repo).args(args);
-    command.output().await.unwrap()
+    grove.grove_async(args).await
 }
 
 fn text(bytes: &[u8]) -> String {

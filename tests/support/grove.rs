@@ -183,8 +183,8 @@ pub async fn grove_in(fixture: &GitFixture, server: Option<&FakeServer>, args: &
     grove.grove_async(args).await
 }
 
-/// The first file named `name` in worktree 1 of any run of `fixture`, if any (a
-/// worker's command has run once it is there).
+/// The first file named `name` in worktree 1 of any run of `fixture`, if any (a worker's
+/// command has run once it is there).
 pub fn find_in_worktrees(fixture: &GitFixture, name: &str) -> Option<PathBuf> {
     let runs = fixture.repo.join(".git/grove/runs");
     for run in std::fs::read_dir(runs).ok()?.flatten() {

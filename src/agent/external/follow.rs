@@ -1,5 +1,5 @@
-//! Reading what a CLI writes while it runs: its output file line by line, the tail of
-//! its stderr, and text made safe to show (terminal escapes stripped).
+//! Reading what a CLI writes while it runs: its output file line by line and the tail of
+//! its stderr (`crate::text::strip_escapes` makes it safe to show).
 //!
 //! It never trusts the bytes: over-long lines are cut and counted, invalid UTF-8 is
 //! replaced, and no escape sequence from a CLI reaches a terminal, a JSON reason or the

@@ -87,19 +87,6 @@ fn escaped(event: Event) -> Event {
             delay_ms,
             reason: text(reason),
         },
-        Event::ModelWaiting {
-            agent: id,
-            attempt,
-            attempts,
-            waited_ms,
-            waiting_for,
-        } => Event::ModelWaiting {
-            agent: agent(id),
-            attempt,
-            attempts,
-            waited_ms,
-            waiting_for,
-        },
         Event::AgentFinished {
             agent: id,
             ledger,
@@ -131,6 +118,19 @@ fn escaped(event: Event) -> Event {
         },
         Event::Note { message } => Event::Note {
             message: text(message),
+        },
+        Event::ModelWaiting {
+            agent: id,
+            attempt,
+            attempts,
+            waited_ms,
+            waiting_for,
+        } => Event::ModelWaiting {
+            agent: agent(id),
+            attempt,
+            attempts,
+            waited_ms,
+            waiting_for: text(waiting_for),
         },
     }
 }

@@ -10,6 +10,7 @@ use grove::git::GitError;
 use grove::review::{ApplyResult, CommitSource, ReviewOutcome, RunReview, SubtaskReview};
 use grove::store::journal::VerdictKind;
 use grove::store::state::SubtaskStatus;
+use grove::text::printable;
 
 /// Where the text goes and whether it is coloured.
 pub struct Out {
@@ -114,7 +115,7 @@ pub fn walk(
         run.status,
         run.subtasks.len(),
         if run.subtasks.len() == 1 { "" } else { "s" },
-        run.task.lines().next().unwrap_or_default().trim()
+        printable(run.task.lines().next().unwrap_or_default().trim())
     ))?;
     out.line("")?;
     for subtask in &run.subtasks {
@@ -216,34 +217,42 @@ pub fn show_subtask(
         title.push_str(&format!(" · you: {}", human.as_str()));
     }
     out.line(&format!("── {title} ──"))?;
-    let mut task_lines = subtask.task.lines();
+    // Task, summaries, findings and paths come from models and the repository: every one
+    // is shown through `printable`, the colours around them are grove's.
+    let task = printable(&subtask.task);
+    let mut task_lines = task.lines();
     out.line(&format!("task: {}", task_lines.next().unwrap_or_default()))?;
     for line in task_lines {
         out.line(&format!("      {line}"))?;
     }
     if let Some(reviewer) = &subtask.reviewer {
-        out.line(&format!("reviewer: {}", reviewer.summary.trim()))?;
+        out.line(&format!("reviewer: {}", printable(reviewer.summary.trim())))?;
         for finding in &reviewer.findings {
             let place = match finding.line {
                 Some(line) => format!("{}:{line}", finding.path),
                 None => finding.path.clone(),
             };
-            out.line(&format!("  - {place}: {}", finding.problem.trim()))?;
+            out.line(&format!(
+                "  - {}: {}",
+                printable(&place),
+                printable(finding.problem.trim())
+            ))?;
         }
     } else {
         out.line("reviewer: no verdict (the subtask ended before its review)")?;
     }
     for path in &subtask.executes_later {
         let warning = format!(
-            "executes later: {path} runs on your machine or in CI; read it yourself, whatever \
-             the reviewer said"
+            "executes later: {} runs on your machine or in CI; read it yourself, whatever \
+             the reviewer said",
+            printable(path)
         );
         out.line(&out.paint("33", &warning))?;
     }
     if !subtask.conflict_paths.is_empty() {
         out.line(&format!(
             "conflicts with work merged before it in: {}",
-            subtask.conflict_paths.join(", ")
+            printable(&subtask.conflict_paths.join(", "))
         ))?;
     }
     match (&subtask.commit, &subtask.commit_source) {
@@ -278,7 +287,7 @@ pub fn show_run_footer(out: &mut Out, run: &RunReview) -> anyhow::Result<()> {
         "run {} ({}): {}",
         run.run_id,
         run.status,
-        run.task.trim()
+        printable(run.task.trim())
     ))?;
     if run.applied {
         out.line(&format!("The result was applied to {branch}."))?;

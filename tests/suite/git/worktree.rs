@@ -604,14 +604,7 @@ async fn grove_clean_of_a_run_started_before_the_move_archives_and_removes_its_w
     old.ready().await.unwrap();
     std::fs::write(old.path().join("wip.txt"), "old layout work\n").unwrap();
 
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_grove"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .envs(crate::support::git_fixture::sealed_env(&fixture.home()))
-        .current_dir(&fixture.repo)
-        .args(["clean", run.as_str()])
-        .output()
-        .unwrap();
+    let output = crate::support::grove::Grove::in_repo(&fixture).grove(["clean", run.as_str()]);
 
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert_eq!(
