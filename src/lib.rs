@@ -12,6 +12,7 @@ pub mod demo;
 pub mod event;
 pub mod git;
 pub mod ledger;
+pub mod mcp;
 pub mod model;
 pub mod report;
 pub mod review;

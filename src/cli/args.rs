@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::cli::commands::{
-    clean, completions, demo, gc, init, report, resume, review, run, runs, trust,
+    clean, completions, demo, gc, init, mcp, report, resume, review, run, runs, trust,
 };
 
 /// Run one coding task as a fleet of LLM subagents in parallel git worktrees, with an
@@ -103,4 +103,12 @@ pub enum Command {
         grove review --approve S2 --reject S1 --apply 20261129-215530-7f3a"
     )]
     Review(review::ReviewArgs),
+    /// Serve the Model Context Protocol on stdio, for Claude Code, Codex, Gemini CLI...
+    #[command(
+        after_help = "Tools: run, resume, list_runs, show_run, review (see the \
+        README). Nothing but the protocol goes to stdout; the runs' progress goes to \
+        stderr.\n\n\
+        Examples:\n  claude mcp add grove -- grove mcp\n  grove -C ~/src/project mcp"
+    )]
+    Mcp(mcp::McpArgs),
 }

@@ -1,5 +1,6 @@
-//! Driving a run from the terminal: the live view, Ctrl-C, the model clients and the
-//! exit code of a run — shared by `grove run`, `grove resume` and `grove demo`.
+//! Driving a run from the terminal: the live view, Ctrl-C and the exit code of a run —
+//! shared by `grove run`, `grove resume` and `grove demo`. The model clients come from
+//! [`grove::run::launch`].
 //!
 //! This file owns how a run meets the terminal; it must never decide what a run does.
 
@@ -12,28 +13,12 @@ use tokio_util::sync::CancellationToken;
 use grove::agent::roles;
 use grove::event::EventSink;
 use grove::git::{GitOptions, Repo};
-use grove::model::{self, Provider};
-use grove::run::{ModelChoice, ModelNames, Models, RunEnd, RunError, RunReport};
+use grove::run::{RunEnd, RunError, RunReport};
 use grove::store::journal::SubtaskOutcome;
 use grove::store::{RunId, StoreError};
 
 use crate::cli::exit::{EXIT_INTERRUPTED, EXIT_NOT_ALL_DONE};
 use crate::cli::render;
-
-/// The models of every role, on one client of `provider` shared by all of them.
-pub fn connect_models(provider: Provider, names: ModelNames) -> Result<Models, model::ModelError> {
-    let client = model::connect(provider)?;
-    let choice = |name: String| ModelChoice {
-        client: client.clone(),
-        name,
-    };
-    Ok(Models {
-        provider: provider.as_str().to_owned(),
-        lead: choice(names.lead),
-        worker: choice(names.worker),
-        reviewer: choice(names.reviewer),
-    })
-}
 
 /// Runs a run (new or resumed) with the live view and Ctrl-C handling, then prints the
 /// report (`json`: also as JSON on stdout); [`exit_code`] maps it to the exit code.

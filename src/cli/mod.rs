@@ -19,7 +19,7 @@ use anyhow::Context as _;
 
 pub use args::Cli;
 use args::Command;
-use commands::{clean, completions, demo, gc, init, report, resume, review, run, runs, trust};
+use commands::{clean, completions, demo, gc, init, mcp, report, resume, review, run, runs, trust};
 pub use drive::UsageError;
 pub use exit::EXIT_USAGE;
 
@@ -44,5 +44,6 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Trust(args) => trust::trust(&directory, &args).await,
         Command::Review(args) => review::review(&directory, &args).await,
         Command::Report(args) => report::report(&directory, &args).await,
+        Command::Mcp(args) => mcp::mcp(&directory, &args).await,
     }
 }

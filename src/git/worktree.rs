@@ -385,6 +385,9 @@ impl Repo {
                     })?;
             }
         }
+        // Under the lock: a removal that has just created the trash must find it there
+        // for its renames (a missing destination also reads as NotFound).
+        let _guard = REGISTRATION.lock().await;
         let _ = std::fs::remove_dir(&trash);
         Ok(())
     }
@@ -458,6 +461,9 @@ impl Repo {
                 Err(source) => return Err(io("delete", moved)(source)),
             }
         }
+        // Under the lock: a removal that has just created the trash must find it there
+        // for its renames (a missing destination also reads as NotFound).
+        let _guard = REGISTRATION.lock().await;
         let _ = std::fs::remove_dir(&trash);
         Ok(())
     }

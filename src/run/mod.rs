@@ -21,6 +21,7 @@ pub mod delegate;
 pub mod dry_run;
 pub mod finish;
 pub mod id;
+pub mod launch;
 pub mod lead;
 pub(crate) mod merge_queue;
 pub(crate) mod observer;

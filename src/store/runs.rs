@@ -386,6 +386,21 @@ pub struct RunDetails {
 }
 
 impl RunSummary {
+    /// The status a listing shows: a run stopped by Ctrl-C is journaled as a pause whose
+    /// reason starts with "interrupted", and `grove run --json` said `interrupted` for it;
+    /// the listing says the same (a crashed run is `interrupted` too: both resume alike).
+    pub fn shown_status(&self) -> RunStatus {
+        let interrupted = self
+            .details
+            .as_ref()
+            .and_then(|details| details.pause_reason.as_deref())
+            .is_some_and(|reason| reason.starts_with("interrupted"));
+        match self.status {
+            RunStatus::Paused if interrupted => RunStatus::Interrupted,
+            status => status,
+        }
+    }
+
     /// Summarizes `state`; `is_live` says whether a live process holds the lock for it.
     pub fn from_state(run_id: RunId, state: RunState, is_live: bool) -> RunSummary {
         let status = match state.status {

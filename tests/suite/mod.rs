@@ -8,6 +8,7 @@ mod demo;
 mod faults;
 mod git;
 mod loop_http;
+mod mcp;
 mod model;
 mod model_faults;
 mod polish;

@@ -157,7 +157,8 @@ async fn a_four_subtask_refactor_merges_three_and_archives_the_rejected_one_in_e
                 .matches("worktree ")
                 .count(),
             1,
-            "{mode}: every worktree is removed"
+            "{mode}: every worktree is removed: {}",
+            fixture.git(&["worktree", "list", "--porcelain"])
         );
 
         // The lead got one short result per subtask and nothing a worker read.

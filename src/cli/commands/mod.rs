@@ -9,6 +9,7 @@ pub mod completions;
 pub mod demo;
 pub mod gc;
 pub mod init;
+pub mod mcp;
 pub mod report;
 pub mod resume;
 pub mod review;

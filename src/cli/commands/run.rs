@@ -10,8 +10,8 @@ use clap::Args;
 
 use grove::agent::external::WorkerBackend;
 use grove::model::{self, Provider};
-use grove::settings::config::{ProjectConfig, RoleValues, RunSettings};
-use grove::settings::trust::TrustStore;
+use grove::run::launch::{self, Launch, RunRequest};
+use grove::settings::config::{RoleValues, RunSettings};
 
 use crate::cli::drive::{self, UsageError};
 use crate::cli::exit::EXIT_INTERRUPTED;
@@ -143,32 +143,23 @@ pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let flags = flag_settings(&args)?;
     let repo = drive::open_repo(directory).await?;
     let root = repo.work_tree().unwrap_or(repo.common_dir());
-    let file = ProjectConfig::load(root)?;
-    // Before anything is created: a setup command the file asks for runs only once the
-    // user has trusted its exact text here (a worker could have written the file).
-    if !args.dry_run
-        && let Some(file) = &file
-        && let Some(command) = &file.settings.setup
-    {
-        TrustStore::for_user()?.check(root, &file.path, command)?;
-    }
-    // Flags beat .grove/config.toml, which beats the built-in defaults (RunSettings::over).
-    let settings = match file {
-        Some(file) => flags.over(file.settings),
-        None => flags,
-    };
+    // Flags beat .grove/config.toml, which beats the built-in defaults; a setup command
+    // the file asks for must be trusted (not for a dry run, which creates nothing).
+    let Launch { options, models } = launch::prepare(
+        directory,
+        RunRequest {
+            task,
+            flags,
+            keep_worktrees: args.keep_worktrees,
+            worker_backend: args.worker_backend.clone(),
+            worker_timeout_secs: args.worker_timeout,
+            sandbox: args.sandbox,
+            allow_network: args.allow_network,
+            check_setup_trust: !args.dry_run,
+        },
+    )
+    .await?;
     render::agent_file_problems(&drive::agent_file_problems(root));
-    let resolved = settings.resolve(task);
-    let mut options = resolved.options;
-    options.keep_worktrees = args.keep_worktrees;
-    options.worker_backend = args.worker_backend.clone();
-    if let Some(seconds) = args.worker_timeout {
-        options.worker_backend_timeout_secs = seconds;
-    }
-    options.sandbox = args.sandbox;
-    options.allow_network = args.allow_network;
-
-    let models = drive::connect_models(resolved.provider, resolved.models)?;
 
     let json = args.json;
     if args.dry_run {

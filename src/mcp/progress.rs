@@ -1,0 +1,113 @@
+//! A run's events on their way out of the server: every one to the log sink, and each
+//! subtask's start and end to the client as an MCP progress notification.
+//!
+//! This file owns which events become progress and how they read. It must never hold
+//! a run up: a client that stopped listening loses notifications, the run goes on.
+
+use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::{Peer, RoleServer};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::event::{Event, EventSink};
+use crate::text::truncate;
+
+/// Where progress goes: the client and the token of its request.
+pub struct Progress {
+    pub peer: Peer<RoleServer>,
+    pub token: ProgressToken,
+}
+
+/// Forwards `events` until the run drops its sink; returns how many progress
+/// notifications were sent.
+pub async fn forward(
+    mut events: UnboundedReceiver<Event>,
+    log: EventSink,
+    progress: Option<Progress>,
+) -> u32 {
+    let mut sent = 0;
+    while let Some(event) = events.recv().await {
+        let message = progress_message(&event);
+        log.emit(event);
+        if let (Some(message), Some(progress)) = (message, &progress) {
+            // The count only grows, as the protocol wants; there is no total, since the
+            // lead decides as it goes how many subtasks there are.
+            sent += 1;
+            let param = ProgressNotificationParam::new(progress.token.clone(), f64::from(sent))
+                .with_message(message);
+            if progress.peer.notify_progress(param).await.is_err() {
+                sent -= 1;
+            }
+        }
+    }
+    sent
+}
+
+/// The progress line of `event`, for the events that are a subtask's start or end.
+pub fn progress_message(event: &Event) -> Option<String> {
+    match event {
+        Event::SubtaskStarted { label, task, .. } => Some(format!(
+            "{label} started: {}",
+            truncate(task.lines().next().unwrap_or_default().trim(), 120)
+        )),
+        Event::SubtaskFinished {
+            label,
+            status,
+            verdict,
+            diffstat,
+        } => {
+            let details: Vec<String> = [
+                verdict
+                    .as_ref()
+                    .map(|verdict| format!("reviewer: {verdict}")),
+                diffstat.clone(),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            Some(if details.is_empty() {
+                format!("{label} {status}")
+            } else {
+                format!("{label} {status} ({})", details.join("; "))
+            })
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subtask_starts_and_ends_read_as_one_line_each_and_other_events_are_not_progress() {
+        let started = Event::SubtaskStarted {
+            label: "S1".into(),
+            task: "WRITE a.txt good\nmore detail".into(),
+            branch: "grove/r/1".into(),
+        };
+        let finished = Event::SubtaskFinished {
+            label: "S1".into(),
+            status: "merged".into(),
+            verdict: Some("approve".into()),
+            diffstat: Some("1 file changed, 1 insertion(+)".into()),
+        };
+        let failed = Event::SubtaskFinished {
+            label: "S2".into(),
+            status: "failed".into(),
+            verdict: None,
+            diffstat: None,
+        };
+        let note = Event::Note {
+            message: "hello".into(),
+        };
+        assert_eq!(
+            [&started, &finished, &failed, &note].map(progress_message),
+            [
+                Some("S1 started: WRITE a.txt good".to_owned()),
+                Some("S1 merged (reviewer: approve; 1 file changed, 1 insertion(+))".to_owned()),
+                Some("S2 failed".to_owned()),
+                None,
+            ]
+        );
+    }
+}

@@ -1,0 +1,177 @@
+//! From a caller's request to a run's inputs: the flags of `grove run` and the
+//! arguments of the MCP `run` tool become [`RunOptions`] and [`Models`] the same way.
+//!
+//! This module owns layering a request over `.grove/config.toml` and the built-in
+//! defaults, the trust a setup command needs, and connecting the model clients of a new
+//! or a resumed run. It must never print, start a run, or write anything.
+
+use std::path::Path;
+
+use crate::agent::external::WorkerBackend;
+use crate::git::{GitError, GitOptions, Repo};
+use crate::model::{self, ModelError, Provider};
+use crate::run::start::{ResumeProblem, RunError};
+use crate::settings::config::{CONFIG_PATH, ConfigError, ProjectConfig, RunSettings};
+use crate::settings::trust::{TrustError, TrustStore};
+use crate::settings::{ModelChoice, ModelNames, Models, RunOptions};
+use crate::store::state::RunState;
+use crate::store::{RunId, RunStore};
+use crate::tools::sandbox::SandboxMode;
+
+/// Why a request could not become a run. None of these are retried: the caller fixes
+/// the request, the file or the environment.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The task is empty or only blanks.
+    #[error("the task is empty; say what grove should do, e.g. grove run \"fix the failing test\"")]
+    EmptyTask,
+    /// The directory is not a git repository (or git failed reading it).
+    #[error(transparent)]
+    Repo(#[from] GitError),
+    /// `.grove/config.toml` cannot be read or is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The provider's client cannot be configured (missing key, bad base URL).
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The setup command of `.grove/config.toml` (or of the run being resumed) is not
+    /// trusted in this repository; nothing was created.
+    #[error(transparent)]
+    Trust(#[from] TrustError),
+}
+
+/// What a caller asks of a new run, before the project file and the defaults: each
+/// `None` in `flags` lets the layer below decide.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    pub task: String,
+    /// The settings the caller gives; they beat `.grove/config.toml`.
+    pub flags: RunSettings,
+    pub keep_worktrees: bool,
+    pub worker_backend: WorkerBackend,
+    /// Wall-clock limit of one external worker CLI run; `None` keeps the default.
+    pub worker_timeout_secs: Option<u64>,
+    pub sandbox: SandboxMode,
+    pub allow_network: bool,
+    /// Refuse a setup command the user has not trusted here (off only for a dry run,
+    /// which creates nothing).
+    pub check_setup_trust: bool,
+}
+
+impl RunRequest {
+    /// A request for `task` that leaves every setting to the file and the defaults.
+    pub fn new(task: impl Into<String>) -> Self {
+        Self {
+            task: task.into(),
+            flags: RunSettings::default(),
+            keep_worktrees: false,
+            worker_backend: WorkerBackend::default(),
+            worker_timeout_secs: None,
+            sandbox: SandboxMode::default(),
+            allow_network: false,
+            check_setup_trust: true,
+        }
+    }
+}
+
+/// A run's inputs, ready for [`crate::run::run`] or [`crate::run::plan::plan`].
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub options: RunOptions,
+    pub models: Models,
+}
+
+/// Layers `request` over the `.grove/config.toml` of the repository at `directory`
+/// (flags beat the file, which beats the built-in defaults) and connects the models.
+pub async fn prepare(directory: &Path, request: RunRequest) -> Result<Launch, LaunchError> {
+    if request.task.trim().is_empty() {
+        return Err(LaunchError::EmptyTask);
+    }
+    let repo = Repo::open(directory, GitOptions::default()).await?;
+    let root = repo.work_tree().unwrap_or(repo.common_dir());
+    let file = ProjectConfig::load(root)?;
+    // Before anything is created: a setup command the file asks for runs only once the
+    // user has trusted its exact text here (a worker could have written the file).
+    if request.check_setup_trust
+        && let Some(file) = &file
+        && let Some(command) = &file.settings.setup
+    {
+        TrustStore::for_user()?.check(root, &file.path, command)?;
+    }
+    let settings = match file {
+        Some(file) => request.flags.over(file.settings),
+        None => request.flags,
+    };
+    let resolved = settings.resolve(request.task);
+    let mut options = resolved.options;
+    options.keep_worktrees = request.keep_worktrees;
+    options.worker_backend = request.worker_backend;
+    if let Some(seconds) = request.worker_timeout_secs {
+        options.worker_backend_timeout_secs = seconds;
+    }
+    options.sandbox = request.sandbox;
+    options.allow_network = request.allow_network;
+
+    let client = model::connect(resolved.provider)?;
+    let choice = |name: &str| ModelChoice {
+        client: client.clone(),
+        name: name.to_owned(),
+    };
+    let models = Models {
+        provider: resolved.provider.as_str().to_owned(),
+        lead: choice(&resolved.models.lead),
+        worker: choice(&resolved.models.worker),
+        reviewer: choice(&resolved.models.reviewer),
+    };
+    Ok(Launch { options, models })
+}
+
+/// Refuses to resume a run whose journaled setup command the user has not trusted here
+/// (a run started before grove asked for trust). A run started since had its command
+/// trusted at its start. Problems reading the run are left to the resume to report.
+pub async fn check_resume_trusted(directory: &Path, run_id: &str) -> Result<(), LaunchError> {
+    let repo = Repo::open(directory, GitOptions::default()).await?;
+    let (Some(root), Ok(run_id)) = (repo.work_tree(), run_id.parse::<RunId>()) else {
+        return Ok(());
+    };
+    let Ok(state) = RunStore::new(repo.common_dir()).read_state(&run_id) else {
+        return Ok(());
+    };
+    if let Ok(options) = state.options.get()
+        && let Some(command) = &options.worktree_setup.setup
+    {
+        TrustStore::for_user()?.check(root, &root.join(CONFIG_PATH), command)?;
+    }
+    Ok(())
+}
+
+/// The models a run recorded, connected again for [`crate::run::resume`]; a run that
+/// predates per-role names uses its one model for every role.
+pub fn resume_models(state: &RunState) -> Result<Models, RunError> {
+    let not_resumable = |error: ModelError| RunError::NotResumable {
+        run_id: state.run_id.clone(),
+        source: ResumeProblem::Model(Box::new(error)),
+    };
+    let provider: Provider = state.provider.parse().map_err(not_resumable)?;
+    let client = model::connect(provider).map_err(not_resumable)?;
+    // Runs journaled before per-role models name only one model.
+    let names: ModelNames = state
+        .options
+        .get()
+        .map(|options| options.model_names.clone())
+        .unwrap_or_default();
+    let pick = |name: String| ModelChoice {
+        client: client.clone(),
+        name: if name.is_empty() {
+            state.model.clone()
+        } else {
+            name
+        },
+    };
+    Ok(Models {
+        provider: provider.as_str().to_owned(),
+        lead: pick(names.lead),
+        worker: pick(names.worker),
+        reviewer: pick(names.reviewer),
+    })
+}
