@@ -80,15 +80,34 @@ pub struct ExternalWork<'a> {
     pub cancel: CancellationToken,
 }
 
+/// Why an external worker's subtask fails.
+#[derive(Debug, thiserror::Error)]
+pub enum CliFailure {
+    /// Not retried: the CLI could not be started, or its output files not made.
+    #[error("the {backend} worker could not run: {source}")]
+    NotRun {
+        backend: &'static str,
+        #[source]
+        source: BackendError,
+    },
+    /// The CLI ran and failed: a crash, a non-zero exit, an API error it reported, a
+    /// timeout, its budget; the reason in its own words (escapes stripped).
+    #[error("{0}")]
+    Failed(String),
+    /// The run was interrupted while the CLI worked; the subtask stays open.
+    #[error("{backend} was interrupted")]
+    Interrupted { backend: &'static str },
+}
+
 /// How an external worker's job went, in the terms the pipeline needs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct WorkDone {
     /// The prompt the CLI was given (for the transcript).
     pub prompt: String,
     /// What the CLI spent; at least one step, since it ran.
     pub ledger: Ledger,
     /// The worker's summary for review, or why the subtask fails.
-    pub summary: Result<String, String>,
+    pub summary: Result<String, CliFailure>,
     /// A one-line description of the end, for the live view.
     pub described: String,
     /// The CLI's last answer, if any (for the transcript).
@@ -116,13 +135,16 @@ pub async fn work(job: ExternalWork<'_>, progress: impl FnMut(Progress)) -> Work
         cancel: job.cancel,
     };
     match invocation.run(progress).await {
-        Err(error) => {
-            let reason = format!("the {name} worker could not run: {error}");
+        Err(source) => {
+            let failure = CliFailure::NotRun {
+                backend: name,
+                source,
+            };
             WorkDone {
                 prompt,
                 ledger: Ledger::default(),
-                summary: Err(reason.clone()),
-                described: format!("failed: {reason}"),
+                described: format!("failed: {failure}"),
+                summary: Err(failure),
                 final_message: None,
                 note: None,
             }
@@ -142,8 +164,8 @@ pub async fn work(job: ExternalWork<'_>, progress: impl FnMut(Progress)) -> Work
                 CliEnd::Finished | CliEnd::TurnLimit => {
                     Ok(report.final_message.clone().unwrap_or_default())
                 }
-                CliEnd::Failed(reason) => Err(reason.clone()),
-                CliEnd::Interrupted => Err(format!("{name} was interrupted")),
+                CliEnd::Failed(reason) => Err(CliFailure::Failed(reason.clone())),
+                CliEnd::Interrupted => Err(CliFailure::Interrupted { backend: name }),
             };
             WorkDone {
                 prompt,

@@ -130,10 +130,13 @@ pub enum SubtaskError {
     },
     #[error("interrupted before the worker started")]
     CliNotStarted,
-    /// The CLI could not run, or ran and failed or was interrupted; `reason` is
-    /// `agent::external`'s account of it (its own words or its stderr's tail).
-    #[error("{reason}")]
-    CliFailed { reason: String },
+    /// The CLI could not run, or ran and failed or was interrupted, in
+    /// `agent::external`'s account (its own words or its stderr's tail).
+    #[error("{source}")]
+    CliFailed {
+        #[source]
+        source: crate::agent::external::CliFailure,
+    },
     /// A checkpoint or transcript save during the work failed.
     #[error("{source}")]
     Save {

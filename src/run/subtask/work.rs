@@ -214,7 +214,7 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
         saved,
         summary: done
             .summary
-            .map_err(|reason| SubtaskError::CliFailed { reason }),
+            .map_err(|source| SubtaskError::CliFailed { source }),
     }
 }
 
