@@ -193,7 +193,7 @@ impl Repo {
     }
 
     /// The name of an operation in progress in the opened work tree, if any.
-    fn operation_in_progress(&self) -> Result<Option<String>, GitError> {
+    pub fn operation_in_progress(&self) -> Result<Option<String>, GitError> {
         let state = self.read("repository state", |repo| Ok(repo.state()))?;
         if state != git2::RepositoryState::Clean {
             return Ok(Some(format!("{state:?}")));

@@ -32,6 +32,14 @@ pub enum RunError {
          (`git switch <branch>`) and run again"
     )]
     DetachedHead,
+    /// Not retried: HEAD is detached because a rebase (or another operation) is under
+    /// way; the user finishes or aborts it first.
+    #[error(
+        "a {operation} is in progress (HEAD is detached meanwhile); grove starts from a \
+         branch. Finish it (e.g. `git rebase --continue`) or abort it (`git rebase \
+         --abort`), then run again"
+    )]
+    OperationInProgress { operation: String },
     /// Not retried: there is nothing to branch from.
     #[error(
         "the current branch has no commits yet; grove starts from a commit. Make a first \
@@ -104,7 +112,14 @@ pub(crate) async fn start(
 ) -> Result<Started, RunError> {
     let repo = Repo::open(repo_path, options.git.clone()).await?;
     let head = repo.head()?;
-    let branch = head.branch.ok_or(RunError::DetachedHead)?;
+    let Some(branch) = head.branch else {
+        return Err(match repo.operation_in_progress()? {
+            Some(operation) => RunError::OperationInProgress {
+                operation: operation.to_lowercase(),
+            },
+            None => RunError::DetachedHead,
+        });
+    };
     let base = head.commit.ok_or(RunError::UnbornHead)?;
     check_local_files(&repo, base, &options.worktree_setup.copy)?;
     let executor = command_executor(&options, &repo, &events)?;

@@ -15,7 +15,7 @@ use grove::run::{RunEnd, RunError, RunOptions, RunReport};
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
 
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
-use crate::support::git_fixture::GitFixture;
+use crate::support::git_fixture::{GitFixture, sealed_command};
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::*;
 
@@ -492,6 +492,42 @@ async fn a_detached_head_is_refused_before_anything_starts() {
     .await
     .unwrap_err();
     assert!(matches!(error, RunError::DetachedHead), "{error}");
+    assert!(
+        server.requests().is_empty(),
+        "no model call before the checks pass"
+    );
+}
+
+#[tokio::test]
+async fn a_rebase_in_progress_is_named_not_called_a_detached_head() {
+    let fixture = repo_with_rules();
+    fixture.git(&["checkout", "--quiet", "-b", "side"]);
+    fixture.write("src/a.txt", "side\n");
+    fixture.commit_all("side edit");
+    fixture.git(&["checkout", "--quiet", "main"]);
+    fixture.write("src/a.txt", "main\n");
+    fixture.commit_all("main edit");
+    let rebase = sealed_command(&fixture.home(), &fixture.repo, &["rebase", "side"])
+        .output()
+        .unwrap();
+    assert!(!rebase.status.success(), "the rebase stops on its conflict");
+    let server = FakeServer::start().await;
+    let error = run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        options(&fixture, USER_TASK),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&error, RunError::OperationInProgress { operation } if operation.starts_with("rebase")),
+        "a stopped rebase is named as such: {error}"
+    );
+    assert!(
+        error.to_string().contains("git rebase --abort"),
+        "the message says how to go on: {error}"
+    );
     assert!(
         server.requests().is_empty(),
         "no model call before the checks pass"
