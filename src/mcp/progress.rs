@@ -9,7 +9,7 @@ use rmcp::{Peer, RoleServer};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::event::{Event, EventSink};
-use crate::text::truncate;
+use crate::text::first_line;
 
 /// Where progress goes: the client and the token of its request.
 pub struct Progress {
@@ -45,10 +45,9 @@ pub async fn forward(
 /// The progress line of `event`, for the events that are a subtask's start or end.
 pub fn progress_message(event: &Event) -> Option<String> {
     match event {
-        Event::SubtaskStarted { label, task, .. } => Some(format!(
-            "{label} started: {}",
-            truncate(task.lines().next().unwrap_or_default().trim(), 120)
-        )),
+        Event::SubtaskStarted { label, task, .. } => {
+            Some(format!("{label} started: {}", first_line(task, 120)))
+        }
         Event::SubtaskFinished {
             label,
             status,

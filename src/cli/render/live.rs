@@ -176,15 +176,8 @@ fn plain(event: &Event) {
             verdict,
             diffstat,
         } => eprintln!(
-            "{label}: {status}{}{}",
-            verdict
-                .as_ref()
-                .map(|v| format!(" (reviewer: {v})"))
-                .unwrap_or_default(),
-            diffstat
-                .as_ref()
-                .map(|d| format!(", {d}"))
-                .unwrap_or_default()
+            "{}",
+            finished_line(label, status, verdict.as_deref(), diffstat.as_deref())
         ),
         Event::Note { message } => eprintln!("grove: {message}"),
     }
@@ -192,6 +185,20 @@ fn plain(event: &Event) {
 
 /// `waiting for the model API (62 s, attempt 2 of 7)`; the phase is named once a
 /// stream has started.
+/// `S2: merged (reviewer: approve), 1 file changed, …`: a subtask's end, in both views.
+fn finished_line(
+    label: &str,
+    status: &str,
+    verdict: Option<&str>,
+    diffstat: Option<&str>,
+) -> String {
+    let verdict = verdict
+        .map(|v| format!(" (reviewer: {v})"))
+        .unwrap_or_default();
+    let diffstat = diffstat.map(|d| format!(", {d}")).unwrap_or_default();
+    format!("{label}: {status}{verdict}{diffstat}")
+}
+
 fn waiting(event: &Event) -> String {
     let Event::ModelWaiting {
         attempt,
@@ -295,17 +302,11 @@ impl Bars {
                 verdict,
                 diffstat,
             } => {
-                let _ = self.multi.println(format!(
-                    "{label}: {}{}{}",
-                    paint(status),
-                    verdict
-                        .as_ref()
-                        .map(|v| format!(" (reviewer: {v})"))
-                        .unwrap_or_default(),
-                    diffstat
-                        .as_ref()
-                        .map(|d| format!(", {d}"))
-                        .unwrap_or_default()
+                let _ = self.multi.println(finished_line(
+                    label,
+                    &paint(status),
+                    verdict.as_deref(),
+                    diffstat.as_deref(),
                 ));
             }
             Event::Note { message } => {
