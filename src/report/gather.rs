@@ -483,6 +483,7 @@ async fn section(
         verdict: subtask.verdict.clone(),
         conflict_paths: subtask.conflict_paths.clone(),
         archive_ref: archive.map(|(name, _)| name.clone()),
+        check: subtask.check.clone(),
         diff,
     }
 }

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use grove::event::{Event, EventSink};
 use grove::model::Provider;
+use grove::report::PriceTable;
 use grove::run::{RunEnd, RunOptions, RunReport};
 use grove::settings::options::{CheckOptions, SubtaskCheck};
 use grove::store::RunStore;
@@ -245,6 +246,38 @@ async fn each_reviewer_sees_its_check_and_a_red_piece_of_a_refactor_may_still_me
         fixture.read("calc_mul.py"),
         b"def mul(a, b): return a * b\n",
         "both pieces landed"
+    );
+
+    // The HTML report and `grove review` show each subtask's check from the journal.
+    let repo = fixture.open().await;
+    let data = grove::report::gather(&repo, &report.run_id, PriceTable::builtin())
+        .await
+        .unwrap();
+    let page = grove::report::render_html(&data);
+    assert_eq!(
+        (
+            page.matches("data-check=\"failed\"").count(),
+            page.matches("data-check=\"passed\"").count(),
+            page.contains("No module named &#39;calc_mul&#39;")
+        ),
+        (1, 1, true),
+        "the report shows S1's red check with its output and S2's green one"
+    );
+    let review = grove::review::load(&repo, &report.run_id).await.unwrap();
+    assert_eq!(
+        review
+            .subtasks
+            .iter()
+            .map(|subtask| subtask
+                .check
+                .as_ref()
+                .map(|run| (run.on.as_str(), run.status)))
+            .collect::<Vec<_>>(),
+        vec![
+            Some(("S1", CheckStatus::Failed)),
+            Some(("S2", CheckStatus::Passed))
+        ],
+        "grove review has each subtask's check"
     );
 }
 
