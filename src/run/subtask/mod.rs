@@ -30,6 +30,7 @@ pub(crate) mod check;
 pub(crate) mod close;
 pub(crate) mod commit;
 pub(crate) mod error;
+pub(crate) mod fix;
 pub(crate) mod integrate;
 pub(crate) mod prepare;
 pub(crate) mod reviewer;
