@@ -153,6 +153,18 @@ pub struct SubtaskState {
     /// result holds.
     #[serde(default)]
     pub human_verdict: Option<VerdictKind>,
+    /// The globs it may change; empty: any file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// The subtasks its `after` named.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+    /// The earlier subtasks it waits for before it starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waits_for: Vec<String>,
+    /// The commit it started from when that is not the base (it waited for others).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
 }
 
 impl SubtaskState {
@@ -180,6 +192,10 @@ impl SubtaskState {
             conflict_paths: Vec::new(),
             ledger: Ledger::default(),
             human_verdict: None,
+            paths: Vec::new(),
+            after: Vec::new(),
+            waits_for: Vec::new(),
+            start: None,
         }
     }
 
@@ -385,9 +401,15 @@ impl RunState {
                 branch,
                 mode,
                 agent,
-            } => self.start_subtask(SubtaskState::started(
-                subtask, task, branch, *mode, agent, ts,
-            )),
+                paths,
+                after,
+                waits_for,
+            } => self.start_subtask(SubtaskState {
+                paths: paths.clone(),
+                after: after.clone(),
+                waits_for: waits_for.clone(),
+                ..SubtaskState::started(subtask, task, branch, *mode, agent, ts)
+            }),
             Entry::ToolCallStarted {
                 subtask,
                 call_id,
@@ -398,6 +420,7 @@ impl RunState {
                 subtask, call_id, ..
             } => self.close_call(subtask, call_id),
             Entry::Checkpoint { subtask, .. }
+            | Entry::StartPoint { subtask, .. }
             | Entry::Verdict { subtask, .. }
             | Entry::Merged { subtask, .. }
             | Entry::Conflict { subtask, .. }
@@ -651,6 +674,7 @@ fn record_subtask_fact(state: &mut SubtaskState, entry: &Entry, ts: u64) -> Opti
             return Some(result.clone());
         }
         Entry::Conflict { paths, .. } => state.conflict_paths = paths.clone(),
+        Entry::StartPoint { commit, .. } => state.start = Some(commit.clone()),
         Entry::SubtaskFinished { status, ledger, .. } => {
             state.status = (*status).into();
             state.finished_ms = Some(ts);

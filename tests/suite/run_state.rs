@@ -84,6 +84,9 @@ fn full_journal(run: &RunId) -> Vec<Record> {
                 branch: format!("grove/{run}/1"),
                 mode: ContextMode::Isolated,
                 agent: "worker".into(),
+                paths: Vec::new(),
+                after: Vec::new(),
+                waits_for: Vec::new(),
             },
         ),
         at(
@@ -94,6 +97,9 @@ fn full_journal(run: &RunId) -> Vec<Record> {
                 branch: format!("grove/{run}/2"),
                 mode: ContextMode::Fork,
                 agent: "tester".into(),
+                paths: Vec::new(),
+                after: Vec::new(),
+                waits_for: Vec::new(),
             },
         ),
         at(
@@ -253,6 +259,10 @@ fn expected_full_state(run: &RunId) -> RunState {
                     cache_write_tokens: 50,
                 },
                 human_verdict: None,
+                paths: Vec::new(),
+                after: Vec::new(),
+                waits_for: Vec::new(),
+                start: None,
             },
             SubtaskState {
                 id: "S2".into(),
@@ -269,6 +279,10 @@ fn expected_full_state(run: &RunId) -> RunState {
                 conflict_paths: vec!["tests/config.rs".into()],
                 ledger: Ledger::default(),
                 human_verdict: None,
+                paths: Vec::new(),
+                after: Vec::new(),
+                waits_for: Vec::new(),
+                start: None,
             },
         ],
         open_tool_calls: vec![],
@@ -646,6 +660,9 @@ fn create_run_writes_journal_and_snapshot_that_agree() {
         branch: format!("grove/{id}/1"),
         mode: ContextMode::Isolated,
         agent: "worker".into(),
+        paths: Vec::new(),
+        after: Vec::new(),
+        waits_for: Vec::new(),
     })
     .unwrap();
 
