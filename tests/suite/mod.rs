@@ -18,5 +18,6 @@ mod review;
 pub(crate) mod run;
 mod run_state;
 mod sandbox;
+mod scopes;
 mod tools;
 mod trust;
