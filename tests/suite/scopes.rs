@@ -504,3 +504,98 @@ async fn a_worker_cannot_write_outside_its_paths_and_a_shell_write_there_is_flag
     let json = serde_json::to_value(subtask).unwrap();
     assert_eq!(json["outside_paths"], json!(["docs/notes.md"]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_subtask_waiting_when_the_run_stopped_still_waits_after_resume_and_keeps_its_paths() {
+    let fixture = GitFixture::with_files(&[("src/a.txt", "alpha\n"), ("docs/x.md", "x\n")]);
+    let first = format!(
+        "[first] Rewrite a.\n{}",
+        call(
+            "write_file",
+            json!({"path": "src/a.txt", "content": "FIRST\n"})
+        )
+    );
+    let second = format!(
+        "[second] Extend a.\n{}\n{}\n{}",
+        call("read_file", json!({"path": "src/a.txt"})),
+        call("write_file", json!({"path": "docs/x.md", "content": "X\n"})),
+        call(
+            "edit_file",
+            json!({"path": "src/a.txt", "old_string": "FIRST", "new_string": "FIRST SECOND"})
+        )
+    );
+    let inputs = vec![
+        json!({"task": first, "paths": ["src/a.txt"]}),
+        json!({"task": second, "paths": ["src/**"]}),
+    ];
+    let cancel = CancellationToken::new();
+    let trip = cancel.clone();
+    let delegations = inputs.clone();
+    let stopped = FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => lead(request, &delegations),
+        Who::Worker => {
+            if answered(request) {
+                // Ctrl-C once the first worker's write ran, while the second waits.
+                trip.cancel();
+            }
+            worker(request)
+        }
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let report = grove::run::run(
+        &fixture.repo,
+        options(&fixture, "t"),
+        models(&stopped, Provider::Anthropic, true),
+        EventSink::discard(),
+        cancel,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        report.status,
+        grove::run::RunEnd::Interrupted,
+        "{report:#?}"
+    );
+    assert_eq!(
+        positions(&stopped.requests(), "[second]"),
+        Vec::<usize>::new(),
+        "the second subtask never started before the interrupt: it was waiting"
+    );
+
+    let server = server(inputs).await;
+    let resumed = grove::run::resume(
+        &fixture.repo,
+        &report.run_id,
+        fixture.options(),
+        |_| Ok(models(&server, Provider::Anthropic, true)),
+        EventSink::discard(),
+        CancellationToken::new(),
+    );
+    let resumed = tokio::time::timeout(Duration::from_secs(120), resumed)
+        .await
+        .expect("the resumed run ends")
+        .unwrap();
+
+    server.assert_no_violations();
+    assert_eq!(statuses(&resumed), merged(&["S1", "S2"]), "{resumed:#?}");
+    let requests = server.requests();
+    assert!(
+        first_worker_request(&requests, "[second]")
+            > *positions(&requests, "[first]").last().unwrap(),
+        "after the resume, the second subtask still waits until the first is merged"
+    );
+    let results = worker_results(&requests, "[second]");
+    assert_eq!(
+        (results[0].1.as_str(), results[1].2, results[2].2),
+        ("     1\tFIRST\n", true, false),
+        "it starts from the result, its write outside `paths` is still refused: {results:?}"
+    );
+    assert_eq!(
+        (
+            String::from_utf8(fixture.read("src/a.txt")).unwrap(),
+            String::from_utf8(fixture.read("docs/x.md")).unwrap()
+        ),
+        ("FIRST SECOND\n".to_owned(), "x\n".to_owned())
+    );
+}
