@@ -360,6 +360,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn paths_are_normalised_and_after_ids_read_in_any_spelling_once() {
+        let (mock, tool) = tool(None);
+        tool.run(
+            json!({"task": "t", "paths": ["./src/config/", "src/lib.rs"], "after": ["s2", "1", "S2"]}),
+            &ctx(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            *mock.requests.lock().unwrap(),
+            vec![DelegateRequest {
+                task: "t".into(),
+                mode: ContextMode::Isolated,
+                agent: None,
+                paths: vec!["src/config/**".into(), "src/lib.rs".into()],
+                after: vec![SubtaskId(1), SubtaskId(2)],
+            }],
+            "the delegator gets the globs normalised and each id once, in order"
+        );
+        let refused = tool
+            .run(json!({"task": "t", "after": ["S0"]}), &ctx())
+            .await;
+        assert!(
+            matches!(&refused, Err(ToolError::RespondToModel(m)) if m.starts_with("`after` entry `S0` is not a subtask id")),
+            "{refused:?}"
+        );
+    }
+
+    #[tokio::test]
     async fn a_refusal_is_for_the_lead_and_a_journal_failure_ends_the_run() {
         let (mock, tool) = tool(None);
         let refused = tool.run(json!({"task": "over budget"}), &ctx()).await;

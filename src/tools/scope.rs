@@ -325,6 +325,8 @@ fn group(glob: &str, open: usize) -> Option<(usize, Vec<&str>)> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     fn scope(globs: &[&str]) -> WriteScope {
@@ -427,6 +429,82 @@ mod tests {
         assert!(
             scope(&["src/lib.rs", "docs/**"]).overlaps(&scope(&["docs/a.md"])),
             "scopes overlap when any pair of their globs does"
+        );
+    }
+
+    /// Runs `tool` with `input` in `root`, as the dispatcher would.
+    async fn run(tool: &dyn crate::tools::Tool, root: &Path, input: serde_json::Value) -> String {
+        let ctx = crate::tools::ToolContext {
+            root: root.to_path_buf(),
+            cancel: tokio_util::sync::CancellationToken::new(),
+        };
+        match tool.run(input, &ctx).await {
+            Ok(output) => output.content,
+            Err(error) => format!("refused: {error}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn links_out_of_the_scope_are_refused_both_ways_and_nothing_is_created() {
+        use crate::tools::{EditFile, WriteFile};
+        use serde_json::json;
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::create_dir_all(root.join("docs")).unwrap();
+        std::fs::write(root.join("src/a.txt"), "alpha\n").unwrap();
+        // A dangling link in the scope to a file outside it, and a link outside into it.
+        std::os::unix::fs::symlink("../docs/new.md", root.join("src/new.md")).unwrap();
+        std::os::unix::fs::symlink("../src/a.txt", root.join("docs/a.txt")).unwrap();
+        let scope = Arc::new(scope(&["src/**"]));
+        let write = WriteFile::scoped(Arc::clone(&scope));
+        let edit = EditFile::scoped(scope);
+
+        let outcomes = vec![
+            run(&write, &root, json!({"path": "src/new.md", "content": "x"})).await,
+            run(&write, &root, json!({"path": "docs/a.txt", "content": "x"})).await,
+            run(
+                &edit,
+                &root,
+                json!({"path": "docs/a.txt", "old_string": "alpha", "new_string": "x"}),
+            )
+            .await,
+            run(
+                &write,
+                &root,
+                json!({"path": "src/deep/b.txt", "content": "b"}),
+            )
+            .await,
+        ];
+
+        let refusal = |shown: &str, outside: &str, through: &str| {
+            format!(
+                "refused: cannot write `{shown}`: this subtask may change only files matching \
+                 its `paths` (src/**), and `{outside}` is outside them{through}. Leave it \
+                 unchanged; if the task needs it changed, say so in your final message."
+            )
+        };
+        assert_eq!(
+            outcomes,
+            vec![
+                refusal(
+                    "src/new.md",
+                    "docs/new.md",
+                    " (`src/new.md` leads to `docs/new.md`)"
+                ),
+                refusal("docs/a.txt", "docs/a.txt", ""),
+                refusal("docs/a.txt", "docs/a.txt", ""),
+                "created `src/deep/b.txt` (1 bytes)".to_owned(),
+            ],
+            "a write must stay inside the scope as written and where its links lead"
+        );
+        assert!(
+            !root.join("docs/new.md").exists(),
+            "nothing is created outside the scope"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("src/a.txt")).unwrap(),
+            "alpha\n"
         );
     }
 
