@@ -34,6 +34,7 @@ pub(crate) mod merge_queue;
 pub(crate) mod observer;
 pub mod report;
 pub(crate) mod result_check;
+pub(crate) mod schedule;
 pub mod start;
 pub mod subtask;
 #[cfg(test)]

@@ -173,6 +173,8 @@ fn briefs_of(server: &FakeServer, role: Who, prefix: &str) -> Vec<String> {
         .filter(|request| who(request) == role && !answered(request))
         .map(first_user_text)
         .filter(|text| text.starts_with(prefix) || text.contains(&format!("\n{prefix}")))
+        // A fixer's brief quotes the others'.
+        .filter(|text| prefix == FIXER_HEADING || !text.contains(FIXER_HEADING))
         .collect()
 }
 
@@ -185,7 +187,12 @@ async fn a_red_result_gets_its_culprit_named_and_a_reviewed_fixer_and_then_the_b
     let output = grove_in(&fixture, Some(&server), &["run", "--json", "rename greet"]).await;
 
     server.assert_no_violations();
-    assert_eq!(output.status.code(), Some(0), "fixed: exit 0\n{}", stderr(&output));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "fixed: exit 0\n{}",
+        stderr(&output)
+    );
     let report = report(&output);
     assert_eq!(
         subtasks(&report),
@@ -262,7 +269,11 @@ async fn a_red_result_gets_its_culprit_named_and_a_reviewed_fixer_and_then_the_b
         &format!("### S2\n\n{S2}"),
         &format!("### S3\n\n{S3}"),
     ] {
-        assert!(fixer[0].contains(part), "the fixer is told {part:?}: {}", fixer[0]);
+        assert!(
+            fixer[0].contains(part),
+            "the fixer is told {part:?}: {}",
+            fixer[0]
+        );
     }
     // A fresh reviewer judged the fixer's diff, against the result it started from.
     let fixer_review = briefs_of(&server, Who::Reviewer, FIXER_HEADING);
@@ -295,7 +306,12 @@ async fn a_result_no_fixer_can_fix_stays_on_its_branch_and_the_run_exits_3() {
     let output = grove_in(&fixture, Some(&server), &["run", "--json", "rename greet"]).await;
 
     server.assert_no_violations();
-    assert_eq!(output.status.code(), Some(3), "still red: exit 3\n{}", stderr(&output));
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "still red: exit 3\n{}",
+        stderr(&output)
+    );
     let report = report(&output);
     let run_id = report["run_id"].as_str().unwrap().to_owned();
     assert_eq!(
@@ -344,12 +360,17 @@ async fn a_result_no_fixer_can_fix_stays_on_its_branch_and_the_run_exits_3() {
     );
     let err = stderr(&output);
     for part in [
-        format!("grove: finished, but not everything was done: the result's check `{CHECK}` failed"),
+        format!(
+            "grove: finished, but not everything was done: the result's check `{CHECK}` failed"
+        ),
         format!("The result's check `{CHECK}` failed (exited with status 1)"),
         "has no attribute 'greet'".to_owned(),
         format!("To apply it: git merge --ff-only {result_branch}"),
     ] {
-        assert!(err.contains(&part), "the final message says {part:?}: {err}");
+        assert!(
+            err.contains(&part),
+            "the final message says {part:?}: {err}"
+        );
     }
 }
 
@@ -377,7 +398,11 @@ async fn with_no_fix_attempts_a_red_result_is_reported_and_no_fixer_starts() {
         (&report["check"]["status"], &report["applied"]),
         (&json!("failed"), &json!(false))
     );
-    assert_eq!(user_side(&fixture), before, "the user's branch is untouched");
+    assert_eq!(
+        user_side(&fixture),
+        before,
+        "the user's branch is untouched"
+    );
     assert!(
         briefs_of(&server, Who::Worker, FIXER_HEADING).is_empty(),
         "no fixer worked"
@@ -413,7 +438,11 @@ async fn an_interrupt_during_the_result_check_leaves_the_branch_and_resume_check
         .unwrap();
 
     assert_eq!(status.code(), Some(130), "interrupted: exit 130");
-    assert_eq!(user_side(&fixture), before, "the user's branch is untouched");
+    assert_eq!(
+        user_side(&fixture),
+        before,
+        "the user's branch is untouched"
+    );
     let runs = grove.grove_async(["runs", "--json"]).await;
     let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
     let run_id = runs[0]["run_id"].as_str().unwrap().to_owned();
@@ -457,7 +486,10 @@ async fn wait_for_result_check(fixture: &GitFixture) -> std::path::PathBuf {
     for _ in 0..1200 {
         let folders = std::fs::read_dir(&cache).into_iter().flatten().flatten();
         for folder in folders {
-            let runs = std::fs::read_dir(folder.path()).into_iter().flatten().flatten();
+            let runs = std::fs::read_dir(folder.path())
+                .into_iter()
+                .flatten()
+                .flatten();
             for run in runs {
                 let tree = run.path().join("check-result");
                 if tree.join("pkg/b.py").exists() {

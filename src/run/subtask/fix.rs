@@ -14,8 +14,8 @@ use crate::agent::roles::{self, RoleKind};
 use crate::git::CommitId;
 use crate::run::context::lock;
 use crate::run::report::SubtaskReport;
-use crate::run::subtask::Subtasks;
 use crate::run::subtask::work::Assignment;
+use crate::run::subtask::{Placement, Subtasks};
 use crate::store::StoreError;
 use crate::store::journal::{ContextMode, Entry, SubtaskKind};
 use crate::store::transcript::Transcript;
@@ -44,6 +44,14 @@ impl Subtasks {
             mode: ContextMode::Isolated,
             agent: "worker".to_owned(),
             kind: SubtaskKind::Fix,
+            paths: Vec::new(),
+            after: Vec::new(),
+            waits_for: Vec::new(),
+        })?;
+        // Before its worktree exists there: a resumed run continues it from the same.
+        ctx.journal(Entry::StartPoint {
+            subtask: id.to_string(),
+            commit: start.to_string(),
         })?;
         let assignment = Assignment {
             id,
@@ -55,8 +63,11 @@ impl Subtasks {
                 ..Transcript::default()
             },
         };
-        let _ = start;
-        let mut report = self.run_subtask(assignment, permit).await?;
+        let placement = Placement {
+            start: Some(start),
+            ..Placement::default()
+        };
+        let mut report = self.run_subtask(assignment, permit, placement).await?;
         report.kind = SubtaskKind::Fix;
         lock(&self.reports).insert(id, report.clone());
         Ok(report)
