@@ -819,6 +819,9 @@ mod tests {
                 mode: ContextMode::Isolated,
                 agent: "worker".into(),
                 kind: SubtaskKind::Fix,
+                paths: Vec::new(),
+                after: Vec::new(),
+                waits_for: Vec::new(),
             },
             Entry::Checked {
                 run: check("S1", CheckStatus::Passed),
