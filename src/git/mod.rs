@@ -36,6 +36,7 @@ mod archive;
 mod branch;
 mod cmd;
 mod commit;
+mod detached;
 mod diff;
 mod error;
 mod local_files;

@@ -275,6 +275,25 @@ fn subtask_article(page: &mut String, subtask: &SubtaskSection) {
             escape(archive)
         );
     }
+    if !subtask.paths.is_empty() {
+        let _ = write!(
+            page,
+            "<dt>may change</dt><dd><code>{}</code></dd>",
+            escape(&subtask.paths.join(", "))
+        );
+    }
+    if !subtask.waits_for.is_empty() {
+        let (term, then) = if subtask.waiting {
+            ("waiting for", "; starts from their result")
+        } else {
+            ("waited for", "; started from their result")
+        };
+        let _ = write!(
+            page,
+            "<dt>{term}</dt><dd class=\"waits-for\">{}{then}</dd>",
+            escape(&subtask.waits_for.join(", "))
+        );
+    }
     if !subtask.conflict_paths.is_empty() {
         let _ = write!(
             page,
@@ -728,6 +747,9 @@ mod tests {
                     }],
                 }),
                 conflict_paths: vec![],
+                paths: vec![],
+                waits_for: vec![],
+                waiting: false,
                 archive_ref: Some("refs/grove/archive/20261129-215530-7f3a/1".into()),
                 check: Some(CheckRun {
                     on: "S1".into(),

@@ -93,6 +93,11 @@ pub struct SubtaskReport {
     /// reviewer. Absent from the JSON when there is none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<String>,
+    /// Changed paths outside the subtask's `paths` (`delegate`'s write scope), made
+    /// through `bash` or an agent CLI, flagged to the reviewer. Absent from the JSON when
+    /// there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outside_paths: Vec<String>,
     pub worker_ledger: Ledger,
     pub reviewer_ledger: Ledger,
     /// Who started it: the lead (`task`), a fixer for a red result check (`fix`), or a
@@ -121,8 +126,33 @@ pub struct CheckReport {
     pub command: Option<String>,
     /// The last result check's status; `skipped` when none ran.
     pub status: CheckOutcome,
-    /// Every run, in order: the subtasks' (`on: "S2"`) and the result's (`on: "result"`).
+    /// Every run, in order: the subtasks' (`on: "S2"`), the result's (`on: "result"`) and
+    /// the culprit search's (`on: "result without S2"`).
     pub runs: Vec<CheckRun>,
+    /// Which merged subtasks broke the result's check, when it was red and they were
+    /// found.
+    pub culprit: Option<Culprit>,
+}
+
+/// The merged subtasks that broke the result's check, and how grove knows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Culprit {
+    /// Their labels (`S3`), in subtask order.
+    pub subtasks: Vec<String>,
+    pub found_by: CulpritEvidence,
+}
+
+/// How the culprit of a red result check was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CulpritEvidence {
+    /// The result rebuilt without them passes the check.
+    PassesWithout,
+    /// No rebuilt result passed (the pieces need each other, as in a refactor), and the
+    /// failing output names files only they changed.
+    NamedInOutput,
+    /// It is the only subtask merged.
+    OnlyMerged,
 }
 
 /// Where the check on the merged result left the run.
@@ -149,6 +179,7 @@ impl CheckReport {
             command,
             status,
             runs,
+            culprit: None,
         }
     }
 }
@@ -175,6 +206,7 @@ impl SubtaskReport {
             archive_ref: None,
             executes_later: Vec::new(),
             left_out: Vec::new(),
+            outside_paths: Vec::new(),
             worker_ledger: Ledger::default(),
             reviewer_ledger: Ledger::default(),
             kind: SubtaskKind::Task,

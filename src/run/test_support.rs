@@ -249,10 +249,13 @@ impl TestRun {
                 mode: ContextMode::Isolated,
                 agent: "worker".into(),
                 kind: SubtaskKind::Task,
+                paths: Vec::new(),
+                after: Vec::new(),
+                waits_for: Vec::new(),
             })
             .unwrap();
         let ahead = AheadWorktrees::default();
-        let worktree = create_worktree(&self.ctx, &ahead, SubtaskId(n))
+        let worktree = create_worktree(&self.ctx, &ahead, SubtaskId(n), None)
             .await
             .unwrap();
         worktree.ready().await.unwrap();

@@ -180,7 +180,8 @@ impl CheckStatus {
 /// One run of the project's check: on a subtask's worktree or on the merged result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckRun {
-    /// What it ran on: a subtask label (`S2`) or `result`.
+    /// What it ran on: a subtask label (`S2`), `result`, or `result without S2` (the
+    /// result rebuilt without those subtasks, to find which one broke it).
     pub on: String,
     pub status: CheckStatus,
     /// Wall-clock seconds it took.
@@ -193,6 +194,15 @@ pub struct CheckRun {
 
 /// What `on` of a [`CheckRun`] on the merged result says.
 pub const ON_RESULT: &str = "result";
+
+/// How `on` of a [`CheckRun`] on the result rebuilt without some subtasks (and without
+/// any that built on them) starts: `result without S2`, `result without S2, S3`.
+pub const ON_RESULT_WITHOUT: &str = "result without ";
+
+/// The `on` of a [`CheckRun`] on the result rebuilt without `labels` (`S2`, `S3`).
+pub fn on_result_without(labels: &[String]) -> String {
+    format!("{ON_RESULT_WITHOUT}{}", labels.join(", "))
+}
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -236,7 +246,20 @@ pub enum Entry {
         /// Left out for a subtask the lead delegated.
         #[serde(default, skip_serializing_if = "SubtaskKind::is_task")]
         kind: SubtaskKind,
+        /// The globs it may change (`delegate`'s `paths`, normalised); empty: any file.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        paths: Vec<String>,
+        /// The subtasks its `after` named (labels).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        after: Vec<String>,
+        /// Every earlier subtask it waits for before it starts (labels): those of
+        /// `after` and those whose `paths` overlap its own.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        waits_for: Vec<String>,
     },
+    /// A subtask that waited for others starts from `commit` (the run's result when its
+    /// wait ended), not from the base; written before its worktree is made there.
+    StartPoint { subtask: String, commit: String },
     /// The orchestrator committed a worker's worktree after turn `turn`.
     Checkpoint {
         subtask: String,
@@ -329,6 +352,7 @@ impl Entry {
             Entry::RunStarted { .. } => "run_started",
             Entry::Resumed { .. } => "resumed",
             Entry::SubtaskStarted { .. } => "subtask_started",
+            Entry::StartPoint { .. } => "start_point",
             Entry::Checkpoint { .. } => "checkpoint",
             Entry::ToolCallStarted { .. } => "tool_call_started",
             Entry::ToolCallFinished { .. } => "tool_call_finished",

@@ -160,6 +160,18 @@ pub struct SubtaskState {
     /// The project's check on its worktree, when one ran.
     #[serde(default)]
     pub check: Option<CheckRun>,
+    /// The globs it may change; empty: any file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// The subtasks its `after` named.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+    /// The earlier subtasks it waits for before it starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waits_for: Vec<String>,
+    /// The commit it started from when that is not the base (it waited for others).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
 }
 
 impl SubtaskState {
@@ -189,6 +201,10 @@ impl SubtaskState {
             human_verdict: None,
             kind: SubtaskKind::Task,
             check: None,
+            paths: Vec::new(),
+            after: Vec::new(),
+            waits_for: Vec::new(),
+            start: None,
         }
     }
 
@@ -399,11 +415,16 @@ impl RunState {
                 mode,
                 agent,
                 kind,
-            } => {
-                let mut state = SubtaskState::started(subtask, task, branch, *mode, agent, ts);
-                state.kind = *kind;
-                self.start_subtask(state)
-            }
+                paths,
+                after,
+                waits_for,
+            } => self.start_subtask(SubtaskState {
+                kind: *kind,
+                paths: paths.clone(),
+                after: after.clone(),
+                waits_for: waits_for.clone(),
+                ..SubtaskState::started(subtask, task, branch, *mode, agent, ts)
+            }),
             Entry::Checked { run } => {
                 if let Some(subtask) = self.subtasks.iter_mut().find(|s| s.id == run.on) {
                     subtask.check = Some(run.clone());
@@ -421,6 +442,7 @@ impl RunState {
                 subtask, call_id, ..
             } => self.close_call(subtask, call_id),
             Entry::Checkpoint { subtask, .. }
+            | Entry::StartPoint { subtask, .. }
             | Entry::Verdict { subtask, .. }
             | Entry::Merged { subtask, .. }
             | Entry::Conflict { subtask, .. }
@@ -674,6 +696,7 @@ fn record_subtask_fact(state: &mut SubtaskState, entry: &Entry, ts: u64) -> Opti
             return Some(result.clone());
         }
         Entry::Conflict { paths, .. } => state.conflict_paths = paths.clone(),
+        Entry::StartPoint { commit, .. } => state.start = Some(commit.clone()),
         Entry::SubtaskFinished { status, ledger, .. } => {
             state.status = (*status).into();
             state.finished_ms = Some(ts);
@@ -796,6 +819,9 @@ mod tests {
                 mode: ContextMode::Isolated,
                 agent: "worker".into(),
                 kind: SubtaskKind::Fix,
+                paths: Vec::new(),
+                after: Vec::new(),
+                waits_for: Vec::new(),
             },
             Entry::Checked {
                 run: check("S1", CheckStatus::Passed),

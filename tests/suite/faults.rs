@@ -316,6 +316,9 @@ fn subtask_started(n: u32) -> Entry {
         mode: ContextMode::Isolated,
         agent: "worker".into(),
         kind: SubtaskKind::Task,
+        paths: Vec::new(),
+        after: Vec::new(),
+        waits_for: Vec::new(),
     }
 }
 

@@ -684,6 +684,9 @@ fn rejected_run_records() -> Vec<Record> {
                 mode: ContextMode::Isolated,
                 agent: "worker".into(),
                 kind: SubtaskKind::Task,
+                paths: Vec::new(),
+                after: Vec::new(),
+                waits_for: Vec::new(),
             },
         ),
         record(

@@ -85,6 +85,9 @@ fn full_journal(run: &RunId) -> Vec<Record> {
                 mode: ContextMode::Isolated,
                 agent: "worker".into(),
                 kind: SubtaskKind::Task,
+                paths: Vec::new(),
+                after: Vec::new(),
+                waits_for: Vec::new(),
             },
         ),
         at(
@@ -96,6 +99,9 @@ fn full_journal(run: &RunId) -> Vec<Record> {
                 mode: ContextMode::Fork,
                 agent: "tester".into(),
                 kind: SubtaskKind::Task,
+                paths: Vec::new(),
+                after: Vec::new(),
+                waits_for: Vec::new(),
             },
         ),
         at(
@@ -257,6 +263,10 @@ fn expected_full_state(run: &RunId) -> RunState {
                 human_verdict: None,
                 kind: SubtaskKind::Task,
                 check: None,
+                paths: Vec::new(),
+                after: Vec::new(),
+                waits_for: Vec::new(),
+                start: None,
             },
             SubtaskState {
                 id: "S2".into(),
@@ -275,6 +285,10 @@ fn expected_full_state(run: &RunId) -> RunState {
                 human_verdict: None,
                 kind: SubtaskKind::Task,
                 check: None,
+                paths: Vec::new(),
+                after: Vec::new(),
+                waits_for: Vec::new(),
+                start: None,
             },
         ],
         open_tool_calls: vec![],
@@ -654,6 +668,9 @@ fn create_run_writes_journal_and_snapshot_that_agree() {
         mode: ContextMode::Isolated,
         agent: "worker".into(),
         kind: SubtaskKind::Task,
+        paths: Vec::new(),
+        after: Vec::new(),
+        waits_for: Vec::new(),
     })
     .unwrap();
 
