@@ -13,7 +13,7 @@ use crate::git::{ApplyOutcome, ApplyRequest, GitError, RefusalReason};
 use crate::run::context::{DISK_FULL, RunContext};
 use crate::run::lead::{LeadEnd, LeadFailure};
 use crate::run::report::{ApplyReport, CheckReport, RunEnd, RunReport, SubtaskReport, Totals};
-use crate::run::result_check::{ResultCheck, held_back};
+use crate::run::result_check::{ResultCheck, ResultCheckError, held_back};
 use crate::store::StoreError;
 use crate::store::journal::Entry;
 
@@ -26,6 +26,15 @@ pub enum FinishError {
     /// The run's end cannot be journaled. Not retried; the run resumes once fixed.
     #[error("run journal: {0}")]
     Store(#[from] StoreError),
+}
+
+impl From<ResultCheckError> for FinishError {
+    fn from(error: ResultCheckError) -> Self {
+        match error {
+            ResultCheckError::Journal(source) => Self::Store(source),
+            ResultCheckError::Git(source) => Self::Git(source),
+        }
+    }
 }
 
 /// Applies the result if it may, journals the run's end and reports it.

@@ -11,15 +11,27 @@
 
 use std::sync::Arc;
 
-use crate::git::CommitId;
+use crate::git::{CommitId, GitError};
 use crate::run::check_tree::{TreeCheckError, check_commit};
 use crate::run::context::RunContext;
 use crate::run::culprit::{Candidate, find_culprit};
-use crate::run::finish::FinishError;
 use crate::run::fixer::{FixerFacts, fixer_brief};
+use crate::run::id::SubtaskId;
 use crate::run::report::{ApplyReport, Culprit, SubtaskReport};
 use crate::run::subtask::Subtasks;
+use crate::store::StoreError;
 use crate::store::journal::{CheckRun, CheckStatus, ON_RESULT, SubtaskKind, SubtaskOutcome};
+
+/// Why the check on the result could not go on; the run's end is not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum ResultCheckError {
+    /// The journal cannot be written. Not retried; the run resumes once fixed.
+    #[error("run journal: {0}")]
+    Journal(#[from] StoreError),
+    /// The result ref cannot be read. Not retried.
+    #[error("{0}")]
+    Git(#[from] GitError),
+}
 
 /// What the check on the merged result says about applying it.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,7 +70,7 @@ pub(crate) async fn check_result(
     ctx: &Arc<RunContext>,
     subtasks: &Subtasks,
     skip: bool,
-) -> Result<ResultCheck, FinishError> {
+) -> Result<ResultCheck, ResultCheckError> {
     let Some(check) = &ctx.options.check else {
         return Ok(ResultCheck::NotRun);
     };
@@ -139,11 +151,11 @@ pub(crate) async fn check_result(
 fn verdict<T>(
     ctx: &RunContext,
     result: Result<T, TreeCheckError>,
-) -> Result<Result<T, ResultCheck>, FinishError> {
+) -> Result<Result<T, ResultCheck>, ResultCheckError> {
     let error = match result {
         Ok(value) => return Ok(Ok(value)),
         Err(error) => match error.into_journal() {
-            Ok(journal) => return Err(FinishError::Store(journal)),
+            Ok(journal) => return Err(ResultCheckError::Journal(journal)),
             Err(error) => error,
         },
     };
@@ -160,7 +172,7 @@ fn verdict<T>(
 }
 
 /// The run's result commit now.
-fn result_tip(ctx: &RunContext) -> Result<Option<CommitId>, FinishError> {
+fn result_tip(ctx: &RunContext) -> Result<Option<CommitId>, ResultCheckError> {
     Ok(ctx.repo.ref_target(&ctx.run.result_ref())?)
 }
 
@@ -175,7 +187,7 @@ async fn candidates(ctx: &RunContext, merged: &[SubtaskReport]) -> Vec<Candidate
             .find(|state| state.id == report.id)
             .and_then(|state| state.merge.as_ref())
             .and_then(|merge| CommitId::parse(&merge.commit).ok());
-        let (Some(commit), Ok(id)) = (commit, report.id.parse::<crate::run::SubtaskId>()) else {
+        let (Some(commit), Ok(id)) = (commit, report.id.parse::<SubtaskId>()) else {
             continue;
         };
         let changed = match &report.diffstat {

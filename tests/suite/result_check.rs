@@ -300,6 +300,9 @@ async fn a_red_result_gets_its_culprit_named_and_a_reviewed_fixer_and_then_the_b
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_result_no_fixer_can_fix_stays_on_its_branch_and_the_run_exits_3() {
     let fixture = package(CHECK, 2);
+    // The user's own work in progress, which nothing may touch.
+    fixture.write("pkg/b.py", &format!("{B}# mine, not committed\n"));
+    fixture.write("todo.txt", "mine\n");
     let before = user_side(&fixture);
     let server = FakeServer::with_responder(responder(Fixer::CannotFix)).await;
 
@@ -346,6 +349,14 @@ async fn a_result_no_fixer_can_fix_stays_on_its_branch_and_the_run_exits_3() {
         user_side(&fixture),
         before,
         "the user's branch, HEAD and work tree are untouched"
+    );
+    assert_eq!(
+        (fixture.read("pkg/b.py"), fixture.read("todo.txt")),
+        (
+            format!("{B}# mine, not committed\n").into_bytes(),
+            b"mine\n".to_vec()
+        ),
+        "the user's uncommitted work is as it was"
     );
     let result_branch = format!("grove/{run_id}/result");
     assert_eq!(
@@ -500,4 +511,94 @@ async fn wait_for_result_check(fixture: &GitFixture) -> std::path::PathBuf {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("the result's check never started");
+}
+
+const MANY: &[(&str, Option<&str>)] = &[
+    ("M1: WRITE one.txt ok", None),
+    ("M2: WRITE two.txt ok", None),
+    ("M3: WRITE three.txt ok", None),
+    ("M4: WRITE four.txt ok", None),
+    ("M5: WRITE five.txt BROKEN", None),
+    ("M6: WRITE six.txt ok", None),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_many_merged_subtasks_the_culprit_is_bisected_and_the_fixer_told() {
+    // A real check: no file may say BROKEN. S5 breaks it; the pieces need nothing else.
+    let check = "! grep -l BROKEN *.txt";
+    let fixture = GitFixture::with_files(&[
+        ("base.txt", "ok\n"),
+        (
+            ".grove/config.toml",
+            &format!("[check]\ncommand = '{check}'\nfix_attempts = 1\n"),
+        ),
+    ]);
+    let server = FakeServer::with_responder(|request: &RecordedRequest| match who(request) {
+        Who::Lead => lead_reply(request, MANY),
+        Who::Worker if answered(request) => usage(Turn::text("WORKER-FINAL: done.")).into(),
+        Who::Worker => {
+            let brief = first_user_text(request);
+            if brief.starts_with(FIXER_HEADING) {
+                write("five.txt", "ok\n")
+            } else {
+                let (path, content) = brief
+                    .split_once("WRITE ")
+                    .and_then(|(_, rest)| rest.split_once(' '))
+                    .unwrap();
+                write(path, &format!("{content}\n"))
+            }
+        }
+        Who::Reviewer if answered(request) => usage(Turn::text("Verdict given.")).into(),
+        Who::Reviewer => usage(Turn::new().tool_use(
+            "review_call_1",
+            "submit_verdict",
+            json!({ "verdict": "approve", "summary": "Fine." }),
+        ))
+        .into(),
+    })
+    .await;
+
+    let output = grove_in(
+        &fixture,
+        Some(&server),
+        &["run", "--json", "write six files"],
+    )
+    .await;
+
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report = report(&output);
+    let runs: Vec<(String, String)> = report["check"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|run| run["on"].as_str().unwrap().starts_with("result"))
+        .map(|run| pair(run["on"].as_str().unwrap(), run["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        runs,
+        vec![
+            pair("result", "failed"),
+            pair("result without S1, S2, S3", "failed"),
+            pair("result without S4, S5, S6", "passed"),
+            pair("result without S4", "failed"),
+            pair("result without S5", "passed"),
+            pair("result", "passed"),
+        ],
+        "six candidates are halved first, then the passing half is left out one by one: \
+         four checks, not six"
+    );
+    assert_eq!(
+        report["check"]["culprit"],
+        json!({ "subtasks": ["S5"], "found_by": "passes_without" })
+    );
+    let fixer = briefs_of(&server, Who::Worker, FIXER_HEADING);
+    assert_eq!(fixer.len(), 1);
+    assert!(
+        fixer[0].contains("S5: the check passes on the result rebuilt without S5.")
+            && fixer[0].contains("five.txt"),
+        "the fixer is told the culprit and the failing output: {}",
+        fixer[0]
+    );
+    assert_eq!(fixture.read("five.txt"), b"ok\n");
+    assert_eq!(report["applied"], true);
 }
