@@ -1,5 +1,6 @@
 //! `grove demo`: the real pipeline — worktrees, concurrent workers, the project's check
-//! on each subtask, the reviewer gate, the merge and the apply — on a sample repository, with the model replaced by a
+//! on each subtask, the reviewer gate, the merge, the check on the merged result and the
+//! apply — on a sample repository, with the model replaced by a
 //! scripted replay server on 127.0.0.1.
 //!
 //! This module owns the demo's setup and what "went as scripted" means. It must never
@@ -18,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::event::{Event, EventSink};
 use crate::git::GitOptions;
 use crate::model::{AnthropicClient, AnthropicConfig, ModelError, RetryPolicy};
+use crate::run::report::CheckOutcome;
 use crate::run::{ModelChoice, Models, RunEnd, RunError, RunOptions, RunReport, SubtaskReport};
 use crate::settings::config::ProjectConfig;
 use crate::store::journal::{CheckStatus, SubtaskOutcome, VerdictKind};
@@ -202,7 +204,7 @@ pub async fn demo(
 
 /// True when the run ended as the script intends: finished and applied, every clean
 /// subtask merged, exactly the one with the stray line rejected by its reviewer, and
-/// every subtask's check (when one ran) green.
+/// (when the sample's check ran) every subtask's check and the result's green.
 pub fn went_as_scripted(report: &RunReport) -> bool {
     // Subtasks may be listed in any order: compare sorted outcomes.
     let sorted = |mut outcomes: Vec<(&'static str, Option<&'static str>)>| {
@@ -231,14 +233,14 @@ pub fn went_as_scripted(report: &RunReport) -> bool {
             })
             .collect(),
     );
-    // Every subtask's own check, when the sample's ran, is green: the stray line breaks
-    // no test; it is the reviewer that catches it.
-    let checks_green = report.subtasks.iter().all(|subtask| {
-        subtask
-            .check
-            .as_ref()
-            .is_none_or(|run| run.status == CheckStatus::Passed)
-    });
+    // Every check, when the sample's ran, is green — each subtask's and the merged
+    // result's: the stray line breaks no test; it is the reviewer that catches it.
+    let checks_green = report
+        .check
+        .runs
+        .iter()
+        .all(|run| run.status == CheckStatus::Passed)
+        && (report.check.command.is_none() || report.check.status == CheckOutcome::Passed);
     report.status == RunEnd::Finished && report.applied && actual == expected && checks_green
 }
 

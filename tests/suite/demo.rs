@@ -76,6 +76,18 @@ async fn the_demo_runs_the_real_pipeline_with_no_key_and_keeps_the_sample() {
             "{label}'s check runs after its worker and before its reviewer:\n{stderr}"
         );
     }
+    // And on the merged result, before main moves to it.
+    let result_passed = line_index(&lines, "result: check passed in ");
+    assert!(
+        line_index(&lines, &format!("result: checking with `{CHECK_COMMAND}`")) < result_passed
+            && result_passed
+                < line_index(
+                    &lines,
+                    &format!("The result's check `{CHECK_COMMAND}` passed in "),
+                )
+            && result_passed < line_index(&lines, "main now has the result"),
+        "the result's check runs, green, before the branch moves:\n{stderr}"
+    );
     line_index(&lines, "S1: merged (reviewer: approve)");
     line_index(&lines, "S2: rejected (reviewer: reject)");
     line_index(&lines, "S3: merged (reviewer: approve)");
@@ -117,10 +129,24 @@ async fn the_demo_runs_the_real_pipeline_with_no_key_and_keeps_the_sample() {
             )
         })
         .collect();
+    let result_runs: Vec<&str> = report["check"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|run| run["on"] == "result")
+        .map(|run| run["status"].as_str().unwrap())
+        .collect();
     assert_eq!(
-        (report["check"]["command"].as_str(), checks),
+        (
+            report["check"]["command"].as_str(),
+            report["check"]["status"].as_str(),
+            result_runs,
+            checks
+        ),
         (
             Some(CHECK_COMMAND),
+            Some("passed"),
+            vec!["passed"],
             vec![("S1", "passed"), ("S2", "passed"), ("S3", "passed")]
         ),
         "--json tells each subtask's check: the stray print breaks no test, the reviewer \
