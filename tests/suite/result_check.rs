@@ -301,7 +301,7 @@ async fn a_red_result_gets_its_culprit_named_and_a_reviewed_fixer_and_then_the_b
 async fn a_result_no_fixer_can_fix_stays_on_its_branch_and_the_run_exits_3() {
     let fixture = package(CHECK, 2);
     // The user's own work in progress, which nothing may touch.
-    fixture.write("pkg/b.py", &format!("{B}# mine, not committed\n"));
+    fixture.write("pkg/b.py", format!("{B}# mine, not committed\n"));
     fixture.write("todo.txt", "mine\n");
     let before = user_side(&fixture);
     let server = FakeServer::with_responder(responder(Fixer::CannotFix)).await;
