@@ -50,7 +50,10 @@ async fn a_detached_worktree_holds_the_commit_makes_no_branch_and_replaces_its_l
             again.path().join("junk.log").exists(),
             std::fs::read_to_string(again.path().join("src/util.rs")).unwrap()
         ),
-        (false, "pub fn double(x: u32) -> u32 {\n    x * 2\n}\n".to_owned()),
+        (
+            false,
+            "pub fn double(x: u32) -> u32 {\n    x * 2\n}\n".to_owned()
+        ),
         "a leftover detached worktree is replaced, at the new commit"
     );
 
