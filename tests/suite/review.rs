@@ -15,7 +15,8 @@ use grove::model::Provider;
 use grove::review::{self, ApplyResult, RecordedDecision, ReviewError, ReviewOutcome};
 use grove::run::{ModelChoice, Models, RunOptions};
 use grove::store::journal::{
-    ContextMode, Entry, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
+    ContextMode, Entry, RebuiltSubtask, Record, RunOutcome, SubtaskKind, SubtaskOutcome,
+    VerdictKind,
 };
 use grove::store::lock::RepoLock;
 use grove::store::state::{MergeState, RunState, RunStatus, SubtaskStatus};
@@ -685,6 +686,7 @@ fn rejected_run_records() -> Vec<Record> {
                 paths: Vec::new(),
                 after: Vec::new(),
                 waits_for: Vec::new(),
+                kind: SubtaskKind::Task,
             },
         ),
         record(

@@ -15,7 +15,7 @@ use grove::agent::Ledger;
 use grove::settings::RunOptions;
 use grove::store::journal::{
     ContextMode, Entry, Finding, Journal, JournalContents, JournalError, Record, RunOutcome,
-    SubtaskOutcome, TornTail, VerdictKind, read_journal,
+    SubtaskKind, SubtaskOutcome, TornTail, VerdictKind, read_journal,
 };
 use grove::store::lock::{LockError, RepoLock, StaleLock, read_holder, this_hostname};
 use grove::store::state::{
@@ -87,6 +87,7 @@ fn full_journal(run: &RunId) -> Vec<Record> {
                 paths: Vec::new(),
                 after: Vec::new(),
                 waits_for: Vec::new(),
+                kind: SubtaskKind::Task,
             },
         ),
         at(
@@ -100,6 +101,7 @@ fn full_journal(run: &RunId) -> Vec<Record> {
                 paths: Vec::new(),
                 after: Vec::new(),
                 waits_for: Vec::new(),
+                kind: SubtaskKind::Task,
             },
         ),
         at(
@@ -263,6 +265,8 @@ fn expected_full_state(run: &RunId) -> RunState {
                 after: Vec::new(),
                 waits_for: Vec::new(),
                 start: None,
+                kind: SubtaskKind::Task,
+                check: None,
             },
             SubtaskState {
                 id: "S2".into(),
@@ -283,6 +287,8 @@ fn expected_full_state(run: &RunId) -> RunState {
                 after: Vec::new(),
                 waits_for: Vec::new(),
                 start: None,
+                kind: SubtaskKind::Task,
+                check: None,
             },
         ],
         open_tool_calls: vec![],
@@ -304,6 +310,7 @@ fn expected_full_state(run: &RunId) -> RunState {
         ],
         resumes: 1,
         journal_records: 15,
+        checks: vec![],
     }
 }
 
@@ -663,6 +670,7 @@ fn create_run_writes_journal_and_snapshot_that_agree() {
         paths: Vec::new(),
         after: Vec::new(),
         waits_for: Vec::new(),
+        kind: SubtaskKind::Task,
     })
     .unwrap();
 

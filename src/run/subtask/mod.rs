@@ -9,11 +9,13 @@
 //! 2. [`work`] — the worker (grove's loop, or an external CLI) works in the worktree,
 //!    its turns checkpointed.
 //! 3. [`commit`] — grove commits what it left and takes the branch's diff.
-//! 4. [`reviewer`] — a fresh, read-only reviewer judges the brief and the diff; its
+//! 4. [`check`] — the project's check runs in the worktree (when one is configured); its
+//!    result is evidence for the reviewer.
+//! 5. [`reviewer`] — a fresh, read-only reviewer judges the brief and the diff; its
 //!    verdict is journaled.
-//! 5. [`integrate`] — an approved diff is merged onto the run's result in subtask order
+//! 6. [`integrate`] — an approved diff is merged onto the run's result in subtask order
 //!    (the merge queue); a rejected one is not.
-//! 6. [`close`] — what is not merged is archived, the worktree removed, the end
+//! 7. [`close`] — what is not merged is archived, the worktree removed, the end
 //!    journaled, and the lead gets one bounded result.
 //!
 //! A stage that cannot go on returns a [`SubtaskError`]; the pipeline stops there and
@@ -24,6 +26,7 @@
 //! never the worker's messages — and the lead sees one bounded result. It must never
 //! merge a diff no reviewer approved, and never delete work that is not kept elsewhere.
 
+pub(crate) mod check;
 pub(crate) mod close;
 pub(crate) mod commit;
 pub(crate) mod error;
@@ -51,7 +54,7 @@ use crate::run::merge_queue::MergeQueue;
 use crate::run::report::{SubtaskReport, executes_later};
 use crate::run::schedule::{self, Schedule};
 use crate::store::StoreError;
-use crate::store::journal::{ContextMode, Entry, SubtaskOutcome};
+use crate::store::journal::{ContextMode, Entry, SubtaskKind, SubtaskOutcome};
 use crate::store::state::{RunState, SubtaskState, SubtaskStatus};
 use crate::store::transcript::{self, Transcript};
 use crate::text::truncate;
@@ -135,6 +138,7 @@ impl Subtasks {
             paths: request.paths,
             after: schedule::labels(&request.after),
             waits_for: schedule::labels(&placement.waits_for),
+            kind: SubtaskKind::Task,
         };
         let journal = |entry| {
             self.ctx
@@ -239,7 +243,7 @@ impl Subtasks {
         close::close(ctx, &self.queue, &self.tasks, id, report, Some(&worktree)).await
     }
 
-    /// Stages 1 to 5 in `worktree`, each adding what it found to `report`.
+    /// Stages 1 to 6 in `worktree`, each adding what it found to `report`.
     async fn stages(
         &self,
         assignment: Assignment,
@@ -265,12 +269,19 @@ impl Subtasks {
             commit::outside_scope(&committed.diff.stat, scope)
         });
         let built_on = schedule::labels(&placement.waits_for);
+        report.check = check::check_subtask(ctx, id, worktree).await?;
         let flagged = reviewer::Flagged {
             executes_later: &report.executes_later,
             left_out: &report.left_out,
             outside_paths: &report.outside_paths,
             paths: scope.map_or(&[], WriteScope::globs),
             built_on: &built_on,
+            check: ctx
+                .options
+                .check
+                .as_ref()
+                .zip(report.check.as_ref())
+                .map(|(options, run)| (options.command.as_str(), run)),
         };
         let review = reviewer::review(ctx, id, &brief, &committed.diff, flagged, worktree).await;
         report.reviewer_ledger = review.ledger;
@@ -498,6 +509,8 @@ fn report_from_state(state: &SubtaskState) -> SubtaskReport {
         report.findings = verdict.findings.clone();
     }
     report.conflict_paths = state.conflict_paths.clone();
+    report.kind = state.kind;
+    report.check = state.check.clone();
     report.worker_ledger = state.ledger;
     report.sum_ledgers();
     report
