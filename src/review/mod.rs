@@ -70,6 +70,15 @@ pub enum ReviewError {
         subtask: String,
         status: &'static str,
     },
+    /// An approved subtask started from the result with a rejected one's merged work in
+    /// it (it waited for that one: `after`, or overlapping `paths`), so merging it would
+    /// bring the rejected work back.
+    #[error(
+        "{subtask} was built on {on}'s work (it started from the result once {on} was \
+         merged), so approving {subtask} while rejecting {on} would bring {on}'s changes \
+         back; reject {subtask} too, or approve {on}"
+    )]
+    BuiltOnRejected { subtask: String, on: String },
     /// The journal refused a record (a bug, or a journal edited by hand). The journal is
     /// unchanged.
     #[error("run {run_id}: refused to journal a record: {source}")]
@@ -463,6 +472,7 @@ pub async fn override_verdicts(
     let state = journal.state.clone();
     let before = review_of(repo, &state).await?;
     let wanted = check_changes(&before, changes)?;
+    refuse_built_on_rejected(repo, &before, &wanted)?;
 
     let mut recorded = Vec::new();
     let mut unchanged = Vec::new();
@@ -554,6 +564,38 @@ fn check_changes(
     let position = |id: &str| review.subtasks.iter().position(|s| s.id == id);
     wanted.sort_by_key(|(id, _)| position(id));
     Ok(wanted)
+}
+
+/// Refuses decisions that approve a subtask whose commit holds a rejected subtask's
+/// commit: it started from the result after that one merged, so the rebuild would merge
+/// the rejected work back in with it.
+fn refuse_built_on_rejected(
+    repo: &Repo,
+    review: &RunReview,
+    wanted: &[(String, VerdictKind)],
+) -> Result<(), ReviewError> {
+    let decided = |subtask: &SubtaskReview| {
+        let decision = wanted.iter().find(|(id, _)| *id == subtask.id);
+        decision.map(|(_, verdict)| *verdict).or(subtask.decision)
+    };
+    let with = |verdict: VerdictKind| {
+        review
+            .subtasks
+            .iter()
+            .filter(move |subtask| decided(subtask) == Some(verdict))
+            .filter_map(|subtask| Some((subtask.id.as_str(), subtask.commit?)))
+    };
+    for (approved, commit) in with(VerdictKind::Approve) {
+        for (rejected, work) in with(VerdictKind::Reject) {
+            if repo.is_ancestor(work, commit)? {
+                return Err(ReviewError::BuiltOnRejected {
+                    subtask: approved.to_owned(),
+                    on: rejected.to_owned(),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// True when every subtask's status matches its decision: approved ones merged (or

@@ -599,3 +599,66 @@ async fn a_subtask_waiting_when_the_run_stopped_still_waits_after_resume_and_kee
         ("FIRST SECOND\n".to_owned(), "x\n".to_owned())
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_review_cannot_keep_a_subtask_built_on_one_it_rejects() {
+    let fixture = GitFixture::with_files(&[("src/a.txt", "alpha\n"), ("src/b.txt", "beta\n")]);
+    let first = format!(
+        "[first] Rewrite a.\n{}",
+        call(
+            "write_file",
+            json!({"path": "src/a.txt", "content": "FIRST\n"})
+        )
+    );
+    let second = format!(
+        "[second] Rewrite b.\n{}",
+        call(
+            "write_file",
+            json!({"path": "src/b.txt", "content": "SECOND\n"})
+        )
+    );
+    let server = server(vec![
+        json!({"task": first, "paths": ["src/a.txt"]}),
+        json!({"task": second, "paths": ["src/b.txt"], "after": ["S1"]}),
+    ])
+    .await;
+    let options = RunOptions {
+        apply: false,
+        ..options(&fixture, "t")
+    };
+    let (report, _) = run_with_events(&fixture, &server, options).await;
+    assert_eq!(statuses(&report), merged(&["S1", "S2"]), "{report:#?}");
+    let repo = fixture.open().await;
+    let reject = |id: &str| (id.to_owned(), VerdictKind::Reject);
+
+    let refused = grove::review::override_verdicts(&repo, &report.run_id, &[reject("S1")], false)
+        .await
+        .map(drop)
+        .unwrap_err()
+        .to_string();
+
+    assert_eq!(
+        refused,
+        "S2 was built on S1's work (it started from the result once S1 was merged), so \
+         approving S2 while rejecting S1 would bring S1's changes back; reject S2 too, or \
+         approve S1",
+        "rejecting S1 alone would merge it back in with S2"
+    );
+    let both = grove::review::override_verdicts(
+        &repo,
+        &report.run_id,
+        &[reject("S1"), reject("S2")],
+        false,
+    )
+    .await
+    .unwrap();
+    let result = repo
+        .ref_target(&format!("refs/heads/grove/{}/result", report.run_id))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (both.recorded.len(), result.to_string()),
+        (2, report.base.clone()),
+        "rejecting both leaves the base"
+    );
+}
