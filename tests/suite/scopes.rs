@@ -474,6 +474,19 @@ async fn a_worker_cannot_write_outside_its_paths_and_a_shell_write_there_is_flag
         "the file tools refuse every spelling of a path outside `paths`, a link out of \
          them included, and write inside them"
     );
+    let told = requests
+        .iter()
+        .find(|r| who(r) == Who::Worker)
+        .map(first_user_text)
+        .unwrap();
+    assert_eq!(
+        told,
+        format!(
+            "{brief}\n\n(grove: change only files matching `src/**`; the file tools refuse \
+             others, and the reviewer is told of any other file your work changes.)"
+        ),
+        "the worker is told its scope with its brief"
+    );
     assert_eq!(statuses(&report), merged(&["S1"]), "{report:#?}");
     let subtask = &report.subtasks[0];
     assert_eq!(

@@ -383,7 +383,10 @@ impl Subtasks {
                 saved
             }
             None => Transcript {
-                messages: isolated_messages(&state.task),
+                messages: isolated_messages(&schedule::worker_brief(
+                    &state.task,
+                    placement.scope.as_deref(),
+                )),
                 ..Transcript::default()
             },
         };
@@ -402,6 +405,7 @@ impl Subtasks {
         let assignment = Assignment {
             id,
             brief: state.task.clone(),
+            worker_brief: schedule::worker_brief(&state.task, placement.scope.as_deref()),
             role,
             tools,
             start,
@@ -439,13 +443,16 @@ impl Delegator for Subtasks {
                 ctx.options.worker_backend.name()
             ));
         }
+        // The worker is told its scope up front, not only when a write is refused.
+        let worker_brief = schedule::worker_brief(&request.task, scope.as_deref());
         let messages = match request.mode {
-            ContextMode::Fork => fork_messages(&self.lead_history.get(), &request.task),
-            ContextMode::Isolated => isolated_messages(&request.task),
+            ContextMode::Fork => fork_messages(&self.lead_history.get(), &worker_brief),
+            ContextMode::Isolated => isolated_messages(&worker_brief),
         };
         let assignment = Assignment {
             id,
             brief: request.task.clone(),
+            worker_brief,
             role,
             tools,
             start: Transcript {
