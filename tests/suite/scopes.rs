@@ -328,7 +328,7 @@ async fn an_after_chain_runs_in_order_each_on_the_previous_result_even_with_one_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn after_naming_itself_a_later_or_a_malformed_id_is_refused_to_the_lead() {
+async fn after_naming_itself_a_later_an_unknown_or_a_malformed_id_is_refused_to_the_lead() {
     let fixture = GitFixture::with_files(&[("src/a.txt", "alpha\n")]);
     let write = call("write_file", json!({"path": "src/a.txt", "content": "A\n"}));
     let server = server(vec![
@@ -338,10 +338,17 @@ async fn after_naming_itself_a_later_or_a_malformed_id_is_refused_to_the_lead() 
         json!({"task": format!("[later] {write}"), "after": ["S1", "S3"]}),
         json!({"task": format!("[bad] {write}"), "after": ["first"]}),
         json!({"task": format!("[glob] {write}"), "paths": ["../outside/**"]}),
+        json!({"task": format!("[capped] {write}")}),
+        json!({"task": format!("[unknown] {write}"), "after": ["S2"]}),
     ])
     .await;
+    // One subtask at most: the `[capped]` call takes S2 and is refused.
+    let options = RunOptions {
+        max_subtasks: 1,
+        ..options(&fixture, "t")
+    };
 
-    let (report, _) = run_with_events(&fixture, &server, options(&fixture, "t")).await;
+    let (report, _) = run_with_events(&fixture, &server, options).await;
 
     assert_eq!(
         statuses(&report),
@@ -390,6 +397,15 @@ async fn after_naming_itself_a_later_or_a_malformed_id_is_refused_to_the_lead() 
                 "`paths` entry `../outside/**` climbs out with `..`; write it relative to the \
                  repository root; fix it, or leave `paths` out to let the subtask change any \
                  file"
+            ),
+            refusal(
+                "lead_call_6",
+                "the run's limit of 1 subtasks is reached; finish with a summary"
+            ),
+            refusal(
+                "lead_call_7",
+                "`after` names S2, which is no subtask of this run (its delegate call was \
+                 refused); the subtasks so far are: S1"
             ),
         ],
         "each refusal says what was wrong and what to do, as an error result"
