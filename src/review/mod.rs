@@ -141,7 +141,11 @@ pub struct SubtaskReview {
     /// The subtask's work; `None` when it failed before producing a commit.
     pub commit: Option<CommitId>,
     pub commit_source: Option<CommitSource>,
-    /// The diffstat of `commit` against the run's base.
+    /// Where its work starts when that is not the run's base: the result it started
+    /// from after waiting for earlier subtasks (`after`, overlapping `paths`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start: Option<CommitId>,
+    /// The diffstat of `commit` against its start (the run's base, or `start`).
     pub diffstat: Option<DiffStat>,
     /// Changed paths that run on the host or in CI later.
     pub executes_later: Vec<String>,
@@ -203,7 +207,8 @@ impl RunReview {
     ) -> Result<Option<String>, GitError> {
         match (&subtask.commit, &subtask.diffstat) {
             (Some(commit), Some(stat)) => {
-                repo.render_diff(self.base, *commit, stat, colour).map(Some)
+                let start = subtask.start.unwrap_or(self.base);
+                repo.render_diff(start, *commit, stat, colour).map(Some)
             }
             _ => Ok(None),
         }
@@ -251,10 +256,16 @@ async fn review_of(repo: &Repo, state: &RunState) -> Result<RunReview, ReviewErr
     ordered.sort_by_key(|s| subtask_number(&s.id).unwrap_or(u32::MAX));
     let mut subtasks = Vec::with_capacity(ordered.len());
     for subtask in ordered {
-        // A subtask that changed nothing is archived at the base: no work of its own.
-        let found = find_subtask_commit(repo, &run, subtask)?.filter(|(c, _)| *c != base);
+        // Its own work only: one that waited started from the result, not the base.
+        let start = match &subtask.start {
+            Some(start) => Some(CommitId::parse(start)?),
+            None => None,
+        };
+        let from = start.unwrap_or(base);
+        // A subtask that changed nothing is archived at its start: no work of its own.
+        let found = find_subtask_commit(repo, &run, subtask)?.filter(|(c, _)| *c != from);
         let diffstat = match &found {
-            Some((commit, _)) => Some(repo.diff(base, *commit, STAT_ONLY_PATCH_BYTES).await?.stat),
+            Some((commit, _)) => Some(repo.diff(from, *commit, STAT_ONLY_PATCH_BYTES).await?.stat),
             None => None,
         };
         let (commit, commit_source) = found.unzip();
@@ -267,6 +278,7 @@ async fn review_of(repo: &Repo, state: &RunState) -> Result<RunReview, ReviewErr
             decision: subtask.decision(),
             commit,
             commit_source,
+            start,
             executes_later: diffstat.as_ref().map(executes_later).unwrap_or_default(),
             diffstat,
             conflict_paths: subtask.conflict_paths.clone(),

@@ -658,6 +658,38 @@ async fn a_review_cannot_keep_a_subtask_built_on_one_it_rejects() {
     let (report, _) = run_with_events(&fixture, &server, options).await;
     assert_eq!(statuses(&report), merged(&["S1", "S2"]), "{report:#?}");
     let repo = fixture.open().await;
+    let review = grove::review::load(&repo, &report.run_id).await.unwrap();
+    let shown: Vec<(String, Vec<String>, String)> = review
+        .subtasks
+        .iter()
+        .map(|subtask| {
+            let files = subtask.diffstat.as_ref().unwrap().files.iter();
+            let diff = review.render_diff(&repo, subtask, false).unwrap().unwrap();
+            (
+                subtask.id.clone(),
+                files.map(|file| file.path.clone()).collect(),
+                diff.lines()
+                    .filter(|l| l.starts_with('+') && !l.starts_with("+++"))
+                    .collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        vec![
+            (
+                "S1".to_owned(),
+                vec!["src/a.txt".to_owned()],
+                "+FIRST".to_owned()
+            ),
+            (
+                "S2".to_owned(),
+                vec!["src/b.txt".to_owned()],
+                "+SECOND".to_owned()
+            ),
+        ],
+        "`grove review` shows each subtask's own work: S2's against where it started"
+    );
     let reject = |id: &str| (id.to_owned(), VerdictKind::Reject);
 
     let refused = grove::review::override_verdicts(&repo, &report.run_id, &[reject("S1")], false)
