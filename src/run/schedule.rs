@@ -161,6 +161,20 @@ pub(crate) fn start_point(
     Ok(start)
 }
 
+/// What the worker of a subtask is first told: the lead's `task`, and the files it may
+/// change when it has a scope (the file tools refuse others; other changes there are
+/// flagged to the reviewer).
+pub(crate) fn worker_brief(task: &str, scope: Option<&WriteScope>) -> String {
+    match scope {
+        None => task.to_owned(),
+        Some(scope) => format!(
+            "{task}\n\n(grove: change only files matching `{}`; the file tools refuse \
+             others, and the reviewer is told of any other file your work changes.)",
+            scope.globs().join("`, `")
+        ),
+    }
+}
+
 /// The labels (`S1`) of `ids`.
 pub(crate) fn labels(ids: &[SubtaskId]) -> Vec<String> {
     ids.iter().map(ToString::to_string).collect()

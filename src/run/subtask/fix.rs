@@ -56,6 +56,7 @@ impl Subtasks {
         let assignment = Assignment {
             id,
             brief: brief.clone(),
+            worker_brief: brief.clone(),
             role: roles::builtin(RoleKind::Worker),
             tools: tools::builtin_with_executor(ToolSet::Worker, ctx.executor.clone()),
             start: Transcript {

@@ -136,10 +136,10 @@ impl Subtasks {
             branch: self.ctx.run.subtask_branch(id.number()),
             mode: request.mode,
             agent: assignment.role.name.clone(),
-            kind: SubtaskKind::Task,
             paths: request.paths,
             after: schedule::labels(&request.after),
             waits_for: schedule::labels(&placement.waits_for),
+            kind: SubtaskKind::Task,
         };
         let journal = |entry| {
             self.ctx
@@ -271,20 +271,20 @@ impl Subtasks {
         report.outside_paths = scope.map_or_else(Vec::new, |scope| {
             commit::outside_scope(&committed.diff.stat, scope)
         });
-        report.check = check::check_subtask(ctx, id, worktree).await?;
         let built_on = schedule::labels(&placement.waits_for);
+        report.check = check::check_subtask(ctx, id, worktree).await?;
         let flagged = reviewer::Flagged {
             executes_later: &report.executes_later,
             left_out: &report.left_out,
+            outside_paths: &report.outside_paths,
+            paths: scope.map_or(&[], WriteScope::globs),
+            built_on: &built_on,
             check: ctx
                 .options
                 .check
                 .as_ref()
                 .zip(report.check.as_ref())
                 .map(|(options, run)| (options.command.as_str(), run)),
-            outside_paths: &report.outside_paths,
-            paths: scope.map_or(&[], WriteScope::globs),
-            built_on: &built_on,
         };
         let review = reviewer::review(ctx, id, &brief, &committed.diff, flagged, worktree).await;
         report.reviewer_ledger = review.ledger;
@@ -386,7 +386,10 @@ impl Subtasks {
                 saved
             }
             None => Transcript {
-                messages: isolated_messages(&state.task),
+                messages: isolated_messages(&schedule::worker_brief(
+                    &state.task,
+                    placement.scope.as_deref(),
+                )),
                 ..Transcript::default()
             },
         };
@@ -405,6 +408,7 @@ impl Subtasks {
         let assignment = Assignment {
             id,
             brief: state.task.clone(),
+            worker_brief: schedule::worker_brief(&state.task, placement.scope.as_deref()),
             role,
             tools,
             start,
@@ -445,13 +449,16 @@ impl Delegator for Subtasks {
                 ctx.options.worker_backend.name()
             ));
         }
+        // The worker is told its scope up front, not only when a write is refused.
+        let worker_brief = schedule::worker_brief(&request.task, scope.as_deref());
         let messages = match request.mode {
-            ContextMode::Fork => fork_messages(&self.lead_history.get(), &request.task),
-            ContextMode::Isolated => isolated_messages(&request.task),
+            ContextMode::Fork => fork_messages(&self.lead_history.get(), &worker_brief),
+            ContextMode::Isolated => isolated_messages(&worker_brief),
         };
         let assignment = Assignment {
             id,
             brief: request.task.clone(),
+            worker_brief,
             role,
             tools,
             start: Transcript {
