@@ -602,3 +602,53 @@ async fn with_many_merged_subtasks_the_culprit_is_bisected_and_the_fixer_told() 
     assert_eq!(fixture.read("five.txt"), b"ok\n");
     assert_eq!(report["applied"], true);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_result_that_cannot_be_checked_is_not_applied_and_says_why() {
+    // The setup passes in every subtask's worktree and fails in the result's.
+    let setup = "if [ \"${PWD##*/}\" = check-result ]; then echo no cache here >&2; exit 7; fi";
+    let fixture = package(CHECK, 2);
+    fixture.write(
+        ".grove/config.toml",
+        format!("[worktree]\nsetup = '{setup}'\n\n[check]\ncommand = '{CHECK}'\n"),
+    );
+    fixture.commit_all("setup");
+    let trusted = grove_in(&fixture, None, &["trust"]).await;
+    assert_eq!(trusted.status.code(), Some(0), "{}", stderr(&trusted));
+    let before = user_side(&fixture);
+    let server = FakeServer::with_responder(responder(Fixer::Fixes)).await;
+
+    let output = grove_in(&fixture, Some(&server), &["run", "--json", "rename greet"]).await;
+
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let report = report(&output);
+    let run_id = report["run_id"].as_str().unwrap();
+    assert_eq!(
+        (
+            &report["check"]["status"],
+            &report["applied"],
+            subtasks(&report).len()
+        ),
+        (&json!("skipped"), &json!(false), 3),
+        "no verdict on the result, nothing applied, no fixer"
+    );
+    assert_eq!(
+        user_side(&fixture),
+        before,
+        "the user's branch is untouched"
+    );
+    let err = stderr(&output);
+    for part in [
+        format!(
+            "the setup command `{setup}` exited with status 7 in the worktree of the result, \
+             so the check did not run"
+        ),
+        "no cache here".to_owned(),
+        format!("To apply it: git merge --ff-only grove/{run_id}/result"),
+    ] {
+        assert!(
+            err.contains(&part),
+            "the final message says {part:?}: {err}"
+        );
+    }
+}
