@@ -723,3 +723,92 @@ async fn a_review_cannot_keep_a_subtask_built_on_one_it_rejects() {
         "rejecting both leaves the base"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_plain_view_shows_a_waiting_subtask_and_the_json_its_outside_paths() {
+    let fixture = GitFixture::with_files(&[("src/a.txt", "alpha\n"), ("docs/x.md", "x\n")]);
+    let first = format!(
+        "[first] Rewrite a.\n{}\n{}",
+        call(
+            "write_file",
+            json!({"path": "src/a.txt", "content": "FIRST\n"})
+        ),
+        call("bash", json!({"command": "echo y > docs/y.md"}))
+    );
+    let second = format!(
+        "[second] Extend a.\n{}",
+        call(
+            "edit_file",
+            json!({"path": "src/a.txt", "old_string": "FIRST", "new_string": "FIRST SECOND"})
+        )
+    );
+    let server = server(vec![
+        json!({"task": first, "paths": ["src/**"]}),
+        json!({"task": second, "paths": ["src/a.txt"]}),
+    ])
+    .await;
+
+    let output = crate::support::grove::Grove::in_repo(&fixture)
+        .with_server(&server)
+        .grove_async(["run", "t", "--json"])
+        .await;
+
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let waiting: Vec<&str> = stderr.lines().filter(|l| l.contains("waits for")).collect();
+    assert_eq!(
+        waiting,
+        vec!["S2: waits for S1 to settle, then starts from their result: [second] Extend a."],
+        "the plain view says who waits for whom: {stderr}"
+    );
+    let json: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let outside: Vec<Value> = json["subtasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|subtask| subtask["outside_paths"].clone())
+        .collect();
+    assert_eq!(
+        outside,
+        vec![json!(["docs/y.md"]), Value::Null],
+        "`outside_paths` lists the shell's write outside `paths`, and is absent when empty"
+    );
+}
+
+#[test]
+fn a_journal_written_before_scopes_still_reads_and_a_scope_round_trips() {
+    use grove::store::journal::{ContextMode, Entry, SubtaskKind};
+    let old = r#"{"type":"subtask_started","subtask":"S1","task":"t","branch":"b","mode":"isolated","agent":"worker"}"#;
+    let started = |paths: &[&str], after: &[&str], waits_for: &[&str]| Entry::SubtaskStarted {
+        subtask: "S1".into(),
+        task: "t".into(),
+        branch: "b".into(),
+        mode: ContextMode::Isolated,
+        agent: "worker".into(),
+        paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+        after: after.iter().map(|a| (*a).to_owned()).collect(),
+        waits_for: waits_for.iter().map(|w| (*w).to_owned()).collect(),
+        kind: SubtaskKind::Task,
+    };
+    assert_eq!(
+        serde_json::from_str::<Entry>(old).unwrap(),
+        started(&[], &[], &[]),
+        "an old record has no scope and waits for nothing"
+    );
+    assert_eq!(
+        serde_json::to_string(&started(&[], &[], &[])).unwrap(),
+        old,
+        "a subtask without scope is journaled as before, byte for byte"
+    );
+    let scoped = started(&["src/**"], &["S1"], &["S1", "S2"]);
+    let line = serde_json::to_string(&scoped).unwrap();
+    assert_eq!(serde_json::from_str::<Entry>(&line).unwrap(), scoped);
+    let point = r#"{"type":"start_point","subtask":"S3","commit":"abc"}"#;
+    assert_eq!(
+        serde_json::from_str::<Entry>(point).unwrap(),
+        Entry::StartPoint {
+            subtask: "S3".into(),
+            commit: "abc".into()
+        }
+    );
+}

@@ -53,7 +53,7 @@ use crate::run::delegate::{DelegateError, DelegateReport, DelegateRequest, Deleg
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
 use crate::run::report::{SubtaskReport, executes_later};
-use crate::run::schedule::{self, Schedule};
+use crate::run::schedule::{self, Placement, Schedule, recorded_scope, scope_of};
 use crate::store::StoreError;
 use crate::store::journal::{ContextMode, Entry, SubtaskKind, SubtaskOutcome};
 use crate::store::state::{RunState, SubtaskState, SubtaskStatus};
@@ -476,38 +476,6 @@ impl Delegator for Subtasks {
             .spawn(self.clone().run_delegated(assignment, request, placement));
         task.await
             .unwrap_or_else(|source| Err(DelegateError::Stopped { source }))
-    }
-}
-
-/// Where a subtask may write and when it may start.
-#[derive(Debug, Clone, Default)]
-struct Placement {
-    /// The files it may change; `None`: any.
-    scope: Option<Arc<WriteScope>>,
-    /// The earlier subtasks it waits for; empty: it starts at once, from the base.
-    waits_for: Vec<SubtaskId>,
-    /// The start point a resumed run recorded for it, or a fixer's (the result).
-    start: Option<CommitId>,
-}
-
-/// The scope of `paths` as [`DelegateInput`](crate::run::delegate::DelegateInput)
-/// normalised them (so they compile).
-fn scope_of(paths: &[String]) -> Option<Arc<WriteScope>> {
-    WriteScope::new(paths).ok().flatten().map(Arc::new)
-}
-
-/// The scope a journal recorded for `state`; one that no longer compiles (a journal
-/// edited by hand) is noted and dropped.
-fn recorded_scope(ctx: &RunContext, state: &SubtaskState) -> Option<Arc<WriteScope>> {
-    match WriteScope::new(&state.paths) {
-        Ok(scope) => scope.map(Arc::new),
-        Err(error) => {
-            ctx.note(format!(
-                "{}: its recorded paths are ignored: {error}",
-                state.id
-            ));
-            None
-        }
     }
 }
 
