@@ -865,6 +865,33 @@ mod tests {
     }
 
     #[test]
+    fn a_subtask_shows_its_paths_and_what_it_waits_or_waited_for() {
+        let facts = |waiting: bool| {
+            let mut data = sample("x");
+            let subtask = &mut data.subtasks[0];
+            subtask.paths = vec!["src/config/**".into(), "src/<lib>.rs".into()];
+            subtask.waits_for = vec!["S1".into(), "S3".into()];
+            subtask.waiting = waiting;
+            let page = render_html(&data);
+            let start = page.find("<dt>may change</dt>").unwrap();
+            let end = start + page[start..].find("</dl>").unwrap();
+            page[start..end].to_owned()
+        };
+        assert_eq!(
+            [facts(true), facts(false)],
+            [
+                "<dt>may change</dt><dd><code>src/config/**, src/&lt;lib&gt;.rs</code></dd>\
+                 <dt>waiting for</dt><dd class=\"waits-for\">S1, S3; starts from their \
+                 result</dd>",
+                "<dt>may change</dt><dd><code>src/config/**, src/&lt;lib&gt;.rs</code></dd>\
+                 <dt>waited for</dt><dd class=\"waits-for\">S1, S3; started from their \
+                 result</dd>",
+            ],
+            "the report says what a subtask may change and whom it waits for, escaped"
+        );
+    }
+
+    #[test]
     fn token_counts_are_grouped_by_thousands() {
         assert_eq!(
             [0, 999, 1_000, 1_000_000, 12_345_678].map(grouped),

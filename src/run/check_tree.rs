@@ -10,6 +10,7 @@ use crate::git::{CommitId, GitError};
 use crate::run::check::{CheckError, run_check};
 use crate::run::context::RunContext;
 use crate::run::subtask::SubtaskError;
+use crate::run::subtask::error::SetupEnd;
 use crate::run::subtask::prepare::prepare_check_tree;
 use crate::settings::options::CheckOptions;
 use crate::store::StoreError;
@@ -27,6 +28,17 @@ pub enum TreeCheckError {
     },
     /// The setup command failed there (it had passed in the subtasks' worktrees). Not
     /// retried.
+    #[error(
+        "the setup command `{command}` {status} in the worktree of the {on}, so the check \
+         did not run. Its output ends with:\n{tail}"
+    )]
+    Setup {
+        on: String,
+        command: String,
+        status: SetupEnd,
+        tail: String,
+    },
+    /// The local-only files could not be copied there. Not retried.
     #[error("preparing the worktree of the {on} for the check failed: {source}")]
     Prepare {
         on: String,
@@ -92,9 +104,22 @@ pub(crate) async fn check_commit(
             })?;
         prepare_check_tree(ctx, on, &worktree)
             .await
-            .map_err(|source| TreeCheckError::Prepare {
-                on: on.to_owned(),
-                source: Box::new(source),
+            .map_err(|source| match source {
+                SubtaskError::Setup {
+                    command,
+                    status,
+                    tail,
+                    ..
+                } => TreeCheckError::Setup {
+                    on: on.to_owned(),
+                    command,
+                    status,
+                    tail,
+                },
+                source => TreeCheckError::Prepare {
+                    on: on.to_owned(),
+                    source: Box::new(source),
+                },
             })?;
         Ok(run_check(ctx, check, worktree.path(), on).await?)
     }

@@ -152,3 +152,103 @@ async fn rebuilt_without(
     }
     Ok(ctx.repo.merge_picks(ctx.base, &picks).await?.result)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::run::test_support::{ScriptedModel, TestRun};
+    use crate::settings::options::RunOptions;
+    use crate::store::journal::ON_RESULT;
+
+    fn red() -> CheckRun {
+        CheckRun {
+            on: ON_RESULT.into(),
+            status: CheckStatus::Failed,
+            seconds: 0.1,
+            ended: "exited with status 1".into(),
+            output_tail: "FAILED".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_only_merged_subtask_is_the_culprit_without_a_check_and_a_subtask_built_on_a_left_out_one_goes_with_it()
+     {
+        let run = TestRun::new(
+            &[("a.txt", "alpha\n")],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        let repo = &run.ctx.repo;
+        let one = run.worktree(1).await;
+        std::fs::write(one.path().join("one.txt"), "1\n").unwrap();
+        let first = repo.checkpoint(&one, "S1").await.unwrap().unwrap();
+        let two = run.worktree(2).await;
+        std::fs::write(two.path().join("two.txt"), "2\n").unwrap();
+        let second = repo.checkpoint(&two, "S2").await.unwrap().unwrap();
+        // S3 started from a result holding S1's work.
+        let on_first = repo
+            .merge_picks(
+                run.ctx.base,
+                &[RebuildPick {
+                    subtask: 1,
+                    commit: first,
+                    message: "m".into(),
+                }],
+            )
+            .await
+            .unwrap()
+            .result;
+        let three = run
+            .ctx
+            .repo
+            .create_detached_worktree(&run.ctx.run, &run.ctx.worktrees_dir.join("three"), on_first)
+            .await
+            .unwrap();
+        three.ready().await.unwrap();
+        let candidate = |label: &str, number, commit| Candidate {
+            label: label.into(),
+            number,
+            commit,
+            changed: Vec::new(),
+        };
+        let built_on = {
+            std::fs::write(three.path().join("three.txt"), "3\n").unwrap();
+            run.git(three.path(), &["add", "three.txt"]);
+            run.git(three.path(), &["commit", "-q", "-m", "S3"]);
+            run.rev(&run.git(three.path(), &["rev-parse", "HEAD"]))
+        };
+        let all = [
+            candidate("S1", 1, first),
+            candidate("S2", 2, second),
+            candidate("S3", 3, built_on),
+        ];
+
+        let alone = find_culprit(&run.ctx, &CheckOptions::new("false"), &red(), &all[..1])
+            .await
+            .unwrap();
+        let without_first = rebuilt_without(&run.ctx, &all, &all[..1]).await.unwrap();
+
+        assert_eq!(
+            alone,
+            Some(Culprit {
+                subtasks: vec!["S1".into()],
+                found_by: CulpritEvidence::OnlyMerged,
+            }),
+            "one merged subtask is the culprit at once"
+        );
+        assert!(
+            run.ctx.journal.checks().is_empty(),
+            "and no check ran for it"
+        );
+        let files = run.git(
+            three.path(),
+            &["ls-tree", "--name-only", &without_first.to_string()],
+        );
+        assert_eq!(
+            files, "a.txt\ntwo.txt",
+            "without S1: S2 stays, S3 (built on S1) goes with it"
+        );
+    }
+}

@@ -118,6 +118,10 @@ pub(crate) async fn check_result(
         Err(other) => return Ok(other),
     };
     while fixers.len() < attempts {
+        if ctx.budget.is_spent() {
+            ctx.note("the run's token budget is spent: no fixer starts on the red result");
+            break;
+        }
         let brief = fixer_brief(&FixerFacts {
             command: &check.command,
             red: &red,

@@ -23,6 +23,7 @@ use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
 use crate::run::subtask::error::SubtaskError;
 use crate::store::journal::Entry;
+use crate::store::state::SubtaskState;
 use crate::tools::WriteScope;
 
 /// A subtask the schedule took: its id, and the earlier subtasks it waits for.
@@ -79,6 +80,38 @@ impl Schedule {
     /// after it as they would have been.
     pub(crate) fn restore(&self, id: SubtaskId, scope: Option<Arc<WriteScope>>) {
         lock(&self.scopes).insert(id, scope);
+    }
+}
+
+/// Where a subtask may write and when it may start.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Placement {
+    /// The files it may change; `None`: any.
+    pub(crate) scope: Option<Arc<WriteScope>>,
+    /// The earlier subtasks it waits for; empty: it starts at once, from the base.
+    pub(crate) waits_for: Vec<SubtaskId>,
+    /// The start point a resumed run recorded for it, or a fixer's (the result).
+    pub(crate) start: Option<CommitId>,
+}
+
+/// The scope of `paths` as [`DelegateInput`](crate::run::delegate::DelegateInput)
+/// normalised them (so they compile).
+pub(crate) fn scope_of(paths: &[String]) -> Option<Arc<WriteScope>> {
+    WriteScope::new(paths).ok().flatten().map(Arc::new)
+}
+
+/// The scope a journal recorded for `state`; one that no longer compiles (a journal
+/// edited by hand) is noted and dropped.
+pub(crate) fn recorded_scope(ctx: &RunContext, state: &SubtaskState) -> Option<Arc<WriteScope>> {
+    match WriteScope::new(&state.paths) {
+        Ok(scope) => scope.map(Arc::new),
+        Err(error) => {
+            ctx.note(format!(
+                "{}: its recorded paths are ignored: {error}",
+                state.id
+            ));
+            None
+        }
     }
 }
 
@@ -159,6 +192,20 @@ pub(crate) fn start_point(
         commit: start.to_string(),
     })?;
     Ok(start)
+}
+
+/// What the worker of a subtask is first told: the lead's `task`, and the files it may
+/// change when it has a scope (the file tools refuse others; other changes there are
+/// flagged to the reviewer).
+pub(crate) fn worker_brief(task: &str, scope: Option<&WriteScope>) -> String {
+    match scope {
+        None => task.to_owned(),
+        Some(scope) => format!(
+            "{task}\n\n(grove: change only files matching `{}`; the file tools refuse \
+             others, and the reviewer is told of any other file your work changes.)",
+            scope.globs().join("`, `")
+        ),
+    }
 }
 
 /// The labels (`S1`) of `ids`.

@@ -248,10 +248,10 @@ impl TestRun {
                 branch: self.ctx.run.subtask_branch(n),
                 mode: ContextMode::Isolated,
                 agent: "worker".into(),
-                kind: SubtaskKind::Task,
                 paths: Vec::new(),
                 after: Vec::new(),
                 waits_for: Vec::new(),
+                kind: SubtaskKind::Task,
             })
             .unwrap();
         let ahead = AheadWorktrees::default();

@@ -243,9 +243,6 @@ pub enum Entry {
         branch: String,
         mode: ContextMode,
         agent: String,
-        /// Left out for a subtask the lead delegated.
-        #[serde(default, skip_serializing_if = "SubtaskKind::is_task")]
-        kind: SubtaskKind,
         /// The globs it may change (`delegate`'s `paths`, normalised); empty: any file.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         paths: Vec<String>,
@@ -256,6 +253,9 @@ pub enum Entry {
         /// `after` and those whose `paths` overlap its own.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         waits_for: Vec<String>,
+        /// Left out for a subtask the lead delegated.
+        #[serde(default, skip_serializing_if = "SubtaskKind::is_task")]
+        kind: SubtaskKind,
     },
     /// A subtask that waited for others starts from `commit` (the run's result when its
     /// wait ended), not from the base; written before its worktree is made there.

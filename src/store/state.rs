@@ -154,12 +154,6 @@ pub struct SubtaskState {
     /// result holds.
     #[serde(default)]
     pub human_verdict: Option<VerdictKind>,
-    /// Who started it and why: the lead's task, a fixer or a resolver.
-    #[serde(default)]
-    pub kind: SubtaskKind,
-    /// The project's check on its worktree, when one ran.
-    #[serde(default)]
-    pub check: Option<CheckRun>,
     /// The globs it may change; empty: any file.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub paths: Vec<String>,
@@ -172,6 +166,12 @@ pub struct SubtaskState {
     /// The commit it started from when that is not the base (it waited for others).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<String>,
+    /// Who started it and why: the lead's task, a fixer or a resolver.
+    #[serde(default)]
+    pub kind: SubtaskKind,
+    /// The project's check on its worktree, when one ran.
+    #[serde(default)]
+    pub check: Option<CheckRun>,
 }
 
 impl SubtaskState {
@@ -199,12 +199,12 @@ impl SubtaskState {
             conflict_paths: Vec::new(),
             ledger: Ledger::default(),
             human_verdict: None,
-            kind: SubtaskKind::Task,
-            check: None,
             paths: Vec::new(),
             after: Vec::new(),
             waits_for: Vec::new(),
             start: None,
+            kind: SubtaskKind::Task,
+            check: None,
         }
     }
 
@@ -414,17 +414,18 @@ impl RunState {
                 branch,
                 mode,
                 agent,
-                kind,
                 paths,
                 after,
                 waits_for,
-            } => self.start_subtask(SubtaskState {
-                kind: *kind,
-                paths: paths.clone(),
-                after: after.clone(),
-                waits_for: waits_for.clone(),
-                ..SubtaskState::started(subtask, task, branch, *mode, agent, ts)
-            }),
+                kind,
+            } => {
+                let mut state = SubtaskState::started(subtask, task, branch, *mode, agent, ts);
+                state.kind = *kind;
+                state.paths = paths.clone();
+                state.after = after.clone();
+                state.waits_for = waits_for.clone();
+                self.start_subtask(state)
+            }
             Entry::Checked { run } => {
                 if let Some(subtask) = self.subtasks.iter_mut().find(|s| s.id == run.on) {
                     subtask.check = Some(run.clone());
@@ -818,10 +819,10 @@ mod tests {
                 branch: "grove/r/1".into(),
                 mode: ContextMode::Isolated,
                 agent: "worker".into(),
-                kind: SubtaskKind::Fix,
                 paths: Vec::new(),
                 after: Vec::new(),
                 waits_for: Vec::new(),
+                kind: SubtaskKind::Fix,
             },
             Entry::Checked {
                 run: check("S1", CheckStatus::Passed),

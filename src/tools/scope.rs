@@ -218,21 +218,34 @@ pub fn globs_overlap(a: &str, b: &str) -> bool {
 }
 
 /// Whether a path of segments may match both segment lists, `**` matching any number of
-/// segments (none included).
+/// segments (none included). Each pair of suffixes is decided once (`memo`), so globs
+/// full of `**` cost `len(a) × len(b)` steps, never an exponential search.
 fn segments_overlap(a: &[&str], b: &[&str]) -> bool {
-    match (a.split_first(), b.split_first()) {
-        (None, None) => true,
-        (Some((&"**", a_rest)), _) => {
-            segments_overlap(a_rest, b) || (!b.is_empty() && segments_overlap(a, &b[1..]))
-        }
-        (_, Some((&"**", b_rest))) => {
-            segments_overlap(a, b_rest) || (!a.is_empty() && segments_overlap(&a[1..], b))
-        }
-        (Some((x, a_rest)), Some((y, b_rest))) => {
-            segment_overlap(x, y) && segments_overlap(a_rest, b_rest)
-        }
-        (None, Some(_)) | (Some(_), None) => false,
+    let mut memo = vec![None; (a.len() + 1) * (b.len() + 1)];
+    suffixes_overlap(a, b, 0, 0, &mut memo)
+}
+
+/// Whether `a[i..]` and `b[j..]` may match one path; see [`segments_overlap`].
+fn suffixes_overlap(a: &[&str], b: &[&str], i: usize, j: usize, memo: &mut [Option<bool>]) -> bool {
+    let slot = i * (b.len() + 1) + j;
+    if let Some(known) = memo[slot] {
+        return known;
     }
+    let overlap = match (a.get(i), b.get(j)) {
+        (None, None) => true,
+        (Some(&"**"), _) => {
+            suffixes_overlap(a, b, i + 1, j, memo)
+                || (j < b.len() && suffixes_overlap(a, b, i, j + 1, memo))
+        }
+        (_, Some(&"**")) => {
+            suffixes_overlap(a, b, i, j + 1, memo)
+                || (i < a.len() && suffixes_overlap(a, b, i + 1, j, memo))
+        }
+        (Some(x), Some(y)) => segment_overlap(x, y) && suffixes_overlap(a, b, i + 1, j + 1, memo),
+        (None, Some(_)) | (Some(_), None) => false,
+    };
+    memo[slot] = Some(overlap);
+    overlap
 }
 
 /// Whether one path segment may match both segment globs. A literal is matched against
@@ -505,6 +518,20 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(root.join("src/a.txt")).unwrap(),
             "alpha\n"
+        );
+    }
+
+    #[test]
+    fn globs_full_of_double_stars_are_decided_quickly() {
+        // Found only once every `**` is tried against every segment of the other side.
+        let a = format!("{}/z/a", ["**", "x"].repeat(40).join("/"));
+        let b = format!("{}/y/b", ["x", "**"].repeat(40).join("/"));
+        let started = std::time::Instant::now();
+        assert!(globs_overlap(&a, &b), "`…/x/z/a/…` can also be `…/x/…/y/b`");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "decided in {:?}",
+            started.elapsed()
         );
     }
 

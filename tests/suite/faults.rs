@@ -315,10 +315,10 @@ fn subtask_started(n: u32) -> Entry {
         branch: format!("grove/run/{n}"),
         mode: ContextMode::Isolated,
         agent: "worker".into(),
-        kind: SubtaskKind::Task,
         paths: Vec::new(),
         after: Vec::new(),
         waits_for: Vec::new(),
+        kind: SubtaskKind::Task,
     }
 }
 

@@ -301,7 +301,7 @@ async fn a_red_result_gets_its_culprit_named_and_a_reviewed_fixer_and_then_the_b
 async fn a_result_no_fixer_can_fix_stays_on_its_branch_and_the_run_exits_3() {
     let fixture = package(CHECK, 2);
     // The user's own work in progress, which nothing may touch.
-    fixture.write("pkg/b.py", &format!("{B}# mine, not committed\n"));
+    fixture.write("pkg/b.py", format!("{B}# mine, not committed\n"));
     fixture.write("todo.txt", "mine\n");
     let before = user_side(&fixture);
     let server = FakeServer::with_responder(responder(Fixer::CannotFix)).await;
@@ -601,4 +601,135 @@ async fn with_many_merged_subtasks_the_culprit_is_bisected_and_the_fixer_told() 
     );
     assert_eq!(fixture.read("five.txt"), b"ok\n");
     assert_eq!(report["applied"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_result_that_cannot_be_checked_is_not_applied_and_says_why() {
+    // The setup passes in every subtask's worktree and fails in the result's.
+    let setup = "if [ \"${PWD##*/}\" = check-result ]; then echo no cache here >&2; exit 7; fi";
+    let fixture = package(CHECK, 2);
+    fixture.write(
+        ".grove/config.toml",
+        format!("[worktree]\nsetup = '{setup}'\n\n[check]\ncommand = '{CHECK}'\n"),
+    );
+    fixture.commit_all("setup");
+    let trusted = grove_in(&fixture, None, &["trust"]).await;
+    assert_eq!(trusted.status.code(), Some(0), "{}", stderr(&trusted));
+    let before = user_side(&fixture);
+    let server = FakeServer::with_responder(responder(Fixer::Fixes)).await;
+
+    let output = grove_in(&fixture, Some(&server), &["run", "--json", "rename greet"]).await;
+
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let report = report(&output);
+    let run_id = report["run_id"].as_str().unwrap();
+    assert_eq!(
+        (
+            &report["check"]["status"],
+            &report["applied"],
+            subtasks(&report).len()
+        ),
+        (&json!("skipped"), &json!(false), 3),
+        "no verdict on the result, nothing applied, no fixer"
+    );
+    assert_eq!(
+        user_side(&fixture),
+        before,
+        "the user's branch is untouched"
+    );
+    let err = stderr(&output);
+    for part in [
+        format!(
+            "the setup command `{setup}` exited with status 7 in the worktree of the result, \
+             so the check did not run"
+        ),
+        "no cache here".to_owned(),
+        format!("To apply it: git merge --ff-only grove/{run_id}/result"),
+    ] {
+        assert!(
+            err.contains(&part),
+            "the final message says {part:?}: {err}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fixer_interrupted_mid_work_continues_on_resume_as_the_same_round() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let fixture = package(CHECK, 1);
+    let before = user_side(&fixture);
+    // The fixer's worker writes its fix, then its next model call hangs until resumed.
+    let hang = Arc::new(AtomicBool::new(true));
+    let fixes = responder(Fixer::Fixes);
+    let server = FakeServer::with_responder({
+        let hang = Arc::clone(&hang);
+        move |request: &RecordedRequest| {
+            let fixer_turn_2 = who(request) == Who::Worker
+                && answered(request)
+                && first_user_text(request).starts_with(FIXER_HEADING);
+            if fixer_turn_2 && hang.load(Ordering::SeqCst) {
+                return Reply::Hang;
+            }
+            fixes(request)
+        }
+    })
+    .await;
+    let grove = Grove::in_repo(&fixture).with_server(&server);
+
+    let mut child = grove.spawn(["run", "rename greet"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let run_id = loop {
+        let runs = grove.grove_async(["runs", "--json"]).await;
+        let runs: Value = serde_json::from_slice(&runs.stdout).unwrap_or(Value::Null);
+        if let Some(run_id) = runs[0]["run_id"].as_str() {
+            let fixed = fixture.worktree_dir(run_id, 4).join("pkg/b.py");
+            if std::fs::read(&fixed).is_ok_and(|b| b == B_RENAMED.as_bytes()) {
+                break run_id.to_owned();
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fixer never wrote"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap()),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("grove stops soon after Ctrl-C")
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "interrupted: exit 130");
+    assert_eq!(
+        user_side(&fixture),
+        before,
+        "the user's branch is untouched"
+    );
+
+    hang.store(false, Ordering::SeqCst);
+    let resumed = grove.grove_async(["resume", "--json", &run_id]).await;
+
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let report = report(&resumed);
+    assert_eq!(
+        subtasks(&report)[3..],
+        [("S4".to_owned(), "fix".to_owned(), "merged".to_owned())],
+        "the fixer went on as S4, still a fix, its round not taken twice (fix_attempts = 1)"
+    );
+    let reviews = briefs_of(&server, Who::Reviewer, FIXER_HEADING);
+    assert_eq!(reviews.len(), 1, "its diff was reviewed once");
+    assert!(
+        reviews[0].contains("-    return core.greet(\"Carol\")")
+            && !reviews[0].contains("-def greet"),
+        "against the result it started from: {}",
+        reviews[0]
+    );
+    assert_eq!(report["check"]["status"], "passed");
+    assert_eq!(report["applied"], true);
+    assert_eq!(fixture.read("pkg/b.py"), B_RENAMED.as_bytes());
 }

@@ -683,10 +683,10 @@ fn rejected_run_records() -> Vec<Record> {
                 branch: "grove/20261130-000000-0000/1".into(),
                 mode: ContextMode::Isolated,
                 agent: "worker".into(),
-                kind: SubtaskKind::Task,
                 paths: Vec::new(),
                 after: Vec::new(),
                 waits_for: Vec::new(),
+                kind: SubtaskKind::Task,
             },
         ),
         record(

@@ -328,7 +328,7 @@ async fn an_after_chain_runs_in_order_each_on_the_previous_result_even_with_one_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn after_naming_itself_a_later_or_a_malformed_id_is_refused_to_the_lead() {
+async fn after_naming_itself_a_later_an_unknown_or_a_malformed_id_is_refused_to_the_lead() {
     let fixture = GitFixture::with_files(&[("src/a.txt", "alpha\n")]);
     let write = call("write_file", json!({"path": "src/a.txt", "content": "A\n"}));
     let server = server(vec![
@@ -338,10 +338,17 @@ async fn after_naming_itself_a_later_or_a_malformed_id_is_refused_to_the_lead() 
         json!({"task": format!("[later] {write}"), "after": ["S1", "S3"]}),
         json!({"task": format!("[bad] {write}"), "after": ["first"]}),
         json!({"task": format!("[glob] {write}"), "paths": ["../outside/**"]}),
+        json!({"task": format!("[capped] {write}")}),
+        json!({"task": format!("[unknown] {write}"), "after": ["S2"]}),
     ])
     .await;
+    // One subtask at most: the `[capped]` call takes S2 and is refused.
+    let options = RunOptions {
+        max_subtasks: 1,
+        ..options(&fixture, "t")
+    };
 
-    let (report, _) = run_with_events(&fixture, &server, options(&fixture, "t")).await;
+    let (report, _) = run_with_events(&fixture, &server, options).await;
 
     assert_eq!(
         statuses(&report),
@@ -390,6 +397,15 @@ async fn after_naming_itself_a_later_or_a_malformed_id_is_refused_to_the_lead() 
                 "`paths` entry `../outside/**` climbs out with `..`; write it relative to the \
                  repository root; fix it, or leave `paths` out to let the subtask change any \
                  file"
+            ),
+            refusal(
+                "lead_call_6",
+                "the run's limit of 1 subtasks is reached; finish with a summary"
+            ),
+            refusal(
+                "lead_call_7",
+                "`after` names S2, which is no subtask of this run (its delegate call was \
+                 refused); the subtasks so far are: S1"
             ),
         ],
         "each refusal says what was wrong and what to do, as an error result"
@@ -473,6 +489,19 @@ async fn a_worker_cannot_write_outside_its_paths_and_a_shell_write_there_is_flag
         ],
         "the file tools refuse every spelling of a path outside `paths`, a link out of \
          them included, and write inside them"
+    );
+    let told = requests
+        .iter()
+        .find(|r| who(r) == Who::Worker)
+        .map(first_user_text)
+        .unwrap();
+    assert_eq!(
+        told,
+        format!(
+            "{brief}\n\n(grove: change only files matching `src/**`; the file tools refuse \
+             others, and the reviewer is told of any other file your work changes.)"
+        ),
+        "the worker is told its scope with its brief"
     );
     assert_eq!(statuses(&report), merged(&["S1"]), "{report:#?}");
     let subtask = &report.subtasks[0];
@@ -597,5 +626,189 @@ async fn a_subtask_waiting_when_the_run_stopped_still_waits_after_resume_and_kee
             String::from_utf8(fixture.read("docs/x.md")).unwrap()
         ),
         ("FIRST SECOND\n".to_owned(), "x\n".to_owned())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_review_cannot_keep_a_subtask_built_on_one_it_rejects() {
+    let fixture = GitFixture::with_files(&[("src/a.txt", "alpha\n"), ("src/b.txt", "beta\n")]);
+    let first = format!(
+        "[first] Rewrite a.\n{}",
+        call(
+            "write_file",
+            json!({"path": "src/a.txt", "content": "FIRST\n"})
+        )
+    );
+    let second = format!(
+        "[second] Rewrite b.\n{}",
+        call(
+            "write_file",
+            json!({"path": "src/b.txt", "content": "SECOND\n"})
+        )
+    );
+    let server = server(vec![
+        json!({"task": first, "paths": ["src/a.txt"]}),
+        json!({"task": second, "paths": ["src/b.txt"], "after": ["S1"]}),
+    ])
+    .await;
+    let options = RunOptions {
+        apply: false,
+        ..options(&fixture, "t")
+    };
+    let (report, _) = run_with_events(&fixture, &server, options).await;
+    assert_eq!(statuses(&report), merged(&["S1", "S2"]), "{report:#?}");
+    let repo = fixture.open().await;
+    let review = grove::review::load(&repo, &report.run_id).await.unwrap();
+    let shown: Vec<(String, Vec<String>, String)> = review
+        .subtasks
+        .iter()
+        .map(|subtask| {
+            let files = subtask.diffstat.as_ref().unwrap().files.iter();
+            let diff = review.render_diff(&repo, subtask, false).unwrap().unwrap();
+            (
+                subtask.id.clone(),
+                files.map(|file| file.path.clone()).collect(),
+                diff.lines()
+                    .filter(|l| l.starts_with('+') && !l.starts_with("+++"))
+                    .collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        vec![
+            (
+                "S1".to_owned(),
+                vec!["src/a.txt".to_owned()],
+                "+FIRST".to_owned()
+            ),
+            (
+                "S2".to_owned(),
+                vec!["src/b.txt".to_owned()],
+                "+SECOND".to_owned()
+            ),
+        ],
+        "`grove review` shows each subtask's own work: S2's against where it started"
+    );
+    let reject = |id: &str| (id.to_owned(), VerdictKind::Reject);
+
+    let refused = grove::review::override_verdicts(&repo, &report.run_id, &[reject("S1")], false)
+        .await
+        .map(drop)
+        .unwrap_err()
+        .to_string();
+
+    assert_eq!(
+        refused,
+        "S2 was built on S1's work (it started from the result once S1 was merged), so \
+         approving S2 while rejecting S1 would bring S1's changes back; reject S2 too, or \
+         approve S1",
+        "rejecting S1 alone would merge it back in with S2"
+    );
+    let both = grove::review::override_verdicts(
+        &repo,
+        &report.run_id,
+        &[reject("S1"), reject("S2")],
+        false,
+    )
+    .await
+    .unwrap();
+    let result = repo
+        .ref_target(&format!("refs/heads/grove/{}/result", report.run_id))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (both.recorded.len(), result.to_string()),
+        (2, report.base.clone()),
+        "rejecting both leaves the base"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_plain_view_shows_a_waiting_subtask_and_the_json_its_outside_paths() {
+    let fixture = GitFixture::with_files(&[("src/a.txt", "alpha\n"), ("docs/x.md", "x\n")]);
+    let first = format!(
+        "[first] Rewrite a.\n{}\n{}",
+        call(
+            "write_file",
+            json!({"path": "src/a.txt", "content": "FIRST\n"})
+        ),
+        call("bash", json!({"command": "echo y > docs/y.md"}))
+    );
+    let second = format!(
+        "[second] Extend a.\n{}",
+        call(
+            "edit_file",
+            json!({"path": "src/a.txt", "old_string": "FIRST", "new_string": "FIRST SECOND"})
+        )
+    );
+    let server = server(vec![
+        json!({"task": first, "paths": ["src/**"]}),
+        json!({"task": second, "paths": ["src/a.txt"]}),
+    ])
+    .await;
+
+    let output = crate::support::grove::Grove::in_repo(&fixture)
+        .with_server(&server)
+        .grove_async(["run", "t", "--json"])
+        .await;
+
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let waiting: Vec<&str> = stderr.lines().filter(|l| l.contains("waits for")).collect();
+    assert_eq!(
+        waiting,
+        vec!["S2: waits for S1 to settle, then starts from their result: [second] Extend a."],
+        "the plain view says who waits for whom: {stderr}"
+    );
+    let json: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let outside: Vec<Value> = json["subtasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|subtask| subtask["outside_paths"].clone())
+        .collect();
+    assert_eq!(
+        outside,
+        vec![json!(["docs/y.md"]), Value::Null],
+        "`outside_paths` lists the shell's write outside `paths`, and is absent when empty"
+    );
+}
+
+#[test]
+fn a_journal_written_before_scopes_still_reads_and_a_scope_round_trips() {
+    use grove::store::journal::{ContextMode, Entry, SubtaskKind};
+    let old = r#"{"type":"subtask_started","subtask":"S1","task":"t","branch":"b","mode":"isolated","agent":"worker"}"#;
+    let started = |paths: &[&str], after: &[&str], waits_for: &[&str]| Entry::SubtaskStarted {
+        subtask: "S1".into(),
+        task: "t".into(),
+        branch: "b".into(),
+        mode: ContextMode::Isolated,
+        agent: "worker".into(),
+        paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+        after: after.iter().map(|a| (*a).to_owned()).collect(),
+        waits_for: waits_for.iter().map(|w| (*w).to_owned()).collect(),
+        kind: SubtaskKind::Task,
+    };
+    assert_eq!(
+        serde_json::from_str::<Entry>(old).unwrap(),
+        started(&[], &[], &[]),
+        "an old record has no scope and waits for nothing"
+    );
+    assert_eq!(
+        serde_json::to_string(&started(&[], &[], &[])).unwrap(),
+        old,
+        "a subtask without scope is journaled as before, byte for byte"
+    );
+    let scoped = started(&["src/**"], &["S1"], &["S1", "S2"]);
+    let line = serde_json::to_string(&scoped).unwrap();
+    assert_eq!(serde_json::from_str::<Entry>(&line).unwrap(), scoped);
+    let point = r#"{"type":"start_point","subtask":"S3","commit":"abc"}"#;
+    assert_eq!(
+        serde_json::from_str::<Entry>(point).unwrap(),
+        Entry::StartPoint {
+            subtask: "S3".into(),
+            commit: "abc".into()
+        }
     );
 }

@@ -219,6 +219,16 @@ fn plain(event: &Event) {
     }
 }
 
+/// `waits for S1, S3 to settle, then starts from their result: <brief>`: a subtask
+/// held back by its `after` or overlapping `paths`, in both views.
+fn waiting_line(waits_for: &[String], task: &str) -> String {
+    format!(
+        "waits for {} to settle, then starts from their result: {}",
+        waits_for.join(", "),
+        first_line(task, 80)
+    )
+}
+
 /// `S2: checking with `cargo test`` and `S2: check passed in 3.1 s`, in both views.
 fn check_line(event: &Event) -> Option<String> {
     match event {
@@ -236,16 +246,6 @@ fn check_line(event: &Event) -> Option<String> {
         }),
         _ => None,
     }
-}
-
-/// `waits for S1, S3 to settle, then starts from their result: <brief>`: a subtask
-/// held back by its `after` or overlapping `paths`, in both views.
-fn waiting_line(waits_for: &[String], task: &str) -> String {
-    format!(
-        "waits for {} to settle, then starts from their result: {}",
-        waits_for.join(", "),
-        first_line(task, 80)
-    )
 }
 
 /// `S2: merged (reviewer: approve), 1 file changed, …`: a subtask's end, in both views.

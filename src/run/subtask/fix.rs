@@ -14,8 +14,9 @@ use crate::agent::roles::{self, RoleKind};
 use crate::git::CommitId;
 use crate::run::context::lock;
 use crate::run::report::SubtaskReport;
+use crate::run::schedule::Placement;
+use crate::run::subtask::Subtasks;
 use crate::run::subtask::work::Assignment;
-use crate::run::subtask::{Placement, Subtasks};
 use crate::store::StoreError;
 use crate::store::journal::{ContextMode, Entry, SubtaskKind};
 use crate::store::transcript::Transcript;
@@ -56,6 +57,7 @@ impl Subtasks {
         let assignment = Assignment {
             id,
             brief: brief.clone(),
+            worker_brief: brief.clone(),
             role: roles::builtin(RoleKind::Worker),
             tools: tools::builtin_with_executor(ToolSet::Worker, ctx.executor.clone()),
             start: Transcript {

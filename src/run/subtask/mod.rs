@@ -54,7 +54,7 @@ use crate::run::delegate::{DelegateError, DelegateReport, DelegateRequest, Deleg
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
 use crate::run::report::{SubtaskReport, executes_later};
-use crate::run::schedule::{self, Schedule};
+use crate::run::schedule::{self, Placement, Schedule, recorded_scope, scope_of};
 use crate::store::StoreError;
 use crate::store::journal::{ContextMode, Entry, SubtaskKind, SubtaskOutcome};
 use crate::store::state::{RunState, SubtaskState, SubtaskStatus};
@@ -140,10 +140,10 @@ impl Subtasks {
             branch: self.ctx.run.subtask_branch(id.number()),
             mode: request.mode,
             agent: assignment.role.name.clone(),
-            kind: SubtaskKind::Task,
             paths: request.paths,
             after: schedule::labels(&request.after),
             waits_for: schedule::labels(&placement.waits_for),
+            kind: SubtaskKind::Task,
         };
         let journal = |entry| {
             self.ctx
@@ -402,7 +402,10 @@ impl Subtasks {
                 saved
             }
             None => Transcript {
-                messages: isolated_messages(&state.task),
+                messages: isolated_messages(&schedule::worker_brief(
+                    &state.task,
+                    placement.scope.as_deref(),
+                )),
                 ..Transcript::default()
             },
         };
@@ -421,6 +424,7 @@ impl Subtasks {
         let assignment = Assignment {
             id,
             brief: state.task.clone(),
+            worker_brief: schedule::worker_brief(&state.task, placement.scope.as_deref()),
             role,
             tools,
             start,
@@ -461,13 +465,16 @@ impl Delegator for Subtasks {
                 ctx.options.worker_backend.name()
             ));
         }
+        // The worker is told its scope up front, not only when a write is refused.
+        let worker_brief = schedule::worker_brief(&request.task, scope.as_deref());
         let messages = match request.mode {
-            ContextMode::Fork => fork_messages(&self.lead_history.get(), &request.task),
-            ContextMode::Isolated => isolated_messages(&request.task),
+            ContextMode::Fork => fork_messages(&self.lead_history.get(), &worker_brief),
+            ContextMode::Isolated => isolated_messages(&worker_brief),
         };
         let assignment = Assignment {
             id,
             brief: request.task.clone(),
+            worker_brief,
             role,
             tools,
             start: Transcript {
@@ -485,38 +492,6 @@ impl Delegator for Subtasks {
             .spawn(self.clone().run_delegated(assignment, request, placement));
         task.await
             .unwrap_or_else(|source| Err(DelegateError::Stopped { source }))
-    }
-}
-
-/// Where a subtask may write and when it may start.
-#[derive(Debug, Clone, Default)]
-struct Placement {
-    /// The files it may change; `None`: any.
-    scope: Option<Arc<WriteScope>>,
-    /// The earlier subtasks it waits for; empty: it starts at once, from the base.
-    waits_for: Vec<SubtaskId>,
-    /// The start point a resumed run recorded for it, or a fixer's (the result).
-    start: Option<CommitId>,
-}
-
-/// The scope of `paths` as [`DelegateInput`](crate::run::delegate::DelegateInput)
-/// normalised them (so they compile).
-fn scope_of(paths: &[String]) -> Option<Arc<WriteScope>> {
-    WriteScope::new(paths).ok().flatten().map(Arc::new)
-}
-
-/// The scope a journal recorded for `state`; one that no longer compiles (a journal
-/// edited by hand) is noted and dropped.
-fn recorded_scope(ctx: &RunContext, state: &SubtaskState) -> Option<Arc<WriteScope>> {
-    match WriteScope::new(&state.paths) {
-        Ok(scope) => scope.map(Arc::new),
-        Err(error) => {
-            ctx.note(format!(
-                "{}: its recorded paths are ignored: {error}",
-                state.id
-            ));
-            None
-        }
     }
 }
 

@@ -270,7 +270,8 @@ pub(crate) async fn prepare(
 
 /// Prepares a worktree no worker edits (one of the run's result, where the project's
 /// check runs; `on` names it in notes) as a subtask's is: the local-only files copied
-/// in, then the setup command. A setup failure is [`SubtaskError::Setup`] of subtask 0.
+/// in, then the setup command. A setup failure is [`SubtaskError::Setup`] of subtask 0
+/// (the caller words it for its tree).
 pub(crate) async fn prepare_check_tree(
     ctx: &RunContext,
     on: &str,

@@ -141,14 +141,14 @@ pub(crate) struct Flagged<'a> {
     pub(crate) executes_later: &'a [String],
     /// Paths the commit left out as git data (links into `.git`, nested repositories).
     pub(crate) left_out: &'a [String],
-    /// The project's check on the subtask's worktree, when one ran: evidence to weigh.
-    pub(crate) check: Option<(&'a str, &'a CheckRun)>,
     /// Changed paths outside the subtask's `paths` (written through `bash`, say).
     pub(crate) outside_paths: &'a [String],
     /// The subtask's `paths`, the globs it was to stay within; empty: no limit.
     pub(crate) paths: &'a [String],
     /// The earlier subtasks it waited for: it started from the result after them.
     pub(crate) built_on: &'a [String],
+    /// The project's check on the subtask's worktree, when one ran: evidence to weigh.
+    pub(crate) check: Option<(&'a str, &'a CheckRun)>,
 }
 
 /// The reviewer's first message: the brief, the flagged paths, the diff. Nothing else.
