@@ -198,7 +198,14 @@ async fn candidates(ctx: &RunContext, merged: &[SubtaskReport]) -> Vec<Candidate
             Some(stat) => stat.files.iter().map(|f| f.path.clone()).collect(),
             None => match ctx.repo.diff(ctx.base, commit, 0).await {
                 Ok(diff) => diff.stat.files.into_iter().map(|f| f.path).collect(),
-                Err(_) => Vec::new(),
+                Err(error) => {
+                    // Only the output's evidence is lost; leaving it out still works.
+                    ctx.note(format!(
+                        "{}: could not list the files it changed: {error}",
+                        report.id
+                    ));
+                    Vec::new()
+                }
             },
         };
         found.push(Candidate {
