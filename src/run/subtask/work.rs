@@ -155,7 +155,7 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
         tools: Registry::new(),
     };
     let system = ctx.spec(agent.clone(), role, caps).system;
-    let rerun = worktree.start() != ctx.base;
+    let rerun = worktree.start() != worktree.base();
     if rerun {
         ctx.note(format!(
             "{id}: {} starts again on the brief from the subtask's last checkpoint (a \
