@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
-use crate::support::grove::{grove_in, stderr};
+use crate::support::grove::{Grove, grove_in, stderr};
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::*;
 
@@ -35,7 +35,13 @@ fn is_resolvers_review(request: &RecordedRequest) -> bool {
 /// The standard lead, workers and reviewers; a resolver reads the conflicting file, then
 /// writes both lines; its reviewer gives `resolver_verdict`.
 async fn server(resolver_verdict: &'static str) -> FakeServer {
-    FakeServer::with_responder(move |request| match who(request) {
+    FakeServer::with_responder(responder(resolver_verdict)).await
+}
+
+fn responder(
+    resolver_verdict: &'static str,
+) -> impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static {
+    move |request| match who(request) {
         Who::Lead => lead_reply(request, BRIEFS),
         Who::Worker if is_resolver(request) => resolver_reply(request),
         Who::Worker => worker_reply(request),
@@ -49,8 +55,7 @@ async fn server(resolver_verdict: &'static str) -> FakeServer {
             usage(turn).into()
         }
         Who::Reviewer => reviewer_reply(request),
-    })
-    .await
+    }
 }
 
 fn resolver_reply(request: &RecordedRequest) -> Reply {
@@ -216,5 +221,71 @@ async fn a_rejected_resolution_leaves_the_subtask_in_conflict_and_both_sides_rec
             BOTH.trim_end().to_owned()
         ),
         "the branch has S1; S2's work and the rejected resolution are both kept"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_killed_while_its_resolver_works_resumes_and_resolves_anew_never_half_merged() {
+    let fixture = fixture();
+    let server = FakeServer::with_responder(|request| {
+        if who(request) == Who::Worker && is_resolver(request) {
+            // The resolver's first call never ends: grove dies while it works.
+            return Reply::Stall(Turn::text("Reading"));
+        }
+        responder("approve")(request)
+    })
+    .await;
+    let mut child = Grove::in_repo(&fixture)
+        .with_server(&server)
+        .spawn(["run", USER_TASK]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !server.requests().iter().any(is_resolver) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no resolver started: {:?}",
+            server.requests().len()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    child.kill().await.unwrap(); // SIGKILL, while the resolver works
+    let runs = grove_in(&fixture, None, &["runs", "--json"]).await;
+    let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
+    let run_id = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let result = format!("grove/{run_id}/result");
+    assert_eq!(
+        fixture.git(&["show", &format!("{result}:src/a.txt")]),
+        "FIRST",
+        "nothing of the resolution is on the result"
+    );
+
+    server.set_responder(responder("approve"));
+    let output = grove_in(&fixture, Some(&server), &["resume", "--json", &run_id]).await;
+
+    server.assert_no_violations();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let json: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        subtasks(&json),
+        vec![
+            row("S1", "merged", "task", Value::Null),
+            row("S2", "merged", "task", json!("resolver")),
+            row("S3", "failed", "resolve", Value::Null),
+            row("S4", "merged", "resolve", Value::Null),
+        ],
+        "the interrupted resolver is closed, and a new one resolves the conflict"
+    );
+    assert_eq!(
+        String::from_utf8(fixture.read("src/a.txt")).unwrap(),
+        BOTH,
+        "both changes are on the user's branch"
+    );
+    assert_eq!(
+        fixture.git(&["log", "--first-parent", "--format=%s", "-2"]),
+        format!("grove {run_id}: merge S2, resolved by S4\ngrove {run_id}: merge S1"),
+        "one merge of the resolution, by the new resolver"
+    );
+    assert!(
+        json["subtasks"][2]["archive_ref"].is_string(),
+        "the interrupted resolver's branch is archived: {json}"
     );
 }
