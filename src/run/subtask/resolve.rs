@@ -22,6 +22,14 @@
 //! `k`'s turn, which `k` holds for it. No subtask after `k` merges before the resolution
 //! is decided, and the result cannot move under the resolver.
 //!
+//! Numbering. A resolver takes the next subtask number (so its branch, worktree path,
+//! transcripts and archive are named like any subtask's, and it counts toward the run's
+//! subtask cap). Its worktree is made like any subtask's — the one registered ahead for
+//! that number is used — then moved forward (`Repo::restart_worktree`, a compare-and-swap
+//! of a branch that holds nothing yet) to the conflicted merge: a start no other subtask
+//! has (a commit grove writes), so it does not share the start-from-the-result plumbing of
+//! subtasks that wait for others.
+//!
 //! Resume. A resolver interrupted mid-way is not resumed: it is closed as failed (its
 //! branch archived), and the conflicting subtask, still open, is resumed, conflicts
 //! again and starts a new resolver from the result as it is then. A resolution is
@@ -120,6 +128,12 @@ pub(crate) async fn resolve_conflict(
         reason: "no resolver ran".to_owned(),
     };
     for _ in 0..MAX_RESOLVERS {
+        if env.ctx.budget.is_spent() {
+            end = ResolutionEnd::Unresolved {
+                reason: "the run's token budget is spent; no resolver started".to_owned(),
+            };
+            break;
+        }
         let (id, report, attempt) = resolve(env, conflict).await?;
         let reason = report.reason.clone().unwrap_or_default();
         resolvers.push((id, report));
@@ -183,14 +197,7 @@ async fn resolve(
     };
     let (worktree, reached) = match permit {
         None => (None, Err(SubtaskError::Interrupted)),
-        Some(_permit) => match start_worktree(env, id, conflict).await {
-            Ok((worktree, result)) => {
-                let reached =
-                    stages(ctx, id, &brief, conflict, result, &worktree, &mut report).await;
-                (Some(worktree), reached)
-            }
-            Err(error) => (None, Err(error)),
-        },
+        Some(_permit) => start_and_run(env, id, &brief, conflict, &mut report).await,
     };
     let attempt = match reached {
         Ok(attempt) => attempt,
@@ -220,14 +227,40 @@ async fn resolve(
     Ok((id, report, attempt))
 }
 
-/// The resolver's worktree: made like any subtask's, then moved forward to the
-/// conflicted merge of the subtask onto the result. Also returns the result it holds.
-async fn start_worktree(
+/// Makes the resolver's start (the subtask merged onto the result, with conflict
+/// markers) and its worktree — made like any subtask's, then moved forward to that
+/// start — and runs the stages there. The worktree, once made, is returned whatever
+/// happened, so that its close archives and removes it.
+async fn start_and_run(
     env: &Resolving<'_>,
     id: SubtaskId,
+    brief: &str,
     conflict: Conflict<'_>,
-) -> Result<(Worktree, CommitId), SubtaskError> {
+    report: &mut SubtaskReport,
+) -> (Option<Worktree>, Result<Attempt, SubtaskError>) {
     let ctx = env.ctx;
+    let (start, result) = match conflicted_start(ctx, id, conflict).await {
+        Ok(started) => started,
+        Err(error) => return (None, Err(error)),
+    };
+    let fresh = match prepare::create_worktree(ctx, env.ahead, id).await {
+        Ok(fresh) => fresh,
+        Err(error) => return (None, Err(error)),
+    };
+    let worktree = match ctx.repo.restart_worktree(fresh.clone(), start).await {
+        Ok(worktree) => worktree,
+        Err(source) => return (Some(fresh), Err(SubtaskError::Worktree { source })),
+    };
+    let reached = stages(ctx, id, brief, conflict, result, &worktree, report).await;
+    (Some(worktree), reached)
+}
+
+/// The conflicted merge of the subtask onto the result, and the result it is made on.
+async fn conflicted_start(
+    ctx: &RunContext,
+    id: SubtaskId,
+    conflict: Conflict<'_>,
+) -> Result<(CommitId, CommitId), SubtaskError> {
     let result_ref = ctx.run.result_ref();
     let result = ctx
         .repo
@@ -259,13 +292,7 @@ async fn start_worktree(
         )
         .await
         .map_err(|source| SubtaskError::ConflictedMerge { source })?;
-    let worktree = prepare::create_worktree(ctx, env.ahead, id).await?;
-    let worktree = ctx
-        .repo
-        .restart_worktree(worktree, merged.commit)
-        .await
-        .map_err(|source| SubtaskError::Worktree { source })?;
-    Ok((worktree, result))
+    Ok((merged.commit, result))
 }
 
 /// Prepare, work (until no marker is left, while it may), commit, check, review, merge.
@@ -289,7 +316,15 @@ async fn stages(
         .map_err(|source| SubtaskError::Diff { source })?;
     report.executes_later = executes_later(&diff.stat);
     report.diffstat = Some(diff.stat.clone());
-    report.left_out = ctx.repo.git_dir_paths(worktree).await.unwrap_or_default();
+    report.left_out = match ctx.repo.git_dir_paths(worktree).await {
+        Ok(paths) => paths,
+        Err(error) => {
+            ctx.note(format!(
+                "{id}: could not list the paths left out of its commit: {error}"
+            ));
+            Vec::new()
+        }
+    };
     report.check = check::check_subtask(ctx, id, worktree).await?;
     let verdict = if markers.is_empty() {
         let flagged = reviewer::Flagged {
@@ -545,11 +580,18 @@ pub(crate) async fn close_interrupted(
     let mut report = SubtaskReport::new(state.id.clone(), state.task.clone(), state.branch.clone());
     report.kind = SubtaskKind::Resolve;
     report.worker_ledger = state.ledger;
-    report.reason = Some(
-        "interrupted; a resolver is not resumed: the conflicting subtask, resumed, starts \
-         the resolution again"
-            .to_owned(),
-    );
+    if state.merge.is_some() {
+        // Merged before the run stopped: the conflicting subtask, resumed, finds its
+        // work on the result already.
+        report.status = SubtaskOutcome::Merged;
+        report.reason = Some("merged before the run was interrupted".to_owned());
+    } else {
+        report.reason = Some(
+            "interrupted; a resolver is not resumed: the conflicting subtask, resumed, \
+             starts the resolution again"
+                .to_owned(),
+        );
+    }
     let spec = ctx.worktree_spec(id);
     let worktree = ctx
         .repo
