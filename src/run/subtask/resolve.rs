@@ -616,7 +616,14 @@ mod tests {
     /// A run whose result holds S1's change to line 2 of `a.txt`, and S2's approved
     /// branch changing the same line: S2's tip, and the queue with S1 settled.
     async fn conflicting(model: Arc<ScriptedModel>) -> (TestRun, CommitId, Arc<MergeQueue>) {
-        let run = TestRun::new(&[("a.txt", BASE)], RunOptions::new("t"), model).await;
+        conflicting_with(model, RunOptions::new("t")).await
+    }
+
+    async fn conflicting_with(
+        model: Arc<ScriptedModel>,
+        options: RunOptions,
+    ) -> (TestRun, CommitId, Arc<MergeQueue>) {
+        let run = TestRun::new(&[("a.txt", BASE)], options, model).await;
         let ctx = &run.ctx;
         ctx.repo
             .create_result_branch(&ctx.run, ctx.base)
@@ -894,6 +901,33 @@ mod tests {
             model.requests().len(),
             2 * (MARKER_RETURNS as usize + 1),
             "no reviewer is asked about a resolution with markers"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_projects_check_runs_on_the_resolvers_worktree_and_its_reviewer_weighs_it() {
+        let model = ScriptedModel::new([read_then_write(BOTH), verdict("approve")].concat());
+        let options = RunOptions {
+            check: Some(crate::settings::options::CheckOptions::new(
+                "grep -c TWO a.txt",
+            )),
+            ..RunOptions::new("t")
+        };
+        let (run, tip2, queue) = conflicting_with(model.clone(), options).await;
+
+        let resolution = resolve_s2(&run, &queue, tip2).await;
+
+        let report = &resolution.resolvers[0].1;
+        let check = report.check.clone().expect("the check ran on the resolver");
+        assert_eq!(
+            (check.on.as_str(), check.status, check.output_tail.trim()),
+            ("S3", crate::store::journal::CheckStatus::Passed, "2"),
+            "it ran on the resolved worktree, both lines in it"
+        );
+        let review = model.requests()[3].messages[0].text();
+        assert!(
+            review.contains("# The project's check on this worktree\n\n`grep -c TWO a.txt` passed"),
+            "the reviewer gets the check as evidence: {review}"
         );
     }
 }
