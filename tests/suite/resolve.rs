@@ -125,6 +125,15 @@ async fn a_conflict_is_resolved_reviewed_and_both_changes_land_on_the_users_bran
         BOTH,
         "both changes are on the user's branch"
     );
+    assert!(
+        stderr(&output).contains(
+            "S2    merged    approve  1 file changed, 1 insertion(+), 1 deletion(-…       400       40\n      \
+             conflicted with earlier work in src/a.txt; resolver S3 merged the two and its \
+             review passed\n"
+        ),
+        "the report says how S2 was merged: {}",
+        stderr(&output)
+    );
     let run_id = json["run_id"].as_str().unwrap();
     let requests = server.requests();
     let resolver: Vec<&RecordedRequest> = requests.iter().filter(|r| is_resolver(r)).collect();

@@ -297,8 +297,8 @@ impl Subtasks {
                 report.status = SubtaskOutcome::Merged;
                 report.resolution = Some(Resolution::Resolver);
                 report.reason = Some(format!(
-                    "it conflicted with work merged before it in {conflicts}; resolver {by} \
-                     merged the two, its review passed, and it is merged"
+                    "conflicted with earlier work in {conflicts}; resolver {by} merged the \
+                     two and its review passed"
                 ));
             }
             resolve::ResolutionEnd::Unresolved { reason } => {

@@ -186,7 +186,11 @@ async fn resolve(
     })?;
     ctx.events.emit(Event::SubtaskStarted {
         label: id.to_string(),
-        task: brief.clone(),
+        task: format!(
+            "resolve {}'s conflict with the result in {}",
+            conflict.id,
+            conflict.paths.join(", ")
+        ),
         branch: branch.clone(),
     });
     let mut report = SubtaskReport::new(id.to_string(), brief.clone(), branch);
