@@ -934,4 +934,39 @@ mod tests {
             "the reviewer gets the check as evidence: {review}"
         );
     }
+
+    #[tokio::test]
+    async fn a_worktree_whose_branch_moved_since_it_was_made_is_never_restarted() {
+        let run = TestRun::new(
+            &[("a.txt", BASE)],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        let worktree = run.worktree(1).await;
+        std::fs::write(worktree.path().join("a.txt"), "work\n").unwrap();
+        run.ctx
+            .repo
+            .checkpoint(&worktree, "S1: turn 1")
+            .await
+            .unwrap();
+        let work = run.rev(&worktree.branch_ref());
+        let elsewhere = run.ctx.repo.resolve("main").unwrap();
+
+        let restarted = run
+            .ctx
+            .repo
+            .restart_worktree(worktree.clone(), elsewhere)
+            .await;
+
+        assert!(restarted.is_err(), "the branch holds work: {restarted:?}");
+        assert_eq!(
+            (
+                run.rev(&worktree.branch_ref()),
+                std::fs::read_to_string(worktree.path().join("a.txt")).unwrap()
+            ),
+            (work, "work\n".to_owned()),
+            "the work on the branch and in the files is untouched"
+        );
+    }
 }
