@@ -340,8 +340,9 @@ async fn stages(
                 .as_ref()
                 .zip(report.check.as_ref())
                 .map(|(options, run)| (options.command.as_str(), run)),
-            against: Some(AGAINST_RESULT),
-        };
+            ..reviewer::Flagged::default()
+        }
+        .against(AGAINST_RESULT);
         let review = reviewer::review(ctx, id, brief, &diff, flagged, worktree).await;
         report.reviewer_ledger = review.ledger;
         review.verdict?

@@ -148,6 +148,16 @@ pub(crate) struct Flagged<'a> {
     pub(crate) against: Option<&'a str>,
 }
 
+impl<'a> Flagged<'a> {
+    /// These flags, for a diff against `against` (e.g. `the run's result`), not the base.
+    pub(crate) fn against(self, against: &'a str) -> Self {
+        Self {
+            against: Some(against),
+            ..self
+        }
+    }
+}
+
 /// The reviewer's first message: the brief, the flagged paths, the diff. Nothing else.
 fn review_brief(brief: &str, diff: &BranchDiff, flagged: Flagged<'_>) -> String {
     let mut text = format!(
