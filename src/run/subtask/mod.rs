@@ -408,7 +408,16 @@ impl Subtasks {
             tools,
             start,
         };
-        self.run_subtask(assignment, permit).await
+        let mut report = self.run_subtask(assignment, permit).await?;
+        // Its resolver merged it before the run stopped: the result holds it already.
+        if report.status == SubtaskOutcome::Merged
+            && report.resolution.is_none()
+            && !state.conflict_paths.is_empty()
+        {
+            report.resolution = Some(Resolution::Resolver);
+            report.conflict_paths = state.conflict_paths.clone();
+        }
+        Ok(report)
     }
 }
 
