@@ -266,6 +266,17 @@ impl Subtasks {
         Ok(())
     }
 
+    /// What a resolver needs of the run's subtasks.
+    fn resolving(&self) -> resolve::Resolving<'_> {
+        resolve::Resolving {
+            ctx: &self.ctx,
+            queue: &self.queue,
+            ahead: &self.ahead,
+            jobs: &self.jobs,
+            tasks: &self.tasks,
+        }
+    }
+
     /// Starts the resolver of subtask `id`, which conflicted, in its turn (see
     /// [`resolve`]); merged, the subtask counts as merged.
     async fn resolve(
@@ -275,13 +286,7 @@ impl Subtasks {
         tip: crate::git::CommitId,
         report: &mut SubtaskReport,
     ) -> Result<(), SubtaskError> {
-        let env = resolve::Resolving {
-            ctx: &self.ctx,
-            queue: &self.queue,
-            ahead: &self.ahead,
-            jobs: &self.jobs,
-            tasks: &self.tasks,
-        };
+        let env = self.resolving();
         let paths = report.conflict_paths.clone();
         let conflict = resolve::Conflict {
             id,
@@ -337,13 +342,7 @@ impl Subtasks {
         let ids: Vec<SubtaskId> = continuing.iter().map(|(id, _)| *id).collect();
         self.queue.resume_after(highest, &ids);
         // A resolver is never resumed: its conflicting subtask starts the resolution again.
-        let env = resolve::Resolving {
-            ctx: &self.ctx,
-            queue: &self.queue,
-            ahead: &self.ahead,
-            jobs: &self.jobs,
-            tasks: &self.tasks,
-        };
+        let env = self.resolving();
         for (id, state) in resolvers {
             let report = resolve::close_interrupted(&env, id, &state).await?;
             lock(&self.reports).insert(id, report);
