@@ -20,7 +20,9 @@
 //! wait for `k`, which waits for it. So a resolver never takes a turn: its number is
 //! settled the moment it is taken (nothing will ever merge in it), and it merges in
 //! `k`'s turn, which `k` holds for it. No subtask after `k` merges before the resolution
-//! is decided, and the result cannot move under the resolver.
+//! is decided, and the result cannot move under the resolver. It works in a `--jobs`
+//! slot like any worker; the conflicting subtask gave its own up before it waited for its
+//! turn, and every slot holder gives its up before it waits, so the slot always comes.
 //!
 //! Numbering. A resolver takes the next subtask number (so its branch, worktree path,
 //! transcripts and archive are named like any subtask's, and it counts toward the run's
