@@ -14,6 +14,7 @@ mod model_faults;
 mod polish;
 mod real_clis;
 mod report;
+mod resolve;
 mod result_check;
 mod review;
 pub(crate) mod run;
