@@ -16,7 +16,7 @@ use crate::run::check_tree::{TreeCheckError, check_commit};
 use crate::run::context::RunContext;
 use crate::run::report::{Culprit, CulpritEvidence};
 use crate::settings::options::CheckOptions;
-use crate::store::journal::{CheckRun, CheckStatus, on_result_without};
+use crate::store::journal::{CheckRun, CheckStatus, ON_RESULT_WITHOUT, on_result_without};
 
 /// With this many candidates or fewer each is left out alone; with more, halves are left
 /// out first (bisection), so that a run of 16 subtasks costs about 8 checks, not 16.
@@ -72,6 +72,23 @@ pub(crate) async fn find_culprit(
             found_by: CulpritEvidence::NamedInOutput,
         }),
     )
+}
+
+/// The culprit an earlier search of this run found by leaving subtasks out (its checks
+/// are journaled): the last `result without …` that passed, if any. For a resumed run
+/// whose fixer rounds are all taken, which searches no more.
+pub(crate) fn culprit_from_runs(runs: &[CheckRun]) -> Option<Culprit> {
+    let run = runs
+        .iter()
+        .rev()
+        .find(|run| run.status == CheckStatus::Passed && run.on.starts_with(ON_RESULT_WITHOUT))?;
+    Some(Culprit {
+        subtasks: run.on[ON_RESULT_WITHOUT.len()..]
+            .split(", ")
+            .map(str::to_owned)
+            .collect(),
+        found_by: CulpritEvidence::PassesWithout,
+    })
 }
 
 /// The smallest group of candidates found whose removal makes the check pass: each one
@@ -242,6 +259,20 @@ mod tests {
             run.ctx.journal.checks().is_empty(),
             "and no check ran for it"
         );
+        let passed_without = CheckRun {
+            on: on_result_without(&["S4".into(), "S5".into()]),
+            status: CheckStatus::Passed,
+            ..red()
+        };
+        assert_eq!(
+            culprit_from_runs(&[red(), passed_without]),
+            Some(Culprit {
+                subtasks: vec!["S4".into(), "S5".into()],
+                found_by: CulpritEvidence::PassesWithout,
+            }),
+            "a journaled search is read back as its culprit"
+        );
+        assert_eq!(culprit_from_runs(&[red()]), None);
         let files = run.git(
             three.path(),
             &["ls-tree", "--name-only", &without_first.to_string()],

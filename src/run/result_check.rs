@@ -14,7 +14,7 @@ use std::sync::Arc;
 use crate::git::{CommitId, GitError};
 use crate::run::check_tree::{TreeCheckError, check_commit};
 use crate::run::context::RunContext;
-use crate::run::culprit::{Candidate, find_culprit};
+use crate::run::culprit::{Candidate, culprit_from_runs, find_culprit};
 use crate::run::fixer::{FixerFacts, fixer_brief};
 use crate::run::id::SubtaskId;
 use crate::run::report::{ApplyReport, Culprit, SubtaskReport};
@@ -102,9 +102,10 @@ pub(crate) async fn check_result(
         .filter(|s| s.kind == SubtaskKind::Fix)
         .collect();
     if fixers.len() >= attempts {
+        // No search when nobody would be told; a resumed run's earlier one still counts.
         return Ok(ResultCheck::Failed {
             run: red,
-            culprit: None,
+            culprit: culprit_from_runs(&ctx.journal.checks()),
         });
     }
     let candidates = candidates(ctx, &merged).await;
@@ -198,7 +199,14 @@ async fn candidates(ctx: &RunContext, merged: &[SubtaskReport]) -> Vec<Candidate
             Some(stat) => stat.files.iter().map(|f| f.path.clone()).collect(),
             None => match ctx.repo.diff(ctx.base, commit, 0).await {
                 Ok(diff) => diff.stat.files.into_iter().map(|f| f.path).collect(),
-                Err(_) => Vec::new(),
+                Err(error) => {
+                    // Only the output's evidence is lost; leaving it out still works.
+                    ctx.note(format!(
+                        "{}: could not list the files it changed: {error}",
+                        report.id
+                    ));
+                    Vec::new()
+                }
             },
         };
         found.push(Candidate {

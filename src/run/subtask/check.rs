@@ -54,12 +54,7 @@ pub(crate) async fn check_subtask(
             slot = slots.checks.acquire() => slot.map_err(|_| SubtaskError::Interrupted)?,
             () = ctx.cancel.cancelled() => return Err(SubtaskError::Interrupted),
         };
-        match run_check(ctx, check, worktree.path(), &id.to_string()).await {
-            Ok(run) => run,
-            Err(CheckError::Interrupted) => return Err(SubtaskError::Interrupted),
-            Err(CheckError::Journal(source)) => return Err(SubtaskError::Journal { source }),
-            Err(source) => return Err(SubtaskError::CheckNotRun { source }),
-        }
+        checked(ctx, check, id, worktree).await?
     };
     let permit = tokio::select! {
         permit = Arc::clone(slots.jobs).acquire_owned() => {
@@ -68,6 +63,35 @@ pub(crate) async fn check_subtask(
         () = ctx.cancel.cancelled() => return Err(SubtaskError::Interrupted),
     };
     Ok((Some(run), permit))
+}
+
+/// Runs the project's check in subtask `id`'s worktree under whatever slot the caller
+/// holds (a resolver keeps its `--jobs` slot throughout); `None` when there is no check.
+pub(crate) async fn check_in_slot(
+    ctx: &RunContext,
+    id: SubtaskId,
+    worktree: &Worktree,
+) -> Result<Option<CheckRun>, SubtaskError> {
+    match &ctx.options.check {
+        Some(check) => checked(ctx, check, id, worktree).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// One run of `check` on subtask `id`'s worktree, its failures in the subtask's terms.
+async fn checked(
+    ctx: &RunContext,
+    check: &CheckOptions,
+    id: SubtaskId,
+    worktree: &Worktree,
+) -> Result<CheckRun, SubtaskError> {
+    run_check(ctx, check, worktree.path(), &id.to_string())
+        .await
+        .map_err(|error| match error {
+            CheckError::Interrupted => SubtaskError::Interrupted,
+            CheckError::Journal(source) => SubtaskError::Journal { source },
+            source => SubtaskError::CheckNotRun { source },
+        })
 }
 
 /// A subtask rejected by its red check under `[check] subtask = "require"`.
