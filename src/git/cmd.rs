@@ -112,7 +112,24 @@ pub(crate) struct GitCall<'a> {
     stdin: Option<Vec<u8>>,
     allowed_codes: Vec<i32>,
     env: Vec<(&'static str, OsString)>,
+    /// Run with the user's own identity and config lookup instead of grove's.
+    as_user: bool,
 }
+
+/// The variables of this process that a git command run [`GitCall::as_user`] keeps:
+/// what `git commit` reads to pick the user's identity, and where the user's own git
+/// finds its config.
+const USER_IDENTITY_VARS: &[&str] = &[
+    "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL",
+    "GIT_AUTHOR_DATE",
+    "GIT_COMMITTER_NAME",
+    "GIT_COMMITTER_EMAIL",
+    "GIT_COMMITTER_DATE",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG_NOSYSTEM",
+];
 
 /// How many times a command that hit another process's lock file is retried.
 const LOCK_RETRIES: u32 = 8;
@@ -169,6 +186,7 @@ impl GitRunner {
             stdin: None,
             allowed_codes: vec![0],
             env: Vec::new(),
+            as_user: false,
         }
     }
 }
@@ -213,6 +231,14 @@ impl GitCall<'_> {
         self
     }
 
+    /// Runs with the identity the user's own `git commit` would pick (this process's
+    /// `GIT_AUTHOR_*`/`GIT_COMMITTER_*`, then the repository's, the user's and the
+    /// system's config) rather than grove's; for reading that identity only.
+    pub fn as_user(mut self) -> Self {
+        self.as_user = true;
+        self
+    }
+
     fn op_name(&self) -> String {
         self.args
             .iter()
@@ -230,15 +256,23 @@ impl GitCall<'_> {
                 cmd.env_remove(&key);
             }
         }
-        cmd.env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_TERMINAL_PROMPT", "0")
+        cmd.env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_NO_REPLACE_OBJECTS", "1")
             .env("GIT_PAGER", "cat")
-            .env("LC_ALL", "C")
-            .env("GIT_AUTHOR_NAME", &options.identity.name)
-            .env("GIT_AUTHOR_EMAIL", &options.identity.email)
-            .env("GIT_COMMITTER_NAME", &options.identity.name)
-            .env("GIT_COMMITTER_EMAIL", &options.identity.email);
+            .env("LC_ALL", "C");
+        if self.as_user {
+            for name in USER_IDENTITY_VARS {
+                if let Some(value) = std::env::var_os(name) {
+                    cmd.env(name, value);
+                }
+            }
+        } else {
+            cmd.env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("GIT_AUTHOR_NAME", &options.identity.name)
+                .env("GIT_AUTHOR_EMAIL", &options.identity.email)
+                .env("GIT_COMMITTER_NAME", &options.identity.name)
+                .env("GIT_COMMITTER_EMAIL", &options.identity.email);
+        }
         for (key, value) in &self.env {
             cmd.env(key, value);
         }
@@ -383,7 +417,7 @@ pub(crate) fn neutralizing_overrides(config_listing: &[u8]) -> Vec<String> {
 /// Seconds since the epoch and the UTC offset in minutes of a date in the forms git's
 /// `GIT_*_DATE` takes that grove's callers use: `@SECONDS [+HHMM]`, `SECONDS +HHMM`, and
 /// ISO 8601 `YYYY-MM-DDTHH:MM:SS` with `Z` or `±HH:MM`.
-fn parse_git_date(text: &str) -> Option<(i64, i32)> {
+pub(super) fn parse_git_date(text: &str) -> Option<(i64, i32)> {
     let text = text.trim();
     let offset = |zone: &str| -> Option<i32> {
         let (sign, digits) = match zone.as_bytes().first()? {

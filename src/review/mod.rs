@@ -690,6 +690,7 @@ async fn apply_result(
     let outcome = repo
         .apply(&ApplyRequest {
             run: run.clone(),
+            source: run.result_ref(),
             branch: state.branch.clone(),
             base,
         })

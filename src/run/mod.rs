@@ -5,8 +5,9 @@
 //! - [`lead`] — the lead's loop: read-only tools plus `delegate` ([`delegate`]), which
 //!   hands each call to [`subtask`], one subtask's pipeline of stages; approved work
 //!   merges in subtask order through the [`merge_queue`].
-//! - [`finish`] — the result applied to the user's branch when that is safe, the end
-//!   journaled, the report ([`report`]).
+//! - [`finish`] — the result applied to the user's branch when that is safe, as one
+//!   commit per subtask or as the merge graph ([`history`]), the end journaled, the
+//!   report ([`report`]).
 //!
 //! `grove run --dry-run` is [`dry_run`]: the same lead, its delegations recorded.
 //!
@@ -20,6 +21,7 @@ pub(crate) mod context;
 pub mod delegate;
 pub mod dry_run;
 pub mod finish;
+pub(crate) mod history;
 pub mod id;
 pub mod launch;
 pub mod lead;

@@ -15,7 +15,9 @@ use toml::Spanned;
 
 use crate::model::Provider;
 pub use crate::settings::options::DEFAULT_SETUP_TIMEOUT_S;
-use crate::settings::options::{ModelNames, RunOptions, TurnCaps, WorktreeSetup, default_jobs};
+use crate::settings::options::{
+    History, ModelNames, RunOptions, TurnCaps, WorktreeSetup, default_jobs,
+};
 
 /// Where the file lives, relative to the repository root.
 pub const CONFIG_PATH: &str = ".grove/config.toml";
@@ -143,6 +145,8 @@ pub struct RunSettings {
     pub worktrees_dir: Option<PathBuf>,
     /// `[workers] pass_env`: extra variables an external worker CLI gets by name.
     pub pass_env: Option<Vec<String>>,
+    /// `history`: what the user's branch gets, squashed commits or the merge graph.
+    pub history: Option<History>,
 }
 
 /// What a run is given once every layer is applied.
@@ -186,6 +190,7 @@ impl RunSettings {
             copy: self.copy.or(lower.copy),
             worktrees_dir: self.worktrees_dir.or(lower.worktrees_dir),
             pass_env: self.pass_env.or(lower.pass_env),
+            history: self.history.or(lower.history),
         }
     }
 
@@ -218,6 +223,7 @@ impl RunSettings {
         };
         options.worktrees_dir = self.worktrees_dir;
         options.worker_pass_env = self.pass_env.unwrap_or_default();
+        options.history = self.history.unwrap_or_default();
         options.model_names = models.clone();
         ResolvedRun {
             provider,
@@ -304,6 +310,7 @@ impl ProjectConfig {
             copy: check.optional(worktree.copy, "worktree.copy", copy_list)?,
             worktrees_dir: check.optional(worktree.dir, "worktree.dir", worktrees_dir)?,
             pass_env: check.optional(workers.pass_env, "workers.pass_env", variable_names)?,
+            history: check.optional(raw.history, "history", history)?,
         };
         Ok(ProjectConfig {
             path: path.to_path_buf(),
@@ -328,6 +335,7 @@ struct RawFile {
     apply: RawValue,
     worktree: Option<RawWorktree>,
     workers: Option<RawWorkers>,
+    history: RawValue,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -473,6 +481,14 @@ fn provider(value: &toml::Value) -> Result<Provider, ValueProblem> {
         .as_str()
         .and_then(|text| text.parse().ok())
         .ok_or_else(|| expected("\"anthropic\" or \"openai\"", value))
+}
+
+fn history(value: &toml::Value) -> Result<History, ValueProblem> {
+    match value.as_str() {
+        Some("squash") => Ok(History::Squash),
+        Some("merge") => Ok(History::Merge),
+        _ => Err(expected("\"squash\" or \"merge\"", value)),
+    }
 }
 
 fn model_name(value: &toml::Value) -> Result<String, ValueProblem> {
@@ -651,6 +667,14 @@ pub fn template() -> String {
 # Move your branch to the result at the end, when that is safe; false leaves the result
 # on grove/<run>/result. Flags: --no-apply, --apply.
 # apply = true
+
+# What your branch gets: "squash", one commit per merged subtask authored with your git
+# identity (user.name/user.email, or GIT_AUTHOR_*), its message drawn from the brief and
+# the worker's summary, with Grove-* trailers (run, subtask, verdict, models, tokens,
+# check); or "merge", the result's graph: a merge commit per subtask over the workers'
+# per-turn checkpoint commits. Either way the merge graph stays on grove/<run>/result and
+# the squashed commits (with "squash") on grove/<run>/squashed.
+# history = "squash"
 
 # A role's model, overriding `model` for that role. Default: `model`.
 # Flags: --lead-model, --worker-model, --reviewer-model.

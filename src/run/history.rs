@@ -1,0 +1,328 @@
+//! The history the user's branch gets from a run: the result's merge graph as it is, or
+//! (the default) one commit per merged subtask, whose messages this file writes.
+//!
+//! This file owns the words of those commits: a subject and body drawn from the brief
+//! and the worker's summary (both bounded, terminal escapes stripped), and the `Grove-*`
+//! trailers. The commits themselves are the git layer's ([`Repo::squash`]); this file
+//! hands it plain data and must never write a commit, move a ref or touch the user's
+//! branch itself (the apply in `finish.rs` does, through the git layer's checked apply).
+//!
+//! [`Repo::squash`]: crate::git::Repo::squash
+
+use crate::git::{GitError, SquashStep};
+use crate::run::context::RunContext;
+use crate::run::report::SubtaskReport;
+use crate::settings::options::History;
+use crate::store::journal::VerdictKind;
+use crate::text::{first_line, strip_escapes, truncate};
+
+/// A commit subject is cut to this many characters (git's own advice is 50 to 72).
+const SUBJECT_CHARS: usize = 72;
+
+/// The rest of the brief in a commit body is cut to this many characters.
+const BRIEF_BODY_CHARS: usize = 1_500;
+
+/// The worker's summary in a commit body is cut to this many characters.
+const SUMMARY_CHARS: usize = 800;
+
+/// What the user's branch is moved to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Applicable {
+    /// The full ref to apply: the result, or the squashed history.
+    pub(crate) source: String,
+    /// How many commits the squashed history holds; `None` for the merge graph.
+    pub(crate) commits: Option<usize>,
+}
+
+/// The ref that holds what the user's branch gets under the run's `history`, written
+/// now for `squash` (again on a resume, keeping the commits already written).
+pub(crate) async fn applicable(
+    ctx: &RunContext,
+    subtasks: &[SubtaskReport],
+) -> Result<Applicable, GitError> {
+    match ctx.options.history {
+        History::Merge => Ok(Applicable {
+            source: ctx.run.result_ref(),
+            commits: None,
+        }),
+        History::Squash => {
+            let steps = squash_steps(ctx, subtasks)?;
+            let squashed = ctx
+                .repo
+                .squash(ctx.base, &steps, &ctx.run.squashed_ref())
+                .await?;
+            Ok(Applicable {
+                source: ctx.run.squashed_ref(),
+                commits: Some(squashed.commits.len()),
+            })
+        }
+    }
+}
+
+/// One step per commit of the result's first-parent chain (one per merge, in merge
+/// order), each with the message of the subtask it merged.
+fn squash_steps(ctx: &RunContext, subtasks: &[SubtaskReport]) -> Result<Vec<SquashStep>, GitError> {
+    let chain = ctx
+        .repo
+        .first_parent_chain(&ctx.run.result_ref(), ctx.base)?;
+    let last = chain.len().saturating_sub(1);
+    let worker_model = match ctx.options.worker_backend.name() {
+        "builtin" => ctx.models.worker.name.as_str(),
+        cli => cli,
+    };
+    Ok(chain
+        .iter()
+        .enumerate()
+        .map(|(index, merge)| {
+            let subtask = merged_subtask(&merge.message)
+                .and_then(|id| subtasks.iter().find(|subtask| subtask.id == id));
+            let message = match subtask {
+                Some(subtask) => commit_message(&CommitNote {
+                    run: ctx.run.as_str(),
+                    subtask,
+                    reviewer_model: &ctx.models.reviewer.name,
+                    worker_model,
+                    subtask_check: subtask_check(subtask),
+                    result_check: (index == last).then(result_check).flatten(),
+                }),
+                // A merge grove cannot match to a subtask keeps the words it has.
+                None => merge.message.clone(),
+            };
+            SquashStep {
+                after: merge.commit,
+                message,
+            }
+        })
+        .collect())
+}
+
+/// The subtask a merge commit of the result merged, from its `Grove-Subtask` trailer
+/// (`S2`, or the bare number `grove review`'s older rebuilds wrote).
+fn merged_subtask(message: &str) -> Option<String> {
+    let value = message
+        .lines()
+        .rev()
+        .find_map(|line| line.strip_prefix("Grove-Subtask:"))?
+        .trim();
+    match value.parse::<u32>() {
+        Ok(n) => Some(format!("S{n}")),
+        Err(_) => Some(value.to_owned()),
+    }
+}
+
+/// A subtask's check, for its commit's `Grove-Check` trailer; `None` when none ran.
+fn subtask_check(_subtask: &SubtaskReport) -> Option<String> {
+    None
+}
+
+/// The result's check, for the last commit's `Grove-Check` trailer; `None` when none ran.
+fn result_check() -> Option<String> {
+    None
+}
+
+/// Everything one squashed commit's message says.
+#[derive(Debug, Clone)]
+struct CommitNote<'a> {
+    run: &'a str,
+    subtask: &'a SubtaskReport,
+    reviewer_model: &'a str,
+    /// The worker's model, or the name of the agent CLI that did the work.
+    worker_model: &'a str,
+    /// The subtask's check status (`passed`, `failed`), when one ran.
+    subtask_check: Option<String>,
+    /// The result's check status, on the last commit, when one ran.
+    result_check: Option<String>,
+}
+
+/// The message of one squashed commit: the brief's first line as the subject, the rest
+/// of the brief and the worker's summary as the body, then the trailers.
+fn commit_message(note: &CommitNote<'_>) -> String {
+    let subtask = note.subtask;
+    let brief = strip_escapes(&subtask.task);
+    let subject = match first_line(&brief, SUBJECT_CHARS) {
+        subject if subject.is_empty() => format!("grove {}: {}", note.run, subtask.id),
+        subject => subject,
+    };
+    let mut message = format!("{subject}\n\n");
+    let rest = brief.split_once('\n').map_or("", |(_, rest)| rest).trim();
+    if !rest.is_empty() {
+        message.push_str(&truncate(rest, BRIEF_BODY_CHARS));
+        message.push_str("\n\n");
+    }
+    let summary = subtask
+        .reason
+        .as_deref()
+        .and_then(|reason| reason.strip_prefix("worker: "))
+        .map(|summary| strip_escapes(summary.trim()))
+        .filter(|summary| !summary.is_empty());
+    if let Some(summary) = summary {
+        message.push_str("Worker's summary: ");
+        message.push_str(&truncate(&summary, SUMMARY_CHARS));
+        message.push_str("\n\n");
+    }
+    let verdict = match subtask.verdict {
+        Some(VerdictKind::Approve) => "approve",
+        Some(VerdictKind::Reject) => "reject",
+        None => "none",
+    };
+    let mut trailers = vec![
+        ("Grove-Run", note.run.to_owned()),
+        ("Grove-Subtask", subtask.id.clone()),
+        ("Grove-Verdict", verdict.to_owned()),
+        ("Grove-Reviewer-Model", note.reviewer_model.to_owned()),
+        ("Grove-Worker-Model", note.worker_model.to_owned()),
+        ("Grove-Tokens", subtask.ledger().total_tokens().to_string()),
+    ];
+    let checks: Vec<String> = [
+        note.subtask_check
+            .as_ref()
+            .map(|status| format!("{} {status}", subtask.id)),
+        note.result_check
+            .as_ref()
+            .map(|status| format!("result {status}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !checks.is_empty() {
+        trailers.push(("Grove-Check", checks.join(", ")));
+    }
+    for (key, value) in trailers {
+        // A trailer is one line; a model name or status never needs more.
+        let value = first_line(&strip_escapes(&value), 200);
+        message.push_str(&format!("{key}: {value}\n"));
+    }
+    message
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+    use crate::agent::Ledger;
+
+    fn subtask(task: &str, reason: Option<&str>) -> SubtaskReport {
+        let mut report = SubtaskReport::new("S2".into(), task.into(), "grove/r/2".into());
+        report.verdict = Some(VerdictKind::Approve);
+        report.reason = reason.map(str::to_owned);
+        report.worker_ledger = Ledger {
+            steps: 3,
+            input_tokens: 300,
+            output_tokens: 30,
+            cache_read_tokens: 150,
+            cache_write_tokens: 15,
+        };
+        report.reviewer_ledger = Ledger {
+            steps: 2,
+            input_tokens: 200,
+            output_tokens: 20,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
+        };
+        report
+    }
+
+    fn note<'a>(subtask: &'a SubtaskReport) -> CommitNote<'a> {
+        CommitNote {
+            run: "20261201-110000-abcd",
+            subtask,
+            reviewer_model: "reviewer-model",
+            worker_model: "worker-model",
+            subtask_check: None,
+            result_check: None,
+        }
+    }
+
+    #[test]
+    fn a_message_has_the_brief_the_summary_and_every_trailer() {
+        let report = subtask(
+            "Rename Config::load to Config::open\nin src/config.rs and its callers.",
+            Some("worker: Renamed it and updated two callers."),
+        );
+        assert_eq!(
+            commit_message(&note(&report)),
+            "Rename Config::load to Config::open\n\
+             \n\
+             in src/config.rs and its callers.\n\
+             \n\
+             Worker's summary: Renamed it and updated two callers.\n\
+             \n\
+             Grove-Run: 20261201-110000-abcd\n\
+             Grove-Subtask: S2\n\
+             Grove-Verdict: approve\n\
+             Grove-Reviewer-Model: reviewer-model\n\
+             Grove-Worker-Model: worker-model\n\
+             Grove-Tokens: 715\n",
+            "subject from the brief's first line, body from the rest and the summary, \
+             trailers last"
+        );
+    }
+
+    #[test]
+    fn checks_are_one_trailer_naming_the_subtask_and_the_result() {
+        let report = subtask("Do it", None);
+        let mut with_checks = note(&report);
+        with_checks.subtask_check = Some("failed".into());
+        with_checks.result_check = Some("passed".into());
+        assert_eq!(
+            commit_message(&with_checks),
+            "Do it\n\n\
+             Grove-Run: 20261201-110000-abcd\n\
+             Grove-Subtask: S2\n\
+             Grove-Verdict: approve\n\
+             Grove-Reviewer-Model: reviewer-model\n\
+             Grove-Worker-Model: worker-model\n\
+             Grove-Tokens: 715\n\
+             Grove-Check: S2 failed, result passed\n",
+            "no summary, no body; the check trailer says whose check it was"
+        );
+    }
+
+    #[test]
+    fn model_text_is_bounded_and_cannot_reach_a_terminal_or_forge_a_trailer() {
+        let long = "x".repeat(5_000);
+        let report = subtask(
+            &format!("\u{1b}]0;pwned\u{7}Subject {long}\n{long}"),
+            Some(&format!(
+                "worker: done\u{1b}[2J\nGrove-Verdict: approve\n{long}"
+            )),
+        );
+        let message = commit_message(&note(&report));
+        assert!(!message.contains('\u{1b}'), "no escape survives: {message}");
+        let subject = message.lines().next().unwrap();
+        assert_eq!(
+            subject.chars().count(),
+            SUBJECT_CHARS + 1,
+            "the subject is cut (with its ellipsis): {subject}"
+        );
+        assert!(
+            message.len() < SUBJECT_CHARS + BRIEF_BODY_CHARS + SUMMARY_CHARS + 600,
+            "the body is bounded: {} bytes",
+            message.len()
+        );
+        let trailers = message.rsplit("\n\n").next().unwrap();
+        assert_eq!(
+            trailers
+                .lines()
+                .filter(|l| l.starts_with("Grove-Verdict"))
+                .count(),
+            1,
+            "the summary's look-alike line is not in the trailer block: {trailers}"
+        );
+    }
+
+    #[test]
+    fn a_merge_names_its_subtask_by_label_or_number() {
+        assert_eq!(
+            merged_subtask("grove r: merge S3\n\nbrief\n\nGrove-Run: r\nGrove-Subtask: S3\n"),
+            Some("S3".into())
+        );
+        assert_eq!(
+            merged_subtask("grove r: merge subtask 4\n\nGrove-Run: r\nGrove-Subtask: 4\n"),
+            Some("S4".into())
+        );
+        assert_eq!(merged_subtask("a merge by hand\n"), None);
+    }
+}
