@@ -111,7 +111,7 @@ pub(crate) struct GitCall<'a> {
     args: Vec<OsString>,
     stdin: Option<Vec<u8>>,
     allowed_codes: Vec<i32>,
-    env: Vec<(&'static str, OsString)>,
+    env: Vec<(OsString, OsString)>,
     /// Run with the user's own identity and config lookup instead of grove's.
     as_user: bool,
 }
@@ -168,6 +168,11 @@ impl GitRunner {
                 git2::Signature::new(&name, &email, &git2::Time::new(seconds, offset_minutes))
             }
         }
+    }
+
+    /// Who grove's own commits are attributed to.
+    pub fn identity(&self) -> &Identity {
+        &self.options.identity
     }
 
     /// Records the repository-local driver config to neutralise on every call.
@@ -227,7 +232,15 @@ impl GitCall<'_> {
     /// Lets a read-only command skip optional locks (e.g. `status` refreshing the index),
     /// so it never collides with the user's own git.
     pub fn no_optional_locks(mut self) -> Self {
-        self.env.push(("GIT_OPTIONAL_LOCKS", OsString::from("0")));
+        self.env
+            .push(("GIT_OPTIONAL_LOCKS".into(), OsString::from("0")));
+        self
+    }
+
+    /// Sets one variable for this call (after grove's own, before the extra environment
+    /// of [`GitOptions::env`]).
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), value.into()));
         self
     }
 

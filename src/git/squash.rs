@@ -98,18 +98,12 @@ impl Repo {
         steps: &[SquashStep],
         target_ref: &str,
     ) -> Result<Squashed, GitError> {
-        let (user_author, user_committer) = (
-            self.user_ident("AUTHOR").await?,
-            self.user_ident("COMMITTER").await?,
-        );
+        let author = self.commit_ident("AUTHOR").await?;
+        let committer = self.commit_ident("COMMITTER").await?;
         // Signatures are built only now: libgit2's are not `Send`, so none lives across an
         // await.
-        let signature = |ident: Option<Ident>, role: &str| match ident {
-            Some(ident) => ident.signature(role),
-            None => self.signature(role),
-        };
-        let author = signature(user_author, "AUTHOR")?;
-        let committer = signature(user_committer, "COMMITTER")?;
+        let author = author.signature("AUTHOR")?;
+        let committer = committer.signature("COMMITTER")?;
         let existing = self.ref_target(target_ref)?;
         let kept = match existing {
             None => Vec::new(),
@@ -197,6 +191,27 @@ impl Repo {
         }
     }
 
+    /// The author or committer (`role`: `AUTHOR`, `COMMITTER`) of a squashed commit: the
+    /// user's ([`Repo::user_ident`]), else grove's identity with the date the user's git
+    /// would write (`GIT_<role>_DATE`, else now).
+    async fn commit_ident(&self, role: &str) -> Result<Ident, GitError> {
+        if let Some(ident) = self.user_ident(role).await? {
+            return Ok(ident);
+        }
+        let identity = self.inner.runner.identity();
+        let call = self
+            .git()
+            .as_user()
+            .env(format!("GIT_{role}_NAME"), &identity.name)
+            .env(format!("GIT_{role}_EMAIL"), &identity.email);
+        let ident = call
+            .arg("var")
+            .arg(format!("GIT_{role}_IDENT"))
+            .text()
+            .await?;
+        parse_ident(&ident).ok_or_else(|| unparsed(role, &ident))
+    }
+
     /// The author or committer (`role`: `AUTHOR`, `COMMITTER`) the user's own `git
     /// commit` would write in this repository: `GIT_<role>_NAME`/`_EMAIL`/`_DATE` of the
     /// user's environment, then `author.*`/`committer.*` and `user.*` of the repository's,
@@ -217,10 +232,14 @@ impl Repo {
         let ident = output.text();
         parse_ident(&ident)
             .map(Some)
-            .ok_or_else(|| GitError::Parse {
-                op: format!("var GIT_{role}_IDENT"),
-                detail: format!("expected `Name <email> seconds +zone`, got {ident:?}"),
-            })
+            .ok_or_else(|| unparsed(role, &ident))
+    }
+}
+
+fn unparsed(role: &str, ident: &str) -> GitError {
+    GitError::Parse {
+        op: format!("var GIT_{role}_IDENT"),
+        detail: format!("expected `Name <email> seconds +zone`, got {ident:?}"),
     }
 }
 

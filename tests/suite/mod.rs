@@ -7,6 +7,7 @@ mod config;
 mod demo;
 mod faults;
 mod git;
+mod history;
 mod loop_http;
 mod mcp;
 mod model;
