@@ -184,8 +184,15 @@ async fn apply(ctx: &RunContext, subtasks: &[SubtaskReport]) -> (bool, Option<Ap
         Ok(ApplyOutcome::Refused { reason, command }) => (
             false,
             format!(
-                "Your branch was not touched: {}. The result is on {result_branch}.",
-                describe_refusal(&reason)
+                "Your branch was not touched: {}. The result is on {result_branch}{}.",
+                describe_refusal(&reason),
+                match applicable.commits {
+                    Some(_) => format!(
+                        ", and as one commit per subtask on {}",
+                        ctx.run.squashed_branch()
+                    ),
+                    None => String::new(),
+                }
             ),
             Some(command),
         ),
