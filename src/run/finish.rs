@@ -13,7 +13,7 @@ use crate::git::{ApplyOutcome, ApplyRequest, GitError, RefusalReason};
 use crate::run::context::{DISK_FULL, RunContext};
 use crate::run::history;
 use crate::run::lead::{LeadEnd, LeadFailure};
-use crate::run::report::{ApplyReport, RunEnd, RunReport, SubtaskReport, Totals};
+use crate::run::report::{ApplyReport, CheckReport, RunEnd, RunReport, SubtaskReport, Totals};
 use crate::store::StoreError;
 use crate::store::journal::Entry;
 
@@ -83,6 +83,13 @@ pub(crate) async fn finish(
         summary: lead.summary,
         error,
         subtasks,
+        check: CheckReport::new(
+            ctx.options
+                .check
+                .as_ref()
+                .map(|check| check.command.clone()),
+            ctx.journal.checks(),
+        ),
         lead_ledger: lead.ledger,
         totals: Totals::from(total),
     })

@@ -13,7 +13,7 @@ use crate::git::{GitError, SquashStep};
 use crate::run::context::RunContext;
 use crate::run::report::SubtaskReport;
 use crate::settings::options::History;
-use crate::store::journal::VerdictKind;
+use crate::store::journal::{CheckStatus, ON_RESULT, VerdictKind};
 use crate::text::{first_line, strip_escapes, truncate};
 
 /// A commit subject is cut to this many characters (git's own advice is 50 to 72).
@@ -66,6 +66,7 @@ fn squash_steps(ctx: &RunContext, subtasks: &[SubtaskReport]) -> Result<Vec<Squa
         .repo
         .first_parent_chain(&ctx.run.result_ref(), ctx.base)?;
     let last = chain.len().saturating_sub(1);
+    let result_check = result_check(ctx);
     let worker_model = match ctx.options.worker_backend.name() {
         "builtin" => ctx.models.worker.name.as_str(),
         cli => cli,
@@ -83,7 +84,7 @@ fn squash_steps(ctx: &RunContext, subtasks: &[SubtaskReport]) -> Result<Vec<Squa
                     reviewer_model: &ctx.models.reviewer.name,
                     worker_model,
                     subtask_check: subtask_check(subtask),
-                    result_check: (index == last).then(result_check).flatten(),
+                    result_check: result_check.clone().filter(|_| index == last),
                 }),
                 // A merge grove cannot match to a subtask keeps the words it has.
                 None => merge.message.clone(),
@@ -111,13 +112,27 @@ fn merged_subtask(message: &str) -> Option<String> {
 }
 
 /// A subtask's check, for its commit's `Grove-Check` trailer; `None` when none ran.
-fn subtask_check(_subtask: &SubtaskReport) -> Option<String> {
-    None
+fn subtask_check(subtask: &SubtaskReport) -> Option<String> {
+    subtask.check.as_ref().map(|run| status_word(run.status))
 }
 
-/// The result's check, for the last commit's `Grove-Check` trailer; `None` when none ran.
-fn result_check() -> Option<String> {
-    None
+/// The last check of the merged result, for the last commit's `Grove-Check` trailer;
+/// `None` when none ran.
+fn result_check(ctx: &RunContext) -> Option<String> {
+    ctx.journal
+        .checks()
+        .iter()
+        .rev()
+        .find(|run| run.on == ON_RESULT)
+        .map(|run| status_word(run.status))
+}
+
+fn status_word(status: CheckStatus) -> String {
+    match status {
+        CheckStatus::Passed => "passed",
+        CheckStatus::Failed => "failed",
+    }
+    .to_owned()
 }
 
 /// Everything one squashed commit's message says.

@@ -300,3 +300,55 @@ async fn a_resume_after_the_apply_finds_the_squashed_commits_and_applies_nothing
          written or applied a second time"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_check_that_ran_is_named_in_the_grove_check_trailer_of_each_commit() {
+    let fixture = repo(Some(
+        "[check]\ncommand = \"test -f a.txt && test -f b.txt\"\n",
+    ));
+    let base = fixture.rev("HEAD").to_string();
+    let server = scripted_server(BRIEFS).await;
+
+    let (_, report) = run_json(&Grove::in_repo(&fixture).with_server(&server)).await;
+
+    let subtask_checks: Vec<&Value> = report["subtasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|subtask| &subtask["check"]["status"])
+        .collect();
+    assert_eq!(
+        subtask_checks,
+        vec!["passed", "passed"],
+        "precondition: each subtask's check ran: {report:#}"
+    );
+    // The result's check, when this build runs one, goes on the last commit.
+    let result_check = report["check"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|run| run["on"] == "result")
+        .map(|run| format!(", result {}", run["status"].as_str().unwrap()))
+        .unwrap_or_default();
+    let trailers: Vec<String> = fixture
+        .git(&[
+            "log",
+            "--reverse",
+            "--format=%(trailers:key=Grove-Subtask,key=Grove-Check,valueonly,separator=%x20)",
+            &format!("{base}..main"),
+        ])
+        .lines()
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        trailers,
+        vec![
+            "S1 S1 passed".to_owned(),
+            format!("S2 S2 passed{result_check}")
+        ],
+        "git reads each commit's check from its trailers: the subtask's own, and the \
+         result's on the last"
+    );
+}
