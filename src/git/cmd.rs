@@ -116,7 +116,7 @@ pub(crate) struct GitCall<'a> {
     as_user: bool,
 }
 
-/// The variables of this process that a git command run [`GitCall::as_user`] keeps:
+/// The variables of this process that a git command run [`GitCall::with_user_identity`] keeps:
 /// what `git commit` reads to pick the user's identity, and where the user's own git
 /// finds its config.
 const USER_IDENTITY_VARS: &[&str] = &[
@@ -247,7 +247,7 @@ impl GitCall<'_> {
     /// Runs with the identity the user's own `git commit` would pick (this process's
     /// `GIT_AUTHOR_*`/`GIT_COMMITTER_*`, then the repository's, the user's and the
     /// system's config) rather than grove's; for reading that identity only.
-    pub fn as_user(mut self) -> Self {
+    pub fn with_user_identity(mut self) -> Self {
         self.as_user = true;
         self
     }

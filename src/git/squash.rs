@@ -201,7 +201,7 @@ impl Repo {
         let identity = self.inner.runner.identity();
         let call = self
             .git()
-            .as_user()
+            .with_user_identity()
             .env(format!("GIT_{role}_NAME"), &identity.name)
             .env(format!("GIT_{role}_EMAIL"), &identity.email);
         let ident = call
@@ -220,7 +220,7 @@ impl Repo {
     async fn user_ident(&self, role: &str) -> Result<Option<Ident>, GitError> {
         let output = self
             .git()
-            .as_user()
+            .with_user_identity()
             .args(["-c", "user.useConfigOnly=true", "var"])
             .arg(format!("GIT_{role}_IDENT"))
             .allow_codes(&[128])
