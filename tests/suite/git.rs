@@ -8,6 +8,7 @@ mod commit;
 mod diff;
 mod merge;
 mod sealed;
+mod squash;
 mod worktree;
 
 use grove::git::{CommitId, Repo, RunId, Worktree, WorktreeSpec};
