@@ -352,3 +352,29 @@ async fn a_check_that_ran_is_named_in_the_grove_check_trailer_of_each_commit() {
          result's on the last"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_users_environment_beats_their_config_as_it_does_for_git_commit() {
+    let fixture = repo(None);
+    fixture.git(&["config", "user.name", "Ursula User"]);
+    fixture.git(&["config", "user.email", "ursula@example.org"]);
+    let base = fixture.rev("HEAD").to_string();
+    let server = scripted_server(BRIEFS).await;
+    let grove = grove_without_identity(&fixture, &server)
+        .env("GIT_AUTHOR_NAME", "Pair Programmer")
+        .env("GIT_AUTHOR_EMAIL", "pair@example.org");
+
+    run_json(&grove).await;
+
+    assert_eq!(
+        fixture.git(&[
+            "log",
+            "--format=%an <%ae>|%cn <%ce>",
+            &format!("{base}..main")
+        ]),
+        "Pair Programmer <pair@example.org>|Ursula User <ursula@example.org>\n\
+         Pair Programmer <pair@example.org>|Ursula User <ursula@example.org>",
+        "GIT_AUTHOR_* from the environment names the author; the committer, unset there, \
+         comes from the repository's config"
+    );
+}
