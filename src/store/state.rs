@@ -160,6 +160,9 @@ pub struct SubtaskState {
     /// The project's check on its worktree, when one ran.
     #[serde(default)]
     pub check: Option<CheckRun>,
+    /// Its report's one sentence, as its `subtask_finished` record says.
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 impl SubtaskState {
@@ -189,6 +192,7 @@ impl SubtaskState {
             human_verdict: None,
             kind: SubtaskKind::Task,
             check: None,
+            reason: None,
         }
     }
 
@@ -674,10 +678,16 @@ fn record_subtask_fact(state: &mut SubtaskState, entry: &Entry, ts: u64) -> Opti
             return Some(result.clone());
         }
         Entry::Conflict { paths, .. } => state.conflict_paths = paths.clone(),
-        Entry::SubtaskFinished { status, ledger, .. } => {
+        Entry::SubtaskFinished {
+            status,
+            ledger,
+            reason,
+            ..
+        } => {
             state.status = (*status).into();
             state.finished_ms = Some(ts);
             state.ledger = *ledger;
+            state.reason = reason.clone();
         }
         _ => {}
     }

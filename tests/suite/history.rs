@@ -5,14 +5,25 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Output;
+use std::sync::Arc;
+use std::time::Duration;
 
 use pretty_assertions::assert_eq;
-use serde_json::Value;
+use serde_json::{Value, json};
+use tokio::sync::Barrier;
+use tokio_util::sync::CancellationToken;
 
-use crate::support::fake_server::FakeServer;
+use grove::event::EventSink;
+use grove::model::Provider;
+use grove::run::RunEnd;
+
+use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::{Grove, stderr};
-use crate::support::scripted_run::scripted_server;
+use crate::support::requests::{Who, who};
+use crate::support::scripted_run::{
+    first_user_text, models, options, reviewer_reply, scripted_server, usage, worker_reply,
+};
 
 /// Two subtasks, each brief two lines: a subject line and the `WRITE` the worker does.
 const BRIEFS: &[(&str, Option<&str>)] = &[
@@ -376,5 +387,110 @@ async fn the_users_environment_beats_their_config_as_it_does_for_git_commit() {
          Pair Programmer <pair@example.org>|Ursula User <ursula@example.org>",
         "GIT_AUTHOR_* from the environment names the author; the committer, unset there, \
          comes from the repository's config"
+    );
+}
+
+/// A lead that delegates S1, then (once S1's result is back) S2, then finishes.
+fn one_after_the_other(request: &RecordedRequest) -> Reply {
+    let brief = match request.tool_results().len() {
+        0 => BRIEFS[0].0,
+        1 => BRIEFS[1].0,
+        _ => return usage(Turn::text("Both are done.")).into(),
+    };
+    usage(Turn::text("Delegating.").tool_use(
+        &format!("lead_call_{}", request.tool_results().len()),
+        "delegate",
+        json!({ "task": brief }),
+    ))
+    .into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_subtask_finished_before_an_interrupt_keeps_its_summary_in_the_resumed_history() {
+    let fixture = repo(None);
+    let base = fixture.rev("HEAD").to_string();
+    // S2's first model call hangs until the test interrupts the run: S1 is merged and
+    // finished by then (the lead delegates S2 only once S1's result is back).
+    let never = Arc::new(Barrier::new(2));
+    let server = FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => one_after_the_other(request),
+        Who::Worker
+            if first_user_text(request).contains("b.txt") && request.tool_results().is_empty() =>
+        {
+            Reply::Gated {
+                gate: never.clone(),
+                reply: Box::new(worker_reply(request)),
+            }
+        }
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let cancel = CancellationToken::new();
+    let running = grove::run::run(
+        &fixture.repo,
+        options(&fixture, "shout both files"),
+        models(&server, Provider::Anthropic, true),
+        EventSink::discard(),
+        cancel.clone(),
+    );
+    let interrupt = async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !server
+            .requests()
+            .iter()
+            .any(|r| who(r) == Who::Worker && first_user_text(r).contains("b.txt"))
+        {
+            assert!(tokio::time::Instant::now() < deadline, "S2 never started");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        cancel.cancel();
+    };
+    let (interrupted, ()) = tokio::join!(running, interrupt);
+    let interrupted = interrupted.unwrap();
+    assert_eq!(
+        interrupted.status,
+        RunEnd::Interrupted,
+        "precondition: {interrupted:#?}"
+    );
+
+    let healthy = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => one_after_the_other(request),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let resumed = grove::run::resume(
+        &fixture.repo,
+        &interrupted.run_id,
+        fixture.options(),
+        |_| Ok(models(&healthy, Provider::Anthropic, true)),
+        EventSink::discard(),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+
+    assert!(resumed.applied, "{resumed:#?}");
+    let summaries: Vec<String> = fixture
+        .git(&[
+            "log",
+            "--reverse",
+            "--format=%s|%b",
+            &format!("{base}..main"),
+        ])
+        .lines()
+        .filter(|line| line.contains('|') || line.starts_with("Worker's summary"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        summaries,
+        vec![
+            "Make a shout.|WRITE a.txt ALPHA",
+            "Worker's summary: WORKER-FINAL: wrote the file as asked.",
+            "Make b shout.|WRITE b.txt BETA",
+            "Worker's summary: WORKER-FINAL: wrote the file as asked.",
+        ],
+        "S1 finished in the first process: its summary comes back from the journal"
     );
 }

@@ -701,6 +701,7 @@ fn rejected_run_records() -> Vec<Record> {
                 subtask: "S1".into(),
                 status: SubtaskOutcome::Rejected,
                 ledger: Default::default(),
+                reason: None,
             },
         ),
     ]

@@ -183,6 +183,7 @@ fn full_journal(run: &RunId) -> Vec<Record> {
                     cache_read_tokens: 0,
                     cache_write_tokens: 50,
                 },
+                reason: Some("worker: renamed it".into()),
             },
         ),
         at(
@@ -257,6 +258,7 @@ fn expected_full_state(run: &RunId) -> RunState {
                 human_verdict: None,
                 kind: SubtaskKind::Task,
                 check: None,
+                reason: Some("worker: renamed it".into()),
             },
             SubtaskState {
                 id: "S2".into(),
@@ -275,6 +277,7 @@ fn expected_full_state(run: &RunId) -> RunState {
                 human_verdict: None,
                 kind: SubtaskKind::Task,
                 check: None,
+                reason: None,
             },
         ],
         open_tool_calls: vec![],
@@ -481,6 +484,7 @@ fn replay_of_a_finished_run_records_outcome_and_result() {
             subtask: "S2".into(),
             status: SubtaskOutcome::Conflict,
             ledger: Ledger::default(),
+            reason: None,
         },
     ));
     records.push(at(
