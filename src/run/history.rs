@@ -9,11 +9,13 @@
 //!
 //! [`Repo::squash`]: crate::git::Repo::squash
 
-use crate::git::{GitError, SquashStep};
+use crate::agent::external::WorkerBackend;
+use crate::git::{CommitId, GitError, Repo, RunId, SquashStep};
 use crate::run::context::RunContext;
 use crate::run::report::SubtaskReport;
 use crate::settings::options::History;
-use crate::store::journal::{CheckStatus, ON_RESULT, VerdictKind};
+use crate::store::journal::{CheckRun, CheckStatus, ON_RESULT, VerdictKind};
+use crate::store::state::{RunState, SubtaskState};
 use crate::text::{first_line, strip_escapes, truncate};
 
 /// A commit subject is cut to this many characters (git's own advice is 50 to 72).
@@ -34,43 +36,135 @@ pub(crate) struct Applicable {
     pub(crate) commits: Option<usize>,
 }
 
+/// What the history of one run is made of besides its subtasks: plain facts, so that
+/// `grove review` (which has no run context) writes the same commits as the run.
+#[derive(Debug, Clone)]
+pub(crate) struct HistoryInputs<'a> {
+    pub(crate) repo: &'a Repo,
+    pub(crate) run: &'a RunId,
+    pub(crate) base: CommitId,
+    pub(crate) history: History,
+    pub(crate) reviewer_model: &'a str,
+    /// The worker's model, or the name of the agent CLI that did the work.
+    pub(crate) worker_model: &'a str,
+    /// The last check of the merged result (`passed`, `failed`), when one ran.
+    pub(crate) result_check: Option<String>,
+}
+
 /// The ref that holds what the user's branch gets under the run's `history`, written
 /// now for `squash` (again on a resume, keeping the commits already written).
 pub(crate) async fn applicable(
     ctx: &RunContext,
     subtasks: &[SubtaskReport],
 ) -> Result<Applicable, GitError> {
-    match ctx.options.history {
+    let inputs = HistoryInputs {
+        repo: &ctx.repo,
+        run: &ctx.run,
+        base: ctx.base,
+        history: ctx.options.history,
+        reviewer_model: &ctx.models.reviewer.name,
+        worker_model: worker_model(&ctx.options.worker_backend, &ctx.models.worker.name),
+        result_check: result_check(&ctx.journal.checks()),
+    };
+    applicable_for(&inputs, subtasks).await
+}
+
+/// [`applicable`] from plain inputs.
+pub(crate) async fn applicable_for(
+    inputs: &HistoryInputs<'_>,
+    subtasks: &[SubtaskReport],
+) -> Result<Applicable, GitError> {
+    let (repo, run) = (inputs.repo, inputs.run);
+    match inputs.history {
         History::Merge => Ok(Applicable {
-            source: ctx.run.result_ref(),
+            source: run.result_ref(),
             commits: None,
         }),
         History::Squash => {
-            let steps = squash_steps(ctx, subtasks)?;
-            let squashed = ctx
-                .repo
-                .squash(ctx.base, &steps, &ctx.run.squashed_ref())
+            let steps = squash_steps(inputs, subtasks)?;
+            let squashed = repo
+                .squash(inputs.base, &steps, &run.squashed_ref())
                 .await?;
             Ok(Applicable {
-                source: ctx.run.squashed_ref(),
+                source: run.squashed_ref(),
                 commits: Some(squashed.commits.len()),
             })
         }
     }
 }
 
+/// What the user's branch gets from a finished run as its journal tells it: for `grove
+/// review`, which rebuilt the result from a person's decisions and has no run context.
+/// A run whose options cannot be read keeps the merge graph, as before `history` existed.
+pub(crate) async fn applicable_for_run(
+    repo: &Repo,
+    run: &RunId,
+    base: CommitId,
+    state: &RunState,
+) -> Result<Applicable, GitError> {
+    let Ok(options) = state.options.get() else {
+        return Ok(Applicable {
+            source: run.result_ref(),
+            commits: None,
+        });
+    };
+    let name = |recorded: &'_ str| -> String {
+        if recorded.is_empty() {
+            state.model.clone()
+        } else {
+            recorded.to_owned()
+        }
+    };
+    let (reviewer, worker) = (
+        name(&options.model_names.reviewer),
+        name(&options.model_names.worker),
+    );
+    let subtasks: Vec<SubtaskReport> = state.subtasks.iter().map(journaled_report).collect();
+    let inputs = HistoryInputs {
+        repo,
+        run,
+        base,
+        history: options.history,
+        reviewer_model: &reviewer,
+        worker_model: worker_model(&options.worker_backend, &worker),
+        result_check: result_check(&state.checks),
+    };
+    applicable_for(&inputs, &subtasks).await
+}
+
+/// A subtask as its commit's message needs it, from the journal: the decision that
+/// counts (a person's over the reviewer's), the reason, the ledger and the check.
+fn journaled_report(subtask: &SubtaskState) -> SubtaskReport {
+    let mut report = SubtaskReport::new(
+        subtask.id.clone(),
+        subtask.task.clone(),
+        subtask.branch.clone(),
+    );
+    report.verdict = subtask.decision();
+    report.reason = subtask.reason.clone();
+    report.check = subtask.check.clone();
+    report.worker_ledger = subtask.ledger;
+    report
+}
+
+/// What `Grove-Worker-Model` names: the model, unless an agent CLI did the work.
+pub(crate) fn worker_model<'a>(backend: &'a WorkerBackend, model: &'a str) -> &'a str {
+    match backend {
+        WorkerBackend::Builtin => model,
+        cli => cli.name(),
+    }
+}
+
 /// One step per commit of the result's first-parent chain (one per merge, in merge
 /// order), each with the message of the subtask it merged.
-fn squash_steps(ctx: &RunContext, subtasks: &[SubtaskReport]) -> Result<Vec<SquashStep>, GitError> {
-    let chain = ctx
+fn squash_steps(
+    inputs: &HistoryInputs<'_>,
+    subtasks: &[SubtaskReport],
+) -> Result<Vec<SquashStep>, GitError> {
+    let chain = inputs
         .repo
-        .first_parent_chain(&ctx.run.result_ref(), ctx.base)?;
+        .first_parent_chain(&inputs.run.result_ref(), inputs.base)?;
     let last = chain.len().saturating_sub(1);
-    let result_check = result_check(ctx);
-    let worker_model = match ctx.options.worker_backend.name() {
-        "builtin" => ctx.models.worker.name.as_str(),
-        cli => cli,
-    };
     Ok(chain
         .iter()
         .enumerate()
@@ -79,12 +173,12 @@ fn squash_steps(ctx: &RunContext, subtasks: &[SubtaskReport]) -> Result<Vec<Squa
                 .and_then(|id| subtasks.iter().find(|subtask| subtask.id == id));
             let message = match subtask {
                 Some(subtask) => commit_message(&CommitNote {
-                    run: ctx.run.as_str(),
+                    run: inputs.run.as_str(),
                     subtask,
-                    reviewer_model: &ctx.models.reviewer.name,
-                    worker_model,
+                    reviewer_model: inputs.reviewer_model,
+                    worker_model: inputs.worker_model,
                     subtask_check: subtask_check(subtask),
-                    result_check: result_check.clone().filter(|_| index == last),
+                    result_check: inputs.result_check.clone().filter(|_| index == last),
                 }),
                 // A merge grove cannot match to a subtask keeps the words it has.
                 None => merge.message.clone(),
@@ -116,11 +210,10 @@ fn subtask_check(subtask: &SubtaskReport) -> Option<String> {
     subtask.check.as_ref().map(|run| status_word(run.status))
 }
 
-/// The last check of the merged result, for the last commit's `Grove-Check` trailer;
-/// `None` when none ran.
-fn result_check(ctx: &RunContext) -> Option<String> {
-    ctx.journal
-        .checks()
+/// The last check of the merged result among `checks`, for the last commit's
+/// `Grove-Check` trailer; `None` when none ran.
+pub(crate) fn result_check(checks: &[CheckRun]) -> Option<String> {
+    checks
         .iter()
         .rev()
         .find(|run| run.on == ON_RESULT)
