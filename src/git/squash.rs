@@ -89,9 +89,11 @@ impl Repo {
     /// commit (compare-and-swap from where it was); the commits.
     ///
     /// Author and committer are the user's, as `git commit` in this repository would pick
-    /// them (their `GIT_AUTHOR_*`/`GIT_COMMITTER_*`, then git config), else grove's. The commits already on
-    /// `target_ref` whose trees are those of the steps, from the first on, are kept
-    /// rather than written again.
+    /// them (their `GIT_AUTHOR_*`/`GIT_COMMITTER_*`, then git config), else grove's. The
+    /// commits already on `target_ref` whose trees are those of the steps, from the first
+    /// on, are kept rather than written again: trees, not messages, because the commits
+    /// a user's branch may already hold must be found again whatever a resumed run would
+    /// now write in them.
     pub async fn squash(
         &self,
         base: CommitId,

@@ -5,7 +5,8 @@
 //! and the worker's summary (both bounded, terminal escapes stripped), and the `Grove-*`
 //! trailers. The commits themselves are the git layer's ([`Repo::squash`]); this file
 //! hands it plain data and must never write a commit, move a ref or touch the user's
-//! branch itself (the apply in `finish.rs` does, through the git layer's checked apply).
+//! branch itself (the applies in `finish.rs` and in `grove review` do, through the git
+//! layer's checked apply, with the ref this file names).
 //!
 //! [`Repo::squash`]: crate::git::Repo::squash
 

@@ -117,16 +117,6 @@ pub enum History {
     Merge,
 }
 
-impl History {
-    /// The value as `.grove/config.toml` spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Squash => "squash",
-            Self::Merge => "merge",
-        }
-    }
-}
-
 impl RunOptions {
     /// Options for `task` with every other setting at its default.
     pub fn new(task: impl Into<String>) -> Self {
