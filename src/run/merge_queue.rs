@@ -67,6 +67,18 @@ impl MergeQueue {
         self.changed.notify_waiters();
     }
 
+    /// True once `id` is settled.
+    pub(crate) fn is_settled(&self, id: SubtaskId) -> bool {
+        self.lock().contains(&id.0)
+    }
+
+    /// Waits until every subtask in `ids` is settled; `false` when the run was
+    /// interrupted meanwhile.
+    pub(crate) async fn wait_settled(&self, ids: &[SubtaskId]) -> bool {
+        self.wait_until(|settled| ids.iter().all(|id| settled.contains(&id.0)))
+            .await
+    }
+
     /// A guard that settles `id` when dropped, however its pipeline ends.
     pub(crate) fn guard(self: &Arc<Self>, id: SubtaskId) -> SettleGuard {
         SettleGuard {

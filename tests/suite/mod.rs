@@ -19,5 +19,6 @@ mod review;
 pub(crate) mod run;
 mod run_state;
 mod sandbox;
+mod scopes;
 mod tools;
 mod trust;

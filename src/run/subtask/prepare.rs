@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::git::{CommitId, GitError, Repo, Worktree};
+use crate::git::{CommitId, GitError, Repo, Worktree, WorktreeSpec};
 use crate::run::context::{RunContext, lock};
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::{CopyError, FileProblem, SetupEnd, SubtaskError};
@@ -129,6 +129,15 @@ impl AheadWorktrees {
         }
     }
 
+    /// Removes the worktree registered ahead for `id`, at the base, with its branch: the
+    /// subtask starts elsewhere. Failing to is noted; creating it elsewhere then fails.
+    async fn discard(&self, ctx: &RunContext, id: SubtaskId) {
+        let Some(Ok(worktree)) = self.take(id).await else {
+            return;
+        };
+        discard_worktree(ctx, id, &worktree).await;
+    }
+
     /// The worktree registered ahead for `id`, if there is one.
     async fn take(&self, id: SubtaskId) -> Option<Result<Worktree, GitError>> {
         let handle = lock(&self.0).remove(&id.number())?;
@@ -153,18 +162,68 @@ impl AheadWorktrees {
     }
 }
 
-/// Creates (or, on resume, recovers) subtask `id`'s worktree. A directory grove does
-/// not own at that path (left by a crash, or by hand) is moved aside and kept, never
-/// deleted, and the worktree is made anew from its branch.
+/// Removes `worktree` and its branch, which hold nothing but the base.
+async fn discard_worktree(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) {
+    if let Err(error) = ctx.repo.remove_worktree(worktree).await {
+        ctx.note(format!(
+            "{id}: could not remove its worktree at the base: {error}"
+        ));
+    }
+    if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, id.number()).await {
+        ctx.note(format!(
+            "{id}: could not remove its branch at the base: {error}"
+        ));
+    }
+}
+
+/// Clears the way for subtask `id` to start from `start`: a worktree and branch left at
+/// the base (registered ahead by an earlier process of the run) hold no work and are
+/// removed; a branch with work on it is kept.
+async fn clear_base_branch(ctx: &RunContext, id: SubtaskId, spec: &WorktreeSpec) {
+    let branch = ctx.run.subtask_branch(id.number());
+    if !matches!(ctx.repo.ref_target(&format!("refs/heads/{branch}")), Ok(Some(tip)) if tip == ctx.base)
+    {
+        return;
+    }
+    match ctx
+        .repo
+        .find_worktree(&ctx.run, id.number(), ctx.base, &spec.path)
+    {
+        Ok(Some(worktree)) => discard_worktree(ctx, id, &worktree).await,
+        _ => {
+            if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, id.number()).await {
+                ctx.note(format!(
+                    "{id}: could not remove its branch at the base: {error}"
+                ));
+            }
+        }
+    }
+}
+
+/// Creates (or, on resume, recovers) subtask `id`'s worktree, its branch starting at
+/// `start` (a subtask that waited for others: the result when it started) or else at
+/// the base. A directory grove does not own at that path (left by a crash, or by hand)
+/// is moved aside and kept, never deleted, and the worktree is made anew from its
+/// branch.
 pub(crate) async fn create_worktree(
     ctx: &RunContext,
     ahead: &AheadWorktrees,
     id: SubtaskId,
+    start: Option<CommitId>,
 ) -> Result<Worktree, SubtaskError> {
-    let spec = ctx.worktree_spec(id);
-    let created = match ahead.take(id).await {
-        Some(prepared) => prepared,
-        None => ctx.repo.create_worktree(spec.clone()).await,
+    let mut spec = ctx.worktree_spec(id);
+    let created = match start.filter(|start| *start != ctx.base) {
+        // The worktree registered ahead is at the base: never the one to use.
+        Some(start) => {
+            ahead.discard(ctx, id).await;
+            clear_base_branch(ctx, id, &spec).await;
+            spec.base = start;
+            ctx.repo.create_worktree(spec.clone()).await
+        }
+        None => match ahead.take(id).await {
+            Some(prepared) => prepared,
+            None => ctx.repo.create_worktree(spec.clone()).await,
+        },
     };
     let stray = match created {
         Err(GitError::WorktreePathOccupied { path, .. }) => Err(path),
@@ -477,7 +536,7 @@ mod stage_tests {
         std::fs::create_dir_all(&stray).unwrap();
         std::fs::write(stray.join("mine.txt"), "keep me").unwrap();
 
-        let worktree = create_worktree(&run.ctx, &AheadWorktrees::default(), SubtaskId(1))
+        let worktree = create_worktree(&run.ctx, &AheadWorktrees::default(), SubtaskId(1), None)
             .await
             .unwrap();
         worktree.ready().await.unwrap();

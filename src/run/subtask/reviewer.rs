@@ -141,6 +141,12 @@ pub(crate) struct Flagged<'a> {
     pub(crate) executes_later: &'a [String],
     /// Paths the commit left out as git data (links into `.git`, nested repositories).
     pub(crate) left_out: &'a [String],
+    /// Changed paths outside the subtask's `paths` (written through `bash`, say).
+    pub(crate) outside_paths: &'a [String],
+    /// The subtask's `paths`, the globs it was to stay within; empty: no limit.
+    pub(crate) paths: &'a [String],
+    /// The earlier subtasks it waited for: it started from the result after them.
+    pub(crate) built_on: &'a [String],
     /// The project's check on the subtask's worktree, when one ran: evidence to weigh.
     pub(crate) check: Option<(&'a str, &'a CheckRun)>,
 }
@@ -152,12 +158,33 @@ fn review_brief(brief: &str, diff: &BranchDiff, flagged: Flagged<'_>) -> String 
         brief.trim(),
         diff.stat.summary()
     );
+    if !flagged.built_on.is_empty() {
+        text.push_str(&format!(
+            "This subtask started from the run's result once {} had settled, not from the \
+             base: the diff is against that start, so their merged work is in the tree but \
+             not in the diff.\n\n",
+            flagged.built_on.join(", ")
+        ));
+    }
     if !flagged.executes_later.is_empty() {
         text.push_str(
             "Attention: this diff changes files that run on the host or in CI later; check \
              that each change is needed and harmless:\n",
         );
         for path in flagged.executes_later {
+            text.push_str(&format!("- {path}\n"));
+        }
+        text.push('\n');
+    }
+    if !flagged.outside_paths.is_empty() {
+        text.push_str(&format!(
+            "Attention: the brief limits this subtask to the files matching `{}`, but the \
+             diff changes these files outside them (the worker's file tools refuse such \
+             writes, so they came through its shell or another tool); check whether each \
+             change is needed and belongs to this brief:\n",
+            flagged.paths.join("`, `")
+        ));
+        for path in flagged.outside_paths {
             text.push_str(&format!("- {path}\n"));
         }
         text.push('\n');
