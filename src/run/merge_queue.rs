@@ -4,7 +4,9 @@
 //! This file owns the numbering of subtasks and who is settled (will merge nothing any
 //! more). It must never let subtask `n` merge before every lower-numbered subtask is
 //! settled, and never let a subtask stay unsettled once its pipeline ended (the
-//! [`SettleGuard`] settles on every path, a panic included).
+//! [`SettleGuard`] settles on every path, a panic included). A resolver's number is
+//! settled when taken: it merges in the turn of the subtask it resolves
+//! (`subtask/resolve.rs`).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -267,11 +267,12 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// True when every subtask was merged (vacuously, when there were none).
+    /// True when every subtask was merged (vacuously, when there were none); a
+    /// resolver's outcome is its conflicting subtask's, so resolvers are not counted.
     pub fn all_merged(&self) -> bool {
         self.subtasks
             .iter()
-            .all(|subtask| subtask.status == SubtaskOutcome::Merged)
+            .all(|subtask| subtask.status == SubtaskOutcome::Merged || subtask.kind.is_resolve())
     }
 }
 

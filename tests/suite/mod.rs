@@ -15,6 +15,7 @@ mod model_faults;
 mod polish;
 mod real_clis;
 mod report;
+mod resolve;
 mod review;
 pub(crate) mod run;
 mod run_state;

@@ -15,6 +15,8 @@
 //!    verdict is journaled.
 //! 6. [`integrate`] — an approved diff is merged onto the run's result in subtask order
 //!    (the merge queue); a rejected one is not.
+//!    An approved subtask that conflicts gets a [`resolve`]r: a subtask of its own that
+//!    merges it by hand, reviewed afresh, merged in the conflicting subtask's turn.
 //! 7. [`close`] — what is not merged is archived, the worktree removed, the end
 //!    journaled, and the lead gets one bounded result.
 //!
@@ -32,6 +34,7 @@ pub(crate) mod commit;
 pub(crate) mod error;
 pub(crate) mod integrate;
 pub(crate) mod prepare;
+pub(crate) mod resolve;
 pub(crate) mod reviewer;
 pub(crate) mod work;
 
@@ -51,7 +54,7 @@ use crate::run::context::{LeadHistory, RunContext, lock};
 use crate::run::delegate::{DelegateError, DelegateReport, DelegateRequest, Delegator};
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
-use crate::run::report::{SubtaskReport, executes_later};
+use crate::run::report::{Resolution, SubtaskReport, executes_later};
 use crate::run::schedule::{self, Placement, Schedule, recorded_scope, scope_of};
 use crate::store::StoreError;
 use crate::store::journal::{ContextMode, Entry, SubtaskKind, SubtaskOutcome};
@@ -282,6 +285,7 @@ impl Subtasks {
                 .as_ref()
                 .zip(report.check.as_ref())
                 .map(|(options, run)| (options.command.as_str(), run)),
+            against: None,
         };
         let review = reviewer::review(ctx, id, &brief, &committed.diff, flagged, worktree).await;
         report.reviewer_ledger = review.ledger;
@@ -300,6 +304,58 @@ impl Subtasks {
                 paths.join(", ")
             ));
             report.conflict_paths = paths;
+            self.resolve(id, &brief, committed.tip, report).await?;
+        }
+        Ok(())
+    }
+
+    /// What a resolver needs of the run's subtasks.
+    fn resolving(&self) -> resolve::Resolving<'_> {
+        resolve::Resolving {
+            ctx: &self.ctx,
+            queue: &self.queue,
+            ahead: &self.ahead,
+            jobs: &self.jobs,
+            tasks: &self.tasks,
+        }
+    }
+
+    /// Starts the resolver of subtask `id`, which conflicted, in its turn (see
+    /// [`resolve`]); merged, the subtask counts as merged.
+    async fn resolve(
+        &self,
+        id: SubtaskId,
+        brief: &str,
+        tip: crate::git::CommitId,
+        report: &mut SubtaskReport,
+    ) -> Result<(), SubtaskError> {
+        let env = self.resolving();
+        let paths = report.conflict_paths.clone();
+        let conflict = resolve::Conflict {
+            id,
+            brief,
+            tip,
+            paths: &paths,
+        };
+        let resolution = resolve::resolve_conflict(&env, conflict).await?;
+        lock(&self.reports).extend(resolution.resolvers);
+        let conflicts = paths.join(", ");
+        match resolution.end {
+            resolve::ResolutionEnd::Merged { by, .. } => {
+                report.status = SubtaskOutcome::Merged;
+                report.resolution = Some(Resolution::Resolver);
+                report.reason = Some(format!(
+                    "conflicted with earlier work in {conflicts}; resolver {by} merged the \
+                     two and its review passed"
+                ));
+            }
+            resolve::ResolutionEnd::Unresolved { reason } => {
+                report.reason = Some(format!(
+                    "approved, but it conflicts with work merged before it in: {conflicts}; \
+                     its resolver did not get it merged ({reason})"
+                ));
+            }
+            resolve::ResolutionEnd::Interrupted => return Err(SubtaskError::Interrupted),
         }
         Ok(())
     }
@@ -309,6 +365,7 @@ impl Subtasks {
     pub(crate) async fn resume(&self, state: &RunState) -> Result<(), StoreError> {
         let mut highest = SubtaskId(0);
         let mut continuing = Vec::new();
+        let mut resolvers = Vec::new();
         for subtask in &state.subtasks {
             let Ok(id) = subtask.id.parse::<SubtaskId>() else {
                 self.ctx
@@ -319,7 +376,9 @@ impl Subtasks {
             self.schedule
                 .restore(id, recorded_scope(&self.ctx, subtask));
             self.ctx.budget.spend(&subtask.ledger);
-            if subtask.status == SubtaskStatus::Running {
+            if subtask.status == SubtaskStatus::Running && subtask.kind == SubtaskKind::Resolve {
+                resolvers.push((id, subtask.clone()));
+            } else if subtask.status == SubtaskStatus::Running {
                 continuing.push((id, subtask.clone()));
             } else {
                 lock(&self.reports).insert(id, report_from_state(subtask));
@@ -327,6 +386,12 @@ impl Subtasks {
         }
         let ids: Vec<SubtaskId> = continuing.iter().map(|(id, _)| *id).collect();
         self.queue.resume_after(highest, &ids);
+        // A resolver is never resumed: its conflicting subtask starts the resolution again.
+        let env = self.resolving();
+        for (id, state) in resolvers {
+            let report = resolve::close_interrupted(&env, id, &state).await?;
+            lock(&self.reports).insert(id, report);
+        }
         let resumed = continuing
             .iter()
             .map(|(id, state)| self.clone().resume_subtask(*id, state));
@@ -410,7 +475,16 @@ impl Subtasks {
             tools,
             start,
         };
-        self.run_subtask(assignment, permit, placement).await
+        let mut report = self.run_subtask(assignment, permit, placement).await?;
+        // Its resolver merged it before the run stopped: the result holds it already.
+        if report.status == SubtaskOutcome::Merged
+            && report.resolution.is_none()
+            && !state.conflict_paths.is_empty()
+        {
+            report.resolution = Some(Resolution::Resolver);
+            report.conflict_paths = state.conflict_paths.clone();
+        }
+        Ok(report)
     }
 }
 
@@ -484,6 +558,10 @@ fn report_from_state(state: &SubtaskState) -> SubtaskReport {
         report.findings = verdict.findings.clone();
     }
     report.conflict_paths = state.conflict_paths.clone();
+    // Merged although it conflicted: only a resolver merges such a subtask.
+    if report.status == SubtaskOutcome::Merged && !report.conflict_paths.is_empty() {
+        report.resolution = Some(Resolution::Resolver);
+    }
     report.kind = state.kind;
     report.check = state.check.clone();
     report.reason = state.reason.clone();

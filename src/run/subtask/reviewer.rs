@@ -149,13 +149,27 @@ pub(crate) struct Flagged<'a> {
     pub(crate) built_on: &'a [String],
     /// The project's check on the subtask's worktree, when one ran: evidence to weigh.
     pub(crate) check: Option<(&'a str, &'a CheckRun)>,
+    /// What the diff is against when it is not the base: a resolver's is against the
+    /// run's result (`the run's result`).
+    pub(crate) against: Option<&'a str>,
+}
+
+impl<'a> Flagged<'a> {
+    /// These flags, for a diff against `against` (e.g. `the run's result`), not the base.
+    pub(crate) fn against(self, against: &'a str) -> Self {
+        Self {
+            against: Some(against),
+            ..self
+        }
+    }
 }
 
 /// The reviewer's first message: the brief, the flagged paths, the diff. Nothing else.
 fn review_brief(brief: &str, diff: &BranchDiff, flagged: Flagged<'_>) -> String {
     let mut text = format!(
-        "# The subtask's brief\n\n{}\n\n# The diff against the base ({})\n\n",
+        "# The subtask's brief\n\n{}\n\n# The diff against {} ({})\n\n",
         brief.trim(),
+        flagged.against.unwrap_or("the base"),
         diff.stat.summary()
     );
     if !flagged.built_on.is_empty() {
