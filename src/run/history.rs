@@ -180,6 +180,7 @@ fn squash_steps(
                     worker_model: inputs.worker_model,
                     subtask_check: subtask_check(subtask),
                     result_check: inputs.result_check.clone().filter(|_| index == last),
+                    resolved_by: resolver_of(&merge.message),
                 }),
                 // A merge grove cannot match to a subtask keeps the words it has.
                 None => merge.message.clone(),
@@ -204,6 +205,15 @@ fn merged_subtask(message: &str) -> Option<String> {
         Ok(n) => Some(format!("S{n}")),
         Err(_) => Some(value.to_owned()),
     }
+}
+
+/// The resolver a merge commit of the result names (`grove <run>: merge S2, resolved by
+/// S3`), when a resolver merged it.
+fn resolver_of(message: &str) -> Option<String> {
+    let (_, resolver) = message.lines().next()?.rsplit_once(", resolved by ")?;
+    let resolver = resolver.trim();
+    let label = resolver.strip_prefix('S')?;
+    (!label.is_empty() && label.bytes().all(|b| b.is_ascii_digit())).then(|| resolver.to_owned())
 }
 
 /// A subtask's check, for its commit's `Grove-Check` trailer; `None` when none ran.
@@ -241,6 +251,8 @@ struct CommitNote<'a> {
     subtask_check: Option<String>,
     /// The result's check status, on the last commit, when one ran.
     result_check: Option<String>,
+    /// The resolver whose reviewed resolution merged this subtask after a conflict.
+    resolved_by: Option<String>,
 }
 
 /// The message of one squashed commit: the brief's first line as the subject, the rest
@@ -268,6 +280,11 @@ fn commit_message(note: &CommitNote<'_>) -> String {
         message.push_str("Worker's summary: ");
         message.push_str(&truncate(&summary, SUMMARY_CHARS));
         message.push_str("\n\n");
+    }
+    if let Some(resolver) = &note.resolved_by {
+        message.push_str(&format!(
+            "It conflicted with the result; {resolver} resolved it and its review passed.\n\n"
+        ));
     }
     let verdict = match subtask.verdict {
         Some(VerdictKind::Approve) => "approve",
@@ -341,6 +358,7 @@ mod tests {
             worker_model: "worker-model",
             subtask_check: None,
             result_check: None,
+            resolved_by: None,
         }
     }
 
@@ -420,6 +438,20 @@ mod tests {
             1,
             "the summary's look-alike line is not in the trailer block: {trailers}"
         );
+    }
+
+    #[test]
+    fn a_resolved_subtask_says_which_resolver_merged_it() {
+        let report = subtask("Two", Some("worker: wrote SECOND"));
+        let mut resolved = note(&report);
+        resolved.resolved_by = resolver_of("grove r: merge S2, resolved by S3\n\nTwo\n");
+        assert_eq!(
+            commit_message(&resolved).split("\n\n").nth(2),
+            Some("It conflicted with the result; S3 resolved it and its review passed."),
+            "the body tells the person a resolver's work is in the commit"
+        );
+        assert_eq!(resolver_of("grove r: merge S2\n"), None);
+        assert_eq!(resolver_of("grove r: merge S2, resolved by you\n"), None);
     }
 
     #[test]
