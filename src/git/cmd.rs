@@ -113,12 +113,12 @@ pub(crate) struct GitCall<'a> {
     allowed_codes: Vec<i32>,
     env: Vec<(OsString, OsString)>,
     /// Run with the user's own identity and config lookup instead of grove's.
-    as_user: bool,
+    user_identity: bool,
 }
 
-/// The variables of this process that a git command run [`GitCall::with_user_identity`] keeps:
-/// what `git commit` reads to pick the user's identity, and where the user's own git
-/// finds its config.
+/// The variables of this process that a call made [`GitCall::with_user_identity`]
+/// keeps: what `git commit` reads to pick the user's identity, and where the user's own
+/// git finds its config.
 const USER_IDENTITY_VARS: &[&str] = &[
     "GIT_AUTHOR_NAME",
     "GIT_AUTHOR_EMAIL",
@@ -191,7 +191,7 @@ impl GitRunner {
             stdin: None,
             allowed_codes: vec![0],
             env: Vec::new(),
-            as_user: false,
+            user_identity: false,
         }
     }
 }
@@ -248,7 +248,7 @@ impl GitCall<'_> {
     /// `GIT_AUTHOR_*`/`GIT_COMMITTER_*`, then the repository's, the user's and the
     /// system's config) rather than grove's; for reading that identity only.
     pub fn with_user_identity(mut self) -> Self {
-        self.as_user = true;
+        self.user_identity = true;
         self
     }
 
@@ -273,7 +273,7 @@ impl GitCall<'_> {
             .env("GIT_NO_REPLACE_OBJECTS", "1")
             .env("GIT_PAGER", "cat")
             .env("LC_ALL", "C");
-        if self.as_user {
+        if self.user_identity {
             for name in USER_IDENTITY_VARS {
                 if let Some(value) = std::env::var_os(name) {
                     cmd.env(name, value);
