@@ -455,6 +455,22 @@ mod tests {
     }
 
     #[test]
+    fn the_worker_model_is_the_agent_clis_name_when_a_cli_did_the_work() {
+        assert_eq!(
+            [
+                worker_model(&WorkerBackend::Builtin, "claude-sonnet-4-5"),
+                worker_model(&WorkerBackend::Codex, "claude-sonnet-4-5"),
+                worker_model(
+                    &WorkerBackend::Command("./agent.sh --token s3cret".into()),
+                    "m"
+                ),
+            ],
+            ["claude-sonnet-4-5", "codex", "cmd"],
+            "grove's own loop names its model; a CLI its name, never a command line"
+        );
+    }
+
+    #[test]
     fn a_merge_names_its_subtask_by_label_or_number() {
         assert_eq!(
             merged_subtask("grove r: merge S3\n\nbrief\n\nGrove-Run: r\nGrove-Subtask: S3\n"),
