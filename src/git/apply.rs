@@ -19,8 +19,12 @@ use super::names::{CommitId, RunId};
 /// What to apply where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApplyRequest {
-    /// The run whose `grove/<run>/result` branch is applied.
+    /// The run whose result is applied.
     pub run: RunId,
+    /// The full ref whose commit the branch gets: the run's result
+    /// ([`RunId::result_ref`], the merge graph) or its squashed history
+    /// ([`RunId::squashed_ref`]).
+    pub source: String,
     /// The user's branch, as a full ref (`refs/heads/main`).
     pub branch: String,
     /// The run's base commit (where the branch was when the run started).
@@ -38,7 +42,7 @@ pub enum ApplyOutcome {
         /// True when the branch had moved and the result was merged on top of it.
         merged_on_top: bool,
     },
-    /// The branch already contains the result.
+    /// The branch already contains the result (a second apply, or a resumed run's).
     AlreadyApplied,
     /// Nothing of the user's was touched; `command` applies the result by hand.
     Refused {
@@ -71,16 +75,21 @@ pub enum RefusalReason {
 const MAX_LISTED_PATHS: usize = 20;
 
 impl Repo {
-    /// Moves `request.branch` to the run's result when it is safe; see [`ApplyOutcome`].
+    /// Moves `request.branch` to `request.source` when it is safe; see [`ApplyOutcome`].
     ///
     /// A branch that is not checked out moves by compare-and-swap. The branch checked
     /// out in this work tree is updated with `git merge --ff-only` (hooks off, no
     /// autostash), after grove has checked that no uncommitted change is in the way.
     pub async fn apply(&self, request: &ApplyRequest) -> Result<ApplyOutcome, GitError> {
-        let result_ref = request.run.result_ref();
-        let result = self
-            .ref_target(&result_ref)?
-            .ok_or(GitError::UnknownRevision { rev: result_ref })?;
+        let result =
+            self.ref_target(&request.source)?
+                .ok_or_else(|| GitError::UnknownRevision {
+                    rev: request.source.clone(),
+                })?;
+        let source_branch = request
+            .source
+            .strip_prefix("refs/heads/")
+            .unwrap_or(&request.source);
         let tip = self
             .ref_target(&request.branch)?
             .ok_or_else(|| GitError::UnknownRevision {
@@ -95,9 +104,8 @@ impl Repo {
             .strip_prefix("refs/heads/")
             .unwrap_or(&request.branch);
         let command = format!(
-            "git merge {}{}",
+            "git merge {}{source_branch}",
             if fast_forward { "--ff-only " } else { "" },
-            request.run.result_branch()
         );
         let refuse = |reason: RefusalReason, command: &str| {
             Ok(ApplyOutcome::Refused {
@@ -130,8 +138,8 @@ impl Repo {
                 }
                 MergeCheck::Clean { tree } => {
                     let message = format!(
-                        "grove {run}: merge {} into {short_branch}\n\nGrove-Run: {run}\n",
-                        request.run.result_branch(),
+                        "grove {run}: merge {source_branch} into {short_branch}\n\n\
+                         Grove-Run: {run}\n",
                         run = request.run,
                     );
                     self.commit_tree(&tree, &[tip, result], &message).await?

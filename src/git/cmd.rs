@@ -111,8 +111,25 @@ pub(crate) struct GitCall<'a> {
     args: Vec<OsString>,
     stdin: Option<Vec<u8>>,
     allowed_codes: Vec<i32>,
-    env: Vec<(&'static str, OsString)>,
+    env: Vec<(OsString, OsString)>,
+    /// Run with the user's own identity and config lookup instead of grove's.
+    user_identity: bool,
 }
+
+/// The variables of this process that a call made [`GitCall::with_user_identity`]
+/// keeps: what `git commit` reads to pick the user's identity, and where the user's own
+/// git finds its config.
+const USER_IDENTITY_VARS: &[&str] = &[
+    "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL",
+    "GIT_AUTHOR_DATE",
+    "GIT_COMMITTER_NAME",
+    "GIT_COMMITTER_EMAIL",
+    "GIT_COMMITTER_DATE",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG_NOSYSTEM",
+];
 
 /// How many times a command that hit another process's lock file is retried.
 const LOCK_RETRIES: u32 = 8;
@@ -153,6 +170,11 @@ impl GitRunner {
         }
     }
 
+    /// Who grove's own commits are attributed to.
+    pub fn identity(&self) -> &Identity {
+        &self.options.identity
+    }
+
     /// Records the repository-local driver config to neutralise on every call.
     pub fn set_neutralized(&mut self, overrides: Vec<String>) {
         self.neutralized = overrides;
@@ -169,6 +191,7 @@ impl GitRunner {
             stdin: None,
             allowed_codes: vec![0],
             env: Vec::new(),
+            user_identity: false,
         }
     }
 }
@@ -209,7 +232,23 @@ impl GitCall<'_> {
     /// Lets a read-only command skip optional locks (e.g. `status` refreshing the index),
     /// so it never collides with the user's own git.
     pub fn no_optional_locks(mut self) -> Self {
-        self.env.push(("GIT_OPTIONAL_LOCKS", OsString::from("0")));
+        self.env
+            .push(("GIT_OPTIONAL_LOCKS".into(), OsString::from("0")));
+        self
+    }
+
+    /// Sets one variable for this call (after grove's own, before the extra environment
+    /// of [`GitOptions::env`]).
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Runs with the identity the user's own `git commit` would pick (this process's
+    /// `GIT_AUTHOR_*`/`GIT_COMMITTER_*`, then the repository's, the user's and the
+    /// system's config) rather than grove's; for reading that identity only.
+    pub fn with_user_identity(mut self) -> Self {
+        self.user_identity = true;
         self
     }
 
@@ -230,15 +269,23 @@ impl GitCall<'_> {
                 cmd.env_remove(&key);
             }
         }
-        cmd.env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_TERMINAL_PROMPT", "0")
+        cmd.env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_NO_REPLACE_OBJECTS", "1")
             .env("GIT_PAGER", "cat")
-            .env("LC_ALL", "C")
-            .env("GIT_AUTHOR_NAME", &options.identity.name)
-            .env("GIT_AUTHOR_EMAIL", &options.identity.email)
-            .env("GIT_COMMITTER_NAME", &options.identity.name)
-            .env("GIT_COMMITTER_EMAIL", &options.identity.email);
+            .env("LC_ALL", "C");
+        if self.user_identity {
+            for name in USER_IDENTITY_VARS {
+                if let Some(value) = std::env::var_os(name) {
+                    cmd.env(name, value);
+                }
+            }
+        } else {
+            cmd.env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("GIT_AUTHOR_NAME", &options.identity.name)
+                .env("GIT_AUTHOR_EMAIL", &options.identity.email)
+                .env("GIT_COMMITTER_NAME", &options.identity.name)
+                .env("GIT_COMMITTER_EMAIL", &options.identity.email);
+        }
         for (key, value) in &self.env {
             cmd.env(key, value);
         }
@@ -383,7 +430,7 @@ pub(crate) fn neutralizing_overrides(config_listing: &[u8]) -> Vec<String> {
 /// Seconds since the epoch and the UTC offset in minutes of a date in the forms git's
 /// `GIT_*_DATE` takes that grove's callers use: `@SECONDS [+HHMM]`, `SECONDS +HHMM`, and
 /// ISO 8601 `YYYY-MM-DDTHH:MM:SS` with `Z` or `±HH:MM`.
-fn parse_git_date(text: &str) -> Option<(i64, i32)> {
+pub(super) fn parse_git_date(text: &str) -> Option<(i64, i32)> {
     let text = text.trim();
     let offset = |zone: &str| -> Option<i32> {
         let (sign, digits) = match zone.as_bytes().first()? {

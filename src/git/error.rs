@@ -138,6 +138,15 @@ pub enum GitError {
     /// (recomputing the merge each time) before this is returned.
     #[error("{reference} kept moving while grove tried to update it (last seen at {actual})")]
     RefContended { reference: String, actual: String },
+
+    /// `base` is not on the first-parent history of `reference` (someone moved the ref
+    /// by hand), so its commits cannot be told apart from older history. Not retried.
+    #[error("{base} is not on the first-parent history of {reference} (at {tip})")]
+    NotOnFirstParentChain {
+        reference: String,
+        tip: String,
+        base: String,
+    },
 }
 
 impl GitError {

@@ -14,7 +14,8 @@
 //! sealed runner in `cmd`, which never lets the repository's config run a program.
 //!
 //! Ref layout (see [`RunId`]): subtask branches `grove/<run>/<n>`, the run's result
-//! branch `grove/<run>/result`, archives `refs/grove/archive/<run>/<n>`.
+//! branch `grove/<run>/result`, its squashed history `grove/<run>/squashed`, archives
+//! `refs/grove/archive/<run>/<n>`.
 //!
 //! A run uses it in this order:
 //! 1. [`Repo::open`], [`Repo::head`] for the base, [`Repo::create_result_branch`].
@@ -23,7 +24,8 @@
 //!    at the end, [`Repo::diff`] / [`Repo::render_diff`] for the reviewer and the user.
 //! 3. Approved: [`Repo::merge_subtasks`] (optionally [`Repo::find_conflicts`] first).
 //!    Rejected or failed: [`Repo::archive_worktree`].
-//! 4. [`Repo::apply`], then [`Repo::clean_run`]; [`Repo::gc_archives`] is `grove gc`.
+//! 4. [`Repo::squash`] (unless the run keeps the merge graph), [`Repo::apply`], then
+//!    [`Repo::clean_run`]; [`Repo::gc_archives`] is `grove gc`.
 //!
 //! Host-side safety: every git process gets `-c core.hooksPath=/dev/null`,
 //! `core.fsmonitor=false` and friends, no inherited `GIT_*` variable, an explicit
@@ -45,6 +47,7 @@ mod location;
 mod merge;
 mod names;
 mod rebuild;
+mod squash;
 mod worktree;
 
 use std::path::{Path, PathBuf};
@@ -60,6 +63,7 @@ pub use error::GitError;
 pub use merge::{MergeCheck, MergeOutcome, PairConflict};
 pub use names::{CommitId, RunId, subtask_ref};
 pub use rebuild::{RebuildPick, RebuildStep, Rebuilt};
+pub use squash::{ChainCommit, SquashStep, Squashed};
 pub use worktree::{Worktree, WorktreeSpec};
 
 use cmd::{GitCall, GitRunner};

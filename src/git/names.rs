@@ -96,6 +96,17 @@ impl RunId {
         format!("refs/heads/{}", self.result_branch())
     }
 
+    /// Short name of the branch holding the run's squashed history, one commit per merged
+    /// subtask over the base: `grove/<run>/squashed`.
+    pub fn squashed_branch(&self) -> String {
+        format!("grove/{}/squashed", self.0)
+    }
+
+    /// Full name of the run's squashed history ref: `refs/heads/grove/<run>/squashed`.
+    pub fn squashed_ref(&self) -> String {
+        format!("refs/heads/{}", self.squashed_branch())
+    }
+
     /// Prefix of the run's archive refs: `refs/grove/archive/<run>/`.
     pub fn archive_prefix(&self) -> String {
         format!("refs/grove/archive/{}/", self.0)
@@ -206,6 +217,10 @@ mod tests {
         let run = RunId::new("20261129-ab_1").unwrap();
         assert_eq!(run.subtask_branch(3), "grove/20261129-ab_1/3");
         assert_eq!(run.result_ref(), "refs/heads/grove/20261129-ab_1/result");
+        assert_eq!(
+            run.squashed_ref(),
+            "refs/heads/grove/20261129-ab_1/squashed"
+        );
     }
 
     #[test]

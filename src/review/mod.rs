@@ -18,6 +18,7 @@ use crate::git::{
     RebuildStep, RefusalReason, Repo, RunId as GitRunId, subtask_ref,
 };
 use crate::run::finish::describe_refusal;
+use crate::run::history;
 use crate::run::report::executes_later;
 use crate::store::journal::{
     CheckRun, Entry, Journal, JournalError, RebuiltSubtask, Record, SubtaskOutcome, VerdictKind,
@@ -744,9 +745,13 @@ async fn apply_result(
         result_branch: result_branch.clone(),
         source: Box::new(source),
     };
+    let applicable = history::applicable_for_run(repo, run, base, state)
+        .await
+        .map_err(failed)?;
     let outcome = repo
         .apply(&ApplyRequest {
             run: run.clone(),
+            source: applicable.source,
             branch: state.branch.clone(),
             base,
         })

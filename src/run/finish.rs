@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use crate::agent::Ledger;
 use crate::git::{ApplyOutcome, ApplyRequest, GitError, RefusalReason};
 use crate::run::context::{DISK_FULL, RunContext};
+use crate::run::history;
 use crate::run::lead::{LeadEnd, LeadFailure};
 use crate::run::report::{ApplyReport, CheckReport, RunEnd, RunReport, SubtaskReport, Totals};
 use crate::run::result_check::{ResultCheck, ResultCheckError, held_back};
@@ -70,7 +71,7 @@ pub(crate) async fn finish(
             };
             (false, Some(report))
         } else {
-            apply(ctx).await
+            apply(ctx, &subtasks).await
         }
     };
     // Everything is done before the run's end is journaled.
@@ -156,21 +157,39 @@ async fn cleaned(ctx: &RunContext, cleanup: Option<JoinHandle<()>>) {
     }
 }
 
-/// Moves the user's branch to the result when the git layer says it is safe.
-async fn apply(ctx: &RunContext) -> (bool, Option<ApplyReport>) {
+/// Moves the user's branch to the result, in the history the run keeps (see
+/// [`history`]), when the git layer says it is safe.
+async fn apply(ctx: &RunContext, subtasks: &[SubtaskReport]) -> (bool, Option<ApplyReport>) {
     let branch = ctx
         .branch
         .strip_prefix("refs/heads/")
         .unwrap_or(&ctx.branch);
     let result_branch = ctx.run.result_branch();
+    let applicable = match history::applicable(ctx, subtasks).await {
+        Ok(applicable) => applicable,
+        Err(error) => {
+            let message = format!(
+                "Your branch was not touched: writing its history failed: {error}. The \
+                 result is on {result_branch}."
+            );
+            let command = Some(format!("git merge {result_branch}"));
+            return (false, Some(ApplyReport { message, command }));
+        }
+    };
     let outcome = ctx
         .repo
         .apply(&ApplyRequest {
             run: ctx.run.clone(),
+            source: applicable.source.clone(),
             branch: ctx.branch.clone(),
             base: ctx.base,
         })
         .await;
+    let commits = match applicable.commits {
+        Some(1) => format!(", 1 commit; the merge graph is on {result_branch}"),
+        Some(n) => format!(", {n} commits, one per subtask; the merge graph is on {result_branch}"),
+        None => String::new(),
+    };
     let (applied, message, command) = match outcome {
         Ok(ApplyOutcome::Applied {
             to, merged_on_top, ..
@@ -184,7 +203,7 @@ async fn apply(ctx: &RunContext) -> (bool, Option<ApplyReport>) {
             (
                 true,
                 format!(
-                    "{branch} now has the result ({}{how}).",
+                    "{branch} now has the result ({}{how}{commits}).",
                     &hex[..hex.len().min(10)]
                 ),
                 None,
@@ -196,8 +215,15 @@ async fn apply(ctx: &RunContext) -> (bool, Option<ApplyReport>) {
         Ok(ApplyOutcome::Refused { reason, command }) => (
             false,
             format!(
-                "Your branch was not touched: {}. The result is on {result_branch}.",
-                describe_refusal(&reason)
+                "Your branch was not touched: {}. The result is on {result_branch}{}.",
+                describe_refusal(&reason),
+                match applicable.commits {
+                    Some(_) => format!(
+                        ", and as one commit per subtask on {}",
+                        ctx.run.squashed_branch()
+                    ),
+                    None => String::new(),
+                }
             ),
             Some(command),
         ),

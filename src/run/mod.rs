@@ -8,8 +8,9 @@
 //! - [`check`] — the project's check on a tree (a subtask's, the result's), as evidence.
 //! - [`result_check`] — before the branch moves, the check on the merged result; red,
 //!   the [`culprit`] search and [`fixer`] subtasks, at most `[check] fix_attempts` rounds.
-//! - [`finish`] — the result applied to the user's branch when that is safe, the end
-//!   journaled, the report ([`report`]).
+//! - [`finish`] — the result applied to the user's branch when that is safe, as one
+//!   commit per subtask or as the merge graph ([`history`]), the end journaled, the
+//!   report ([`report`]).
 //!
 //! `grove run --dry-run` is [`dry_run`]: the same lead, its delegations recorded.
 //!
@@ -27,6 +28,7 @@ pub mod delegate;
 pub mod dry_run;
 pub mod finish;
 pub(crate) mod fixer;
+pub(crate) mod history;
 pub mod id;
 pub mod launch;
 pub mod lead;

@@ -16,7 +16,8 @@ use toml::Spanned;
 use crate::model::Provider;
 pub use crate::settings::options::DEFAULT_SETUP_TIMEOUT_S;
 use crate::settings::options::{
-    CheckOptions, ModelNames, RunOptions, SubtaskCheck, TurnCaps, WorktreeSetup, default_jobs,
+    CheckOptions, History, ModelNames, RunOptions, SubtaskCheck, TurnCaps, WorktreeSetup,
+    default_jobs,
 };
 
 /// Where the file lives, relative to the repository root.
@@ -148,6 +149,8 @@ pub struct RunSettings {
     pub worktrees_dir: Option<PathBuf>,
     /// `[workers] pass_env`: extra variables an external worker CLI gets by name.
     pub pass_env: Option<Vec<String>>,
+    /// `history`: what the user's branch gets, squashed commits or the merge graph.
+    pub history: Option<History>,
     /// `[check]`: the project's check.
     pub check: Option<CheckOptions>,
 }
@@ -193,6 +196,7 @@ impl RunSettings {
             copy: self.copy.or(lower.copy),
             worktrees_dir: self.worktrees_dir.or(lower.worktrees_dir),
             pass_env: self.pass_env.or(lower.pass_env),
+            history: self.history.or(lower.history),
             check: self.check.or(lower.check),
         }
     }
@@ -226,6 +230,7 @@ impl RunSettings {
         };
         options.worktrees_dir = self.worktrees_dir;
         options.worker_pass_env = self.pass_env.unwrap_or_default();
+        options.history = self.history.unwrap_or_default();
         options.check = self.check;
         options.model_names = models.clone();
         ResolvedRun {
@@ -313,6 +318,7 @@ impl ProjectConfig {
             copy: check.optional(worktree.copy, "worktree.copy", copy_list)?,
             worktrees_dir: check.optional(worktree.dir, "worktree.dir", worktrees_dir)?,
             pass_env: check.optional(workers.pass_env, "workers.pass_env", variable_names)?,
+            history: check.optional(raw.history, "history", history)?,
             check: raw
                 .check
                 .map(|table| check.check_table(table))
@@ -341,6 +347,7 @@ struct RawFile {
     apply: RawValue,
     worktree: Option<RawWorktree>,
     workers: Option<RawWorkers>,
+    history: RawValue,
     check: Option<Spanned<RawCheck>>,
 }
 
@@ -552,6 +559,14 @@ fn provider(value: &toml::Value) -> Result<Provider, ValueProblem> {
         .as_str()
         .and_then(|text| text.parse().ok())
         .ok_or_else(|| expected("\"anthropic\" or \"openai\"", value))
+}
+
+fn history(value: &toml::Value) -> Result<History, ValueProblem> {
+    match value.as_str() {
+        Some("squash") => Ok(History::Squash),
+        Some("merge") => Ok(History::Merge),
+        _ => Err(expected("\"squash\" or \"merge\"", value)),
+    }
 }
 
 fn model_name(value: &toml::Value) -> Result<String, ValueProblem> {

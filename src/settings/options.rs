@@ -95,10 +95,26 @@ pub struct RunOptions {
     /// The environment workers' commands start from.
     #[serde(skip)]
     pub commands: CommandHost,
+    /// What the user's branch gets (`history` in `.grove/config.toml`). Journaled; a run
+    /// journaled before the key existed resumes with the default.
+    #[serde(default)]
+    pub history: History,
     /// The project's check (`[check]`), run on each subtask and on the merged result;
     /// `None` when the project has none.
     #[serde(default)]
     pub check: Option<CheckOptions>,
+}
+
+/// The history the user's branch gets from a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum History {
+    /// One commit per merged subtask, in merge order, authored with the user's identity.
+    #[default]
+    Squash,
+    /// The result's graph as it is: a merge commit per subtask over the workers'
+    /// per-turn checkpoint commits.
+    Merge,
 }
 
 impl RunOptions {
@@ -127,6 +143,7 @@ impl RunOptions {
             sandbox: SandboxMode::On,
             allow_network: false,
             commands: CommandHost::default(),
+            history: History::default(),
             check: None,
         }
     }

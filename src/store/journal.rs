@@ -306,6 +306,10 @@ pub enum Entry {
         /// What the subtask's agents cost.
         #[serde(default)]
         ledger: Ledger,
+        /// The report's one sentence about it (`worker: <summary>` for work that got
+        /// that far), so that a resumed run reports it, and squashes it, as it was.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// The project's check ran (on a subtask's worktree or on the result).
     Checked {

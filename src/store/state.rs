@@ -172,6 +172,9 @@ pub struct SubtaskState {
     /// The project's check on its worktree, when one ran.
     #[serde(default)]
     pub check: Option<CheckRun>,
+    /// Its report's one sentence, as its `subtask_finished` record says.
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 impl SubtaskState {
@@ -205,6 +208,7 @@ impl SubtaskState {
             start: None,
             kind: SubtaskKind::Task,
             check: None,
+            reason: None,
         }
     }
 
@@ -698,10 +702,16 @@ fn record_subtask_fact(state: &mut SubtaskState, entry: &Entry, ts: u64) -> Opti
         }
         Entry::Conflict { paths, .. } => state.conflict_paths = paths.clone(),
         Entry::StartPoint { commit, .. } => state.start = Some(commit.clone()),
-        Entry::SubtaskFinished { status, ledger, .. } => {
+        Entry::SubtaskFinished {
+            status,
+            ledger,
+            reason,
+            ..
+        } => {
             state.status = (*status).into();
             state.finished_ms = Some(ts);
             state.ledger = *ledger;
+            state.reason = reason.clone();
         }
         _ => {}
     }

@@ -110,11 +110,21 @@ async fn run_json_prints_the_contract_object_and_exits_3_when_something_is_not_m
     assert_eq!(report["status"], "finished");
     assert_eq!(report["base"], base.as_str());
     assert_eq!(report["applied"], true);
-    assert_eq!(
-        report["result_commit"],
-        fixture.rev("HEAD").to_string().as_str()
-    );
     let run_id = report["run_id"].as_str().unwrap();
+    let result = report["result_commit"].as_str().unwrap();
+    assert_eq!(
+        (
+            fixture.git(&["rev-parse", "HEAD^{tree}"]),
+            fixture.rev("HEAD"),
+            fixture.rev(&format!("grove/{run_id}/result")).to_string(),
+        ),
+        (
+            fixture.git(&["rev-parse", &format!("{result}^{{tree}}")]),
+            fixture.rev(&format!("grove/{run_id}/squashed")),
+            result.to_owned(),
+        ),
+        "result_commit is the run's result; the branch has its tree, as the squashed history"
+    );
     let subtasks = report["subtasks"].as_array().unwrap();
     assert_eq!(subtasks.len(), 2);
     for subtask in subtasks {

@@ -19,7 +19,7 @@ use grove::run::{
 use grove::settings::config::{
     self, CONFIG_PATH, ProjectConfig, ResolvedRun, RoleValues, RunSettings,
 };
-use grove::settings::options::{CheckOptions, default_jobs};
+use grove::settings::options::{CheckOptions, History, default_jobs};
 use grove::settings::template::{self, AGENT_SAMPLE, AGENT_SAMPLE_PATH};
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
 use grove::store::{RunId, RunStore};
@@ -87,6 +87,10 @@ fn invalid_config_errors_name_the_file_line_column_and_key() {
             "1:9: apply: expected true or false, got \"yes\"",
         ),
         (
+            "\nhistory = \"rebase\"",
+            "2:11: history: expected \"squash\" or \"merge\", got \"rebase\"",
+        ),
+        (
             "[worktree]\nsetup = \"  \"",
             "2:9: worktree.setup: expected a shell command (a non-empty string), got \"  \"",
         ),
@@ -120,7 +124,7 @@ fn invalid_config_errors_name_the_file_line_column_and_key() {
             "jobz = 4",
             "1:1: jobz: unknown field `jobz`, expected one of `provider`, `model`, `models`, \
              `jobs`, `max_turns`, `budget_tokens`, `subagent_budget_tokens`, `apply`, \
-             `worktree`, `workers`, `check`",
+             `worktree`, `workers`, `history`, `check`",
         ),
         (
             "[check]\ntimeout_s = 60",
@@ -278,6 +282,7 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
             copy: Some(vec![".env".into()]),
             worktrees_dir: Some("/var/tmp/grove-worktrees".into()),
             pass_env: Some(vec!["DISABLE_AUTOUPDATER".into()]),
+            history: Some(History::Squash),
             check: Some(CheckOptions::new("cargo test")),
         },
         "every key is documented, each line parses"
@@ -475,6 +480,19 @@ fn every_key_is_default_then_file_then_flag() {
             },
             read: |r| json!(r.options.worktree_setup),
             default: json!(WorktreeSetup::default()),
+        },
+        Layered {
+            key: "history",
+            file: RunSettings {
+                history: Some(History::Merge),
+                ..RunSettings::default()
+            },
+            flag: RunSettings {
+                history: Some(History::Squash),
+                ..RunSettings::default()
+            },
+            read: |r| json!(r.options.history),
+            default: json!("squash"),
         },
     ];
     for layer in layered {

@@ -102,13 +102,23 @@ async fn the_users_commit_and_edits_during_a_run_are_kept_byte_for_byte() {
         report.apply
     );
     let parents = fixture.git(&["log", "-1", "--format=%P", "HEAD"]);
+    let squashed = format!("grove/{}/squashed", report.run_id);
+    let result = report.result_commit.clone().unwrap();
     assert_eq!(
         parents.split_whitespace().collect::<Vec<_>>(),
-        vec![
-            user_commit.to_string(),
-            report.result_commit.clone().unwrap()
-        ],
-        "the applied commit merges the run's result onto the user's commit"
+        vec![user_commit.to_string(), fixture.rev(&squashed).to_string()],
+        "the applied commit merges the run's squashed history onto the user's commit"
+    );
+    assert_eq!(
+        (
+            fixture.rev(&format!("{squashed}~1")).to_string(),
+            fixture.git(&["rev-parse", &format!("{squashed}^{{tree}}")]),
+        ),
+        (
+            report.base.clone(),
+            fixture.git(&["rev-parse", &format!("{result}^{{tree}}")]),
+        ),
+        "that history is one commit on the run's base holding the result's tree"
     );
     assert_eq!(
         fixture.read("src/b.txt"),
@@ -131,8 +141,15 @@ async fn the_users_commit_and_edits_during_a_run_are_kept_byte_for_byte() {
                 .matches("worktree ")
                 .count()
         ),
-        (format!("refs/heads/grove/{}/result", report.run_id), 1),
-        "worktrees registered ahead for subtasks the lead never delegated are removed"
+        (
+            format!(
+                "refs/heads/grove/{0}/result\nrefs/heads/grove/{0}/squashed",
+                report.run_id
+            ),
+            1
+        ),
+        "worktrees registered ahead for subtasks the lead never delegated are removed; \
+         the result and its squashed history are the only branches left"
     );
 }
 
@@ -160,7 +177,8 @@ async fn a_users_commit_that_conflicts_with_the_result_refuses_the_apply() {
     );
     assert_eq!(
         apply.command.as_deref(),
-        Some(format!("git merge grove/{}/result", report.run_id).as_str())
+        Some(format!("git merge grove/{}/squashed", report.run_id).as_str()),
+        "the command applies what grove would have: the squashed history"
     );
     assert_eq!(
         fixture.rev("HEAD"),

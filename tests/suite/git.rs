@@ -9,6 +9,7 @@ mod detached;
 mod diff;
 mod merge;
 mod sealed;
+mod squash;
 mod worktree;
 
 use grove::git::{CommitId, Repo, RunId, Worktree, WorktreeSpec};

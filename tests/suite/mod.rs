@@ -8,6 +8,7 @@ mod config;
 mod demo;
 mod faults;
 mod git;
+mod history;
 mod loop_http;
 mod mcp;
 mod model;

@@ -169,11 +169,21 @@ async fn a_conflict_is_resolved_reviewed_and_both_changes_land_on_the_users_bran
             && review.contains("+SECOND"),
         "the resolver's reviewer sees both briefs and the diff against the result: {review}"
     );
-    let log = fixture.git(&["log", "--first-parent", "--format=%s", "-2"]);
+    let result = format!("grove/{run_id}/result");
+    let log = fixture.git(&["log", "--first-parent", "--format=%s", "-2", &result]);
     assert_eq!(
         log,
         format!("grove {run_id}: merge S2, resolved by S3\ngrove {run_id}: merge S1"),
-        "one merge per subtask on the first-parent chain"
+        "one merge per subtask on the result's first-parent chain"
+    );
+    assert_eq!(
+        fixture.git(&[
+            "log",
+            "--format=%s|%(trailers:key=Grove-Subtask,valueonly,separator=%x2C)",
+            "-2"
+        ]),
+        "Two.|S2\nOne.|S1",
+        "the user's branch gets one commit per subtask, the resolved one under its own brief"
     );
 }
 
@@ -289,9 +299,15 @@ async fn a_run_killed_while_its_resolver_works_resumes_and_resolves_anew_never_h
         "both changes are on the user's branch"
     );
     assert_eq!(
-        fixture.git(&["log", "--first-parent", "--format=%s", "-2"]),
+        fixture.git(&[
+            "log",
+            "--first-parent",
+            "--format=%s",
+            "-2",
+            &format!("grove/{run_id}/result")
+        ]),
         format!("grove {run_id}: merge S2, resolved by S4\ngrove {run_id}: merge S1"),
-        "one merge of the resolution, by the new resolver"
+        "one merge of the resolution on the result, by the new resolver"
     );
     assert!(
         json["subtasks"][2]["archive_ref"].is_string(),

@@ -242,12 +242,31 @@ async fn approving_a_rejected_subtask_rebuilds_the_result_with_it_and_applies() 
     else {
         panic!("the apply went through: {:#?}", outcome.apply);
     };
+    let squashed = fixture.rev(&format!("grove/{run_id}/squashed"));
     assert_eq!(
-        (from, to.to_string(), merged_on_top),
-        (base, result.clone(), false),
-        "main fast-forwards from the base to the rebuilt result"
+        (from, to, merged_on_top),
+        (base, squashed, false),
+        "main fast-forwards from the base to the rebuilt result, squashed"
     );
-    assert_eq!(fixture.rev("main").to_string(), result);
+    assert_eq!(
+        (
+            fixture.rev("main"),
+            fixture.git(&["rev-parse", "main^{tree}"]),
+            fixture.git(&[
+                "log",
+                "--reverse",
+                "--format=%s|%(trailers:key=Grove-Subtask,key=Grove-Verdict,valueonly,separator=%x20)",
+                &format!("{base}..main"),
+            ]),
+        ),
+        (
+            squashed,
+            fixture.git(&["rev-parse", &format!("{result}^{{tree}}")]),
+            "Shout beta.|S1 approve\nAdd a file.|S2 approve\nShout delta.|S3 approve".to_owned(),
+        ),
+        "main gets one commit per subtask of the rebuilt result, S2 on the person's word, \
+         with the rebuilt result's tree"
+    );
     let files: Vec<String> = ["src/a.txt", "junk.txt", "src/b.txt"]
         .iter()
         .map(|path| String::from_utf8(fixture.read(path)).unwrap())
@@ -437,9 +456,10 @@ async fn a_dirty_tree_refuses_the_apply_but_the_decision_stays_recorded() {
             &RefusalReason::LocalChangesInTheWay {
                 paths: vec!["junk.txt".into()]
             },
-            format!("git merge --ff-only grove/{run_id}/result").as_str()
+            format!("git merge --ff-only grove/{run_id}/squashed").as_str()
         ),
-        "the refusal names the file in the way and the command that applies the result"
+        "the refusal names the file in the way and the command that applies the result \
+         (squashed, as the run's history says)"
     );
     assert_eq!(
         fixture.user_state(),
@@ -704,6 +724,7 @@ fn rejected_run_records() -> Vec<Record> {
                 subtask: "S1".into(),
                 status: SubtaskOutcome::Rejected,
                 ledger: Default::default(),
+                reason: None,
             },
         ),
     ]

@@ -131,8 +131,24 @@ async fn a_four_subtask_refactor_merges_three_and_archives_the_rejected_one_in_e
             "",
             "{mode}: the apply leaves a clean tree"
         );
-        assert_eq!(Some(fixture.rev("HEAD").to_string()), report.result_commit);
-        fixture.git(&["merge-base", "--is-ancestor", &base.to_string(), "HEAD"]);
+        let result = report.result_commit.clone().unwrap();
+        assert_eq!(
+            (
+                fixture.git(&["rev-parse", "HEAD^{tree}"]),
+                fixture.git(&["log", "--format=%s%x09%P", &format!("{base}..HEAD")]),
+            ),
+            (
+                fixture.git(&["rev-parse", &format!("{result}^{{tree}}")]),
+                format!(
+                    "Make src/c.txt shout.\t{}\nMake src/b.txt shout.\t{}\n\
+                     Make src/a.txt shout.\t{base}",
+                    fixture.rev("HEAD~1"),
+                    fixture.rev("HEAD~2"),
+                ),
+            ),
+            "{mode}: the branch has the result's tree as one commit per merged subtask, \
+             linear on the base"
+        );
 
         // Rejected work is archived, never deleted; merged branches are gone.
         let archive = report.subtasks[3].archive_ref.clone().unwrap();
@@ -148,8 +164,11 @@ async fn a_four_subtask_refactor_merges_three_and_archives_the_rejected_one_in_e
         );
         assert_eq!(
             fixture.git(&["for-each-ref", "--format=%(refname)", "refs/heads/grove/"]),
-            format!("refs/heads/grove/{}/result", report.run_id),
-            "{mode}: only the result branch is left"
+            format!(
+                "refs/heads/grove/{0}/result\nrefs/heads/grove/{0}/squashed",
+                report.run_id
+            ),
+            "{mode}: only the result branch and its squashed history are left"
         );
         assert_eq!(
             fixture
@@ -356,7 +375,8 @@ async fn a_dirty_tree_is_never_touched_and_the_result_waits_on_its_branch() {
     );
     assert_eq!(
         apply.command.as_deref(),
-        Some(format!("git merge --ff-only grove/{}/result", report.run_id).as_str())
+        Some(format!("git merge --ff-only grove/{}/squashed", report.run_id).as_str()),
+        "the command applies what grove would have: the squashed history"
     );
     assert_eq!(
         fixture.git(&["show", &format!("grove/{}/result:src/a.txt", report.run_id)]),

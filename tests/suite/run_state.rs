@@ -189,6 +189,7 @@ fn full_journal(run: &RunId) -> Vec<Record> {
                     cache_read_tokens: 0,
                     cache_write_tokens: 50,
                 },
+                reason: Some("worker: renamed it".into()),
             },
         ),
         at(
@@ -267,6 +268,7 @@ fn expected_full_state(run: &RunId) -> RunState {
                 start: None,
                 kind: SubtaskKind::Task,
                 check: None,
+                reason: Some("worker: renamed it".into()),
             },
             SubtaskState {
                 id: "S2".into(),
@@ -289,6 +291,7 @@ fn expected_full_state(run: &RunId) -> RunState {
                 start: None,
                 kind: SubtaskKind::Task,
                 check: None,
+                reason: None,
             },
         ],
         open_tool_calls: vec![],
@@ -495,6 +498,7 @@ fn replay_of_a_finished_run_records_outcome_and_result() {
             subtask: "S2".into(),
             status: SubtaskOutcome::Conflict,
             ledger: Ledger::default(),
+            reason: None,
         },
     ));
     records.push(at(

@@ -90,6 +90,7 @@ pub(crate) async fn close(
         subtask: id.to_string(),
         status: report.status,
         ledger: report.ledger(),
+        reason: report.reason.clone(),
     })?;
     ctx.events.emit(Event::SubtaskFinished {
         label: id.to_string(),

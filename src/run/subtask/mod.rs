@@ -585,6 +585,7 @@ fn report_from_state(state: &SubtaskState) -> SubtaskReport {
     }
     report.kind = state.kind;
     report.check = state.check.clone();
+    report.reason = state.reason.clone();
     report.worker_ledger = state.ledger;
     report.sum_ledgers();
     report

@@ -25,6 +25,7 @@ async fn finished_run(fixture: &GitFixture) -> (Repo, ApplyRequest, CommitId) {
     let result = repo.ref_target(&run_id().result_ref()).unwrap().unwrap();
     let request = ApplyRequest {
         run: run_id(),
+        source: run_id().result_ref(),
         branch: "refs/heads/main".to_owned(),
         base,
     };
@@ -266,6 +267,7 @@ async fn an_ignored_file_the_result_would_create_is_not_clobbered() {
     let outcome = repo
         .apply(&ApplyRequest {
             run: run_id(),
+            source: run_id().result_ref(),
             branch: "refs/heads/main".to_owned(),
             base,
         })

@@ -109,6 +109,7 @@ async fn planted_hooks_fsmonitor_and_drivers_never_run_through_a_whole_run() {
     let applied = repo
         .apply(&ApplyRequest {
             run: run_id(),
+            source: run_id().result_ref(),
             branch: "refs/heads/main".to_owned(),
             base,
         })
