@@ -1,0 +1,350 @@
+//! Copy-on-write worktrees (issue 15), the kernel side: one tree host per worktree, every
+//! command and file operation of the worktree seeing the same merged tree, writes landing
+//! in the upper directory alone, the sandbox still refusing every way out, and no mount
+//! outliving grove.
+//!
+//! The tests mount real overlays in real user namespaces. Where the kernel refuses (an
+//! older kernel, a container without user namespaces) they skip with the reason, unless
+//! `GROVE_REQUIRE_OVERLAY` is set (CI sets it), where a refusal fails them.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::ffi::OsString;
+use std::os::unix::fs::FileTypeExt as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use grove::tools::sandbox::{SandboxPolicy, SandboxedExecutor};
+use grove::tools::tree::{self, Layers, OverlayTree, RoutedExecutor, TreeAccess, TreeHost};
+use grove::tools::{
+    CommandExecutor, ExecOutcome, ExecRequest, LocalExecutor, OutputCap, Registry, ToolContext,
+    ToolOutput, ToolSet, builtin_with_executor,
+};
+
+/// Whether this kernel gives grove copy-on-write trees under `parent`; false (test
+/// skipped) otherwise.
+pub(crate) async fn overlay_or_skip(test: &str, parent: &Path) -> bool {
+    match tree::overlay::probe(parent).await {
+        Ok(()) => true,
+        Err(error) if std::env::var_os("GROVE_REQUIRE_OVERLAY").is_some() => {
+            panic!(
+                "{test}: GROVE_REQUIRE_OVERLAY is set but overlay trees are unavailable: {error}"
+            )
+        }
+        Err(error) => {
+            eprintln!("skipped {test}: copy-on-write trees are unavailable here: {error}");
+            false
+        }
+    }
+}
+
+/// A base tree, a worktree mounted over it through a tree host, and the run's executor
+/// routed into it.
+struct Scene {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    layers: Layers,
+    tree: Arc<OverlayTree>,
+}
+
+impl Scene {
+    async fn mounted(test: &str) -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        if !overlay_or_skip(test, &root).await {
+            return None;
+        }
+        let lower = root.join("base");
+        std::fs::create_dir_all(lower.join("src")).unwrap();
+        std::fs::write(lower.join("src/lib.rs"), "fn base() {}\n").unwrap();
+        std::fs::write(lower.join("README"), "the base\n").unwrap();
+        std::fs::create_dir_all(root.join("outside")).unwrap();
+        let layers = Layers::beside(&lower, &root.join("run").join("1"));
+        let host = TreeHost::start(layers.clone()).await.unwrap();
+        let tree = Arc::new(OverlayTree::new(host));
+        tree::register(tree.clone());
+        Some(Self {
+            _dir: dir,
+            root,
+            layers,
+            tree,
+        })
+    }
+
+    fn env(&self) -> Vec<(OsString, OsString)> {
+        let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+        vec![
+            ("PATH".into(), path),
+            ("HOME".into(), self.root.join("home").into_os_string()),
+        ]
+    }
+
+    /// The worker's tools, `bash` sandboxed and routed into the tree.
+    fn tools(&self) -> Registry {
+        let sandboxed: Arc<dyn CommandExecutor> =
+            Arc::new(SandboxedExecutor::new(SandboxPolicy::default(), self.env()));
+        builtin_with_executor(ToolSet::Worker, Arc::new(RoutedExecutor::new(sandboxed)))
+    }
+
+    async fn call(&self, tools: &Registry, tool: &str, input: serde_json::Value) -> ToolOutput {
+        let ctx = ToolContext {
+            root: self.layers.mount_point.clone(),
+            cancel: CancellationToken::new(),
+        };
+        tools.dispatch(tool, input, &ctx).await.unwrap()
+    }
+
+    async fn bash(&self, tools: &Registry, command: &str) -> ToolOutput {
+        self.call(
+            tools,
+            "bash",
+            json!({ "command": command, "timeout_s": 20 }),
+        )
+        .await
+    }
+
+    /// Runs `command` the way an external agent CLI runs: unsandboxed, in the worktree.
+    async fn unconfined(&self, command: &str) -> (ExecOutcome, String) {
+        let local: Arc<dyn CommandExecutor> = Arc::new(LocalExecutor::with_env(self.env()));
+        let result = RoutedExecutor::new(local)
+            .execute(ExecRequest {
+                command: command.to_owned(),
+                cwd: self.layers.mount_point.clone(),
+                timeout: Duration::from_secs(20),
+                cancel: CancellationToken::new(),
+                output_cap: OutputCap::default(),
+            })
+            .await
+            .unwrap();
+        (result.outcome, result.output_text())
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        tree::unregister(&self.layers.mount_point);
+    }
+}
+
+/// Every entry beneath `dir` with what it is: a file's bytes, a link's target, a
+/// whiteout (`c 0:0`), a directory; sorted.
+fn snapshot(dir: &Path) -> Vec<(String, String)> {
+    let mut entries = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(next) = stack.pop() {
+        for entry in std::fs::read_dir(&next).unwrap().flatten() {
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let name = path.strip_prefix(dir).unwrap().display().to_string();
+            let what = if meta.is_dir() {
+                stack.push(path);
+                "dir".to_owned()
+            } else if meta.file_type().is_char_device() {
+                format!("whiteout {}", meta.rdev())
+            } else if meta.is_symlink() {
+                format!("-> {}", std::fs::read_link(&path).unwrap().display())
+            } else {
+                String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned()
+            };
+            entries.push((name, what));
+        }
+    }
+    entries.sort();
+    entries
+}
+
+fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bash_the_file_tools_and_a_cli_see_one_tree_whose_writes_land_in_the_upper_dir() {
+    let Some(scene) = Scene::mounted("one_tree_for_every_access").await else {
+        return;
+    };
+    let tools = scene.tools();
+    let base_before = snapshot(&scene.layers.lower);
+
+    let wrote = scene
+        .call(
+            &tools,
+            "write_file",
+            json!({"path": "from_tool.txt", "content": "tool\n"}),
+        )
+        .await;
+    assert!(
+        !wrote.is_error,
+        "write_file works in the tree: {}",
+        wrote.content
+    );
+    let bash = scene
+        .bash(
+            &tools,
+            "cat from_tool.txt src/lib.rs && echo bash > from_bash.txt && rm README && pwd",
+        )
+        .await;
+    assert_eq!(
+        (bash.is_error, bash.content),
+        (
+            false,
+            format!(
+                "tool\nfn base() {{}}\n{}\n[exit code: 0]\n",
+                scene.layers.mount_point.display()
+            )
+        ),
+        "bash sees the file tool's write and the base, at the worktree's own path"
+    );
+    let read = scene
+        .call(&tools, "read_file", json!({"path": "from_bash.txt"}))
+        .await;
+    assert_eq!(
+        (read.is_error, read.content.trim_end().to_owned()),
+        (false, "     1\tbash".to_owned()),
+        "read_file sees bash's write"
+    );
+    let absolute = scene.layers.mount_point.join("from_bash.txt");
+    let read_absolute = scene
+        .call(
+            &tools,
+            "read_file",
+            json!({"path": absolute.display().to_string()}),
+        )
+        .await;
+    assert!(
+        !read_absolute.is_error,
+        "an absolute path at the worktree's own path works for the file tools: {}",
+        read_absolute.content
+    );
+    let cli = scene
+        .unconfined("cat from_tool.txt from_bash.txt; ls -A; test -e README || echo gone")
+        .await;
+    assert_eq!(
+        cli,
+        (
+            ExecOutcome::Exited(0),
+            "tool\nbash\nfrom_bash.txt\nfrom_tool.txt\nsrc\ngone\n".to_owned()
+        ),
+        "an external CLI's process sees the same tree"
+    );
+
+    assert_eq!(
+        snapshot(&scene.layers.upper),
+        pairs(&[
+            ("README", "whiteout 0"),
+            ("from_bash.txt", "bash\n"),
+            ("from_tool.txt", "tool\n"),
+        ]),
+        "the upper directory holds exactly the changes: two files and one deletion"
+    );
+    assert_eq!(
+        snapshot(&scene.layers.lower),
+        base_before,
+        "the base is untouched"
+    );
+    assert_eq!(
+        snapshot(&scene.layers.mount_point),
+        Vec::<(String, String)>::new(),
+        "grove's own namespace sees only the empty mount point: nothing was mounted here"
+    );
+    assert_eq!(
+        scene.tree.path(),
+        scene.layers.mount_point.as_path(),
+        "the tree's path is the worktree's"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sandbox_refuses_writes_outside_the_tree_by_any_path() {
+    let Some(scene) = Scene::mounted("sandbox_in_a_tree").await else {
+        return;
+    };
+    let tools = scene.tools();
+    let base_before = snapshot(&scene.layers.lower);
+    let upper_before = snapshot(&scene.layers.upper);
+    let lower = scene.layers.lower.display();
+    let upper = scene.layers.upper.display();
+    let outside = scene.root.join("outside");
+    let outside = outside.display();
+    let host = scene.tree.host_pid().unwrap();
+    let attempts = [
+        format!("ln -s {lower} base && echo pwned > base/planted"),
+        format!("ln -s {lower}/README readme && echo pwned >> readme"),
+        format!("echo pwned > {lower}/planted"),
+        format!("echo pwned >> {lower}/README"),
+        format!("echo pwned > /proc/{host}/root{lower}/planted"),
+        format!("echo pwned > /proc/{host}/root{outside}/planted"),
+        format!("echo pwned > /proc/self/root{lower}/planted"),
+        format!("echo pwned > {upper}/planted"),
+        format!("echo pwned > {outside}/planted"),
+        format!("exec 9>>{lower}/README; echo pwned >&9"),
+        format!("mv src/lib.rs {outside}/"),
+        format!("ln src/lib.rs {outside}/hard"),
+    ];
+    for attempt in &attempts {
+        let output = scene.bash(&tools, attempt).await;
+        assert!(
+            output.is_error,
+            "`{attempt}` must fail inside the tree's sandbox: {}",
+            output.content
+        );
+    }
+    let cleanup = scene.bash(&tools, "rm -f base readme").await;
+    assert!(!cleanup.is_error, "{}", cleanup.content);
+    assert_eq!(
+        snapshot(&scene.layers.lower),
+        base_before,
+        "no way through a link, /proc or a direct path writes the base"
+    );
+    assert_eq!(
+        snapshot(&scene.layers.upper),
+        upper_before,
+        "nothing reached the upper directory but through the tree (and the links were removed)"
+    );
+    assert_eq!(
+        snapshot(&scene.root.join("outside")),
+        Vec::<(String, String)>::new(),
+        "nothing was written outside"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inherited_descriptor_does_not_reach_into_a_command() {
+    let Some(scene) = Scene::mounted("inherited_fd_in_a_tree").await else {
+        return;
+    };
+    let target = scene.root.join("outside/inherited.txt");
+    std::fs::write(&target, "before\n").unwrap();
+    // A descriptor grove itself might have inherited, open for writing and not
+    // close-on-exec.
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&target)
+        .unwrap();
+    let fd = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_DUPFD(40)).unwrap();
+    let tools = scene.tools();
+    let output = scene.bash(&tools, &format!("echo pwned >&{fd}")).await;
+    let cli = scene.unconfined(&format!("echo pwned >&{fd}")).await;
+    nix::unistd::close(fd).unwrap();
+    assert!(
+        output.is_error,
+        "bash cannot write through fd {fd}: {}",
+        output.content
+    );
+    assert!(
+        cli.0 != ExecOutcome::Exited(0),
+        "a CLI's process cannot either: {cli:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "before\n",
+        "the inherited file is untouched"
+    );
+}
