@@ -16,6 +16,7 @@ use toml::Spanned;
 use crate::model::Provider;
 pub use crate::settings::options::DEFAULT_SETUP_TIMEOUT_S;
 use crate::settings::options::{ModelNames, RunOptions, TurnCaps, WorktreeSetup, default_jobs};
+use crate::tools::tree::WorktreeMode;
 
 /// Where the file lives, relative to the repository root.
 pub const CONFIG_PATH: &str = ".grove/config.toml";
@@ -141,6 +142,9 @@ pub struct RunSettings {
     pub copy: Option<Vec<String>>,
     /// Where runs' worktrees go (`[worktree] dir`), instead of the user's cache directory.
     pub worktrees_dir: Option<PathBuf>,
+    /// `[worktree] mode`: copy-on-write trees, git worktrees, or whichever this system
+    /// allows.
+    pub worktree_mode: Option<WorktreeMode>,
     /// `[workers] pass_env`: extra variables an external worker CLI gets by name.
     pub pass_env: Option<Vec<String>>,
 }
@@ -185,6 +189,7 @@ impl RunSettings {
             setup_timeout_s: self.setup_timeout_s.or(lower.setup_timeout_s),
             copy: self.copy.or(lower.copy),
             worktrees_dir: self.worktrees_dir.or(lower.worktrees_dir),
+            worktree_mode: self.worktree_mode.or(lower.worktree_mode),
             pass_env: self.pass_env.or(lower.pass_env),
         }
     }
@@ -217,6 +222,7 @@ impl RunSettings {
             copy: self.copy.unwrap_or_default(),
         };
         options.worktrees_dir = self.worktrees_dir;
+        options.worktree_mode = self.worktree_mode.unwrap_or_default();
         options.worker_pass_env = self.pass_env.unwrap_or_default();
         options.model_names = models.clone();
         ResolvedRun {
@@ -303,6 +309,7 @@ impl ProjectConfig {
             )?,
             copy: check.optional(worktree.copy, "worktree.copy", copy_list)?,
             worktrees_dir: check.optional(worktree.dir, "worktree.dir", worktrees_dir)?,
+            worktree_mode: check.optional(worktree.mode, "worktree.mode", worktree_mode)?,
             pass_env: check.optional(workers.pass_env, "workers.pass_env", variable_names)?,
         };
         Ok(ProjectConfig {
@@ -350,13 +357,14 @@ struct RawRoles {
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a table with the keys setup, setup_timeout_s, copy and dir"
+    expecting = "a table with the keys setup, setup_timeout_s, copy, dir and mode"
 )]
 struct RawWorktree {
     setup: RawValue,
     setup_timeout_s: RawValue,
     copy: RawValue,
     dir: RawValue,
+    mode: RawValue,
 }
 
 /// Turns raw values into typed ones, with errors that point into the file.
@@ -524,6 +532,14 @@ fn setup_command(value: &toml::Value) -> Result<String, ValueProblem> {
     }
 }
 
+/// `[worktree] mode`: `overlay`, `git` or `auto`.
+fn worktree_mode(value: &toml::Value) -> Result<WorktreeMode, ValueProblem> {
+    value
+        .as_str()
+        .and_then(|text| text.parse().ok())
+        .ok_or_else(|| expected("\"overlay\", \"git\" or \"auto\"", value))
+}
+
 /// `[worktree] dir`: an absolute directory outside every `.git` directory (agent CLIs
 /// refuse to edit beneath one).
 fn worktrees_dir(value: &toml::Value) -> Result<PathBuf, ValueProblem> {
@@ -685,6 +701,11 @@ pub fn template() -> String {
 # Default: the user's cache directory ($XDG_CACHE_HOME/grove or ~/.cache/grove; on macOS
 # ~/Library/Caches/grove), one folder per repository. Example below.
 # dir = "/var/tmp/grove-worktrees"
+# How worktrees are made: "overlay" (copy-on-write views of the base, Linux 5.11+: a
+# worker's tree costs what it changes), "git" (one `git worktree add` each), or "auto":
+# overlay where this system allows it, else git, said in one line at the run's start.
+# Default: auto.
+# mode = "auto"
 
 # Workers run by another agent CLI (--worker-backend claude|codex|gemini|aider).
 # [workers]

@@ -11,16 +11,17 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::git::{CommitId, GitError, Repo, Worktree};
+use crate::git::{BaseTree, CommitId, GitError, Repo, Worktree, WorktreeSpec};
 use crate::run::context::{RunContext, lock};
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::{CopyError, FileProblem, SetupEnd, SubtaskError};
 use crate::settings::config::{CopyPathError, check_copy_path};
+use crate::tools::tree::{self, Layers, OverlayError, OverlayTree, TreeHost, WorktreeMode};
 use crate::tools::{ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
 
 /// How much of a failed setup command's output the subtask's reason shows: its end,
@@ -107,7 +108,11 @@ pub fn check_local_files(
 /// in flight), by subtask number: registrations are serialised by git, so doing them
 /// early keeps them off the workers' critical path.
 #[derive(Default)]
-pub(crate) struct AheadWorktrees(Mutex<BTreeMap<u32, JoinHandle<Result<Worktree, GitError>>>>);
+pub(crate) struct AheadWorktrees {
+    registered: Mutex<BTreeMap<u32, JoinHandle<Result<Worktree, GitError>>>>,
+    /// The base tree copy-on-write worktrees are overlays of, made on first use.
+    base: tokio::sync::OnceCell<BaseTree>,
+}
 
 impl AheadWorktrees {
     /// Registers the worktrees of the subtasks from `next` on, as many as may run at once.
@@ -117,32 +122,57 @@ impl AheadWorktrees {
             .unwrap_or(u32::MAX)
             .min(remaining)
             .min(MAX_PREPARED_WORKTREES);
-        let mut prepared = lock(&self.0);
+        let overlay = ctx.options.worktree_mode == WorktreeMode::Overlay;
+        let base = overlay.then(|| self.base.get().cloned());
+        if base == Some(None) {
+            // The base tree is made by the first subtask that needs it.
+            return;
+        }
+        let mut prepared = lock(&self.registered);
         for n in next.number()..next.number() + count {
             let repo = ctx.repo.clone();
             let spec = ctx.worktree_spec(SubtaskId(n));
+            let base = base.clone().flatten();
             prepared.insert(
                 n,
-                tokio::spawn(async move { repo.create_worktree(spec).await }),
+                tokio::spawn(async move {
+                    match base {
+                        Some(base) => repo.create_overlay_worktree(spec, &base.index).await,
+                        None => repo.create_worktree(spec).await,
+                    }
+                }),
             );
         }
     }
 
+    /// The base tree of the run's copy-on-write worktrees, made on first use.
+    async fn base_tree(&self, ctx: &RunContext) -> Result<&BaseTree, GitError> {
+        self.base
+            .get_or_try_init(|| ctx.repo.base_tree(ctx.base))
+            .await
+    }
+
     /// The worktree registered ahead for `id`, if there is one.
     async fn take(&self, id: SubtaskId) -> Option<Result<Worktree, GitError>> {
-        let handle = lock(&self.0).remove(&id.number())?;
+        let handle = lock(&self.registered).remove(&id.number())?;
         handle.await.ok()
     }
 
     /// Removes the worktrees registered ahead that no subtask used, with their branches
     /// (which hold nothing but the base).
     pub(crate) async fn remove_unused(&self, ctx: &RunContext) {
-        let unused = std::mem::take(&mut *lock(&self.0));
+        let unused = std::mem::take(&mut *lock(&self.registered));
         for (n, handle) in unused {
             let Ok(Ok(worktree)) = handle.await else {
                 continue;
             };
-            if let Err(error) = ctx.repo.remove_worktree(&worktree).await {
+            // Never mounted: an overlay's registration holds nothing to commit.
+            let removed = if worktree.is_overlay() {
+                ctx.repo.unregister_worktree(&worktree).await
+            } else {
+                ctx.repo.remove_worktree(&worktree).await
+            };
+            if let Err(error) = removed {
                 ctx.note(format!("could not remove unused worktree {n}: {error}"));
             }
             if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, n).await {
@@ -161,9 +191,28 @@ pub(crate) async fn create_worktree(
     id: SubtaskId,
 ) -> Result<Worktree, SubtaskError> {
     let spec = ctx.worktree_spec(id);
+    let base = match ctx.options.worktree_mode {
+        WorktreeMode::Overlay => Some(
+            ahead
+                .base_tree(ctx)
+                .await
+                .map_err(|source| SubtaskError::Worktree { source })?
+                .clone(),
+        ),
+        _ => None,
+    };
+    let make = |spec: WorktreeSpec| {
+        let base = base.clone();
+        async move {
+            match base {
+                Some(base) => ctx.repo.create_overlay_worktree(spec, &base.index).await,
+                None => ctx.repo.create_worktree(spec).await,
+            }
+        }
+    };
     let created = match ahead.take(id).await {
         Some(prepared) => prepared,
-        None => ctx.repo.create_worktree(spec.clone()).await,
+        None => make(spec.clone()).await,
     };
     let stray = match created {
         Err(GitError::WorktreePathOccupied { path, .. }) => Err(path),
@@ -191,11 +240,116 @@ pub(crate) async fn create_worktree(
                 path.display(),
                 aside.display()
             ));
-            ctx.repo.create_worktree(spec).await
+            make(spec).await
         }
         Ok(created) => created,
     };
-    recovered.map_err(|source| SubtaskError::Worktree { source })
+    let worktree = recovered.map_err(|source| SubtaskError::Worktree { source })?;
+    match (worktree.is_overlay(), &base) {
+        (true, Some(base)) => mount(&worktree, &base.tree).await,
+        (true, None) => {
+            // A resumed run's copy-on-write worktree, in a run now making git ones.
+            let base = ahead
+                .base_tree(ctx)
+                .await
+                .map_err(|source| SubtaskError::Worktree { source })?;
+            mount(&worktree, &base.tree).await
+        }
+        (false, _) => Ok(worktree),
+    }
+}
+
+/// Mounts a copy-on-write worktree over `lower` in a tree host of its own (its upper
+/// directory keeps what an earlier attempt changed), registers the tree, and returns the
+/// worktree with its git run inside.
+async fn mount(worktree: &Worktree, lower: &Path) -> Result<Worktree, SubtaskError> {
+    let layers = Layers::beside(lower, worktree.path());
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| SubtaskError::Tree {
+            source: OverlayError::Io {
+                action: "give the tree its .git file at",
+                path,
+                source,
+            },
+        }
+    };
+    // The merged tree hides what git left at the path: its `.git` file goes in the upper
+    // directory, so that git inside the tree (the worker's, grove's) finds the worktree.
+    std::fs::create_dir_all(&layers.upper).map_err(io(&layers.upper))?;
+    let pointer = layers.upper.join(".git");
+    std::fs::copy(worktree.path().join(".git"), &pointer).map_err(io(&pointer))?;
+    let host = TreeHost::start(layers)
+        .await
+        .map_err(|source| SubtaskError::Tree { source })?;
+    let tree = Arc::new(OverlayTree::new(host));
+    let namespace = Some(Arc::clone(tree.namespace_ref()));
+    tree::register(tree);
+    Ok(worktree.clone().with_tree(namespace))
+}
+
+/// Removes subtask `id`'s worktree once its work is kept (merged or archived): a
+/// copy-on-write one is committed, its host stopped, its upper and work directories
+/// removed and its registration deleted, never the base or the repository; a git one
+/// as [`Repo::remove_worktree`](crate::git::Repo::remove_worktree) does.
+pub(crate) async fn remove_worktree(
+    ctx: &RunContext,
+    worktree: &Worktree,
+) -> Result<(), SubtaskError> {
+    if !worktree.is_overlay() {
+        return ctx
+            .repo
+            .remove_worktree(worktree)
+            .await
+            .map_err(|source| SubtaskError::Worktree { source });
+    }
+    ctx.repo
+        .checkpoint(worktree, "final state before removal")
+        .await
+        .map_err(|source| SubtaskError::Worktree { source })?;
+    let layers = unmount(worktree).await;
+    if let Some(layers) = layers {
+        tree::overlay::remove_own_dirs(&layers).map_err(|source| SubtaskError::Tree { source })?;
+    }
+    ctx.repo
+        .unregister_worktree(worktree)
+        .await
+        .map_err(|source| SubtaskError::Worktree { source })
+}
+
+/// Keeps subtask `id`'s worktree for the user (`--keep-worktrees`): a copy-on-write one
+/// is copied out of its tree into its own path, a directory their own tools open, and its
+/// host stopped; returns the worktree as it now is.
+pub(crate) async fn keep_worktree(worktree: &Worktree) -> Result<Worktree, SubtaskError> {
+    let Some(namespace) = worktree.tree().cloned() else {
+        return Ok(worktree.clone());
+    };
+    let (from, to) = (
+        namespace.grove_root().to_path_buf(),
+        worktree.path().to_path_buf(),
+    );
+    tokio::task::spawn_blocking(move || tree::overlay::materialize(&from, &to))
+        .await
+        .map_err(|error| SubtaskError::Tree {
+            source: OverlayError::Io {
+                action: "copy out",
+                path: worktree.path().to_path_buf(),
+                source: std::io::Error::other(error),
+            },
+        })?
+        .map_err(|source| SubtaskError::Tree { source })?;
+    if let Some(layers) = unmount(worktree).await {
+        tree::overlay::remove_own_dirs(&layers).map_err(|source| SubtaskError::Tree { source })?;
+    }
+    Ok(worktree.clone().with_tree(None))
+}
+
+/// Stops the tree host of `worktree` and forgets its tree; its layers, if it had one.
+async fn unmount(worktree: &Worktree) -> Option<Layers> {
+    let tree = tree::unregister(worktree.path())?;
+    let layers = Layers::beside(Path::new("/"), worktree.path());
+    tree.release().await;
+    Some(layers)
 }
 
 /// Copies the local-only files into subtask `id`'s worktree and runs the setup command
@@ -220,7 +374,7 @@ pub(crate) async fn prepare(
             .set_local_files(worktree, &local)
             .map_err(|source| SubtaskError::RecordLocalFiles { source })?;
         for path in &local {
-            copy_into(&ctx.user_root, worktree.path(), path).map_err(|source| {
+            copy_into(&ctx.user_root, &worktree.files_root(), path).map_err(|source| {
                 SubtaskError::Copy {
                     path: path.clone(),
                     source,

@@ -80,6 +80,7 @@ pub enum TreeError {
 }
 
 /// How grove reaches one worktree.
+#[async_trait]
 pub trait TreeAccess: Send + Sync + fmt::Debug {
     /// The worktree's path, as the model, its commands and git inside it see it.
     fn path(&self) -> &Path;
@@ -96,6 +97,9 @@ pub trait TreeAccess: Send + Sync + fmt::Debug {
 
     /// The tree's namespaces, for processes grove starts itself (git), when it has any.
     fn namespace(&self) -> Option<Arc<TreeNamespace>>;
+
+    /// Ends what serves the tree (a tree host, a pod); its directories stay.
+    async fn release(&self) {}
 }
 
 /// A worktree that is a plain directory on this machine (git worktrees).
@@ -112,6 +116,7 @@ impl PlainTree {
     }
 }
 
+#[async_trait]
 impl TreeAccess for PlainTree {
     fn path(&self) -> &Path {
         &self.path
@@ -149,6 +154,11 @@ impl OverlayTree {
         }
     }
 
+    /// The tree host's namespaces.
+    pub fn namespace_ref(&self) -> &Arc<TreeNamespace> {
+        &self.namespace
+    }
+
     /// The layers of the tree.
     pub fn layers(&self) -> Option<Layers> {
         lock(&self.host).as_ref().map(|host| host.layers().clone())
@@ -168,6 +178,7 @@ impl OverlayTree {
     }
 }
 
+#[async_trait]
 impl TreeAccess for OverlayTree {
     fn path(&self) -> &Path {
         self.namespace.path()
@@ -190,6 +201,10 @@ impl TreeAccess for OverlayTree {
 
     fn namespace(&self) -> Option<Arc<TreeNamespace>> {
         Some(Arc::clone(&self.namespace))
+    }
+
+    async fn release(&self) {
+        self.stop().await;
     }
 }
 

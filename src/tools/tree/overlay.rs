@@ -249,6 +249,44 @@ pub fn remove_own_dirs(layers: &Layers) -> Result<(), OverlayError> {
     }
 }
 
+/// Copies the merged tree `from` (as grove reaches it) into the directory `to`, so that
+/// the user can open it with their own tools once the host is gone: files with their
+/// modes, directories, symlinks as links; the tree's `.git` file is left to the one git
+/// keeps at `to`.
+pub fn materialize(from: &Path, to: &Path) -> Result<(), OverlayError> {
+    let io = |action: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| OverlayError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    let mut stack = vec![PathBuf::new()];
+    while let Some(relative) = stack.pop() {
+        let source = from.join(&relative);
+        for entry in std::fs::read_dir(&source).map_err(io("list", &source))? {
+            let entry = entry.map_err(io("list", &source))?;
+            let name = relative.join(entry.file_name());
+            if name.as_os_str() == ".git" {
+                continue;
+            }
+            let (here, there) = (from.join(&name), to.join(&name));
+            let kind = entry.file_type().map_err(io("read", &here))?;
+            if kind.is_dir() {
+                std::fs::create_dir_all(&there).map_err(io("create", &there))?;
+                stack.push(name);
+            } else if kind.is_symlink() {
+                let target = std::fs::read_link(&here).map_err(io("read", &here))?;
+                std::os::unix::fs::symlink(&target, &there).map_err(io("link", &there))?;
+            } else if kind.is_file() {
+                std::fs::copy(&here, &there).map_err(io("copy", &there))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks that this system gives grove copy-on-write trees under `parent` (where the
 /// worktrees go, so the upper directories' filesystem is the one tried): a host mounts
 /// an overlay in a throwaway directory, a file of the lower one is read through grove's
