@@ -348,3 +348,290 @@ async fn an_inherited_descriptor_does_not_reach_into_a_command() {
         "the inherited file is untouched"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// End to end: runs whose worktrees are copy-on-write trees.
+
+use grove::event::{Event, EventSink};
+use grove::model::Provider;
+use grove::run::{Models, RunOptions};
+use grove::store::journal::SubtaskOutcome;
+use grove::tools::sandbox::CommandHost;
+use grove::tools::tree::WorktreeMode;
+
+use crate::support::fake_server::{FakeServer, Turn};
+use crate::support::git_fixture::GitFixture;
+use crate::support::requests::role as who;
+
+/// A server whose lead delegates one brief, whose reviewer approves, and whose worker
+/// makes `steps` tool calls one per turn, then finishes.
+async fn obedient_server(steps: Vec<(&'static str, serde_json::Value)>) -> FakeServer {
+    FakeServer::with_responder(move |request| {
+        let done = request.tool_results().len();
+        match who(request) {
+            "lead" if done == 0 => Turn::text("Delegating.")
+                .tool_use("lead_1", "delegate", json!({ "task": "Change the files." }))
+                .into(),
+            "lead" => Turn::text("Done.").into(),
+            "reviewer" if done == 0 => Turn::new()
+                .tool_use(
+                    "review_1",
+                    "submit_verdict",
+                    json!({ "verdict": "approve", "summary": "Fine." }),
+                )
+                .into(),
+            "reviewer" => Turn::text("Verdict given.").into(),
+            _ => match steps.get(done) {
+                Some((tool, input)) => Turn::text("Working.")
+                    .tool_use(&format!("worker_{done}"), tool, input.clone())
+                    .into(),
+                None => Turn::text("WORKER-FINAL: done.").into(),
+            },
+        }
+    })
+    .await
+}
+
+/// The worker's tool results, in call order.
+fn worker_results(server: &FakeServer) -> Vec<String> {
+    server
+        .requests()
+        .iter()
+        .filter(|request| who(request) == "worker")
+        .max_by_key(|request| request.tool_results().len())
+        .map(|request| {
+            request
+                .tool_results()
+                .into_iter()
+                .map(|(_, content)| content)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn options(fixture: &GitFixture, home: &Path, mode: WorktreeMode) -> RunOptions {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    RunOptions {
+        jobs: 1,
+        git: fixture.options(),
+        worktree_mode: mode,
+        commands: CommandHost {
+            env: Some(vec![
+                ("PATH".into(), path),
+                ("HOME".into(), home.as_os_str().to_owned()),
+            ]),
+        },
+        ..RunOptions::new("Change the files.")
+    }
+}
+
+async fn run(
+    fixture: &GitFixture,
+    server: &FakeServer,
+    options: RunOptions,
+) -> (grove::run::RunReport, Vec<String>) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let report = grove::run::run(
+        &fixture.repo,
+        options,
+        crate::support::scripted_run::models(server, Provider::Anthropic, true) as Models,
+        EventSink::new(tx),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let mut notes = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        if let Event::Note { message } = event {
+            notes.push(message);
+        }
+    }
+    (report, notes)
+}
+
+/// Processes whose mount table shows an overlay at or beneath `path`.
+fn mounts_beneath(path: &Path) -> Vec<String> {
+    let wanted = path.display().to_string();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(table) = std::fs::read_to_string(entry.path().join("mountinfo")) else {
+            continue;
+        };
+        for line in table.lines() {
+            if line.contains(" - overlay ") && line.contains(&wanted) {
+                found.push(format!("{pid}: {line}"));
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_in_overlay_mode_commits_what_the_worker_changed_and_keeps_only_the_base() {
+    let fixture = GitFixture::with_files(&[("README", "the base\n"), ("src/a.txt", "alpha\n")]);
+    let repo = fixture.open().await;
+    if !overlay_or_skip("a_run_in_overlay_mode", repo.worktrees_home()).await {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let steps = vec![
+        ("write_file", json!({"path": "new.txt", "content": "new\n"})),
+        (
+            "bash",
+            json!({"command": "echo beta >> src/a.txt && rm README && git status --porcelain"}),
+        ),
+    ];
+    let server = obedient_server(steps).await;
+    let (report, notes) = run(
+        &fixture,
+        &server,
+        options(&fixture, home.path(), WorktreeMode::Auto),
+    )
+    .await;
+    server.assert_no_violations();
+
+    let results = worker_results(&server);
+    assert_eq!(
+        results.get(1).map(String::as_str),
+        Some(" D README\n M src/a.txt\n[exit code: 0]\n"),
+        "git inside the tree shows exactly the worker's changes since grove's checkpoint of \
+         its first turn (which committed new.txt): {results:#?}"
+    );
+    assert_eq!(
+        report.subtasks[0].status,
+        SubtaskOutcome::Merged,
+        "the subtask merged: {report:#?}"
+    );
+    let branch = &report.branch;
+    assert_eq!(
+        (
+            fixture.git(&["show", &format!("{branch}:new.txt")]),
+            fixture.git(&["show", &format!("{branch}:src/a.txt")]),
+            fixture.git(&["ls-tree", "--name-only", branch]),
+        ),
+        (
+            "new".to_owned(),
+            "alpha\nbeta".to_owned(),
+            "new.txt\nsrc".to_owned()
+        ),
+        "the commit holds the new file, the change and the deletion"
+    );
+    assert!(
+        !notes.iter().any(|note| note.contains("copy-on-write")),
+        "no fallback line where overlay works: {notes:#?}"
+    );
+    let base = repo
+        .worktrees_home()
+        .join("base")
+        .join(report.base.as_str());
+    assert_eq!(
+        snapshot(&base.join("tree")),
+        pairs(&[
+            ("README", "the base\n"),
+            ("src", "dir"),
+            ("src/a.txt", "alpha\n"),
+        ]),
+        "the base tree is kept for the next run, untouched"
+    );
+    let run_dir = repo.default_worktrees_dir(&report.run_id.parse().unwrap());
+    let left: Vec<String> = std::fs::read_dir(&run_dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        left,
+        Vec::<String>::new(),
+        "the worker's tree, upper and work directories are gone"
+    );
+    assert_eq!(
+        mounts_beneath(repo.worktrees_home()),
+        Vec::<String>::new(),
+        "no overlay outlives its worktree"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mode_git_makes_git_worktrees_and_no_base_tree() {
+    let fixture = GitFixture::with_files(&[("README", "the base\n")]);
+    let repo = fixture.open().await;
+    let home = tempfile::tempdir().unwrap();
+    let steps = vec![(
+        "bash",
+        json!({"command": "echo more >> README && test -d .git || test -f .git && echo git-worktree"}),
+    )];
+    let server = obedient_server(steps).await;
+    let (report, notes) = run(
+        &fixture,
+        &server,
+        options(&fixture, home.path(), WorktreeMode::Git),
+    )
+    .await;
+    assert_eq!(
+        (report.subtasks[0].status, worker_results(&server)),
+        (
+            SubtaskOutcome::Merged,
+            vec!["git-worktree\n[exit code: 0]\n".to_owned()]
+        ),
+        "the worker ran in a git worktree"
+    );
+    assert!(
+        !repo.worktrees_home().join("base").exists(),
+        "no base tree is made in git mode"
+    );
+    assert!(
+        !notes.iter().any(|note| note.contains("copy-on-write")),
+        "mode = git is no fallback, and says nothing: {notes:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_worktrees_leaves_the_merged_tree_as_a_directory() {
+    let fixture = GitFixture::with_files(&[("README", "the base\n"), ("src/a.txt", "alpha\n")]);
+    let repo = fixture.open().await;
+    if !overlay_or_skip("keep_worktrees_in_overlay_mode", repo.worktrees_home()).await {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let steps = vec![(
+        "bash",
+        json!({"command": "echo kept > kept.txt && ln -s src/a.txt link && rm README"}),
+    )];
+    let server = obedient_server(steps).await;
+    let mut options = options(&fixture, home.path(), WorktreeMode::Overlay);
+    options.keep_worktrees = true;
+    let (report, _) = run(&fixture, &server, options).await;
+    assert_eq!(report.subtasks[0].status, SubtaskOutcome::Merged);
+    let kept = repo
+        .default_worktrees_dir(&report.run_id.parse().unwrap())
+        .join("1");
+    let mut seen = snapshot(&kept);
+    seen.retain(|(name, _)| name != ".git");
+    assert_eq!(
+        seen,
+        pairs(&[
+            ("kept.txt", "kept\n"),
+            ("link", "-> src/a.txt"),
+            ("src", "dir"),
+            ("src/a.txt", "alpha\n"),
+        ]),
+        "the kept worktree is a real directory holding the merged tree"
+    );
+    assert_eq!(
+        crate::support::git_fixture::git_in(&fixture.home(), &kept, &["status", "--porcelain"]),
+        "",
+        "git in the kept directory sees it as its branch's commit"
+    );
+    assert_eq!(
+        mounts_beneath(repo.worktrees_home()),
+        Vec::<String>::new(),
+        "no overlay outlives the run"
+    );
+}
