@@ -635,3 +635,184 @@ async fn keep_worktrees_leaves_the_merged_tree_as_a_directory() {
         "no overlay outlives the run"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// No mount outlives grove; the fallback and the forced mode, through the binary.
+
+/// Where the helper below makes its tree and writes its pids.
+const HELPER_DIR: &str = "GROVE_TEST_OVERLAY_HELPER_DIR";
+
+/// Not a test: the grove process of
+/// `a_killed_grove_leaves_no_tree_host_no_command_and_no_mount`, started by it and killed
+/// with SIGKILL while a command runs in its tree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a helper process, started by a_killed_grove_leaves_no_tree_host_no_command_and_no_mount"]
+async fn helper_a_grove_with_a_tree_that_gets_killed() {
+    let Some(dir) = std::env::var_os(HELPER_DIR).map(PathBuf::from) else {
+        return;
+    };
+    let lower = dir.join("base");
+    std::fs::create_dir_all(&lower).unwrap();
+    std::fs::write(lower.join("README"), "base\n").unwrap();
+    let layers = Layers::beside(&lower, &dir.join("tree"));
+    let tree = Arc::new(OverlayTree::new(
+        TreeHost::start(layers.clone()).await.unwrap(),
+    ));
+    tree::register(tree.clone());
+    std::fs::write(dir.join("host"), tree.host_pid().unwrap().to_string()).unwrap();
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    let sandboxed: Arc<dyn CommandExecutor> = Arc::new(SandboxedExecutor::new(
+        SandboxPolicy::default(),
+        [(OsString::from("PATH"), path)],
+    ));
+    let _ = RoutedExecutor::new(sandboxed)
+        .execute(ExecRequest {
+            // Written in the tree: it lands in the upper directory.
+            command: "echo $$ > shell; sleep 100".to_owned(),
+            cwd: layers.mount_point.clone(),
+            timeout: Duration::from_secs(120),
+            cancel: CancellationToken::new(),
+            output_cap: OutputCap::default(),
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_killed_grove_leaves_no_tree_host_no_command_and_no_mount() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    if !overlay_or_skip("a_killed_grove_leaves_no_mount", &root).await {
+        return;
+    }
+    let mut grove = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "suite::overlay::helper_a_grove_with_a_tree_that_gets_killed",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(HELPER_DIR, &root)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let read_pid = |name: &str| {
+        std::fs::read_to_string(root.join(name))
+            .ok()
+            .and_then(|text| text.trim().parse::<i32>().ok())
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let shell_file = "tree.cow/upper/shell";
+    while (read_pid("host").is_none() || read_pid(shell_file).is_none())
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (host, shell) = (read_pid("host").unwrap(), read_pid(shell_file).unwrap());
+    assert!(
+        !mounts_beneath(&root).is_empty(),
+        "while grove lives, its tree is mounted (in the host's namespace)"
+    );
+    grove.kill().unwrap(); // SIGKILL: grove gets no chance to clean up.
+    grove.wait().unwrap();
+    let gone = |pid: i32| match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !(gone(host) && gone(shell) && mounts_beneath(&root).is_empty())
+        && std::time::Instant::now() < until
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        (gone(host), gone(shell), mounts_beneath(&root)),
+        (true, true, Vec::new()),
+        "the tree host and the command die with grove, and the mount goes with them"
+    );
+}
+
+/// `grove ARGS` inside a user namespace whose own limit allows no further user
+/// namespace (a container that refuses them): the overlay is refused, the rest works.
+/// `None` when this system cannot make that namespace (`unshare` missing or refused).
+async fn grove_without_user_namespaces(
+    grove: &crate::support::grove::Grove,
+    args: &[&str],
+) -> Option<std::process::Output> {
+    let probe = std::process::Command::new("unshare")
+        .args(["-U", "-r", "true"])
+        .output();
+    if !probe.is_ok_and(|output| output.status.success()) {
+        eprintln!("skipped: `unshare -U -r` is not available here");
+        return None;
+    }
+    let mut command = std::process::Command::new("unshare");
+    grove.seal(&mut command);
+    command
+        .args([
+            "-U",
+            "-r",
+            "sh",
+            "-c",
+            "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" \"$@\"",
+            crate::support::grove::GROVE,
+        ])
+        .args(args)
+        .stdin(std::process::Stdio::null());
+    Some(
+        tokio::process::Command::from(command)
+            .output()
+            .await
+            .unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn where_overlay_is_refused_auto_falls_back_in_one_line_and_forced_overlay_exits_1() {
+    let fixture = GitFixture::with_files(&[("README", "the base\n")]);
+    let server = obedient_server(vec![(
+        "write_file",
+        json!({"path": "README", "content": "changed\n"}),
+    )])
+    .await;
+    let grove = crate::support::grove::Grove::in_repo(&fixture).with_server(&server);
+    let Some(auto) =
+        grove_without_user_namespaces(&grove, &["run", "--json", "Change the files."]).await
+    else {
+        return;
+    };
+    let stderr = String::from_utf8_lossy(&auto.stderr).into_owned();
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("copy-on-write"))
+        .collect();
+    assert_eq!(
+        (auto.status.code(), lines.len()),
+        (Some(0), 1),
+        "auto falls back to git worktrees, said in one line, and the run works: {stderr}"
+    );
+    assert!(
+        lines[0].contains("using git worktrees"),
+        "the line says what grove does instead: {}",
+        lines[0]
+    );
+
+    fixture.write(".grove/config.toml", "[worktree]\nmode = \"overlay\"\n");
+    let forced = grove_without_user_namespaces(&grove, &["run", "Change the files."])
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&forced.stderr).into_owned();
+    assert_eq!(
+        (
+            forced.status.code(),
+            stderr.contains(
+                "copy-on-write worktrees ([worktree] mode = \"overlay\") are unavailable here"
+            )
+        ),
+        (Some(1), true),
+        "a forced overlay that the system refuses is a clear error, exit 1: {stderr}"
+    );
+}
