@@ -290,8 +290,12 @@ impl Repo {
         drop(guard);
         let path = canonical(&spec.path)?;
         match how {
-            Fill::Checkout => Ok(self.start_fill(spec, path, admin, start)),
-            Fill::Overlay(index) => self.fill_overlay(spec, path, admin, start, &index),
+            // An overlay shows the base: a branch with earlier work on it (a resume) gets
+            // its files checked out, or a checkpoint would undo that work.
+            Fill::Overlay(index) if start == spec.base => {
+                self.fill_overlay(spec, path, admin, start, &index)
+            }
+            Fill::Overlay(_) | Fill::Checkout => Ok(self.start_fill(spec, path, admin, start)),
         }
     }
 
@@ -473,22 +477,19 @@ impl Repo {
     /// Turns a copy-on-write worktree whose merged files were copied to its path into a
     /// plain one (`--keep-worktrees`): grove's own git may then work there directly.
     pub fn mark_materialized(&self, worktree: &Worktree) -> Result<Worktree, GitError> {
-        let marker = worktree.admin_dir.join(OVERLAY_MARKER);
-        match std::fs::remove_file(&marker) {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(GitError::Io {
-                    action: "remove",
-                    path: marker,
-                    source,
-                });
-            }
-        }
+        forget_overlay_marker(&worktree.admin_dir)?;
         let mut plain = worktree.clone();
         plain.overlay = false;
         plain.tree = None;
         Ok(plain)
+    }
+
+    /// [`Repo::mark_materialized`] for the worktree registered at `path`.
+    pub fn forget_overlay(&self, path: &Path) -> Result<(), GitError> {
+        match self.find_admin_dir(path)? {
+            Some(admin) => forget_overlay_marker(&admin),
+            None => Ok(()),
+        }
     }
 
     /// Unregisters a worktree and deletes its directory without committing anything
@@ -698,5 +699,19 @@ fn normalize(path: &Path) -> PathBuf {
     match (path.parent(), path.file_name()) {
         (Some(parent), Some(name)) => normalize(parent).join(name),
         _ => path.to_path_buf(),
+    }
+}
+
+/// Removes the mark of a copy-on-write worktree from its admin dir.
+fn forget_overlay_marker(admin: &Path) -> Result<(), GitError> {
+    let marker = admin.join(OVERLAY_MARKER);
+    match std::fs::remove_file(&marker) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(GitError::Io {
+            action: "remove",
+            path: marker,
+            source,
+        }),
     }
 }

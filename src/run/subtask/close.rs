@@ -19,7 +19,7 @@ use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
 use crate::run::report::SubtaskReport;
 use crate::run::subtask::SubtaskError;
-use crate::run::subtask::prepare::{keep_worktree, remove_worktree};
+use crate::run::subtask::trees::{keep_worktree, remove_worktree};
 use crate::store::StoreError;
 use crate::store::journal::{Entry, SubtaskOutcome};
 use crate::text::truncate;

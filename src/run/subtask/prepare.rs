@@ -12,7 +12,7 @@
 use crate::text::output_tail;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -21,8 +21,9 @@ use crate::git::{BaseTree, CommitId, GitError, Repo, Worktree, WorktreeSpec};
 use crate::run::context::{RunContext, lock};
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::{CopyError, FileProblem, SetupEnd, SubtaskError};
+use crate::run::subtask::trees;
 use crate::settings::config::{CopyPathError, check_copy_path};
-use crate::tools::tree::{self, Layers, OverlayError, OverlayTree, TreeHost, WorktreeMode};
+use crate::tools::tree::WorktreeMode;
 use crate::tools::{ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
 
 /// How much of a failed setup command's output the subtask's reason shows: its end,
@@ -247,110 +248,17 @@ pub(crate) async fn create_worktree(
     };
     let worktree = recovered.map_err(|source| SubtaskError::Worktree { source })?;
     match (worktree.is_overlay(), &base) {
-        (true, Some(base)) => mount(&worktree, &base.tree).await,
+        (true, Some(base)) => trees::mount(&worktree, &base.tree).await,
         (true, None) => {
             // A resumed run's copy-on-write worktree, in a run now making git ones.
             let base = ahead
                 .base_tree(ctx)
                 .await
                 .map_err(|source| SubtaskError::Worktree { source })?;
-            mount(&worktree, &base.tree).await
+            trees::mount(&worktree, &base.tree).await
         }
         (false, _) => Ok(worktree),
     }
-}
-
-/// Mounts a copy-on-write worktree over `lower` in a tree host of its own (its upper
-/// directory keeps what an earlier attempt changed), registers the tree, and returns the
-/// worktree with its git run inside.
-async fn mount(worktree: &Worktree, lower: &Path) -> Result<Worktree, SubtaskError> {
-    let layers = Layers::beside(lower, worktree.path());
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| SubtaskError::Tree {
-            source: OverlayError::Io {
-                action: "give the tree its .git file at",
-                path,
-                source,
-            },
-        }
-    };
-    // The merged tree hides what git left at the path: its `.git` file goes in the upper
-    // directory, so that git inside the tree (the worker's, grove's) finds the worktree.
-    std::fs::create_dir_all(&layers.upper).map_err(io(&layers.upper))?;
-    let pointer = layers.upper.join(".git");
-    std::fs::copy(worktree.path().join(".git"), &pointer).map_err(io(&pointer))?;
-    let host = TreeHost::start(layers)
-        .await
-        .map_err(|source| SubtaskError::Tree { source })?;
-    let tree = Arc::new(OverlayTree::new(host));
-    let namespace = Some(Arc::clone(tree.namespace_ref()));
-    tree::register(tree);
-    Ok(worktree.clone().with_tree(namespace))
-}
-
-/// Removes subtask `id`'s worktree once its work is kept (merged or archived): a
-/// copy-on-write one is committed, its host stopped, its upper and work directories
-/// removed and its registration deleted, never the base or the repository; a git one
-/// as [`Repo::remove_worktree`](crate::git::Repo::remove_worktree) does.
-pub(crate) async fn remove_worktree(
-    ctx: &RunContext,
-    worktree: &Worktree,
-) -> Result<(), SubtaskError> {
-    if !worktree.is_overlay() {
-        return ctx
-            .repo
-            .remove_worktree(worktree)
-            .await
-            .map_err(|source| SubtaskError::Worktree { source });
-    }
-    ctx.repo
-        .checkpoint(worktree, "final state before removal")
-        .await
-        .map_err(|source| SubtaskError::Worktree { source })?;
-    let layers = unmount(worktree).await;
-    if let Some(layers) = layers {
-        tree::overlay::remove_own_dirs(&layers).map_err(|source| SubtaskError::Tree { source })?;
-    }
-    ctx.repo
-        .unregister_worktree(worktree)
-        .await
-        .map_err(|source| SubtaskError::Worktree { source })
-}
-
-/// Keeps subtask `id`'s worktree for the user (`--keep-worktrees`): a copy-on-write one
-/// is copied out of its tree into its own path, a directory their own tools open, and its
-/// host stopped; returns the worktree as it now is.
-pub(crate) async fn keep_worktree(worktree: &Worktree) -> Result<Worktree, SubtaskError> {
-    let Some(namespace) = worktree.tree().cloned() else {
-        return Ok(worktree.clone());
-    };
-    let (from, to) = (
-        namespace.grove_root().to_path_buf(),
-        worktree.path().to_path_buf(),
-    );
-    tokio::task::spawn_blocking(move || tree::overlay::materialize(&from, &to))
-        .await
-        .map_err(|error| SubtaskError::Tree {
-            source: OverlayError::Io {
-                action: "copy out",
-                path: worktree.path().to_path_buf(),
-                source: std::io::Error::other(error),
-            },
-        })?
-        .map_err(|source| SubtaskError::Tree { source })?;
-    if let Some(layers) = unmount(worktree).await {
-        tree::overlay::remove_own_dirs(&layers).map_err(|source| SubtaskError::Tree { source })?;
-    }
-    Ok(worktree.clone().with_tree(None))
-}
-
-/// Stops the tree host of `worktree` and forgets its tree; its layers, if it had one.
-async fn unmount(worktree: &Worktree) -> Option<Layers> {
-    let tree = tree::unregister(worktree.path())?;
-    let layers = Layers::beside(Path::new("/"), worktree.path());
-    tree.release().await;
-    Some(layers)
 }
 
 /// Copies the local-only files into subtask `id`'s worktree and runs the setup command

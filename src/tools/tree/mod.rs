@@ -231,6 +231,15 @@ pub fn unregister(path: &Path) -> Option<Arc<dyn TreeAccess>> {
     Some(trees.remove(at))
 }
 
+/// The trees registered at or beneath `dir` (a run's worktrees).
+pub fn registered_beneath(dir: &Path) -> Vec<Arc<dyn TreeAccess>> {
+    lock(&TREES)
+        .iter()
+        .filter(|known| known.path().starts_with(dir))
+        .cloned()
+        .collect()
+}
+
 /// The tree `path` lies in (the tree's root or beneath it), if one is registered.
 pub fn tree_of(path: &Path) -> Option<Arc<dyn TreeAccess>> {
     lock(&TREES)
