@@ -68,7 +68,7 @@ impl ConfinedRoot {
     }
 
     /// The root's ambient path as grove's process reaches it (for the directory walker).
-    pub(crate) fn root(&self) -> &Path {
+    pub(crate) fn reach(&self) -> &Path {
         &self.reach
     }
 
@@ -384,7 +384,7 @@ mod tests {
             PathBuf::from("b/c")
         );
         assert_eq!(confined.relative(".").unwrap(), PathBuf::from("."));
-        let absolute = confined.root().join("src/main.rs");
+        let absolute = confined.reach().join("src/main.rs");
         assert_eq!(
             confined.relative(absolute.to_str().unwrap()).unwrap(),
             PathBuf::from("src/main.rs"),
@@ -392,7 +392,7 @@ mod tests {
         );
         assert_eq!(
             confined
-                .relative(confined.root().to_str().unwrap())
+                .relative(confined.reach().to_str().unwrap())
                 .unwrap(),
             PathBuf::from(".")
         );
@@ -430,7 +430,7 @@ mod tests {
     #[test]
     fn escape_errors_are_recognised() {
         let (_temp, confined) = confined();
-        std::os::unix::fs::symlink("/etc", confined.root().join("etc")).unwrap();
+        std::os::unix::fs::symlink("/etc", confined.reach().join("etc")).unwrap();
         let err = confined.dir().open("etc/passwd").unwrap_err();
         assert!(
             is_escape(&err),

@@ -263,13 +263,16 @@ pub fn path_for_grove(path: &Path) -> PathBuf {
     }
 }
 
+/// A tree's executor, with the tree it was made for.
+type MadeExecutor = (Arc<dyn TreeAccess>, Arc<dyn CommandExecutor>);
+
 /// Runs each command through the executor of the tree its working directory lies in
 /// (the base executor itself for a plain directory): the run's one executor, routed.
 #[derive(Debug, Clone)]
 pub struct RoutedExecutor {
     base: Arc<dyn CommandExecutor>,
     /// The tree executors made so far, by tree path, with the tree they were made for.
-    made: Arc<Mutex<HashMap<PathBuf, (Arc<dyn TreeAccess>, Arc<dyn CommandExecutor>)>>>,
+    made: Arc<Mutex<HashMap<PathBuf, MadeExecutor>>>,
 }
 
 impl RoutedExecutor {
