@@ -816,3 +816,25 @@ async fn where_overlay_is_refused_auto_falls_back_in_one_line_and_forced_overlay
         "a forced overlay that the system refuses is a clear error, exit 1: {stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfined_command_that_unmounts_the_tree_leaves_it_to_the_next() {
+    let Some(scene) = Scene::mounted("unmount_in_a_tree").await else {
+        return;
+    };
+    let mount_point = scene.layers.mount_point.display().to_string();
+    let first = scene
+        .unconfined(&format!(
+            "cd / && umount -l {mount_point} && echo unmounted"
+        ))
+        .await;
+    let next = scene.unconfined("cat README").await;
+    assert_eq!(
+        (
+            first.1.contains("unmounted") || first.0 != ExecOutcome::Exited(0),
+            next
+        ),
+        (true, (ExecOutcome::Exited(0), "the base\n".to_owned())),
+        "what one command does to its mounts stays its own: the next sees the tree ({first:?})"
+    );
+}
