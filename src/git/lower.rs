@@ -54,17 +54,13 @@ impl Repo {
             .map_err(io("create a directory in", &home))?;
         let (tree, index) = (scratch.path().join("tree"), scratch.path().join("index"));
         std::fs::create_dir_all(&tree).map_err(io("create", &tree))?;
-        self.git()
-            .index_file(&index)
-            .args(["read-tree", &commit.to_string()])
-            .run()
-            .await?;
+        // One pass, as `git worktree add` checks out: the files and their stat data.
         self.inner
             .runner
             .call(self.common_dir(), &tree)
             .work_tree(&tree)
             .index_file(&index)
-            .args(["checkout-index", "--all", "--force", "-u"])
+            .args(["read-tree", "-u", "--reset", &commit.to_string()])
             .run()
             .await?;
         let made = scratch.keep();
