@@ -309,6 +309,7 @@ impl Repo {
         start: CommitId,
     ) -> Result<Worktree, GitError> {
         worktree.ready().await?;
+        worktree.check_mounted()?;
         if !self.is_ancestor(worktree.start, start)? {
             return Err(GitError::BranchDiverged {
                 branch: worktree.branch(),
@@ -325,8 +326,7 @@ impl Repo {
         .await?;
         self.inner
             .runner
-            .call(&worktree.admin_dir, &worktree.path)
-            .work_tree(&worktree.path)
+            .in_worktree(&worktree)
             .args(["reset", "--hard", "--quiet", "HEAD"])
             .run()
             .await?;

@@ -43,6 +43,24 @@ pub(crate) async fn mount(worktree: &Worktree, lower: &Path) -> Result<Worktree,
     Ok(worktree.clone().with_tree(namespace))
 }
 
+/// A copy-on-write worktree found again after grove stopped (not mounted), mounted over
+/// the run's base tree so that its changes can be committed or archived; any other
+/// worktree as it is.
+pub(crate) async fn remount(
+    ctx: &RunContext,
+    worktree: Worktree,
+) -> Result<Worktree, SubtaskError> {
+    if !worktree.is_overlay() || worktree.tree().is_some() {
+        return Ok(worktree);
+    }
+    let base = ctx
+        .repo
+        .base_tree(ctx.base)
+        .await
+        .map_err(|source| SubtaskError::Worktree { source })?;
+    mount(&worktree, &base.tree).await
+}
+
 /// Removes subtask `id`'s worktree once its work is kept (merged or archived): a
 /// copy-on-write one is committed, its host stopped, its upper and work directories
 /// removed and its registration deleted, never the base or the repository; a git one
