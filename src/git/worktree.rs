@@ -23,7 +23,7 @@ use crate::tools::tree::TreeNamespace;
 /// registration, so one half-deleted by a parallel removal fails it (`failed to read
 /// …/worktrees/10/commondir`; 2 of 10 runs of 16 parallel subtasks) and leaves an orphan.
 /// Other processes are survived by the runner's lock-retry.
-static REGISTRATION: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(super) static REGISTRATION: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Numbers the trash names of removals within this process.
 static REMOVALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -412,7 +412,7 @@ impl Repo {
     }
 
     /// Spawns the checkout of a registered worktree and returns its handle at once.
-    fn start_fill(
+    pub(super) fn start_fill(
         &self,
         spec: WorktreeSpec,
         path: PathBuf,
@@ -579,7 +579,7 @@ impl Repo {
     }
 
     /// `git worktree prune`; the caller holds [`REGISTRATION`].
-    async fn prune_unlocked(&self) -> Result<(), GitError> {
+    pub(super) async fn prune_unlocked(&self) -> Result<(), GitError> {
         self.git().args(["worktree", "prune"]).run().await.map(drop)
     }
 

@@ -335,6 +335,28 @@ pub(crate) async fn prepare(
     id: SubtaskId,
     worktree: &Worktree,
 ) -> Result<(), SubtaskError> {
+    prepare_tree(ctx, id, None, worktree).await
+}
+
+/// Prepares a worktree no worker edits (one of the run's result, where the project's
+/// check runs; `on` names it in notes) as a subtask's is: the local-only files copied
+/// in, then the setup command. A setup failure is [`SubtaskError::Setup`] of subtask 0
+/// (the caller words it for its tree).
+pub(crate) async fn prepare_check_tree(
+    ctx: &RunContext,
+    on: &str,
+    worktree: &Worktree,
+) -> Result<(), SubtaskError> {
+    prepare_tree(ctx, SubtaskId(0), Some(on), worktree).await
+}
+
+/// [`prepare`] of subtask `id`'s worktree, or of a check's tree `on`.
+async fn prepare_tree(
+    ctx: &RunContext,
+    id: SubtaskId,
+    on: Option<&str>,
+    worktree: &Worktree,
+) -> Result<(), SubtaskError> {
     let setup = &ctx.options.worktree_setup;
     let local = ctx.local_paths();
     if local.is_empty() && setup.setup.is_none() {
@@ -359,7 +381,7 @@ pub(crate) async fn prepare(
         }
     }
     match &setup.setup {
-        Some(command) => run_setup(ctx, id, worktree, command).await,
+        Some(command) => run_setup(ctx, id, on, worktree, command).await,
         None => Ok(()),
     }
 }
@@ -368,12 +390,18 @@ pub(crate) async fn prepare(
 async fn run_setup(
     ctx: &RunContext,
     id: SubtaskId,
+    on: Option<&str>,
     worktree: &Worktree,
     command: &str,
 ) -> Result<(), SubtaskError> {
     let timeout_s = ctx.options.worktree_setup.setup_timeout_s;
-    // It may take minutes (`npm ci`): say why the worker has not started yet.
-    ctx.note(format!("{id}: running the setup command `{command}`"));
+    // It may take minutes (`npm ci`): say why the worker (or the check) has not started.
+    match on {
+        None => ctx.note(format!("{id}: running the setup command `{command}`")),
+        Some(on) => ctx.note(format!(
+            "running the setup command `{command}` in the worktree of the {on}"
+        )),
+    }
     let request = ExecRequest {
         command: command.to_owned(),
         cwd: worktree.path().to_path_buf(),
@@ -395,7 +423,10 @@ async fn run_setup(
         })?;
     let status = match result.outcome {
         ExecOutcome::Exited(0) => {
-            note_setup_changes(ctx, id, worktree).await;
+            // A check's tree is never committed: what the setup left there is its own.
+            if on.is_none() {
+                note_setup_changes(ctx, id, worktree).await;
+            }
             return Ok(());
         }
         ExecOutcome::Cancelled => return Err(SubtaskError::Interrupted),
