@@ -11,9 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use tokio::io::AsyncWriteExt;
 
 use super::error::GitError;
+use crate::tools::tree::TreeNamespace;
 
 /// Config overrides passed as `-c` to every git command. Command-line config beats
 /// every config file, so nothing the repository (or the worktree) says can re-enable a
@@ -114,6 +117,9 @@ pub(crate) struct GitCall<'a> {
     env: Vec<(OsString, OsString)>,
     /// Run with the user's own identity and config lookup instead of grove's.
     user_identity: bool,
+    /// The copy-on-write tree whose namespaces the command joins (its work tree is only
+    /// there; git resolves `/proc/<host>/root/...` back to grove's own view).
+    tree: Option<Arc<TreeNamespace>>,
 }
 
 /// The variables of this process that a call made [`GitCall::with_user_identity`]
@@ -192,7 +198,18 @@ impl GitRunner {
             allowed_codes: vec![0],
             env: Vec::new(),
             user_identity: false,
+            tree: None,
         }
+    }
+
+    /// A call in `worktree`: its admin dir as the git dir, its directory as the work tree
+    /// and the working directory, inside its copy-on-write tree when it is one.
+    pub fn in_worktree(&self, worktree: &super::Worktree) -> GitCall<'_> {
+        let mut call = self
+            .call(worktree.admin_dir(), worktree.path())
+            .work_tree(worktree.path());
+        call.tree = worktree.tree().cloned();
+        call
     }
 }
 
@@ -226,6 +243,13 @@ impl GitCall<'_> {
     /// Also accepts these exit codes as answers rather than failures.
     pub fn allow_codes(mut self, codes: &[i32]) -> Self {
         self.allowed_codes.extend_from_slice(codes);
+        self
+    }
+
+    /// Uses `index` as the index file instead of the git dir's.
+    pub fn index_file(mut self, index: &Path) -> Self {
+        self.env
+            .push(("GIT_INDEX_FILE".into(), index.as_os_str().to_owned()));
         self
     }
 
@@ -318,6 +342,11 @@ impl GitCall<'_> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        if let Some(entry) = self.tree.as_ref().and_then(|tree| tree.entry(&self.cwd)) {
+            // The directory exists inside the tree; the join enters it there.
+            cmd.current_dir("/");
+            entry.at_exec(cmd.as_std_mut());
+        }
         cmd
     }
 

@@ -130,6 +130,15 @@ pub enum GitError {
         reason: Arc<GitError>,
     },
 
+    /// A copy-on-write worktree was to be committed or read while its tree host is not
+    /// running: its path shows only its `.git` file here. Not retried: the caller starts
+    /// the host again (a resume) or keeps the worktree.
+    #[error(
+        "the copy-on-write worktree at {path} is not mounted; grove will not run git on \
+         its empty mount point"
+    )]
+    TreeNotMounted { path: PathBuf },
+
     /// The background checkout stopped without reporting (its task was cancelled).
     #[error("filling the worktree at {path} stopped before it finished")]
     FillAborted { path: PathBuf },

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use super::error::GitError;
 use super::names::{CommitId, RunId, subtask_ref};
 use super::{Repo, canonical};
+use crate::tools::tree::TreeNamespace;
 
 /// Serialises every change to `<common>/worktrees/` within this process (`worktree add`,
 /// `prune`, `unlock`, and removal): parallel adds race on the common dir's locks
@@ -31,6 +32,10 @@ static REMOVALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 /// it was never fully checked out and must not be committed from.
 const FILLED_MARKER: &str = "grove-filled";
 
+/// Written into the admin dir of a copy-on-write worktree: its files are seen only
+/// inside its tree host's namespaces, never at its path in grove's own.
+const OVERLAY_MARKER: &str = "grove-overlay";
+
 /// What [`Repo::create_worktree`] needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorktreeSpec {
@@ -43,6 +48,14 @@ pub struct WorktreeSpec {
     /// Absolute path of the worktree, normally
     /// `Repo::default_worktrees_dir(run).join(n)`.
     pub path: PathBuf,
+}
+
+/// How a newly registered worktree gets its files.
+enum Fill {
+    /// A checkout in the background.
+    Checkout,
+    /// None: an overlay of the base tree whose index this is.
+    Overlay(PathBuf),
 }
 
 #[derive(Debug, Clone)]
@@ -63,9 +76,48 @@ pub struct Worktree {
     base: CommitId,
     start: CommitId,
     fill: watch::Receiver<FillState>,
+    /// A copy-on-write tree: its files are seen only inside its tree host's namespaces.
+    overlay: bool,
+    /// The tree host's namespaces, while its host runs.
+    tree: Option<Arc<TreeNamespace>>,
 }
 
 impl Worktree {
+    /// True for a copy-on-write tree (see [`Repo::create_overlay_worktree`]).
+    pub fn is_overlay(&self) -> bool {
+        self.overlay
+    }
+
+    /// The copy-on-write tree this worktree's git runs in, while its host runs.
+    pub fn tree(&self) -> Option<&Arc<TreeNamespace>> {
+        self.tree.as_ref()
+    }
+
+    /// This worktree, its git run inside `tree` (a copy-on-write tree's host), or as a
+    /// plain directory again (`None`, once its tree has been materialized there).
+    pub fn with_tree(mut self, tree: Option<Arc<TreeNamespace>>) -> Self {
+        self.tree = tree;
+        self
+    }
+
+    /// Where grove's own process reads the worktree's files.
+    pub fn files_root(&self) -> PathBuf {
+        self.tree
+            .as_ref()
+            .map_or_else(|| self.path.clone(), |tree| tree.grove_root().to_path_buf())
+    }
+
+    /// Refuses to let git touch a copy-on-write worktree whose tree is not mounted:
+    /// its path in grove's namespace holds only the `.git` file, and a commit of that
+    /// would delete every file of the branch.
+    pub fn check_mounted(&self) -> Result<(), GitError> {
+        if self.overlay && self.tree.is_none() {
+            return Err(GitError::TreeNotMounted {
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
+    }
     /// The run this worktree belongs to.
     pub fn run(&self) -> &RunId {
         &self.run
@@ -141,6 +193,14 @@ impl Repo {
     /// attempt's commits are kept, never reset); a path that is already this subtask's
     /// worktree is reused, and re-filled only if its first fill never finished.
     pub async fn create_worktree(&self, spec: WorktreeSpec) -> Result<Worktree, GitError> {
+        self.create_worktree_as(spec, Fill::Checkout).await
+    }
+
+    async fn create_worktree_as(
+        &self,
+        spec: WorktreeSpec,
+        how: Fill,
+    ) -> Result<Worktree, GitError> {
         if !spec.path.is_absolute() {
             return Err(GitError::InvalidName {
                 what: "worktree path",
@@ -229,7 +289,14 @@ impl Repo {
             })?;
         drop(guard);
         let path = canonical(&spec.path)?;
-        Ok(self.start_fill(spec, path, admin, start))
+        match how {
+            // An overlay shows the base: a branch with earlier work on it (a resume) gets
+            // its files checked out, or a checkpoint would undo that work.
+            Fill::Overlay(index) if start == spec.base => {
+                self.fill_overlay(spec, path, admin, start, &index)
+            }
+            Fill::Overlay(_) | Fill::Checkout => Ok(self.start_fill(spec, path, admin, start)),
+        }
     }
 
     /// Moves a new worktree's branch forward from where it started to `start`, a commit
@@ -242,6 +309,7 @@ impl Repo {
         start: CommitId,
     ) -> Result<Worktree, GitError> {
         worktree.ready().await?;
+        worktree.check_mounted()?;
         if !self.is_ancestor(worktree.start, start)? {
             return Err(GitError::BranchDiverged {
                 branch: worktree.branch(),
@@ -258,8 +326,7 @@ impl Repo {
         .await?;
         self.inner
             .runner
-            .call(&worktree.admin_dir, &worktree.path)
-            .work_tree(&worktree.path)
+            .in_worktree(&worktree)
             .args(["reset", "--hard", "--quiet", "HEAD"])
             .run()
             .await?;
@@ -300,10 +367,12 @@ impl Repo {
             run: run.clone(),
             subtask,
             path: normalize(path),
+            overlay: admin.join(OVERLAY_MARKER).exists(),
             admin_dir: admin,
             base,
             start,
             fill,
+            tree: None,
         }))
     }
 
@@ -331,10 +400,12 @@ impl Repo {
                 run: spec.run,
                 subtask: spec.subtask,
                 path,
+                overlay: admin.join(OVERLAY_MARKER).exists(),
                 admin_dir: admin,
                 base: spec.base,
                 start,
                 fill,
+                tree: None,
             });
         }
         Ok(self.start_fill(spec, path, admin, start))
@@ -386,7 +457,84 @@ impl Repo {
             base: spec.base,
             start,
             fill,
+            overlay: false,
+            tree: None,
         }
+    }
+
+    /// Registers the worktree of one subtask as [`Repo::create_worktree`] does, but never
+    /// checks it out: its files are an overlay of the base tree whose index is
+    /// `base_index` (copied as the worktree's own, so that git inside sees only what the
+    /// worker changed), mounted by a tree host the caller starts at its path.
+    pub async fn create_overlay_worktree(
+        &self,
+        spec: WorktreeSpec,
+        base_index: &Path,
+    ) -> Result<Worktree, GitError> {
+        let fill = Fill::Overlay(base_index.to_path_buf());
+        self.create_worktree_as(spec, fill).await
+    }
+
+    /// Marks a registered worktree as a copy-on-write one, filled from `base_index`.
+    fn fill_overlay(
+        &self,
+        spec: WorktreeSpec,
+        path: PathBuf,
+        admin: PathBuf,
+        start: CommitId,
+        base_index: &Path,
+    ) -> Result<Worktree, GitError> {
+        let io = |action: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| GitError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        let index = admin.join("index");
+        std::fs::copy(base_index, &index).map_err(io("copy the base index to", &index))?;
+        for marker in [OVERLAY_MARKER, FILLED_MARKER] {
+            let marker = admin.join(marker);
+            std::fs::write(&marker, b"").map_err(io("write", &marker))?;
+        }
+        let (_, fill) = watch::channel(FillState::Filled);
+        Ok(Worktree {
+            run: spec.run,
+            subtask: spec.subtask,
+            path,
+            admin_dir: admin,
+            base: spec.base,
+            start,
+            fill,
+            overlay: true,
+            tree: None,
+        })
+    }
+
+    /// Turns a copy-on-write worktree whose merged files were copied to its path into a
+    /// plain one (`--keep-worktrees`): grove's own git may then work there directly.
+    pub fn mark_materialized(&self, worktree: &Worktree) -> Result<Worktree, GitError> {
+        forget_overlay_marker(&worktree.admin_dir)?;
+        let mut plain = worktree.clone();
+        plain.overlay = false;
+        plain.tree = None;
+        Ok(plain)
+    }
+
+    /// [`Repo::mark_materialized`] for the worktree registered at `path`.
+    pub fn forget_overlay(&self, path: &Path) -> Result<(), GitError> {
+        match self.find_admin_dir(path)? {
+            Some(admin) => forget_overlay_marker(&admin),
+            None => Ok(()),
+        }
+    }
+
+    /// Unregisters a worktree and deletes its directory without committing anything
+    /// (the caller has: a copy-on-write worktree's files are gone with its host).
+    pub async fn unregister_worktree(&self, worktree: &Worktree) -> Result<(), GitError> {
+        self.delete_worktree(&worktree.path, &worktree.admin_dir)
+            .await
     }
 
     /// `git worktree prune`, serialised with every other registration change.
@@ -589,5 +737,19 @@ fn normalize(path: &Path) -> PathBuf {
     match (path.parent(), path.file_name()) {
         (Some(parent), Some(name)) => normalize(parent).join(name),
         _ => path.to_path_buf(),
+    }
+}
+
+/// Removes the mark of a copy-on-write worktree from its admin dir.
+fn forget_overlay_marker(admin: &Path) -> Result<(), GitError> {
+    let marker = admin.join(OVERLAY_MARKER);
+    match std::fs::remove_file(&marker) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(GitError::Io {
+            action: "remove",
+            path: marker,
+            source,
+        }),
     }
 }

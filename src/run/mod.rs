@@ -133,5 +133,8 @@ async fn lead_then_finish(
     let stopped = matches!(lead.failure, Some(LeadFailure::Interrupted));
     let checked = result_check::check_result(ctx, &subtasks, stopped).await?;
     subtasks.wait().await;
+    // Copy-on-write trees live only as long as grove: those the run leaves become
+    // directories the user (and a resume) can open.
+    subtask::trees::release_trees(ctx).await;
     finish::finish(ctx, subtasks.reports(), lead, checked).await
 }

@@ -19,6 +19,7 @@ use crate::settings::options::{
     CheckOptions, History, ModelNames, RunOptions, SubtaskCheck, TurnCaps, WorktreeSetup,
     default_jobs,
 };
+use crate::tools::tree::WorktreeMode;
 
 /// Where the file lives, relative to the repository root.
 pub const CONFIG_PATH: &str = ".grove/config.toml";
@@ -147,6 +148,9 @@ pub struct RunSettings {
     pub copy: Option<Vec<String>>,
     /// Where runs' worktrees go (`[worktree] dir`), instead of the user's cache directory.
     pub worktrees_dir: Option<PathBuf>,
+    /// `[worktree] mode`: copy-on-write trees, git worktrees, or whichever this system
+    /// allows.
+    pub worktree_mode: Option<WorktreeMode>,
     /// `[workers] pass_env`: extra variables an external worker CLI gets by name.
     pub pass_env: Option<Vec<String>>,
     /// `history`: what the user's branch gets, squashed commits or the merge graph.
@@ -195,6 +199,7 @@ impl RunSettings {
             setup_timeout_s: self.setup_timeout_s.or(lower.setup_timeout_s),
             copy: self.copy.or(lower.copy),
             worktrees_dir: self.worktrees_dir.or(lower.worktrees_dir),
+            worktree_mode: self.worktree_mode.or(lower.worktree_mode),
             pass_env: self.pass_env.or(lower.pass_env),
             history: self.history.or(lower.history),
             check: self.check.or(lower.check),
@@ -229,6 +234,7 @@ impl RunSettings {
             copy: self.copy.unwrap_or_default(),
         };
         options.worktrees_dir = self.worktrees_dir;
+        options.worktree_mode = self.worktree_mode.unwrap_or_default();
         options.worker_pass_env = self.pass_env.unwrap_or_default();
         options.history = self.history.unwrap_or_default();
         options.check = self.check;
@@ -317,6 +323,7 @@ impl ProjectConfig {
             )?,
             copy: check.optional(worktree.copy, "worktree.copy", copy_list)?,
             worktrees_dir: check.optional(worktree.dir, "worktree.dir", worktrees_dir)?,
+            worktree_mode: check.optional(worktree.mode, "worktree.mode", worktree_mode)?,
             pass_env: check.optional(workers.pass_env, "workers.pass_env", variable_names)?,
             history: check.optional(raw.history, "history", history)?,
             check: raw
@@ -384,13 +391,14 @@ struct RawRoles {
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a table with the keys setup, setup_timeout_s, copy and dir"
+    expecting = "a table with the keys setup, setup_timeout_s, copy, dir and mode"
 )]
 struct RawWorktree {
     setup: RawValue,
     setup_timeout_s: RawValue,
     copy: RawValue,
     dir: RawValue,
+    mode: RawValue,
 }
 
 /// Turns raw values into typed ones, with errors that point into the file.
@@ -616,6 +624,14 @@ fn setup_command(value: &toml::Value) -> Result<String, ValueProblem> {
         Some(command) if !command.trim().is_empty() => Ok(command.to_owned()),
         _ => Err(expected("a shell command (a non-empty string)", value)),
     }
+}
+
+/// `[worktree] mode`: `overlay`, `git` or `auto`.
+fn worktree_mode(value: &toml::Value) -> Result<WorktreeMode, ValueProblem> {
+    value
+        .as_str()
+        .and_then(|text| text.parse().ok())
+        .ok_or_else(|| expected("\"overlay\", \"git\" or \"auto\"", value))
 }
 
 /// `[worktree] dir`: an absolute directory outside every `.git` directory (agent CLIs

@@ -281,6 +281,7 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
             setup_timeout_s: Some(config::DEFAULT_SETUP_TIMEOUT_S),
             copy: Some(vec![".env".into()]),
             worktrees_dir: Some("/var/tmp/grove-worktrees".into()),
+            worktree_mode: Some(grove::tools::tree::WorktreeMode::Auto),
             pass_env: Some(vec!["DISABLE_AUTOUPDATER".into()]),
             history: Some(History::Squash),
             check: Some(CheckOptions::new("cargo test")),

@@ -38,6 +38,7 @@ pub(crate) mod integrate;
 pub(crate) mod prepare;
 pub(crate) mod resolve;
 pub(crate) mod reviewer;
+pub(crate) mod trees;
 pub(crate) mod work;
 
 use std::collections::BTreeMap;

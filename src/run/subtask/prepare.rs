@@ -17,11 +17,13 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::git::{CommitId, GitError, Repo, Worktree, WorktreeSpec};
+use crate::git::{BaseTree, CommitId, GitError, Repo, Worktree, WorktreeSpec};
 use crate::run::context::{RunContext, lock};
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::{CopyError, FileProblem, SetupEnd, SubtaskError};
+use crate::run::subtask::trees;
 use crate::settings::config::{CopyPathError, check_copy_path};
+use crate::tools::tree::WorktreeMode;
 use crate::tools::{ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
 
 /// How much of a failed setup command's output the subtask's reason shows: its end,
@@ -108,7 +110,11 @@ pub fn check_local_files(
 /// in flight), by subtask number: registrations are serialised by git, so doing them
 /// early keeps them off the workers' critical path.
 #[derive(Default)]
-pub(crate) struct AheadWorktrees(Mutex<BTreeMap<u32, JoinHandle<Result<Worktree, GitError>>>>);
+pub(crate) struct AheadWorktrees {
+    registered: Mutex<BTreeMap<u32, JoinHandle<Result<Worktree, GitError>>>>,
+    /// The base tree copy-on-write worktrees are overlays of, made on first use.
+    base: tokio::sync::OnceCell<BaseTree>,
+}
 
 impl AheadWorktrees {
     /// Registers the worktrees of the subtasks from `next` on, as many as may run at once.
@@ -118,15 +124,34 @@ impl AheadWorktrees {
             .unwrap_or(u32::MAX)
             .min(remaining)
             .min(MAX_PREPARED_WORKTREES);
-        let mut prepared = lock(&self.0);
+        let overlay = ctx.options.worktree_mode == WorktreeMode::Overlay;
+        let base = overlay.then(|| self.base.get().cloned());
+        if base == Some(None) {
+            // The base tree is made by the first subtask that needs it.
+            return;
+        }
+        let mut prepared = lock(&self.registered);
         for n in next.number()..next.number() + count {
             let repo = ctx.repo.clone();
             let spec = ctx.worktree_spec(SubtaskId(n));
+            let base = base.clone().flatten();
             prepared.insert(
                 n,
-                tokio::spawn(async move { repo.create_worktree(spec).await }),
+                tokio::spawn(async move {
+                    match base {
+                        Some(base) => repo.create_overlay_worktree(spec, &base.index).await,
+                        None => repo.create_worktree(spec).await,
+                    }
+                }),
             );
         }
+    }
+
+    /// The base tree of the run's copy-on-write worktrees, made on first use.
+    async fn base_tree(&self, ctx: &RunContext) -> Result<&BaseTree, GitError> {
+        self.base
+            .get_or_try_init(|| ctx.repo.base_tree(ctx.base))
+            .await
     }
 
     /// Removes the worktree registered ahead for `id`, at the base, with its branch: the
@@ -140,19 +165,19 @@ impl AheadWorktrees {
 
     /// The worktree registered ahead for `id`, if there is one.
     async fn take(&self, id: SubtaskId) -> Option<Result<Worktree, GitError>> {
-        let handle = lock(&self.0).remove(&id.number())?;
+        let handle = lock(&self.registered).remove(&id.number())?;
         handle.await.ok()
     }
 
     /// Removes the worktrees registered ahead that no subtask used, with their branches
     /// (which hold nothing but the base).
     pub(crate) async fn remove_unused(&self, ctx: &RunContext) {
-        let unused = std::mem::take(&mut *lock(&self.0));
+        let unused = std::mem::take(&mut *lock(&self.registered));
         for (n, handle) in unused {
             let Ok(Ok(worktree)) = handle.await else {
                 continue;
             };
-            if let Err(error) = ctx.repo.remove_worktree(&worktree).await {
+            if let Err(error) = remove_unmounted(ctx, &worktree).await {
                 ctx.note(format!("could not remove unused worktree {n}: {error}"));
             }
             if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, n).await {
@@ -164,7 +189,7 @@ impl AheadWorktrees {
 
 /// Removes `worktree` and its branch, which hold nothing but the base.
 async fn discard_worktree(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) {
-    if let Err(error) = ctx.repo.remove_worktree(worktree).await {
+    if let Err(error) = remove_unmounted(ctx, worktree).await {
         ctx.note(format!(
             "{id}: could not remove its worktree at the base: {error}"
         ));
@@ -173,6 +198,16 @@ async fn discard_worktree(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) 
         ctx.note(format!(
             "{id}: could not remove its branch at the base: {error}"
         ));
+    }
+}
+
+/// Removes a worktree that was never mounted: a copy-on-write one's registration holds
+/// nothing to commit (its upper directory was never made), a git one is committed first.
+async fn remove_unmounted(ctx: &RunContext, worktree: &Worktree) -> Result<(), GitError> {
+    if worktree.is_overlay() {
+        ctx.repo.unregister_worktree(worktree).await
+    } else {
+        ctx.repo.remove_worktree(worktree).await
     }
 }
 
@@ -212,17 +247,38 @@ pub(crate) async fn create_worktree(
     start: Option<CommitId>,
 ) -> Result<Worktree, SubtaskError> {
     let mut spec = ctx.worktree_spec(id);
+    let base = match ctx.options.worktree_mode {
+        WorktreeMode::Overlay => Some(
+            ahead
+                .base_tree(ctx)
+                .await
+                .map_err(|source| SubtaskError::Worktree { source })?
+                .clone(),
+        ),
+        _ => None,
+    };
+    // Only a worktree that starts at the run's base is an overlay of its base tree; one
+    // that starts from the result gets a checkout.
+    let make = |spec: WorktreeSpec| {
+        let base = base.clone().filter(|_| spec.base == ctx.base);
+        async move {
+            match base {
+                Some(base) => ctx.repo.create_overlay_worktree(spec, &base.index).await,
+                None => ctx.repo.create_worktree(spec).await,
+            }
+        }
+    };
     let created = match start.filter(|start| *start != ctx.base) {
         // The worktree registered ahead is at the base: never the one to use.
         Some(start) => {
             ahead.discard(ctx, id).await;
             clear_base_branch(ctx, id, &spec).await;
             spec.base = start;
-            ctx.repo.create_worktree(spec.clone()).await
+            make(spec.clone()).await
         }
         None => match ahead.take(id).await {
             Some(prepared) => prepared,
-            None => ctx.repo.create_worktree(spec.clone()).await,
+            None => make(spec.clone()).await,
         },
     };
     let stray = match created {
@@ -251,11 +307,25 @@ pub(crate) async fn create_worktree(
                 path.display(),
                 aside.display()
             ));
-            ctx.repo.create_worktree(spec).await
+            make(spec).await
         }
         Ok(created) => created,
     };
-    recovered.map_err(|source| SubtaskError::Worktree { source })
+    let worktree = recovered.map_err(|source| SubtaskError::Worktree { source })?;
+    if !worktree.is_overlay() {
+        return Ok(worktree);
+    }
+    // A resumed run's copy-on-write worktree is mounted again, in any mode.
+    let lower = match base {
+        Some(base) => base.tree,
+        None => ahead
+            .base_tree(ctx)
+            .await
+            .map_err(|source| SubtaskError::Worktree { source })?
+            .tree
+            .clone(),
+    };
+    trees::mount(&worktree, &lower).await
 }
 
 /// Copies the local-only files into subtask `id`'s worktree and runs the setup command
@@ -302,7 +372,7 @@ async fn prepare_tree(
             .set_local_files(worktree, &local)
             .map_err(|source| SubtaskError::RecordLocalFiles { source })?;
         for path in &local {
-            copy_into(&ctx.user_root, worktree.path(), path).map_err(|source| {
+            copy_into(&ctx.user_root, &worktree.files_root(), path).map_err(|source| {
                 SubtaskError::Copy {
                     path: path.clone(),
                     source,

@@ -59,7 +59,7 @@ use crate::run::subtask::commit::{self, Committed};
 use crate::run::subtask::error::SubtaskError;
 use crate::run::subtask::prepare::{self, AheadWorktrees};
 use crate::run::subtask::work::{self, Assignment};
-use crate::run::subtask::{check, close, reviewer};
+use crate::run::subtask::{check, close, reviewer, trees};
 use crate::store::StoreError;
 use crate::store::journal::{
     ContextMode, Entry, Finding, SubtaskKind, SubtaskOutcome, VerdictKind,
@@ -604,11 +604,16 @@ pub(crate) async fn close_interrupted(
         );
     }
     let spec = ctx.worktree_spec(id);
-    let worktree = ctx
+    let found = ctx
         .repo
         .find_worktree(&ctx.run, id.number(), ctx.base, &spec.path)
         .ok()
         .flatten();
+    // A copy-on-write one is mounted again, so that its close archives what it holds.
+    let worktree = match found {
+        Some(found) => trees::remount(ctx, found).await.ok(),
+        None => None,
+    };
     close::close(ctx, env.queue, env.tasks, id, report, worktree.as_ref()).await
 }
 
