@@ -153,6 +153,19 @@ impl GitRunner {
         }
     }
 
+    /// The value git's processes see for environment variable `name`: the extra
+    /// environment first, then grove's own.
+    pub fn env_var(&self, name: &str) -> Option<OsString> {
+        self.options
+            .env
+            .iter()
+            .rev()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.clone())
+            .or_else(|| std::env::var_os(name))
+            .filter(|value| !value.is_empty())
+    }
+
     /// Records the repository-local driver config to neutralise on every call.
     pub fn set_neutralized(&mut self, overrides: Vec<String>) {
         self.neutralized = overrides;
@@ -208,6 +221,13 @@ impl GitCall<'_> {
 
     /// Lets a read-only command skip optional locks (e.g. `status` refreshing the index),
     /// so it never collides with the user's own git.
+    /// Uses the index file at `path` instead of the git dir's (`GIT_INDEX_FILE`).
+    pub fn index_file(mut self, path: &Path) -> Self {
+        self.env
+            .push(("GIT_INDEX_FILE", path.as_os_str().to_owned()));
+        self
+    }
+
     pub fn no_optional_locks(mut self) -> Self {
         self.env.push(("GIT_OPTIONAL_LOCKS", OsString::from("0")));
         self

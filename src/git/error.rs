@@ -113,6 +113,16 @@ pub enum GitError {
         base: String,
     },
 
+    /// The subtask branch has commits beyond the base, which an overlay tree (the base
+    /// plus an empty upper directory) cannot show. Not retried: the caller uses a git
+    /// worktree for it.
+    #[error("branch {branch} is at {tip}, ahead of the base {base}: it needs a git worktree")]
+    OverlayBranchAhead {
+        branch: String,
+        tip: String,
+        base: String,
+    },
+
     /// The subtask branch is checked out in another worktree that still exists on disk.
     /// Not retried: grove never lets two worktrees commit to one branch.
     #[error("branch {branch} is already checked out in the worktree at {path}")]
@@ -133,6 +143,12 @@ pub enum GitError {
     /// The background checkout stopped without reporting (its task was cancelled).
     #[error("filling the worktree at {path} stopped before it finished")]
     FillAborted { path: PathBuf },
+
+    /// An overlay upper directory uses a feature the checkpoint does not read (a
+    /// redirected directory, a metadata-only copy): committing it could lose data. Not
+    /// retried; grove mounts without those features.
+    #[error("{path} carries the overlay xattr {xattr}, which grove does not read")]
+    UpperUnsupported { path: PathBuf, xattr: &'static str },
 
     /// A compare-and-swap ref update kept losing to another writer. Retried a few times
     /// (recomputing the merge each time) before this is returned.

@@ -33,6 +33,7 @@
 
 mod apply;
 mod archive;
+mod base_tree;
 mod branch;
 mod cmd;
 mod commit;
@@ -42,7 +43,9 @@ mod local_files;
 mod location;
 mod merge;
 mod names;
+mod overlay_tree;
 mod rebuild;
+mod upper_commit;
 mod worktree;
 
 use std::path::{Path, PathBuf};
@@ -50,14 +53,16 @@ use std::sync::{Arc, Mutex};
 
 pub use apply::{ApplyOutcome, ApplyRequest, RefusalReason};
 pub use archive::{ArchivedWork, CleanReport, KeptWorktree};
+pub use base_tree::{BaseSetup, BaseTree};
 pub use cmd::{GitOptions, Identity};
 pub use commit::CommitPath;
 pub use diff::{BranchDiff, DiffStat, FileStat, Patch};
 pub use error::GitError;
 pub use merge::{MergeCheck, MergeOutcome, PairConflict};
 pub use names::{CommitId, RunId, subtask_ref};
+pub use overlay_tree::{OverlaySpec, OverlayTree};
 pub use rebuild::{RebuildPick, RebuildStep, Rebuilt};
-pub use worktree::{Worktree, WorktreeSpec};
+pub use worktree::{Worktree, WorktreeSpec, settle_deletions};
 
 use cmd::{GitCall, GitRunner};
 

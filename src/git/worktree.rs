@@ -22,10 +22,14 @@ use super::{Repo, canonical};
 /// registration, so one half-deleted by a parallel removal fails it (`failed to read
 /// …/worktrees/10/commondir`; 2 of 10 runs of 16 parallel subtasks) and leaves an orphan.
 /// Other processes are survived by the runner's lock-retry.
-static REGISTRATION: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(super) static REGISTRATION: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Numbers the trash names of removals within this process.
 static REMOVALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// This process's deletions still running in the background.
+static DELETIONS: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> =
+    std::sync::Mutex::new(Vec::new());
 
 /// Written into a worktree's admin dir once its files are complete; a worktree without
 /// it was never fully checked out and must not be committed from.
@@ -357,32 +361,31 @@ impl Repo {
         self.prune_unlocked().await
     }
 
-    /// Deletes what removals by a grove that died mid-way left in `<common>/grove/trash/`
-    /// (entries named `tree-<pid>-<n>` or `admin-<pid>-<n>` whose process is gone).
-    pub(super) async fn sweep_trash(&self) -> Result<(), GitError> {
+    /// Deletes what removals by a grove that died mid-way left in the trash folders
+    /// (`<common>/grove/trash/`, `<bases>/.trash/`: entries named `<kind>-<pid>-<n>`
+    /// whose process is gone). Called at every run's start and by `grove clean`; the
+    /// deletion itself runs in the background.
+    pub async fn sweep_trash(&self) -> Result<(), GitError> {
         let trash = self.common_dir().join("grove").join("trash");
-        let Ok(entries) = std::fs::read_dir(&trash) else {
-            return Ok(());
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let pid = name
-                .to_str()
-                .and_then(|name| name.split('-').nth(1))
-                .and_then(|pid| pid.parse::<i32>().ok());
-            let Some(pid) = pid else { continue };
-            let alive = pid == i32::try_from(std::process::id()).unwrap_or(-1)
-                || nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
-                    .map_or_else(|errno| errno != nix::errno::Errno::ESRCH, |()| true);
-            if !alive {
-                let path = entry.path();
-                tokio::fs::remove_dir_all(&path)
-                    .await
-                    .map_err(|source| GitError::Io {
-                        action: "delete",
-                        path,
-                        source,
-                    })?;
+        for folder in [&trash, &self.bases_home().join(".trash")] {
+            let Ok(entries) = std::fs::read_dir(folder) else {
+                continue;
+            };
+            let mut dead = Vec::new();
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let pid = name
+                    .to_str()
+                    .and_then(|name| name.split('-').nth(1))
+                    .and_then(|pid| pid.parse::<i32>().ok());
+                if pid.is_some_and(|pid| !process_alive(pid)) {
+                    dead.push(entry.path());
+                }
+            }
+            // Renamed first, so that a sweep by another grove never deletes the same
+            // entry twice and the trash is free of them at once.
+            for path in dead {
+                discard_in_background(&path, folder)?;
             }
         }
         // Under the lock: a removal that has just created the trash must find it there
@@ -454,17 +457,9 @@ impl Repo {
                 }
             }
         }
-        for moved in [&moved_tree, &moved_admin] {
-            match tokio::fs::remove_dir_all(moved).await {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => return Err(io("delete", moved)(source)),
-            }
-        }
-        // Under the lock: a removal that has just created the trash must find it there
-        // for its renames (a missing destination also reads as NotFound).
-        let _guard = REGISTRATION.lock().await;
-        let _ = std::fs::remove_dir(&trash);
+        // The deletion is bound by the disk (~6 s for 30,000 files): nobody waits for
+        // it. If this process ends first, the next grove's sweep finishes it.
+        delete_in_background(vec![moved_tree, moved_admin]);
         Ok(())
     }
 
@@ -552,4 +547,65 @@ fn normalize(path: &Path) -> PathBuf {
         (Some(parent), Some(name)) => normalize(parent).join(name),
         _ => path.to_path_buf(),
     }
+}
+
+/// Deletes `paths` on a thread of their own that the process need not wait for (see
+/// [`settle_deletions`]); a path already gone is fine, and a failure leaves the entry in
+/// its trash for the next sweep.
+fn delete_in_background(paths: Vec<PathBuf>) {
+    let spawned = std::thread::Builder::new()
+        .name("grove-delete".to_owned())
+        .spawn(move || {
+            for path in paths {
+                let _ = std::fs::remove_dir_all(&path);
+            }
+        });
+    if let Ok(handle) = spawned {
+        let mut pending = DELETIONS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        pending.retain(|handle| !handle.is_finished());
+        pending.push(handle);
+    }
+}
+
+/// Moves `path` into `trash` (as `gone-<pid>-<n>`) at once and deletes it in the
+/// background; deletes it in place when it cannot be renamed there (another filesystem).
+pub(super) fn discard_in_background(path: &Path, trash: &Path) -> Result<(), GitError> {
+    std::fs::create_dir_all(trash).map_err(|source| GitError::Io {
+        action: "create",
+        path: trash.to_path_buf(),
+        source,
+    })?;
+    let number = REMOVALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let moved = trash.join(format!("gone-{}-{number}", std::process::id()));
+    match std::fs::rename(path, &moved) {
+        Ok(()) => delete_in_background(vec![moved]),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(_) => delete_in_background(vec![path.to_path_buf()]),
+    }
+    Ok(())
+}
+
+/// Waits until every deletion this process started in the background has finished
+/// (tests and benchmarks that look at the disk; a run never needs to).
+pub async fn settle_deletions() {
+    let pending = std::mem::take(
+        &mut *DELETIONS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    let _ = tokio::task::spawn_blocking(move || {
+        for handle in pending {
+            let _ = handle.join();
+        }
+    })
+    .await;
+}
+
+/// True unless process `pid` is known to be gone (`ESRCH`); this process is alive.
+pub(super) fn process_alive(pid: i32) -> bool {
+    pid == i32::try_from(std::process::id()).unwrap_or(-1)
+        || nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            .map_or_else(|errno| errno != nix::errno::Errno::ESRCH, |()| true)
 }

@@ -7,6 +7,7 @@ mod archive;
 mod commit;
 mod diff;
 mod merge;
+mod overlay;
 mod sealed;
 mod worktree;
 

@@ -1,0 +1,295 @@
+//! Overlay trees on the real kernel: a base tree checked out once, a worker's overlay
+//! mounted in a user and mount namespace (`unshare -Urm`), and checkpoints read from its
+//! upper directory, held to what `git add --all` records on a plain checkout.
+//!
+//! Where the kernel refuses unprivileged overlay mounts, each test says so and passes
+//! without asserting (there is nothing to hold the code to there).
+
+use std::path::Path;
+use std::process::Command;
+
+use grove::git::{OverlaySpec, OverlayTree, Repo, settle_deletions};
+use pretty_assertions::assert_eq;
+
+use super::run_id;
+use crate::support::git_fixture::{GitFixture, git_in, sealed_env};
+
+/// The changes a worker makes, as a shell script run in its tree: every kind an upper
+/// directory records (changed, new, executable bit on and off, symlink, deleted file,
+/// deleted directory, a directory deleted and made again, a renamed directory), plus
+/// what a checkpoint must leave out (ignored files and directories, a file a changed
+/// `.gitignore` ignores, a nested repository).
+const WORKER_CHANGES: &str = "\
+set -e
+echo changed >> README
+rm src/util.rs
+chmod +x src/lib.rs
+chmod -x run.sh
+rm -rf docs && mkdir docs && echo fresh > docs/c.md
+rm -rf deep
+mv keep kept
+ln -s README readme-link
+ln -s ../README src/up-link
+echo new > new.txt
+mkdir -p brand/new/dir && echo deep > brand/new/dir/file
+echo log > debug.log
+mkdir build && echo out > build/out.o
+echo '*.tmp' >> .gitignore && echo t > scratch.tmp
+echo ignored-but-tracked >> vendor/tracked.log
+echo new-in-ignored > vendor/more.log
+mkdir nested && echo inner > nested/f && git init -q nested
+";
+
+fn fixture() -> GitFixture {
+    let fixture = GitFixture::with_files(&[
+        ("README", "hello\n"),
+        ("src/lib.rs", "pub fn answer() -> u32 { 42 }\n"),
+        ("src/util.rs", "pub fn double(x: u32) -> u32 { x * 2 }\n"),
+        ("run.sh", "#!/bin/sh\necho run\n"),
+        ("docs/a.md", "a\n"),
+        ("docs/b.md", "b\n"),
+        ("keep/x", "x\n"),
+        ("deep/dir/f", "f\n"),
+        (".gitignore", "*.log\nbuild/\n"),
+    ]);
+    std::fs::set_permissions(
+        fixture.repo.join("run.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    fixture.write("vendor/tracked.log", "tracked despite the rule\n");
+    fixture.git(&["add", "--force", "vendor/tracked.log", "run.sh"]);
+    fixture.git(&["commit", "--quiet", "-m", "tracked log, executable script"]);
+    fixture
+}
+
+/// Runs `script` in `tree`'s overlay, mounted in a fresh user and mount namespace;
+/// `None` when the kernel refuses the mount (the caller skips).
+fn in_overlay(fixture: &GitFixture, tree: &OverlayTree, script: &str) -> Option<String> {
+    let mount = format!(
+        "mount -t overlay overlay -o '{}' '{}' || exit 97\ncd '{}'\n{script}",
+        tree.mount_options().to_str().unwrap(),
+        tree.path().display(),
+        tree.path().display(),
+    );
+    let output = Command::new("unshare")
+        .args(["-Urm", "sh", "-c", &mount])
+        .envs(sealed_env(&fixture.home()))
+        .envs(tree.git_env())
+        .output()
+        .unwrap();
+    if output.status.code() == Some(97) || !output.status.success() && output.stdout.is_empty() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if stderr.contains("mount") || stderr.contains("unshare") {
+            eprintln!("skipped: the kernel refuses an unprivileged overlay mount here: {stderr}");
+            return None;
+        }
+        panic!("the script failed in the overlay: {stderr}");
+    }
+    assert!(
+        output.status.success(),
+        "the script failed in the overlay: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Some(String::from_utf8(output.stdout).unwrap())
+}
+
+async fn overlay_tree(repo: &Repo, fixture: &GitFixture, n: u32) -> OverlayTree {
+    let base = repo.base_tree(fixture.rev("HEAD"), None).await.unwrap();
+    repo.create_overlay_tree(OverlaySpec {
+        run: run_id(),
+        subtask: n,
+        base,
+        path: repo.default_worktrees_dir(&run_id()).join(n.to_string()),
+    })
+    .await
+    .unwrap()
+}
+
+/// The tree `git add --all` records after `script` on a plain checkout of `HEAD` (the
+/// nested repository left out, as a checkpoint leaves it).
+fn plain_tree(fixture: &GitFixture, script: &str) -> String {
+    let plain = fixture.dir.path().join("plain-checkout");
+    fixture.git(&[
+        "worktree",
+        "add",
+        "--quiet",
+        "--detach",
+        plain.to_str().unwrap(),
+        "HEAD",
+    ]);
+    let status = Command::new("sh")
+        .args(["-c", script])
+        .current_dir(&plain)
+        .envs(sealed_env(&fixture.home()))
+        .status()
+        .unwrap();
+    assert!(status.success(), "the script runs on the plain checkout");
+    let home = fixture.home();
+    git_in(&home, &plain, &["add", "--all", "--", ".", ":!nested"]);
+    git_in(&home, &plain, &["write-tree"])
+}
+
+fn tree_of(fixture: &GitFixture, commit: &str) -> String {
+    fixture.git(&["rev-parse", &format!("{commit}^{{tree}}")])
+}
+
+#[tokio::test]
+async fn an_upper_dir_checkpoint_records_what_git_add_all_records_on_a_plain_checkout() {
+    let fixture = fixture();
+    let repo = fixture.open().await;
+    let tree = overlay_tree(&repo, &fixture, 1).await;
+    let Some(_) = in_overlay(&fixture, &tree, WORKER_CHANGES) else {
+        return;
+    };
+
+    let commit = repo
+        .checkpoint_upper(&tree, "S1: work")
+        .await
+        .unwrap()
+        .expect("the changes make a commit");
+
+    let expected = plain_tree(&fixture, WORKER_CHANGES);
+    assert_eq!(
+        tree_of(&fixture, &commit.to_string()),
+        expected,
+        "the upper directory's commit has exactly the tree git add --all gives on a plain \
+         checkout: {}",
+        fixture.git(&["diff", "--stat", &expected, &commit.to_string()])
+    );
+    assert_eq!(
+        repo.ref_target(&tree.branch_ref()).unwrap(),
+        Some(commit),
+        "the branch moved to the checkpoint"
+    );
+    assert_eq!(
+        repo.checkpoint_upper(&tree, "S1: again").await.unwrap(),
+        None,
+        "nothing changed since: no empty commit"
+    );
+    assert_eq!(
+        repo.upper_git_dir_paths(&tree).await.unwrap(),
+        vec!["nested".to_owned()],
+        "the nested repository is listed as left out"
+    );
+}
+
+#[tokio::test]
+async fn a_later_checkpoint_starts_from_the_base_so_a_deleted_new_file_is_gone() {
+    let fixture = fixture();
+    let repo = fixture.open().await;
+    let tree = overlay_tree(&repo, &fixture, 2).await;
+    let Some(_) = in_overlay(
+        &fixture,
+        &tree,
+        "echo one > made.txt && echo two > kept.txt",
+    ) else {
+        return;
+    };
+    let first = repo.checkpoint_upper(&tree, "one").await.unwrap().unwrap();
+    in_overlay(&fixture, &tree, "rm made.txt && echo more >> README").unwrap();
+
+    let second = repo.checkpoint_upper(&tree, "two").await.unwrap().unwrap();
+
+    assert_eq!(
+        fixture.git(&[
+            "diff",
+            "--name-status",
+            &first.to_string(),
+            &second.to_string()
+        ]),
+        "M\tREADME\nD\tmade.txt",
+        "a file made and deleted again leaves no whiteout, and is still deleted"
+    );
+    assert_eq!(
+        fixture.git(&["rev-parse", &format!("{second}^")]),
+        first.to_string(),
+        "checkpoints chain on the branch"
+    );
+}
+
+#[tokio::test]
+async fn the_workers_git_status_inside_the_overlay_shows_only_its_changes() {
+    let fixture = fixture();
+    let repo = fixture.open().await;
+    let tree = overlay_tree(&repo, &fixture, 3).await;
+    let Some(before) = in_overlay(
+        &fixture,
+        &tree,
+        "echo changed >> README && echo new > new.txt && git status --porcelain",
+    ) else {
+        return;
+    };
+    assert_eq!(
+        before, " M README\n?? new.txt\n",
+        "the worker's git sees its branch, its index and only its own changes"
+    );
+    repo.checkpoint_upper(&tree, "work").await.unwrap().unwrap();
+
+    let after = in_overlay(
+        &fixture,
+        &tree,
+        "git status --porcelain && git log --format=%s -1",
+    )
+    .unwrap();
+
+    assert_eq!(
+        after, "grove r1/3: work\n",
+        "after a checkpoint the index follows the branch: nothing is left to show"
+    );
+}
+
+#[tokio::test]
+async fn a_base_is_built_once_reused_and_removed_only_when_unheld() {
+    let fixture = fixture();
+    let repo = fixture.open().await;
+    let head = fixture.rev("HEAD");
+    let first = repo.base_tree(head, None).await.unwrap();
+    let again = repo.base_tree(head, None).await.unwrap();
+    assert_eq!(
+        (
+            first.was_built(),
+            again.was_built(),
+            first.tree_dir() == again.tree_dir()
+        ),
+        (true, false, true),
+        "the second run on the same base reuses the first one's tree"
+    );
+    assert_eq!(
+        std::fs::read_to_string(again.tree_dir().join("README")).unwrap(),
+        "hello\n"
+    );
+    assert_eq!(
+        repo.remove_unused_bases(None).unwrap(),
+        Vec::<std::path::PathBuf>::new(),
+        "a held base is never removed"
+    );
+    drop((first, again));
+    let removed = repo.remove_unused_bases(None).unwrap();
+    settle_deletions().await;
+    assert_eq!(removed.len(), 1, "the unheld base is removed");
+    assert!(!removed[0].exists(), "its files are gone");
+}
+
+#[tokio::test]
+async fn a_half_made_base_folder_is_replaced_by_a_complete_one() {
+    let fixture = fixture();
+    let repo = fixture.open().await;
+    let head = fixture.rev("HEAD");
+    let folder = repo.bases_home().join(head.to_string());
+    std::fs::create_dir_all(folder.join("tree/src")).unwrap();
+    std::fs::write(folder.join("tree/src/lib.rs"), "half").unwrap();
+
+    let base = repo.base_tree(head, None).await.unwrap();
+
+    assert_eq!(
+        std::fs::read_to_string(base.tree_dir().join("src/lib.rs")).unwrap(),
+        "pub fn answer() -> u32 { 42 }\n",
+        "a folder without the complete record is rebuilt"
+    );
+    assert!(base.was_built());
+    assert!(
+        Path::new(&base.index_path()).is_file(),
+        "the base has its index"
+    );
+}
