@@ -62,6 +62,7 @@ pub use merge::{MergeCheck, MergeOutcome, PairConflict};
 pub use names::{CommitId, RunId, subtask_ref};
 pub use overlay_tree::{OverlaySpec, OverlayTree};
 pub use rebuild::{RebuildPick, RebuildStep, Rebuilt};
+pub use upper_commit::UpperSource;
 pub use worktree::{Worktree, WorktreeSpec, settle_deletions};
 
 use cmd::{GitCall, GitRunner};

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use super::base_tree::BaseTree;
 use super::error::GitError;
 use super::names::{CommitId, RunId, subtask_ref};
+use super::upper_commit::UpperSource;
 use super::worktree::{REGISTRATION, admin_head, discard_in_background};
 use super::{Repo, canonical};
 
@@ -131,6 +132,18 @@ impl OverlayTree {
         options.push(escape_mount_path(&self.work_dir()));
         options.push(",userxattr,redirect_dir=nofollow,metacopy=off");
         options
+    }
+
+    /// What a checkpoint of this tree reads (see [`Repo::checkpoint_upper`]).
+    pub fn upper_source(&self) -> UpperSource {
+        UpperSource {
+            run: self.run.clone(),
+            subtask: self.subtask,
+            admin_dir: self.admin_dir.clone(),
+            upper: self.upper_dir(),
+            lower: self.lower_dir(),
+            base: self.base(),
+        }
     }
 
     /// The `GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_<i>`/`GIT_CONFIG_VALUE_<i>` variables that

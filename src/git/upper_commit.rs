@@ -30,7 +30,7 @@ use super::Repo;
 use super::error::GitError;
 use super::local_files;
 use super::names::CommitId;
-use super::overlay_tree::OverlayTree;
+use super::names::{RunId, subtask_ref};
 use crate::tools::git_pointer::{is_git_dir_name, is_git_repository};
 
 /// Git's tree entry modes.
@@ -113,6 +113,24 @@ pub(super) fn upper_tree(
     })
 }
 
+/// Where a copy-on-write tree's changes are and what they apply to: everything a
+/// checkpoint of its upper directory needs, whichever handle the tree has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpperSource {
+    /// The run, for the branch `grove/<run>/<n>` and the commit message.
+    pub run: RunId,
+    /// The subtask number `n`.
+    pub subtask: u32,
+    /// The tree's admin dir (its index and local-only files record).
+    pub admin_dir: PathBuf,
+    /// The overlay's upper directory.
+    pub upper: PathBuf,
+    /// The overlay's lower directory (the base tree's files).
+    pub lower: PathBuf,
+    /// The commit the lower directory is a checkout of.
+    pub base: CommitId,
+}
+
 impl Repo {
     /// Commits what `tree`'s upper directory holds — laid onto the base commit's tree,
     /// which its lower directory shows — on its branch, with the message `grove
@@ -126,14 +144,14 @@ impl Repo {
     /// [`Repo::checkpoint`] does.
     pub async fn checkpoint_upper(
         &self,
-        tree: &OverlayTree,
+        tree: &UpperSource,
         label: &str,
     ) -> Result<Option<CommitId>, GitError> {
         let exclude_files = self.exclude_files().await?;
         let message = format!(
             "grove {run}/{n}: {label}\n\nGrove-Run: {run}\nGrove-Subtask: {n}\n",
-            run = tree.run(),
-            n = tree.subtask(),
+            run = &tree.run,
+            n = tree.subtask,
         );
         let (repo, tree, label) = (self.clone(), tree.clone(), label.to_owned());
         tokio::task::spawn_blocking(move || {
@@ -149,15 +167,15 @@ impl Repo {
 
     /// The paths of `tree`'s upper directory that a checkpoint leaves out as git data
     /// (see [`Repo::git_dir_paths`]); tell the reviewer about them.
-    pub async fn upper_git_dir_paths(&self, tree: &OverlayTree) -> Result<Vec<String>, GitError> {
+    pub async fn upper_git_dir_paths(&self, tree: &UpperSource) -> Result<Vec<String>, GitError> {
         let exclude_files = self.exclude_files().await?;
-        let local = local_files::recorded(tree.admin_dir())?;
-        let upper = tree.upper_dir();
-        let lower = tree.lower_dir();
+        let local = local_files::recorded(&tree.admin_dir)?;
+        let upper = tree.upper.clone();
+        let lower = tree.lower.clone();
         let input = UpperInput {
             upper: &upper,
             lower: Some(&lower),
-            base_tree: self.tree_of(tree.base())?,
+            base_tree: self.tree_of(tree.base)?,
             local: &local,
             exclude_files: &exclude_files,
         };
@@ -170,18 +188,18 @@ impl Repo {
 
     fn checkpoint_upper_blocking(
         &self,
-        tree: &OverlayTree,
+        tree: &UpperSource,
         exclude_files: &[PathBuf],
         message: &str,
     ) -> Result<Option<CommitId>, GitError> {
-        let local = local_files::recorded(tree.admin_dir())?;
-        let upper = tree.upper_dir();
-        let lower = tree.lower_dir();
-        let branch = tree.branch_ref();
+        let local = local_files::recorded(&tree.admin_dir)?;
+        let upper = tree.upper.clone();
+        let lower = tree.lower.clone();
+        let branch = subtask_ref(&tree.run, tree.subtask);
         let input = UpperInput {
             upper: &upper,
             lower: Some(&lower),
-            base_tree: self.tree_of(tree.base())?,
+            base_tree: self.tree_of(tree.base)?,
             local: &local,
             exclude_files,
         };
@@ -227,11 +245,11 @@ impl Repo {
     /// entry's stat data as it is.
     fn follow_in_index(
         &self,
-        tree: &OverlayTree,
+        tree: &UpperSource,
         from: git2::Oid,
         to: git2::Oid,
     ) -> Result<(), GitError> {
-        let index_path = tree.admin_dir().join("index");
+        let index_path = tree.admin_dir.join("index");
         let write_error = |source| GitError::Write {
             what: index_path.display().to_string(),
             source,

@@ -144,7 +144,7 @@ async fn an_upper_dir_checkpoint_records_what_git_add_all_records_on_a_plain_che
     };
 
     let commit = repo
-        .checkpoint_upper(&tree, "S1: work")
+        .checkpoint_upper(&tree.upper_source(), "S1: work")
         .await
         .unwrap()
         .expect("the changes make a commit");
@@ -163,12 +163,16 @@ async fn an_upper_dir_checkpoint_records_what_git_add_all_records_on_a_plain_che
         "the branch moved to the checkpoint"
     );
     assert_eq!(
-        repo.checkpoint_upper(&tree, "S1: again").await.unwrap(),
+        repo.checkpoint_upper(&tree.upper_source(), "S1: again")
+            .await
+            .unwrap(),
         None,
         "nothing changed since: no empty commit"
     );
     assert_eq!(
-        repo.upper_git_dir_paths(&tree).await.unwrap(),
+        repo.upper_git_dir_paths(&tree.upper_source())
+            .await
+            .unwrap(),
         vec!["nested".to_owned()],
         "the nested repository is listed as left out"
     );
@@ -186,10 +190,18 @@ async fn a_later_checkpoint_starts_from_the_base_so_a_deleted_new_file_is_gone()
     ) else {
         return;
     };
-    let first = repo.checkpoint_upper(&tree, "one").await.unwrap().unwrap();
+    let first = repo
+        .checkpoint_upper(&tree.upper_source(), "one")
+        .await
+        .unwrap()
+        .unwrap();
     in_overlay(&fixture, &tree, "rm made.txt && echo more >> README").unwrap();
 
-    let second = repo.checkpoint_upper(&tree, "two").await.unwrap().unwrap();
+    let second = repo
+        .checkpoint_upper(&tree.upper_source(), "two")
+        .await
+        .unwrap()
+        .unwrap();
 
     assert_eq!(
         fixture.git(&[
@@ -224,7 +236,10 @@ async fn the_workers_git_status_inside_the_overlay_shows_only_its_changes() {
         before, " M README\n?? new.txt\n",
         "the worker's git sees its branch, its index and only its own changes"
     );
-    repo.checkpoint_upper(&tree, "work").await.unwrap().unwrap();
+    repo.checkpoint_upper(&tree.upper_source(), "work")
+        .await
+        .unwrap()
+        .unwrap();
 
     let after = in_overlay(
         &fixture,
