@@ -39,6 +39,10 @@ pub struct CleanReport {
     /// stay too). Absent from the JSON when there is none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kept_worktrees: Vec<KeptWorktree>,
+    /// Base trees of copy-on-write worktrees removed (no run held them). Absent from
+    /// the JSON when there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub removed_bases: Vec<PathBuf>,
 }
 
 /// A worktree `grove clean` kept, and the files in it that git refuses to record.
@@ -181,6 +185,7 @@ impl Repo {
                 .await?;
             report.deleted_branches.push(branch);
         }
+        report.removed_bases = self.remove_unused_bases(None)?;
         // Only empty directories go; anything left in one is not grove's to delete.
         for dir in &dirs {
             let _ = std::fs::remove_dir(dir);

@@ -137,6 +137,9 @@ pub struct RunSettings {
     /// Shell command run in each new worktree before its worker starts.
     pub setup: Option<String>,
     pub setup_timeout_s: Option<u64>,
+    /// `[worktree] per_worker`: run the setup command in every worker's tree rather than
+    /// once in the base tree that copy-on-write trees share.
+    pub setup_per_worker: Option<bool>,
     /// Untracked files copied from the repository root into each worktree.
     pub copy: Option<Vec<String>>,
     /// Where runs' worktrees go (`[worktree] dir`), instead of the user's cache directory.
@@ -183,6 +186,7 @@ impl RunSettings {
             apply: self.apply.or(lower.apply),
             setup: self.setup.or(lower.setup),
             setup_timeout_s: self.setup_timeout_s.or(lower.setup_timeout_s),
+            setup_per_worker: self.setup_per_worker.or(lower.setup_per_worker),
             copy: self.copy.or(lower.copy),
             worktrees_dir: self.worktrees_dir.or(lower.worktrees_dir),
             pass_env: self.pass_env.or(lower.pass_env),
@@ -214,6 +218,7 @@ impl RunSettings {
         options.worktree_setup = WorktreeSetup {
             setup: self.setup,
             setup_timeout_s: self.setup_timeout_s.unwrap_or(DEFAULT_SETUP_TIMEOUT_S),
+            per_worker: self.setup_per_worker.unwrap_or(false),
             copy: self.copy.unwrap_or_default(),
         };
         options.worktrees_dir = self.worktrees_dir;
@@ -301,6 +306,11 @@ impl ProjectConfig {
                 "worktree.setup_timeout_s",
                 |value| integer(value, 1, MAX_SETUP_TIMEOUT_S),
             )?,
+            setup_per_worker: check.optional(
+                worktree.per_worker,
+                "worktree.per_worker",
+                boolean,
+            )?,
             copy: check.optional(worktree.copy, "worktree.copy", copy_list)?,
             worktrees_dir: check.optional(worktree.dir, "worktree.dir", worktrees_dir)?,
             pass_env: check.optional(workers.pass_env, "workers.pass_env", variable_names)?,
@@ -350,11 +360,12 @@ struct RawRoles {
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a table with the keys setup, setup_timeout_s, copy and dir"
+    expecting = "a table with the keys setup, setup_timeout_s, per_worker, copy and dir"
 )]
 struct RawWorktree {
     setup: RawValue,
     setup_timeout_s: RawValue,
+    per_worker: RawValue,
     copy: RawValue,
     dir: RawValue,
 }
@@ -676,6 +687,10 @@ pub fn template() -> String {
 # setup = "npm ci"
 # Seconds the setup command may run, 1 to {MAX_SETUP_TIMEOUT_S}.
 # setup_timeout_s = {DEFAULT_SETUP_TIMEOUT_S}
+# With copy-on-write worktrees the setup runs once in the base tree the workers share
+# (and not again while the base commit and the command stay the same); true runs it in
+# every worker's tree instead, as with git worktrees. Default: false.
+# per_worker = false
 # Files git does not track that each worktree needs, relative to the repository root,
 # e.g. .env. Each is copied into every worktree and never committed, reviewed or merged;
 # a listed file that is missing or tracked stops the run at its start.

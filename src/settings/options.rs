@@ -146,6 +146,11 @@ pub struct WorktreeSetup {
     pub setup: Option<String>,
     /// Seconds the setup command may run before its process group is killed.
     pub setup_timeout_s: u64,
+    /// Runs `setup` in every worker's tree even where the workers share a base tree
+    /// (`[worktree] per_worker`); without it, copy-on-write trees run it once per base.
+    /// Journaled only when set, so runs that do not set it journal what they did before.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub per_worker: bool,
     /// Untracked files, relative to the repository root, copied into each worktree and
     /// never committed.
     pub copy: Vec<String>,
@@ -156,6 +161,7 @@ impl Default for WorktreeSetup {
         Self {
             setup: None,
             setup_timeout_s: DEFAULT_SETUP_TIMEOUT_S,
+            per_worker: false,
             copy: Vec::new(),
         }
     }

@@ -250,6 +250,7 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
             apply: Some(true),
             setup: Some("npm ci".into()),
             setup_timeout_s: Some(config::DEFAULT_SETUP_TIMEOUT_S),
+            setup_per_worker: Some(false),
             copy: Some(vec![".env".into()]),
             worktrees_dir: Some("/var/tmp/grove-worktrees".into()),
             pass_env: Some(vec!["DISABLE_AUTOUPDATER".into()]),
@@ -552,6 +553,7 @@ fn options_journaled_before_worktree_setup_existed_still_read() {
         worktree_setup: WorktreeSetup {
             setup: Some("npm ci".into()),
             setup_timeout_s: 42,
+            per_worker: true,
             copy: vec![".env".into()],
         },
         ..RunOptions::new("t")

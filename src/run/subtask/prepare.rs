@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::git::{CommitId, GitError, Repo, Worktree};
+use crate::git::{BaseTree, CommitId, GitError, Repo, Worktree};
 use crate::run::context::{RunContext, lock};
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::{CopyError, FileProblem, SetupEnd, SubtaskError};
@@ -234,6 +234,36 @@ pub(crate) async fn prepare(
     }
 }
 
+/// Runs the setup command once in `base`, the base tree copy-on-write worktrees share,
+/// unless it already ran there (for this commit and this command, by this run or an
+/// earlier one): every worker then starts from its result. Concurrent callers, in this
+/// process or another grove, wait for the one that runs it. `id` is the subtask whose
+/// preparation needed it (named if it fails). What setup creates is in the lower
+/// directory only, so it is never committed unless a worker changes it.
+pub(crate) async fn setup_base(
+    ctx: &RunContext,
+    id: SubtaskId,
+    base: &BaseTree,
+) -> Result<(), SubtaskError> {
+    let Some(command) = base.setup_command() else {
+        return Ok(());
+    };
+    let guard = base
+        .lock_for_setup()
+        .await
+        .map_err(|source| SubtaskError::Worktree { source })?;
+    let Some(guard) = guard else {
+        return Ok(());
+    };
+    ctx.note(format!(
+        "{id}: running the setup command `{command}` once, in the base tree the workers share"
+    ));
+    run_setup_in(ctx, id, &base.tree_dir(), command).await?;
+    guard
+        .record_done()
+        .map_err(|source| SubtaskError::Worktree { source })
+}
+
 /// Runs the setup command `command` in the worktree.
 async fn run_setup(
     ctx: &RunContext,
@@ -241,12 +271,25 @@ async fn run_setup(
     worktree: &Worktree,
     command: &str,
 ) -> Result<(), SubtaskError> {
-    let timeout_s = ctx.options.worktree_setup.setup_timeout_s;
     // It may take minutes (`npm ci`): say why the worker has not started yet.
     ctx.note(format!("{id}: running the setup command `{command}`"));
+    run_setup_in(ctx, id, worktree.path(), command).await?;
+    note_setup_changes(ctx, id, worktree).await;
+    Ok(())
+}
+
+/// Runs the setup command `command` in directory `cwd`, confined to it by the
+/// executor's setup policy.
+async fn run_setup_in(
+    ctx: &RunContext,
+    id: SubtaskId,
+    cwd: &Path,
+    command: &str,
+) -> Result<(), SubtaskError> {
+    let timeout_s = ctx.options.worktree_setup.setup_timeout_s;
     let request = ExecRequest {
         command: command.to_owned(),
-        cwd: worktree.path().to_path_buf(),
+        cwd: cwd.to_path_buf(),
         timeout: Duration::from_secs(timeout_s),
         cancel: ctx.cancel.child_token(),
         output_cap: OutputCap {
@@ -264,10 +307,7 @@ async fn run_setup(
             source,
         })?;
     let status = match result.outcome {
-        ExecOutcome::Exited(0) => {
-            note_setup_changes(ctx, id, worktree).await;
-            return Ok(());
-        }
+        ExecOutcome::Exited(0) => return Ok(()),
         ExecOutcome::Cancelled => return Err(SubtaskError::Interrupted),
         ExecOutcome::Exited(code) => SetupEnd::Exited(code),
         ExecOutcome::Signalled(signal) => SetupEnd::Signalled(signal),
@@ -538,6 +578,47 @@ mod stage_tests {
         assert_eq!(
             std::fs::read_to_string(aside.join("mine.txt")).unwrap(),
             "keep me"
+        );
+    }
+
+    #[tokio::test]
+    async fn setup_runs_once_per_base_and_setup_and_again_for_another_command() {
+        let mut run = TestRun::new(
+            &[("a.txt", "alpha\n")],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        let base = run.rev("HEAD");
+        let command = "echo ran >> ../setup-runs; mkdir -p node_modules; echo m > node_modules/m";
+        for _ in 0..2 {
+            // A fresh handle each time, as a second run on the same base gets.
+            let tree = run.ctx.repo.base_tree(base, Some(command)).await.unwrap();
+            setup_base(&run.ctx, SubtaskId(1), &tree).await.unwrap();
+            assert!(tree.is_set_up(), "the base records its setup");
+        }
+        let tree = run.ctx.repo.base_tree(base, Some(command)).await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(tree.tree_dir().join("node_modules/m")).unwrap(),
+            "m\n",
+            "what setup made is in the base tree"
+        );
+        assert_eq!(
+            std::fs::read_to_string(tree.tree_dir().join("../setup-runs")).unwrap(),
+            "ran\n",
+            "the second run on the same base and command does not run it again"
+        );
+        let other = run.ctx.repo.base_tree(base, Some("true")).await.unwrap();
+        assert!(
+            !other.is_set_up() && other.tree_dir() != tree.tree_dir(),
+            "another command gets another base, so a mounted one never changes"
+        );
+        assert_eq!(
+            run.notes(),
+            vec![format!(
+                "S1: running the setup command `{command}` once, in the base tree the workers \
+                 share"
+            )]
         );
     }
 
