@@ -287,6 +287,16 @@ fn write_admin(
     };
     let index = admin.join("index");
     std::fs::copy(base_index, &index).map_err(io("copy the base index to", &index))?;
+    // The base index's date keeps its entries from being racily clean (see `base_tree`).
+    let dated = std::fs::metadata(base_index)
+        .and_then(|meta| meta.modified())
+        .and_then(|date| {
+            std::fs::File::options()
+                .write(true)
+                .open(&index)?
+                .set_modified(date)
+        });
+    dated.map_err(io("date", &index))?;
     write("commondir", "../..\n".to_owned())?;
     write("gitdir", format!("{}\n", path.join(".git").display()))?;
     write("locked", LOCK_REASON.to_owned())?;
