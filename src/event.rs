@@ -74,6 +74,17 @@ pub enum Event {
         /// e.g. `3 files changed, 10 insertions(+), 2 deletions(-)`.
         diffstat: Option<String>,
     },
+    /// The project's check started on `on` (a subtask label, or `result`).
+    CheckStarted { on: String, command: String },
+    /// The project's check on `on` ended.
+    CheckFinished {
+        on: String,
+        command: String,
+        passed: bool,
+        /// How it ended: `exited with status 1`, `timed out after 900 s`.
+        ended: String,
+        seconds: f64,
+    },
     /// A free-form status line from the orchestrator.
     Note { message: String },
     /// A model request has been waiting `waited_ms` for `waiting_for` (sent every few

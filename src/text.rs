@@ -139,10 +139,45 @@ pub fn strip_escapes(text: &str) -> String {
     out
 }
 
+/// The last `max` characters of `text`, starting at a line when one starts near there.
+pub fn output_tail(text: &str, max: usize) -> String {
+    let text = text.trim_end();
+    let tail = last_chars(text, max);
+    if tail.len() == text.len() {
+        return text.to_owned();
+    }
+    let start = text.len() - tail.len();
+    let tail = if text[..start].ends_with('\n') {
+        tail
+    } else {
+        tail.find('\n').map_or(tail, |newline| &tail[newline + 1..])
+    };
+    format!("[… earlier output cut]\n{tail}")
+}
+
 #[cfg(test)]
 #[allow(clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_tail_keeps_the_end_from_a_line_start() {
+        assert_eq!(output_tail("short\n", 100), "short");
+        let long = (1..=50)
+            .map(|n| format!("line {n}"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(
+            output_tail(&long, 20),
+            "[… earlier output cut]\nline 49\nline 50",
+            "a line cut in the middle is left out"
+        );
+        assert_eq!(
+            output_tail(&long, 23),
+            "[… earlier output cut]\nline 48\nline 49\nline 50",
+            "a cut at a line start keeps that line"
+        );
+    }
 
     #[test]
     fn truncate_counts_characters_and_marks_the_cut() {

@@ -21,7 +21,7 @@ use crate::run::id::SubtaskId;
 use crate::settings::config::check_copy_path;
 use crate::settings::options::{ModelChoice, RunOptions};
 use crate::store::durable;
-use crate::store::journal::Entry;
+use crate::store::journal::{CheckRun, Entry};
 use crate::store::transcript;
 use crate::store::{ActiveRun, StoreError};
 use crate::tools::{CommandExecutor, Registry, ToolContext};
@@ -205,6 +205,12 @@ impl RunJournal {
     /// and wait for each other here.
     pub(crate) fn append(&self, entry: Entry) -> Result<(), StoreError> {
         durable::off_the_runtime(|| lock(&self.0).append(entry).map(|_| ()))
+    }
+
+    /// Every run of the project's check journaled so far (this process's and, on a
+    /// resume, the earlier ones'), in order.
+    pub(crate) fn checks(&self) -> Vec<CheckRun> {
+        lock(&self.0).state().checks.clone()
     }
 }
 

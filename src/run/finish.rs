@@ -12,7 +12,7 @@ use crate::agent::Ledger;
 use crate::git::{ApplyOutcome, ApplyRequest, GitError, RefusalReason};
 use crate::run::context::{DISK_FULL, RunContext};
 use crate::run::lead::{LeadEnd, LeadFailure};
-use crate::run::report::{ApplyReport, RunEnd, RunReport, SubtaskReport, Totals};
+use crate::run::report::{ApplyReport, CheckReport, RunEnd, RunReport, SubtaskReport, Totals};
 use crate::store::StoreError;
 use crate::store::journal::Entry;
 
@@ -82,6 +82,13 @@ pub(crate) async fn finish(
         summary: lead.summary,
         error,
         subtasks,
+        check: CheckReport::new(
+            ctx.options
+                .check
+                .as_ref()
+                .map(|check| check.command.clone()),
+            ctx.journal.checks(),
+        ),
         lead_ledger: lead.ledger,
         totals: Totals::from(total),
     })

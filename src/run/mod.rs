@@ -5,6 +5,7 @@
 //! - [`lead`] — the lead's loop: read-only tools plus `delegate` ([`delegate`]), which
 //!   hands each call to [`subtask`], one subtask's pipeline of stages; approved work
 //!   merges in subtask order through the [`merge_queue`].
+//! - [`check`] — the project's check on a tree (a subtask's, the result's), as evidence.
 //! - [`finish`] — the result applied to the user's branch when that is safe, the end
 //!   journaled, the report ([`report`]).
 //!
@@ -15,6 +16,7 @@
 //! the lead, and never touch the user's branch before the end.
 
 pub mod agents;
+pub mod check;
 pub mod checkout;
 pub(crate) mod context;
 pub mod delegate;

@@ -2,14 +2,16 @@
 //!
 //! The field names of [`RunReport`] and [`SubtaskReport`] are a contract (DESIGN.md):
 //! `run_id`, `status`, `base`, `result_commit`, `applied`, and per subtask `id`, `task`,
-//! `branch`, `status`, `verdict`, `steps`, `input_tokens`, `output_tokens`. Add fields,
-//! never rename them.
+//! `branch`, `status`, `kind`, `resolution`, `verdict`, `steps`, `input_tokens`,
+//! `output_tokens`, and `check: {command, status, runs}`. Add fields, never rename them.
 
 use serde::Serialize;
 
 use crate::agent::Ledger;
 use crate::git::DiffStat;
-use crate::store::journal::{Finding, RunOutcome, SubtaskOutcome, VerdictKind};
+use crate::store::journal::{
+    CheckRun, CheckStatus, Finding, ON_RESULT, RunOutcome, SubtaskKind, SubtaskOutcome, VerdictKind,
+};
 use crate::store::state::RunStatus;
 
 /// How this process's run ended (the `status` of `grove run --json`).
@@ -93,6 +95,62 @@ pub struct SubtaskReport {
     pub left_out: Vec<String>,
     pub worker_ledger: Ledger,
     pub reviewer_ledger: Ledger,
+    /// Who started it: the lead (`task`), a fixer for a red result check (`fix`), or a
+    /// resolver for a conflict (`resolve`).
+    pub kind: SubtaskKind,
+    /// How an approved subtask that conflicted got merged anyway: `resolver`. Absent
+    /// from the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<Resolution>,
+    /// The project's check on its worktree, when one ran.
+    pub check: Option<CheckRun>,
+}
+
+/// How a conflicting subtask came to be merged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Resolution {
+    /// A resolver subtask merged it with the result, and its review passed.
+    Resolver,
+}
+
+/// The project's check in the report (`check` of `grove run --json`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckReport {
+    /// `[check] command`; `None` when the project has no check.
+    pub command: Option<String>,
+    /// The last result check's status; `skipped` when none ran.
+    pub status: CheckOutcome,
+    /// Every run, in order: the subtasks' (`on: "S2"`) and the result's (`on: "result"`).
+    pub runs: Vec<CheckRun>,
+}
+
+/// Where the check on the merged result left the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckOutcome {
+    Passed,
+    Failed,
+    /// No check is configured, or nothing was merged to check.
+    Skipped,
+}
+
+impl CheckReport {
+    /// The report of `runs` of `command`: its status is the last result check's.
+    pub fn new(command: Option<String>, runs: Vec<CheckRun>) -> Self {
+        let status = runs.iter().rev().find(|run| run.on == ON_RESULT).map_or(
+            CheckOutcome::Skipped,
+            |run| match run.status {
+                CheckStatus::Passed => CheckOutcome::Passed,
+                CheckStatus::Failed => CheckOutcome::Failed,
+            },
+        );
+        Self {
+            command,
+            status,
+            runs,
+        }
+    }
 }
 
 impl SubtaskReport {
@@ -119,6 +177,9 @@ impl SubtaskReport {
             left_out: Vec::new(),
             worker_ledger: Ledger::default(),
             reviewer_ledger: Ledger::default(),
+            kind: SubtaskKind::Task,
+            resolution: None,
+            check: None,
         }
     }
 
@@ -192,6 +253,8 @@ pub struct RunReport {
     /// Why the run did not finish, when it did not.
     pub error: Option<String>,
     pub subtasks: Vec<SubtaskReport>,
+    /// The project's check: every run of it, and whether the result passed it.
+    pub check: CheckReport,
     pub lead_ledger: Ledger,
     /// Every subagent's tokens summed.
     pub totals: Totals,

@@ -27,7 +27,7 @@ use crate::run::context::{
 use crate::run::id::SubtaskId;
 use crate::run::subtask::prepare::{AheadWorktrees, create_worktree};
 use crate::settings::options::{ModelChoice, Models, RunOptions};
-use crate::store::journal::{ContextMode, Entry};
+use crate::store::journal::{ContextMode, Entry, SubtaskKind};
 use crate::store::lock::RepoLock;
 use crate::store::{RunStart, RunStore};
 use crate::tools::{LocalExecutor, Registry};
@@ -248,6 +248,7 @@ impl TestRun {
                 branch: self.ctx.run.subtask_branch(n),
                 mode: ContextMode::Isolated,
                 agent: "worker".into(),
+                kind: SubtaskKind::Task,
             })
             .unwrap();
         let ahead = AheadWorktrees::default();

@@ -15,7 +15,9 @@ use toml::Spanned;
 
 use crate::model::Provider;
 pub use crate::settings::options::DEFAULT_SETUP_TIMEOUT_S;
-use crate::settings::options::{ModelNames, RunOptions, TurnCaps, WorktreeSetup, default_jobs};
+use crate::settings::options::{
+    CheckOptions, ModelNames, RunOptions, SubtaskCheck, TurnCaps, WorktreeSetup, default_jobs,
+};
 
 /// Where the file lives, relative to the repository root.
 pub const CONFIG_PATH: &str = ".grove/config.toml";
@@ -24,7 +26,7 @@ pub const CONFIG_PATH: &str = ".grove/config.toml";
 pub const MAX_JOBS: u32 = 64;
 
 /// The longest `setup_timeout_s` accepted: one day.
-const MAX_SETUP_TIMEOUT_S: u64 = 86_400;
+pub(crate) const MAX_SETUP_TIMEOUT_S: u64 = 86_400;
 
 /// The model every role uses with `provider` when neither a flag nor the file names one.
 pub fn default_model(provider: Provider) -> &'static str {
@@ -79,6 +81,9 @@ pub enum ValueProblem {
     ListedTwice { path: String },
     #[error(transparent)]
     CopyPath(#[from] CopyPathError),
+    /// A table without a key it cannot do without.
+    #[error("the table needs `{key}`")]
+    MissingKey { key: &'static str },
 }
 
 /// Why a `worktree.copy` entry cannot name a file of the work tree.
@@ -146,6 +151,8 @@ pub struct RunSettings {
     pub worktrees_dir: Option<PathBuf>,
     /// `[workers] pass_env`: extra variables an external worker CLI gets by name.
     pub pass_env: Option<Vec<String>>,
+    /// `[check]`: the project's check.
+    pub check: Option<CheckOptions>,
 }
 
 /// What a run is given once every layer is applied.
@@ -190,6 +197,7 @@ impl RunSettings {
             copy: self.copy.or(lower.copy),
             worktrees_dir: self.worktrees_dir.or(lower.worktrees_dir),
             pass_env: self.pass_env.or(lower.pass_env),
+            check: self.check.or(lower.check),
         }
     }
 
@@ -223,6 +231,7 @@ impl RunSettings {
         };
         options.worktrees_dir = self.worktrees_dir;
         options.worker_pass_env = self.pass_env.unwrap_or_default();
+        options.check = self.check;
         options.model_names = models.clone();
         ResolvedRun {
             provider,
@@ -314,6 +323,10 @@ impl ProjectConfig {
             copy: check.optional(worktree.copy, "worktree.copy", copy_list)?,
             worktrees_dir: check.optional(worktree.dir, "worktree.dir", worktrees_dir)?,
             pass_env: check.optional(workers.pass_env, "workers.pass_env", variable_names)?,
+            check: raw
+                .check
+                .map(|table| check.check_table(table))
+                .transpose()?,
         };
         Ok(ProjectConfig {
             path: path.to_path_buf(),
@@ -338,6 +351,20 @@ struct RawFile {
     apply: RawValue,
     worktree: Option<RawWorktree>,
     workers: Option<RawWorkers>,
+    check: Option<Spanned<RawCheck>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table with the keys command, timeout_s, network, subtask and fix_attempts"
+)]
+struct RawCheck {
+    command: RawValue,
+    timeout_s: RawValue,
+    network: RawValue,
+    subtask: RawValue,
+    fix_attempts: RawValue,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -395,6 +422,58 @@ impl Checker<'_> {
                 problem,
             )
         })
+    }
+}
+
+impl Checker<'_> {
+    /// `[check]`: `command` is required, every other key has a default.
+    fn check_table(&self, table: Spanned<RawCheck>) -> Result<CheckOptions, ConfigError> {
+        let span = table.span();
+        let raw = table.into_inner();
+        let command = self
+            .optional(raw.command, "check.command", setup_command)?
+            .ok_or_else(|| {
+                invalid(
+                    self.path,
+                    self.text,
+                    &span,
+                    Some("check".to_owned()),
+                    ValueProblem::MissingKey { key: "command" },
+                )
+            })?;
+        let defaults = CheckOptions::new(command);
+        Ok(CheckOptions {
+            timeout_s: self
+                .optional(raw.timeout_s, "check.timeout_s", |value| {
+                    integer(value, 1, MAX_CHECK_TIMEOUT_S)
+                })?
+                .unwrap_or(defaults.timeout_s),
+            network: self
+                .optional(raw.network, "check.network", boolean)?
+                .unwrap_or(defaults.network),
+            subtask: self
+                .optional(raw.subtask, "check.subtask", subtask_check)?
+                .unwrap_or(defaults.subtask),
+            fix_attempts: self
+                .optional(raw.fix_attempts, "check.fix_attempts", |value| {
+                    integer(value, 0, u64::from(MAX_FIX_ATTEMPTS)).map(|n| n as u32)
+                })?
+                .unwrap_or(defaults.fix_attempts),
+            ..defaults
+        })
+    }
+}
+
+/// The longest `[check] timeout_s`: a day.
+pub(crate) const MAX_CHECK_TIMEOUT_S: u64 = 86_400;
+/// The most fixer rounds `[check] fix_attempts` may ask for.
+pub(crate) const MAX_FIX_ATTEMPTS: u32 = 10;
+
+fn subtask_check(value: &toml::Value) -> Result<SubtaskCheck, ValueProblem> {
+    match value.as_str() {
+        Some("evidence") => Ok(SubtaskCheck::Evidence),
+        Some("require") => Ok(SubtaskCheck::Require),
+        _ => Err(expected("\"evidence\" or \"require\"", value)),
     }
 }
 
@@ -623,118 +702,6 @@ pub fn check_copy_path(path: &str) -> Result<String, CopyPathError> {
         Some(_) => Ok(parts.join("/")),
     }
 }
-
-/// The commented file `grove init` writes. Every key is commented out at its built-in
-/// default (or, for keys that have none, at an example marked as such), so the file as
-/// written changes nothing until a line is uncommented.
-pub fn template() -> String {
-    let model = default_model(Provider::Anthropic);
-    let caps = TurnCaps::default();
-    format!(
-        r#"# grove's project configuration (written by `grove init`).
-#
-# Every key is optional. A flag on the command line beats this file, and this file beats
-# the built-in default shown on each line below. Uncomment a line to change it.
-# A mistake here (an unknown key, a value out of range) stops `grove run` with an error
-# naming this file, the line and the key.
-
-# The model API: "anthropic" (ANTHROPIC_API_KEY) or "openai" (OPENAI_API_KEY, and
-# OPENAI_BASE_URL for any OpenAI-compatible server). Flag: --provider.
-# provider = "anthropic"
-
-# The model of every role. Default: {model} with anthropic, {openai_model} with openai.
-# Model names here belong to this file's provider: when --provider picks another one,
-# they are not used. Flag: --model.
-# model = "{model}"
-
-# How many subtasks may run at once, 1 to {MAX_JOBS}.
-# Default: 2 per core, at most 4 ({jobs} on this machine). Flag: --jobs.
-# jobs = {jobs}
-
-# Tokens the whole run may spend; no new subtask starts once they are spent.
-# Default: no limit. Example below. Flag: --budget-tokens.
-# budget_tokens = 2000000
-
-# Tokens one subagent may spend; over it, its subtask fails.
-# Default: no limit. Example below. Flag: --subagent-budget-tokens.
-# subagent_budget_tokens = 400000
-
-# Move your branch to the result at the end, when that is safe; false leaves the result
-# on grove/<run>/result. Flags: --no-apply, --apply.
-# apply = true
-
-# A role's model, overriding `model` for that role. Default: `model`.
-# Flags: --lead-model, --worker-model, --reviewer-model.
-# [models]
-# lead = "{model}"
-# worker = "{model}"
-# reviewer = "{model}"
-
-# Turn caps per role; an agent file's own `max_turns` beats them.
-# Flag: --max-turns N (every role) or --max-turns ROLE=N.
-# [max_turns]
-# lead = {lead}
-# worker = {worker}
-# reviewer = {reviewer}
-
-# Each subtask's worktree, prepared before its worker's first turn (again on resume).
-# [worktree]
-# A shell command run in the worktree, with the same scrubbed environment (no API keys
-# or other secrets) as the agents' bash tool. If it fails or times out, the subtask fails
-# with the command's output and its worker never starts. Files it creates are committed
-# like the worker's unless .gitignore ignores them (grove names them in a note).
-# Default: none. Example below.
-# setup = "npm ci"
-# Seconds the setup command may run, 1 to {MAX_SETUP_TIMEOUT_S}.
-# setup_timeout_s = {DEFAULT_SETUP_TIMEOUT_S}
-# With copy-on-write worktrees the setup runs once in the base tree the workers share
-# (and not again while the base commit and the command stay the same); true runs it in
-# every worker's tree instead, as with git worktrees. Default: false.
-# per_worker = false
-# Files git does not track that each worktree needs, relative to the repository root,
-# e.g. .env. Each is copied into every worktree and never committed, reviewed or merged;
-# a listed file that is missing or tracked stops the run at its start.
-# Default: none. Example below.
-# copy = [".env"]
-# Where the worktrees go: <dir>/<run>/<n>, an absolute path outside any .git directory.
-# Default: the user's cache directory ($XDG_CACHE_HOME/grove or ~/.cache/grove; on macOS
-# ~/Library/Caches/grove), one folder per repository. Example below.
-# dir = "/var/tmp/grove-worktrees"
-
-# Workers run by another agent CLI (--worker-backend claude|codex|gemini|aider).
-# [workers]
-# Variables each CLI gets by name besides grove's scrubbed environment and its own
-# credentials, e.g. a CLI's own settings. Default: none. Example below.
-# pass_env = ["DISABLE_AUTOUPDATER"]
-"#,
-        openai_model = default_model(Provider::OpenAi),
-        jobs = default_jobs(),
-        lead = caps.lead,
-        worker = caps.worker,
-        reviewer = caps.reviewer,
-    )
-}
-
-/// The commented example agent file `grove init` writes next to the config.
-pub const AGENT_SAMPLE_PATH: &str = ".grove/agents/example.md.sample";
-
-/// The example agent: rename it to `<name>.md` to make it an agent the lead can name.
-pub const AGENT_SAMPLE: &str = "\
----
-description: Writes and fixes documentation; give it doc-only subtasks
-tools: [read_file, list_files, grep, write_file, edit_file]
-max_turns: 30
----
-
-This is an example agent. Rename this file to `docs.md` (any name of letters, digits, `-`
-and `_`, ending in `.md`) and the lead may delegate to it with `agent: \"docs\"`. The front
-matter sets what the lead is told about it (`description`), the worker tools it may use
-(`tools`, default all), its own `model` and `max_turns`; this text becomes its prompt,
-and the project rules (AGENTS.md or CLAUDE.md) are appended to it.
-
-You write documentation. Change only comments, doc comments and Markdown files; keep
-every statement you write true of the code as it is.
-";
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

@@ -12,6 +12,7 @@
 
 pub mod config;
 pub mod options;
+pub mod template;
 pub mod trust;
 
 pub use options::{ModelChoice, ModelNames, Models, RunOptions, TurnCaps, WorktreeSetup};

@@ -95,6 +95,10 @@ pub struct RunOptions {
     /// The environment workers' commands start from.
     #[serde(skip)]
     pub commands: CommandHost,
+    /// The project's check (`[check]`), run on each subtask and on the merged result;
+    /// `None` when the project has none.
+    #[serde(default)]
+    pub check: Option<CheckOptions>,
 }
 
 impl RunOptions {
@@ -123,6 +127,7 @@ impl RunOptions {
             sandbox: SandboxMode::On,
             allow_network: false,
             commands: CommandHost::default(),
+            check: None,
         }
     }
 }
@@ -165,6 +170,64 @@ impl Default for WorktreeSetup {
             copy: Vec::new(),
         }
     }
+}
+
+/// The check's time limit when `.grove/config.toml` does not set one.
+pub const DEFAULT_CHECK_TIMEOUT_S: u64 = 900;
+
+/// How many fixer rounds a red result check gets when `.grove/config.toml` does not say.
+pub const DEFAULT_FIX_ATTEMPTS: u32 = 2;
+
+/// The project's check (`[check]` in `.grove/config.toml`): the command that says whether
+/// a tree is green (`cargo test`, `npm test`, `python -m pytest -q`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckOptions {
+    /// Shell command run in the tree, sandboxed like a worker's `bash`, after the setup.
+    pub command: String,
+    /// Seconds it may run before its process group is killed (a timeout is a red check).
+    #[serde(default = "default_check_timeout_s")]
+    pub timeout_s: u64,
+    /// Whether it may open internet sockets.
+    #[serde(default)]
+    pub network: bool,
+    /// What a red check on a subtask's own worktree means.
+    #[serde(default)]
+    pub subtask: SubtaskCheck,
+    /// Fixer rounds a red result check gets before the run gives up on it.
+    #[serde(default = "default_fix_attempts")]
+    pub fix_attempts: u32,
+}
+
+impl CheckOptions {
+    /// A check running `command` with every other key at its default.
+    pub fn new(command: impl Into<String>) -> Self {
+        Self {
+            command: command.into(),
+            timeout_s: DEFAULT_CHECK_TIMEOUT_S,
+            network: false,
+            subtask: SubtaskCheck::default(),
+            fix_attempts: DEFAULT_FIX_ATTEMPTS,
+        }
+    }
+}
+
+fn default_check_timeout_s() -> u64 {
+    DEFAULT_CHECK_TIMEOUT_S
+}
+
+fn default_fix_attempts() -> u32 {
+    DEFAULT_FIX_ATTEMPTS
+}
+
+/// What a red check on a subtask's own worktree means (`[check] subtask`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubtaskCheck {
+    /// Evidence for the reviewer, who weighs it: a piece of a refactor may fail alone.
+    #[default]
+    Evidence,
+    /// A red check rejects the subtask whatever the reviewer says.
+    Require,
 }
 
 /// The default `--jobs`: model calls wait on the network, but workers also build and

@@ -128,6 +128,72 @@ pub struct RebuiltSubtask {
     pub conflict_paths: Vec<String>,
 }
 
+/// What a subtask is for (`kind` of a subtask in `grove run --json`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubtaskKind {
+    /// Delegated by the lead.
+    #[default]
+    Task,
+    /// Started by grove to make a red result check green.
+    Fix,
+    /// Started by grove to resolve an approved subtask's conflict with the result.
+    Resolve,
+}
+
+impl SubtaskKind {
+    /// True for a subtask the lead delegated (the journal leaves the kind out then).
+    pub fn is_task(&self) -> bool {
+        *self == Self::Task
+    }
+
+    /// The name used in JSON and messages, e.g. `fix`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Task => "task",
+            Self::Fix => "fix",
+            Self::Resolve => "resolve",
+        }
+    }
+}
+
+/// How one run of the project's check (`[check] command`) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    /// It exited with status 0.
+    Passed,
+    /// It exited with another status, was killed, or timed out.
+    Failed,
+}
+
+impl CheckStatus {
+    /// `passed` or `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Passed => "passed",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// One run of the project's check: on a subtask's worktree or on the merged result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckRun {
+    /// What it ran on: a subtask label (`S2`) or `result`.
+    pub on: String,
+    pub status: CheckStatus,
+    /// Wall-clock seconds it took.
+    pub seconds: f64,
+    /// How it ended, for a person: `exited with status 1`, `timed out after 900 s`.
+    pub ended: String,
+    /// The end of its output (stdout and stderr merged), bounded.
+    pub output_tail: String,
+}
+
+/// What `on` of a [`CheckRun`] on the merged result says.
+pub const ON_RESULT: &str = "result";
+
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -167,6 +233,9 @@ pub enum Entry {
         branch: String,
         mode: ContextMode,
         agent: String,
+        /// Left out for a subtask the lead delegated.
+        #[serde(default, skip_serializing_if = "SubtaskKind::is_task")]
+        kind: SubtaskKind,
     },
     /// The orchestrator committed a worker's worktree after turn `turn`.
     Checkpoint {
@@ -215,6 +284,11 @@ pub enum Entry {
         #[serde(default)]
         ledger: Ledger,
     },
+    /// The project's check ran (on a subtask's worktree or on the result).
+    Checked {
+        #[serde(flatten)]
+        run: CheckRun,
+    },
     /// The run stopped in a resumable state (user interrupt, budget, ...).
     Paused { reason: String },
     /// A person's decision on a subtask in `grove review`, replacing the reviewer's for
@@ -262,6 +336,7 @@ impl Entry {
             Entry::Merged { .. } => "merged",
             Entry::Conflict { .. } => "conflict",
             Entry::SubtaskFinished { .. } => "subtask_finished",
+            Entry::Checked { .. } => "checked",
             Entry::Paused { .. } => "paused",
             Entry::HumanVerdict { .. } => "human_verdict",
             Entry::ResultRebuilt { .. } => "result_rebuilt",

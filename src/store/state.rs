@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use crate::ledger::Ledger;
 use crate::store::durable::{self, DurableError};
 use crate::store::journal::{
-    ContextMode, Entry, Finding, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
+    CheckRun, ContextMode, Entry, Finding, RebuiltSubtask, Record, RunOutcome, SubtaskKind,
+    SubtaskOutcome, VerdictKind,
 };
 use crate::store::recorded::RecordedOptions;
 
@@ -153,6 +154,12 @@ pub struct SubtaskState {
     /// result holds.
     #[serde(default)]
     pub human_verdict: Option<VerdictKind>,
+    /// Who started it and why: the lead's task, a fixer or a resolver.
+    #[serde(default)]
+    pub kind: SubtaskKind,
+    /// The project's check on its worktree, when one ran.
+    #[serde(default)]
+    pub check: Option<CheckRun>,
 }
 
 impl SubtaskState {
@@ -180,6 +187,8 @@ impl SubtaskState {
             conflict_paths: Vec::new(),
             ledger: Ledger::default(),
             human_verdict: None,
+            kind: SubtaskKind::Task,
+            check: None,
         }
     }
 
@@ -238,6 +247,9 @@ pub struct RunState {
     /// How many journal records this state folds; a snapshot with fewer than the journal
     /// holds is stale.
     pub journal_records: u64,
+    /// Every run of the project's check, in order (subtasks' and the result's).
+    #[serde(default)]
+    pub checks: Vec<CheckRun>,
 }
 
 /// A record that does not fit the records before it. Never retried: the journal (or the
@@ -342,6 +354,7 @@ impl RunState {
             interrupted_tool_calls: Vec::new(),
             resumes: 0,
             journal_records: 1,
+            checks: Vec::new(),
         })
     }
 
@@ -385,9 +398,19 @@ impl RunState {
                 branch,
                 mode,
                 agent,
-            } => self.start_subtask(SubtaskState::started(
-                subtask, task, branch, *mode, agent, ts,
-            )),
+                kind,
+            } => {
+                let mut state = SubtaskState::started(subtask, task, branch, *mode, agent, ts);
+                state.kind = *kind;
+                self.start_subtask(state)
+            }
+            Entry::Checked { run } => {
+                if let Some(subtask) = self.subtasks.iter_mut().find(|s| s.id == run.on) {
+                    subtask.check = Some(run.clone());
+                }
+                self.checks.push(run.clone());
+                Ok(())
+            }
             Entry::ToolCallStarted {
                 subtask,
                 call_id,
@@ -743,5 +766,61 @@ mod tests {
                 "messages and `grove runs --json` use the same status names"
             );
         }
+    }
+
+    use crate::store::journal::{CheckStatus, ON_RESULT};
+
+    #[test]
+    fn a_check_is_kept_on_its_subtask_and_in_the_run_and_a_fixers_kind_survives() {
+        let check = |on: &str, status| CheckRun {
+            on: on.into(),
+            status,
+            seconds: 1.5,
+            ended: "exited with status 0".into(),
+            output_tail: "ok".into(),
+        };
+        let entries = [
+            Entry::RunStarted {
+                run_id: "r".into(),
+                task: "t".into(),
+                base: "b".into(),
+                branch: "main".into(),
+                provider: "anthropic".into(),
+                model: "m".into(),
+                options: RecordedOptions::default(),
+            },
+            Entry::SubtaskStarted {
+                subtask: "S1".into(),
+                task: "fix the build".into(),
+                branch: "grove/r/1".into(),
+                mode: ContextMode::Isolated,
+                agent: "worker".into(),
+                kind: SubtaskKind::Fix,
+            },
+            Entry::Checked {
+                run: check("S1", CheckStatus::Passed),
+            },
+            Entry::Checked {
+                run: check(ON_RESULT, CheckStatus::Failed),
+            },
+        ];
+        let records: Vec<Record> = entries
+            .into_iter()
+            .map(|entry| Record { ts_ms: 1, entry })
+            .collect();
+        let state = RunState::replay(&records).unwrap();
+        assert_eq!(
+            (state.subtasks[0].kind, state.subtasks[0].check.clone()),
+            (SubtaskKind::Fix, Some(check("S1", CheckStatus::Passed))),
+            "a subtask keeps its kind and its own check"
+        );
+        assert_eq!(
+            state.checks,
+            vec![
+                check("S1", CheckStatus::Passed),
+                check(ON_RESULT, CheckStatus::Failed)
+            ],
+            "the run keeps every check in order"
+        );
     }
 }

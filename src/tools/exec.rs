@@ -664,8 +664,29 @@ fn close_inherited_descriptors() {
 type SpawnJob = (
     tokio::process::Command,
     tokio::runtime::Handle,
-    tokio::sync::oneshot::Sender<std::io::Result<tokio::process::Child>>,
+    tokio::sync::oneshot::Sender<std::io::Result<Unclaimed>>,
 );
+
+/// A child just spawned (in its own process group) on its way to the caller. If the
+/// caller's future is dropped while the spawn is in flight, nobody claims it, and its
+/// whole group is killed here: `kill_on_drop` alone would kill only the shell and leave
+/// what it started running.
+struct Unclaimed(Option<tokio::process::Child>);
+
+impl Unclaimed {
+    fn claim(mut self) -> Option<tokio::process::Child> {
+        self.0.take()
+    }
+}
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        let group = self.0.as_ref().and_then(tokio::process::Child::id);
+        if let Some(group) = group.and_then(|id| i32::try_from(id).ok()) {
+            let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+        }
+    }
+}
 
 /// Spawns `command` from one thread that lives as long as grove: the kernel sends the
 /// parent-death signal when the spawning *thread* exits, and a runtime's threads come and
@@ -681,8 +702,9 @@ async fn spawn_lasting(command: tokio::process::Command) -> std::io::Result<toki
             .spawn(move || {
                 for (mut command, runtime, reply) in jobs {
                     let _entered = runtime.enter();
-                    let spawned = command.spawn();
+                    let spawned = command.spawn().map(|child| Unclaimed(Some(child)));
                     drop(command);
+                    // A caller gone meanwhile drops the reply, and with it kills the group.
                     let _ = reply.send(spawned);
                 }
             })
@@ -699,7 +721,7 @@ async fn spawn_lasting(command: tokio::process::Command) -> std::io::Result<toki
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .send((command, tokio::runtime::Handle::current(), reply))
         .map_err(|_| gone())?;
-    spawned.await.map_err(|_| gone())?
+    spawned.await.map_err(|_| gone())??.claim().ok_or_else(gone)
 }
 
 #[cfg(test)]
@@ -815,6 +837,54 @@ mod tests {
         assert_eq!(
             result.output_text(),
             "start\n[... 90 bytes of output cut here; 100 bytes in total ...]\nend\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_spawned_child_nobody_claims_takes_its_whole_group_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("sleeper");
+        let mut command = tokio::process::Command::new("bash");
+        command
+            .arg("-c")
+            .arg(format!(
+                "sleep 1000 & echo $! > {}; wait",
+                pid_file.display()
+            ))
+            .process_group(0)
+            .kill_on_drop(true);
+        let child = command.spawn().unwrap();
+        let sleeper = loop {
+            match std::fs::read_to_string(&pid_file) {
+                Ok(text) if text.ends_with('\n') => break text.trim().parse::<i32>().unwrap(),
+                _ => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        };
+
+        // What the spawning thread's reply holds when the caller's future was dropped.
+        drop(Unclaimed(Some(child)));
+
+        let give_up = std::time::Instant::now() + Duration::from_secs(10);
+        let running = || {
+            std::fs::read_to_string(format!("/proc/{sleeper}/stat")).is_ok_and(|stat| {
+                !stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        while running() && std::time::Instant::now() < give_up {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let survived = running();
+        if survived {
+            let _ = nix::sys::signal::kill(Pid::from_raw(sleeper), Signal::SIGKILL);
+        }
+        assert!(
+            !survived,
+            "a child dropped before its caller claimed it leaves nothing of its group running"
         );
     }
 }

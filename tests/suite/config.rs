@@ -17,10 +17,10 @@ use grove::run::{
     WorktreeSetup,
 };
 use grove::settings::config::{
-    self, AGENT_SAMPLE, AGENT_SAMPLE_PATH, CONFIG_PATH, ProjectConfig, ResolvedRun, RoleValues,
-    RunSettings,
+    self, CONFIG_PATH, ProjectConfig, ResolvedRun, RoleValues, RunSettings,
 };
-use grove::settings::options::default_jobs;
+use grove::settings::options::{CheckOptions, default_jobs};
+use grove::settings::template::{self, AGENT_SAMPLE, AGENT_SAMPLE_PATH};
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
 use grove::store::{RunId, RunStore};
 
@@ -120,7 +120,32 @@ fn invalid_config_errors_name_the_file_line_column_and_key() {
             "jobz = 4",
             "1:1: jobz: unknown field `jobz`, expected one of `provider`, `model`, `models`, \
              `jobs`, `max_turns`, `budget_tokens`, `subagent_budget_tokens`, `apply`, \
-             `worktree`, `workers`",
+             `worktree`, `workers`, `check`",
+        ),
+        (
+            "[check]\ntimeout_s = 60",
+            "1:1: check: the table needs `command`",
+        ),
+        (
+            "[check]\ncommand = \"\"",
+            "2:11: check.command: expected a shell command (a non-empty string), got \"\"",
+        ),
+        (
+            "[check]\ncommand = \"make test\"\nsubtask = \"strict\"",
+            "3:11: check.subtask: expected \"evidence\" or \"require\", got \"strict\"",
+        ),
+        (
+            "[check]\ncommand = \"make test\"\nfix_attempts = 11",
+            "3:16: check.fix_attempts: expected an integer from 0 to 10, got 11",
+        ),
+        (
+            "[check]\ncommand = \"make test\"\nnetwork = \"no\"",
+            "3:11: check.network: expected true or false, got \"no\"",
+        ),
+        (
+            "[check]\ncommand = \"make test\"\nretries = 2",
+            "3:1: check.retries: unknown field `retries`, expected one of `command`, \
+             `timeout_s`, `network`, `subtask`, `fix_attempts`",
         ),
         (
             "[models]\nleed = \"x\"",
@@ -200,7 +225,7 @@ fn load_is_none_without_a_file_and_names_the_file_it_cannot_read() {
 
 /// The template with every commented-out key and table header uncommented.
 fn uncommented_template() -> String {
-    config::template()
+    template::template()
         .lines()
         .map(|line| match line.strip_prefix("# ") {
             Some(rest)
@@ -219,7 +244,7 @@ fn uncommented_template() -> String {
 
 #[test]
 fn the_generated_file_changes_nothing_and_documents_the_defaults() {
-    let written = ProjectConfig::parse(Path::new(FILE), &config::template()).unwrap();
+    let written = ProjectConfig::parse(Path::new(FILE), &template::template()).unwrap();
     assert_eq!(
         written.settings,
         RunSettings::default(),
@@ -254,6 +279,7 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
             copy: Some(vec![".env".into()]),
             worktrees_dir: Some("/var/tmp/grove-worktrees".into()),
             pass_env: Some(vec!["DISABLE_AUTOUPDATER".into()]),
+            check: Some(CheckOptions::new("cargo test")),
         },
         "every key is documented, each line parses"
     );
@@ -266,6 +292,7 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
         copy: None,
         worktrees_dir: None,
         pass_env: None,
+        check: None,
         ..uncommented.settings
     };
     assert_eq!(
@@ -759,7 +786,7 @@ async fn grove_init_writes_a_config_that_runs_and_refuses_to_overwrite_it() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(
         String::from_utf8(fixture.read(CONFIG_PATH)).unwrap(),
-        config::template()
+        template::template()
     );
     assert_eq!(
         String::from_utf8(fixture.read(AGENT_SAMPLE_PATH)).unwrap(),
@@ -789,7 +816,7 @@ async fn grove_init_writes_a_config_that_runs_and_refuses_to_overwrite_it() {
     assert_eq!(forced.status.code(), Some(0), "{}", stderr(&forced));
     assert_eq!(
         String::from_utf8(fixture.read(CONFIG_PATH)).unwrap(),
-        config::template(),
+        template::template(),
         "--force replaces it"
     );
 

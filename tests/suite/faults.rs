@@ -13,7 +13,7 @@ use serde_json::json;
 use tokio::sync::Barrier;
 
 use grove::model::Provider;
-use grove::store::journal::{ContextMode, Entry, SubtaskOutcome, read_journal};
+use grove::store::journal::{ContextMode, Entry, SubtaskKind, SubtaskOutcome, read_journal};
 use grove::store::lock::RepoLock;
 use grove::store::state::{RunState, read_snapshot};
 use grove::store::{JOURNAL_FILE, RunId, RunStart, RunStore, SNAPSHOT_FILE};
@@ -315,6 +315,7 @@ fn subtask_started(n: u32) -> Entry {
         branch: format!("grove/run/{n}"),
         mode: ContextMode::Isolated,
         agent: "worker".into(),
+        kind: SubtaskKind::Task,
     }
 }
 

@@ -15,7 +15,8 @@ use grove::model::Provider;
 use grove::review::{self, ApplyResult, RecordedDecision, ReviewError, ReviewOutcome};
 use grove::run::{ModelChoice, Models, RunOptions};
 use grove::store::journal::{
-    ContextMode, Entry, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
+    ContextMode, Entry, RebuiltSubtask, Record, RunOutcome, SubtaskKind, SubtaskOutcome,
+    VerdictKind,
 };
 use grove::store::lock::RepoLock;
 use grove::store::state::{MergeState, RunState, RunStatus, SubtaskStatus};
@@ -682,6 +683,7 @@ fn rejected_run_records() -> Vec<Record> {
                 branch: "grove/20261130-000000-0000/1".into(),
                 mode: ContextMode::Isolated,
                 agent: "worker".into(),
+                kind: SubtaskKind::Task,
             },
         ),
         record(

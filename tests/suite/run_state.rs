@@ -15,7 +15,7 @@ use grove::agent::Ledger;
 use grove::settings::RunOptions;
 use grove::store::journal::{
     ContextMode, Entry, Finding, Journal, JournalContents, JournalError, Record, RunOutcome,
-    SubtaskOutcome, TornTail, VerdictKind, read_journal,
+    SubtaskKind, SubtaskOutcome, TornTail, VerdictKind, read_journal,
 };
 use grove::store::lock::{LockError, RepoLock, StaleLock, read_holder, this_hostname};
 use grove::store::state::{
@@ -84,6 +84,7 @@ fn full_journal(run: &RunId) -> Vec<Record> {
                 branch: format!("grove/{run}/1"),
                 mode: ContextMode::Isolated,
                 agent: "worker".into(),
+                kind: SubtaskKind::Task,
             },
         ),
         at(
@@ -94,6 +95,7 @@ fn full_journal(run: &RunId) -> Vec<Record> {
                 branch: format!("grove/{run}/2"),
                 mode: ContextMode::Fork,
                 agent: "tester".into(),
+                kind: SubtaskKind::Task,
             },
         ),
         at(
@@ -253,6 +255,8 @@ fn expected_full_state(run: &RunId) -> RunState {
                     cache_write_tokens: 50,
                 },
                 human_verdict: None,
+                kind: SubtaskKind::Task,
+                check: None,
             },
             SubtaskState {
                 id: "S2".into(),
@@ -269,6 +273,8 @@ fn expected_full_state(run: &RunId) -> RunState {
                 conflict_paths: vec!["tests/config.rs".into()],
                 ledger: Ledger::default(),
                 human_verdict: None,
+                kind: SubtaskKind::Task,
+                check: None,
             },
         ],
         open_tool_calls: vec![],
@@ -290,6 +296,7 @@ fn expected_full_state(run: &RunId) -> RunState {
         ],
         resumes: 1,
         journal_records: 15,
+        checks: vec![],
     }
 }
 
@@ -646,6 +653,7 @@ fn create_run_writes_journal_and_snapshot_that_agree() {
         branch: format!("grove/{id}/1"),
         mode: ContextMode::Isolated,
         agent: "worker".into(),
+        kind: SubtaskKind::Task,
     })
     .unwrap();
 

@@ -11,7 +11,8 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 
 use grove::git::{GitOptions, Repo};
-use grove::settings::config::{AGENT_SAMPLE, AGENT_SAMPLE_PATH, CONFIG_PATH, template};
+use grove::settings::config::CONFIG_PATH;
+use grove::settings::template::{AGENT_SAMPLE, AGENT_SAMPLE_PATH, template};
 
 /// Arguments of `grove init`.
 #[derive(Debug, Args)]

@@ -116,6 +116,23 @@ fn escaped(event: Event) -> Event {
             verdict: verdict.map(text),
             diffstat: diffstat.map(text),
         },
+        Event::CheckStarted { on, command } => Event::CheckStarted {
+            on: text(on),
+            command: text(command),
+        },
+        Event::CheckFinished {
+            on,
+            command,
+            passed,
+            ended,
+            seconds,
+        } => Event::CheckFinished {
+            on: text(on),
+            command: text(command),
+            passed,
+            ended: text(ended),
+            seconds,
+        },
         Event::Note { message } => Event::Note {
             message: text(message),
         },
@@ -179,7 +196,31 @@ fn plain(event: &Event) {
             "{}",
             finished_line(label, status, verdict.as_deref(), diffstat.as_deref())
         ),
+        Event::CheckStarted { .. } | Event::CheckFinished { .. } => {
+            if let Some(line) = check_line(event) {
+                eprintln!("{line}");
+            }
+        }
         Event::Note { message } => eprintln!("grove: {message}"),
+    }
+}
+
+/// `S2: checking with `cargo test`` and `S2: check passed in 3.1 s`, in both views.
+fn check_line(event: &Event) -> Option<String> {
+    match event {
+        Event::CheckStarted { on, command } => Some(format!("{on}: checking with `{command}`")),
+        Event::CheckFinished {
+            on,
+            passed,
+            ended,
+            seconds,
+            ..
+        } => Some(if *passed {
+            format!("{on}: check passed in {seconds:.1} s")
+        } else {
+            format!("{on}: check failed ({ended}) in {seconds:.1} s")
+        }),
+        _ => None,
     }
 }
 
@@ -308,6 +349,11 @@ impl Bars {
                     verdict.as_deref(),
                     diffstat.as_deref(),
                 ));
+            }
+            Event::CheckStarted { .. } | Event::CheckFinished { .. } => {
+                if let Some(line) = check_line(event) {
+                    let _ = self.multi.println(line);
+                }
             }
             Event::Note { message } => {
                 let _ = self.multi.println(format!("grove: {message}"));

@@ -2,9 +2,10 @@
 //! run's plan, `grove runs`, `grove clean`, `grove gc` and the demo's epilogue.
 
 use grove::git::CleanReport;
+use grove::run::report::CheckOutcome;
 use grove::run::{RunEnd, RunReport};
 use grove::store::RunSummary;
-use grove::store::journal::SubtaskOutcome;
+use grove::store::journal::{ON_RESULT, SubtaskOutcome};
 
 use grove::text::{first_line, printable, shell_word, truncate};
 
@@ -116,6 +117,9 @@ pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, jso
         (None, Some(error)) => say!("grove: {error}"),
         (None, None) => {}
     }
+    if let Some(line) = check_line(report) {
+        say!("{line}");
+    }
     if let Some(apply) = &report.apply {
         say!("{}", apply.message);
         if let Some(command) = &apply.command {
@@ -136,6 +140,48 @@ pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, jso
     }
     summary(&report.summary, json);
 }
+
+/// What the project's check said of the merged result, when anything was merged.
+fn check_line(report: &RunReport) -> Option<String> {
+    let merged_any =
+        report.result_commit.as_ref() != Some(&report.base) && report.result_commit.is_some();
+    if !merged_any || report.status != RunEnd::Finished {
+        return None;
+    }
+    let check = &report.check;
+    let Some(command) = &check.command else {
+        return Some(
+            "The result was not checked: .grove/config.toml has no [check] command.".to_owned(),
+        );
+    };
+    let last = check.runs.iter().rev().find(|run| run.on == ON_RESULT);
+    Some(match (check.status, last) {
+        (CheckOutcome::Passed, Some(run)) => format!(
+            "The result's check `{command}` passed in {:.1} s.",
+            run.seconds
+        ),
+        (CheckOutcome::Failed, Some(run)) => format!(
+            "The result's check `{command}` failed ({}). Its output ends with:\n{}",
+            run.ended,
+            indent_tail(&run.output_tail)
+        ),
+        _ => format!("The result was not checked with `{command}`."),
+    })
+}
+
+/// The last lines of a check's output, indented under the line that names it.
+fn indent_tail(tail: &str) -> String {
+    let lines: Vec<&str> = tail.lines().collect();
+    let start = lines.len().saturating_sub(CHECK_TAIL_LINES);
+    lines[start..]
+        .iter()
+        .map(|line| format!("  {}", truncate(line, 160)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// How many lines of a red result check's output the final message shows.
+const CHECK_TAIL_LINES: usize = 12;
 
 /// The lead's closing text, at most [`SUMMARY_LINES`] lines of [`SUMMARY_CHARS`]
 /// characters, saying how much was left out and where the whole text is.

@@ -116,6 +116,13 @@ pub enum SubtaskError {
         /// The end of its output, where the error usually is.
         tail: String,
     },
+    /// The project's check could not be run on the worktree at all (see
+    /// [`CheckError`](crate::run::check::CheckError)).
+    #[error("{source}")]
+    CheckNotRun {
+        #[source]
+        source: crate::run::check::CheckError,
+    },
     #[error("the worker stopped: {stop}: {detail}")]
     WorkerStopped { stop: StopKind, detail: String },
     #[error("the worker failed: {source}")]

@@ -9,11 +9,13 @@
 //! 2. [`work`] — the worker (grove's loop, or an external CLI) works in the worktree,
 //!    its turns checkpointed.
 //! 3. [`commit`] — grove commits what it left and takes the branch's diff.
-//! 4. [`reviewer`] — a fresh, read-only reviewer judges the brief and the diff; its
+//! 4. [`check`] — the project's check runs in the worktree (when one is configured); its
+//!    result is evidence for the reviewer.
+//! 5. [`reviewer`] — a fresh, read-only reviewer judges the brief and the diff; its
 //!    verdict is journaled.
-//! 5. [`integrate`] — an approved diff is merged onto the run's result in subtask order
+//! 6. [`integrate`] — an approved diff is merged onto the run's result in subtask order
 //!    (the merge queue); a rejected one is not.
-//! 6. [`close`] — what is not merged is archived, the worktree removed, the end
+//! 7. [`close`] — what is not merged is archived, the worktree removed, the end
 //!    journaled, and the lead gets one bounded result.
 //!
 //! A stage that cannot go on returns a [`SubtaskError`]; the pipeline stops there and
@@ -24,6 +26,7 @@
 //! never the worker's messages — and the lead sees one bounded result. It must never
 //! merge a diff no reviewer approved, and never delete work that is not kept elsewhere.
 
+pub(crate) mod check;
 pub(crate) mod close;
 pub(crate) mod commit;
 pub(crate) mod error;
@@ -50,7 +53,7 @@ use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
 use crate::run::report::{SubtaskReport, executes_later};
 use crate::store::StoreError;
-use crate::store::journal::{ContextMode, Entry, SubtaskOutcome};
+use crate::store::journal::{ContextMode, Entry, SubtaskKind, SubtaskOutcome};
 use crate::store::state::{RunState, SubtaskState, SubtaskStatus};
 use crate::store::transcript::{self, Transcript};
 use crate::text::truncate;
@@ -134,6 +137,7 @@ impl Subtasks {
                 branch: self.ctx.run.subtask_branch(id.number()),
                 mode: request.mode,
                 agent: assignment.role.name.clone(),
+                kind: SubtaskKind::Task,
             })
             .map_err(|source| DelegateError::Journal { source })?;
         let report = self
@@ -205,7 +209,7 @@ impl Subtasks {
         close::close(ctx, &self.queue, &self.tasks, id, report, Some(&worktree)).await
     }
 
-    /// Stages 1 to 5 in `worktree`, each adding what it found to `report`.
+    /// Stages 1 to 6 in `worktree`, each adding what it found to `report`.
     async fn stages(
         &self,
         assignment: Assignment,
@@ -225,9 +229,16 @@ impl Subtasks {
         report.executes_later = executes_later(&committed.diff.stat);
         report.diffstat = Some(committed.diff.stat.clone());
         report.left_out = left_out_of_commit(ctx, id, worktree).await;
+        report.check = check::check_subtask(ctx, id, worktree).await?;
         let flagged = reviewer::Flagged {
             executes_later: &report.executes_later,
             left_out: &report.left_out,
+            check: ctx
+                .options
+                .check
+                .as_ref()
+                .zip(report.check.as_ref())
+                .map(|(options, run)| (options.command.as_str(), run)),
         };
         let review = reviewer::review(ctx, id, &brief, &committed.diff, flagged, worktree).await;
         report.reviewer_ledger = review.ledger;
@@ -396,6 +407,8 @@ fn report_from_state(state: &SubtaskState) -> SubtaskReport {
         report.findings = verdict.findings.clone();
     }
     report.conflict_paths = state.conflict_paths.clone();
+    report.kind = state.kind;
+    report.check = state.check.clone();
     report.worker_ledger = state.ledger;
     report.sum_ledgers();
     report

@@ -9,6 +9,7 @@
 //! symlink out of the repository or out of the worktree, and never delete a directory
 //! it does not own (it is moved aside and kept).
 
+use crate::text::output_tail;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -431,45 +432,10 @@ fn make_dirs_inside(root: &Path, relative: &Path) -> Result<PathBuf, CopyError> 
     Ok(dir)
 }
 
-/// The last `max` characters of `text`, starting at a line when one starts near there.
-fn output_tail(text: &str, max: usize) -> String {
-    let text = text.trim_end();
-    let tail = crate::text::last_chars(text, max);
-    if tail.len() == text.len() {
-        return text.to_owned();
-    }
-    let start = text.len() - tail.len();
-    let tail = if text[..start].ends_with('\n') {
-        tail
-    } else {
-        tail.find('\n').map_or(tail, |newline| &tail[newline + 1..])
-    };
-    format!("[… earlier output cut]\n{tail}")
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn output_tail_keeps_the_end_from_a_line_start() {
-        assert_eq!(output_tail("short\n", 100), "short");
-        let long = (1..=50)
-            .map(|n| format!("line {n}"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        assert_eq!(
-            output_tail(&long, 20),
-            "[… earlier output cut]\nline 49\nline 50",
-            "a line cut in the middle is left out"
-        );
-        assert_eq!(
-            output_tail(&long, 23),
-            "[… earlier output cut]\nline 48\nline 49\nline 50",
-            "a cut at a line start keeps that line"
-        );
-    }
 
     #[test]
     fn a_copy_never_writes_through_a_symlink_in_the_worktree() {

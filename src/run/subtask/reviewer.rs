@@ -17,7 +17,7 @@ use crate::run::id::SubtaskId;
 use crate::run::observer::AgentObserver;
 use crate::run::subtask::error::SubtaskError;
 use crate::run::verdict::{SubmitVerdict, Verdict};
-use crate::store::journal::{Entry, VerdictKind};
+use crate::store::journal::{CheckRun, CheckStatus, Entry, VerdictKind};
 use crate::store::transcript::AgentTiming;
 use crate::tools::{self, ToolSet};
 
@@ -141,6 +141,8 @@ pub(crate) struct Flagged<'a> {
     pub(crate) executes_later: &'a [String],
     /// Paths the commit left out as git data (links into `.git`, nested repositories).
     pub(crate) left_out: &'a [String],
+    /// The project's check on the subtask's worktree, when one ran: evidence to weigh.
+    pub(crate) check: Option<(&'a str, &'a CheckRun)>,
 }
 
 /// The reviewer's first message: the brief, the flagged paths, the diff. Nothing else.
@@ -171,6 +173,9 @@ fn review_brief(brief: &str, diff: &BranchDiff, flagged: Flagged<'_>) -> String 
         }
         text.push('\n');
     }
+    if let Some((command, check)) = flagged.check {
+        text.push_str(&check_evidence(command, check));
+    }
     text.push_str("```diff\n");
     text.push_str(&diff.patch.text);
     if !diff.patch.text.ends_with('\n') {
@@ -180,6 +185,35 @@ fn review_brief(brief: &str, diff: &BranchDiff, flagged: Flagged<'_>) -> String 
         "```\n\nThe resulting tree is your working directory; read what you need. Then call \
          `submit_verdict`.",
     );
+    text
+}
+
+/// The project's check on the worktree, as the reviewer reads it. A red check is not a
+/// rejection by itself: this subtask may be one piece of a change that only builds whole.
+fn check_evidence(command: &str, check: &CheckRun) -> String {
+    let verdict = match check.status {
+        CheckStatus::Passed => "passed".to_owned(),
+        CheckStatus::Failed => format!("FAILED ({})", check.ended),
+    };
+    let mut text = format!(
+        "# The project's check on this worktree
+
+`{command}` {verdict} in {:.1} s.",
+        check.seconds
+    );
+    if check.status == CheckStatus::Failed {
+        text.push_str(
+            " Weigh it: the subtask may be one piece of a larger change that only builds \
+             whole (the brief says so), or it may have broken something it should not have.",
+        );
+    }
+    if !check.output_tail.is_empty() {
+        text.push_str(&format!(
+            " The end of its output:\n\n```text\n{}\n```",
+            check.output_tail
+        ));
+    }
+    text.push_str("\n\n");
     text
 }
 

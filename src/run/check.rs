@@ -1,0 +1,190 @@
+//! The project's check (`[check] command`): one run of it on a tree, as evidence.
+//!
+//! This file owns how the check runs — sandboxed like a worker's `bash`, with the
+//! network only when `[check] network` allows it, bounded in time and output — and the
+//! record of each run (an event for the person, a `checked` journal record for the
+//! report and a resume). It decides nothing: what a red check means is the caller's
+//! (the reviewer weighs a subtask's, the run's end acts on the result's). It must never
+//! run the check unconfined while the sandbox is on.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::event::Event;
+use crate::run::context::RunContext;
+use crate::settings::options::CheckOptions;
+use crate::store::StoreError;
+use crate::store::journal::{CheckRun, CheckStatus, Entry};
+use crate::text::output_tail;
+use crate::tools::{ExecError, ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
+
+/// How much of the check's output a record keeps: its end, where the failures are.
+pub(crate) const CHECK_OUTPUT_TAIL_CHARS: usize = 4_000;
+
+/// Why the check produced no verdict on a tree.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// The command could not be started at all (no shell, the sandbox refused). Not
+    /// retried: it would fail the same way on every tree.
+    #[error("the check `{command}` could not run: {source}")]
+    NotRun {
+        command: String,
+        #[source]
+        source: ExecError,
+    },
+    /// The run was interrupted while the check ran; it is run again on resume.
+    #[error("interrupted while the check ran")]
+    Interrupted,
+    /// The check's record cannot be journaled. Not retried.
+    #[error("run journal: {0}")]
+    Journal(#[from] StoreError),
+}
+
+/// Runs `check` in `cwd` (a worktree of subtask `on`, or of the result when `on` is
+/// [`ON_RESULT`](crate::store::journal::ON_RESULT)), journals and announces what it did.
+pub(crate) async fn run_check(
+    ctx: &RunContext,
+    check: &CheckOptions,
+    cwd: &Path,
+    on: &str,
+) -> Result<CheckRun, CheckError> {
+    ctx.events.emit(Event::CheckStarted {
+        on: on.to_owned(),
+        command: check.command.clone(),
+    });
+    let request = ExecRequest {
+        command: check.command.clone(),
+        cwd: cwd.to_path_buf(),
+        timeout: Duration::from_secs(check.timeout_s),
+        cancel: ctx.cancel.child_token(),
+        output_cap: OutputCap {
+            head: 2 * 1024,
+            tail: 4 * CHECK_OUTPUT_TAIL_CHARS,
+        },
+    };
+    let policy = SetupPolicy {
+        allow_network: check.network,
+        writable: Vec::new(),
+    };
+    let started = Instant::now();
+    let result = ctx
+        .executor
+        .for_setup(&policy)
+        .execute(request)
+        .await
+        .map_err(|source| CheckError::NotRun {
+            command: check.command.clone(),
+            source,
+        })?;
+    let seconds = started.elapsed().as_secs_f64();
+    let (status, ended) = match result.outcome {
+        ExecOutcome::Cancelled => return Err(CheckError::Interrupted),
+        ExecOutcome::Exited(0) => (CheckStatus::Passed, "exited with status 0".to_owned()),
+        ExecOutcome::Exited(code) => (CheckStatus::Failed, format!("exited with status {code}")),
+        ExecOutcome::Signalled(signal) => (
+            CheckStatus::Failed,
+            format!("was killed by signal {signal}"),
+        ),
+        ExecOutcome::TimedOut => (
+            CheckStatus::Failed,
+            format!("timed out after {} s", check.timeout_s),
+        ),
+    };
+    let run = CheckRun {
+        on: on.to_owned(),
+        status,
+        // Milliseconds are all a person reads; fewer digits keep the journal stable.
+        seconds: (seconds * 1000.0).round() / 1000.0,
+        ended,
+        output_tail: output_tail(&result.output_text(), CHECK_OUTPUT_TAIL_CHARS),
+    };
+    ctx.journal(Entry::Checked { run: run.clone() })?;
+    ctx.events.emit(Event::CheckFinished {
+        on: on.to_owned(),
+        command: check.command.clone(),
+        passed: run.status == CheckStatus::Passed,
+        ended: run.ended.clone(),
+        seconds: run.seconds,
+    });
+    Ok(run)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::run::test_support::{ScriptedModel, TestRun};
+    use crate::settings::options::RunOptions;
+    use crate::store::journal::ON_RESULT;
+
+    #[tokio::test]
+    async fn a_check_reports_its_status_and_output_tail_and_is_journaled() {
+        let run = TestRun::new(
+            &[("a.txt", "alpha\n")],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        let worktree = run.worktree(1).await;
+        let green = CheckOptions::new("test -f a.txt && echo all good");
+        let red = CheckOptions::new("echo first; echo 'FAILED: test_a' >&2; exit 4");
+
+        let passed = run_check(&run.ctx, &green, worktree.path(), "S1")
+            .await
+            .unwrap();
+        let failed = run_check(&run.ctx, &red, worktree.path(), ON_RESULT)
+            .await
+            .unwrap();
+
+        assert_eq!(
+            (passed.on.as_str(), passed.status, passed.ended.as_str()),
+            ("S1", CheckStatus::Passed, "exited with status 0"),
+            "a check that exits 0 passed"
+        );
+        assert_eq!(passed.output_tail, "all good");
+        assert_eq!(
+            CheckRun {
+                seconds: 0.0,
+                ..failed
+            },
+            CheckRun {
+                on: "result".into(),
+                status: CheckStatus::Failed,
+                seconds: 0.0,
+                ended: "exited with status 4".into(),
+                output_tail: "first\nFAILED: test_a".into(),
+            },
+            "a check that exits 4 failed, with its output"
+        );
+        assert_eq!(
+            run.journal_types(),
+            vec!["run_started", "subtask_started", "checked", "checked"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_check_past_its_time_limit_failed_and_says_so() {
+        let run = TestRun::new(
+            &[("a.txt", "alpha\n")],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        let worktree = run.worktree(1).await;
+        let slow = CheckOptions {
+            timeout_s: 1,
+            ..CheckOptions::new("echo started; sleep 30")
+        };
+
+        let timed_out = run_check(&run.ctx, &slow, worktree.path(), "S1")
+            .await
+            .unwrap();
+
+        assert_eq!(
+            (timed_out.status, timed_out.ended.as_str()),
+            (CheckStatus::Failed, "timed out after 1 s"),
+            "a check that does not end in time is red"
+        );
+        assert!(timed_out.seconds < 10.0, "it was stopped at its limit");
+    }
+}

@@ -1,0 +1,141 @@
+//! The commented files `grove init` writes: the project config and an example agent.
+//!
+//! This file owns their text. It must never state a default other than the one the
+//! settings use: every default below is interpolated from the constant that defines it.
+
+use crate::model::Provider;
+use crate::settings::config::{
+    MAX_CHECK_TIMEOUT_S, MAX_FIX_ATTEMPTS, MAX_JOBS, MAX_SETUP_TIMEOUT_S, default_model,
+};
+use crate::settings::options::{
+    DEFAULT_CHECK_TIMEOUT_S, DEFAULT_FIX_ATTEMPTS, DEFAULT_SETUP_TIMEOUT_S, TurnCaps, default_jobs,
+};
+
+/// The commented file `grove init` writes. Every key is commented out at its built-in
+/// default (or, for keys that have none, at an example marked as such), so the file as
+/// written changes nothing until a line is uncommented.
+pub fn template() -> String {
+    let model = default_model(Provider::Anthropic);
+    let caps = TurnCaps::default();
+    format!(
+        r#"# grove's project configuration (written by `grove init`).
+#
+# Every key is optional. A flag on the command line beats this file, and this file beats
+# the built-in default shown on each line below. Uncomment a line to change it.
+# A mistake here (an unknown key, a value out of range) stops `grove run` with an error
+# naming this file, the line and the key.
+
+# The model API: "anthropic" (ANTHROPIC_API_KEY) or "openai" (OPENAI_API_KEY, and
+# OPENAI_BASE_URL for any OpenAI-compatible server). Flag: --provider.
+# provider = "anthropic"
+
+# The model of every role. Default: {model} with anthropic, {openai_model} with openai.
+# Model names here belong to this file's provider: when --provider picks another one,
+# they are not used. Flag: --model.
+# model = "{model}"
+
+# How many subtasks may run at once, 1 to {MAX_JOBS}.
+# Default: 2 per core, at most 4 ({jobs} on this machine). Flag: --jobs.
+# jobs = {jobs}
+
+# Tokens the whole run may spend; no new subtask starts once they are spent.
+# Default: no limit. Example below. Flag: --budget-tokens.
+# budget_tokens = 2000000
+
+# Tokens one subagent may spend; over it, its subtask fails.
+# Default: no limit. Example below. Flag: --subagent-budget-tokens.
+# subagent_budget_tokens = 400000
+
+# Move your branch to the result at the end, when that is safe; false leaves the result
+# on grove/<run>/result. Flags: --no-apply, --apply.
+# apply = true
+
+# A role's model, overriding `model` for that role. Default: `model`.
+# Flags: --lead-model, --worker-model, --reviewer-model.
+# [models]
+# lead = "{model}"
+# worker = "{model}"
+# reviewer = "{model}"
+
+# Turn caps per role; an agent file's own `max_turns` beats them.
+# Flag: --max-turns N (every role) or --max-turns ROLE=N.
+# [max_turns]
+# lead = {lead}
+# worker = {worker}
+# reviewer = {reviewer}
+
+# Each subtask's worktree, prepared before its worker's first turn (again on resume).
+# [worktree]
+# A shell command run in the worktree, with the same scrubbed environment (no API keys
+# or other secrets) as the agents' bash tool. If it fails or times out, the subtask fails
+# with the command's output and its worker never starts. Files it creates are committed
+# like the worker's unless .gitignore ignores them (grove names them in a note).
+# Default: none. Example below.
+# setup = "npm ci"
+# Seconds the setup command may run, 1 to {MAX_SETUP_TIMEOUT_S}.
+# setup_timeout_s = {DEFAULT_SETUP_TIMEOUT_S}
+# With copy-on-write worktrees the setup runs once in the base tree the workers share
+# (and not again while the base commit and the command stay the same); true runs it in
+# every worker's tree instead, as with git worktrees. Default: false.
+# per_worker = false
+# Files git does not track that each worktree needs, relative to the repository root,
+# e.g. .env. Each is copied into every worktree and never committed, reviewed or merged;
+# a listed file that is missing or tracked stops the run at its start.
+# Default: none. Example below.
+# copy = [".env"]
+# Where the worktrees go: <dir>/<run>/<n>, an absolute path outside any .git directory.
+# Default: the user's cache directory ($XDG_CACHE_HOME/grove or ~/.cache/grove; on macOS
+# ~/Library/Caches/grove), one folder per repository. Example below.
+# dir = "/var/tmp/grove-worktrees"
+
+# Workers run by another agent CLI (--worker-backend claude|codex|gemini|aider).
+# [workers]
+# Variables each CLI gets by name besides grove's scrubbed environment and its own
+# credentials, e.g. a CLI's own settings. Default: none. Example below.
+# pass_env = ["DISABLE_AUTOUPDATER"]
+
+# The project's check: the command that says whether a tree is green. It runs sandboxed
+# like the agents' bash tool, after the setup: on each subtask's worktree (its result is
+# shown to the reviewer) and on the merged result before your branch moves (red: a fixer
+# subtask tries to make it green; still red, your branch is not moved).
+# Default: no check; the final message then says the result was not checked.
+# [check]
+# command = "cargo test"
+# Seconds it may run, 1 to {MAX_CHECK_TIMEOUT_S}; past it the check counts as red.
+# timeout_s = {DEFAULT_CHECK_TIMEOUT_S}
+# Whether it may open internet sockets.
+# network = false
+# "evidence": a subtask's red check is shown to its reviewer, who weighs it (a piece of
+# a refactor may fail alone); "require": a subtask's red check rejects it.
+# subtask = "evidence"
+# Fixer rounds a red result check gets, 0 to {MAX_FIX_ATTEMPTS}.
+# fix_attempts = {DEFAULT_FIX_ATTEMPTS}
+"#,
+        openai_model = default_model(Provider::OpenAi),
+        jobs = default_jobs(),
+        lead = caps.lead,
+        worker = caps.worker,
+        reviewer = caps.reviewer,
+    )
+}
+
+/// The commented example agent file `grove init` writes next to the config.
+pub const AGENT_SAMPLE_PATH: &str = ".grove/agents/example.md.sample";
+
+/// The example agent: rename it to `<name>.md` to make it an agent the lead can name.
+pub const AGENT_SAMPLE: &str = "\
+---
+description: Writes and fixes documentation; give it doc-only subtasks
+tools: [read_file, list_files, grep, write_file, edit_file]
+max_turns: 30
+---
+
+This is an example agent. Rename this file to `docs.md` (any name of letters, digits, `-`
+and `_`, ending in `.md`) and the lead may delegate to it with `agent: \"docs\"`. The front
+matter sets what the lead is told about it (`description`), the worker tools it may use
+(`tools`, default all), its own `model` and `max_turns`; this text becomes its prompt,
+and the project rules (AGENTS.md or CLAUDE.md) are appended to it.
+
+You write documentation. Change only comments, doc comments and Markdown files; keep
+every statement you write true of the code as it is.
+";
