@@ -4,9 +4,8 @@
 //!
 //! Run through `scripts/bench-worktrees.sh`. Prints each figure with its baseline and
 //! the ratio: the base tree against one `git worktree add`; the time until each of 8
-//! trees is fully readable (overlay: created by grove, mounted in a user and mount
-//! namespace by `unshare -Urm` + `mount`, as grove's tree host does, and a file read
-//! through it); `du` of each upper directory after a one-file change; removing the 8
+//! trees is fully readable (overlay: created by grove, mounted by grove's tree host in
+//! a user and mount namespace of its own, and files read through it); `du` of each upper directory after a one-file change; removing the 8
 //! trees; a setup step writing 20,000 files once per run against once per worker; the
 //! worker's `git status` inside an overlay.
 
@@ -16,12 +15,12 @@ use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use grove::git::{
-    GitOptions, OverlaySpec, OverlayTree, Repo, RunId, WorktreeSpec, settle_deletions,
-};
+use grove::git::{CommitPath, GitOptions, Repo, RunId, WorktreeSpec, settle_deletions};
+use grove::tools::tree::{Layers, TreeHost};
 
 const WORKERS: u32 = 8;
 
@@ -69,24 +68,20 @@ impl Bench {
         Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
     }
 
-    /// Runs `script` in `tree`'s overlay, mounted in a fresh user and mount namespace.
-    fn in_overlay(&self, tree: &OverlayTree, script: &str) -> anyhow::Result<String> {
-        let mount = format!(
-            "mount -t overlay overlay -o '{}' '{}' && cd '{}' && {script}",
-            tree.mount_options().to_string_lossy(),
-            tree.path().display(),
-            tree.path().display(),
-        );
-        let output = Command::new("unshare")
-            .args(["-Urm", "sh", "-c", &mount])
+    /// Runs `script` in the tree `host` mounts at `path` (in its namespaces).
+    fn in_tree(&self, host: &TreeHost, path: &Path, script: &str) -> anyhow::Result<String> {
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", script])
             .envs(sealed_env(&self.home, &self.cache))
-            .envs(tree.git_env())
-            .output()?;
+            .current_dir("/");
+        host.namespace()
+            .entry(path)
+            .context("a path the tree can enter")?
+            .at_exec(&mut command);
+        let output = command.output()?;
         if !output.status.success() {
-            bail!(
-                "in the overlay: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
+            bail!("in the tree: {}", String::from_utf8_lossy(&output.stderr));
         }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
@@ -273,7 +268,7 @@ async fn overlay_mode(
     [git_add, git_one, git_setup, git_remove]: [Duration; 4],
 ) -> anyhow::Result<()> {
     println!();
-    println!("overlay mode (base tree + 8 overlays; mounted by unshare -Urm + mount)");
+    println!("overlay mode (base tree + 8 copy-on-write trees, each with its tree host)");
     settle();
     let t = Instant::now();
     let base_tree = repo.base_tree(base, Some(SETUP)).await?;
@@ -313,23 +308,33 @@ async fn overlay_mode(
     let t = Instant::now();
     for n in 1..=WORKERS {
         let one = Instant::now();
-        let tree = repo
-            .create_overlay_tree(OverlaySpec {
-                run: run.clone(),
-                subtask: n,
-                base: base_tree.clone(),
-                path: repo.default_worktrees_dir(&run).join(n.to_string()),
-            })
-            .await?;
+        let spec = WorktreeSpec {
+            run: run.clone(),
+            subtask: n,
+            base,
+            path: repo.default_worktrees_dir(&run).join(n.to_string()),
+        };
+        let worktree = repo.create_overlay_worktree(spec, &base_tree).await?;
         slowest_create = slowest_create.max(one.elapsed());
+        // Mounted as a run mounts it (run/subtask/trees.rs): its `.git` file in the upper
+        // directory, a tree host of its own.
+        let layers = Layers::beside(&base_tree.tree_dir(), worktree.path());
+        std::fs::create_dir_all(&layers.upper)?;
+        std::fs::copy(worktree.path().join(".git"), layers.upper.join(".git"))?;
+        let host = TreeHost::start(layers).await?;
+        let worktree = worktree.with_tree(Some(Arc::clone(host.namespace())));
         // Fully readable: the last file and a setup file, read through the overlay.
         let last = format!("pkg{:03}/src/file{:05}.js", (files - 1) / 100, files - 1);
-        bench.in_overlay(
-            &tree,
-            &format!("cat {last} node_modules/p199/f99.js > /dev/null && echo change{n} > pkg000/src/file00000.js"),
+        bench.in_tree(
+            &host,
+            worktree.path(),
+            &format!(
+                "cat {last} node_modules/p199/f99.js > /dev/null && echo change{n} > \
+                 pkg000/src/file00000.js"
+            ),
         )?;
         slowest = slowest.max(one.elapsed());
-        trees.push(tree);
+        trees.push((worktree, host));
     }
     let all = t.elapsed();
     row(
@@ -347,39 +352,53 @@ async fn overlay_mode(
         all,
         git_add,
     );
-    for tree in &trees {
+    for (worktree, host) in &trees {
         println!(
             "  du of upper dir {}: {} KiB (one changed file of ~1 KiB)",
-            tree.subtask(),
-            du_kib(&tree.upper_dir())?
+            worktree.subtask(),
+            du_kib(&host.layers().upper)?
         );
     }
-    let source = trees[0].upper_source();
-    let t = Instant::now();
-    let commit = repo.checkpoint_upper(&source, "bench").await?;
-    println!(
-        "{:<52} {}   (commit {})",
-        "checkpoint from the upper dir (no index refresh)",
-        secs(t.elapsed()),
-        commit.map_or_else(|| "none".to_owned(), |c| c.to_string())
-    );
-    for (label, env) in [("default config", false), ("tree's git_env", true)] {
-        let script = "git status --porcelain >/dev/null; s=$(date +%s%N); git status --porcelain > /dev/null; e=$(date +%s%N); echo $(( (e - s) / 1000000 ))";
-        let script = if env {
-            script.to_owned()
-        } else {
-            format!("unset GIT_CONFIG_COUNT; {script}")
-        };
-        let ms = bench.in_overlay(&trees[1], &script)?;
+    for (label, path) in [
+        ("from the upper dir", CommitPath::Fastest),
+        ("git add --all in the tree", CommitPath::Cli),
+    ] {
+        let worktree = &trees[if path == CommitPath::Fastest { 0 } else { 1 }].0;
+        let t = Instant::now();
+        let commit = repo.checkpoint_with(worktree, "bench", path).await?;
         println!(
-            "  worker's git status inside the overlay ({label}): {} ms",
+            "{:<52} {}   ({})",
+            format!("checkpoint {label}"),
+            secs(t.elapsed()),
+            commit.map_or_else(|| "no commit".to_owned(), |c| c.to_string())
+        );
+    }
+    for (label, flags) in [
+        ("default config", ""),
+        (
+            "core.checkStat=minimal, core.untrackedCache",
+            "-c core.checkStat=minimal -c core.untrackedCache=true",
+        ),
+    ] {
+        let script = format!(
+            "git {flags} status --porcelain >/dev/null; s=$(date +%s%N); git {flags} status \
+             --porcelain > /dev/null; e=$(date +%s%N); echo $(( (e - s) / 1000000 ))"
+        );
+        let (worktree, host) = &trees[2];
+        let ms = bench.in_tree(host, worktree.path(), &script)?;
+        println!(
+            "  worker's git status inside the tree ({label}): {} ms",
             ms.trim()
         );
     }
     settle();
     let t = Instant::now();
-    for tree in &trees {
-        repo.remove_overlay_tree(tree).await?;
+    for (worktree, host) in trees {
+        // As a run removes one (run/subtask/trees.rs), its work already committed.
+        let layers = host.layers().clone();
+        host.stop().await;
+        grove::tools::tree::overlay::remove_own_dirs(&layers)?;
+        repo.unregister_worktree(&worktree).await?;
     }
     let removed = t.elapsed();
     row(

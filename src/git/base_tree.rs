@@ -67,6 +67,29 @@ impl BaseTree {
         self.folder.join("index")
     }
 
+    /// Copies the base's index to `to`, keeping its date (see `build_base`): a copy
+    /// dated now would make every entry racily clean again.
+    pub(super) fn copy_index_to(&self, to: &Path) -> Result<(), GitError> {
+        let from = self.index_path();
+        let io = |action: &'static str| {
+            let path = to.to_path_buf();
+            move |source| GitError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        std::fs::copy(&from, to).map_err(io("copy the base index to"))?;
+        let date = std::fs::metadata(&from)
+            .and_then(|meta| meta.modified())
+            .map_err(io("date"))?;
+        std::fs::File::options()
+            .write(true)
+            .open(to)
+            .and_then(|file| file.set_modified(date))
+            .map_err(io("date"))
+    }
+
     /// The setup command this base is (to be) prepared with.
     pub fn setup_command(&self) -> Option<&str> {
         self.setup.as_deref()
@@ -192,7 +215,7 @@ impl Repo {
         // git treats an entry as racily clean (and re-reads the file on every status)
         // while its mtime is not older than the index file's. Dating the index a second
         // ahead settles them all at no cost; copies keep that date (see
-        // `OverlayTree`), where a refresh would mean waiting out the second (measured:
+        // `BaseTree::copy_index_to`), where a refresh would mean waiting out the second (measured:
         // +1 s on a 2 s checkout).
         let ahead = SystemTime::now() + Duration::from_secs(1);
         std::fs::File::options()
@@ -232,7 +255,7 @@ impl Repo {
                 .and_then(|rest| rest.split('-').next())
                 .and_then(|pid| pid.parse::<i32>().ok())
             {
-                if !super::worktree::process_alive(pid) {
+                if !super::trash::process_alive(pid) {
                     self.discard(&path)?;
                     removed.push(path);
                 }
@@ -265,7 +288,7 @@ impl Repo {
 
     /// Renames `path` into the bases' trash at once and deletes it in the background.
     fn discard(&self, path: &Path) -> Result<(), GitError> {
-        super::worktree::discard_in_background(path, &self.bases_home().join(".trash"))
+        super::trash::discard_in_background(path, &self.bases_home().join(".trash"))
     }
 }
 

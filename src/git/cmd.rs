@@ -11,9 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use tokio::io::AsyncWriteExt;
 
 use super::error::GitError;
+use crate::tools::tree::TreeNamespace;
 
 /// Config overrides passed as `-c` to every git command. Command-line config beats
 /// every config file, so nothing the repository (or the worktree) says can re-enable a
@@ -112,6 +115,9 @@ pub(crate) struct GitCall<'a> {
     stdin: Option<Vec<u8>>,
     allowed_codes: Vec<i32>,
     env: Vec<(&'static str, OsString)>,
+    /// The copy-on-write tree whose namespaces the command joins (its work tree is only
+    /// there; git resolves `/proc/<host>/root/...` back to grove's own view).
+    tree: Option<Arc<TreeNamespace>>,
 }
 
 /// How many times a command that hit another process's lock file is retried.
@@ -182,7 +188,18 @@ impl GitRunner {
             stdin: None,
             allowed_codes: vec![0],
             env: Vec::new(),
+            tree: None,
         }
+    }
+
+    /// A call in `worktree`: its admin dir as the git dir, its directory as the work tree
+    /// and the working directory, inside its copy-on-write tree when it is one.
+    pub fn in_worktree(&self, worktree: &super::Worktree) -> GitCall<'_> {
+        let mut call = self
+            .call(worktree.admin_dir(), worktree.path())
+            .work_tree(worktree.path());
+        call.tree = worktree.tree().cloned();
+        call
     }
 }
 
@@ -219,15 +236,15 @@ impl GitCall<'_> {
         self
     }
 
-    /// Lets a read-only command skip optional locks (e.g. `status` refreshing the index),
-    /// so it never collides with the user's own git.
-    /// Uses the index file at `path` instead of the git dir's (`GIT_INDEX_FILE`).
-    pub fn index_file(mut self, path: &Path) -> Self {
+    /// Uses `index` as the index file instead of the git dir's.
+    pub fn index_file(mut self, index: &Path) -> Self {
         self.env
-            .push(("GIT_INDEX_FILE", path.as_os_str().to_owned()));
+            .push(("GIT_INDEX_FILE", index.as_os_str().to_owned()));
         self
     }
 
+    /// Lets a read-only command skip optional locks (e.g. `status` refreshing the index),
+    /// so it never collides with the user's own git.
     pub fn no_optional_locks(mut self) -> Self {
         self.env.push(("GIT_OPTIONAL_LOCKS", OsString::from("0")));
         self
@@ -291,6 +308,11 @@ impl GitCall<'_> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        if let Some(entry) = self.tree.as_ref().and_then(|tree| tree.entry(&self.cwd)) {
+            // The directory exists inside the tree; the join enters it there.
+            cmd.current_dir("/");
+            entry.at_exec(cmd.as_std_mut());
+        }
         cmd
     }
 

@@ -109,9 +109,11 @@ const INTENT_TO_ADD: u16 = 1 << 13;
 /// Which way a checkpoint's commit is written (see [`Repo::checkpoint_with`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitPath {
-    /// In process when libgit2 can do it exactly as git would, else the CLI.
+    /// In process when libgit2 can do it exactly as git would, else the CLI; for a
+    /// copy-on-write tree, from its upper directory (see [`Repo::checkpoint_upper`]).
     Fastest,
-    /// Only git processes (`write-tree`, `rev-parse`, `commit-tree`, `update-ref`).
+    /// Only git processes (`add`, `write-tree`, `rev-parse`, `commit-tree`,
+    /// `update-ref`), for a copy-on-write tree too (run inside it).
     Cli,
 }
 
@@ -149,12 +151,15 @@ impl Repo {
         path: CommitPath,
     ) -> Result<Option<CommitId>, GitError> {
         worktree.ready().await?;
-        let in_worktree = || {
-            self.inner
-                .runner
-                .call(worktree.admin_dir(), worktree.path())
-                .work_tree(worktree.path())
-        };
+        worktree.check_mounted()?;
+        // A copy-on-write tree's changes are its upper directory: no index refresh over
+        // the whole tree (the CLI path stays, to hold the two to the same commit).
+        if path == CommitPath::Fastest
+            && let Some(source) = worktree.upper_source()
+        {
+            return self.checkpoint_upper(&source, label).await;
+        }
+        let in_worktree = || self.inner.runner.in_worktree(worktree);
         // Local-only files (a copied `.env`) stay out even if something staged them.
         let local = local_files::recorded(worktree.admin_dir())?;
         let refused = self.stage_all(worktree, &local).await?.refused;
@@ -203,8 +208,7 @@ impl Repo {
         let add = |ignore_errors: bool| {
             self.inner
                 .runner
-                .call(worktree.admin_dir(), worktree.path())
-                .work_tree(worktree.path())
+                .in_worktree(worktree)
                 .args(["add", "--all", "--sparse"])
                 .args(ignore_errors.then_some("--ignore-errors"))
                 .args(["--", "."])
@@ -228,7 +232,7 @@ impl Repo {
         // A nested repository is git data, left out like any other (and listed by
         // `git_dir_paths`); only what git refuses to record is lost unless kept.
         let (repositories, refused) = refused.into_iter().partition(|path| {
-            let dir = worktree.path().join(path);
+            let dir = worktree.files_root().join(path);
             is_git_repository(&dir) || std::fs::symlink_metadata(dir.join(".git")).is_ok()
         });
         Ok(Staged {
@@ -245,6 +249,10 @@ impl Repo {
     /// what it returns.
     pub async fn git_dir_paths(&self, worktree: &Worktree) -> Result<Vec<String>, GitError> {
         worktree.ready().await?;
+        worktree.check_mounted()?;
+        if let Some(source) = worktree.upper_source() {
+            return self.upper_git_dir_paths(&source).await;
+        }
         let staged = self.stage_all(worktree, &[]).await?;
         let mut paths = self.staged_git_dir_paths(worktree).await?;
         paths.extend(staged.repositories);
@@ -256,12 +264,11 @@ impl Repo {
         let listing = self
             .inner
             .runner
-            .call(worktree.admin_dir(), worktree.path())
-            .work_tree(worktree.path())
+            .in_worktree(worktree)
             .args(["ls-files", "--stage", "-z"])
             .run()
             .await?;
-        Ok(git_dir_entries(worktree.path(), &listing.stdout))
+        Ok(git_dir_entries(&worktree.files_root(), &listing.stdout))
     }
 
     /// [`Repo::commit_index_in_process`] on the blocking pool: its file reads and
@@ -326,12 +333,7 @@ impl Repo {
         worktree: &Worktree,
         message: &str,
     ) -> Result<Option<CommitId>, GitError> {
-        let in_worktree = || {
-            self.inner
-                .runner
-                .call(worktree.admin_dir(), worktree.path())
-                .work_tree(worktree.path())
-        };
+        let in_worktree = || self.inner.runner.in_worktree(worktree);
         let tree = in_worktree().arg("write-tree").text().await?;
         let head_and_tree = in_worktree()
             .args(["rev-parse", "HEAD", "HEAD^{tree}"])

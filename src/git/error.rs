@@ -113,16 +113,6 @@ pub enum GitError {
         base: String,
     },
 
-    /// The subtask branch has commits beyond the base, which an overlay tree (the base
-    /// plus an empty upper directory) cannot show. Not retried: the caller uses a git
-    /// worktree for it.
-    #[error("branch {branch} is at {tip}, ahead of the base {base}: it needs a git worktree")]
-    OverlayBranchAhead {
-        branch: String,
-        tip: String,
-        base: String,
-    },
-
     /// The subtask branch is checked out in another worktree that still exists on disk.
     /// Not retried: grove never lets two worktrees commit to one branch.
     #[error("branch {branch} is already checked out in the worktree at {path}")]
@@ -139,6 +129,15 @@ pub enum GitError {
         path: PathBuf,
         reason: Arc<GitError>,
     },
+
+    /// A copy-on-write worktree was to be committed or read while its tree host is not
+    /// running: its path shows only its `.git` file here. Not retried: the caller starts
+    /// the host again (a resume) or keeps the worktree.
+    #[error(
+        "the copy-on-write worktree at {path} is not mounted; grove will not run git on \
+         its empty mount point"
+    )]
+    TreeNotMounted { path: PathBuf },
 
     /// The background checkout stopped without reporting (its task was cancelled).
     #[error("filling the worktree at {path} stopped before it finished")]

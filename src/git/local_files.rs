@@ -84,12 +84,12 @@ impl Repo {
     /// deleted or new files, not ignored and not local-only; sorted.
     pub async fn uncommitted_paths(&self, worktree: &Worktree) -> Result<Vec<String>, GitError> {
         worktree.ready().await?;
+        worktree.check_mounted()?;
         let local = recorded(worktree.admin_dir())?;
         let output = self
             .inner
             .runner
-            .call(worktree.admin_dir(), worktree.path())
-            .work_tree(worktree.path())
+            .in_worktree(worktree)
             .args([
                 "status",
                 "--porcelain=v1",

@@ -43,8 +43,8 @@ mod local_files;
 mod location;
 mod merge;
 mod names;
-mod overlay_tree;
 mod rebuild;
+mod trash;
 mod upper_commit;
 mod worktree;
 
@@ -60,10 +60,9 @@ pub use diff::{BranchDiff, DiffStat, FileStat, Patch};
 pub use error::GitError;
 pub use merge::{MergeCheck, MergeOutcome, PairConflict};
 pub use names::{CommitId, RunId, subtask_ref};
-pub use overlay_tree::{OverlaySpec, OverlayTree};
 pub use rebuild::{RebuildPick, RebuildStep, Rebuilt};
-pub use upper_commit::UpperSource;
-pub use worktree::{Worktree, WorktreeSpec, settle_deletions};
+pub use trash::settle_deletions;
+pub use worktree::{UpperSource, Worktree, WorktreeSpec};
 
 use cmd::{GitCall, GitRunner};
 

@@ -30,7 +30,8 @@ use super::Repo;
 use super::error::GitError;
 use super::local_files;
 use super::names::CommitId;
-use super::names::{RunId, subtask_ref};
+use super::names::subtask_ref;
+use super::worktree::UpperSource;
 use crate::tools::git_pointer::{is_git_dir_name, is_git_repository};
 
 /// Git's tree entry modes.
@@ -111,24 +112,6 @@ pub(super) fn upper_tree(
         left_out: walk.left_out,
         refused: walk.refused,
     })
-}
-
-/// Where a copy-on-write tree's changes are and what they apply to: everything a
-/// checkpoint of its upper directory needs, whichever handle the tree has.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpperSource {
-    /// The run, for the branch `grove/<run>/<n>` and the commit message.
-    pub run: RunId,
-    /// The subtask number `n`.
-    pub subtask: u32,
-    /// The tree's admin dir (its index and local-only files record).
-    pub admin_dir: PathBuf,
-    /// The overlay's upper directory.
-    pub upper: PathBuf,
-    /// The overlay's lower directory (the base tree's files).
-    pub lower: PathBuf,
-    /// The commit the lower directory is a checkout of.
-    pub base: CommitId,
 }
 
 impl Repo {

@@ -6,15 +6,18 @@
 //! (its `gitdir` file), and every later command names it explicitly. Paths stay
 //! `Path`/`OsStr` throughout: a repository path need not be UTF-8.
 
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use super::base_tree::BaseTree;
 use super::error::GitError;
 use super::names::{CommitId, RunId, subtask_ref};
+use super::trash::{self, delete_in_background, discard_in_background, process_alive};
 use super::{Repo, canonical};
+use crate::tools::tree::TreeNamespace;
 
 /// Serialises every change to `<common>/worktrees/` within this process (`worktree add`,
 /// `prune`, `unlock`, and removal): parallel adds race on the common dir's locks
@@ -24,16 +27,17 @@ use super::{Repo, canonical};
 /// Other processes are survived by the runner's lock-retry.
 pub(super) static REGISTRATION: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Numbers the trash names of removals within this process.
-static REMOVALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// This process's deletions still running in the background.
-static DELETIONS: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> =
-    std::sync::Mutex::new(Vec::new());
-
 /// Written into a worktree's admin dir once its files are complete; a worktree without
 /// it was never fully checked out and must not be committed from.
 const FILLED_MARKER: &str = "grove-filled";
+
+/// Written into the admin dir of a copy-on-write worktree: its files are seen only
+/// inside its tree host's namespaces, never at its path in grove's own.
+const OVERLAY_MARKER: &str = "grove-overlay";
+
+/// Written into the admin dir of a copy-on-write worktree: the path of its lower
+/// directory (the base tree's files), which its checkpoints lay its upper one onto.
+const LOWER_RECORD: &str = "grove-lower";
 
 /// What [`Repo::create_worktree`] needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,11 +53,37 @@ pub struct WorktreeSpec {
     pub path: PathBuf,
 }
 
+/// How a newly registered worktree gets its files.
+enum Fill {
+    /// A checkout in the background.
+    Checkout,
+    /// None: an overlay of this base tree, whose index it starts from.
+    Overlay(BaseTree),
+}
+
 #[derive(Debug, Clone)]
 enum FillState {
     Filling,
     Filled,
     Failed(Arc<GitError>),
+}
+
+/// Where a copy-on-write tree's changes are and what they apply to: everything a
+/// checkpoint of its upper directory needs, whichever handle the tree has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpperSource {
+    /// The run, for the branch `grove/<run>/<n>` and the commit message.
+    pub run: RunId,
+    /// The subtask number `n`.
+    pub subtask: u32,
+    /// The tree's admin dir (its index and local-only files record).
+    pub admin_dir: PathBuf,
+    /// The overlay's upper directory.
+    pub upper: PathBuf,
+    /// The overlay's lower directory (the base tree's files).
+    pub lower: PathBuf,
+    /// The commit the lower directory is a checkout of.
+    pub base: CommitId,
 }
 
 /// A subtask's worktree. Usable for a model call at once; file access must wait for
@@ -67,9 +97,70 @@ pub struct Worktree {
     base: CommitId,
     start: CommitId,
     fill: watch::Receiver<FillState>,
+    /// A copy-on-write tree: its files are seen only inside its tree host's namespaces.
+    overlay: bool,
+    /// The tree host's namespaces, while its host runs.
+    tree: Option<Arc<TreeNamespace>>,
 }
 
 impl Worktree {
+    /// True for a copy-on-write tree (see [`Repo::create_overlay_worktree`]).
+    pub fn is_overlay(&self) -> bool {
+        self.overlay
+    }
+
+    /// The copy-on-write tree this worktree's git runs in, while its host runs.
+    pub fn tree(&self) -> Option<&Arc<TreeNamespace>> {
+        self.tree.as_ref()
+    }
+
+    /// This worktree, its git run inside `tree` (a copy-on-write tree's host), or as a
+    /// plain directory again (`None`, once its tree has been materialized there).
+    pub fn with_tree(mut self, tree: Option<Arc<TreeNamespace>>) -> Self {
+        self.tree = tree;
+        self
+    }
+
+    /// What a checkpoint of this copy-on-write worktree reads (its upper directory, its
+    /// lower one, its admin dir); `None` for a git worktree or while its tree is not
+    /// mounted.
+    pub fn upper_source(&self) -> Option<UpperSource> {
+        let tree = self.tree.as_ref().filter(|_| self.overlay)?;
+        self.upper_source_at(tree.upper())
+    }
+
+    /// [`Worktree::upper_source`] with the upper directory `upper` (a tree mounted by
+    /// other means, as in tests); `None` unless it is a copy-on-write worktree.
+    pub fn upper_source_at(&self, upper: &Path) -> Option<UpperSource> {
+        let lower = std::fs::read(self.admin_dir.join(LOWER_RECORD)).ok()?;
+        Some(UpperSource {
+            run: self.run.clone(),
+            subtask: self.subtask,
+            admin_dir: self.admin_dir.clone(),
+            upper: upper.to_path_buf(),
+            lower: PathBuf::from(std::ffi::OsString::from_vec(lower)),
+            base: self.base,
+        })
+    }
+
+    /// Where grove's own process reads the worktree's files.
+    pub fn files_root(&self) -> PathBuf {
+        self.tree
+            .as_ref()
+            .map_or_else(|| self.path.clone(), |tree| tree.grove_root().to_path_buf())
+    }
+
+    /// Refuses to let git touch a copy-on-write worktree whose tree is not mounted:
+    /// its path in grove's namespace holds only the `.git` file, and a commit of that
+    /// would delete every file of the branch.
+    pub fn check_mounted(&self) -> Result<(), GitError> {
+        if self.overlay && self.tree.is_none() {
+            return Err(GitError::TreeNotMounted {
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
+    }
     /// The run this worktree belongs to.
     pub fn run(&self) -> &RunId {
         &self.run
@@ -145,6 +236,14 @@ impl Repo {
     /// attempt's commits are kept, never reset); a path that is already this subtask's
     /// worktree is reused, and re-filled only if its first fill never finished.
     pub async fn create_worktree(&self, spec: WorktreeSpec) -> Result<Worktree, GitError> {
+        self.create_worktree_as(spec, Fill::Checkout).await
+    }
+
+    async fn create_worktree_as(
+        &self,
+        spec: WorktreeSpec,
+        how: Fill,
+    ) -> Result<Worktree, GitError> {
         if !spec.path.is_absolute() {
             return Err(GitError::InvalidName {
                 what: "worktree path",
@@ -233,7 +332,14 @@ impl Repo {
             })?;
         drop(guard);
         let path = canonical(&spec.path)?;
-        Ok(self.start_fill(spec, path, admin, start))
+        match how {
+            // An overlay shows the base: a branch with earlier work on it (a resume) gets
+            // its files checked out, or a checkpoint would undo that work.
+            Fill::Overlay(base) if start == spec.base => {
+                self.fill_overlay(spec, path, admin, start, &base)
+            }
+            Fill::Overlay(_) | Fill::Checkout => Ok(self.start_fill(spec, path, admin, start)),
+        }
     }
 
     /// Finds the grove worktree registered at `path` (e.g. when resuming a run).
@@ -266,10 +372,12 @@ impl Repo {
             run: run.clone(),
             subtask,
             path: normalize(path),
+            overlay: admin.join(OVERLAY_MARKER).exists(),
             admin_dir: admin,
             base,
             start,
             fill,
+            tree: None,
         }))
     }
 
@@ -297,10 +405,12 @@ impl Repo {
                 run: spec.run,
                 subtask: spec.subtask,
                 path,
+                overlay: admin.join(OVERLAY_MARKER).exists(),
                 admin_dir: admin,
                 base: spec.base,
                 start,
                 fill,
+                tree: None,
             });
         }
         Ok(self.start_fill(spec, path, admin, start))
@@ -352,7 +462,89 @@ impl Repo {
             base: spec.base,
             start,
             fill,
+            overlay: false,
+            tree: None,
         }
+    }
+
+    /// Registers the worktree of one subtask as [`Repo::create_worktree`] does, but never
+    /// checks it out: its files are an overlay of `base` (whose index is copied as the
+    /// worktree's own, so that git inside sees only what the worker changed), mounted by
+    /// a tree host the caller starts at its path.
+    pub async fn create_overlay_worktree(
+        &self,
+        spec: WorktreeSpec,
+        base: &BaseTree,
+    ) -> Result<Worktree, GitError> {
+        let fill = Fill::Overlay(base.clone());
+        self.create_worktree_as(spec, fill).await
+    }
+
+    /// Marks a registered worktree as a copy-on-write one over `base`: its index a copy
+    /// of the base's (dated as the base's, so no entry is racily clean), and the base's
+    /// tree recorded as its lower directory (for [`Worktree::upper_source`]).
+    fn fill_overlay(
+        &self,
+        spec: WorktreeSpec,
+        path: PathBuf,
+        admin: PathBuf,
+        start: CommitId,
+        base: &BaseTree,
+    ) -> Result<Worktree, GitError> {
+        let io = |action: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| GitError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        let index = admin.join("index");
+        base.copy_index_to(&index)?;
+        let lower = admin.join(LOWER_RECORD);
+        std::fs::write(&lower, base.tree_dir().as_os_str().as_bytes())
+            .map_err(io("write", &lower))?;
+        for marker in [OVERLAY_MARKER, FILLED_MARKER] {
+            let marker = admin.join(marker);
+            std::fs::write(&marker, b"").map_err(io("write", &marker))?;
+        }
+        let (_, fill) = watch::channel(FillState::Filled);
+        Ok(Worktree {
+            run: spec.run,
+            subtask: spec.subtask,
+            path,
+            admin_dir: admin,
+            base: spec.base,
+            start,
+            fill,
+            overlay: true,
+            tree: None,
+        })
+    }
+
+    /// Turns a copy-on-write worktree whose merged files were copied to its path into a
+    /// plain one (`--keep-worktrees`): grove's own git may then work there directly.
+    pub fn mark_materialized(&self, worktree: &Worktree) -> Result<Worktree, GitError> {
+        forget_overlay_marker(&worktree.admin_dir)?;
+        let mut plain = worktree.clone();
+        plain.overlay = false;
+        plain.tree = None;
+        Ok(plain)
+    }
+
+    /// [`Repo::mark_materialized`] for the worktree registered at `path`.
+    pub fn forget_overlay(&self, path: &Path) -> Result<(), GitError> {
+        match self.find_admin_dir(path)? {
+            Some(admin) => forget_overlay_marker(&admin),
+            None => Ok(()),
+        }
+    }
+
+    /// Unregisters a worktree and deletes its directory without committing anything
+    /// (the caller has: a copy-on-write worktree's files are gone with its host).
+    pub async fn unregister_worktree(&self, worktree: &Worktree) -> Result<(), GitError> {
+        self.delete_worktree(&worktree.path, &worktree.admin_dir)
+            .await
     }
 
     /// `git worktree prune`, serialised with every other registration change.
@@ -411,7 +603,7 @@ impl Repo {
     /// to `git worktree remove`, still under the lock.
     pub(super) async fn delete_worktree(&self, path: &Path, admin: &Path) -> Result<(), GitError> {
         let trash = self.common_dir().join("grove").join("trash");
-        let number = REMOVALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let number = trash::next_number();
         let stamp = format!("{}-{number}", std::process::id());
         let (moved_tree, moved_admin) = (
             trash.join(format!("tree-{stamp}")),
@@ -549,63 +741,16 @@ fn normalize(path: &Path) -> PathBuf {
     }
 }
 
-/// Deletes `paths` on a thread of their own that the process need not wait for (see
-/// [`settle_deletions`]); a path already gone is fine, and a failure leaves the entry in
-/// its trash for the next sweep.
-fn delete_in_background(paths: Vec<PathBuf>) {
-    let spawned = std::thread::Builder::new()
-        .name("grove-delete".to_owned())
-        .spawn(move || {
-            for path in paths {
-                let _ = std::fs::remove_dir_all(&path);
-            }
-        });
-    if let Ok(handle) = spawned {
-        let mut pending = DELETIONS
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        pending.retain(|handle| !handle.is_finished());
-        pending.push(handle);
+/// Removes the mark of a copy-on-write worktree from its admin dir.
+fn forget_overlay_marker(admin: &Path) -> Result<(), GitError> {
+    let marker = admin.join(OVERLAY_MARKER);
+    match std::fs::remove_file(&marker) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(GitError::Io {
+            action: "remove",
+            path: marker,
+            source,
+        }),
     }
-}
-
-/// Moves `path` into `trash` (as `gone-<pid>-<n>`) at once and deletes it in the
-/// background; deletes it in place when it cannot be renamed there (another filesystem).
-pub(super) fn discard_in_background(path: &Path, trash: &Path) -> Result<(), GitError> {
-    std::fs::create_dir_all(trash).map_err(|source| GitError::Io {
-        action: "create",
-        path: trash.to_path_buf(),
-        source,
-    })?;
-    let number = REMOVALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let moved = trash.join(format!("gone-{}-{number}", std::process::id()));
-    match std::fs::rename(path, &moved) {
-        Ok(()) => delete_in_background(vec![moved]),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(_) => delete_in_background(vec![path.to_path_buf()]),
-    }
-    Ok(())
-}
-
-/// Waits until every deletion this process started in the background has finished
-/// (tests and benchmarks that look at the disk; a run never needs to).
-pub async fn settle_deletions() {
-    let pending = std::mem::take(
-        &mut *DELETIONS
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    );
-    let _ = tokio::task::spawn_blocking(move || {
-        for handle in pending {
-            let _ = handle.join();
-        }
-    })
-    .await;
-}
-
-/// True unless process `pid` is known to be gone (`ESRCH`); this process is alive.
-pub(super) fn process_alive(pid: i32) -> bool {
-    pid == i32::try_from(std::process::id()).unwrap_or(-1)
-        || nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
-            .map_or_else(|errno| errno != nix::errno::Errno::ESRCH, |()| true)
 }

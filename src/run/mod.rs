@@ -119,5 +119,8 @@ async fn lead_then_finish(
     }
     let lead = lead::run_lead(ctx, &subtasks, history).await;
     subtasks.wait().await;
+    // Copy-on-write trees live only as long as grove: those the run leaves become
+    // directories the user (and a resume) can open.
+    subtask::trees::release_trees(ctx).await;
     finish::finish(ctx, subtasks.reports(), lead).await
 }

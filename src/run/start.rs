@@ -21,6 +21,7 @@ use crate::store::lock::{LockError, RepoLock};
 use crate::store::state::RunState;
 use crate::store::{ActiveRun, RecordedOptionsError, RunId, RunStart, RunStore, StoreError};
 use crate::tools::sandbox::{self, SandboxError, SandboxMode, SandboxPolicy, SandboxedExecutor};
+use crate::tools::tree::{OverlayError, RoutedExecutor, WorktreeMode};
 use crate::tools::{CommandExecutor, LocalExecutor};
 
 /// Why a run could not start or go on.
@@ -66,6 +67,17 @@ pub enum RunError {
     /// proceed (a capable kernel, or `--sandbox off`).
     #[error("{}", sandbox::refusal_advice(.0))]
     Sandbox(#[source] SandboxError),
+    /// Not retried: `[worktree] mode = "overlay"` was asked for (or a resumed run made
+    /// copy-on-write worktrees) and this system refuses the overlay mount.
+    #[error(
+        "copy-on-write worktrees ([worktree] mode = \"overlay\") are unavailable here: \
+         {source}. Set `mode = \"git\"` (or \"auto\") in .grove/config.toml to use git \
+         worktrees"
+    )]
+    Overlay {
+        #[source]
+        source: OverlayError,
+    },
     /// Not retried: writing the run's state failed mid-run (a full disk, say). What was
     /// reported durable is intact, so the run resumes once the cause is fixed.
     #[error(
@@ -134,6 +146,8 @@ pub(crate) async fn start(
     let base = head.commit.ok_or(RunError::UnbornHead)?;
     check_local_files(&repo, base, &options.worktree_setup.copy)?;
     let executor = command_executor(&options, &repo, &events)?;
+    let mut options = options;
+    options.worktree_mode = worktree_mode(&options, &repo, &events).await?;
 
     let store = RunStore::new(repo.common_dir());
     let run_id = store.new_run_id();
@@ -199,6 +213,11 @@ pub(crate) async fn resume(
     options.git = git;
     check_local_files(&repo, base, &options.worktree_setup.copy)?;
     let executor = command_executor(&options, &repo, &events)?;
+    if options.worktree_mode == WorktreeMode::Auto {
+        // Journaled before the key existed: that run made git worktrees.
+        options.worktree_mode = WorktreeMode::Git;
+    }
+    options.worktree_mode = worktree_mode(&options, &repo, &events).await?;
     let models = models(&state)?;
     for call in &state.interrupted_tool_calls {
         events.emit(Event::Note {
@@ -271,6 +290,39 @@ fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Result<Arc<RunCon
     }))
 }
 
+/// How this run makes its worktrees: `git` as asked; `overlay` when this system allows
+/// it (tried once, in a throwaway namespace, where the worktrees go), else an error if
+/// it was asked for, or git worktrees and one line saying why for `auto`.
+async fn worktree_mode(
+    options: &RunOptions,
+    repo: &Repo,
+    events: &EventSink,
+) -> Result<WorktreeMode, RunError> {
+    if options.worktree_mode == WorktreeMode::Git {
+        return Ok(WorktreeMode::Git);
+    }
+    let parent = options
+        .worktrees_dir
+        .clone()
+        .unwrap_or_else(|| repo.worktrees_home().to_path_buf());
+    match (
+        crate::tools::tree::overlay::probe(&parent).await,
+        options.worktree_mode,
+    ) {
+        (Ok(()), _) => Ok(WorktreeMode::Overlay),
+        (Err(source), WorktreeMode::Overlay) => Err(RunError::Overlay { source }),
+        (Err(error), _) => {
+            events.emit(Event::Note {
+                message: format!(
+                    "copy-on-write worktrees are unavailable here ({error}); using git \
+                     worktrees ([worktree] mode = \"git\" skips this check)"
+                ),
+            });
+            Ok(WorktreeMode::Git)
+        }
+    }
+}
+
 /// The executor workers' `bash` runs through, as the options say: the sandbox, checked to
 /// work before anything starts, or (loudly) none.
 ///
@@ -308,9 +360,9 @@ fn command_executor(
             hidden.extend(options.worktrees_dir.clone());
             hidden.extend(repo.work_tree().map(Path::to_path_buf));
             let readable = [repo.common_dir().to_path_buf()];
-            Ok(Arc::new(
+            Ok(Arc::new(RoutedExecutor::new(Arc::new(
                 SandboxedExecutor::new(policy, env).hiding(&hidden, &readable),
-            ))
+            ))))
         }
         SandboxMode::Off => {
             events.emit(Event::Note {
@@ -320,7 +372,9 @@ fn command_executor(
                           behind. This choice is recorded in the run's journal."
                     .into(),
             });
-            Ok(Arc::new(LocalExecutor::with_env(env)))
+            Ok(Arc::new(RoutedExecutor::new(Arc::new(
+                LocalExecutor::with_env(env),
+            ))))
         }
     }
 }

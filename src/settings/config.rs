@@ -18,6 +18,7 @@ pub use crate::settings::options::DEFAULT_SETUP_TIMEOUT_S;
 use crate::settings::options::{
     CheckOptions, ModelNames, RunOptions, SubtaskCheck, TurnCaps, WorktreeSetup, default_jobs,
 };
+use crate::tools::tree::WorktreeMode;
 
 /// Where the file lives, relative to the repository root.
 pub const CONFIG_PATH: &str = ".grove/config.toml";
@@ -149,6 +150,9 @@ pub struct RunSettings {
     pub copy: Option<Vec<String>>,
     /// Where runs' worktrees go (`[worktree] dir`), instead of the user's cache directory.
     pub worktrees_dir: Option<PathBuf>,
+    /// `[worktree] mode`: copy-on-write trees, git worktrees, or whichever this system
+    /// allows.
+    pub worktree_mode: Option<WorktreeMode>,
     /// `[workers] pass_env`: extra variables an external worker CLI gets by name.
     pub pass_env: Option<Vec<String>>,
     /// `[check]`: the project's check.
@@ -196,6 +200,7 @@ impl RunSettings {
             setup_per_worker: self.setup_per_worker.or(lower.setup_per_worker),
             copy: self.copy.or(lower.copy),
             worktrees_dir: self.worktrees_dir.or(lower.worktrees_dir),
+            worktree_mode: self.worktree_mode.or(lower.worktree_mode),
             pass_env: self.pass_env.or(lower.pass_env),
             check: self.check.or(lower.check),
         }
@@ -230,6 +235,7 @@ impl RunSettings {
             copy: self.copy.unwrap_or_default(),
         };
         options.worktrees_dir = self.worktrees_dir;
+        options.worktree_mode = self.worktree_mode.unwrap_or_default();
         options.worker_pass_env = self.pass_env.unwrap_or_default();
         options.check = self.check;
         options.model_names = models.clone();
@@ -322,6 +328,7 @@ impl ProjectConfig {
             )?,
             copy: check.optional(worktree.copy, "worktree.copy", copy_list)?,
             worktrees_dir: check.optional(worktree.dir, "worktree.dir", worktrees_dir)?,
+            worktree_mode: check.optional(worktree.mode, "worktree.mode", worktree_mode)?,
             pass_env: check.optional(workers.pass_env, "workers.pass_env", variable_names)?,
             check: raw
                 .check
@@ -387,7 +394,7 @@ struct RawRoles {
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a table with the keys setup, setup_timeout_s, per_worker, copy and dir"
+    expecting = "a table with the keys setup, setup_timeout_s, per_worker, copy, dir and mode"
 )]
 struct RawWorktree {
     setup: RawValue,
@@ -395,6 +402,7 @@ struct RawWorktree {
     per_worker: RawValue,
     copy: RawValue,
     dir: RawValue,
+    mode: RawValue,
 }
 
 /// Turns raw values into typed ones, with errors that point into the file.
@@ -612,6 +620,14 @@ fn setup_command(value: &toml::Value) -> Result<String, ValueProblem> {
         Some(command) if !command.trim().is_empty() => Ok(command.to_owned()),
         _ => Err(expected("a shell command (a non-empty string)", value)),
     }
+}
+
+/// `[worktree] mode`: `overlay`, `git` or `auto`.
+fn worktree_mode(value: &toml::Value) -> Result<WorktreeMode, ValueProblem> {
+    value
+        .as_str()
+        .and_then(|text| text.parse().ok())
+        .ok_or_else(|| expected("\"overlay\", \"git\" or \"auto\"", value))
 }
 
 /// `[worktree] dir`: an absolute directory outside every `.git` directory (agent CLIs

@@ -13,6 +13,7 @@ use crate::agent::external::{BackendEnv, WorkerBackend};
 use crate::git::GitOptions;
 use crate::model::Model;
 use crate::tools::sandbox::{CommandHost, SandboxMode};
+use crate::tools::tree::WorktreeMode;
 
 /// Turn caps per role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,6 +60,10 @@ pub struct RunOptions {
     /// Where worktrees go (`<dir>/<run>/<n>`, `[worktree] dir`); default the user's cache
     /// directory, see [`Repo::default_worktrees_dir`](crate::git::Repo::default_worktrees_dir).
     pub worktrees_dir: Option<PathBuf>,
+    /// How worktrees are made (`[worktree] mode`); journaled as the mode the run chose
+    /// at its start (a run journaled before the key existed made git worktrees).
+    #[serde(default)]
+    pub worktree_mode: WorktreeMode,
     /// The reviewer's diff is cut to this many bytes, with a note saying what was cut.
     pub max_review_patch_bytes: usize,
     /// The model name of each role, as given on the command line.
@@ -116,6 +121,7 @@ impl RunOptions {
             apply: true,
             keep_worktrees: false,
             worktrees_dir: None,
+            worktree_mode: WorktreeMode::Auto,
             max_review_patch_bytes: 60_000,
             model_names: ModelNames::default(),
             git: GitOptions::default(),

@@ -87,6 +87,11 @@ pub fn template() -> String {
 # Default: the user's cache directory ($XDG_CACHE_HOME/grove or ~/.cache/grove; on macOS
 # ~/Library/Caches/grove), one folder per repository. Example below.
 # dir = "/var/tmp/grove-worktrees"
+# How worktrees are made: "overlay" (copy-on-write views of the base, Linux 5.11+: a
+# worker's tree costs what it changes), "git" (one `git worktree add` each), or "auto":
+# overlay where this system allows it, else git, said in one line at the run's start.
+# Default: auto.
+# mode = "auto"
 
 # Workers run by another agent CLI (--worker-backend claude|codex|gemini|aider).
 # [workers]

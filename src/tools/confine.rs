@@ -31,7 +31,11 @@ use super::git_pointer::{is_git_dir_name, is_git_repository};
 #[derive(Debug)]
 pub(crate) struct ConfinedRoot {
     dir: Dir,
+    /// The root as the model sees it (messages, absolute paths the model writes).
     root: PathBuf,
+    /// The root as grove's process reaches it: the same path for a plain worktree, the
+    /// tree host's view for a copy-on-write one (see `tree::path_for_grove`).
+    reach: PathBuf,
     /// The root with symlinks resolved, when that differs (absolute paths may use either).
     canonical_root: Option<PathBuf>,
 }
@@ -39,7 +43,8 @@ pub(crate) struct ConfinedRoot {
 impl ConfinedRoot {
     /// Opens `root`; failing to is fatal, since no tool can work without its root.
     pub(crate) fn open(root: &Path) -> Result<Self, ToolError> {
-        let dir = Dir::open_ambient_dir(root, ambient_authority()).map_err(|err| {
+        let reach = super::tree::path_for_grove(root);
+        let dir = Dir::open_ambient_dir(&reach, ambient_authority()).map_err(|err| {
             ToolError::Fatal(format!(
                 "cannot open the tool root {}: {err}",
                 root.display()
@@ -52,6 +57,7 @@ impl ConfinedRoot {
         Ok(Self {
             dir,
             root: root.to_owned(),
+            reach,
             canonical_root,
         })
     }
@@ -61,9 +67,9 @@ impl ConfinedRoot {
         &self.dir
     }
 
-    /// The root's ambient path (for the directory walker and for messages).
-    pub(crate) fn root(&self) -> &Path {
-        &self.root
+    /// The root's ambient path as grove's process reaches it (for the directory walker).
+    pub(crate) fn reach(&self) -> &Path {
+        &self.reach
     }
 
     /// The model's `path` as a clean path relative to the root (`.` for the root).
@@ -176,7 +182,7 @@ impl ConfinedRoot {
                     return Err(refused());
                 }
                 prefix.push(component);
-                if is_git_repository(&self.root.join(&prefix)) {
+                if is_git_repository(&self.reach.join(&prefix)) {
                     return Err(refused());
                 }
             }
@@ -378,7 +384,7 @@ mod tests {
             PathBuf::from("b/c")
         );
         assert_eq!(confined.relative(".").unwrap(), PathBuf::from("."));
-        let absolute = confined.root().join("src/main.rs");
+        let absolute = confined.reach().join("src/main.rs");
         assert_eq!(
             confined.relative(absolute.to_str().unwrap()).unwrap(),
             PathBuf::from("src/main.rs"),
@@ -386,7 +392,7 @@ mod tests {
         );
         assert_eq!(
             confined
-                .relative(confined.root().to_str().unwrap())
+                .relative(confined.reach().to_str().unwrap())
                 .unwrap(),
             PathBuf::from(".")
         );
@@ -424,7 +430,7 @@ mod tests {
     #[test]
     fn escape_errors_are_recognised() {
         let (_temp, confined) = confined();
-        std::os::unix::fs::symlink("/etc", confined.root().join("etc")).unwrap();
+        std::os::unix::fs::symlink("/etc", confined.reach().join("etc")).unwrap();
         let err = confined.dir().open("etc/passwd").unwrap_err();
         assert!(
             is_escape(&err),

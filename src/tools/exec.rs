@@ -26,6 +26,7 @@ use tokio::net::unix::pipe;
 use tokio_util::sync::CancellationToken;
 
 use super::text::{display, display_tail};
+use super::tree::namespace::TreeNamespace;
 
 /// Variables passed through to commands, by exact name (plus every `LC_*`).
 pub const ENV_ALLOW_LIST: &[&str] = &[
@@ -226,6 +227,16 @@ pub trait CommandExecutor: Send + Sync + fmt::Debug {
     /// The executor a worktree's `setup` command runs through: this one's confinement
     /// (none when this one has none), with `policy`'s network and writable caches.
     fn for_setup(&self, policy: &SetupPolicy) -> std::sync::Arc<dyn CommandExecutor>;
+
+    /// This executor's commands, run inside a copy-on-write tree's namespaces (the
+    /// `tree` module): joined in each command's process before its confinement.
+    /// `None` when this executor cannot (the tree then cannot be used with it).
+    fn inside(
+        &self,
+        _namespace: &std::sync::Arc<TreeNamespace>,
+    ) -> Option<std::sync::Arc<dyn CommandExecutor>> {
+        None
+    }
 }
 
 /// What a worktree's `setup` command may do beyond a worker's command.
@@ -251,6 +262,8 @@ impl Default for SetupPolicy {
 pub struct LocalExecutor {
     shell: PathBuf,
     env: Vec<(OsString, OsString)>,
+    /// The copy-on-write tree its commands join, if any.
+    tree: Option<std::sync::Arc<TreeNamespace>>,
 }
 
 impl fmt::Debug for LocalExecutor {
@@ -259,6 +272,7 @@ impl fmt::Debug for LocalExecutor {
         f.debug_struct("LocalExecutor")
             .field("shell", &self.shell)
             .field("env_names", &names)
+            .field("tree", &self.tree.as_ref().map(|tree| tree.path()))
             .finish()
     }
 }
@@ -274,6 +288,7 @@ impl LocalExecutor {
         Self {
             shell: default_shell(),
             env: scrub_env(env),
+            tree: None,
         }
     }
 
@@ -449,11 +464,35 @@ impl Collector {
 impl CommandExecutor for LocalExecutor {
     async fn execute(&self, request: ExecRequest) -> Result<ExecResult, ExecError> {
         let args = [OsString::from("-c"), OsString::from(&request.command)];
-        run_in_process_group(&self.shell, &args, &self.env, &request, |_| {}).await
+        let entry = match &self.tree {
+            Some(tree) => Some(tree.entry(&request.cwd).ok_or_else(|| ExecError::Spawn {
+                shell: self.shell.clone(),
+                cwd: request.cwd.clone(),
+                source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+            })?),
+            None => None,
+        };
+        run_in_process_group(&self.shell, &args, &self.env, &request, |command| {
+            if let Some(entry) = entry {
+                // The directory exists inside the tree; the join enters it there.
+                command.current_dir("/");
+                entry.at_exec(command.as_std_mut());
+            }
+        })
+        .await
     }
 
     fn for_setup(&self, _policy: &SetupPolicy) -> std::sync::Arc<dyn CommandExecutor> {
         std::sync::Arc::new(self.clone())
+    }
+
+    fn inside(
+        &self,
+        namespace: &std::sync::Arc<TreeNamespace>,
+    ) -> Option<std::sync::Arc<dyn CommandExecutor>> {
+        let mut inside = self.clone();
+        inside.tree = Some(std::sync::Arc::clone(namespace));
+        Some(std::sync::Arc::new(inside))
     }
 }
 
@@ -575,7 +614,7 @@ pub(crate) async fn run_in_process_group(
 }
 
 /// Makes `command`'s process take [`child_hygiene`] before `exec`.
-fn hygiene_at_exec(command: &mut tokio::process::Command) {
+pub(crate) fn hygiene_at_exec(command: &mut tokio::process::Command) {
     let parent = nix::unistd::getpid();
     // SAFETY: the hook runs in the forked child and makes async-signal-safe system calls
     // only (prctl, getppid, close_range or fcntl, _exit); it allocates nothing.
@@ -691,7 +730,9 @@ impl Drop for Unclaimed {
 /// Spawns `command` from one thread that lives as long as grove: the kernel sends the
 /// parent-death signal when the spawning *thread* exits, and a runtime's threads come and
 /// go (a blocking section hands its worker's place to a new thread).
-async fn spawn_lasting(command: tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+pub(crate) async fn spawn_lasting(
+    command: tokio::process::Command,
+) -> std::io::Result<tokio::process::Child> {
     static SPAWNER: std::sync::OnceLock<
         Option<std::sync::Mutex<std::sync::mpsc::Sender<SpawnJob>>>,
     > = std::sync::OnceLock::new();

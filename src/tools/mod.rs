@@ -14,6 +14,7 @@ mod list_files;
 mod read_file;
 pub mod sandbox;
 mod text;
+pub mod tree;
 mod walk;
 mod write_file;
 
@@ -189,7 +190,7 @@ impl Registry {
         // Whatever a tool did, the worktree's `.git` pointer is the one grove made.
         let pointer = tool
             .mutates()
-            .then(|| git_pointer::GitPointer::snapshot(&ctx.root));
+            .then(|| git_pointer::GitPointer::snapshot(&tree::path_for_grove(&ctx.root)));
         let mut output = match tool.run(input, ctx).await {
             Ok(output) => output,
             Err(ToolError::RespondToModel(message)) => ToolOutput::error(message),

@@ -82,7 +82,7 @@ pub(crate) fn walk(
     cancel: &CancellationToken,
     mut visit: impl FnMut(Entry) -> ControlFlow<()>,
 ) -> Result<WalkStats, ToolError> {
-    let root = confined.root();
+    let root = confined.reach();
     let mut stats = WalkStats::default();
     let start_seen = walk_from(root, root, start, cancel, &mut stats, &mut visit)?;
     if !start_seen && !start.as_os_str().is_empty() {

@@ -278,6 +278,7 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
             setup_per_worker: Some(false),
             copy: Some(vec![".env".into()]),
             worktrees_dir: Some("/var/tmp/grove-worktrees".into()),
+            worktree_mode: Some(grove::tools::tree::WorktreeMode::Auto),
             pass_env: Some(vec!["DISABLE_AUTOUPDATER".into()]),
             check: Some(CheckOptions::new("cargo test")),
         },

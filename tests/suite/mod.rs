@@ -11,6 +11,7 @@ mod loop_http;
 mod mcp;
 mod model;
 mod model_faults;
+mod overlay;
 mod polish;
 mod real_clis;
 mod report;

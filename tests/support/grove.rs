@@ -189,9 +189,15 @@ pub fn find_in_worktrees(fixture: &GitFixture, name: &str) -> Option<PathBuf> {
     let runs = fixture.repo.join(".git/grove/runs");
     for run in std::fs::read_dir(runs).ok()?.flatten() {
         let run_id = run.file_name().to_string_lossy().into_owned();
-        let candidate = fixture.worktree_dir(&run_id, 1).join(name);
-        if candidate.exists() {
-            return Some(candidate);
+        let worktree = fixture.worktree_dir(&run_id, 1);
+        // While grove runs, a copy-on-write worktree's files are seen only inside its
+        // tree host's namespace; what its commands write is in its upper directory.
+        let mut upper = worktree.clone().into_os_string();
+        upper.push(".cow/upper");
+        for candidate in [worktree.join(name), PathBuf::from(upper).join(name)] {
+            if candidate.exists() {
+                return Some(candidate);
+            }
         }
     }
     None

@@ -26,6 +26,7 @@ use crate::text::{strip_escapes, tail};
 use crate::tools::exec::{
     CommandExecutor as _, ExecOutcome, ExecRequest, ExecResult, LocalExecutor, OutputCap,
 };
+use crate::tools::tree::{RoutedExecutor, path_for_grove};
 
 /// How often the CLI's output file is read while it runs, for the live view.
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -174,7 +175,8 @@ impl CliInvocation {
                 tail: 4 * 1024,
             },
         };
-        let executor = self.executor();
+        // In a copy-on-write worktree the CLI runs inside its tree's namespaces.
+        let executor = RoutedExecutor::new(std::sync::Arc::new(self.executor()));
         let execution = executor.execute(request);
         tokio::pin!(execution);
         let mut ticker = tokio::time::interval(POLL_INTERVAL);
@@ -338,7 +340,7 @@ impl CliInvocation {
         let Some(prefix) = self.backend.scratch_prefix() else {
             return Vec::new();
         };
-        std::fs::read_dir(&self.cwd)
+        std::fs::read_dir(path_for_grove(&self.cwd))
             .map(|entries| {
                 entries
                     .filter_map(Result::ok)
@@ -355,7 +357,7 @@ impl CliInvocation {
             if before.contains(&name) {
                 continue;
             }
-            let path = self.cwd.join(&name);
+            let path = path_for_grove(&self.cwd).join(&name);
             // Best effort: a leftover is committed and shows in the review's diff.
             let _ = match std::fs::symlink_metadata(&path) {
                 Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&path),

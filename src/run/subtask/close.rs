@@ -18,6 +18,8 @@ use crate::run::delegate::DelegateReport;
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
 use crate::run::report::SubtaskReport;
+use crate::run::subtask::SubtaskError;
+use crate::run::subtask::trees::{keep_worktree, remove_worktree};
 use crate::store::StoreError;
 use crate::store::journal::{Entry, SubtaskOutcome};
 use crate::text::truncate;
@@ -56,9 +58,25 @@ pub(crate) async fn close(
     // A kept worktree must send the user's git to the repository, never to a git dir
     // a model planted.
     if let Some(worktree) = worktree
-        && let Err(error) = ensure_git_pointer(worktree.path(), worktree.admin_dir())
+        && let Err(error) = ensure_git_pointer(&worktree.files_root(), worktree.admin_dir())
     {
         ctx.note(format!("{id}: could not restore its `.git` file: {error}"));
+    }
+    if ctx.options.keep_worktrees
+        && let Some(worktree) = worktree.filter(|worktree| worktree.is_overlay())
+    {
+        // A copy-on-write tree lives only as long as grove: the user gets a directory.
+        let kept = keep_worktree(worktree).await.and_then(|kept| {
+            ctx.repo
+                .mark_materialized(&kept)
+                .map_err(|source| SubtaskError::Worktree { source })
+        });
+        if let Err(error) = kept {
+            ctx.note(format!(
+                "{id}: could not copy its worktree out to {}: {error}",
+                worktree.path().display()
+            ));
+        }
     }
     if !ctx.options.keep_worktrees {
         // The outcome is settled and its work kept (merged into the result, or archived
@@ -69,7 +87,7 @@ pub(crate) async fn close(
         tasks.spawn(async move {
             queue.all_settled().await;
             if let Some(worktree) = worktree
-                && let Err(error) = ctx.repo.remove_worktree(&worktree).await
+                && let Err(error) = remove_worktree(&ctx, &worktree).await
             {
                 // Its branch stays with it, so that `grove clean` finds both.
                 ctx.note(format!(

@@ -83,6 +83,11 @@ pub enum SubtaskError {
         #[source]
         source: GitError,
     },
+    #[error("could not mount the copy-on-write worktree: {source}")]
+    Tree {
+        #[source]
+        source: crate::tools::tree::OverlayError,
+    },
     #[error("the worktree was not checked out: {source}")]
     NotCheckedOut {
         #[source]

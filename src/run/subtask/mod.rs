@@ -33,6 +33,7 @@ pub(crate) mod error;
 pub(crate) mod integrate;
 pub(crate) mod prepare;
 pub(crate) mod reviewer;
+pub(crate) mod trees;
 pub(crate) mod work;
 
 use std::collections::BTreeMap;

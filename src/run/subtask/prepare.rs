@@ -17,11 +17,13 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use crate::git::{BaseTree, CommitId, GitError, Repo, Worktree};
+use crate::git::{BaseTree, CommitId, GitError, Repo, Worktree, WorktreeSpec};
 use crate::run::context::{RunContext, lock};
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::{CopyError, FileProblem, SetupEnd, SubtaskError};
+use crate::run::subtask::trees;
 use crate::settings::config::{CopyPathError, check_copy_path};
+use crate::tools::tree::WorktreeMode;
 use crate::tools::{ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
 
 /// How much of a failed setup command's output the subtask's reason shows: its end,
@@ -108,7 +110,11 @@ pub fn check_local_files(
 /// in flight), by subtask number: registrations are serialised by git, so doing them
 /// early keeps them off the workers' critical path.
 #[derive(Default)]
-pub(crate) struct AheadWorktrees(Mutex<BTreeMap<u32, JoinHandle<Result<Worktree, GitError>>>>);
+pub(crate) struct AheadWorktrees {
+    registered: Mutex<BTreeMap<u32, JoinHandle<Result<Worktree, GitError>>>>,
+    /// The base tree copy-on-write worktrees are overlays of, made on first use.
+    base: tokio::sync::OnceCell<BaseTree>,
+}
 
 impl AheadWorktrees {
     /// Registers the worktrees of the subtasks from `next` on, as many as may run at once.
@@ -118,32 +124,62 @@ impl AheadWorktrees {
             .unwrap_or(u32::MAX)
             .min(remaining)
             .min(MAX_PREPARED_WORKTREES);
-        let mut prepared = lock(&self.0);
+        let overlay = ctx.options.worktree_mode == WorktreeMode::Overlay;
+        let base = overlay.then(|| self.base.get().cloned());
+        if matches!(base, Some(None)) {
+            // The base tree is made by the first subtask that needs it.
+            return;
+        }
+        let mut prepared = lock(&self.registered);
         for n in next.number()..next.number() + count {
             let repo = ctx.repo.clone();
             let spec = ctx.worktree_spec(SubtaskId(n));
+            let base = base.clone().flatten();
             prepared.insert(
                 n,
-                tokio::spawn(async move { repo.create_worktree(spec).await }),
+                tokio::spawn(async move {
+                    match base {
+                        Some(base) => repo.create_overlay_worktree(spec, &base).await,
+                        None => repo.create_worktree(spec).await,
+                    }
+                }),
             );
         }
     }
 
+    /// The base tree of the run's copy-on-write worktrees, made on first use, and set
+    /// up once (see [`setup_base`]) before any tree over it is mounted.
+    async fn base_tree(&self, ctx: &RunContext, id: SubtaskId) -> Result<BaseTree, SubtaskError> {
+        let base = self
+            .base
+            .get_or_try_init(|| ctx.repo.base_tree(ctx.base, once_per_base(ctx)))
+            .await
+            .map_err(|source| SubtaskError::Worktree { source })?;
+        setup_base(ctx, id, base).await?;
+        Ok(base.clone())
+    }
+
     /// The worktree registered ahead for `id`, if there is one.
     async fn take(&self, id: SubtaskId) -> Option<Result<Worktree, GitError>> {
-        let handle = lock(&self.0).remove(&id.number())?;
+        let handle = lock(&self.registered).remove(&id.number())?;
         handle.await.ok()
     }
 
     /// Removes the worktrees registered ahead that no subtask used, with their branches
     /// (which hold nothing but the base).
     pub(crate) async fn remove_unused(&self, ctx: &RunContext) {
-        let unused = std::mem::take(&mut *lock(&self.0));
+        let unused = std::mem::take(&mut *lock(&self.registered));
         for (n, handle) in unused {
             let Ok(Ok(worktree)) = handle.await else {
                 continue;
             };
-            if let Err(error) = ctx.repo.remove_worktree(&worktree).await {
+            // Never mounted: an overlay's registration holds nothing to commit.
+            let removed = if worktree.is_overlay() {
+                ctx.repo.unregister_worktree(&worktree).await
+            } else {
+                ctx.repo.remove_worktree(&worktree).await
+            };
+            if let Err(error) = removed {
                 ctx.note(format!("could not remove unused worktree {n}: {error}"));
             }
             if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, n).await {
@@ -162,9 +198,22 @@ pub(crate) async fn create_worktree(
     id: SubtaskId,
 ) -> Result<Worktree, SubtaskError> {
     let spec = ctx.worktree_spec(id);
+    let base = match ctx.options.worktree_mode {
+        WorktreeMode::Overlay => Some(ahead.base_tree(ctx, id).await?),
+        _ => None,
+    };
+    let make = |spec: WorktreeSpec| {
+        let base = base.clone();
+        async move {
+            match base {
+                Some(base) => ctx.repo.create_overlay_worktree(spec, &base).await,
+                None => ctx.repo.create_worktree(spec).await,
+            }
+        }
+    };
     let created = match ahead.take(id).await {
         Some(prepared) => prepared,
-        None => ctx.repo.create_worktree(spec.clone()).await,
+        None => make(spec.clone()).await,
     };
     let stray = match created {
         Err(GitError::WorktreePathOccupied { path, .. }) => Err(path),
@@ -192,11 +241,20 @@ pub(crate) async fn create_worktree(
                 path.display(),
                 aside.display()
             ));
-            ctx.repo.create_worktree(spec).await
+            make(spec).await
         }
         Ok(created) => created,
     };
-    recovered.map_err(|source| SubtaskError::Worktree { source })
+    let worktree = recovered.map_err(|source| SubtaskError::Worktree { source })?;
+    match (worktree.is_overlay(), &base) {
+        (true, Some(base)) => trees::mount(&worktree, &base.tree_dir()).await,
+        (true, None) => {
+            // A resumed run's copy-on-write worktree, in a run now making git ones.
+            let base = ahead.base_tree(ctx, id).await?;
+            trees::mount(&worktree, &base.tree_dir()).await
+        }
+        (false, _) => Ok(worktree),
+    }
 }
 
 /// Copies the local-only files into subtask `id`'s worktree and runs the setup command
@@ -221,7 +279,7 @@ pub(crate) async fn prepare(
             .set_local_files(worktree, &local)
             .map_err(|source| SubtaskError::RecordLocalFiles { source })?;
         for path in &local {
-            copy_into(&ctx.user_root, worktree.path(), path).map_err(|source| {
+            copy_into(&ctx.user_root, &worktree.files_root(), path).map_err(|source| {
                 SubtaskError::Copy {
                     path: path.clone(),
                     source,
@@ -230,9 +288,18 @@ pub(crate) async fn prepare(
         }
     }
     match &setup.setup {
+        // Run once in the base tree this copy-on-write tree shows (`setup_base`).
+        Some(_) if worktree.is_overlay() && !setup.per_worker => Ok(()),
         Some(command) => run_setup(ctx, id, worktree, command).await,
         None => Ok(()),
     }
+}
+
+/// The setup command a run's base tree is prepared with: `[worktree] setup`, unless
+/// `per_worker` says to run it in every tree.
+fn once_per_base(ctx: &RunContext) -> Option<&str> {
+    let setup = &ctx.options.worktree_setup;
+    setup.setup.as_deref().filter(|_| !setup.per_worker)
 }
 
 /// Runs the setup command once in `base`, the base tree copy-on-write worktrees share,

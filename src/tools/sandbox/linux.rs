@@ -37,6 +37,7 @@ use seccompiler::{
 };
 
 use super::{REFUSED_EXIT_CODE, REFUSED_PREFIX, SandboxError, SandboxPolicy};
+use crate::tools::tree::namespace::Entry;
 
 /// The Landlock ABI whose filesystem rights must be enforced in full: 3 adds truncation to
 /// 2's cross-directory link and rename (`REFER`), so neither a hard link, an `mv`, nor a
@@ -125,6 +126,7 @@ impl Confinement {
             uid_map: self.uid_map.clone(),
             gid_map: self.gid_map.clone(),
             mounts: Arc::clone(&self.mounts),
+            join: None,
         })
     }
 }
@@ -145,6 +147,17 @@ pub(super) struct ChildSteps {
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
     mounts: Arc<Vec<(CString, CString)>>,
+    /// The copy-on-write tree's namespaces to join instead of a user namespace of its own.
+    join: Option<Entry>,
+}
+
+impl ChildSteps {
+    /// The same steps, joining a copy-on-write tree's user and mount namespaces (see
+    /// `tree::namespace`) where they would have entered a user namespace of their own.
+    pub(super) fn joining(mut self, entry: Entry) -> Self {
+        self.join = Some(entry);
+        self
+    }
 }
 
 /// Makes `command`'s process take `steps` between `fork` and `exec`.
@@ -174,7 +187,15 @@ impl ChildSteps {
         }
         // Before Landlock: writing the id maps is a file write the ruleset would refuse,
         // and a sandboxed process may not mount.
-        let own_namespace = self.enter_user_namespace();
+        // A tree's commands must see its overlay: they join its host's namespaces (the
+        // user namespace is then the tree's, shared by its commands), or refuse.
+        let own_namespace = match &self.join {
+            Some(entry) => match entry.join() {
+                Ok(()) => true,
+                Err((step, errno)) => refuse(step, errno),
+            },
+            None => self.enter_user_namespace(),
+        };
         if own_namespace {
             self.mount_sanitized_copies();
         }

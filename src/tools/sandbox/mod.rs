@@ -56,6 +56,7 @@ use super::exec::{
     default_shell, run_in_process_group, scrub_env,
 };
 use super::git_pointer::GitPointer;
+use super::tree::namespace::TreeNamespace;
 use cgroup::CgroupPool;
 use paths::{GitView, hidden_paths};
 #[cfg(target_os = "linux")]
@@ -292,6 +293,8 @@ pub struct SandboxedExecutor {
     worktrees: Arc<Mutex<HashMap<PathBuf, Arc<PreparedWorktree>>>>,
     #[cfg(target_os = "linux")]
     disk: Arc<DiskMeter>,
+    /// The copy-on-write tree every command of this executor runs in, if any.
+    tree: Option<Arc<TreeNamespace>>,
 }
 
 impl fmt::Debug for SandboxedExecutor {
@@ -301,6 +304,7 @@ impl fmt::Debug for SandboxedExecutor {
             .field("policy", &self.policy)
             .field("shell", &self.shell)
             .field("env_names", &names)
+            .field("tree", &self.tree.as_ref().map(|tree| tree.path()))
             .finish()
     }
 }
@@ -335,6 +339,7 @@ impl SandboxedExecutor {
             worktrees: Arc::default(),
             #[cfg(target_os = "linux")]
             disk: Arc::default(),
+            tree: None,
         }
     }
 
@@ -531,14 +536,25 @@ impl SandboxedExecutor {
     /// Runs `request` confined, then checks the worktree's disk budget.
     #[cfg(target_os = "linux")]
     async fn run_confined(&self, request: ExecRequest) -> Result<ExecResult, ExecError> {
-        let worktree = request
-            .cwd
-            .canonicalize()
-            .map_err(|source| ExecError::Spawn {
-                shell: self.shell.clone(),
-                cwd: request.cwd.clone(),
-                source,
-            })?;
+        // A tree's rules are built on the merged tree as grove reaches it (the overlay's
+        // own inodes), not on the empty mount point grove's namespace shows.
+        let worktree = match &self.tree {
+            Some(tree) => tree.grove_root().to_path_buf(),
+            None => request
+                .cwd
+                .canonicalize()
+                .map_err(|source| ExecError::Spawn {
+                    shell: self.shell.clone(),
+                    cwd: request.cwd.clone(),
+                    source,
+                })?,
+        };
+        let entry = match &self.tree {
+            Some(tree) => Some(tree.entry(&request.cwd).ok_or_else(|| ExecError::Sandbox {
+                reason: format!("{} cannot be passed to the kernel", request.cwd.display()),
+            })?),
+            None => None,
+        };
         let prepared = self.prepared(&worktree).await?;
         let cgroups = self.cgroups.take();
         let procs = cgroups
@@ -546,12 +562,16 @@ impl SandboxedExecutor {
             .map_err(|(path, source)| ExecError::Sandbox {
                 reason: format!("cannot open {}: {source}", path.display()),
             })?;
-        let steps = prepared
+        let mut steps = prepared
             .confinement
             .steps(procs)
             .map_err(|error| ExecError::Sandbox {
                 reason: error.to_string(),
             })?;
+        let joins = entry.is_some();
+        if let Some(entry) = entry {
+            steps = steps.joining(entry);
+        }
         let mut env = self.env.clone();
         env.retain(|(name, _)| name != "TMPDIR");
         env.push((
@@ -563,6 +583,10 @@ impl SandboxedExecutor {
         let pointer = GitPointer::snapshot(&worktree);
         let running = prepared.enter();
         let run = run_in_process_group(&self.shell, &args, &env, &request, |command| {
+            if joins {
+                // The directory exists inside the tree; the join enters it there.
+                command.current_dir("/");
+            }
             linux::confine_at_exec(command.as_std_mut(), steps);
         })
         .await;
@@ -588,7 +612,12 @@ impl SandboxedExecutor {
             }
         }
         if let Some(budget) = self.policy.max_worktree_bytes {
-            let (meter, root) = (Arc::clone(&self.disk), worktree.clone());
+            // A tree takes on disk what its upper directory holds; the base is shared.
+            let root = self
+                .tree
+                .as_ref()
+                .map_or_else(|| worktree.clone(), |tree| tree.upper().to_path_buf());
+            let meter = Arc::clone(&self.disk);
             let over = tokio::task::spawn_blocking(move || meter.over_budget(&root, budget))
                 .await
                 .ok()
@@ -621,6 +650,19 @@ impl CommandExecutor for SandboxedExecutor {
         setup.extra_writable.extend(policy.writable.iter().cloned());
         setup.worktrees = Arc::default();
         Arc::new(setup)
+    }
+
+    /// The same confinement, every command joining the tree's namespaces first, its
+    /// rules built on the merged tree (prepared apart from other trees').
+    fn inside(&self, namespace: &Arc<TreeNamespace>) -> Option<Arc<dyn CommandExecutor>> {
+        let mut inside = self.clone();
+        inside.tree = Some(Arc::clone(namespace));
+        inside.worktrees = Arc::default();
+        #[cfg(target_os = "linux")]
+        {
+            inside.disk = Arc::default();
+        }
+        Some(Arc::new(inside))
     }
 }
 

@@ -1,14 +1,17 @@
-//! Overlay trees on the real kernel: a base tree checked out once, a worker's overlay
-//! mounted in a user and mount namespace (`unshare -Urm`), and checkpoints read from its
-//! upper directory, held to what `git add --all` records on a plain checkout.
+//! Copy-on-write worktrees on the real kernel, from git's side: a base tree checked out
+//! once, a worker's overlay worktree mounted by grove's tree host, and checkpoints read
+//! from its upper directory, held to what `git add --all` records on a plain checkout
+//! and to the CLI path inside the tree.
 //!
 //! Where the kernel refuses unprivileged overlay mounts, each test says so and passes
 //! without asserting (there is nothing to hold the code to there).
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
 
-use grove::git::{OverlaySpec, OverlayTree, Repo, settle_deletions};
+use grove::git::{BaseTree, CommitPath, Repo, Worktree, WorktreeSpec, settle_deletions};
+use grove::tools::tree::{Layers, TreeHost};
 use pretty_assertions::assert_eq;
 
 use super::run_id;
@@ -40,6 +43,68 @@ echo new-in-ignored > vendor/more.log
 mkdir nested && echo inner > nested/f && git init -q nested
 ";
 
+/// A worktree mounted over its base by a tree host of its own, as a run mounts one.
+struct Mounted {
+    worktree: Worktree,
+    host: TreeHost,
+    _base: BaseTree,
+}
+
+impl Mounted {
+    /// Subtask `n`'s copy-on-write worktree, mounted; `None` (the test skips) where
+    /// the kernel refuses the mount.
+    async fn new(repo: &Repo, fixture: &GitFixture, n: u32) -> Option<Self> {
+        let base = repo.base_tree(fixture.rev("HEAD"), None).await.unwrap();
+        let spec = WorktreeSpec {
+            run: run_id(),
+            subtask: n,
+            base: base.commit(),
+            path: repo.default_worktrees_dir(&run_id()).join(n.to_string()),
+        };
+        let worktree = repo.create_overlay_worktree(spec, &base).await.unwrap();
+        let layers = Layers::beside(&base.tree_dir(), worktree.path());
+        // As a run's mount does: the tree's `.git` file is in its upper directory.
+        std::fs::create_dir_all(&layers.upper).unwrap();
+        std::fs::copy(worktree.path().join(".git"), layers.upper.join(".git")).unwrap();
+        let parent = worktree.path().parent().unwrap().to_path_buf();
+        if !crate::suite::overlay::overlay_or_skip("git::overlay", &parent).await {
+            return None;
+        }
+        let host = TreeHost::start(layers).await.unwrap();
+        let worktree = worktree.with_tree(Some(Arc::clone(host.namespace())));
+        Some(Self {
+            worktree,
+            host,
+            _base: base,
+        })
+    }
+
+    /// Runs `script` in the tree (in its namespaces, at its path); its stdout.
+    fn sh(&self, fixture: &GitFixture, script: &str) -> String {
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", script])
+            .envs(sealed_env(&fixture.home()))
+            .current_dir("/");
+        self.host
+            .namespace()
+            .entry(self.worktree.path())
+            .unwrap()
+            .at_exec(&mut command);
+        let output = command.output().unwrap();
+        assert!(
+            output.status.success(),
+            "the script failed in the tree: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    fn upper(&self) -> std::path::PathBuf {
+        self.host.layers().upper.clone()
+    }
+}
+
 fn fixture() -> GitFixture {
     let fixture = GitFixture::with_files(&[
         ("README", "hello\n"),
@@ -61,49 +126,6 @@ fn fixture() -> GitFixture {
     fixture.git(&["add", "--force", "vendor/tracked.log", "run.sh"]);
     fixture.git(&["commit", "--quiet", "-m", "tracked log, executable script"]);
     fixture
-}
-
-/// Runs `script` in `tree`'s overlay, mounted in a fresh user and mount namespace;
-/// `None` when the kernel refuses the mount (the caller skips).
-fn in_overlay(fixture: &GitFixture, tree: &OverlayTree, script: &str) -> Option<String> {
-    let mount = format!(
-        "mount -t overlay overlay -o '{}' '{}' || exit 97\ncd '{}'\n{script}",
-        tree.mount_options().to_str().unwrap(),
-        tree.path().display(),
-        tree.path().display(),
-    );
-    let output = Command::new("unshare")
-        .args(["-Urm", "sh", "-c", &mount])
-        .envs(sealed_env(&fixture.home()))
-        .envs(tree.git_env())
-        .output()
-        .unwrap();
-    if output.status.code() == Some(97) || !output.status.success() && output.stdout.is_empty() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        if stderr.contains("mount") || stderr.contains("unshare") {
-            eprintln!("skipped: the kernel refuses an unprivileged overlay mount here: {stderr}");
-            return None;
-        }
-        panic!("the script failed in the overlay: {stderr}");
-    }
-    assert!(
-        output.status.success(),
-        "the script failed in the overlay: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Some(String::from_utf8(output.stdout).unwrap())
-}
-
-async fn overlay_tree(repo: &Repo, fixture: &GitFixture, n: u32) -> OverlayTree {
-    let base = repo.base_tree(fixture.rev("HEAD"), None).await.unwrap();
-    repo.create_overlay_tree(OverlaySpec {
-        run: run_id(),
-        subtask: n,
-        base,
-        path: repo.default_worktrees_dir(&run_id()).join(n.to_string()),
-    })
-    .await
-    .unwrap()
 }
 
 /// The tree `git add --all` records after `script` on a plain checkout of `HEAD` (the
@@ -138,13 +160,13 @@ fn tree_of(fixture: &GitFixture, commit: &str) -> String {
 async fn an_upper_dir_checkpoint_records_what_git_add_all_records_on_a_plain_checkout() {
     let fixture = fixture();
     let repo = fixture.open().await;
-    let tree = overlay_tree(&repo, &fixture, 1).await;
-    let Some(_) = in_overlay(&fixture, &tree, WORKER_CHANGES) else {
+    let Some(tree) = Mounted::new(&repo, &fixture, 1).await else {
         return;
     };
+    tree.sh(&fixture, WORKER_CHANGES);
 
     let commit = repo
-        .checkpoint_upper(&tree.upper_source(), "S1: work")
+        .checkpoint(&tree.worktree, "S1: work")
         .await
         .unwrap()
         .expect("the changes make a commit");
@@ -158,47 +180,77 @@ async fn an_upper_dir_checkpoint_records_what_git_add_all_records_on_a_plain_che
         fixture.git(&["diff", "--stat", &expected, &commit.to_string()])
     );
     assert_eq!(
-        repo.ref_target(&tree.branch_ref()).unwrap(),
+        repo.ref_target(&tree.worktree.branch_ref()).unwrap(),
         Some(commit),
         "the branch moved to the checkpoint"
     );
     assert_eq!(
-        repo.checkpoint_upper(&tree.upper_source(), "S1: again")
-            .await
-            .unwrap(),
+        repo.checkpoint(&tree.worktree, "S1: again").await.unwrap(),
         None,
         "nothing changed since: no empty commit"
     );
     assert_eq!(
-        repo.upper_git_dir_paths(&tree.upper_source())
-            .await
-            .unwrap(),
+        repo.git_dir_paths(&tree.worktree).await.unwrap(),
         vec!["nested".to_owned()],
         "the nested repository is listed as left out"
     );
+    tree.host.stop().await;
+}
+
+#[tokio::test]
+async fn the_upper_dir_and_the_cli_inside_the_tree_give_the_same_commit() {
+    let fixture = fixture();
+    let repo = fixture.open().await;
+    let (Some(fast), Some(cli)) = (
+        Mounted::new(&repo, &fixture, 4).await,
+        Mounted::new(&repo, &fixture, 5).await,
+    ) else {
+        return;
+    };
+    fast.sh(&fixture, WORKER_CHANGES);
+    cli.sh(&fixture, WORKER_CHANGES);
+
+    let by_upper = repo
+        .checkpoint(&fast.worktree, "work")
+        .await
+        .unwrap()
+        .unwrap();
+    let by_cli = repo
+        .checkpoint_with(&cli.worktree, "work", CommitPath::Cli)
+        .await
+        .unwrap()
+        .unwrap();
+
+    assert_eq!(
+        tree_of(&fixture, &by_upper.to_string()),
+        tree_of(&fixture, &by_cli.to_string()),
+        "both ways record the same tree"
+    );
+    fast.host.stop().await;
+    cli.host.stop().await;
 }
 
 #[tokio::test]
 async fn a_later_checkpoint_starts_from_the_base_so_a_deleted_new_file_is_gone() {
     let fixture = fixture();
     let repo = fixture.open().await;
-    let tree = overlay_tree(&repo, &fixture, 2).await;
-    let Some(_) = in_overlay(
-        &fixture,
-        &tree,
-        "echo one > made.txt && echo two > kept.txt",
-    ) else {
+    let Some(tree) = Mounted::new(&repo, &fixture, 2).await else {
         return;
     };
+    tree.sh(&fixture, "echo one > made.txt && echo two > kept.txt");
     let first = repo
-        .checkpoint_upper(&tree.upper_source(), "one")
+        .checkpoint(&tree.worktree, "one")
         .await
         .unwrap()
         .unwrap();
-    in_overlay(&fixture, &tree, "rm made.txt && echo more >> README").unwrap();
+    tree.sh(&fixture, "rm made.txt && echo more >> README");
+    assert!(
+        !tree.upper().join("made.txt").exists(),
+        "a file made and deleted again leaves no whiteout in the upper directory"
+    );
 
     let second = repo
-        .checkpoint_upper(&tree.upper_source(), "two")
+        .checkpoint(&tree.worktree, "two")
         .await
         .unwrap()
         .unwrap();
@@ -211,47 +263,43 @@ async fn a_later_checkpoint_starts_from_the_base_so_a_deleted_new_file_is_gone()
             &second.to_string()
         ]),
         "M\tREADME\nD\tmade.txt",
-        "a file made and deleted again leaves no whiteout, and is still deleted"
+        "the file is deleted all the same"
     );
     assert_eq!(
         fixture.git(&["rev-parse", &format!("{second}^")]),
         first.to_string(),
         "checkpoints chain on the branch"
     );
+    tree.host.stop().await;
 }
 
 #[tokio::test]
-async fn the_workers_git_status_inside_the_overlay_shows_only_its_changes() {
+async fn the_workers_git_status_inside_the_tree_shows_only_its_changes() {
     let fixture = fixture();
     let repo = fixture.open().await;
-    let tree = overlay_tree(&repo, &fixture, 3).await;
-    let Some(before) = in_overlay(
-        &fixture,
-        &tree,
-        "echo changed >> README && echo new > new.txt && git status --porcelain",
-    ) else {
+    let Some(tree) = Mounted::new(&repo, &fixture, 3).await else {
         return;
     };
+    let before = tree.sh(
+        &fixture,
+        "echo changed >> README && echo new > new.txt && git status --porcelain",
+    );
     assert_eq!(
         before, " M README\n?? new.txt\n",
         "the worker's git sees its branch, its index and only its own changes"
     );
-    repo.checkpoint_upper(&tree.upper_source(), "work")
+    repo.checkpoint(&tree.worktree, "work")
         .await
         .unwrap()
         .unwrap();
 
-    let after = in_overlay(
-        &fixture,
-        &tree,
-        "git status --porcelain && git log --format=%s -1",
-    )
-    .unwrap();
+    let after = tree.sh(&fixture, "git status --porcelain && git log --format=%s -1");
 
     assert_eq!(
         after, "grove r1/3: work\n",
         "after a checkpoint the index follows the branch: nothing is left to show"
     );
+    tree.host.stop().await;
 }
 
 #[tokio::test]
