@@ -12,7 +12,9 @@ use serde::Serialize;
 use super::Repo;
 use super::error::GitError;
 use super::names::{CommitId, RunId, subtask_ref};
+use super::trash::discard_in_background;
 use super::worktree::Worktree;
+use crate::tools::tree::Layers;
 
 /// Where one subtask's work was kept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -156,6 +158,13 @@ impl Repo {
                     continue;
                 }
                 self.delete_worktree(worktree.path(), &admin).await?;
+                if worktree.is_overlay() {
+                    // Its upper and work directories, committed above.
+                    let layers = Layers::beside(Path::new("/"), worktree.path());
+                    if let Some(own) = layers.own_dir() {
+                        discard_in_background(own, &self.common_dir().join("grove/trash"))?;
+                    }
+                }
                 dirs.extend(path.parent().map(Path::to_path_buf));
                 report.removed_worktrees.push(path);
             }

@@ -151,14 +151,15 @@ impl Repo {
         path: CommitPath,
     ) -> Result<Option<CommitId>, GitError> {
         worktree.ready().await?;
-        worktree.check_mounted()?;
         // A copy-on-write tree's changes are its upper directory: no index refresh over
-        // the whole tree (the CLI path stays, to hold the two to the same commit).
+        // the whole tree, and no mount needed (the CLI path stays, inside the tree, to
+        // hold the two to the same commit).
         if path == CommitPath::Fastest
             && let Some(source) = worktree.upper_source()
         {
             return self.checkpoint_upper(&source, label).await;
         }
+        worktree.check_mounted()?;
         let in_worktree = || self.inner.runner.in_worktree(worktree);
         // Local-only files (a copied `.env`) stay out even if something staged them.
         let local = local_files::recorded(worktree.admin_dir())?;

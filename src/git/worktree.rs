@@ -17,7 +17,7 @@ use super::error::GitError;
 use super::names::{CommitId, RunId, subtask_ref};
 use super::trash::{self, delete_in_background, discard_in_background, process_alive};
 use super::{Repo, canonical};
-use crate::tools::tree::TreeNamespace;
+use crate::tools::tree::{Layers, TreeNamespace};
 
 /// Serialises every change to `<common>/worktrees/` within this process (`worktree add`,
 /// `prune`, `unlock`, and removal): parallel adds race on the common dir's locks
@@ -122,11 +122,21 @@ impl Worktree {
     }
 
     /// What a checkpoint of this copy-on-write worktree reads (its upper directory, its
-    /// lower one, its admin dir); `None` for a git worktree or while its tree is not
-    /// mounted.
+    /// lower one, its admin dir), mounted or not: its upper directory holds its changes
+    /// either way (a crashed run's, for `grove clean`). `None` for a git worktree, or
+    /// when the upper directory is gone.
     pub fn upper_source(&self) -> Option<UpperSource> {
-        let tree = self.tree.as_ref().filter(|_| self.overlay)?;
-        self.upper_source_at(tree.upper())
+        if !self.overlay {
+            return None;
+        }
+        let upper = match &self.tree {
+            Some(tree) => tree.upper().to_path_buf(),
+            None => Layers::beside(Path::new("/"), &self.path).upper,
+        };
+        if !upper.is_dir() {
+            return None;
+        }
+        self.upper_source_at(&upper)
     }
 
     /// [`Worktree::upper_source`] with the upper directory `upper` (a tree mounted by

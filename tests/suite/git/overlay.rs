@@ -356,3 +356,36 @@ async fn a_half_made_base_folder_is_replaced_by_a_complete_one() {
         "the base has its index"
     );
 }
+
+#[tokio::test]
+async fn grove_clean_archives_a_tree_whose_host_died_from_its_upper_dir_and_removes_it() {
+    let fixture = fixture();
+    let repo = fixture.open().await;
+    let Some(tree) = Mounted::new(&repo, &fixture, 6).await else {
+        return;
+    };
+    tree.sh(&fixture, "echo unsaved > wip.txt && rm README");
+    let upper = tree.upper();
+    let own_dir = upper.parent().unwrap().to_path_buf();
+    // A crash: the host is gone, nothing was committed, the upper dir stays.
+    tree.host.stop().await;
+
+    let report = repo.clean_run(&run_id()).await.unwrap();
+    settle_deletions().await;
+
+    let archive = &report.archived[0].reference;
+    assert_eq!(
+        fixture.git(&[
+            "diff",
+            "--name-status",
+            &fixture.rev("HEAD").to_string(),
+            archive
+        ]),
+        "D\tREADME\nA\twip.txt",
+        "the archive holds the dead tree's changes, read from its upper directory"
+    );
+    assert!(
+        !own_dir.exists() && !tree.worktree.path().exists(),
+        "its upper and work directories and its mount point are gone"
+    );
+}
