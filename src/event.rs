@@ -66,6 +66,14 @@ pub enum Event {
         task: String,
         branch: String,
     },
+    /// A delegated subtask waits, holding no `--jobs` slot, until the earlier subtasks
+    /// `waits_for` (labels) are settled: its `after` names them, or their `paths`
+    /// overlap its own. Then it starts from the run's current result.
+    SubtaskWaiting {
+        label: String,
+        task: String,
+        waits_for: Vec<String>,
+    },
     /// A subtask is over: merged, rejected, conflict or failed.
     SubtaskFinished {
         label: String,

@@ -55,6 +55,13 @@ rules), not the user's task and not this conversation, unless you ask for `mode:
 Name the files, the exact change wanted, and how to check it.
 - Subtasks run in parallel in separate worktrees and are merged afterwards, so give \
 different subtasks different files. Two subtasks that edit the same lines will conflict.
+- Give each subtask `paths`: globs of the files it may change (e.g. [\"src/config/**\", \
+\"src/lib.rs\"]); its worker cannot write other files. Two subtasks whose `paths` overlap \
+never run at the same time: the later one waits until the earlier is merged (or \
+settled), then starts from the merged result and builds on it.
+- Subtasks are numbered S1, S2, … in call order. `after: [\"S1\"]` makes a subtask wait \
+for S1 the same way: define a new API in S1, then migrate its callers in subtasks with \
+`after: [\"S1\"]`, in parallel. `after` may name only subtasks delegated before it.
 - Put several `delegate` calls in one response to run them at the same time.
 - Every subtask is reviewed by an independent reviewer. The result you get back says \
 whether it was merged, rejected (with findings) or in conflict. You may delegate a \

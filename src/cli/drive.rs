@@ -80,7 +80,8 @@ pub fn not_done(report: &RunReport) -> Option<String> {
     let not_merged: Vec<String> = report
         .subtasks
         .iter()
-        .filter(|subtask| subtask.status != SubtaskOutcome::Merged)
+        // A resolver's outcome is its conflicting subtask's: that one is counted.
+        .filter(|subtask| subtask.status != SubtaskOutcome::Merged && !subtask.kind.is_resolve())
         .map(|subtask| format!("{} {}", subtask.id, subtask.status.as_str()))
         .collect();
     (!not_merged.is_empty()).then(|| {

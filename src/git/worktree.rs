@@ -352,6 +352,44 @@ impl Repo {
         }
     }
 
+    /// Moves a new worktree's branch forward from where it started to `start`, a commit
+    /// grove wrote that contains it (a resolver's conflicted merge), and checks `start`
+    /// out; `start` is then the worktree's base and start. The branch must still be where
+    /// the worktree started (compare-and-swap), so no work on it is ever dropped.
+    pub async fn restart_worktree(
+        &self,
+        worktree: Worktree,
+        start: CommitId,
+    ) -> Result<Worktree, GitError> {
+        worktree.ready().await?;
+        if !self.is_ancestor(worktree.start, start)? {
+            return Err(GitError::BranchDiverged {
+                branch: worktree.branch(),
+                tip: start.to_string(),
+                base: worktree.start.to_string(),
+            });
+        }
+        self.update_ref(
+            &worktree.branch_ref(),
+            start,
+            Some(worktree.start),
+            "grove: restart the worktree",
+        )
+        .await?;
+        self.inner
+            .runner
+            .call(&worktree.admin_dir, &worktree.path)
+            .work_tree(&worktree.path)
+            .args(["reset", "--hard", "--quiet", "HEAD"])
+            .run()
+            .await?;
+        Ok(Worktree {
+            base: start,
+            start,
+            ..worktree
+        })
+    }
+
     /// Finds the grove worktree registered at `path` (e.g. when resuming a run).
     /// `None` when nothing is registered there or it is not a subtask branch of `run`.
     pub fn find_worktree(

@@ -466,7 +466,12 @@ async fn section(
     let number = subtask.id.strip_prefix('S').unwrap_or(&subtask.id);
     let archive = newest_archive(archives, &state.run_id, number);
     let diff = match head_of(repo, subtask, archive) {
-        Ok(Some((head, source))) => diff_view(repo, &state.base, head, source).await,
+        // One that waited for others started from the result then: its own diff is
+        // against that start.
+        Ok(Some((head, source))) => {
+            let start = subtask.start.as_deref().unwrap_or(&state.base);
+            diff_view(repo, start, head, source).await
+        }
         Ok(None) => DiffView::Unavailable {
             reason: "the worker committed nothing".to_owned(),
         },
@@ -482,6 +487,12 @@ async fn section(
         status: subtask.status,
         verdict: subtask.verdict.clone(),
         conflict_paths: subtask.conflict_paths.clone(),
+        paths: subtask.paths.clone(),
+        waits_for: subtask.waits_for.clone(),
+        waiting: subtask.status == SubtaskStatus::Running
+            && subtask.start.is_none()
+            && !subtask.waits_for.is_empty()
+            && !state.is_finished(),
         archive_ref: archive.map(|(name, _)| name.clone()),
         diff,
     }

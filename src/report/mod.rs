@@ -138,6 +138,13 @@ pub struct SubtaskSection {
     pub status: SubtaskStatus,
     pub verdict: Option<VerdictState>,
     pub conflict_paths: Vec<String>,
+    /// The globs it was allowed to change (`delegate`'s `paths`); empty: any file.
+    pub paths: Vec<String>,
+    /// The earlier subtasks it waited for before it started (`after`, overlapping
+    /// `paths`).
+    pub waits_for: Vec<String>,
+    /// True while it is still waiting for them (the run is not over).
+    pub waiting: bool,
     /// Where rejected, failed or conflicting work is kept.
     pub archive_ref: Option<String>,
     pub diff: DiffView,

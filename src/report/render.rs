@@ -251,6 +251,25 @@ fn subtask_article(page: &mut String, subtask: &SubtaskSection) {
             escape(archive)
         );
     }
+    if !subtask.paths.is_empty() {
+        let _ = write!(
+            page,
+            "<dt>may change</dt><dd><code>{}</code></dd>",
+            escape(&subtask.paths.join(", "))
+        );
+    }
+    if !subtask.waits_for.is_empty() {
+        let (term, then) = if subtask.waiting {
+            ("waiting for", "; starts from their result")
+        } else {
+            ("waited for", "; started from their result")
+        };
+        let _ = write!(
+            page,
+            "<dt>{term}</dt><dd class=\"waits-for\">{}{then}</dd>",
+            escape(&subtask.waits_for.join(", "))
+        );
+    }
     if !subtask.conflict_paths.is_empty() {
         let _ = write!(
             page,
@@ -701,6 +720,9 @@ mod tests {
                     }],
                 }),
                 conflict_paths: vec![],
+                paths: vec![],
+                waits_for: vec![],
+                waiting: false,
                 archive_ref: Some("refs/grove/archive/20261129-215530-7f3a/1".into()),
                 diff: DiffView::Shown {
                     base: "0123456789abcdef0123456789abcdef01234567".into(),
@@ -805,6 +827,33 @@ mod tests {
         assert!(
             page.contains("<td>lead *</td>"),
             "an agent with no end is flagged"
+        );
+    }
+
+    #[test]
+    fn a_subtask_shows_its_paths_and_what_it_waits_or_waited_for() {
+        let facts = |waiting: bool| {
+            let mut data = sample("x");
+            let subtask = &mut data.subtasks[0];
+            subtask.paths = vec!["src/config/**".into(), "src/<lib>.rs".into()];
+            subtask.waits_for = vec!["S1".into(), "S3".into()];
+            subtask.waiting = waiting;
+            let page = render_html(&data);
+            let start = page.find("<dt>may change</dt>").unwrap();
+            let end = start + page[start..].find("</dl>").unwrap();
+            page[start..end].to_owned()
+        };
+        assert_eq!(
+            [facts(true), facts(false)],
+            [
+                "<dt>may change</dt><dd><code>src/config/**, src/&lt;lib&gt;.rs</code></dd>\
+                 <dt>waiting for</dt><dd class=\"waits-for\">S1, S3; starts from their \
+                 result</dd>",
+                "<dt>may change</dt><dd><code>src/config/**, src/&lt;lib&gt;.rs</code></dd>\
+                 <dt>waited for</dt><dd class=\"waits-for\">S1, S3; started from their \
+                 result</dd>",
+            ],
+            "the report says what a subtask may change and whom it waits for, escaped"
         );
     }
 

@@ -70,6 +70,15 @@ pub enum ReviewError {
         subtask: String,
         status: &'static str,
     },
+    /// An approved subtask started from the result with a rejected one's merged work in
+    /// it (it waited for that one: `after`, or overlapping `paths`), so merging it would
+    /// bring the rejected work back.
+    #[error(
+        "{subtask} was built on {on}'s work (it started from the result once {on} was \
+         merged), so approving {subtask} while rejecting {on} would bring {on}'s changes \
+         back; reject {subtask} too, or approve {on}"
+    )]
+    BuiltOnRejected { subtask: String, on: String },
     /// The journal refused a record (a bug, or a journal edited by hand). The journal is
     /// unchanged.
     #[error("run {run_id}: refused to journal a record: {source}")]
@@ -132,7 +141,11 @@ pub struct SubtaskReview {
     /// The subtask's work; `None` when it failed before producing a commit.
     pub commit: Option<CommitId>,
     pub commit_source: Option<CommitSource>,
-    /// The diffstat of `commit` against the run's base.
+    /// Where its work starts when that is not the run's base: the result it started
+    /// from after waiting for earlier subtasks (`after`, overlapping `paths`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start: Option<CommitId>,
+    /// The diffstat of `commit` against its start (the run's base, or `start`).
     pub diffstat: Option<DiffStat>,
     /// Changed paths that run on the host or in CI later.
     pub executes_later: Vec<String>,
@@ -194,7 +207,8 @@ impl RunReview {
     ) -> Result<Option<String>, GitError> {
         match (&subtask.commit, &subtask.diffstat) {
             (Some(commit), Some(stat)) => {
-                repo.render_diff(self.base, *commit, stat, colour).map(Some)
+                let start = subtask.start.unwrap_or(self.base);
+                repo.render_diff(start, *commit, stat, colour).map(Some)
             }
             _ => Ok(None),
         }
@@ -242,10 +256,16 @@ async fn review_of(repo: &Repo, state: &RunState) -> Result<RunReview, ReviewErr
     ordered.sort_by_key(|s| subtask_number(&s.id).unwrap_or(u32::MAX));
     let mut subtasks = Vec::with_capacity(ordered.len());
     for subtask in ordered {
-        // A subtask that changed nothing is archived at the base: no work of its own.
-        let found = find_subtask_commit(repo, &run, subtask)?.filter(|(c, _)| *c != base);
+        // Its own work only: one that waited started from the result, not the base.
+        let start = match &subtask.start {
+            Some(start) => Some(CommitId::parse(start)?),
+            None => None,
+        };
+        let from = start.unwrap_or(base);
+        // A subtask that changed nothing is archived at its start: no work of its own.
+        let found = find_subtask_commit(repo, &run, subtask)?.filter(|(c, _)| *c != from);
         let diffstat = match &found {
-            Some((commit, _)) => Some(repo.diff(base, *commit, STAT_ONLY_PATCH_BYTES).await?.stat),
+            Some((commit, _)) => Some(repo.diff(from, *commit, STAT_ONLY_PATCH_BYTES).await?.stat),
             None => None,
         };
         let (commit, commit_source) = found.unzip();
@@ -258,6 +278,7 @@ async fn review_of(repo: &Repo, state: &RunState) -> Result<RunReview, ReviewErr
             decision: subtask.decision(),
             commit,
             commit_source,
+            start,
             executes_later: diffstat.as_ref().map(executes_later).unwrap_or_default(),
             diffstat,
             conflict_paths: subtask.conflict_paths.clone(),
@@ -463,6 +484,7 @@ pub async fn override_verdicts(
     let state = journal.state.clone();
     let before = review_of(repo, &state).await?;
     let wanted = check_changes(&before, changes)?;
+    refuse_built_on_rejected(repo, &before, &wanted)?;
 
     let mut recorded = Vec::new();
     let mut unchanged = Vec::new();
@@ -554,6 +576,38 @@ fn check_changes(
     let position = |id: &str| review.subtasks.iter().position(|s| s.id == id);
     wanted.sort_by_key(|(id, _)| position(id));
     Ok(wanted)
+}
+
+/// Refuses decisions that approve a subtask whose commit holds a rejected subtask's
+/// commit: it started from the result after that one merged, so the rebuild would merge
+/// the rejected work back in with it.
+fn refuse_built_on_rejected(
+    repo: &Repo,
+    review: &RunReview,
+    wanted: &[(String, VerdictKind)],
+) -> Result<(), ReviewError> {
+    let decided = |subtask: &SubtaskReview| {
+        let decision = wanted.iter().find(|(id, _)| *id == subtask.id);
+        decision.map(|(_, verdict)| *verdict).or(subtask.decision)
+    };
+    let with = |verdict: VerdictKind| {
+        review
+            .subtasks
+            .iter()
+            .filter(move |subtask| decided(subtask) == Some(verdict))
+            .filter_map(|subtask| Some((subtask.id.as_str(), subtask.commit?)))
+    };
+    for (approved, commit) in with(VerdictKind::Approve) {
+        for (rejected, work) in with(VerdictKind::Reject) {
+            if repo.is_ancestor(work, commit)? {
+                return Err(ReviewError::BuiltOnRejected {
+                    subtask: approved.to_owned(),
+                    on: rejected.to_owned(),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// True when every subtask's status matches its decision: approved ones merged (or

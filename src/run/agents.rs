@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::agent::roles::{self, AgentFileError, ProjectRules, RoleDef, RoleKind};
-use crate::tools::{self, CommandExecutor, Registry, ToolSet};
+use crate::tools::{self, CommandExecutor, Registry, ToolSet, WriteScope};
 
 /// Why a `delegate` call's `agent` cannot be used. The lead reads the message and adapts.
 #[derive(Debug, thiserror::Error)]
@@ -67,12 +67,16 @@ pub(crate) fn delegate_role(root: &Path, agent: Option<&str>) -> Result<RoleDef,
 }
 
 /// The worker's tools: the kind's default set, or the agent file's `tools` list (which
-/// may only name worker tools).
+/// may only name worker tools), their file writes confined to `scope` when there is one.
 pub(crate) fn worker_tools(
     role: &RoleDef,
     executor: &Arc<dyn CommandExecutor>,
+    scope: Option<&Arc<WriteScope>>,
 ) -> Result<Registry, RoleError> {
-    let all = tools::builtin_with_executor(ToolSet::Worker, executor.clone());
+    let mut all = tools::builtin_with_executor(ToolSet::Worker, executor.clone());
+    if let Some(scope) = scope {
+        all = all.with_write_scope(scope);
+    }
     let Some(names) = &role.tools else {
         return Ok(all);
     };

@@ -22,6 +22,7 @@ use crate::settings::config::check_copy_path;
 use crate::settings::options::{ModelChoice, RunOptions};
 use crate::store::durable;
 use crate::store::journal::{CheckRun, Entry};
+use crate::store::state::RunState;
 use crate::store::transcript;
 use crate::store::{ActiveRun, StoreError};
 use crate::tools::{CommandExecutor, Registry, ToolContext};
@@ -205,6 +206,11 @@ impl RunJournal {
     /// and wait for each other here.
     pub(crate) fn append(&self, entry: Entry) -> Result<(), StoreError> {
         durable::off_the_runtime(|| lock(&self.0).append(entry).map(|_| ()))
+    }
+
+    /// The run's state after every record journaled so far.
+    pub(crate) fn state(&self) -> RunState {
+        lock(&self.0).state().clone()
     }
 
     /// Every run of the project's check journaled so far (this process's and, on a

@@ -1,7 +1,7 @@
 //! The lead's `delegate` tool: one call, one subtask, through a [`Delegator`].
 //!
 //! This file owns the tool's contract (DESIGN.md: `delegate {task, mode?:
-//! "isolated"|"fork", agent?}`), the [`Delegator`] trait the tool talks to, and the one
+//! "isolated"|"fork", agent?, paths?: [glob], after?: ["S1", …]}`), the [`Delegator`] trait the tool talks to, and the one
 //! mapping of a refusal to what the lead sees. It knows nothing of how a subtask runs:
 //! the run hands it an `Arc<dyn Delegator>`. It must never return more to the lead than
 //! the delegator's bounded report.
@@ -13,10 +13,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::run::agents::RoleError;
+use crate::run::id::SubtaskId;
 use crate::store::StoreError;
 use crate::store::journal::ContextMode;
 use crate::text::printable;
-use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
+use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, WriteScope, parse_input};
 
 /// One `delegate` call, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +27,10 @@ pub struct DelegateRequest {
     pub mode: ContextMode,
     /// A user agent from `.grove/agents/<name>.md`; `None` for the built-in worker.
     pub agent: Option<String>,
+    /// The globs the subtask may change, normalised ([`WriteScope`]); empty: any file.
+    pub paths: Vec<String>,
+    /// Subtasks that must be settled before this one starts, sorted, without repeats.
+    pub after: Vec<SubtaskId>,
 }
 
 /// What the lead is told about one subtask: bounded, never a transcript.
@@ -46,6 +51,8 @@ pub enum DelegateError {
     SubtaskCap { max: u32 },
     #[error("{0}")]
     Role(#[from] RoleError),
+    #[error("{0}")]
+    After(#[from] AfterError),
     #[error("the run is shutting down")]
     ShuttingDown,
     #[error("the run was interrupted")]
@@ -61,6 +68,33 @@ pub enum DelegateError {
     Journal {
         #[source]
         source: StoreError,
+    },
+}
+
+/// Why a call's `after` is refused: it must name earlier subtasks of the run only. For
+/// the lead to read and fix; never retried.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AfterError {
+    #[error(
+        "`after` names {id}, which is this very subtask (this call is {id}); name only \
+         subtasks delegated before this call"
+    )]
+    Itself { id: SubtaskId },
+    #[error(
+        "`after` names {id}, which is not delegated yet (this call is {this}): subtasks are \
+         numbered S1, S2, … in call order and wait only for earlier ones, so a cycle cannot \
+         be expressed; delegate the work it must wait for first, then this one with that \
+         subtask's id in `after`"
+    )]
+    NotYet { id: SubtaskId, this: SubtaskId },
+    #[error(
+        "`after` names {id}, which is no subtask of this run (its delegate call was \
+         refused); the subtasks so far are: {delegated}"
+    )]
+    Unknown {
+        id: SubtaskId,
+        /// The run's subtasks, comma-separated.
+        delegated: String,
     },
 }
 
@@ -106,7 +140,11 @@ pub(crate) fn description(agents: &[(String, String)]) -> String {
          the project rules) unless `mode` is \"fork\", which also gives it this \
          conversation so far. Its diff is reviewed by an independent reviewer and merged \
          if approved. Returns the outcome: merged, rejected (with findings), conflict or \
-         failed, and a diffstat.",
+         failed, and a diffstat. Subtasks are numbered S1, S2, … in call order. `paths` \
+         limits what the worker may change (globs such as `src/config/**`); two subtasks \
+         whose `paths` overlap never run at once: the later one starts after the earlier \
+         is settled, from the merged result. `after` names earlier subtasks it must wait \
+         for the same way.",
     );
     if !agents.is_empty() {
         description.push_str(" Agents you may name in `agent`:");
@@ -127,7 +165,17 @@ pub(crate) fn input_schema() -> Value {
                 "description": "The complete brief: files, the exact change wanted, how to check it."
             },
             "mode": {"type": "string", "enum": ["isolated", "fork"]},
-            "agent": {"type": "string", "description": "A project agent's name; leave out for a worker."}
+            "agent": {"type": "string", "description": "A project agent's name; leave out for a worker."},
+            "paths": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Globs relative to the repository root of the files this subtask may change, e.g. [\"src/config/**\", \"src/lib.rs\"]; the worker cannot write others. Leave out for no limit."
+            },
+            "after": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Ids of earlier subtasks (e.g. [\"S1\"]) that must be merged or otherwise settled before this one starts; it then starts from their merged result."
+            }
         },
         "required": ["task"]
     })
@@ -141,6 +189,10 @@ pub(crate) struct DelegateInput {
     pub(crate) mode: Option<ContextMode>,
     #[serde(default)]
     pub(crate) agent: Option<String>,
+    #[serde(default)]
+    pub(crate) paths: Option<Vec<String>>,
+    #[serde(default)]
+    pub(crate) after: Option<Vec<String>>,
 }
 
 impl DelegateInput {
@@ -151,12 +203,46 @@ impl DelegateInput {
                 "`task` is empty; write the complete brief for the worker".into(),
             ));
         }
+        let paths = self.paths.unwrap_or_default();
+        let paths = WriteScope::new(&paths)
+            .map_err(|refused| {
+                ToolError::RespondToModel(format!(
+                    "{refused}; fix it, or leave `paths` out to let the subtask change any file"
+                ))
+            })?
+            .map(|scope| scope.globs().to_vec())
+            .unwrap_or_default();
+        let mut after = Vec::new();
+        for label in self.after.unwrap_or_default() {
+            let id = parse_label(&label).ok_or_else(|| {
+                ToolError::RespondToModel(format!(
+                    "`after` entry `{label}` is not a subtask id; name earlier subtasks by the \
+                     ids their results begin with, e.g. [\"S1\"]"
+                ))
+            })?;
+            if !after.contains(&id) {
+                after.push(id);
+            }
+        }
+        after.sort();
         Ok(DelegateRequest {
             task: self.task,
             mode: self.mode.unwrap_or(ContextMode::Isolated),
             agent: self.agent.filter(|agent| !agent.trim().is_empty()),
+            paths,
+            after,
         })
     }
+}
+
+/// A subtask id as a model may write it: `S1`, `s1` or `1`.
+fn parse_label(label: &str) -> Option<SubtaskId> {
+    let label = label.trim();
+    let digits = label
+        .strip_prefix('S')
+        .or_else(|| label.strip_prefix('s'))
+        .unwrap_or(label);
+    digits.parse().ok().filter(|n| *n > 0).map(SubtaskId)
 }
 
 #[async_trait]
@@ -265,10 +351,41 @@ mod tests {
                 task: "rename a".into(),
                 mode: ContextMode::Fork,
                 agent: None,
+                paths: Vec::new(),
+                after: Vec::new(),
             }],
             "a blank agent is the built-in worker"
         );
         assert!(tool.description().ends_with(" `docs`: writes docs;"));
+    }
+
+    #[tokio::test]
+    async fn paths_are_normalised_and_after_ids_read_in_any_spelling_once() {
+        let (mock, tool) = tool(None);
+        tool.run(
+            json!({"task": "t", "paths": ["./src/config/", "src/lib.rs"], "after": ["s2", "1", "S2"]}),
+            &ctx(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            *mock.requests.lock().unwrap(),
+            vec![DelegateRequest {
+                task: "t".into(),
+                mode: ContextMode::Isolated,
+                agent: None,
+                paths: vec!["src/config/**".into(), "src/lib.rs".into()],
+                after: vec![SubtaskId(1), SubtaskId(2)],
+            }],
+            "the delegator gets the globs normalised and each id once, in order"
+        );
+        let refused = tool
+            .run(json!({"task": "t", "after": ["S0"]}), &ctx())
+            .await;
+        assert!(
+            matches!(&refused, Err(ToolError::RespondToModel(m)) if m.starts_with("`after` entry `S0` is not a subtask id")),
+            "{refused:?}"
+        );
     }
 
     #[tokio::test]

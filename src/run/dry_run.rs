@@ -22,6 +22,7 @@ use crate::run::context::lock;
 use crate::run::delegate::{self, DelegateInput, DelegateRequest};
 use crate::run::id::SubtaskId;
 use crate::run::lead::{first_prompt, lead_spec};
+use crate::run::schedule::check_after;
 use crate::run::start::RunError;
 use crate::settings::options::{Models, RunOptions};
 use crate::store::journal::ContextMode;
@@ -141,7 +142,11 @@ impl Tool for PlanDelegate {
                 self.max_subtasks
             )));
         }
-        let id = SubtaskId(u32::try_from(planned.len() + 1).unwrap_or(u32::MAX)).to_string();
+        let this = SubtaskId(u32::try_from(planned.len() + 1).unwrap_or(u32::MAX));
+        let delegated: Vec<SubtaskId> = (1..this.number()).map(SubtaskId).collect();
+        check_after(&request.after, this, &delegated)
+            .map_err(|refused| ToolError::RespondToModel(refused.to_string()))?;
+        let id = this.to_string();
         planned.push(PlannedSubtask {
             id: id.clone(),
             task: request.task,

@@ -4,7 +4,9 @@
 //! This file owns the numbering of subtasks and who is settled (will merge nothing any
 //! more). It must never let subtask `n` merge before every lower-numbered subtask is
 //! settled, and never let a subtask stay unsettled once its pipeline ended (the
-//! [`SettleGuard`] settles on every path, a panic included).
+//! [`SettleGuard`] settles on every path, a panic included). A resolver's number is
+//! settled when taken: it merges in the turn of the subtask it resolves
+//! (`subtask/resolve.rs`).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -65,6 +67,18 @@ impl MergeQueue {
     pub(crate) fn settle(&self, id: SubtaskId) {
         self.lock().insert(id.0);
         self.changed.notify_waiters();
+    }
+
+    /// True once `id` is settled.
+    pub(crate) fn is_settled(&self, id: SubtaskId) -> bool {
+        self.lock().contains(&id.0)
+    }
+
+    /// Waits until every subtask in `ids` is settled; `false` when the run was
+    /// interrupted meanwhile.
+    pub(crate) async fn wait_settled(&self, ids: &[SubtaskId]) -> bool {
+        self.wait_until(|settled| ids.iter().all(|id| settled.contains(&id.0)))
+            .await
     }
 
     /// A guard that settles `id` when dropped, however its pipeline ends.

@@ -28,6 +28,7 @@ pub mod lead;
 pub(crate) mod merge_queue;
 pub(crate) mod observer;
 pub mod report;
+pub(crate) mod schedule;
 pub mod start;
 pub mod subtask;
 #[cfg(test)]

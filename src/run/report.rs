@@ -93,6 +93,11 @@ pub struct SubtaskReport {
     /// reviewer. Absent from the JSON when there is none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<String>,
+    /// Changed paths outside the subtask's `paths` (`delegate`'s write scope), made
+    /// through `bash` or an agent CLI, flagged to the reviewer. Absent from the JSON when
+    /// there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outside_paths: Vec<String>,
     pub worker_ledger: Ledger,
     pub reviewer_ledger: Ledger,
     /// Who started it: the lead (`task`), a fixer for a red result check (`fix`), or a
@@ -175,6 +180,7 @@ impl SubtaskReport {
             archive_ref: None,
             executes_later: Vec::new(),
             left_out: Vec::new(),
+            outside_paths: Vec::new(),
             worker_ledger: Ledger::default(),
             reviewer_ledger: Ledger::default(),
             kind: SubtaskKind::Task,
@@ -261,11 +267,12 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// True when every subtask was merged (vacuously, when there were none).
+    /// True when every subtask was merged (vacuously, when there were none); a
+    /// resolver's outcome is its conflicting subtask's, so resolvers are not counted.
     pub fn all_merged(&self) -> bool {
         self.subtasks
             .iter()
-            .all(|subtask| subtask.status == SubtaskOutcome::Merged)
+            .all(|subtask| subtask.status == SubtaskOutcome::Merged || subtask.kind.is_resolve())
     }
 }
 

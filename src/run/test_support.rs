@@ -248,11 +248,14 @@ impl TestRun {
                 branch: self.ctx.run.subtask_branch(n),
                 mode: ContextMode::Isolated,
                 agent: "worker".into(),
+                paths: Vec::new(),
+                after: Vec::new(),
+                waits_for: Vec::new(),
                 kind: SubtaskKind::Task,
             })
             .unwrap();
         let ahead = AheadWorktrees::default();
-        let worktree = create_worktree(&self.ctx, &ahead, SubtaskId(n))
+        let worktree = create_worktree(&self.ctx, &ahead, SubtaskId(n), None)
             .await
             .unwrap();
         worktree.ready().await.unwrap();

@@ -147,6 +147,11 @@ impl SubtaskKind {
         *self == Self::Task
     }
 
+    /// True for a resolver, whose outcome is its conflicting subtask's.
+    pub fn is_resolve(&self) -> bool {
+        *self == Self::Resolve
+    }
+
     /// The name used in JSON and messages, e.g. `fix`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -233,10 +238,23 @@ pub enum Entry {
         branch: String,
         mode: ContextMode,
         agent: String,
+        /// The globs it may change (`delegate`'s `paths`, normalised); empty: any file.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        paths: Vec<String>,
+        /// The subtasks its `after` named (labels).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        after: Vec<String>,
+        /// Every earlier subtask it waits for before it starts (labels): those of
+        /// `after` and those whose `paths` overlap its own.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        waits_for: Vec<String>,
         /// Left out for a subtask the lead delegated.
         #[serde(default, skip_serializing_if = "SubtaskKind::is_task")]
         kind: SubtaskKind,
     },
+    /// A subtask that waited for others starts from `commit` (the run's result when its
+    /// wait ended), not from the base; written before its worktree is made there.
+    StartPoint { subtask: String, commit: String },
     /// The orchestrator committed a worker's worktree after turn `turn`.
     Checkpoint {
         subtask: String,
@@ -329,6 +347,7 @@ impl Entry {
             Entry::RunStarted { .. } => "run_started",
             Entry::Resumed { .. } => "resumed",
             Entry::SubtaskStarted { .. } => "subtask_started",
+            Entry::StartPoint { .. } => "start_point",
             Entry::Checkpoint { .. } => "checkpoint",
             Entry::ToolCallStarted { .. } => "tool_call_started",
             Entry::ToolCallFinished { .. } => "tool_call_finished",

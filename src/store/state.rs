@@ -154,6 +154,18 @@ pub struct SubtaskState {
     /// result holds.
     #[serde(default)]
     pub human_verdict: Option<VerdictKind>,
+    /// The globs it may change; empty: any file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// The subtasks its `after` named.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+    /// The earlier subtasks it waits for before it starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waits_for: Vec<String>,
+    /// The commit it started from when that is not the base (it waited for others).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
     /// Who started it and why: the lead's task, a fixer or a resolver.
     #[serde(default)]
     pub kind: SubtaskKind,
@@ -187,6 +199,10 @@ impl SubtaskState {
             conflict_paths: Vec::new(),
             ledger: Ledger::default(),
             human_verdict: None,
+            paths: Vec::new(),
+            after: Vec::new(),
+            waits_for: Vec::new(),
+            start: None,
             kind: SubtaskKind::Task,
             check: None,
         }
@@ -398,10 +414,16 @@ impl RunState {
                 branch,
                 mode,
                 agent,
+                paths,
+                after,
+                waits_for,
                 kind,
             } => {
                 let mut state = SubtaskState::started(subtask, task, branch, *mode, agent, ts);
                 state.kind = *kind;
+                state.paths = paths.clone();
+                state.after = after.clone();
+                state.waits_for = waits_for.clone();
                 self.start_subtask(state)
             }
             Entry::Checked { run } => {
@@ -421,6 +443,7 @@ impl RunState {
                 subtask, call_id, ..
             } => self.close_call(subtask, call_id),
             Entry::Checkpoint { subtask, .. }
+            | Entry::StartPoint { subtask, .. }
             | Entry::Verdict { subtask, .. }
             | Entry::Merged { subtask, .. }
             | Entry::Conflict { subtask, .. }
@@ -674,6 +697,7 @@ fn record_subtask_fact(state: &mut SubtaskState, entry: &Entry, ts: u64) -> Opti
             return Some(result.clone());
         }
         Entry::Conflict { paths, .. } => state.conflict_paths = paths.clone(),
+        Entry::StartPoint { commit, .. } => state.start = Some(commit.clone()),
         Entry::SubtaskFinished { status, ledger, .. } => {
             state.status = (*status).into();
             state.finished_ms = Some(ts);
@@ -795,6 +819,9 @@ mod tests {
                 branch: "grove/r/1".into(),
                 mode: ContextMode::Isolated,
                 agent: "worker".into(),
+                paths: Vec::new(),
+                after: Vec::new(),
+                waits_for: Vec::new(),
                 kind: SubtaskKind::Fix,
             },
             Entry::Checked {

@@ -192,7 +192,7 @@ impl ConfinedRoot {
 
     /// `relative` with every symlink on it resolved, as a path beneath the root; `None`
     /// when a link leads outside (the open refuses that) or there are too many.
-    fn resolve_links(&self, relative: &Path) -> Option<PathBuf> {
+    pub(crate) fn resolve_links(&self, relative: &Path) -> Option<PathBuf> {
         let mut pending: Vec<std::ffi::OsString> = relative
             .components()
             .rev()

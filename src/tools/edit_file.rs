@@ -6,12 +6,14 @@
 //! read whole, or write outside the root.
 
 use std::io::Read as _;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::confine::{Access, ConfinedRoot, blocking, io_error, open_file};
+use super::scope::WriteScope;
 use super::write_file::write;
 use super::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
 
@@ -19,8 +21,18 @@ use super::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
 pub const MAX_EDIT_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Replaces exact text in a file.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct EditFile;
+#[derive(Debug, Clone, Default)]
+pub struct EditFile {
+    /// The files it may change; `None`: any file in the root.
+    scope: Option<Arc<WriteScope>>,
+}
+
+impl EditFile {
+    /// The tool, changing only files `scope` matches.
+    pub fn scoped(scope: Arc<WriteScope>) -> Self {
+        Self { scope: Some(scope) }
+    }
+}
 
 #[derive(Debug, Deserialize)]
 struct Input {
@@ -63,11 +75,16 @@ impl Tool for EditFile {
     async fn run(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: Input = parse_input(self, input)?;
         let root = ctx.root.clone();
-        blocking(move || edit(&ConfinedRoot::open(&root)?, &input)).await
+        let scope = self.scope.clone();
+        blocking(move || edit(&ConfinedRoot::open(&root)?, &input, scope.as_deref())).await
     }
 }
 
-fn edit(confined: &ConfinedRoot, input: &Input) -> Result<ToolOutput, ToolError> {
+fn edit(
+    confined: &ConfinedRoot,
+    input: &Input,
+    scope: Option<&WriteScope>,
+) -> Result<ToolOutput, ToolError> {
     let shown = input.path.as_str();
     if input.old_string.is_empty() {
         return Err(ToolError::RespondToModel(
@@ -81,6 +98,10 @@ fn edit(confined: &ConfinedRoot, input: &Input) -> Result<ToolOutput, ToolError>
         ));
     }
     let relative = confined.relative(shown)?;
+    // Refused before the file is read: the model learns of its scope at once.
+    if let Some(scope) = scope {
+        scope.check(confined, &relative, shown)?;
+    }
     let file = open_file(confined, &relative, shown, "edit", Access::Read)?;
     let mut bytes = Vec::new();
     file.take(MAX_EDIT_BYTES + 1)
@@ -114,7 +135,7 @@ fn edit(confined: &ConfinedRoot, input: &Input) -> Result<ToolOutput, ToolError>
             )));
         }
     };
-    write(confined, shown, edited.as_bytes())?;
+    write(confined, shown, edited.as_bytes(), scope)?;
     let noun = if found == 1 {
         "replacement"
     } else {

@@ -13,6 +13,7 @@ mod grep;
 mod list_files;
 mod read_file;
 pub mod sandbox;
+pub mod scope;
 mod text;
 pub mod tree;
 mod walk;
@@ -36,6 +37,7 @@ pub use exec::{
 pub use grep::Grep;
 pub use list_files::ListFiles;
 pub use read_file::ReadFile;
+pub use scope::WriteScope;
 pub use write_file::WriteFile;
 
 /// Everything a tool run may use.
@@ -138,6 +140,19 @@ impl Registry {
         self.tools.keys().copied().collect()
     }
 
+    /// This registry with its file-writing tools (`write_file`, `edit_file`, where it has
+    /// them) confined to `scope`; `bash` is not confined here (a commit outside the scope
+    /// is flagged to the reviewer instead).
+    pub fn with_write_scope(mut self, scope: &Arc<WriteScope>) -> Self {
+        if self.tools.contains_key("write_file") {
+            self = self.with(Arc::new(WriteFile::scoped(Arc::clone(scope))));
+        }
+        if self.tools.contains_key("edit_file") {
+            self = self.with(Arc::new(EditFile::scoped(Arc::clone(scope))));
+        }
+        self
+    }
+
     /// The tool called `name`, if this role has it.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.tools.get(name)
@@ -231,8 +246,8 @@ pub fn builtin_with_executor(set: ToolSet, executor: Arc<dyn CommandExecutor>) -
     match set {
         ToolSet::ReadOnly => read_only,
         ToolSet::Worker => read_only
-            .with(Arc::new(WriteFile))
-            .with(Arc::new(EditFile))
+            .with(Arc::new(WriteFile::default()))
+            .with(Arc::new(EditFile::default()))
             .with(Arc::new(Bash::new(executor))),
     }
 }

@@ -6,17 +6,29 @@
 
 use std::io::Write as _;
 use std::path::Path;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::confine::{Access, ConfinedRoot, blocking, io_error, open_file};
+use super::scope::WriteScope;
 use super::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
 
 /// Writes a whole file.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct WriteFile;
+#[derive(Debug, Clone, Default)]
+pub struct WriteFile {
+    /// The files it may write; `None`: any file in the root.
+    scope: Option<Arc<WriteScope>>,
+}
+
+impl WriteFile {
+    /// The tool, writing only files `scope` matches.
+    pub fn scoped(scope: Arc<WriteScope>) -> Self {
+        Self { scope: Some(scope) }
+    }
+}
 
 #[derive(Debug, Deserialize)]
 struct Input {
@@ -54,9 +66,15 @@ impl Tool for WriteFile {
     async fn run(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: Input = parse_input(self, input)?;
         let root = ctx.root.clone();
+        let scope = self.scope.clone();
         blocking(move || {
             let confined = ConfinedRoot::open(&root)?;
-            let existed = write(&confined, &input.path, input.content.as_bytes())?;
+            let existed = write(
+                &confined,
+                &input.path,
+                input.content.as_bytes(),
+                scope.as_deref(),
+            )?;
             let verb = if existed { "overwrote" } else { "created" };
             Ok(ToolOutput::ok(format!(
                 "{verb} `{}` ({} bytes)",
@@ -68,12 +86,13 @@ impl Tool for WriteFile {
     }
 }
 
-/// Writes `contents` to the model's `path`, creating parents; returns whether the file
-/// existed before.
+/// Writes `contents` to the model's `path`, creating parents, when `scope` (if any)
+/// allows it; returns whether the file existed before.
 pub(crate) fn write(
     confined: &ConfinedRoot,
     shown: &str,
     contents: &[u8],
+    scope: Option<&WriteScope>,
 ) -> Result<bool, ToolError> {
     let relative = confined.relative(shown)?;
     if relative == Path::new(".") {
@@ -85,6 +104,9 @@ pub(crate) fn write(
     // dir, under any spelling or through a link) could send a later `git` run to hooks
     // of the model's making.
     confined.refuse_git_dir(&relative, shown)?;
+    if let Some(scope) = scope {
+        scope.check(confined, &relative, shown)?;
+    }
     if let Some(parent) = relative
         .parent()
         .filter(|parent| !parent.as_os_str().is_empty())

@@ -315,6 +315,9 @@ fn subtask_started(n: u32) -> Entry {
         branch: format!("grove/run/{n}"),
         mode: ContextMode::Isolated,
         agent: "worker".into(),
+        paths: Vec::new(),
+        after: Vec::new(),
+        waits_for: Vec::new(),
         kind: SubtaskKind::Task,
     }
 }

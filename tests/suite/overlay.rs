@@ -879,3 +879,25 @@ async fn the_setup_runs_once_in_the_base_tree_for_every_worker_and_is_never_comm
          workers' files are"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfined_command_that_unmounts_the_tree_leaves_it_to_the_next() {
+    let Some(scene) = Scene::mounted("unmount_in_a_tree").await else {
+        return;
+    };
+    let mount_point = scene.layers.mount_point.display().to_string();
+    let first = scene
+        .unconfined(&format!(
+            "cd / && umount -l {mount_point} && echo unmounted"
+        ))
+        .await;
+    let next = scene.unconfined("cat README").await;
+    assert_eq!(
+        (
+            first.1.contains("unmounted") || first.0 != ExecOutcome::Exited(0),
+            next
+        ),
+        (true, (ExecOutcome::Exited(0), "the base\n".to_owned())),
+        "what one command does to its mounts stays its own: the next sees the tree ({first:?})"
+    );
+}

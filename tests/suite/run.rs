@@ -327,56 +327,6 @@ async fn a_forked_worker_starts_from_the_leads_history_without_pending_calls() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_subtasks_editing_the_same_line_conflict_and_both_are_kept() {
-    let fixture = repo_with_rules();
-    let server = scripted_server(&[
-        ("One.\nWRITE src/a.txt FIRST", None),
-        ("Two.\nWRITE src/a.txt SECOND", None),
-    ])
-    .await;
-    let report = run(
-        &fixture,
-        &server,
-        Provider::OpenAi,
-        options(&fixture, USER_TASK),
-    )
-    .await
-    .unwrap();
-    server.assert_no_violations();
-    assert_eq!(
-        statuses(&report),
-        vec![
-            (
-                "S1".into(),
-                SubtaskOutcome::Merged,
-                Some(VerdictKind::Approve)
-            ),
-            (
-                "S2".into(),
-                SubtaskOutcome::Conflict,
-                Some(VerdictKind::Approve)
-            ),
-        ],
-        "approved work merges in subtask order, whatever finished first"
-    );
-    let conflicted = &report.subtasks[1];
-    assert_eq!(conflicted.conflict_paths, vec!["src/a.txt".to_owned()]);
-    let archive = conflicted
-        .archive_ref
-        .clone()
-        .expect("conflicting work is archived");
-    let kept = fixture.git(&["show", &format!("{archive}:src/a.txt")]);
-    let merged = String::from_utf8(fixture.read("src/a.txt")).unwrap();
-    assert_eq!(merged, "FIRST\n");
-    let both = vec![merged.trim_end().to_owned(), kept];
-    assert_eq!(
-        both,
-        vec!["FIRST", "SECOND"],
-        "both versions are recoverable"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_dirty_tree_is_never_touched_and_the_result_waits_on_its_branch() {
     let fixture = repo_with_rules();
     fixture.write("src/a.txt", "my own edit\n");

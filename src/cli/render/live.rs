@@ -105,6 +105,15 @@ fn escaped(event: Event) -> Event {
             task: text(task),
             branch: text(branch),
         },
+        Event::SubtaskWaiting {
+            label,
+            task,
+            waits_for,
+        } => Event::SubtaskWaiting {
+            label: text(label),
+            task: text(task),
+            waits_for: waits_for.into_iter().map(text).collect(),
+        },
         Event::SubtaskFinished {
             label,
             status,
@@ -187,6 +196,11 @@ fn plain(event: &Event) {
         Event::SubtaskStarted { label, task, .. } => {
             eprintln!("{label}: delegated: {}", first_line(task, 100));
         }
+        Event::SubtaskWaiting {
+            label,
+            task,
+            waits_for,
+        } => eprintln!("{label}: {}", waiting_line(waits_for, task)),
         Event::SubtaskFinished {
             label,
             status,
@@ -203,6 +217,16 @@ fn plain(event: &Event) {
         }
         Event::Note { message } => eprintln!("grove: {message}"),
     }
+}
+
+/// `waits for S1, S3 to settle, then starts from their result: <brief>`: a subtask
+/// held back by its `after` or overlapping `paths`, in both views.
+fn waiting_line(waits_for: &[String], task: &str) -> String {
+    format!(
+        "waits for {} to settle, then starts from their result: {}",
+        waits_for.join(", "),
+        first_line(task, 80)
+    )
 }
 
 /// `S2: checking with `cargo test`` and `S2: check passed in 3.1 s`, in both views.
@@ -224,8 +248,6 @@ fn check_line(event: &Event) -> Option<String> {
     }
 }
 
-/// `waiting for the model API (62 s, attempt 2 of 7)`; the phase is named once a
-/// stream has started.
 /// `S2: merged (reviewer: approve), 1 file changed, …`: a subtask's end, in both views.
 fn finished_line(
     label: &str,
@@ -240,6 +262,8 @@ fn finished_line(
     format!("{label}: {status}{verdict}{diffstat}")
 }
 
+/// `waiting for the model API (62 s, attempt 2 of 7)`; the phase is named once a
+/// stream has started.
 fn waiting(event: &Event) -> String {
     let Event::ModelWaiting {
         attempt,
@@ -268,6 +292,8 @@ fn waiting(event: &Event) -> String {
 struct Bars {
     multi: MultiProgress,
     lines: BTreeMap<String, ProgressBar>,
+    /// One line per subtask waiting for earlier ones, by label, until it starts.
+    waiting: BTreeMap<String, ProgressBar>,
     style: ProgressStyle,
 }
 
@@ -279,6 +305,7 @@ impl Bars {
         Self {
             multi,
             lines: BTreeMap::new(),
+            waiting: BTreeMap::new(),
             style,
         }
     }
@@ -333,9 +360,26 @@ impl Bars {
                 let _ = self.multi.println(text);
             }
             Event::SubtaskStarted { label, task, .. } => {
+                if let Some(line) = self.waiting.remove(label) {
+                    line.finish_and_clear();
+                }
                 let _ = self
                     .multi
                     .println(format!("{label}: delegated: {}", first_line(task, 100)));
+            }
+            Event::SubtaskWaiting {
+                label,
+                task,
+                waits_for,
+            } => {
+                let line = self.multi.add(ProgressBar::new_spinner());
+                line.set_style(self.style.clone());
+                line.set_prefix(label.clone());
+                line.set_message(waiting_line(waits_for, task));
+                line.enable_steady_tick(Duration::from_millis(120));
+                if let Some(earlier) = self.waiting.insert(label.clone(), line) {
+                    earlier.finish_and_clear();
+                }
             }
             Event::SubtaskFinished {
                 label,
@@ -362,7 +406,7 @@ impl Bars {
     }
 
     fn finish(self) {
-        for line in self.lines.values() {
+        for line in self.lines.values().chain(self.waiting.values()) {
             line.finish_and_clear();
         }
         let _ = self.multi.clear();

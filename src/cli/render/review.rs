@@ -419,6 +419,7 @@ mod tests {
             decision: verdict,
             commit,
             commit_source: commit.map(|_| CommitSource::Checkpoint),
+            start: None,
             diffstat: None,
             executes_later: Vec::new(),
             conflict_paths: Vec::new(),

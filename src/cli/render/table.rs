@@ -67,6 +67,12 @@ pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, jso
                 subtask.output_tokens
             );
             match subtask.status {
+                // Merged by a resolver: its reason says which, and that it was reviewed.
+                SubtaskOutcome::Merged if subtask.resolution.is_some() => {
+                    if let Some(reason) = &subtask.reason {
+                        say!("      {}", first_line(reason, 110));
+                    }
+                }
                 SubtaskOutcome::Merged => {}
                 // A rejection is explained by the reviewer, not by the worker's summary.
                 SubtaskOutcome::Rejected => {

@@ -6,19 +6,21 @@
 //! local-only file. It must never lose what a worker wrote: the final commit is made
 //! even after a failure or an interrupt.
 
-use crate::git::{BranchDiff, CommitId, Worktree};
+use crate::git::{BranchDiff, CommitId, DiffStat, Worktree};
 use crate::run::context::RunContext;
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::SubtaskError;
 use crate::run::subtask::work::WorkEnd;
 use crate::store::journal::Entry;
+use crate::tools::WriteScope;
 
 /// The worker's work, committed and ready for review.
 #[derive(Debug)]
 pub(crate) struct Committed {
     /// The branch's tip.
     pub(crate) tip: CommitId,
-    /// The branch against the base.
+    /// The branch against its start point (the base, or the result a waiting subtask
+    /// started from).
     pub(crate) diff: BranchDiff,
     /// The worker's final message.
     pub(crate) summary: String,
@@ -59,26 +61,48 @@ pub(crate) async fn commit(
         .ok_or_else(|| SubtaskError::BranchVanished {
             branch: worktree.branch_ref(),
         })?;
-    if tip == ctx.base {
+    // Against where the branch started: a subtask that waited started from the result,
+    // and the work merged before it is not its to review.
+    let start = worktree.base();
+    if tip == start {
         return Err(SubtaskError::NoChanges);
     }
-    no_local_files_in_history(ctx, tip).await?;
+    no_local_files_in_history(ctx, start, tip).await?;
     let diff = ctx
         .repo
-        .diff(ctx.base, tip, ctx.options.max_review_patch_bytes)
+        .diff(start, tip, ctx.options.max_review_patch_bytes)
         .await
         .map_err(|source| SubtaskError::Diff { source })?;
     Ok(Committed { tip, diff, summary })
 }
 
-/// Fails when a commit in the history `base..tip` records a local-only file: something
+/// The changed paths of `stat` (both sides of a rename) that `scope` does not allow:
+/// written through `bash` or an agent CLI, which the file tools' refusal does not reach.
+/// Flagged to the reviewer and listed in the report, not rejected.
+pub(crate) fn outside_scope(stat: &DiffStat, scope: &WriteScope) -> Vec<String> {
+    let mut outside = Vec::new();
+    for file in &stat.files {
+        for path in std::iter::once(&file.path).chain(file.old_path.as_ref()) {
+            if !scope.allows(path) && !outside.contains(path) {
+                outside.push(path.clone());
+            }
+        }
+    }
+    outside
+}
+
+/// Fails when a commit in the history `start..tip` records a local-only file: something
 /// other than grove committed it (e.g. a `git commit` in the worker's shell), so the
 /// branch is archived, never reviewed or merged.
-async fn no_local_files_in_history(ctx: &RunContext, tip: CommitId) -> Result<(), SubtaskError> {
+async fn no_local_files_in_history(
+    ctx: &RunContext,
+    start: CommitId,
+    tip: CommitId,
+) -> Result<(), SubtaskError> {
     let local = ctx.local_paths();
     let commits = ctx
         .repo
-        .commits_touching(ctx.base, tip, &local)
+        .commits_touching(start, tip, &local)
         .await
         .map_err(|source| SubtaskError::LocalFilesUnchecked { source })?;
     match commits.last() {

@@ -204,6 +204,19 @@ pub enum SubtaskError {
         #[source]
         source: GitError,
     },
+    /// A resolver's starting point (the subtask merged onto the result with conflict
+    /// markers) could not be made.
+    #[error("could not merge it with conflict markers for a resolver: {source}")]
+    ConflictedMerge {
+        #[source]
+        source: GitError,
+    },
+    /// A resolver's commit could not be read for conflict markers.
+    #[error("could not check the resolution for conflict markers: {source}")]
+    MarkersUnchecked {
+        #[source]
+        source: GitError,
+    },
     /// The run was interrupted: the work is checkpointed, the subtask stays open.
     #[error("interrupted")]
     Interrupted,

@@ -1,7 +1,8 @@
 //! Stage 5, integrate: an approved subtask merged onto the run's result in its turn; a
 //! rejected one goes no further.
 //!
-//! This file owns the only write to the run's result ref. It must never merge a diff no
+//! This file owns the write to the run's result ref (a conflicting subtask's resolver,
+//! `resolve.rs`, writes it too, in this subtask's turn). It must never merge a diff no
 //! reviewer approved, never merge out of turn (the [`MergeQueue`] orders merges by
 //! subtask number), and never leave the result half-merged: a conflict leaves it as it
 //! was.

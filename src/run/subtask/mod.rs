@@ -15,6 +15,8 @@
 //!    verdict is journaled.
 //! 6. [`integrate`] — an approved diff is merged onto the run's result in subtask order
 //!    (the merge queue); a rejected one is not.
+//!    An approved subtask that conflicts gets a [`resolve`]r: a subtask of its own that
+//!    merges it by hand, reviewed afresh, merged in the conflicting subtask's turn.
 //! 7. [`close`] — what is not merged is archived, the worktree removed, the end
 //!    journaled, and the lead gets one bounded result.
 //!
@@ -32,6 +34,7 @@ pub(crate) mod commit;
 pub(crate) mod error;
 pub(crate) mod integrate;
 pub(crate) mod prepare;
+pub(crate) mod resolve;
 pub(crate) mod reviewer;
 pub(crate) mod trees;
 pub(crate) mod work;
@@ -46,19 +49,20 @@ use tokio_util::task::TaskTracker;
 use crate::agent::roles::{self, RoleKind};
 use crate::agent::{fork_messages, isolated_messages};
 use crate::event::Event;
-use crate::git::Worktree;
+use crate::git::{CommitId, Worktree};
 use crate::run::agents::{delegate_role, worker_tools};
 use crate::run::context::{LeadHistory, RunContext, lock};
 use crate::run::delegate::{DelegateError, DelegateReport, DelegateRequest, Delegator};
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
-use crate::run::report::{SubtaskReport, executes_later};
+use crate::run::report::{Resolution, SubtaskReport, executes_later};
+use crate::run::schedule::{self, Placement, Schedule, recorded_scope, scope_of};
 use crate::store::StoreError;
 use crate::store::journal::{ContextMode, Entry, SubtaskKind, SubtaskOutcome};
 use crate::store::state::{RunState, SubtaskState, SubtaskStatus};
 use crate::store::transcript::{self, Transcript};
 use crate::text::truncate;
-use crate::tools::{self, ToolSet};
+use crate::tools::{self, ToolSet, WriteScope};
 
 pub use error::SubtaskError;
 use integrate::Integration;
@@ -73,6 +77,8 @@ const WORKER_SUMMARY_CHARS: usize = 800;
 pub(crate) struct Subtasks {
     ctx: Arc<RunContext>,
     queue: Arc<MergeQueue>,
+    /// Who waits for whom, by write scope and `after`.
+    schedule: Arc<Schedule>,
     ahead: Arc<AheadWorktrees>,
     /// `--jobs`: how many subtasks work at once.
     jobs: Arc<Semaphore>,
@@ -86,6 +92,7 @@ impl Subtasks {
     pub(crate) fn new(ctx: Arc<RunContext>) -> Self {
         Self {
             queue: Arc::new(MergeQueue::new(ctx.cancel.clone())),
+            schedule: Arc::new(Schedule::default()),
             ahead: Arc::new(AheadWorktrees::default()),
             jobs: Arc::new(Semaphore::new(ctx.options.jobs.max(1))),
             tasks: TaskTracker::new(),
@@ -122,27 +129,46 @@ impl Subtasks {
         self,
         assignment: Assignment,
         request: DelegateRequest,
+        placement: Placement,
     ) -> Result<DelegateReport, DelegateError> {
         let id = assignment.id;
         let _settle = self.queue.guard(id);
+        let started = Entry::SubtaskStarted {
+            subtask: id.to_string(),
+            task: request.task,
+            branch: self.ctx.run.subtask_branch(id.number()),
+            mode: request.mode,
+            agent: assignment.role.name.clone(),
+            paths: request.paths,
+            after: schedule::labels(&request.after),
+            waits_for: schedule::labels(&placement.waits_for),
+            kind: SubtaskKind::Task,
+        };
+        let journal = |entry| {
+            self.ctx
+                .journal(entry)
+                .map_err(|source| DelegateError::Journal { source })
+        };
+        let waits = !placement.waits_for.is_empty();
+        if waits {
+            // Journaled before the wait, so that a resumed run still has it, still waiting.
+            journal(started.clone())?;
+            let (brief, waits_for) = (&assignment.brief, &placement.waits_for);
+            if !schedule::wait_for_earlier(&self.ctx, &self.queue, id, brief, waits_for).await {
+                return Err(DelegateError::Interrupted);
+            }
+        }
         let permit = tokio::select! {
             permit = Arc::clone(&self.jobs).acquire_owned() => {
                 permit.map_err(|_| DelegateError::ShuttingDown)?
             }
             () = self.ctx.cancel.cancelled() => return Err(DelegateError::Interrupted),
         };
-        self.ctx
-            .journal(Entry::SubtaskStarted {
-                subtask: id.to_string(),
-                task: request.task,
-                branch: self.ctx.run.subtask_branch(id.number()),
-                mode: request.mode,
-                agent: assignment.role.name.clone(),
-                kind: SubtaskKind::Task,
-            })
-            .map_err(|source| DelegateError::Journal { source })?;
+        if !waits {
+            journal(started)?;
+        }
         let report = self
-            .run_subtask(assignment, permit)
+            .run_subtask(assignment, permit, placement)
             .await
             .map_err(|source| DelegateError::Journal { source })?;
         let result = close::lead_result(&report);
@@ -155,6 +181,7 @@ impl Subtasks {
         &self,
         assignment: Assignment,
         permit: OwnedSemaphorePermit,
+        placement: Placement,
     ) -> Result<SubtaskReport, StoreError> {
         let (ctx, id) = (&self.ctx, assignment.id);
         let branch = ctx.run.subtask_branch(id.number());
@@ -164,8 +191,18 @@ impl Subtasks {
             branch: branch.clone(),
         });
         let mut report = SubtaskReport::new(id.to_string(), assignment.brief.clone(), branch);
-        let worktree = match prepare::create_worktree(ctx, &self.ahead, id).await {
+        // One that waited starts from the result as it is now, not from the base.
+        let start = match placement.waits_for.is_empty() {
+            true => Ok(None),
+            false => schedule::start_point(ctx, id, placement.start).map(Some),
+        };
+        let created = match start {
+            Ok(start) => prepare::create_worktree(ctx, &self.ahead, id, start).await,
+            Err(error) => Err(error),
+        };
+        let worktree = match created {
             Ok(worktree) => worktree,
+            Err(SubtaskError::Journal { source }) => return Err(source),
             Err(error) => {
                 report.reason = Some(error.to_string());
                 if ctx.pause_if_disk_full(&format!("creating {id}'s worktree"), &error) {
@@ -176,7 +213,7 @@ impl Subtasks {
             }
         };
         let reached = self
-            .stages(assignment, permit, &worktree, &mut report)
+            .stages(assignment, permit, &placement, &worktree, &mut report)
             .await;
         // Its merge (if any) is journaled: the next subtask in merge order need not wait
         // for this one's archive and closing records.
@@ -215,6 +252,7 @@ impl Subtasks {
         &self,
         assignment: Assignment,
         permit: OwnedSemaphorePermit,
+        placement: &Placement,
         worktree: &Worktree,
         report: &mut SubtaskReport,
     ) -> Result<(), SubtaskError> {
@@ -230,16 +268,25 @@ impl Subtasks {
         report.executes_later = executes_later(&committed.diff.stat);
         report.diffstat = Some(committed.diff.stat.clone());
         report.left_out = left_out_of_commit(ctx, id, worktree).await;
+        let scope = placement.scope.as_deref();
+        report.outside_paths = scope.map_or_else(Vec::new, |scope| {
+            commit::outside_scope(&committed.diff.stat, scope)
+        });
+        let built_on = schedule::labels(&placement.waits_for);
         report.check = check::check_subtask(ctx, id, worktree).await?;
         let flagged = reviewer::Flagged {
             executes_later: &report.executes_later,
             left_out: &report.left_out,
+            outside_paths: &report.outside_paths,
+            paths: scope.map_or(&[], WriteScope::globs),
+            built_on: &built_on,
             check: ctx
                 .options
                 .check
                 .as_ref()
                 .zip(report.check.as_ref())
                 .map(|(options, run)| (options.command.as_str(), run)),
+            against: None,
         };
         let review = reviewer::review(ctx, id, &brief, &committed.diff, flagged, worktree).await;
         report.reviewer_ledger = review.ledger;
@@ -258,6 +305,58 @@ impl Subtasks {
                 paths.join(", ")
             ));
             report.conflict_paths = paths;
+            self.resolve(id, &brief, committed.tip, report).await?;
+        }
+        Ok(())
+    }
+
+    /// What a resolver needs of the run's subtasks.
+    fn resolving(&self) -> resolve::Resolving<'_> {
+        resolve::Resolving {
+            ctx: &self.ctx,
+            queue: &self.queue,
+            ahead: &self.ahead,
+            jobs: &self.jobs,
+            tasks: &self.tasks,
+        }
+    }
+
+    /// Starts the resolver of subtask `id`, which conflicted, in its turn (see
+    /// [`resolve`]); merged, the subtask counts as merged.
+    async fn resolve(
+        &self,
+        id: SubtaskId,
+        brief: &str,
+        tip: crate::git::CommitId,
+        report: &mut SubtaskReport,
+    ) -> Result<(), SubtaskError> {
+        let env = self.resolving();
+        let paths = report.conflict_paths.clone();
+        let conflict = resolve::Conflict {
+            id,
+            brief,
+            tip,
+            paths: &paths,
+        };
+        let resolution = resolve::resolve_conflict(&env, conflict).await?;
+        lock(&self.reports).extend(resolution.resolvers);
+        let conflicts = paths.join(", ");
+        match resolution.end {
+            resolve::ResolutionEnd::Merged { by, .. } => {
+                report.status = SubtaskOutcome::Merged;
+                report.resolution = Some(Resolution::Resolver);
+                report.reason = Some(format!(
+                    "conflicted with earlier work in {conflicts}; resolver {by} merged the \
+                     two and its review passed"
+                ));
+            }
+            resolve::ResolutionEnd::Unresolved { reason } => {
+                report.reason = Some(format!(
+                    "approved, but it conflicts with work merged before it in: {conflicts}; \
+                     its resolver did not get it merged ({reason})"
+                ));
+            }
+            resolve::ResolutionEnd::Interrupted => return Err(SubtaskError::Interrupted),
         }
         Ok(())
     }
@@ -267,6 +366,7 @@ impl Subtasks {
     pub(crate) async fn resume(&self, state: &RunState) -> Result<(), StoreError> {
         let mut highest = SubtaskId(0);
         let mut continuing = Vec::new();
+        let mut resolvers = Vec::new();
         for subtask in &state.subtasks {
             let Ok(id) = subtask.id.parse::<SubtaskId>() else {
                 self.ctx
@@ -274,8 +374,12 @@ impl Subtasks {
                 continue;
             };
             highest = highest.max(id);
+            self.schedule
+                .restore(id, recorded_scope(&self.ctx, subtask));
             self.ctx.budget.spend(&subtask.ledger);
-            if subtask.status == SubtaskStatus::Running {
+            if subtask.status == SubtaskStatus::Running && subtask.kind == SubtaskKind::Resolve {
+                resolvers.push((id, subtask.clone()));
+            } else if subtask.status == SubtaskStatus::Running {
                 continuing.push((id, subtask.clone()));
             } else {
                 lock(&self.reports).insert(id, report_from_state(subtask));
@@ -283,6 +387,12 @@ impl Subtasks {
         }
         let ids: Vec<SubtaskId> = continuing.iter().map(|(id, _)| *id).collect();
         self.queue.resume_after(highest, &ids);
+        // A resolver is never resumed: its conflicting subtask starts the resolution again.
+        let env = self.resolving();
+        for (id, state) in resolvers {
+            let report = resolve::close_interrupted(&env, id, &state).await?;
+            lock(&self.reports).insert(id, report);
+        }
         let resumed = continuing
             .iter()
             .map(|(id, state)| self.clone().resume_subtask(*id, state));
@@ -303,17 +413,28 @@ impl Subtasks {
     ) -> Result<SubtaskReport, StoreError> {
         let ctx = &self.ctx;
         let agent = (state.agent != "worker").then_some(state.agent.as_str());
+        let placement = Placement {
+            scope: recorded_scope(ctx, state),
+            waits_for: schedule::parse_labels(&state.waits_for),
+            start: state
+                .start
+                .as_deref()
+                .and_then(|start| CommitId::parse(start).ok()),
+        };
+        let scope = placement.scope.as_ref();
         let found = delegate_role(&ctx.user_root, agent)
-            .and_then(|role| worker_tools(&role, &ctx.executor).map(|tools| (role, tools)));
+            .and_then(|role| worker_tools(&role, &ctx.executor, scope).map(|tools| (role, tools)));
         let (role, tools) = found.unwrap_or_else(|reason| {
             // The agent file changed since: the built-in worker carries on.
             ctx.note(format!(
                 "{id}: {reason}; continuing with the built-in worker"
             ));
-            (
-                roles::builtin(RoleKind::Worker),
-                tools::builtin_with_executor(ToolSet::Worker, ctx.executor.clone()),
-            )
+            let tools = tools::builtin_with_executor(ToolSet::Worker, ctx.executor.clone());
+            let tools = match scope {
+                Some(scope) => tools.with_write_scope(scope),
+                None => tools,
+            };
+            (roles::builtin(RoleKind::Worker), tools)
         });
         let _settle = self.queue.guard(id);
         let label = id.to_string();
@@ -328,22 +449,43 @@ impl Subtasks {
                 saved
             }
             None => Transcript {
-                messages: isolated_messages(&state.task),
+                messages: isolated_messages(&schedule::worker_brief(
+                    &state.task,
+                    placement.scope.as_deref(),
+                )),
                 ..Transcript::default()
             },
         };
         let branch = ctx.run.subtask_branch(id.number());
+        // A subtask that was still waiting waits again, holding no slot; one that had
+        // started goes on from its recorded start point.
+        if placement.start.is_none()
+            && !schedule::wait_for_earlier(ctx, &self.queue, id, &state.task, &placement.waits_for)
+                .await
+        {
+            return Ok(SubtaskReport::new(label, state.task.clone(), branch));
+        }
         let Ok(permit) = Arc::clone(&self.jobs).acquire_owned().await else {
             return Ok(SubtaskReport::new(label, state.task.clone(), branch));
         };
         let assignment = Assignment {
             id,
             brief: state.task.clone(),
+            worker_brief: schedule::worker_brief(&state.task, placement.scope.as_deref()),
             role,
             tools,
             start,
         };
-        self.run_subtask(assignment, permit).await
+        let mut report = self.run_subtask(assignment, permit, placement).await?;
+        // Its resolver merged it before the run stopped: the result holds it already.
+        if report.status == SubtaskOutcome::Merged
+            && report.resolution.is_none()
+            && !state.conflict_paths.is_empty()
+        {
+            report.resolution = Some(Resolution::Resolver);
+            report.conflict_paths = state.conflict_paths.clone();
+        }
+        Ok(report)
     }
 }
 
@@ -360,28 +502,32 @@ impl Delegator for Subtasks {
             return Err(DelegateError::BudgetSpent);
         }
         let role = delegate_role(&ctx.user_root, request.agent.as_deref())?;
-        let tools = worker_tools(&role, &ctx.executor)?;
+        let scope = scope_of(&request.paths);
+        let tools = worker_tools(&role, &ctx.executor, scope.as_ref())?;
         // Numbered before anything awaits, so subtasks are numbered in call order.
-        let id = self.queue.next_id();
-        if id.number() > ctx.options.max_subtasks {
-            self.queue.settle(id);
-            return Err(DelegateError::SubtaskCap {
-                max: ctx.options.max_subtasks,
-            });
-        }
+        let admitted = self.schedule.admit(
+            &self.queue,
+            ctx.options.max_subtasks,
+            scope.as_ref(),
+            &request.after,
+        )?;
+        let id = admitted.id;
         if request.mode == ContextMode::Fork && !ctx.options.worker_backend.is_builtin() {
             ctx.note(format!(
                 "{id}: a fork was asked for, but the {} worker starts from its brief alone",
                 ctx.options.worker_backend.name()
             ));
         }
+        // The worker is told its scope up front, not only when a write is refused.
+        let worker_brief = schedule::worker_brief(&request.task, scope.as_deref());
         let messages = match request.mode {
-            ContextMode::Fork => fork_messages(&self.lead_history.get(), &request.task),
-            ContextMode::Isolated => isolated_messages(&request.task),
+            ContextMode::Fork => fork_messages(&self.lead_history.get(), &worker_brief),
+            ContextMode::Isolated => isolated_messages(&worker_brief),
         };
         let assignment = Assignment {
             id,
             brief: request.task.clone(),
+            worker_brief,
             role,
             tools,
             start: Transcript {
@@ -389,9 +535,14 @@ impl Delegator for Subtasks {
                 ..Transcript::default()
             },
         };
+        let placement = Placement {
+            scope,
+            waits_for: admitted.waits_for,
+            start: None,
+        };
         let task = self
             .tasks
-            .spawn(self.clone().run_delegated(assignment, request));
+            .spawn(self.clone().run_delegated(assignment, request, placement));
         task.await
             .unwrap_or_else(|source| Err(DelegateError::Stopped { source }))
     }
@@ -408,6 +559,10 @@ fn report_from_state(state: &SubtaskState) -> SubtaskReport {
         report.findings = verdict.findings.clone();
     }
     report.conflict_paths = state.conflict_paths.clone();
+    // Merged although it conflicted: only a resolver merges such a subtask.
+    if report.status == SubtaskOutcome::Merged && !report.conflict_paths.is_empty() {
+        report.resolution = Some(Resolution::Resolver);
+    }
     report.kind = state.kind;
     report.check = state.check.clone();
     report.worker_ledger = state.ledger;

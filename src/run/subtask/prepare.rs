@@ -159,6 +159,15 @@ impl AheadWorktrees {
         Ok(base.clone())
     }
 
+    /// Removes the worktree registered ahead for `id`, at the base, with its branch: the
+    /// subtask starts elsewhere. Failing to is noted; creating it elsewhere then fails.
+    async fn discard(&self, ctx: &RunContext, id: SubtaskId) {
+        let Some(Ok(worktree)) = self.take(id).await else {
+            return;
+        };
+        discard_worktree(ctx, id, &worktree).await;
+    }
+
     /// The worktree registered ahead for `id`, if there is one.
     async fn take(&self, id: SubtaskId) -> Option<Result<Worktree, GitError>> {
         let handle = lock(&self.registered).remove(&id.number())?;
@@ -173,13 +182,7 @@ impl AheadWorktrees {
             let Ok(Ok(worktree)) = handle.await else {
                 continue;
             };
-            // Never mounted: an overlay's registration holds nothing to commit.
-            let removed = if worktree.is_overlay() {
-                ctx.repo.unregister_worktree(&worktree).await
-            } else {
-                ctx.repo.remove_worktree(&worktree).await
-            };
-            if let Err(error) = removed {
+            if let Err(error) = remove_unmounted(ctx, &worktree).await {
                 ctx.note(format!("could not remove unused worktree {n}: {error}"));
             }
             if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, n).await {
@@ -189,21 +192,74 @@ impl AheadWorktrees {
     }
 }
 
-/// Creates (or, on resume, recovers) subtask `id`'s worktree. A directory grove does
-/// not own at that path (left by a crash, or by hand) is moved aside and kept, never
-/// deleted, and the worktree is made anew from its branch.
+/// Removes `worktree` and its branch, which hold nothing but the base.
+async fn discard_worktree(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) {
+    if let Err(error) = remove_unmounted(ctx, worktree).await {
+        ctx.note(format!(
+            "{id}: could not remove its worktree at the base: {error}"
+        ));
+    }
+    if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, id.number()).await {
+        ctx.note(format!(
+            "{id}: could not remove its branch at the base: {error}"
+        ));
+    }
+}
+
+/// Removes a worktree that was never mounted: a copy-on-write one's registration holds
+/// nothing to commit (its upper directory was never made), a git one is committed first.
+async fn remove_unmounted(ctx: &RunContext, worktree: &Worktree) -> Result<(), GitError> {
+    if worktree.is_overlay() {
+        ctx.repo.unregister_worktree(worktree).await
+    } else {
+        ctx.repo.remove_worktree(worktree).await
+    }
+}
+
+/// Clears the way for subtask `id` to start from `start`: a worktree and branch left at
+/// the base (registered ahead by an earlier process of the run) hold no work and are
+/// removed; a branch with work on it is kept.
+async fn clear_base_branch(ctx: &RunContext, id: SubtaskId, spec: &WorktreeSpec) {
+    let branch = ctx.run.subtask_branch(id.number());
+    if !matches!(ctx.repo.ref_target(&format!("refs/heads/{branch}")), Ok(Some(tip)) if tip == ctx.base)
+    {
+        return;
+    }
+    match ctx
+        .repo
+        .find_worktree(&ctx.run, id.number(), ctx.base, &spec.path)
+    {
+        Ok(Some(worktree)) => discard_worktree(ctx, id, &worktree).await,
+        _ => {
+            if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, id.number()).await {
+                ctx.note(format!(
+                    "{id}: could not remove its branch at the base: {error}"
+                ));
+            }
+        }
+    }
+}
+
+/// Creates (or, on resume, recovers) subtask `id`'s worktree, its branch starting at
+/// `start` (a subtask that waited for others: the result when it started) or else at
+/// the base. A directory grove does not own at that path (left by a crash, or by hand)
+/// is moved aside and kept, never deleted, and the worktree is made anew from its
+/// branch.
 pub(crate) async fn create_worktree(
     ctx: &RunContext,
     ahead: &AheadWorktrees,
     id: SubtaskId,
+    start: Option<CommitId>,
 ) -> Result<Worktree, SubtaskError> {
-    let spec = ctx.worktree_spec(id);
+    let mut spec = ctx.worktree_spec(id);
     let base = match ctx.options.worktree_mode {
         WorktreeMode::Overlay => Some(ahead.base_tree(ctx, id).await?),
         _ => None,
     };
+    // Only a worktree that starts at the run's base is an overlay of its base tree; one
+    // that starts from the result gets a checkout.
     let make = |spec: WorktreeSpec| {
-        let base = base.clone();
+        let base = base.clone().filter(|_| spec.base == ctx.base);
         async move {
             match base {
                 Some(base) => ctx.repo.create_overlay_worktree(spec, &base).await,
@@ -211,9 +267,18 @@ pub(crate) async fn create_worktree(
             }
         }
     };
-    let created = match ahead.take(id).await {
-        Some(prepared) => prepared,
-        None => make(spec.clone()).await,
+    let created = match start.filter(|start| *start != ctx.base) {
+        // The worktree registered ahead is at the base: never the one to use.
+        Some(start) => {
+            ahead.discard(ctx, id).await;
+            clear_base_branch(ctx, id, &spec).await;
+            spec.base = start;
+            make(spec.clone()).await
+        }
+        None => match ahead.take(id).await {
+            Some(prepared) => prepared,
+            None => make(spec.clone()).await,
+        },
     };
     let stray = match created {
         Err(GitError::WorktreePathOccupied { path, .. }) => Err(path),
@@ -246,15 +311,15 @@ pub(crate) async fn create_worktree(
         Ok(created) => created,
     };
     let worktree = recovered.map_err(|source| SubtaskError::Worktree { source })?;
-    match (worktree.is_overlay(), &base) {
-        (true, Some(base)) => trees::mount(&worktree, &base.tree_dir()).await,
-        (true, None) => {
-            // A resumed run's copy-on-write worktree, in a run now making git ones.
-            let base = ahead.base_tree(ctx, id).await?;
-            trees::mount(&worktree, &base.tree_dir()).await
-        }
-        (false, _) => Ok(worktree),
+    if !worktree.is_overlay() {
+        return Ok(worktree);
     }
+    // A resumed run's copy-on-write worktree is mounted again, in any mode.
+    let lower = match base {
+        Some(base) => base.tree_dir(),
+        None => ahead.base_tree(ctx, id).await?.tree_dir(),
+    };
+    trees::mount(&worktree, &lower).await
 }
 
 /// Copies the local-only files into subtask `id`'s worktree and runs the setup command
@@ -584,7 +649,7 @@ mod stage_tests {
         std::fs::create_dir_all(&stray).unwrap();
         std::fs::write(stray.join("mine.txt"), "keep me").unwrap();
 
-        let worktree = create_worktree(&run.ctx, &AheadWorktrees::default(), SubtaskId(1))
+        let worktree = create_worktree(&run.ctx, &AheadWorktrees::default(), SubtaskId(1), None)
             .await
             .unwrap();
         worktree.ready().await.unwrap();

@@ -141,23 +141,64 @@ pub(crate) struct Flagged<'a> {
     pub(crate) executes_later: &'a [String],
     /// Paths the commit left out as git data (links into `.git`, nested repositories).
     pub(crate) left_out: &'a [String],
+    /// Changed paths outside the subtask's `paths` (written through `bash`, say).
+    pub(crate) outside_paths: &'a [String],
+    /// The subtask's `paths`, the globs it was to stay within; empty: no limit.
+    pub(crate) paths: &'a [String],
+    /// The earlier subtasks it waited for: it started from the result after them.
+    pub(crate) built_on: &'a [String],
     /// The project's check on the subtask's worktree, when one ran: evidence to weigh.
     pub(crate) check: Option<(&'a str, &'a CheckRun)>,
+    /// What the diff is against when it is not the base: a resolver's is against the
+    /// run's result (`the run's result`).
+    pub(crate) against: Option<&'a str>,
+}
+
+impl<'a> Flagged<'a> {
+    /// These flags, for a diff against `against` (e.g. `the run's result`), not the base.
+    pub(crate) fn against(self, against: &'a str) -> Self {
+        Self {
+            against: Some(against),
+            ..self
+        }
+    }
 }
 
 /// The reviewer's first message: the brief, the flagged paths, the diff. Nothing else.
 fn review_brief(brief: &str, diff: &BranchDiff, flagged: Flagged<'_>) -> String {
     let mut text = format!(
-        "# The subtask's brief\n\n{}\n\n# The diff against the base ({})\n\n",
+        "# The subtask's brief\n\n{}\n\n# The diff against {} ({})\n\n",
         brief.trim(),
+        flagged.against.unwrap_or("the base"),
         diff.stat.summary()
     );
+    if !flagged.built_on.is_empty() {
+        text.push_str(&format!(
+            "This subtask started from the run's result once {} had settled, not from the \
+             base: the diff is against that start, so their merged work is in the tree but \
+             not in the diff.\n\n",
+            flagged.built_on.join(", ")
+        ));
+    }
     if !flagged.executes_later.is_empty() {
         text.push_str(
             "Attention: this diff changes files that run on the host or in CI later; check \
              that each change is needed and harmless:\n",
         );
         for path in flagged.executes_later {
+            text.push_str(&format!("- {path}\n"));
+        }
+        text.push('\n');
+    }
+    if !flagged.outside_paths.is_empty() {
+        text.push_str(&format!(
+            "Attention: the brief limits this subtask to the files matching `{}`, but the \
+             diff changes these files outside them (the worker's file tools refuse such \
+             writes, so they came through its shell or another tool); check whether each \
+             change is needed and belongs to this brief:\n",
+            flagged.paths.join("`, `")
+        ));
+        for path in flagged.outside_paths {
             text.push_str(&format!("- {path}\n"));
         }
         text.push('\n');

@@ -29,6 +29,9 @@ pub(crate) struct Assignment {
     pub(crate) id: SubtaskId,
     /// The brief: everything the worker knows about its subtask.
     pub(crate) brief: String,
+    /// What an agent CLI is given as its brief: the brief, with the files it may change
+    /// when the subtask has `paths`.
+    pub(crate) worker_brief: String,
     pub(crate) role: RoleDef,
     pub(crate) tools: Registry,
     /// The worker's conversation so far (its first messages; on resume, its transcript).
@@ -155,7 +158,7 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
         tools: Registry::new(),
     };
     let system = ctx.spec(agent.clone(), role, caps).system;
-    let rerun = worktree.start() != ctx.base;
+    let rerun = worktree.start() != worktree.base();
     if rerun {
         ctx.note(format!(
             "{id}: {} starts again on the brief from the subtask's last checkpoint (a \
@@ -167,7 +170,7 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
     let job = agent_cli::ExternalWork {
         backend,
         system: &system,
-        brief: &assignment.brief,
+        brief: &assignment.worker_brief,
         rerun,
         cwd: worktree.path(),
         transcript: &transcript_path,
@@ -285,6 +288,7 @@ mod tests {
         let assignment = Assignment {
             id: SubtaskId(1),
             brief: "write b.txt".into(),
+            worker_brief: "write b.txt".into(),
             role: roles::builtin(RoleKind::Worker),
             tools: tools::builtin(ToolSet::Worker),
             start: Transcript {

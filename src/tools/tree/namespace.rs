@@ -100,8 +100,8 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// Joins the tree host's user, then mount namespace, then enters the working
-    /// directory again. Async-signal-safe: system calls on data made before the fork.
+    /// Joins the tree host's user, then mount namespace (in a private copy), then enters
+    /// the working directory again. Async-signal-safe: system calls on data made before the fork.
     ///
     /// The user namespace comes first: its owner (grove's user) holds every capability
     /// in it, which joining the mount namespace it owns requires.
@@ -110,6 +110,11 @@ impl Entry {
             .map_err(|errno| ("joining the tree's user namespace", errno))?;
         setns(self.namespace.mnt.as_fd(), CloneFlags::CLONE_NEWNS)
             .map_err(|errno| ("joining the tree's mount namespace", errno))?;
+        // A copy of its own: the process holds every capability over the tree's mount
+        // namespace, and an unmount there would leave later commands (and grove's git)
+        // the empty mount point.
+        nix::sched::unshare(CloneFlags::CLONE_NEWNS)
+            .map_err(|errno| ("copying the tree's mount namespace", errno))?;
         nix::unistd::chdir(self.cwd.as_c_str())
             .map_err(|errno| ("entering the working directory in the tree", errno))?;
         Ok(())
