@@ -13,8 +13,9 @@ use tokio_util::sync::CancellationToken;
 use grove::agent::roles;
 use grove::event::EventSink;
 use grove::git::{GitOptions, Repo};
+use grove::run::report::CheckOutcome;
 use grove::run::{RunEnd, RunError, RunReport};
-use grove::store::journal::SubtaskOutcome;
+use grove::store::journal::{SubtaskKind, SubtaskOutcome};
 use grove::store::{RunId, StoreError};
 
 use crate::cli::exit::{EXIT_INTERRUPTED, EXIT_NOT_ALL_DONE};
@@ -77,8 +78,20 @@ pub fn not_done(report: &RunReport) -> Option<String> {
     if report.subtasks.is_empty() {
         return Some("the lead delegated nothing".to_owned());
     }
-    let not_merged: Vec<String> = report
+    if report.check.status == CheckOutcome::Failed {
+        return Some(format!(
+            "the result's check `{}` failed",
+            report.check.command.as_deref().unwrap_or_default()
+        ));
+    }
+    // A fixer that was not merged is the check's story: a later one may have fixed it,
+    // and a result still red is said above.
+    let delegated: Vec<_> = report
         .subtasks
+        .iter()
+        .filter(|subtask| subtask.kind != SubtaskKind::Fix)
+        .collect();
+    let not_merged: Vec<String> = delegated
         .iter()
         // A resolver's outcome is its conflicting subtask's: that one is counted.
         .filter(|subtask| subtask.status != SubtaskOutcome::Merged && !subtask.kind.is_resolve())
@@ -88,7 +101,7 @@ pub fn not_done(report: &RunReport) -> Option<String> {
         format!(
             "{} of {} subtasks not merged ({})",
             not_merged.len(),
-            report.subtasks.len(),
+            delegated.len(),
             not_merged.join(", ")
         )
     })

@@ -38,6 +38,7 @@ mod branch;
 mod cmd;
 mod commit;
 mod conflict;
+mod detached;
 mod diff;
 mod error;
 mod local_files;

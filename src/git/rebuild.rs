@@ -60,6 +60,28 @@ impl Repo {
         picks: &[RebuildPick],
         expected: Option<CommitId>,
     ) -> Result<Rebuilt, GitError> {
+        let rebuilt = self.merge_picks(base, picks).await?;
+        let reference = run.result_ref();
+        if expected != Some(rebuilt.result) {
+            self.update_ref(
+                &reference,
+                rebuilt.result,
+                expected,
+                "grove review: rebuild result",
+            )
+            .await?;
+        }
+        Ok(rebuilt)
+    }
+
+    /// Merges each pick onto `base` in the order given, in memory (a conflicting pick is
+    /// reported and skipped), and returns the outcome without moving any ref: the
+    /// commits are written, the caller decides what points at them. Not retried.
+    pub async fn merge_picks(
+        &self,
+        base: CommitId,
+        picks: &[RebuildPick],
+    ) -> Result<Rebuilt, GitError> {
         let mut tip = base;
         let mut steps = Vec::with_capacity(picks.len());
         for pick in picks {
@@ -74,11 +96,6 @@ impl Repo {
                 tip = *result;
             }
             steps.push((pick.subtask, step));
-        }
-        let reference = run.result_ref();
-        if expected != Some(tip) {
-            self.update_ref(&reference, tip, expected, "grove review: rebuild result")
-                .await?;
         }
         Ok(Rebuilt { result: tip, steps })
     }

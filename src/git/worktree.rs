@@ -465,7 +465,7 @@ impl Repo {
     }
 
     /// Spawns the checkout of a registered worktree and returns its handle at once.
-    fn start_fill(
+    pub(super) fn start_fill(
         &self,
         spec: WorktreeSpec,
         path: PathBuf,
@@ -636,7 +636,7 @@ impl Repo {
     }
 
     /// `git worktree prune`; the caller holds [`REGISTRATION`].
-    async fn prune_unlocked(&self) -> Result<(), GitError> {
+    pub(super) async fn prune_unlocked(&self) -> Result<(), GitError> {
         self.git().args(["worktree", "prune"]).run().await.map(drop)
     }
 

@@ -23,6 +23,7 @@ use crate::settings::options::{ModelChoice, RunOptions};
 use crate::store::durable;
 use crate::store::journal::{CheckRun, Entry};
 use crate::store::state::RunState;
+use crate::store::state::SubtaskState;
 use crate::store::transcript;
 use crate::store::{ActiveRun, StoreError};
 use crate::tools::{CommandExecutor, Registry, ToolContext};
@@ -217,6 +218,11 @@ impl RunJournal {
     /// resume, the earlier ones'), in order.
     pub(crate) fn checks(&self) -> Vec<CheckRun> {
         lock(&self.0).state().checks.clone()
+    }
+
+    /// Every subtask journaled so far, merged or not, in the order they started.
+    pub(crate) fn subtasks(&self) -> Vec<SubtaskState> {
+        lock(&self.0).state().subtasks.clone()
     }
 }
 

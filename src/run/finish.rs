@@ -13,6 +13,7 @@ use crate::git::{ApplyOutcome, ApplyRequest, GitError, RefusalReason};
 use crate::run::context::{DISK_FULL, RunContext};
 use crate::run::lead::{LeadEnd, LeadFailure};
 use crate::run::report::{ApplyReport, CheckReport, RunEnd, RunReport, SubtaskReport, Totals};
+use crate::run::result_check::{ResultCheck, ResultCheckError, held_back};
 use crate::store::StoreError;
 use crate::store::journal::Entry;
 
@@ -27,18 +28,38 @@ pub enum FinishError {
     Store(#[from] StoreError),
 }
 
+impl From<ResultCheckError> for FinishError {
+    fn from(error: ResultCheckError) -> Self {
+        match error {
+            ResultCheckError::Journal(source) => Self::Store(source),
+            ResultCheckError::Git(source) => Self::Git(source),
+        }
+    }
+}
+
 /// Applies the result if it may, journals the run's end and reports it.
 pub(crate) async fn finish(
     ctx: &RunContext,
     subtasks: Vec<SubtaskReport>,
-    lead: LeadEnd,
+    mut lead: LeadEnd,
+    checked: ResultCheck,
 ) -> Result<RunReport, FinishError> {
     let result_commit = ctx.repo.ref_target(&ctx.run.result_ref())?;
     let merged_any = result_commit.is_some_and(|commit| commit != ctx.base);
-    let (status, error) = status(ctx, lead.failure);
+    if checked == ResultCheck::Interrupted && lead.failure.is_none() {
+        // Stopped during the result's check or a fixer: resumable, never applied.
+        lead.failure = Some(LeadFailure::Interrupted);
+    }
+    let (status, mut error) = status(ctx, lead.failure);
+    if let ResultCheck::Unchecked { reason } = &checked {
+        error.get_or_insert_with(|| format!("the result was not applied: {reason}"));
+    }
+    let held = held_back(ctx, &checked);
     let apply = async {
         if !merged_any {
             (false, None)
+        } else if let Some(held) = held {
+            (false, Some(held))
         } else if !ctx.options.apply || matches!(status, RunEnd::Interrupted | RunEnd::Paused) {
             let report = ApplyReport {
                 message: format!(
@@ -82,13 +103,16 @@ pub(crate) async fn finish(
         summary: lead.summary,
         error,
         subtasks,
-        check: CheckReport::new(
-            ctx.options
-                .check
-                .as_ref()
-                .map(|check| check.command.clone()),
-            ctx.journal.checks(),
-        ),
+        check: CheckReport {
+            culprit: checked.culprit().cloned(),
+            ..CheckReport::new(
+                ctx.options
+                    .check
+                    .as_ref()
+                    .map(|check| check.command.clone()),
+                ctx.journal.checks(),
+            )
+        },
         lead_ledger: lead.ledger,
         totals: Totals::from(total),
     })

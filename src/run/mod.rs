@@ -6,6 +6,8 @@
 //!   hands each call to [`subtask`], one subtask's pipeline of stages; approved work
 //!   merges in subtask order through the [`merge_queue`].
 //! - [`check`] — the project's check on a tree (a subtask's, the result's), as evidence.
+//! - [`result_check`] — before the branch moves, the check on the merged result; red,
+//!   the [`culprit`] search and [`fixer`] subtasks, at most `[check] fix_attempts` rounds.
 //! - [`finish`] — the result applied to the user's branch when that is safe, the end
 //!   journaled, the report ([`report`]).
 //!
@@ -17,17 +19,21 @@
 
 pub mod agents;
 pub mod check;
+pub(crate) mod check_tree;
 pub mod checkout;
 pub(crate) mod context;
+pub(crate) mod culprit;
 pub mod delegate;
 pub mod dry_run;
 pub mod finish;
+pub(crate) mod fixer;
 pub mod id;
 pub mod launch;
 pub mod lead;
 pub(crate) mod merge_queue;
 pub(crate) mod observer;
 pub mod report;
+pub(crate) mod result_check;
 pub(crate) mod schedule;
 pub mod start;
 pub mod subtask;
@@ -44,7 +50,8 @@ use crate::event::EventSink;
 use crate::git::GitOptions;
 use crate::run::context::RunContext;
 use crate::run::finish::FinishError;
-use crate::run::lead::{LeadEnd, LeadError};
+use crate::run::lead::{LeadEnd, LeadError, LeadFailure};
+use crate::run::result_check::ResultCheck;
 use crate::run::start::Started;
 use crate::run::subtask::Subtasks;
 use crate::store::state::RunState;
@@ -108,20 +115,24 @@ async fn lead_then_finish(
     let subtasks = Subtasks::new(Arc::clone(ctx));
     if let Err(source) = ctx.repo.create_result_branch(&ctx.run, ctx.base).await {
         let lead = LeadEnd::failed(LeadError::ResultBranch { source });
-        return finish::finish(ctx, Vec::new(), lead).await;
+        return finish::finish(ctx, Vec::new(), lead, ResultCheck::NotRun).await;
     }
     let mut history = None;
     if let Some(state) = &resumed {
         if let Err(source) = subtasks.resume(state).await {
             let lead = LeadEnd::failed(LeadError::Journal { source });
-            return finish::finish(ctx, subtasks.reports(), lead).await;
+            return finish::finish(ctx, subtasks.reports(), lead, ResultCheck::NotRun).await;
         }
         history = lead::resumed_history(ctx, &subtasks.reports());
     }
     let lead = lead::run_lead(ctx, &subtasks, history).await;
     subtasks.wait().await;
+    // Before the branch may move: the check on the merged result, and its fixers.
+    let stopped = matches!(lead.failure, Some(LeadFailure::Interrupted));
+    let checked = result_check::check_result(ctx, &subtasks, stopped).await?;
+    subtasks.wait().await;
     // Copy-on-write trees live only as long as grove: those the run leaves become
     // directories the user (and a resume) can open.
     subtask::trees::release_trees(ctx).await;
-    finish::finish(ctx, subtasks.reports(), lead).await
+    finish::finish(ctx, subtasks.reports(), lead, checked).await
 }

@@ -126,8 +126,33 @@ pub struct CheckReport {
     pub command: Option<String>,
     /// The last result check's status; `skipped` when none ran.
     pub status: CheckOutcome,
-    /// Every run, in order: the subtasks' (`on: "S2"`) and the result's (`on: "result"`).
+    /// Every run, in order: the subtasks' (`on: "S2"`), the result's (`on: "result"`) and
+    /// the culprit search's (`on: "result without S2"`).
     pub runs: Vec<CheckRun>,
+    /// Which merged subtasks broke the result's check, when it was red and they were
+    /// found.
+    pub culprit: Option<Culprit>,
+}
+
+/// The merged subtasks that broke the result's check, and how grove knows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Culprit {
+    /// Their labels (`S3`), in subtask order.
+    pub subtasks: Vec<String>,
+    pub found_by: CulpritEvidence,
+}
+
+/// How the culprit of a red result check was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CulpritEvidence {
+    /// The result rebuilt without them passes the check.
+    PassesWithout,
+    /// No rebuilt result passed (the pieces need each other, as in a refactor), and the
+    /// failing output names files only they changed.
+    NamedInOutput,
+    /// It is the only subtask merged.
+    OnlyMerged,
 }
 
 /// Where the check on the merged result left the run.
@@ -154,6 +179,7 @@ impl CheckReport {
             command,
             status,
             runs,
+            culprit: None,
         }
     }
 }

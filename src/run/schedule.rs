@@ -90,7 +90,7 @@ pub(crate) struct Placement {
     pub(crate) scope: Option<Arc<WriteScope>>,
     /// The earlier subtasks it waits for; empty: it starts at once, from the base.
     pub(crate) waits_for: Vec<SubtaskId>,
-    /// The start point a resumed run recorded for it.
+    /// The start point a resumed run recorded for it, or a fixer's (the result).
     pub(crate) start: Option<CommitId>,
 }
 

@@ -185,7 +185,8 @@ impl CheckStatus {
 /// One run of the project's check: on a subtask's worktree or on the merged result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckRun {
-    /// What it ran on: a subtask label (`S2`) or `result`.
+    /// What it ran on: a subtask label (`S2`), `result`, or `result without S2` (the
+    /// result rebuilt without those subtasks, to find which one broke it).
     pub on: String,
     pub status: CheckStatus,
     /// Wall-clock seconds it took.
@@ -198,6 +199,15 @@ pub struct CheckRun {
 
 /// What `on` of a [`CheckRun`] on the merged result says.
 pub const ON_RESULT: &str = "result";
+
+/// How `on` of a [`CheckRun`] on the result rebuilt without some subtasks (and without
+/// any that built on them) starts: `result without S2`, `result without S2, S3`.
+pub const ON_RESULT_WITHOUT: &str = "result without ";
+
+/// The `on` of a [`CheckRun`] on the result rebuilt without `labels` (`S2`, `S3`).
+pub fn on_result_without(labels: &[String]) -> String {
+    format!("{ON_RESULT_WITHOUT}{}", labels.join(", "))
+}
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1285,6 +1285,8 @@ async fn files_the_setup_command_leaves_for_the_commit_are_named_in_a_note() {
             WorktreeSetup {
                 setup: Some("echo x > generated.txt; echo y > setup.log".into()),
                 copy: vec![".env".into()],
+                // In every worker's tree, as with git worktrees: what it makes is committed.
+                per_worker: true,
                 ..WorktreeSetup::default()
             },
         ),

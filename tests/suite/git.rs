@@ -5,6 +5,7 @@
 mod apply;
 mod archive;
 mod commit;
+mod detached;
 mod diff;
 mod merge;
 mod overlay;

@@ -16,6 +16,7 @@ mod polish;
 mod real_clis;
 mod report;
 mod resolve;
+mod result_check;
 mod review;
 pub(crate) mod run;
 mod run_state;

@@ -2,7 +2,7 @@
 //! run's plan, `grove runs`, `grove clean`, `grove gc` and the demo's epilogue.
 
 use grove::git::CleanReport;
-use grove::run::report::CheckOutcome;
+use grove::run::report::{CheckOutcome, Culprit, CulpritEvidence};
 use grove::run::{RunEnd, RunReport};
 use grove::store::RunSummary;
 use grove::store::journal::{ON_RESULT, SubtaskOutcome};
@@ -161,18 +161,38 @@ fn check_line(report: &RunReport) -> Option<String> {
         );
     };
     let last = check.runs.iter().rev().find(|run| run.on == ON_RESULT);
-    Some(match (check.status, last) {
-        (CheckOutcome::Passed, Some(run)) => format!(
-            "The result's check `{command}` passed in {:.1} s.",
-            run.seconds
+    Some(
+        match (check.status, last) {
+            (CheckOutcome::Passed, Some(run)) => format!(
+                "The result's check `{command}` passed in {:.1} s.",
+                run.seconds
+            ),
+            (CheckOutcome::Failed, Some(run)) => format!(
+                "The result's check `{command}` failed ({}). Its output ends with:\n{}",
+                run.ended,
+                indent_tail(&run.output_tail)
+            ),
+            _ => format!("The result was not checked with `{command}`."),
+        } + &culprit_line(check.culprit.as_ref()),
+    )
+}
+
+/// What the culprit search found, after the check's line (empty when it did not run).
+fn culprit_line(culprit: Option<&Culprit>) -> String {
+    let Some(culprit) = culprit else {
+        return String::new();
+    };
+    let who = culprit.subtasks.join(", ");
+    match culprit.found_by {
+        CulpritEvidence::PassesWithout => {
+            format!("\nThe culprit: {who} (the check passes on the result without it).")
+        }
+        CulpritEvidence::NamedInOutput => format!(
+            "\nThe culprit: {who} (the result without any one subtask fails too; the \
+             failing output names files {who} changed)."
         ),
-        (CheckOutcome::Failed, Some(run)) => format!(
-            "The result's check `{command}` failed ({}). Its output ends with:\n{}",
-            run.ended,
-            indent_tail(&run.output_tail)
-        ),
-        _ => format!("The result was not checked with `{command}`."),
-    })
+        CulpritEvidence::OnlyMerged => format!("\nThe culprit: {who} (the only subtask merged)."),
+    }
 }
 
 /// The last lines of a check's output, indented under the line that names it.

@@ -32,6 +32,7 @@ pub(crate) mod check;
 pub(crate) mod close;
 pub(crate) mod commit;
 pub(crate) mod error;
+pub(crate) mod fix;
 pub(crate) mod integrate;
 pub(crate) mod prepare;
 pub(crate) mod resolve;
@@ -191,10 +192,12 @@ impl Subtasks {
             branch: branch.clone(),
         });
         let mut report = SubtaskReport::new(id.to_string(), assignment.brief.clone(), branch);
-        // One that waited starts from the result as it is now, not from the base.
-        let start = match placement.waits_for.is_empty() {
-            true => Ok(None),
-            false => schedule::start_point(ctx, id, placement.start).map(Some),
+        // One that waited starts from the result as it is now, not from the base; one
+        // with a start point recorded (resumed, or a fixer's) starts there.
+        let start = match (placement.start, placement.waits_for.is_empty()) {
+            (Some(start), _) => Ok(Some(start)),
+            (None, true) => Ok(None),
+            (None, false) => schedule::start_point(ctx, id, None).map(Some),
         };
         let created = match start {
             Ok(start) => prepare::create_worktree(ctx, &self.ahead, id, start).await,
@@ -477,6 +480,8 @@ impl Subtasks {
             start,
         };
         let mut report = self.run_subtask(assignment, permit, placement).await?;
+        // A fixer (or a resolver) goes on as what it was started as.
+        report.kind = state.kind;
         // Its resolver merged it before the run stopped: the result holds it already.
         if report.status == SubtaskOutcome::Merged
             && report.resolution.is_none()

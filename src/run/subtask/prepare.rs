@@ -329,6 +329,28 @@ pub(crate) async fn prepare(
     id: SubtaskId,
     worktree: &Worktree,
 ) -> Result<(), SubtaskError> {
+    prepare_tree(ctx, id, None, worktree).await
+}
+
+/// Prepares a worktree no worker edits (one of the run's result, where the project's
+/// check runs; `on` names it in notes) as a subtask's is: the local-only files copied
+/// in, then the setup command. A setup failure is [`SubtaskError::Setup`] of subtask 0
+/// (the caller words it for its tree).
+pub(crate) async fn prepare_check_tree(
+    ctx: &RunContext,
+    on: &str,
+    worktree: &Worktree,
+) -> Result<(), SubtaskError> {
+    prepare_tree(ctx, SubtaskId(0), Some(on), worktree).await
+}
+
+/// [`prepare`] of subtask `id`'s worktree, or of a check's tree `on`.
+async fn prepare_tree(
+    ctx: &RunContext,
+    id: SubtaskId,
+    on: Option<&str>,
+    worktree: &Worktree,
+) -> Result<(), SubtaskError> {
     let setup = &ctx.options.worktree_setup;
     let local = ctx.local_paths();
     if local.is_empty() && setup.setup.is_none() {
@@ -355,7 +377,7 @@ pub(crate) async fn prepare(
     match &setup.setup {
         // Run once in the base tree this copy-on-write tree shows (`setup_base`).
         Some(_) if worktree.is_overlay() && !setup.per_worker => Ok(()),
-        Some(command) => run_setup(ctx, id, worktree, command).await,
+        Some(command) => run_setup(ctx, id, on, worktree, command).await,
         None => Ok(()),
     }
 }
@@ -388,6 +410,14 @@ pub(crate) async fn setup_base(
     let Some(guard) = guard else {
         return Ok(());
     };
+    // The setup may need the local-only files (`.env`), as in a worker's tree; there
+    // they stay in the lower directory, never committed.
+    for path in &ctx.local_paths() {
+        copy_into(&ctx.user_root, &base.tree_dir(), path).map_err(|source| SubtaskError::Copy {
+            path: path.clone(),
+            source,
+        })?;
+    }
     ctx.note(format!(
         "{id}: running the setup command `{command}` once, in the base tree the workers share"
     ));
@@ -401,13 +431,22 @@ pub(crate) async fn setup_base(
 async fn run_setup(
     ctx: &RunContext,
     id: SubtaskId,
+    on: Option<&str>,
     worktree: &Worktree,
     command: &str,
 ) -> Result<(), SubtaskError> {
-    // It may take minutes (`npm ci`): say why the worker has not started yet.
-    ctx.note(format!("{id}: running the setup command `{command}`"));
+    // It may take minutes (`npm ci`): say why the worker (or the check) has not started.
+    match on {
+        None => ctx.note(format!("{id}: running the setup command `{command}`")),
+        Some(on) => ctx.note(format!(
+            "running the setup command `{command}` in the worktree of the {on}"
+        )),
+    }
     run_setup_in(ctx, id, worktree.path(), command).await?;
-    note_setup_changes(ctx, id, worktree).await;
+    // A check's tree is never committed: what the setup left there is its own.
+    if on.is_none() {
+        note_setup_changes(ctx, id, worktree).await;
+    }
     Ok(())
 }
 

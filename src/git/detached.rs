@@ -1,0 +1,104 @@
+//! Worktrees of a commit no branch owns (HEAD detached): where the project's check runs
+//! on the run's merged result, or on the result rebuilt without some subtasks.
+//!
+//! This file owns those registrations. They never hold work: nothing commits in them, so
+//! a removal deletes their files without a checkpoint, and one left by a crash is
+//! replaced, never reused. It must never create one on a path that holds anything else
+//! than such a worktree of its own.
+
+use std::path::Path;
+
+use super::error::GitError;
+use super::names::{CommitId, RunId};
+use super::worktree::{REGISTRATION, Worktree, WorktreeSpec, admin_head};
+use super::{Repo, canonical};
+
+impl Repo {
+    /// Creates a worktree of `commit` at `path` with HEAD detached, and returns before its
+    /// files are checked out (see [`Worktree::ready`]). The handle's subtask number is 0
+    /// and its branch accessors name no branch it has; use it for its path and files
+    /// only, and remove it with [`Repo::remove_detached_worktree`].
+    ///
+    /// A detached registration already at `path` (a crash during a check) is removed
+    /// first. Not retried: a path holding anything else is
+    /// [`GitError::WorktreePathOccupied`].
+    pub async fn create_detached_worktree(
+        &self,
+        run: &RunId,
+        path: &Path,
+        commit: CommitId,
+    ) -> Result<Worktree, GitError> {
+        if !path.is_absolute() {
+            return Err(GitError::InvalidName {
+                what: "worktree path",
+                value: path.display().to_string(),
+                reason: "must be absolute",
+            });
+        }
+        if let Some(admin) = self.find_admin_dir(path)? {
+            if admin_head(&admin).is_some() {
+                // On a branch: somebody's work, never ours to replace.
+                return Err(occupied(path));
+            }
+            self.delete_worktree(path, &admin).await?;
+        }
+        let guard = REGISTRATION.lock().await;
+        if self
+            .registered_worktrees()?
+            .iter()
+            .any(|(_, registered)| !registered.exists())
+        {
+            self.prune_unlocked().await?;
+        }
+        if std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_some()) {
+            return Err(occupied(path));
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| GitError::Io {
+                action: "create",
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
+        self.git()
+            .args(["worktree", "add", "--detach", "--no-checkout", "--quiet"])
+            .arg(path)
+            .arg(commit.to_string())
+            .run()
+            .await?;
+        let admin = self.find_admin_dir(path)?.ok_or_else(|| GitError::Parse {
+            op: "worktree add".to_owned(),
+            detail: format!("no registration found for {}", path.display()),
+        })?;
+        drop(guard);
+        let spec = WorktreeSpec {
+            run: run.clone(),
+            subtask: 0,
+            base: commit,
+            path: path.to_path_buf(),
+        };
+        let real = canonical(path)?;
+        Ok(self.start_fill(spec, real, admin, commit))
+    }
+
+    /// Unregisters a worktree made by [`Repo::create_detached_worktree`] and deletes its
+    /// files (what the check left there included: it is never work). Not retried.
+    pub async fn remove_detached_worktree(&self, worktree: &Worktree) -> Result<(), GitError> {
+        if admin_head(worktree.admin_dir()).is_some() {
+            return Err(occupied(worktree.path()));
+        }
+        if worktree.path().exists() {
+            self.delete_worktree(worktree.path(), worktree.admin_dir())
+                .await
+        } else {
+            self.prune_worktrees().await
+        }
+    }
+}
+
+fn occupied(path: &Path) -> GitError {
+    GitError::WorktreePathOccupied {
+        path: path.to_path_buf(),
+        branch: "(a detached check worktree)".to_owned(),
+    }
+}

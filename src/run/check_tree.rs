@@ -1,0 +1,163 @@
+//! The project's check on a commit no subtask owns — the run's merged result, or the
+//! result rebuilt without some subtasks — in a worktree of its own, prepared as a
+//! subtask's is (local-only files, the setup command).
+//!
+//! This file owns those worktrees: made detached at the commit, removed after the check
+//! whatever it said (they never hold work). It decides nothing about what a red check
+//! means, and must never run the check anywhere but in such a worktree.
+
+use crate::git::{CommitId, GitError};
+use crate::run::check::{CheckError, run_check};
+use crate::run::context::RunContext;
+use crate::run::subtask::SubtaskError;
+use crate::run::subtask::error::SetupEnd;
+use crate::run::subtask::prepare::prepare_check_tree;
+use crate::settings::options::CheckOptions;
+use crate::store::StoreError;
+use crate::store::journal::CheckRun;
+
+/// Why the check gave no verdict on a commit.
+#[derive(Debug, thiserror::Error)]
+pub enum TreeCheckError {
+    /// Its worktree could not be made or filled. Not retried.
+    #[error("could not make a worktree of the {on} for the check: {source}")]
+    Worktree {
+        on: String,
+        #[source]
+        source: GitError,
+    },
+    /// The setup command failed there (it had passed in the subtasks' worktrees). Not
+    /// retried.
+    #[error(
+        "the setup command `{command}` {status} in the worktree of the {on}, so the check \
+         did not run. Its output ends with:\n{tail}"
+    )]
+    Setup {
+        on: String,
+        command: String,
+        status: SetupEnd,
+        tail: String,
+    },
+    /// The local-only files could not be copied there. Not retried.
+    #[error("preparing the worktree of the {on} for the check failed: {source}")]
+    Prepare {
+        on: String,
+        #[source]
+        source: Box<SubtaskError>,
+    },
+    /// The check could not start, or was interrupted (see [`CheckError`]).
+    #[error("{0}")]
+    Check(#[from] CheckError),
+}
+
+impl TreeCheckError {
+    /// The journal failing under it, which ends the run (never a verdict on the tree);
+    /// any other error back as it was.
+    pub(crate) fn into_journal(self) -> Result<StoreError, Self> {
+        match self {
+            Self::Check(CheckError::Journal(source)) => Ok(source),
+            Self::Prepare { on, source } => match *source {
+                SubtaskError::Journal { source } => Ok(source),
+                other => Err(Self::Prepare {
+                    on,
+                    source: Box::new(other),
+                }),
+            },
+            other => Err(other),
+        }
+    }
+
+    /// True when the run stopped while the check (or its setup) ran.
+    pub(crate) fn interrupted(&self) -> bool {
+        match self {
+            Self::Check(CheckError::Interrupted) => true,
+            Self::Prepare { source, .. } => matches!(source.as_ref(), SubtaskError::Interrupted),
+            _ => false,
+        }
+    }
+}
+
+/// Runs `check` on `commit` in a fresh worktree of it, journaled with `on` (`result`, or
+/// `result without S2`), and removes the worktree again.
+pub(crate) async fn check_commit(
+    ctx: &RunContext,
+    check: &CheckOptions,
+    commit: CommitId,
+    on: &str,
+) -> Result<CheckRun, TreeCheckError> {
+    let path = ctx.worktrees_dir.join(dir_name(on));
+    let worktree = ctx
+        .repo
+        .create_detached_worktree(&ctx.run, &path, commit)
+        .await
+        .map_err(|source| TreeCheckError::Worktree {
+            on: on.to_owned(),
+            source,
+        })?;
+    let checked = async {
+        worktree
+            .ready()
+            .await
+            .map_err(|source| TreeCheckError::Worktree {
+                on: on.to_owned(),
+                source,
+            })?;
+        prepare_check_tree(ctx, on, &worktree)
+            .await
+            .map_err(|source| match source {
+                SubtaskError::Setup {
+                    command,
+                    status,
+                    tail,
+                    ..
+                } => TreeCheckError::Setup {
+                    on: on.to_owned(),
+                    command,
+                    status,
+                    tail,
+                },
+                source => TreeCheckError::Prepare {
+                    on: on.to_owned(),
+                    source: Box::new(source),
+                },
+            })?;
+        Ok(run_check(ctx, check, worktree.path(), on).await?)
+    }
+    .await;
+    if let Err(error) = ctx.repo.remove_detached_worktree(&worktree).await {
+        ctx.note(format!(
+            "could not remove the check's worktree of the {on} at {}: {error}",
+            worktree.path().display()
+        ));
+    }
+    checked
+}
+
+/// The worktree directory of a check on `on`: `check-result`, `check-result-without-S2-S3`
+/// (never a number, which names a subtask's).
+fn dir_name(on: &str) -> String {
+    let mut name = String::from("check-");
+    for part in on.split(|c: char| !c.is_ascii_alphanumeric()) {
+        if !part.is_empty() {
+            if !name.ends_with('-') {
+                name.push('-');
+            }
+            name.push_str(part);
+        }
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_check_worktree_is_named_after_what_it_checks_never_like_a_subtask() {
+        assert_eq!(dir_name("result"), "check-result");
+        assert_eq!(
+            dir_name("result without S2, S3"),
+            "check-result-without-S2-S3"
+        );
+    }
+}

@@ -1,0 +1,285 @@
+//! Which merged subtasks broke the result's check: the check re-run on the result
+//! rebuilt without them, bisected when there are many, then the failing output.
+//!
+//! "The result without S2" is built in memory, as `grove review`'s rebuild does: from
+//! the base, every other merged subtask's commit merged in subtask order — except those
+//! that started from a result holding S2's work (they built on it), and any that no
+//! longer merge cleanly without it. Each is checked in a worktree of its own.
+//!
+//! This file owns that search. It never moves a ref (the rebuilt commits are reachable
+//! from nothing and left to git's gc), and never decides what happens to the run.
+
+use std::collections::BTreeSet;
+
+use crate::git::{CommitId, RebuildPick};
+use crate::run::check_tree::{TreeCheckError, check_commit};
+use crate::run::context::RunContext;
+use crate::run::report::{Culprit, CulpritEvidence};
+use crate::settings::options::CheckOptions;
+use crate::store::journal::{CheckRun, CheckStatus, ON_RESULT_WITHOUT, on_result_without};
+
+/// With this many candidates or fewer each is left out alone; with more, halves are left
+/// out first (bisection), so that a run of 16 subtasks costs about 8 checks, not 16.
+const LEAVE_ONE_OUT_MAX: usize = 4;
+
+/// A merged subtask that may have broken the result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Candidate {
+    /// Its label, `S2`.
+    pub(crate) label: String,
+    /// Its number (for the rebuilt merge commits' messages).
+    pub(crate) number: u32,
+    /// Its commit that was merged.
+    pub(crate) commit: CommitId,
+    /// The paths it changed.
+    pub(crate) changed: Vec<String>,
+}
+
+/// Finds the culprit of `red` (the result's failed check) among `candidates` (in merge
+/// order); `None` when no rebuilt result passes and the output names no file that only
+/// some of them changed.
+pub(crate) async fn find_culprit(
+    ctx: &RunContext,
+    check: &CheckOptions,
+    red: &CheckRun,
+    candidates: &[Candidate],
+) -> Result<Option<Culprit>, TreeCheckError> {
+    if let [only] = candidates {
+        return Ok(Some(Culprit {
+            subtasks: vec![only.label.clone()],
+            found_by: CulpritEvidence::OnlyMerged,
+        }));
+    }
+    if let Some(found) = passes_without(ctx, check, candidates).await? {
+        return Ok(Some(Culprit {
+            subtasks: found.iter().map(|c| c.label.clone()).collect(),
+            found_by: CulpritEvidence::PassesWithout,
+        }));
+    }
+    let named: Vec<String> = candidates
+        .iter()
+        .filter(|candidate| {
+            candidate
+                .changed
+                .iter()
+                .any(|path| red.output_tail.contains(path.as_str()))
+        })
+        .map(|candidate| candidate.label.clone())
+        .collect();
+    Ok(
+        (!named.is_empty() && named.len() < candidates.len()).then_some(Culprit {
+            subtasks: named,
+            found_by: CulpritEvidence::NamedInOutput,
+        }),
+    )
+}
+
+/// The culprit an earlier search of this run found by leaving subtasks out (its checks
+/// are journaled): the last `result without …` that passed, if any. For a resumed run
+/// whose fixer rounds are all taken, which searches no more.
+pub(crate) fn culprit_from_runs(runs: &[CheckRun]) -> Option<Culprit> {
+    let run = runs
+        .iter()
+        .rev()
+        .find(|run| run.status == CheckStatus::Passed && run.on.starts_with(ON_RESULT_WITHOUT))?;
+    Some(Culprit {
+        subtasks: run.on[ON_RESULT_WITHOUT.len()..]
+            .split(", ")
+            .map(str::to_owned)
+            .collect(),
+        found_by: CulpritEvidence::PassesWithout,
+    })
+}
+
+/// The smallest group of candidates found whose removal makes the check pass: each one
+/// alone when there are few, else the half that passes without it, narrowed down.
+async fn passes_without<'a>(
+    ctx: &RunContext,
+    check: &CheckOptions,
+    candidates: &'a [Candidate],
+) -> Result<Option<&'a [Candidate]>, TreeCheckError> {
+    let mut group = candidates;
+    let mut found = None;
+    while group.len() > LEAVE_ONE_OUT_MAX {
+        let (first, second) = group.split_at(group.len() / 2);
+        if green_without(ctx, check, candidates, first).await? {
+            group = first;
+        } else if green_without(ctx, check, candidates, second).await? {
+            group = second;
+        } else {
+            return Ok(found);
+        }
+        found = Some(group);
+    }
+    for at in 0..group.len() {
+        let one = &group[at..=at];
+        if green_without(ctx, check, candidates, one).await? {
+            return Ok(Some(one));
+        }
+    }
+    Ok(found)
+}
+
+/// Whether the check passes on the result rebuilt from the base without `left_out`.
+async fn green_without(
+    ctx: &RunContext,
+    check: &CheckOptions,
+    all: &[Candidate],
+    left_out: &[Candidate],
+) -> Result<bool, TreeCheckError> {
+    let labels: Vec<String> = left_out.iter().map(|c| c.label.clone()).collect();
+    let on = on_result_without(&labels);
+    let tree = rebuilt_without(ctx, all, left_out)
+        .await
+        .map_err(|source| TreeCheckError::Worktree {
+            on: on.clone(),
+            source,
+        })?;
+    let run = check_commit(ctx, check, tree, &on).await?;
+    Ok(run.status == CheckStatus::Passed)
+}
+
+/// The commit of the result rebuilt from the base without `left_out` and without what
+/// built on it (a candidate whose commit has a left-out one in its history).
+async fn rebuilt_without(
+    ctx: &RunContext,
+    all: &[Candidate],
+    left_out: &[Candidate],
+) -> Result<CommitId, crate::git::GitError> {
+    let out: BTreeSet<CommitId> = left_out.iter().map(|c| c.commit).collect();
+    let mut picks = Vec::new();
+    for candidate in all {
+        if out.contains(&candidate.commit) {
+            continue;
+        }
+        let mut built_on = false;
+        for left in &out {
+            built_on |= ctx.repo.is_ancestor(*left, candidate.commit)?;
+        }
+        if !built_on {
+            picks.push(RebuildPick {
+                subtask: candidate.number,
+                commit: candidate.commit,
+                message: format!(
+                    "grove {}: culprit search, merge {}",
+                    ctx.run, candidate.label
+                ),
+            });
+        }
+    }
+    Ok(ctx.repo.merge_picks(ctx.base, &picks).await?.result)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::run::test_support::{ScriptedModel, TestRun};
+    use crate::settings::options::RunOptions;
+    use crate::store::journal::ON_RESULT;
+
+    fn red() -> CheckRun {
+        CheckRun {
+            on: ON_RESULT.into(),
+            status: CheckStatus::Failed,
+            seconds: 0.1,
+            ended: "exited with status 1".into(),
+            output_tail: "FAILED".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_only_merged_subtask_is_the_culprit_without_a_check_and_a_subtask_built_on_a_left_out_one_goes_with_it()
+     {
+        let run = TestRun::new(
+            &[("a.txt", "alpha\n")],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        let repo = &run.ctx.repo;
+        let one = run.worktree(1).await;
+        std::fs::write(one.path().join("one.txt"), "1\n").unwrap();
+        let first = repo.checkpoint(&one, "S1").await.unwrap().unwrap();
+        let two = run.worktree(2).await;
+        std::fs::write(two.path().join("two.txt"), "2\n").unwrap();
+        let second = repo.checkpoint(&two, "S2").await.unwrap().unwrap();
+        // S3 started from a result holding S1's work.
+        let on_first = repo
+            .merge_picks(
+                run.ctx.base,
+                &[RebuildPick {
+                    subtask: 1,
+                    commit: first,
+                    message: "m".into(),
+                }],
+            )
+            .await
+            .unwrap()
+            .result;
+        let three = run
+            .ctx
+            .repo
+            .create_detached_worktree(&run.ctx.run, &run.ctx.worktrees_dir.join("three"), on_first)
+            .await
+            .unwrap();
+        three.ready().await.unwrap();
+        let candidate = |label: &str, number, commit| Candidate {
+            label: label.into(),
+            number,
+            commit,
+            changed: Vec::new(),
+        };
+        let built_on = {
+            std::fs::write(three.path().join("three.txt"), "3\n").unwrap();
+            run.git(three.path(), &["add", "three.txt"]);
+            run.git(three.path(), &["commit", "-q", "-m", "S3"]);
+            run.rev(&run.git(three.path(), &["rev-parse", "HEAD"]))
+        };
+        let all = [
+            candidate("S1", 1, first),
+            candidate("S2", 2, second),
+            candidate("S3", 3, built_on),
+        ];
+
+        let alone = find_culprit(&run.ctx, &CheckOptions::new("false"), &red(), &all[..1])
+            .await
+            .unwrap();
+        let without_first = rebuilt_without(&run.ctx, &all, &all[..1]).await.unwrap();
+
+        assert_eq!(
+            alone,
+            Some(Culprit {
+                subtasks: vec!["S1".into()],
+                found_by: CulpritEvidence::OnlyMerged,
+            }),
+            "one merged subtask is the culprit at once"
+        );
+        assert!(
+            run.ctx.journal.checks().is_empty(),
+            "and no check ran for it"
+        );
+        let passed_without = CheckRun {
+            on: on_result_without(&["S4".into(), "S5".into()]),
+            status: CheckStatus::Passed,
+            ..red()
+        };
+        assert_eq!(
+            culprit_from_runs(&[red(), passed_without]),
+            Some(Culprit {
+                subtasks: vec!["S4".into(), "S5".into()],
+                found_by: CulpritEvidence::PassesWithout,
+            }),
+            "a journaled search is read back as its culprit"
+        );
+        assert_eq!(culprit_from_runs(&[red()]), None);
+        let files = run.git(
+            three.path(),
+            &["ls-tree", "--name-only", &without_first.to_string()],
+        );
+        assert_eq!(
+            files, "a.txt\ntwo.txt",
+            "without S1: S2 stays, S3 (built on S1) goes with it"
+        );
+    }
+}

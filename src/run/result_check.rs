@@ -1,0 +1,243 @@
+//! The check on the merged result, before the user's branch moves: green, the result is
+//! applied as before; red, the culprit is looked for and a fixer (a subtask of kind
+//! `fix`, through the same pipeline: worker, commit, its check, a fresh reviewer, the
+//! merge) works on the result, and the check runs again — at most `[check]
+//! fix_attempts` rounds. Still red, nothing is applied.
+//!
+//! This file owns that loop and its verdict on the run. The lead is not involved (its
+//! loop is over). It must never run for an interrupted or paused run, never let a red
+//! or unchecked result be applied, and never count a resumed run's fixers twice: the
+//! rounds already taken are the fixers the journal holds.
+
+use std::sync::Arc;
+
+use crate::git::{CommitId, GitError};
+use crate::run::check_tree::{TreeCheckError, check_commit};
+use crate::run::context::RunContext;
+use crate::run::culprit::{Candidate, culprit_from_runs, find_culprit};
+use crate::run::fixer::{FixerFacts, fixer_brief};
+use crate::run::id::SubtaskId;
+use crate::run::report::{ApplyReport, Culprit, SubtaskReport};
+use crate::run::subtask::Subtasks;
+use crate::store::StoreError;
+use crate::store::journal::{CheckRun, CheckStatus, ON_RESULT, SubtaskKind, SubtaskOutcome};
+
+/// Why the check on the result could not go on; the run's end is not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum ResultCheckError {
+    /// The journal cannot be written. Not retried; the run resumes once fixed.
+    #[error("run journal: {0}")]
+    Journal(#[from] StoreError),
+    /// The result ref cannot be read. Not retried.
+    #[error("{0}")]
+    Git(#[from] GitError),
+}
+
+/// What the check on the merged result says about applying it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ResultCheck {
+    /// Not run: no check is configured or nothing was merged (applied as before).
+    NotRun,
+    /// The last check on the result passed: apply it.
+    Passed { culprit: Option<Culprit> },
+    /// Still red after every fixer round: the branch must not move.
+    Failed {
+        run: CheckRun,
+        culprit: Option<Culprit>,
+    },
+    /// The check could not give a verdict (its worktree, its setup, the command): the
+    /// result is not applied unchecked.
+    Unchecked { reason: String },
+    /// The run stopped (Ctrl-C, a pause) during the check or a fixer: nothing is applied,
+    /// and `grove resume` checks again.
+    Interrupted,
+}
+
+impl ResultCheck {
+    /// The culprit found on the way, for the report.
+    pub(crate) fn culprit(&self) -> Option<&Culprit> {
+        match self {
+            Self::Passed { culprit } | Self::Failed { culprit, .. } => culprit.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+/// Checks the merged result and, while it is red and rounds are left, has fixers fix
+/// it. `skip` is true when the run is not going to its end (the lead was interrupted or
+/// the run paused). An error is the journal failing, or the result ref unreadable.
+pub(crate) async fn check_result(
+    ctx: &Arc<RunContext>,
+    subtasks: &Subtasks,
+    skip: bool,
+) -> Result<ResultCheck, ResultCheckError> {
+    let Some(check) = &ctx.options.check else {
+        return Ok(ResultCheck::NotRun);
+    };
+    if skip || ctx.stopping() {
+        return Ok(ResultCheck::Interrupted);
+    }
+    let Some(mut tip) = result_tip(ctx)? else {
+        return Ok(ResultCheck::NotRun);
+    };
+    if tip == ctx.base {
+        return Ok(ResultCheck::NotRun);
+    }
+    let mut red = match verdict(ctx, check_commit(ctx, check, tip, ON_RESULT).await)? {
+        Ok(run) if run.status == CheckStatus::Passed => {
+            return Ok(ResultCheck::Passed { culprit: None });
+        }
+        Ok(run) => run,
+        Err(stop) => return Ok(stop),
+    };
+    let reports = subtasks.reports();
+    let merged: Vec<SubtaskReport> = reports
+        .iter()
+        .filter(|s| s.status == SubtaskOutcome::Merged && s.kind != SubtaskKind::Fix)
+        .cloned()
+        .collect();
+    let attempts = usize::try_from(check.fix_attempts).unwrap_or(usize::MAX);
+    let mut fixers: Vec<SubtaskReport> = reports
+        .into_iter()
+        .filter(|s| s.kind == SubtaskKind::Fix)
+        .collect();
+    if fixers.len() >= attempts {
+        // No search when nobody would be told; a resumed run's earlier one still counts.
+        return Ok(ResultCheck::Failed {
+            run: red,
+            culprit: culprit_from_runs(&ctx.journal.checks()),
+        });
+    }
+    let candidates = candidates(ctx, &merged).await;
+    let culprit = match verdict(ctx, find_culprit(ctx, check, &red, &candidates).await)? {
+        Ok(culprit) => culprit,
+        Err(ResultCheck::Interrupted) => return Ok(ResultCheck::Interrupted),
+        Err(ResultCheck::Unchecked { reason }) => {
+            ctx.note(format!("the culprit search stopped: {reason}"));
+            None
+        }
+        Err(other) => return Ok(other),
+    };
+    while fixers.len() < attempts {
+        if ctx.budget.is_spent() {
+            ctx.note("the run's token budget is spent: no fixer starts on the red result");
+            break;
+        }
+        let brief = fixer_brief(&FixerFacts {
+            command: &check.command,
+            red: &red,
+            culprit: culprit.as_ref(),
+            merged: &merged,
+            earlier: &fixers,
+        });
+        let fixer = subtasks.run_fixer(brief, tip).await?;
+        let fixed = fixer.status == SubtaskOutcome::Merged;
+        fixers.push(fixer);
+        if ctx.stopping() {
+            return Ok(ResultCheck::Interrupted);
+        }
+        if !fixed {
+            continue;
+        }
+        tip = result_tip(ctx)?.unwrap_or(tip);
+        red = match verdict(ctx, check_commit(ctx, check, tip, ON_RESULT).await)? {
+            Ok(run) if run.status == CheckStatus::Passed => {
+                return Ok(ResultCheck::Passed { culprit });
+            }
+            Ok(run) => run,
+            Err(stop) => return Ok(stop),
+        };
+    }
+    Ok(ResultCheck::Failed { run: red, culprit })
+}
+
+/// Sorts what a check on a tree gave: a value, a stop of the run (`Err`: interrupted,
+/// or unchecked with the reason), or the journal failing (the outer error).
+fn verdict<T>(
+    ctx: &RunContext,
+    result: Result<T, TreeCheckError>,
+) -> Result<Result<T, ResultCheck>, ResultCheckError> {
+    let error = match result {
+        Ok(value) => return Ok(Ok(value)),
+        Err(error) => match error.into_journal() {
+            Ok(journal) => return Err(ResultCheckError::Journal(journal)),
+            Err(error) => error,
+        },
+    };
+    let stopped = error.interrupted()
+        || ctx.stopping()
+        || ctx.pause_if_disk_full("the check on the merged result", &error);
+    Ok(Err(if stopped {
+        ResultCheck::Interrupted
+    } else {
+        ResultCheck::Unchecked {
+            reason: error.to_string(),
+        }
+    }))
+}
+
+/// The run's result commit now.
+fn result_tip(ctx: &RunContext) -> Result<Option<CommitId>, ResultCheckError> {
+    Ok(ctx.repo.ref_target(&ctx.run.result_ref())?)
+}
+
+/// The merged subtasks, with their merged commits (from the journal) and the paths they
+/// changed; one whose commit is unknown is left out of the search.
+async fn candidates(ctx: &RunContext, merged: &[SubtaskReport]) -> Vec<Candidate> {
+    let journaled = ctx.journal.subtasks();
+    let mut found = Vec::new();
+    for report in merged {
+        let commit = journaled
+            .iter()
+            .find(|state| state.id == report.id)
+            .and_then(|state| state.merge.as_ref())
+            .and_then(|merge| CommitId::parse(&merge.commit).ok());
+        let (Some(commit), Ok(id)) = (commit, report.id.parse::<SubtaskId>()) else {
+            continue;
+        };
+        let changed = match &report.diffstat {
+            Some(stat) => stat.files.iter().map(|f| f.path.clone()).collect(),
+            None => match ctx.repo.diff(ctx.base, commit, 0).await {
+                Ok(diff) => diff.stat.files.into_iter().map(|f| f.path).collect(),
+                Err(error) => {
+                    // Only the output's evidence is lost; leaving it out still works.
+                    ctx.note(format!(
+                        "{}: could not list the files it changed: {error}",
+                        report.id
+                    ));
+                    Vec::new()
+                }
+            },
+        };
+        found.push(Candidate {
+            label: report.id.clone(),
+            number: id.number(),
+            commit,
+            changed,
+        });
+    }
+    found
+}
+
+/// Why the result must not be applied after its check, for the person, with the one
+/// command that applies it anyway; `None` when the check lets it be applied.
+pub(crate) fn held_back(ctx: &RunContext, checked: &ResultCheck) -> Option<ApplyReport> {
+    let result_branch = ctx.run.result_branch();
+    let command = ctx.options.check.as_ref().map(|c| c.command.as_str());
+    let why = match (checked, command) {
+        (ResultCheck::Failed { run, .. }, Some(command)) => {
+            format!("the result's check `{command}` failed ({})", run.ended)
+        }
+        (ResultCheck::Unchecked { reason }, _) => {
+            format!("the result could not be checked: {reason}")
+        }
+        _ => return None,
+    };
+    Some(ApplyReport {
+        message: format!(
+            "Your branch was not touched: {why}. The result is on {result_branch}; apply it \
+             only if you accept that."
+        ),
+        command: Some(format!("git merge --ff-only {result_branch}")),
+    })
+}

@@ -1,0 +1,735 @@
+//! The check on the merged result, end to end: a real Python package, a real
+//! `python3 -m unittest` as the project's check, the grove binary, and the fake model
+//! server playing a lead that splits a rename into three subtasks, one of whose workers
+//! forgets a call site. The result's check fails, the culprit is named, and a fixer (a
+//! subtask of kind `fix`) is reviewed and merged — or cannot fix it, and the user's
+//! branch stays where it was.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Output;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
+use crate::support::git_fixture::GitFixture;
+use crate::support::grove::{Grove, grove_in, stderr};
+use crate::support::requests::{Who, who};
+use crate::support::scripted_run::{answered, first_user_text, lead_reply, usage};
+
+/// The project's check: the package's tests, no bytecode left in the worktrees.
+const CHECK: &str = "PYTHONDONTWRITEBYTECODE=1 python3 -m unittest discover -s tests -t .";
+
+const S1: &str = "S1-RENAME: in pkg/core.py rename the function greet to welcome. The callers \
+                  are updated by other subtasks; the tests fail until all three are merged.";
+const S2: &str = "S2-CALLERS-A: in pkg/a.py call core.welcome instead of core.greet.";
+const S3: &str = "S3-CALLERS-B: in pkg/b.py call core.welcome instead of core.greet.";
+const BRIEFS: &[(&str, Option<&str>)] = &[(S1, None), (S2, None), (S3, None)];
+
+const FIXER_HEADING: &str = "# Fix the project's check on the merged result";
+
+const CORE: &str = "def greet(name):\n    return f\"Hello, {name}!\"\n";
+const CORE_RENAMED: &str = "def welcome(name):\n    return f\"Hello, {name}!\"\n";
+const A: &str = "from pkg import core\n\n\ndef hello_alice():\n    return core.greet(\"Alice\")\n";
+const A_RENAMED: &str =
+    "from pkg import core\n\n\ndef hello_alice():\n    return core.welcome(\"Alice\")\n";
+const B: &str = "from pkg import core\n\n\ndef hello_bob():\n    return core.greet(\"Bob\")\n\n\n\
+                 def hello_carol():\n    return core.greet(\"Carol\")\n";
+/// What S3's worker leaves: one call site forgotten.
+const B_FORGOT: &str = "from pkg import core\n\n\ndef hello_bob():\n    return \
+                        core.welcome(\"Bob\")\n\n\ndef hello_carol():\n    return \
+                        core.greet(\"Carol\")\n";
+const B_RENAMED: &str = "from pkg import core\n\n\ndef hello_bob():\n    return \
+                         core.welcome(\"Bob\")\n\n\ndef hello_carol():\n    return \
+                         core.welcome(\"Carol\")\n";
+const TESTS: &str = "import unittest\n\nfrom pkg import a, b\n\n\nclass Greetings(unittest.TestCase):\n    \
+                     def test_alice(self):\n        self.assertEqual(a.hello_alice(), \"Hello, Alice!\")\n\n    \
+                     def test_bob(self):\n        self.assertEqual(b.hello_bob(), \"Hello, Bob!\")\n\n    \
+                     def test_carol(self):\n        self.assertEqual(b.hello_carol(), \"Hello, Carol!\")\n";
+
+/// A repository holding the package, its tests and a `[check]` of `command`.
+fn package(command: &str, fix_attempts: u32) -> GitFixture {
+    let config = format!("[check]\ncommand = '{command}'\nfix_attempts = {fix_attempts}\n");
+    GitFixture::with_files(&[
+        ("pkg/__init__.py", ""),
+        ("pkg/core.py", CORE),
+        ("pkg/a.py", A),
+        ("pkg/b.py", B),
+        ("tests/__init__.py", ""),
+        ("tests/test_pkg.py", TESTS),
+        (".grove/config.toml", &config),
+    ])
+}
+
+/// What a fixer does: fixes the forgotten call site, or (it cannot) writes notes.
+#[derive(Clone, Copy)]
+enum Fixer {
+    Fixes,
+    CannotFix,
+}
+
+fn write(path: &str, content: &str) -> Reply {
+    usage(Turn::text("Writing.").tool_use(
+        "worker_call_1",
+        "write_file",
+        json!({ "path": path, "content": content }),
+    ))
+    .into()
+}
+
+/// Lead, workers and reviewers of the rename; every reviewer approves.
+fn responder(fixer: Fixer) -> impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static {
+    move |request| match who(request) {
+        Who::Lead => lead_reply(request, BRIEFS),
+        Who::Worker if answered(request) => usage(Turn::text("WORKER-FINAL: done.")).into(),
+        Who::Worker => {
+            let brief = first_user_text(request);
+            if brief.starts_with(FIXER_HEADING) {
+                match fixer {
+                    Fixer::Fixes => write("pkg/b.py", B_RENAMED),
+                    // Something, never the fix: each attempt a different note.
+                    Fixer::CannotFix => write(
+                        "NOTES.md",
+                        &format!("looked; {} bytes of brief\n", brief.len()),
+                    ),
+                }
+            } else if brief.starts_with("S1-") {
+                write("pkg/core.py", CORE_RENAMED)
+            } else if brief.starts_with("S2-") {
+                write("pkg/a.py", A_RENAMED)
+            } else {
+                write("pkg/b.py", B_FORGOT)
+            }
+        }
+        Who::Reviewer if answered(request) => usage(Turn::text("Verdict given.")).into(),
+        Who::Reviewer => usage(Turn::new().tool_use(
+            "review_call_1",
+            "submit_verdict",
+            json!({ "verdict": "approve", "summary": "Does what the brief asks." }),
+        ))
+        .into(),
+    }
+}
+
+fn report(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "stdout is one JSON object ({error}): {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            stderr(output)
+        )
+    })
+}
+
+/// Each subtask's (id, kind, status).
+fn subtasks(report: &Value) -> Vec<(String, String, String)> {
+    report["subtasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let text = |key: &str| s[key].as_str().unwrap_or_default().to_owned();
+            (text("id"), text("kind"), text("status"))
+        })
+        .collect()
+}
+
+/// Each check run's (on, status), the three subtasks' own first, sorted (they run at
+/// the same time), then the rest in order.
+fn check_runs(report: &Value) -> Vec<(String, String)> {
+    let mut runs: Vec<(String, String)> = report["check"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| {
+            (
+                run["on"].as_str().unwrap().to_owned(),
+                run["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    runs[..3].sort();
+    runs
+}
+
+fn pair(on: &str, status: &str) -> (String, String) {
+    (on.to_owned(), status.to_owned())
+}
+
+/// The user's branch, HEAD and work tree, to compare before and after.
+fn user_side(fixture: &GitFixture) -> (String, String, String) {
+    (
+        fixture.git(&["rev-parse", "refs/heads/main"]),
+        fixture.git(&["symbolic-ref", "HEAD"]),
+        fixture.git(&["status", "--porcelain", "--untracked-files=all"]),
+    )
+}
+
+/// The texts of the requests `role` sent whose brief starts with `prefix`.
+fn briefs_of(server: &FakeServer, role: Who, prefix: &str) -> Vec<String> {
+    server
+        .requests()
+        .iter()
+        .filter(|request| who(request) == role && !answered(request))
+        .map(first_user_text)
+        .filter(|text| text.starts_with(prefix) || text.contains(&format!("\n{prefix}")))
+        // A fixer's brief quotes the others'.
+        .filter(|text| prefix == FIXER_HEADING || !text.contains(FIXER_HEADING))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_red_result_gets_its_culprit_named_and_a_reviewed_fixer_and_then_the_branch_moves() {
+    let fixture = package(CHECK, 2);
+    let base = fixture.rev("HEAD").to_string();
+    let server = FakeServer::with_responder(responder(Fixer::Fixes)).await;
+
+    let output = grove_in(&fixture, Some(&server), &["run", "--json", "rename greet"]).await;
+
+    server.assert_no_violations();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "fixed: exit 0\n{}",
+        stderr(&output)
+    );
+    let report = report(&output);
+    assert_eq!(
+        subtasks(&report),
+        vec![
+            ("S1".into(), "task".into(), "merged".into()),
+            ("S2".into(), "task".into(), "merged".into()),
+            ("S3".into(), "task".into(), "merged".into()),
+            ("S4".into(), "fix".into(), "merged".into()),
+        ],
+        "the three pieces merged, then a fixer (its own id, kind fix) was merged"
+    );
+    assert_eq!(
+        check_runs(&report),
+        vec![
+            pair("S1", "failed"),
+            pair("S2", "failed"),
+            pair("S3", "failed"),
+            pair("result", "failed"),
+            pair("result without S1", "failed"),
+            pair("result without S2", "failed"),
+            pair("result without S3", "failed"),
+            pair("S4", "passed"),
+            pair("result", "passed"),
+        ],
+        "every piece fails alone; the merged result fails, and so does it without any one \
+         of them; the fixer's worktree and then the result pass"
+    );
+    assert_eq!(
+        (
+            &report["check"]["command"],
+            &report["check"]["status"],
+            &report["check"]["culprit"]
+        ),
+        (
+            &json!(CHECK),
+            &json!("passed"),
+            &json!({ "subtasks": ["S3"], "found_by": "named_in_output" })
+        ),
+        "the culprit is the subtask whose file the failure names"
+    );
+    let red = &report["check"]["runs"][3]["output_tail"];
+    assert!(
+        red.as_str().unwrap().contains("has no attribute 'greet'"),
+        "the red run keeps its output: {red}"
+    );
+    assert_eq!(report["applied"], true);
+    assert_eq!(
+        fixture.read("pkg/b.py"),
+        B_RENAMED.as_bytes(),
+        "the branch moved to the fixed result"
+    );
+    assert_eq!(fixture.read("pkg/core.py"), CORE_RENAMED.as_bytes());
+    assert_eq!(fixture.read("pkg/a.py"), A_RENAMED.as_bytes());
+    assert_ne!(fixture.rev("HEAD").to_string(), base);
+
+    // Each piece's check was evidence for its reviewer.
+    for prefix in ["S1-", "S2-", "S3-"] {
+        let reviewed = briefs_of(&server, Who::Reviewer, prefix);
+        assert_eq!(reviewed.len(), 1, "one review of {prefix}");
+        assert!(
+            reviewed[0].contains(&format!("`{CHECK}` FAILED (exited with status 1)"))
+                && reviewed[0].contains("has no attribute"),
+            "the reviewer of {prefix} sees its red check: {}",
+            reviewed[0]
+        );
+    }
+    // The fixer's brief: the failing output, the culprit, the three briefs.
+    let fixer = briefs_of(&server, Who::Worker, FIXER_HEADING);
+    assert_eq!(fixer.len(), 1, "one fixer worked");
+    for part in [
+        "has no attribute 'greet'",
+        "Most likely S3",
+        &format!("### S1\n\n{S1}"),
+        &format!("### S2\n\n{S2}"),
+        &format!("### S3\n\n{S3}"),
+    ] {
+        assert!(
+            fixer[0].contains(part),
+            "the fixer is told {part:?}: {}",
+            fixer[0]
+        );
+    }
+    // A fresh reviewer judged the fixer's diff, against the result it started from.
+    let fixer_review = briefs_of(&server, Who::Reviewer, FIXER_HEADING);
+    assert_eq!(fixer_review.len(), 1, "the fixer's diff was reviewed");
+    assert!(
+        fixer_review[0].contains("-    return core.greet(\"Carol\")")
+            && !fixer_review[0].contains("-def greet"),
+        "its diff is the fix alone, against the result: {}",
+        fixer_review[0]
+    );
+    assert!(
+        fixer_review[0].contains("`") && fixer_review[0].contains(" passed in "),
+        "its own check is evidence for its reviewer: {}",
+        fixer_review[0]
+    );
+    let err = stderr(&output);
+    assert!(
+        err.contains(&format!("The result's check `{CHECK}` passed"))
+            && err.contains("The culprit: S3"),
+        "the final message tells the story: {err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_result_no_fixer_can_fix_stays_on_its_branch_and_the_run_exits_3() {
+    let fixture = package(CHECK, 2);
+    // The user's own work in progress, which nothing may touch.
+    fixture.write("pkg/b.py", format!("{B}# mine, not committed\n"));
+    fixture.write("todo.txt", "mine\n");
+    let before = user_side(&fixture);
+    let server = FakeServer::with_responder(responder(Fixer::CannotFix)).await;
+
+    let output = grove_in(&fixture, Some(&server), &["run", "--json", "rename greet"]).await;
+
+    server.assert_no_violations();
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "still red: exit 3\n{}",
+        stderr(&output)
+    );
+    let report = report(&output);
+    let run_id = report["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        subtasks(&report),
+        vec![
+            ("S1".into(), "task".into(), "merged".into()),
+            ("S2".into(), "task".into(), "merged".into()),
+            ("S3".into(), "task".into(), "merged".into()),
+            ("S4".into(), "fix".into(), "merged".into()),
+            ("S5".into(), "fix".into(), "merged".into()),
+        ],
+        "fix_attempts = 2: two fixers, each reviewed and merged onto the result"
+    );
+    let runs = check_runs(&report);
+    assert_eq!(
+        runs[3..],
+        [
+            pair("result", "failed"),
+            pair("result without S1", "failed"),
+            pair("result without S2", "failed"),
+            pair("result without S3", "failed"),
+            pair("S4", "failed"),
+            pair("result", "failed"),
+            pair("S5", "failed"),
+            pair("result", "failed"),
+        ],
+        "after each fixer the result is checked again; it stays red"
+    );
+    assert_eq!(report["check"]["status"], "failed");
+    assert_eq!(report["applied"], false);
+    assert_eq!(
+        user_side(&fixture),
+        before,
+        "the user's branch, HEAD and work tree are untouched"
+    );
+    assert_eq!(
+        (fixture.read("pkg/b.py"), fixture.read("todo.txt")),
+        (
+            format!("{B}# mine, not committed\n").into_bytes(),
+            b"mine\n".to_vec()
+        ),
+        "the user's uncommitted work is as it was"
+    );
+    let result_branch = format!("grove/{run_id}/result");
+    assert_eq!(
+        fixture.git(&["rev-parse", &result_branch]),
+        report["result_commit"].as_str().unwrap(),
+        "the result stays on its branch"
+    );
+    assert_eq!(
+        report["apply"]["command"],
+        json!(format!("git merge --ff-only {result_branch}")),
+        "one command applies it anyway"
+    );
+    let err = stderr(&output);
+    for part in [
+        format!(
+            "grove: finished, but not everything was done: the result's check `{CHECK}` failed"
+        ),
+        format!("The result's check `{CHECK}` failed (exited with status 1)"),
+        "has no attribute 'greet'".to_owned(),
+        format!("To apply it: git merge --ff-only {result_branch}"),
+    ] {
+        assert!(
+            err.contains(&part),
+            "the final message says {part:?}: {err}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_no_fix_attempts_a_red_result_is_reported_and_no_fixer_starts() {
+    let fixture = package(CHECK, 0);
+    let before = user_side(&fixture);
+    let server = FakeServer::with_responder(responder(Fixer::Fixes)).await;
+
+    let output = grove_in(&fixture, Some(&server), &["run", "--json", "rename greet"]).await;
+
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let report = report(&output);
+    assert_eq!(
+        subtasks(&report).len(),
+        3,
+        "no fixer: fix_attempts = 0 ({report:#})"
+    );
+    assert_eq!(
+        check_runs(&report)[3..],
+        [pair("result", "failed")],
+        "no culprit search either: nobody would be told"
+    );
+    assert_eq!(
+        (&report["check"]["status"], &report["applied"]),
+        (&json!("failed"), &json!(false))
+    );
+    assert_eq!(
+        user_side(&fixture),
+        before,
+        "the user's branch is untouched"
+    );
+    assert!(
+        briefs_of(&server, Who::Worker, FIXER_HEADING).is_empty(),
+        "no fixer worked"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_interrupt_during_the_result_check_leaves_the_branch_and_resume_checks_again() {
+    let hold = tempfile::tempdir().unwrap();
+    let held = hold.path().join("hold");
+    std::fs::write(&held, "").unwrap();
+    // Only the result's check waits (its worktree is `check-result`), while `held` exists.
+    let command = format!(
+        "if [ \"${{PWD##*/}}\" = check-result ] && [ -f {} ]; then sleep 60; fi; {CHECK}",
+        held.display()
+    );
+    let fixture = package(&command, 2);
+    let before = user_side(&fixture);
+    let server = FakeServer::with_responder(responder(Fixer::Fixes)).await;
+    let grove = Grove::in_repo(&fixture).with_server(&server);
+
+    let mut child = grove.spawn(["run", "rename greet"]);
+    let check_tree = wait_for_result_check(&fixture).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap()),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("grove stops soon after Ctrl-C")
+        .unwrap();
+
+    assert_eq!(status.code(), Some(130), "interrupted: exit 130");
+    assert_eq!(
+        user_side(&fixture),
+        before,
+        "the user's branch is untouched"
+    );
+    let runs = grove.grove_async(["runs", "--json"]).await;
+    let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
+    let run_id = runs[0]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(runs[0]["status"], "interrupted", "{runs:#}");
+    assert!(
+        !check_tree.exists(),
+        "the check's worktree is removed: {}",
+        check_tree.display()
+    );
+
+    std::fs::remove_file(&held).unwrap();
+    let resumed = grove.grove_async(["resume", "--json", &run_id]).await;
+
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let report = report(&resumed);
+    assert_eq!(
+        subtasks(&report).last().unwrap(),
+        &("S4".to_owned(), "fix".to_owned(), "merged".to_owned()),
+        "the resumed run checked the result again, and its fixer fixed it"
+    );
+    assert_eq!(
+        report["check"]["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|run| run["on"] == "result")
+            .map(|run| run["status"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        vec!["failed", "passed"],
+        "the interrupted check left no verdict; the resumed one failed, then passed after \
+         the fixer"
+    );
+    assert_eq!(report["applied"], true);
+    assert_eq!(fixture.read("pkg/b.py"), B_RENAMED.as_bytes());
+}
+
+/// The result check's worktree (`<cache>/<repository>/<run>/check-result`) once it
+/// exists with the package in it.
+async fn wait_for_result_check(fixture: &GitFixture) -> std::path::PathBuf {
+    let cache = fixture.home().join(".cache").join("grove");
+    for _ in 0..1200 {
+        let folders = std::fs::read_dir(&cache).into_iter().flatten().flatten();
+        for folder in folders {
+            let runs = std::fs::read_dir(folder.path())
+                .into_iter()
+                .flatten()
+                .flatten();
+            for run in runs {
+                let tree = run.path().join("check-result");
+                if tree.join("pkg/b.py").exists() {
+                    return tree;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the result's check never started");
+}
+
+const MANY: &[(&str, Option<&str>)] = &[
+    ("M1: WRITE one.txt ok", None),
+    ("M2: WRITE two.txt ok", None),
+    ("M3: WRITE three.txt ok", None),
+    ("M4: WRITE four.txt ok", None),
+    ("M5: WRITE five.txt BROKEN", None),
+    ("M6: WRITE six.txt ok", None),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_many_merged_subtasks_the_culprit_is_bisected_and_the_fixer_told() {
+    // A real check: no file may say BROKEN. S5 breaks it; the pieces need nothing else.
+    let check = "! grep -l BROKEN *.txt";
+    let fixture = GitFixture::with_files(&[
+        ("base.txt", "ok\n"),
+        (
+            ".grove/config.toml",
+            &format!("[check]\ncommand = '{check}'\nfix_attempts = 1\n"),
+        ),
+    ]);
+    let server = FakeServer::with_responder(|request: &RecordedRequest| match who(request) {
+        Who::Lead => lead_reply(request, MANY),
+        Who::Worker if answered(request) => usage(Turn::text("WORKER-FINAL: done.")).into(),
+        Who::Worker => {
+            let brief = first_user_text(request);
+            if brief.starts_with(FIXER_HEADING) {
+                write("five.txt", "ok\n")
+            } else {
+                let (path, content) = brief
+                    .split_once("WRITE ")
+                    .and_then(|(_, rest)| rest.split_once(' '))
+                    .unwrap();
+                write(path, &format!("{content}\n"))
+            }
+        }
+        Who::Reviewer if answered(request) => usage(Turn::text("Verdict given.")).into(),
+        Who::Reviewer => usage(Turn::new().tool_use(
+            "review_call_1",
+            "submit_verdict",
+            json!({ "verdict": "approve", "summary": "Fine." }),
+        ))
+        .into(),
+    })
+    .await;
+
+    let output = grove_in(
+        &fixture,
+        Some(&server),
+        &["run", "--json", "write six files"],
+    )
+    .await;
+
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report = report(&output);
+    let runs: Vec<(String, String)> = report["check"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|run| run["on"].as_str().unwrap().starts_with("result"))
+        .map(|run| pair(run["on"].as_str().unwrap(), run["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        runs,
+        vec![
+            pair("result", "failed"),
+            pair("result without S1, S2, S3", "failed"),
+            pair("result without S4, S5, S6", "passed"),
+            pair("result without S4", "failed"),
+            pair("result without S5", "passed"),
+            pair("result", "passed"),
+        ],
+        "six candidates are halved first, then the passing half is left out one by one: \
+         four checks, not six"
+    );
+    assert_eq!(
+        report["check"]["culprit"],
+        json!({ "subtasks": ["S5"], "found_by": "passes_without" })
+    );
+    let fixer = briefs_of(&server, Who::Worker, FIXER_HEADING);
+    assert_eq!(fixer.len(), 1);
+    assert!(
+        fixer[0].contains("S5: the check passes on the result rebuilt without S5.")
+            && fixer[0].contains("five.txt"),
+        "the fixer is told the culprit and the failing output: {}",
+        fixer[0]
+    );
+    assert_eq!(fixture.read("five.txt"), b"ok\n");
+    assert_eq!(report["applied"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_result_that_cannot_be_checked_is_not_applied_and_says_why() {
+    // The setup passes in every subtask's worktree and fails in the result's.
+    let setup = "if [ \"${PWD##*/}\" = check-result ]; then echo no cache here >&2; exit 7; fi";
+    let fixture = package(CHECK, 2);
+    fixture.write(
+        ".grove/config.toml",
+        format!("[worktree]\nsetup = '{setup}'\n\n[check]\ncommand = '{CHECK}'\n"),
+    );
+    fixture.commit_all("setup");
+    let trusted = grove_in(&fixture, None, &["trust"]).await;
+    assert_eq!(trusted.status.code(), Some(0), "{}", stderr(&trusted));
+    let before = user_side(&fixture);
+    let server = FakeServer::with_responder(responder(Fixer::Fixes)).await;
+
+    let output = grove_in(&fixture, Some(&server), &["run", "--json", "rename greet"]).await;
+
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let report = report(&output);
+    let run_id = report["run_id"].as_str().unwrap();
+    assert_eq!(
+        (
+            &report["check"]["status"],
+            &report["applied"],
+            subtasks(&report).len()
+        ),
+        (&json!("skipped"), &json!(false), 3),
+        "no verdict on the result, nothing applied, no fixer"
+    );
+    assert_eq!(
+        user_side(&fixture),
+        before,
+        "the user's branch is untouched"
+    );
+    let err = stderr(&output);
+    for part in [
+        format!(
+            "the setup command `{setup}` exited with status 7 in the worktree of the result, \
+             so the check did not run"
+        ),
+        "no cache here".to_owned(),
+        format!("To apply it: git merge --ff-only grove/{run_id}/result"),
+    ] {
+        assert!(
+            err.contains(&part),
+            "the final message says {part:?}: {err}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fixer_interrupted_mid_work_continues_on_resume_as_the_same_round() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let fixture = package(CHECK, 1);
+    let before = user_side(&fixture);
+    // The fixer's worker writes its fix, then its next model call hangs until resumed.
+    let hang = Arc::new(AtomicBool::new(true));
+    let fixes = responder(Fixer::Fixes);
+    let server = FakeServer::with_responder({
+        let hang = Arc::clone(&hang);
+        move |request: &RecordedRequest| {
+            let fixer_turn_2 = who(request) == Who::Worker
+                && answered(request)
+                && first_user_text(request).starts_with(FIXER_HEADING);
+            if fixer_turn_2 && hang.load(Ordering::SeqCst) {
+                return Reply::Hang;
+            }
+            fixes(request)
+        }
+    })
+    .await;
+    let grove = Grove::in_repo(&fixture).with_server(&server);
+
+    let mut child = grove.spawn(["run", "rename greet"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let run_id = loop {
+        let runs = grove.grove_async(["runs", "--json"]).await;
+        let runs: Value = serde_json::from_slice(&runs.stdout).unwrap_or(Value::Null);
+        if let Some(run_id) = runs[0]["run_id"].as_str() {
+            let fixed = fixture.worktree_dir(run_id, 4).join("pkg/b.py");
+            if std::fs::read(&fixed).is_ok_and(|b| b == B_RENAMED.as_bytes()) {
+                break run_id.to_owned();
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fixer never wrote"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap()),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("grove stops soon after Ctrl-C")
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "interrupted: exit 130");
+    assert_eq!(
+        user_side(&fixture),
+        before,
+        "the user's branch is untouched"
+    );
+
+    hang.store(false, Ordering::SeqCst);
+    let resumed = grove.grove_async(["resume", "--json", &run_id]).await;
+
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let report = report(&resumed);
+    assert_eq!(
+        subtasks(&report)[3..],
+        [("S4".to_owned(), "fix".to_owned(), "merged".to_owned())],
+        "the fixer went on as S4, still a fix, its round not taken twice (fix_attempts = 1)"
+    );
+    let reviews = briefs_of(&server, Who::Reviewer, FIXER_HEADING);
+    assert_eq!(reviews.len(), 1, "its diff was reviewed once");
+    assert!(
+        reviews[0].contains("-    return core.greet(\"Carol\")")
+            && !reviews[0].contains("-def greet"),
+        "against the result it started from: {}",
+        reviews[0]
+    );
+    assert_eq!(report["check"]["status"], "passed");
+    assert_eq!(report["applied"], true);
+    assert_eq!(fixture.read("pkg/b.py"), B_RENAMED.as_bytes());
+}
