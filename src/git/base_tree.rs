@@ -171,7 +171,11 @@ impl Repo {
                 std::process::id(),
                 BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             ));
-            self.build_base(commit, &build).await?;
+            if let Err(error) = self.build_base(commit, &build).await {
+                // A half-made build (a full disk, say) must not keep its space.
+                let _ = std::fs::remove_dir_all(&build);
+                return Err(error);
+            }
             match std::fs::rename(&build, &folder) {
                 Ok(()) => built = true,
                 // A concurrent run renamed its build in first; use that one.
