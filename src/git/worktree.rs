@@ -39,6 +39,11 @@ const OVERLAY_MARKER: &str = "grove-overlay";
 /// directory (the base tree's files), which its checkpoints lay its upper one onto.
 const LOWER_RECORD: &str = "grove-lower";
 
+/// Beside it, the commit the lower directory is a checkout of: a tree restarted on
+/// another commit (a resolver's) keeps its lower directory, so its upper one holds the
+/// difference, and is laid onto this commit's tree, never the new start's.
+const LOWER_COMMIT_RECORD: &str = "grove-lower-commit";
+
 /// What [`Repo::create_worktree`] needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorktreeSpec {
@@ -143,13 +148,16 @@ impl Worktree {
     /// other means, as in tests); `None` unless it is a copy-on-write worktree.
     pub fn upper_source_at(&self, upper: &Path) -> Option<UpperSource> {
         let lower = std::fs::read(self.admin_dir.join(LOWER_RECORD)).ok()?;
+        let base = std::fs::read_to_string(self.admin_dir.join(LOWER_COMMIT_RECORD))
+            .ok()
+            .and_then(|text| CommitId::parse(text.trim()).ok())?;
         Some(UpperSource {
             run: self.run.clone(),
             subtask: self.subtask,
             admin_dir: self.admin_dir.clone(),
             upper: upper.to_path_buf(),
             lower: PathBuf::from(std::ffi::OsString::from_vec(lower)),
-            base: self.base,
+            base,
         })
     }
 
@@ -376,10 +384,11 @@ impl Repo {
             "grove: restart the worktree",
         )
         .await?;
+        // Inside a copy-on-write tree when it is one: its files are only there (what
+        // the reset writes lands in its upper directory, over the same lower one).
         self.inner
             .runner
-            .call(&worktree.admin_dir, &worktree.path)
-            .work_tree(&worktree.path)
+            .in_worktree(&worktree)
             .args(["reset", "--hard", "--quiet", "HEAD"])
             .run()
             .await?;
@@ -552,6 +561,9 @@ impl Repo {
         let lower = admin.join(LOWER_RECORD);
         std::fs::write(&lower, base.tree_dir().as_os_str().as_bytes())
             .map_err(io("write", &lower))?;
+        let lower_commit = admin.join(LOWER_COMMIT_RECORD);
+        std::fs::write(&lower_commit, base.commit().to_string())
+            .map_err(io("write", &lower_commit))?;
         for marker in [OVERLAY_MARKER, FILLED_MARKER] {
             let marker = admin.join(marker);
             std::fs::write(&marker, b"").map_err(io("write", &marker))?;
