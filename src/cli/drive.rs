@@ -84,17 +84,17 @@ pub fn not_done(report: &RunReport) -> Option<String> {
             report.check.command.as_deref().unwrap_or_default()
         ));
     }
-    // A fixer that was not merged is the check's story: a later one may have fixed it,
-    // and a result still red is said above.
+    // Only the lead's subtasks count. A fixer that was not merged is the check's story (a
+    // later one may have fixed it; a result still red is said above), and a resolver's
+    // outcome is its conflicting subtask's.
     let delegated: Vec<_> = report
         .subtasks
         .iter()
-        .filter(|subtask| subtask.kind != SubtaskKind::Fix)
+        .filter(|subtask| subtask.kind == SubtaskKind::Task)
         .collect();
     let not_merged: Vec<String> = delegated
         .iter()
-        // A resolver's outcome is its conflicting subtask's: that one is counted.
-        .filter(|subtask| subtask.status != SubtaskOutcome::Merged && !subtask.kind.is_resolve())
+        .filter(|subtask| subtask.status != SubtaskOutcome::Merged)
         .map(|subtask| format!("{} {}", subtask.id, subtask.status.as_str()))
         .collect();
     (!not_merged.is_empty()).then(|| {

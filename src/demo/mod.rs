@@ -1,5 +1,6 @@
-//! `grove demo`: the real pipeline — worktrees, concurrent workers, the reviewer gate,
-//! the merge and the apply — on a sample repository, with the model replaced by a
+//! `grove demo`: the real pipeline — worktrees, concurrent workers, the project's check
+//! on each subtask, the reviewer gate, the merge, the check on the merged result and the
+//! apply — on a sample repository, with the model replaced by a
 //! scripted replay server on 127.0.0.1.
 //!
 //! This module owns the demo's setup and what "went as scripted" means. It must never
@@ -18,8 +19,10 @@ use tokio_util::sync::CancellationToken;
 use crate::event::{Event, EventSink};
 use crate::git::GitOptions;
 use crate::model::{AnthropicClient, AnthropicConfig, ModelError, RetryPolicy};
+use crate::run::report::CheckOutcome;
 use crate::run::{ModelChoice, Models, RunEnd, RunError, RunOptions, RunReport, SubtaskReport};
-use crate::store::journal::{SubtaskOutcome, VerdictKind};
+use crate::settings::config::ProjectConfig;
+use crate::store::journal::{CheckStatus, SubtaskOutcome, VerdictKind};
 
 use replay::ReplayServer;
 
@@ -104,10 +107,17 @@ impl Demo {
             worker: choice(),
             reviewer: choice(),
         };
+        // The sample's `[check]`, read the way `grove run` reads a project's.
+        let config = ProjectConfig::load(&repo).map_err(|error| DemoError::Sample {
+            path: repo.clone(),
+            action: "read the sample's .grove/config.toml",
+            reason: error.to_string(),
+        })?;
         let options = RunOptions {
             jobs: sample::TARGETS.len(),
             model_names: models.names(),
             git: GitOptions::default(),
+            check: config.and_then(|config| config.settings.check),
             ..RunOptions::new(sample::TASK)
         };
         Ok(Self {
@@ -148,8 +158,33 @@ impl Demo {
             });
             options.sandbox = crate::tools::sandbox::SandboxMode::Off;
         }
+        // The sample's check runs its tests with python3; without one the demo shows the
+        // rest, and says why no check ran.
+        if options.check.is_some() && !on_path(&options.commands, "python3") {
+            events.emit(Event::Note {
+                message: "demo: python3 is not on PATH, so the sample's [check] (its unit \
+                          tests) is left out of this demo"
+                    .to_owned(),
+            });
+            options.check = None;
+        }
         crate::run::run(&self.repo, options, self.models.clone(), events, cancel).await
     }
+}
+
+/// Whether `program` is an executable file in a directory of the commands' `PATH`.
+fn on_path(commands: &crate::tools::sandbox::CommandHost, program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let path = commands
+        .env()
+        .into_iter()
+        .find(|(name, _)| name == "PATH")
+        .map(|(_, value)| value)
+        .unwrap_or_default();
+    std::env::split_paths(&path).any(|dir| {
+        std::fs::metadata(dir.join(program))
+            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    })
 }
 
 /// Prepares and runs the demo in `dir` (empty or new).
@@ -168,7 +203,8 @@ pub async fn demo(
 }
 
 /// True when the run ended as the script intends: finished and applied, every clean
-/// subtask merged, and exactly the one with the stray line rejected by its reviewer.
+/// subtask merged, exactly the one with the stray line rejected by its reviewer, and
+/// (when the sample's check ran) every subtask's check and the result's green.
 pub fn went_as_scripted(report: &RunReport) -> bool {
     // Subtasks may be listed in any order: compare sorted outcomes.
     let sorted = |mut outcomes: Vec<(&'static str, Option<&'static str>)>| {
@@ -197,7 +233,15 @@ pub fn went_as_scripted(report: &RunReport) -> bool {
             })
             .collect(),
     );
-    report.status == RunEnd::Finished && report.applied && actual == expected
+    // Every check, when the sample's ran, is green — each subtask's and the merged
+    // result's: the stray line breaks no test; it is the reviewer that catches it.
+    let checks_green = report
+        .check
+        .runs
+        .iter()
+        .all(|run| run.status == CheckStatus::Passed)
+        && (report.check.command.is_none() || report.check.status == CheckOutcome::Passed);
+    report.status == RunEnd::Finished && report.applied && actual == expected && checks_green
 }
 
 /// The subtask its reviewer rejected, when there is one.

@@ -344,12 +344,18 @@ fn reviewer(target: &Target, review_text: &str, step: usize) -> Turn {
     let stray = target
         .stray_line
         .filter(|line| review_text.contains(line.trim()));
+    // The project's check, when the brief shows one (`passed in` is its green line).
+    let check = if review_text.contains("` passed in ") {
+        " Its check passed."
+    } else {
+        ""
+    };
     let input = match stray {
         None => json!({
             "verdict": "approve",
             "summary": format!(
                 "{LABEL} {} now logs through log.info and no longer imports log_old; \
-        nothing else changed.",
+        nothing else changed.{check}",
                 target.path
             ),
         }),

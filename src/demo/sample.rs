@@ -1,5 +1,6 @@
 //! The demo's sample repository: a tiny Python shop whose three modules still call a
-//! deprecated `log_old(...)` helper, plus the house rules the reviewer enforces.
+//! deprecated `log_old(...)` helper, its tests and the `[check]` that runs them, plus the
+//! house rules the reviewer enforces.
 //!
 //! This module owns the sample's files and the edits the replay applies to them. It
 //! writes only inside the directory it is given and never writes git configuration; the
@@ -90,10 +91,48 @@ const README_MD: &str = "\
 
 A tiny sample shop, created by `grove demo`. Its modules still log through the
 deprecated `shop.compat.log_old`; the demo's task moves them to the standard logger.
+`python3 -m unittest` runs its tests (the `[check]` in `.grove/config.toml`).
 ";
+
+/// The shop's tests, which the sample's `[check]` runs on each subtask and the result.
+const TEST_SHOP_PY: &str = r#""""The shop's tests: `python3 -m unittest` runs them (the sample's [check])."""
+
+import unittest
+
+from shop.orders import cancel_order, place_order
+from shop.payments import charge, refund
+from shop.shipping import ship
+
+
+class ShopTest(unittest.TestCase):
+    def test_an_order_is_placed_then_cancelled(self):
+        order = place_order(7, ["tea"])
+        self.assertEqual(order["status"], "placed")
+        self.assertEqual(cancel_order(order)["status"], "cancelled")
+
+    def test_a_charge_is_refunded(self):
+        self.assertEqual(refund(charge(7, 450))["state"], "refunded")
+
+    def test_an_order_ships_to_its_address(self):
+        self.assertEqual(ship({"id": 7}, "1 Main St")["address"], "1 Main St")
+"#;
+
+/// The command of the sample's `[check]`.
+pub const CHECK_COMMAND: &str = "python3 -B -m unittest -q";
+
+/// The sample's grove settings: its check.
+const CONFIG_TOML: &str = r#"# grove's settings for this sample (`grove init` writes every key, commented).
+
+# The project's check: run on each subtask's worktree (evidence for its reviewer) and on
+# the merged result before the branch moves.
+[check]
+command = "python3 -B -m unittest -q"
+timeout_s = 120
+"#;
 
 /// Every file of the sample, path and content.
 pub const FILES: &[(&str, &str)] = &[
+    (".grove/config.toml", CONFIG_TOML),
     ("AGENTS.md", AGENTS_MD),
     ("README.md", README_MD),
     ("shop/__init__.py", ""),
@@ -101,6 +140,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("shop/orders.py", ORDERS_PY),
     ("shop/payments.py", PAYMENTS_PY),
     ("shop/shipping.py", SHIPPING_PY),
+    ("test_shop.py", TEST_SHOP_PY),
 ];
 
 /// One `edit_file` call of the replayed worker.
@@ -306,6 +346,25 @@ mod tests {
                 ("shop/payments.py", Some(9)),
                 ("shop/shipping.py", None),
             ]
+        );
+    }
+
+    #[test]
+    fn the_samples_config_holds_its_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".grove/config.toml");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, CONFIG_TOML).unwrap();
+        let config = crate::settings::config::ProjectConfig::load(dir.path())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            config.settings.check,
+            Some(crate::settings::options::CheckOptions {
+                timeout_s: 120,
+                ..crate::settings::options::CheckOptions::new(CHECK_COMMAND)
+            }),
+            "the sample's .grove/config.toml is valid and runs its tests"
         );
     }
 

@@ -494,6 +494,7 @@ async fn section(
             && !subtask.waits_for.is_empty()
             && !state.is_finished(),
         archive_ref: archive.map(|(name, _)| name.clone()),
+        check: subtask.check.clone(),
         diff,
     }
 }

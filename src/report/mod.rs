@@ -18,6 +18,7 @@ mod timeline;
 use serde::Serialize;
 
 use crate::ledger::Ledger;
+use crate::store::journal::CheckRun;
 use crate::store::state::{RunStatus, SubtaskStatus, VerdictState};
 
 pub use diff::{FileDiff, Hunk, Line, Row, Segment, side_by_side, word_segments};
@@ -147,6 +148,8 @@ pub struct SubtaskSection {
     pub waiting: bool,
     /// Where rejected, failed or conflicting work is kept.
     pub archive_ref: Option<String>,
+    /// The project's check on its worktree, when one ran.
+    pub check: Option<CheckRun>,
     pub diff: DiffView,
 }
 

@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
 use crate::ledger::Ledger;
+use crate::store::journal::{CheckRun, CheckStatus};
 use crate::store::state::{RunStatus, VerdictState};
 
 use super::diff::{FileDiff, Row, Segment, word_segments};
@@ -221,6 +222,29 @@ fn subtasks_section(page: &mut String, data: &ReportData) {
     page.push_str("</section>\n");
 }
 
+/// A subtask's own check: its status, how it ended, its time, and its output's end.
+fn check_block(page: &mut String, check: &CheckRun) {
+    let (class, word) = match check.status {
+        CheckStatus::Passed => ("v-approve", "passed"),
+        CheckStatus::Failed => ("v-reject", "failed"),
+    };
+    let _ = write!(
+        page,
+        "<div class=\"verdict {class}\" data-check=\"{word}\"><strong class=\"{class}\">check: \
+         {word}</strong> ({}, {:.1} s)",
+        escape(&check.ended),
+        check.seconds
+    );
+    if !check.output_tail.is_empty() {
+        let _ = write!(
+            page,
+            "<details><summary>the end of its output</summary><pre>{}</pre></details>",
+            escape(&check.output_tail)
+        );
+    }
+    page.push_str("</div>\n");
+}
+
 fn verdict_word(verdict: Option<&VerdictState>) -> &'static str {
     verdict.map_or("none", |v| v.verdict.as_str())
 }
@@ -305,6 +329,9 @@ fn subtask_article(page: &mut String, subtask: &SubtaskSection) {
             page.push_str("</div>\n");
         }
         None => page.push_str("<div class=\"verdict\"><p>No review happened.</p></div>\n"),
+    }
+    if let Some(check) = &subtask.check {
+        check_block(page, check);
     }
     match &subtask.diff {
         DiffView::Shown {
@@ -724,6 +751,13 @@ mod tests {
                 waits_for: vec![],
                 waiting: false,
                 archive_ref: Some("refs/grove/archive/20261129-215530-7f3a/1".into()),
+                check: Some(CheckRun {
+                    on: "S1".into(),
+                    status: CheckStatus::Failed,
+                    seconds: 1.25,
+                    ended: "exited with status 1".into(),
+                    output_tail: format!("FAILED test_{evil}"),
+                }),
                 diff: DiffView::Shown {
                     base: "0123456789abcdef0123456789abcdef01234567".into(),
                     head: "89abcdef0123456789abcdef0123456789abcdef".into(),
@@ -776,9 +810,9 @@ mod tests {
         );
         // task, branch, pause reason, timeline event (title and label), subtask brief
         // (table and details), verdict summary, finding path and problem, file path,
-        // hunk header, diff line, model name, price file, note.
+        // hunk header, diff line, check output, model name, price file, note.
         assert!(
-            page.matches(escaped.as_str()).count() >= 14,
+            page.matches(escaped.as_str()).count() >= 15,
             "each field is shown, escaped: {} times",
             page.matches(escaped.as_str()).count()
         );

@@ -20,7 +20,7 @@ use crate::git::{
 use crate::run::finish::describe_refusal;
 use crate::run::report::executes_later;
 use crate::store::journal::{
-    Entry, Journal, JournalError, RebuiltSubtask, Record, SubtaskOutcome, VerdictKind,
+    CheckRun, Entry, Journal, JournalError, RebuiltSubtask, Record, SubtaskOutcome, VerdictKind,
 };
 use crate::store::lock::{LockError, RepoLock};
 use crate::store::state::{
@@ -151,6 +151,8 @@ pub struct SubtaskReview {
     pub executes_later: Vec<String>,
     /// Paths that conflicted when it was last merged, if it conflicted.
     pub conflict_paths: Vec<String>,
+    /// The project's check on its worktree, when one ran.
+    pub check: Option<CheckRun>,
 }
 
 impl SubtaskReview {
@@ -282,6 +284,7 @@ async fn review_of(repo: &Repo, state: &RunState) -> Result<RunReview, ReviewErr
             executes_later: diffstat.as_ref().map(executes_later).unwrap_or_default(),
             diffstat,
             conflict_paths: subtask.conflict_paths.clone(),
+            check: subtask.check.clone(),
         });
     }
     Ok(RunReview {

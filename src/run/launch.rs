@@ -98,6 +98,13 @@ pub async fn prepare(directory: &Path, request: RunRequest) -> Result<Launch, La
     {
         TrustStore::for_user()?.check(root, &file.path, command)?;
     }
+    // The same for a check that may reach the network; one without it needs no trust.
+    if request.check_setup_trust
+        && let Some(file) = &file
+        && let Some(check) = file.settings.check.as_ref().filter(|check| check.network)
+    {
+        TrustStore::for_user()?.check_network_check(root, &file.path, &check.command)?;
+    }
     let settings = match file {
         Some(file) => request.flags.over(file.settings),
         None => request.flags,
@@ -126,9 +133,9 @@ pub async fn prepare(directory: &Path, request: RunRequest) -> Result<Launch, La
     Ok(Launch { options, models })
 }
 
-/// Refuses to resume a run whose journaled setup command the user has not trusted here
-/// (a run started before grove asked for trust). A run started since had its command
-/// trusted at its start. Problems reading the run are left to the resume to report.
+/// Refuses to resume a run whose journaled setup command, or network check, the user has
+/// not trusted here (a run started before grove asked for trust, or whose trust record
+/// was since removed). A run started since had its commands trusted at its start. Problems reading the run are left to the resume to report.
 pub async fn check_resume_trusted(directory: &Path, run_id: &str) -> Result<(), LaunchError> {
     let repo = Repo::open(directory, GitOptions::default()).await?;
     let (Some(root), Ok(run_id)) = (repo.work_tree(), run_id.parse::<RunId>()) else {
@@ -141,6 +148,15 @@ pub async fn check_resume_trusted(directory: &Path, run_id: &str) -> Result<(), 
         && let Some(command) = &options.worktree_setup.setup
     {
         TrustStore::for_user()?.check(root, &root.join(CONFIG_PATH), command)?;
+    }
+    if let Ok(options) = state.options.get()
+        && let Some(check) = options.check.as_ref().filter(|check| check.network)
+    {
+        TrustStore::for_user()?.check_network_check(
+            root,
+            &root.join(CONFIG_PATH),
+            &check.command,
+        )?;
     }
     Ok(())
 }

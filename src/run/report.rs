@@ -293,12 +293,14 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// True when every subtask was merged (vacuously, when there were none); a
-    /// resolver's outcome is its conflicting subtask's, so resolvers are not counted.
+    /// True when every subtask the lead delegated was merged (vacuously, when there were
+    /// none). Fixers and resolvers are grove's own: a resolver's outcome is its
+    /// conflicting subtask's, and a fixer's is the result check's.
     pub fn all_merged(&self) -> bool {
         self.subtasks
             .iter()
-            .all(|subtask| subtask.status == SubtaskOutcome::Merged || subtask.kind.is_resolve())
+            .filter(|subtask| subtask.kind == SubtaskKind::Task)
+            .all(|subtask| subtask.status == SubtaskOutcome::Merged)
     }
 }
 

@@ -108,7 +108,7 @@ pub fn template() -> String {
 # command = "cargo test"
 # Seconds it may run, 1 to {MAX_CHECK_TIMEOUT_S}; past it the check counts as red.
 # timeout_s = {DEFAULT_CHECK_TIMEOUT_S}
-# Whether it may open internet sockets.
+# Whether it may open internet sockets; true needs `grove trust`, like a setup command.
 # network = false
 # "evidence": a subtask's red check is shown to its reviewer, who weighs it (a piece of
 # a refactor may fail alone); "require": a subtask's red check rejects it.

@@ -1,6 +1,7 @@
 //! Trust on first use of setup commands: a `[worktree] setup` command from
 //! `.grove/config.toml` runs only once the user has trusted that exact text in that
-//! repository (like `direnv allow`).
+//! repository (like `direnv allow`); so does a `[check]` command with `network = true`
+//! (it can send the repository's contents anywhere, like a setup command).
 //!
 //! This module owns the trust records and the check. It must never trust anything by
 //! itself (reading or writing the config file is not trust; only `grove trust`, which a
@@ -53,6 +54,22 @@ pub enum TrustError {
         config.display()
     )]
     Untrusted {
+        /// The config file that holds the command.
+        config: PathBuf,
+        command: String,
+    },
+    /// The user has not trusted this `[check]` command, which asks for the network
+    /// (`network = true`), in this repository: it is new, or it changed since it was
+    /// trusted. A check without the network needs no trust (it can do no more than a
+    /// worker's `bash`). The run stops before it creates anything; not retried.
+    #[error(
+        "{} asks grove to run this check with network access on every subtask and on the \
+         result, and you have not trusted it in this repository (it is new, or it changed \
+         since you trusted it):\n\n    {command}\n\nRead it; to trust exactly this command \
+         here, run: {TRUST_COMMAND} (or set `network = false` in [check])",
+        config.display()
+    )]
+    UntrustedCheck {
         /// The config file that holds the command.
         config: PathBuf,
         command: String,
@@ -166,6 +183,26 @@ impl TrustStore {
             Ok(())
         } else {
             Err(TrustError::Untrusted {
+                config: config.to_path_buf(),
+                command: command.to_owned(),
+            })
+        }
+    }
+
+    /// Refuses the `[check]` `command` from `config`, which asks for the network, unless
+    /// it is trusted in the repository whose work tree is `repo_root`. A record is the
+    /// command's exact text, the same as for a setup command: either runs sandboxed with
+    /// the network in every worktree.
+    pub fn check_network_check(
+        &self,
+        repo_root: &Path,
+        config: &Path,
+        command: &str,
+    ) -> Result<(), TrustError> {
+        if self.is_trusted(repo_root, command)? {
+            Ok(())
+        } else {
+            Err(TrustError::UntrustedCheck {
                 config: config.to_path_buf(),
                 command: command.to_owned(),
             })

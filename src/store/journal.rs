@@ -147,11 +147,6 @@ impl SubtaskKind {
         *self == Self::Task
     }
 
-    /// True for a resolver, whose outcome is its conflicting subtask's.
-    pub fn is_resolve(&self) -> bool {
-        *self == Self::Resolve
-    }
-
     /// The name used in JSON and messages, e.g. `fix`.
     pub fn as_str(self) -> &'static str {
         match self {

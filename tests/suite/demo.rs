@@ -8,7 +8,7 @@ use std::process::Output;
 use pretty_assertions::assert_eq;
 use serde_json::Value;
 
-use grove::demo::sample::{FILES, TARGETS};
+use grove::demo::sample::{CHECK_COMMAND, FILES, TARGETS};
 
 use crate::support::git_fixture::git_in;
 use crate::support::grove::Grove;
@@ -67,6 +67,27 @@ async fn the_demo_runs_the_real_pipeline_with_no_key_and_keeps_the_sample() {
         line_index(&lines, &format!("[worker {label} · steps=3 "));
         line_index(&lines, &format!("[reviewer {label} · steps=2 "));
     }
+    // The sample's check (its unit tests) ran on each subtask, before its review.
+    for label in ["S1", "S2", "S3"] {
+        let passed = line_index(&lines, &format!("{label}: check passed in "));
+        assert!(
+            line_index(&lines, &format!("{label}: checking with `{CHECK_COMMAND}`")) < passed
+                && passed < line_index(&lines, &format!("reviewer {label}: started")),
+            "{label}'s check runs after its worker and before its reviewer:\n{stderr}"
+        );
+    }
+    // And on the merged result, before main moves to it.
+    let result_passed = line_index(&lines, "result: check passed in ");
+    assert!(
+        line_index(&lines, &format!("result: checking with `{CHECK_COMMAND}`")) < result_passed
+            && result_passed
+                < line_index(
+                    &lines,
+                    &format!("The result's check `{CHECK_COMMAND}` passed in "),
+                )
+            && result_passed < line_index(&lines, "main now has the result"),
+        "the result's check runs, green, before the branch moves:\n{stderr}"
+    );
     line_index(&lines, "S1: merged (reviewer: approve)");
     line_index(&lines, "S2: rejected (reviewer: reject)");
     line_index(&lines, "S3: merged (reviewer: approve)");
@@ -96,6 +117,48 @@ async fn the_demo_runs_the_real_pipeline_with_no_key_and_keeps_the_sample() {
             ("S2", "rejected", "reject"),
             ("S3", "merged", "approve"),
         ]
+    );
+    let checks: Vec<(&str, &str)> = report["subtasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["check"]["on"].as_str().unwrap(),
+                s["check"]["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let result_runs: Vec<&str> = report["check"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|run| run["on"] == "result")
+        .map(|run| run["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        (
+            report["check"]["command"].as_str(),
+            report["check"]["status"].as_str(),
+            result_runs,
+            checks
+        ),
+        (
+            Some(CHECK_COMMAND),
+            Some("passed"),
+            vec!["passed"],
+            vec![("S1", "passed"), ("S2", "passed"), ("S3", "passed")]
+        ),
+        "--json tells each subtask's check: the stray print breaks no test, the reviewer \
+         catches it"
+    );
+    assert!(
+        report["subtasks"][0]["review_summary"]
+            .as_str()
+            .unwrap()
+            .ends_with("Its check passed."),
+        "the reviewer read the check: {}",
+        report["subtasks"][0]["review_summary"]
     );
     assert_eq!(
         report["applied"],

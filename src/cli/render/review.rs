@@ -8,7 +8,7 @@ use std::io::{BufRead, IsTerminal as _, Write};
 
 use grove::git::GitError;
 use grove::review::{ApplyResult, CommitSource, ReviewOutcome, RunReview, SubtaskReview};
-use grove::store::journal::VerdictKind;
+use grove::store::journal::{CheckRun, CheckStatus, VerdictKind};
 use grove::store::state::SubtaskStatus;
 use grove::text::printable;
 
@@ -190,6 +190,31 @@ pub fn walk(
     })
 }
 
+/// How many lines of a red check's output the review shows.
+const CHECK_TAIL_LINES: usize = 8;
+
+/// `check: passed (exited with status 0) in 1.4 s`, and the end of a red one's output.
+fn check_lines(out: &mut Out, check: &CheckRun) -> anyhow::Result<()> {
+    let (code, word) = match check.status {
+        CheckStatus::Passed => ("32", "passed"),
+        CheckStatus::Failed => ("31", "failed"),
+    };
+    out.line(&format!(
+        "check: {} ({}) in {:.1} s",
+        out.paint(code, word),
+        printable(&check.ended),
+        check.seconds
+    ))?;
+    if check.status == CheckStatus::Failed {
+        let tail = printable(&check.output_tail);
+        let lines: Vec<&str> = tail.lines().collect();
+        for line in &lines[lines.len().saturating_sub(CHECK_TAIL_LINES)..] {
+            out.line(&format!("  | {line}"))?;
+        }
+    }
+    Ok(())
+}
+
 /// Renders a subtask's diff (`None`: it has no commit).
 pub type RenderDiff<'a> = dyn Fn(&SubtaskReview) -> Result<Option<String>, GitError> + 'a;
 
@@ -236,6 +261,9 @@ pub fn show_subtask(
         }
     } else {
         out.line("reviewer: no verdict (the subtask ended before its review)")?;
+    }
+    if let Some(check) = &subtask.check {
+        check_lines(out, check)?;
     }
     for path in &subtask.executes_later {
         let warning = format!(
@@ -423,6 +451,13 @@ mod tests {
             diffstat: None,
             executes_later: Vec::new(),
             conflict_paths: Vec::new(),
+            check: (status == SubtaskStatus::Rejected).then(|| grove::store::journal::CheckRun {
+                on: id.into(),
+                status: grove::store::journal::CheckStatus::Failed,
+                seconds: 2.0,
+                ended: "exited with status 1".into(),
+                output_tail: "test_a ok\ntest_b FAILED\n1 failed".into(),
+            }),
         }
     }
 
@@ -473,6 +508,8 @@ mod tests {
             "(no commit: there is nothing to approve)",
             "  S2: reject → approve",
             "Reviewing run 20261130-000000-0000 (finished, 3 subtasks): task",
+            "check: failed (exited with status 1) in 2.0 s\n  | test_a ok\n  | test_b FAILED\n  \
+             | 1 failed\n",
         ] {
             assert!(shown.contains(expected), "shows {expected:?}:\n{shown}");
         }

@@ -9,8 +9,9 @@
 //! 2. [`work`] — the worker (grove's loop, or an external CLI) works in the worktree,
 //!    its turns checkpointed.
 //! 3. [`commit`] — grove commits what it left and takes the branch's diff.
-//! 4. [`check`] — the project's check runs in the worktree (when one is configured); its
-//!    result is evidence for the reviewer.
+//! 4. [`check`] — the project's check runs in the worktree (when one is configured),
+//!    outside the subtask's `--jobs` slot; its result is evidence for the reviewer, or
+//!    under `[check] subtask = "require"` a red one is the rejection.
 //! 5. [`reviewer`] — a fresh, read-only reviewer judges the brief and the diff; its
 //!    verdict is journaled.
 //! 6. [`integrate`] — an approved diff is merged onto the run's result in subtask order
@@ -83,6 +84,8 @@ pub(crate) struct Subtasks {
     ahead: Arc<AheadWorktrees>,
     /// `--jobs`: how many subtasks work at once.
     jobs: Arc<Semaphore>,
+    /// How many subtasks' checks run at once (also `--jobs`; a check holds no job slot).
+    checks: Arc<Semaphore>,
     /// Every subtask pipeline, so the run ends only after each one has checkpointed.
     tasks: TaskTracker,
     reports: Arc<Mutex<BTreeMap<SubtaskId, SubtaskReport>>>,
@@ -96,6 +99,7 @@ impl Subtasks {
             schedule: Arc::new(Schedule::default()),
             ahead: Arc::new(AheadWorktrees::default()),
             jobs: Arc::new(Semaphore::new(ctx.options.jobs.max(1))),
+            checks: Arc::new(Semaphore::new(ctx.options.jobs.max(1))),
             tasks: TaskTracker::new(),
             reports: Arc::new(Mutex::new(BTreeMap::new())),
             lead_history: Arc::new(LeadHistory::default()),
@@ -275,25 +279,37 @@ impl Subtasks {
         report.outside_paths = scope.map_or_else(Vec::new, |scope| {
             commit::outside_scope(&committed.diff.stat, scope)
         });
-        let built_on = schedule::labels(&placement.waits_for);
-        report.check = check::check_subtask(ctx, id, worktree).await?;
-        let flagged = reviewer::Flagged {
-            executes_later: &report.executes_later,
-            left_out: &report.left_out,
-            outside_paths: &report.outside_paths,
-            paths: scope.map_or(&[], WriteScope::globs),
-            built_on: &built_on,
-            check: ctx
-                .options
-                .check
-                .as_ref()
-                .zip(report.check.as_ref())
-                .map(|(options, run)| (options.command.as_str(), run)),
-            against: None,
+        let slots = check::Slots {
+            jobs: &self.jobs,
+            checks: &self.checks,
         };
-        let review = reviewer::review(ctx, id, &brief, &committed.diff, flagged, worktree).await;
-        report.reviewer_ledger = review.ledger;
-        let verdict = review.verdict?;
+        let (check, permit) = check::check_subtask(ctx, slots, permit, id, worktree).await?;
+        report.check = check;
+        let verdict =
+            if let Some(required) = check::required_rejection(ctx, id, report.check.as_ref())? {
+                report.reason = Some(required.reason);
+                required.verdict
+            } else {
+                let built_on = schedule::labels(&placement.waits_for);
+                let flagged = reviewer::Flagged {
+                    executes_later: &report.executes_later,
+                    left_out: &report.left_out,
+                    check: ctx
+                        .options
+                        .check
+                        .as_ref()
+                        .zip(report.check.as_ref())
+                        .map(|(options, run)| (options.command.as_str(), run)),
+                    outside_paths: &report.outside_paths,
+                    paths: scope.map_or(&[], WriteScope::globs),
+                    built_on: &built_on,
+                    against: None,
+                };
+                let review =
+                    reviewer::review(ctx, id, &brief, &committed.diff, flagged, worktree).await;
+                report.reviewer_ledger = review.ledger;
+                review.verdict?
+            };
         report.verdict = Some(verdict.kind);
         report.review_summary = Some(verdict.summary);
         report.findings = verdict.findings;

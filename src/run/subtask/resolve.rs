@@ -334,7 +334,7 @@ async fn stages(
             Vec::new()
         }
     };
-    report.check = check::check_subtask(ctx, id, worktree).await?;
+    report.check = check::check_in_slot(ctx, id, worktree).await?;
     let verdict = if markers.is_empty() {
         let flagged = reviewer::Flagged {
             executes_later: &report.executes_later,

@@ -1,0 +1,553 @@
+//! The project's check on each subtask (issue 14, `[check]`): a real check command
+//! (`python3 -m unittest`) on a real Python package, sandboxed, with the fake model
+//! server: each piece's check is shown to its reviewer (command, status, output tail), a
+//! red check is evidence an approving reviewer may merge over, `subtask = "require"`
+//! makes it a rejection without review, a check that times out or cannot find its
+//! program is red, `network = false` reaches no socket, and a subtask interrupted during
+//! its check runs it again on resume.
+//!
+//! The subtasks' checks are what these tests prove; the merged result's own check (the
+//! fixer's) is left out of their assertions by design (each scene's result is green).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use grove::event::{Event, EventSink};
+use grove::model::Provider;
+use grove::report::PriceTable;
+use grove::run::{RunEnd, RunOptions, RunReport};
+use grove::settings::options::{CheckOptions, SubtaskCheck};
+use grove::store::RunStore;
+use grove::store::journal::{CheckRun, CheckStatus, ON_RESULT, SubtaskOutcome, VerdictKind};
+use grove::tools::sandbox::{self, CommandHost};
+
+use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
+use crate::support::git_fixture::GitFixture;
+use crate::support::requests::{Who, who};
+use crate::support::scripted_run::{first_user_text, lead_reply, models, usage, worker_reply};
+
+use crate::support::fake_server::Turn;
+
+/// The project's tests: `python3 -B -m unittest -q` finds `test_*.py` in the root.
+const UNITTEST: &str = "python3 -B -m unittest -q";
+
+/// A piece of a refactor that is red alone: a test of `mul`, which S2 adds.
+const TEST_MUL: &str = "Add the test of mul.\nWRITE test_mul.py import unittest; from calc_mul \
+                        import mul; T = type(\"T\", (unittest.TestCase,), {\"test_mul\": \
+                        lambda self: self.assertEqual(mul(2, 3), 6)})";
+/// The other piece, green alone: `mul` itself.
+const ADD_MUL: &str = "Add mul.\nWRITE calc_mul.py def mul(a, b): return a * b";
+
+/// Whether this kernel can sandbox; false (test skipped) otherwise.
+fn sandbox_or_skip(test: &str) -> bool {
+    match sandbox::probe(&CommandHost::default()) {
+        Ok(()) => true,
+        Err(error) if std::env::var_os("GROVE_REQUIRE_SANDBOX").is_some() => {
+            panic!("{test}: GROVE_REQUIRE_SANDBOX is set but the sandbox is unavailable: {error}")
+        }
+        Err(error) => {
+            eprintln!("skipped {test}: the kernel sandbox is unavailable here: {error}");
+            false
+        }
+    }
+}
+
+/// A small Python package with its unit tests, green at the base.
+fn package() -> GitFixture {
+    GitFixture::with_files(&[
+        ("calc.py", "def add(a, b):\n    return a + b\n"),
+        (
+            "test_calc.py",
+            "import unittest\n\nfrom calc import add\n\n\nclass AddTest(unittest.TestCase):\n    \
+             def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n",
+        ),
+        ("AGENTS.md", "Keep every test green."),
+    ])
+}
+
+/// Sandboxed options (the default) with `check`, commands starting from a bare PATH.
+fn options(fixture: &GitFixture, check: CheckOptions) -> RunOptions {
+    RunOptions {
+        jobs: 2,
+        git: fixture.options(),
+        commands: CommandHost {
+            env: Some(vec![
+                ("PATH".into(), OsString::from("/usr/bin:/bin")),
+                ("HOME".into(), fixture.home().into_os_string()),
+            ]),
+        },
+        check: Some(check),
+        ..RunOptions::new("Add mul to the calculator, with its test.")
+    }
+}
+
+/// A reviewer that approves, or (`reject_red`) rejects a diff whose check is red.
+fn reviewer(request: &RecordedRequest, reject_red: bool) -> Reply {
+    if !request.tool_results().is_empty() {
+        return usage(Turn::text("Verdict given.")).into();
+    }
+    let red = first_user_text(request).contains("` FAILED (");
+    let input = if red && reject_red {
+        json!({ "verdict": "reject", "summary": "Its check is red." })
+    } else {
+        json!({ "verdict": "approve", "summary": "Does what the brief asks." })
+    };
+    usage(Turn::new().tool_use("review_call_1", "submit_verdict", input)).into()
+}
+
+async fn server(
+    briefs: &'static [(&'static str, Option<&'static str>)],
+    reject_red: bool,
+) -> FakeServer {
+    FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => lead_reply(request, briefs),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer(request, reject_red),
+    })
+    .await
+}
+
+async fn run(fixture: &GitFixture, server: &FakeServer, options: RunOptions) -> RunReport {
+    let report = tokio::time::timeout(
+        Duration::from_secs(120),
+        grove::run::run(
+            &fixture.repo,
+            options,
+            models(server, Provider::Anthropic, true),
+            EventSink::discard(),
+            CancellationToken::new(),
+        ),
+    )
+    .await
+    .expect("a run with checks never hangs")
+    .unwrap();
+    server.assert_no_violations();
+    report
+}
+
+/// The first message of the reviewer whose brief starts with `brief`'s first line.
+fn review_brief(server: &FakeServer, brief: &str) -> Option<String> {
+    let first_line = brief.lines().next().unwrap();
+    server
+        .requests()
+        .iter()
+        .filter(|request| who(request) == Who::Reviewer && request.tool_results().is_empty())
+        .map(first_user_text)
+        .find(|text| text.contains(first_line))
+}
+
+/// The subtasks' checks of `report` in subtask order (they end in any order), seconds
+/// zeroed; the result's are the fixer's.
+fn subtask_checks(report: &RunReport) -> Vec<CheckRun> {
+    let mut runs: Vec<CheckRun> = report
+        .check
+        .runs
+        .iter()
+        .filter(|run| run.on != ON_RESULT)
+        .map(|run| CheckRun {
+            seconds: 0.0,
+            ..run.clone()
+        })
+        .collect();
+    runs.sort_by(|a, b| a.on.cmp(&b.on));
+    runs
+}
+
+/// Each subtask's (status, verdict), in order.
+fn outcomes(report: &RunReport) -> Vec<(String, SubtaskOutcome, Option<VerdictKind>)> {
+    report
+        .subtasks
+        .iter()
+        .map(|subtask| (subtask.id.clone(), subtask.status, subtask.verdict))
+        .collect()
+}
+
+const MUL_BRIEFS: &[(&str, Option<&str>)] = &[(TEST_MUL, None), (ADD_MUL, None)];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_reviewer_sees_its_check_and_a_red_piece_of_a_refactor_may_still_merge() {
+    if !sandbox_or_skip("each_reviewer_sees_its_check") {
+        return;
+    }
+    let fixture = package();
+    let server = server(MUL_BRIEFS, false).await;
+
+    let report = run(
+        &fixture,
+        &server,
+        options(&fixture, CheckOptions::new(UNITTEST)),
+    )
+    .await;
+
+    let red = review_brief(&server, TEST_MUL).expect("S1 was reviewed");
+    assert!(
+        red.contains(&format!(
+            "# The project's check on this worktree\n\n`{UNITTEST}` FAILED (exited with status 1) in "
+        )),
+        "the reviewer is told the command and that it failed: {red}"
+    );
+    assert!(
+        red.contains("ModuleNotFoundError: No module named 'calc_mul'")
+            && red.contains("FAILED (errors=1)"),
+        "the reviewer sees the end of the check's output: {red}"
+    );
+    let green = review_brief(&server, ADD_MUL).expect("S2 was reviewed");
+    assert!(
+        green.contains(&format!("`{UNITTEST}` passed in ")) && green.contains("OK"),
+        "a green check is evidence too: {green}"
+    );
+    assert_eq!(
+        outcomes(&report),
+        vec![
+            (
+                "S1".into(),
+                SubtaskOutcome::Merged,
+                Some(VerdictKind::Approve)
+            ),
+            (
+                "S2".into(),
+                SubtaskOutcome::Merged,
+                Some(VerdictKind::Approve)
+            ),
+        ],
+        "subtask = \"evidence\": the reviewer weighs a red check and may merge over it"
+    );
+    let checks = subtask_checks(&report);
+    assert_eq!(
+        checks
+            .iter()
+            .map(|run| (run.on.as_str(), run.status, run.ended.as_str()))
+            .collect::<Vec<_>>(),
+        vec![
+            ("S1", CheckStatus::Failed, "exited with status 1"),
+            ("S2", CheckStatus::Passed, "exited with status 0"),
+        ],
+        "--json's check.runs holds each subtask's check"
+    );
+    assert_eq!(
+        report
+            .subtasks
+            .iter()
+            .map(|subtask| subtask.check.clone().map(|run| CheckRun {
+                seconds: 0.0,
+                ..run
+            }))
+            .collect::<Vec<_>>(),
+        checks.into_iter().map(Some).collect::<Vec<_>>(),
+        "each subtask carries its own check"
+    );
+    assert_eq!(report.status, RunEnd::Finished);
+    assert_eq!(
+        fixture.read("calc_mul.py"),
+        b"def mul(a, b): return a * b\n",
+        "both pieces landed"
+    );
+
+    // The HTML report and `grove review` show each subtask's check from the journal.
+    let repo = fixture.open().await;
+    let data = grove::report::gather(&repo, &report.run_id, PriceTable::builtin())
+        .await
+        .unwrap();
+    let page = grove::report::render_html(&data);
+    assert_eq!(
+        (
+            page.matches("data-check=\"failed\"").count(),
+            page.matches("data-check=\"passed\"").count(),
+            page.contains("No module named &#39;calc_mul&#39;")
+        ),
+        (1, 1, true),
+        "the report shows S1's red check with its output and S2's green one"
+    );
+    let review = grove::review::load(&repo, &report.run_id).await.unwrap();
+    assert_eq!(
+        review
+            .subtasks
+            .iter()
+            .map(|subtask| subtask
+                .check
+                .as_ref()
+                .map(|run| (run.on.as_str(), run.status)))
+            .collect::<Vec<_>>(),
+        vec![
+            Some(("S1", CheckStatus::Failed)),
+            Some(("S2", CheckStatus::Passed))
+        ],
+        "grove review has each subtask's check"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_required_check_rejects_a_red_subtask_without_asking_the_reviewer() {
+    if !sandbox_or_skip("a_required_check_rejects") {
+        return;
+    }
+    let fixture = package();
+    let server = server(MUL_BRIEFS, false).await;
+    let check = CheckOptions {
+        subtask: SubtaskCheck::Require,
+        ..CheckOptions::new(UNITTEST)
+    };
+
+    let report = run(&fixture, &server, options(&fixture, check)).await;
+
+    assert_eq!(
+        outcomes(&report),
+        vec![
+            (
+                "S1".into(),
+                SubtaskOutcome::Rejected,
+                Some(VerdictKind::Reject)
+            ),
+            (
+                "S2".into(),
+                SubtaskOutcome::Merged,
+                Some(VerdictKind::Approve)
+            ),
+        ],
+        "subtask = \"require\": a red check rejects even where the reviewer would approve"
+    );
+    assert_eq!(
+        review_brief(&server, TEST_MUL),
+        None,
+        "the red subtask's reviewer was never asked (its tokens are saved)"
+    );
+    assert!(
+        review_brief(&server, ADD_MUL).is_some(),
+        "the green one was reviewed"
+    );
+    let s1 = &report.subtasks[0];
+    assert_eq!(
+        (s1.reason.as_deref(), s1.reviewer_ledger.steps),
+        (
+            Some(
+                "rejected because its check `python3 -B -m unittest -q` exited with status 1 \
+                 ([check] subtask = \"require\"); the reviewer was not asked"
+            ),
+            0
+        ),
+        "the report says why"
+    );
+    let summary = s1.review_summary.clone().unwrap();
+    assert!(
+        summary.starts_with(
+            "Rejected without review: the check `python3 -B -m unittest -q` exited with status 1"
+        ) && summary.contains("No module named 'calc_mul'"),
+        "the verdict quotes the failure for the lead and grove review: {summary}"
+    );
+    // What a resume and `grove review` read: the journaled verdict.
+    let state = RunStore::new(&fixture.repo.join(".git"))
+        .read_state(&report.run_id.parse().unwrap())
+        .unwrap();
+    let journaled = state.subtasks[0].verdict.clone().unwrap();
+    assert_eq!(
+        (journaled.verdict, journaled.summary),
+        (VerdictKind::Reject, summary),
+        "the rejection is journaled as S1's verdict"
+    );
+    assert_eq!(report.status, RunEnd::Finished);
+    assert!(
+        !fixture.repo.join("test_mul.py").exists(),
+        "the rejected piece is not on the user's branch"
+    );
+}
+
+const FAULT_BRIEFS: &[(&str, Option<&str>)] = &[
+    ("Make the check slow.\nWRITE slow.flag yes", None),
+    (
+        "Make the check lose its tool.\nWRITE missing.flag yes",
+        None,
+    ),
+    ("Note it.\nWRITE notes.txt fine", None),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_check_that_times_out_or_cannot_find_its_program_is_red_evidence() {
+    if !sandbox_or_skip("a_check_that_times_out") {
+        return;
+    }
+    let fixture = package();
+    let server = server(FAULT_BRIEFS, true).await;
+    let check = CheckOptions {
+        timeout_s: 1,
+        ..CheckOptions::new(
+            "if [ -f slow.flag ]; then echo waiting; sleep 60; fi; \
+             if [ -f missing.flag ]; then no-such-check-tool --all; else echo checked; fi",
+        )
+    };
+    let started = std::time::Instant::now();
+
+    let report = run(&fixture, &server, options(&fixture, check)).await;
+
+    assert!(
+        started.elapsed() < Duration::from_secs(50),
+        "the slow check was stopped at its limit"
+    );
+    let checks = subtask_checks(&report);
+    assert_eq!(
+        checks
+            .iter()
+            .map(|run| (run.on.as_str(), run.status, run.ended.as_str()))
+            .collect::<Vec<_>>(),
+        vec![
+            ("S1", CheckStatus::Failed, "timed out after 1 s"),
+            ("S2", CheckStatus::Failed, "exited with status 127"),
+            ("S3", CheckStatus::Passed, "exited with status 0"),
+        ]
+    );
+    let slow = review_brief(&server, FAULT_BRIEFS[0].0).unwrap();
+    assert!(
+        slow.contains("FAILED (timed out after 1 s)") && slow.contains("waiting"),
+        "the reviewer is told the check timed out, with its output: {slow}"
+    );
+    let missing = review_brief(&server, FAULT_BRIEFS[1].0).unwrap();
+    assert!(
+        missing.contains("FAILED (exited with status 127)")
+            && missing.contains("no-such-check-tool: command not found"),
+        "the reviewer is told the check's program is missing: {missing}"
+    );
+    assert_eq!(
+        outcomes(&report),
+        vec![
+            (
+                "S1".into(),
+                SubtaskOutcome::Rejected,
+                Some(VerdictKind::Reject)
+            ),
+            (
+                "S2".into(),
+                SubtaskOutcome::Rejected,
+                Some(VerdictKind::Reject)
+            ),
+            (
+                "S3".into(),
+                SubtaskOutcome::Merged,
+                Some(VerdictKind::Approve)
+            ),
+        ]
+    );
+}
+
+const NET_BRIEFS: &[(&str, Option<&str>)] = &[("Reach out.\nWRITE net.flag yes", None)];
+
+/// The check's attempt on a loopback TCP listener, and whether the listener saw it.
+async fn check_reaching_a_listener(network: bool) -> (CheckRun, bool) {
+    let fixture = package();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    let server = server(NET_BRIEFS, true).await;
+    let check = CheckOptions {
+        network,
+        ..CheckOptions::new(format!(
+            "if [ -f net.flag ]; then python3 -c \"import socket; \
+             socket.create_connection(('127.0.0.1', {port}), timeout=5); print('CONNECTED')\"; fi"
+        ))
+    };
+
+    let report = run(&fixture, &server, options(&fixture, check)).await;
+
+    let reached = listener.accept().is_ok();
+    (subtask_checks(&report).remove(0), reached)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_check_without_network_reaches_no_inet_socket_and_with_it_does() {
+    if !sandbox_or_skip("a_check_without_network") {
+        return;
+    }
+    let (closed, reached) = check_reaching_a_listener(false).await;
+    assert!(
+        !reached
+            && closed.status == CheckStatus::Failed
+            && !closed.output_tail.contains("CONNECTED"),
+        "network = false: the check cannot open an AF_INET socket, not even to 127.0.0.1: \
+         {closed:?}"
+    );
+    let (open, reached) = check_reaching_a_listener(true).await;
+    assert!(
+        reached && open.status == CheckStatus::Passed && open.output_tail == "CONNECTED",
+        "network = true: the same check connects (so the test above can fail): {open:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_subtask_interrupted_during_its_check_runs_it_again_on_resume() {
+    if !sandbox_or_skip("a_subtask_interrupted_during_its_check") {
+        return;
+    }
+    let fixture = package();
+    let server = server(&[(ADD_MUL, None)], false).await;
+    let check = CheckOptions::new(format!("sleep 2; {UNITTEST}"));
+    let cancel = CancellationToken::new();
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let stopper = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                if matches!(event, Event::CheckStarted { .. }) {
+                    cancel.cancel();
+                }
+            }
+        })
+    };
+
+    let interrupted = grove::run::run(
+        &fixture.repo,
+        options(&fixture, check),
+        models(&server, Provider::Anthropic, true),
+        EventSink::new(tx),
+        cancel,
+    )
+    .await
+    .unwrap();
+    stopper.abort();
+
+    assert_eq!(interrupted.status, RunEnd::Interrupted, "{interrupted:#?}");
+    assert_eq!(
+        (subtask_checks(&interrupted), review_brief(&server, ADD_MUL)),
+        (Vec::new(), None),
+        "the check never finished: no record of it, and no review"
+    );
+
+    let resumed = grove::run::resume(
+        &fixture.repo,
+        &interrupted.run_id,
+        fixture.options(),
+        |_| Ok(models(&server, Provider::Anthropic, true)),
+        EventSink::discard(),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    server.assert_no_violations();
+
+    assert_eq!(
+        subtask_checks(&resumed)
+            .iter()
+            .map(|run| (run.on.as_str(), run.status))
+            .collect::<Vec<_>>(),
+        vec![("S1", CheckStatus::Passed)],
+        "the resumed subtask ran its check again, once"
+    );
+    let brief = review_brief(&server, ADD_MUL).expect("the resumed subtask was reviewed");
+    assert!(
+        brief.contains(&format!("`sleep 2; {UNITTEST}` passed in ")),
+        "its reviewer saw the check of the resumed run: {brief}"
+    );
+    assert_eq!(
+        (resumed.status, outcomes(&resumed)),
+        (
+            RunEnd::Finished,
+            vec![(
+                "S1".into(),
+                SubtaskOutcome::Merged,
+                Some(VerdictKind::Approve)
+            )]
+        )
+    );
+}
