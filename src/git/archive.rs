@@ -12,7 +12,9 @@ use serde::Serialize;
 use super::Repo;
 use super::error::GitError;
 use super::names::{CommitId, RunId, subtask_ref};
+use super::trash::discard_in_background;
 use super::worktree::Worktree;
+use crate::tools::tree::Layers;
 
 /// Where one subtask's work was kept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -39,6 +41,10 @@ pub struct CleanReport {
     /// stay too). Absent from the JSON when there is none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kept_worktrees: Vec<KeptWorktree>,
+    /// Base trees of copy-on-write worktrees removed (no run held them). Absent from
+    /// the JSON when there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub removed_bases: Vec<PathBuf>,
 }
 
 /// A worktree `grove clean` kept, and the files in it that git refuses to record.
@@ -152,6 +158,13 @@ impl Repo {
                     continue;
                 }
                 self.delete_worktree(worktree.path(), &admin).await?;
+                if worktree.is_overlay() {
+                    // Its upper and work directories, committed above.
+                    let layers = Layers::beside(Path::new("/"), worktree.path());
+                    if let Some(own) = layers.own_dir() {
+                        discard_in_background(own, &self.common_dir().join("grove/trash"))?;
+                    }
+                }
                 dirs.extend(path.parent().map(Path::to_path_buf));
                 report.removed_worktrees.push(path);
             }
@@ -181,6 +194,7 @@ impl Repo {
                 .await?;
             report.deleted_branches.push(branch);
         }
+        report.removed_bases = self.remove_unused_bases(None)?;
         // Only empty directories go; anything left in one is not grove's to delete.
         for dir in &dirs {
             let _ = std::fs::remove_dir(dir);

@@ -109,9 +109,11 @@ const INTENT_TO_ADD: u16 = 1 << 13;
 /// Which way a checkpoint's commit is written (see [`Repo::checkpoint_with`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitPath {
-    /// In process when libgit2 can do it exactly as git would, else the CLI.
+    /// In process when libgit2 can do it exactly as git would, else the CLI; for a
+    /// copy-on-write tree, from its upper directory (see [`Repo::checkpoint_upper`]).
     Fastest,
-    /// Only git processes (`write-tree`, `rev-parse`, `commit-tree`, `update-ref`).
+    /// Only git processes (`add`, `write-tree`, `rev-parse`, `commit-tree`,
+    /// `update-ref`), for a copy-on-write tree too (run inside it).
     Cli,
 }
 
@@ -149,6 +151,14 @@ impl Repo {
         path: CommitPath,
     ) -> Result<Option<CommitId>, GitError> {
         worktree.ready().await?;
+        // A copy-on-write tree's changes are its upper directory: no index refresh over
+        // the whole tree, and no mount needed (the CLI path stays, inside the tree, to
+        // hold the two to the same commit).
+        if path == CommitPath::Fastest
+            && let Some(source) = worktree.upper_source()
+        {
+            return self.checkpoint_upper(&source, label).await;
+        }
         worktree.check_mounted()?;
         let in_worktree = || self.inner.runner.in_worktree(worktree);
         // Local-only files (a copied `.env`) stay out even if something staged them.
@@ -241,6 +251,9 @@ impl Repo {
     pub async fn git_dir_paths(&self, worktree: &Worktree) -> Result<Vec<String>, GitError> {
         worktree.ready().await?;
         worktree.check_mounted()?;
+        if let Some(source) = worktree.upper_source() {
+            return self.upper_git_dir_paths(&source).await;
+        }
         let staged = self.stage_all(worktree, &[]).await?;
         let mut paths = self.staged_git_dir_paths(worktree).await?;
         paths.extend(staged.repositories);

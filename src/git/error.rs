@@ -143,6 +143,12 @@ pub enum GitError {
     #[error("filling the worktree at {path} stopped before it finished")]
     FillAborted { path: PathBuf },
 
+    /// An overlay upper directory uses a feature the checkpoint does not read (a
+    /// redirected directory, a metadata-only copy): committing it could lose data. Not
+    /// retried; grove mounts without those features.
+    #[error("{path} carries the overlay xattr {xattr}, which grove does not read")]
+    UpperUnsupported { path: PathBuf, xattr: &'static str },
+
     /// A compare-and-swap ref update kept losing to another writer. Retried a few times
     /// (recomputing the merge each time) before this is returned.
     #[error("{reference} kept moving while grove tried to update it (last seen at {actual})")]

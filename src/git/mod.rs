@@ -35,6 +35,7 @@
 
 mod apply;
 mod archive;
+mod base_tree;
 mod branch;
 mod cmd;
 mod commit;
@@ -44,11 +45,12 @@ mod diff;
 mod error;
 mod local_files;
 mod location;
-mod lower;
 mod merge;
 mod names;
 mod rebuild;
 mod squash;
+mod trash;
+mod upper_commit;
 mod worktree;
 
 use std::path::{Path, PathBuf};
@@ -56,17 +58,18 @@ use std::sync::{Arc, Mutex};
 
 pub use apply::{ApplyOutcome, ApplyRequest, RefusalReason};
 pub use archive::{ArchivedWork, CleanReport, KeptWorktree};
+pub use base_tree::{BaseSetup, BaseTree};
 pub use cmd::{GitOptions, Identity};
 pub use commit::CommitPath;
 pub use conflict::{ConflictedMerge, LeftMarker, MergeSide};
 pub use diff::{BranchDiff, DiffStat, FileStat, Patch};
 pub use error::GitError;
-pub use lower::BaseTree;
 pub use merge::{MergeCheck, MergeOutcome, PairConflict};
 pub use names::{CommitId, RunId, subtask_ref};
 pub use rebuild::{RebuildPick, RebuildStep, Rebuilt};
 pub use squash::{ChainCommit, SquashStep, Squashed};
-pub use worktree::{Worktree, WorktreeSpec};
+pub use trash::settle_deletions;
+pub use worktree::{UpperSource, Worktree, WorktreeSpec};
 
 use cmd::{GitCall, GitRunner};
 

@@ -6,16 +6,18 @@
 //! (its `gitdir` file), and every later command names it explicitly. Paths stay
 //! `Path`/`OsStr` throughout: a repository path need not be UTF-8.
 
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use super::base_tree::BaseTree;
 use super::error::GitError;
 use super::names::{CommitId, RunId, subtask_ref};
+use super::trash::{self, delete_in_background, discard_in_background, process_alive};
 use super::{Repo, canonical};
-use crate::tools::tree::TreeNamespace;
+use crate::tools::tree::{Layers, TreeNamespace};
 
 /// Serialises every change to `<common>/worktrees/` within this process (`worktree add`,
 /// `prune`, `unlock`, and removal): parallel adds race on the common dir's locks
@@ -25,9 +27,6 @@ use crate::tools::tree::TreeNamespace;
 /// Other processes are survived by the runner's lock-retry.
 pub(super) static REGISTRATION: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Numbers the trash names of removals within this process.
-static REMOVALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 /// Written into a worktree's admin dir once its files are complete; a worktree without
 /// it was never fully checked out and must not be committed from.
 const FILLED_MARKER: &str = "grove-filled";
@@ -35,6 +34,15 @@ const FILLED_MARKER: &str = "grove-filled";
 /// Written into the admin dir of a copy-on-write worktree: its files are seen only
 /// inside its tree host's namespaces, never at its path in grove's own.
 const OVERLAY_MARKER: &str = "grove-overlay";
+
+/// Written into the admin dir of a copy-on-write worktree: the path of its lower
+/// directory (the base tree's files), which its checkpoints lay its upper one onto.
+const LOWER_RECORD: &str = "grove-lower";
+
+/// Beside it, the commit the lower directory is a checkout of: a tree restarted on
+/// another commit (a resolver's) keeps its lower directory, so its upper one holds the
+/// difference, and is laid onto this commit's tree, never the new start's.
+const LOWER_COMMIT_RECORD: &str = "grove-lower-commit";
 
 /// What [`Repo::create_worktree`] needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,8 +62,8 @@ pub struct WorktreeSpec {
 enum Fill {
     /// A checkout in the background.
     Checkout,
-    /// None: an overlay of the base tree whose index this is.
-    Overlay(PathBuf),
+    /// None: an overlay of this base tree, whose index it starts from.
+    Overlay(BaseTree),
 }
 
 #[derive(Debug, Clone)]
@@ -63,6 +71,24 @@ enum FillState {
     Filling,
     Filled,
     Failed(Arc<GitError>),
+}
+
+/// Where a copy-on-write tree's changes are and what they apply to: everything a
+/// checkpoint of its upper directory needs, whichever handle the tree has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpperSource {
+    /// The run, for the branch `grove/<run>/<n>` and the commit message.
+    pub run: RunId,
+    /// The subtask number `n`.
+    pub subtask: u32,
+    /// The tree's admin dir (its index and local-only files record).
+    pub admin_dir: PathBuf,
+    /// The overlay's upper directory.
+    pub upper: PathBuf,
+    /// The overlay's lower directory (the base tree's files).
+    pub lower: PathBuf,
+    /// The commit the lower directory is a checkout of.
+    pub base: CommitId,
 }
 
 /// A subtask's worktree. Usable for a model call at once; file access must wait for
@@ -98,6 +124,41 @@ impl Worktree {
     pub fn with_tree(mut self, tree: Option<Arc<TreeNamespace>>) -> Self {
         self.tree = tree;
         self
+    }
+
+    /// What a checkpoint of this copy-on-write worktree reads (its upper directory, its
+    /// lower one, its admin dir), mounted or not: its upper directory holds its changes
+    /// either way (a crashed run's, for `grove clean`). `None` for a git worktree, or
+    /// when the upper directory is gone.
+    pub fn upper_source(&self) -> Option<UpperSource> {
+        if !self.overlay {
+            return None;
+        }
+        let upper = match &self.tree {
+            Some(tree) => tree.upper().to_path_buf(),
+            None => Layers::beside(Path::new("/"), &self.path).upper,
+        };
+        if !upper.is_dir() {
+            return None;
+        }
+        self.upper_source_at(&upper)
+    }
+
+    /// [`Worktree::upper_source`] with the upper directory `upper` (a tree mounted by
+    /// other means, as in tests); `None` unless it is a copy-on-write worktree.
+    pub fn upper_source_at(&self, upper: &Path) -> Option<UpperSource> {
+        let lower = std::fs::read(self.admin_dir.join(LOWER_RECORD)).ok()?;
+        let base = std::fs::read_to_string(self.admin_dir.join(LOWER_COMMIT_RECORD))
+            .ok()
+            .and_then(|text| CommitId::parse(text.trim()).ok())?;
+        Some(UpperSource {
+            run: self.run.clone(),
+            subtask: self.subtask,
+            admin_dir: self.admin_dir.clone(),
+            upper: upper.to_path_buf(),
+            lower: PathBuf::from(std::ffi::OsString::from_vec(lower)),
+            base,
+        })
     }
 
     /// Where grove's own process reads the worktree's files.
@@ -292,8 +353,8 @@ impl Repo {
         match how {
             // An overlay shows the base: a branch with earlier work on it (a resume) gets
             // its files checked out, or a checkpoint would undo that work.
-            Fill::Overlay(index) if start == spec.base => {
-                self.fill_overlay(spec, path, admin, start, &index)
+            Fill::Overlay(base) if start == spec.base => {
+                self.fill_overlay(spec, path, admin, start, &base)
             }
             Fill::Overlay(_) | Fill::Checkout => Ok(self.start_fill(spec, path, admin, start)),
         }
@@ -324,6 +385,8 @@ impl Repo {
             "grove: restart the worktree",
         )
         .await?;
+        // Inside a copy-on-write tree when it is one: its files are only there (what
+        // the reset writes lands in its upper directory, over the same lower one).
         self.inner
             .runner
             .in_worktree(&worktree)
@@ -463,26 +526,28 @@ impl Repo {
     }
 
     /// Registers the worktree of one subtask as [`Repo::create_worktree`] does, but never
-    /// checks it out: its files are an overlay of the base tree whose index is
-    /// `base_index` (copied as the worktree's own, so that git inside sees only what the
-    /// worker changed), mounted by a tree host the caller starts at its path.
+    /// checks it out: its files are an overlay of `base` (whose index is copied as the
+    /// worktree's own, so that git inside sees only what the worker changed), mounted by
+    /// a tree host the caller starts at its path.
     pub async fn create_overlay_worktree(
         &self,
         spec: WorktreeSpec,
-        base_index: &Path,
+        base: &BaseTree,
     ) -> Result<Worktree, GitError> {
-        let fill = Fill::Overlay(base_index.to_path_buf());
+        let fill = Fill::Overlay(base.clone());
         self.create_worktree_as(spec, fill).await
     }
 
-    /// Marks a registered worktree as a copy-on-write one, filled from `base_index`.
+    /// Marks a registered worktree as a copy-on-write one over `base`: its index a copy
+    /// of the base's (dated as the base's, so no entry is racily clean), and the base's
+    /// tree recorded as its lower directory (for [`Worktree::upper_source`]).
     fn fill_overlay(
         &self,
         spec: WorktreeSpec,
         path: PathBuf,
         admin: PathBuf,
         start: CommitId,
-        base_index: &Path,
+        base: &BaseTree,
     ) -> Result<Worktree, GitError> {
         let io = |action: &'static str, path: &Path| {
             let path = path.to_path_buf();
@@ -493,7 +558,13 @@ impl Repo {
             }
         };
         let index = admin.join("index");
-        std::fs::copy(base_index, &index).map_err(io("copy the base index to", &index))?;
+        base.copy_index_to(&index)?;
+        let lower = admin.join(LOWER_RECORD);
+        std::fs::write(&lower, base.tree_dir().as_os_str().as_bytes())
+            .map_err(io("write", &lower))?;
+        let lower_commit = admin.join(LOWER_COMMIT_RECORD);
+        std::fs::write(&lower_commit, base.commit().to_string())
+            .map_err(io("write", &lower_commit))?;
         for marker in [OVERLAY_MARKER, FILLED_MARKER] {
             let marker = admin.join(marker);
             std::fs::write(&marker, b"").map_err(io("write", &marker))?;
@@ -543,32 +614,31 @@ impl Repo {
         self.prune_unlocked().await
     }
 
-    /// Deletes what removals by a grove that died mid-way left in `<common>/grove/trash/`
-    /// (entries named `tree-<pid>-<n>` or `admin-<pid>-<n>` whose process is gone).
-    pub(super) async fn sweep_trash(&self) -> Result<(), GitError> {
+    /// Deletes what removals by a grove that died mid-way left in the trash folders
+    /// (`<common>/grove/trash/`, `<bases>/.trash/`: entries named `<kind>-<pid>-<n>`
+    /// whose process is gone). Called at every run's start and by `grove clean`; the
+    /// deletion itself runs in the background.
+    pub async fn sweep_trash(&self) -> Result<(), GitError> {
         let trash = self.common_dir().join("grove").join("trash");
-        let Ok(entries) = std::fs::read_dir(&trash) else {
-            return Ok(());
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let pid = name
-                .to_str()
-                .and_then(|name| name.split('-').nth(1))
-                .and_then(|pid| pid.parse::<i32>().ok());
-            let Some(pid) = pid else { continue };
-            let alive = pid == i32::try_from(std::process::id()).unwrap_or(-1)
-                || nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
-                    .map_or_else(|errno| errno != nix::errno::Errno::ESRCH, |()| true);
-            if !alive {
-                let path = entry.path();
-                tokio::fs::remove_dir_all(&path)
-                    .await
-                    .map_err(|source| GitError::Io {
-                        action: "delete",
-                        path,
-                        source,
-                    })?;
+        for folder in [&trash, &self.bases_home().join(".trash")] {
+            let Ok(entries) = std::fs::read_dir(folder) else {
+                continue;
+            };
+            let mut dead = Vec::new();
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let pid = name
+                    .to_str()
+                    .and_then(|name| name.split('-').nth(1))
+                    .and_then(|pid| pid.parse::<i32>().ok());
+                if pid.is_some_and(|pid| !process_alive(pid)) {
+                    dead.push(entry.path());
+                }
+            }
+            // Renamed first, so that a sweep by another grove never deletes the same
+            // entry twice and the trash is free of them at once.
+            for path in dead {
+                discard_in_background(&path, folder)?;
             }
         }
         // Under the lock: a removal that has just created the trash must find it there
@@ -594,7 +664,7 @@ impl Repo {
     /// to `git worktree remove`, still under the lock.
     pub(super) async fn delete_worktree(&self, path: &Path, admin: &Path) -> Result<(), GitError> {
         let trash = self.common_dir().join("grove").join("trash");
-        let number = REMOVALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let number = trash::next_number();
         let stamp = format!("{}-{number}", std::process::id());
         let (moved_tree, moved_admin) = (
             trash.join(format!("tree-{stamp}")),
@@ -640,17 +710,9 @@ impl Repo {
                 }
             }
         }
-        for moved in [&moved_tree, &moved_admin] {
-            match tokio::fs::remove_dir_all(moved).await {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => return Err(io("delete", moved)(source)),
-            }
-        }
-        // Under the lock: a removal that has just created the trash must find it there
-        // for its renames (a missing destination also reads as NotFound).
-        let _guard = REGISTRATION.lock().await;
-        let _ = std::fs::remove_dir(&trash);
+        // The deletion is bound by the disk (~6 s for 30,000 files): nobody waits for
+        // it. If this process ends first, the next grove's sweep finishes it.
+        delete_in_background(vec![moved_tree, moved_admin]);
         Ok(())
     }
 

@@ -114,6 +114,16 @@ pub(crate) struct Started {
     pub(crate) lock: RepoLock,
 }
 
+/// Finishes, in the background, the deletions a grove that ended before them left in
+/// the trash (a run's end does not wait for its deletions); a failure leaves them for
+/// the next start.
+fn sweep_trash(repo: &Repo) {
+    let repo = repo.clone();
+    tokio::spawn(async move {
+        let _ = repo.sweep_trash().await;
+    });
+}
+
 /// Starts a new run of `options.task` in the repository at `repo_path`.
 pub(crate) async fn start(
     repo_path: &Path,
@@ -123,6 +133,7 @@ pub(crate) async fn start(
     cancel: CancellationToken,
 ) -> Result<Started, RunError> {
     let repo = Repo::open(repo_path, options.git.clone()).await?;
+    sweep_trash(&repo);
     let head = repo.head()?;
     let Some(branch) = head.branch else {
         return Err(match repo.operation_in_progress()? {
@@ -179,6 +190,7 @@ pub(crate) async fn resume(
     cancel: CancellationToken,
 ) -> Result<(Started, RunState), RunError> {
     let repo = Repo::open(repo_path, git.clone()).await?;
+    sweep_trash(&repo);
     let store = RunStore::new(repo.common_dir());
     let run_id: RunId = run_id.parse()?;
     let lock = acquire(&repo, &run_id, &events)?;

@@ -144,6 +144,9 @@ pub struct RunSettings {
     /// Shell command run in each new worktree before its worker starts.
     pub setup: Option<String>,
     pub setup_timeout_s: Option<u64>,
+    /// `[worktree] per_worker`: run the setup command in every worker's tree rather than
+    /// once in the base tree that copy-on-write trees share.
+    pub setup_per_worker: Option<bool>,
     /// Untracked files copied from the repository root into each worktree.
     pub copy: Option<Vec<String>>,
     /// Where runs' worktrees go (`[worktree] dir`), instead of the user's cache directory.
@@ -197,6 +200,7 @@ impl RunSettings {
             apply: self.apply.or(lower.apply),
             setup: self.setup.or(lower.setup),
             setup_timeout_s: self.setup_timeout_s.or(lower.setup_timeout_s),
+            setup_per_worker: self.setup_per_worker.or(lower.setup_per_worker),
             copy: self.copy.or(lower.copy),
             worktrees_dir: self.worktrees_dir.or(lower.worktrees_dir),
             worktree_mode: self.worktree_mode.or(lower.worktree_mode),
@@ -231,6 +235,7 @@ impl RunSettings {
         options.worktree_setup = WorktreeSetup {
             setup: self.setup,
             setup_timeout_s: self.setup_timeout_s.unwrap_or(DEFAULT_SETUP_TIMEOUT_S),
+            per_worker: self.setup_per_worker.unwrap_or(false),
             copy: self.copy.unwrap_or_default(),
         };
         options.worktrees_dir = self.worktrees_dir;
@@ -321,6 +326,11 @@ impl ProjectConfig {
                 "worktree.setup_timeout_s",
                 |value| integer(value, 1, MAX_SETUP_TIMEOUT_S),
             )?,
+            setup_per_worker: check.optional(
+                worktree.per_worker,
+                "worktree.per_worker",
+                boolean,
+            )?,
             copy: check.optional(worktree.copy, "worktree.copy", copy_list)?,
             worktrees_dir: check.optional(worktree.dir, "worktree.dir", worktrees_dir)?,
             worktree_mode: check.optional(worktree.mode, "worktree.mode", worktree_mode)?,
@@ -391,11 +401,12 @@ struct RawRoles {
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a table with the keys setup, setup_timeout_s, copy, dir and mode"
+    expecting = "a table with the keys setup, setup_timeout_s, per_worker, copy, dir and mode"
 )]
 struct RawWorktree {
     setup: RawValue,
     setup_timeout_s: RawValue,
+    per_worker: RawValue,
     copy: RawValue,
     dir: RawValue,
     mode: RawValue,

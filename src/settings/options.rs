@@ -174,9 +174,22 @@ pub struct WorktreeSetup {
     pub setup: Option<String>,
     /// Seconds the setup command may run before its process group is killed.
     pub setup_timeout_s: u64,
+    /// Runs `setup` in every worker's tree even where the workers share a base tree
+    /// (`[worktree] per_worker`); without it, copy-on-write trees run it once per base.
+    /// Journaled only when set, so runs that do not set it journal what they did before.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub per_worker: bool,
     /// Untracked files, relative to the repository root, copied into each worktree and
     /// never committed.
     pub copy: Vec<String>,
+}
+
+impl WorktreeSetup {
+    /// The setup command copy-on-write trees share, run once in their base tree; `None`
+    /// when there is none or it must run in each worker's tree (`per_worker`).
+    pub fn once_per_base(&self) -> Option<&str> {
+        self.setup.as_deref().filter(|_| !self.per_worker)
+    }
 }
 
 impl Default for WorktreeSetup {
@@ -184,6 +197,7 @@ impl Default for WorktreeSetup {
         Self {
             setup: None,
             setup_timeout_s: DEFAULT_SETUP_TIMEOUT_S,
+            per_worker: false,
             copy: Vec::new(),
         }
     }

@@ -82,6 +82,10 @@ pub fn template() -> String {
 # setup = "npm ci"
 # Seconds the setup command may run, 1 to {MAX_SETUP_TIMEOUT_S}.
 # setup_timeout_s = {DEFAULT_SETUP_TIMEOUT_S}
+# With copy-on-write worktrees the setup runs once in the base tree the workers share
+# (and not again while the base commit and the command stay the same); true runs it in
+# every worker's tree instead, as with git worktrees. Default: false.
+# per_worker = false
 # Files git does not track that each worktree needs, relative to the repository root,
 # e.g. .env. Each is copied into every worktree and never committed, reviewed or merged;
 # a listed file that is missing or tracked stops the run at its start.

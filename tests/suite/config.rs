@@ -279,6 +279,7 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
             apply: Some(true),
             setup: Some("npm ci".into()),
             setup_timeout_s: Some(config::DEFAULT_SETUP_TIMEOUT_S),
+            setup_per_worker: Some(false),
             copy: Some(vec![".env".into()]),
             worktrees_dir: Some("/var/tmp/grove-worktrees".into()),
             worktree_mode: Some(grove::tools::tree::WorktreeMode::Auto),
@@ -598,6 +599,7 @@ fn options_journaled_before_worktree_setup_existed_still_read() {
         worktree_setup: WorktreeSetup {
             setup: Some("npm ci".into()),
             setup_timeout_s: 42,
+            per_worker: true,
             copy: vec![".env".into()],
         },
         ..RunOptions::new("t")
@@ -1301,6 +1303,8 @@ async fn files_the_setup_command_leaves_for_the_commit_are_named_in_a_note() {
             WorktreeSetup {
                 setup: Some("echo x > generated.txt; echo y > setup.log".into()),
                 copy: vec![".env".into()],
+                // In every worker's tree, as with git worktrees: what it makes is committed.
+                per_worker: true,
                 ..WorktreeSetup::default()
             },
         ),

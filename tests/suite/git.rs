@@ -8,6 +8,7 @@ mod commit;
 mod detached;
 mod diff;
 mod merge;
+mod overlay;
 mod sealed;
 mod squash;
 mod worktree;

@@ -524,10 +524,7 @@ async fn a_run_in_overlay_mode_commits_what_the_worker_changed_and_keeps_only_th
         !notes.iter().any(|note| note.contains("copy-on-write")),
         "no fallback line where overlay works: {notes:#?}"
     );
-    let base = repo
-        .worktrees_home()
-        .join("base")
-        .join(report.base.as_str());
+    let base = repo.bases_home().join(report.base.as_str());
     assert_eq!(
         snapshot(&base.join("tree")),
         pairs(&[
@@ -814,6 +811,72 @@ async fn where_overlay_is_refused_auto_falls_back_in_one_line_and_forced_overlay
         ),
         (Some(1), true),
         "a forced overlay that the system refuses is a clear error, exit 1: {stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_setup_runs_once_in_the_base_tree_for_every_worker_and_is_never_committed() {
+    let fixture = GitFixture::with_files(&[("README", "the base\n"), (".gitignore", "deps/\n")]);
+    let repo = fixture.open().await;
+    if !overlay_or_skip("setup_once_per_base", repo.worktrees_home()).await {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let server = FakeServer::with_responder(|request| match who(request) {
+        "lead" => crate::support::scripted_run::lead_reply(
+            request,
+            &[("WRITE one.txt one", None), ("WRITE two.txt two", None)],
+        ),
+        "reviewer" => crate::support::scripted_run::reviewer_reply(request),
+        _ => crate::support::scripted_run::worker_reply(request),
+    })
+    .await;
+    let setup = "echo ran >> setup-runs.txt; mkdir -p deps && echo warm > deps/cache";
+    let mut options = options(&fixture, home.path(), WorktreeMode::Overlay);
+    options.jobs = 2;
+    options.worktree_setup.setup = Some(setup.to_owned());
+
+    let (report, notes) = run(&fixture, &server, options).await;
+
+    assert_eq!(
+        report
+            .subtasks
+            .iter()
+            .map(|subtask| subtask.status)
+            .collect::<Vec<_>>(),
+        vec![SubtaskOutcome::Merged, SubtaskOutcome::Merged],
+        "both subtasks merged: {report:#?}"
+    );
+    let bases: Vec<PathBuf> = std::fs::read_dir(repo.bases_home())
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| {
+            path.is_dir() && !path.file_name().unwrap().to_string_lossy().starts_with('.')
+        })
+        .collect();
+    assert_eq!(bases.len(), 1, "one base tree for the run: {bases:?}");
+    assert_eq!(
+        (
+            std::fs::read_to_string(bases[0].join("tree/setup-runs.txt")).unwrap(),
+            std::fs::read_to_string(bases[0].join("tree/deps/cache")).unwrap(),
+        ),
+        ("ran\n".to_owned(), "warm\n".to_owned()),
+        "the setup ran once, in the base tree both workers' trees show"
+    );
+    assert_eq!(
+        notes
+            .iter()
+            .filter(|note| note.contains("running the setup command"))
+            .count(),
+        1,
+        "one setup note for the run: {notes:#?}"
+    );
+    assert_eq!(
+        fixture.git(&["ls-tree", "-r", "--name-only", &report.branch]),
+        ".gitignore\nREADME\none.txt\ntwo.txt",
+        "what setup made is not committed (a file git does not ignore included), the \
+         workers' files are"
     );
 }
 

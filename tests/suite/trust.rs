@@ -50,7 +50,7 @@ fn set_setup(fixture: &GitFixture, command: &str) {
     let file = text(&fixture.read(CONFIG_PATH));
     let mut lines: Vec<String> = file
         .lines()
-        .filter(|line| !line.starts_with("setup = "))
+        .filter(|line| !line.starts_with("setup = ") && !line.starts_with("per_worker = "))
         .map(|line| {
             line.strip_prefix("# [worktree]")
                 .map_or(line, |_| "[worktree]")
@@ -62,6 +62,8 @@ fn set_setup(fixture: &GitFixture, command: &str) {
         .position(|line| line.trim() == "[worktree]")
         .expect("the template has a [worktree] table");
     lines.insert(at + 1, format!("setup = {}", toml_string(command)));
+    // In every worker's tree, as with git worktrees: what it makes is committed.
+    lines.insert(at + 2, "per_worker = true".to_owned());
     fixture.write(CONFIG_PATH, lines.join("\n") + "\n");
     fixture.commit_all(&format!("setup: {command}"));
 }

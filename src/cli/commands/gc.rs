@@ -1,5 +1,5 @@
 //! `grove gc --older-than DAYS`: deletes archived work older than a number of days (the
-//! only command that deletes archives).
+//! only command that deletes archives), and base trees unused for as long.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -20,9 +20,10 @@ pub struct GcArgs {
 /// Deletes the archives older than `args.older_than` days and lists them.
 pub async fn gc(directory: &Path, args: &GcArgs) -> anyhow::Result<ExitCode> {
     let repo = drive::open_repo(directory).await?;
-    let deleted = repo
-        .gc_archives(Duration::from_secs(args.older_than.saturating_mul(86_400)))
-        .await?;
-    render::gc_report(&deleted);
+    let older_than = Duration::from_secs(args.older_than.saturating_mul(86_400));
+    let deleted = repo.gc_archives(older_than).await?;
+    // Base trees no run has used for as long go too (never one a run holds).
+    let bases = repo.remove_unused_bases(Some(older_than))?;
+    render::gc_report(&deleted, &bases);
     Ok(ExitCode::SUCCESS)
 }

@@ -310,6 +310,9 @@ pub fn clean_report(report: &CleanReport) {
             grove::text::printable(&kept.paths.join(", "))
         );
     }
+    for base in &report.removed_bases {
+        out!("removed base tree {} (no run uses it)", base.display());
+    }
     if report.archived.is_empty()
         && report.removed_worktrees.is_empty()
         && report.kept_worktrees.is_empty()
@@ -319,12 +322,15 @@ pub fn clean_report(report: &CleanReport) {
 }
 
 /// What `grove gc` deleted.
-pub fn gc_report(deleted: &[String]) {
+pub fn gc_report(deleted: &[String], bases: &[std::path::PathBuf]) {
     if deleted.is_empty() {
         out!("no archive is old enough to delete");
     }
     for reference in deleted {
         out!("deleted {reference}");
+    }
+    for base in bases {
+        out!("removed base tree {} (unused for as long)", base.display());
     }
 }
 

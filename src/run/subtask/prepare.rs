@@ -126,7 +126,7 @@ impl AheadWorktrees {
             .min(MAX_PREPARED_WORKTREES);
         let overlay = ctx.options.worktree_mode == WorktreeMode::Overlay;
         let base = overlay.then(|| self.base.get().cloned());
-        if base == Some(None) {
+        if matches!(base, Some(None)) {
             // The base tree is made by the first subtask that needs it.
             return;
         }
@@ -139,7 +139,7 @@ impl AheadWorktrees {
                 n,
                 tokio::spawn(async move {
                     match base {
-                        Some(base) => repo.create_overlay_worktree(spec, &base.index).await,
+                        Some(base) => repo.create_overlay_worktree(spec, &base).await,
                         None => repo.create_worktree(spec).await,
                     }
                 }),
@@ -147,11 +147,19 @@ impl AheadWorktrees {
         }
     }
 
-    /// The base tree of the run's copy-on-write worktrees, made on first use.
-    async fn base_tree(&self, ctx: &RunContext) -> Result<&BaseTree, GitError> {
-        self.base
-            .get_or_try_init(|| ctx.repo.base_tree(ctx.base))
+    /// The base tree of the run's copy-on-write worktrees, made on first use, and set
+    /// up once (see [`setup_base`]) before any tree over it is mounted.
+    async fn base_tree(&self, ctx: &RunContext, id: SubtaskId) -> Result<BaseTree, SubtaskError> {
+        let base = self
+            .base
+            .get_or_try_init(|| {
+                ctx.repo
+                    .base_tree(ctx.base, ctx.options.worktree_setup.once_per_base())
+            })
             .await
+            .map_err(|source| SubtaskError::Worktree { source })?;
+        setup_base(ctx, id, base).await?;
+        Ok(base.clone())
     }
 
     /// Removes the worktree registered ahead for `id`, at the base, with its branch: the
@@ -248,13 +256,7 @@ pub(crate) async fn create_worktree(
 ) -> Result<Worktree, SubtaskError> {
     let mut spec = ctx.worktree_spec(id);
     let base = match ctx.options.worktree_mode {
-        WorktreeMode::Overlay => Some(
-            ahead
-                .base_tree(ctx)
-                .await
-                .map_err(|source| SubtaskError::Worktree { source })?
-                .clone(),
-        ),
+        WorktreeMode::Overlay => Some(ahead.base_tree(ctx, id).await?),
         _ => None,
     };
     // Only a worktree that starts at the run's base is an overlay of its base tree; one
@@ -263,7 +265,7 @@ pub(crate) async fn create_worktree(
         let base = base.clone().filter(|_| spec.base == ctx.base);
         async move {
             match base {
-                Some(base) => ctx.repo.create_overlay_worktree(spec, &base.index).await,
+                Some(base) => ctx.repo.create_overlay_worktree(spec, &base).await,
                 None => ctx.repo.create_worktree(spec).await,
             }
         }
@@ -317,13 +319,8 @@ pub(crate) async fn create_worktree(
     }
     // A resumed run's copy-on-write worktree is mounted again, in any mode.
     let lower = match base {
-        Some(base) => base.tree,
-        None => ahead
-            .base_tree(ctx)
-            .await
-            .map_err(|source| SubtaskError::Worktree { source })?
-            .tree
-            .clone(),
+        Some(base) => base.tree_dir(),
+        None => ahead.base_tree(ctx, id).await?.tree_dir(),
     };
     trees::mount(&worktree, &lower).await
 }
@@ -381,9 +378,51 @@ async fn prepare_tree(
         }
     }
     match &setup.setup {
+        // Run once in the base tree this copy-on-write tree shows (`setup_base`).
+        Some(_) if worktree.is_overlay() && !setup.per_worker => Ok(()),
         Some(command) => run_setup(ctx, id, on, worktree, command).await,
         None => Ok(()),
     }
+}
+
+/// The setup command a run's base tree is prepared with: `[worktree] setup`, unless
+/// `per_worker` says to run it in every tree.
+/// Runs the setup command once in `base`, the base tree copy-on-write worktrees share,
+/// unless it already ran there (for this commit and this command, by this run or an
+/// earlier one): every worker then starts from its result. Concurrent callers, in this
+/// process or another grove, wait for the one that runs it. `id` is the subtask whose
+/// preparation needed it (named if it fails). What setup creates is in the lower
+/// directory only, so it is never committed unless a worker changes it.
+pub(crate) async fn setup_base(
+    ctx: &RunContext,
+    id: SubtaskId,
+    base: &BaseTree,
+) -> Result<(), SubtaskError> {
+    let Some(command) = base.setup_command() else {
+        return Ok(());
+    };
+    let guard = base
+        .lock_for_setup()
+        .await
+        .map_err(|source| SubtaskError::Worktree { source })?;
+    let Some(guard) = guard else {
+        return Ok(());
+    };
+    // The setup may need the local-only files (`.env`), as in a worker's tree; there
+    // they stay in the lower directory, never committed.
+    for path in &ctx.local_paths() {
+        copy_into(&ctx.user_root, &base.tree_dir(), path).map_err(|source| SubtaskError::Copy {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    ctx.note(format!(
+        "{id}: running the setup command `{command}` once, in the base tree the workers share"
+    ));
+    run_setup_in(ctx, id, &base.tree_dir(), command).await?;
+    guard
+        .record_done()
+        .map_err(|source| SubtaskError::Worktree { source })
 }
 
 /// Runs the setup command `command` in the worktree.
@@ -394,7 +433,6 @@ async fn run_setup(
     worktree: &Worktree,
     command: &str,
 ) -> Result<(), SubtaskError> {
-    let timeout_s = ctx.options.worktree_setup.setup_timeout_s;
     // It may take minutes (`npm ci`): say why the worker (or the check) has not started.
     match on {
         None => ctx.note(format!("{id}: running the setup command `{command}`")),
@@ -402,9 +440,26 @@ async fn run_setup(
             "running the setup command `{command}` in the worktree of the {on}"
         )),
     }
+    run_setup_in(ctx, id, worktree.path(), command).await?;
+    // A check's tree is never committed: what the setup left there is its own.
+    if on.is_none() {
+        note_setup_changes(ctx, id, worktree).await;
+    }
+    Ok(())
+}
+
+/// Runs the setup command `command` in directory `cwd`, confined to it by the
+/// executor's setup policy.
+async fn run_setup_in(
+    ctx: &RunContext,
+    id: SubtaskId,
+    cwd: &Path,
+    command: &str,
+) -> Result<(), SubtaskError> {
+    let timeout_s = ctx.options.worktree_setup.setup_timeout_s;
     let request = ExecRequest {
         command: command.to_owned(),
-        cwd: worktree.path().to_path_buf(),
+        cwd: cwd.to_path_buf(),
         timeout: Duration::from_secs(timeout_s),
         cancel: ctx.cancel.child_token(),
         output_cap: OutputCap {
@@ -422,13 +477,7 @@ async fn run_setup(
             source,
         })?;
     let status = match result.outcome {
-        ExecOutcome::Exited(0) => {
-            // A check's tree is never committed: what the setup left there is its own.
-            if on.is_none() {
-                note_setup_changes(ctx, id, worktree).await;
-            }
-            return Ok(());
-        }
+        ExecOutcome::Exited(0) => return Ok(()),
         ExecOutcome::Cancelled => return Err(SubtaskError::Interrupted),
         ExecOutcome::Exited(code) => SetupEnd::Exited(code),
         ExecOutcome::Signalled(signal) => SetupEnd::Signalled(signal),
@@ -664,6 +713,47 @@ mod stage_tests {
         assert_eq!(
             std::fs::read_to_string(aside.join("mine.txt")).unwrap(),
             "keep me"
+        );
+    }
+
+    #[tokio::test]
+    async fn setup_runs_once_per_base_and_setup_and_again_for_another_command() {
+        let mut run = TestRun::new(
+            &[("a.txt", "alpha\n")],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        let base = run.rev("HEAD");
+        let command = "echo ran >> ../setup-runs; mkdir -p node_modules; echo m > node_modules/m";
+        for _ in 0..2 {
+            // A fresh handle each time, as a second run on the same base gets.
+            let tree = run.ctx.repo.base_tree(base, Some(command)).await.unwrap();
+            setup_base(&run.ctx, SubtaskId(1), &tree).await.unwrap();
+            assert!(tree.is_set_up(), "the base records its setup");
+        }
+        let tree = run.ctx.repo.base_tree(base, Some(command)).await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(tree.tree_dir().join("node_modules/m")).unwrap(),
+            "m\n",
+            "what setup made is in the base tree"
+        );
+        assert_eq!(
+            std::fs::read_to_string(tree.tree_dir().join("../setup-runs")).unwrap(),
+            "ran\n",
+            "the second run on the same base and command does not run it again"
+        );
+        let other = run.ctx.repo.base_tree(base, Some("true")).await.unwrap();
+        assert!(
+            !other.is_set_up() && other.tree_dir() != tree.tree_dir(),
+            "another command gets another base, so a mounted one never changes"
+        );
+        assert_eq!(
+            run.notes(),
+            vec![format!(
+                "S1: running the setup command `{command}` once, in the base tree the workers \
+                 share"
+            )]
         );
     }
 

@@ -55,10 +55,10 @@ pub(crate) async fn remount(
     }
     let base = ctx
         .repo
-        .base_tree(ctx.base)
+        .base_tree(ctx.base, ctx.options.worktree_setup.once_per_base())
         .await
         .map_err(|source| SubtaskError::Worktree { source })?;
-    mount(&worktree, &base.tree).await
+    mount(&worktree, &base.tree_dir()).await
 }
 
 /// Removes subtask `id`'s worktree once its work is kept (merged or archived): a

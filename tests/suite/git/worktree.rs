@@ -362,6 +362,8 @@ async fn sixteen_worktrees_removed_concurrently_leave_nothing_registered_or_on_d
             "round {round}: exactly the live worktrees stay registered"
         );
     }
+    // Deletions run in the background; the disk is what is asserted.
+    grove::git::settle_deletions().await;
     assert_eq!(
         (
             entries(&repo.common_dir().join("worktrees")),
@@ -646,6 +648,7 @@ async fn clean_sweeps_what_a_removal_by_a_dead_grove_left_in_the_trash() {
     std::fs::create_dir_all(&ours).unwrap();
 
     repo.clean_run(&run_id()).await.unwrap();
+    grove::git::settle_deletions().await;
 
     assert_eq!(
         entries(&trash),

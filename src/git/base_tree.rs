@@ -1,0 +1,355 @@
+//! Base trees: a run's base commit checked out once into the cache directory, shared
+//! read-only by every overlay tree of every run on that commit, with an index whose stat
+//! data matches the checkout (each worker's tree starts from a copy of it).
+//!
+//! This module owns `<cache>/grove/<repo>-<hash>/bases/`: `<key>/` (the `tree/`, its
+//! `index`, the `complete` and `setup-done` records) and the lock files `<key>.use`
+//! (shared by every run using the base, exclusive for its removal) and `<key>.setup`
+//! (held while the setup command runs in it). `<key>` is the commit, plus a hash of the
+//! setup command when there is one, so a base is never changed under a mounted overlay
+//! by another run's different setup.
+//!
+//! A base appears atomically: it is built in `.build-<pid>-<n>/` and renamed into place
+//! only when complete; a build a crash cut short is never renamed and is swept later; a
+//! concurrent run that lost the race uses the winner's. It never deletes a base a run
+//! holds, and never writes into one outside the setup lock.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use nix::fcntl::{Flock, FlockArg};
+
+use super::Repo;
+use super::error::GitError;
+use super::names::CommitId;
+
+/// Written into a base's folder when its checkout and index are complete.
+const COMPLETE: &str = "complete";
+/// Written into a base's folder when its setup command finished successfully.
+const SETUP_DONE: &str = "setup-done";
+
+/// Numbers this process's builds.
+static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A complete base tree, held (shared) for as long as this value or a clone lives.
+#[derive(Debug, Clone)]
+pub struct BaseTree {
+    commit: CommitId,
+    folder: PathBuf,
+    setup: Option<String>,
+    /// Whether this call built it (false: reused).
+    built: bool,
+    _held: Arc<Flock<File>>,
+}
+
+/// The exclusive right to run the setup command in a base tree.
+#[derive(Debug)]
+pub struct BaseSetup {
+    folder: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl BaseTree {
+    /// The commit it is a checkout of.
+    pub fn commit(&self) -> CommitId {
+        self.commit
+    }
+
+    /// The checked-out files: an overlay's lower directory.
+    pub fn tree_dir(&self) -> PathBuf {
+        self.folder.join("tree")
+    }
+
+    /// The index matching [`BaseTree::tree_dir`] (stat data from its checkout).
+    pub fn index_path(&self) -> PathBuf {
+        self.folder.join("index")
+    }
+
+    /// Copies the base's index to `to`, keeping its date (see `build_base`): a copy
+    /// dated now would make every entry racily clean again.
+    pub(super) fn copy_index_to(&self, to: &Path) -> Result<(), GitError> {
+        let from = self.index_path();
+        let io = |action: &'static str| {
+            let path = to.to_path_buf();
+            move |source| GitError::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        std::fs::copy(&from, to).map_err(io("copy the base index to"))?;
+        let date = std::fs::metadata(&from)
+            .and_then(|meta| meta.modified())
+            .map_err(io("date"))?;
+        std::fs::File::options()
+            .write(true)
+            .open(to)
+            .and_then(|file| file.set_modified(date))
+            .map_err(io("date"))
+    }
+
+    /// The setup command this base is (to be) prepared with.
+    pub fn setup_command(&self) -> Option<&str> {
+        self.setup.as_deref()
+    }
+
+    /// True when this call checked it out (rather than reusing an earlier run's).
+    pub fn was_built(&self) -> bool {
+        self.built
+    }
+
+    /// True once the setup command has finished in it (always, without one).
+    pub fn is_set_up(&self) -> bool {
+        self.setup.is_none() || self.folder.join(SETUP_DONE).is_file()
+    }
+
+    /// Waits for the exclusive right to run the setup command here; `None` when it has
+    /// already run (perhaps by a concurrent run while this one waited) or there is none.
+    pub async fn lock_for_setup(&self) -> Result<Option<BaseSetup>, GitError> {
+        if self.is_set_up() {
+            return Ok(None);
+        }
+        let lock_path = self.folder.with_extension("setup");
+        let path = lock_path.clone();
+        let lock = tokio::task::spawn_blocking(move || lock_file(&path, FlockArg::LockExclusive))
+            .await
+            .map_err(|_| GitError::Io {
+                action: "lock",
+                path: lock_path.clone(),
+                source: std::io::Error::other("the lock task stopped"),
+            })??;
+        if self.is_set_up() {
+            return Ok(None);
+        }
+        Ok(Some(BaseSetup {
+            folder: self.folder.clone(),
+            _lock: lock,
+        }))
+    }
+}
+
+impl BaseSetup {
+    /// Records that the setup command finished, so no later run repeats it.
+    pub fn record_done(self) -> Result<(), GitError> {
+        let path = self.folder.join(SETUP_DONE);
+        std::fs::write(&path, b"").map_err(|source| GitError::Io {
+            action: "write",
+            path,
+            source,
+        })
+    }
+}
+
+impl Repo {
+    /// The folder of this repository's base trees.
+    pub fn bases_home(&self) -> PathBuf {
+        self.worktrees_home().join("bases")
+    }
+
+    /// The base tree of `commit` prepared with `setup`: an earlier run's if it is
+    /// complete, else checked out now (one `git read-tree -u`, the cost of one `git
+    /// worktree add`) and renamed into place. Held until the value is dropped.
+    pub async fn base_tree(
+        &self,
+        commit: CommitId,
+        setup: Option<&str>,
+    ) -> Result<BaseTree, GitError> {
+        let home = self.bases_home();
+        create_dir(&home)?;
+        let folder = home.join(base_key(commit, setup));
+        let held = lock_file(&folder.with_extension("use"), FlockArg::LockShared)?;
+        let mut built = false;
+        if !folder.join(COMPLETE).is_file() {
+            if folder.exists() {
+                // Not made by a build (those are renamed in complete): move it aside.
+                self.discard(&folder)?;
+            }
+            let build = home.join(format!(
+                ".build-{}-{}",
+                std::process::id(),
+                BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ));
+            if let Err(error) = self.build_base(commit, &build).await {
+                // A half-made build (a full disk, say) must not keep its space.
+                let _ = std::fs::remove_dir_all(&build);
+                return Err(error);
+            }
+            match std::fs::rename(&build, &folder) {
+                Ok(()) => built = true,
+                // A concurrent run renamed its build in first; use that one.
+                Err(_) if folder.join(COMPLETE).is_file() => self.discard(&build)?,
+                Err(source) => {
+                    return Err(GitError::Io {
+                        action: "move into place",
+                        path: folder,
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(BaseTree {
+            commit,
+            folder,
+            setup: setup.map(str::to_owned),
+            built,
+            _held: Arc::new(held),
+        })
+    }
+
+    /// Checks `commit` out into `build/tree` with its own index `build/index`, dated so
+    /// that no entry is racily clean, and marks it complete.
+    async fn build_base(&self, commit: CommitId, build: &Path) -> Result<(), GitError> {
+        let tree = build.join("tree");
+        create_dir(&tree)?;
+        let index = build.join("index");
+        let call = || {
+            self.inner
+                .runner
+                .call(self.common_dir(), &tree)
+                .work_tree(&tree)
+                .index_file(&index)
+        };
+        call()
+            .args(["read-tree", "--reset", "-u"])
+            .arg(commit.to_string())
+            .run()
+            .await?;
+        // git treats an entry as racily clean (and re-reads the file on every status)
+        // while its mtime is not older than the index file's. Dating the index a second
+        // ahead settles them all at no cost; copies keep that date (see
+        // `BaseTree::copy_index_to`), where a refresh would mean waiting out the second (measured:
+        // +1 s on a 2 s checkout).
+        let ahead = SystemTime::now() + Duration::from_secs(1);
+        std::fs::File::options()
+            .write(true)
+            .open(&index)
+            .and_then(|file| file.set_modified(ahead))
+            .map_err(|source| GitError::Io {
+                action: "date",
+                path: index.clone(),
+                source,
+            })?;
+        let marker = build.join(COMPLETE);
+        std::fs::write(&marker, commit.to_string()).map_err(|source| GitError::Io {
+            action: "write",
+            path: marker,
+            source,
+        })
+    }
+
+    /// Removes the base trees no run holds, and the builds a crash cut short. With
+    /// `older_than`, only bases unused for that long (`grove gc`); without, all
+    /// unheld ones (`grove clean`). Returns the removed folders.
+    pub fn remove_unused_bases(
+        &self,
+        older_than: Option<Duration>,
+    ) -> Result<Vec<PathBuf>, GitError> {
+        let home = self.bases_home();
+        let Ok(entries) = std::fs::read_dir(&home) else {
+            return Ok(Vec::new());
+        };
+        let mut removed = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name
+                .strip_prefix(".build-")
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|pid| pid.parse::<i32>().ok())
+            {
+                if !super::trash::process_alive(pid) {
+                    self.discard(&path)?;
+                    removed.push(path);
+                }
+                continue;
+            }
+            if name.starts_with('.') || !path.is_dir() {
+                continue;
+            }
+            let use_lock = path.with_extension("use");
+            let idle = std::fs::metadata(&use_lock)
+                .and_then(|meta| meta.modified())
+                .ok()
+                .and_then(|modified| modified.elapsed().ok());
+            if older_than.is_some_and(|limit| idle.is_some_and(|idle| idle < limit)) {
+                continue;
+            }
+            // Held by a run (shared): not ours to remove.
+            let Ok(lock) = lock_file(&use_lock, FlockArg::LockExclusiveNonblock) else {
+                continue;
+            };
+            self.discard(&path)?;
+            let _ = std::fs::remove_file(path.with_extension("setup"));
+            // The lock file stays: a run waiting on it must not end up holding an
+            // unlinked one while a later run locks a new file of the same name.
+            drop(lock);
+            removed.push(path);
+        }
+        Ok(removed)
+    }
+
+    /// Renames `path` into the bases' trash at once and deletes it in the background.
+    fn discard(&self, path: &Path) -> Result<(), GitError> {
+        super::trash::discard_in_background(path, &self.bases_home().join(".trash"))
+    }
+}
+
+/// `<commit>`, or `<commit>-<first 12 hex digits of the setup command's hash>`.
+fn base_key(commit: CommitId, setup: Option<&str>) -> String {
+    match setup {
+        None => commit.to_string(),
+        Some(command) => {
+            let hash = git2::Oid::hash_object(git2::ObjectType::Blob, command.as_bytes())
+                .map(|oid| oid.to_string())
+                .unwrap_or_default();
+            format!("{commit}-{}", hash.get(..12).unwrap_or("0"))
+        }
+    }
+}
+
+fn create_dir(path: &Path) -> Result<(), GitError> {
+    std::fs::create_dir_all(path).map_err(|source| GitError::Io {
+        action: "create",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Opens (creating) `path` and takes the flock `how` on it. The lock file's mtime is
+/// touched, so it also says when the base was last used.
+fn lock_file(path: &Path, how: FlockArg) -> Result<Flock<File>, GitError> {
+    let io = |source| GitError::Io {
+        action: "lock",
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(io)?;
+    let _ = file.set_modified(SystemTime::now());
+    Flock::lock(file, how).map_err(|(_, errno)| io(std::io::Error::from(errno)))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_base_key_names_the_commit_and_the_setup_command() {
+        let commit = CommitId::parse("0123456789012345678901234567890123456789").unwrap();
+        assert_eq!(base_key(commit, None), commit.to_string());
+        let with = base_key(commit, Some("npm ci"));
+        assert_eq!(with.len(), 40 + 1 + 12, "{with}");
+        assert_ne!(
+            with,
+            base_key(commit, Some("npm install")),
+            "another setup command gets another base"
+        );
+    }
+}
