@@ -11,9 +11,9 @@ use serde::Serialize;
 
 use super::Repo;
 use super::error::GitError;
+use super::handle::Worktree;
 use super::names::{CommitId, RunId, subtask_ref};
 use super::trash::discard_in_background;
-use super::worktree::Worktree;
 use crate::tools::tree::Layers;
 
 /// Where one subtask's work was kept.

@@ -16,9 +16,10 @@
 
 use super::Repo;
 use super::error::GitError;
+use super::handle::Worktree;
 use super::local_files;
 use super::names::CommitId;
-use super::worktree::{Worktree, admin_head};
+use super::worktree::admin_head;
 use crate::tools::git_pointer::{is_git_dir_name, is_git_repository};
 
 /// The entries of `git ls-files --stage -z` output (`mode hash stage\tpath\0`) of the

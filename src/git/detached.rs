@@ -9,8 +9,9 @@
 use std::path::Path;
 
 use super::error::GitError;
+use super::handle::{Worktree, WorktreeSpec};
 use super::names::{CommitId, RunId};
-use super::worktree::{REGISTRATION, Worktree, WorktreeSpec, admin_head};
+use super::worktree::{REGISTRATION, admin_head};
 use super::{Repo, canonical};
 
 impl Repo {

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use super::Repo;
 use super::error::GitError;
+use super::handle::Worktree;
 use super::names::CommitId;
-use super::worktree::Worktree;
 
 /// The record in a worktree's admin dir: a JSON array of paths relative to its root.
 const LOCAL_FILES: &str = "grove-local-files";

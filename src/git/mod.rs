@@ -43,6 +43,7 @@ mod conflict;
 mod detached;
 mod diff;
 mod error;
+mod handle;
 mod local_files;
 mod location;
 mod merge;
@@ -64,12 +65,12 @@ pub use commit::CommitPath;
 pub use conflict::{ConflictedMerge, LeftMarker, MergeSide};
 pub use diff::{BranchDiff, DiffStat, FileStat, Patch};
 pub use error::GitError;
+pub use handle::{UpperSource, Worktree, WorktreeSpec};
 pub use merge::{MergeCheck, MergeOutcome, PairConflict};
 pub use names::{CommitId, RunId, subtask_ref};
 pub use rebuild::{RebuildPick, RebuildStep, Rebuilt};
 pub use squash::{ChainCommit, SquashStep, Squashed};
 pub use trash::settle_deletions;
-pub use worktree::{UpperSource, Worktree, WorktreeSpec};
 
 use cmd::{GitCall, GitRunner};
 

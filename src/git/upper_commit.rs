@@ -28,10 +28,10 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
 use super::Repo;
 use super::error::GitError;
+use super::handle::UpperSource;
 use super::local_files;
 use super::names::CommitId;
 use super::names::subtask_ref;
-use super::worktree::UpperSource;
 use crate::tools::git_pointer::{is_git_dir_name, is_git_repository};
 
 /// Git's tree entry modes.

@@ -1,0 +1,226 @@
+//! A worktree as grove holds it: where it is, its branch, how far its files are
+//! checked out, and, for a copy-on-write one, its tree and layers.
+//!
+//! This file owns the handle's accessors. It must never run git: registering,
+//! filling and removing a worktree is `worktree.rs`'s.
+
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::base_tree::BaseTree;
+use super::error::GitError;
+use super::names::{CommitId, RunId, subtask_ref};
+use crate::tools::tree::{Layers, TreeNamespace};
+
+/// Written into the admin dir of a copy-on-write worktree: the path of its lower
+/// directory (the base tree's files), which its checkpoints lay its upper one onto.
+pub(super) const LOWER_RECORD: &str = "grove-lower";
+
+/// Beside it, the commit the lower directory is a checkout of: a tree restarted on
+/// another commit (a resolver's) keeps its lower directory, so its upper one holds the
+/// difference, and is laid onto this commit's tree, never the new start's.
+pub(super) const LOWER_COMMIT_RECORD: &str = "grove-lower-commit";
+
+/// What [`Repo::create_worktree`] needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorktreeSpec {
+    /// The run the subtask belongs to.
+    pub run: RunId,
+    /// The subtask number `n` of branch `grove/<run>/<n>`.
+    pub subtask: u32,
+    /// The run's base commit; a new branch starts here.
+    pub base: CommitId,
+    /// Absolute path of the worktree, normally
+    /// `Repo::default_worktrees_dir(run).join(n)`.
+    pub path: PathBuf,
+}
+
+/// How a newly registered worktree gets its files.
+pub(super) enum Fill {
+    /// A checkout in the background.
+    Checkout,
+    /// None: an overlay of this base tree, whose index it starts from.
+    Overlay(BaseTree),
+}
+
+#[derive(Debug, Clone)]
+pub(super) enum FillState {
+    Filling,
+    Filled,
+    Failed(Arc<GitError>),
+}
+
+/// Where a copy-on-write tree's changes are and what they apply to: everything a
+/// checkpoint of its upper directory needs, whichever handle the tree has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpperSource {
+    /// The run, for the branch `grove/<run>/<n>` and the commit message.
+    pub run: RunId,
+    /// The subtask number `n`.
+    pub subtask: u32,
+    /// The tree's admin dir (its index and local-only files record).
+    pub admin_dir: PathBuf,
+    /// The overlay's upper directory.
+    pub upper: PathBuf,
+    /// The overlay's lower directory (the base tree's files).
+    pub lower: PathBuf,
+    /// The commit the lower directory is a checkout of.
+    pub base: CommitId,
+}
+
+/// A subtask's worktree. Usable for a model call at once; file access must wait for
+/// [`Worktree::ready`].
+#[derive(Debug, Clone)]
+pub struct Worktree {
+    pub(super) run: RunId,
+    pub(super) subtask: u32,
+    pub(super) path: PathBuf,
+    pub(super) admin_dir: PathBuf,
+    pub(super) base: CommitId,
+    pub(super) start: CommitId,
+    pub(super) fill: watch::Receiver<FillState>,
+    /// A copy-on-write tree: its files are seen only inside its tree host's namespaces.
+    pub(super) overlay: bool,
+    /// The tree host's namespaces, while its host runs.
+    pub(super) tree: Option<Arc<TreeNamespace>>,
+}
+
+impl Worktree {
+    /// True for a copy-on-write tree (see [`Repo::create_overlay_worktree`]).
+    pub fn is_overlay(&self) -> bool {
+        self.overlay
+    }
+
+    /// The copy-on-write tree this worktree's git runs in, while its host runs.
+    pub fn tree(&self) -> Option<&Arc<TreeNamespace>> {
+        self.tree.as_ref()
+    }
+
+    /// This worktree, its git run inside `tree` (a copy-on-write tree's host), or as a
+    /// plain directory again (`None`, once its tree has been materialized there).
+    pub fn with_tree(mut self, tree: Option<Arc<TreeNamespace>>) -> Self {
+        self.tree = tree;
+        self
+    }
+
+    /// What a checkpoint of this copy-on-write worktree reads (its upper directory, its
+    /// lower one, its admin dir), mounted or not: its upper directory holds its changes
+    /// either way (a crashed run's, for `grove clean`). `None` for a git worktree, or
+    /// when the upper directory is gone.
+    pub fn upper_source(&self) -> Option<UpperSource> {
+        if !self.overlay {
+            return None;
+        }
+        let upper = match &self.tree {
+            Some(tree) => tree.upper().to_path_buf(),
+            None => Layers::beside(Path::new("/"), &self.path).upper,
+        };
+        if !upper.is_dir() {
+            return None;
+        }
+        self.upper_source_at(&upper)
+    }
+
+    /// [`Worktree::upper_source`] with the upper directory `upper` (a tree mounted by
+    /// other means, as in tests); `None` unless it is a copy-on-write worktree.
+    pub fn upper_source_at(&self, upper: &Path) -> Option<UpperSource> {
+        let lower = std::fs::read(self.admin_dir.join(LOWER_RECORD)).ok()?;
+        let base = std::fs::read_to_string(self.admin_dir.join(LOWER_COMMIT_RECORD))
+            .ok()
+            .and_then(|text| CommitId::parse(text.trim()).ok())?;
+        Some(UpperSource {
+            run: self.run.clone(),
+            subtask: self.subtask,
+            admin_dir: self.admin_dir.clone(),
+            upper: upper.to_path_buf(),
+            lower: PathBuf::from(std::ffi::OsString::from_vec(lower)),
+            base,
+        })
+    }
+
+    /// Where grove's own process reads the worktree's files.
+    pub fn files_root(&self) -> PathBuf {
+        self.tree
+            .as_ref()
+            .map_or_else(|| self.path.clone(), |tree| tree.grove_root().to_path_buf())
+    }
+
+    /// Refuses to let git touch a copy-on-write worktree whose tree is not mounted:
+    /// its path in grove's namespace holds only the `.git` file, and a commit of that
+    /// would delete every file of the branch.
+    pub fn check_mounted(&self) -> Result<(), GitError> {
+        if self.overlay && self.tree.is_none() {
+            return Err(GitError::TreeNotMounted {
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
+    }
+    /// The run this worktree belongs to.
+    pub fn run(&self) -> &RunId {
+        &self.run
+    }
+
+    /// The subtask number `n`.
+    pub fn subtask(&self) -> u32 {
+        self.subtask
+    }
+
+    /// Short branch name, `grove/<run>/<n>`.
+    pub fn branch(&self) -> String {
+        self.run.subtask_branch(self.subtask)
+    }
+
+    /// Full branch ref, `refs/heads/grove/<run>/<n>`.
+    pub fn branch_ref(&self) -> String {
+        subtask_ref(&self.run, self.subtask)
+    }
+
+    /// The worktree's directory (canonical).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The worktree's admin dir inside the common git dir; always passed as `--git-dir`.
+    pub fn admin_dir(&self) -> &Path {
+        &self.admin_dir
+    }
+
+    /// The run's base commit the branch was created from.
+    pub fn base(&self) -> CommitId {
+        self.base
+    }
+
+    /// The branch tip when the worktree was created (the base, unless an existing
+    /// branch with earlier work was reused).
+    pub fn start(&self) -> CommitId {
+        self.start
+    }
+
+    /// True once the files are all checked out.
+    pub fn is_filled(&self) -> bool {
+        matches!(*self.fill.borrow(), FillState::Filled)
+    }
+
+    /// Waits until the files are checked out; the error if the checkout failed.
+    pub async fn ready(&self) -> Result<(), GitError> {
+        let mut fill = self.fill.clone();
+        let outcome = fill
+            .wait_for(|state| !matches!(state, FillState::Filling))
+            .await
+            .map(|state| state.clone());
+        match outcome {
+            Ok(FillState::Failed(reason)) => Err(GitError::FillFailed {
+                path: self.path.clone(),
+                reason,
+            }),
+            Ok(_) => Ok(()),
+            Err(_) => Err(GitError::FillAborted {
+                path: self.path.clone(),
+            }),
+        }
+    }
+}
