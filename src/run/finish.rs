@@ -59,15 +59,32 @@ pub(crate) async fn finish(
     let apply = async {
         if !merged_any {
             (false, None)
-        } else if let Some(held) = held {
+        } else if let Some(mut held) = held {
+            held.command = Some(format!(
+                "git merge --ff-only {}",
+                by_hand(ctx, &subtasks).await
+            ));
             (false, Some(held))
-        } else if !ctx.options.apply || matches!(status, RunEnd::Interrupted | RunEnd::Paused) {
+        } else if matches!(status, RunEnd::Interrupted | RunEnd::Paused) {
+            // Its history is written when it finishes: `grove resume` applies it.
             let report = ApplyReport {
                 message: format!(
                     "The result is on {}; your branch was not touched.",
                     ctx.run.result_branch()
                 ),
                 command: Some(format!("git merge --ff-only {}", ctx.run.result_branch())),
+            };
+            (false, Some(report))
+        } else if !ctx.options.apply {
+            let report = ApplyReport {
+                message: format!(
+                    "The result is on {}; your branch was not touched.",
+                    ctx.run.result_branch()
+                ),
+                command: Some(format!(
+                    "git merge --ff-only {}",
+                    by_hand(ctx, &subtasks).await
+                )),
             };
             (false, Some(report))
         } else {
@@ -154,6 +171,26 @@ async fn cleaned(ctx: &RunContext, cleanup: Option<JoinHandle<()>>) {
         && let Err(error) = cleanup.await
     {
         ctx.note(format!("the lead's worktree cleanup stopped: {error}"));
+    }
+}
+
+/// The branch a person applies by hand with `git merge --ff-only`: the history the run
+/// keeps, written now (one commit per subtask under `history = "squash"`), or the
+/// result's merge graph when that cannot be written (noted).
+async fn by_hand(ctx: &RunContext, subtasks: &[SubtaskReport]) -> String {
+    match history::applicable(ctx, subtasks).await {
+        Ok(applicable) => applicable
+            .source
+            .strip_prefix("refs/heads/")
+            .unwrap_or(&applicable.source)
+            .to_owned(),
+        Err(error) => {
+            ctx.note(format!(
+                "the run's history could not be written ({error}); its merge graph is \
+                 named to apply instead"
+            ));
+            ctx.run.result_branch()
+        }
     }
 }
 

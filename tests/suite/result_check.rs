@@ -364,10 +364,16 @@ async fn a_result_no_fixer_can_fix_stays_on_its_branch_and_the_run_exits_3() {
         report["result_commit"].as_str().unwrap(),
         "the result stays on its branch"
     );
+    let squashed = format!("grove/{run_id}/squashed");
     assert_eq!(
         report["apply"]["command"],
-        json!(format!("git merge --ff-only {result_branch}")),
-        "one command applies it anyway"
+        json!(format!("git merge --ff-only {squashed}")),
+        "one command applies it anyway, in the history the run keeps"
+    );
+    assert_eq!(
+        fixture.git(&["rev-parse", &format!("{squashed}^{{tree}}")]),
+        fixture.git(&["rev-parse", &format!("{result_branch}^{{tree}}")]),
+        "what that command applies is the result"
     );
     let err = stderr(&output);
     for part in [
@@ -376,7 +382,7 @@ async fn a_result_no_fixer_can_fix_stays_on_its_branch_and_the_run_exits_3() {
         ),
         format!("The result's check `{CHECK}` failed (exited with status 1)"),
         "has no attribute 'greet'".to_owned(),
-        format!("To apply it: git merge --ff-only {result_branch}"),
+        format!("To apply it: git merge --ff-only {squashed}"),
     ] {
         assert!(
             err.contains(&part),
@@ -644,7 +650,7 @@ async fn a_result_that_cannot_be_checked_is_not_applied_and_says_why() {
              so the check did not run"
         ),
         "no cache here".to_owned(),
-        format!("To apply it: git merge --ff-only grove/{run_id}/result"),
+        format!("To apply it: git merge --ff-only grove/{run_id}/squashed"),
     ] {
         assert!(
             err.contains(&part),
