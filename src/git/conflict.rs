@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::Repo;
 use super::error::GitError;
+use super::merge::parse_merge_tree;
 use super::names::CommitId;
 
 /// A line a conflict marker starts (`<<<<<<< ours`, `>>>>>>> theirs`); the `=======`
@@ -78,23 +79,7 @@ impl Repo {
             .allow_codes(&[1])
             .run()
             .await?;
-        let mut fields = output
-            .stdout
-            .split(|b| *b == 0)
-            .map(|f| String::from_utf8_lossy(f).into_owned());
-        let tree = fields
-            .next()
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| GitError::Parse {
-                op: "merge-tree".to_owned(),
-                detail: "no tree id in the output".to_owned(),
-            })?;
-        let mut paths: Vec<String> = if output.code == 0 {
-            Vec::new()
-        } else {
-            fields.filter(|p| !p.is_empty()).collect()
-        };
-        paths.dedup();
+        let (tree, paths) = parse_merge_tree(&output.stdout, output.code)?;
         let commit = self
             .commit_tree(&tree, &[ours.commit, theirs.commit], message)
             .await?;

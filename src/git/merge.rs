@@ -225,22 +225,10 @@ impl Repo {
             .allow_codes(&[1])
             .run()
             .await?;
-        let mut fields = output
-            .stdout
-            .split(|b| *b == 0)
-            .map(|f| String::from_utf8_lossy(f).into_owned());
-        let tree = fields
-            .next()
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| GitError::Parse {
-                op: "merge-tree".to_owned(),
-                detail: "no tree id in the output".to_owned(),
-            })?;
+        let (tree, paths) = parse_merge_tree(&output.stdout, output.code)?;
         if output.code == 0 {
             return Ok(MergeCheck::Clean { tree });
         }
-        let mut paths: Vec<String> = fields.filter(|p| !p.is_empty()).collect();
-        paths.dedup();
         Ok(MergeCheck::Conflict { paths })
     }
 
@@ -323,4 +311,28 @@ fn parent_dirs(path: &str) -> impl Iterator<Item = &str> {
         .rev()
         .filter(|(_, c)| *c == '/')
         .map(move |(at, _)| &path[..at])
+}
+/// The tree and the conflicting paths of `git merge-tree --write-tree -z --name-only`'s
+/// output (`code` 1: conflicts; the paths are empty for a clean merge).
+pub(super) fn parse_merge_tree(
+    stdout: &[u8],
+    code: i32,
+) -> Result<(String, Vec<String>), GitError> {
+    let mut fields = stdout
+        .split(|b| *b == 0)
+        .map(|f| String::from_utf8_lossy(f).into_owned());
+    let tree = fields
+        .next()
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| GitError::Parse {
+            op: "merge-tree".to_owned(),
+            detail: "no tree id in the output".to_owned(),
+        })?;
+    let mut paths: Vec<String> = if code == 0 {
+        Vec::new()
+    } else {
+        fields.filter(|p| !p.is_empty()).collect()
+    };
+    paths.dedup();
+    Ok((tree, paths))
 }

@@ -294,12 +294,7 @@ impl Subtasks {
                 let flagged = reviewer::Flagged {
                     executes_later: &report.executes_later,
                     left_out: &report.left_out,
-                    check: ctx
-                        .options
-                        .check
-                        .as_ref()
-                        .zip(report.check.as_ref())
-                        .map(|(options, run)| (options.command.as_str(), run)),
+                    check: reviewer::check_of(ctx, report),
                     outside_paths: &report.outside_paths,
                     paths: scope.map_or(&[], WriteScope::globs),
                     built_on: &built_on,

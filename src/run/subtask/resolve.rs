@@ -339,12 +339,7 @@ async fn stages(
         let flagged = reviewer::Flagged {
             executes_later: &report.executes_later,
             left_out: &report.left_out,
-            check: ctx
-                .options
-                .check
-                .as_ref()
-                .zip(report.check.as_ref())
-                .map(|(options, run)| (options.command.as_str(), run)),
+            check: reviewer::check_of(ctx, report),
             ..reviewer::Flagged::default()
         }
         .against(AGAINST_RESULT);
