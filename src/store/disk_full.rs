@@ -6,13 +6,16 @@
 use std::error::Error;
 
 /// The texts git and libgit2 print for ENOSPC: `strerror(ENOSPC)`, git's own words when
-/// an object write fails ("sha1 file '…' write error. Out of diskspace"), and a checkout
-/// that cannot write a file ("error: unable to write file P", which drops errno). The
-/// last may be another write fault in grove's own worktree: pausing is the safe side.
-const NO_SPACE: [&str; 3] = [
+/// an object write fails ("sha1 file '…' write error. Out of diskspace"), a checkout
+/// that cannot write a file ("error: unable to write file P", which drops errno), and a
+/// ref update that cannot write its lock file ("couldn't write '….lock'", errno dropped
+/// too: seen when `git worktree add` creates a subtask's branch on a full disk). The
+/// last two may be another write fault: pausing is the safe side.
+const NO_SPACE: [&str; 4] = [
     "No space left on device",
     "Out of diskspace",
     "error: unable to write file ",
+    "couldn't write '",
 ];
 /// Linux's ENOSPC.
 const ENOSPC: i32 = 28;
@@ -52,10 +55,14 @@ mod tests {
         let raw = Outer(std::io::Error::from_raw_os_error(ENOSPC));
         let kind = Outer(std::io::Error::from(std::io::ErrorKind::StorageFull));
         let git = std::io::Error::other("fatal: write error: No space left on device");
+        let ref_lock = std::io::Error::other(
+            "fatal: cannot update ref 'refs/heads/grove/r/2': couldn't write \
+             '/repo/.git/refs/heads/grove/r/2.lock'",
+        );
         let other = Outer(std::io::Error::from(std::io::ErrorKind::NotFound));
         assert_eq!(
-            [&raw as &dyn Error, &kind, &git, &other].map(is_disk_full),
-            [true, true, true, false],
+            [&raw as &dyn Error, &kind, &git, &ref_lock, &other].map(is_disk_full),
+            [true, true, true, true, false],
             "ENOSPC by its code, its kind or git's text, and nothing else"
         );
     }
