@@ -57,39 +57,30 @@ pub(crate) async fn finish(
     }
     let held = held_back(ctx, &checked);
     let apply = async {
+        let resumable = matches!(status, RunEnd::Interrupted | RunEnd::Paused);
         if !merged_any {
-            (false, None)
-        } else if let Some(mut held) = held {
-            held.command = Some(format!(
-                "git merge --ff-only {}",
-                by_hand(ctx, &subtasks).await
-            ));
-            (false, Some(held))
-        } else if matches!(status, RunEnd::Interrupted | RunEnd::Paused) {
-            // Its history is written when it finishes: `grove resume` applies it.
-            let report = ApplyReport {
-                message: format!(
-                    "The result is on {}; your branch was not touched.",
-                    ctx.run.result_branch()
-                ),
-                command: Some(format!("git merge --ff-only {}", ctx.run.result_branch())),
-            };
-            (false, Some(report))
-        } else if !ctx.options.apply {
-            let report = ApplyReport {
-                message: format!(
-                    "The result is on {}; your branch was not touched.",
-                    ctx.run.result_branch()
-                ),
-                command: Some(format!(
-                    "git merge --ff-only {}",
-                    by_hand(ctx, &subtasks).await
-                )),
-            };
-            (false, Some(report))
-        } else {
-            apply(ctx, &subtasks).await
+            return (false, None);
         }
+        if held.is_none() && !resumable && ctx.options.apply {
+            return apply(ctx, &subtasks).await;
+        }
+        let result_branch = ctx.run.result_branch();
+        // A run that stops resumable writes its history when it finishes: `grove resume`
+        // applies it; every other result is applied by hand in the history it keeps.
+        let to_apply = if resumable && held.is_none() {
+            result_branch.clone()
+        } else {
+            by_hand(ctx, &subtasks).await
+        };
+        let message = match &held {
+            Some(why) => format!(
+                "Your branch was not touched: {why}. The result is on {result_branch}; apply \
+                 it only if you accept that."
+            ),
+            None => format!("The result is on {result_branch}; your branch was not touched."),
+        };
+        let command = Some(format!("git merge --ff-only {to_apply}"));
+        (false, Some(ApplyReport { message, command }))
     };
     // Everything is done before the run's end is journaled.
     let ((applied, apply), ()) = tokio::join!(apply, cleaned(ctx, lead.cleanup));

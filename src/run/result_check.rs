@@ -17,7 +17,7 @@ use crate::run::context::RunContext;
 use crate::run::culprit::{Candidate, culprit_from_runs, find_culprit};
 use crate::run::fixer::{FixerFacts, fixer_brief};
 use crate::run::id::SubtaskId;
-use crate::run::report::{ApplyReport, Culprit, SubtaskReport};
+use crate::run::report::{Culprit, SubtaskReport};
 use crate::run::subtask::Subtasks;
 use crate::store::StoreError;
 use crate::store::journal::{CheckRun, CheckStatus, ON_RESULT, SubtaskKind, SubtaskOutcome};
@@ -219,25 +219,18 @@ async fn candidates(ctx: &RunContext, merged: &[SubtaskReport]) -> Vec<Candidate
     found
 }
 
-/// Why the result must not be applied after its check, for the person, with the one
-/// command that applies it anyway; `None` when the check lets it be applied.
-pub(crate) fn held_back(ctx: &RunContext, checked: &ResultCheck) -> Option<ApplyReport> {
-    let result_branch = ctx.run.result_branch();
+/// Why the result must not be applied after its check, for the person; `None` when the
+/// check lets it be applied.
+pub(crate) fn held_back(ctx: &RunContext, checked: &ResultCheck) -> Option<String> {
     let command = ctx.options.check.as_ref().map(|c| c.command.as_str());
-    let why = match (checked, command) {
-        (ResultCheck::Failed { run, .. }, Some(command)) => {
-            format!("the result's check `{command}` failed ({})", run.ended)
-        }
+    match (checked, command) {
+        (ResultCheck::Failed { run, .. }, Some(command)) => Some(format!(
+            "the result's check `{command}` failed ({})",
+            run.ended
+        )),
         (ResultCheck::Unchecked { reason }, _) => {
-            format!("the result could not be checked: {reason}")
+            Some(format!("the result could not be checked: {reason}"))
         }
-        _ => return None,
-    };
-    Some(ApplyReport {
-        message: format!(
-            "Your branch was not touched: {why}. The result is on {result_branch}; apply it \
-             only if you accept that."
-        ),
-        command: Some(format!("git merge --ff-only {result_branch}")),
-    })
+        _ => None,
+    }
 }
