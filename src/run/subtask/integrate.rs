@@ -59,29 +59,38 @@ pub(crate) async fn integrate(
         truncate(brief.lines().next().unwrap_or_default(), 200),
         ctx.run
     );
+    match merge_journaled(ctx, id, tip, &message).await? {
+        MergeOutcome::Merged { .. } | MergeOutcome::AlreadyMerged => Ok(Integration::Merged),
+        MergeOutcome::Conflict { paths } => Ok(Integration::Conflict { paths }),
+    }
+}
+
+/// Merges `tip` onto the result for subtask `id` (`message` for the merge commit) and
+/// journals what came of it: a merge or a conflict. The caller holds the merge turn.
+pub(crate) async fn merge_journaled(
+    ctx: &RunContext,
+    id: SubtaskId,
+    tip: CommitId,
+    message: &str,
+) -> Result<MergeOutcome, SubtaskError> {
     let merged = ctx
         .repo
-        .merge_onto(&ctx.run.result_ref(), tip, &message)
+        .merge_onto(&ctx.run.result_ref(), tip, message)
         .await
         .map_err(|source| SubtaskError::Merge { source })?;
-    match merged {
-        MergeOutcome::Merged { commit } => {
-            ctx.journal(Entry::Merged {
-                subtask: id.to_string(),
-                commit: tip.to_string(),
-                result: commit.to_string(),
-            })?;
-            Ok(Integration::Merged)
-        }
-        MergeOutcome::AlreadyMerged => Ok(Integration::Merged),
-        MergeOutcome::Conflict { paths } => {
-            ctx.journal(Entry::Conflict {
-                subtask: id.to_string(),
-                paths: paths.clone(),
-            })?;
-            Ok(Integration::Conflict { paths })
-        }
+    match &merged {
+        MergeOutcome::Merged { commit } => ctx.journal(Entry::Merged {
+            subtask: id.to_string(),
+            commit: tip.to_string(),
+            result: commit.to_string(),
+        })?,
+        MergeOutcome::AlreadyMerged => {}
+        MergeOutcome::Conflict { paths } => ctx.journal(Entry::Conflict {
+            subtask: id.to_string(),
+            paths: paths.clone(),
+        })?,
     }
+    Ok(merged)
 }
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ use crate::run::subtask::commit::{self, Committed};
 use crate::run::subtask::error::SubtaskError;
 use crate::run::subtask::prepare::{self, AheadWorktrees};
 use crate::run::subtask::work::{self, Assignment};
-use crate::run::subtask::{check, close, reviewer, trees};
+use crate::run::subtask::{check, close, integrate, reviewer, trees};
 use crate::store::StoreError;
 use crate::store::journal::{
     ContextMode, Entry, Finding, SubtaskKind, SubtaskOutcome, VerdictKind,
@@ -361,27 +361,11 @@ async fn stages(
         run = ctx.run,
         k = conflict.id,
     );
-    let merged = ctx
-        .repo
-        .merge_onto(&ctx.run.result_ref(), committed.tip, &message)
-        .await
-        .map_err(|source| SubtaskError::Merge { source })?;
-    match merged {
-        MergeOutcome::Merged { commit } => {
-            ctx.journal(Entry::Merged {
-                subtask: id.to_string(),
-                commit: committed.tip.to_string(),
-                result: commit.to_string(),
-            })?;
-            Ok(Attempt::Merged { result: commit })
-        }
+    match integrate::merge_journaled(ctx, id, committed.tip, &message).await? {
+        MergeOutcome::Merged { commit } => Ok(Attempt::Merged { result: commit }),
         // The result holds the resolution already: only a second process could do that.
         MergeOutcome::AlreadyMerged => Ok(Attempt::NotMerged),
         MergeOutcome::Conflict { paths } => {
-            ctx.journal(Entry::Conflict {
-                subtask: id.to_string(),
-                paths: paths.clone(),
-            })?;
             report.conflict_paths = paths;
             Ok(Attempt::NotMerged)
         }
