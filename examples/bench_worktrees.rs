@@ -22,6 +22,9 @@ use anyhow::{Context, bail};
 use grove::git::{CommitPath, GitOptions, Repo, RunId, WorktreeSpec, settle_deletions};
 use grove::tools::tree::{Layers, TreeHost};
 
+#[path = "support/generated.rs"]
+mod generated;
+
 const WORKERS: u32 = 8;
 
 /// A setup step that writes 20,000 small files (an `npm ci` stand-in) into an ignored
@@ -85,26 +88,6 @@ impl Bench {
         }
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
-}
-
-/// Writes `files` source-like files of about 1 KiB in directories of 100.
-fn generate(repo: &Path, files: usize) -> anyhow::Result<()> {
-    for i in 0..files {
-        let dir = repo.join(format!("pkg{:03}/src", i / 100));
-        if i % 100 == 0 {
-            std::fs::create_dir_all(&dir)?;
-        }
-        let mut body = String::with_capacity(1100);
-        for line in 0..30 {
-            body.push_str(&format!(
-                "export const value_{i}_{line} = {};\n",
-                i * 31 + line
-            ));
-        }
-        std::fs::write(dir.join(format!("file{i:05}.js")), body)?;
-    }
-    std::fs::write(repo.join(".gitignore"), "node_modules/\n")?;
-    Ok(())
 }
 
 /// With `BENCH_SYNC=1`, flushes dirty pages so one side's writeback is not billed to
@@ -219,7 +202,7 @@ async fn main() -> anyhow::Result<()> {
         "repository: {} ({files} files, on disk), {WORKERS} workers",
         bench.repo_dir.display()
     );
-    generate(&bench.repo_dir, files)?;
+    generated::generate(&bench.repo_dir, files)?;
     bench.git(
         &bench.repo_dir,
         &["init", "--quiet", "--initial-branch=main"],

@@ -7,8 +7,14 @@
 # context growing by less than 2 KB per delegation. Exits non-zero only when a run did
 # not merge every subtask (a broken run is not measured); it is not a pass/fail test.
 #
+# Every run works in one repository, each from the result the one before applied; the
+# first is a cold start (no base tree yet), printed but not held to the targets. With
+# --files F the repository also holds F generated files (issue 15: --files 30000, and
+# --subtasks 32 --jobs 32 --target 1.10 on the small one); --mode picks the worktrees.
+#
 # Usage: scripts/bench-parallel.sh [--latency-ms L] [--jobs J] [--provider anthropic|openai]
-#                                  [--rounds R]   (defaults 300, 8, anthropic, 3)
+#          [--rounds R] [--subtasks N] [--files F] [--mode auto|overlay|git] [--target T]
+#          (defaults 300, 8, anthropic, 3, 8, 0, auto, 1.15)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."

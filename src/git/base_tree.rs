@@ -13,6 +13,13 @@
 //! only when complete; a build a crash cut short is never renamed and is swept later; a
 //! concurrent run that lost the race uses the winner's. It never deletes a base a run
 //! holds, and never writes into one outside the setup lock.
+//!
+//! A new base is made from the newest one no run holds (same setup command), moved to
+//! the build folder under its exclusive lock and brought to the new commit by a
+//! two-tree `git read-tree -m -u`, which writes only the files that differ: each run
+//! on a branch that the one before it moved would otherwise check the whole repository
+//! out again (measured: 2 s of a 4.9 s run on 30,000 files), and leave one more full
+//! copy behind. Its setup command runs again there, over the previous output.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -171,10 +178,20 @@ impl Repo {
                 std::process::id(),
                 BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             ));
-            if let Err(error) = self.build_base(commit, &build).await {
-                // A half-made build (a full disk, say) must not keep its space.
-                let _ = std::fs::remove_dir_all(&build);
-                return Err(error);
+            let updated = match self.take_over_base(&home, &folder, setup, &build)? {
+                Some(from) => self.update_base(from, commit, &build).await.is_ok(),
+                None => false,
+            };
+            if !updated {
+                // An update git refused (an untracked file of the setup's in the way).
+                if build.exists() {
+                    self.discard(&build)?;
+                }
+                if let Err(error) = self.build_base(commit, &build).await {
+                    // A half-made build (a full disk, say) must not keep its space.
+                    let _ = std::fs::remove_dir_all(&build);
+                    return Err(error);
+                }
             }
             match std::fs::rename(&build, &folder) {
                 Ok(()) => built = true,
@@ -198,6 +215,81 @@ impl Repo {
         })
     }
 
+    /// Moves the newest complete base no run holds, prepared with the same `setup`
+    /// (other than `wanted`), to `build`; returns the commit it is a checkout of. Its
+    /// completion and setup records go: it is a build until [`Repo::update_base`] ends.
+    fn take_over_base(
+        &self,
+        home: &Path,
+        wanted: &Path,
+        setup: Option<&str>,
+        build: &Path,
+    ) -> Result<Option<CommitId>, GitError> {
+        let suffix = base_key_suffix(setup);
+        let Ok(entries) = std::fs::read_dir(home) else {
+            return Ok(None);
+        };
+        let mut candidates: Vec<(SystemTime, PathBuf, CommitId)> = entries
+            .flatten()
+            .filter_map(|entry| {
+                let path = entry.path();
+                let name = entry.file_name().into_string().ok()?;
+                let commit = name.get(..40).and_then(|hex| CommitId::parse(hex).ok())?;
+                if path == wanted || name.get(40..) != Some(suffix.as_str()) {
+                    return None;
+                }
+                let recorded = std::fs::read_to_string(path.join(COMPLETE)).ok()?;
+                if CommitId::parse(recorded.trim()).ok()? != commit {
+                    return None;
+                }
+                let used = std::fs::metadata(path.with_extension("use"))
+                    .and_then(|meta| meta.modified())
+                    .unwrap_or(SystemTime::UNIX_EPOCH);
+                Some((used, path, commit))
+            })
+            .collect();
+        candidates.sort_by_key(|candidate| std::cmp::Reverse(candidate.0));
+        for (_, path, commit) in candidates {
+            // Held by a run (shared): an overlay may be mounted on it.
+            let Ok(lock) = lock_file(&path.with_extension("use"), FlockArg::LockExclusiveNonblock)
+            else {
+                continue;
+            };
+            if std::fs::rename(&path, build).is_ok() {
+                for record in [COMPLETE, SETUP_DONE] {
+                    let _ = std::fs::remove_file(build.join(record));
+                }
+                // Under the lock: no run can be waiting to set the old base up.
+                let _ = std::fs::remove_file(path.with_extension("setup"));
+                drop(lock);
+                return Ok(Some(commit));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Brings the base moved to `build` from `from` to `commit`: only the files that
+    /// differ are written; a file of the setup's in the way makes git refuse.
+    async fn update_base(
+        &self,
+        from: CommitId,
+        commit: CommitId,
+        build: &Path,
+    ) -> Result<(), GitError> {
+        let (tree, index) = (build.join("tree"), build.join("index"));
+        self.inner
+            .runner
+            .call(self.common_dir(), &tree)
+            .work_tree(&tree)
+            .index_file(&index)
+            .args(["read-tree", "-m", "-u"])
+            .arg(from.to_string())
+            .arg(commit.to_string())
+            .run()
+            .await?;
+        complete_base(commit, build)
+    }
+
     /// Checks `commit` out into `build/tree` with its own index `build/index`, dated so
     /// that no entry is racily clean, and marks it complete.
     async fn build_base(&self, commit: CommitId, build: &Path) -> Result<(), GitError> {
@@ -216,27 +308,7 @@ impl Repo {
             .arg(commit.to_string())
             .run()
             .await?;
-        // git treats an entry as racily clean (and re-reads the file on every status)
-        // while its mtime is not older than the index file's. Dating the index a second
-        // ahead settles them all at no cost; copies keep that date (see
-        // `BaseTree::copy_index_to`), where a refresh would mean waiting out the second (measured:
-        // +1 s on a 2 s checkout).
-        let ahead = SystemTime::now() + Duration::from_secs(1);
-        std::fs::File::options()
-            .write(true)
-            .open(&index)
-            .and_then(|file| file.set_modified(ahead))
-            .map_err(|source| GitError::Io {
-                action: "date",
-                path: index.clone(),
-                source,
-            })?;
-        let marker = build.join(COMPLETE);
-        std::fs::write(&marker, commit.to_string()).map_err(|source| GitError::Io {
-            action: "write",
-            path: marker,
-            source,
-        })
+        complete_base(commit, build)
     }
 
     /// Removes the base trees no run holds, and the builds a crash cut short. With
@@ -296,15 +368,46 @@ impl Repo {
     }
 }
 
+/// Dates a build's index so that no entry is racily clean, and marks it complete.
+fn complete_base(commit: CommitId, build: &Path) -> Result<(), GitError> {
+    let index = build.join("index");
+    // git treats an entry as racily clean (and re-reads the file on every status) while
+    // its mtime is not older than the index file's. Dating the index a second ahead
+    // settles them all at no cost; copies keep that date (see
+    // `BaseTree::copy_index_to`), where a refresh would mean waiting out the second
+    // (measured: +1 s on a 2 s checkout).
+    let ahead = SystemTime::now() + Duration::from_secs(1);
+    std::fs::File::options()
+        .write(true)
+        .open(&index)
+        .and_then(|file| file.set_modified(ahead))
+        .map_err(|source| GitError::Io {
+            action: "date",
+            path: index.clone(),
+            source,
+        })?;
+    let marker = build.join(COMPLETE);
+    std::fs::write(&marker, commit.to_string()).map_err(|source| GitError::Io {
+        action: "write",
+        path: marker,
+        source,
+    })
+}
+
 /// `<commit>`, or `<commit>-<first 12 hex digits of the setup command's hash>`.
 fn base_key(commit: CommitId, setup: Option<&str>) -> String {
+    format!("{commit}{}", base_key_suffix(setup))
+}
+
+/// What follows the commit in a base's key: nothing, or `-<hash>` of the setup command.
+fn base_key_suffix(setup: Option<&str>) -> String {
     match setup {
-        None => commit.to_string(),
+        None => String::new(),
         Some(command) => {
             let hash = git2::Oid::hash_object(git2::ObjectType::Blob, command.as_bytes())
                 .map(|oid| oid.to_string())
                 .unwrap_or_default();
-            format!("{commit}-{}", hash.get(..12).unwrap_or("0"))
+            format!("-{}", hash.get(..12).unwrap_or("0"))
         }
     }
 }

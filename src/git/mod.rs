@@ -92,6 +92,9 @@ struct RepoInner {
     libgit: Mutex<git2::Repository>,
     /// This repository's folder of worktrees in the user's cache directory.
     worktrees_home: PathBuf,
+    /// The exclude files below every `.gitignore`, read once (see `exclude_files`):
+    /// a `git config` per checkpoint was a third of a run's git processes.
+    exclude_files: tokio::sync::OnceCell<Vec<PathBuf>>,
 }
 
 /// Where the user's `HEAD` is.
@@ -148,6 +151,7 @@ impl Repo {
                 runner,
                 libgit: Mutex::new(repo),
                 worktrees_home,
+                exclude_files: tokio::sync::OnceCell::new(),
             }),
         })
     }

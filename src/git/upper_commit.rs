@@ -284,8 +284,16 @@ impl Repo {
 
     /// The exclude files of lower precedence than any `.gitignore`, lowest first:
     /// `core.excludesFile` (default `$XDG_CONFIG_HOME/git/ignore`, else
-    /// `~/.config/git/ignore`), then `<common dir>/info/exclude`.
+    /// `~/.config/git/ignore`), then `<common dir>/info/exclude`. Read once per `Repo`.
     async fn exclude_files(&self) -> Result<Vec<PathBuf>, GitError> {
+        self.inner
+            .exclude_files
+            .get_or_try_init(|| self.read_exclude_files())
+            .await
+            .cloned()
+    }
+
+    async fn read_exclude_files(&self) -> Result<Vec<PathBuf>, GitError> {
         let configured = self
             .git()
             .args(["config", "--path", "--get", "core.excludesFile"])

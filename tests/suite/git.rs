@@ -4,6 +4,7 @@
 
 mod apply;
 mod archive;
+mod base_update;
 mod commit;
 mod detached;
 mod diff;
