@@ -19,6 +19,11 @@ impl SubtaskId {
     }
 }
 
+/// The lead's worktree number (its branch is `grove/<run>/0`): the lead reads the
+/// repository there, so that it sees the base commit, not the user's uncommitted or
+/// ignored files (such as `.env`).
+pub(crate) const LEAD_WORKTREE: SubtaskId = SubtaskId(0);
+
 impl fmt::Display for SubtaskId {
     /// `S3`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

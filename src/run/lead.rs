@@ -16,10 +16,10 @@ use crate::event::AgentId;
 use crate::git::GitError;
 use crate::model::{ContentBlock, Message, Role};
 use crate::run::agents::agent_catalogue;
-use crate::run::checkout::waiting_for_checkout;
+use crate::run::checkout::waiting_for;
 use crate::run::context::{AgentCaps, LEAD_LABEL, RunContext, agent_spec};
 use crate::run::delegate::Delegate;
-use crate::run::id::SubtaskId;
+use crate::run::lead_tree::LeadTree;
 use crate::run::observer::AgentObserver;
 use crate::run::report::SubtaskReport;
 use crate::run::subtask::Subtasks;
@@ -28,10 +28,6 @@ use crate::settings::options::{ModelChoice, RunOptions};
 use crate::store::StoreError;
 use crate::store::transcript::{self, AgentTiming, Transcript};
 use crate::tools::{self, Registry, ToolSet};
-
-/// The lead reads the repository from its own worktree, numbered 0, so that it sees the
-/// base commit (not the user's uncommitted or ignored files, such as `.env`).
-const LEAD_WORKTREE: SubtaskId = SubtaskId(0);
 
 /// The lead's first message: the user's task and what to do with it.
 pub(crate) fn first_prompt(task: &str) -> String {
@@ -143,12 +139,8 @@ pub(crate) async fn run_lead(
     subtasks: &Subtasks,
     resumed: Option<Transcript>,
 ) -> LeadEnd {
-    let worktree = match ctx
-        .repo
-        .create_worktree(ctx.worktree_spec(LEAD_WORKTREE))
-        .await
-    {
-        Ok(worktree) => worktree,
+    let tree = match LeadTree::create(ctx, subtasks).await {
+        Ok(tree) => tree,
         Err(source) => {
             let error = LeadError::Worktree { source };
             if ctx.pause_if_disk_full("creating the lead's worktree", &error) {
@@ -159,8 +151,8 @@ pub(crate) async fn run_lead(
     };
     subtasks.register_worktrees_ahead();
     let delegate = Delegate::new(Arc::new(subtasks.clone()), &agent_catalogue(&ctx.user_root));
-    let tools = waiting_for_checkout(&tools::builtin(ToolSet::ReadOnly), &worktree)
-        .with(Arc::new(delegate));
+    let tools =
+        waiting_for(&tools::builtin(ToolSet::ReadOnly), &tree.readiness).with(Arc::new(delegate));
     let spec = lead_spec(&ctx.options, ctx.rules.as_ref(), &ctx.models.lead, tools);
     let (messages, earlier, earlier_timing) = match resumed {
         Some(transcript) => (transcript.messages, transcript.ledger, transcript.timing),
@@ -181,26 +173,12 @@ pub(crate) async fn run_lead(
         .with_timing(&spec.model_name, earlier_timing),
     );
     let outcome = ctx
-        .run_agent(&spec, messages, worktree.path(), observer.clone())
+        .run_agent(&spec, messages, &tree.root, observer.clone())
         .await;
     observer.finished(&outcome.ledger, &outcome.messages);
     ctx.budget.spend(&outcome.ledger);
-    // Off the way to the apply, which runs meanwhile: nothing the lead touched is in
-    // the result or the user's branch.
-    let cleanup = {
-        let ctx = Arc::clone(ctx);
-        tokio::spawn(async move {
-            if let Err(error) = ctx.repo.remove_worktree(&worktree).await {
-                // Its branch stays with it: a resume reuses both, `grove clean` finds both.
-                ctx.note(format!("could not remove the lead's worktree: {error}"));
-                return;
-            }
-            let lead = LEAD_WORKTREE.number();
-            if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, lead).await {
-                ctx.note(format!("kept the lead's branch: {error}"));
-            }
-        })
-    };
+    // Off the way to the apply, which runs meanwhile.
+    let cleanup = tree.remove(ctx);
     let mut ledger = earlier;
     ledger.add(&outcome.ledger);
     let (summary, failure) = match outcome.result {

@@ -14,6 +14,7 @@ mod mcp;
 mod model;
 mod model_faults;
 mod overlay;
+mod overlay_lead;
 mod polish;
 mod real_clis;
 mod report;

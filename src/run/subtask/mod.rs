@@ -118,6 +118,16 @@ impl Subtasks {
         self.ahead.register(&self.ctx, self.queue.peek_next());
     }
 
+    /// Makes (or, on resume, recovers) worktree `id` at the base in the background, as
+    /// a subtask's is made: the lead's.
+    pub(crate) fn make_worktree(
+        &self,
+        id: SubtaskId,
+    ) -> tokio::task::JoinHandle<Result<Worktree, SubtaskError>> {
+        let (ctx, ahead) = (Arc::clone(&self.ctx), Arc::clone(&self.ahead));
+        tokio::spawn(async move { prepare::create_worktree(&ctx, &ahead, id, None).await })
+    }
+
     /// Waits for every subtask pipeline and cleanup, then removes the unused worktrees.
     pub(crate) async fn wait(&self) {
         self.tasks.close();

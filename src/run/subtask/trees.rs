@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::git::Worktree;
 use crate::run::context::RunContext;
+use crate::run::id::LEAD_WORKTREE;
 use crate::run::subtask::error::SubtaskError;
 use crate::tools::tree::{self, Layers, OverlayError, OverlayTree, TreeHost};
 
@@ -131,7 +132,12 @@ async fn unmount(worktree: &Worktree) -> Option<Layers> {
 /// as a git worktree, on resume too. A tree that cannot be copied out keeps its upper
 /// directory (`grove resume` mounts it again), and a note says so.
 pub(crate) async fn release_trees(ctx: &RunContext) {
+    // The lead's is being removed meanwhile (`LeadTree::remove`): it holds nothing to keep.
+    let lead = ctx.worktree_spec(LEAD_WORKTREE).path;
     for tree in tree::registered_beneath(&ctx.worktrees_dir) {
+        if tree.path() == lead {
+            continue;
+        }
         let path = tree.path().to_path_buf();
         let (from, to) = (tree.root_for_grove(), path.clone());
         let copied = tokio::task::spawn_blocking(move || tree::overlay::materialize(&from, &to))
