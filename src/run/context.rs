@@ -7,7 +7,7 @@
 //! it must never grow a field only one stage needs (pass that to the stage instead).
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio_util::sync::CancellationToken;
@@ -196,33 +196,45 @@ pub(crate) fn agent_spec(
 }
 
 /// The run's journal, shared by the subtasks that write to it at the same moments.
-pub(crate) struct RunJournal(Mutex<ActiveRun>);
+pub(crate) struct RunJournal {
+    run: Mutex<ActiveRun>,
+    /// Appends begun and not yet done: the last of a burst writes the snapshot.
+    appending: AtomicUsize,
+}
 
 impl RunJournal {
     pub(crate) fn new(active: ActiveRun) -> Self {
-        Self(Mutex::new(active))
+        Self {
+            run: Mutex::new(active),
+            appending: AtomicUsize::new(0),
+        }
     }
 
     /// Appends `entry` off the runtime's threads: subtasks journal at the same moments,
     /// and wait for each other here.
     pub(crate) fn append(&self, entry: Entry) -> Result<(), StoreError> {
-        durable::off_the_runtime(|| lock(&self.0).append(entry).map(|_| ()))
+        self.appending.fetch_add(1, Ordering::SeqCst);
+        durable::off_the_runtime(|| {
+            let mut run = lock(&self.run);
+            let more_coming = self.appending.fetch_sub(1, Ordering::SeqCst) > 1;
+            run.append_leaving_snapshot(entry, more_coming)
+        })
     }
 
     /// The run's state after every record journaled so far.
     pub(crate) fn state(&self) -> RunState {
-        lock(&self.0).state().clone()
+        lock(&self.run).state().clone()
     }
 
     /// Every run of the project's check journaled so far (this process's and, on a
     /// resume, the earlier ones'), in order.
     pub(crate) fn checks(&self) -> Vec<CheckRun> {
-        lock(&self.0).state().checks.clone()
+        lock(&self.run).state().checks.clone()
     }
 
     /// Every subtask journaled so far, merged or not, in the order they started.
     pub(crate) fn subtasks(&self) -> Vec<SubtaskState> {
-        lock(&self.0).state().subtasks.clone()
+        lock(&self.run).state().subtasks.clone()
     }
 }
 

@@ -713,6 +713,49 @@ fn create_run_writes_journal_and_snapshot_that_agree() {
 }
 
 #[test]
+fn a_snapshot_left_to_the_next_append_is_written_by_the_last_of_a_burst() {
+    let git_dir = tempfile::tempdir().unwrap();
+    let store = RunStore::new(git_dir.path());
+    let id = run_id(0);
+    let lock = RepoLock::acquire(git_dir.path(), id.as_str()).unwrap();
+    let mut run = store.create_run(&lock, start("add a flag")).unwrap();
+    let snapshot = run.dir().join(SNAPSHOT_FILE);
+    let started = |n: u32| Entry::SubtaskStarted {
+        subtask: format!("S{n}"),
+        task: "do it".into(),
+        branch: format!("grove/{id}/{n}"),
+        mode: ContextMode::Isolated,
+        agent: "worker".into(),
+        paths: Vec::new(),
+        after: Vec::new(),
+        waits_for: Vec::new(),
+        kind: SubtaskKind::Task,
+    };
+    let subtasks_in_snapshot = || read_snapshot(&snapshot).unwrap().unwrap().subtasks.len();
+
+    run.append_leaving_snapshot(started(1), true).unwrap();
+    run.append_leaving_snapshot(started(2), true).unwrap();
+    let behind = subtasks_in_snapshot();
+    // The last of the burst is not a milestone itself: it still writes the snapshot.
+    run.append_leaving_snapshot(
+        Entry::ToolCallStarted {
+            subtask: "S1".into(),
+            call_id: "c1".into(),
+            tool: "read_file".into(),
+            mutating: false,
+        },
+        false,
+    )
+    .unwrap();
+
+    assert_eq!(
+        (behind, subtasks_in_snapshot()),
+        (0, 2),
+        "the snapshot waits while more appends are coming, and the last one catches it up"
+    );
+}
+
+#[test]
 fn create_run_refuses_an_existing_id() {
     let git_dir = tempfile::tempdir().unwrap();
     let store = RunStore::new(git_dir.path());

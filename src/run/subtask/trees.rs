@@ -118,6 +118,17 @@ pub(crate) async fn keep_worktree(worktree: &Worktree) -> Result<Worktree, Subta
     Ok(worktree.clone().with_tree(None))
 }
 
+/// Stops the host of a tree no worker used (mounted ahead of its subtask) and removes
+/// its upper and work directories; nothing when it was never mounted.
+pub(crate) async fn discard_mount(worktree: &Worktree) -> Result<(), SubtaskError> {
+    match unmount(worktree).await {
+        Some(layers) => {
+            tree::overlay::remove_own_dirs(&layers).map_err(|source| SubtaskError::Tree { source })
+        }
+        None => Ok(()),
+    }
+}
+
 /// Stops the tree host of `worktree` and forgets its tree; its layers, if it had one.
 async fn unmount(worktree: &Worktree) -> Option<Layers> {
     let tree = tree::unregister(worktree.path())?;
