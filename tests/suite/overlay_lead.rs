@@ -94,7 +94,11 @@ async fn reading_lead(home: PathBuf, seen: Arc<Mutex<Seen>>) -> FakeServer {
     .await
 }
 
-async fn run_reading_lead(setup: Option<&str>) -> Option<(Seen, Vec<PathBuf>, SubtaskOutcome)> {
+/// What a run left: what the lead saw, its worktree folders, the subtask's outcome, and
+/// what is left in the run's folder of worktrees and of its numbered branches.
+type Left = (Seen, Vec<PathBuf>, SubtaskOutcome, Vec<String>, String);
+
+async fn run_reading_lead(setup: Option<&str>, jobs: usize) -> Option<Left> {
     let fixture = GitFixture::with_files(&[("README", "the base\n")]);
     let repo = fixture.open().await;
     if !overlay_or_skip("the_lead_reads_through_a_tree", repo.worktrees_home()).await {
@@ -103,6 +107,7 @@ async fn run_reading_lead(setup: Option<&str>) -> Option<(Seen, Vec<PathBuf>, Su
     let seen = Arc::new(Mutex::new(Seen::default()));
     let server = reading_lead(fixture.home(), Arc::clone(&seen)).await;
     let options = RunOptions {
+        jobs,
         git: fixture.options(),
         worktree_mode: WorktreeMode::Overlay,
         worktree_setup: WorktreeSetup {
@@ -122,43 +127,67 @@ async fn run_reading_lead(setup: Option<&str>) -> Option<(Seen, Vec<PathBuf>, Su
     .unwrap();
     server.assert_no_violations();
     let seen = seen.lock().unwrap().clone();
-    Some((seen, lead_dirs(&fixture.home()), report.subtasks[0].status))
+    let run_dir = repo.default_worktrees_dir(&report.run_id.parse().unwrap());
+    let mut in_run_dir: Vec<String> = std::fs::read_dir(&run_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    in_run_dir.sort();
+    let numbered = fixture.git(&[
+        "for-each-ref",
+        "--format=%(refname)",
+        &format!("refs/heads/grove/{}/[0-9]*", report.run_id),
+    ]);
+    Some((
+        seen,
+        lead_dirs(&fixture.home()),
+        report.subtasks[0].status,
+        in_run_dir,
+        numbered,
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lead_reads_through_a_copy_on_write_tree_and_leaves_nothing() {
-    let Some((seen, left, merged)) = run_reading_lead(None).await else {
+    // Four slots, one subtask: three trees are mounted ahead for nothing.
+    let Some(left) = run_reading_lead(None, 4).await else {
         return;
     };
     assert_eq!(
-        (seen, left, merged),
+        left,
         (
             Seen {
                 lead_read: "     1\tthe base\n".to_owned(),
                 checked_out: false,
             },
             Vec::new(),
-            SubtaskOutcome::Merged
+            SubtaskOutcome::Merged,
+            Vec::new(),
+            String::new(),
         ),
         "the lead read the base through its tree, no checkout was made for it, and its \
-         tree is gone at the end"
+         tree, the subtask's and the three made ahead for nothing are gone, branches too"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_setup_to_run_in_the_base_the_lead_gets_a_git_worktree() {
-    let Some((seen, left, merged)) = run_reading_lead(Some("true")).await else {
+    let Some(left) = run_reading_lead(Some("true"), 1).await else {
         return;
     };
     assert_eq!(
-        (seen, left, merged),
+        left,
         (
             Seen {
                 lead_read: "     1\tthe base\n".to_owned(),
                 checked_out: true,
             },
             Vec::new(),
-            SubtaskOutcome::Merged
+            SubtaskOutcome::Merged,
+            Vec::new(),
+            String::new(),
         ),
         "the lead's reads do not wait for the base's setup: it reads a checkout"
     );
