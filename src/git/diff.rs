@@ -116,19 +116,17 @@ impl Repo {
         max_patch_bytes: usize,
     ) -> Result<BranchDiff, GitError> {
         let (base_hex, head_hex) = (base.to_string(), head.to_string());
-        // Two independent reads; running them side by side halves the wall time.
-        let (numstat, patch) = tokio::try_join!(
-            self.git()
-                .args(DIFF_FLAGS)
-                .args(["--numstat", "-z", &base_hex, &head_hex])
-                .run(),
-            self.git()
-                .args(DIFF_FLAGS)
-                .args([&base_hex, &head_hex])
-                .run(),
-        )?;
-        let stat = parse_numstat(&numstat.stdout)?;
-        let patch = cap_patch(&String::from_utf8_lossy(&patch.stdout), max_patch_bytes);
+        // One process for both (`-z` changes only the numstat part): a process start is
+        // dear on a virtual machine, where glibc's start-up `cpuid` traps.
+        let output = self
+            .git()
+            .args(DIFF_FLAGS)
+            .args(["--numstat", "-z", "--patch", &base_hex, &head_hex])
+            .run()
+            .await?;
+        let (numstat, patch) = split_numstat_patch(&output.stdout)?;
+        let stat = parse_numstat(numstat)?;
+        let patch = cap_patch(&String::from_utf8_lossy(patch), max_patch_bytes);
         Ok(BranchDiff {
             base,
             head,
@@ -276,6 +274,37 @@ fn render_text_diff(out: &mut String, old: &str, new: &str, style: Style) {
 
 /// Parses `git diff --numstat -z`: `added\tremoved\tpath\0`, or for a rename
 /// `added\tremoved\t\0old\0new\0`; binary files show `-` for both counts.
+/// Splits `git diff --numstat -z --patch` output into its numstat records and the patch:
+/// each record ends in a NUL (`added\tremoved\tpath`, or `added\tremoved\t` then the old
+/// and the new path of a rename, each ending in a NUL), and one more NUL follows the last
+/// record when a patch comes after them.
+fn split_numstat_patch(raw: &[u8]) -> Result<(&[u8], &[u8]), GitError> {
+    let field_end = |from: usize| {
+        raw.get(from..)
+            .and_then(|rest| rest.iter().position(|b| *b == 0))
+            .map(|offset| from + offset)
+            .ok_or_else(|| GitError::Parse {
+                op: "diff --numstat --patch".to_owned(),
+                detail: format!("a numstat field at byte {from} has no NUL after it"),
+            })
+    };
+    let mut at = 0;
+    while let Some(&first) = raw.get(at) {
+        if first == 0 {
+            return Ok((&raw[..at], &raw[at + 1..]));
+        }
+        let end = field_end(at)?;
+        let mut parts = raw[at..end].splitn(3, |b| *b == b'\t');
+        let renamed = matches!((parts.next(), parts.next(), parts.next()), (_, _, Some(path)) if path.is_empty());
+        at = end + 1;
+        if renamed {
+            at = field_end(at)? + 1;
+            at = field_end(at)? + 1;
+        }
+    }
+    Ok((raw, &[]))
+}
+
 fn parse_numstat(raw: &[u8]) -> Result<DiffStat, GitError> {
     let bad = |detail: String| GitError::Parse {
         op: "diff --numstat".to_owned(),
@@ -388,6 +417,29 @@ fn section_path(section: &str) -> String {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn numstat_and_patch_split_after_the_last_record_renames_and_tabs_included() {
+        let records: &[u8] = b"1\t2\tsrc/a\tb.rs\0-\t-\tlogo.png\x000\t0\t\0old.txt\0new.txt\0";
+        let patch: &[u8] = b"diff --git a/x b/x\n\0not a record\n";
+        let raw = [records, b"\0", patch].concat();
+        assert_eq!(
+            split_numstat_patch(&raw).unwrap(),
+            (records, patch),
+            "the patch starts after the NUL that follows the last record, a rename's two \
+             paths being part of its record"
+        );
+        assert_eq!(
+            split_numstat_patch(records).unwrap(),
+            (records, &b""[..]),
+            "no patch"
+        );
+        assert_eq!(split_numstat_patch(b"").unwrap(), (&b""[..], &b""[..]));
+        assert!(
+            split_numstat_patch(b"1\t2\tno-nul").is_err(),
+            "a record cut short is an error, not a guess"
+        );
+    }
 
     #[test]
     fn numstat_parses_plain_renamed_and_binary_files() {
