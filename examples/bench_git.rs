@@ -7,6 +7,9 @@
 
 #![allow(clippy::print_stdout)]
 
+#[path = "support/generated.rs"]
+mod generated;
+
 use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -50,25 +53,6 @@ fn git(home: &Path, dir: &Path, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
-/// Writes `files` source-like files of about 1 KiB in directories of 100.
-fn generate(repo: &Path, files: usize) -> anyhow::Result<()> {
-    for i in 0..files {
-        let dir = repo.join(format!("pkg{:03}/src", i / 100));
-        if i % 100 == 0 {
-            std::fs::create_dir_all(&dir)?;
-        }
-        let mut body = String::with_capacity(1100);
-        for line in 0..30 {
-            body.push_str(&format!(
-                "export const value_{i}_{line} = {};\n",
-                i * 31 + line
-            ));
-        }
-        std::fs::write(dir.join(format!("file{i:05}.js")), body)?;
-    }
-    Ok(())
-}
-
 /// Flushes dirty pages so one side's writeback is not billed to the other's timing.
 fn settle() {
     let _ = Command::new("sync").status();
@@ -108,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let started = Instant::now();
-    generate(&repo_dir, files)?;
+    generated::generate(&repo_dir, files)?;
     git(
         &home,
         &repo_dir,
