@@ -14,9 +14,11 @@
 //! It refuses (rather than guesses) an upper directory written with overlay features
 //! that move data elsewhere: redirected directories and metadata-only copies.
 //!
-//! Blobs are the files' bytes: no clean filter and no end-of-line conversion from
-//! `.gitattributes` is applied (the sealed CLI path disables repository-local filters,
-//! but it would apply `text`/`eol` conversion; that difference is known).
+//! Blobs get libgit2's filters for their path, as `git add` applies them: `text`/`eol`
+//! end-of-line conversion (and `ident`) from `.gitattributes` and `core.autocrlf`, never
+//! a repository-local filter driver (grove's git neutralises those too). The attributes
+//! are read from the user's work tree and index, not from the tree: a worker that edits
+//! a `.gitattributes` has it applied from the next run on.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -39,6 +41,9 @@ const MODE_FILE: i32 = 0o100_644;
 const MODE_EXECUTABLE: i32 = 0o100_755;
 const MODE_LINK: i32 = 0o120_000;
 const MODE_TREE: i32 = 0o040_000;
+
+/// Attributes that select a filter on `git add` (end-of-line conversion, `ident`).
+const CONVERTING_ATTRIBUTES: [&str; 4] = ["text", "eol", "crlf", "ident"];
 
 /// The overlay xattr that marks a directory whose lower contents are hidden.
 const OPAQUE_XATTR: &str = "user.overlay.opaque";
@@ -89,9 +94,14 @@ pub(super) fn upper_tree(
             }
         }
     }
+    let autocrlf = repo
+        .config()
+        .and_then(|config| config.get_string("core.autocrlf"))
+        .is_ok_and(|value| !value.eq_ignore_ascii_case("false"));
     let mut walk = Walk {
         repo,
         input,
+        autocrlf,
         outer,
         ignores: Vec::new(),
         left_out: Vec::new(),
@@ -335,6 +345,8 @@ impl Repo {
 struct Walk<'r> {
     repo: &'r git2::Repository,
     input: &'r UpperInput<'r>,
+    /// `core.autocrlf` is set (`true` or `input`): every text file may be converted.
+    autocrlf: bool,
     /// `core.excludesFile` and `info/exclude`, lowest precedence first.
     outer: Vec<Gitignore>,
     /// The `.gitignore` of each directory from the root to the current one.
@@ -344,6 +356,29 @@ struct Walk<'r> {
 }
 
 impl Walk<'_> {
+    /// Writes the file at `path` as the blob `git add` makes of it at `rel`: its bytes,
+    /// or through the filters its attributes or `core.autocrlf` select.
+    fn blob(&self, path: &Path, rel: &Path) -> Result<git2::Oid, git2::Error> {
+        let filtered = self.autocrlf
+            || CONVERTING_ATTRIBUTES.iter().any(|name| {
+                self.repo
+                    .get_attr(rel, name, git2::AttrCheckFlags::FILE_THEN_INDEX)
+                    .is_ok_and(|value| value.is_some())
+            });
+        if !filtered {
+            return self.repo.blob_path(path);
+        }
+        let io = |error: std::io::Error| git2::Error::from_str(&error.to_string());
+        let written = std::fs::File::open(path).map_err(io).and_then(|mut file| {
+            let mut writer = self.repo.blob_writer(Some(rel))?;
+            std::io::copy(&mut file, &mut writer).map_err(io)?;
+            writer.commit()
+        });
+        // libgit2's stream drops the errno (a full disk reads "no error"): the plain
+        // write says what failed.
+        written.or_else(|error| self.repo.blob_path(path).and(Err(error)))
+    }
+
     /// The tree of the directory `rel` (upper copy at `upper_dir`, lower tree `base`, or
     /// `None` when it hides the lower one or is new); `None` when it ends up empty.
     /// `ignored`: `rel` itself is ignored, so nothing untracked under it is recorded.
@@ -450,8 +485,7 @@ impl Walk<'_> {
             (oid, MODE_LINK)
         } else {
             let oid = self
-                .repo
-                .blob_path(&path)
+                .blob(&path, &child)
                 .map_err(write_error(&display(&child)))?;
             let executable = meta.permissions().mode() & 0o100 != 0;
             (

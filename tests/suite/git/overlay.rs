@@ -389,3 +389,37 @@ async fn grove_clean_archives_a_tree_whose_host_died_from_its_upper_dir_and_remo
         "its upper and work directories and its mount point are gone"
     );
 }
+
+#[tokio::test]
+async fn an_upper_dir_checkpoint_converts_line_endings_as_git_add_does() {
+    let fixture = GitFixture::with_files(&[
+        (".gitattributes", "*.txt text eol=lf\n*.bin -text\n"),
+        ("notes.txt", "one\n"),
+    ]);
+    let repo = fixture.open().await;
+    let Some(tree) = Mounted::new(&repo, &fixture, 1).await else {
+        return;
+    };
+    let script = "printf 'one\\r\\ntwo\\r\\n' > notes.txt && printf 'a\\r\\n' > new.txt \
+                  && printf 'raw\\r\\n' > data.bin";
+    tree.sh(&fixture, script);
+
+    let commit = repo
+        .checkpoint(&tree.worktree, "S1: work")
+        .await
+        .unwrap()
+        .expect("the changes make a commit");
+
+    let expected = plain_tree(&fixture, script);
+    assert_eq!(
+        (
+            tree_of(&fixture, &commit.to_string()),
+            fixture.git(&["show", &format!("{commit}:notes.txt")]),
+        ),
+        (expected.clone(), "one\ntwo".to_owned()),
+        "CRLF is stored as LF where `text` says so, and kept in a `-text` file, as \
+         git add --all stores them on a plain checkout: {}",
+        fixture.git(&["diff", "--stat", &expected, &commit.to_string()])
+    );
+    tree.host.stop().await;
+}
