@@ -656,6 +656,21 @@ fn snapshot_read_of_a_missing_file_is_none_and_of_garbage_an_error_naming_it() {
 // ---------------------------------------------------------------------------------------
 // Store
 
+/// Subtask `n` of run `id` started, with the brief "do it".
+fn subtask_started(id: &RunId, n: u32) -> Entry {
+    Entry::SubtaskStarted {
+        subtask: format!("S{n}"),
+        task: "do it".into(),
+        branch: format!("grove/{id}/{n}"),
+        mode: ContextMode::Isolated,
+        agent: "worker".into(),
+        paths: Vec::new(),
+        after: Vec::new(),
+        waits_for: Vec::new(),
+        kind: SubtaskKind::Task,
+    }
+}
+
 #[test]
 fn create_run_writes_journal_and_snapshot_that_agree() {
     let git_dir = tempfile::tempdir().unwrap();
@@ -665,18 +680,7 @@ fn create_run_writes_journal_and_snapshot_that_agree() {
     let mut run = store.create_run(&lock, start("add a flag")).unwrap();
     let run_dir = git_dir.path().join("grove").join("runs").join(id.as_str());
     assert_eq!(run.dir(), run_dir.as_path());
-    run.append(Entry::SubtaskStarted {
-        subtask: "S1".into(),
-        task: "do it".into(),
-        branch: format!("grove/{id}/1"),
-        mode: ContextMode::Isolated,
-        agent: "worker".into(),
-        paths: Vec::new(),
-        after: Vec::new(),
-        waits_for: Vec::new(),
-        kind: SubtaskKind::Task,
-    })
-    .unwrap();
+    run.append(subtask_started(&id, 1)).unwrap();
 
     let journal = read_journal(&run_dir.join(JOURNAL_FILE)).unwrap();
     assert_eq!(journal.torn_tail, None);
@@ -720,21 +724,12 @@ fn a_snapshot_left_to_the_next_append_is_written_by_the_last_of_a_burst() {
     let lock = RepoLock::acquire(git_dir.path(), id.as_str()).unwrap();
     let mut run = store.create_run(&lock, start("add a flag")).unwrap();
     let snapshot = run.dir().join(SNAPSHOT_FILE);
-    let started = |n: u32| Entry::SubtaskStarted {
-        subtask: format!("S{n}"),
-        task: "do it".into(),
-        branch: format!("grove/{id}/{n}"),
-        mode: ContextMode::Isolated,
-        agent: "worker".into(),
-        paths: Vec::new(),
-        after: Vec::new(),
-        waits_for: Vec::new(),
-        kind: SubtaskKind::Task,
-    };
     let subtasks_in_snapshot = || read_snapshot(&snapshot).unwrap().unwrap().subtasks.len();
 
-    run.append_leaving_snapshot(started(1), true).unwrap();
-    run.append_leaving_snapshot(started(2), true).unwrap();
+    run.append_leaving_snapshot(subtask_started(&id, 1), true)
+        .unwrap();
+    run.append_leaving_snapshot(subtask_started(&id, 2), true)
+        .unwrap();
     let behind = subtasks_in_snapshot();
     // The last of the burst is not a milestone itself: it still writes the snapshot.
     run.append_leaving_snapshot(
