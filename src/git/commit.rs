@@ -388,10 +388,7 @@ impl Repo {
     ) -> Result<Option<CommitId>, GitError> {
         let author = self.signature("AUTHOR")?;
         let committer = self.signature("COMMITTER")?;
-        let write_error = |source| GitError::Write {
-            what: format!("commit onto {target_ref}"),
-            source,
-        };
+        let write_error = |source| GitError::write(format!("commit onto {target_ref}"), source);
         let repo = self
             .inner
             .libgit
@@ -418,10 +415,7 @@ impl Repo {
             {
                 Ok(None)
             }
-            Err(source) => Err(GitError::Write {
-                what: target_ref.to_owned(),
-                source,
-            }),
+            Err(source) => Err(GitError::write(target_ref.to_owned(), source)),
         }
     }
 }

@@ -164,7 +164,27 @@ pub enum GitError {
     },
 }
 
+/// Linux's ENOSPC.
+const ENOSPC: i32 = 28;
+
 impl GitError {
+    /// An in-process libgit2 write that failed: [`GitError::Write`], or, when the
+    /// thread's errno is ENOSPC, the full disk it is ([`GitError::Io`]): libgit2 often
+    /// loses it from its message (a full disk read "no error", or an earlier call's
+    /// "target OID for the reference doesn't match"), so the run closed a subtask as
+    /// failed where it must pause.
+    pub(super) fn write(what: String, source: git2::Error) -> Self {
+        let errno = std::io::Error::last_os_error();
+        if errno.raw_os_error() == Some(ENOSPC) {
+            return Self::Io {
+                action: "write",
+                path: PathBuf::from(what),
+                source: errno,
+            };
+        }
+        Self::Write { what, source }
+    }
+
     /// True when the failure is another process holding one of git's lock files.
     pub(crate) fn is_lock_contention(&self) -> bool {
         match self {

@@ -243,10 +243,7 @@ impl Repo {
         to: git2::Oid,
     ) -> Result<(), GitError> {
         let index_path = tree.admin_dir.join("index");
-        let write_error = |source| GitError::Write {
-            what: index_path.display().to_string(),
-            source,
-        };
+        let write_error = |source| GitError::write(index_path.display().to_string(), source);
         let repo = self.libgit();
         let mut index = git2::Index::open(&index_path).map_err(write_error)?;
         let (from, to) = (
@@ -658,5 +655,5 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> GitEr
 
 fn write_error(what: &str) -> impl FnOnce(git2::Error) -> GitError {
     let what = what.to_owned();
-    move |source| GitError::Write { what, source }
+    move |source| GitError::write(what, source)
 }

@@ -9,13 +9,15 @@ use std::error::Error;
 /// an object write fails ("sha1 file '…' write error. Out of diskspace"), a checkout
 /// that cannot write a file ("error: unable to write file P", which drops errno), and a
 /// ref update that cannot write its lock file ("couldn't write '….lock'", errno dropped
-/// too: seen when `git worktree add` creates a subtask's branch on a full disk). The
-/// last two may be another write fault: pausing is the safe side.
-const NO_SPACE: [&str; 4] = [
+/// too: seen when `git worktree add` creates a subtask's branch on a full disk), and one
+/// that cannot close it ("couldn't close 'HEAD.lock'": the space is claimed at close).
+/// The last three may be another write fault: pausing is the safe side.
+const NO_SPACE: [&str; 5] = [
     "No space left on device",
     "Out of diskspace",
     "error: unable to write file ",
     "couldn't write '",
+    "couldn't close '",
 ];
 /// Linux's ENOSPC.
 const ENOSPC: i32 = 28;
@@ -59,10 +61,11 @@ mod tests {
             "fatal: cannot update ref 'refs/heads/grove/r/2': couldn't write \
              '/repo/.git/refs/heads/grove/r/2.lock'",
         );
+        let closing = std::io::Error::other("error: couldn't close 'HEAD.lock'");
         let other = Outer(std::io::Error::from(std::io::ErrorKind::NotFound));
         assert_eq!(
-            [&raw as &dyn Error, &kind, &git, &ref_lock, &other].map(is_disk_full),
-            [true, true, true, true, false],
+            [&raw as &dyn Error, &kind, &git, &ref_lock, &closing, &other].map(is_disk_full),
+            [true, true, true, true, true, false],
             "ENOSPC by its code, its kind or git's text, and nothing else"
         );
     }

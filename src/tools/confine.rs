@@ -320,6 +320,12 @@ pub(crate) fn is_escape(err: &io::Error) -> bool {
 
 /// An I/O failure on the model's `path` as a message the model can act on.
 pub(crate) fn io_error(action: &str, path: &str, err: &io::Error) -> ToolError {
+    if err.kind() == io::ErrorKind::StorageFull {
+        // No model can free the disk: the run pauses, resumable (see `store::disk_full`).
+        return ToolError::Fatal(format!(
+            "cannot {action} `{path}`: the disk is full ({err})"
+        ));
+    }
     let message = if is_escape(err) {
         format!(
             "cannot {action} `{path}`: it resolves outside the worktree (through a symlink or `..`); access refused"
@@ -357,6 +363,21 @@ where
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_disk_is_fatal_and_says_so_where_other_errors_go_back_to_the_model() {
+        let full = io_error("write", "a.txt", &io::Error::from_raw_os_error(28));
+        let missing = io_error("read", "a.txt", &io::Error::from(io::ErrorKind::NotFound));
+        assert_eq!(
+            (
+                full.to_string().contains("No space left on device"),
+                matches!(full, ToolError::Fatal(_))
+            ),
+            (true, true),
+            "a full disk stops the agent with the words the run's pause recognises: {full}"
+        );
+        assert!(matches!(missing, ToolError::RespondToModel(_)), "{missing}");
+    }
 
     fn confined() -> (tempfile::TempDir, ConfinedRoot) {
         let temp = tempfile::tempdir().unwrap();
