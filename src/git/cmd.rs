@@ -184,14 +184,7 @@ impl GitRunner {
     /// The value git's processes see for environment variable `name`: the extra
     /// environment first, then grove's own.
     pub fn env_var(&self, name: &str) -> Option<OsString> {
-        self.options
-            .env
-            .iter()
-            .rev()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| value.clone())
-            .or_else(|| std::env::var_os(name))
-            .filter(|value| !value.is_empty())
+        super::location::env_var(&self.options.env, name)
     }
 
     /// Records the repository-local driver config to neutralise on every call.

@@ -11,7 +11,6 @@ use serde::Serialize;
 
 use super::Repo;
 use super::error::GitError;
-use super::merge::parse_merge_tree;
 use super::names::CommitId;
 
 /// A line a conflict marker starts (`<<<<<<< ours`, `>>>>>>> theirs`); the `=======`
@@ -65,21 +64,8 @@ impl Repo {
                 });
             }
         }
-        let output = self
-            .git()
-            .args([
-                "merge-tree",
-                "--write-tree",
-                "--name-only",
-                "--no-messages",
-                "-z",
-                ours.label,
-                theirs.label,
-            ])
-            .allow_codes(&[1])
-            .run()
-            .await?;
-        let (tree, paths) = parse_merge_tree(&output.stdout, output.code)?;
+        let (tree, paths) = self.merge_tree(ours.label, theirs.label).await?;
+        let paths = paths.unwrap_or_default();
         let commit = self
             .commit_tree(&tree, &[ours.commit, theirs.commit], message)
             .await?;

@@ -164,9 +164,6 @@ pub enum GitError {
     },
 }
 
-/// Linux's ENOSPC.
-const ENOSPC: i32 = 28;
-
 impl GitError {
     /// An in-process libgit2 write that failed: [`GitError::Write`], or, when the
     /// thread's errno is ENOSPC, the full disk it is ([`GitError::Io`]): libgit2 often
@@ -175,7 +172,7 @@ impl GitError {
     /// failed where it must pause.
     pub(super) fn write(what: String, source: git2::Error) -> Self {
         let errno = std::io::Error::last_os_error();
-        if errno.raw_os_error() == Some(ENOSPC) {
+        if errno.raw_os_error() == Some(nix::errno::Errno::ENOSPC as i32) {
             return Self::Io {
                 action: "write",
                 path: PathBuf::from(what),

@@ -19,18 +19,22 @@ const MAX_NAME: usize = 40;
 
 /// The cache directory grove's worktrees go under, from the environment git runs with
 /// (`overrides` first, then the process): `$XDG_CACHE_HOME/grove` (if absolute), else
+/// Environment variable `name`, non-empty: the last of `overrides` that sets it, else
+/// grove's own environment's.
+pub(super) fn env_var(overrides: &[(OsString, OsString)], name: &str) -> Option<OsString> {
+    overrides
+        .iter()
+        .rev()
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.clone())
+        .or_else(|| std::env::var_os(name))
+        .filter(|value| !value.is_empty())
+}
+
 /// `~/Library/Caches/grove` on macOS and `~/.cache/grove` elsewhere; without a home,
 /// a per-user directory in the system's temp dir.
 pub(super) fn cache_home(overrides: &[(OsString, OsString)]) -> PathBuf {
-    let var = |name: &str| -> Option<OsString> {
-        overrides
-            .iter()
-            .rev()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| value.clone())
-            .or_else(|| std::env::var_os(name))
-            .filter(|value| !value.is_empty())
-    };
+    let var = |name: &str| env_var(overrides, name);
     if let Some(xdg) = var("XDG_CACHE_HOME").map(PathBuf::from)
         && xdg.is_absolute()
     {

@@ -78,10 +78,7 @@ impl Repo {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         repo.reference(&reference, base.oid(), false, "grove: start run")
-            .map_err(|source| GitError::Write {
-                what: reference.clone(),
-                source,
-            })?;
+            .map_err(|source| GitError::write(reference.clone(), source))?;
         Ok(base)
     }
 
@@ -211,6 +208,23 @@ impl Repo {
         ours: CommitId,
         theirs: CommitId,
     ) -> Result<MergeCheck, GitError> {
+        match self
+            .merge_tree(&ours.to_string(), &theirs.to_string())
+            .await?
+        {
+            (tree, None) => Ok(MergeCheck::Clean { tree }),
+            (_, Some(paths)) => Ok(MergeCheck::Conflict { paths }),
+        }
+    }
+
+    /// `git merge-tree --write-tree` of the revisions `ours` and `theirs`: the tree it
+    /// wrote (with conflict markers in the files that conflict) and, when the merge
+    /// conflicts, the conflicting paths.
+    pub(super) async fn merge_tree(
+        &self,
+        ours: &str,
+        theirs: &str,
+    ) -> Result<(String, Option<Vec<String>>), GitError> {
         let output = self
             .git()
             .args([
@@ -219,17 +233,14 @@ impl Repo {
                 "--name-only",
                 "--no-messages",
                 "-z",
-                &ours.to_string(),
-                &theirs.to_string(),
+                ours,
+                theirs,
             ])
             .allow_codes(&[1])
             .run()
             .await?;
         let (tree, paths) = parse_merge_tree(&output.stdout, output.code)?;
-        if output.code == 0 {
-            return Ok(MergeCheck::Clean { tree });
-        }
-        Ok(MergeCheck::Conflict { paths })
+        Ok((tree, (output.code != 0).then_some(paths)))
     }
 
     /// Finds conflicts among approved branches before any is merged: each branch onto
@@ -314,10 +325,7 @@ fn parent_dirs(path: &str) -> impl Iterator<Item = &str> {
 }
 /// The tree and the conflicting paths of `git merge-tree --write-tree -z --name-only`'s
 /// output (`code` 1: conflicts; the paths are empty for a clean merge).
-pub(super) fn parse_merge_tree(
-    stdout: &[u8],
-    code: i32,
-) -> Result<(String, Vec<String>), GitError> {
+fn parse_merge_tree(stdout: &[u8], code: i32) -> Result<(String, Vec<String>), GitError> {
     let mut fields = stdout
         .split(|b| *b == 0)
         .map(|f| String::from_utf8_lossy(f).into_owned());

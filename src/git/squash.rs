@@ -116,10 +116,8 @@ impl Repo {
                 Err(error) => return Err(error),
             },
         };
-        let write_error = |source| GitError::Write {
-            what: format!("squashed history {target_ref}"),
-            source,
-        };
+        let write_error =
+            |source| GitError::write(format!("squashed history {target_ref}"), source);
         let repo = self
             .inner
             .libgit
@@ -186,10 +184,7 @@ impl Repo {
                     actual: existing.map_or_else(|| "nothing".to_owned(), |c| c.to_string()),
                 })
             }
-            Err(source) => Err(GitError::Write {
-                what: target_ref.to_owned(),
-                source,
-            }),
+            Err(source) => Err(GitError::write(target_ref.to_owned(), source)),
         }
     }
 

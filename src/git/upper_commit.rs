@@ -390,10 +390,7 @@ impl Walk<'_> {
         let mut builder = self
             .repo
             .treebuilder(base)
-            .map_err(|source| GitError::Write {
-                what: what(),
-                source,
-            })?;
+            .map_err(|source| GitError::write(what(), source))?;
         let mut names: Vec<_> = std::fs::read_dir(upper_dir)
             .map_err(io("list", upper_dir))?
             .map(|entry| entry.map(|entry| entry.file_name()))
@@ -409,10 +406,10 @@ impl Walk<'_> {
         if builder.is_empty() {
             return Ok(None);
         }
-        builder.write().map(Some).map_err(|source| GitError::Write {
-            what: what(),
-            source,
-        })
+        builder
+            .write()
+            .map(Some)
+            .map_err(|source| GitError::write(what(), source))
     }
 
     /// Lays one upper entry `name` of directory `rel` onto `builder`.

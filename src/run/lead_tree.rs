@@ -60,14 +60,7 @@ impl LeadTree {
         let making = subtasks.make_worktree(LEAD_WORKTREE);
         let (ctx, expected) = (Arc::clone(ctx), root.clone());
         let handle = tokio::spawn(async move {
-            let made = match making.await {
-                Ok(made) => made,
-                Err(stopped) => {
-                    let _ = state.send(MountState::Failed(stopped.to_string()));
-                    return None;
-                }
-            };
-            let worktree = match made {
+            let worktree = match making.await {
                 Ok(worktree) => worktree,
                 Err(error) => {
                     ctx.pause_if_disk_full("creating the lead's worktree", &error);

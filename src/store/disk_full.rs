@@ -19,8 +19,8 @@ const NO_SPACE: [&str; 5] = [
     "couldn't write '",
     "couldn't close '",
 ];
-/// Linux's ENOSPC.
-const ENOSPC: i32 = 28;
+/// ENOSPC.
+const ENOSPC: i32 = nix::errno::Errno::ENOSPC as i32;
 
 /// True when `error`, or any error in its source chain, is a full disk: an
 /// `io::Error` of kind `StorageFull` (or raw os error 28), or a git command or libgit2
