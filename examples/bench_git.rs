@@ -7,8 +7,8 @@
 
 #![allow(clippy::print_stdout)]
 
-#[path = "support/generated.rs"]
-mod generated;
+#[path = "support/bench_repo.rs"]
+mod bench_repo;
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -16,41 +16,18 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use grove::git::{CommitId, GitOptions, Repo, RunId, WorktreeSpec};
 
 const WORKTREES: u32 = 8;
 
 fn sealed_env(home: &Path) -> Vec<(OsString, OsString)> {
-    [
-        ("GIT_CONFIG_GLOBAL", OsString::from("/dev/null")),
-        ("GIT_CONFIG_NOSYSTEM", OsString::from("1")),
-        ("HOME", home.as_os_str().to_owned()),
-        ("GIT_AUTHOR_NAME", OsString::from("bench")),
-        ("GIT_AUTHOR_EMAIL", OsString::from("bench@localhost")),
-        ("GIT_COMMITTER_NAME", OsString::from("bench")),
-        ("GIT_COMMITTER_EMAIL", OsString::from("bench@localhost")),
-    ]
-    .into_iter()
-    .map(|(k, v)| (OsString::from(k), v))
-    .collect()
+    bench_repo::sealed_env(home, None)
 }
 
 /// Runs plain git (the user's way) in `dir`.
 fn git(home: &Path, dir: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let output = Command::new("git")
-        .envs(sealed_env(home))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .with_context(|| format!("starting git {args:?}"))?;
-    if !output.status.success() {
-        bail!(
-            "git {args:?} failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    bench_repo::git(&sealed_env(home), dir, args)
 }
 
 /// Flushes dirty pages so one side's writeback is not billed to the other's timing.
@@ -92,7 +69,7 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let started = Instant::now();
-    generated::generate(&repo_dir, files)?;
+    bench_repo::generate(&repo_dir, files)?;
     git(
         &home,
         &repo_dir,

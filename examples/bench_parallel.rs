@@ -44,8 +44,8 @@ mod support {
     pub mod fake_server;
     pub mod git_fixture;
 }
-#[path = "support/generated.rs"]
-mod generated;
+#[path = "support/bench_repo.rs"]
+mod bench_repo;
 
 use std::time::{Duration, Instant};
 
@@ -321,7 +321,7 @@ fn repository(settings: Settings) -> anyhow::Result<GitFixture> {
     for (path, content) in files {
         fixture.write(path, content);
     }
-    generated::generate(&fixture.repo, settings.files)
+    bench_repo::generate(&fixture.repo, settings.files)
         .context("generating the repository's files")?;
     fixture.commit_all("initial");
     Ok(fixture)

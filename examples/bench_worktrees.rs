@@ -22,8 +22,8 @@ use anyhow::{Context, bail};
 use grove::git::{CommitPath, GitOptions, Repo, RunId, WorktreeSpec, settle_deletions};
 use grove::tools::tree::{Layers, TreeHost};
 
-#[path = "support/generated.rs"]
-mod generated;
+#[path = "support/bench_repo.rs"]
+mod bench_repo;
 
 const WORKERS: u32 = 8;
 
@@ -32,19 +32,7 @@ const WORKERS: u32 = 8;
 const SETUP: &str = "python3 -c \"import os\nfor d in range(200):\n  p=f'node_modules/p{d}'\n  os.makedirs(p, exist_ok=True)\n  for f in range(100):\n    open(f'{p}/f{f}.js','w').write('module.exports=1\\n')\"";
 
 fn sealed_env(home: &Path, cache: &Path) -> Vec<(OsString, OsString)> {
-    [
-        ("GIT_CONFIG_GLOBAL", OsString::from("/dev/null")),
-        ("GIT_CONFIG_NOSYSTEM", OsString::from("1")),
-        ("HOME", home.as_os_str().to_owned()),
-        ("XDG_CACHE_HOME", cache.as_os_str().to_owned()),
-        ("GIT_AUTHOR_NAME", OsString::from("bench")),
-        ("GIT_AUTHOR_EMAIL", OsString::from("bench@localhost")),
-        ("GIT_COMMITTER_NAME", OsString::from("bench")),
-        ("GIT_COMMITTER_EMAIL", OsString::from("bench@localhost")),
-    ]
-    .into_iter()
-    .map(|(k, v)| (OsString::from(k), v))
-    .collect()
+    bench_repo::sealed_env(home, Some(cache))
 }
 
 struct Bench {
@@ -56,19 +44,7 @@ struct Bench {
 impl Bench {
     /// Runs plain git (the user's way) in `dir`.
     fn git(&self, dir: &Path, args: &[&str]) -> anyhow::Result<String> {
-        let output = Command::new("git")
-            .envs(sealed_env(&self.home, &self.cache))
-            .current_dir(dir)
-            .args(args)
-            .output()
-            .with_context(|| format!("starting git {args:?}"))?;
-        if !output.status.success() {
-            bail!(
-                "git {args:?} failed: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
+        bench_repo::git(&sealed_env(&self.home, &self.cache), dir, args)
     }
 
     /// Runs `script` in the tree `host` mounts at `path` (in its namespaces).
@@ -202,7 +178,7 @@ async fn main() -> anyhow::Result<()> {
         "repository: {} ({files} files, on disk), {WORKERS} workers",
         bench.repo_dir.display()
     );
-    generated::generate(&bench.repo_dir, files)?;
+    bench_repo::generate(&bench.repo_dir, files)?;
     bench.git(
         &bench.repo_dir,
         &["init", "--quiet", "--initial-branch=main"],
