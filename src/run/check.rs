@@ -113,18 +113,12 @@ pub(crate) async fn run_check(
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::run::test_support::{ScriptedModel, TestRun};
-    use crate::settings::options::RunOptions;
+    use crate::run::test_support::TestRun;
     use crate::store::journal::ON_RESULT;
 
     #[tokio::test]
     async fn a_check_reports_its_status_and_output_tail_and_is_journaled() {
-        let run = TestRun::new(
-            &[("a.txt", "alpha\n")],
-            RunOptions::new("t"),
-            ScriptedModel::new(vec![]),
-        )
-        .await;
+        let run = TestRun::alpha().await;
         let worktree = run.worktree(1).await;
         let green = CheckOptions::new("test -f a.txt && echo all good");
         let red = CheckOptions::new("echo first; echo 'FAILED: test_a' >&2; exit 4");
@@ -164,12 +158,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_check_past_its_time_limit_failed_and_says_so() {
-        let run = TestRun::new(
-            &[("a.txt", "alpha\n")],
-            RunOptions::new("t"),
-            ScriptedModel::new(vec![]),
-        )
-        .await;
+        let run = TestRun::alpha().await;
         let worktree = run.worktree(1).await;
         let slow = CheckOptions {
             timeout_s: 1,

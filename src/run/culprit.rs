@@ -174,8 +174,7 @@ async fn rebuilt_without(
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::run::test_support::{ScriptedModel, TestRun};
-    use crate::settings::options::RunOptions;
+    use crate::run::test_support::TestRun;
     use crate::store::journal::ON_RESULT;
 
     fn red() -> CheckRun {
@@ -191,12 +190,7 @@ mod tests {
     #[tokio::test]
     async fn the_only_merged_subtask_is_the_culprit_without_a_check_and_a_subtask_built_on_a_left_out_one_goes_with_it()
      {
-        let run = TestRun::new(
-            &[("a.txt", "alpha\n")],
-            RunOptions::new("t"),
-            ScriptedModel::new(vec![]),
-        )
-        .await;
+        let run = TestRun::alpha().await;
         let repo = &run.ctx.repo;
         let one = run.worktree(1).await;
         std::fs::write(one.path().join("one.txt"), "1\n").unwrap();

@@ -156,6 +156,17 @@ pub(crate) struct TestRun {
 }
 
 impl TestRun {
+    /// A run of the default options, with no model reply scripted, on a repository
+    /// holding `a.txt` ("alpha").
+    pub(crate) async fn alpha() -> Self {
+        Self::new(
+            &[("a.txt", "alpha\n")],
+            RunOptions::new("t"),
+            ScriptedModel::new(vec![]),
+        )
+        .await
+    }
+
     /// A run of `options` whose every role talks to `model`, on a repository holding
     /// `files`.
     pub(crate) async fn new(

@@ -214,12 +214,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_a_check_the_stage_keeps_the_slot_and_records_nothing() {
-        let run = TestRun::new(
-            &[("a.txt", "alpha\n")],
-            RunOptions::new("t"),
-            ScriptedModel::new(vec![]),
-        )
-        .await;
+        let run = TestRun::alpha().await;
         let worktree = run.worktree(1).await;
         let jobs = Arc::new(Semaphore::new(1));
         let checks = Semaphore::new(1);

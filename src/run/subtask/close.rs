@@ -192,18 +192,12 @@ fn push_diffstat(text: &mut String, stat: &DiffStat) {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::run::test_support::{ScriptedModel, TestRun};
-    use crate::settings::options::RunOptions;
+    use crate::run::test_support::TestRun;
     use crate::store::journal::{Finding, VerdictKind};
 
     #[tokio::test]
     async fn rejected_work_is_archived_journaled_and_reported_to_the_lead_in_bounds() {
-        let mut run = TestRun::new(
-            &[("a.txt", "alpha\n")],
-            RunOptions::new("t"),
-            ScriptedModel::new(vec![]),
-        )
-        .await;
+        let mut run = TestRun::alpha().await;
         let worktree = run.worktree(1).await;
         std::fs::write(worktree.path().join("a.txt"), "ALPHA\n").unwrap();
         run.ctx

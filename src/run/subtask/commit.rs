@@ -120,8 +120,7 @@ async fn no_local_files_in_history(
 mod tests {
     use super::*;
     use crate::agent::Ledger;
-    use crate::run::test_support::{ScriptedModel, TestRun};
-    use crate::settings::options::RunOptions;
+    use crate::run::test_support::TestRun;
 
     fn finished(steps: u32, summary: Result<String, SubtaskError>) -> WorkEnd {
         WorkEnd {
@@ -136,12 +135,7 @@ mod tests {
 
     #[tokio::test]
     async fn what_the_worker_left_is_committed_and_diffed_against_the_base() {
-        let run = TestRun::new(
-            &[("a.txt", "alpha\n")],
-            RunOptions::new("t"),
-            ScriptedModel::new(vec![]),
-        )
-        .await;
+        let run = TestRun::alpha().await;
         let worktree = run.worktree(1).await;
         std::fs::write(worktree.path().join("a.txt"), "ALPHA\n").unwrap();
 
@@ -177,12 +171,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_worker_fails_the_subtask_but_its_files_are_committed_first() {
-        let run = TestRun::new(
-            &[("a.txt", "alpha\n")],
-            RunOptions::new("t"),
-            ScriptedModel::new(vec![]),
-        )
-        .await;
+        let run = TestRun::alpha().await;
         let worktree = run.worktree(1).await;
         std::fs::write(worktree.path().join("half.txt"), "half done\n").unwrap();
         let stopped = Err(SubtaskError::WorkerStopped {
@@ -210,12 +199,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_worker_that_changed_nothing_has_nothing_to_review() {
-        let run = TestRun::new(
-            &[("a.txt", "alpha\n")],
-            RunOptions::new("t"),
-            ScriptedModel::new(vec![]),
-        )
-        .await;
+        let run = TestRun::alpha().await;
         let worktree = run.worktree(1).await;
         let error = commit(
             &run.ctx,

@@ -99,17 +99,11 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::run::test_support::{ScriptedModel, TestRun};
-    use crate::settings::options::RunOptions;
+    use crate::run::test_support::TestRun;
 
     /// A run with its result branch, and S1's branch changing `a.txt` to `content`.
     async fn approved_work(content: &str) -> (TestRun, CommitId) {
-        let run = TestRun::new(
-            &[("a.txt", "alpha\n")],
-            RunOptions::new("t"),
-            ScriptedModel::new(vec![]),
-        )
-        .await;
+        let run = TestRun::alpha().await;
         run.ctx
             .repo
             .create_result_branch(&run.ctx.run, run.ctx.base)

@@ -719,12 +719,7 @@ mod stage_tests {
 
     #[tokio::test]
     async fn a_worktree_is_made_on_the_subtasks_branch_and_a_stray_directory_is_kept() {
-        let run = TestRun::new(
-            &[("a.txt", "alpha\n")],
-            RunOptions::new("t"),
-            ScriptedModel::new(vec![]),
-        )
-        .await;
+        let run = TestRun::alpha().await;
         let stray = run.ctx.worktree_spec(SubtaskId(1)).path;
         std::fs::create_dir_all(&stray).unwrap();
         std::fs::write(stray.join("mine.txt"), "keep me").unwrap();
@@ -761,12 +756,7 @@ mod stage_tests {
 
     #[tokio::test]
     async fn setup_runs_once_per_base_and_setup_and_again_for_another_command() {
-        let mut run = TestRun::new(
-            &[("a.txt", "alpha\n")],
-            RunOptions::new("t"),
-            ScriptedModel::new(vec![]),
-        )
-        .await;
+        let mut run = TestRun::alpha().await;
         let base = run.rev("HEAD");
         let command = "echo ran >> ../setup-runs; mkdir -p node_modules; echo m > node_modules/m";
         for _ in 0..2 {
