@@ -97,27 +97,28 @@ impl Repo {
                 .ok_or_else(|| GitError::UnknownRevision {
                     rev: target_ref.to_owned(),
                 })?;
-            if self.is_ancestor(commit, tip)? {
-                return Ok(MergeOutcome::AlreadyMerged);
-            }
-            let tree = if self.is_ancestor(tip, commit)? {
+            let disjoint = match self.merge_base(tip, commit)? {
+                MergeBase::Branch => return Ok(MergeOutcome::AlreadyMerged),
                 // Nothing to merge on the target's side: the merge is the branch's tree.
-                self.read(target_ref, |repo| {
+                MergeBase::Target => Some(self.read(target_ref, |repo| {
                     Ok(repo.find_commit(commit.oid())?.tree_id())
-                })?
-            } else if let Some(tree) = self.disjoint_merge(tip, commit)? {
-                tree
-            } else {
-                let tree = match self.check_merge(tip, commit).await? {
+                })?),
+                MergeBase::One(base) => self.disjoint_merge(base, tip, commit)?,
+                MergeBase::Other => None,
+            };
+            let tree = match disjoint {
+                Some(tree) => tree,
+                None => match self.check_merge(tip, commit).await? {
                     MergeCheck::Conflict { paths } => {
                         return Ok(MergeOutcome::Conflict { paths });
                     }
-                    MergeCheck::Clean { tree } => tree,
-                };
-                git2::Oid::from_str(&tree).map_err(|_| GitError::Parse {
-                    op: "merge-tree".to_owned(),
-                    detail: format!("{tree:?} is not a tree id"),
-                })?
+                    MergeCheck::Clean { tree } => {
+                        git2::Oid::from_str(&tree).map_err(|_| GitError::Parse {
+                            op: "merge-tree".to_owned(),
+                            detail: format!("{tree:?} is not a tree id"),
+                        })?
+                    }
+                },
             };
             match self.commit_onto(target_ref, tree, tip, &[commit], message)? {
                 Some(merged) => return Ok(MergeOutcome::Merged { commit: merged }),
@@ -153,23 +154,44 @@ impl Repo {
         Ok(outcomes)
     }
 
-    /// The tree of the merge of `theirs` onto `ours`, computed in process, when it is
-    /// certain to be the tree `git merge-tree` writes: one merge base, and since it both
-    /// sides only added or modified regular files and symlinks, at paths that are
-    /// neither shared nor nested one under the other. `None` otherwise (the caller asks
-    /// git). Without a deletion there is no rename, and without a shared path no content
-    /// merge, so merge-ort would take each changed path from the one side that changed it.
+    /// How `theirs` stands to `ours` in the commit graph, from one walk of it (on a run's
+    /// result every merge adds commits that each of three separate walks went through).
+    fn merge_base(&self, ours: CommitId, theirs: CommitId) -> Result<MergeBase, GitError> {
+        if ours == theirs {
+            return Ok(MergeBase::Branch);
+        }
+        self.read("merge base", |repo| {
+            let bases = match repo.merge_bases(ours.oid(), theirs.oid()) {
+                Ok(bases) => bases,
+                Err(error) if error.code() == git2::ErrorCode::NotFound => {
+                    return Ok(MergeBase::Other);
+                }
+                Err(error) => return Err(error),
+            };
+            Ok(match bases.iter().as_slice() {
+                [base] if *base == theirs.oid() => MergeBase::Branch,
+                [base] if *base == ours.oid() => MergeBase::Target,
+                [base] => MergeBase::One(CommitId::from_oid(*base)),
+                _ => MergeBase::Other,
+            })
+        })
+    }
+
+    /// The tree of the merge of `theirs` onto `ours`, whose one merge base is `base`,
+    /// computed in process, when it is certain to be the tree `git merge-tree` writes:
+    /// since the base, both sides only added or modified regular files and symlinks, at
+    /// paths that are neither shared nor nested one under the other. `None` otherwise
+    /// (the caller asks git). Without a deletion there is no rename, and without a shared
+    /// path no content merge, so merge-ort would take each changed path from the one side
+    /// that changed it.
     fn disjoint_merge(
         &self,
+        base: CommitId,
         ours: CommitId,
         theirs: CommitId,
     ) -> Result<Option<git2::Oid>, GitError> {
         self.read("in-process merge", |repo| {
-            let bases = repo.merge_bases(ours.oid(), theirs.oid())?;
-            let [base] = bases.iter().as_slice() else {
-                return Ok(None);
-            };
-            let base_tree = repo.find_commit(*base)?.tree()?;
+            let base_tree = repo.find_commit(base.oid())?.tree()?;
             let ours_tree = repo.find_commit(ours.oid())?.tree()?;
             let theirs_tree = repo.find_commit(theirs.oid())?.tree()?;
             let (Some(ours_changes), Some(theirs_changes)) = (
@@ -284,6 +306,18 @@ impl Repo {
             .await?;
         Self::parse_commit("commit-tree", &id)
     }
+}
+
+/// How a branch stands to the target it is merged onto.
+enum MergeBase {
+    /// The branch is the target or one of its ancestors: it is merged already.
+    Branch,
+    /// The target is an ancestor of the branch: the merge is the branch's tree.
+    Target,
+    /// The two forked from this one commit.
+    One(CommitId),
+    /// Several merge bases, or none: only `git merge-tree` knows.
+    Other,
 }
 
 /// A path a side added or modified: its new blob (or link) and mode.
