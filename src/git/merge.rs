@@ -14,8 +14,11 @@
 
 use serde::Serialize;
 
+use std::collections::HashMap;
+
 use super::Repo;
 use super::error::GitError;
+use super::lineage::{Fork, Lineage, MergeBase};
 use super::names::{CommitId, RunId};
 
 /// One merge queue per process: parallel `update-ref`s of one ref lose races (measured:
@@ -79,6 +82,7 @@ impl Repo {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         repo.reference(&reference, base.oid(), false, "grove: start run")
             .map_err(|source| GitError::write(reference.clone(), source))?;
+        self.lineages().insert(reference, Lineage::at(base.oid()));
         Ok(base)
     }
 
@@ -97,7 +101,8 @@ impl Repo {
                 .ok_or_else(|| GitError::UnknownRevision {
                     rev: target_ref.to_owned(),
                 })?;
-            let disjoint = match self.merge_base(tip, commit)? {
+            let (base, fork) = self.merge_base(target_ref, tip, commit)?;
+            let disjoint = match base {
                 MergeBase::Branch => return Ok(MergeOutcome::AlreadyMerged),
                 // Nothing to merge on the target's side: the merge is the branch's tree.
                 MergeBase::Target => Some(self.read(target_ref, |repo| {
@@ -121,7 +126,14 @@ impl Repo {
                 },
             };
             match self.commit_onto(target_ref, tree, tip, &[commit], message)? {
-                Some(merged) => return Ok(MergeOutcome::Merged { commit: merged }),
+                Some(merged) => {
+                    if let Some(fork) = fork
+                        && let Some(lineage) = self.lineages().get_mut(target_ref)
+                    {
+                        lineage.merged(merged.oid(), fork);
+                    }
+                    return Ok(MergeOutcome::Merged { commit: merged });
+                }
                 // Another writer moved the ref meanwhile: recompute on its tip.
                 None => last_seen = self.ref_target(target_ref)?,
             }
@@ -154,27 +166,57 @@ impl Repo {
         Ok(outcomes)
     }
 
-    /// How `theirs` stands to `ours` in the commit graph, from one walk of it (on a run's
-    /// result every merge adds commits that each of three separate walks went through).
-    fn merge_base(&self, ours: CommitId, theirs: CommitId) -> Result<MergeBase, GitError> {
+    /// How `theirs` stands to `ours` in the commit graph: from what is known of the
+    /// history of `target_ref` when `ours` is its known tip (then with the fork that a
+    /// merge adds to it), else from one walk of the graph (on a run's result, every merge
+    /// adds commits that three separate walks each went through).
+    fn merge_base(
+        &self,
+        target_ref: &str,
+        ours: CommitId,
+        theirs: CommitId,
+    ) -> Result<(MergeBase, Option<Fork>), GitError> {
         if ours == theirs {
-            return Ok(MergeBase::Branch);
+            return Ok((MergeBase::Branch, None));
         }
         self.read("merge base", |repo| {
+            let mut lineages = self.lineages();
+            if let Some(lineage) = lineages.get(target_ref) {
+                // Not its tip (another writer moved the ref), or it takes a walk: what
+                // the merge adds is then not known.
+                let fork = if lineage.tip() == ours.oid() {
+                    lineage.merge_base(repo, theirs.oid())?
+                } else {
+                    None
+                };
+                match fork {
+                    Some(fork) => return Ok((fork.base, Some(fork))),
+                    None => drop(lineages.remove(target_ref)),
+                }
+            }
             let bases = match repo.merge_bases(ours.oid(), theirs.oid()) {
                 Ok(bases) => bases,
                 Err(error) if error.code() == git2::ErrorCode::NotFound => {
-                    return Ok(MergeBase::Other);
+                    return Ok((MergeBase::Other, None));
                 }
                 Err(error) => return Err(error),
             };
-            Ok(match bases.iter().as_slice() {
+            let base = match bases.iter().as_slice() {
                 [base] if *base == theirs.oid() => MergeBase::Branch,
                 [base] if *base == ours.oid() => MergeBase::Target,
                 [base] => MergeBase::One(CommitId::from_oid(*base)),
                 _ => MergeBase::Other,
-            })
+            };
+            Ok((base, None))
         })
+    }
+
+    /// The known history of each merge target.
+    fn lineages(&self) -> std::sync::MutexGuard<'_, HashMap<String, Lineage>> {
+        self.inner
+            .lineages
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The tree of the merge of `theirs` onto `ours`, whose one merge base is `base`,
@@ -306,18 +348,6 @@ impl Repo {
             .await?;
         Self::parse_commit("commit-tree", &id)
     }
-}
-
-/// How a branch stands to the target it is merged onto.
-enum MergeBase {
-    /// The branch is the target or one of its ancestors: it is merged already.
-    Branch,
-    /// The target is an ancestor of the branch: the merge is the branch's tree.
-    Target,
-    /// The two forked from this one commit.
-    One(CommitId),
-    /// Several merge bases, or none: only `git merge-tree` knows.
-    Other,
 }
 
 /// A path a side added or modified: its new blob (or link) and mode.

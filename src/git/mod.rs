@@ -44,11 +44,13 @@ mod detached;
 mod diff;
 mod error;
 mod handle;
+mod lineage;
 mod local_files;
 mod location;
 mod merge;
 mod names;
 mod rebuild;
+mod registration;
 mod squash;
 mod trash;
 mod upper_commit;
@@ -95,6 +97,8 @@ struct RepoInner {
     /// The exclude files below every `.gitignore`, read once (see `exclude_files`):
     /// a `git config` per checkpoint was a third of a run's git processes.
     exclude_files: tokio::sync::OnceCell<Vec<PathBuf>>,
+    /// What is known of the history of each ref merged onto, by ref (see `lineage`).
+    lineages: Mutex<std::collections::HashMap<String, lineage::Lineage>>,
 }
 
 /// Where the user's `HEAD` is.
@@ -152,6 +156,7 @@ impl Repo {
                 libgit: Mutex::new(repo),
                 worktrees_home,
                 exclude_files: tokio::sync::OnceCell::new(),
+                lineages: Mutex::default(),
             }),
         })
     }
