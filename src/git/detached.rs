@@ -44,11 +44,7 @@ impl Repo {
             self.delete_worktree(path, &admin).await?;
         }
         let guard = REGISTRATION.lock().await;
-        if self
-            .registered_worktrees()?
-            .iter()
-            .any(|(_, registered)| !registered.exists())
-        {
+        if self.any_worktree_gone()? {
             self.prune_unlocked().await?;
         }
         if std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_some()) {

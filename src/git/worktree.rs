@@ -63,11 +63,7 @@ impl Repo {
         let guard = REGISTRATION.lock().await;
         // Only a registration whose directory is gone needs pruning; skipping the
         // process otherwise keeps creation fast.
-        if self
-            .registered_worktrees()?
-            .iter()
-            .any(|(_, path)| !path.exists())
-        {
+        if self.any_worktree_gone()? {
             self.prune_unlocked().await?;
         }
 
@@ -98,7 +94,7 @@ impl Repo {
             })?;
         }
 
-        let start = match self.ref_target(&branch_ref)? {
+        let (start, admin) = match self.ref_target(&branch_ref)? {
             Some(tip) => {
                 if !self.is_ancestor(spec.base, tip)? {
                     return Err(GitError::BranchDiverged {
@@ -113,31 +109,14 @@ impl Repo {
                         path,
                     });
                 }
-                self.git()
-                    .args(["worktree", "add", "--no-checkout", "--quiet"])
-                    .arg(&spec.path)
-                    .arg(spec.run.subtask_branch(spec.subtask))
-                    .run()
-                    .await?;
-                tip
+                let admin = self.register_worktree(&spec.path, &branch_ref, None)?;
+                (tip, admin)
             }
             None => {
-                self.git()
-                    .args(["worktree", "add", "--no-checkout", "--quiet", "-b"])
-                    .arg(spec.run.subtask_branch(spec.subtask))
-                    .arg(&spec.path)
-                    .arg(spec.base.to_string())
-                    .run()
-                    .await?;
-                spec.base
+                let admin = self.register_worktree(&spec.path, &branch_ref, Some(spec.base))?;
+                (spec.base, admin)
             }
         };
-        let admin = self
-            .find_admin_dir(&spec.path)?
-            .ok_or_else(|| GitError::Parse {
-                op: "worktree add".to_owned(),
-                detail: format!("no registration found for {}", spec.path.display()),
-            })?;
         drop(guard);
         let path = canonical(&spec.path)?;
         match how {
@@ -506,18 +485,51 @@ impl Repo {
         Ok(())
     }
 
-    /// The admin dir under `<common>/worktrees/` whose `gitdir` names `path/.git`.
+    /// The admin dir under `<common>/worktrees/` whose `gitdir` names `path/.git`, by
+    /// any spelling. An existing `path` is compared by file identity (a `stat` per
+    /// registration, where canonicalising each was most of a registration's time at 32
+    /// of them); a missing one can only be a registration whose path is missing too.
     pub(super) fn find_admin_dir(&self, path: &Path) -> Result<Option<PathBuf>, GitError> {
-        let wanted = normalize(path);
+        use std::os::unix::fs::MetadataExt as _;
+        let identity = |path: &Path| std::fs::metadata(path).map(|meta| (meta.dev(), meta.ino()));
+        let wanted = identity(path).ok();
+        let mut normalized = None;
+        for (admin, recorded) in self.recorded_worktrees()? {
+            let same = match (wanted, identity(&recorded)) {
+                (Some(wanted), Ok(found)) => wanted == found,
+                (None, Err(_)) => {
+                    normalize(&recorded) == *normalized.get_or_insert_with(|| normalize(path))
+                }
+                _ => false,
+            };
+            if same {
+                return Ok(Some(admin));
+            }
+        }
+        Ok(None)
+    }
+
+    /// True when a registration's directory is gone, so that `git worktree prune` has
+    /// something to do.
+    pub(super) fn any_worktree_gone(&self) -> Result<bool, GitError> {
         Ok(self
-            .registered_worktrees()?
+            .recorded_worktrees()?
+            .iter()
+            .any(|(_, recorded)| !recorded.exists()))
+    }
+
+    /// Every linked worktree registration: (admin dir, worktree path canonicalised as
+    /// far as it exists).
+    pub(super) fn registered_worktrees(&self) -> Result<Vec<(PathBuf, PathBuf)>, GitError> {
+        Ok(self
+            .recorded_worktrees()?
             .into_iter()
-            .find(|(_, worktree)| *worktree == wanted)
-            .map(|(admin, _)| admin))
+            .map(|(admin, recorded)| (admin, normalize(&recorded)))
+            .collect())
     }
 
     /// Every linked worktree registration: (admin dir, worktree path as recorded).
-    pub(super) fn registered_worktrees(&self) -> Result<Vec<(PathBuf, PathBuf)>, GitError> {
+    fn recorded_worktrees(&self) -> Result<Vec<(PathBuf, PathBuf)>, GitError> {
         let root = self.common_dir().join("worktrees");
         let entries = match std::fs::read_dir(&root) {
             Ok(entries) => entries,
@@ -546,7 +558,7 @@ impl Repo {
             }
             let dot_git = PathBuf::from(std::ffi::OsStr::from_bytes(line));
             if let Some(worktree) = dot_git.parent() {
-                found.push((admin, normalize(worktree)));
+                found.push((admin, worktree.to_path_buf()));
             }
         }
         found.sort();

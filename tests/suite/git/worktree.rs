@@ -656,3 +656,62 @@ async fn clean_sweeps_what_a_removal_by_a_dead_grove_left_in_the_trash() {
         "a dead grove's leftovers go; a live one's removal in flight is left alone"
     );
 }
+
+#[tokio::test]
+async fn a_registration_written_in_process_is_one_git_reads_prunes_and_removes() {
+    let fixture = project();
+    let repo = fixture.open().await;
+    let other_run = RunId::new("r2").unwrap();
+    let first = filled_worktree(&repo, fixture.rev("HEAD"), 1).await;
+    // Another run's subtask 1: the same directory name, so another admin dir.
+    let second = repo
+        .create_worktree(WorktreeSpec {
+            path: repo.default_worktrees_dir(&other_run).join("1"),
+            run: other_run.clone(),
+            ..spec(&repo, &fixture, 1)
+        })
+        .await
+        .unwrap();
+    second.ready().await.unwrap();
+
+    let mut seen = Vec::new();
+    for worktree in [&first, &second] {
+        let inside = |args: &[&str]| {
+            fixture.git(&[&["-C", worktree.path().to_str().unwrap()], args].concat())
+        };
+        seen.push((
+            inside(&["rev-parse", "--abbrev-ref", "HEAD"]),
+            inside(&["rev-parse", "--git-dir"]) == worktree.admin_dir().to_str().unwrap(),
+            inside(&["status", "--porcelain"]),
+        ));
+    }
+    assert_eq!(
+        seen,
+        vec![
+            ("grove/r1/1".to_owned(), true, String::new()),
+            ("grove/r2/1".to_owned(), true, String::new()),
+        ],
+        "git inside each tree finds its own admin dir, branch and a clean checkout"
+    );
+    assert_ne!(first.admin_dir(), second.admin_dir());
+    assert_eq!(
+        fixture.git(&["worktree", "prune", "--dry-run", "--verbose"]),
+        "",
+        "git finds nothing to prune in complete registrations"
+    );
+    assert_eq!(
+        fixture.git(&["reflog", "-1", "--format=%gs", "grove/r1/1"]),
+        format!("branch: Created from {}", fixture.rev("HEAD"))
+    );
+
+    fixture.git(&[
+        "worktree",
+        "remove",
+        "--force",
+        second.path().to_str().unwrap(),
+    ]);
+    assert!(
+        !second.admin_dir().exists() && !second.path().exists(),
+        "git removes what grove registered"
+    );
+}

@@ -1,0 +1,149 @@
+//! A linked worktree registered in process, as `git worktree add --no-checkout` writes
+//! one (gitrepository-layout(5): `worktrees/<id>/{gitdir,commondir,HEAD}` and the
+//! worktree's `.git` file), without starting git.
+//!
+//! A run registers a worktree per `--jobs` slot while the lead's first call is in flight;
+//! at 32 slots the `git worktree add` processes (each reading every other registration)
+//! were 4 to 8 ms apiece on this machine, and the last subtasks' trees were still being
+//! made after the lead's reply, so their workers started up to 170 ms late. What is
+//! written here is read by the real git inside every tree and by `git worktree
+//! prune/remove`; the tests run both against it.
+
+use std::io::Write as _;
+use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+use std::path::{Path, PathBuf};
+
+use super::error::GitError;
+use super::names::CommitId;
+use super::{Repo, canonical};
+
+/// Written while a registration is incomplete, as git does: `git worktree prune` keeps
+/// a locked registration, so one run elsewhere never removes it half made.
+const INITIALIZING: &[u8] = b"initializing\n";
+
+impl Repo {
+    /// Registers the empty or missing directory `path` as a worktree on `branch_ref`,
+    /// creating that branch at `create_at` first when given (it must not exist then).
+    /// Returns the registration's admin dir. On failure nothing of it is left: the admin
+    /// dir is removed, and so is a branch made here.
+    pub(super) fn register_worktree(
+        &self,
+        path: &Path,
+        branch_ref: &str,
+        create_at: Option<CommitId>,
+    ) -> Result<PathBuf, GitError> {
+        if let Some(start) = create_at {
+            let repo = self
+                .inner
+                .libgit
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            repo.reference(
+                branch_ref,
+                start.oid(),
+                false,
+                &format!("branch: Created from {start}"),
+            )
+            .map_err(|source| GitError::write(branch_ref.to_owned(), source))?;
+        }
+        let made = self.admin_dir_for(path).and_then(|(path, admin)| {
+            match write_registration(&path, &admin, branch_ref) {
+                Ok(()) => Ok(admin),
+                Err(error) => {
+                    let _ = std::fs::remove_dir_all(&admin);
+                    Err(error)
+                }
+            }
+        });
+        if made.is_err() && create_at.is_some() {
+            let _ = self.delete_ref_in_process(branch_ref);
+        }
+        made
+    }
+
+    /// Makes `path` (if missing) and a new admin dir for it under `<common>/worktrees/`,
+    /// named after it; both canonical.
+    fn admin_dir_for(&self, path: &Path) -> Result<(PathBuf, PathBuf), GitError> {
+        let root = self.common_dir().join("worktrees");
+        std::fs::create_dir_all(&root).map_err(io("create", &root))?;
+        match std::fs::create_dir(path) {
+            Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(io("create", path)(error));
+            }
+            _ => {}
+        }
+        let path = canonical(path)?;
+        let name = path
+            .file_name()
+            .map_or_else(|| "worktree".into(), std::ffi::OsStr::to_os_string);
+        let admin = unique_dir(&root, &name).map_err(io("create", &root))?;
+        Ok((path, admin))
+    }
+
+    /// Deletes `reference` in process, whatever it points at.
+    fn delete_ref_in_process(&self, reference: &str) -> Result<(), git2::Error> {
+        let repo = self
+            .inner
+            .libgit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        repo.find_reference(reference)?.delete()
+    }
+}
+
+/// Writes the registration of worktree `path` on `branch_ref` into `admin`, locked until
+/// its last file is written.
+fn write_registration(path: &Path, admin: &Path, branch_ref: &str) -> Result<(), GitError> {
+    let locked = admin.join("locked");
+    std::fs::write(&locked, INITIALIZING).map_err(io("write", &locked))?;
+    let mut gitdir = path.join(".git").into_os_string().into_vec();
+    gitdir.push(b'\n');
+    for (file, text) in [
+        ("commondir", b"../..\n".to_vec()),
+        ("gitdir", gitdir),
+        ("HEAD", format!("ref: {branch_ref}\n").into_bytes()),
+    ] {
+        let file = admin.join(file);
+        std::fs::write(&file, text).map_err(io("write", &file))?;
+    }
+    for dir in ["refs", "logs"] {
+        let dir = admin.join(dir);
+        std::fs::create_dir(&dir).map_err(io("create", &dir))?;
+    }
+    let dot_git = path.join(".git");
+    let mut pointer = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&dot_git)
+        .map_err(io("create", &dot_git))?;
+    pointer
+        .write_all(&[b"gitdir: ", admin.as_os_str().as_bytes(), b"\n"].concat())
+        .map_err(io("write", &dot_git))?;
+    std::fs::remove_file(&locked).map_err(io("remove", &locked))
+}
+
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> GitError {
+    let path = path.to_path_buf();
+    move |source| GitError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// Creates `<root>/<name>`, or `<name>1`, `<name>2`, … when taken (as git names them).
+fn unique_dir(root: &Path, name: &std::ffi::OsStr) -> std::io::Result<PathBuf> {
+    let mut counter = 0u32;
+    loop {
+        let mut candidate = name.to_os_string();
+        if counter > 0 {
+            candidate.push(counter.to_string());
+        }
+        let dir = root.join(candidate);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => counter += 1,
+            Err(error) => return Err(error),
+        }
+    }
+}
