@@ -155,6 +155,14 @@ pub fn output_tail(text: &str, max: usize) -> String {
     format!("[… earlier output cut]\n{tail}")
 }
 
+/// 64-bit FNV-1a: stable across builds (std's hasher is not), and enough to name a file
+/// whose contents are compared in full, or to tell a torn file from a whole one.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 #[cfg(test)]
 #[allow(clippy::expect_used)]
 mod tests {

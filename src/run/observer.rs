@@ -20,6 +20,7 @@ use crate::run::context::{LeadHistory, RunContext, lock};
 use crate::store::StoreError;
 use crate::store::durable::{self, Durability};
 use crate::store::journal::{self, Entry};
+use crate::store::slots::SlotFile;
 use crate::store::transcript::{self, AgentEnd, AgentTiming, Transcript, TranscriptError};
 
 /// Why an agent's work could not be made durable. Not retried: the agent's loop stops,
@@ -52,7 +53,7 @@ pub enum SaveError {
 pub(crate) struct AgentObserver {
     ctx: Arc<RunContext>,
     label: String,
-    transcript: PathBuf,
+    transcript: SlotFile,
     /// What the agent spent before a resume, so the saved ledger stays whole.
     earlier: Ledger,
     /// A worker's worktree, committed after each turn that changed files.
@@ -79,7 +80,7 @@ impl AgentObserver {
         Self {
             ctx: Arc::clone(ctx),
             label: label.to_owned(),
-            transcript,
+            transcript: SlotFile::new(&transcript),
             earlier,
             checkpoint: None,
             lead_history: None,
@@ -135,7 +136,7 @@ impl AgentObserver {
                 };
                 transcript::save_with(&self.transcript, &transcript, Durability::Buffered)?;
             }
-            transcript::save_end(&transcript::end_path(&self.transcript), &end)
+            transcript::save_end(&transcript::end_path(self.transcript.path()), &end)
         });
         if let Err(error) = saved {
             self.ctx.note(format!("{}: {error}", self.label));

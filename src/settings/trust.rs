@@ -22,6 +22,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::text::fnv1a;
+
 /// The subcommand that records trust, as messages name it.
 pub const TRUST_COMMAND: &str = "grove trust";
 
@@ -230,14 +232,6 @@ impl TrustRecord {
             command: command.to_owned(),
         })
     }
-}
-
-/// 64-bit FNV-1a: stable across builds (std's hasher is not), and enough to name a file
-/// whose contents are compared in full.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 #[cfg(test)]

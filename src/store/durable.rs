@@ -30,7 +30,7 @@ pub struct DurableError {
 }
 
 impl DurableError {
-    fn new(operation: &'static str, path: &Path, source: std::io::Error) -> Self {
+    pub(crate) fn new(operation: &'static str, path: &Path, source: std::io::Error) -> Self {
         Self {
             operation,
             path: path.to_path_buf(),

@@ -14,6 +14,7 @@ pub mod journal;
 pub mod lock;
 pub mod recorded;
 pub mod runs;
+pub mod slots;
 pub mod state;
 pub mod transcript;
 

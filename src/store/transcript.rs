@@ -1,7 +1,8 @@
 //! Saved conversations, so that an interrupted run continues where each agent was.
 //!
 //! This file owns `<run dir>/transcripts/<label>-<role>.json`: an agent's messages and
-//! ledger, replaced atomically around every turn that calls tools. It must never be the
+//! ledger, replaced atomically around every turn that calls tools (in two slots, see
+//! [`SlotFile`]). It must never be the
 //! source of truth for work (git refs are): it only lets an agent pick up its thread.
 
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::ledger::Ledger;
 use crate::model::{ContentBlock, Message, Role};
 use crate::store::durable::{self, Durability, DurableError};
+use crate::store::slots::SlotFile;
 
 /// One agent's saved conversation.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -113,32 +115,38 @@ pub fn load_end(path: &Path) -> Result<Option<AgentEnd>, TranscriptError> {
     read_json(path)
 }
 
-/// Replaces the transcript at `path` atomically.
+/// Replaces the transcript at `path` atomically, fsynced.
 pub fn save(path: &Path, transcript: &Transcript) -> Result<(), TranscriptError> {
-    save_with(path, transcript, Durability::Synced)
+    save_with(&SlotFile::new(path), transcript, Durability::Synced)
 }
 
-/// Replaces the transcript at `path` atomically, fsynced or not as `durability` says.
+/// Replaces the transcript kept in `file` (see [`SlotFile`]: a save creates no file once
+/// both slots exist), fsynced or not as `durability` says.
 pub fn save_with(
-    path: &Path,
+    file: &SlotFile,
     transcript: &Transcript,
     durability: Durability,
 ) -> Result<(), TranscriptError> {
-    create_parent(path)?;
+    create_parent(file.path())?;
     let bytes = serde_json::to_vec(transcript).map_err(|source| TranscriptError::Invalid {
-        path: path.to_path_buf(),
+        path: file.path().to_path_buf(),
         source,
     })?;
-    match durability {
-        Durability::Synced => durable::replace_file(path, &bytes)?,
-        Durability::Buffered => durable::replace_file_unsynced(path, &bytes)?,
-    }
+    file.write(&bytes, durability)?;
     Ok(())
 }
 
 /// The transcript at `path`, or `None` when the agent never saved one.
 pub fn load(path: &Path) -> Result<Option<Transcript>, TranscriptError> {
-    read_json(path)
+    let Some(bytes) = SlotFile::read(path)? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|source| TranscriptError::Invalid {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// The JSON file at `path`, or `None` when there is none.
