@@ -12,9 +12,9 @@
 //! side's tree with the other's files put in). Anything else — a deletion, so a possible
 //! rename; a path both touched; several merge bases — goes to `merge-tree`.
 
-use serde::Serialize;
-
 use std::collections::HashMap;
+
+use serde::Serialize;
 
 use super::Repo;
 use super::error::GitError;

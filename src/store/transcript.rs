@@ -2,8 +2,8 @@
 //!
 //! This file owns `<run dir>/transcripts/<label>-<role>.json`: an agent's messages and
 //! ledger, replaced atomically around every turn that calls tools (in two slots, see
-//! [`SlotFile`]). It must never be the
-//! source of truth for work (git refs are): it only lets an agent pick up its thread.
+//! [`SlotFile`]). It must never be the source of truth for work (git refs are): it only
+//! lets an agent pick up its thread.
 
 use std::path::{Path, PathBuf};
 
