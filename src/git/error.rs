@@ -4,7 +4,7 @@
 //! directory or ref involved and git's own stderr. Variant docs say whether the layer
 //! retries the failure itself before returning it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Something grove could not do with git.
@@ -165,6 +165,16 @@ pub enum GitError {
 }
 
 impl GitError {
+    /// The [`GitError::Io`] of `action` on `path`, for `map_err`.
+    pub(super) fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.to_path_buf();
+        move |source| Self::Io {
+            action,
+            path,
+            source,
+        }
+    }
+
     /// An in-process libgit2 write that failed: [`GitError::Write`], or, when the
     /// thread's errno is ENOSPC, the full disk it is ([`GitError::Io`]): libgit2 often
     /// loses it from its message (a full disk read "no error", or an earlier call's

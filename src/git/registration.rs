@@ -65,10 +65,10 @@ impl Repo {
     /// named after it; both canonical.
     fn admin_dir_for(&self, path: &Path) -> Result<(PathBuf, PathBuf), GitError> {
         let root = self.common_dir().join("worktrees");
-        std::fs::create_dir_all(&root).map_err(io("create", &root))?;
+        std::fs::create_dir_all(&root).map_err(GitError::io("create", &root))?;
         match std::fs::create_dir(path) {
             Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => {
-                return Err(io("create", path)(error));
+                return Err(GitError::io("create", path)(error));
             }
             _ => {}
         }
@@ -76,7 +76,7 @@ impl Repo {
         let name = path
             .file_name()
             .map_or_else(|| "worktree".into(), std::ffi::OsStr::to_os_string);
-        let admin = unique_dir(&root, &name).map_err(io("create", &root))?;
+        let admin = unique_dir(&root, &name).map_err(GitError::io("create", &root))?;
         Ok((path, admin))
     }
 
@@ -95,7 +95,7 @@ impl Repo {
 /// its last file is written.
 fn write_registration(path: &Path, admin: &Path, branch_ref: &str) -> Result<(), GitError> {
     let locked = admin.join("locked");
-    std::fs::write(&locked, INITIALIZING).map_err(io("write", &locked))?;
+    std::fs::write(&locked, INITIALIZING).map_err(GitError::io("write", &locked))?;
     let mut gitdir = path.join(".git").into_os_string().into_vec();
     gitdir.push(b'\n');
     for (file, text) in [
@@ -104,31 +104,22 @@ fn write_registration(path: &Path, admin: &Path, branch_ref: &str) -> Result<(),
         ("HEAD", format!("ref: {branch_ref}\n").into_bytes()),
     ] {
         let file = admin.join(file);
-        std::fs::write(&file, text).map_err(io("write", &file))?;
+        std::fs::write(&file, text).map_err(GitError::io("write", &file))?;
     }
     for dir in ["refs", "logs"] {
         let dir = admin.join(dir);
-        std::fs::create_dir(&dir).map_err(io("create", &dir))?;
+        std::fs::create_dir(&dir).map_err(GitError::io("create", &dir))?;
     }
     let dot_git = path.join(".git");
     let mut pointer = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&dot_git)
-        .map_err(io("create", &dot_git))?;
+        .map_err(GitError::io("create", &dot_git))?;
     pointer
         .write_all(&[b"gitdir: ", admin.as_os_str().as_bytes(), b"\n"].concat())
-        .map_err(io("write", &dot_git))?;
-    std::fs::remove_file(&locked).map_err(io("remove", &locked))
-}
-
-fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> GitError {
-    let path = path.to_path_buf();
-    move |source| GitError::Io {
-        action,
-        path,
-        source,
-    }
+        .map_err(GitError::io("write", &dot_git))?;
+    std::fs::remove_file(&locked).map_err(GitError::io("remove", &locked))
 }
 
 /// Creates `<root>/<name>`, or `<name>1`, `<name>2`, … when taken (as git names them).

@@ -392,10 +392,10 @@ impl Walk<'_> {
             .treebuilder(base)
             .map_err(|source| GitError::write(what(), source))?;
         let mut names: Vec<_> = std::fs::read_dir(upper_dir)
-            .map_err(io("list", upper_dir))?
+            .map_err(GitError::io("list", upper_dir))?
             .map(|entry| entry.map(|entry| entry.file_name()))
             .collect::<Result<_, _>>()
-            .map_err(io("list", upper_dir))?;
+            .map_err(GitError::io("list", upper_dir))?;
         names.sort();
         self.ignores
             .push(self.dir_gitignore(upper_dir, rel, base, &names)?);
@@ -437,7 +437,7 @@ impl Walk<'_> {
         if self.input.local.iter().any(|l| Path::new(l) == child) {
             return Ok(());
         }
-        let meta = std::fs::symlink_metadata(&path).map_err(io("read", &path))?;
+        let meta = std::fs::symlink_metadata(&path).map_err(GitError::io("read", &path))?;
         let kind = meta.file_type();
         let tracked = builder.get(name.as_bytes()).ok().flatten().map(|e| {
             (
@@ -466,7 +466,7 @@ impl Walk<'_> {
             return Ok(());
         }
         let (oid, mode) = if kind.is_symlink() {
-            let target = std::fs::read_link(&path).map_err(io("read the link", &path))?;
+            let target = std::fs::read_link(&path).map_err(GitError::io("read the link", &path))?;
             if self.links_into_git_data(rel, &target) {
                 self.left_out.push(display(&child));
                 remove(builder, name);
@@ -562,9 +562,9 @@ impl Walk<'_> {
     ) -> Result<Gitignore, GitError> {
         let text = if names.iter().any(|n| n == ".gitignore") {
             let path = upper_dir.join(".gitignore");
-            let meta = std::fs::symlink_metadata(&path).map_err(io("read", &path))?;
+            let meta = std::fs::symlink_metadata(&path).map_err(GitError::io("read", &path))?;
             if meta.is_file() {
-                std::fs::read(&path).map_err(io("read", &path))?
+                std::fs::read(&path).map_err(GitError::io("read", &path))?
             } else {
                 Vec::new()
             }
@@ -639,15 +639,6 @@ fn read_xattr(_path: &Path, _name: &str) -> Option<Vec<u8>> {
 
 fn display(rel: &Path) -> String {
     rel.to_string_lossy().into_owned()
-}
-
-fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> GitError {
-    let path = path.to_path_buf();
-    move |source| GitError::Io {
-        action,
-        path,
-        source,
-    }
 }
 
 fn write_error(what: &str) -> impl FnOnce(git2::Error) -> GitError {
