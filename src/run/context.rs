@@ -20,8 +20,8 @@ use crate::model::Message;
 use crate::run::id::SubtaskId;
 use crate::settings::config::check_copy_path;
 use crate::settings::options::{ModelChoice, RunOptions};
-use crate::store::durable;
-use crate::store::journal::{CheckRun, Entry};
+use crate::store::durable::{self, Durability};
+use crate::store::journal::{CheckRun, Entry, JournalSyncer};
 use crate::store::state::RunState;
 use crate::store::state::SubtaskState;
 use crate::store::transcript;
@@ -200,24 +200,60 @@ pub(crate) struct RunJournal {
     run: Mutex<ActiveRun>,
     /// Appends begun and not yet done: the last of a burst writes the snapshot.
     appending: AtomicUsize,
+    /// Fsyncs the journal outside `run`'s lock, so that the appends of a burst are
+    /// written one after another and share fsyncs (group commit); `None` when the file
+    /// could not be opened twice, and each append syncs under the lock.
+    syncer: Option<JournalSyncer>,
+    /// How many records were written (in the order of the file).
+    written: AtomicU64,
+    /// How many of them an fsync has covered.
+    synced: Mutex<u64>,
 }
 
 impl RunJournal {
     pub(crate) fn new(active: ActiveRun) -> Self {
         Self {
+            syncer: active.syncer().ok(),
             run: Mutex::new(active),
             appending: AtomicUsize::new(0),
+            written: AtomicU64::new(0),
+            synced: Mutex::new(0),
         }
     }
 
-    /// Appends `entry` off the runtime's threads: subtasks journal at the same moments,
-    /// and wait for each other here.
+    /// Appends `entry` off the runtime's threads; when it returns `Ok`, the record is as
+    /// durable as its kind needs. Subtasks journal at the same moments: each waits for
+    /// the lock only while the others write, not while they fsync, and one fsync covers
+    /// every record written before it (32 tool calls starting at once each held the
+    /// lock through their own fsync, the last waiting for all of them).
     pub(crate) fn append(&self, entry: Entry) -> Result<(), StoreError> {
         self.appending.fetch_add(1, Ordering::SeqCst);
+        let Some(syncer) = &self.syncer else {
+            return durable::off_the_runtime(|| {
+                let mut run = lock(&self.run);
+                let more_coming = self.appending.fetch_sub(1, Ordering::SeqCst) > 1;
+                run.append_leaving_snapshot(entry, more_coming)
+            });
+        };
         durable::off_the_runtime(|| {
-            let mut run = lock(&self.run);
-            let more_coming = self.appending.fetch_sub(1, Ordering::SeqCst) > 1;
-            run.append_leaving_snapshot(entry, more_coming)
+            let (durability, seq) = {
+                let mut run = lock(&self.run);
+                let more_coming = self.appending.fetch_sub(1, Ordering::SeqCst) > 1;
+                let durability = run.append_unsynced(entry, more_coming)?;
+                (durability, self.written.fetch_add(1, Ordering::SeqCst) + 1)
+            };
+            if durability == Durability::Buffered {
+                return Ok(());
+            }
+            let mut synced = lock(&self.synced);
+            if *synced >= seq {
+                return Ok(());
+            }
+            // Whatever is written by now is in the file before this fsync starts.
+            let covered = self.written.load(Ordering::SeqCst);
+            syncer.sync()?;
+            *synced = covered;
+            Ok(())
         })
     }
 
@@ -304,4 +340,51 @@ impl LeadHistory {
 /// single assignment or append.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::run::test_support::TestRun;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn synced_appends_made_at_once_are_all_journaled_and_covered_by_an_fsync() {
+        let run = TestRun::alpha().await;
+        let before = run.ctx.journal.state().open_tool_calls.len();
+        let appends = (0..16).map(|n| {
+            let ctx = Arc::clone(&run.ctx);
+            tokio::spawn(async move {
+                ctx.journal(Entry::ToolCallStarted {
+                    subtask: "S1".to_owned(),
+                    call_id: format!("call-{n}"),
+                    tool: "write_file".to_owned(),
+                    mutating: true,
+                })
+            })
+        });
+        for append in futures_util::future::join_all(appends).await {
+            append.unwrap().unwrap();
+        }
+
+        let journal = &run.ctx.journal;
+        assert!(
+            journal.syncer.is_some(),
+            "the journal is synced outside its lock"
+        );
+        assert_eq!(journal.state().open_tool_calls.len(), before + 16);
+        let written = journal.written.load(Ordering::SeqCst);
+        assert_eq!(
+            (*lock(&journal.synced), written),
+            (written, 16),
+            "each synced append returned only once an fsync had covered it"
+        );
+        assert_eq!(
+            run.journal_types()
+                .iter()
+                .filter(|t| *t == "tool_call_started")
+                .count(),
+            16
+        );
+    }
 }

@@ -514,6 +514,24 @@ fn parse_line(line: &[u8]) -> Result<Record, CorruptLine> {
 }
 
 /// An open journal that records are appended to.
+/// Fsyncs a journal's file from outside the lock its appends are made under.
+#[derive(Debug)]
+pub struct JournalSyncer {
+    file: File,
+    path: PathBuf,
+}
+
+impl JournalSyncer {
+    /// Makes every record appended so far durable.
+    pub fn sync(&self) -> Result<(), JournalError> {
+        self.file.sync_data().map_err(|source| JournalError::Io {
+            operation: "fsync",
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
 #[derive(Debug)]
 pub struct Journal {
     file: File,
@@ -582,6 +600,20 @@ impl Journal {
     /// The journal's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// A handle that fsyncs this journal without holding it, so that appends made
+    /// meanwhile share the fsync (see [`JournalSyncer`]).
+    pub fn syncer(&self) -> Result<JournalSyncer, JournalError> {
+        let file = self.file.try_clone().map_err(|source| JournalError::Io {
+            operation: "open for fsync",
+            path: self.path.clone(),
+            source,
+        })?;
+        Ok(JournalSyncer {
+            file,
+            path: self.path.clone(),
+        })
     }
 
     /// Appends `record` as one line and fsyncs it; when this returns `Ok` the record is

@@ -479,7 +479,24 @@ impl ActiveRun {
         entry: Entry,
         more_coming: bool,
     ) -> Result<(), StoreError> {
-        self.append_checked(&Record::now(entry), more_coming)
+        self.append_checked(&Record::now(entry), more_coming, false)
+            .map(drop)
+    }
+
+    /// [`ActiveRun::append_leaving_snapshot`] without the fsync: the record is written,
+    /// and the durability it needs returned. The caller makes it durable before relying
+    /// on it, with the [`ActiveRun::syncer`] (appends made meanwhile share that fsync).
+    pub fn append_unsynced(
+        &mut self,
+        entry: Entry,
+        more_coming: bool,
+    ) -> Result<Durability, StoreError> {
+        self.append_checked(&Record::now(entry), more_coming, true)
+    }
+
+    /// A handle that fsyncs the journal from outside this run's lock.
+    pub fn syncer(&self) -> Result<journal::JournalSyncer, StoreError> {
+        Ok(self.journal.syncer()?)
     }
 
     /// Journals `record` (fsynced, but for the records named below) and folds it
@@ -489,10 +506,17 @@ impl ActiveRun {
     /// verdict and merge records only reach it with the next such record (the journal
     /// has them already, and the subtask's `subtask_finished` follows soon).
     pub fn append_record(&mut self, record: &Record) -> Result<(), StoreError> {
-        self.append_checked(record, false)
+        self.append_checked(record, false, false).map(drop)
     }
 
-    fn append_checked(&mut self, record: &Record, more_coming: bool) -> Result<(), StoreError> {
+    /// Appends `record`, synced as its kind needs unless `defer_sync` (then the caller
+    /// syncs); returns the durability it needs.
+    fn append_checked(
+        &mut self,
+        record: &Record,
+        more_coming: bool,
+        defer_sync: bool,
+    ) -> Result<Durability, StoreError> {
         let mut next = self.state.clone();
         next.apply(record)
             .map_err(|source| StoreError::RecordRejected {
@@ -520,7 +544,12 @@ impl ActiveRun {
             } => Durability::Buffered,
             _ => Durability::Synced,
         };
-        self.journal.append_with(record, durability)?;
+        let written = if defer_sync {
+            Durability::Buffered
+        } else {
+            durability
+        };
+        self.journal.append_with(record, written)?;
         self.state = next;
         // A verdict or a merge leaves its subtask running until its `subtask_finished`,
         // which follows soon and rewrites the snapshot: skipping it here keeps a
@@ -538,7 +567,7 @@ impl ActiveRun {
             self.write_snapshot()?;
             self.snapshot_behind = false;
         }
-        Ok(())
+        Ok(durability)
     }
 
     /// Rewrites `state.json` from the current state.
