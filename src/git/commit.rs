@@ -309,11 +309,7 @@ impl Repo {
             return Ok(InProcess::Unsupported);
         }
         let tree_and_tip = {
-            let repo = self
-                .inner
-                .libgit
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let repo = self.libgit();
             index_tree_and_tip(&repo, &index_path, &branch)
         };
         let Some((tree, tip, tip_tree)) = tree_and_tip else {
@@ -389,11 +385,7 @@ impl Repo {
         let author = self.signature("AUTHOR")?;
         let committer = self.signature("COMMITTER")?;
         let write_error = |source| GitError::write(format!("commit onto {target_ref}"), source);
-        let repo = self
-            .inner
-            .libgit
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let repo = self.libgit();
         let tree = repo.find_tree(tree).map_err(write_error)?;
         let parents = std::iter::once(tip)
             .chain(others.iter().copied())

@@ -75,11 +75,7 @@ impl Repo {
         }
         // In process (no git process on the way to the lead's first call); `force` off
         // makes it fail, like a compare-and-swap from nothing, if the ref appeared meanwhile.
-        let repo = self
-            .inner
-            .libgit
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let repo = self.libgit();
         repo.reference(&reference, base.oid(), false, "grove: start run")
             .map_err(|source| GitError::write(reference.clone(), source))?;
         self.lineages().insert(reference, Lineage::at(base.oid()));

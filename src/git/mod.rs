@@ -236,18 +236,22 @@ impl Repo {
         })
     }
 
+    /// The libgit2 handle, under its lock. A poisoned lock only means another user of it
+    /// panicked; the handle itself is intact.
+    fn libgit(&self) -> std::sync::MutexGuard<'_, git2::Repository> {
+        self.inner
+            .libgit
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Runs a libgit2 read under the handle's lock, labelling failures with `what`.
     fn read<T>(
         &self,
         what: &str,
         f: impl FnOnce(&git2::Repository) -> Result<T, git2::Error>,
     ) -> Result<T, GitError> {
-        // A poisoned lock only means another read panicked; the handle itself is intact.
-        let repo = self
-            .inner
-            .libgit
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let repo = self.libgit();
         f(&repo).map_err(|source| GitError::Read {
             what: what.to_owned(),
             source,

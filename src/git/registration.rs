@@ -33,11 +33,7 @@ impl Repo {
         create_at: Option<CommitId>,
     ) -> Result<PathBuf, GitError> {
         if let Some(start) = create_at {
-            let repo = self
-                .inner
-                .libgit
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let repo = self.libgit();
             repo.reference(
                 branch_ref,
                 start.oid(),
@@ -55,8 +51,8 @@ impl Repo {
                 }
             }
         });
-        if made.is_err() && create_at.is_some() {
-            let _ = self.delete_ref_in_process(branch_ref);
+        if let (Err(_), Some(start)) = (&made, create_at) {
+            let _ = self.delete_new_branch(branch_ref, start);
         }
         made
     }
@@ -80,14 +76,16 @@ impl Repo {
         Ok((path, admin))
     }
 
-    /// Deletes `reference` in process, whatever it points at.
-    fn delete_ref_in_process(&self, reference: &str) -> Result<(), git2::Error> {
-        let repo = self
-            .inner
-            .libgit
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        repo.find_reference(reference)?.delete()
+    /// Deletes the branch this call made at `start`, if it is still there: a branch
+    /// someone moved meanwhile holds their work. (libgit2's delete checks the value it
+    /// looked up, under the ref's lock.)
+    fn delete_new_branch(&self, reference: &str, start: CommitId) -> Result<(), git2::Error> {
+        let repo = self.libgit();
+        let mut branch = repo.find_reference(reference)?;
+        if branch.target() == Some(start.oid()) {
+            branch.delete()?;
+        }
+        Ok(())
     }
 }
 

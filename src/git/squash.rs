@@ -118,11 +118,7 @@ impl Repo {
         };
         let write_error =
             |source| GitError::write(format!("squashed history {target_ref}"), source);
-        let repo = self
-            .inner
-            .libgit
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let repo = self.libgit();
         let tree_of = |commit: CommitId| {
             repo.find_commit(commit.oid())
                 .and_then(|commit| commit.tree())

@@ -328,14 +328,6 @@ impl Repo {
             ))
             .collect())
     }
-
-    /// The libgit2 handle, under its lock.
-    fn libgit(&self) -> std::sync::MutexGuard<'_, git2::Repository> {
-        self.inner
-            .libgit
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
 }
 
 /// One walk over an upper directory.
