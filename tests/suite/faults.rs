@@ -13,13 +13,14 @@ use serde_json::json;
 use tokio::sync::Barrier;
 
 use grove::model::Provider;
-use grove::store::journal::{ContextMode, Entry, SubtaskKind, SubtaskOutcome, read_journal};
+use grove::store::journal::{Entry, SubtaskOutcome, read_journal};
 use grove::store::lock::RepoLock;
 use grove::store::state::{RunState, read_snapshot};
 use grove::store::{JOURNAL_FILE, RunId, RunStart, RunStore, SNAPSHOT_FILE};
 use grove::tools::{LocalExecutor, ToolContext, ToolOutput, ToolSet, builtin_with_executor};
 use tokio_util::sync::CancellationToken;
 
+use crate::support::entries;
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
 use crate::support::git_fixture::GitFixture;
 use crate::support::requests::{Who, who};
@@ -327,17 +328,7 @@ impl Drop for SmallFilesystem<'_> {
 }
 
 fn subtask_started(n: u32) -> Entry {
-    Entry::SubtaskStarted {
-        subtask: format!("S{n}"),
-        task: "x".repeat(700),
-        branch: format!("grove/run/{n}"),
-        mode: ContextMode::Isolated,
-        agent: "worker".into(),
-        paths: Vec::new(),
-        after: Vec::new(),
-        waits_for: Vec::new(),
-        kind: SubtaskKind::Task,
-    }
+    entries::subtask_started(n, &"x".repeat(700), &format!("grove/run/{n}"))
 }
 
 /// Row 13: the disk fills while run state is written. Every record reported durable is

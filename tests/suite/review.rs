@@ -15,13 +15,13 @@ use grove::model::Provider;
 use grove::review::{self, ApplyResult, RecordedDecision, ReviewError, ReviewOutcome};
 use grove::run::{ModelChoice, Models, RunOptions};
 use grove::store::journal::{
-    ContextMode, Entry, RebuiltSubtask, Record, RunOutcome, SubtaskKind, SubtaskOutcome,
-    VerdictKind,
+    Entry, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
 };
 use grove::store::lock::RepoLock;
 use grove::store::state::{MergeState, RunState, RunStatus, SubtaskStatus};
 use grove::store::{RunStart, RunStore};
 
+use crate::support::entries;
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::Grove;
@@ -697,17 +697,7 @@ fn rejected_run_records() -> Vec<Record> {
         ),
         record(
             2,
-            Entry::SubtaskStarted {
-                subtask: "S1".into(),
-                task: "brief".into(),
-                branch: "grove/20261130-000000-0000/1".into(),
-                mode: ContextMode::Isolated,
-                agent: "worker".into(),
-                paths: Vec::new(),
-                after: Vec::new(),
-                waits_for: Vec::new(),
-                kind: SubtaskKind::Task,
-            },
+            entries::subtask_started(1, "brief", "grove/20261130-000000-0000/1"),
         ),
         record(
             3,

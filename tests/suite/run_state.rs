@@ -26,6 +26,8 @@ use grove::store::{JOURNAL_FILE, RunId, RunStart, RunStore, SNAPSHOT_FILE, Store
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
+use crate::support::entries;
+
 const CHILD_MODE: &str = "GROVE_RUN_STATE_CHILD";
 const CHILD_DIR: &str = "GROVE_RUN_STATE_CHILD_DIR";
 const CHILD_RUN_ID: &str = "GROVE_RUN_STATE_CHILD_RUN_ID";
@@ -78,17 +80,7 @@ fn full_journal(run: &RunId) -> Vec<Record> {
         ),
         at(
             1100,
-            Entry::SubtaskStarted {
-                subtask: "S1".into(),
-                task: "rename in src/".into(),
-                branch: format!("grove/{run}/1"),
-                mode: ContextMode::Isolated,
-                agent: "worker".into(),
-                paths: Vec::new(),
-                after: Vec::new(),
-                waits_for: Vec::new(),
-                kind: SubtaskKind::Task,
-            },
+            entries::subtask_started(1, "rename in src/", &format!("grove/{run}/1")),
         ),
         at(
             1150,
@@ -658,17 +650,7 @@ fn snapshot_read_of_a_missing_file_is_none_and_of_garbage_an_error_naming_it() {
 
 /// Subtask `n` of run `id` started, with the brief "do it".
 fn subtask_started(id: &RunId, n: u32) -> Entry {
-    Entry::SubtaskStarted {
-        subtask: format!("S{n}"),
-        task: "do it".into(),
-        branch: format!("grove/{id}/{n}"),
-        mode: ContextMode::Isolated,
-        agent: "worker".into(),
-        paths: Vec::new(),
-        after: Vec::new(),
-        waits_for: Vec::new(),
-        kind: SubtaskKind::Task,
-    }
+    entries::subtask_started(n, "do it", &format!("grove/{id}/{n}"))
 }
 
 #[test]
