@@ -272,8 +272,6 @@ fn render_text_diff(out: &mut String, old: &str, new: &str, style: Style) {
     }
 }
 
-/// Parses `git diff --numstat -z`: `added\tremoved\tpath\0`, or for a rename
-/// `added\tremoved\t\0old\0new\0`; binary files show `-` for both counts.
 /// Splits `git diff --numstat -z --patch` output into its numstat records and the patch:
 /// each record ends in a NUL (`added\tremoved\tpath`, or `added\tremoved\t` then the old
 /// and the new path of a rename, each ending in a NUL), and one more NUL follows the last
@@ -305,6 +303,8 @@ fn split_numstat_patch(raw: &[u8]) -> Result<(&[u8], &[u8]), GitError> {
     Ok((raw, &[]))
 }
 
+/// Parses `git diff --numstat -z`: `added\tremoved\tpath\0`, or for a rename
+/// `added\tremoved\t\0old\0new\0`; binary files show `-` for both counts.
 fn parse_numstat(raw: &[u8]) -> Result<DiffStat, GitError> {
     let bad = |detail: String| GitError::Parse {
         op: "diff --numstat".to_owned(),

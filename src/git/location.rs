@@ -17,8 +17,6 @@ use super::worktree::admin_head;
 /// Longest readable part of a repository's folder name.
 const MAX_NAME: usize = 40;
 
-/// The cache directory grove's worktrees go under, from the environment git runs with
-/// (`overrides` first, then the process): `$XDG_CACHE_HOME/grove` (if absolute), else
 /// Environment variable `name`, non-empty: the last of `overrides` that sets it, else
 /// grove's own environment's.
 pub(super) fn env_var(overrides: &[(OsString, OsString)], name: &str) -> Option<OsString> {
@@ -31,6 +29,8 @@ pub(super) fn env_var(overrides: &[(OsString, OsString)], name: &str) -> Option<
         .filter(|value| !value.is_empty())
 }
 
+/// The cache directory grove's worktrees go under, from the environment git runs with
+/// (`overrides` first, then the process): `$XDG_CACHE_HOME/grove` (if absolute), else
 /// `~/Library/Caches/grove` on macOS and `~/.cache/grove` elsewhere; without a home,
 /// a per-user directory in the system's temp dir.
 pub(super) fn cache_home(overrides: &[(OsString, OsString)]) -> PathBuf {
