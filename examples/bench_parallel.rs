@@ -2,7 +2,9 @@
 //! critical path, and how much the lead's context grows per delegation.
 //!
 //! Every model call goes over HTTP to the fake model server, which answers each one
-//! after the same fixed latency L. The run is scripted per role:
+//! after the same fixed latency L, its stream written whole (the answer is all there
+//! at L; the fake server's thousand small writes for a lead's 32 calls would be its
+//! cost, not grove's, which still parses every event). The run is scripted per role:
 //!
 //! - the lead delegates N subtasks in one response (N `delegate` calls), then, once
 //!   their results are back, ends with a final text (2 calls);
@@ -348,6 +350,7 @@ async fn measure(
         reply: Box::new(respond(request, subtasks, round)),
     })
     .await;
+    server.stream_in_one_write();
     let options = RunOptions {
         jobs: settings.jobs,
         max_subtasks: u32::try_from(subtasks).unwrap_or(u32::MAX),

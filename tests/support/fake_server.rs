@@ -473,6 +473,8 @@ struct Shared {
     /// Accept the extra fields agent CLIs send (their requests are checked only for
     /// auth and shape, not against grove's stricter expectations).
     lenient: AtomicBool,
+    /// Write a whole stream's frames at once (see [`FakeServer::stream_in_one_write`]).
+    one_write: AtomicBool,
     /// Summed usage of every turn served whole: input, output, cache read, cache write.
     usage_sent: Mutex<(u64, u64, u64, u64)>,
 }
@@ -501,6 +503,7 @@ impl FakeServer {
             next_id: AtomicU64::new(1),
             require_openai_auth: AtomicBool::new(true),
             lenient: AtomicBool::new(false),
+            one_write: AtomicBool::new(false),
             usage_sent: Mutex::new((0, 0, 0, 0)),
         });
         let app = Router::new()
@@ -549,6 +552,15 @@ impl FakeServer {
         let server = Self::start().await;
         server.set_responder(responder);
         server
+    }
+
+    /// Sends each complete stream's frames in one write, as an answer that is all there
+    /// when its latency has passed. By default each frame is written on its own, so that
+    /// clients meet frames split across reads; a benchmark that holds every answer back
+    /// for a fixed latency sets this, since a thousand writes of a few bytes each are the
+    /// fake server's cost, not the client's (a real API streams them while it generates).
+    pub fn stream_in_one_write(&self) {
+        self.shared.one_write.store(true, Ordering::SeqCst);
     }
 
     /// Appends a reply to the FIFO script (which is served before the responder).
@@ -866,7 +878,20 @@ async fn handle(
         .as_deref()
         .or_else(|| recorded.body["model"].as_str())
         .unwrap_or("fake-model");
-    render::reply(endpoint, reply, recorded.stream(), model, &request_id).await
+    let writes = if shared.one_write.load(Ordering::SeqCst) {
+        render::Writes::One
+    } else {
+        render::Writes::PerFrame
+    };
+    render::reply(
+        endpoint,
+        reply,
+        recorded.stream(),
+        writes,
+        model,
+        &request_id,
+    )
+    .await
 }
 
 /// Unwraps [`Reply::Delayed`] and [`Reply::Gated`], waiting as they say.

@@ -19,6 +19,15 @@ const FRAMES_BEFORE_FAULT: usize = 4;
 /// Text and argument pieces are this many characters, so clients must join deltas.
 const PIECE_CHARS: usize = 6;
 
+/// How a stream's frames are written.
+#[derive(Clone, Copy)]
+pub(super) enum Writes {
+    /// Each frame on its own, so that a client reads them across many reads.
+    PerFrame,
+    /// All frames of a complete stream in one write.
+    One,
+}
+
 pub(super) fn status(
     code: u16,
     body: &str,
@@ -83,18 +92,20 @@ fn error_body(
     }
 }
 
-/// Renders `reply` for a request to `endpoint` that asked for `stream`.
+/// Renders `reply` for a request to `endpoint` that asked for `stream` (its frames
+/// written as `writes` says).
 pub(super) async fn reply(
     endpoint: Endpoint,
     reply: Reply,
     stream: bool,
+    writes: Writes,
     model: &str,
     request_id: &str,
 ) -> Response {
     match reply {
         Reply::Turn(turn) if stream => sse(
             frames(endpoint, &turn, model, request_id),
-            Ending::Complete,
+            Ending::Complete(writes),
             request_id,
         ),
         Reply::Turn(turn) => status(
@@ -142,7 +153,7 @@ pub(super) async fn reply(
                     format!("data: {payload}\n\n")
                 }
             });
-            sse(frames, Ending::Complete, request_id)
+            sse(frames, Ending::Complete(writes), request_id)
         }
         Reply::Cut(turn) => {
             if stream {
@@ -211,13 +222,16 @@ pub(super) async fn reply(
         }
         Reply::Delayed { reply, .. } | Reply::Gated { reply, .. } => {
             // `handle` waits these out before rendering; render what they wrap.
-            Box::pin(self::reply(endpoint, *reply, stream, model, request_id)).await
+            Box::pin(self::reply(
+                endpoint, *reply, stream, writes, model, request_id,
+            ))
+            .await
         }
     }
 }
 
 enum Ending {
-    Complete,
+    Complete(Writes),
     Drop,
     Stall,
 }
@@ -232,9 +246,12 @@ fn dropped() -> impl Stream<Item = Result<Bytes, io::Error>> {
 }
 
 fn sse(frames: Vec<String>, ending: Ending, request_id: &str) -> Response {
+    if let Ending::Complete(Writes::One) = ending {
+        return streaming_response(Body::from(frames.concat()), "text/event-stream", request_id);
+    }
     let frames = stream::iter(frames.into_iter().map(|frame| Ok(Bytes::from(frame))));
     let body = match ending {
-        Ending::Complete => Body::from_stream(frames),
+        Ending::Complete(_) => Body::from_stream(frames),
         Ending::Drop => Body::from_stream(frames.chain(dropped())),
         Ending::Stall => Body::from_stream(frames.chain(stream::pending())),
     };
