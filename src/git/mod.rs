@@ -7,11 +7,12 @@
 //!
 //! The entry point is [`Repo`], opened once per run from a path inside the user's
 //! repository. Reads of refs, commits and blobs go through libgit2 in process, and so do
-//! the writes on the paths agents wait on whose result is certain (checkpoint and merge
-//! commits, trees of an index or of a side-by-side merge, compare-and-swap ref moves);
+//! the writes and reads on the paths agents wait on whose result is certain (checkpoint
+//! and merge commits, trees of an index or of a side-by-side merge, compare-and-swap ref
+//! moves, the reviewer's diff of two commits, checked byte for byte against git's);
 //! anything that touches a work tree or index, or is more correct with the CLI (worktree
-//! add and checkout, `add --all`, diffs of two commits, `merge-tree`), goes through the
-//! sealed runner in `cmd`, which never lets the repository's config run a program.
+//! add and checkout, `add --all`, `merge-tree`), goes through the sealed runner in
+//! `cmd`, which never lets the repository's config run a program.
 //!
 //! Ref layout (see [`RunId`]): subtask branches `grove/<run>/<n>`, the run's result
 //! branch `grove/<run>/result`, its squashed history `grove/<run>/squashed`, archives

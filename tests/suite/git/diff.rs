@@ -4,6 +4,7 @@ use grove::git::{DiffStat, FileStat};
 use pretty_assertions::assert_eq;
 
 use super::{filled_worktree, project};
+use crate::support::git_fixture::GitFixture;
 
 fn stat(path: &str, old_path: Option<&str>, added: u64, removed: u64, binary: bool) -> FileStat {
     FileStat {
@@ -113,4 +114,118 @@ async fn a_patch_over_its_cap_says_which_files_it_left_out() {
         "the cap holds (plus the note)"
     );
     assert_eq!(diff.stat.files.len(), 3, "the stat is never capped");
+}
+
+/// What `git diff --find-renames --numstat` says of `base..head`: the same records as a
+/// [`DiffStat`], for comparison.
+fn git_numstat(fixture: &GitFixture, base: &str, head: &str) -> DiffStat {
+    let raw = fixture.git(&["diff", "--find-renames", "--numstat", "-z", base, head]);
+    let mut fields = raw.split('\0');
+    let mut files = Vec::new();
+    while let Some(record) = fields.next() {
+        if record.is_empty() {
+            continue;
+        }
+        let mut parts = record.splitn(3, '\t');
+        let (added, removed, path) = (
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+        );
+        let binary = added == "-";
+        let count = |n: &str| if binary { 0 } else { n.parse().unwrap() };
+        let (path, old_path) = if path.is_empty() {
+            let old = fields.next().unwrap().to_owned();
+            (fields.next().unwrap().to_owned(), Some(old))
+        } else {
+            (path.to_owned(), None)
+        };
+        files.push(FileStat {
+            path,
+            old_path,
+            added: count(added),
+            removed: count(removed),
+            binary,
+        });
+    }
+    DiffStat { files }
+}
+
+#[tokio::test]
+async fn the_in_process_diff_is_the_patch_and_numstat_git_writes() {
+    let long_function: String = std::iter::once("fn main() {\n".to_owned())
+        .chain((1..=20).map(|n| format!("    step({n});\n")))
+        .chain(["}\n".to_owned()])
+        .collect();
+    let fixture = GitFixture::with_files(&[
+        ("README", "hello\n"),
+        ("src/main.rs", &long_function),
+        (
+            "src/lib.rs",
+            "pub fn answer() -> u32 {\n    let x = 41;\n    x + 1\n}\n\npub fn other() {}\n",
+        ),
+        (
+            "src/old name.rs",
+            "one\ntwo\nthree\nfour\nfive\nsix\nseven\neight\n",
+        ),
+        ("gone.txt", "bye\n"),
+        ("empty-gone", ""),
+        ("tail.txt", "no newline"),
+        ("crlf.txt", "a\r\nb\r\n"),
+        ("run.sh", "echo hi\n"),
+        ("becomes-link", "target\n"),
+        ("blob.bin", "\0binary\x01"),
+    ]);
+    let base = fixture.rev("HEAD").to_string();
+    fixture.write(
+        "src/lib.rs",
+        "pub fn answer() -> u32 {\n    let x = 40;\n    x + 2\n}\n\npub fn other() {}\n",
+    );
+    std::fs::rename(
+        fixture.repo.join("src/old name.rs"),
+        fixture.repo.join("src/nouveau é.rs"),
+    )
+    .unwrap();
+    fixture.write(
+        "src/nouveau é.rs",
+        "one\ntwo\nthree\nFOUR\nfive\nsix\nseven\neight\n",
+    );
+    fixture.write(
+        "src/main.rs",
+        long_function.replace("step(15)", "step(-15)"),
+    );
+    std::fs::remove_file(fixture.repo.join("gone.txt")).unwrap();
+    std::fs::remove_file(fixture.repo.join("empty-gone")).unwrap();
+    fixture.write("tail.txt", "still no newline");
+    fixture.write("crlf.txt", "a\r\nB\r\n");
+    fixture.write("added-empty", "");
+    fixture.write("new.txt", "fresh\nlines\n");
+    std::fs::set_permissions(
+        fixture.repo.join("run.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::remove_file(fixture.repo.join("becomes-link")).unwrap();
+    std::os::unix::fs::symlink("README", fixture.repo.join("becomes-link")).unwrap();
+    std::os::unix::fs::symlink("src/lib.rs", fixture.repo.join("link")).unwrap();
+    fixture.write("blob.bin", [0u8, 9, 9].as_slice());
+    fixture.write("added.bin", [0u8, 7].as_slice());
+    let head = fixture.commit_all("every kind of change").to_string();
+    let repo = fixture.open().await;
+
+    let diff = repo
+        .diff(fixture.rev(&base), fixture.rev(&head), 1_000_000)
+        .await
+        .unwrap();
+
+    assert_eq!(
+        diff.patch.text.trim_end(),
+        fixture.git(&["diff", "--find-renames", &base, &head]),
+        "the reviewer's patch is byte for byte the one git writes"
+    );
+    assert_eq!(
+        diff.stat,
+        git_numstat(&fixture, &base, &head),
+        "the stat is git's numstat"
+    );
 }
