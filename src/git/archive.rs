@@ -188,10 +188,7 @@ impl Repo {
                     archived
                 }
             };
-            self.git()
-                .args(["update-ref", "-d", &branch, &archived.commit.to_string()])
-                .run()
-                .await?;
+            self.delete_ref(&branch, archived.commit).await?;
             report.deleted_branches.push(branch);
         }
         report.removed_bases = self.remove_unused_bases(None)?;
@@ -220,10 +217,7 @@ impl Repo {
                 Ok(repo.find_commit(commit.oid())?.committer().when().seconds())
             })?;
             if time < cutoff {
-                self.git()
-                    .args(["update-ref", "-d", &reference, &commit.to_string()])
-                    .run()
-                    .await?;
+                self.delete_ref(&reference, commit).await?;
                 deleted.push(reference);
             }
         }

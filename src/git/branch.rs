@@ -1,12 +1,22 @@
-//! Deleting a subtask branch, only when its work is kept elsewhere.
+//! Deleting a subtask branch, only when its work is kept elsewhere, and deleting a ref
+//! only where it was seen.
 //!
 //! This file owns the rule that a branch grove made is deleted only when every commit on
 //! it is reachable from the run's result or from an archive ref: a branch that holds
-//! work found nowhere else is never deleted.
+//! work found nowhere else is never deleted. Every ref grove deletes is deleted
+//! compare-and-swap: one another writer moved stays.
 
 use super::Repo;
+use super::cmd::{LOCK_RETRIES, lock_backoff};
 use super::error::GitError;
-use super::names::{RunId, subtask_ref};
+use super::names::{CommitId, RunId, subtask_ref};
+
+/// Why one attempt at deleting a ref did not delete it.
+enum NotDeleted {
+    /// Another process holds the ref's lock: retried.
+    Locked(git2::Error),
+    Failed(GitError),
+}
 
 impl Repo {
     /// Deletes branch `grove/<run>/<n>` if its tip is contained in the run's result
@@ -39,10 +49,64 @@ impl Repo {
                 tip: tip.to_string(),
             });
         }
-        self.git()
-            .args(["update-ref", "-d", &branch, &tip.to_string()])
-            .run()
-            .await
-            .map(drop)
+        self.delete_ref(&branch, tip).await
+    }
+
+    /// Deletes `reference` and its reflog if it still points at `expected`, as `git
+    /// update-ref -d <reference> <expected>` does, in process: 32 of those processes at a
+    /// run's end competed with the lead's last call. The ref is locked before its value is
+    /// compared (libgit2's own `git_reference_delete` drops the reflog before comparing).
+    /// A lock held by another process is waited out a few times, as git's own runner does.
+    pub(super) async fn delete_ref(
+        &self,
+        reference: &str,
+        expected: CommitId,
+    ) -> Result<(), GitError> {
+        let mut attempt = 0;
+        loop {
+            match self.delete_ref_once(reference, expected) {
+                Ok(()) => return Ok(()),
+                Err(NotDeleted::Locked(_)) if attempt < LOCK_RETRIES => {
+                    attempt += 1;
+                    tokio::time::sleep(lock_backoff(attempt)).await;
+                }
+                Err(NotDeleted::Locked(source)) => {
+                    return Err(GitError::write(format!("delete {reference}"), source));
+                }
+                Err(NotDeleted::Failed(error)) => return Err(error),
+            }
+        }
+    }
+
+    fn delete_ref_once(&self, reference: &str, expected: CommitId) -> Result<(), NotDeleted> {
+        let failed = |source: git2::Error| {
+            if source.code() == git2::ErrorCode::Locked {
+                NotDeleted::Locked(source)
+            } else {
+                NotDeleted::Failed(GitError::write(format!("delete {reference}"), source))
+            }
+        };
+        let repo = self.libgit();
+        let mut transaction = repo.transaction().map_err(failed)?;
+        transaction.lock_ref(reference).map_err(failed)?;
+        let actual = match repo.find_reference(reference) {
+            Ok(found) => found.target(),
+            Err(error) if error.code() == git2::ErrorCode::NotFound => None,
+            Err(error) => return Err(failed(error)),
+        };
+        if actual != Some(expected.oid()) {
+            return Err(NotDeleted::Failed(GitError::RefMoved {
+                reference: reference.to_owned(),
+                expected: expected.to_string(),
+                actual: actual.map_or_else(|| "nothing".to_owned(), |oid| oid.to_string()),
+            }));
+        }
+        transaction.remove(reference).map_err(failed)?;
+        transaction.commit().map_err(failed)?;
+        // The transaction leaves the reflog; git deletes it with the ref.
+        match repo.reflog_delete(reference) {
+            Err(error) if error.code() != git2::ErrorCode::NotFound => Err(failed(error)),
+            _ => Ok(()),
+        }
     }
 }

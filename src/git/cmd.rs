@@ -138,7 +138,7 @@ const USER_IDENTITY_VARS: &[&str] = &[
 ];
 
 /// How many times a command that hit another process's lock file is retried.
-const LOCK_RETRIES: u32 = 8;
+pub(super) const LOCK_RETRIES: u32 = 8;
 
 impl GitRunner {
     pub fn new(options: GitOptions) -> Self {
@@ -412,7 +412,7 @@ impl GitCall<'_> {
 }
 
 /// Exponential backoff with jitter: 10, 20, 40 ... ms, capped at 400 ms, plus up to 10 ms.
-fn lock_backoff(attempt: u32) -> Duration {
+pub(super) fn lock_backoff(attempt: u32) -> Duration {
     let base = 10u64.saturating_mul(1 << attempt.min(6)).min(400);
     Duration::from_millis(base + fastrand::u64(0..10))
 }

@@ -79,6 +79,15 @@ pub enum GitError {
         reason: &'static str,
     },
 
+    /// A ref was to be deleted at `expected` and another writer had moved it (or deleted
+    /// it: `actual` is `nothing`). Not retried: the ref stays as the other writer left it.
+    #[error("{reference} was not deleted: it is at {actual}, not {expected}")]
+    RefMoved {
+        reference: String,
+        expected: String,
+        actual: String,
+    },
+
     /// A branch would have been deleted while its work is kept nowhere else. Not retried:
     /// the branch stays.
     #[error(

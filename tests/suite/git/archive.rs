@@ -132,3 +132,83 @@ async fn gc_is_the_only_deleter_of_archives_and_respects_the_age() {
     assert_eq!(deleted, vec!["refs/grove/archive/r1/1".to_owned()]);
     assert_eq!(repo.ref_target("refs/grove/archive/r1/1").unwrap(), None);
 }
+
+#[tokio::test]
+async fn a_kept_branch_is_deleted_with_its_reflog_packed_or_loose_and_a_held_lock_is_waited_out() {
+    let fixture = project();
+    let repo = fixture.open().await;
+    let base = fixture.rev("HEAD");
+    repo.create_result_branch(&run_id(), base).await.unwrap();
+    let mut tips = Vec::new();
+    for n in 1..=3 {
+        let worktree = filled_worktree(&repo, base, n).await;
+        tips.push(commit_in(&repo, &worktree, &[(&format!("{n}.txt"), "x\n")]).await);
+        repo.archive_worktree(&worktree, "kept").await.unwrap();
+        repo.remove_worktree(&worktree).await.unwrap();
+    }
+    let branch = |n: u32| subtask_ref(&run_id(), n);
+    let exists = |reference: &str| {
+        crate::support::git_fixture::sealed_command(
+            &fixture.home(),
+            &fixture.repo,
+            &["show-ref", "--verify", "--quiet", reference],
+        )
+        .status()
+        .unwrap()
+        .success()
+    };
+    let has_reflog = |reference: &str| {
+        crate::support::git_fixture::sealed_command(
+            &fixture.home(),
+            &fixture.repo,
+            &["reflog", "exists", reference],
+        )
+        .status()
+        .unwrap()
+        .success()
+    };
+    assert!(has_reflog(&branch(1)), "a branch grove made has a reflog");
+    // Packed, as a user's `git gc` leaves them; S1's written loose again on top.
+    fixture.git(&["pack-refs", "--all"]);
+    fixture.git(&["update-ref", &branch(1), &tips[0].to_string()]);
+    // Another git process holds S3's lock for a while.
+    let lock = fixture
+        .repo
+        .join(".git")
+        .join(format!("{}.lock", branch(3)));
+    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    std::fs::write(&lock, "").unwrap();
+    let release = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            std::fs::remove_file(lock).unwrap();
+        })
+    };
+
+    for n in 1..=3 {
+        repo.delete_subtask_branch(&run_id(), n).await.unwrap();
+    }
+    release.await.unwrap();
+
+    for n in 1..=3 {
+        assert!(
+            !exists(&branch(n)),
+            "S{n}'s branch is gone, packed or loose"
+        );
+        assert!(
+            !has_reflog(&branch(n)),
+            "S{n}'s reflog went with it, as with git"
+        );
+    }
+    assert_eq!(
+        fixture.git(&["rev-parse", "refs/grove/archive/r1/3"]),
+        tips[2].to_string(),
+        "the work stays in its archive"
+    );
+    assert_eq!(
+        fixture.git(&["fsck", "--no-progress"]),
+        "",
+        "git finds the repository sound"
+    );
+}
