@@ -1,19 +1,19 @@
 //! The merge queue: subtask numbers in delegation order, and approved work merged in that
 //! order whatever the timing.
 //!
-//! This file owns the numbering of subtasks and who is settled (will merge nothing any
-//! more). It must never let subtask `n` merge before every lower-numbered subtask is
-//! settled, and never let a subtask stay unsettled once its pipeline ended (the
-//! [`SettleGuard`] settles on every path, a panic included). A resolver's number is
-//! settled when taken: it merges in the turn of the subtask it resolves
-//! (`subtask/resolve.rs`).
+//! This file owns the numbering of subtasks, who is settled (will merge nothing any
+//! more), and when worktree cleanups run. It must never let subtask `n` merge before
+//! every lower-numbered subtask is settled, and never let a subtask stay unsettled once
+//! its pipeline ended (the [`SettleGuard`] settles on every path, a panic included). A
+//! resolver's number is settled when taken: it merges in the turn of the subtask it
+//! resolves (`subtask/resolve.rs`).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use crate::run::id::SubtaskId;
@@ -28,6 +28,9 @@ pub(crate) struct MergeQueue {
     settled: Mutex<BTreeSet<u32>>,
     changed: Notify,
     cancel: CancellationToken,
+    /// Worktree cleanups run once the merges are done, right when the lead's next request
+    /// goes out, and 32 of them at once took both cores from it: they get half the cores.
+    cleanups: Semaphore,
 }
 
 impl MergeQueue {
@@ -38,6 +41,9 @@ impl MergeQueue {
             settled: Mutex::new(BTreeSet::new()),
             changed: Notify::new(),
             cancel,
+            cleanups: Semaphore::new(
+                std::thread::available_parallelism().map_or(1, |cores| (cores.get() / 2).max(1)),
+            ),
         }
     }
 
@@ -96,16 +102,19 @@ impl MergeQueue {
             .await
     }
 
-    /// Waits until every subtask numbered so far is settled (or the run is cancelled, or
-    /// a while has passed): worktree cleanups wait for it, so their git processes do not
-    /// compete with the merges that the lead is waiting for.
-    pub(crate) async fn all_settled(&self) {
+    /// A worktree cleanup's turn: once every subtask numbered so far is settled (or the
+    /// run is cancelled, or a while has passed), so that cleanups do not compete with the
+    /// merges the lead is waiting for, and then as many at once as half the cores (the
+    /// permit), so that they leave the rest to the lead and the subtasks still working.
+    pub(crate) async fn cleanup_turn(&self) -> Option<SemaphorePermit<'_>> {
         let wait = self.wait_until(|settled| {
             let numbered = self.next.load(Ordering::Relaxed);
             (1..numbered).all(|k| settled.contains(&k))
         });
         // A cleanup is never held back for long, whatever happens to the other subtasks.
         let _ = tokio::time::timeout(CLEANUP_HOLD, wait).await;
+        // The semaphore is never closed; without a permit the cleanup just runs.
+        self.cleanups.acquire().await.ok()
     }
 
     async fn wait_until(&self, done: impl Fn(&BTreeSet<u32>) -> bool) -> bool {

@@ -85,7 +85,7 @@ pub(crate) async fn close(
         let (ctx, queue) = (Arc::clone(ctx), Arc::clone(queue));
         let worktree = worktree.cloned();
         tasks.spawn(async move {
-            queue.all_settled().await;
+            let _turn = queue.cleanup_turn().await;
             if let Some(worktree) = worktree
                 && let Err(error) = remove_worktree(&ctx, &worktree).await
             {
