@@ -86,16 +86,18 @@ pub fn end_path(transcript: &Path) -> PathBuf {
     transcript.with_extension("end.json")
 }
 
-/// Writes an agent's end file durably (fsynced, renamed into place), creating its
-/// directory: an agent that never saved a transcript (a lead that ends without a tool
-/// call) has none yet. One fsync per agent's end.
+/// Writes an agent's end file (renamed into place, not fsynced), creating its directory:
+/// an agent that never saved a transcript (a lead that ends without a tool call) has
+/// none yet. Only reports read it, and a machine crash at worst costs the report this
+/// agent's last turn; the two fsyncs it took were on the way from each reviewer's
+/// verdict to its merge.
 pub fn save_end(path: &Path, end: &AgentEnd) -> Result<(), TranscriptError> {
     create_parent(path)?;
     let bytes = serde_json::to_vec(end).map_err(|source| TranscriptError::Invalid {
         path: path.to_path_buf(),
         source,
     })?;
-    durable::replace_file(path, &bytes)?;
+    durable::replace_file_unsynced(path, &bytes)?;
     Ok(())
 }
 
