@@ -27,21 +27,16 @@ impl Repo {
         let Some(tip) = self.ref_target(&branch)? else {
             return Ok(());
         };
-        let mut keepers = Vec::new();
-        if let Some(result) = self.ref_target(&run.result_ref())? {
-            keepers.push(result);
-        }
-        keepers.extend(
-            self.refs_under(&run.archive_prefix())?
-                .into_iter()
-                .map(|(_, commit)| commit),
-        );
-        let mut kept = false;
-        for keeper in keepers {
-            if self.is_ancestor(tip, keeper)? {
-                kept = true;
+        let result = run.result_ref();
+        let mut kept = match self.ref_target(&result)? {
+            Some(result_tip) => self.in_history_of(&result, result_tip, tip)?,
+            None => false,
+        };
+        for (_, archive) in self.refs_under(&run.archive_prefix())? {
+            if kept {
                 break;
             }
+            kept = self.is_ancestor(tip, archive)?;
         }
         if !kept {
             return Err(GitError::WorkNotKept {

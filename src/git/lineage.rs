@@ -115,7 +115,9 @@ impl Lineage {
         self.tip = merge;
     }
 
-    fn known(&self, commit: Oid) -> bool {
+    /// True when `commit` is in the tip's history beyond (or at) the base; false says
+    /// nothing (it may be an ancestor of the base).
+    pub(super) fn known(&self, commit: Oid) -> bool {
         commit == self.base || self.beyond.contains(&commit)
     }
 }

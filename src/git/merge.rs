@@ -208,6 +208,25 @@ impl Repo {
     }
 
     /// The known history of each merge target.
+    /// Whether `commit` is in the history of `tip`, the tip of `target_ref`: from the
+    /// lineage grove keeps of it when that says so, else by walking the graph (each walk
+    /// of a result 32 merges deep was a tenth of the CPU of the cleanups at a run's end).
+    pub(super) fn in_history_of(
+        &self,
+        target_ref: &str,
+        tip: CommitId,
+        commit: CommitId,
+    ) -> Result<bool, GitError> {
+        let known = self
+            .lineages()
+            .get(target_ref)
+            .is_some_and(|lineage| lineage.tip() == tip.oid() && lineage.known(commit.oid()));
+        if known {
+            return Ok(true);
+        }
+        self.is_ancestor(commit, tip)
+    }
+
     fn lineages(&self) -> std::sync::MutexGuard<'_, HashMap<String, Lineage>> {
         self.inner
             .lineages
