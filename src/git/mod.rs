@@ -100,6 +100,8 @@ struct RepoInner {
     exclude_files: tokio::sync::OnceCell<Vec<PathBuf>>,
     /// What is known of the history of each ref merged onto, by ref (see `lineage`).
     lineages: Mutex<std::collections::HashMap<String, lineage::Lineage>>,
+    /// The author and committer of squashed commits, dated when asked (see `squash`).
+    squash_idents: tokio::sync::OnceCell<(squash::Ident, squash::Ident)>,
 }
 
 /// Where the user's `HEAD` is.
@@ -158,6 +160,7 @@ impl Repo {
                 worktrees_home,
                 exclude_files: tokio::sync::OnceCell::new(),
                 lineages: Mutex::default(),
+                squash_idents: tokio::sync::OnceCell::new(),
             }),
         })
     }

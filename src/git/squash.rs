@@ -100,8 +100,7 @@ impl Repo {
         steps: &[SquashStep],
         target_ref: &str,
     ) -> Result<Squashed, GitError> {
-        let author = self.commit_ident("AUTHOR").await?;
-        let committer = self.commit_ident("COMMITTER").await?;
+        let (author, committer) = self.squash_idents().await?;
         // Signatures are built only now: libgit2's are not `Send`, so none lives across an
         // await.
         let author = author.signature("AUTHOR")?;
@@ -184,6 +183,46 @@ impl Repo {
         }
     }
 
+    /// Asks git for the author and committer of squashed commits ahead of the squash, so
+    /// that the two `git var` processes are not on the way to the apply; a failure is
+    /// left for the squash to meet.
+    pub async fn prepare_squash(&self) {
+        let _ = self.squash_idents().await;
+    }
+
+    /// The author and committer of squashed commits now: who they are is asked of git
+    /// once (both at once); the date is `GIT_<role>_DATE` when it is set, as `git var`
+    /// printed it, else the current time, as `git var` would print it now.
+    async fn squash_idents(&self) -> Result<(Ident, Ident), GitError> {
+        let (author, committer) = self
+            .inner
+            .squash_idents
+            .get_or_try_init(|| async {
+                tokio::try_join!(self.commit_ident("AUTHOR"), self.commit_ident("COMMITTER"))
+            })
+            .await?
+            .clone();
+        Ok((
+            self.dated(author, "AUTHOR")?,
+            self.dated(committer, "COMMITTER")?,
+        ))
+    }
+
+    fn dated(&self, mut ident: Ident, role: &str) -> Result<Ident, GitError> {
+        if self
+            .inner
+            .runner
+            .env_var(&format!("GIT_{role}_DATE"))
+            .is_none()
+        {
+            let now = git2::Signature::now(&ident.name, &ident.email)
+                .map_err(|source| ident_error(role, source))?
+                .when();
+            (ident.seconds, ident.offset) = (now.seconds(), now.offset_minutes());
+        }
+        Ok(ident)
+    }
+
     /// The author or committer (`role`: `AUTHOR`, `COMMITTER`) of a squashed commit: the
     /// user's ([`Repo::user_ident`]), else grove's identity with the date the user's git
     /// would write (`GIT_<role>_DATE`, else now).
@@ -238,7 +277,7 @@ fn unparsed(role: &str, ident: &str) -> GitError {
 
 /// An author or committer as `git var` prints it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Ident {
+pub(super) struct Ident {
     name: String,
     email: String,
     seconds: i64,
@@ -249,10 +288,15 @@ struct Ident {
 impl Ident {
     fn signature(&self, role: &str) -> Result<git2::Signature<'static>, GitError> {
         let time = git2::Time::new(self.seconds, self.offset);
-        git2::Signature::new(&self.name, &self.email, &time).map_err(|source| GitError::Write {
-            what: format!("the user's {} signature", role.to_ascii_lowercase()),
-            source,
-        })
+        git2::Signature::new(&self.name, &self.email, &time)
+            .map_err(|source| ident_error(role, source))
+    }
+}
+
+fn ident_error(role: &str, source: git2::Error) -> GitError {
+    GitError::Write {
+        what: format!("the user's {} signature", role.to_ascii_lowercase()),
+        source,
     }
 }
 

@@ -24,7 +24,7 @@ use crate::run::observer::AgentObserver;
 use crate::run::report::SubtaskReport;
 use crate::run::subtask::Subtasks;
 use crate::run::subtask::close::lead_result;
-use crate::settings::options::{ModelChoice, RunOptions};
+use crate::settings::options::{History, ModelChoice, RunOptions};
 use crate::store::StoreError;
 use crate::store::transcript::{self, AgentTiming, Transcript};
 use crate::tools::{self, Registry, ToolSet};
@@ -150,6 +150,11 @@ pub(crate) async fn run_lead(
         }
     };
     subtasks.register_worktrees_ahead();
+    if ctx.options.history == History::Squash {
+        // While the lead's first call is in flight, as the worktrees are.
+        let repo = ctx.repo.clone();
+        tokio::spawn(async move { repo.prepare_squash().await });
+    }
     let delegate = Delegate::new(Arc::new(subtasks.clone()), &agent_catalogue(&ctx.user_root));
     let tools =
         waiting_for(&tools::builtin(ToolSet::ReadOnly), &tree.readiness).with(Arc::new(delegate));

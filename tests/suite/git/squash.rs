@@ -203,3 +203,41 @@ async fn a_squashed_history_applies_once_and_merges_on_top_of_a_moved_branch() {
         "the user's commit stays first parent; the squashed history is merged onto it"
     );
 }
+
+#[tokio::test]
+async fn a_squashed_commit_is_dated_when_it_is_written_unless_the_environment_dates_it() {
+    let fixture = project();
+    let (_, base) = merged_run(&fixture, 1).await;
+    // The user's environment dates their authors, not their commits.
+    let mut options = fixture.options();
+    options.env.retain(|(key, _)| key != "GIT_COMMITTER_DATE");
+    let repo = Repo::open(&fixture.repo, options).await.unwrap();
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+
+    // Asked for at the lead's start, written at the run's end.
+    repo.prepare_squash().await;
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let asked = now();
+    repo.squash(base, &steps(&repo, base, "step"), &run_id().squashed_ref())
+        .await
+        .unwrap();
+    let written = now();
+
+    let dates = fixture.git(&["log", "-1", "--format=%at %ct", &run_id().squashed_ref()]);
+    let (author, committer) = dates.split_once(' ').unwrap();
+    assert_eq!(
+        author, "1767225600",
+        "GIT_AUTHOR_DATE dates the author, as with git"
+    );
+    let committer: u64 = committer.parse().unwrap();
+    assert!(
+        (asked..=written).contains(&committer),
+        "the committer is dated when the commit is written ({asked}..={written}), not when \
+         the identity was asked for: {committer}"
+    );
+}
