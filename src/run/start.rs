@@ -145,9 +145,9 @@ pub(crate) async fn start(
     };
     let base = head.commit.ok_or(RunError::UnbornHead)?;
     check_local_files(&repo, base, &options.worktree_setup.copy)?;
-    let executor = command_executor(&options, &repo, &events)?;
     let mut options = options;
-    options.worktree_mode = worktree_mode(&options, &repo, &events).await?;
+    let executor;
+    (executor, options.worktree_mode) = executor_and_mode(&options, &repo, &events).await?;
 
     let store = RunStore::new(repo.common_dir());
     let run_id = store.new_run_id();
@@ -212,12 +212,12 @@ pub(crate) async fn resume(
         .clone();
     options.git = git;
     check_local_files(&repo, base, &options.worktree_setup.copy)?;
-    let executor = command_executor(&options, &repo, &events)?;
     if options.worktree_mode == WorktreeMode::Auto {
         // Journaled before the key existed: that run made git worktrees.
         options.worktree_mode = WorktreeMode::Git;
     }
-    options.worktree_mode = worktree_mode(&options, &repo, &events).await?;
+    let executor;
+    (executor, options.worktree_mode) = executor_and_mode(&options, &repo, &events).await?;
     let models = models(&state)?;
     for call in &state.interrupted_tool_calls {
         events.emit(Event::Note {
@@ -290,25 +290,57 @@ fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Result<Arc<RunCon
     }))
 }
 
-/// How this run makes its worktrees: `git` as asked; `overlay` when this system allows
-/// it (tried once, in a throwaway namespace, where the worktrees go), else an error if
-/// it was asked for, or git worktrees and one line saying why for `auto`.
-async fn worktree_mode(
+/// The executor of workers' commands and how the run makes its worktrees (see
+/// [`command_executor`] and [`worktree_mode`]). Each is checked by starting a confined
+/// process (4 and 6 ms on the way to the lead's first call), so the two checks run side
+/// by side; the sandbox's failure is reported first.
+async fn executor_and_mode(
     options: &RunOptions,
     repo: &Repo,
     events: &EventSink,
-) -> Result<WorktreeMode, RunError> {
-    if options.worktree_mode == WorktreeMode::Git {
-        return Ok(WorktreeMode::Git);
+) -> Result<(Arc<dyn CommandExecutor>, WorktreeMode), RunError> {
+    let sandbox_probe = (options.sandbox == SandboxMode::On).then(|| {
+        let host = options.commands.clone();
+        tokio::task::spawn_blocking(move || sandbox::probe(&host))
+    });
+    let overlay_probe = match options.worktree_mode {
+        WorktreeMode::Git => None,
+        _ => {
+            let parent = options
+                .worktrees_dir
+                .clone()
+                .unwrap_or_else(|| repo.worktrees_home().to_path_buf());
+            Some(crate::tools::tree::overlay::probe(&parent).await)
+        }
+    };
+    if let Some(probe) = sandbox_probe {
+        probe
+            .await
+            .unwrap_or_else(|error| {
+                Err(SandboxError::Confine {
+                    step: "running a probe command confined",
+                    detail: format!("the probe stopped: {error}"),
+                })
+            })
+            .map_err(RunError::Sandbox)?;
     }
-    let parent = options
-        .worktrees_dir
-        .clone()
-        .unwrap_or_else(|| repo.worktrees_home().to_path_buf());
-    match (
-        crate::tools::tree::overlay::probe(&parent).await,
-        options.worktree_mode,
-    ) {
+    let executor = command_executor(options, repo, events)?;
+    Ok((executor, worktree_mode(options, overlay_probe, events)?))
+}
+
+/// How this run makes its worktrees: `git` as asked; `overlay` when this system allows
+/// it (`probe`d once, in a throwaway namespace, where the worktrees go; `None` in git
+/// mode), else an error if it was asked for, or git worktrees and one line saying why
+/// for `auto`.
+fn worktree_mode(
+    options: &RunOptions,
+    probe: Option<Result<(), OverlayError>>,
+    events: &EventSink,
+) -> Result<WorktreeMode, RunError> {
+    let Some(probe) = probe else {
+        return Ok(WorktreeMode::Git);
+    };
+    match (probe, options.worktree_mode) {
         (Ok(()), _) => Ok(WorktreeMode::Overlay),
         (Err(source), WorktreeMode::Overlay) => Err(RunError::Overlay { source }),
         (Err(error), _) => {
@@ -323,8 +355,8 @@ async fn worktree_mode(
     }
 }
 
-/// The executor workers' `bash` runs through, as the options say: the sandbox, checked to
-/// work before anything starts, or (loudly) none.
+/// The executor workers' `bash` runs through, as the options say: the sandbox (checked
+/// to work before anything starts, by [`executor_and_mode`]), or (loudly) none.
 ///
 /// Besides the user's secrets, sandboxed commands cannot read the user's work tree (its
 /// uncommitted and ignored files, such as `.env`) nor the run store (journal, other
@@ -338,7 +370,6 @@ fn command_executor(
     let env = options.commands.env();
     match options.sandbox {
         SandboxMode::On => {
-            sandbox::probe(&options.commands).map_err(RunError::Sandbox)?;
             let policy = SandboxPolicy {
                 allow_network: options.allow_network,
                 ..SandboxPolicy::default()
