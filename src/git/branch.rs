@@ -27,24 +27,29 @@ impl Repo {
         let Some(tip) = self.ref_target(&branch)? else {
             return Ok(());
         };
-        let result = run.result_ref();
-        let mut kept = match self.ref_target(&result)? {
-            Some(result_tip) => self.in_history_of(&result, result_tip, tip)?,
-            None => false,
-        };
-        for (_, archive) in self.refs_under(&run.archive_prefix())? {
-            if kept {
-                break;
-            }
-            kept = self.is_ancestor(tip, archive)?;
-        }
-        if !kept {
+        if !self.keeps(run, tip)? {
             return Err(GitError::WorkNotKept {
                 branch,
                 tip: tip.to_string(),
             });
         }
         self.delete_ref(&branch, tip).await
+    }
+
+    /// Whether the run's result or one of its archives holds `tip`.
+    fn keeps(&self, run: &RunId, tip: CommitId) -> Result<bool, GitError> {
+        let result = run.result_ref();
+        if let Some(result_tip) = self.ref_target(&result)?
+            && self.in_history_of(&result, result_tip, tip)?
+        {
+            return Ok(true);
+        }
+        for (_, archive) in self.refs_under(&run.archive_prefix())? {
+            if self.is_ancestor(tip, archive)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Deletes `reference` and its reflog if it still points at `expected`, as `git

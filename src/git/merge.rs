@@ -207,7 +207,6 @@ impl Repo {
         })
     }
 
-    /// The known history of each merge target.
     /// Whether `commit` is in the history of `tip`, the tip of `target_ref`: from the
     /// lineage grove keeps of it when that says so, else by walking the graph (each walk
     /// of a result 32 merges deep was a tenth of the CPU of the cleanups at a run's end).
@@ -227,6 +226,7 @@ impl Repo {
         self.is_ancestor(commit, tip)
     }
 
+    /// The known history of each merge target.
     fn lineages(&self) -> std::sync::MutexGuard<'_, HashMap<String, Lineage>> {
         self.inner
             .lineages
