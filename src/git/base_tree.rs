@@ -118,15 +118,11 @@ impl BaseTree {
         if self.is_set_up() {
             return Ok(None);
         }
-        let lock_path = self.folder.with_extension("setup");
-        let path = lock_path.clone();
-        let lock = tokio::task::spawn_blocking(move || lock_file(&path, FlockArg::LockExclusive))
-            .await
-            .map_err(|_| GitError::Io {
-                action: "lock",
-                path: lock_path.clone(),
-                source: std::io::Error::other("the lock task stopped"),
-            })??;
+        let path = self.folder.with_extension("setup");
+        let lock = Repo::blocking("lock", path.clone(), move || {
+            lock_file(&path, FlockArg::LockExclusive)
+        })
+        .await?;
         if self.is_set_up() {
             return Ok(None);
         }

@@ -112,13 +112,9 @@ impl Repo {
         max_patch_bytes: usize,
     ) -> Result<BranchDiff, GitError> {
         let repo = self.clone();
-        let (stat, patch) = tokio::task::spawn_blocking(move || repo.diff_blocking(base, head))
-            .await
-            .map_err(|_| GitError::Io {
-                action: "diff",
-                path: PathBuf::from(format!("{base}..{head}")),
-                source: std::io::Error::other("the diff task stopped"),
-            })??;
+        let range = PathBuf::from(format!("{base}..{head}"));
+        let (stat, patch) =
+            Self::blocking("diff", range, move || repo.diff_blocking(base, head)).await?;
         Ok(BranchDiff {
             base,
             head,

@@ -240,6 +240,19 @@ impl Repo {
         })
     }
 
+    /// Runs `work` on the runtime's blocking threads (file walks, diffs, a waited-for
+    /// lock); a task that stopped (a panic) is an I/O error of `action` on `path`.
+    async fn blocking<T: Send + 'static>(
+        action: &'static str,
+        path: PathBuf,
+        work: impl FnOnce() -> Result<T, GitError> + Send + 'static,
+    ) -> Result<T, GitError> {
+        let stopped = GitError::io(action, &path);
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|_| stopped(std::io::Error::other(format!("the {action} task stopped"))))?
+    }
+
     /// The libgit2 handle, under its lock. A poisoned lock only means another user of it
     /// panicked; the handle itself is intact.
     fn libgit(&self) -> std::sync::MutexGuard<'_, git2::Repository> {

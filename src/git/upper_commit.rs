@@ -147,15 +147,10 @@ impl Repo {
             n = tree.subtask,
         );
         let (repo, tree, label) = (self.clone(), tree.clone(), label.to_owned());
-        tokio::task::spawn_blocking(move || {
+        Self::blocking("checkpoint", PathBuf::from(label), move || {
             repo.checkpoint_upper_blocking(&tree, &exclude_files, &message)
         })
         .await
-        .map_err(|_| GitError::Io {
-            action: "checkpoint",
-            path: PathBuf::from(label),
-            source: std::io::Error::other("the checkpoint task stopped"),
-        })?
     }
 
     /// The paths of `tree`'s upper directory that a checkpoint leaves out as git data
