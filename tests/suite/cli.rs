@@ -11,7 +11,7 @@ use grove::text;
 
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
-use crate::support::grove::{Grove, find_in_worktrees, grove_in as grove, stderr};
+use crate::support::grove::{Grove, grove_in as grove, stderr, wait_in_worktrees};
 use crate::support::requests::role;
 
 /// A lead that delegates one subtask per `(path, content)`, workers that write it, and
@@ -300,14 +300,7 @@ async fn kill_9_mid_tool_call_then_resume_finishes_without_running_the_call_twic
     let mut child = Grove::in_repo(&fixture)
         .with_server(&server)
         .spawn(["run", "leave a marker"]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while find_in_worktrees(&fixture, "marker").is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the worker's command never ran"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait_in_worktrees(&fixture, "marker", b"run\n").await;
     child.kill().await.unwrap(); // SIGKILL, mid tool call
 
     let runs = grove(&fixture, None, &["runs", "--json"]).await;
@@ -664,14 +657,7 @@ async fn a_run_stopped_by_ctrl_c_is_interrupted_in_its_json_and_in_grove_runs() 
     let child = Grove::in_repo(&fixture)
         .with_server(&server)
         .spawn_piped(["run", "--json", "wait"]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while find_in_worktrees(&fixture, "marker").is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the worker's command never ran"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait_in_worktrees(&fixture, "marker", b"started\n").await;
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     let output = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output())

@@ -407,7 +407,7 @@ fn a_disk_that_fills_while_state_is_written_keeps_the_previous_state_and_the_run
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ctrl_c_once_checkpoints_exits_130_and_the_run_resumes() {
     use crate::support::fake_server::Turn;
-    use crate::support::grove::{Grove, find_in_worktrees, grove_in as grove, stderr};
+    use crate::support::grove::{Grove, grove_in as grove, stderr, wait_in_worktrees};
     use crate::support::requests::role;
 
     let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
@@ -442,14 +442,7 @@ async fn ctrl_c_once_checkpoints_exits_130_and_the_run_resumes() {
     let child = Grove::in_repo(&fixture)
         .with_server(&server)
         .spawn_piped(["run", "write the marker"]);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while find_in_worktrees(&fixture, "marker").is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the worker's command never ran"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_in_worktrees(&fixture, "marker", b"started\n").await;
     let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())

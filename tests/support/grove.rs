@@ -183,22 +183,36 @@ pub async fn grove_in(fixture: &GitFixture, server: Option<&FakeServer>, args: &
     grove.grove_async(args).await
 }
 
-/// The first file named `name` in worktree 1 of any run of `fixture`, if any (a worker's
-/// command has run once it is there).
-pub fn find_in_worktrees(fixture: &GitFixture, name: &str) -> Option<PathBuf> {
-    let runs = fixture.repo.join(".git/grove/runs");
-    for run in std::fs::read_dir(runs).ok()?.flatten() {
+/// Waits until a file named `name` in worktree 1 of a run of `fixture` holds `contents`
+/// (a worker's command has run that far), for at most a minute.
+///
+/// Contents, not existence: a shell's `>` creates the file before the command writes to
+/// it, and a signal sent in between would find an empty file.
+pub async fn wait_in_worktrees(fixture: &GitFixture, name: &str, contents: &[u8]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !holds_in_worktrees(fixture, name, contents) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker's command never wrote {name}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// True when a file named `name` in worktree 1 of some run of `fixture` holds `contents`.
+fn holds_in_worktrees(fixture: &GitFixture, name: &str, contents: &[u8]) -> bool {
+    let Ok(runs) = std::fs::read_dir(fixture.repo.join(".git/grove/runs")) else {
+        return false;
+    };
+    runs.flatten().any(|run| {
         let run_id = run.file_name().to_string_lossy().into_owned();
         let worktree = fixture.worktree_dir(&run_id, 1);
         // While grove runs, a copy-on-write worktree's files are seen only inside its
         // tree host's namespace; what its commands write is in its upper directory.
         let mut upper = worktree.clone().into_os_string();
         upper.push(".cow/upper");
-        for candidate in [worktree.join(name), PathBuf::from(upper).join(name)] {
-            if candidate.exists() {
-                return Some(candidate);
-            }
-        }
-    }
-    None
+        [worktree.join(name), PathBuf::from(upper).join(name)]
+            .iter()
+            .any(|candidate| std::fs::read(candidate).is_ok_and(|found| found == contents))
+    })
 }
