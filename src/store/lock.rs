@@ -12,12 +12,16 @@
 //! therefore belong to a holder that died, and the takeover is reported
 //! ([`RepoLock::taken_over`]). The file is never deleted: deleting a flocked file lets
 //! the next process lock a fresh inode while an old holder still holds the unlinked one.
-//! Rust opens files close-on-exec, so commands grove spawns never inherit the lock.
+//! Rust opens files close-on-exec, so commands grove spawns drop the lock when they run
+//! their program; a child forked just before its parent was killed holds it until then,
+//! and a successor waits that moment out ([`LockError::HeldByLeftover`]) rather than
+//! refuse in the name of a dead run.
 
 use std::fs::{File, OpenOptions};
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
@@ -108,6 +112,14 @@ pub enum LockError {
          {contents:?}); wait for it to finish"
     )]
     BusyUnknown { path: PathBuf, contents: String },
+    /// The holder died, yet the lock stayed held past [`LEFTOVER_WAIT`]: a process it
+    /// forked still has the lock file open (a fork shares its open files until it runs
+    /// its program, which drops them). Retried for that long before this is returned.
+    #[error(
+        "grove run {} (pid {} on {}) is no longer running, but a process it started still          holds the repository lock {path} (`fuser -v {path}` names it); once that process          has ended, continue with `grove resume {}`",
+        holder.run_id, holder.pid, holder.hostname, holder.run_id
+    )]
+    HeldByLeftover { holder: LockHolder, path: PathBuf },
     /// The lock file or its directory could not be opened, locked or written.
     #[error("repository lock {path}: {operation}: {source}")]
     Io {
@@ -127,6 +139,15 @@ pub struct RepoLock {
     taken_over: Option<StaleLock>,
 }
 
+/// How long a lock whose holder died may stay held before grove says so. A process the
+/// holder forked shares the lock file until it runs its program (which closes it) or
+/// dies with its parent: at most a moment, longer on a loaded machine, and a `grove
+/// resume` right after a `kill -9` would otherwise be refused in the name of a dead run.
+const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
+
+/// How often a lock held past its dead holder is tried again.
+const LEFTOVER_POLL: Duration = Duration::from_millis(20);
+
 /// `<common git dir>/grove/lock`.
 pub fn lock_path(common_git_dir: &Path) -> PathBuf {
     common_git_dir.join("grove").join("lock")
@@ -136,6 +157,16 @@ impl RepoLock {
     /// Takes the repository lock for `run_id` without waiting; refuses with the current
     /// holder's run id and pid if a live process holds it.
     pub fn acquire(common_git_dir: &Path, run_id: &str) -> Result<RepoLock, LockError> {
+        Self::acquire_waiting(common_git_dir, run_id, LEFTOVER_WAIT)
+    }
+
+    /// [`RepoLock::acquire`], waiting at most `leftover_wait` for a lock whose holder is
+    /// dead on this host to be let go by what that holder left running.
+    fn acquire_waiting(
+        common_git_dir: &Path,
+        run_id: &str,
+        leftover_wait: Duration,
+    ) -> Result<RepoLock, LockError> {
         let path = lock_path(common_git_dir);
         let io = |operation: &'static str, path: &Path| {
             let path = path.to_path_buf();
@@ -148,16 +179,24 @@ impl RepoLock {
         let dir = crate::store::durable::parent_dir(&path);
         std::fs::create_dir_all(dir).map_err(io("create directory", dir))?;
         let mut file = open_lock_file(&path)?;
+        let deadline = Instant::now() + leftover_wait;
         let mut locked = loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(locked) => break locked,
                 Err((returned, Errno::EINTR)) => file = returned,
                 Err((mut returned, Errno::EWOULDBLOCK)) => {
                     let contents = read_contents(&mut returned, &path)?;
-                    return Err(match parse_holder(&contents) {
-                        Some(holder) => LockError::Busy { holder, path },
-                        None => LockError::BusyUnknown { path, contents },
-                    });
+                    let Some(holder) = parse_holder(&contents) else {
+                        return Err(LockError::BusyUnknown { path, contents });
+                    };
+                    if holder.liveness() != Liveness::Dead {
+                        return Err(LockError::Busy { holder, path });
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(LockError::HeldByLeftover { holder, path });
+                    }
+                    std::thread::sleep(LEFTOVER_POLL);
+                    file = returned;
                 }
                 Err((_, errno)) => {
                     return Err(LockError::Io {
@@ -274,9 +313,11 @@ fn open_lock_file(path: &Path) -> Result<File, LockError> {
         })
 }
 
+/// The whole file, from its start whatever was read of it before.
 fn read_contents(file: &mut File, path: &Path) -> Result<String, LockError> {
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
+    file.rewind()
+        .and_then(|()| file.read_to_end(&mut bytes))
         .map_err(|source| LockError::Io {
             operation: "read",
             path: path.to_path_buf(),
@@ -323,6 +364,64 @@ mod tests {
         assert!(!pid_is_alive(0), "pid 0 would address our process group");
         assert!(!pid_is_alive(u32::MAX), "pids beyond i32 do not exist");
         assert!(pid_is_alive(std::process::id()), "we are alive");
+    }
+
+    /// A lock file naming a holder whose process has ended, and a second open of it that
+    /// holds the flock, as a forked child of that holder would.
+    fn held_by_a_leftover(git_dir: &Path) -> (LockHolder, Flock<File>) {
+        let mut ended = std::process::Command::new("true").spawn().unwrap();
+        ended.wait().unwrap();
+        let holder = LockHolder {
+            run_id: "20261129-215530-7f3a".to_owned(),
+            pid: ended.id(),
+            hostname: this_hostname(),
+            started_ms: 1,
+        };
+        let path = lock_path(git_dir);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, serde_json::to_vec(&holder).unwrap()).unwrap();
+        let leftover = Flock::lock(
+            open_lock_file(&path).unwrap(),
+            FlockArg::LockExclusiveNonblock,
+        )
+        .unwrap();
+        (holder, leftover)
+    }
+
+    #[test]
+    fn a_dead_holders_lock_is_waited_for_while_a_leftover_holds_it_then_taken_over() {
+        let git_dir = tempfile::tempdir().unwrap();
+        let (holder, leftover) = held_by_a_leftover(git_dir.path());
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            drop(leftover);
+        });
+        let lock = RepoLock::acquire(git_dir.path(), "20261129-215531-0000").unwrap();
+        letting_go.join().unwrap();
+        assert_eq!(
+            lock.taken_over(),
+            Some(&StaleLock::Holder(holder)),
+            "once the leftover lets go, the dead holder's lock is taken over and reported"
+        );
+    }
+
+    #[test]
+    fn a_dead_holders_lock_a_leftover_keeps_is_refused_naming_the_run_to_resume() {
+        let git_dir = tempfile::tempdir().unwrap();
+        let (holder, _leftover) = held_by_a_leftover(git_dir.path());
+        let refused = RepoLock::acquire_waiting(
+            git_dir.path(),
+            "20261129-215531-0000",
+            Duration::from_millis(100),
+        )
+        .unwrap_err();
+        let message = refused.to_string();
+        assert!(
+            matches!(&refused, LockError::HeldByLeftover { holder: named, .. } if *named == holder)
+                && message.contains("is no longer running")
+                && message.contains("grove resume 20261129-215530-7f3a"),
+            "a lock kept past its dead holder is refused saying so and what to run: {message}"
+        );
     }
 
     #[test]

@@ -177,18 +177,23 @@ async fn squash_gives_the_branch_one_commit_per_subtask_with_the_users_identity_
                 "--count",
                 &format!("{base}..{result}")
             ]),
-            fixture.git(&[
+            // By the graph, not by `git log`: the checkpoints are dated when they are
+            // made, so the log's order is the workers' timing.
+            [format!("{result}^2"), format!("{result}~1^2")].map(|checkpoint| fixture.git(&[
                 "log",
+                "-1",
                 "--format=%s",
-                "--no-merges",
-                &format!("{base}..{result}")
-            ]),
+                &checkpoint
+            ])),
         ),
         (
             fixture.rev("main").to_string(),
             fixture.rev(&result).to_string(),
             "2".to_owned(),
-            format!("grove {run_id}/2: S2: turn 1\ngrove {run_id}/1: S1: turn 1"),
+            [
+                format!("grove {run_id}/2: S2: turn 1"),
+                format!("grove {run_id}/1: S1: turn 1"),
+            ],
         ),
         "the squashed commits stay on grove/<run>/squashed; the result keeps the merge graph \
          over the workers' checkpoint commits"
