@@ -382,12 +382,17 @@ impl Conversation<'_> {
         last_text: &str,
     ) -> Result<Option<AgentOutcome>, AgentError> {
         if let Some(observer) = &self.observer {
+            let repeatable = self
+                .spec
+                .tools
+                .all_repeatable(calls.iter().map(|call| call.name.as_str()));
+            let state = TurnState {
+                turn,
+                messages: &self.request.messages,
+                ledger: &self.ledger,
+            };
             observer
-                .before_tools(TurnState {
-                    turn,
-                    messages: &self.request.messages,
-                    ledger: &self.ledger,
-                })
+                .before_tools(state, repeatable)
                 .await
                 .map_err(|source| AgentError::Observer {
                     agent: self.spec.id.clone(),

@@ -70,9 +70,16 @@ pub type ObserverError = Box<dyn std::error::Error + Send + Sync>;
 pub trait TurnObserver: Send + Sync {
     /// Before the tool calls of a turn run; `messages` ends with the assistant turn that
     /// asked for them (a `delegate` call forks from exactly this history, and a
-    /// transcript saved here shows which calls may have run if the process dies). An
-    /// error stops the loop as fatal.
-    async fn before_tools(&self, _state: TurnState<'_>) -> Result<(), ObserverError> {
+    /// transcript saved here shows which calls may have run if the process dies).
+    /// `repeatable` is true when every one of them is [`Tool::repeatable`]. An error
+    /// stops the loop as fatal.
+    ///
+    /// [`Tool::repeatable`]: crate::tools::Tool::repeatable
+    async fn before_tools(
+        &self,
+        _state: TurnState<'_>,
+        _repeatable: bool,
+    ) -> Result<(), ObserverError> {
         Ok(())
     }
 

@@ -82,6 +82,10 @@ impl Tool for AfterCheckout {
         self.inner.mutates()
     }
 
+    fn repeatable(&self) -> bool {
+        self.inner.repeatable()
+    }
+
     async fn run(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         tokio::select! {
             ready = self.ready.wait() => ready.map_err(ToolError::Fatal)?,

@@ -265,6 +265,11 @@ impl Tool for Delegate {
         false
     }
 
+    fn repeatable(&self) -> bool {
+        // It starts a subtask: run again, it would start a second one.
+        false
+    }
+
     async fn run(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let request = parse_input::<DelegateInput>(self, input)?.into_request()?;
         let report = self.delegator.delegate(request).await.map_err(tool_error)?;
@@ -332,6 +337,21 @@ mod tests {
             root: std::env::temp_dir(),
             cancel: CancellationToken::new(),
         }
+    }
+
+    #[test]
+    fn a_turn_that_delegates_is_never_one_that_may_run_twice() {
+        let (_, delegate) = tool(None);
+        let registry =
+            crate::tools::builtin(crate::tools::ToolSet::ReadOnly).with(Arc::new(delegate));
+        assert_eq!(
+            (
+                registry.all_repeatable(["read_file", "grep"].into_iter()),
+                registry.all_repeatable(["read_file", "delegate"].into_iter()),
+            ),
+            (true, false),
+            "a delegate call run twice would start a second subtask: its turn is synced"
+        );
     }
 
     #[tokio::test]

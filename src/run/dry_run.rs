@@ -131,6 +131,11 @@ impl Tool for PlanDelegate {
         false
     }
 
+    fn repeatable(&self) -> bool {
+        // It starts a subtask: run again, it would start a second one.
+        false
+    }
+
     async fn run(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let request: DelegateRequest = parse_input::<DelegateInput>(self, input)?.into_request()?;
         let role = delegate_role(&self.root, request.agent.as_deref())

@@ -202,7 +202,11 @@ impl AgentObserver {
 
 #[async_trait]
 impl TurnObserver for AgentObserver {
-    async fn before_tools(&self, state: TurnState<'_>) -> Result<(), ObserverError> {
+    async fn before_tools(
+        &self,
+        state: TurnState<'_>,
+        repeatable: bool,
+    ) -> Result<(), ObserverError> {
         // Called once per turn that calls tools, right after its answer arrived.
         lock(&self.timing).turn_ms.push(journal::now_ms());
         self.flush().await?;
@@ -210,8 +214,16 @@ impl TurnObserver for AgentObserver {
             history.set(state.messages);
         }
         // Synced: the tool calls about to run must be on disk before they run, so that
-        // after any crash they are answered as interrupted, never run a second time.
-        Ok(self.save(state, Durability::Synced)?)
+        // after any crash they are answered as interrupted, never run a second time. Calls
+        // that may run twice need not wait for the disk (32 workers reading files at once
+        // waited for 32 fsyncs): a process crash keeps the save, and a machine crash that
+        // loses it only asks the model that turn again.
+        let durability = if repeatable {
+            Durability::Buffered
+        } else {
+            Durability::Synced
+        };
+        Ok(self.save(state, durability)?)
     }
 
     async fn after_turn(&self, state: TurnState<'_>, mutated: bool) -> Result<(), ObserverError> {
@@ -224,5 +236,43 @@ impl TurnObserver for AgentObserver {
         // Not synced: were these results lost in a machine crash, the calls would read as
         // interrupted from the synced save before them — reported, never run again.
         Ok(self.save(state, Durability::Buffered)?)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::run::test_support::TestRun;
+
+    /// The `seq` of the slot file at `path`'s header.
+    fn slot_seq(path: &std::path::Path) -> u64 {
+        let text = std::fs::read_to_string(path).unwrap();
+        let seq = text.split_whitespace().nth(1).unwrap();
+        seq.trim_start_matches("seq=").parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_turn_whose_calls_may_run_twice_is_saved_without_waiting_for_the_disk() {
+        let run = TestRun::alpha().await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("S1.json");
+        let observer = AgentObserver::new(&run.ctx, "S1", path.clone(), Ledger::default());
+        let ledger = Ledger::default();
+        for (turn, repeatable) in [(1, false), (2, true), (3, true)] {
+            let state = TurnState {
+                turn,
+                messages: &[],
+                ledger: &ledger,
+            };
+            observer.before_tools(state, repeatable).await.unwrap();
+        }
+        // A synced save moves the next write to the other slot; an unsynced one leaves
+        // the synced slot alone, so the two unsynced saves both went to the second.
+        assert_eq!(
+            (slot_seq(&path), slot_seq(&dir.path().join("S1.1.json"))),
+            (1, 3),
+            "only the turn with a call that must not run twice waited for an fsync"
+        );
     }
 }

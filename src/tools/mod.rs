@@ -99,6 +99,13 @@ pub trait Tool: Send + Sync {
     fn input_schema(&self) -> Value;
     /// True when running it can change files or the world; such calls run one at a time.
     fn mutates(&self) -> bool;
+    /// True when a call may run a second time without harm, should a machine crash lose
+    /// the record that it ran: it changes nothing and starts nothing. A call that is not
+    /// is on disk before it runs. Every tool that does not mutate is, unless it says
+    /// otherwise (`delegate` starts a subtask).
+    fn repeatable(&self) -> bool {
+        !self.mutates()
+    }
     /// Runs the tool with the model's input.
     async fn run(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
 }
@@ -174,6 +181,12 @@ impl Registry {
     /// never run concurrently with anything.
     pub fn mutates(&self, name: &str) -> bool {
         self.tools.get(name).is_none_or(|tool| tool.mutates())
+    }
+
+    /// True when every call in `calls` (tool names) is to a tool of this role that is
+    /// [`Tool::repeatable`]; an unknown tool is not.
+    pub fn all_repeatable<'a>(&self, mut calls: impl Iterator<Item = &'a str>) -> bool {
+        calls.all(|name| self.tools.get(name).is_some_and(|tool| tool.repeatable()))
     }
 
     /// Runs the tool `name` with `input` if this role has it.
@@ -413,6 +426,23 @@ mod tests {
             },
             "required": ["path"],
         })
+    }
+
+    #[test]
+    fn only_calls_to_known_tools_that_change_nothing_may_run_twice() {
+        let registry = builtin(ToolSet::Worker);
+        let all = |names: &[&str]| registry.all_repeatable(names.iter().copied());
+        assert_eq!(
+            (
+                all(&["read_file", "grep", "list_files"]),
+                all(&["read_file", "write_file"]),
+                all(&["bash"]),
+                all(&["read_file", "no_such_tool"]),
+                all(&[]),
+            ),
+            (true, false, false, false, true),
+            "a turn may skip its fsync only when every call is to a tool that mutates nothing"
+        );
     }
 
     #[test]
