@@ -346,8 +346,8 @@ mod tests {
             crate::tools::builtin(crate::tools::ToolSet::ReadOnly).with(Arc::new(delegate));
         assert_eq!(
             (
-                registry.all_repeatable(["read_file", "grep"].into_iter()),
-                registry.all_repeatable(["read_file", "delegate"].into_iter()),
+                registry.all_repeatable(["read_file", "grep"]),
+                registry.all_repeatable(["read_file", "delegate"]),
             ),
             (true, false),
             "a delegate call run twice would start a second subtask: its turn is synced"

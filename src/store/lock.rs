@@ -154,8 +154,10 @@ pub fn lock_path(common_git_dir: &Path) -> PathBuf {
 }
 
 impl RepoLock {
-    /// Takes the repository lock for `run_id` without waiting; refuses with the current
-    /// holder's run id and pid if a live process holds it.
+    /// Takes the repository lock for `run_id`; refuses at once with the current holder's
+    /// run id and pid if a live process holds it. A holder that is dead on this host is
+    /// waited out for up to [`LEFTOVER_WAIT`] (the calling thread sleeps: this runs once,
+    /// before a run or a review starts), while what it forked lets go of the lock.
     pub fn acquire(common_git_dir: &Path, run_id: &str) -> Result<RepoLock, LockError> {
         Self::acquire_waiting(common_git_dir, run_id, LEFTOVER_WAIT)
     }

@@ -100,9 +100,9 @@ pub trait Tool: Send + Sync {
     /// True when running it can change files or the world; such calls run one at a time.
     fn mutates(&self) -> bool;
     /// True when a call may run a second time without harm, should a machine crash lose
-    /// the record that it ran: it changes nothing and starts nothing. A call that is not
-    /// is on disk before it runs. Every tool that does not mutate is, unless it says
-    /// otherwise (`delegate` starts a subtask).
+    /// the record that it ran: it changes nothing and starts nothing. A turn with any
+    /// other call is on disk before its calls run. Defaults to every tool that does not
+    /// mutate (`delegate` does not, yet starts a subtask, and says so).
     fn repeatable(&self) -> bool {
         !self.mutates()
     }
@@ -185,8 +185,10 @@ impl Registry {
 
     /// True when every call in `calls` (tool names) is to a tool of this role that is
     /// [`Tool::repeatable`]; an unknown tool is not.
-    pub fn all_repeatable<'a>(&self, mut calls: impl Iterator<Item = &'a str>) -> bool {
-        calls.all(|name| self.tools.get(name).is_some_and(|tool| tool.repeatable()))
+    pub fn all_repeatable<'a>(&self, calls: impl IntoIterator<Item = &'a str>) -> bool {
+        calls
+            .into_iter()
+            .all(|name| self.tools.get(name).is_some_and(|tool| tool.repeatable()))
     }
 
     /// Runs the tool `name` with `input` if this role has it.
