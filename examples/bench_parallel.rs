@@ -127,6 +127,10 @@ struct Measured {
     delegate_result_bytes: Vec<usize>,
     /// The time grove itself spent between the calls of the chain that ended last.
     gaps: Vec<(String, Duration)>,
+    /// The CPU time (user and system) this process used during the run: the fake
+    /// server's share is the same for every build, so it compares builds where the wall
+    /// time drifts with the machine.
+    cpu: Duration,
 }
 
 impl Measured {
@@ -361,6 +365,7 @@ async fn measure(
 
     // Outside the clock, as in `grove run`, which connects before the run starts.
     let models = models(&server, settings.provider);
+    let cpu_before = process_cpu()?;
     let started = Instant::now();
     let report = grove::run::run(
         &fixture.repo,
@@ -373,6 +378,7 @@ async fn measure(
     .with_context(|| format!("the run with {subtasks} subtasks failed"))?;
     let ended = Instant::now();
     let wall = ended - started;
+    let cpu = process_cpu()?.saturating_sub(cpu_before);
 
     check_run(fixture, &server, &report, subtasks, round)?;
     let requests = server.requests();
@@ -402,7 +408,21 @@ async fn measure(
             .collect(),
         delegate_result_bytes,
         gaps: chain_gaps(&requests, started, ended, latency)?,
+        cpu,
     })
+}
+
+/// The user and system CPU time this process has used so far.
+fn process_cpu() -> anyhow::Result<Duration> {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let usage = getrusage(UsageWho::RUSAGE_SELF).context("getrusage")?;
+    let time = |t: nix::sys::time::TimeVal| {
+        Duration::new(
+            u64::try_from(t.tv_sec()).unwrap_or(0),
+            u32::try_from(t.tv_usec()).unwrap_or(0) * 1000,
+        )
+    };
+    Ok(time(usage.user_time()) + time(usage.system_time()))
 }
 
 /// Where the wall time beyond the calls went, along the chain of the subtask whose
@@ -628,14 +648,14 @@ fn verdict(pass: bool) -> &'static str {
 fn print_table(settings: Settings, runs: &[Measured]) {
     let latency = settings.latency;
     println!(
-        "{:>8}  {:>5}  {:>10}  {:>18}  {:>18}  {:>14}  {:>8}",
-        "subtasks", "calls", "wall", "critical path", "serial", "wall/critical", "speed-up"
+        "{:>8}  {:>5}  {:>10}  {:>18}  {:>18}  {:>14}  {:>8}  {:>8}",
+        "subtasks", "calls", "wall", "critical path", "serial", "wall/critical", "speed-up", "cpu"
     );
     for run in runs {
         let critical = run.critical_path(latency);
         let serial = run.serial(latency);
         println!(
-            "{:>8}  {:>5}  {:>10}  {:>18}  {:>18}  {:>14.3}  {:>7.2}x{}",
+            "{:>8}  {:>5}  {:>10}  {:>18}  {:>18}  {:>14.3}  {:>7.2}x  {:>8}{}",
             run.subtasks,
             run.calls,
             seconds(run.wall),
@@ -643,6 +663,7 @@ fn print_table(settings: Settings, runs: &[Measured]) {
             format!("{} x L = {}", run.calls, seconds(serial)),
             ratio(run.wall, critical),
             ratio(serial, run.wall),
+            seconds(run.cpu),
             if run.cold {
                 "  (cold: the repository's first run)"
             } else {
@@ -758,6 +779,9 @@ async fn main() -> anyhow::Result<()> {
             runs.push(measure(settings, &mut bench, subtasks).await?);
         }
     }
+    // The table keeps the order the runs were made in (the disk's state drifts over
+    // them); the median is taken over them sorted.
+    runs.extend(largest.iter().cloned());
     largest.sort_by_key(|run| run.wall);
     let ratios: Vec<String> = largest
         .iter()
@@ -771,15 +795,18 @@ async fn main() -> anyhow::Result<()> {
     let Some(median) = largest.get(largest.len() / 2) else {
         bail!("no run was measured");
     };
+    let mut cpu: Vec<Duration> = largest.iter().map(|run| run.cpu).collect();
+    cpu.sort();
     println!();
-    runs.extend(largest.iter().cloned());
     print_table(settings, &runs);
     println!();
     println!(
-        "{} runs at {} subtasks, wall / critical sorted: {}; the median run:",
+        "{} runs at {} subtasks, wall / critical sorted: {}; CPU time per run, median {}; \
+         the median run:",
         largest.len(),
         median.subtasks,
-        ratios.join(" ")
+        ratios.join(" "),
+        seconds(cpu[cpu.len() / 2]),
     );
     let pass = print_targets(settings, median);
     println!();

@@ -23,7 +23,7 @@ use super::names::{CommitId, RunId};
 
 /// One merge queue per process: parallel `update-ref`s of one ref lose races (measured:
 /// 7 of 8). Other processes are handled by the compare-and-swap and a bounded retry.
-static MERGE_QUEUE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(super) static MERGE_QUEUE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// How often a merge is recomputed when another writer moved the target ref meanwhile.
 const CAS_ATTEMPTS: u32 = 5;
@@ -172,38 +172,18 @@ impl Repo {
         ours: CommitId,
         theirs: CommitId,
     ) -> Result<(MergeBase, Option<Fork>), GitError> {
-        if ours == theirs {
-            return Ok((MergeBase::Branch, None));
-        }
         self.read("merge base", |repo| {
             let mut lineages = self.lineages();
-            if let Some(lineage) = lineages.get(target_ref) {
-                // Not its tip (another writer moved the ref), or it takes a walk: what
-                // the merge adds is then not known.
-                let fork = if lineage.tip() == ours.oid() {
-                    lineage.merge_base(repo, theirs.oid())?
-                } else {
-                    None
-                };
-                match fork {
-                    Some(fork) => return Ok((fork.base, Some(fork))),
-                    None => drop(lineages.remove(target_ref)),
-                }
+            // Not its tip (another writer moved the ref), or it takes a walk: what the
+            // merge adds is then not known.
+            let known = lineages
+                .get(target_ref)
+                .filter(|lineage| lineage.tip() == ours.oid());
+            let found = find_base(repo, known, ours, theirs)?;
+            if found.1.is_none() {
+                lineages.remove(target_ref);
             }
-            let bases = match repo.merge_bases(ours.oid(), theirs.oid()) {
-                Ok(bases) => bases,
-                Err(error) if error.code() == git2::ErrorCode::NotFound => {
-                    return Ok((MergeBase::Other, None));
-                }
-                Err(error) => return Err(error),
-            };
-            let base = match bases.iter().as_slice() {
-                [base] if *base == theirs.oid() => MergeBase::Branch,
-                [base] if *base == ours.oid() => MergeBase::Target,
-                [base] => MergeBase::One(CommitId::from_oid(*base)),
-                _ => MergeBase::Other,
-            };
-            Ok((base, None))
+            Ok(found)
         })
     }
 
@@ -227,7 +207,7 @@ impl Repo {
     }
 
     /// The known history of each merge target.
-    fn lineages(&self) -> std::sync::MutexGuard<'_, HashMap<String, Lineage>> {
+    pub(super) fn lineages(&self) -> std::sync::MutexGuard<'_, HashMap<String, Lineage>> {
         self.inner
             .lineages
             .lock()
@@ -248,36 +228,7 @@ impl Repo {
         theirs: CommitId,
     ) -> Result<Option<git2::Oid>, GitError> {
         self.read("in-process merge", |repo| {
-            let base_tree = repo.find_commit(base.oid())?.tree()?;
-            let ours_tree = repo.find_commit(ours.oid())?.tree()?;
-            let theirs_tree = repo.find_commit(theirs.oid())?.tree()?;
-            let (Some(ours_changes), Some(theirs_changes)) = (
-                plain_changes(repo, &base_tree, &ours_tree)?,
-                plain_changes(repo, &base_tree, &theirs_tree)?,
-            ) else {
-                return Ok(None);
-            };
-            let ours_paths: std::collections::BTreeSet<&str> = ours_changes
-                .iter()
-                .map(|(path, _, _)| path.as_str())
-                .collect();
-            let clash = theirs_changes.iter().any(|(path, _, _)| {
-                let inside = format!("{path}/");
-                ours_paths.contains(path.as_str())
-                    || parent_dirs(path).any(|dir| ours_paths.contains(dir))
-                    || ours_paths
-                        .range(inside.as_str()..)
-                        .next()
-                        .is_some_and(|next| next.starts_with(&inside))
-            });
-            if clash {
-                return Ok(None);
-            }
-            let mut update = git2::build::TreeUpdateBuilder::new();
-            for (path, id, mode) in &theirs_changes {
-                update.upsert(path.as_str(), *id, *mode);
-            }
-            update.create_updated(repo, &ours_tree).map(Some)
+            disjoint_tree(repo, base, ours, theirs)
         })
     }
 
@@ -367,6 +318,79 @@ impl Repo {
 
 /// A path a side added or modified: its new blob (or link) and mode.
 type PlainChange = (String, git2::Oid, git2::FileMode);
+
+/// How `theirs` stands to `ours`: from `lineage` (the known history of `ours`) when that
+/// is certain, with the fork a merge adds to it; else from one walk of the graph.
+pub(super) fn find_base(
+    repo: &git2::Repository,
+    lineage: Option<&Lineage>,
+    ours: CommitId,
+    theirs: CommitId,
+) -> Result<(MergeBase, Option<Fork>), git2::Error> {
+    if ours == theirs {
+        return Ok((MergeBase::Branch, None));
+    }
+    if let Some(lineage) = lineage
+        && let Some(fork) = lineage.merge_base(repo, theirs.oid())?
+    {
+        return Ok((fork.base, Some(fork)));
+    }
+    let bases = match repo.merge_bases(ours.oid(), theirs.oid()) {
+        Ok(bases) => bases,
+        Err(error) if error.code() == git2::ErrorCode::NotFound => {
+            return Ok((MergeBase::Other, None));
+        }
+        Err(error) => return Err(error),
+    };
+    let base = match bases.iter().as_slice() {
+        [base] if *base == theirs.oid() => MergeBase::Branch,
+        [base] if *base == ours.oid() => MergeBase::Target,
+        [base] => MergeBase::One(CommitId::from_oid(*base)),
+        _ => MergeBase::Other,
+    };
+    Ok((base, None))
+}
+
+/// The tree of the in-process merge of `theirs` onto `ours` over their one merge base
+/// `base`, written to `repo`; `None` when it is not certain (see
+/// [`Repo::disjoint_merge`]).
+pub(super) fn disjoint_tree(
+    repo: &git2::Repository,
+    base: CommitId,
+    ours: CommitId,
+    theirs: CommitId,
+) -> Result<Option<git2::Oid>, git2::Error> {
+    let base_tree = repo.find_commit(base.oid())?.tree()?;
+    let ours_tree = repo.find_commit(ours.oid())?.tree()?;
+    let theirs_tree = repo.find_commit(theirs.oid())?.tree()?;
+    let (Some(ours_changes), Some(theirs_changes)) = (
+        plain_changes(repo, &base_tree, &ours_tree)?,
+        plain_changes(repo, &base_tree, &theirs_tree)?,
+    ) else {
+        return Ok(None);
+    };
+    let ours_paths: std::collections::BTreeSet<&str> = ours_changes
+        .iter()
+        .map(|(path, _, _)| path.as_str())
+        .collect();
+    let clash = theirs_changes.iter().any(|(path, _, _)| {
+        let inside = format!("{path}/");
+        ours_paths.contains(path.as_str())
+            || parent_dirs(path).any(|dir| ours_paths.contains(dir))
+            || ours_paths
+                .range(inside.as_str()..)
+                .next()
+                .is_some_and(|next| next.starts_with(&inside))
+    });
+    if clash {
+        return Ok(None);
+    }
+    let mut update = git2::build::TreeUpdateBuilder::new();
+    for (path, id, mode) in &theirs_changes {
+        update.upsert(path.as_str(), *id, *mode);
+    }
+    update.create_updated(repo, &ours_tree).map(Some)
+}
 
 /// What changed from `base` to `side` (no rename detection): each path with its new
 /// blob and mode; `None` when anything was deleted or changed type, or is not a regular

@@ -7,15 +7,21 @@
 //! its pipeline ended (the [`SettleGuard`] settles on every path, a panic included). A
 //! resolver's number is settled when taken: it merges in the turn of the subtask it
 //! resolves (`subtask/resolve.rs`).
+//!
+//! An approved subtask waiting for its turn offers its merge here; the subtask whose turn
+//! comes takes the offers that directly follow it (every number between them settled) and
+//! merges them with its own in one batch (`subtask/integrate.rs`), then tells each what
+//! came of it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore, SemaphorePermit};
+use tokio::sync::{Notify, Semaphore, SemaphorePermit, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::git::{BatchItem, MergeOutcome};
 use crate::run::id::SubtaskId;
 
 /// The longest a finished subtask's worktree cleanup waits for the others to settle.
@@ -26,6 +32,8 @@ const CLEANUP_HOLD: Duration = Duration::from_secs(30);
 pub(crate) struct MergeQueue {
     next: AtomicU32,
     settled: Mutex<BTreeSet<u32>>,
+    /// Approved merges waiting for their turn, for the batch of the one before them.
+    offers: Mutex<BTreeMap<u32, Offer>>,
     changed: Notify,
     cancel: CancellationToken,
     /// Worktree cleanups run once the merges are done, right when the lead's next request
@@ -39,6 +47,7 @@ impl MergeQueue {
         Self {
             next: AtomicU32::new(1),
             settled: Mutex::new(BTreeSet::new()),
+            offers: Mutex::new(BTreeMap::new()),
             changed: Notify::new(),
             cancel,
             cleanups: Semaphore::new(
@@ -102,6 +111,47 @@ impl MergeQueue {
             .await
     }
 
+    /// Offers subtask `id`'s merge to the batch of a subtask before it; the receiver
+    /// hears what that batch did with it.
+    pub(crate) fn offer(&self, id: SubtaskId, item: BatchItem) -> oneshot::Receiver<Batched> {
+        let (reply, heard) = oneshot::channel();
+        lock(&self.offers).insert(id.0, Offer { item, reply });
+        heard
+    }
+
+    /// Takes back subtask `id`'s offer; `None` when a batch has taken it (and will
+    /// answer).
+    pub(crate) fn withdraw(&self, id: SubtaskId) -> Option<BatchItem> {
+        lock(&self.offers).remove(&id.0).map(|offer| offer.item)
+    }
+
+    /// True while subtask `id`'s offer waits (tests).
+    #[cfg(test)]
+    pub(crate) fn offered(&self, id: SubtaskId) -> bool {
+        lock(&self.offers).contains_key(&id.0)
+    }
+
+    /// The offers that follow `leader`, whose turn it is, in number order up to the first
+    /// number neither offered nor settled: each may merge right after the ones before it.
+    pub(crate) fn take_followers(&self, leader: SubtaskId) -> Vec<Follower> {
+        let settled = self.lock();
+        let mut offers = lock(&self.offers);
+        let mut followers = Vec::new();
+        let mut next = leader.0 + 1;
+        loop {
+            if let Some(offer) = offers.remove(&next) {
+                followers.push(Follower {
+                    id: SubtaskId(next),
+                    item: offer.item,
+                    reply: offer.reply,
+                });
+            } else if !settled.contains(&next) {
+                return followers;
+            }
+            next += 1;
+        }
+    }
+
     /// A worktree cleanup's turn: once every subtask numbered so far is settled (or the
     /// run is cancelled, or a while has passed), so that cleanups do not compete with the
     /// merges the lead is waiting for, and then as many at once as half the cores (the
@@ -134,8 +184,36 @@ impl MergeQueue {
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeSet<u32>> {
-        self.settled.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.settled)
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// An approved merge offered while its subtask waits for its turn.
+#[derive(Debug)]
+struct Offer {
+    item: BatchItem,
+    reply: oneshot::Sender<Batched>,
+}
+
+/// A subtask whose offer a batch took: the batch answers it through `reply`.
+#[derive(Debug)]
+pub(crate) struct Follower {
+    pub(crate) id: SubtaskId,
+    pub(crate) item: BatchItem,
+    pub(crate) reply: oneshot::Sender<Batched>,
+}
+
+/// What a subtask whose merge was offered hears from the batch that took it.
+#[derive(Debug)]
+pub(crate) enum Batched {
+    /// Its merge is done and journaled.
+    Merged(MergeOutcome),
+    /// The batch left it out: it offers again and waits for its turn.
+    LeftOut,
 }
 
 /// Settles its subtask when dropped, so that no later subtask waits forever for its turn.

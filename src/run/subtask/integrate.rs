@@ -6,11 +6,15 @@
 //! reviewer approved, never merge out of turn (the [`MergeQueue`] orders merges by
 //! subtask number), and never leave the result half-merged: a conflict leaves it as it
 //! was.
+//!
+//! A subtask waiting for its turn offers its merge to the queue; the one whose turn it is
+//! merges the offers that follow it with its own in one batch and journals each, so that
+//! reviews ending together do not merge one at a time.
 
-use crate::git::{CommitId, MergeOutcome};
+use crate::git::{BatchItem, CommitId, MergeOutcome};
 use crate::run::context::RunContext;
 use crate::run::id::SubtaskId;
-use crate::run::merge_queue::MergeQueue;
+use crate::run::merge_queue::{Batched, Follower, MergeQueue};
 use crate::run::subtask::error::SubtaskError;
 use crate::store::journal::{Entry, SubtaskOutcome, VerdictKind};
 use crate::text::truncate;
@@ -50,19 +54,103 @@ pub(crate) async fn integrate(
     if verdict == VerdictKind::Reject {
         return Ok(Integration::Rejected);
     }
-    if !queue.wait_for_turn(id).await {
-        return Err(SubtaskError::Interrupted);
-    }
     let message = format!(
         "grove {}: merge {id}\n\n{}\n\nGrove-Run: {}\nGrove-Subtask: {id}\n",
         ctx.run,
         truncate(brief.lines().next().unwrap_or_default(), 200),
         ctx.run
     );
-    match merge_journaled(ctx, id, tip, &message).await? {
+    let item = BatchItem {
+        commit: tip,
+        message,
+    };
+    let outcome = match wait_for_merge(queue, id, item).await? {
+        Turn::Heard(outcome) => outcome,
+        Turn::Lead(item) => lead_batch(ctx, queue, id, item).await?,
+    };
+    match outcome {
         MergeOutcome::Merged { .. } | MergeOutcome::AlreadyMerged => Ok(Integration::Merged),
         MergeOutcome::Conflict { paths } => Ok(Integration::Conflict { paths }),
     }
+}
+
+/// How an offered merge ends its wait.
+enum Turn {
+    /// A batch led by a subtask before it merged it.
+    Heard(MergeOutcome),
+    /// Its turn came with its offer still there: it merges, and leads a batch.
+    Lead(BatchItem),
+}
+
+/// Offers subtask `id`'s merge and waits until a batch merged it or its turn came.
+async fn wait_for_merge(
+    queue: &MergeQueue,
+    id: SubtaskId,
+    item: BatchItem,
+) -> Result<Turn, SubtaskError> {
+    loop {
+        let mut heard = queue.offer(id, item.clone());
+        let answer = tokio::select! {
+            biased;
+            answer = &mut heard => answer,
+            turn = queue.wait_for_turn(id) => {
+                let offered = queue.withdraw(id);
+                if !turn {
+                    return Err(SubtaskError::Interrupted);
+                }
+                match offered {
+                    Some(item) => return Ok(Turn::Lead(item)),
+                    // A batch took it just before: the batch answers.
+                    None => heard.await,
+                }
+            }
+        };
+        match answer {
+            Ok(Batched::Merged(outcome)) => return Ok(Turn::Heard(outcome)),
+            // Left out, or the batch's subtask ended before merging: offered again.
+            Ok(Batched::LeftOut) | Err(_) => {}
+        }
+    }
+}
+
+/// Merges subtask `id`'s `own` merge, in its turn, with the offers that follow it, and
+/// journals and answers each; a merge the batch leaves out is merged alone when it is
+/// this subtask's own (its conflict then reported), and offered again when a follower's.
+async fn lead_batch(
+    ctx: &RunContext,
+    queue: &MergeQueue,
+    id: SubtaskId,
+    own: BatchItem,
+) -> Result<MergeOutcome, SubtaskError> {
+    let followers = queue.take_followers(id);
+    let mut items = vec![own.clone()];
+    items.extend(followers.iter().map(|follower| follower.item.clone()));
+    // On an error the followers' answers are dropped: each then merges in its own turn.
+    let outcomes = ctx
+        .repo
+        .merge_batch_onto(&ctx.run.result_ref(), &items)
+        .await
+        .map_err(|source| SubtaskError::Merge { source })?;
+    let mut outcomes = outcomes.into_iter();
+    let own_outcome = match outcomes.next() {
+        Some(outcome) => {
+            journal_merge(ctx, id, own.commit, &outcome)?;
+            outcome
+        }
+        None => merge_journaled(ctx, id, own.commit, &own.message).await?,
+    };
+    for Follower { id, item, reply } in followers {
+        let answer = match outcomes.next() {
+            Some(outcome) => {
+                journal_merge(ctx, id, item.commit, &outcome)?;
+                Batched::Merged(outcome)
+            }
+            None => Batched::LeftOut,
+        };
+        // A follower that is gone (interrupted) needs no answer.
+        let _ = reply.send(answer);
+    }
+    Ok(own_outcome)
 }
 
 /// Merges `tip` onto the result for subtask `id` (`message` for the merge commit) and
@@ -78,7 +166,18 @@ pub(crate) async fn merge_journaled(
         .merge_onto(&ctx.run.result_ref(), tip, message)
         .await
         .map_err(|source| SubtaskError::Merge { source })?;
-    match &merged {
+    journal_merge(ctx, id, tip, &merged)?;
+    Ok(merged)
+}
+
+/// Journals what came of merging subtask `id`'s `tip`: a merge or a conflict.
+fn journal_merge(
+    ctx: &RunContext,
+    id: SubtaskId,
+    tip: CommitId,
+    outcome: &MergeOutcome,
+) -> Result<(), SubtaskError> {
+    match outcome {
         MergeOutcome::Merged { commit } => ctx.journal(Entry::Merged {
             subtask: id.to_string(),
             commit: tip.to_string(),
@@ -90,7 +189,7 @@ pub(crate) async fn merge_journaled(
             paths: paths.clone(),
         })?,
     }
-    Ok(merged)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -153,6 +252,70 @@ mod tests {
         assert_eq!(
             run.journal_types(),
             vec!["run_started", "subtask_started", "merged"]
+        );
+    }
+
+    #[tokio::test]
+    async fn merges_waiting_behind_the_one_in_turn_are_merged_in_its_batch_with_one_ref_move() {
+        let run = TestRun::alpha().await;
+        let result = run.ctx.run.result_ref();
+        run.ctx
+            .repo
+            .create_result_branch(&run.ctx.run, run.ctx.base)
+            .await
+            .unwrap();
+        let queue = Arc::new(MergeQueue::new(run.ctx.cancel.clone()));
+        let mut tips = Vec::new();
+        for n in 1..=3 {
+            let worktree = run.worktree(n).await;
+            std::fs::write(worktree.path().join(format!("s{n}.txt")), "new\n").unwrap();
+            run.ctx.repo.checkpoint(&worktree, "work").await.unwrap();
+            tips.push((queue.next_id(), run.rev(&worktree.branch_ref())));
+        }
+        let integrating = |(id, tip): (SubtaskId, CommitId)| {
+            let (ctx, queue) = (Arc::clone(&run.ctx), Arc::clone(&queue));
+            tokio::spawn(async move {
+                let brief = format!("task {id}");
+                integrate(&ctx, &queue, id, &brief, VerdictKind::Approve, tip).await
+            })
+        };
+        // S2 and S3 wait behind S1, whose review ends last.
+        let waiting = [integrating(tips[1]), integrating(tips[2])];
+        while !(queue.offered(SubtaskId(2)) && queue.offered(SubtaskId(3))) {
+            tokio::task::yield_now().await;
+        }
+        let s1 = integrating(tips[0]).await.unwrap().unwrap();
+        let [s2, s3] = waiting;
+        let outcomes = [s1, s2.await.unwrap().unwrap(), s3.await.unwrap().unwrap()];
+
+        assert_eq!(
+            outcomes,
+            [
+                Integration::Merged,
+                Integration::Merged,
+                Integration::Merged
+            ]
+        );
+        assert_eq!(
+            run.git(
+                &run.ctx.user_root,
+                &["log", "--first-parent", "--format=%s", &result]
+            ),
+            format!(
+                "grove {0}: merge S3\ngrove {0}: merge S2\ngrove {0}: merge S1\ninitial",
+                run.ctx.run
+            ),
+            "one merge commit per subtask, in subtask order"
+        );
+        assert_eq!(
+            run.git(&run.ctx.user_root, &["reflog", "--format=%gs", &result]),
+            "grove: 3 merges\ngrove: start run",
+            "the result ref moved once for the three"
+        );
+        assert_eq!(
+            run.journal_types()[4..],
+            ["merged", "merged", "merged"],
+            "each merge journaled"
         );
     }
 

@@ -3,7 +3,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use grove::git::{GitOptions, MergeCheck, MergeOutcome, PairConflict, Repo, subtask_ref};
+use grove::git::{
+    BatchItem, GitOptions, MergeCheck, MergeOutcome, PairConflict, Repo, subtask_ref,
+};
 use pretty_assertions::assert_eq;
 
 use super::{commit_in, filled_worktree, project, run_id};
@@ -343,4 +345,87 @@ async fn a_deletion_a_shared_path_or_a_nested_path_is_merged_by_git() {
             "{case}: {outcomes:?}"
         );
     }
+}
+
+/// The merge commit message `merge_subtasks` writes for subtask `n`.
+fn merge_message(n: u32) -> String {
+    format!("grove r1: merge subtask {n}\n\nGrove-Run: r1\nGrove-Subtask: {n}\n")
+}
+
+#[tokio::test]
+async fn a_batch_merges_what_is_certain_in_order_with_one_ref_move_and_stops_at_the_rest() {
+    let fixture = project();
+    let repo = fixture.open().await;
+    let base = fixture.rev("HEAD");
+    let mut items = Vec::new();
+    for n in 1..=4 {
+        let worktree = filled_worktree(&repo, base, n).await;
+        if n == 3 {
+            // A deletion may be a rename: only `git merge-tree` knows.
+            std::fs::remove_file(worktree.path().join("README")).unwrap();
+            repo.checkpoint(&worktree, "delete").await.unwrap();
+        } else {
+            commit_in(&repo, &worktree, &[(&format!("added-{n}.txt"), "new\n")]).await;
+        }
+        let commit = repo
+            .ref_target(&subtask_ref(&run_id(), n))
+            .unwrap()
+            .unwrap();
+        items.push(BatchItem {
+            commit,
+            message: merge_message(n),
+        });
+    }
+    let again = items[0].clone();
+    items.insert(2, again);
+    let result = run_id().result_ref();
+    repo.create_result_branch(&run_id(), base).await.unwrap();
+
+    let outcomes = repo.merge_batch_onto(&result, &items).await.unwrap();
+
+    let merged: Vec<&str> = outcomes
+        .iter()
+        .map(|outcome| match outcome {
+            MergeOutcome::Merged { .. } => "merged",
+            MergeOutcome::AlreadyMerged => "already merged",
+            MergeOutcome::Conflict { .. } => "conflict",
+        })
+        .collect();
+    assert_eq!(
+        merged,
+        ["merged", "merged", "already merged"],
+        "the batch ends at the deletion; S4 after it gets no outcome"
+    );
+    assert_eq!(
+        fixture.git(&["log", "--first-parent", "--format=%s", &result]),
+        "grove r1: merge subtask 2\ngrove r1: merge subtask 1\ninitial"
+    );
+    assert_eq!(
+        fixture.git(&["reflog", "--format=%gs", &result]),
+        "grove: 2 merges\ngrove: start run",
+        "the ref moved once, from the tip the batch started on"
+    );
+    fixture.git(&["fsck", "--no-dangling", "--no-progress"]);
+
+    let twin = project();
+    let twin_repo = twin.open().await;
+    for n in 1..=2 {
+        let worktree = filled_worktree(&twin_repo, twin.rev("HEAD"), n).await;
+        commit_in(
+            &twin_repo,
+            &worktree,
+            &[(&format!("added-{n}.txt"), "new\n")],
+        )
+        .await;
+    }
+    twin_repo
+        .create_result_branch(&run_id(), twin.rev("HEAD"))
+        .await
+        .unwrap();
+    twin_repo.merge_subtasks(&run_id(), &[1, 2]).await.unwrap();
+    assert_eq!(
+        twin_repo.ref_target(&result).unwrap(),
+        repo.ref_target(&result).unwrap(),
+        "a batch writes the very commits that merges one by one write"
+    );
 }
