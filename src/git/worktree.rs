@@ -123,7 +123,16 @@ impl Repo {
             // An overlay shows the base: a branch with earlier work on it (a resume) gets
             // its files checked out, or a checkpoint would undo that work.
             Fill::Overlay(base) if start == spec.base => {
-                self.fill_overlay(spec, path, admin, start, &base)
+                let filled = self.fill_overlay(spec, path.clone(), admin.clone(), start, &base);
+                if filled.is_err() {
+                    // Half made (its index cut short by a full disk), the registration
+                    // would read on resume as a git worktree with a broken index: it goes
+                    // (unlinking needs no space), and resume makes it again. Its branch,
+                    // still at the base, is kept and reused.
+                    let _ = std::fs::remove_dir_all(&admin);
+                    let _ = std::fs::remove_file(path.join(".git"));
+                }
+                filled
             }
             Fill::Overlay(_) | Fill::Checkout => Ok(self.start_fill(spec, path, admin, start)),
         }

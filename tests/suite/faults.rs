@@ -867,7 +867,7 @@ async fn a_full_disk_pauses_the_run_and_resume_finishes_it_once_space_is_freed()
             vec![(brief_a, None), ("Shout b.\nWRITE src/b.txt BETA", None)].into_boxed_slice(),
         );
         let server = FakeServer::with_responder(move |request| match who(request) {
-            Who::Lead => lead_reply(request, briefs),
+            Who::Lead => redelegate(request, briefs).unwrap_or_else(|| lead_reply(request, briefs)),
             // A write reported as interrupted (the run paused while it was pending) is
             // made again, as a model would; the call itself is never re-run by grove.
             Who::Worker
@@ -933,6 +933,37 @@ async fn a_full_disk_pauses_the_run_and_resume_finishes_it_once_space_is_freed()
 
 /// The `write_file` call a `WRITE <path> <content>` brief asks for, made again after
 /// the first was reported interrupted (a new call id: ids are unique per conversation).
+/// A lead's answer to delegations reported as interrupted (the disk filled as the first
+/// run journaled them, so they never started): it delegates each again, once, as a model
+/// would; grove never re-runs a call itself. `None` when there is none to redo.
+fn redelegate(request: &RecordedRequest, briefs: &[(&str, Option<&str>)]) -> Option<Reply> {
+    use crate::support::fake_server::Turn;
+    let results = request.tool_results();
+    let redone = |index: usize| {
+        let id = format!("lead_redo_{index}");
+        results.iter().any(|(answered, _)| *answered == id)
+    };
+    let interrupted: Vec<usize> = results
+        .iter()
+        .filter(|(_, text)| text.contains(grove::store::transcript::INTERRUPTED_CALL))
+        .filter_map(|(id, _)| id.strip_prefix("lead_call_")?.parse().ok())
+        .filter(|index| !redone(*index))
+        .collect();
+    if interrupted.is_empty() {
+        return None;
+    }
+    let mut turn = Turn::text("Delegating again.");
+    for index in interrupted {
+        let (brief, _) = briefs[index];
+        turn = turn.tool_use(
+            &format!("lead_redo_{index}"),
+            "delegate",
+            json!({ "task": brief }),
+        );
+    }
+    Some(crate::support::scripted_run::usage(turn).into())
+}
+
 fn redo_write(brief: &str) -> Reply {
     use crate::support::fake_server::Turn;
     let line = brief
