@@ -21,7 +21,11 @@
 //! targets: wall time within 15% of the critical path, and the lead's request growing by
 //! less than 2 KB per delegation (its second request's body minus its first, over N).
 //! The wall time is that of `grove::run::run`, with the model client built beforehand as
-//! `grove run` does.
+//! `grove run` does. Each run's CPU time (the process's user and system time, the fake
+//! server's share included) is printed beside it, in run order: it compares builds where
+//! the wall time drifts with the machine (on an ext4 without a journal, every file
+//! created walks the inodes freed near it in the last minutes, so a run pays for the
+//! deletions of the runs before it).
 //!
 //! Every run works in one sealed repository (no user or system git config) in a temp
 //! dir, each starting from the result the one before applied, as a user's runs do; with
