@@ -48,7 +48,9 @@ impl Repo {
             .get(target_ref)
             .filter(|lineage| lineage.tip() == start.oid())
             .cloned();
-        let repo = self.libgit();
+        // A handle of its own: the shared one, held for the whole batch, kept every other
+        // subtask's git work (and the runtime threads it ran on) waiting.
+        let repo = git2::Repository::open(self.git_dir()).map_err(write_error)?;
         let mut tip = start;
         let mut outcomes = Vec::new();
         for item in items {
@@ -117,7 +119,6 @@ impl Repo {
             }
             Err(source) => return Err(GitError::write(target_ref.to_owned(), source)),
         }
-        drop(repo);
         let mut lineages = self.lineages();
         match lineage {
             Some(lineage) => lineages.insert(target_ref.to_owned(), lineage),
