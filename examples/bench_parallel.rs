@@ -131,9 +131,7 @@ struct Measured {
     delegate_result_bytes: Vec<usize>,
     /// The time grove itself spent between the calls of the chain that ended last.
     gaps: Vec<(String, Duration)>,
-    /// The CPU time (user and system) this process used during the run: the fake
-    /// server's share is the same for every build, so it compares builds where the wall
-    /// time drifts with the machine.
+    /// The CPU time (user and system) this process used during the run.
     cpu: Duration,
 }
 

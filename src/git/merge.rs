@@ -98,15 +98,12 @@ impl Repo {
                     rev: target_ref.to_owned(),
                 })?;
             let (base, fork) = self.merge_base(target_ref, tip, commit)?;
-            let disjoint = match base {
-                MergeBase::Branch => return Ok(MergeOutcome::AlreadyMerged),
-                // Nothing to merge on the target's side: the merge is the branch's tree.
-                MergeBase::Target => Some(self.read(target_ref, |repo| {
-                    Ok(repo.find_commit(commit.oid())?.tree_id())
-                })?),
-                MergeBase::One(base) => self.disjoint_merge(base, tip, commit)?,
-                MergeBase::Other => None,
-            };
+            if base == MergeBase::Branch {
+                return Ok(MergeOutcome::AlreadyMerged);
+            }
+            let disjoint = self.read("in-process merge", |repo| {
+                certain_tree(repo, base, tip, commit)
+            })?;
             let tree = match disjoint {
                 Some(tree) => tree,
                 None => match self.check_merge(tip, commit).await? {
@@ -212,24 +209,6 @@ impl Repo {
             .lineages
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The tree of the merge of `theirs` onto `ours`, whose one merge base is `base`,
-    /// computed in process, when it is certain to be the tree `git merge-tree` writes:
-    /// since the base, both sides only added or modified regular files and symlinks, at
-    /// paths that are neither shared nor nested one under the other. `None` otherwise
-    /// (the caller asks git). Without a deletion there is no rename, and without a shared
-    /// path no content merge, so merge-ort would take each changed path from the one side
-    /// that changed it.
-    fn disjoint_merge(
-        &self,
-        base: CommitId,
-        ours: CommitId,
-        theirs: CommitId,
-    ) -> Result<Option<git2::Oid>, GitError> {
-        self.read("in-process merge", |repo| {
-            disjoint_tree(repo, base, ours, theirs)
-        })
     }
 
     /// Computes the merge of `ours` and `theirs` without recording it anywhere.
@@ -351,10 +330,30 @@ pub(super) fn find_base(
     Ok((base, None))
 }
 
-/// The tree of the in-process merge of `theirs` onto `ours` over their one merge base
-/// `base`, written to `repo`; `None` when it is not certain (see
-/// [`Repo::disjoint_merge`]).
-pub(super) fn disjoint_tree(
+/// The tree of the merge of `theirs` onto `ours`, which stand as `base` says, written to
+/// `repo` when it is certain without `git merge-tree`: nothing on the target's side
+/// (`Target`: the branch's tree), or one merge base and disjoint changes (see
+/// [`disjoint_tree`]). `None` otherwise, the caller asking git.
+pub(super) fn certain_tree(
+    repo: &git2::Repository,
+    base: MergeBase,
+    ours: CommitId,
+    theirs: CommitId,
+) -> Result<Option<git2::Oid>, git2::Error> {
+    match base {
+        MergeBase::Target => Ok(Some(repo.find_commit(theirs.oid())?.tree_id())),
+        MergeBase::One(base) => disjoint_tree(repo, base, ours, theirs),
+        MergeBase::Branch | MergeBase::Other => Ok(None),
+    }
+}
+
+/// The tree of the merge of `theirs` onto `ours`, whose one merge base is `base`,
+/// computed in process, when it is certain to be the tree `git merge-tree` writes:
+/// since the base, both sides only added or modified regular files and symlinks, at
+/// paths that are neither shared nor nested one under the other. `None` otherwise.
+/// Without a deletion there is no rename, and without a shared path no content merge,
+/// so merge-ort would take each changed path from the one side that changed it.
+fn disjoint_tree(
     repo: &git2::Repository,
     base: CommitId,
     ours: CommitId,

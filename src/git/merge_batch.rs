@@ -12,9 +12,10 @@
 //! the ref half moved: one compare-and-swap from the tip the batch started on.
 
 use super::Repo;
+use super::commit::{move_ref, write_commit};
 use super::error::GitError;
 use super::lineage::MergeBase;
-use super::merge::{MERGE_QUEUE, MergeOutcome, disjoint_tree, find_base};
+use super::merge::{MERGE_QUEUE, MergeOutcome, certain_tree, find_base};
 use super::names::CommitId;
 
 /// One branch of a batch: its tip, and the message of its merge commit.
@@ -56,47 +57,25 @@ impl Repo {
         for item in items {
             let (base, fork) =
                 find_base(&repo, lineage.as_ref(), tip, item.commit).map_err(write_error)?;
-            let tree = match base {
-                MergeBase::Branch => {
-                    outcomes.push(MergeOutcome::AlreadyMerged);
-                    continue;
-                }
-                MergeBase::Target => repo
-                    .find_commit(item.commit.oid())
-                    .map(|commit| commit.tree_id())
-                    .map_err(write_error)?,
-                MergeBase::One(base) => {
-                    match disjoint_tree(&repo, base, tip, item.commit).map_err(write_error)? {
-                        Some(tree) => tree,
-                        None => break,
-                    }
-                }
-                MergeBase::Other => break,
+            if base == MergeBase::Branch {
+                outcomes.push(MergeOutcome::AlreadyMerged);
+                continue;
+            }
+            let Some(tree) = certain_tree(&repo, base, tip, item.commit).map_err(write_error)?
+            else {
+                break;
             };
-            let commit = (|| {
-                let tree = repo.find_tree(tree)?;
-                let parents = [
-                    repo.find_commit(tip.oid())?,
-                    repo.find_commit(item.commit.oid())?,
-                ];
-                repo.commit(
-                    None,
-                    &author,
-                    &committer,
-                    &item.message,
-                    &tree,
-                    &[&parents[0], &parents[1]],
-                )
-            })()
-            .map_err(write_error)?;
+            let parents = [tip, item.commit];
+            let commit = write_commit(&repo, (&author, &committer), &item.message, tree, &parents)
+                .map_err(write_error)?;
             lineage = match (lineage, fork) {
                 (Some(mut lineage), Some(fork)) => {
-                    lineage.merged(commit, fork);
+                    lineage.merged(commit.oid(), fork);
                     Some(lineage)
                 }
                 _ => None,
             };
-            tip = CommitId::from_oid(commit);
+            tip = commit;
             outcomes.push(MergeOutcome::Merged { commit: tip });
         }
         if tip == start {
@@ -107,17 +86,8 @@ impl Repo {
             .filter(|outcome| matches!(outcome, MergeOutcome::Merged { .. }))
             .count();
         let reflog = format!("grove: {merged} merges");
-        match repo.reference_matching(target_ref, tip.oid(), true, start.oid(), &reflog) {
-            Ok(_) => {}
-            Err(error)
-                if matches!(
-                    error.code(),
-                    git2::ErrorCode::Modified | git2::ErrorCode::Locked
-                ) =>
-            {
-                return Ok(Vec::new());
-            }
-            Err(source) => return Err(GitError::write(target_ref.to_owned(), source)),
+        if !move_ref(&repo, target_ref, tip, start, &reflog)? {
+            return Ok(Vec::new());
         }
         let mut lineages = self.lineages();
         match lineage {

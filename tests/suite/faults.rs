@@ -931,8 +931,6 @@ async fn a_full_disk_pauses_the_run_and_resume_finishes_it_once_space_is_freed()
     }
 }
 
-/// The `write_file` call a `WRITE <path> <content>` brief asks for, made again after
-/// the first was reported interrupted (a new call id: ids are unique per conversation).
 /// A lead's answer to delegations reported as interrupted (the disk filled as the first
 /// run journaled them, so they never started): it delegates each again, once, as a model
 /// would; grove never re-runs a call itself. `None` when there is none to redo.
@@ -964,6 +962,8 @@ fn redelegate(request: &RecordedRequest, briefs: &[(&str, Option<&str>)]) -> Opt
     Some(crate::support::scripted_run::usage(turn).into())
 }
 
+/// The `write_file` call a `WRITE <path> <content>` brief asks for, made again after
+/// the first was reported interrupted (a new call id: ids are unique per conversation).
 fn redo_write(brief: &str) -> Reply {
     use crate::support::fake_server::Turn;
     let line = brief
