@@ -349,6 +349,9 @@ async fn measure(
 ) -> anyhow::Result<Measured> {
     let round = bench.runs;
     bench.runs += 1;
+    // Outside the clock: each `grove run` is a process of its own, which starts with
+    // none of an earlier run's freed memory (forks copy its page tables).
+    grove::tools::exec::return_freed_memory();
     let fixture = &bench.fixture;
     let latency = settings.latency;
     let server = FakeServer::with_responder(move |request| Reply::Delayed {

@@ -245,6 +245,8 @@ impl Tools {
         // The run dropped its sink, so this ends once the last event is out: every
         // progress notification precedes the result.
         let _ = forwarder.await;
+        // The server goes on to the next request: what the run freed is not kept.
+        crate::tools::exec::return_freed_memory();
         match outcome {
             Ok(Ok(report)) => run_result(&report),
             Ok(Err(error)) => Ok(tool_error(&error)),

@@ -699,6 +699,23 @@ fn close_inherited_descriptors() {
     }
 }
 
+/// Gives the heap memory freed so far back to the kernel (glibc's `malloc_trim`; nothing
+/// elsewhere), for a process that goes on after a run: `grove mcp`, the benchmarks.
+///
+/// Every process grove starts is forked from it, and a fork copies the page table of
+/// each page the allocator holds, freed or not. Measured on 2 cores: over ten 32-subtask
+/// runs in one process, freed memory kept in glibc's arenas grew the process from 20 to
+/// 72 MB, and the forks' page-table copy from 12 % to 21 % of its CPU time. Trimming
+/// once per run takes about 5 ms.
+#[allow(unsafe_code)]
+pub fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes the allocator's own locks and only releases free pages.
+    unsafe {
+        nix::libc::malloc_trim(0);
+    }
+}
+
 /// A spawn request for the spawning thread.
 type SpawnJob = (
     tokio::process::Command,
