@@ -53,6 +53,7 @@ mod merge_batch;
 mod names;
 mod rebuild;
 mod registration;
+mod spare;
 mod squash;
 mod trash;
 mod upper_commit;

@@ -9,13 +9,14 @@
 //! written here is read by the real git inside every tree and by `git worktree
 //! prune/remove`; the tests run both against it.
 
+use std::ffi::OsString;
 use std::io::Write as _;
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::path::{Path, PathBuf};
 
 use super::error::GitError;
 use super::names::CommitId;
-use super::{Repo, canonical};
+use super::{Repo, canonical, spare};
 
 /// Written while a registration is incomplete, as git does: `git worktree prune` keeps
 /// a locked registration, so one run elsewhere never removes it half made.
@@ -42,7 +43,11 @@ impl Repo {
             )
             .map_err(|source| GitError::write(branch_ref.to_owned(), source))?;
         }
-        let made = self.admin_dir_for(path).and_then(|(path, admin)| {
+        let made = self.worktree_dir(path).and_then(|(path, root, name)| {
+            if let Some(admin) = spare::take(self.common_dir(), &root, &name, &path, branch_ref) {
+                return Ok(admin);
+            }
+            let admin = unique_dir(&root, &name).map_err(GitError::io("create", &root))?;
             match write_registration(&path, &admin, branch_ref) {
                 Ok(()) => Ok(admin),
                 Err(error) => {
@@ -57,9 +62,9 @@ impl Repo {
         made
     }
 
-    /// Makes `path` (if missing) and a new admin dir for it under `<common>/worktrees/`,
-    /// named after it; both canonical.
-    fn admin_dir_for(&self, path: &Path) -> Result<(PathBuf, PathBuf), GitError> {
+    /// Makes `path` (if missing) and `<common>/worktrees/`; returns `path` canonical, that
+    /// directory, and the name its admin dir is given (as git names it, after `path`).
+    fn worktree_dir(&self, path: &Path) -> Result<(PathBuf, PathBuf, OsString), GitError> {
         let root = self.common_dir().join("worktrees");
         std::fs::create_dir_all(&root).map_err(GitError::io("create", &root))?;
         match std::fs::create_dir(path) {
@@ -72,8 +77,7 @@ impl Repo {
         let name = path
             .file_name()
             .map_or_else(|| "worktree".into(), std::ffi::OsStr::to_os_string);
-        let admin = unique_dir(&root, &name).map_err(GitError::io("create", &root))?;
-        Ok((path, admin))
+        Ok((path, root, name))
     }
 
     /// Deletes the branch this call made at `start`, if it is still there: a branch

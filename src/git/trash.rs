@@ -26,13 +26,19 @@ pub(super) fn next_number() -> u64 {
 /// [`settle_deletions`]); a path already gone is fine, and a failure leaves the entry in
 /// its trash for the next sweep.
 pub(super) fn delete_in_background(paths: Vec<PathBuf>) {
+    in_background(move || {
+        for path in paths {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    });
+}
+
+/// Runs `job` (deletions, or a spare's emptying) on a thread of its own, waited for only
+/// by [`settle_deletions`].
+pub(super) fn in_background(job: impl FnOnce() + Send + 'static) {
     let spawned = std::thread::Builder::new()
         .name("grove-delete".to_owned())
-        .spawn(move || {
-            for path in paths {
-                let _ = std::fs::remove_dir_all(&path);
-            }
-        });
+        .spawn(job);
     if let Ok(handle) = spawned {
         let mut pending = DELETIONS
             .lock()

@@ -16,8 +16,8 @@ use super::base_tree::BaseTree;
 use super::error::GitError;
 use super::handle::{Fill, FillState, LOWER_COMMIT_RECORD, LOWER_RECORD, Worktree, WorktreeSpec};
 use super::names::{CommitId, RunId, subtask_ref};
-use super::trash::{self, delete_in_background, discard_in_background, process_alive};
-use super::{Repo, canonical};
+use super::trash::{self, discard_in_background, process_alive};
+use super::{Repo, canonical, spare};
 
 /// Serialises every change to `<common>/worktrees/` within this process (`worktree add`,
 /// `prune`, `unlock`, and removal): parallel adds race on the common dir's locks
@@ -489,8 +489,13 @@ impl Repo {
             }
         }
         // The deletion is bound by the disk (~6 s for 30,000 files): nobody waits for
-        // it. If this process ends first, the next grove's sweep finishes it.
-        delete_in_background(vec![moved_tree, moved_admin]);
+        // it. If this process ends first, the next grove's sweep finishes it. The admin
+        // dir is emptied to a spare, for the next registration to take.
+        let common = self.common_dir().to_path_buf();
+        trash::in_background(move || {
+            let _ = std::fs::remove_dir_all(&moved_tree);
+            spare::recycle(&moved_admin, &common);
+        });
         Ok(())
     }
 

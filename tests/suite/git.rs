@@ -11,6 +11,7 @@ mod diff;
 mod merge;
 mod overlay;
 mod sealed;
+mod spare;
 mod squash;
 mod worktree;
 
