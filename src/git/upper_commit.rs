@@ -231,6 +231,10 @@ impl Repo {
     /// Brings the entries of `tree`'s index that differ between `from` and `to` to
     /// `to` (with no stat data: git re-reads just those files once), leaving every other
     /// entry's stat data as it is.
+    ///
+    /// Only the tree diff holds the shared libgit2 handle: reading, checking and writing
+    /// an index of 30,000 entries takes about 10 ms, and under the handle's lock the
+    /// subtasks checkpointing together waited for one another's (bench `--files 30000`).
     fn follow_in_index(
         &self,
         tree: &UpperSource,
@@ -239,40 +243,48 @@ impl Repo {
     ) -> Result<(), GitError> {
         let index_path = tree.admin_dir.join("index");
         let write_error = |source| GitError::write(index_path.display().to_string(), source);
-        let repo = self.libgit();
+        let mut removed = Vec::new();
+        let mut added = Vec::new();
+        {
+            let repo = self.libgit();
+            let (from, to) = (
+                repo.find_tree(from).map_err(write_error)?,
+                repo.find_tree(to).map_err(write_error)?,
+            );
+            let diff = repo
+                .diff_tree_to_tree(Some(&from), Some(&to), None)
+                .map_err(write_error)?;
+            for delta in diff.deltas() {
+                let (old, new) = (delta.old_file(), delta.new_file());
+                if let Some(path) = old.path()
+                    && (!new.exists() || new.path() != Some(path))
+                {
+                    removed.push(path.to_path_buf());
+                }
+                if let Some(path) = new.path().filter(|_| new.exists()) {
+                    added.push(git2::IndexEntry {
+                        ctime: git2::IndexTime::new(0, 0),
+                        mtime: git2::IndexTime::new(0, 0),
+                        dev: 0,
+                        ino: 0,
+                        mode: u32::from(new.mode()),
+                        uid: 0,
+                        gid: 0,
+                        file_size: 0,
+                        id: new.id(),
+                        flags: 0,
+                        flags_extended: 0,
+                        path: path.as_os_str().as_bytes().to_vec(),
+                    });
+                }
+            }
+        }
         let mut index = git2::Index::open(&index_path).map_err(write_error)?;
-        let (from, to) = (
-            repo.find_tree(from).map_err(write_error)?,
-            repo.find_tree(to).map_err(write_error)?,
-        );
-        let diff = repo
-            .diff_tree_to_tree(Some(&from), Some(&to), None)
-            .map_err(write_error)?;
-        for delta in diff.deltas() {
-            let old = delta.old_file();
-            let new = delta.new_file();
-            if let Some(path) = old.path()
-                && (!new.exists() || new.path() != Some(path))
-            {
-                let _ = index.remove_path(path);
-            }
-            if let Some(path) = new.path().filter(|_| new.exists()) {
-                let entry = git2::IndexEntry {
-                    ctime: git2::IndexTime::new(0, 0),
-                    mtime: git2::IndexTime::new(0, 0),
-                    dev: 0,
-                    ino: 0,
-                    mode: u32::from(new.mode()),
-                    uid: 0,
-                    gid: 0,
-                    file_size: 0,
-                    id: new.id(),
-                    flags: 0,
-                    flags_extended: 0,
-                    path: path.as_os_str().as_bytes().to_vec(),
-                };
-                index.add(&entry).map_err(write_error)?;
-            }
+        for path in &removed {
+            let _ = index.remove_path(path);
+        }
+        for entry in &added {
+            index.add(entry).map_err(write_error)?;
         }
         index.write().map_err(write_error)
     }
