@@ -320,3 +320,51 @@ async fn a_branch_checked_out_in_another_worktree_is_left_alone() {
     );
     assert_eq!(fixture.rev("main"), request.base);
 }
+
+#[tokio::test]
+async fn an_untracked_file_where_the_result_needs_a_directory_and_the_reverse_are_refused() {
+    let fixture = project();
+    let repo = fixture.open().await;
+    let base = fixture.rev("HEAD");
+    let worktree = filled_worktree(&repo, base, 1).await;
+    commit_in(
+        &repo,
+        &worktree,
+        &[("docs/guide.md", "a guide\n"), ("notes.txt", "notes\n")],
+    )
+    .await;
+    repo.create_result_branch(&run_id(), base).await.unwrap();
+    repo.merge_subtasks(&run_id(), &[1]).await.unwrap();
+    // `docs` a file where the result puts a directory, `notes.txt` a directory where it
+    // puts a file; neither path is one the result changes.
+    fixture.write("docs", "the user's file named docs\n");
+    fixture.write("notes.txt/draft", "the user's draft\n");
+    fixture.write("README", "edited elsewhere, not in the way\n");
+    let before = fixture.user_state();
+
+    let outcome = repo
+        .apply(&ApplyRequest {
+            run: run_id(),
+            source: run_id().result_ref(),
+            branch: "refs/heads/main".to_owned(),
+            base,
+        })
+        .await
+        .unwrap();
+
+    assert_eq!(
+        outcome,
+        ApplyOutcome::Refused {
+            reason: RefusalReason::LocalChangesInTheWay {
+                paths: vec!["docs".to_owned(), "notes.txt/draft".to_owned()]
+            },
+            command: "git merge --ff-only grove/r1/result".to_owned(),
+        },
+        "what the move would replace is in the way, even where the result changes no such path"
+    );
+    assert_eq!(
+        fixture.user_state(),
+        before,
+        "nothing of the user's is touched"
+    );
+}
