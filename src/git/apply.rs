@@ -7,7 +7,7 @@
 //! When it cannot apply, the result stays on `grove/<run>/result` and the caller gets
 //! the one command that applies it.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -15,6 +15,7 @@ use super::Repo;
 use super::error::GitError;
 use super::merge::MergeCheck;
 use super::names::{CommitId, RunId};
+use super::tree_diff;
 
 /// What to apply where.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,15 +235,11 @@ impl Repo {
         };
         let changed = self.read("the result's changes", |repo| {
             let tree = |commit: CommitId| repo.find_commit(commit.oid())?.tree();
-            let diff = repo.diff_tree_to_tree(Some(&tree(from)?), Some(&tree(to)?), None)?;
-            let mut paths: Vec<PathBuf> = diff
-                .deltas()
-                .flat_map(|delta| [delta.old_file().path(), delta.new_file().path()])
-                .flatten()
-                .map(Path::to_path_buf)
+            let mut paths: Vec<PathBuf> = tree_diff::changed_files(repo, &tree(from)?, &tree(to)?)?
+                .into_iter()
+                .map(|change| change.path)
                 .collect();
             paths.sort();
-            paths.dedup();
             Ok(paths)
         })?;
         if changed.is_empty() {

@@ -56,6 +56,7 @@ mod registration;
 mod spare;
 mod squash;
 mod trash;
+mod tree_diff;
 mod upper_commit;
 mod worktree;
 

@@ -34,6 +34,7 @@ use super::handle::UpperSource;
 use super::local_files;
 use super::names::CommitId;
 use super::names::subtask_ref;
+use super::tree_diff;
 use crate::tools::git_pointer::{is_git_dir_name, is_git_repository};
 
 /// Git's tree entry modes.
@@ -243,44 +244,41 @@ impl Repo {
     ) -> Result<(), GitError> {
         let index_path = tree.admin_dir.join("index");
         let write_error = |source| GitError::write(index_path.display().to_string(), source);
-        let mut removed = Vec::new();
-        let mut added = Vec::new();
-        {
+        let changes = {
             let repo = self.libgit();
             let (from, to) = (
                 repo.find_tree(from).map_err(write_error)?,
                 repo.find_tree(to).map_err(write_error)?,
             );
-            let diff = repo
-                .diff_tree_to_tree(Some(&from), Some(&to), None)
-                .map_err(write_error)?;
-            for delta in diff.deltas() {
-                let (old, new) = (delta.old_file(), delta.new_file());
-                if let Some(path) = old.path()
-                    && (!new.exists() || new.path() != Some(path))
-                {
-                    removed.push(path.to_path_buf());
-                }
-                if let Some(path) = new.path().filter(|_| new.exists()) {
-                    added.push(git2::IndexEntry {
-                        ctime: git2::IndexTime::new(0, 0),
-                        mtime: git2::IndexTime::new(0, 0),
-                        dev: 0,
-                        ino: 0,
-                        mode: u32::from(new.mode()),
-                        uid: 0,
-                        gid: 0,
-                        file_size: 0,
-                        id: new.id(),
-                        flags: 0,
-                        flags_extended: 0,
-                        path: path.as_os_str().as_bytes().to_vec(),
-                    });
-                }
-            }
-        }
+            tree_diff::changed_files(&repo, &from, &to).map_err(write_error)?
+        };
+        let removed: Vec<&Path> = changes
+            .iter()
+            .filter(|change| change.new.is_none())
+            .map(|change| change.path.as_path())
+            .collect();
+        let added: Vec<git2::IndexEntry> = changes
+            .iter()
+            .filter_map(|change| {
+                let new = change.new?;
+                Some(git2::IndexEntry {
+                    ctime: git2::IndexTime::new(0, 0),
+                    mtime: git2::IndexTime::new(0, 0),
+                    dev: 0,
+                    ino: 0,
+                    mode: u32::try_from(new.mode).ok()?,
+                    uid: 0,
+                    gid: 0,
+                    file_size: 0,
+                    id: new.id,
+                    flags: 0,
+                    flags_extended: 0,
+                    path: change.path.as_os_str().as_bytes().to_vec(),
+                })
+            })
+            .collect();
         let mut index = git2::Index::open(&index_path).map_err(write_error)?;
-        for path in &removed {
+        for path in removed {
             let _ = index.remove_path(path);
         }
         for entry in &added {
