@@ -44,7 +44,8 @@ impl Repo {
             .map_err(|source| GitError::write(branch_ref.to_owned(), source))?;
         }
         let made = self.worktree_dir(path).and_then(|(path, root, name)| {
-            if let Some(admin) = spare::take(self.common_dir(), &root, &name, &path, branch_ref) {
+            let files = registration_files(&path, branch_ref);
+            if let Some(admin) = spare::take(self.common_dir(), &root, &name, &path, &files) {
                 return Ok(admin);
             }
             let admin = unique_dir(&root, &name).map_err(GitError::io("create", &root))?;
@@ -93,18 +94,23 @@ impl Repo {
     }
 }
 
+/// The files of the registration of worktree `path` on `branch_ref`, with their text.
+fn registration_files(path: &Path, branch_ref: &str) -> [(&'static str, Vec<u8>); 3] {
+    let mut gitdir = path.join(".git").into_os_string().into_vec();
+    gitdir.push(b'\n');
+    [
+        ("commondir", b"../..\n".to_vec()),
+        ("gitdir", gitdir),
+        ("HEAD", format!("ref: {branch_ref}\n").into_bytes()),
+    ]
+}
+
 /// Writes the registration of worktree `path` on `branch_ref` into `admin`, locked until
 /// its last file is written.
 fn write_registration(path: &Path, admin: &Path, branch_ref: &str) -> Result<(), GitError> {
     let locked = admin.join("locked");
     std::fs::write(&locked, INITIALIZING).map_err(GitError::io("write", &locked))?;
-    let mut gitdir = path.join(".git").into_os_string().into_vec();
-    gitdir.push(b'\n');
-    for (file, text) in [
-        ("commondir", b"../..\n".to_vec()),
-        ("gitdir", gitdir),
-        ("HEAD", format!("ref: {branch_ref}\n").into_bytes()),
-    ] {
+    for (file, text) in registration_files(path, branch_ref) {
         let file = admin.join(file);
         std::fs::write(&file, text).map_err(GitError::io("write", &file))?;
     }

@@ -17,7 +17,7 @@
 //! discarded, never used. At most [`MAX_SPARES`] are kept.
 
 use std::io::Write as _;
-use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
 use super::trash::{delete_in_background, next_number};
@@ -107,17 +107,17 @@ fn is_skeleton(dir: &Path) -> bool {
     seen == KEPT_FILES.len() + KEPT_DIRS.len()
 }
 
-/// Registers the empty directory `path` on `branch_ref` from a spare, if one is there:
-/// claims it, rewrites its files for `path`, writes `path/.git`, and renames it into
-/// `root` (`worktrees/`) as `name` or the first free `name<N>`. Returns the admin dir, or
-/// `None` (nothing left behind) when there is no usable spare or a step fails: the
-/// caller then registers anew.
+/// Registers the empty directory `path` from a spare, if one is there: claims it, writes
+/// `files` (the registration's, each with its text) into it, writes `path/.git`, and
+/// renames it into `root` (`worktrees/`) as `name` or the first free `name<N>`. Returns
+/// the admin dir, or `None` (nothing left behind) when there is no usable spare or a step
+/// fails: the caller then registers anew.
 pub(super) fn take(
     common: &Path,
     root: &Path,
     name: &std::ffi::OsStr,
     path: &Path,
-    branch_ref: &str,
+    files: &[(&str, Vec<u8>)],
 ) -> Option<PathBuf> {
     let trash = common.join("grove").join("trash");
     let entries = std::fs::read_dir(spares_dir(common)).ok()?;
@@ -133,7 +133,7 @@ pub(super) fn take(
             delete_in_background(vec![claimed]);
             continue;
         }
-        let placed = place(&claimed, root, name, path, branch_ref);
+        let placed = place(&claimed, root, name, path, files);
         if placed.is_none() {
             let _ = std::fs::remove_file(path.join(".git"));
             let _ = std::fs::remove_dir_all(&claimed);
@@ -151,15 +151,9 @@ fn place(
     root: &Path,
     name: &std::ffi::OsStr,
     path: &Path,
-    branch_ref: &str,
+    files: &[(&str, Vec<u8>)],
 ) -> Option<PathBuf> {
-    let mut gitdir = path.join(".git").into_os_string().into_vec();
-    gitdir.push(b'\n');
-    for (file, text) in [
-        ("commondir", b"../..\n".to_vec()),
-        ("gitdir", gitdir),
-        ("HEAD", format!("ref: {branch_ref}\n").into_bytes()),
-    ] {
+    for (file, text) in files {
         std::fs::write(spare.join(file), text).ok()?;
     }
     for counter in 0u32..1000 {
@@ -285,7 +279,8 @@ mod tests {
         std::fs::create_dir_all(&root).unwrap();
         let tree = dir.path().join("tree");
         std::fs::create_dir(&tree).unwrap();
-        let taken = take(&common, &root, "tree".as_ref(), &tree, "refs/heads/b");
+        let files = [("HEAD", b"ref: refs/heads/b\n".to_vec())];
+        let taken = take(&common, &root, "tree".as_ref(), &tree, &files);
         assert_eq!(
             (taken, names(&root), names(&tree)),
             (None, Vec::<String>::new(), Vec::<String>::new()),

@@ -32,6 +32,18 @@ async fn finished_run(fixture: &GitFixture) -> (Repo, ApplyRequest, CommitId) {
     (repo, request, result)
 }
 
+/// Applies run `r1`'s result onto `main`, whose run started at `base`.
+async fn apply_result(repo: &Repo, base: CommitId) -> ApplyOutcome {
+    repo.apply(&ApplyRequest {
+        run: run_id(),
+        source: run_id().result_ref(),
+        branch: "refs/heads/main".to_owned(),
+        base,
+    })
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
 async fn a_clean_tree_is_fast_forwarded_with_work_tree_and_index_updated() {
     let fixture = project();
@@ -264,15 +276,7 @@ async fn an_ignored_file_the_result_would_create_is_not_clobbered() {
     fixture.write("build/out.txt", "the user's ignored build output\n");
     let before = fixture.user_state();
 
-    let outcome = repo
-        .apply(&ApplyRequest {
-            run: run_id(),
-            source: run_id().result_ref(),
-            branch: "refs/heads/main".to_owned(),
-            base,
-        })
-        .await
-        .unwrap();
+    let outcome = apply_result(&repo, base).await;
 
     assert_eq!(
         outcome,
@@ -342,15 +346,7 @@ async fn an_untracked_file_where_the_result_needs_a_directory_and_the_reverse_ar
     fixture.write("README", "edited elsewhere, not in the way\n");
     let before = fixture.user_state();
 
-    let outcome = repo
-        .apply(&ApplyRequest {
-            run: run_id(),
-            source: run_id().result_ref(),
-            branch: "refs/heads/main".to_owned(),
-            base,
-        })
-        .await
-        .unwrap();
+    let outcome = apply_result(&repo, base).await;
 
     assert_eq!(
         outcome,
