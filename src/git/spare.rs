@@ -121,7 +121,11 @@ pub(super) fn take(
 ) -> Option<PathBuf> {
     let trash = common.join("grove").join("trash");
     let entries = std::fs::read_dir(spares_dir(common)).ok()?;
-    for entry in entries.flatten().take(4) {
+    // A symlink among them is never followed (and never claimed): a spare is a directory.
+    let spares = entries
+        .flatten()
+        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()));
+    for entry in spares.take(4) {
         let claimed = trash.join(format!("spare-{}-{}", std::process::id(), next_number()));
         if std::fs::create_dir_all(&trash).is_err()
             || std::fs::rename(entry.path(), &claimed).is_err()
