@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use super::trash::{delete_in_background, next_number};
 
 /// Most spares kept: a run's `--jobs` slots, with room for a second run's.
-pub(super) const MAX_SPARES: usize = 64;
+const MAX_SPARES: usize = 64;
 
 /// The files of a registration that a spare keeps (rewritten when it is taken).
 const KEPT_FILES: [&str; 3] = ["commondir", "gitdir", "HEAD"];
@@ -32,7 +32,7 @@ const KEPT_FILES: [&str; 3] = ["commondir", "gitdir", "HEAD"];
 const KEPT_DIRS: [&str; 2] = ["refs", "logs"];
 
 /// `<common>/grove/spares/`.
-pub(super) fn spares_dir(common: &Path) -> PathBuf {
+fn spares_dir(common: &Path) -> PathBuf {
     common.join("grove").join("spares")
 }
 
@@ -58,19 +58,37 @@ pub(super) fn recycle(admin: &Path, common: &Path) {
 fn empty_to_skeleton(dir: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
-        let kind = entry.file_type()?;
-        let name = entry.file_name();
-        let keep_file = kind.is_file() && KEPT_FILES.iter().any(|kept| name == *kept);
-        let keep_dir = kind.is_dir() && KEPT_DIRS.iter().any(|kept| name == *kept);
-        if keep_dir {
-            for inner in std::fs::read_dir(entry.path())? {
-                remove_entry(&inner?)?;
+        match kept(&entry)? {
+            Some(Kept::Dir) => {
+                for inner in std::fs::read_dir(entry.path())? {
+                    remove_entry(&inner?)?;
+                }
             }
-        } else if !keep_file {
-            remove_entry(&entry)?;
+            Some(Kept::File) => {}
+            None => remove_entry(&entry)?,
         }
     }
     Ok(())
+}
+
+/// What a spare keeps of an entry of a registration.
+enum Kept {
+    File,
+    Dir,
+}
+
+/// Whether a spare keeps `entry` (by its name and kind, a symlink never), and as what.
+fn kept(entry: &std::fs::DirEntry) -> std::io::Result<Option<Kept>> {
+    let (kind, name) = (entry.file_type()?, entry.file_name());
+    Ok(
+        if kind.is_file() && KEPT_FILES.iter().any(|kept| name == *kept) {
+            Some(Kept::File)
+        } else if kind.is_dir() && KEPT_DIRS.iter().any(|kept| name == *kept) {
+            Some(Kept::Dir)
+        } else {
+            None
+        },
+    )
 }
 
 fn remove_entry(entry: &std::fs::DirEntry) -> std::io::Result<()> {
@@ -91,15 +109,14 @@ fn is_skeleton(dir: &Path) -> bool {
         let Ok(entry) = entry else {
             return false;
         };
-        let Ok(kind) = entry.file_type() else {
-            return false;
+        let fits = match kept(&entry) {
+            Ok(Some(Kept::File)) => true,
+            Ok(Some(Kept::Dir)) => {
+                std::fs::read_dir(entry.path()).is_ok_and(|mut inner| inner.next().is_none())
+            }
+            Ok(None) | Err(_) => false,
         };
-        let name = entry.file_name();
-        let file = kind.is_file() && KEPT_FILES.iter().any(|kept| name == *kept);
-        let empty_dir = kind.is_dir()
-            && KEPT_DIRS.iter().any(|kept| name == *kept)
-            && std::fs::read_dir(entry.path()).is_ok_and(|mut inner| inner.next().is_none());
-        if !(file || empty_dir) {
+        if !fits {
             return false;
         }
         seen += 1;
@@ -121,16 +138,15 @@ pub(super) fn take(
 ) -> Option<PathBuf> {
     let trash = common.join("grove").join("trash");
     let entries = std::fs::read_dir(spares_dir(common)).ok()?;
+    std::fs::create_dir_all(&trash).ok()?;
     // A symlink among them is never followed (and never claimed): a spare is a directory.
     let spares = entries
         .flatten()
         .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()));
     for entry in spares.take(4) {
         let claimed = trash.join(format!("spare-{}-{}", std::process::id(), next_number()));
-        if std::fs::create_dir_all(&trash).is_err()
-            || std::fs::rename(entry.path(), &claimed).is_err()
-        {
-            // Taken by another process meanwhile, or no trash to claim it into.
+        if std::fs::rename(entry.path(), &claimed).is_err() {
+            // Taken by another process meanwhile.
             continue;
         }
         if !is_skeleton(&claimed) {

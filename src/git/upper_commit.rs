@@ -252,37 +252,27 @@ impl Repo {
             );
             tree_diff::changed_files(&repo, &from, &to).map_err(write_error)?
         };
-        let removed: Vec<&Path> = changes
-            .iter()
-            .filter(|change| change.new.is_none())
-            .map(|change| change.path.as_path())
-            .collect();
-        let added: Vec<git2::IndexEntry> = changes
-            .iter()
-            .filter_map(|change| {
-                let new = change.new?;
-                Some(git2::IndexEntry {
-                    ctime: git2::IndexTime::new(0, 0),
-                    mtime: git2::IndexTime::new(0, 0),
-                    dev: 0,
-                    ino: 0,
-                    mode: u32::try_from(new.mode).ok()?,
-                    uid: 0,
-                    gid: 0,
-                    file_size: 0,
-                    id: new.id,
-                    flags: 0,
-                    flags_extended: 0,
-                    path: change.path.as_os_str().as_bytes().to_vec(),
-                })
-            })
-            .collect();
         let mut index = git2::Index::open(&index_path).map_err(write_error)?;
-        for path in removed {
-            let _ = index.remove_path(path);
-        }
-        for entry in &added {
-            index.add(entry).map_err(write_error)?;
+        for change in changes {
+            let Some(new) = change.new else {
+                let _ = index.remove_path(&change.path);
+                continue;
+            };
+            let entry = git2::IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode: u32::try_from(new.mode).unwrap_or_default(),
+                uid: 0,
+                gid: 0,
+                file_size: 0,
+                id: new.id,
+                flags: 0,
+                flags_extended: 0,
+                path: change.path.as_os_str().as_bytes().to_vec(),
+            };
+            index.add(&entry).map_err(write_error)?;
         }
         index.write().map_err(write_error)
     }
