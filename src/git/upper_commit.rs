@@ -258,12 +258,17 @@ impl Repo {
                 let _ = index.remove_path(&change.path);
                 continue;
             };
+            // A tree's modes are never negative; an entry with one is left out, not
+            // written with mode 0.
+            let Ok(mode) = u32::try_from(new.mode) else {
+                continue;
+            };
             let entry = git2::IndexEntry {
                 ctime: git2::IndexTime::new(0, 0),
                 mtime: git2::IndexTime::new(0, 0),
                 dev: 0,
                 ino: 0,
-                mode: u32::try_from(new.mode).unwrap_or_default(),
+                mode,
                 uid: 0,
                 gid: 0,
                 file_size: 0,
