@@ -14,7 +14,7 @@ use super::error::GitError;
 use super::handle::Worktree;
 use super::names::{CommitId, RunId, subtask_ref};
 use super::trash::discard_in_background;
-use crate::tools::tree::Layers;
+use crate::tools::tree::{Layers, overlay::open_scratch};
 
 /// Where one subtask's work was kept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -162,6 +162,7 @@ impl Repo {
                     // Its upper and work directories, committed above.
                     let layers = Layers::beside(Path::new("/"), worktree.path());
                     if let Some(own) = layers.own_dir() {
+                        open_scratch(&layers.work);
                         discard_in_background(own, &self.common_dir().join("grove/trash"))?;
                     }
                 }

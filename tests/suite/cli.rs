@@ -310,10 +310,24 @@ async fn kill_9_mid_tool_call_then_resume_finishes_without_running_the_call_twic
         "a killed run is listed as interrupted: {runs:#}"
     );
     let run_id = runs[0]["run_id"].as_str().unwrap().to_owned();
+    // A copy-on-write worktree's mark of the machine start it was mounted in, as an
+    // earlier start would have left it: its resume mounts it again and says so.
+    let mut mark = fixture.worktree_dir(&run_id, 1).into_os_string();
+    mark.push(".cow/boot_id");
+    let restarted = std::path::Path::new(&mark).exists();
+    if restarted {
+        std::fs::write(&mark, "00000000-0000-0000-0000-000000000000\n").unwrap();
+    }
 
     let output = grove(&fixture, Some(&server), &["resume", "--json", &run_id]).await;
     server.assert_no_violations();
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        stderr(&output).contains("the machine restarted since the copy-on-write worktree"),
+        restarted,
+        "a resume says when the machine restarted since a tree was mounted: {}",
+        stderr(&output)
+    );
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["status"], "finished");
     assert_eq!(report["subtasks"][0]["status"], "merged");

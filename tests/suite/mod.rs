@@ -15,6 +15,7 @@ mod model;
 mod model_faults;
 mod overlay;
 mod overlay_lead;
+mod overlay_remount;
 mod polish;
 mod real_clis;
 mod report;

@@ -365,7 +365,7 @@ pub(crate) async fn create_worktree(
         Some(base) => base.tree_dir(),
         None => ahead.base_tree(ctx, id).await?.tree_dir(),
     };
-    trees::mount(&worktree, &lower).await
+    trees::mount_again(ctx, &worktree, &lower).await
 }
 
 /// Copies the local-only files into subtask `id`'s worktree and runs the setup command

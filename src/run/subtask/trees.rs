@@ -59,7 +59,26 @@ pub(crate) async fn remount(
         .base_tree(ctx.base, ctx.options.worktree_setup.once_per_base())
         .await
         .map_err(|source| SubtaskError::Worktree { source })?;
-    mount(&worktree, &base.tree_dir()).await
+    mount_again(ctx, &worktree, &base.tree_dir()).await
+}
+
+/// Mounts a copy-on-write worktree of a resumed run again over `lower`, as [`mount`]
+/// does, saying first when the machine restarted since its last mount: its mounts skip
+/// the disk's syncs, so a crash may have torn what was written in its last seconds.
+pub(crate) async fn mount_again(
+    ctx: &RunContext,
+    worktree: &Worktree,
+    lower: &Path,
+) -> Result<Worktree, SubtaskError> {
+    if Layers::beside(lower, worktree.path()).mounted_before_restart() {
+        ctx.note(format!(
+            "the machine restarted since the copy-on-write worktree {} was last mounted; \
+             if it went down without a clean shutdown, files written there in its last \
+             seconds may be incomplete (they still go through the checks and review)",
+            worktree.path().display()
+        ));
+    }
+    mount(worktree, lower).await
 }
 
 /// Removes subtask `id`'s worktree once its work is kept (merged or archived): a

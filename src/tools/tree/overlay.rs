@@ -25,7 +25,13 @@ use crate::tools::exec::{hygiene_at_exec, spawn_lasting};
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the host prints on stdout once its overlay is mounted.
-const READY_LINE: &str = "grove-tree-ready";
+const READY_LINE: &str = "grove-tree-ready\n";
+
+/// Where the kernel says which start of the machine this is.
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+/// The file beside a tree's layers naming the machine start of its last mount.
+const BOOT_MARK: &str = "boot_id";
 
 /// How the host's refusal message starts (on its stderr).
 const REFUSED_PREFIX: &str = "grove tree host: ";
@@ -61,6 +67,19 @@ impl Layers {
     /// The directory that holds the worker's upper and work directories.
     pub fn own_dir(&self) -> Option<&Path> {
         self.upper.parent()
+    }
+
+    /// Whether this tree was last mounted before the machine last started (its mount
+    /// skips the disk's syncs, so a crash since may have torn what the worker wrote in
+    /// its last seconds); false for a tree never mounted, or where that cannot be told.
+    pub fn mounted_before_restart(&self) -> bool {
+        let Some(mark) = self.own_dir().map(|own| own.join(BOOT_MARK)) else {
+            return false;
+        };
+        match (std::fs::read(mark), std::fs::read(BOOT_ID)) {
+            (Ok(then), Ok(now)) => then != now,
+            _ => false,
+        }
     }
 }
 
@@ -132,25 +151,42 @@ pub struct TreeHost {
 }
 
 impl TreeHost {
-    /// Starts a host for `layers`: makes the upper and work directories (and the mount
-    /// point) if missing, then a process that enters a new user and mount namespace,
-    /// mounts the overlay at the mount point and waits.
+    /// Starts a host for `layers`: makes the upper directory (and the mount point) if
+    /// missing and the work directory afresh, then a process that enters a new user and
+    /// mount namespace, mounts the overlay at the mount point and waits.
+    ///
+    /// The mount is `volatile` where the kernel knows it: the overlay then never syncs
+    /// the disk, which its unmount otherwise does for the whole upper filesystem (the
+    /// user's unwritten files too). A volatile mount leaves a mark in the work directory
+    /// that makes the kernel refuse the next mount; the work directory is scratch, so it
+    /// is emptied before each one, and the machine's start is noted beside the layers
+    /// for [`Layers::mounted_before_restart`].
     pub async fn start(layers: Layers) -> Result<Self, OverlayError> {
         if !cfg!(target_os = "linux") {
             return Err(OverlayError::NotLinux {
                 os: std::env::consts::OS,
             });
         }
+        let dir_error = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| OverlayError::Dir { path, source }
+        };
+        if layers.work.exists() {
+            open_scratch(&layers.work);
+            std::fs::remove_dir_all(&layers.work).map_err(dir_error(&layers.work))?;
+        }
         for dir in [&layers.upper, &layers.work, &layers.mount_point] {
-            std::fs::create_dir_all(dir).map_err(|source| OverlayError::Dir {
-                path: dir.clone(),
-                source,
-            })?;
+            std::fs::create_dir_all(dir).map_err(dir_error(dir))?;
+        }
+        if let (Some(own), Ok(boot)) = (layers.own_dir(), std::fs::read(BOOT_ID)) {
+            let mark = own.join(BOOT_MARK);
+            std::fs::write(&mark, boot).map_err(dir_error(&mark))?;
         }
         let steps = HostSteps::prepare(&layers)?;
-        let mut command = tokio::process::Command::new("/bin/sh");
+        // `cat` holds the namespace until grove closes its stdin; the child itself says
+        // it is ready, once mounted.
+        let mut command = tokio::process::Command::new("cat");
         command
-            .args(["-c", &format!("echo {READY_LINE} && exec cat")])
             .current_dir("/")
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
@@ -173,7 +209,7 @@ impl TreeHost {
         let mut line = String::new();
         let mut stdout = tokio::io::BufReader::new(stdout);
         let read = tokio::time::timeout(READY_TIMEOUT, stdout.read_line(&mut line)).await;
-        if line.trim_end() != READY_LINE {
+        if line != READY_LINE {
             let mut said = String::new();
             let _ = tokio::time::timeout(READY_TIMEOUT, stderr.read_to_string(&mut said)).await;
             let _ = child.start_kill();
@@ -226,14 +262,30 @@ impl TreeHost {
     }
 }
 
-/// Removes a worker's upper and work directories (never the lower one, never the
-/// repository). The overlay leaves its `work/work` without permissions: they are given
-/// back first so that an unprivileged grove can delete it.
-pub fn remove_own_dirs(layers: &Layers) -> Result<(), OverlayError> {
+/// Gives the directories under an overlay's work directory their permissions back (the
+/// kernel leaves them `d---------`), so that an unprivileged grove can empty or delete
+/// them. Follows no link; what cannot be changed is left for the removal to report.
+pub fn open_scratch(work: &Path) {
     use std::os::unix::fs::PermissionsExt as _;
-    let scratch = layers.work.join("work");
-    if scratch.is_dir() {
-        let _ = std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o700));
+    let mut stack = vec![work.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                stack.push(entry.path());
+            }
+        }
+    }
+}
+
+/// Removes a worker's upper and work directories (never the lower one, never the
+/// repository); the work directory's permissions are given back first.
+pub fn remove_own_dirs(layers: &Layers) -> Result<(), OverlayError> {
+    if layers.work.is_dir() {
+        open_scratch(&layers.work);
     }
     let Some(own) = layers.own_dir() else {
         return Ok(());
@@ -337,6 +389,9 @@ struct HostSteps {
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
     mount_point: CString,
+    /// The options with `volatile`, tried first.
+    volatile: CString,
+    /// The options without it, for kernels that do not know it.
     options: CString,
 }
 
@@ -360,13 +415,17 @@ impl HostSteps {
         options.extend_from_slice(b",userxattr");
         let uid = nix::unistd::geteuid();
         let gid = nix::unistd::getegid();
+        let options = |extra: &[u8]| {
+            CString::new([options.as_slice(), extra].concat()).map_err(|_| OverlayError::Path {
+                path: layers.lower.clone(),
+            })
+        };
         Ok(Self {
             uid_map: format!("{uid} {uid} 1").into_bytes(),
             gid_map: format!("{gid} {gid} 1").into_bytes(),
             mount_point: c(&layers.mount_point)?,
-            options: CString::new(options).map_err(|_| OverlayError::Path {
-                path: layers.lower.clone(),
-            })?,
+            volatile: options(b",volatile")?,
+            options: options(b"")?,
         })
     }
 
@@ -384,7 +443,8 @@ impl HostSteps {
         }
     }
 
-    /// Enters the namespaces and mounts the overlay, or ends the child saying why.
+    /// Enters the namespaces, mounts the overlay and says so on stdout, or ends the child
+    /// saying why on stderr.
     #[allow(unsafe_code)]
     fn apply(&self) {
         use nix::sched::{CloneFlags, unshare};
@@ -417,18 +477,37 @@ impl HostSteps {
                 nix::errno::Errno::last(),
             );
         }
-        // SAFETY: as above.
-        let mounted = unsafe {
-            libc::mount(
-                c"overlay".as_ptr(),
-                self.mount_point.as_ptr(),
-                c"overlay".as_ptr(),
-                0,
-                self.options.as_ptr().cast(),
-            )
+        let mount = |options: &CString| {
+            // SAFETY: as above.
+            let mounted = unsafe {
+                libc::mount(
+                    c"overlay".as_ptr(),
+                    self.mount_point.as_ptr(),
+                    c"overlay".as_ptr(),
+                    0,
+                    options.as_ptr().cast(),
+                )
+            };
+            if mounted == 0 {
+                Ok(())
+            } else {
+                Err(nix::errno::Errno::last())
+            }
         };
-        if mounted != 0 {
-            refuse("mounting the overlay", nix::errno::Errno::last());
+        // Kernels that allow unprivileged overlays without knowing `volatile` (Ubuntu's
+        // before 5.10) refuse the option with EINVAL.
+        let mounted = match mount(&self.volatile) {
+            Err(nix::errno::Errno::EINVAL) => mount(&self.options),
+            other => other,
+        };
+        if let Err(errno) = mounted {
+            refuse("mounting the overlay", errno);
+        }
+        // SAFETY: the child's stdout is open (a pipe to grove) until it exits; no handle
+        // is made through `std::io::stdout`, which would allocate.
+        let stdout = unsafe { std::os::fd::BorrowedFd::borrow_raw(libc::STDOUT_FILENO) };
+        if let Err(errno) = nix::unistd::write(stdout, READY_LINE.as_bytes()) {
+            refuse("saying the tree is ready", errno);
         }
     }
 }
@@ -480,6 +559,37 @@ mod tests {
             escape_option(b"/a,b:c\\d"),
             b"/a\\,b\\:c\\\\d".to_vec(),
             "a comma, colon or backslash in a path must not split the overlay's options"
+        );
+    }
+
+    #[test]
+    fn open_scratch_gives_every_directory_beneath_its_permissions_back() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        let deep = work.join("work/incompat/volatile");
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("dirty"), "").unwrap();
+        for path in [
+            &deep,
+            &deep.parent().unwrap().to_path_buf(),
+            &work.join("work"),
+        ] {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o000)).unwrap();
+        }
+        open_scratch(&work);
+        let modes: Vec<u32> = [
+            &work.join("work"),
+            &deep.parent().unwrap().to_path_buf(),
+            &deep,
+        ]
+        .iter()
+        .map(|path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777)
+        .collect();
+        assert_eq!(
+            modes,
+            vec![0o700; 3],
+            "each directory the kernel left without permissions can be read and emptied"
         );
     }
 
