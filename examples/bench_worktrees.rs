@@ -7,7 +7,8 @@
 //! trees is fully readable (overlay: created by grove, mounted by grove's tree host in
 //! a user and mount namespace of its own, and files read through it); `du` of each upper directory after a one-file change; removing the 8
 //! trees; a setup step writing 20,000 files once per run against once per worker; the
-//! worker's `git status` inside an overlay.
+//! worker's `git status` inside an overlay; a tree's unmount while other data waits to
+//! be written (grove's `volatile` mount against a plain one).
 
 #![allow(clippy::print_stdout)]
 
@@ -391,6 +392,72 @@ async fn overlay_mode(
         "  (their background deletion took {} more)",
         secs(t.elapsed())
     );
+    unmount_with_unwritten_data(&bench.cache)
+}
+
+/// How much unwritten data sits on the disk when a tree is unmounted.
+const DIRTY_MIB: usize = 200;
+
+/// A tree's life (mount, one write, unmount) while [`DIRTY_MIB`] of someone else's data
+/// is not yet written to the disk: grove's `volatile` mount against a plain one, three
+/// alternating pairs, medians. A plain overlay's unmount syncs the whole upper
+/// filesystem, so it waits for that data.
+fn unmount_with_unwritten_data(scratch: &Path) -> anyhow::Result<()> {
+    let dir = scratch.join("unmount");
+    let [lower, upper, mount_point] = ["lower", "upper", "tree"].map(|name| dir.join(name));
+    for made in [&lower, &upper, &mount_point] {
+        std::fs::create_dir_all(made)?;
+    }
+    let life = |n: usize, volatile: bool| -> anyhow::Result<Duration> {
+        // A new file each time: ext4 writes a file rewritten after truncation at once.
+        std::fs::write(
+            dir.join(format!("unwritten-{n}")),
+            vec![1u8; DIRTY_MIB << 20],
+        )?;
+        let work = dir.join("work");
+        let _ = Command::new("rm").arg("-rf").arg(&work).status();
+        std::fs::create_dir_all(&work)?;
+        let options = format!(
+            "lowerdir={},upperdir={},workdir={},userxattr{}",
+            lower.display(),
+            upper.display(),
+            work.display(),
+            if volatile { ",volatile" } else { "" }
+        );
+        let t = Instant::now();
+        let status = Command::new("unshare")
+            .args(["-Urm", "sh", "-c"])
+            .arg(format!(
+                "mount -t overlay overlay -o {options} {} && echo change > {}/file",
+                mount_point.display(),
+                mount_point.display()
+            ))
+            .status()?;
+        let took = t.elapsed();
+        if !status.success() {
+            bail!("unshare + mount failed ({status})");
+        }
+        Ok(took)
+    };
+    let (mut volatile, mut plain) = (Vec::new(), Vec::new());
+    for n in 0..3 {
+        plain.push(life(2 * n, false)?);
+        volatile.push(life(2 * n + 1, true)?);
+    }
+    let median = |mut all: Vec<Duration>| {
+        all.sort();
+        all[all.len() / 2]
+    };
+    row(
+        &format!("a tree's mount+write+unmount, {DIRTY_MIB} MB unwritten (vs plain)"),
+        median(volatile),
+        median(plain),
+    );
+    let _ = Command::new("chmod")
+        .args(["-R", "u+rwx"])
+        .arg(&dir)
+        .status();
+    std::fs::remove_dir_all(&dir)?;
     Ok(())
 }
 
