@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use grove::git::{CommitPath, GitOptions, Repo, RunId, WorktreeSpec, settle_deletions};
+use grove::tools::tree::overlay::open_scratch;
 use grove::tools::tree::{Layers, TreeHost};
 
 #[path = "support/bench_repo.rs"]
@@ -414,8 +415,13 @@ fn unmount_with_unwritten_data(scratch: &Path) -> anyhow::Result<()> {
             dir.join(format!("unwritten-{n}")),
             vec![1u8; DIRTY_MIB << 20],
         )?;
+        // Emptied as grove empties it before a mount: a volatile mount's mark refuses
+        // the next one.
         let work = dir.join("work");
-        let _ = Command::new("rm").arg("-rf").arg(&work).status();
+        if work.exists() {
+            open_scratch(&work);
+            std::fs::remove_dir_all(&work)?;
+        }
         std::fs::create_dir_all(&work)?;
         let options = format!(
             "lowerdir={},upperdir={},workdir={},userxattr{}",
@@ -453,10 +459,7 @@ fn unmount_with_unwritten_data(scratch: &Path) -> anyhow::Result<()> {
         median(volatile),
         median(plain),
     );
-    let _ = Command::new("chmod")
-        .args(["-R", "u+rwx"])
-        .arg(&dir)
-        .status();
+    open_scratch(&dir.join("work"));
     std::fs::remove_dir_all(&dir)?;
     Ok(())
 }

@@ -284,9 +284,7 @@ pub fn open_scratch(work: &Path) {
 /// Removes a worker's upper and work directories (never the lower one, never the
 /// repository); the work directory's permissions are given back first.
 pub fn remove_own_dirs(layers: &Layers) -> Result<(), OverlayError> {
-    if layers.work.is_dir() {
-        open_scratch(&layers.work);
-    }
+    open_scratch(&layers.work);
     let Some(own) = layers.own_dir() else {
         return Ok(());
     };
