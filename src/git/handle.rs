@@ -15,14 +15,45 @@ use super::error::GitError;
 use super::names::{CommitId, RunId, subtask_ref};
 use crate::tools::tree::{Layers, TreeNamespace};
 
-/// Written into the admin dir of a copy-on-write worktree: the path of its lower
-/// directory (the base tree's files), which its checkpoints lay its upper one onto.
-pub(super) const LOWER_RECORD: &str = "grove-lower";
+/// Written into the admin dir of a copy-on-write worktree, and its mark: the commit its
+/// lower directory (the base tree's files) is a checkout of, a newline, and that
+/// directory's path. Its checkpoints lay the upper directory onto this commit's tree,
+/// never the start's: a tree restarted on another commit (a resolver's) keeps its lower
+/// directory, so its upper one holds the difference. One file, where there were four:
+/// every file a registration creates is freed again with it, and on an ext4 without a
+/// journal each one freed slows every file created after it (see `spare.rs`).
+pub(super) const OVERLAY_RECORD: &str = "grove-overlay";
 
-/// Beside it, the commit the lower directory is a checkout of: a tree restarted on
-/// another commit (a resolver's) keeps its lower directory, so its upper one holds the
-/// difference, and is laid onto this commit's tree, never the new start's.
-pub(super) const LOWER_COMMIT_RECORD: &str = "grove-lower-commit";
+/// Where a grove before the one-file record kept the lower directory's path and its
+/// commit (its `grove-overlay` was empty): read when such a run is resumed.
+const EARLIER_LOWER_RECORDS: [&str; 2] = ["grove-lower-commit", "grove-lower"];
+
+/// The record's text for lower directory `lower`, a checkout of `commit`.
+pub(super) fn overlay_record(commit: CommitId, lower: &Path) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt as _;
+    [
+        commit.to_string().as_bytes(),
+        b"\n",
+        lower.as_os_str().as_bytes(),
+    ]
+    .concat()
+}
+
+/// The commit and the lower directory that `admin`'s record names; `None` when it has
+/// none or it cannot be read.
+fn read_overlay_record(admin: &Path) -> Option<(CommitId, PathBuf)> {
+    let record = std::fs::read(admin.join(OVERLAY_RECORD)).ok()?;
+    let (commit, lower) = if record.is_empty() {
+        let [commit, lower] =
+            EARLIER_LOWER_RECORDS.map(|name| std::fs::read(admin.join(name)).ok());
+        (commit?, lower?)
+    } else {
+        let end = record.iter().position(|byte| *byte == b'\n')?;
+        (record[..end].to_vec(), record[end + 1..].to_vec())
+    };
+    let commit = CommitId::parse(std::str::from_utf8(&commit).ok()?.trim()).ok()?;
+    Some((commit, PathBuf::from(std::ffi::OsString::from_vec(lower))))
+}
 
 /// What [`Repo::create_worktree`] needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,16 +158,13 @@ impl Worktree {
     /// [`Worktree::upper_source`] with the upper directory `upper` (a tree mounted by
     /// other means, as in tests); `None` unless it is a copy-on-write worktree.
     pub fn upper_source_at(&self, upper: &Path) -> Option<UpperSource> {
-        let lower = std::fs::read(self.admin_dir.join(LOWER_RECORD)).ok()?;
-        let base = std::fs::read_to_string(self.admin_dir.join(LOWER_COMMIT_RECORD))
-            .ok()
-            .and_then(|text| CommitId::parse(text.trim()).ok())?;
+        let (base, lower) = read_overlay_record(&self.admin_dir)?;
         Some(UpperSource {
             run: self.run.clone(),
             subtask: self.subtask,
             admin_dir: self.admin_dir.clone(),
             upper: upper.to_path_buf(),
-            lower: PathBuf::from(std::ffi::OsString::from_vec(lower)),
+            lower,
             base,
         })
     }
@@ -222,5 +250,52 @@ impl Worktree {
                 path: self.path.clone(),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_overlay_record_gives_back_its_commit_and_lower_path_and_reads_an_earlier_groves() {
+        let admin = tempfile::tempdir().unwrap();
+        let commit = CommitId::parse("0123456789abcdef0123456789abcdef01234567").unwrap();
+        let lower = Path::new("/cache/bases/a tree\nwith a newline");
+        let record = admin.path().join(OVERLAY_RECORD);
+        std::fs::write(&record, overlay_record(commit, lower)).unwrap();
+        assert_eq!(
+            read_overlay_record(admin.path()),
+            Some((commit, lower.to_path_buf())),
+            "the record names the commit and the whole path, newlines included"
+        );
+
+        // An earlier grove left an empty mark and the facts in two files of their own.
+        std::fs::write(&record, b"").unwrap();
+        std::fs::write(
+            admin.path().join("grove-lower-commit"),
+            format!("{commit}\n"),
+        )
+        .unwrap();
+        std::fs::write(admin.path().join("grove-lower"), "/cache/bases/old").unwrap();
+        assert_eq!(
+            read_overlay_record(admin.path()),
+            Some((commit, PathBuf::from("/cache/bases/old"))),
+            "a run an earlier grove left is resumed from its two files"
+        );
+
+        std::fs::write(&record, b"not a commit\n/cache/bases/x").unwrap();
+        assert_eq!(
+            read_overlay_record(admin.path()),
+            None,
+            "a bad commit is no record"
+        );
+        std::fs::remove_file(&record).unwrap();
+        assert_eq!(
+            read_overlay_record(admin.path()),
+            None,
+            "no record, no lower"
+        );
     }
 }

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use super::base_tree::BaseTree;
 use super::error::GitError;
-use super::handle::{Fill, FillState, LOWER_COMMIT_RECORD, LOWER_RECORD, Worktree, WorktreeSpec};
+use super::handle::{Fill, FillState, OVERLAY_RECORD, Worktree, WorktreeSpec, overlay_record};
 use super::names::{CommitId, RunId, subtask_ref};
 use super::trash::{self, discard_in_background, process_alive};
 use super::{Repo, canonical, spare};
@@ -27,13 +27,16 @@ use super::{Repo, canonical, spare};
 /// Other processes are survived by the runner's lock-retry.
 pub(super) static REGISTRATION: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Written into a worktree's admin dir once its files are complete; a worktree without
-/// it was never fully checked out and must not be committed from.
+/// Written into a git worktree's admin dir once its files are complete; a worktree
+/// without it (or a copy-on-write one's record, complete when written) was never fully
+/// checked out and must not be committed from.
 const FILLED_MARKER: &str = "grove-filled";
 
-/// Written into the admin dir of a copy-on-write worktree: its files are seen only
-/// inside its tree host's namespaces, never at its path in grove's own.
-const OVERLAY_MARKER: &str = "grove-overlay";
+/// Whether the worktree of admin dir `admin` has all its files: a git one checked out, or
+/// a copy-on-write one (its files are seen only inside its tree host's namespaces).
+fn is_filled(admin: &Path) -> bool {
+    admin.join(FILLED_MARKER).exists() || admin.join(OVERLAY_RECORD).exists()
+}
 
 impl Repo {
     /// Creates (or recovers) the worktree of one subtask and returns before its files are
@@ -196,7 +199,7 @@ impl Repo {
         let Some(start) = self.ref_target(&subtask_ref(run, subtask))? else {
             return Ok(None);
         };
-        let state = if admin.join(FILLED_MARKER).exists() {
+        let state = if is_filled(&admin) {
             FillState::Filled
         } else {
             FillState::Failed(Arc::new(GitError::FillAborted {
@@ -208,7 +211,7 @@ impl Repo {
             run: run.clone(),
             subtask,
             path: normalize(path),
-            overlay: admin.join(OVERLAY_MARKER).exists(),
+            overlay: admin.join(OVERLAY_RECORD).exists(),
             admin_dir: admin,
             base,
             start,
@@ -235,13 +238,13 @@ impl Repo {
                 rev: branch_ref.to_owned(),
             })?;
         let path = canonical(&spec.path)?;
-        if admin.join(FILLED_MARKER).exists() {
+        if is_filled(&admin) {
             let (_, fill) = watch::channel(FillState::Filled);
             return Ok(Worktree {
                 run: spec.run,
                 subtask: spec.subtask,
                 path,
-                overlay: admin.join(OVERLAY_MARKER).exists(),
+                overlay: admin.join(OVERLAY_RECORD).exists(),
                 admin_dir: admin,
                 base: spec.base,
                 start,
@@ -337,16 +340,12 @@ impl Repo {
         };
         let index = admin.join("index");
         base.copy_index_to(&index)?;
-        let lower = admin.join(LOWER_RECORD);
-        std::fs::write(&lower, base.tree_dir().as_os_str().as_bytes())
-            .map_err(io("write", &lower))?;
-        let lower_commit = admin.join(LOWER_COMMIT_RECORD);
-        std::fs::write(&lower_commit, base.commit().to_string())
-            .map_err(io("write", &lower_commit))?;
-        for marker in [OVERLAY_MARKER, FILLED_MARKER] {
-            let marker = admin.join(marker);
-            std::fs::write(&marker, b"").map_err(io("write", &marker))?;
-        }
+        // Renamed into place, so that a record that exists is whole (it also says the
+        // worktree is filled).
+        let (record, partial) = (admin.join(OVERLAY_RECORD), admin.join("grove-overlay.new"));
+        std::fs::write(&partial, overlay_record(base.commit(), &base.tree_dir()))
+            .map_err(io("write", &partial))?;
+        std::fs::rename(&partial, &record).map_err(io("write", &record))?;
         let (_, fill) = watch::channel(FillState::Filled);
         Ok(Worktree {
             run: spec.run,
@@ -618,9 +617,16 @@ fn normalize(path: &Path) -> PathBuf {
     }
 }
 
-/// Removes the mark of a copy-on-write worktree from its admin dir.
+/// Removes the mark of a copy-on-write worktree from its admin dir, which then names a
+/// git worktree whose files are all there (they were copied out).
 fn forget_overlay_marker(admin: &Path) -> Result<(), GitError> {
-    let marker = admin.join(OVERLAY_MARKER);
+    let filled = admin.join(FILLED_MARKER);
+    std::fs::write(&filled, b"").map_err(|source| GitError::Io {
+        action: "write",
+        path: filled,
+        source,
+    })?;
+    let marker = admin.join(OVERLAY_RECORD);
     match std::fs::remove_file(&marker) {
         Ok(()) => Ok(()),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
