@@ -168,16 +168,22 @@ impl AheadWorktrees {
                 };
                 // Mounted too, unless the setup must run in the base first (the subtask
                 // that runs it mounts its own): a tree host each was 30 ms of the burst
-                // of 32 subtasks starting at once.
-                let made = match (made, &base) {
+                // of 32 subtasks starting at once. On a task of its own, so that the
+                // host's start (a process, the kernel's mount) runs beside the next
+                // registration, which git serialises. A subtask that no longer waits for
+                // its worktree: `remove_unused` finds it.
+                match (made, &base) {
                     (Ok(worktree), Some(base)) if base.is_set_up() => {
-                        let mounted = trees::mount(&worktree, &base.tree_dir()).await;
-                        Ok(mounted.unwrap_or(worktree))
+                        let lower = base.tree_dir();
+                        tokio::spawn(async move {
+                            let mounted = trees::mount(&worktree, &lower).await;
+                            let _ = tx.send(Ok(mounted.unwrap_or(worktree)));
+                        });
                     }
-                    (made, _) => made,
-                };
-                // A subtask that no longer waits for it: `remove_unused` finds it.
-                let _ = tx.send(made);
+                    (made, _) => {
+                        let _ = tx.send(made);
+                    }
+                }
             }
         });
     }
