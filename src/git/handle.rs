@@ -24,6 +24,9 @@ use crate::tools::tree::{Layers, TreeNamespace};
 /// journal each one freed slows every file created after it (see `spare.rs`).
 pub(super) const OVERLAY_RECORD: &str = "grove-overlay";
 
+/// The record while it is written, renamed into place once whole.
+pub(super) const OVERLAY_RECORD_PARTIAL: &str = "grove-overlay.new";
+
 /// Where a grove before the one-file record kept the lower directory's path and its
 /// commit (its `grove-overlay` was empty): read when such a run is resumed.
 const EARLIER_LOWER_RECORDS: [&str; 2] = ["grove-lower-commit", "grove-lower"];

@@ -14,7 +14,9 @@ use tokio::sync::watch;
 
 use super::base_tree::BaseTree;
 use super::error::GitError;
-use super::handle::{Fill, FillState, OVERLAY_RECORD, Worktree, WorktreeSpec, overlay_record};
+use super::handle::{
+    Fill, FillState, OVERLAY_RECORD, OVERLAY_RECORD_PARTIAL, Worktree, WorktreeSpec, overlay_record,
+};
 use super::names::{CommitId, RunId, subtask_ref};
 use super::trash::{self, discard_in_background, process_alive};
 use super::{Repo, canonical, spare};
@@ -342,7 +344,10 @@ impl Repo {
         base.copy_index_to(&index)?;
         // Renamed into place, so that a record that exists is whole (it also says the
         // worktree is filled).
-        let (record, partial) = (admin.join(OVERLAY_RECORD), admin.join("grove-overlay.new"));
+        let (record, partial) = (
+            admin.join(OVERLAY_RECORD),
+            admin.join(OVERLAY_RECORD_PARTIAL),
+        );
         std::fs::write(&partial, overlay_record(base.commit(), &base.tree_dir()))
             .map_err(io("write", &partial))?;
         std::fs::rename(&partial, &record).map_err(io("write", &record))?;
