@@ -492,13 +492,7 @@ impl HostSteps {
                 Err(nix::errno::Errno::last())
             }
         };
-        // Kernels that allow unprivileged overlays without knowing `volatile` (Ubuntu's
-        // before 5.10) refuse the option with EINVAL.
-        let mounted = match mount(&self.volatile) {
-            Err(nix::errno::Errno::EINVAL) => mount(&self.options),
-            other => other,
-        };
-        if let Err(errno) = mounted {
+        if let Err(errno) = volatile_or_plain(&self.volatile, &self.options, mount) {
             refuse("mounting the overlay", errno);
         }
         // SAFETY: the child's stdout is open (a pipe to grove) until it exits; no handle
@@ -507,6 +501,21 @@ impl HostSteps {
         if let Err(errno) = nix::unistd::write(stdout, READY_LINE.as_bytes()) {
             refuse("saying the tree is ready", errno);
         }
+    }
+}
+
+/// Mounts with the `volatile` options, or with the plain ones where the kernel refuses
+/// those as unknown: kernels that allow unprivileged overlays without knowing `volatile`
+/// (Ubuntu's before 5.10) answer EINVAL. Any other refusal is the mount's answer. Runs
+/// between `fork` and `exec`, so it allocates nothing.
+fn volatile_or_plain<'a>(
+    volatile: &'a CString,
+    plain: &'a CString,
+    mount: impl Fn(&'a CString) -> Result<(), nix::errno::Errno>,
+) -> Result<(), nix::errno::Errno> {
+    match mount(volatile) {
+        Err(nix::errno::Errno::EINVAL) => mount(plain),
+        other => other,
     }
 }
 
@@ -557,6 +566,35 @@ mod tests {
             escape_option(b"/a,b:c\\d"),
             b"/a\\,b\\:c\\\\d".to_vec(),
             "a comma, colon or backslash in a path must not split the overlay's options"
+        );
+    }
+
+    #[test]
+    fn a_kernel_without_volatile_gets_the_plain_mount_and_other_refusals_stand() {
+        use nix::errno::Errno;
+        let (volatile, plain) = (c"lowerdir=l,volatile".to_owned(), c"lowerdir=l".to_owned());
+        // What each kernel answers to the volatile options; the plain ones always mount.
+        let tried = |answer: Result<(), Errno>| {
+            let calls = std::cell::RefCell::new(Vec::new());
+            let outcome = volatile_or_plain(&volatile, &plain, |options| {
+                calls.borrow_mut().push(options.to_owned());
+                if *options == volatile { answer } else { Ok(()) }
+            });
+            (outcome, calls.into_inner())
+        };
+        assert_eq!(
+            [
+                tried(Ok(())),
+                tried(Err(Errno::EINVAL)),
+                tried(Err(Errno::EPERM))
+            ],
+            [
+                (Ok(()), vec![volatile.clone()]),
+                (Ok(()), vec![volatile.clone(), plain.clone()]),
+                (Err(Errno::EPERM), vec![volatile.clone()]),
+            ],
+            "volatile is tried first; only its refusal as unknown (EINVAL) falls back to the \
+             plain options, and a refused mount is never retried as another"
         );
     }
 
