@@ -29,6 +29,7 @@ use std::time::{Duration, SystemTime};
 use nix::fcntl::{Flock, FlockArg};
 
 use super::Repo;
+use super::cmd::PARALLEL_CHECKOUT;
 use super::error::GitError;
 use super::names::CommitId;
 
@@ -278,6 +279,7 @@ impl Repo {
             .call(self.common_dir(), &tree)
             .work_tree(&tree)
             .index_file(&index)
+            .args(PARALLEL_CHECKOUT)
             .args(["read-tree", "-m", "-u"])
             .arg(from.to_string())
             .arg(commit.to_string())
@@ -300,6 +302,7 @@ impl Repo {
                 .index_file(&index)
         };
         call()
+            .args(PARALLEL_CHECKOUT)
             .args(["read-tree", "--reset", "-u"])
             .arg(commit.to_string())
             .run()
