@@ -13,7 +13,6 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::base_tree::BaseTree;
-use super::cmd::PARALLEL_CHECKOUT;
 use super::error::GitError;
 use super::handle::{
     Fill, FillState, OVERLAY_RECORD, OVERLAY_RECORD_PARTIAL, Worktree, WorktreeSpec, overlay_record,
@@ -278,7 +277,6 @@ impl Repo {
                 .runner
                 .call(&fill_admin, &fill_path)
                 .work_tree(&fill_path)
-                .args(PARALLEL_CHECKOUT)
                 .args(["reset", "--hard", "--quiet", "HEAD"])
                 .run()
                 .await
