@@ -29,9 +29,20 @@ use std::time::{Duration, SystemTime};
 use nix::fcntl::{Flock, FlockArg};
 
 use super::Repo;
-use super::cmd::PARALLEL_CHECKOUT;
 use super::error::GitError;
 use super::names::CommitId;
+
+/// The global options that make a checkout write its files from as many processes as
+/// the machine has cores (git 2.32+; an older git ignores the setting, and git keeps one
+/// process below 100 files). Measured on this machine, a 30,000-file `read-tree -u`: 0.77
+/// and 0.88 s with one process, 0.70 and 0.66 s with two; right after a tree of that size
+/// was deleted (an ext4 without a journal then steps over every inode freed in the last
+/// minutes for each new one), 20.3, 24.0 and 23.1 s against 6.3 and 6.4 s, and the CPU
+/// time from about 21 s to 10 s. Not for a git worktree's fill: up to `--jobs` of those
+/// run at once already, and eight at once on tmpfs (no disk in the way) took 1.70 s with
+/// it against 1.35 s without (on this ext4, 13.8 to 55.1 s either way, as the disk's
+/// state went).
+const PARALLEL_CHECKOUT: [&str; 2] = ["-c", "checkout.workers=0"];
 
 /// Written into a base's folder when its checkout and index are complete.
 const COMPLETE: &str = "complete";
