@@ -55,6 +55,8 @@ cp "$base_target/release/examples/bench_parallel" "$work/base"
 cargo build --release --quiet --example bench_parallel
 cp "${CARGO_TARGET_DIR:-target}/release/examples/bench_parallel" "$work/tree"
 
+median() { sort -n "$1" | awk '{ r[NR] = $1 } END { printf "%.3f", r[int((NR + 1) / 2)] }'; }
+
 # One block: prints "<side> <median ratio> <median cpu> <runs within target>/<runs>" and
 # appends the block's ratios to $work/<side>.ratios.
 block() {
@@ -66,18 +68,14 @@ block() {
     tail -20 "$out" >&2
     exit 1
   }
-  local ratios cpu
-  ratios=$(sed -E 's/.*sorted: ([0-9. ]+);.*/\1/' <<<"$line")
+  local cpu
+  sed -E 's/.*sorted: ([0-9. ]+);.*/\1/' <<<"$line" | tr ' ' '\n' | grep . >"$work/block"
+  cat "$work/block" >>"$work/$side.ratios"
   cpu=$(sed -E 's/.*median ([0-9.]+ s).*/\1/' <<<"$line")
-  tr ' ' '\n' <<<"$ratios" | grep . >>"$work/$side.ratios"
-  awk -v side="$side" -v cpu="$cpu" -v target="$target" '
-    { r[NR] = $1; if ($1 <= target) met++ }
-    END { printf "%-10s median %.3f  cpu median %s  within %s: %d/%d\n",
-          side, r[int((NR + 1) / 2)], cpu, target, met, NR }' \
-    < <(tr ' ' '\n' <<<"$ratios" | grep . | sort -n)
+  printf '%-10s median %s  cpu median %s  within %s: %s/%s\n' "$side" "$(median "$work/block")" \
+    "$cpu" "$target" "$(awk -v target="$target" '$1 <= target' "$work/block" | wc -l)" \
+    "$(wc -l <"$work/block")"
 }
-
-median() { sort -n "$1" | awk '{ r[NR] = $1 } END { printf "%.3f", r[int((NR + 1) / 2)] }'; }
 
 echo "bench_parallel ${bench_args[*]}, $rounds rounds a block; BASE = $base_rev" \
   "($(git rev-parse --short "$base_rev")), tree = the work tree"
