@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use grove::tools::sandbox::{self, CommandHost, SandboxPolicy, SandboxedExecutor};
+use grove::tools::sandbox::{self, CommandHost, SandboxMode, SandboxPolicy, SandboxedExecutor};
 use grove::tools::{CommandExecutor, ExecOutcome, ExecRequest, LocalExecutor, OutputCap};
 
 const TARGET: Duration = Duration::from_millis(5);
@@ -30,7 +30,7 @@ async fn main() -> ExitCode {
         }
     };
     let command = args.next().unwrap_or_else(|| "true".to_owned());
-    if let Err(error) = sandbox::probe(&CommandHost::default()) {
+    if let Err(error) = sandbox::probe(&CommandHost::default(), SandboxMode::On) {
         eprintln!("{}", sandbox::refusal_advice(&error));
         return ExitCode::FAILURE;
     }

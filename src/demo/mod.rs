@@ -149,7 +149,7 @@ impl Demo {
         let mut options = self.options.clone();
         // The replayed workers run no shell command, so a machine that cannot confine one
         // (no Landlock, not Linux) can still show the demo; the run says so loudly.
-        if let Err(error) = crate::tools::sandbox::probe(&options.commands) {
+        if let Err(error) = crate::tools::sandbox::probe(&options.commands, options.sandbox) {
             events.emit(Event::Note {
                 message: format!(
                     "demo: this machine cannot confine shell commands ({error}); the \

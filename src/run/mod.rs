@@ -37,6 +37,7 @@ pub(crate) mod merge_queue;
 pub(crate) mod observer;
 pub mod report;
 pub(crate) mod result_check;
+pub mod sandbox_view;
 pub(crate) mod schedule;
 pub mod start;
 pub mod subtask;

@@ -14,6 +14,7 @@ use crate::event::{Event, EventSink};
 use crate::git::{CommitId, GitError, GitOptions, Repo};
 use crate::run::agents::read_rules;
 use crate::run::context::{Budget, Pause, RunContext, RunJournal};
+use crate::run::sandbox_view::{self, SandboxViewError};
 use crate::run::subtask::prepare::{LocalFileError, check_local_files};
 use crate::settings::options::{Models, RunOptions};
 use crate::store::journal::Entry;
@@ -93,6 +94,15 @@ pub enum RunError {
     /// Not retried: a `worktree.copy` file is missing, tracked or outside the repository.
     #[error("{0}")]
     LocalFile(#[from] LocalFileError),
+    /// Not retried: a `[worktree] share` directory or a `[sandbox]` path is unusable.
+    #[error("{0}")]
+    SandboxView(#[source] Box<SandboxViewError>),
+}
+
+impl From<SandboxViewError> for RunError {
+    fn from(error: SandboxViewError) -> Self {
+        Self::SandboxView(Box::new(error))
+    }
 }
 
 /// What in a run's journal cannot be resumed from.
@@ -146,6 +156,12 @@ pub(crate) async fn start(
     let base = head.commit.ok_or(RunError::UnbornHead)?;
     check_local_files(&repo, base, &options.worktree_setup.copy)?;
     let mut options = options;
+    // Journaled as decided: a resumed run shares the same directories.
+    options.worktree_setup.share = Some(sandbox_view::resolve_shares(
+        &repo,
+        base,
+        &options.worktree_setup,
+    )?);
     let executor;
     (executor, options.worktree_mode) = executor_and_mode(&options, &repo, &events).await?;
 
@@ -212,6 +228,14 @@ pub(crate) async fn resume(
         .clone();
     options.git = git;
     check_local_files(&repo, base, &options.worktree_setup.copy)?;
+    if options.worktree_setup.share.is_none() {
+        // Journaled before the key existed: decided as a new run would.
+        options.worktree_setup.share = Some(sandbox_view::resolve_shares(
+            &repo,
+            base,
+            &options.worktree_setup,
+        )?);
+    }
     if options.worktree_mode == WorktreeMode::Auto {
         // Journaled before the key existed: that run made git worktrees.
         options.worktree_mode = WorktreeMode::Git;
@@ -299,9 +323,10 @@ async fn executor_and_mode(
     repo: &Repo,
     events: &EventSink,
 ) -> Result<(Arc<dyn CommandExecutor>, WorktreeMode), RunError> {
-    let sandbox_probe = (options.sandbox == SandboxMode::On).then(|| {
+    let sandbox_probe = options.sandbox.confines().then(|| {
         let host = options.commands.clone();
-        tokio::task::spawn_blocking(move || sandbox::probe(&host))
+        let mode = options.sandbox;
+        tokio::task::spawn_blocking(move || sandbox::probe(&host, mode))
     });
     let overlay_probe = match options.worktree_mode {
         WorktreeMode::Git => None,
@@ -359,55 +384,94 @@ fn worktree_mode(
 /// to work before anything starts, by [`executor_and_mode`]), or (loudly) none.
 ///
 /// Besides the user's secrets, sandboxed commands cannot read the user's work tree (its
-/// uncommitted and ignored files, such as `.env`) nor the run store (journal, other
-/// agents' transcripts, other worktrees): a worker sees its own worktree and the
-/// repository's git data, as its isolation promises.
+/// uncommitted and ignored files, such as `.env`) but for its shared directories, nor the
+/// run store (journal, other agents' transcripts, other worktrees): a worker sees its own
+/// worktree, the project's environment and the repository's git data, as its isolation
+/// promises.
 fn command_executor(
     options: &RunOptions,
     repo: &Repo,
     events: &EventSink,
 ) -> Result<Arc<dyn CommandExecutor>, RunError> {
     let env = options.commands.env();
-    match options.sandbox {
-        SandboxMode::On => {
-            let policy = SandboxPolicy {
-                allow_network: options.allow_network,
-                ..SandboxPolicy::default()
-            };
-            if options.allow_network {
-                events.emit(Event::Note {
-                    message: "the network is open to workers' shell commands \
-                              (--allow-network); the rest of the sandbox holds"
-                        .into(),
-                });
-            }
-            // The run store, the user's work tree, and every worktree grove keeps (each
-            // command's own worktree stays granted): a worker sees the base and its own
-            // work only, wherever the cache or `[worktree] dir` puts the others.
-            let mut hidden = vec![
-                repo.common_dir().join("grove"),
-                repo.worktrees_home().to_path_buf(),
-            ];
-            hidden.extend(options.worktrees_dir.clone());
-            hidden.extend(repo.work_tree().map(Path::to_path_buf));
-            let readable = [repo.common_dir().to_path_buf()];
-            Ok(Arc::new(RoutedExecutor::new(Arc::new(
-                SandboxedExecutor::new(policy, env).hiding(&hidden, &readable),
-            ))))
-        }
-        SandboxMode::Off => {
-            events.emit(Event::Note {
-                message: "WARNING: --sandbox off: workers' shell commands run UNCONFINED, \
-                          with your full rights: they can read your secrets (~/.ssh, ~/.aws, \
-                          ...), write anywhere you can, use the network and leave processes \
-                          behind. This choice is recorded in the run's journal."
-                    .into(),
-            });
-            Ok(Arc::new(RoutedExecutor::new(Arc::new(
-                LocalExecutor::with_env(env),
-            ))))
-        }
+    if options.sandbox == SandboxMode::Off {
+        events.emit(Event::Note {
+            message: "WARNING: --sandbox off: workers' shell commands run UNCONFINED, \
+                      with your full rights: they can read your secrets (~/.ssh, ~/.aws, \
+                      ...), write anywhere you can, use the network and leave processes \
+                      behind. This choice is recorded in the run's journal."
+                .into(),
+        });
+        return Ok(Arc::new(RoutedExecutor::new(Arc::new(
+            LocalExecutor::with_env(env),
+        ))));
     }
+    let policy = SandboxPolicy {
+        allow_network: options.allow_network,
+        own_loopback: options.sandbox == SandboxMode::On,
+        ..SandboxPolicy::default()
+    };
+    if options.allow_network {
+        events.emit(Event::Note {
+            message: "the network is open to workers' shell commands (--allow-network): \
+                      the host's network, its loopback services included; the rest of the \
+                      sandbox holds"
+                .into(),
+        });
+    }
+    if options.sandbox == SandboxMode::NoLoopback {
+        events.emit(Event::Note {
+            message: "--sandbox no-loopback: commands get no loopback of their own, so \
+                      every socket is refused (a test server on 127.0.0.1 cannot run)"
+                .into(),
+        });
+    }
+    let home = env
+        .iter()
+        .find(|(name, _)| name == "HOME")
+        .map(|(_, value)| std::path::PathBuf::from(value))
+        .filter(|home| home.is_absolute());
+    let (deny, allow) = sandbox_view::read_rule_paths(&options.sandbox_paths, home.as_deref())?;
+    let worktrees = options
+        .worktrees_dir
+        .clone()
+        .unwrap_or_else(|| repo.worktrees_home().to_path_buf());
+    sandbox_view::check_deny_read(
+        &deny,
+        &[
+            ("the worktrees' directory", &worktrees),
+            ("the repository's git data", repo.common_dir()),
+        ],
+    )?;
+    for opened in sandbox_view::secret_stores_opened(&allow, home.as_deref()) {
+        events.emit(Event::Note {
+            message: format!(
+                "WARNING: [sandbox] allow_read opens {} to workers' commands, which grove \
+                 hides by default as a store of secrets; this is recorded in the run's \
+                 journal",
+                opened.display()
+            ),
+        });
+    }
+    // The run store, the trust records and every worktree grove keeps (each command's own
+    // worktree stays granted): a worker sees the base and its own work only, wherever
+    // the cache or `[worktree] dir` puts the others.
+    let mut hidden = vec![
+        repo.common_dir().join("grove"),
+        repo.worktrees_home().to_path_buf(),
+    ];
+    hidden.extend(options.worktrees_dir.clone());
+    hidden.extend(
+        crate::settings::trust::TrustStore::for_user()
+            .ok()
+            .map(|store| store.dir().to_path_buf()),
+    );
+    hidden.extend(deny);
+    let shares = options.worktree_setup.share.clone().unwrap_or_default();
+    let executor = SandboxedExecutor::new(policy, env)
+        .hiding(&hidden, &allow)
+        .project(sandbox_view::project_view(repo, &shares));
+    Ok(Arc::new(RoutedExecutor::new(Arc::new(executor))))
 }
 
 fn acquire(repo: &Repo, run_id: &RunId, events: &EventSink) -> Result<RepoLock, RunError> {

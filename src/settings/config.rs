@@ -8,7 +8,7 @@
 //! naming the file, the line and the key.
 
 use std::ops::Range;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -16,8 +16,13 @@ use toml::Spanned;
 use crate::model::Provider;
 pub use crate::settings::options::DEFAULT_SETUP_TIMEOUT_S;
 use crate::settings::options::{
-    CheckOptions, History, ModelNames, RunOptions, SubtaskCheck, TurnCaps, WorktreeSetup,
+    CheckOptions, History, ModelNames, RunOptions, SandboxPaths, TurnCaps, WorktreeSetup,
     default_jobs,
+};
+pub use crate::settings::values::{CopyPathError, ValueProblem, check_copy_path};
+use crate::settings::values::{
+    base_check, boolean, copy_list, history, integer, model_name, provider, sandbox_paths,
+    setup_command, subtask_check, tokens, turns, variable_names, worktree_mode, worktrees_dir,
 };
 use crate::tools::tree::WorktreeMode;
 
@@ -64,47 +69,6 @@ pub enum ConfigError {
     },
 }
 
-/// What is wrong with the file at one place.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ValueProblem {
-    #[error("the file is not valid UTF-8")]
-    NotUtf8,
-    /// Not TOML, or an unknown key: the TOML parser's own words.
-    #[error("{message}")]
-    Syntax { message: String },
-    /// A value of the wrong kind; `got` is the value as [`shown`] in messages.
-    #[error("expected {expected}, got {got}")]
-    Expected { expected: &'static str, got: String },
-    #[error("expected an integer from {min} to {max}, got {got}")]
-    OutOfRange { min: u64, max: u64, got: String },
-    #[error("expected an array of paths (strings), got {got} in it")]
-    NotAPath { got: String },
-    #[error("{path:?} is listed twice")]
-    ListedTwice { path: String },
-    #[error(transparent)]
-    CopyPath(#[from] CopyPathError),
-    /// A table without a key it cannot do without.
-    #[error("the table needs `{key}`")]
-    MissingKey { key: &'static str },
-}
-
-/// Why a `worktree.copy` entry cannot name a file of the work tree.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CopyPathError {
-    #[error("{path:?} holds a control character")]
-    ControlCharacter { path: String },
-    #[error("{path:?} is not valid UTF-8")]
-    NotUtf8 { path: String },
-    #[error("{path:?} leaves the repository (`..`); list paths inside it")]
-    LeavesRepository { path: String },
-    #[error("{path:?} is absolute; list paths relative to the repository root")]
-    Absolute { path: String },
-    #[error("{path:?} names no file")]
-    Empty { path: String },
-    #[error("{path:?} is inside .git; list files of the work tree")]
-    InsideGit { path: String },
-}
-
 fn key_prefix(key: Option<&str>) -> String {
     key.map(|key| format!("{key}: ")).unwrap_or_default()
 }
@@ -149,6 +113,12 @@ pub struct RunSettings {
     pub setup_per_worker: Option<bool>,
     /// Untracked files copied from the repository root into each worktree.
     pub copy: Option<Vec<String>>,
+    /// `[worktree] share`: ignored directories of the checkout every tree sees read-only.
+    pub share: Option<Vec<String>>,
+    /// `[sandbox] deny_read`: paths commands may not read, on top of the built-in list.
+    pub deny_read: Option<Vec<String>>,
+    /// `[sandbox] allow_read`: paths commands may read though the built-in list denies them.
+    pub allow_read: Option<Vec<String>>,
     /// Where runs' worktrees go (`[worktree] dir`), instead of the user's cache directory.
     pub worktrees_dir: Option<PathBuf>,
     /// `[worktree] mode`: copy-on-write trees, git worktrees, or whichever this system
@@ -202,6 +172,9 @@ impl RunSettings {
             setup_timeout_s: self.setup_timeout_s.or(lower.setup_timeout_s),
             setup_per_worker: self.setup_per_worker.or(lower.setup_per_worker),
             copy: self.copy.or(lower.copy),
+            share: self.share.or(lower.share),
+            deny_read: self.deny_read.or(lower.deny_read),
+            allow_read: self.allow_read.or(lower.allow_read),
             worktrees_dir: self.worktrees_dir.or(lower.worktrees_dir),
             worktree_mode: self.worktree_mode.or(lower.worktree_mode),
             pass_env: self.pass_env.or(lower.pass_env),
@@ -237,6 +210,11 @@ impl RunSettings {
             setup_timeout_s: self.setup_timeout_s.unwrap_or(DEFAULT_SETUP_TIMEOUT_S),
             per_worker: self.setup_per_worker.unwrap_or(false),
             copy: self.copy.unwrap_or_default(),
+            share: self.share,
+        };
+        options.sandbox_paths = SandboxPaths {
+            deny_read: self.deny_read.unwrap_or_default(),
+            allow_read: self.allow_read.unwrap_or_default(),
         };
         options.worktrees_dir = self.worktrees_dir;
         options.worktree_mode = self.worktree_mode.unwrap_or_default();
@@ -297,6 +275,7 @@ impl ProjectConfig {
         let max_turns = raw.max_turns.unwrap_or_default();
         let worktree = raw.worktree.unwrap_or_default();
         let workers = raw.workers.unwrap_or_default();
+        let sandbox = raw.sandbox.unwrap_or_default();
         let settings = RunSettings {
             provider: check.optional(raw.provider, "provider", provider)?,
             model: check.optional(raw.model, "model", model_name)?,
@@ -332,6 +311,9 @@ impl ProjectConfig {
                 boolean,
             )?,
             copy: check.optional(worktree.copy, "worktree.copy", copy_list)?,
+            share: check.optional(worktree.share, "worktree.share", copy_list)?,
+            deny_read: check.optional(sandbox.deny_read, "sandbox.deny_read", sandbox_paths)?,
+            allow_read: check.optional(sandbox.allow_read, "sandbox.allow_read", sandbox_paths)?,
             worktrees_dir: check.optional(worktree.dir, "worktree.dir", worktrees_dir)?,
             worktree_mode: check.optional(worktree.mode, "worktree.mode", worktree_mode)?,
             pass_env: check.optional(workers.pass_env, "workers.pass_env", variable_names)?,
@@ -364,6 +346,7 @@ struct RawFile {
     apply: RawValue,
     worktree: Option<RawWorktree>,
     workers: Option<RawWorkers>,
+    sandbox: Option<RawSandbox>,
     history: RawValue,
     check: Option<Spanned<RawCheck>>,
 }
@@ -371,7 +354,8 @@ struct RawFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a table with the keys command, timeout_s, network, subtask and fix_attempts"
+    expecting = "a table with the keys command, timeout_s, network, subtask, fix_attempts \
+                 and base"
 )]
 struct RawCheck {
     command: RawValue,
@@ -379,6 +363,17 @@ struct RawCheck {
     network: RawValue,
     subtask: RawValue,
     fix_attempts: RawValue,
+    base: RawValue,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table with the keys deny_read and allow_read"
+)]
+struct RawSandbox {
+    deny_read: RawValue,
+    allow_read: RawValue,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -401,13 +396,15 @@ struct RawRoles {
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a table with the keys setup, setup_timeout_s, per_worker, copy, dir and mode"
+    expecting = "a table with the keys setup, setup_timeout_s, per_worker, copy, share, dir and \
+                 mode"
 )]
 struct RawWorktree {
     setup: RawValue,
     setup_timeout_s: RawValue,
     per_worker: RawValue,
     copy: RawValue,
+    share: RawValue,
     dir: RawValue,
     mode: RawValue,
 }
@@ -474,6 +471,9 @@ impl Checker<'_> {
                     integer(value, 0, u64::from(MAX_FIX_ATTEMPTS)).map(|n| n as u32)
                 })?
                 .unwrap_or(defaults.fix_attempts),
+            base: self
+                .optional(raw.base, "check.base", base_check)?
+                .unwrap_or(defaults.base),
             ..defaults
         })
     }
@@ -483,14 +483,6 @@ impl Checker<'_> {
 pub(crate) const MAX_CHECK_TIMEOUT_S: u64 = 86_400;
 /// The most fixer rounds `[check] fix_attempts` may ask for.
 pub(crate) const MAX_FIX_ATTEMPTS: u32 = 10;
-
-fn subtask_check(value: &toml::Value) -> Result<SubtaskCheck, ValueProblem> {
-    match value.as_str() {
-        Some("evidence") => Ok(SubtaskCheck::Evidence),
-        Some("require") => Ok(SubtaskCheck::Require),
-        _ => Err(expected("\"evidence\" or \"require\"", value)),
-    }
-}
 
 fn invalid(
     path: &Path,
@@ -551,187 +543,6 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
 fn table_header(line: &str) -> Option<String> {
     let name = line.strip_prefix('[')?.strip_suffix(']')?.trim();
     (!name.is_empty() && !name.starts_with('[')).then(|| name.to_owned())
-}
-
-/// How a value reads in an error message: strings quoted, tables and arrays named.
-fn shown(value: &toml::Value) -> String {
-    match value {
-        toml::Value::String(text) => format!("{text:?}"),
-        toml::Value::Integer(number) => number.to_string(),
-        toml::Value::Float(number) => number.to_string(),
-        toml::Value::Boolean(flag) => flag.to_string(),
-        toml::Value::Datetime(date) => format!("the date {date}"),
-        toml::Value::Array(_) => "an array".into(),
-        toml::Value::Table(_) => "a table".into(),
-    }
-}
-
-fn expected(expected: &'static str, value: &toml::Value) -> ValueProblem {
-    ValueProblem::Expected {
-        expected,
-        got: shown(value),
-    }
-}
-
-fn provider(value: &toml::Value) -> Result<Provider, ValueProblem> {
-    value
-        .as_str()
-        .and_then(|text| text.parse().ok())
-        .ok_or_else(|| expected("\"anthropic\" or \"openai\"", value))
-}
-
-fn history(value: &toml::Value) -> Result<History, ValueProblem> {
-    match value.as_str() {
-        Some("squash") => Ok(History::Squash),
-        Some("merge") => Ok(History::Merge),
-        _ => Err(expected("\"squash\" or \"merge\"", value)),
-    }
-}
-
-fn model_name(value: &toml::Value) -> Result<String, ValueProblem> {
-    match value.as_str().map(str::trim) {
-        Some(name) if !name.is_empty() && !name.contains(char::is_whitespace) => {
-            Ok(name.to_owned())
-        }
-        _ => Err(expected(
-            "a model name (a non-empty string without spaces)",
-            value,
-        )),
-    }
-}
-
-fn integer(value: &toml::Value, min: u64, max: u64) -> Result<u64, ValueProblem> {
-    value
-        .as_integer()
-        .and_then(|number| u64::try_from(number).ok())
-        .filter(|number| (min..=max).contains(number))
-        .ok_or_else(|| ValueProblem::OutOfRange {
-            min,
-            max,
-            got: shown(value),
-        })
-}
-
-fn turns(value: &toml::Value) -> Result<u32, ValueProblem> {
-    integer(value, 1, u64::from(u32::MAX)).map(|turns| turns as u32)
-}
-
-fn tokens(value: &toml::Value) -> Result<u64, ValueProblem> {
-    value
-        .as_integer()
-        .and_then(|number| u64::try_from(number).ok())
-        .filter(|number| *number > 0)
-        .ok_or_else(|| expected("a positive number of tokens", value))
-}
-
-fn boolean(value: &toml::Value) -> Result<bool, ValueProblem> {
-    value
-        .as_bool()
-        .ok_or_else(|| expected("true or false", value))
-}
-
-fn setup_command(value: &toml::Value) -> Result<String, ValueProblem> {
-    match value.as_str() {
-        Some(command) if !command.trim().is_empty() => Ok(command.to_owned()),
-        _ => Err(expected("a shell command (a non-empty string)", value)),
-    }
-}
-
-/// `[worktree] mode`: `overlay`, `git` or `auto`.
-fn worktree_mode(value: &toml::Value) -> Result<WorktreeMode, ValueProblem> {
-    value
-        .as_str()
-        .and_then(|text| text.parse().ok())
-        .ok_or_else(|| expected("\"overlay\", \"git\" or \"auto\"", value))
-}
-
-/// `[worktree] dir`: an absolute directory outside every `.git` directory (agent CLIs
-/// refuse to edit beneath one).
-fn worktrees_dir(value: &toml::Value) -> Result<PathBuf, ValueProblem> {
-    let path = value.as_str().map(PathBuf::from);
-    match path {
-        Some(path)
-            if path.is_absolute()
-                && !path
-                    .components()
-                    .any(|part| part.as_os_str().eq_ignore_ascii_case(".git")) =>
-        {
-            Ok(path)
-        }
-        _ => Err(expected(
-            "an absolute directory outside any .git directory, e.g. \"/var/tmp/grove\"",
-            value,
-        )),
-    }
-}
-
-/// Environment variable names, such as `["DISABLE_AUTOUPDATER"]`.
-fn variable_names(value: &toml::Value) -> Result<Vec<String>, ValueProblem> {
-    let names = value.as_array().map(|items| {
-        items
-            .iter()
-            .map(|item| item.as_str().map(str::to_owned))
-            .collect::<Option<Vec<String>>>()
-    });
-    let valid = |name: &str| {
-        name.chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    };
-    match names {
-        Some(Some(names)) if names.iter().all(|name| valid(name)) => Ok(names),
-        _ => Err(expected(
-            "an array of variable names such as [\"DISABLE_AUTOUPDATER\"]",
-            value,
-        )),
-    }
-}
-
-fn copy_list(value: &toml::Value) -> Result<Vec<String>, ValueProblem> {
-    let Some(items) = value.as_array() else {
-        return Err(expected("an array of paths such as [\".env\"]", value));
-    };
-    let mut paths: Vec<String> = Vec::with_capacity(items.len());
-    for item in items {
-        let Some(path) = item.as_str() else {
-            return Err(ValueProblem::NotAPath { got: shown(item) });
-        };
-        let path = check_copy_path(path)?;
-        if paths.contains(&path) {
-            return Err(ValueProblem::ListedTwice { path });
-        }
-        paths.push(path);
-    }
-    Ok(paths)
-}
-
-/// Checks one `worktree.copy` entry by its text alone and returns it normalised (`./`
-/// and trailing `/` removed): relative, inside the repository, not in `.git`.
-pub fn check_copy_path(path: &str) -> Result<String, CopyPathError> {
-    let owned = || path.to_owned();
-    if path.chars().any(char::is_control) {
-        return Err(CopyPathError::ControlCharacter { path: owned() });
-    }
-    let mut parts: Vec<&str> = Vec::new();
-    for component in Path::new(path).components() {
-        match component {
-            Component::Normal(part) => match part.to_str() {
-                Some(part) => parts.push(part),
-                None => return Err(CopyPathError::NotUtf8 { path: owned() }),
-            },
-            Component::CurDir => {}
-            Component::ParentDir => return Err(CopyPathError::LeavesRepository { path: owned() }),
-            Component::RootDir | Component::Prefix(_) => {
-                return Err(CopyPathError::Absolute { path: owned() });
-            }
-        }
-    }
-    match parts.first() {
-        None => Err(CopyPathError::Empty { path: owned() }),
-        Some(&".git") => Err(CopyPathError::InsideGit { path: owned() }),
-        Some(_) => Ok(parts.join("/")),
-    }
 }
 
 #[cfg(test)]

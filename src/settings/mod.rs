@@ -14,5 +14,6 @@ pub mod config;
 pub mod options;
 pub mod template;
 pub mod trust;
+mod values;
 
 pub use options::{ModelChoice, ModelNames, Models, RunOptions, TurnCaps, WorktreeSetup};

@@ -97,6 +97,9 @@ pub struct RunOptions {
     /// Let sandboxed commands open internet sockets (`--allow-network`).
     #[serde(default)]
     pub allow_network: bool,
+    /// What `[sandbox]` changes of the read rule.
+    #[serde(default, skip_serializing_if = "sandbox_paths_unset")]
+    pub sandbox_paths: SandboxPaths,
     /// The environment workers' commands start from.
     #[serde(skip)]
     pub commands: CommandHost,
@@ -148,6 +151,7 @@ impl RunOptions {
             worker_pass_env: Vec::new(),
             sandbox: SandboxMode::On,
             allow_network: false,
+            sandbox_paths: SandboxPaths::default(),
             commands: CommandHost::default(),
             history: History::default(),
             check: None,
@@ -182,6 +186,11 @@ pub struct WorktreeSetup {
     /// Untracked files, relative to the repository root, copied into each worktree and
     /// never committed.
     pub copy: Vec<String>,
+    /// Ignored directories of the checkout (relative) every tree sees read-only, as
+    /// `[worktree] share` lists them; `None` before the run's start decided (it journals
+    /// what it found), and for runs journaled before the key existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub share: Option<Vec<String>>,
 }
 
 impl WorktreeSetup {
@@ -199,6 +208,7 @@ impl Default for WorktreeSetup {
             setup_timeout_s: DEFAULT_SETUP_TIMEOUT_S,
             per_worker: false,
             copy: Vec::new(),
+            share: None,
         }
     }
 }
@@ -227,6 +237,9 @@ pub struct CheckOptions {
     /// Fixer rounds a red result check gets before the run gives up on it.
     #[serde(default = "default_fix_attempts")]
     pub fix_attempts: u32,
+    /// Whether the check must pass on the base before any worker starts.
+    #[serde(default)]
+    pub base: BaseCheck,
 }
 
 impl CheckOptions {
@@ -238,8 +251,13 @@ impl CheckOptions {
             network: false,
             subtask: SubtaskCheck::default(),
             fix_attempts: DEFAULT_FIX_ATTEMPTS,
+            base: BaseCheck::default(),
         }
     }
+}
+
+fn sandbox_paths_unset(paths: &SandboxPaths) -> bool {
+    *paths == SandboxPaths::default()
 }
 
 fn default_check_timeout_s() -> u64 {
@@ -248,6 +266,31 @@ fn default_check_timeout_s() -> u64 {
 
 fn default_fix_attempts() -> u32 {
     DEFAULT_FIX_ATTEMPTS
+}
+
+/// Whether the check runs on the base first (`[check] base`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BaseCheck {
+    /// The check runs on the base while the lead plans; red there, the run stops before
+    /// any worker makes a model call.
+    #[default]
+    Require,
+    /// Not run on the base: for a project whose suite is known to be red.
+    Skip,
+}
+
+/// What `[sandbox]` changes of the sandbox's read rule, as written (absolute paths or
+/// `~/…`, expanded when commands are confined).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SandboxPaths {
+    /// Paths commands may not read, on top of the built-in list.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub deny_read: Vec<String>,
+    /// Paths commands may read though the built-in list (or `deny_read`) denies them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allow_read: Vec<String>,
 }
 
 /// What a red check on a subtask's own worktree means (`[check] subtask`).

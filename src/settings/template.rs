@@ -91,6 +91,14 @@ pub fn template() -> String {
 # a listed file that is missing or tracked stops the run at its start.
 # Default: none. Example below.
 # copy = [".env"]
+# Ignored directories of your checkout that hold the project's environment, relative to
+# the repository root: every worktree sees your copy at the same place, read-only, so
+# `.venv/bin/python -m pytest` or `node_modules/.bin/jest` works there without a copy
+# per worker (a worker's writes there fail). A listed directory that is missing or
+# tracked stops the run at its start. Default: `.venv`, `venv`, `node_modules` and every
+# other top-level virtualenv (a directory with a pyvenv.cfg) that exist and git does not
+# track; none when `setup` is set (it makes the environment in each tree). Example below.
+# share = [".venv"]
 # Where the worktrees go: <dir>/<run>/<n>, an absolute path outside any .git directory.
 # Default: the user's cache directory ($XDG_CACHE_HOME/grove or ~/.cache/grove; on macOS
 # ~/Library/Caches/grove), one folder per repository. Example below.
@@ -123,6 +131,21 @@ pub fn template() -> String {
 # subtask = "evidence"
 # Fixer rounds a red result check gets, 0 to {MAX_FIX_ATTEMPTS}.
 # fix_attempts = {DEFAULT_FIX_ATTEMPTS}
+# "require": the check runs on the base while the lead plans, and a red base stops the
+# run before any worker starts, saying why (a path the sandbox denied, a module or a
+# command not found, no network); "skip": for a suite known to be red.
+# base = "require"
+
+# What workers' commands may read. They read everything but your secrets: ~/.ssh,
+# ~/.gnupg, ~/.aws, cloud, registry and git credentials, keyrings, browser profiles,
+# shell histories, your checkout's files but its shared directories (see the README's
+# Sandbox section for the whole list).
+# [sandbox]
+# More paths they may not read: absolute, or in your home as ~/path. Default: none.
+# deny_read = ["~/private"]
+# Paths they may read though the list above hides them (said loudly at the run's start
+# and recorded in its journal). Default: none.
+# allow_read = ["~/.m2/settings.xml"]
 "#,
         openai_model = default_model(Provider::OpenAi),
         jobs = default_jobs(),

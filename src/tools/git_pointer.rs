@@ -55,15 +55,23 @@ impl GitPointer {
             return None;
         }
         Some(match replace_pointer(&self.path, original) {
-            Ok(()) => "[the command changed the worktree's `.git` file; grove restored it. \
-                       grove manages git for this worktree: leave `.git` alone]"
-                .to_owned(),
-            Err(error) => format!(
-                "[the command changed the worktree's `.git` file and grove could not restore \
-                 it ({error}); grove's own git never follows it]"
-            ),
+            Ok(()) => RESTORED_NOTE.to_owned(),
+            Err(error) => unrestored_note(&error),
         })
     }
+}
+
+/// What the model is told when its command changed the worktree's `.git` file.
+pub const RESTORED_NOTE: &str = "[the command changed the worktree's `.git` file; grove \
+                                 restored it. grove manages git for this worktree: leave \
+                                 `.git` alone]";
+
+/// What the model is told when the changed `.git` file could not be put back.
+pub fn unrestored_note(error: &std::io::Error) -> String {
+    format!(
+        "[the command changed the worktree's `.git` file and grove could not restore it \
+         ({error}); grove's own git never follows it]"
+    )
 }
 
 fn read_pointer(path: &Path) -> Option<Vec<u8>> {

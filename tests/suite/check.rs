@@ -24,7 +24,7 @@ use grove::run::{RunEnd, RunOptions, RunReport};
 use grove::settings::options::{CheckOptions, SubtaskCheck};
 use grove::store::RunStore;
 use grove::store::journal::{CheckRun, CheckStatus, ON_RESULT, SubtaskOutcome, VerdictKind};
-use grove::tools::sandbox::{self, CommandHost};
+use grove::tools::sandbox::{self, CommandHost, SandboxMode};
 
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
 use crate::support::git_fixture::GitFixture;
@@ -45,7 +45,7 @@ const ADD_MUL: &str = "Add mul.\nWRITE calc_mul.py def mul(a, b): return a * b";
 
 /// Whether this kernel can sandbox; false (test skipped) otherwise.
 fn sandbox_or_skip(test: &str) -> bool {
-    match sandbox::probe(&CommandHost::default()) {
+    match sandbox::probe(&CommandHost::default(), SandboxMode::On) {
         Ok(()) => true,
         Err(error) if std::env::var_os("GROVE_REQUIRE_SANDBOX").is_some() => {
             panic!("{test}: GROVE_REQUIRE_SANDBOX is set but the sandbox is unavailable: {error}")

@@ -124,7 +124,7 @@ fn invalid_config_errors_name_the_file_line_column_and_key() {
             "jobz = 4",
             "1:1: jobz: unknown field `jobz`, expected one of `provider`, `model`, `models`, \
              `jobs`, `max_turns`, `budget_tokens`, `subagent_budget_tokens`, `apply`, \
-             `worktree`, `workers`, `history`, `check`",
+             `worktree`, `workers`, `sandbox`, `history`, `check`",
         ),
         (
             "[check]\ntimeout_s = 60",
@@ -149,7 +149,7 @@ fn invalid_config_errors_name_the_file_line_column_and_key() {
         (
             "[check]\ncommand = \"make test\"\nretries = 2",
             "3:1: check.retries: unknown field `retries`, expected one of `command`, \
-             `timeout_s`, `network`, `subtask`, `fix_attempts`",
+             `timeout_s`, `network`, `subtask`, `fix_attempts`, `base`",
         ),
         (
             "[models]\nleed = \"x\"",
@@ -281,6 +281,9 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
             setup_timeout_s: Some(config::DEFAULT_SETUP_TIMEOUT_S),
             setup_per_worker: Some(false),
             copy: Some(vec![".env".into()]),
+            share: Some(vec![".venv".into()]),
+            deny_read: Some(vec!["~/private".into()]),
+            allow_read: Some(vec!["~/.m2/settings.xml".into()]),
             worktrees_dir: Some("/var/tmp/grove-worktrees".into()),
             worktree_mode: Some(grove::tools::tree::WorktreeMode::Auto),
             pass_env: Some(vec!["DISABLE_AUTOUPDATER".into()]),
@@ -296,6 +299,9 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
         subagent_budget_tokens: None,
         setup: None,
         copy: None,
+        share: None,
+        deny_read: None,
+        allow_read: None,
         worktrees_dir: None,
         pass_env: None,
         check: None,
@@ -601,6 +607,7 @@ fn options_journaled_before_worktree_setup_existed_still_read() {
             setup_timeout_s: 42,
             per_worker: true,
             copy: vec![".env".into()],
+            share: Some(vec![".venv".into()]),
         },
         ..RunOptions::new("t")
     };
@@ -691,7 +698,7 @@ async fn grove_run_takes_the_default_then_the_file_then_the_flag() {
                 "budget_tokens": null,
                 "subagent_budget_tokens": null,
                 "apply": true,
-                "worktree_setup": { "setup": null, "setup_timeout_s": 600, "copy": [] },
+                "worktree_setup": { "setup": null, "setup_timeout_s": 600, "copy": [], "share": [] },
                 "model_names": { "lead": default_model, "worker": default_model, "reviewer": default_model },
             })
         ),
@@ -712,7 +719,7 @@ async fn grove_run_takes_the_default_then_the_file_then_the_flag() {
                 "budget_tokens": 5000,
                 "subagent_budget_tokens": 700,
                 "apply": false,
-                "worktree_setup": { "setup": "true", "setup_timeout_s": 30, "copy": [] },
+                "worktree_setup": { "setup": "true", "setup_timeout_s": 30, "copy": [], "share": [] },
                 "model_names": { "lead": "file-lead", "worker": "file-model", "reviewer": "file-model" },
             })
         ),
@@ -748,7 +755,7 @@ async fn grove_run_takes_the_default_then_the_file_then_the_flag() {
                 "budget_tokens": 6000,
                 "subagent_budget_tokens": 800,
                 "apply": true,
-                "worktree_setup": { "setup": "true", "setup_timeout_s": 30, "copy": [] },
+                "worktree_setup": { "setup": "true", "setup_timeout_s": 30, "copy": [], "share": [] },
                 "model_names": { "lead": "flag-lead", "worker": "file-model", "reviewer": "file-model" },
             })
         ),

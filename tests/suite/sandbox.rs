@@ -21,7 +21,9 @@ use grove::event::EventSink;
 use grove::model::Provider;
 use grove::run::{Models, RunError, RunOptions};
 use grove::store::journal::SubtaskOutcome;
-use grove::tools::sandbox::{self, CommandHost, SandboxMode, SandboxPolicy, SandboxedExecutor};
+use grove::tools::sandbox::{
+    self, CommandHost, ProjectView, SandboxMode, SandboxPolicy, SandboxedExecutor,
+};
 use grove::tools::{
     CommandExecutor, ExecError, ExecRequest, OutputCap, Registry, ToolContext, ToolOutput, ToolSet,
     builtin_with_executor,
@@ -35,7 +37,7 @@ const SECRET: &str = "SECRET-KEY-MATERIAL-7f3a9c";
 
 /// Whether this kernel can sandbox; false (test skipped) otherwise.
 fn sandbox_or_skip(test: &str) -> bool {
-    match sandbox::probe(&CommandHost::default()) {
+    match sandbox::probe(&CommandHost::default(), SandboxMode::On) {
         Ok(()) => true,
         Err(error) if std::env::var_os("GROVE_REQUIRE_SANDBOX").is_some() => {
             panic!("{test}: GROVE_REQUIRE_SANDBOX is set but the sandbox is unavailable: {error}")
@@ -100,6 +102,17 @@ impl Scene {
 
     fn executor(&self, policy: SandboxPolicy) -> SandboxedExecutor {
         SandboxedExecutor::new(policy, self.env())
+    }
+
+    /// An executor for the worktrees of the repository `fixture`, as a run makes it:
+    /// the checkout hidden, git data read through grove's record of each worktree.
+    fn executor_for(&self, fixture: &GitFixture) -> SandboxedExecutor {
+        self.executor(SandboxPolicy::default())
+            .project(ProjectView {
+                checkout: Some(fixture.repo.clone()),
+                common_dir: Some(fixture.repo.join(".git")),
+                share: Vec::new(),
+            })
     }
 
     fn tools(&self, policy: SandboxPolicy) -> Registry {
@@ -312,8 +325,10 @@ async fn bash_cannot_read_the_users_secrets() {
 }
 
 #[tokio::test]
-async fn bash_has_no_network_unless_the_run_allows_it() {
-    let Some(scene) = Scene::confined("bash_has_no_network_unless_the_run_allows_it") else {
+async fn bash_reaches_no_host_service_unless_the_run_allows_the_network() {
+    let Some(scene) =
+        Scene::confined("bash_reaches_no_host_service_unless_the_run_allows_the_network")
+    else {
         return;
     };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -325,8 +340,8 @@ async fn bash_has_no_network_unless_the_run_allows_it() {
         .bash(&scene.tools(SandboxPolicy::default()), &connect, 10)
         .await;
     assert!(
-        denied.is_error && denied.content.contains("Operation not permitted"),
-        "an inet socket is refused: {}",
+        denied.is_error && denied.content.contains("Connection refused"),
+        "the host's 127.0.0.1 is not the command's: {}",
         denied.content
     );
     assert_eq!(
@@ -490,7 +505,7 @@ async fn a_command_the_sandbox_cannot_prepare_for_is_an_error_never_a_run() {
     assert!(!scene.outside.join("ran").exists(), "and nothing ran");
     assert!(
         matches!(
-            sandbox::probe(&CommandHost { env: Some(env) }),
+            sandbox::probe(&CommandHost { env: Some(env) }, SandboxMode::On),
             Err(sandbox::SandboxError::TempDir { .. })
         ),
         "the probe catches it before a run starts"
@@ -666,8 +681,8 @@ async fn a_prompt_injected_worker_can_neither_read_nor_send_the_users_key() {
         results[1]
     );
     assert!(
-        results[3].contains("Operation not permitted"),
-        "no socket to the collector could be opened: {}",
+        results[3].contains("Connection refused"),
+        "the collector on the host's loopback is not reachable from the command's own: {}",
         results[3]
     );
     assert_eq!(
@@ -970,12 +985,12 @@ async fn commands_cannot_read_the_repositorys_credentials_and_git_still_works() 
     else {
         return;
     };
-    let (_fixture, trees) = repository_with_worktrees(&format!(
+    let (fixture, trees) = repository_with_worktrees(&format!(
         "[url \"https://x-access-token:{SECRET}@github.com/\"]\n\tinsteadOf = https://github.com/\n\
          [http]\n\textraheader = AUTHORIZATION: basic {SECRET}\n"
     ));
     let result = run_in(
-        &scene.executor(SandboxPolicy::default()),
+        &scene.executor_for(&fixture),
         &trees[0],
         "cat \"$(git rev-parse --git-common-dir)/config\"; git config --get-regexp 'url|http'; \
          git status --short && git log --oneline -1 --format=%s && echo git-ok",
@@ -996,7 +1011,7 @@ async fn a_worker_sees_neither_another_subtasks_branch_nor_its_tmpdir() {
         return;
     };
     let (fixture, trees) = repository_with_worktrees("");
-    let executor = scene.executor(SandboxPolicy::default());
+    let executor = scene.executor_for(&fixture);
     let s1_tmp = run_in(&executor, &trees[0], "printf %s \"$TMPDIR\"")
         .await
         .output_text();

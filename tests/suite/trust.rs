@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use grove::settings::config::CONFIG_PATH;
 use grove::settings::trust::TrustStore;
-use grove::tools::sandbox::{self, CommandHost};
+use grove::tools::sandbox::{self, CommandHost, SandboxMode};
 
 use crate::support::fake_server::{FakeServer, RecordedRequest, Turn};
 use crate::support::git_fixture::GitFixture;
@@ -240,7 +240,7 @@ fn b64(bytes: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandboxed_worker_cannot_write_a_trust_record() {
-    if let Err(error) = sandbox::probe(&CommandHost::default()) {
+    if let Err(error) = sandbox::probe(&CommandHost::default(), SandboxMode::On) {
         assert!(
             std::env::var_os("GROVE_REQUIRE_SANDBOX").is_none(),
             "GROVE_REQUIRE_SANDBOX is set but the sandbox is unavailable: {error}"

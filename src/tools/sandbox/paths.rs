@@ -11,15 +11,91 @@ use std::path::{Path, PathBuf};
 
 use super::SandboxError;
 
-/// Dot-entries of a home directory that stay readable: toolchains a build needs. Each
-/// holds programs and caches, not credentials (cargo's credential files are hidden on
-/// their own, see [`HIDDEN_IN_TOOLCHAINS`]).
-pub const HOME_TOOLCHAIN_DIRS: &[&str] = &[
-    ".cargo", ".rustup", ".nvm", ".pyenv", ".rbenv", ".volta", ".bun", ".deno", ".sdkman",
+/// What commands may not read beneath a home directory: the user's identity and
+/// credentials. Everything else there stays readable (toolchains, package caches,
+/// virtualenvs under `~/.virtualenvs`, `~/.cache` or `~/.local/share`), as a build needs.
+///
+/// The list follows where tools keep credentials: SSH and GnuPG keys, cloud and cluster
+/// logins, registry tokens (`.npmrc`, `.pypirc`, cargo's credentials), git's credential
+/// stores and global config (its `url.*.insteadOf` tokens), keyrings, browser and
+/// password-manager profiles, shell histories, the agent CLIs' logins, and grove's own
+/// data (the trust records). `[sandbox] deny_read` adds to it, `allow_read` opens a path
+/// of it again.
+pub const DENIED_IN_HOME: &[&str] = &[
+    // Keys and logins.
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".docker",
+    ".dockercfg",
+    ".netrc",
+    ".vault-token",
+    ".terraform.d",
+    ".config/doctl",
+    ".s3cfg",
+    ".boto",
+    ".pki",
+    // Git and code hosts.
+    ".git-credentials",
+    ".gitconfig",
+    ".config/git",
+    ".config/gh",
+    ".config/hub",
+    // Package registries' tokens.
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".pypirc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    ".m2/settings.xml",
+    ".m2/settings-security.xml",
+    ".gradle/gradle.properties",
+    ".config/pip",
+    // Keyrings and password managers.
+    ".local/share/keyrings",
+    ".local/share/kwalletd",
+    ".password-store",
+    ".config/1Password",
+    ".config/Bitwarden",
+    ".config/keepassxc",
+    ".config/KeePassXC",
+    ".config/op",
+    // Browser and mail profiles (cookies, saved passwords).
+    ".mozilla",
+    ".thunderbird",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".config/BraveSoftware",
+    ".config/microsoft-edge",
+    ".config/vivaldi",
+    ".config/opera",
+    // Shell and REPL histories (commands typed with tokens in them).
+    ".bash_history",
+    ".zsh_history",
+    ".histfile",
+    ".python_history",
+    ".node_repl_history",
+    ".psql_history",
+    ".mysql_history",
+    ".sqlite_history",
+    ".local/share/fish",
+    // The agent CLIs' logins and a home `.env`.
+    ".claude",
+    ".claude.json",
+    ".codex",
+    ".gemini",
+    ".config/anthropic",
+    ".config/openai",
+    ".cache/huggingface/token",
+    ".env",
+    // grove's own data: the trust records.
+    ".local/share/grove",
 ];
-
-/// Credential files inside [`HOME_TOOLCHAIN_DIRS`], hidden even though their folder is not.
-const HIDDEN_IN_TOOLCHAINS: &[&str] = &[".cargo/credentials", ".cargo/credentials.toml"];
 
 /// System paths hidden from every command: `/dev` as a whole (the confinement grants the
 /// harmless devices one by one; a raw disk would bypass every file rule).
@@ -45,7 +121,8 @@ const SAFE_CORE_KEYS: &[&str] = &[
     "eol",
 ];
 
-/// The secret paths of `homes` and of the system, canonical, each once.
+/// The secret paths of `homes` ([`DENIED_IN_HOME`]) and of the system, canonical, each
+/// once; a path that does not exist is left out (there is nothing to hide).
 pub fn hidden_paths(homes: &[PathBuf]) -> Vec<PathBuf> {
     let mut hidden: Vec<PathBuf> = Vec::new();
     let mut push = |path: PathBuf| {
@@ -56,18 +133,8 @@ pub fn hidden_paths(homes: &[PathBuf]) -> Vec<PathBuf> {
         }
     };
     for home in homes {
-        let Ok(entries) = std::fs::read_dir(home) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with('.') && !HOME_TOOLCHAIN_DIRS.contains(&name.as_ref()) {
-                push(entry.path());
-            }
-        }
-        for inner in HIDDEN_IN_TOOLCHAINS {
-            push(home.join(inner));
+        for denied in DENIED_IN_HOME {
+            push(home.join(denied));
         }
     }
     for system in HIDDEN_SYSTEM_PATHS {
@@ -111,10 +178,32 @@ pub(super) fn private_dir(root: &Path, prefix: &str) -> Result<tempfile::TempDir
         })
 }
 
-/// What one worktree's commands may read of its repository's git data, found from the
-/// worktree's `.git` pointer.
+/// An empty, read-only file in `root`, made once: what covers a host socket.
+pub(super) fn empty_file(root: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = root.join("cover");
+    if std::fs::symlink_metadata(&path).is_ok_and(|meta| meta.is_file() && meta.len() == 0) {
+        return Some(path);
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .open(&path)
+        .ok()
+        .map(|_| path)
+}
+
+/// What one worktree's commands may read of its repository's git data, found from
+/// grove's own record: the admin dir under `<common>/worktrees/` that registered the
+/// worktree. Never from the worktree's `.git` pointer, which its commands can rewrite
+/// (a planted pointer to a "git dir" whose `commondir` is `$HOME` would make its `HEAD`
+/// ref, any file, readable).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct GitView {
+    /// The worktree's admin dir, as git registered it; `None`: no linked worktree of the
+    /// repository (nothing of its git data is granted, the pointer is left alone).
+    pub admin: Option<PathBuf>,
     /// Hidden: the common dir's `config` (credentials), every grove ref, reflog and
     /// worktree admin dir, and `packed-refs` when it names a grove ref.
     pub hide: Vec<PathBuf>,
@@ -128,12 +217,14 @@ pub(super) struct GitView {
 }
 
 impl GitView {
-    /// The view of the worktree at `worktree`; empty when it is no linked worktree.
-    pub(super) fn of(worktree: &Path) -> Self {
-        let Some(admin) = pointer_target(worktree) else {
+    /// The view of the worktree registered at `registered` (the worktree's path as
+    /// grove's own namespace shows it) in the repository whose common dir is `common`;
+    /// empty when none of its registrations names that directory.
+    pub(super) fn of(common: &Path, registered: &Path) -> Self {
+        let Ok(common) = common.canonicalize() else {
             return Self::default();
         };
-        let Some(common) = common_dir(&admin) else {
+        let Some(admin) = registered_admin_dir(&common, registered) else {
             return Self::default();
         };
         let mut hide = vec![
@@ -151,19 +242,13 @@ impl GitView {
             hide.push(packed);
         }
         let mut read = vec![admin.clone()];
-        let own_ref = std::fs::read_to_string(admin.join("HEAD"))
-            .ok()
-            .and_then(|head| {
-                head.trim()
-                    .strip_prefix("ref: ")
-                    .map(|name| common.join(name))
-            })
-            .filter(|path| path.is_file());
+        let own_ref = own_ref_file(&common, &admin);
         let ref_identity = own_ref.as_deref().and_then(identity_of);
         read.extend(own_ref);
         let config = Some(common.join("config")).filter(|path| path.is_file());
         hide.retain(|path| path.exists());
         Self {
+            admin: Some(admin),
             hide,
             read,
             config,
@@ -172,24 +257,36 @@ impl GitView {
     }
 
     /// The own ref file's current inode (see [`Self::ref_identity`]).
-    pub(super) fn current_ref_identity(worktree: &Path) -> Option<(u64, u64)> {
-        let admin = pointer_target(worktree)?;
-        let common = common_dir(&admin)?;
-        let head = std::fs::read_to_string(admin.join("HEAD")).ok()?;
-        identity_of(&common.join(head.trim().strip_prefix("ref: ")?))
+    pub(super) fn current_ref_identity(&self) -> Option<(u64, u64)> {
+        let admin = self.admin.as_deref()?;
+        let common = common_dir(admin)?;
+        identity_of(&own_ref_file(&common, admin)?)
     }
 }
 
-/// The admin dir the worktree's `.git` pointer names, canonical.
-fn pointer_target(worktree: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(worktree.join(".git")).ok()?;
-    let target = PathBuf::from(text.trim().strip_prefix("gitdir: ")?);
-    let target = if target.is_absolute() {
-        target
-    } else {
-        worktree.join(target)
-    };
-    target.canonicalize().ok()
+/// The admin dir under `<common>/worktrees/` whose `gitdir` file names
+/// `registered/.git`, compared by file identity (any spelling of the path).
+fn registered_admin_dir(common: &Path, registered: &Path) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let wanted = identity_of(registered)?;
+    let entries = std::fs::read_dir(common.join("worktrees")).ok()?;
+    entries.flatten().map(|entry| entry.path()).find(|admin| {
+        std::fs::read(admin.join("gitdir")).is_ok_and(|gitdir| {
+            let line = gitdir.trim_ascii_end();
+            let dot_git = Path::new(std::ffi::OsStr::from_bytes(line));
+            dot_git.parent().and_then(identity_of) == Some(wanted)
+        })
+    })
+}
+
+/// The ref file the admin dir's `HEAD` names, when it is a file in `common`.
+fn own_ref_file(common: &Path, admin: &Path) -> Option<PathBuf> {
+    let head = std::fs::read_to_string(admin.join("HEAD")).ok()?;
+    let name = head.trim().strip_prefix("ref: ")?;
+    let path = common.join(name);
+    // A ref name never climbs out of the common dir; the admin dir is grove's and git's
+    // alone (commands cannot write it), so this guards only against a corrupt file.
+    (!name.split('/').any(|part| part == "..") && path.is_file()).then_some(path)
 }
 
 /// The common dir an admin dir's `commondir` file names, canonical.
@@ -256,15 +353,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hidden_paths_take_every_home_dot_entry_but_the_toolchains() {
+    fn hidden_paths_are_the_homes_secret_stores_and_nothing_a_build_reads() {
         let home = tempfile::tempdir().unwrap();
-        for dir in [".ssh", ".aws", ".config", ".cargo", ".rustup", "projects"] {
-            std::fs::create_dir(home.path().join(dir)).unwrap();
+        for dir in [
+            ".ssh",
+            ".aws",
+            ".config/gh",
+            ".config/nvim",
+            ".cargo",
+            ".rustup",
+            ".cache/pip",
+            ".virtualenvs/app/bin",
+            ".local/share/grove/trust",
+            ".local/share/virtualenvs",
+            "projects",
+        ] {
+            std::fs::create_dir_all(home.path().join(dir)).unwrap();
         }
         for file in [
             ".bashrc",
             ".gitconfig",
+            ".npmrc",
+            ".bash_history",
             ".cargo/credentials.toml",
+            ".cargo/config.toml",
             "notes.txt",
         ] {
             std::fs::write(home.path().join(file), "x").unwrap();
@@ -276,10 +388,12 @@ mod tests {
             .collect();
         let mut expected: Vec<PathBuf> = [
             ".aws",
-            ".bashrc",
+            ".bash_history",
             ".cargo/credentials.toml",
-            ".config",
+            ".config/gh",
             ".gitconfig",
+            ".local/share/grove",
+            ".npmrc",
             ".ssh",
         ]
         .iter()
@@ -288,7 +402,8 @@ mod tests {
         expected.sort();
         assert_eq!(
             hidden, expected,
-            "secrets are hidden; toolchains and plain files stay readable"
+            "credential stores, histories and grove's data are hidden; toolchains, caches, \
+             virtualenvs, editor config, rc files and plain files stay readable"
         );
     }
 

@@ -5,10 +5,11 @@
 //! command a confinement built for another directory, or for an own ref that git has
 //! replaced since (the read rule would hold the old file).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
 use super::linux;
+use super::paths::GitView;
 
 /// What a prepared confinement was built for: the worktree directory and its own ref
 /// file (each device and inode).
@@ -20,6 +21,14 @@ pub(super) struct PreparedWorktree {
     pub confinement: linux::Confinement,
     /// The commands' `TMPDIR`, emptied after each.
     pub temp_dir: tempfile::TempDir,
+    /// Python's bytecode caches (`PYTHONPYCACHEPREFIX`), kept between commands.
+    pub pycache: tempfile::TempDir,
+    /// The tree's copies of the checkout's editable sources, first on Python's path.
+    pub python_path: Vec<PathBuf>,
+    /// The shared directories bound into the tree, relative to its root.
+    pub shared: Vec<PathBuf>,
+    /// The worktree's git view, from grove's record of its registration.
+    pub git: GitView,
     /// Holds the sanitized git config mounted over the repository's; read-only to
     /// commands.
     pub _git_dir: Option<tempfile::TempDir>,
@@ -53,6 +62,18 @@ impl PreparedWorktree {
                 Err(_) => false,
             }
         })
+    }
+
+    /// Makes the directory each shared directory is bound onto, in the tree at `root` (as
+    /// grove reaches it): an empty directory, which git does not record. One that is
+    /// there already in any shape is left as it is.
+    pub(super) fn make_mount_points(&self, root: &Path) {
+        for relative in &self.shared {
+            let point = root.join(relative);
+            if std::fs::symlink_metadata(&point).is_err() {
+                let _ = std::fs::create_dir_all(&point);
+            }
+        }
     }
 
     pub(super) fn temp_dir_is_empty(&self) -> bool {

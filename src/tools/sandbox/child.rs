@@ -1,0 +1,380 @@
+//! What one command's process does between `fork` and `exec`, on data grove prepared
+//! before the fork.
+//!
+//! This file owns the system calls of a confined command's own process: it joins the
+//! pids cgroup, enters a user namespace (or a copy-on-write tree's), builds its mount
+//! view (the sanitized git config, the project's shared directories read-only, every
+//! host socket covered), enters a network namespace of its own with `lo` up, lowers its
+//! rlimits, restricts itself with the ready Landlock rulesets and installs the ready
+//! seccomp filter. The child is a copy of a multi-threaded process, so it never
+//! allocates or locks; every step either succeeds or the child writes why on its stderr
+//! and exits with [`REFUSED_EXIT_CODE`]. It must never `exec` the command after a step
+//! that protects the user failed.
+
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsFd as _, OwnedFd};
+use std::sync::Arc;
+
+use landlock::{RulesetCreated, RulesetStatus};
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::libc;
+use nix::sched::{CloneFlags, unshare};
+use nix::sys::resource::{Resource, getrlimit, setrlimit};
+use nix::sys::stat::Mode;
+use seccompiler::BpfProgram;
+
+use super::{REFUSED_EXIT_CODE, REFUSED_PREFIX, SandboxPolicy};
+use crate::tools::tree::namespace::Entry;
+
+/// How a command reaches the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NetworkPlan {
+    /// A network namespace of its own with `lo` up: servers on 127.0.0.1 work, and only
+    /// the command's own loopback is there (no host service, no other command's, no
+    /// internet).
+    OwnLoopback,
+    /// The host's network (`--allow-network`).
+    Host,
+    /// No namespace (`--sandbox no-loopback`): the filter refuses the sockets instead.
+    Refused,
+}
+
+/// A directory of the project's environment bound read-only into the tree.
+#[derive(Debug)]
+pub(super) struct ReadOnlyBind {
+    pub source: CString,
+    pub target: CString,
+    /// The flags of the remount that makes the bind read-only: the source mount's own
+    /// (`nosuid`, `nodev`, … stay locked in a user namespace and must be repeated).
+    pub remount_flags: libc::c_ulong,
+}
+
+/// The mounts one worktree's commands see, prepared once per worktree.
+#[derive(Debug, Default)]
+pub(super) struct MountPlan {
+    /// Sanitized copies bound over the files they stand for. Best effort: a target that
+    /// stays as it is stays hidden by the Landlock rules.
+    pub copies: Vec<(CString, CString)>,
+    /// The project's shared directories (`[worktree] share`), bound read-only.
+    pub shared: Vec<ReadOnlyBind>,
+}
+
+/// Host sockets one command must not reach, each covered by an empty file.
+#[derive(Debug, Default)]
+pub(super) struct SocketCovers {
+    /// The empty, read-only file bound over each socket.
+    pub empty_file: Option<CString>,
+    pub sockets: Vec<CString>,
+}
+
+/// What one command's process does between `fork` and `exec`.
+pub(super) struct ChildSteps {
+    pub cgroup_procs: Vec<OwnedFd>,
+    pub filesystem: Option<RulesetCreated>,
+    pub scopes: Option<RulesetCreated>,
+    pub filter: Arc<BpfProgram>,
+    pub policy: SandboxPolicy,
+    pub network: NetworkPlan,
+    pub uid_map: Vec<u8>,
+    pub gid_map: Vec<u8>,
+    /// Whether grove runs as root: namespaces then need no user namespace.
+    pub root: bool,
+    pub mounts: Arc<MountPlan>,
+    pub covers: SocketCovers,
+    /// The copy-on-write tree's namespaces to join instead of a user namespace of its own.
+    pub join: Option<Entry>,
+}
+
+impl ChildSteps {
+    /// The same steps, joining a copy-on-write tree's user and mount namespaces (see
+    /// `tree::namespace`) where they would have entered a user namespace of their own.
+    pub(super) fn joining(mut self, entry: Entry) -> Self {
+        self.join = Some(entry);
+        self
+    }
+
+    /// The same steps, covering `covers` too.
+    pub(super) fn covering(mut self, covers: SocketCovers) -> Self {
+        self.covers = covers;
+        self
+    }
+
+    /// Confines the calling (child) process, or ends it with [`REFUSED_EXIT_CODE`].
+    fn apply(&mut self) {
+        for procs in &self.cgroup_procs {
+            // "0" moves the writer itself; the shell and its children are born inside.
+            if let Err(errno) = nix::unistd::write(procs, b"0") {
+                refuse("joining the command's cgroup", errno);
+            }
+        }
+        // Before Landlock: writing the id maps is a file write the ruleset would refuse,
+        // and a sandboxed process may not mount.
+        // A tree's commands must see its overlay: they join its host's namespaces (the
+        // user namespace is then the tree's, shared by its commands), or refuse.
+        let (own_user_namespace, own_mounts) = match &self.join {
+            Some(entry) => match entry.join() {
+                Ok(()) => (true, true),
+                Err((step, errno)) => refuse(step, errno),
+            },
+            None => {
+                let user = self.enter_user_namespace();
+                (user, false)
+            }
+        };
+        let can_mount = own_user_namespace || self.root;
+        // Without namespaces (`--sandbox no-loopback` on a system that has none) the
+        // filter refuses the sockets these steps would otherwise confine.
+        let required = self.network != NetworkPlan::Refused;
+        if can_mount {
+            self.build_mount_view(own_mounts, required);
+        } else if required {
+            refuse("entering a user namespace", Errno::EPERM);
+        }
+        if self.network == NetworkPlan::OwnLoopback
+            && let Err((step, errno)) = enter_own_loopback()
+        {
+            refuse(step, errno);
+        }
+        self.lower_limits(own_user_namespace);
+        match self.filesystem.take().map(RulesetCreated::restrict_self) {
+            Some(Ok(status)) if status.ruleset == RulesetStatus::FullyEnforced => {}
+            Some(Ok(_)) => refuse("enforcing the Landlock ruleset in full", Errno::ENOTSUP),
+            Some(Err(error)) => refuse("enforcing the Landlock ruleset", errno_of(&error)),
+            None => refuse("enforcing the Landlock ruleset", Errno::EBADF),
+        }
+        if let Some(Err(error)) = self.scopes.take().map(RulesetCreated::restrict_self) {
+            refuse("enforcing the Landlock scopes", errno_of(&error));
+        }
+        if let Err(error) = seccompiler::apply_filter(&self.filter) {
+            refuse("installing the seccomp filter", errno_of(&error));
+        }
+    }
+
+    /// Moves this process into a new user namespace that maps only its own user and group.
+    ///
+    /// It keeps the same files and owners, but drops every capability over the rest of
+    /// the system (raw devices, `/proc/kcore`, other users' files), and makes the kernel
+    /// count `RLIMIT_NPROC` for this namespace alone, even for root. It also owns the
+    /// mount and network namespaces the command gets next.
+    fn enter_user_namespace(&self) -> bool {
+        unshare(CloneFlags::CLONE_NEWUSER).is_ok()
+            && write_proc_file(c"/proc/self/setgroups", b"deny")
+            && write_proc_file(c"/proc/self/uid_map", &self.uid_map)
+            && write_proc_file(c"/proc/self/gid_map", &self.gid_map)
+    }
+
+    /// Builds the command's own mount view: the sanitized copies (best effort), the
+    /// shared directories read-only, and an empty file over every host socket. In a
+    /// mount namespace of this process's own (`in_own` when joining a tree made one), so
+    /// nothing outside sees it. `required`: a failure refuses the command.
+    #[allow(unsafe_code)]
+    fn build_mount_view(&self, in_own: bool, required: bool) {
+        if !in_own && let Err(errno) = unshare(CloneFlags::CLONE_NEWNS) {
+            if required {
+                refuse("entering a mount namespace", errno);
+            }
+            return;
+        }
+        let none = std::ptr::null();
+        // SAFETY: mount(2) on C strings built before the fork; no allocation.
+        let mount = |source: *const libc::c_char,
+                     target: &CStr,
+                     flags: libc::c_ulong|
+         -> Result<(), Errno> {
+            let done =
+                unsafe { libc::mount(source, target.as_ptr(), none, flags, std::ptr::null()) };
+            Errno::result(done).map(drop)
+        };
+        // Private: the mounts must not propagate back to grove's namespace.
+        if let Err(errno) = mount(none, c"/", libc::MS_REC | libc::MS_PRIVATE)
+            && required
+        {
+            refuse("making the command's mounts private", errno);
+        }
+        for (source, target) in &self.mounts.copies {
+            let _ = mount(source.as_ptr(), target, libc::MS_BIND);
+        }
+        for bind in &self.mounts.shared {
+            // A share whose bind fails is missing (the command reads an empty directory);
+            // one bound but left writable would write the user's copy: refused.
+            if mount(bind.source.as_ptr(), &bind.target, libc::MS_BIND).is_ok()
+                && let Err(errno) = mount(none, &bind.target, bind.remount_flags)
+            {
+                refuse("binding a shared directory read-only", errno);
+            }
+        }
+        if let Some(empty) = &self.covers.empty_file {
+            for socket in &self.covers.sockets {
+                match mount(empty.as_ptr(), socket, libc::MS_BIND) {
+                    // Gone since grove listed it, or not reachable by that path: nothing
+                    // to cover.
+                    Ok(()) | Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => {}
+                    Err(errno) if required => refuse("covering a host socket", errno),
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+
+    fn lower_limits(&self, own_namespace: bool) {
+        lower_limit(Resource::RLIMIT_FSIZE, self.policy.max_file_bytes);
+        lower_limit(Resource::RLIMIT_CORE, 0);
+        // Outside its own namespace RLIMIT_NPROC counts all of the user's processes, so a
+        // low value would break a busy desktop; it is then left as it is.
+        if own_namespace {
+            lower_limit(Resource::RLIMIT_NPROC, self.policy.max_processes);
+        }
+    }
+}
+
+/// Enters a network namespace of this process's own and brings its loopback up: it
+/// then has `lo` (127.0.0.1 and ::1) and nothing else.
+#[allow(unsafe_code)]
+fn enter_own_loopback() -> Result<(), (&'static str, Errno)> {
+    unshare(CloneFlags::CLONE_NEWNET)
+        .map_err(|errno| ("entering a network namespace of its own", errno))?;
+    // SAFETY: plain system calls on a zeroed `ifreq` on the stack; the descriptor is
+    // closed on every path.
+    unsafe {
+        let socket = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if socket < 0 {
+            return Err(("opening a socket to bring the loopback up", Errno::last()));
+        }
+        let mut request: libc::ifreq = std::mem::zeroed();
+        for (slot, byte) in request.ifr_name.iter_mut().zip(b"lo") {
+            *slot = *byte as libc::c_char;
+        }
+        request.ifr_ifru.ifru_flags =
+            (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as libc::c_short;
+        let done = libc::ioctl(socket, libc::SIOCSIFFLAGS as _, &request);
+        let errno = Errno::last();
+        libc::close(socket);
+        if done < 0 {
+            return Err(("bringing the loopback up", errno));
+        }
+    }
+    Ok(())
+}
+
+/// Makes `command`'s process take `steps` between `fork` and `exec`.
+#[allow(unsafe_code)]
+pub(super) fn confine_at_exec(command: &mut std::process::Command, mut steps: ChildSteps) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: the hook runs in the forked child, where only async-signal-safe work is
+    // sound. `ChildSteps::apply` makes system calls on data built before the fork; it
+    // neither allocates nor takes a lock, and on failure it writes a fixed message and
+    // leaves with `_exit`, running no exit handler.
+    unsafe {
+        command.pre_exec(move || {
+            steps.apply();
+            Ok(())
+        });
+    }
+}
+
+fn write_proc_file(path: &CStr, text: &[u8]) -> bool {
+    let Ok(file) = nix::fcntl::open(path, OFlag::O_WRONLY | OFlag::O_CLOEXEC, Mode::empty()) else {
+        return false;
+    };
+    nix::unistd::write(&file, text).is_ok_and(|written| written == text.len())
+}
+
+fn lower_limit(resource: Resource, wanted: u64) {
+    let (soft, hard) = match getrlimit(resource) {
+        Ok(limits) => limits,
+        Err(errno) => refuse("reading a resource limit", errno),
+    };
+    let hard = hard.min(wanted);
+    if let Err(errno) = setrlimit(resource, soft.min(hard), hard) {
+        refuse("setting a resource limit", errno);
+    }
+}
+
+/// The system error beneath `error`, found without allocating.
+fn errno_of(error: &(dyn std::error::Error + 'static)) -> Errno {
+    let mut cause = Some(error);
+    while let Some(current) = cause {
+        if let Some(code) = current
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+        {
+            return Errno::from_raw(code);
+        }
+        cause = current.source();
+    }
+    Errno::UnknownErrno
+}
+
+/// Tells why on stderr and ends the child before it runs the command.
+#[allow(unsafe_code)]
+fn refuse(step: &str, errno: Errno) -> ! {
+    let stderr = std::io::stderr();
+    for part in [REFUSED_PREFIX, step, " failed: ", errno.desc(), "\n"] {
+        let _ = nix::unistd::write(stderr.as_fd(), part.as_bytes());
+    }
+    // SAFETY: `_exit` ends the process at once, without the exit handlers a forked copy of
+    // a multi-threaded process must not run.
+    unsafe { libc::_exit(i32::from(REFUSED_EXIT_CODE)) }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::tools::sandbox::linux::{Confinement, PathRules};
+
+    #[test]
+    fn a_step_that_fails_in_the_child_refuses_and_runs_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let rules = PathRules {
+            write: vec![root.clone()],
+            read: Vec::new(),
+            hide: Vec::new(),
+            mounts: Vec::new(),
+            shared: Vec::new(),
+        };
+        let confinement = match Confinement::prepare(&rules, SandboxPolicy::default()) {
+            Ok(confinement) => confinement,
+            Err(error) => {
+                assert!(
+                    std::env::var_os("GROVE_REQUIRE_SANDBOX").is_none(),
+                    "GROVE_REQUIRE_SANDBOX is set but the sandbox is unavailable: {error}"
+                );
+                return;
+            }
+        };
+        let run = |cgroup_procs: Vec<OwnedFd>| {
+            let mut command = std::process::Command::new("/bin/sh");
+            command
+                .args(["-c", "echo ran > ran"])
+                .current_dir(&root)
+                .stderr(std::process::Stdio::piped());
+            confine_at_exec(&mut command, confinement.steps(cgroup_procs).unwrap());
+            let output = command.output().unwrap();
+            (
+                output.status.code(),
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+                root.join("ran").exists(),
+            )
+        };
+        // A `cgroup.procs` that cannot be written: the first step fails.
+        let read_only = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        assert_eq!(
+            run(vec![read_only]),
+            (
+                Some(i32::from(REFUSED_EXIT_CODE)),
+                "grove sandbox: joining the command's cgroup failed: Bad file number\n".to_owned(),
+                false
+            ),
+            "a failed step ends the child with the refusal code and its reason, before the \
+             command runs"
+        );
+        assert_eq!(
+            run(Vec::new()),
+            (Some(0), String::new(), true),
+            "the same confinement without the failing step runs the command"
+        );
+    }
+}
