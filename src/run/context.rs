@@ -17,6 +17,7 @@ use crate::agent::{AgentRun, AgentSpec, Ledger, LoopInput, TurnObserver, run_age
 use crate::event::{AgentId, Event, EventSink};
 use crate::git::{CommitId, Repo, RunId, WorktreeSpec};
 use crate::model::Message;
+use crate::run::base_check::BaseGate;
 use crate::run::id::SubtaskId;
 use crate::settings::config::check_copy_path;
 use crate::settings::options::{ModelChoice, RunOptions};
@@ -60,6 +61,8 @@ pub(crate) struct RunContext {
     pub(crate) journal: RunJournal,
     pub(crate) budget: Budget,
     pub(crate) pause: Pause,
+    /// Open once the check passed on the base (or needs not): workers wait for it.
+    pub(crate) base_gate: BaseGate,
 }
 
 impl RunContext {

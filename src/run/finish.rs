@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 
 use crate::agent::Ledger;
 use crate::git::{ApplyOutcome, ApplyRequest, GitError, RefusalReason};
+use crate::run::base_check::BASE_RED;
 use crate::run::context::{DISK_FULL, RunContext};
 use crate::run::history;
 use crate::run::lead::{LeadEnd, LeadFailure};
@@ -130,8 +131,11 @@ pub(crate) async fn finish(
 /// How the run ended, and why it did not finish when it did not (for the person).
 fn status(ctx: &RunContext, failure: Option<LeadFailure>) -> (RunEnd, Option<String>) {
     match (failure, ctx.pause.reason()) {
-        // A full disk pauses the run whatever the lead did: never a partial apply.
-        (_, Some(reason)) if reason.starts_with(DISK_FULL) => (RunEnd::Paused, Some(reason)),
+        // A full disk or a red base pauses the run whatever the lead did: never a
+        // partial apply; the reason says what to do.
+        (_, Some(reason)) if reason.starts_with(DISK_FULL) || reason.starts_with(BASE_RED) => {
+            (RunEnd::Paused, Some(reason))
+        }
         (Some(LeadFailure::Interrupted), Some(reason)) => (
             RunEnd::Paused,
             Some(format!(

@@ -2,6 +2,8 @@
 //!
 //! - [`start`] — repository checks, base = HEAD, the lock, the journal, the executor for
 //!   workers' commands; the result is one immutable [`context::RunContext`].
+//! - [`base_check`] — the check on the base while the lead plans: red, the run pauses
+//!   before any worker makes a model call, saying why ([`check_diagnosis`]).
 //! - [`lead`] — the lead's loop: read-only tools plus `delegate` ([`delegate`]), which
 //!   hands each call to [`subtask`], one subtask's pipeline of stages; approved work
 //!   merges in subtask order through the [`merge_queue`].
@@ -19,7 +21,9 @@
 //! the lead, and never touch the user's branch before the end.
 
 pub mod agents;
+pub(crate) mod base_check;
 pub mod check;
+pub(crate) mod check_diagnosis;
 pub(crate) mod check_tree;
 pub mod checkout;
 pub(crate) mod context;
@@ -121,6 +125,8 @@ async fn lead_then_finish(
         let lead = LeadEnd::failed(LeadError::ResultBranch { source });
         return finish::finish(ctx, Vec::new(), lead, ResultCheck::NotRun).await;
     }
+    // While the lead plans; workers wait for its verdict.
+    let base_checked = tokio::spawn(base_check::check_base(Arc::clone(ctx)));
     let mut history = None;
     if let Some(state) = &resumed {
         if let Err(source) = subtasks.resume(state).await {
@@ -131,6 +137,11 @@ async fn lead_then_finish(
     }
     let lead = lead::run_lead(ctx, &subtasks, history).await;
     subtasks.wait().await;
+    match base_checked.await {
+        Ok(Ok(())) => {}
+        Ok(Err(source)) => return Err(FinishError::Store(source)),
+        Err(error) => ctx.note(format!("the check on the base stopped: {error}")),
+    }
     // Before the branch may move: the check on the merged result, and its fixers.
     let stopped = matches!(lead.failure, Some(LeadFailure::Interrupted));
     let checked = result_check::check_result(ctx, &subtasks, stopped).await?;

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use crate::git::{CommitId, GitError};
+use crate::run::base_check::red_without_any_subtask;
 use crate::run::check_tree::{TreeCheckError, check_commit};
 use crate::run::context::RunContext;
 use crate::run::culprit::{Candidate, culprit_from_runs, find_culprit};
@@ -44,6 +45,9 @@ pub(crate) enum ResultCheck {
     Failed {
         run: CheckRun,
         culprit: Option<Culprit>,
+        /// Set when it fails the same way on the base, without any subtask: the
+        /// environment's failure, which no fixer was sent after (the message).
+        environment: Option<String>,
     },
     /// The check could not give a verdict (its worktree, its setup, the command): the
     /// result is not applied unchecked.
@@ -90,6 +94,17 @@ pub(crate) async fn check_result(
         Ok(run) => run,
         Err(stop) => return Ok(stop),
     };
+    match verdict(ctx, red_without_any_subtask(ctx, check, &red).await)? {
+        Ok(Some(environment)) => {
+            return Ok(ResultCheck::Failed {
+                run: red,
+                culprit: None,
+                environment: Some(environment),
+            });
+        }
+        Ok(None) => {}
+        Err(stop) => return Ok(stop),
+    }
     let reports = subtasks.reports();
     let merged: Vec<SubtaskReport> = reports
         .iter()
@@ -106,6 +121,7 @@ pub(crate) async fn check_result(
         return Ok(ResultCheck::Failed {
             run: red,
             culprit: culprit_from_runs(&ctx.journal.checks()),
+            environment: None,
         });
     }
     let candidates = candidates(ctx, &merged).await;
@@ -148,7 +164,11 @@ pub(crate) async fn check_result(
             Err(stop) => return Ok(stop),
         };
     }
-    Ok(ResultCheck::Failed { run: red, culprit })
+    Ok(ResultCheck::Failed {
+        run: red,
+        culprit,
+        environment: None,
+    })
 }
 
 /// Sorts what a check on a tree gave: a value, a stop of the run (`Err`: interrupted,
@@ -224,9 +244,18 @@ async fn candidates(ctx: &RunContext, merged: &[SubtaskReport]) -> Vec<Candidate
 pub(crate) fn held_back(ctx: &RunContext, checked: &ResultCheck) -> Option<String> {
     let command = ctx.options.check.as_ref().map(|c| c.command.as_str());
     match (checked, command) {
-        (ResultCheck::Failed { run, .. }, Some(command)) => Some(format!(
-            "the result's check `{command}` failed ({})",
-            run.ended
+        (
+            ResultCheck::Failed {
+                run, environment, ..
+            },
+            Some(command),
+        ) => Some(format!(
+            "the result's check `{command}` failed ({}){}",
+            run.ended,
+            environment
+                .as_ref()
+                .map(|why| format!("; {why}"))
+                .unwrap_or_default()
         )),
         (ResultCheck::Unchecked { reason }, _) => {
             Some(format!("the result could not be checked: {reason}"))

@@ -225,6 +225,7 @@ impl TestRun {
             journal: RunJournal::new(active),
             budget: Budget::new(options.budget_tokens),
             pause: Pause::default(),
+            base_gate: crate::run::base_check::BaseGate::default(),
             repo,
             run,
             base,

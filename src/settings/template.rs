@@ -115,7 +115,19 @@ pub fn template() -> String {
 # credentials, e.g. a CLI's own settings. Default: none. Example below.
 # pass_env = ["DISABLE_AUTOUPDATER"]
 
-# The project's check: the command that says whether a tree is green. It runs sandboxed
+"#,
+        openai_model = default_model(Provider::OpenAi),
+        jobs = default_jobs(),
+        lead = caps.lead,
+        worker = caps.worker,
+        reviewer = caps.reviewer,
+    ) + &check_and_sandbox()
+}
+
+/// The `[check]` and `[sandbox]` tables of [`template`].
+fn check_and_sandbox() -> String {
+    format!(
+        r#"# The project's check: the command that says whether a tree is green. It runs sandboxed
 # like the agents' bash tool, after the setup: on each subtask's worktree (its result is
 # shown to the reviewer) and on the merged result before your branch moves (red: a fixer
 # subtask tries to make it green; still red, your branch is not moved).
@@ -124,7 +136,9 @@ pub fn template() -> String {
 # command = "cargo test"
 # Seconds it may run, 1 to {MAX_CHECK_TIMEOUT_S}; past it the check counts as red.
 # timeout_s = {DEFAULT_CHECK_TIMEOUT_S}
-# Whether it may open internet sockets; true needs `grove trust`, like a setup command.
+# Whether it may use the network: on the merged result only (a subtask's check runs code
+# no reviewer has approved yet, and never gets it); true needs `grove trust`, like a
+# setup command.
 # network = false
 # "evidence": a subtask's red check is shown to its reviewer, who weighs it (a piece of
 # a refactor may fail alone); "require": a subtask's red check rejects it.
@@ -146,12 +160,7 @@ pub fn template() -> String {
 # Paths they may read though the list above hides them (said loudly at the run's start
 # and recorded in its journal). Default: none.
 # allow_read = ["~/.m2/settings.xml"]
-"#,
-        openai_model = default_model(Provider::OpenAi),
-        jobs = default_jobs(),
-        lead = caps.lead,
-        worker = caps.worker,
-        reviewer = caps.reviewer,
+"#
     )
 }
 

@@ -195,6 +195,9 @@ pub struct CheckRun {
 /// What `on` of a [`CheckRun`] on the merged result says.
 pub const ON_RESULT: &str = "result";
 
+/// What `on` of a [`CheckRun`] on the run's base commit says (before any change).
+pub const ON_BASE: &str = "base";
+
 /// How `on` of a [`CheckRun`] on the result rebuilt without some subtasks (and without
 /// any that built on them) starts: `result without S2`, `result without S2, S3`.
 pub const ON_RESULT_WITHOUT: &str = "result without ";

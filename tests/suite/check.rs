@@ -23,7 +23,9 @@ use grove::report::PriceTable;
 use grove::run::{RunEnd, RunOptions, RunReport};
 use grove::settings::options::{CheckOptions, SubtaskCheck};
 use grove::store::RunStore;
-use grove::store::journal::{CheckRun, CheckStatus, ON_RESULT, SubtaskOutcome, VerdictKind};
+use grove::store::journal::{
+    CheckRun, CheckStatus, ON_BASE, ON_RESULT, SubtaskOutcome, VerdictKind,
+};
 use grove::tools::sandbox::{self, CommandHost, SandboxMode};
 
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
@@ -148,7 +150,7 @@ fn subtask_checks(report: &RunReport) -> Vec<CheckRun> {
         .check
         .runs
         .iter()
-        .filter(|run| run.on != ON_RESULT)
+        .filter(|run| run.on != ON_RESULT && run.on != ON_BASE)
         .map(|run| CheckRun {
             seconds: 0.0,
             ..run.clone()
@@ -216,6 +218,17 @@ async fn each_reviewer_sees_its_check_and_a_red_piece_of_a_refactor_may_still_me
             ),
         ],
         "subtask = \"evidence\": the reviewer weighs a red check and may merge over it"
+    );
+    assert_eq!(
+        report
+            .check
+            .runs
+            .iter()
+            .filter(|run| run.on == ON_BASE)
+            .map(|run| run.status)
+            .collect::<Vec<_>>(),
+        vec![CheckStatus::Passed],
+        "the check ran once on the base, green, before any worker's work counted"
     );
     let checks = subtask_checks(&report);
     assert_eq!(
@@ -435,15 +448,18 @@ async fn a_check_that_times_out_or_cannot_find_its_program_is_red_evidence() {
 
 const NET_BRIEFS: &[(&str, Option<&str>)] = &[("Reach out.\nWRITE net.flag yes", None)];
 
-/// The check's attempt on a loopback TCP listener, and whether the listener saw it.
-async fn check_reaching_a_listener(network: bool) -> (CheckRun, bool) {
+/// The check's attempts on a TCP listener of the host's loopback: the subtask's check and
+/// the result's first one, and how many connections the listener saw.
+async fn check_reaching_a_listener(network: bool) -> (CheckRun, CheckRun, usize) {
     let fixture = package();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     listener.set_nonblocking(true).unwrap();
-    let server = server(NET_BRIEFS, true).await;
+    // The reviewer approves over the red check, so that the result is checked too.
+    let server = server(NET_BRIEFS, false).await;
     let check = CheckOptions {
         network,
+        fix_attempts: 0,
         ..CheckOptions::new(format!(
             "if [ -f net.flag ]; then python3 -c \"import socket; \
              socket.create_connection(('127.0.0.1', {port}), timeout=5); print('CONNECTED')\"; fi"
@@ -452,27 +468,49 @@ async fn check_reaching_a_listener(network: bool) -> (CheckRun, bool) {
 
     let report = run(&fixture, &server, options(&fixture, check)).await;
 
-    let reached = listener.accept().is_ok();
-    (subtask_checks(&report).remove(0), reached)
+    let reached = std::iter::from_fn(|| listener.accept().ok()).count();
+    let result = report
+        .check
+        .runs
+        .iter()
+        .find(|run| run.on == ON_RESULT)
+        .cloned()
+        .unwrap();
+    (subtask_checks(&report).remove(0), result, reached)
 }
 
+/// Issue 28's escape: with `[check] network = true` trusted, a subtask's check ran the
+/// worker's unreviewed code with the network before its review. Now only the merged
+/// result's check, reviewed code, gets it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_check_without_network_reaches_no_inet_socket_and_with_it_does() {
-    if !sandbox_or_skip("a_check_without_network") {
+async fn a_networked_check_gets_the_network_on_the_reviewed_result_only() {
+    if !sandbox_or_skip("a_networked_check_gets_the_network_on_the_reviewed_result_only") {
         return;
     }
-    let (closed, reached) = check_reaching_a_listener(false).await;
-    assert!(
-        !reached
-            && closed.status == CheckStatus::Failed
-            && !closed.output_tail.contains("CONNECTED"),
-        "network = false: the check cannot open an AF_INET socket, not even to 127.0.0.1: \
-         {closed:?}"
+    let (subtask, result, reached) = check_reaching_a_listener(false).await;
+    assert_eq!(
+        (subtask.status, result.status, reached),
+        (CheckStatus::Failed, CheckStatus::Failed, 0),
+        "network = false: no check reaches the host's loopback: {subtask:?} {result:?}"
     );
-    let (open, reached) = check_reaching_a_listener(true).await;
-    assert!(
-        reached && open.status == CheckStatus::Passed && open.output_tail == "CONNECTED",
-        "network = true: the same check connects (so the test above can fail): {open:?}"
+    let (subtask, result, reached) = check_reaching_a_listener(true).await;
+    assert_eq!(
+        (
+            subtask.status,
+            subtask.output_tail.contains("CONNECTED"),
+            result.status,
+            result.output_tail.as_str(),
+            reached
+        ),
+        (
+            CheckStatus::Failed,
+            false,
+            CheckStatus::Passed,
+            "CONNECTED",
+            1
+        ),
+        "network = true: the subtask's check (unreviewed code) is refused the network, the \
+         merged result's check connects, once: {subtask:?}"
     );
 }
 

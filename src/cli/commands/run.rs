@@ -79,11 +79,13 @@ pub struct RunArgs {
     /// Wall-clock limit of one external worker CLI run, in seconds [default: 3600].
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub worker_timeout: Option<u64>,
-    /// Confine workers' shell commands in the kernel sandbox (on), or run them with your
-    /// full rights (off: loud, and recorded in the run's journal).
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = clap::builder::ValueParser::new(|text: &str| text.parse::<grove::tools::sandbox::SandboxMode>()))]
+    /// Confine workers' shell commands in the kernel sandbox (on); confine them without
+    /// namespaces on a system that allows none (no-loopback: every socket refused); or run
+    /// them with your full rights (off: loud, and recorded in the run's journal).
+    #[arg(long, value_name = "on|no-loopback|off", default_value = "on", value_parser = clap::builder::ValueParser::new(|text: &str| text.parse::<grove::tools::sandbox::SandboxMode>()))]
     pub sandbox: grove::tools::sandbox::SandboxMode,
-    /// Let sandboxed shell commands use the network (the rest of the sandbox holds).
+    /// Let sandboxed shell commands use the host's network, its loopback services
+    /// included (the rest of the sandbox holds).
     #[arg(long)]
     pub allow_network: bool,
 }

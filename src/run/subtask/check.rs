@@ -79,13 +79,21 @@ pub(crate) async fn check_in_slot(
 }
 
 /// One run of `check` on subtask `id`'s worktree, its failures in the subtask's terms.
+///
+/// Never with the network, whatever `[check] network` says: the tree holds code no
+/// reviewer has approved yet (a worker's new test could send what it reads anywhere);
+/// only the merged result's check may have it.
 async fn checked(
     ctx: &RunContext,
     check: &CheckOptions,
     id: SubtaskId,
     worktree: &Worktree,
 ) -> Result<CheckRun, SubtaskError> {
-    run_check(ctx, check, worktree.path(), &id.to_string())
+    let unreviewed = CheckOptions {
+        network: false,
+        ..check.clone()
+    };
+    run_check(ctx, &unreviewed, worktree.path(), &id.to_string())
         .await
         .map_err(|error| match error {
             CheckError::Interrupted => SubtaskError::Interrupted,

@@ -110,6 +110,14 @@ pub enum SubtaskError {
         #[source]
         source: ExecError,
     },
+    /// The mark that the setup command completed cannot be written (a full disk, say).
+    /// Not retried: on resume the setup runs again, in a tree no worker touched.
+    #[error("could not record that the setup command ran ({}): {source}", path.display())]
+    SetupRecord {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(
         "the setup command `{command}` {status} in {subtask}'s worktree; the worker did not \
          start. Its output ends with:\n{tail}"

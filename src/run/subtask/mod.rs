@@ -276,6 +276,10 @@ impl Subtasks {
         let (ctx, id) = (&self.ctx, assignment.id);
         let brief = assignment.brief.clone();
         prepare::prepare(ctx, id, worktree).await?;
+        // No worker spends a token before the check is proven on the base.
+        if !ctx.base_gate.opened().await {
+            return Err(SubtaskError::Interrupted);
+        }
         let work = work::work(ctx, assignment, worktree).await;
         report.worker_ledger = work.ledger;
         let committed = commit::commit(ctx, id, worktree, work).await?;

@@ -429,9 +429,43 @@ async fn prepare_tree(
     match &setup.setup {
         // Run once in the base tree this copy-on-write tree shows (`setup_base`).
         Some(_) if worktree.is_overlay() && !setup.per_worker => Ok(()),
-        Some(command) => run_setup(ctx, id, on, worktree, command).await,
+        // A check's tree holds reviewed work only, and is made afresh each time.
+        Some(command) if on.is_some() => run_setup(ctx, id, on, worktree, command).await,
+        Some(command) => {
+            let marker = setup_marker(ctx, id);
+            if marker.exists() {
+                // Its worker may have changed the tree since (the setup script itself,
+                // say): the setup's output is there, and unreviewed code is never run
+                // as the setup, with the network.
+                ctx.note(format!(
+                    "{id}: the setup command already ran in this worktree before grove \
+                     stopped; it is not run again in a tree its worker may have changed"
+                ));
+                return Ok(());
+            }
+            run_setup(ctx, id, on, worktree, command).await?;
+            record_setup(&marker).map_err(|source| SubtaskError::SetupRecord {
+                path: marker.clone(),
+                source,
+            })
+        }
         None => Ok(()),
     }
+}
+
+/// The mark that subtask `id`'s setup command completed in its worktree: its worker
+/// starts only after it is written, so a tree without it holds no worker's edits. It
+/// lies in the run's store, which commands cannot write.
+fn setup_marker(ctx: &RunContext, id: SubtaskId) -> PathBuf {
+    ctx.run_dir.join("setup-done").join(id.to_string())
+}
+
+fn record_setup(marker: &Path) -> std::io::Result<()> {
+    if let Some(dir) = marker.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let file = std::fs::File::create(marker)?;
+    file.sync_all()
 }
 
 /// The setup command a run's base tree is prepared with: `[worktree] setup`, unless
