@@ -12,8 +12,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio::sync::watch;
-
+use crate::run::base_gate::BaseVerdict;
 use crate::run::check_diagnosis::{SandboxFacts, diagnose};
 use crate::run::check_tree::{TreeCheckError, check_commit};
 use crate::run::context::RunContext;
@@ -27,48 +26,6 @@ pub(crate) const BASE_RED: &str = "the check fails on the base commit";
 
 /// The lines of a red base's output its pause message shows.
 const SHOWN_LINES: usize = 30;
-
-/// What became of the check on the base.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum BaseVerdict {
-    /// It passed (in this run, or for this base and environment before).
-    Passed,
-    /// It was not run: no check, or `[check] base = "skip"`.
-    NotChecked,
-    /// Red, or it could not run, or the run stopped first: workers must not start.
-    Closed,
-}
-
-/// Whether workers may start: the base's check passed, was skipped, or is not needed.
-#[derive(Debug)]
-pub(crate) struct BaseGate(watch::Sender<Option<BaseVerdict>>);
-
-impl Default for BaseGate {
-    fn default() -> Self {
-        Self(watch::channel(None).0)
-    }
-}
-
-impl BaseGate {
-    fn decide(&self, verdict: BaseVerdict) {
-        self.0.send_replace(Some(verdict));
-    }
-
-    /// Waits until the gate is decided: true when it opened, false when it closed (the
-    /// run is then pausing).
-    pub(crate) async fn opened(&self) -> bool {
-        self.verdict().await != BaseVerdict::Closed
-    }
-
-    /// Waits until the gate is decided, and says how.
-    pub(crate) async fn verdict(&self) -> BaseVerdict {
-        let mut decided = self.0.subscribe();
-        match decided.wait_for(Option::is_some).await {
-            Ok(verdict) => verdict.unwrap_or(BaseVerdict::Closed),
-            Err(_) => BaseVerdict::Closed,
-        }
-    }
-}
 
 /// Checks the base as `[check] base` asks, then opens the gate, or pauses the run with
 /// the check's output and the likely cause. On a resume a passing check journaled by

@@ -22,6 +22,7 @@
 
 pub mod agents;
 pub(crate) mod base_check;
+pub(crate) mod base_gate;
 pub mod check;
 pub(crate) mod check_diagnosis;
 pub(crate) mod check_tree;

@@ -225,7 +225,7 @@ impl TestRun {
             journal: RunJournal::new(active),
             budget: Budget::new(options.budget_tokens),
             pause: Pause::default(),
-            base_gate: crate::run::base_check::BaseGate::default(),
+            base_gate: crate::run::base_gate::BaseGate::default(),
             repo,
             run,
             base,
