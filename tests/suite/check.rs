@@ -528,7 +528,8 @@ async fn a_subtask_interrupted_during_its_check_runs_it_again_on_resume() {
         let cancel = cancel.clone();
         tokio::spawn(async move {
             while let Some(event) = events.recv().await {
-                if matches!(event, Event::CheckStarted { .. }) {
+                // The subtask's check, not the one on the base.
+                if matches!(&event, Event::CheckStarted { on, .. } if on == "S1") {
                     cancel.cancel();
                 }
             }

@@ -33,10 +33,10 @@ use crate::support::fake_server::{FakeServer, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::requests::role as who;
 
-const SECRET: &str = "SECRET-KEY-MATERIAL-7f3a9c";
+pub(crate) const SECRET: &str = "SECRET-KEY-MATERIAL-7f3a9c";
 
 /// Whether this kernel can sandbox; false (test skipped) otherwise.
-fn sandbox_or_skip(test: &str) -> bool {
+pub(crate) fn sandbox_or_skip(test: &str) -> bool {
     match sandbox::probe(&CommandHost::default(), SandboxMode::On) {
         Ok(()) => true,
         Err(error) if std::env::var_os("GROVE_REQUIRE_SANDBOX").is_some() => {
@@ -51,16 +51,16 @@ fn sandbox_or_skip(test: &str) -> bool {
 
 /// A temp dir with a home holding secrets, a worktree (with a `.git` pointer) and an
 /// outside directory the commands must not change.
-struct Scene {
+pub(crate) struct Scene {
     _dir: tempfile::TempDir,
-    home: PathBuf,
-    worktree: PathBuf,
-    outside: PathBuf,
+    pub(crate) home: PathBuf,
+    pub(crate) worktree: PathBuf,
+    pub(crate) outside: PathBuf,
 }
 
 impl Scene {
     /// A scene for `test`, when this kernel can sandbox (see [`sandbox_or_skip`]).
-    fn confined(test: &str) -> Option<Self> {
+    pub(crate) fn confined(test: &str) -> Option<Self> {
         sandbox_or_skip(test).then(Self::new)
     }
 
@@ -91,7 +91,7 @@ impl Scene {
         }
     }
 
-    fn env(&self) -> Vec<(OsString, OsString)> {
+    pub(crate) fn env(&self) -> Vec<(OsString, OsString)> {
         let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
         vec![
             ("PATH".into(), path),
@@ -100,13 +100,13 @@ impl Scene {
         ]
     }
 
-    fn executor(&self, policy: SandboxPolicy) -> SandboxedExecutor {
+    pub(crate) fn executor(&self, policy: SandboxPolicy) -> SandboxedExecutor {
         SandboxedExecutor::new(policy, self.env())
     }
 
     /// An executor for the worktrees of the repository `fixture`, as a run makes it:
     /// the checkout hidden, git data read through grove's record of each worktree.
-    fn executor_for(&self, fixture: &GitFixture) -> SandboxedExecutor {
+    pub(crate) fn executor_for(&self, fixture: &GitFixture) -> SandboxedExecutor {
         self.executor(SandboxPolicy::default())
             .project(ProjectView {
                 checkout: Some(fixture.repo.clone()),
@@ -863,7 +863,7 @@ async fn sandbox_off_is_loud_and_journaled() {
 }
 
 /// Runs `command` in `cwd` through `executor` with a 20 s timeout; its output text.
-async fn run_in(
+pub(crate) async fn run_in(
     executor: &dyn CommandExecutor,
     cwd: &Path,
     command: &str,

@@ -1,0 +1,551 @@
+//! Issue 28: real projects' environments, with real toolchains — a `.venv` made by `python
+//! -m venv` in the repository, a virtualenv under `$HOME/.virtualenvs` holding an
+//! editable install (`pip install -e .`) of the checkout, a `node_modules` from a real
+//! `npm install` — each run's check passing on the base, in every worktree and on the
+//! result, workers' `bash` using the same environment, and a test suite that serves HTTP
+//! on 127.0.0.1 passing in both.
+//!
+//! The installs fetch from the package registries (PyPI, npm), with caches under
+//! `target/`; where they cannot be reached the tests skip, unless
+//! `GROVE_REQUIRE_TOOLCHAINS` (set by `.ci/run`) says they must run.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use grove::event::EventSink;
+use grove::model::Provider;
+use grove::run::{RunOptions, RunReport};
+use grove::settings::options::CheckOptions;
+use grove::store::journal::{CheckStatus, SubtaskOutcome};
+use grove::tools::sandbox::CommandHost;
+
+use crate::suite::sandbox::sandbox_or_skip;
+use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
+use crate::support::git_fixture::GitFixture;
+use crate::support::requests::{Who, who};
+use crate::support::scripted_run::{answered, lead_reply, models, usage};
+
+/// Where the toolchains' downloads are cached between test runs.
+fn cache_dir(tool: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("toolchain-cache")
+        .join(tool);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `program args` in `dir` with `env` added; `None` (the test skipped, with why)
+/// when it fails, unless `GROVE_REQUIRE_TOOLCHAINS` is set, where it fails the test.
+fn install(dir: &Path, program: &str, args: &[&str], env: &[(&str, &Path)]) -> Option<()> {
+    let output = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .envs(env.iter().map(|(name, value)| (*name, *value)))
+        .output();
+    let failure = match output {
+        Ok(output) if output.status.success() => return Some(()),
+        Ok(output) => String::from_utf8_lossy(&output.stderr).into_owned(),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        std::env::var_os("GROVE_REQUIRE_TOOLCHAINS").is_none(),
+        "GROVE_REQUIRE_TOOLCHAINS is set but `{program} {args:?}` failed: {failure}"
+    );
+    eprintln!("skipped: `{program} {args:?}` failed (no registry here?): {failure}");
+    None
+}
+
+/// The steps a scripted worker takes in its first turn: files it writes and commands it
+/// runs, read from the `STEPS:` line of its brief.
+fn brief(task: &str, files: &[(&str, &str)], commands: &[&str]) -> String {
+    let steps = json!({
+        "files": files.iter().map(|(path, content)| json!([path, content])).collect::<Vec<_>>(),
+        "commands": commands,
+    });
+    format!("{task}\nSTEPS: {steps}")
+}
+
+fn worker(request: &RecordedRequest) -> Reply {
+    if answered(request) {
+        return usage(Turn::text("Done as asked.")).into();
+    }
+    let brief = request.last_user_text();
+    let line = brief
+        .lines()
+        .find_map(|line| line.strip_prefix("STEPS: "))
+        .unwrap();
+    let steps: Value = serde_json::from_str(line).unwrap();
+    let mut turn = Turn::text("Working.");
+    for (n, file) in steps["files"].as_array().unwrap().iter().enumerate() {
+        turn = turn.tool_use(
+            &format!("write_{n}"),
+            "write_file",
+            json!({ "path": file[0], "content": file[1] }),
+        );
+    }
+    for (n, command) in steps["commands"].as_array().unwrap().iter().enumerate() {
+        turn = turn.tool_use(
+            &format!("bash_{n}"),
+            "bash",
+            json!({ "command": command, "timeout_s": 120 }),
+        );
+    }
+    usage(turn).into()
+}
+
+fn reviewer(request: &RecordedRequest) -> Reply {
+    if answered(request) {
+        return usage(Turn::text("Verdict given.")).into();
+    }
+    let input = json!({ "verdict": "approve", "summary": "Does what the brief asks." });
+    usage(Turn::new().tool_use("review_1", "submit_verdict", input)).into()
+}
+
+/// A fake server playing a lead that delegates `briefs` at once, scripted workers and
+/// approving reviewers.
+async fn server(briefs: Vec<String>) -> FakeServer {
+    let briefs: &'static [(&'static str, Option<&'static str>)] = Box::leak(
+        briefs
+            .into_iter()
+            .map(|brief| (&*Box::leak(brief.into_boxed_str()), None))
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
+    FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => lead_reply(request, briefs),
+        Who::Worker => worker(request),
+        Who::Reviewer => reviewer(request),
+    })
+    .await
+}
+
+/// Runs the scripted run with `check` and the commands' `path` and `home`.
+async fn run(
+    fixture: &GitFixture,
+    server: &FakeServer,
+    check: &str,
+    path: OsString,
+    home: &Path,
+) -> RunReport {
+    let options = RunOptions {
+        jobs: 2,
+        git: fixture.options(),
+        commands: CommandHost {
+            env: Some(vec![
+                ("PATH".into(), path),
+                ("HOME".into(), home.as_os_str().to_owned()),
+            ]),
+        },
+        check: Some(CheckOptions {
+            fix_attempts: 0,
+            ..CheckOptions::new(check)
+        }),
+        ..RunOptions::new("Extend the project.")
+    };
+    let report = tokio::time::timeout(
+        Duration::from_secs(300),
+        grove::run::run(
+            &fixture.repo,
+            options,
+            models(server, Provider::Anthropic, true),
+            EventSink::discard(),
+            CancellationToken::new(),
+        ),
+    )
+    .await
+    .expect("the run ends")
+    .unwrap();
+    server.assert_no_violations();
+    report
+}
+
+/// Every check of the run: (on, status), the subtasks' sorted, with the end of the
+/// output of any red one.
+fn checks(report: &RunReport) -> Vec<(String, CheckStatus)> {
+    let mut runs: Vec<(String, CheckStatus)> = report
+        .check
+        .runs
+        .iter()
+        .map(|run| {
+            assert_eq!(
+                run.status,
+                CheckStatus::Passed,
+                "the check passes on {}: {}",
+                run.on,
+                run.output_tail
+            );
+            (run.on.clone(), run.status)
+        })
+        .collect();
+    runs.sort_by(|a, b| a.0.cmp(&b.0));
+    runs
+}
+
+/// What each worker's commands printed: the tool results of its second request.
+fn worker_outputs(server: &FakeServer) -> Vec<String> {
+    let mut outputs: Vec<String> = server
+        .requests()
+        .iter()
+        .filter(|request| who(request) == Who::Worker && answered(request))
+        .map(|request| {
+            request
+                .tool_results()
+                .into_iter()
+                .filter(|(id, _)| id.starts_with("bash_"))
+                .map(|(_, text)| text)
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .collect();
+    outputs.sort();
+    outputs
+}
+
+fn statuses(report: &RunReport) -> Vec<SubtaskOutcome> {
+    report
+        .subtasks
+        .iter()
+        .map(|subtask| subtask.status)
+        .collect()
+}
+
+/// A unittest module that serves HTTP on 127.0.0.1 in the test, as web projects do.
+const TEST_SERVER: &str = r#"import http.server, threading, unittest, urllib.request
+
+
+class Page(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"served")
+
+    def log_message(self, *args):
+        pass
+
+
+class ServerTest(unittest.TestCase):
+    def test_a_local_server_answers(self):
+        server = http.server.HTTPServer(("127.0.0.1", 0), Page)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_port}/"
+        self.assertEqual(urllib.request.urlopen(url, timeout=5).read(), b"served")
+        server.shutdown()
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_venv_in_the_repository_serves_every_worktree_and_the_result() {
+    if !sandbox_or_skip("a_venv_in_the_repository_serves_every_worktree_and_the_result") {
+        return;
+    }
+    let fixture = GitFixture::with_files(&[
+        (".gitignore", ".venv/\n"),
+        ("calc.py", "def add(a, b):\n    return a + b\n"),
+        (
+            "test_calc.py",
+            "import unittest\n\nimport localdep\nfrom calc import add\n\n\n\
+             class AddTest(unittest.TestCase):\n    def test_add(self):\n        \
+             self.assertEqual(add(2, localdep.TWO), 4)\n",
+        ),
+        ("test_server.py", TEST_SERVER),
+    ]);
+    // `python -m venv .venv` in the checkout, and a dependency installed into it alone.
+    let made = Command::new("python3")
+        .args(["-m", "venv", ".venv"])
+        .current_dir(&fixture.repo)
+        .status()
+        .unwrap();
+    assert!(made.success(), "python3 -m venv .venv");
+    let site = std::fs::read_dir(fixture.repo.join(".venv/lib"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+        .join("site-packages");
+    std::fs::write(site.join("localdep.py"), "TWO = 2\n").unwrap();
+    // No `-B`: Python writes its bytecode caches, which must stay out of the commits.
+    let check = ".venv/bin/python -m unittest -q";
+    let server = server(vec![
+        brief(
+            "Add mul.",
+            &[("calc_mul.py", "def mul(a, b):\n    return a * b\n")],
+            &[".venv/bin/python -m unittest -q 2>&1 | tail -1"],
+        ),
+        brief(
+            "Add sub, with its test.",
+            &[
+                ("calc_sub.py", "def sub(a, b):\n    return a - b\n"),
+                (
+                    "test_sub.py",
+                    "import unittest\n\nfrom calc_sub import sub\n\n\n\
+                     class SubTest(unittest.TestCase):\n    def test_sub(self):\n        \
+                     self.assertEqual(sub(5, 3), 2)\n",
+                ),
+            ],
+            &[".venv/bin/python -m unittest -q 2>&1 | tail -1"],
+        ),
+    ])
+    .await;
+
+    let report = run(
+        &fixture,
+        &server,
+        check,
+        "/usr/bin:/bin".into(),
+        &fixture.home(),
+    )
+    .await;
+
+    assert_eq!(
+        statuses(&report),
+        vec![SubtaskOutcome::Merged, SubtaskOutcome::Merged],
+        "{report:#?}"
+    );
+    assert_eq!(
+        checks(&report),
+        [
+            ("S1", CheckStatus::Passed),
+            ("S2", CheckStatus::Passed),
+            ("base", CheckStatus::Passed),
+            ("result", CheckStatus::Passed)
+        ]
+        .map(|(on, status)| (on.to_owned(), status))
+        .to_vec(),
+        "the checkout's .venv runs the check on the base, in each worktree and on the result"
+    );
+    assert_eq!(
+        worker_outputs(&server),
+        vec![
+            "OK\n[exit code: 0]\n".to_owned(),
+            "OK\n[exit code: 0]\n".to_owned()
+        ],
+        "each worker's bash runs the suite (its local server included) with the same .venv"
+    );
+    assert_eq!(
+        fixture
+            .git(&["ls-tree", "-r", "--name-only", "HEAD"])
+            .lines()
+            .filter(|path| path.contains("__pycache__") || path.ends_with(".pyc"))
+            .collect::<Vec<_>>(),
+        Vec::<&str>::new(),
+        "the checks and the workers' runs wrote bytecode, and none of it reached a commit \
+         (no .gitignore names it)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_editable_install_in_a_home_virtualenv_tests_each_worktrees_code() {
+    if !sandbox_or_skip("an_editable_install_in_a_home_virtualenv_tests_each_worktrees_code") {
+        return;
+    }
+    let fixture = GitFixture::with_files(&[
+        (".gitignore", "*.egg-info/\n"),
+        (
+            "pyproject.toml",
+            "[build-system]\nrequires = [\"setuptools>=61\"]\n\
+             build-backend = \"setuptools.build_meta\"\n\n[project]\nname = \"shop\"\n\
+             version = \"0.1\"\n\n[tool.setuptools.packages.find]\nwhere = [\"src\"]\n",
+        ),
+        (
+            "src/shop/__init__.py",
+            "def price(cents):\n    return cents\n",
+        ),
+        (
+            "tests/test_price.py",
+            "import unittest\n\nfrom shop import price\n\n\n\
+             class PriceTest(unittest.TestCase):\n    def test_price(self):\n        \
+             self.assertEqual(price(100), 100)\n",
+        ),
+    ]);
+    // virtualenvwrapper's place, in a home of the test's own; the project installed
+    // editable from the user's checkout, as `pip install -e .` does.
+    let home = fixture.home();
+    let venv = home.join(".virtualenvs/shop");
+    let made = Command::new("python3")
+        .arg("-m")
+        .arg("venv")
+        .arg(&venv)
+        .status()
+        .unwrap();
+    assert!(made.success(), "python3 -m venv ~/.virtualenvs/shop");
+    let pip = venv.join("bin/pip");
+    if install(
+        &fixture.repo,
+        pip.to_str().unwrap(),
+        &[
+            "install",
+            "-q",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-e",
+            ".",
+        ],
+        &[("PIP_CACHE_DIR", &cache_dir("pip"))],
+    )
+    .is_none()
+    {
+        return;
+    }
+    // The venv is "activated": its bin first on PATH, as in the user's shell.
+    let path = OsString::from(format!("{}:/usr/bin:/bin", venv.join("bin").display()));
+    let discount = "def discount(cents, percent):\n    return cents * (100 - percent) // 100\n";
+    let server = server(vec![brief(
+        "Add discount, with its test.",
+        &[
+            (
+                "src/shop/__init__.py",
+                &format!("def price(cents):\n    return cents\n\n\n{discount}"),
+            ),
+            (
+                "tests/test_discount.py",
+                "import unittest\n\nfrom shop import discount\n\n\n\
+                 class DiscountTest(unittest.TestCase):\n    def test_discount(self):\n        \
+                 self.assertEqual(discount(200, 25), 150)\n",
+            ),
+        ],
+        &["python -B -m unittest discover -s tests -q 2>&1 | tail -1"],
+    )])
+    .await;
+
+    let report = run(
+        &fixture,
+        &server,
+        "python -B -m unittest discover -s tests -q",
+        path,
+        &home,
+    )
+    .await;
+
+    assert_eq!(
+        statuses(&report),
+        vec![SubtaskOutcome::Merged],
+        "{report:#?}"
+    );
+    assert_eq!(
+        checks(&report),
+        [
+            ("S1", CheckStatus::Passed),
+            ("base", CheckStatus::Passed),
+            ("result", CheckStatus::Passed)
+        ]
+        .map(|(on, status)| (on.to_owned(), status))
+        .to_vec(),
+        "the editable install imports the tree's own `shop` (the user's has no discount)"
+    );
+    assert_eq!(
+        worker_outputs(&server),
+        vec!["OK\n[exit code: 0]\n".to_owned()],
+        "the worker's bash imports its own code through the same editable install"
+    );
+    // The user's checkout had no `discount` while S1's check ran; it has it now that
+    // the result is applied.
+    assert!(
+        std::fs::read_to_string(fixture.repo.join("src/shop/__init__.py"))
+            .unwrap()
+            .contains("discount"),
+        "the result was applied to the user's branch"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn node_modules_from_a_real_npm_install_serve_every_worktree() {
+    if !sandbox_or_skip("node_modules_from_a_real_npm_install_serve_every_worktree") {
+        return;
+    }
+    let fixture = GitFixture::with_files(&[
+        (".gitignore", "node_modules/\n"),
+        (
+            "package.json",
+            r#"{"name": "app", "version": "1.0.0", "private": true,
+ "scripts": {"test": "node --test"},
+ "dependencies": {"is-number": "7.0.0"}}
+"#,
+        ),
+        (
+            "index.js",
+            "const isNumber = require('is-number');\nexports.half = (n) => (isNumber(n) ? n / 2 : NaN);\n",
+        ),
+        (
+            "test/half.test.js",
+            "const test = require('node:test');\nconst assert = require('node:assert');\n\
+             const { half } = require('../index.js');\ntest('half', () => assert.strictEqual(half(4), 2));\n",
+        ),
+    ]);
+    let npm_cache = cache_dir("npm");
+    if install(
+        &fixture.repo,
+        "npm",
+        &[
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--prefer-offline",
+            "--silent",
+        ],
+        &[("npm_config_cache", &npm_cache)],
+    )
+    .is_none()
+    {
+        return;
+    }
+    fixture.commit_all("lock the dependencies");
+    let node_dir = which("node").parent().unwrap().to_path_buf();
+    let path = OsString::from(format!("{}:/usr/bin:/bin", node_dir.display()));
+    let server = server(vec![brief(
+        "Add double, with its test.",
+        &[
+            (
+                "double.js",
+                "const isNumber = require('is-number');\nexports.double = (n) => (isNumber(n) ? n * 2 : NaN);\n",
+            ),
+            (
+                "test/double.test.js",
+                "const test = require('node:test');\nconst assert = require('node:assert');\n\
+                 const { double } = require('../double.js');\n\
+                 test('double', () => assert.strictEqual(double(4), 8));\n",
+            ),
+        ],
+        &["node --test 2>&1 | grep -E '^# (pass|fail)'"],
+    )])
+    .await;
+
+    let report = run(&fixture, &server, "node --test", path, &fixture.home()).await;
+
+    assert_eq!(
+        statuses(&report),
+        vec![SubtaskOutcome::Merged],
+        "{report:#?}"
+    );
+    assert_eq!(
+        checks(&report),
+        [
+            ("S1", CheckStatus::Passed),
+            ("base", CheckStatus::Passed),
+            ("result", CheckStatus::Passed)
+        ]
+        .map(|(on, status)| (on.to_owned(), status))
+        .to_vec(),
+        "the checkout's node_modules (a real npm install) serve the check everywhere"
+    );
+    assert_eq!(
+        worker_outputs(&server),
+        vec!["# pass 2\n# fail 0\n[exit code: 0]\n".to_owned()],
+        "the worker's bash requires is-number from the same node_modules"
+    );
+}
+
+/// The program `name` on this process's PATH.
+fn which(name: &str) -> PathBuf {
+    std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|dir| dir.join(name))
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| panic!("{name} is not on PATH"))
+}

