@@ -2,6 +2,7 @@
 
 mod agent;
 pub(crate) mod backends;
+mod base_check;
 mod check;
 pub(crate) mod cli;
 mod config;

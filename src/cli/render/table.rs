@@ -138,11 +138,16 @@ pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, jso
             report.run_id
         );
     }
-    if matches!(report.status, RunEnd::Interrupted | RunEnd::Paused) {
-        say!(
+    match report.status {
+        RunEnd::Interrupted => say!(
             "Run {} was interrupted; its work is checkpointed on its branches.",
             report.run_id
-        );
+        ),
+        RunEnd::Paused => say!(
+            "Run {} is paused; what it did so far is checkpointed on its branches.",
+            report.run_id
+        ),
+        _ => {}
     }
     summary(&report.summary, json);
 }
