@@ -1,9 +1,11 @@
-//! The sandbox's overhead per `bash` call: the same command through the plain executor and
-//! through the sandboxed one (between `fork` and `exec`: pids cgroup, user namespace,
-//! rlimits, Landlock, seccomp), interleaved in one process so that both see
-//! the same machine load. Prints the median and mean per call of each, their difference
-//! and ratio, and the target (a difference under 5 ms). The worktree's first sandboxed
-//! command also builds its rules; that one-off cost is printed on its own line.
+//! The sandbox's overhead per `bash` call: the same command through the plain executor,
+//! the sandbox without namespaces (`--sandbox no-loopback`: pids cgroup, user namespace,
+//! rlimits, Landlock, seccomp) and the whole sandbox (`on`: also a mount namespace with
+//! every host socket covered and a network namespace with its loopback up), interleaved
+//! in one process so that all see the same machine load. Prints the median and mean per
+//! call of each, the differences and ratios, and the target (under 5 ms over plain). The
+//! worktree's first sandboxed command also builds its rules; that one-off cost is printed
+//! on its own line.
 //!
 //! Usage: bench_sandbox [CALLS] [COMMAND]   (defaults 200, `true`)
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -42,6 +44,13 @@ async fn main() -> ExitCode {
         }
     };
     let plain = LocalExecutor::from_process_env();
+    let no_loopback = SandboxedExecutor::new(
+        SandboxPolicy {
+            own_loopback: false,
+            ..SandboxPolicy::default()
+        },
+        std::env::vars_os(),
+    );
     let sandboxed = SandboxedExecutor::new(SandboxPolicy::default(), std::env::vars_os());
     let request = ExecRequest {
         command: command.clone(),
@@ -51,13 +60,14 @@ async fn main() -> ExitCode {
         output_cap: OutputCap::default(),
     };
 
-    let mut plain_times = Vec::with_capacity(calls);
-    let mut sandboxed_times = Vec::with_capacity(calls);
+    let executors: [(&str, &dyn CommandExecutor); 3] = [
+        ("plain", &plain),
+        ("no-loopback", &no_loopback),
+        ("sandboxed", &sandboxed),
+    ];
+    let mut times: Vec<Vec<Duration>> = vec![Vec::with_capacity(calls); executors.len()];
     for _ in 0..calls {
-        for (executor, times) in [
-            (&plain as &dyn CommandExecutor, &mut plain_times),
-            (&sandboxed as &dyn CommandExecutor, &mut sandboxed_times),
-        ] {
+        for ((_, executor), times) in executors.iter().zip(times.iter_mut()) {
             let start = Instant::now();
             match executor.execute(request.clone()).await {
                 Ok(result) if result.outcome == ExecOutcome::Exited(0) => {
@@ -79,29 +89,30 @@ async fn main() -> ExitCode {
         }
     }
 
-    let first_sandboxed = sandboxed_times[0];
-    let plain = Stats::of(&mut plain_times);
-    let sandboxed = Stats::of(&mut sandboxed_times);
-    let overhead = sandboxed.median.saturating_sub(plain.median);
+    let first_sandboxed = times[2][0];
+    let stats: Vec<Stats> = times.iter_mut().map(|times| Stats::of(times)).collect();
     println!("sandbox overhead per bash call: `{command}`, {calls} calls each, interleaved");
+    for ((name, _), stats) in executors.iter().zip(&stats) {
+        println!(
+            "  {name:<11} median {:>8.2} ms   mean {:>8.2} ms",
+            ms(stats.median),
+            ms(stats.mean)
+        );
+    }
+    let plain = &stats[0];
+    for (name, of) in [("no-loopback", &stats[1]), ("sandboxed", &stats[2])] {
+        let overhead = of.median.saturating_sub(plain.median);
+        println!(
+            "  {name:<11} overhead {:>6.2} ms   ratio {:.2}x   target < {} ms: {}",
+            ms(overhead),
+            of.median.as_secs_f64() / plain.median.as_secs_f64().max(f64::MIN_POSITIVE),
+            TARGET.as_millis(),
+            if overhead < TARGET { "PASS" } else { "FAIL" }
+        );
+    }
     println!(
-        "  {:<11} median {:>8.2} ms   mean {:>8.2} ms",
-        "plain",
-        ms(plain.median),
-        ms(plain.mean)
-    );
-    println!(
-        "  {:<11} median {:>8.2} ms   mean {:>8.2} ms",
-        "sandboxed",
-        ms(sandboxed.median),
-        ms(sandboxed.mean)
-    );
-    println!(
-        "  overhead    median {:>8.2} ms   ratio {:.2}x   target < {} ms: {}",
-        ms(overhead),
-        sandboxed.median.as_secs_f64() / plain.median.as_secs_f64().max(f64::MIN_POSITIVE),
-        TARGET.as_millis(),
-        if overhead < TARGET { "PASS" } else { "FAIL" }
+        "  namespaces (sandboxed - no-loopback): {:.2} ms",
+        ms(stats[2].median.saturating_sub(stats[1].median))
     );
     println!(
         "  first sandboxed call (builds the worktree's rules once): {:.2} ms",

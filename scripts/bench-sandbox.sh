@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prints the kernel sandbox's overhead per `bash` call: the same command run CALLS times
-# through the plain executor and through the sandboxed one (confined between `fork` and
-# `exec`), interleaved in one process, with both medians, the difference and the ratio,
-# and PASS/FAIL against the target (under 5 ms). It is not a pass/fail test.
+# through the plain executor, the sandbox without namespaces (`no-loopback`) and the
+# whole sandbox (confined between `fork` and `exec`, with its mount and network
+# namespaces), interleaved in one process, with the medians, the differences and the
+# ratios, and PASS/FAIL against the target (under 5 ms). It is not a pass/fail test.
 #
 # Usage: scripts/bench-sandbox.sh [--debug] [CALLS] [COMMAND]   (defaults 200, `true`)
 #        --debug measures the debug build (quicker to build)

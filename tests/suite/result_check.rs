@@ -245,7 +245,12 @@ async fn a_red_result_gets_its_culprit_named_and_a_reviewed_fixer_and_then_the_b
         ),
         "the culprit is the subtask whose file the failure names"
     );
-    let red = &report["check"]["runs"][3]["output_tail"];
+    let red = &report["check"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|run| run["on"] == "result")
+        .unwrap()["output_tail"];
     assert!(
         red.as_str().unwrap().contains("has no attribute 'greet'"),
         "the red run keeps its output: {red}"
