@@ -28,6 +28,7 @@ mod review;
 pub(crate) mod run;
 mod run_state;
 pub(crate) mod sandbox;
+mod sandbox_config;
 mod sandbox_services;
 mod scopes;
 mod tools;

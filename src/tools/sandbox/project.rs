@@ -148,6 +148,10 @@ fn editable_paths(site: &Path) -> Vec<PathBuf> {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
+        let finder = name.starts_with("__editable__") && name.ends_with("_finder.py");
+        if !(name.ends_with(".pth") || name.ends_with(".egg-link") || finder) {
+            continue;
+        }
         let Some(text) = read_small(&entry.path()) else {
             continue;
         };
@@ -161,7 +165,7 @@ fn editable_paths(site: &Path) -> Vec<PathBuf> {
             );
         } else if name.ends_with(".egg-link") {
             paths.extend(text.lines().next().map(|line| site.join(line.trim())));
-        } else if name.starts_with("__editable__") && name.ends_with("_finder.py") {
+        } else if finder {
             paths.extend(
                 quoted_absolute_paths(&text)
                     .into_iter()

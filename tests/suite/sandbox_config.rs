@@ -1,0 +1,94 @@
+//! Issue 28's bad input: a `[worktree] share` naming a tracked or a missing directory, a
+//! `[sandbox] deny_read` that would hide the worktrees, a relative one — each stops the
+//! run before anything is created, naming the key; an `allow_read` of a secret store is
+//! allowed, loudly, and journaled.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use pretty_assertions::assert_eq;
+use serde_json::Value;
+
+use grove::store::RunStore;
+
+use crate::support::fake_server::{FakeServer, Turn};
+use crate::support::git_fixture::GitFixture;
+use crate::support::grove::{grove_in, stderr};
+
+/// `grove run` with `config` committed: its exit code, stderr, and the model requests.
+async fn run_with(config: &str) -> (GitFixture, Option<i32>, String, usize) {
+    let fixture = GitFixture::with_files(&[
+        ("README", "the project\n"),
+        ("docs/guide.md", "tracked\n"),
+        (".gitignore", ".venv/\n"),
+        (".grove/config.toml", config),
+    ]);
+    std::fs::create_dir_all(fixture.repo.join(".venv/bin")).unwrap();
+    let server = FakeServer::with_responder(|_| Turn::text("Nothing to do.").into()).await;
+    let output = grove_in(&fixture, Some(&server), &["run", "--json", "look around"]).await;
+    let requests = server.requests().len();
+    (fixture, output.status.code(), stderr(&output), requests)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_that_is_tracked_or_missing_and_a_deny_read_over_the_worktrees_stop_the_run() {
+    let cases = [
+        (
+            "[worktree]\nshare = [\"docs\"]\n",
+            "worktree.share: docs: git tracks it, so every worktree has its own copy that its \
+             worker may change; `share` is for ignored directories such as `.venv` or \
+             `node_modules`",
+        ),
+        (
+            "[worktree]\nshare = [\"node_modules\"]\n",
+            "worktree.share: node_modules: there is no such directory in",
+        ),
+        (
+            "[sandbox]\ndeny_read = [\"~/.cache\"]\n",
+            "sandbox.deny_read: ",
+        ),
+        (
+            "[sandbox]\ndeny_read = [\"secrets\"]\n",
+            "sandbox.deny_read: expected an array of absolute paths or paths in your home",
+        ),
+    ];
+    for (config, said) in cases {
+        let (_fixture, code, message, requests) = run_with(config).await;
+        assert_eq!(
+            (code, message.contains(said), requests),
+            (Some(1), true, 0),
+            "{config:?} stops the run at its start (exit 1, no model request), saying \
+             {said:?}: {message}"
+        );
+    }
+    let (_fixture, _, message, _) = run_with("[sandbox]\ndeny_read = [\"~/.cache\"]\n").await;
+    assert!(
+        message.contains("would hide the worktrees' directory"),
+        "the deny_read that covers the cache names what it would hide: {message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allow_read_of_a_secret_store_is_allowed_loudly_and_journaled() {
+    let (fixture, code, message, _) = run_with("[sandbox]\nallow_read = [\"~/.aws\"]\n").await;
+    assert_eq!(
+        code,
+        Some(3),
+        "the run goes on (its lead delegates nothing): {message}"
+    );
+    let home = fixture.home();
+    assert!(
+        message.contains(&format!(
+            "WARNING: [sandbox] allow_read opens {} to workers' commands",
+            home.join(".aws").display()
+        )),
+        "the opening is said loudly: {message}"
+    );
+    let store = RunStore::new(&fixture.repo.join(".git"));
+    let runs = store.list_runs().unwrap();
+    let state = store.read_state(&runs[0].run_id).unwrap();
+    let options: Value = serde_json::to_value(&state.options).unwrap();
+    assert_eq!(
+        options["sandbox_paths"]["allow_read"],
+        serde_json::json!(["~/.aws"]),
+        "the run's journal records it"
+    );
+}
