@@ -256,3 +256,45 @@ async fn host_unix_sockets_are_out_of_reach_and_the_commands_own_work() {
         "outside the sandbox the agent still lists the key (so the test above can fail)"
     );
 }
+
+/// A Python program that tries an internet socket, a Unix socket and a socketpair.
+const SOCKETS: &str = r#"
+import socket
+for name, family in [("inet", socket.AF_INET), ("unix", socket.AF_UNIX)]:
+    try:
+        socket.socket(family, socket.SOCK_STREAM)
+        print(name, "opened")
+    except PermissionError:
+        print(name, "refused")
+a, b = socket.socketpair()
+a.sendall(b"pair")
+print("socketpair:", b.recv(4).decode())
+"#;
+
+#[tokio::test]
+async fn without_namespaces_every_socket_but_a_socketpair_is_refused() {
+    let Some(scene) =
+        Scene::confined("without_namespaces_every_socket_but_a_socketpair_is_refused")
+    else {
+        return;
+    };
+    std::fs::write(scene.worktree.join("sockets.py"), SOCKETS).unwrap();
+    let no_loopback = scene.executor(SandboxPolicy {
+        own_loopback: false,
+        ..SandboxPolicy::default()
+    });
+    let with_namespaces = scene.executor(SandboxPolicy::default());
+
+    let refused = run_in(&no_loopback, &scene.worktree, "python3 sockets.py").await;
+    let opened = run_in(&with_namespaces, &scene.worktree, "python3 sockets.py").await;
+
+    assert_eq!(
+        (refused.output_text(), opened.output_text()),
+        (
+            "inet refused\nunix refused\nsocketpair: pair\n".to_owned(),
+            "inet opened\nunix opened\nsocketpair: pair\n".to_owned()
+        ),
+        "--sandbox no-loopback (no namespace to keep the host out) refuses every socket \
+         but socketpair; the whole sandbox opens them in namespaces of the command's own"
+    );
+}

@@ -356,4 +356,28 @@ mod tests {
             serde_json::json!("off")
         );
     }
+
+    #[test]
+    fn a_system_without_namespaces_is_offered_no_loopback_with_what_it_loses() {
+        let without = SandboxError::Confine {
+            step: "running a probe command confined",
+            detail: "entering a network namespace of its own failed: Operation not permitted"
+                .into(),
+        };
+        let advice = refusal_advice(&without);
+        assert!(
+            advice.contains("--sandbox no-loopback")
+                && advice.contains("a test server on 127.0.0.1 cannot run")
+                && advice.contains("--sandbox off"),
+            "the refusal names both ways on and what the first loses: {advice}"
+        );
+        let no_landlock = SandboxError::Unsupported {
+            what: "Landlock filesystem confinement",
+            reason: "not in the kernel".into(),
+        };
+        assert!(
+            !refusal_advice(&no_landlock).contains("no-loopback"),
+            "a kernel without Landlock is not offered a mode that needs it"
+        );
+    }
 }
