@@ -68,7 +68,8 @@ pub enum Event {
     },
     /// A delegated subtask waits, holding no `--jobs` slot, until the earlier subtasks
     /// `waits_for` (labels) are settled: its `after` names them, or their `paths`
-    /// overlap its own. Then it starts from the run's current result.
+    /// overlap its own. Then it starts from the run's current result. With `waits_for`
+    /// empty it waits for a `--jobs` slot, and starts as it would have at once.
     SubtaskWaiting {
         label: String,
         task: String,

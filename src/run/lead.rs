@@ -26,7 +26,7 @@ use crate::run::subtask::Subtasks;
 use crate::run::subtask::close::lead_result;
 use crate::settings::options::{History, ModelChoice, RunOptions};
 use crate::store::StoreError;
-use crate::store::transcript::{self, AgentTiming, Transcript};
+use crate::store::transcript::{self, AgentTiming, PendingAnswer, Transcript};
 use crate::tools::{self, Registry, ToolSet};
 
 /// The lead's first message: the user's task and what to do with it.
@@ -219,9 +219,16 @@ pub(crate) async fn run_lead(
     }
 }
 
+/// What the lead is told of a `delegate` call that was pending when grove stopped and
+/// that the journal never recorded: no subtask exists for it, and none will start.
+pub const UNRECORDED_DELEGATION: &str = "grove stopped before this delegate call was \
+     recorded, so no subtask was started for it and none will be; delegate it again if the \
+     work is still needed.";
+
 /// The lead's saved transcript of a resumed run, its pending calls answered: a
-/// `delegate` call with its subtask's result (matched by brief), any other as
-/// interrupted. `None` when there is none (the lead starts over).
+/// `delegate` call with its subtask's result (matched by brief), or that no subtask was
+/// recorded for it; any other as interrupted. `None` when there is none (the lead starts
+/// over).
 pub(crate) fn resumed_history(ctx: &RunContext, subtasks: &[SubtaskReport]) -> Option<Transcript> {
     let mut lead =
         transcript::load(&ctx.transcript_path(LEAD_LABEL, "lead")).unwrap_or_else(|error| {
@@ -231,15 +238,20 @@ pub(crate) fn resumed_history(ctx: &RunContext, subtasks: &[SubtaskReport]) -> O
     let mut used = vec![false; subtasks.len()];
     transcript::answer_pending(&mut lead.messages, |_, name, input| {
         if name != "delegate" {
-            return None;
+            return PendingAnswer::Interrupted;
         }
-        let task = input.get("task")?.as_str()?;
+        let task = input.get("task").and_then(|task| task.as_str());
         let index = subtasks
             .iter()
             .enumerate()
-            .position(|(i, s)| !used[i] && s.task == task)?;
-        used[index] = true;
-        Some(lead_result(&subtasks[index]).text)
+            .position(|(i, s)| !used[i] && Some(s.task.as_str()) == task);
+        match index {
+            Some(index) => {
+                used[index] = true;
+                PendingAnswer::Result(lead_result(&subtasks[index]).text)
+            }
+            None => PendingAnswer::Error(UNRECORDED_DELEGATION.to_owned()),
+        }
     });
     drop_final_answer(&mut lead.messages);
     Some(lead)
@@ -258,5 +270,58 @@ fn drop_final_answer(messages: &mut Vec<Message>) {
     });
     if ends_answered && messages.len() > 1 {
         messages.pop();
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::run::test_support::TestRun;
+    use crate::store::journal::SubtaskOutcome;
+
+    #[tokio::test]
+    async fn a_pending_delegation_hears_its_subtasks_result_or_that_none_was_recorded() {
+        let run = TestRun::alpha().await;
+        let call = |id: &str, task: &str| ContentBlock::ToolUse {
+            id: id.into(),
+            name: "delegate".into(),
+            input: json!({ "task": task }),
+        };
+        let saved = Transcript {
+            messages: vec![
+                Message::user_text("plan"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![call("a", "recorded"), call("b", "lost")],
+                },
+            ],
+            ..Transcript::default()
+        };
+        transcript::save(&run.ctx.transcript_path(LEAD_LABEL, "lead"), &saved).unwrap();
+        let mut merged = SubtaskReport::new("S1".into(), "recorded".into(), "grove/r/1".into());
+        merged.status = SubtaskOutcome::Merged;
+
+        let resumed = resumed_history(&run.ctx, &[merged]).unwrap();
+
+        assert_eq!(
+            resumed.messages.last().unwrap().content,
+            vec![
+                ContentBlock::ToolResult {
+                    tool_use_id: "a".into(),
+                    content: "S1 merged (grove/r/1)\n".into(),
+                    is_error: false,
+                },
+                ContentBlock::ToolResult {
+                    tool_use_id: "b".into(),
+                    content: UNRECORDED_DELEGATION.into(),
+                    is_error: true,
+                },
+            ],
+            "a recorded delegation is answered with its subtask's result; one the journal \
+             never had is told so, never that it may have run"
+        );
     }
 }

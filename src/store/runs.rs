@@ -531,8 +531,9 @@ impl ActiveRun {
         // subtask still running on resume is worked and reviewed again whatever its
         // verdict. A `subtask_started` lost with the machine leaves a subtask that has
         // changed nothing yet: its first mutating call is synced before it runs, which
-        // flushes this record too, so before that the lead's `delegate` call reads as
-        // interrupted and the worktree, if any, is reused when the lead delegates again.
+        // flushes this record too, so before that the lead is told no subtask was
+        // recorded for its `delegate` call, and the worktree, if any, is reused when the
+        // lead delegates again.
         // Every other record is synced at once.
         let durability = match &record.entry {
             Entry::ToolCallFinished { .. }

@@ -188,11 +188,39 @@ pub fn pending_calls(messages: &[Message]) -> Vec<(String, String, serde_json::V
     }
 }
 
-/// Appends one user message answering every pending call, with `answer(id, name,
-/// input)` or, when it gives `None`, [`INTERRUPTED_CALL`] as an error.
+/// The conversation as it was when `tool` was last called with an input `wanted`
+/// accepts: the messages up to the assistant turn holding that call, included.
+pub fn through_call<'a>(
+    messages: &'a [Message],
+    tool: &str,
+    wanted: impl Fn(&serde_json::Value) -> bool,
+) -> Option<&'a [Message]> {
+    let turn = messages.iter().rposition(|message| {
+        message.role == Role::Assistant
+            && message
+                .tool_uses()
+                .any(|(_, name, input)| name == tool && wanted(input))
+    })?;
+    Some(&messages[..=turn])
+}
+
+/// How a call that was pending when the process stopped is answered when its agent
+/// goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PendingAnswer {
+    /// What the call came to after all (a delegated subtask's result).
+    Result(String),
+    /// An error result saying why the call came to nothing.
+    Error(String),
+    /// [`INTERRUPTED_CALL`], as an error.
+    Interrupted,
+}
+
+/// Appends one user message answering every pending call with `answer(id, name,
+/// input)`.
 pub fn answer_pending(
     messages: &mut Vec<Message>,
-    mut answer: impl FnMut(&str, &str, &serde_json::Value) -> Option<String>,
+    mut answer: impl FnMut(&str, &str, &serde_json::Value) -> PendingAnswer,
 ) {
     let pending = pending_calls(messages);
     if pending.is_empty() {
@@ -200,17 +228,17 @@ pub fn answer_pending(
     }
     let content = pending
         .into_iter()
-        .map(|(id, name, input)| match answer(&id, &name, &input) {
-            Some(text) => ContentBlock::ToolResult {
+        .map(|(id, name, input)| {
+            let (content, is_error) = match answer(&id, &name, &input) {
+                PendingAnswer::Result(text) => (text, false),
+                PendingAnswer::Error(text) => (text, true),
+                PendingAnswer::Interrupted => (INTERRUPTED_CALL.to_owned(), true),
+            };
+            ContentBlock::ToolResult {
                 tool_use_id: id,
-                content: text,
-                is_error: false,
-            },
-            None => ContentBlock::ToolResult {
-                tool_use_id: id,
-                content: INTERRUPTED_CALL.to_owned(),
-                is_error: true,
-            },
+                content,
+                is_error,
+            }
         })
         .collect();
     messages.push(Message {
@@ -246,8 +274,9 @@ mod tests {
                 ],
             },
         ];
-        answer_pending(&mut messages, |_, name, _| {
-            (name == "delegate").then(|| "S1 merged".to_owned())
+        answer_pending(&mut messages, |_, name, _| match name {
+            "delegate" => PendingAnswer::Result("S1 merged".to_owned()),
+            _ => PendingAnswer::Interrupted,
         });
         assert_eq!(
             messages.last().unwrap(),

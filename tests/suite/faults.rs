@@ -931,8 +931,8 @@ async fn a_full_disk_pauses_the_run_and_resume_finishes_it_once_space_is_freed()
     }
 }
 
-/// A lead's answer to delegations reported as interrupted (the disk filled as the first
-/// run journaled them, so they never started): it delegates each again, once, as a model
+/// A lead's answer to delegations reported as interrupted or never recorded (the disk
+/// filled as the first run journaled them, so they never started): it delegates each again, once, as a model
 /// would; grove never re-runs a call itself. `None` when there is none to redo.
 fn redelegate(request: &RecordedRequest, briefs: &[(&str, Option<&str>)]) -> Option<Reply> {
     use crate::support::fake_server::Turn;
@@ -943,7 +943,10 @@ fn redelegate(request: &RecordedRequest, briefs: &[(&str, Option<&str>)]) -> Opt
     };
     let interrupted: Vec<usize> = results
         .iter()
-        .filter(|(_, text)| text.contains(grove::store::transcript::INTERRUPTED_CALL))
+        .filter(|(_, text)| {
+            text.contains(grove::store::transcript::INTERRUPTED_CALL)
+                || text.contains(grove::run::lead::UNRECORDED_DELEGATION)
+        })
         .filter_map(|(id, _)| id.strip_prefix("lead_call_")?.parse().ok())
         .filter(|index| !redone(*index))
         .collect();

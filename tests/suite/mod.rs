@@ -12,6 +12,7 @@ mod escapes;
 mod faults;
 mod git;
 mod history;
+mod interrupts;
 mod loop_http;
 mod mcp;
 mod model;

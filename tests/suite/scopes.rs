@@ -176,13 +176,14 @@ fn call(tool: &str, input: Value) -> String {
     format!("CALL {tool} {input}")
 }
 
+/// The waits for earlier subtasks (not those for a free `--jobs` slot alone).
 fn waiting(events: &[Event]) -> Vec<(String, Vec<String>)> {
     events
         .iter()
         .filter_map(|event| match event {
             Event::SubtaskWaiting {
                 label, waits_for, ..
-            } => Some((label.clone(), waits_for.clone())),
+            } if !waits_for.is_empty() => Some((label.clone(), waits_for.clone())),
             _ => None,
         })
         .collect()

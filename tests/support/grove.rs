@@ -167,6 +167,90 @@ impl Grove {
     }
 }
 
+/// A grove started by [`Grove::spawn_until`]: stopped at a known point of its run, its
+/// stderr read on (so that it never blocks on a full pipe) and kept.
+pub struct Watched {
+    child: tokio::process::Child,
+    /// Every stderr line so far, the one waited for included.
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    reading: tokio::task::JoinHandle<()>,
+}
+
+impl Grove {
+    /// Starts `grove ARGS` and returns once it printed a stderr line `at` accepts (at most
+    /// a minute), so that a test signals it at an exact point of its run.
+    pub async fn spawn_until<I, S>(&self, args: I, at: impl Fn(&str) -> bool) -> Watched
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        use tokio::io::AsyncBufReadExt as _;
+        let mut child = self.spawn_piped(args);
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let keep = |line: &str, stderr: &std::sync::Mutex<String>| {
+            let mut kept = stderr.lock().unwrap();
+            kept.push_str(line);
+            kept.push('\n');
+        };
+        let deadline = std::time::Duration::from_secs(60);
+        let reached = tokio::time::timeout(deadline, async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                keep(&line, &stderr);
+                if at(&line) {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert!(
+            reached == Ok(true),
+            "grove never printed the line waited for; it printed:\n{}",
+            stderr.lock().unwrap()
+        );
+        let reading = tokio::spawn({
+            let stderr = std::sync::Arc::clone(&stderr);
+            async move {
+                while let Ok(Some(line)) = lines.next_line().await {
+                    keep(&line, &stderr);
+                }
+            }
+        });
+        Watched {
+            child,
+            stderr,
+            reading,
+        }
+    }
+}
+
+impl Watched {
+    /// Sends `signal` to grove.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = i32::try_from(self.child.id().unwrap()).unwrap();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+    }
+
+    /// Waits (at most a minute) for grove to end, and returns its whole output.
+    pub async fn output(self) -> Output {
+        let Watched {
+            child,
+            stderr,
+            reading,
+        } = self;
+        let ended =
+            tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
+                .await;
+        let mut output = ended
+            .unwrap_or_else(|_| panic!("grove did not end: {}", stderr.lock().unwrap()))
+            .unwrap();
+        reading.await.unwrap();
+        output.stderr = stderr.lock().unwrap().clone().into_bytes();
+        output
+    }
+}
+
 /// The output's stderr as text.
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()

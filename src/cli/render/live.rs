@@ -220,8 +220,12 @@ fn plain(event: &Event) {
 }
 
 /// `waits for S1, S3 to settle, then starts from their result: <brief>`: a subtask
-/// held back by its `after` or overlapping `paths`, in both views.
+/// held back by its `after` or overlapping `paths`, in both views; `waits for a free
+/// --jobs slot: <brief>` for one that waits for a slot alone.
 fn waiting_line(waits_for: &[String], task: &str) -> String {
+    if waits_for.is_empty() {
+        return format!("waits for a free --jobs slot: {}", first_line(task, 80));
+    }
     format!(
         "waits for {} to settle, then starts from their result: {}",
         waits_for.join(", "),

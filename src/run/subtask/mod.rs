@@ -53,7 +53,7 @@ use crate::agent::{fork_messages, isolated_messages};
 use crate::event::Event;
 use crate::git::{CommitId, Worktree};
 use crate::run::agents::{delegate_role, worker_tools};
-use crate::run::context::{LeadHistory, RunContext, lock};
+use crate::run::context::{LEAD_LABEL, LeadHistory, RunContext, lock};
 use crate::run::delegate::{DelegateError, DelegateReport, DelegateRequest, Delegator};
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
@@ -62,7 +62,7 @@ use crate::run::schedule::{self, Placement, Schedule, recorded_scope, scope_of};
 use crate::store::StoreError;
 use crate::store::journal::{ContextMode, Entry, SubtaskKind, SubtaskOutcome};
 use crate::store::state::{RunState, SubtaskState, SubtaskStatus};
-use crate::store::transcript::{self, Transcript};
+use crate::store::transcript::{self, PendingAnswer, Transcript};
 use crate::text::truncate;
 use crate::tools::{self, ToolSet, WriteScope};
 
@@ -143,45 +143,19 @@ impl Subtasks {
     async fn run_delegated(
         self,
         assignment: Assignment,
-        request: DelegateRequest,
         placement: Placement,
     ) -> Result<DelegateReport, DelegateError> {
         let id = assignment.id;
         let _settle = self.queue.guard(id);
-        let started = Entry::SubtaskStarted {
-            subtask: id.to_string(),
-            task: request.task,
-            branch: self.ctx.run.subtask_branch(id.number()),
-            mode: request.mode,
-            agent: assignment.role.name.clone(),
-            paths: request.paths,
-            after: schedule::labels(&request.after),
-            waits_for: schedule::labels(&placement.waits_for),
-            kind: SubtaskKind::Task,
-        };
-        let journal = |entry| {
-            self.ctx
-                .journal(entry)
-                .map_err(|source| DelegateError::Journal { source })
-        };
-        let waits = !placement.waits_for.is_empty();
-        if waits {
-            // Journaled before the wait, so that a resumed run still has it, still waiting.
-            journal(started.clone())?;
+        if !placement.waits_for.is_empty() {
             let (brief, waits_for) = (&assignment.brief, &placement.waits_for);
             if !schedule::wait_for_earlier(&self.ctx, &self.queue, id, brief, waits_for).await {
                 return Err(DelegateError::Interrupted);
             }
         }
-        let permit = tokio::select! {
-            permit = Arc::clone(&self.jobs).acquire_owned() => {
-                permit.map_err(|_| DelegateError::ShuttingDown)?
-            }
-            () = self.ctx.cancel.cancelled() => return Err(DelegateError::Interrupted),
+        let Some(permit) = self.slot(id, &assignment.brief).await else {
+            return Err(DelegateError::Interrupted);
         };
-        if !waits {
-            journal(started)?;
-        }
         let report = self
             .run_subtask(assignment, permit, placement)
             .await
@@ -189,6 +163,23 @@ impl Subtasks {
         let result = close::lead_result(&report);
         lock(&self.reports).insert(id, report);
         Ok(result)
+    }
+
+    /// A `--jobs` slot for subtask `id`, saying so when it must wait for one; `None` when
+    /// the run is interrupted first.
+    async fn slot(&self, id: SubtaskId, task: &str) -> Option<OwnedSemaphorePermit> {
+        if let Ok(permit) = Arc::clone(&self.jobs).try_acquire_owned() {
+            return Some(permit);
+        }
+        self.ctx.events.emit(Event::SubtaskWaiting {
+            label: id.to_string(),
+            task: task.to_owned(),
+            waits_for: Vec::new(),
+        });
+        tokio::select! {
+            permit = Arc::clone(&self.jobs).acquire_owned() => permit.ok(),
+            () = self.ctx.cancel.cancelled() => None,
+        }
     }
 
     /// The pipeline of one subtask; an error here is the journal failing (fatal).
@@ -466,24 +457,7 @@ impl Subtasks {
         });
         let _settle = self.queue.guard(id);
         let label = id.to_string();
-        let saved =
-            transcript::load(&ctx.transcript_path(&label, &role.name)).unwrap_or_else(|error| {
-                ctx.note(format!("{label}: the worker starts over: {error}"));
-                None
-            });
-        let start = match saved {
-            Some(mut saved) => {
-                transcript::answer_pending(&mut saved.messages, |_, _, _| None);
-                saved
-            }
-            None => Transcript {
-                messages: isolated_messages(&schedule::worker_brief(
-                    &state.task,
-                    placement.scope.as_deref(),
-                )),
-                ..Transcript::default()
-            },
-        };
+        let start = resumed_start(ctx, state, &role.name, placement.scope.as_deref());
         let branch = ctx.run.subtask_branch(id.number());
         // A subtask that was still waiting waits again, holding no slot; one that had
         // started goes on from its recorded start point.
@@ -493,7 +467,7 @@ impl Subtasks {
         {
             return Ok(SubtaskReport::new(label, state.task.clone(), branch));
         }
-        let Ok(permit) = Arc::clone(&self.jobs).acquire_owned().await else {
+        let Some(permit) = self.slot(id, &state.task).await else {
             return Ok(SubtaskReport::new(label, state.task.clone(), branch));
         };
         let assignment = Assignment {
@@ -570,11 +544,73 @@ impl Delegator for Subtasks {
             waits_for: admitted.waits_for,
             start: None,
         };
+        // Journaled on acceptance, before anything awaits: a subtask still waiting for
+        // earlier ones or for a `--jobs` slot when grove stops is resumed like any other.
+        let started = Entry::SubtaskStarted {
+            subtask: id.to_string(),
+            task: request.task,
+            branch: ctx.run.subtask_branch(id.number()),
+            mode: request.mode,
+            agent: assignment.role.name.clone(),
+            paths: request.paths,
+            after: schedule::labels(&request.after),
+            waits_for: schedule::labels(&placement.waits_for),
+            kind: SubtaskKind::Task,
+        };
+        if let Err(source) = ctx.journal(started) {
+            // Its number is taken: settled, so that no later merge waits for it.
+            self.queue.settle(id);
+            return Err(DelegateError::Journal { source });
+        }
         let task = self
             .tasks
-            .spawn(self.clone().run_delegated(assignment, request, placement));
+            .spawn(self.clone().run_delegated(assignment, placement));
         task.await
             .unwrap_or_else(|source| Err(DelegateError::Stopped { source }))
+    }
+}
+
+/// The conversation a resumed subtask's worker goes on with: its saved transcript, its
+/// pending calls answered as interrupted; else (it had not started) its first messages
+/// as its delegation gave them: a fork of the lead as the lead was when it delegated.
+fn resumed_start(
+    ctx: &RunContext,
+    state: &SubtaskState,
+    role: &str,
+    scope: Option<&WriteScope>,
+) -> Transcript {
+    let saved = transcript::load(&ctx.transcript_path(&state.id, role)).unwrap_or_else(|error| {
+        ctx.note(format!("{}: the worker starts over: {error}", state.id));
+        None
+    });
+    if let Some(mut saved) = saved {
+        transcript::answer_pending(&mut saved.messages, |_, _, _| PendingAnswer::Interrupted);
+        return saved;
+    }
+    let brief = schedule::worker_brief(&state.task, scope);
+    let lead = match state.mode {
+        ContextMode::Fork => transcript::load(&ctx.transcript_path(LEAD_LABEL, "lead"))
+            .ok()
+            .flatten(),
+        ContextMode::Isolated => None,
+    };
+    let delegated = |input: &serde_json::Value| input["task"].as_str() == Some(&state.task);
+    let forked = lead
+        .as_ref()
+        .and_then(|lead| transcript::through_call(&lead.messages, "delegate", delegated));
+    if state.mode == ContextMode::Fork && forked.is_none() {
+        ctx.note(format!(
+            "{}: it was delegated as a fork, but the lead's conversation of then is gone: \
+             its worker starts from its brief alone",
+            state.id
+        ));
+    }
+    Transcript {
+        messages: match forked {
+            Some(lead_messages) => fork_messages(lead_messages, &brief),
+            None => isolated_messages(&brief),
+        },
+        ..Transcript::default()
     }
 }
 

@@ -65,7 +65,7 @@ use crate::store::journal::{
     ContextMode, Entry, Finding, SubtaskKind, SubtaskOutcome, VerdictKind,
 };
 use crate::store::state::SubtaskState;
-use crate::store::transcript::{self, Transcript};
+use crate::store::transcript::{self, PendingAnswer, Transcript};
 use crate::text::truncate;
 use crate::tools::{self, ToolSet};
 
@@ -438,7 +438,7 @@ fn continued(
         Some(saved) => saved.messages,
         None => isolated_messages(&report.task),
     };
-    transcript::answer_pending(&mut messages, |_, _, _| None);
+    transcript::answer_pending(&mut messages, |_, _, _| PendingAnswer::Interrupted);
     let answer = if summary.trim().is_empty() {
         "(done)".to_owned()
     } else {

@@ -1,0 +1,179 @@
+//! Issue 31, nothing lost across an interrupt: each test stops grove at an exact point of
+//! its run (a signal sent once a given line is printed) and proves what grove says then
+//! and what the next `grove resume` finds. Each test names the Safety row it proves.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use nix::sys::signal::Signal;
+use pretty_assertions::assert_eq;
+use serde_json::Value;
+
+use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
+use crate::support::git_fixture::GitFixture;
+use crate::support::grove::{Grove, stderr};
+use crate::support::requests::{Who, who};
+use crate::support::scripted_run::{
+    USER_TASK, lead_reply, repo_with_rules, reviewer_reply, worker_reply,
+};
+
+/// Five subtasks the lead delegates in one response, each writing a file of its own.
+const FIVE: &[(&str, Option<&str>)] = &[
+    ("First.\nWRITE one.txt 1", None),
+    ("Second.\nWRITE two.txt 2", None),
+    ("Third.\nWRITE three.txt 3", Some("fork")),
+    ("Fourth.\nWRITE four.txt 4", None),
+    ("Fifth.\nWRITE five.txt 5", None),
+];
+
+/// The standard lead (delegating `briefs`), workers and reviewers.
+fn standard(
+    briefs: &'static [(&'static str, Option<&'static str>)],
+) -> impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static {
+    move |request| match who(request) {
+        Who::Lead => lead_reply(request, briefs),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    }
+}
+
+/// The line by which `working` workers have started and `waiting` subtasks wait for a
+/// `--jobs` slot (each was accepted, then), counted in `seen`.
+fn working_and_waiting(
+    working: usize,
+    waiting: usize,
+    seen: &(AtomicUsize, AtomicUsize),
+) -> impl Fn(&str) -> bool + '_ {
+    move |line| {
+        if line.starts_with("worker S") && line.ends_with(": started") {
+            seen.0.fetch_add(1, Ordering::SeqCst);
+        }
+        if line.contains(": waits for a free --jobs slot: ") {
+            seen.1.fetch_add(1, Ordering::SeqCst);
+        }
+        seen.0.load(Ordering::SeqCst) == working && seen.1.load(Ordering::SeqCst) == waiting
+    }
+}
+
+/// The run id `grove runs --json` lists first.
+async fn only_run(grove: &Grove) -> String {
+    let runs = grove.grove_async(["runs", "--json"]).await;
+    let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
+    runs[0]["run_id"].as_str().unwrap().to_owned()
+}
+
+/// `(id, status)` of each subtask of a `--json` report.
+fn statuses(report: &Value) -> Vec<(String, String)> {
+    report["subtasks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a report with subtasks: {report:#}"))
+        .iter()
+        .map(|s| {
+            let text = |key: &str| s[key].as_str().unwrap_or_default().to_owned();
+            (text("id"), text("status"))
+        })
+        .collect()
+}
+
+/// What grove left registered for `run_id`: its subtask branches (the result and its
+/// squashed history are the run's to keep) and every worktree but the user's.
+fn left_registered(fixture: &GitFixture, run_id: &str) -> (Vec<String>, Vec<String>) {
+    let branches = fixture.git(&[
+        "for-each-ref",
+        "--format=%(refname:short)",
+        &format!("refs/heads/grove/{run_id}/"),
+    ]);
+    let branches = branches
+        .lines()
+        .filter(|branch| !branch.ends_with("/result") && !branch.ends_with("/squashed"))
+        .map(str::to_owned)
+        .collect();
+    let worktrees = fixture.git(&["worktree", "list", "--porcelain"]);
+    let worktrees = worktrees
+        .lines()
+        .filter_map(|line| line.strip_prefix("worktree "))
+        .skip(1)
+        .map(str::to_owned)
+        .collect();
+    (branches, worktrees)
+}
+
+/// Row 48: the lead delegates five subtasks at once with `--jobs 2`; grove is killed
+/// while two work and three wait for a slot. Each was journaled when it was accepted, so
+/// the resume runs all five (the forked one from the lead's conversation of then), the
+/// lead hears each one's result, and nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delegated_subtasks_waiting_for_a_slot_survive_a_kill_and_the_resume_runs_them() {
+    let fixture = repo_with_rules();
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(request, FIVE),
+        // The first two workers never get an answer: grove dies while they work.
+        Who::Worker => Reply::Hang,
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let grove = Grove::in_repo(&fixture).with_server(&server);
+    let seen = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let watched = grove
+        .spawn_until(
+            ["run", "--jobs", "2", USER_TASK],
+            working_and_waiting(2, 3, &seen),
+        )
+        .await;
+    watched.signal(Signal::SIGKILL);
+    let killed = watched.output().await;
+    assert_eq!(killed.status.code(), None, "killed: {}", stderr(&killed));
+    let run_id = only_run(&grove).await;
+
+    server.set_responder(standard(FIVE));
+    let resumed = grove.grove_async(["resume", "--json", &run_id]).await;
+
+    server.assert_no_violations();
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let report: Value = serde_json::from_slice(&resumed.stdout).unwrap();
+    assert_eq!(
+        statuses(&report),
+        (1..=5)
+            .map(|n| (format!("S{n}"), "merged".to_owned()))
+            .collect::<Vec<_>>(),
+        "every accepted delegation is a subtask of the run, waiting or not, and is run"
+    );
+    let files: Vec<Vec<u8>> = ["one", "two", "three", "four", "five"]
+        .iter()
+        .map(|name| fixture.read(&format!("{name}.txt")))
+        .collect();
+    assert_eq!(
+        files,
+        [b"1\n", b"2\n", b"3\n", b"4\n", b"5\n"].map(|b| b.to_vec()),
+        "every delegated change is on the user's branch"
+    );
+    let requests = server.requests();
+    let lead_results = requests
+        .iter()
+        .rfind(|r| who(r) == Who::Lead)
+        .unwrap()
+        .tool_results();
+    let heard: Vec<(String, bool)> = lead_results
+        .iter()
+        .map(|(id, text)| (id.clone(), text.contains(" merged (")))
+        .collect();
+    assert_eq!(
+        heard,
+        (0..5)
+            .map(|i| (format!("lead_call_{i}"), true))
+            .collect::<Vec<_>>(),
+        "the lead hears each delegation's own result: {lead_results:#?}"
+    );
+    let forked = requests
+        .iter()
+        .find(|r| who(r) == Who::Worker && r.last_user_text().contains("WRITE three.txt"));
+    assert!(
+        forked.is_some_and(|r| r.messages().len() > 1),
+        "the forked subtask starts from the lead's conversation, not from its brief alone"
+    );
+    assert_eq!(
+        left_registered(&fixture, &run_id),
+        (Vec::new(), Vec::new()),
+        "no subtask branch or worktree is left"
+    );
+}
