@@ -14,6 +14,7 @@ use super::error::GitError;
 use super::handle::Worktree;
 use super::names::{CommitId, RunId, subtask_ref};
 use super::trash::discard_in_background;
+use super::worktree::{admin_head, normalize};
 use crate::tools::tree::{Layers, overlay::open_scratch};
 
 /// Where one subtask's work was kept.
@@ -158,26 +159,13 @@ impl Repo {
                     continue;
                 }
                 self.delete_worktree(worktree.path(), &admin).await?;
-                if worktree.is_overlay() {
-                    // Its upper and work directories, committed above.
-                    let layers = Layers::beside(Path::new("/"), worktree.path());
-                    if let Some(own) = layers.own_dir() {
-                        open_scratch(&layers.work);
-                        discard_in_background(own, &self.common_dir().join("grove/trash"))?;
-                    }
-                }
+                // Its upper and work directories, committed above.
+                self.discard_layers(&worktree)?;
                 dirs.extend(path.parent().map(Path::to_path_buf));
                 report.removed_worktrees.push(path);
             }
         }
-        let prefix = format!("refs/heads/grove/{run}/");
-        for (branch, commit) in self.refs_under(&prefix)? {
-            let Some(subtask) = branch
-                .strip_prefix(&prefix)
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
-                continue;
-            };
+        for (branch, subtask, commit) in self.subtask_branches(run)? {
             if kept_subtasks.contains(&subtask) {
                 continue;
             }
@@ -193,15 +181,111 @@ impl Repo {
             report.deleted_branches.push(branch);
         }
         report.removed_bases = self.remove_unused_bases(None)?;
-        // Only empty directories go; anything left in one is not grove's to delete.
-        for dir in &dirs {
-            let _ = std::fs::remove_dir(dir);
-        }
+        report
+            .removed_worktrees
+            .extend(self.remove_detached_in(&dirs).await?);
+        remove_empty(&dirs);
         report
             .archived
             .sort_by(|a, b| a.reference.cmp(&b.reference));
         report.archived.dedup();
         Ok(report)
+    }
+
+    /// What a finished `run` still has registered, removed as its own cleanups would
+    /// have removed it had grove not been stopped first (a kill while they waited for
+    /// their turn): the worktree of each subtask whose work is kept (merged onto the
+    /// result or archived; its last changes committed to its branch first, a
+    /// copy-on-write one's layers with it) and its branch, the detached worktrees of its
+    /// checks in `dir`, then `dir` itself and the repository's folder when empty. Work
+    /// kept nowhere else stays with its branch, as do files git refuses to record.
+    pub async fn sweep_run(&self, run: &RunId, dir: &Path) -> Result<CleanReport, GitError> {
+        let mut report = CleanReport::default();
+        let mut kept_subtasks = Vec::new();
+        let mut dirs = vec![normalize(dir)];
+        for registered in self.run_registrations(run)? {
+            let (subtask, path) = (registered.subtask, registered.path);
+            let Some(tip) = self.ref_target(&subtask_ref(run, subtask))? else {
+                continue;
+            };
+            if !self.keeps(run, tip)? {
+                continue;
+            }
+            let Some(worktree) = self.find_worktree(run, subtask, tip, &path)? else {
+                continue;
+            };
+            match self.remove_worktree(&worktree).await {
+                Ok(()) => {}
+                Err(GitError::PathsRefused { paths, .. }) => {
+                    kept_subtasks.push(subtask);
+                    report.kept_worktrees.push(KeptWorktree { path, paths });
+                    continue;
+                }
+                Err(error) => return Err(error),
+            }
+            self.discard_layers(&worktree)?;
+            dirs.extend(path.parent().map(Path::to_path_buf));
+            report.removed_worktrees.push(path);
+        }
+        for (branch, subtask, _) in self.subtask_branches(run)? {
+            // The git layer refuses a branch whose work is kept nowhere else: it stays.
+            if !kept_subtasks.contains(&subtask)
+                && self.delete_subtask_branch(run, subtask).await.is_ok()
+            {
+                report.deleted_branches.push(branch);
+            }
+        }
+        report
+            .removed_worktrees
+            .extend(self.remove_detached_in(&dirs).await?);
+        dirs.push(self.worktrees_home().to_path_buf());
+        remove_empty(&dirs);
+        Ok(report)
+    }
+
+    /// The subtask branches of `run` (`refs/heads/grove/<run>/<n>`): each ref, its
+    /// number and its tip.
+    fn subtask_branches(&self, run: &RunId) -> Result<Vec<(String, u32, CommitId)>, GitError> {
+        let prefix = format!("refs/heads/grove/{run}/");
+        Ok(self
+            .refs_under(&prefix)?
+            .into_iter()
+            .filter_map(|(branch, tip)| {
+                let subtask = branch.strip_prefix(&prefix)?.parse::<u32>().ok()?;
+                Some((branch, subtask, tip))
+            })
+            .collect())
+    }
+
+    /// Deletes the upper and work directories of a copy-on-write `worktree` that is no
+    /// longer mounted nor registered (its changes committed); nothing for a git one.
+    fn discard_layers(&self, worktree: &Worktree) -> Result<(), GitError> {
+        if !worktree.is_overlay() {
+            return Ok(());
+        }
+        let layers = Layers::beside(Path::new("/"), worktree.path());
+        if let Some(own) = layers.own_dir() {
+            open_scratch(&layers.work);
+            discard_in_background(own, &self.common_dir().join("grove/trash"))?;
+        }
+        Ok(())
+    }
+
+    /// Removes the detached worktrees (where checks ran: they never hold work) registered
+    /// directly in one of `dirs`; returns their paths.
+    async fn remove_detached_in(&self, dirs: &[PathBuf]) -> Result<Vec<PathBuf>, GitError> {
+        let dirs: Vec<PathBuf> = dirs.iter().map(|dir| normalize(dir)).collect();
+        let mut removed = Vec::new();
+        for (admin, path) in self.registered_worktrees()? {
+            let inside = path
+                .parent()
+                .is_some_and(|parent| dirs.iter().any(|dir| dir == parent));
+            if inside && admin_head(&admin).is_none() {
+                self.delete_worktree(&path, &admin).await?;
+                removed.push(path);
+            }
+        }
+        Ok(removed)
     }
 
     /// The library side of `grove gc --older-than DAYS`: deletes archive refs whose
@@ -223,5 +307,13 @@ impl Repo {
             }
         }
         Ok(deleted)
+    }
+}
+
+/// Removes each of `dirs` that is empty, in order; anything left in one is not grove's
+/// to delete.
+fn remove_empty(dirs: &[PathBuf]) {
+    for dir in dirs {
+        let _ = std::fs::remove_dir(dir);
     }
 }

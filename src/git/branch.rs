@@ -37,7 +37,7 @@ impl Repo {
     }
 
     /// Whether the run's result or one of its archives holds `tip`.
-    fn keeps(&self, run: &RunId, tip: CommitId) -> Result<bool, GitError> {
+    pub(super) fn keeps(&self, run: &RunId, tip: CommitId) -> Result<bool, GitError> {
         let result = run.result_ref();
         if let Some(result_tip) = self.ref_target(&result)?
             && self.in_history_of(&result, result_tip, tip)?

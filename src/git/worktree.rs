@@ -612,7 +612,7 @@ pub(super) fn admin_head(git_dir: &Path) -> Option<String> {
 }
 
 /// Canonicalises as much of `path` as exists, so a deleted worktree still compares equal.
-fn normalize(path: &Path) -> PathBuf {
+pub(super) fn normalize(path: &Path) -> PathBuf {
     if let Ok(real) = std::fs::canonicalize(path) {
         return real;
     }

@@ -85,6 +85,9 @@ pub(crate) async fn finish(
     };
     // Everything is done before the run's end is journaled.
     let ((applied, apply), ()) = tokio::join!(apply, cleaned(ctx, lead.cleanup));
+    if status == RunEnd::Finished && !ctx.options.keep_worktrees {
+        sweep(ctx).await;
+    }
     let journal_end = match status.recorded() {
         None => Entry::Paused {
             reason: error.clone().unwrap_or_else(|| "interrupted".into()),
@@ -166,6 +169,38 @@ async fn cleaned(ctx: &RunContext, cleanup: Option<JoinHandle<()>>) {
         && let Err(error) = cleanup.await
     {
         ctx.note(format!("the lead's worktree cleanup stopped: {error}"));
+    }
+}
+
+/// Removes what an earlier process of the run left registered (grove stopped before the
+/// cleanups of subtasks it had finished), and says what went; a run that was never
+/// stopped has nothing left by then.
+async fn sweep(ctx: &RunContext) {
+    match ctx.repo.sweep_run(&ctx.run, &ctx.worktrees_dir).await {
+        Ok(swept) => {
+            let paths = |paths: &[std::path::PathBuf]| {
+                let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+                shown.join(", ")
+            };
+            if !swept.removed_worktrees.is_empty() {
+                ctx.note(format!(
+                    "removed the worktrees an earlier grove of this run left: {}",
+                    paths(&swept.removed_worktrees)
+                ));
+            }
+            if !swept.deleted_branches.is_empty() {
+                ctx.note(format!(
+                    "deleted the branches an earlier grove of this run left (their work is \
+                     merged or archived): {}",
+                    swept.deleted_branches.join(", ")
+                ));
+            }
+        }
+        Err(error) => ctx.note(format!(
+            "could not remove what this run left registered: {error}; `grove clean {}` \
+             removes it",
+            ctx.run
+        )),
     }
 }
 

@@ -10,7 +10,7 @@ use pretty_assertions::assert_eq;
 use serde_json::Value;
 
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
-use crate::support::git_fixture::GitFixture;
+use crate::support::git_fixture::Leftovers;
 use crate::support::grove::{Grove, stderr};
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::{
@@ -73,29 +73,6 @@ fn statuses(report: &Value) -> Vec<(String, String)> {
             (text("id"), text("status"))
         })
         .collect()
-}
-
-/// What grove left registered for `run_id`: its subtask branches (the result and its
-/// squashed history are the run's to keep) and every worktree but the user's.
-fn left_registered(fixture: &GitFixture, run_id: &str) -> (Vec<String>, Vec<String>) {
-    let branches = fixture.git(&[
-        "for-each-ref",
-        "--format=%(refname:short)",
-        &format!("refs/heads/grove/{run_id}/"),
-    ]);
-    let branches = branches
-        .lines()
-        .filter(|branch| !branch.ends_with("/result") && !branch.ends_with("/squashed"))
-        .map(str::to_owned)
-        .collect();
-    let worktrees = fixture.git(&["worktree", "list", "--porcelain"]);
-    let worktrees = worktrees
-        .lines()
-        .filter_map(|line| line.strip_prefix("worktree "))
-        .skip(1)
-        .map(str::to_owned)
-        .collect();
-    (branches, worktrees)
 }
 
 /// Row 48: the lead delegates five subtasks at once with `--jobs 2`; grove is killed
@@ -172,8 +149,8 @@ async fn delegated_subtasks_waiting_for_a_slot_survive_a_kill_and_the_resume_run
         "the forked subtask starts from the lead's conversation, not from its brief alone"
     );
     assert_eq!(
-        left_registered(&fixture, &run_id),
-        (Vec::new(), Vec::new()),
-        "no subtask branch or worktree is left"
+        fixture.leftovers(),
+        Leftovers::default(),
+        "nothing of the run is left registered or on disk"
     );
 }

@@ -314,3 +314,53 @@ async fn a_run_killed_while_its_resolver_works_resumes_and_resolves_anew_never_h
         "the interrupted resolver's branch is archived: {json}"
     );
 }
+
+/// Row 49: grove is killed just as the resolver starts (its worktree being made,
+/// S1's cleanup still waiting for its turn). The resume resolves the conflict anew, as
+/// above, and leaves nothing of the run registered or on disk, saying what it removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kill_as_the_resolver_starts_leaves_nothing_behind_once_resumed() {
+    let fixture = fixture();
+    let server = server("approve").await;
+    let grove = Grove::in_repo(&fixture).with_server(&server);
+    let watched = grove
+        .spawn_until(["run", USER_TASK], |line| {
+            line.starts_with("S3: delegated: ")
+        })
+        .await;
+    watched.signal(nix::sys::signal::Signal::SIGKILL);
+    let killed = watched.output().await;
+    assert_eq!(killed.status.code(), None, "killed: {}", stderr(&killed));
+    let runs = grove.grove_async(["runs", "--json"]).await;
+    let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
+    let run_id = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let merged_before = fixture.worktree_dir(&run_id, 1);
+    assert!(
+        merged_before.exists(),
+        "the kill came before S1's cleanup: {}",
+        merged_before.display()
+    );
+
+    let output = grove_in(&fixture, Some(&server), &["resume", "--json", &run_id]).await;
+
+    server.assert_no_violations();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(
+        String::from_utf8(fixture.read("src/a.txt")).unwrap(),
+        BOTH,
+        "both changes are on the user's branch"
+    );
+    let err = stderr(&output);
+    assert_eq!(
+        fixture.leftovers(),
+        crate::support::git_fixture::Leftovers::default(),
+        "nothing of the run is left registered or on disk: {err}"
+    );
+    assert!(
+        err.lines().any(|line| {
+            line.starts_with("grove: removed the worktrees an earlier grove of this run left: ")
+                && line.contains(&merged_before.display().to_string())
+        }),
+        "the resume says what it removed: {err}"
+    );
+}

@@ -526,6 +526,25 @@ async fn a_second_grove_on_the_same_repository_is_refused() {
     assert!(server.requests().is_empty());
 }
 
+/// Issue 31: a run that finished leaves nothing in the cache directory, not even the
+/// empty folder its worktrees were in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_finished_run_leaves_no_folder_in_the_cache_directory() {
+    let fixture = repo_with_rules();
+    let server = scripted_server(&[("Shout a.\nWRITE src/a.txt ALPHA", None)]).await;
+
+    let output =
+        crate::support::grove::grove_in(&fixture, Some(&server), &["run", USER_TASK]).await;
+
+    let err = crate::support::grove::stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{err}");
+    assert_eq!(
+        fixture.leftovers(),
+        crate::support::git_fixture::Leftovers::default(),
+        "nothing of the run stays in git or the cache directory: {err}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_interrupted_run_keeps_its_work_and_resume_finishes_it() {
     let fixture = repo_with_rules();

@@ -182,6 +182,55 @@ impl GitFixture {
             })
     }
 
+    /// What runs of this repository left in git and on disk besides their results: the
+    /// subtask branches (a run keeps `result` and `squashed`), every worktree registered
+    /// but the user's, and every path under the repository's folder in the cache
+    /// directory but the base trees copy-on-write worktrees reuse (`bases/`), and that
+    /// folder itself when it is empty.
+    pub fn leftovers(&self) -> Leftovers {
+        let branches = self.git(&[
+            "for-each-ref",
+            "--format=%(refname:short)",
+            "refs/heads/grove/",
+        ]);
+        let branches = branches
+            .lines()
+            .filter(|branch| !branch.ends_with("/result") && !branch.ends_with("/squashed"))
+            .map(str::to_owned)
+            .collect();
+        let worktrees = self.git(&["worktree", "list", "--porcelain"]);
+        let worktrees = worktrees
+            .lines()
+            .filter_map(|line| line.strip_prefix("worktree "))
+            .skip(1)
+            .map(str::to_owned)
+            .collect();
+        let mut on_disk = Vec::new();
+        let grove = self.home().join(".cache").join("grove");
+        for folder in std::fs::read_dir(&grove).into_iter().flatten().flatten() {
+            let entries: Vec<_> = std::fs::read_dir(folder.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .collect();
+            if entries.is_empty() {
+                // An empty folder is a leftover too.
+                on_disk.push(folder.path().strip_prefix(&grove).unwrap().to_owned());
+            }
+            for entry in entries {
+                if entry.file_name() != "bases" {
+                    on_disk.push(entry.path().strip_prefix(&grove).unwrap().to_owned());
+                }
+            }
+        }
+        on_disk.sort();
+        Leftovers {
+            branches,
+            worktrees,
+            on_disk,
+        }
+    }
+
     /// Library options with the sealed env.
     pub fn options(&self) -> GitOptions {
         GitOptions {
@@ -241,4 +290,13 @@ fn collect_files(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
             out.push((relative, std::fs::read(&path).unwrap()));
         }
     }
+}
+
+/// What runs left behind ([`GitFixture::leftovers`]); `Leftovers::default()` is nothing.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Leftovers {
+    pub branches: Vec<String>,
+    pub worktrees: Vec<String>,
+    /// Paths relative to the cache directory's `grove/` folder.
+    pub on_disk: Vec<PathBuf>,
 }
