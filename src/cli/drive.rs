@@ -1,6 +1,6 @@
-//! Driving a run from the terminal: the live view, Ctrl-C and the exit code of a run —
-//! shared by `grove run`, `grove resume` and `grove demo`. The model clients come from
-//! [`grove::run::launch`].
+//! Driving a run from the terminal: the live view, Ctrl-C (SIGTERM, SIGHUP) and the exit
+//! code of a run — shared by `grove run`, `grove resume` and `grove demo`. The model
+//! clients come from [`grove::run::launch`].
 //!
 //! This file owns how a run meets the terminal; it must never decide what a run does.
 
@@ -8,6 +8,7 @@ use std::io::IsTerminal as _;
 use std::path::Path;
 use std::process::ExitCode;
 
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use grove::agent::roles;
@@ -37,8 +38,8 @@ where
     Ok(report)
 }
 
-/// Runs `start` with the live view on stderr and Ctrl-C cancelling it; returns its
-/// outcome and every agent's ledger.
+/// Runs `start` with the live view on stderr and Ctrl-C, SIGTERM or SIGHUP cancelling
+/// it; returns its outcome and every agent's ledger.
 pub async fn drive_live<T, F, Fut>(start: F) -> (Result<T, RunError>, render::Ledgers)
 where
     F: FnOnce(EventSink, CancellationToken) -> Fut,
@@ -119,16 +120,46 @@ pub fn parse_run_id(text: &str) -> Result<RunId, UsageError> {
         .map_err(|error: StoreError| UsageError(format!("{error}; `grove runs` lists the runs")))
 }
 
-/// The first Ctrl-C cancels the run (work is checkpointed, the run stays resumable); a
-/// second one ends the process at once.
+/// The first Ctrl-C, SIGTERM or SIGHUP cancels the run (work is checkpointed, the run
+/// stays resumable, and it ends as interrupted: exit 130, its report, the resume
+/// command); a second one ends the process at once.
 async fn watch_interrupts(cancel: CancellationToken) {
-    if tokio::signal::ctrl_c().await.is_err() {
+    let Ok(mut signals) = StopSignals::new() else {
         return;
-    }
-    render::interrupted();
+    };
+    let first = signals.next().await;
+    render::interrupted(first);
     cancel.cancel();
-    if tokio::signal::ctrl_c().await.is_ok() {
-        std::process::exit(i32::from(EXIT_INTERRUPTED));
+    signals.next().await;
+    std::process::exit(i32::from(EXIT_INTERRUPTED));
+}
+
+/// The signals that stop a run: SIGINT (Ctrl-C), SIGTERM (`kill`, `timeout`, a service
+/// manager) and SIGHUP (the terminal went away). Left to their default, the last two
+/// would kill grove mid-step: no report, no resume command, exit 143 or 129.
+struct StopSignals {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+}
+
+impl StopSignals {
+    /// Takes the three signals over from their default action.
+    fn new() -> std::io::Result<Self> {
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// The name of the next one that comes.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.interrupt.recv() => "Ctrl-C",
+            _ = self.terminate.recv() => "SIGTERM",
+            _ = self.hangup.recv() => "SIGHUP",
+        }
     }
 }
 

@@ -5,5 +5,5 @@
 pub const EXIT_USAGE: u8 = 2;
 /// Exit code: finished, but not everything was done (DESIGN.md).
 pub const EXIT_NOT_ALL_DONE: u8 = 3;
-/// Exit code: interrupted (Ctrl-C).
+/// Exit code: interrupted (Ctrl-C, SIGTERM or SIGHUP).
 pub const EXIT_INTERRUPTED: u8 = 130;

@@ -154,3 +154,52 @@ async fn delegated_subtasks_waiting_for_a_slot_survive_a_kill_and_the_resume_run
         "nothing of the run is left registered or on disk"
     );
 }
+
+/// Row 50: SIGTERM (a service manager, `timeout`, `kill`) and SIGHUP (the terminal closed)
+/// while a worker works stop grove as Ctrl-C does: exit 130, the `--json` report on
+/// stdout, the `grove resume` command on stderr, and a run `grove runs` lists as
+/// interrupted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_and_sighup_stop_a_run_like_ctrl_c() {
+    for signal in [Signal::SIGTERM, Signal::SIGHUP] {
+        let fixture = repo_with_rules();
+        let server = FakeServer::with_responder(|request| match who(request) {
+            Who::Lead => lead_reply(request, &FIVE[..1]),
+            Who::Worker => Reply::Hang,
+            Who::Reviewer => reviewer_reply(request),
+        })
+        .await;
+        let grove = Grove::in_repo(&fixture).with_server(&server);
+        let watched = grove
+            .spawn_until(["run", "--json", USER_TASK], |line| {
+                line == "worker S1: started"
+            })
+            .await;
+        watched.signal(signal);
+        let output = watched.output().await;
+
+        let err = stderr(&output);
+        let run_id = only_run(&grove).await;
+        // Null when there is none, so that the assertion below shows all that is missing.
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+        let listed = grove.grove_async(["runs", "--json"]).await;
+        let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+        assert_eq!(
+            (
+                output.status.code(),
+                report["run_id"].as_str(),
+                report["status"].as_str(),
+                listed[0]["status"].as_str(),
+                err.contains(&format!("grove resume {run_id}")),
+            ),
+            (
+                Some(130),
+                Some(run_id.as_str()),
+                Some("interrupted"),
+                Some("interrupted"),
+                true,
+            ),
+            "{signal} ends the run as Ctrl-C does: exit 130, its report, the resume command\n{err}"
+        );
+    }
+}

@@ -39,10 +39,10 @@ fn escape_strings(value: &mut serde_json::Value) {
     }
 }
 
-/// Says that the run is stopping after a Ctrl-C.
-pub fn interrupted() {
+/// Says that the run is stopping after `signal` (`Ctrl-C`, `SIGTERM`, `SIGHUP`).
+pub fn interrupted(signal: &str) {
     eprintln!(
-        "\ngrove: interrupted; stopping the subagents and checkpointing their work (Ctrl-C again to quit at once)"
+        "\ngrove: interrupted ({signal}); stopping the subagents and checkpointing their work (Ctrl-C again to quit at once)"
     );
 }
 
