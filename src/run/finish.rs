@@ -48,7 +48,7 @@ pub(crate) async fn finish(
 ) -> Result<RunReport, FinishError> {
     let result_commit = ctx.repo.ref_target(&ctx.run.result_ref())?;
     let merged_any = result_commit.is_some_and(|commit| commit != ctx.base);
-    if checked == ResultCheck::Interrupted && lead.failure.is_none() {
+    if matches!(checked, ResultCheck::Interrupted { .. }) && lead.failure.is_none() {
         // Stopped during the result's check or a fixer: resumable, never applied.
         lead.failure = Some(LeadFailure::Interrupted);
     }
@@ -66,13 +66,9 @@ pub(crate) async fn finish(
             return apply(ctx, &subtasks).await;
         }
         let result_branch = ctx.run.result_branch();
-        // A run that stops resumable writes its history when it finishes: `grove resume`
-        // applies it; every other result is applied by hand in the history it keeps.
-        let to_apply = if resumable && held.is_none() {
-            result_branch.clone()
-        } else {
-            by_hand(ctx, &subtasks).await
-        };
+        // Applied by hand in the history the run keeps, interrupted or not (a resume
+        // reuses the commits written now).
+        let to_apply = by_hand(ctx, &subtasks).await;
         let message = match &held {
             Some(why) => format!(
                 "Your branch was not touched: {why}. The result is on {result_branch}; apply \

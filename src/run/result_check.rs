@@ -53,11 +53,25 @@ pub(crate) enum ResultCheck {
     /// result is not applied unchecked.
     Unchecked { reason: String },
     /// The run stopped (Ctrl-C, a pause) during the check or a fixer: nothing is applied,
-    /// and `grove resume` checks again.
-    Interrupted,
+    /// and `grove resume` checks again. `red` is the check that found the result red,
+    /// when the stop came after it (during the culprit search or a fixer).
+    Interrupted { red: Option<CheckRun> },
 }
 
 impl ResultCheck {
+    /// A stop before any check gave a verdict on the result.
+    pub(crate) const STOPPED: Self = Self::Interrupted { red: None };
+
+    /// This outcome, an interruption recorded as coming after `red` found the result red.
+    fn after_red(self, red: &CheckRun) -> Self {
+        match self {
+            Self::Interrupted { red: None } => Self::Interrupted {
+                red: Some(red.clone()),
+            },
+            other => other,
+        }
+    }
+
     /// The culprit found on the way, for the report.
     pub(crate) fn culprit(&self) -> Option<&Culprit> {
         match self {
@@ -79,7 +93,7 @@ pub(crate) async fn check_result(
         return Ok(ResultCheck::NotRun);
     };
     if skip || ctx.stopping() {
-        return Ok(ResultCheck::Interrupted);
+        return Ok(ResultCheck::STOPPED);
     }
     let Some(mut tip) = result_tip(ctx)? else {
         return Ok(ResultCheck::NotRun);
@@ -103,7 +117,7 @@ pub(crate) async fn check_result(
             });
         }
         Ok(None) => {}
-        Err(stop) => return Ok(stop),
+        Err(stop) => return Ok(stop.after_red(&red)),
     }
     let reports = subtasks.reports();
     let merged: Vec<SubtaskReport> = reports
@@ -127,7 +141,7 @@ pub(crate) async fn check_result(
     let candidates = candidates(ctx, &merged).await;
     let culprit = match verdict(ctx, find_culprit(ctx, check, &red, &candidates).await)? {
         Ok(culprit) => culprit,
-        Err(ResultCheck::Interrupted) => return Ok(ResultCheck::Interrupted),
+        Err(stop @ ResultCheck::Interrupted { .. }) => return Ok(stop.after_red(&red)),
         Err(ResultCheck::Unchecked { reason }) => {
             ctx.note(format!("the culprit search stopped: {reason}"));
             None
@@ -150,7 +164,7 @@ pub(crate) async fn check_result(
         let fixed = fixer.status == SubtaskOutcome::Merged;
         fixers.push(fixer);
         if ctx.stopping() {
-            return Ok(ResultCheck::Interrupted);
+            return Ok(ResultCheck::STOPPED.after_red(&red));
         }
         if !fixed {
             continue;
@@ -161,7 +175,8 @@ pub(crate) async fn check_result(
                 return Ok(ResultCheck::Passed { culprit });
             }
             Ok(run) => run,
-            Err(stop) => return Ok(stop),
+            // The result changed since `red` (a fixer merged), but no check passed it.
+            Err(stop) => return Ok(stop.after_red(&red)),
         };
     }
     Ok(ResultCheck::Failed {
@@ -188,7 +203,7 @@ fn verdict<T>(
         || ctx.stopping()
         || ctx.pause_if_disk_full("the check on the merged result", &error);
     Ok(Err(if stopped {
-        ResultCheck::Interrupted
+        ResultCheck::STOPPED
     } else {
         ResultCheck::Unchecked {
             reason: error.to_string(),
@@ -256,6 +271,11 @@ pub(crate) fn held_back(ctx: &RunContext, checked: &ResultCheck) -> Option<Strin
                 .as_ref()
                 .map(|why| format!("; {why}"))
                 .unwrap_or_default()
+        )),
+        (ResultCheck::Interrupted { red: Some(run) }, Some(command)) => Some(format!(
+            "the result's check `{command}` failed ({}), and the run was interrupted before \
+             a fix passed it",
+            run.ended
         )),
         (ResultCheck::Unchecked { reason }, _) => {
             Some(format!("the result could not be checked: {reason}"))

@@ -756,3 +756,66 @@ async fn a_fixer_interrupted_mid_work_continues_on_resume_as_the_same_round() {
     assert_eq!(report["applied"], true);
     assert_eq!(fixture.read("pkg/b.py"), B_RENAMED.as_bytes());
 }
+
+/// Issue 31: Ctrl-C while the culprit of a red result is searched. The run stops
+/// resumable, and what it says of the result is that its check failed; the one command
+/// it names applies the history the run keeps (`squashed`), never the merge graph.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ctrl_c_during_the_culprit_search_says_the_result_is_red_and_names_the_squashed_branch() {
+    // Only the checks of the result rebuilt without a subtask wait (the search).
+    let command =
+        format!("case \"${{PWD##*/}}\" in check-result-without-*) sleep 60;; esac; {CHECK}");
+    let fixture = package(&command, 2);
+    let before = user_side(&fixture);
+    let server = FakeServer::with_responder(responder(Fixer::Fixes)).await;
+    let grove = Grove::in_repo(&fixture).with_server(&server);
+
+    let watched = grove
+        .spawn_until(["run", "--json", "rename greet"], |line| {
+            line.starts_with("result without S1: checking with ")
+        })
+        .await;
+    watched.signal(nix::sys::signal::Signal::SIGINT);
+    let output = watched.output().await;
+
+    let report = report(&output);
+    let run_id = report["run_id"].as_str().unwrap().to_owned();
+    let err = stderr(&output);
+    let told = |text: &str| err.lines().any(|line| line.contains(text));
+    assert_eq!(
+        (
+            output.status.code(),
+            report["status"].as_str(),
+            report["check"]["status"].as_str(),
+            report["apply"]["command"].as_str(),
+            told(&format!(
+                "the result's check `{command}` failed (exited with status 1)"
+            )),
+            told(&format!(
+                "To apply it: git merge --ff-only grove/{run_id}/squashed"
+            )),
+            err.contains(&format!("--ff-only grove/{run_id}/result")),
+        ),
+        (
+            Some(130),
+            Some("interrupted"),
+            Some("failed"),
+            Some(format!("git merge --ff-only grove/{run_id}/squashed").as_str()),
+            true,
+            true,
+            false,
+        ),
+        "an interrupted red result is said to be red, and only its squashed history is \
+         offered\n{err}"
+    );
+    assert_eq!(
+        user_side(&fixture),
+        before,
+        "the user's branch is untouched"
+    );
+    assert_eq!(
+        fixture.git(&["rev-parse", &format!("grove/{run_id}/squashed^{{tree}}")]),
+        fixture.git(&["rev-parse", &format!("grove/{run_id}/result^{{tree}}")]),
+        "the branch it names holds the result"
+    );
+}
