@@ -105,8 +105,9 @@ pub enum LockError {
         holder.run_id, holder.pid, holder.hostname, holder.pid, holder.run_id
     )]
     Busy { holder: LockHolder, path: PathBuf },
-    /// Another process holds the lock but its record could not be read (it may be
-    /// writing it right now). Not retried.
+    /// Another process holds the lock but its record could not be read, even after
+    /// [`RECORD_WAIT`] (a holder writes it right after it takes the lock; this one died
+    /// mid-write, or is not grove). Not retried further.
     #[error(
         "another grove process holds the repository lock {path} (its holder record is unreadable: \
          {contents:?}); wait for it to finish"
@@ -145,7 +146,12 @@ pub struct RepoLock {
 /// resume` right after a `kill -9` would otherwise be refused in the name of a dead run.
 const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
 
-/// How often a lock held past its dead holder is tried again.
+/// How long a lock whose holder record is empty or torn is read again before it is
+/// reported unreadable: the holder may be writing it (two starts at once).
+const RECORD_WAIT: Duration = Duration::from_secs(2);
+
+/// How often a lock held past its dead holder, or whose record is being written, is
+/// tried again.
 const LEFTOVER_POLL: Duration = Duration::from_millis(20);
 
 /// `<common git dir>/grove/lock`.
@@ -181,7 +187,8 @@ impl RepoLock {
         let dir = crate::store::durable::parent_dir(&path);
         std::fs::create_dir_all(dir).map_err(io("create directory", dir))?;
         let mut file = open_lock_file(&path)?;
-        let deadline = Instant::now() + leftover_wait;
+        let started = Instant::now();
+        let deadline = started + leftover_wait;
         let mut locked = loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(locked) => break locked,
@@ -189,6 +196,13 @@ impl RepoLock {
                 Err((mut returned, Errno::EWOULDBLOCK)) => {
                     let contents = read_contents(&mut returned, &path)?;
                     let Some(holder) = parse_holder(&contents) else {
+                        // A holder writes its record right after it takes the lock: one
+                        // that started a moment ago is named once it has.
+                        if started.elapsed() < RECORD_WAIT {
+                            std::thread::sleep(LEFTOVER_POLL);
+                            file = returned;
+                            continue;
+                        }
                         return Err(LockError::BusyUnknown { path, contents });
                     };
                     if holder.liveness() != Liveness::Dead {
@@ -423,6 +437,37 @@ mod tests {
                 && message.contains("is no longer running")
                 && message.contains("grove resume 20261129-215530-7f3a"),
             "a lock kept past its dead holder is refused saying so and what to run: {message}"
+        );
+    }
+
+    #[test]
+    fn a_holder_still_writing_its_record_is_named_not_called_unreadable() {
+        let git_dir = tempfile::tempdir().unwrap();
+        let path = lock_path(git_dir.path());
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        // A holder between its flock and its record: the file is still empty.
+        let holding = Flock::lock(
+            open_lock_file(&path).unwrap(),
+            FlockArg::LockExclusiveNonblock,
+        )
+        .unwrap();
+        let holder = LockHolder {
+            run_id: "20261129-215530-7f3a".to_owned(),
+            pid: std::process::id(),
+            hostname: this_hostname(),
+            started_ms: 1,
+        };
+        let record = serde_json::to_vec(&holder).unwrap();
+        let writing = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            holding.write_all_at(&record, 0).unwrap();
+            holding
+        });
+        let refused = RepoLock::acquire(git_dir.path(), "20261129-215531-0000").unwrap_err();
+        let _holding = writing.join().unwrap();
+        assert!(
+            matches!(&refused, LockError::Busy { holder: named, .. } if *named == holder),
+            "a second start while the first writes its record names the first run: {refused}"
         );
     }
 
