@@ -49,8 +49,12 @@ pub enum RunError {
          commit and run again"
     )]
     UnbornHead,
-    /// Not retried: a bare repository has no files for the agents to read.
-    #[error("the repository has no work tree (it is bare); run grove in a checkout")]
+    /// Not retried: a bare repository has no files for the agents to read, and no
+    /// checkout the result could be applied to safely.
+    #[error(
+        "the repository has no work tree (it is bare): grove reads its files and applies \
+         its result in a checkout; run it in one (a clone, or `git worktree add DIR BRANCH`)"
+    )]
     NoWorkTree,
     /// Not retried: the run's journal names a base or options grove cannot read.
     #[error("run {run_id} cannot be resumed: {source}")]
@@ -144,6 +148,9 @@ pub(crate) async fn start(
     cancel: CancellationToken,
 ) -> Result<Started, RunError> {
     let repo = Repo::open(repo_path, options.git.clone()).await?;
+    if repo.work_tree().is_none() {
+        return Err(RunError::NoWorkTree);
+    }
     sweep_trash(&repo);
     let head = repo.head()?;
     let Some(branch) = head.branch else {
@@ -207,6 +214,9 @@ pub(crate) async fn resume(
     cancel: CancellationToken,
 ) -> Result<(Started, RunState), RunError> {
     let repo = Repo::open(repo_path, git.clone()).await?;
+    if repo.work_tree().is_none() {
+        return Err(RunError::NoWorkTree);
+    }
     sweep_trash(&repo);
     let store = RunStore::new(repo.common_dir());
     let run_id: RunId = run_id.parse()?;

@@ -468,6 +468,44 @@ async fn a_detached_head_is_refused_before_anything_starts() {
     );
 }
 
+/// Issue 31: a bare repository has no checkout to read or to apply to: refused before
+/// anything starts, exit 1, its branch where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bare_repository_is_refused_before_anything_starts() {
+    let fixture = repo_with_rules();
+    let bare = fixture.dir.path().join("bare.git");
+    fixture.git(&["clone", "--quiet", "--bare", ".", bare.to_str().unwrap()]);
+    let branch_before = fixture.git(&["-C", bare.to_str().unwrap(), "rev-parse", "main"]);
+    let server = scripted_server(&[("Shout a.\nWRITE src/a.txt ALPHA", None)]).await;
+
+    let output = crate::support::grove::Grove::new(&bare, fixture.home())
+        .with_server(&server)
+        .grove_async(["run", USER_TASK])
+        .await;
+
+    let err = crate::support::grove::stderr(&output);
+    assert_eq!(
+        (
+            output.status.code(),
+            err.trim_end(),
+            fixture.git(&["-C", bare.to_str().unwrap(), "rev-parse", "main"]),
+            server.requests().len(),
+            bare.join("grove").join("runs").exists(),
+        ),
+        (
+            Some(1),
+            "grove: the repository has no work tree (it is bare): grove reads its files and \
+             applies its result in a checkout; run it in one (a clone, or `git worktree add \
+             DIR BRANCH`)",
+            branch_before,
+            0,
+            false,
+        ),
+        "a bare repository is refused with one line before any model call or run; its \
+         branch stays"
+    );
+}
+
 #[tokio::test]
 async fn a_rebase_in_progress_is_named_not_called_a_detached_head() {
     let fixture = repo_with_rules();
