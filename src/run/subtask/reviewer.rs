@@ -216,17 +216,7 @@ fn review_brief(brief: &str, diff: &BranchDiff, flagged: Flagged<'_>) -> String 
         }
         text.push('\n');
     }
-    if !flagged.left_out.is_empty() {
-        text.push_str(
-            "Attention: the worker made these paths, which lead into or are git data (a link \
-             into `.git`, a nested or bare repository); they are left out of the commit, and \
-             a worker has no reason to make them:\n",
-        );
-        for path in flagged.left_out {
-            text.push_str(&format!("- {path}\n"));
-        }
-        text.push('\n');
-    }
+    text.push_str(&left_out_note(flagged.left_out));
     if let Some((command, check)) = flagged.check {
         text.push_str(&check_evidence(command, check));
     }
@@ -239,6 +229,27 @@ fn review_brief(brief: &str, diff: &BranchDiff, flagged: Flagged<'_>) -> String 
         "```\n\nThe resulting tree is your working directory; read what you need. Then call \
          `submit_verdict`.",
     );
+    text
+}
+
+/// What the reviewer is told of the paths the commit left out as git data; empty when
+/// there is none. Such a path is not always the worker's doing: a submodule of the base
+/// is listed once anything touched its directory, so the note never says who made it.
+fn left_out_note(left_out: &[String]) -> String {
+    if left_out.is_empty() {
+        return String::new();
+    }
+    let mut text = String::from(
+        "Attention: these paths are left out of the commit, as they are or lead into git \
+         data (a link into `.git`, a nested or bare repository, the inside of a submodule): \
+         the diff has nothing of what is in them. One may be a submodule the base already \
+         has, which stays as the base has it; any other was made by this subtask's work, \
+         which has no reason to make one:\n",
+    );
+    for path in left_out {
+        text.push_str(&format!("- {path}\n"));
+    }
+    text.push('\n');
     text
 }
 
@@ -280,6 +291,35 @@ mod tests {
     use crate::run::test_support::{ScriptedModel, TestRun};
     use crate::settings::options::RunOptions;
     use crate::store::journal::Finding;
+
+    #[tokio::test]
+    async fn paths_left_out_as_git_data_are_never_said_to_be_the_workers_doing() {
+        let (_run, _worktree, diff) = changed(ScriptedModel::new(vec![])).await;
+        let left_out = ["vendor/lib".to_owned()];
+        let flagged = Flagged {
+            left_out: &left_out,
+            ..Flagged::default()
+        };
+
+        let brief = review_brief("Shout.", &diff, flagged);
+
+        let note = brief
+            .split_once("Attention:")
+            .and_then(|(_, rest)| rest.split_once("```diff"))
+            .map(|(note, _)| note.trim());
+        assert_eq!(
+            note,
+            Some(
+                "these paths are left out of the commit, as they are or lead into git data \
+                 (a link into `.git`, a nested or bare repository, the inside of a \
+                 submodule): the diff has nothing of what is in them. One may be a submodule \
+                 the base already has, which stays as the base has it; any other was made by \
+                 this subtask's work, which has no reason to make one:\n- vendor/lib"
+            ),
+            "a submodule of the base is listed once its directory is touched: the reviewer \
+             is never told the worker made it"
+        );
+    }
 
     /// A run whose subtask S1 changed `a.txt`, committed; its diff.
     async fn changed(model: std::sync::Arc<ScriptedModel>) -> (TestRun, Worktree, BranchDiff) {
