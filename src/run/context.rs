@@ -21,6 +21,7 @@ use crate::run::base_gate::BaseGate;
 use crate::run::id::SubtaskId;
 use crate::settings::config::check_copy_path;
 use crate::settings::options::{ModelChoice, RunOptions};
+use crate::store::disk_full;
 use crate::store::durable::{self, Durability};
 use crate::store::journal::{CheckRun, Entry, JournalSyncer};
 use crate::store::state::RunState;
@@ -93,11 +94,16 @@ impl RunContext {
         what: &str,
         error: &(dyn std::error::Error + 'static),
     ) -> bool {
-        if !crate::store::disk_full::is_disk_full(error) {
+        if !disk_full::is_disk_full(error) {
             return false;
         }
+        let mut told = disk_full::one_line(error);
+        let free = disk_full::free_space(&[&self.worktrees_dir, self.repo.common_dir()]);
+        if !free.is_empty() {
+            told.push_str(&format!("; {free}"));
+        }
         self.pause.set(format!(
-            "{DISK_FULL}: {what}: {error}. Nothing was applied; free some space, then \
+            "{DISK_FULL}: {what}: {told}. Nothing was applied; free some space, then \
              `grove resume {}` finishes the run",
             self.run
         ));

@@ -1,9 +1,11 @@
 //! The one place that says whether a failure is a full disk (ENOSPC).
 //!
-//! This file owns the classification only: the run decides what to do (pause, never
-//! fail). It must never inspect anything but the error chain it is given.
+//! This file owns the classification, and how a full disk is told in one line (what
+//! could not be written, the space left): the run decides what to do (pause, never
+//! fail). It must never classify by anything but the error chain it is given.
 
 use std::error::Error;
+use std::path::Path;
 
 /// The texts git and libgit2 print for ENOSPC: `strerror(ENOSPC)`, git's own words when
 /// an object write fails ("sha1 file '…' write error. Out of diskspace"), a checkout
@@ -43,6 +45,75 @@ pub fn is_disk_full(error: &(dyn Error + 'static)) -> bool {
     false
 }
 
+/// How git names each file a checkout could not write.
+const UNWRITTEN_FILE: &str = "error: unable to write file ";
+
+/// A full disk's `error` on one line: git prints a line for every file a checkout could
+/// not write (56 for 80 files), so the first is kept and the others counted.
+pub fn one_line(error: &(dyn Error + 'static)) -> String {
+    let text = error.to_string();
+    let mut lines = text.lines().map(str::trim).filter(|line| !line.is_empty());
+    let mut summary = lines.next().unwrap_or_default().to_owned();
+    let (mut unwritten, mut others) = (0, Vec::new());
+    for line in lines {
+        if line.starts_with(UNWRITTEN_FILE) {
+            unwritten += 1;
+        } else {
+            others.push(line);
+        }
+    }
+    match unwritten {
+        0 => {}
+        1 => summary.push_str(" (and 1 more file)"),
+        n => summary.push_str(&format!(" (and {n} more files)")),
+    }
+    for other in others {
+        summary.push_str("; ");
+        summary.push_str(other);
+    }
+    summary
+}
+
+/// What is left on the file systems of `dirs` (the nearest existing ancestor of each,
+/// each file system once): `12.0 KiB free on /cache/grove/…`, for the person who must
+/// make room. Empty when none can be told.
+pub fn free_space(dirs: &[&Path]) -> String {
+    let mut seen = Vec::new();
+    let mut told = Vec::new();
+    for dir in dirs {
+        let Some(existing) = dir.ancestors().find(|ancestor| ancestor.exists()) else {
+            continue;
+        };
+        let Ok(stats) = nix::sys::statvfs::statvfs(existing) else {
+            continue;
+        };
+        if seen.contains(&stats.filesystem_id()) {
+            continue;
+        }
+        seen.push(stats.filesystem_id());
+        // Both are narrower than u64 on some systems (macOS).
+        #[allow(clippy::useless_conversion)]
+        let free = u64::from(stats.blocks_available()) * u64::from(stats.fragment_size());
+        told.push(format!("{} free on {}", bytes(free), dir.display()));
+    }
+    told.join(", ")
+}
+
+/// `512 B`, `12.0 KiB`, `3.4 GiB`.
+fn bytes(count: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if count < 1024 {
+        return format!("{count} B");
+    }
+    let mut value = count as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -67,6 +138,33 @@ mod tests {
             [&raw as &dyn Error, &kind, &git, &ref_lock, &closing, &other].map(is_disk_full),
             [true, true, true, true, true, false],
             "ENOSPC by its code, its kind or git's text, and nothing else"
+        );
+    }
+
+    #[test]
+    fn a_checkout_that_could_not_write_many_files_is_one_line_counting_them() {
+        let checkout = std::io::Error::other(
+            "`git read-tree` failed in /c/tree (exit status: 128): error: unable to write \
+             file 'src/f37.txt'\nerror: unable to write file 'src/f38.txt'\nerror: unable to \
+             write file 'src/f39.txt'\nfatal: cannot create directory at 'src/x'\n",
+        );
+        assert_eq!(
+            [
+                one_line(&checkout),
+                bytes(512),
+                bytes(12 * 1024 + 100),
+                bytes(3 << 30)
+            ],
+            [
+                "`git read-tree` failed in /c/tree (exit status: 128): error: unable to write \
+                 file 'src/f37.txt' (and 2 more files); fatal: cannot create directory at \
+                 'src/x'"
+                    .to_owned(),
+                "512 B".to_owned(),
+                "12.1 KiB".to_owned(),
+                "3.0 GiB".to_owned(),
+            ],
+            "the first file named, the others counted, any other line kept"
         );
     }
 }

@@ -983,3 +983,63 @@ fn redo_write(brief: &str) -> Reply {
     ))
     .into()
 }
+
+/// Issue 31: the cache directory (where worktrees are checked out) on a disk too small
+/// for the repository's 80 files. git says `unable to write file` once per file it could
+/// not write; grove's pause says it once: the first such file, how many more, and the
+/// space left where it was writing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_checkout_on_a_full_disk_is_one_line_naming_the_file_and_the_free_space() {
+    use crate::support::grove::{Grove, stderr};
+    if !running_as_root() {
+        eprintln!("skipped: a small filesystem needs root to mount");
+        return;
+    }
+    let files: Vec<(String, String)> = (0..80)
+        .map(|n| (format!("src/f{n:02}.txt"), format!("{n}\n").repeat(2_000)))
+        .collect();
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    let fixture = GitFixture::with_files(&files);
+    let cache = fixture.dir.path().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let _mounted = SmallFilesystem::mount(&cache, "256k").expect("root mounts a tmpfs");
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(request, &[("Shout.\nWRITE src/f00.txt ALPHA", None)]),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+
+    let output = Grove::in_repo(&fixture)
+        .with_server(&server)
+        .env("XDG_CACHE_HOME", &cache)
+        .grove_async(["run", "shout"])
+        .await;
+
+    let err = stderr(&output);
+    let mentions: Vec<&str> = err
+        .lines()
+        .filter(|line| line.contains("unable to write file") || line.contains("could not write"))
+        .collect();
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "a full disk pauses the run: {err}"
+    );
+    assert_eq!(
+        mentions.len(),
+        1,
+        "one line says what could not be written: {err}"
+    );
+    assert!(
+        mentions[0].starts_with("grove: the disk is full: ")
+            && mentions[0].contains("src/f")
+            && mentions[0].contains(" free on ")
+            && mentions[0].contains(&cache.display().to_string()),
+        "it names the file and the space left where it was written: {}",
+        mentions[0]
+    );
+}
