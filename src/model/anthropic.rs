@@ -5,6 +5,7 @@
 //! on its own (every attempt goes through [`RetryPolicy::run`]), never print, and never
 //! put the API key anywhere but the `x-api-key` header.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::arguments;
 use super::http::{self, SseEvents};
 use super::retry::RetryPolicy;
 use super::turn::{self, Progress};
@@ -255,7 +257,7 @@ enum WireBlock<'a> {
     ToolUse {
         id: &'a str,
         name: &'a str,
-        input: &'a Value,
+        input: Cow<'a, Value>,
         #[serde(skip_serializing_if = "Option::is_none")]
         cache_control: Option<CacheControl>,
     },
@@ -277,11 +279,6 @@ impl WireBlock<'_> {
         *cache_control = Some(EPHEMERAL);
     }
 }
-
-/// Arguments that were not valid JSON are echoed back as an empty object: the API
-/// requires an object, and the raw text already reached the model as a tool error.
-static EMPTY_OBJECT: std::sync::LazyLock<Value> =
-    std::sync::LazyLock::new(|| Value::Object(serde_json::Map::new()));
 
 /// Encodes `request` as the Messages API body, with cache breakpoints on the last tool,
 /// the system prompt and the newest message's last block (three at most; the API
@@ -363,11 +360,7 @@ fn encode_block(block: &ContentBlock) -> Option<WireBlock<'_>> {
         ContentBlock::ToolUse { id, name, input } => Some(WireBlock::ToolUse {
             id,
             name,
-            input: if input.is_object() {
-                input
-            } else {
-                &EMPTY_OBJECT
-            },
+            input: arguments::for_history(input),
             cache_control: None,
         }),
         ContentBlock::ToolResult {
@@ -465,14 +458,6 @@ pub fn stop_reason(wire: &str) -> StopReason {
     }
 }
 
-/// Parses tool arguments; text that is not JSON is kept verbatim as a string.
-fn parse_arguments(raw: &str) -> Value {
-    if raw.trim().is_empty() {
-        return Value::Object(serde_json::Map::new());
-    }
-    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
-}
-
 fn required_str(value: &Value, field: &str, what: &str) -> Result<String, ModelError> {
     value
         .get(field)
@@ -512,10 +497,7 @@ pub(crate) fn decode_response(body: &[u8], secret: &str) -> Result<Response, Mod
             Some("tool_use") => content.push(ContentBlock::ToolUse {
                 id: required_str(block, "id", "a tool_use block")?,
                 name: required_str(block, "name", "a tool_use block")?,
-                input: block
-                    .get("input")
-                    .cloned()
-                    .unwrap_or_else(|| Value::Object(serde_json::Map::new())),
+                input: arguments::from_value(block.get("input")),
             }),
             // Thinking and server-tool blocks are not part of grove's conversation.
             _ => {}
@@ -638,7 +620,7 @@ impl StreamedMessage {
                     OpenBlock::ToolUse { id, name, json } => Some(ContentBlock::ToolUse {
                         id,
                         name,
-                        input: parse_arguments(&json),
+                        input: arguments::parse(&json),
                     }),
                     OpenBlock::Ignored => None,
                 };
@@ -896,7 +878,7 @@ mod tests {
                 "system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],
                 "messages": [
                     {"role": "user", "content": [{"type": "text", "text": "go"}]},
-                    {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "b", "input": {}}]},
+                    {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "b", "input": {"unparsed_arguments": "{not json"}}]},
                     {"role": "user", "content": [
                         {"type": "tool_result", "tool_use_id": "t1", "content": "bad args", "is_error": true},
                         {"type": "text", "text": "and", "cache_control": {"type": "ephemeral"}},

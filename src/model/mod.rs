@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 pub mod anthropic;
+mod arguments;
 mod error;
 mod http;
 pub mod openai;
@@ -20,6 +21,7 @@ mod turn;
 mod url;
 
 pub use anthropic::{AnthropicClient, AnthropicConfig};
+pub use arguments::UNPARSED_ARGUMENTS_KEY;
 pub use error::{ApiError, ModelError};
 pub use openai::{OpenAiClient, OpenAiConfig};
 pub use retry::RetryPolicy;
@@ -44,9 +46,9 @@ pub enum ContentBlock {
     /// A tool call by the model.
     ///
     /// `input` is the parsed JSON arguments. Real APIs always send an object; when a
-    /// model produced arguments that are not valid JSON, the client keeps the raw text
-    /// as a `Value::String` so the dispatcher can answer it as a tool error (and the
-    /// client can echo it back faithfully in the history).
+    /// model produced arguments that are not a JSON object, the client keeps the raw
+    /// text as a `Value::String` so the dispatcher can answer it as a tool error; the
+    /// history sends it back as `{"unparsed_arguments": TEXT}`, never as arguments.
     ToolUse {
         id: String,
         name: String,

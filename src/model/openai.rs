@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::arguments;
 use super::http::{self, SseEvents};
 use super::retry::RetryPolicy;
 use super::turn::{self, Progress};
@@ -439,11 +440,7 @@ fn encode_message<'a>(
                         kind: "function",
                         function: WireCall {
                             name,
-                            // Unparseable arguments go back exactly as the model wrote them.
-                            arguments: match input {
-                                Value::String(raw) => raw.clone(),
-                                other => other.to_string(),
-                            },
+                            arguments: arguments::for_history(input).to_string(),
                         },
                     }),
                     _ => None,
@@ -499,19 +496,6 @@ pub fn finish_reason(wire: Option<&str>, has_tool_calls: bool) -> StopReason {
         Some(other) => StopReason::Other(other.to_owned()),
         None if has_tool_calls => StopReason::ToolUse,
         None => StopReason::EndTurn,
-    }
-}
-
-/// Tool-call arguments: a JSON string per the spec (parsed; kept raw when it is not
-/// JSON), or an object from servers that send one.
-fn parse_arguments(arguments: Option<&Value>) -> Value {
-    match arguments {
-        None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
-        Some(Value::String(raw)) if raw.trim().is_empty() => Value::Object(serde_json::Map::new()),
-        Some(Value::String(raw)) => {
-            serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()))
-        }
-        Some(other) => other.clone(),
     }
 }
 
@@ -598,7 +582,7 @@ pub(crate) fn decode_response(body: &[u8], secret: &str) -> Result<Response, Mod
                 .filter(|id| !id.is_empty())
                 .map_or_else(|| fallback_call_id(position), str::to_owned),
             name: name.to_owned(),
-            input: parse_arguments(function.get("arguments")),
+            input: arguments::from_value(function.get("arguments")),
         });
     }
     let usage = match value.get("usage") {
@@ -702,7 +686,6 @@ impl StreamedCompletion {
                     "streamed tool call {index} has no name"
                 )));
             }
-            let arguments = Value::String(call.arguments);
             calls.push(ContentBlock::ToolUse {
                 id: if call.id.is_empty() {
                     fallback_call_id(position)
@@ -710,7 +693,7 @@ impl StreamedCompletion {
                     call.id
                 },
                 name: call.name,
-                input: parse_arguments(Some(&arguments)),
+                input: arguments::parse(&call.arguments),
             });
         }
         Ok(assemble(
@@ -885,7 +868,7 @@ mod tests {
                     {"role": "user", "content": "go"},
                     {"role": "assistant", "content": "", "tool_calls": [
                         {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"x\":1}"}},
-                        {"id": "b", "type": "function", "function": {"name": "f", "arguments": "{raw"}},
+                        {"id": "b", "type": "function", "function": {"name": "f", "arguments": "{\"unparsed_arguments\":\"{raw\"}"}},
                     ]},
                     {"role": "tool", "tool_call_id": "a", "content": "A"},
                     {"role": "tool", "tool_call_id": "b", "content": "Error: B"},

@@ -208,12 +208,17 @@ impl Registry {
             )));
         };
         if !input.is_object() {
-            let shown = match &input {
-                Value::String(raw) => raw.clone(),
-                other => other.to_string(),
+            // A client keeps arguments that are not an object as the model's raw text.
+            let (shown, problem) = match &input {
+                Value::String(raw) => match serde_json::from_str::<Value>(raw) {
+                    Ok(value) => (raw.clone(), format!("it is {}", json_kind(&value))),
+                    Err(error) => (raw.clone(), format!("it is not valid JSON: {error}")),
+                },
+                other => (other.to_string(), format!("it is {}", json_kind(other))),
             };
             return Ok(ToolOutput::error(format!(
-                "the input to `{name}` must be a JSON object matching its schema; got: {}",
+                "the input to `{name}` must be a JSON object matching its schema ({problem}); \
+                 got: {}",
                 crate::text::truncate(&shown, 200)
             )));
         }

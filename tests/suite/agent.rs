@@ -582,7 +582,8 @@ async fn unknown_tools_and_invalid_input_are_answered_as_errors_and_the_loop_goe
             ),
             tool_result(
                 "c2",
-                "the input to `echo` must be a JSON object matching its schema; got: {\"text\": \"cut",
+                "the input to `echo` must be a JSON object matching its schema (it is not valid \
+                 JSON: EOF while parsing a string at line 1 column 13); got: {\"text\": \"cut",
                 true
             ),
             tool_result("c3", "`text` is required", true),

@@ -452,6 +452,81 @@ async fn malformed_tool_arguments_get_an_error_result_and_the_loop_goes_on() {
 }
 
 #[tokio::test]
+async fn tool_arguments_that_are_not_a_json_object_go_back_as_a_record_a_strict_server_accepts() {
+    // What the model sent: text that is not JSON, a JSON array, a JSON string.
+    let sent = [
+        (
+            "bad_1",
+            "{\"path\": \"out.txt\", \"content\": \"unterminated",
+        ),
+        ("bad_2", "[\"out.txt\", \"x\"]"),
+        ("bad_3", "\"out.txt\""),
+    ];
+    for (provider, stream) in CASES {
+        let case = case_name(provider, stream);
+        let sandbox = Sandbox::new();
+        let mut first = Turn::new();
+        for (id, arguments) in sent {
+            first = first.tool_use_raw(id, "write_file", arguments);
+        }
+        // The fake server refuses (and records as a violation) a history whose
+        // arguments do not hold a JSON object, as llama.cpp's server does with a 400.
+        let server = FakeServer::with_script(vec![
+            first.into(),
+            Turn::new()
+                .tool_use(
+                    "good_1",
+                    "write_file",
+                    json!({"path": "out.txt", "content": "fixed\n"}),
+                )
+                .into(),
+            Turn::text("Written on the second try.").into(),
+        ])
+        .await;
+
+        let run = run(
+            &server,
+            provider,
+            stream,
+            builtin(ToolSet::Worker),
+            5,
+            &sandbox.root,
+        )
+        .await;
+
+        server.assert_no_violations();
+        assert_eq!(
+            outcome(&run, &case).stop,
+            StopKind::Finished,
+            "{case}: the run goes on past the malformed calls"
+        );
+        let requests = server.requests();
+        let records: Vec<(String, serde_json::Value)> = sent
+            .iter()
+            .map(|(id, arguments)| ((*id).to_owned(), json!({ "unparsed_arguments": arguments })))
+            .chain([(
+                "good_1".to_owned(),
+                json!({"path": "out.txt", "content": "fixed\n"}),
+            )])
+            .collect();
+        assert_eq!(
+            requests[2].tool_call_inputs(),
+            records,
+            "{case}: each call whose arguments were not a JSON object goes back as a JSON \
+             object recording the model's exact text; a well-formed call goes back as it came"
+        );
+        let results = transcript_results(&run.messages);
+        for ((id, arguments), (result_id, content, is_error)) in sent.iter().zip(&results) {
+            assert!(
+                result_id == id && *is_error && content.contains(arguments),
+                "{case}: the model is told its call {id} failed, quoting what it sent: {content:?}"
+            );
+        }
+        assert_eq!(sandbox.read("out.txt"), "fixed\n", "{case}");
+    }
+}
+
+#[tokio::test]
 async fn five_failing_calls_in_a_row_stop_the_loop_with_tool_errors() {
     for (provider, stream) in CASES {
         let case = case_name(provider, stream);

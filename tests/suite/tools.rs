@@ -307,7 +307,8 @@ async fn invalid_input_is_answered_naming_the_field() {
         (
             "read_file",
             json!("src/lib.rs"),
-            "the input to `read_file` must be a JSON object matching its schema; got: src/lib.rs",
+            "the input to `read_file` must be a JSON object matching its schema (it is not valid \
+             JSON: expected value at line 1 column 1); got: src/lib.rs",
         ),
         (
             "read_file",

@@ -249,6 +249,39 @@ impl RecordedRequest {
         calls
     }
 
+    /// Every tool call in the conversation's assistant messages as `(id, input)`, in
+    /// order: Anthropic's `input`, or OpenAI's `arguments` parsed (kept as a string when
+    /// they are not JSON).
+    pub fn tool_call_inputs(&self) -> Vec<(String, Value)> {
+        let mut calls = Vec::new();
+        for message in self.messages().iter().filter(|m| m["role"] == "assistant") {
+            match self.endpoint {
+                Endpoint::Anthropic => {
+                    for block in message["content"].as_array().into_iter().flatten() {
+                        if block["type"] == "tool_use" {
+                            calls.push((
+                                block["id"].as_str().unwrap_or("").to_owned(),
+                                block["input"].clone(),
+                            ));
+                        }
+                    }
+                }
+                Endpoint::Responses | Endpoint::Gemini => {}
+                Endpoint::OpenAi => {
+                    for call in message["tool_calls"].as_array().into_iter().flatten() {
+                        let arguments = &call["function"]["arguments"];
+                        let input = arguments
+                            .as_str()
+                            .and_then(|text| serde_json::from_str(text).ok())
+                            .unwrap_or_else(|| arguments.clone());
+                        calls.push((call["id"].as_str().unwrap_or("").to_owned(), input));
+                    }
+                }
+            }
+        }
+        calls
+    }
+
     /// The names of the tools offered, in the order sent.
     pub fn tool_names(&self) -> Vec<String> {
         self.body

@@ -342,10 +342,12 @@ fn json_body(endpoint: Endpoint, turn: &Turn, model: &str, request_id: &str) -> 
                         "type": "tool_use",
                         "id": id,
                         "name": name,
-                        // The real API always sends an object; malformed arguments can
-                        // only be played here as a string.
+                        // The real API always sends an object; arguments that are not
+                        // one can only be played here as their text, a string.
                         "input": serde_json::from_str::<Value>(arguments)
-                            .unwrap_or_else(|_| Value::String(arguments.clone())),
+                            .ok()
+                            .filter(Value::is_object)
+                            .unwrap_or_else(|| Value::String(arguments.clone())),
                     }),
                 })
                 .collect();

@@ -114,6 +114,23 @@ fn check_cache_control(value: &Value, what: &str, count: &mut usize, problems: &
     );
 }
 
+/// A tool call's `arguments` in the history: a string, and (as llama.cpp's server and
+/// validating proxies insist, refusing the whole request) one that holds a JSON object.
+fn check_arguments(arguments: Option<&Value>, what: &str, problems: &mut Vec<String>) {
+    match arguments.and_then(Value::as_str) {
+        None => problems.push(format!("{what}: must be a string")),
+        Some(text) => match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(_)) => {}
+            Ok(other) => problems.push(format!(
+                "{what}: Failed to parse tool call arguments as a JSON object, got {other}"
+            )),
+            Err(error) => problems.push(format!(
+                "{what}: Failed to parse tool call arguments as JSON: {error}: {text:?}"
+            )),
+        },
+    }
+}
+
 /// Validates a Messages API request.
 pub(super) fn anthropic(headers: &HeaderMap, body: &Value) -> Result<(), Rejection> {
     match header(headers, "x-api-key") {
@@ -610,11 +627,11 @@ pub(super) fn openai(
                                 {
                                     problems.push(format!("{what}.function.name: invalid"));
                                 }
-                                if !function.get("arguments").is_some_and(Value::is_string) {
-                                    problems.push(format!(
-                                        "{what}.function.arguments: must be a string"
-                                    ));
-                                }
+                                check_arguments(
+                                    function.get("arguments"),
+                                    &format!("{what}.function.arguments"),
+                                    &mut problems,
+                                );
                                 pending.push(id.to_owned());
                             }
                         }
