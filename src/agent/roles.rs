@@ -118,6 +118,16 @@ pub struct ProjectRules {
     pub text: String,
 }
 
+/// Why the project rules cannot be read: the file is there, but is not a regular file of
+/// bounded size (or reading it failed). Not retried: the user fixes the file.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read the project rules {}: {source}", path.display())]
+pub struct RulesError {
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
 /// The files that may hold project rules, in order of preference.
 pub const RULES_FILES: [&str; 2] = ["AGENTS.md", "CLAUDE.md"];
 
@@ -263,7 +273,11 @@ pub fn load_agent(root: &Path, name: &str) -> Result<Option<RoleDef>, AgentFileE
         .join(".grove")
         .join("agents")
         .join(format!("{name}.md"));
-    match std::fs::read_to_string(&path) {
+    let text = crate::repo_file::read(&path).and_then(|bytes| {
+        String::from_utf8(bytes)
+            .map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidData, error))
+    });
+    match text {
         Ok(text) => parse_agent_file(name, &path, &text).map(Some),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(AgentFileError::Read { path, source }),

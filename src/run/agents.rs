@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::agent::roles::{self, AgentFileError, ProjectRules, RoleDef, RoleKind};
+use crate::agent::roles::{self, AgentFileError, ProjectRules, RoleDef, RoleKind, RulesError};
 use crate::tools::{self, CommandExecutor, Registry, ToolSet, WriteScope};
 
 /// Why a `delegate` call's `agent` cannot be used. The lead reads the message and adapts.
@@ -92,13 +92,24 @@ pub(crate) fn worker_tools(
     })
 }
 
-/// Reads the project rules (`AGENTS.md`, else `CLAUDE.md`) from the user's work tree.
-pub(crate) fn read_rules(root: &Path) -> Option<ProjectRules> {
-    roles::RULES_FILES.iter().find_map(|file| {
-        let text = std::fs::read_to_string(root.join(file)).ok()?;
-        (!text.trim().is_empty()).then(|| ProjectRules {
-            file: (*file).to_owned(),
-            text,
-        })
-    })
+/// Reads the project rules (`AGENTS.md`, else `CLAUDE.md`) from the user's work tree; a
+/// file that is missing, empty or not UTF-8 gives way to the next.
+pub(crate) fn read_rules(root: &Path) -> Result<Option<ProjectRules>, RulesError> {
+    for file in roles::RULES_FILES {
+        let path = root.join(file);
+        let bytes = match crate::repo_file::read(&path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(RulesError { path, source }),
+        };
+        if let Ok(text) = String::from_utf8(bytes)
+            && !text.trim().is_empty()
+        {
+            return Ok(Some(ProjectRules {
+                file: file.to_owned(),
+                text,
+            }));
+        }
+    }
+    Ok(None)
 }

@@ -69,7 +69,7 @@ pub async fn plan(
         planned: Mutex::new(Vec::new()),
     });
     let tools = tools::builtin(ToolSet::ReadOnly).with(recorder.clone());
-    let spec = lead_spec(&options, read_rules(&root).as_ref(), &models.lead, tools);
+    let spec = lead_spec(&options, read_rules(&root)?.as_ref(), &models.lead, tools);
     let outcome = run_agent(
         &spec,
         LoopInput {

@@ -8,8 +8,10 @@
 use std::path::Path;
 
 use crate::agent::external::WorkerBackend;
+use crate::agent::roles::RulesError;
 use crate::git::{GitError, GitOptions, Repo};
 use crate::model::{self, ModelError, Provider};
+use crate::run::agents::read_rules;
 use crate::run::start::{ResumeProblem, RunError};
 use crate::settings::config::{CONFIG_PATH, ConfigError, ProjectConfig, RunSettings};
 use crate::settings::trust::{TrustError, TrustStore};
@@ -38,6 +40,10 @@ pub enum LaunchError {
     /// trusted in this repository; nothing was created.
     #[error(transparent)]
     Trust(#[from] TrustError),
+    /// `AGENTS.md` or `CLAUDE.md` is not a regular file of bounded size; nothing was
+    /// created.
+    #[error(transparent)]
+    Rules(#[from] RulesError),
 }
 
 /// What a caller asks of a new run, before the project file and the defaults: each
@@ -90,6 +96,8 @@ pub async fn prepare(directory: &Path, request: RunRequest) -> Result<Launch, La
     let repo = Repo::open(directory, GitOptions::default()).await?;
     let root = repo.work_tree().unwrap_or(repo.common_dir());
     let file = ProjectConfig::load(root)?;
+    // Read again when the run starts; refused here, a bad file leaves no run behind.
+    read_rules(root)?;
     // Before anything is created: a setup command the file asks for runs only once the
     // user has trusted its exact text here (a worker could have written the file).
     if request.check_setup_trust

@@ -99,6 +99,9 @@ pub enum RunError {
     /// Not retried: a `worktree.copy` file is missing, tracked or outside the repository.
     #[error("{0}")]
     LocalFile(#[from] LocalFileError),
+    /// `AGENTS.md` or `CLAUDE.md` is not a regular file of bounded size.
+    #[error(transparent)]
+    Rules(#[from] crate::agent::roles::RulesError),
     /// Not retried: a `[worktree] share` directory or a `[sandbox]` path is unusable.
     #[error("{0}")]
     SandboxView(#[source] Box<SandboxViewError>),
@@ -306,7 +309,7 @@ fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Result<Arc<RunCon
     // Where this run's worktrees already are, if any (a resume), else where they go.
     let worktrees_dir = repo.run_worktrees_dir(&run, options.worktrees_dir.as_deref())?;
     Ok(Arc::new(RunContext {
-        rules: read_rules(&user_root),
+        rules: read_rules(&user_root)?,
         run_dir: active.dir().to_path_buf(),
         journal: RunJournal::new(active),
         budget: Budget::new(options.budget_tokens),

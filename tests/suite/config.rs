@@ -804,6 +804,119 @@ async fn grove_run_with_an_invalid_config_exits_1_naming_file_line_and_key() {
     assert!(server.requests().is_empty(), "no model is called");
 }
 
+/// What stands at a path grove reads from the repository, in place of a file.
+#[derive(Debug, Clone, Copy)]
+enum Special {
+    /// A symbolic link to `/dev/zero` (read whole, it fills the memory).
+    DevZero,
+    /// A FIFO with no writer (opened for reading, it blocks forever).
+    Fifo,
+    /// A regular file over the bound.
+    Huge,
+}
+
+impl Special {
+    fn plant(self, path: &Path) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        match self {
+            Special::DevZero => std::os::unix::fs::symlink("/dev/zero", path).unwrap(),
+            Special::Fifo => nix::unistd::mkfifo(path, nix::sys::stat::Mode::S_IRWXU).unwrap(),
+            Special::Huge => std::fs::write(path, vec![b'#'; 2 * 1024 * 1024]).unwrap(),
+        }
+    }
+
+    fn problem(self) -> &'static str {
+        match self {
+            Special::DevZero => {
+                "it is a character device (through a symbolic link), not a regular file"
+            }
+            Special::Fifo => "it is a FIFO (named pipe), not a regular file",
+            Special::Huge => "it is larger than 1048576 bytes, the most grove reads of such a file",
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_special_file_as_config_rules_or_agent_file_is_refused_naming_it_never_read() {
+    let cases = [
+        (CONFIG_PATH, Special::DevZero, "cannot read"),
+        (CONFIG_PATH, Special::Fifo, "cannot read"),
+        (CONFIG_PATH, Special::Huge, "cannot read"),
+        ("AGENTS.md", Special::Fifo, "cannot read the project rules"),
+        (
+            "CLAUDE.md",
+            Special::DevZero,
+            "cannot read the project rules",
+        ),
+    ];
+    for (file, special, what) in cases {
+        let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+        special.plant(&fixture.repo.join(file));
+        let server = FakeServer::start().await;
+        // On a FIFO grove used to block forever; on /dev/zero it grew to gigabytes.
+        let output = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            grove(&fixture, Some(&server), &["run", "do something"]),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{file} as {special:?}: grove run never ended"));
+        let path = std::fs::canonicalize(&fixture.repo).unwrap().join(file);
+        assert_eq!(
+            (output.status.code(), stderr(&output).trim_end()),
+            (
+                Some(1),
+                format!("grove: {what} {}: {}", path.display(), special.problem()).as_str()
+            ),
+            "{file} as {special:?}: refused at once, naming the file and what it is"
+        );
+        assert!(
+            server.requests().is_empty() && !fixture.repo.join(".git/grove/runs").exists(),
+            "{file} as {special:?}: no model is called and no run is made"
+        );
+    }
+
+    // An agent file is read when the lead names it: the lead is told, the run goes on.
+    let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+    Special::Fifo.plant(&fixture.repo.join(".grove/agents/docs.md"));
+    let server = FakeServer::with_script(vec![
+        Turn::new()
+            .tool_use(
+                "d1",
+                "delegate",
+                json!({"task": "write docs", "agent": "docs"}),
+            )
+            .into(),
+        Turn::text("nothing to do").into(),
+    ])
+    .await;
+    let output = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        grove(&fixture, Some(&server), &["run", "do something"]),
+    )
+    .await
+    .expect("an agent file that is a FIFO never blocks the run");
+    server.assert_no_violations();
+    let path = std::fs::canonicalize(&fixture.repo)
+        .unwrap()
+        .join(".grove/agents/docs.md");
+    assert_eq!(
+        (output.status.code(), server.requests()[1].tool_results()),
+        (
+            Some(3),
+            vec![(
+                "d1".to_owned(),
+                format!(
+                    "cannot read agent file {}: {}",
+                    path.display(),
+                    Special::Fifo.problem()
+                )
+            )]
+        ),
+        "the lead learns which file cannot be read and why: {}",
+        stderr(&output)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grove_init_writes_a_config_that_runs_and_refuses_to_overwrite_it() {
     // A repository with no commits yet.
