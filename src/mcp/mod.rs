@@ -14,13 +14,11 @@ mod params;
 mod progress;
 mod summary;
 mod tools;
+mod transport;
 
 use std::path::PathBuf;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use rmcp::ServiceExt as _;
-use tokio::io::{AsyncRead, ReadBuf};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -57,17 +55,10 @@ pub async fn serve(
     Repo::open(&directory, GitOptions::default()).await?;
     let runs = TaskTracker::new();
     let tools = Tools::new(directory, log, shutdown.clone(), runs.clone());
-    let (stdin, stdout) = rmcp::transport::stdio();
     // A client that dies sends no cancellation: its runs stop when stdin closes, not
     // after rmcp has waited for them to answer.
-    let stdin = EofCancels {
-        inner: stdin,
-        on_eof: shutdown.clone(),
-    };
-    let outcome = match tools
-        .serve_with_ct((stdin, stdout), shutdown.child_token())
-        .await
-    {
+    let stdio = transport::stdio(shutdown.clone());
+    let outcome = match tools.serve_with_ct(stdio, shutdown.child_token()).await {
         Ok(service) => service.waiting().await.map(drop).map_err(ServeError::Serve),
         Err(error) => Err(ServeError::Initialize(Box::new(error))),
     };
@@ -75,51 +66,4 @@ pub async fn serve(
     runs.close();
     runs.wait().await;
     outcome
-}
-
-/// A reader that cancels `on_eof` when `inner` reaches its end.
-struct EofCancels<R> {
-    inner: R,
-    on_eof: CancellationToken,
-}
-
-impl<R: AsyncRead + Unpin> AsyncRead for EofCancels<R> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = polled
-            && buf.filled().len() == before
-            && buf.remaining() > 0
-        {
-            self.on_eof.cancel();
-        }
-        polled
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use tokio::io::AsyncReadExt as _;
-
-    use super::*;
-
-    #[tokio::test]
-    async fn the_end_of_stdin_cancels_the_server_and_data_does_not() {
-        let on_eof = CancellationToken::new();
-        let mut reader = EofCancels {
-            inner: &b"{}\n"[..],
-            on_eof: on_eof.clone(),
-        };
-        let mut byte = [0u8; 1];
-        reader.read_exact(&mut byte).await.unwrap();
-        assert!(!on_eof.is_cancelled(), "a message is not the end");
-        let mut rest = Vec::new();
-        reader.read_to_end(&mut rest).await.unwrap();
-        assert!(on_eof.is_cancelled(), "the end of input stops the server");
-    }
 }

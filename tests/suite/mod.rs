@@ -15,6 +15,7 @@ mod history;
 mod interrupts;
 mod loop_http;
 mod mcp;
+mod mcp_protocol;
 mod model;
 mod model_faults;
 mod overlay;
