@@ -72,7 +72,10 @@ pub enum Command {
         `grove trust` prints the command, asks nothing, and records it in your data directory \
         ($XDG_DATA_HOME/grove/trust, default ~/.local/share/grove/trust), never in the \
         repository. `grove init` does not trust anything.\n\n\
-        Examples:\n  grove trust"
+        Over MCP (`grove mcp`), a run may use a `cmd:` worker backend, `sandbox: off` or \
+        `allow_network` only once you have trusted that exact value here with `--mcp`.\n\n\
+        Examples:\n  grove trust\n  grove trust --mcp 'worker_backend=cmd:./scripts/agent.sh'\n  \
+        grove trust --mcp sandbox=off --mcp allow_network=true"
     )]
     Trust(trust::TrustArgs),
     /// Write one self-contained HTML page about a run: timeline, diffs, verdicts, cost.

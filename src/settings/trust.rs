@@ -1,7 +1,10 @@
 //! Trust on first use of setup commands: a `[worktree] setup` command from
 //! `.grove/config.toml` runs only once the user has trusted that exact text in that
 //! repository (like `direnv allow`); so does a `[check]` command with `network = true`
-//! (it can send the repository's contents anywhere, like a setup command).
+//! (it can send the repository's contents anywhere, like a setup command). So do the
+//! run arguments an MCP client could use to escalate ([`McpGrant`]: a `cmd:` worker
+//! backend, `sandbox: off`, `allow_network`): a client whose grove tools are
+//! auto-approved may be following a prompt injected into what it read.
 //!
 //! This module owns the trust records and the check. It must never trust anything by
 //! itself (reading or writing the config file is not trust; only `grove trust`, which a
@@ -33,14 +36,78 @@ pub struct TrustStore {
     dir: PathBuf,
 }
 
-/// One trusted setup command: the file's contents, compared exactly (the file name is
-/// only a hash of them, to find it).
+/// One trusted setup command (or MCP run argument): the file's contents, compared
+/// exactly (the file name is only a hash of them, to find it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct TrustRecord {
     /// The repository's work tree root, canonical.
     repository: PathBuf,
-    /// The setup command, byte for byte as the config file has it.
+    /// The setup command, byte for byte as the config file has it; or the MCP argument
+    /// as `name=value`.
     command: String,
+    /// Set for an MCP run argument, so that no setup command's text can stand for one.
+    /// Records of setup commands carry none (and read as they did before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mcp: Option<bool>,
+}
+
+/// A run argument an MCP client may give only once a person has trusted that exact value
+/// in the repository with `grove trust --mcp NAME=VALUE`: each lets what the client
+/// asks run with the user's rights or reach the network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McpGrant {
+    /// `worker_backend: "cmd:COMMAND"`: the command runs unsandboxed as the worker.
+    CmdBackend(String),
+    /// `sandbox: "off"`: workers' commands run with the user's full rights.
+    SandboxOff,
+    /// `allow_network: true`: workers' commands reach the network.
+    AllowNetwork,
+}
+
+impl McpGrant {
+    /// `name=value`, as `grove trust --mcp` takes it and the record keeps it.
+    pub fn as_argument(&self) -> String {
+        match self {
+            McpGrant::CmdBackend(command) => format!("worker_backend=cmd:{command}"),
+            McpGrant::SandboxOff => "sandbox=off".to_owned(),
+            McpGrant::AllowNetwork => "allow_network=true".to_owned(),
+        }
+    }
+
+    /// What it lets a client do, for the refusal.
+    fn consequence(&self) -> &'static str {
+        match self {
+            McpGrant::CmdBackend(_) => "runs that command as every worker, with your rights",
+            McpGrant::SandboxOff => "runs every worker's commands with your full rights",
+            McpGrant::AllowNetwork => "lets every worker's commands reach the network",
+        }
+    }
+}
+
+/// Why `grove trust --mcp` cannot take an argument.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{0}` is not an MCP argument that needs trust; give one of \
+     `worker_backend=cmd:COMMAND`, `sandbox=off`, `allow_network=true`"
+)]
+pub struct McpGrantError(pub String);
+
+impl std::str::FromStr for McpGrant {
+    type Err = McpGrantError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.split_once('=') {
+            Some(("worker_backend", value)) => match value.strip_prefix("cmd:") {
+                Some(command) if !command.trim().is_empty() => {
+                    Ok(McpGrant::CmdBackend(command.to_owned()))
+                }
+                _ => Err(McpGrantError(text.to_owned())),
+            },
+            Some(("sandbox", "off")) => Ok(McpGrant::SandboxOff),
+            Some(("allow_network", "true")) => Ok(McpGrant::AllowNetwork),
+            _ => Err(McpGrantError(text.to_owned())),
+        }
+    }
 }
 
 /// Why a setup command may not run, or trust could not be checked or recorded.
@@ -74,6 +141,22 @@ pub enum TrustError {
     UntrustedCheck {
         /// The config file that holds the command.
         config: PathBuf,
+        command: String,
+    },
+    /// An MCP client asked for a run argument that no person has trusted in this
+    /// repository with exactly this value. Nothing was created; not retried.
+    #[error(
+        "the MCP client asked for `{argument}`, which {consequence}; a person has not trusted \
+         that in this repository (a client can be steered by text it read). If you asked \
+         for it, run in {}: {command}",
+        repository.display()
+    )]
+    UntrustedMcp {
+        /// `name=value`.
+        argument: String,
+        consequence: &'static str,
+        repository: PathBuf,
+        /// The `grove trust --mcp …` command that trusts it, shell-quoted.
         command: String,
     },
     /// Neither `XDG_DATA_HOME` nor `HOME` names a directory. Not retried.
@@ -133,8 +216,49 @@ impl TrustStore {
 
     /// Whether `command` is trusted in the repository whose work tree is `repo_root`.
     pub fn is_trusted(&self, repo_root: &Path, command: &str) -> Result<bool, TrustError> {
-        let record = TrustRecord::new(repo_root, command)?;
-        let path = self.record_path(&record);
+        self.holds(&TrustRecord::new(repo_root, command, None)?)
+    }
+
+    /// Whether a person trusted an MCP client to ask for `grant` in the repository whose
+    /// work tree is `repo_root`.
+    pub fn is_trusted_mcp(&self, repo_root: &Path, grant: &McpGrant) -> Result<bool, TrustError> {
+        self.holds(&TrustRecord::new(
+            repo_root,
+            &grant.as_argument(),
+            Some(true),
+        )?)
+    }
+
+    /// Records that MCP clients may ask for `grant` in the repository whose work tree is
+    /// `repo_root`; returns the record's path.
+    pub fn trust_mcp(&self, repo_root: &Path, grant: &McpGrant) -> Result<PathBuf, TrustError> {
+        self.record(&TrustRecord::new(
+            repo_root,
+            &grant.as_argument(),
+            Some(true),
+        )?)
+    }
+
+    /// Refuses `grant` from an MCP client unless it is trusted in the repository whose
+    /// work tree is `repo_root`.
+    pub fn check_mcp(&self, repo_root: &Path, grant: &McpGrant) -> Result<(), TrustError> {
+        if self.is_trusted_mcp(repo_root, grant)? {
+            return Ok(());
+        }
+        let argument = grant.as_argument();
+        Err(TrustError::UntrustedMcp {
+            command: format!(
+                "{TRUST_COMMAND} --mcp {}",
+                crate::text::shell_word(&argument)
+            ),
+            argument,
+            consequence: grant.consequence(),
+            repository: repo_root.to_path_buf(),
+        })
+    }
+
+    fn holds(&self, record: &TrustRecord) -> Result<bool, TrustError> {
+        let path = self.record_path(record);
         let bytes = match std::fs::read(&path) {
             Ok(bytes) => bytes,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -148,14 +272,17 @@ impl TrustStore {
         };
         // A record that does not parse, or that names another repository or command (a
         // hash collision), trusts nothing.
-        Ok(serde_json::from_slice::<TrustRecord>(&bytes).is_ok_and(|found| found == record))
+        Ok(serde_json::from_slice::<TrustRecord>(&bytes).is_ok_and(|found| found == *record))
     }
 
     /// Records that `command` is trusted in the repository whose work tree is
     /// `repo_root`; returns the record's path.
     pub fn trust(&self, repo_root: &Path, command: &str) -> Result<PathBuf, TrustError> {
-        let record = TrustRecord::new(repo_root, command)?;
-        let path = self.record_path(&record);
+        self.record(&TrustRecord::new(repo_root, command, None)?)
+    }
+
+    fn record(&self, record: &TrustRecord) -> Result<PathBuf, TrustError> {
+        let path = self.record_path(record);
         let io = |operation: &'static str, path: &Path| {
             let path = path.to_path_buf();
             move |source| TrustError::Io {
@@ -165,11 +292,10 @@ impl TrustStore {
             }
         };
         std::fs::create_dir_all(&self.dir).map_err(io("create directory", &self.dir))?;
-        let mut bytes =
-            serde_json::to_vec_pretty(&record).map_err(|source| TrustError::Encode {
-                path: path.clone(),
-                source,
-            })?;
+        let mut bytes = serde_json::to_vec_pretty(record).map_err(|source| TrustError::Encode {
+            path: path.clone(),
+            source,
+        })?;
         bytes.push(b'\n');
         // Whole or not at all: a reader never sees half a record.
         let temp = path.with_extension(format!("tmp-{}", std::process::id()));
@@ -214,13 +340,16 @@ impl TrustStore {
     fn record_path(&self, record: &TrustRecord) -> PathBuf {
         let mut key = record.repository.as_os_str().as_encoded_bytes().to_vec();
         key.push(0);
+        if record.mcp.is_some() {
+            key.extend_from_slice(b"mcp\0");
+        }
         key.extend_from_slice(record.command.as_bytes());
         self.dir.join(format!("{:016x}.json", fnv1a(&key)))
     }
 }
 
 impl TrustRecord {
-    fn new(repo_root: &Path, command: &str) -> Result<Self, TrustError> {
+    fn new(repo_root: &Path, command: &str, mcp: Option<bool>) -> Result<Self, TrustError> {
         let repository = repo_root
             .canonicalize()
             .map_err(|source| TrustError::Repository {
@@ -230,6 +359,7 @@ impl TrustRecord {
         Ok(Self {
             repository,
             command: command.to_owned(),
+            mcp,
         })
     }
 }
@@ -261,6 +391,48 @@ mod tests {
             ),
             (true, false, false, false),
             "only the exact text, in the repository it was trusted in"
+        );
+    }
+
+    #[test]
+    fn an_mcp_grant_is_trusted_by_its_own_record_only() {
+        let home = tempfile::tempdir().unwrap();
+        let repo = tempfile::tempdir().unwrap();
+        let store = TrustStore::new(home.path());
+        let grant: McpGrant = "worker_backend=cmd:./agent.sh".parse().unwrap();
+        store.trust(repo.path(), &grant.as_argument()).unwrap();
+        assert!(
+            !store.is_trusted_mcp(repo.path(), &grant).unwrap(),
+            "a setup command with the same text is not trust for an MCP client"
+        );
+        store.trust_mcp(repo.path(), &grant).unwrap();
+        assert_eq!(
+            (
+                store.is_trusted_mcp(repo.path(), &grant).unwrap(),
+                store
+                    .is_trusted_mcp(repo.path(), &McpGrant::CmdBackend("./other.sh".into()))
+                    .unwrap(),
+                store
+                    .is_trusted_mcp(repo.path(), &McpGrant::SandboxOff)
+                    .unwrap(),
+            ),
+            (true, false, false),
+            "only the exact value is trusted"
+        );
+        assert_eq!(
+            [
+                "sandbox=off",
+                "allow_network=true",
+                "sandbox=on",
+                "worker_backend=claude"
+            ]
+            .map(|text| text.parse::<McpGrant>().ok()),
+            [
+                Some(McpGrant::SandboxOff),
+                Some(McpGrant::AllowNetwork),
+                None,
+                None
+            ]
         );
     }
 

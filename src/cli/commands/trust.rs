@@ -1,6 +1,8 @@
 //! `grove trust`: trusts the `[worktree] setup` command of this repository's
 //! `.grove/config.toml`, and its `[check]` command when that asks for the network,
-//! exactly as the file has them now.
+//! exactly as the file has them now; with `--mcp NAME=VALUE`, instead, a run argument
+//! that MCP clients may then give in this repository (`worker_backend=cmd:…`,
+//! `sandbox=off`, `allow_network=true`).
 //!
 //! It prints the command it trusts, asks nothing, and records it outside the repository
 //! (`grove::settings::trust`). It must never run the command.
@@ -12,19 +14,39 @@ use anyhow::bail;
 use clap::Args;
 
 use grove::settings::config::ProjectConfig;
-use grove::settings::trust::TrustStore;
+use grove::settings::trust::{McpGrant, TrustStore};
 
 use crate::cli::drive;
 
 /// Arguments of `grove trust`.
 #[derive(Debug, Args)]
-pub struct TrustArgs {}
+pub struct TrustArgs {
+    /// Trust MCP clients to give this `grove mcp` run argument, with exactly this value,
+    /// in this repository (instead of trusting the config's commands):
+    /// `worker_backend=cmd:COMMAND`, `sandbox=off` or `allow_network=true`.
+    #[arg(long = "mcp", value_name = "NAME=VALUE")]
+    pub mcp: Vec<McpGrant>,
+}
 
 /// Records trust of the setup command (and a network check) in the config of the repository containing
 /// `directory`.
 #[allow(clippy::print_stdout)]
-pub async fn trust(directory: &Path, _args: &TrustArgs) -> anyhow::Result<ExitCode> {
+pub async fn trust(directory: &Path, args: &TrustArgs) -> anyhow::Result<ExitCode> {
     let repo = drive::open_repo(directory).await?;
+    if !args.mcp.is_empty() {
+        let root = repo.work_tree().unwrap_or(repo.common_dir());
+        let store = TrustStore::for_user()?;
+        for grant in &args.mcp {
+            let record = store.trust_mcp(root, grant)?;
+            println!(
+                "trusted MCP clients to give `{}` for runs in {} (recorded in {})",
+                grant.as_argument(),
+                root.display(),
+                record.display()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let Some(root) = repo.work_tree() else {
         bail!(
             "{} is a bare repository; it has no .grove/config.toml whose setup command \
