@@ -10,6 +10,7 @@
 //! anything else (events go to the sink the caller renders on stderr), and never
 //! reimplement what the run or the review does.
 
+mod arguments;
 mod params;
 mod progress;
 mod summary;
@@ -60,6 +61,9 @@ pub async fn serve(
     let stdio = transport::stdio(shutdown.clone());
     let outcome = match tools.serve_with_ct(stdio, shutdown.child_token()).await {
         Ok(service) => service.waiting().await.map(drop).map_err(ServeError::Serve),
+        // Asked to stop (a signal, or stdin closed) before the client finished the
+        // handshake: there was nothing to serve yet, and nothing went wrong.
+        Err(_) if shutdown.is_cancelled() => Ok(()),
         Err(error) => Err(ServeError::Initialize(Box::new(error))),
     };
     shutdown.cancel();

@@ -3,16 +3,21 @@
 //!
 //! This file owns the argument names and their checks; each `run` argument means what
 //! the `grove run` flag of the same name means, and becomes the same
-//! [`RunRequest`]. It must never resolve settings itself (that is
+//! [`RunRequest`]. It also owns which of them a client may give only once a person has
+//! trusted the value ([`check_trusted`]). It must never resolve settings itself (that is
 //! [`crate::run::launch::prepare`]'s job, shared with the CLI).
+
+use std::path::Path;
 
 use rmcp::schemars::{self, JsonSchema};
 use serde::Deserialize;
 
 use crate::agent::external::WorkerBackend;
+use crate::git::{GitOptions, Repo};
 use crate::model::Provider;
-use crate::run::launch::RunRequest;
+use crate::run::launch::{LaunchError, RunRequest};
 use crate::settings::config::{MAX_JOBS, RoleValues, RunSettings};
+use crate::settings::trust::{McpGrant, TrustStore};
 use crate::store::journal::VerdictKind;
 use crate::tools::sandbox::SandboxMode;
 
@@ -187,6 +192,45 @@ fn turn_caps(max_turns: Option<MaxTurns>) -> Result<RoleValues<u32>, ArgumentErr
     }
     Ok(caps)
 }
+
+/// The run arguments that would let a client run what it chose with the user's rights
+/// or the network, as the trust records name them.
+fn grants(request: &RunRequest) -> Vec<McpGrant> {
+    let mut grants = Vec::new();
+    if let WorkerBackend::Command(command) = &request.worker_backend {
+        grants.push(McpGrant::CmdBackend(command.clone()));
+    }
+    if request.sandbox == SandboxMode::Off {
+        grants.push(McpGrant::SandboxOff);
+    }
+    if request.allow_network {
+        grants.push(McpGrant::AllowNetwork);
+    }
+    grants
+}
+
+/// Refuses `request` unless a person has trusted, in the repository at `directory`,
+/// each of its arguments that escalates (a `cmd:` worker backend, `sandbox: off`,
+/// `allow_network`), with exactly that value: a client's model may be following text
+/// that someone planted for it. The refusal names the `grove trust --mcp` command.
+pub async fn check_trusted(directory: &Path, request: &RunRequest) -> Result<(), LaunchError> {
+    let grants = grants(request);
+    if grants.is_empty() {
+        return Ok(());
+    }
+    let repo = Repo::open(directory, GitOptions::default()).await?;
+    let root = repo.work_tree().unwrap_or(repo.common_dir());
+    let store = TrustStore::for_user()?;
+    for grant in &grants {
+        store.check_mcp(root, grant)?;
+    }
+    Ok(())
+}
+
+/// The arguments of the `list_runs` tool: none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {}
 
 /// The arguments of the `resume` tool.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]

@@ -45,6 +45,19 @@ pub async fn forward(
 /// The progress line of `event`, for the events that are a subtask's start or end.
 pub fn progress_message(event: &Event) -> Option<String> {
     match event {
+        // First of all: a client that gives up on the call (its tool timeout) still
+        // has the id to resume the run with.
+        Event::RunStarted {
+            run_id,
+            resumed: false,
+        } => Some(format!(
+            "Run {run_id} started; if this call ends before it does, the run stays \
+             resumable: `resume` with run_id {run_id}"
+        )),
+        Event::RunStarted {
+            run_id,
+            resumed: true,
+        } => Some(format!("Run {run_id} resumed")),
         Event::SubtaskStarted { label, task, .. } => {
             Some(format!("{label} started: {}", first_line(task, 120)))
         }
@@ -78,7 +91,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn subtask_starts_and_ends_read_as_one_line_each_and_other_events_are_not_progress() {
+    fn the_run_id_then_subtask_starts_and_ends_read_as_one_line_each_and_other_events_are_not() {
         let started = Event::SubtaskStarted {
             label: "S1".into(),
             task: "WRITE a.txt good\nmore detail".into(),
@@ -99,9 +112,18 @@ mod tests {
         let note = Event::Note {
             message: "hello".into(),
         };
+        let run = Event::RunStarted {
+            run_id: "r-1".into(),
+            resumed: false,
+        };
         assert_eq!(
-            [&started, &finished, &failed, &note].map(progress_message),
+            [&run, &started, &finished, &failed, &note].map(progress_message),
             [
+                Some(
+                    "Run r-1 started; if this call ends before it does, the run stays \
+                     resumable: `resume` with run_id r-1"
+                        .to_owned()
+                ),
                 Some("S1 started: WRITE a.txt good".to_owned()),
                 Some("S1 merged (reviewer: approve; 1 file changed, 1 insertion(+))".to_owned()),
                 Some("S2 failed".to_owned()),

@@ -2,7 +2,8 @@
 //! person behind it) reads first.
 //!
 //! This file owns their wording. It must never carry information the JSON lacks, so a
-//! client that reads only `structuredContent` misses nothing.
+//! client that reads only `structuredContent` misses nothing: what to do next goes into
+//! it as `hints`.
 
 use crate::git::DiffStat;
 use crate::review::{ApplyResult, ReviewOutcome, RunReview};
@@ -52,14 +53,23 @@ pub fn run(report: &RunReport) -> String {
     if let Some(error) = &report.error {
         lines.push(format!("Error: {}", first_line(error, 300)));
     }
+    lines.extend(run_hints(report));
+    lines.join("\n")
+}
+
+/// What became of the branch and what the caller can do next (apply, review, resume):
+/// the end of the summary, and the structured result's `hints`, which is all that
+/// Claude Code and Codex hand their model.
+pub fn run_hints(report: &RunReport) -> Vec<String> {
+    let mut hints = Vec::new();
     match &report.apply {
         Some(apply) => {
-            lines.push(apply.message.clone());
+            hints.push(apply.message.clone());
             if let Some(command) = &apply.command {
-                lines.push(format!("To apply it: {command}"));
+                hints.push(format!("To apply it: {command}"));
             }
         }
-        None if report.applied => lines.push(format!(
+        None if report.applied => hints.push(format!(
             "{} now has the result.",
             short_branch(&report.branch)
         )),
@@ -67,18 +77,18 @@ pub fn run(report: &RunReport) -> String {
     }
     match report.status {
         RunEnd::Finished if !report.applied && report.result_commit.is_some() => {
-            lines.push(format!(
+            hints.push(format!(
                 "The result is on {}; the `review` tool approves, rejects and applies.",
                 report.result_branch
             ))
         }
-        RunEnd::Interrupted | RunEnd::Paused => lines.push(format!(
+        RunEnd::Interrupted | RunEnd::Paused => hints.push(format!(
             "Its work is checkpointed; the `resume` tool (or `grove resume {}`) continues it.",
             report.run_id
         )),
         _ => {}
     }
-    lines.join("\n")
+    hints
 }
 
 /// A run as `show_run` lists it: each subtask's decision, findings and diffstat.

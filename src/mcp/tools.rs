@@ -2,16 +2,17 @@
 //! [`crate::run::run`] and [`crate::run::resume`], `list_runs` is `grove runs --json`,
 //! `show_run` is [`review::load`], `review` is [`review::override_verdicts`].
 //!
-//! This file owns the tools' names, descriptions and results: a result carries the
-//! JSON the CLI prints for the same command (`structuredContent`, and as text) and a
-//! short summary. A problem the caller can act on (a bad argument, a run that is not
-//! finished, a refused apply) is a tool error with the library's message, not a
-//! protocol error. It must never run a second implementation of what the CLI does.
+//! This file owns the tools' names, descriptions, annotations and results: a result
+//! carries the JSON the CLI prints for the same command (`structuredContent`, and as
+//! text; a run's without its per-agent token ledgers), the next steps as its `hints`,
+//! and a short summary. A problem the caller can act on (an argument out of range, a run
+//! that is not finished, a refused apply, a run argument no person trusted) is a tool
+//! error with the library's message; arguments of the wrong shape are invalid params
+//! (`arguments.rs`). It must never run a second implementation of what the CLI does.
 
 use std::future::Future;
 use std::path::PathBuf;
 
-use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
@@ -20,9 +21,10 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::event::EventSink;
+use crate::event::{Event, EventSink};
 use crate::git::{GitOptions, Repo};
-use crate::mcp::params::{ResumeParams, ReviewParams, RunParams, ShowParams};
+use crate::mcp::arguments::{Arguments, input_schema};
+use crate::mcp::params::{self, ListParams, ResumeParams, ReviewParams, RunParams, ShowParams};
 use crate::mcp::progress::{self, Progress};
 use crate::mcp::summary;
 use crate::review::{self, ApplyResult, ReviewOutcome};
@@ -59,6 +61,7 @@ impl Tools {
     }
 
     #[tool(
+        input_schema = input_schema::<RunParams>(),
         description = "Run a coding task as a fleet of subagents (grove run): a lead splits it \
         into subtasks, each worker edits its own git worktree, an isolated reviewer judges \
         every diff, approved work is merged and applied to the current branch (unless \
@@ -68,38 +71,49 @@ impl Tools {
     )]
     async fn run(
         &self,
-        Parameters(params): Parameters<RunParams>,
+        Arguments { value, ignored }: Arguments<RunParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let request = match params.into_request() {
+        let ignored = self.ignore("run", &ignored);
+        let request = match value.into_request() {
             Ok(request) => request,
             Err(error) => return Ok(tool_error(&error)),
         };
+        // Before anything runs: what would run with the user's rights or the network
+        // needs a person's trust, whoever steers the client.
+        if let Err(error) = params::check_trusted(&self.directory, &request).await {
+            return Ok(tool_error(&error));
+        }
         let launch = match launch::prepare(&self.directory, request).await {
             Ok(launch) => launch,
             Err(error) => return Ok(tool_error(&error)),
         };
         let directory = self.directory.clone();
-        self.drive(context, move |events, cancel| async move {
+        self.drive(context, ignored, move |events, cancel| async move {
             crate::run::run(&directory, launch.options, launch.models, events, cancel).await
         })
         .await
     }
 
     #[tool(
+        input_schema = input_schema::<ResumeParams>(),
         description = "Continue an interrupted or paused run (grove resume) with the models \
         it started with. Returns when it ends, with progress and a result like `run`'s."
     )]
     async fn resume(
         &self,
-        Parameters(params): Parameters<ResumeParams>,
+        Arguments {
+            value: params,
+            ignored,
+        }: Arguments<ResumeParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
+        let ignored = self.ignore("resume", &ignored);
         if let Err(error) = launch::check_resume_trusted(&self.directory, &params.run_id).await {
             return Ok(tool_error(&error));
         }
         let directory = self.directory.clone();
-        self.drive(context, move |events, cancel| async move {
+        self.drive(context, ignored, move |events, cancel| async move {
             crate::run::resume(
                 &directory,
                 &params.run_id,
@@ -114,11 +128,17 @@ impl Tools {
     }
 
     #[tool(
+        input_schema = input_schema::<ListParams>(),
+        annotations(read_only_hint = true),
         description = "List this repository's grove runs, oldest first (grove runs --json): \
         run_id, status (running, paused, interrupted, finished, failed), task, branch, \
         result_commit, applied, subtasks."
     )]
-    async fn list_runs(&self) -> Result<CallToolResult, ErrorData> {
+    async fn list_runs(
+        &self,
+        Arguments { ignored, .. }: Arguments<ListParams>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let ignored = self.ignore("list_runs", &ignored);
         let repo = match self.repo().await {
             Ok(repo) => repo,
             Err(result) => return Ok(result),
@@ -137,18 +157,29 @@ impl Tools {
             self.directory.display()
         );
         // structuredContent must be an object; `runs` holds `grove runs --json`'s array.
-        json_result(&serde_json::json!({ "runs": runs }), text, false)
+        json_result(
+            to_value(&serde_json::json!({ "runs": runs }))?,
+            text,
+            false,
+            ignored,
+        )
     }
 
     #[tool(
+        input_schema = input_schema::<ShowParams>(),
+        annotations(read_only_hint = true),
         description = "Show one run as `grove review --list --json` does: each subtask's status, \
         the reviewer's verdict, summary and findings, a person's decision, the diffstat, \
         and (with diff: true) its diff against the run's base, capped at diff_max_chars."
     )]
     async fn show_run(
         &self,
-        Parameters(params): Parameters<ShowParams>,
+        Arguments {
+            value: params,
+            ignored,
+        }: Arguments<ShowParams>,
     ) -> Result<CallToolResult, ErrorData> {
+        let ignored = self.ignore("show_run", &ignored);
         let cap = match params.diff_cap() {
             Ok(cap) => cap,
             Err(error) => return Ok(tool_error(&error)),
@@ -176,10 +207,11 @@ impl Tools {
             }
             value["diffs"] = Value::Object(diffs);
         }
-        json_result(&value, summary::show(&run), false)
+        json_result(value, summary::show(&run), false, ignored)
     }
 
     #[tool(
+        input_schema = input_schema::<ReviewParams>(),
         description = "Decide on a finished run's subtasks and apply its result, as `grove \
         review --approve S1 --reject S2 --apply RUN` does: a person's decision outranks \
         the reviewer's, the result is rebuilt from the base with the approved subtasks, \
@@ -189,8 +221,12 @@ impl Tools {
     )]
     async fn review(
         &self,
-        Parameters(params): Parameters<ReviewParams>,
+        Arguments {
+            value: params,
+            ignored,
+        }: Arguments<ReviewParams>,
     ) -> Result<CallToolResult, ErrorData> {
+        let ignored = self.ignore("review", &ignored);
         let repo = match self.repo().await {
             Ok(repo) => repo,
             Err(result) => return Ok(result),
@@ -208,11 +244,32 @@ impl Tools {
             Err(error) => return Ok(tool_error(&error)),
         };
         let refused = matches!(outcome.apply, Some(ApplyResult::Refused { .. }));
-        json_result(&outcome, summary::review(&outcome), refused)
+        json_result(
+            to_value(&outcome)?,
+            summary::review(&outcome),
+            refused,
+            ignored,
+        )
     }
 }
 
 impl Tools {
+    /// Logs the arguments `tool` was given but does not take, and returns what the
+    /// caller is told about them.
+    fn ignore(&self, tool: &str, ignored: &[String]) -> Vec<String> {
+        ignored
+            .iter()
+            .map(|name| {
+                let message =
+                    format!("`{tool}` ignored the argument `{name}`, which it does not take");
+                self.log.emit(Event::Note {
+                    message: message.clone(),
+                });
+                message
+            })
+            .collect()
+    }
+
     async fn repo(&self) -> Result<Repo, CallToolResult> {
         Repo::open(&self.directory, GitOptions::default())
             .await
@@ -224,6 +281,7 @@ impl Tools {
     async fn drive<F, Fut>(
         &self,
         context: RequestContext<RoleServer>,
+        ignored: Vec<String>,
         start: F,
     ) -> Result<CallToolResult, ErrorData>
     where
@@ -248,7 +306,7 @@ impl Tools {
         // The server goes on to the next request: what the run freed is not kept.
         crate::tools::exec::return_freed_memory();
         match outcome {
-            Ok(Ok(report)) => run_result(&report),
+            Ok(Ok(report)) => run_result(&report, ignored),
             Ok(Err(error)) => Ok(tool_error(&error)),
             Err(error) => Err(ErrorData::internal_error(
                 format!("the run's task failed: {error}"),
@@ -273,24 +331,53 @@ async fn cancel_on(request: CancellationToken, run: CancellationToken) {
     run.cancel();
 }
 
-/// The result of a run: `grove run --json`'s object, and the summary. A run that did
-/// not finish is a tool error, its report still attached.
-fn run_result(report: &RunReport) -> Result<CallToolResult, ErrorData> {
+/// The result of a run: `grove run --json`'s object without its per-agent ledgers, the
+/// next steps as `hints`, and the summary. A run that did not finish is a tool error,
+/// its report still attached.
+fn run_result(report: &RunReport, ignored: Vec<String>) -> Result<CallToolResult, ErrorData> {
+    let mut value = to_value(report)?;
+    // Claude Code and Codex hand their model this object alone: the ledgers per agent
+    // (a third of it) stay with `grove runs --json`; `totals` and each subtask's tokens
+    // remain.
+    if let Some(run) = value.as_object_mut() {
+        run.remove("lead_ledger");
+    }
+    for subtask in value["subtasks"].as_array_mut().into_iter().flatten() {
+        if let Some(subtask) = subtask.as_object_mut() {
+            for ledger in LEDGER_DETAIL {
+                subtask.remove(ledger);
+            }
+        }
+    }
+    let mut hints = summary::run_hints(report);
+    hints.extend(ignored);
     json_result(
-        report,
+        value,
         summary::run(report),
         report.status != RunEnd::Finished,
+        hints,
     )
 }
 
-/// A result with `value` as `structuredContent`, the summary, then `value` as text for
-/// clients that read only text.
-fn json_result<T: Serialize>(
-    value: &T,
+/// A subtask's token accounting beyond its input and output tokens.
+const LEDGER_DETAIL: [&str; 4] = [
+    "worker_ledger",
+    "reviewer_ledger",
+    "cache_read_tokens",
+    "cache_write_tokens",
+];
+
+/// A result with `value` (and `hints`, when there are any) as `structuredContent`, the
+/// summary, then the same as text for clients that read only text.
+fn json_result(
+    mut value: Value,
     text: String,
     is_error: bool,
+    hints: Vec<String>,
 ) -> Result<CallToolResult, ErrorData> {
-    let value = to_value(value)?;
+    if let (Some(object), false) = (value.as_object_mut(), hints.is_empty()) {
+        object.insert("hints".to_owned(), Value::from(hints));
+    }
     let json = serde_json::to_string_pretty(&value)
         .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
     let content = vec![ContentBlock::text(text), ContentBlock::text(json)];

@@ -55,7 +55,7 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::event::EventSink;
+use crate::event::{Event, EventSink};
 use crate::git::GitOptions;
 use crate::run::context::RunContext;
 use crate::run::finish::FinishError;
@@ -106,6 +106,10 @@ pub async fn resume(
 /// a state write failing, which names the run so it can be resumed.
 async fn execute(started: Started, resumed: Option<RunState>) -> Result<RunReport, RunError> {
     let Started { ctx, run_id, lock } = started;
+    ctx.events.emit(Event::RunStarted {
+        run_id: run_id.to_string(),
+        resumed: resumed.is_some(),
+    });
     let report = lead_then_finish(&ctx, resumed).await;
     drop(lock);
     report.map_err(|error| match error {

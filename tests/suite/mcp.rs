@@ -311,6 +311,32 @@ fn check_run(report: &Value, base: &str) -> String {
         );
     }
     assert_eq!(
+        structured["hints"],
+        json!([
+            format!("The result is on grove/{run_id}/result; your branch was not touched."),
+            format!("To apply it: git merge --ff-only grove/{run_id}/squashed"),
+            format!(
+                "The result is on grove/{run_id}/result; the `review` tool approves, rejects \
+                 and applies."
+            ),
+        ]),
+        "what to do next is in structuredContent, all that Claude Code and Codex pass on"
+    );
+    let ledgers: Vec<&str> = [
+        "lead_ledger",
+        "worker_ledger",
+        "reviewer_ledger",
+        "cache_read_tokens",
+    ]
+    .into_iter()
+    .filter(|key| structured.get(*key).is_some() || structured["subtasks"][0].get(*key).is_some())
+    .collect();
+    assert_eq!(
+        ledgers,
+        Vec::<&str>::new(),
+        "the per-agent token ledgers stay out of what a model reads: {structured:#}"
+    );
+    assert_eq!(
         serde_json::from_str::<Value>(run["texts"][1].as_str().unwrap()).unwrap(),
         *structured,
         "the second text block is the same JSON, for clients that read only text"
@@ -329,6 +355,15 @@ fn check_run(report: &Value, base: &str) -> String {
         );
     }
     let mut progress = messages(&report["run_progress"]);
+    assert_eq!(
+        progress.remove(0),
+        format!(
+            "Run {run_id} started; if this call ends before it does, the run stays resumable: \
+             `resume` with run_id {run_id}"
+        ),
+        "the first progress notification carries the run id, for a client that gives up on \
+         the call (its tool timeout) before the run ends"
+    );
     progress.sort();
     assert_eq!(
         progress,
@@ -346,7 +381,7 @@ fn check_run(report: &Value, base: &str) -> String {
         .iter()
         .map(|p| p["progress"].as_f64().unwrap())
         .collect();
-    assert_eq!(counts, vec![1.0, 2.0, 3.0, 4.0], "progress only grows");
+    assert_eq!(counts, vec![1.0, 2.0, 3.0, 4.0, 5.0], "progress only grows");
 
     run_id
 }
@@ -439,10 +474,11 @@ fn check_cancel_and_resume(report: &Value, fixture: &GitFixture) {
         report["cancelled_result"].is_null(),
         "the cancelled call returns no result to the client"
     );
+    let cancelled_progress = messages(&report["cancelled_progress"]);
     assert_eq!(
-        messages(&report["cancelled_progress"]),
-        vec!["S1 started: SLOW c.txt"],
-        "progress went out until the cancellation"
+        cancelled_progress[1..],
+        ["S1 started: SLOW c.txt"],
+        "progress went out until the cancellation: {cancelled_progress:?}"
     );
     let after = report["runs_after_cancel"]["structured"]["runs"]
         .as_array()

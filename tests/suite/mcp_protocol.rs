@@ -92,6 +92,8 @@ async fn an_idle_grove_mcp_exits_on_sigterm_or_sigint_while_its_client_keeps_std
     let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
     for signal in [nix::sys::signal::SIGTERM, nix::sys::signal::SIGINT] {
         let mut server = McpServer::start(&Grove::in_repo(&fixture)).await;
+        // Answered: the handshake is over and the server is idle.
+        server.request("tools/list", json!({})).await;
         let sent = Instant::now();
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(server.pid()), signal).unwrap();
         let status = server.wait(Duration::from_secs(10)).await;
@@ -103,4 +105,159 @@ async fn an_idle_grove_mcp_exits_on_sigterm_or_sigint_while_its_client_keeps_std
             server.log()
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_typed_mcp_arguments_are_invalid_params_and_unknown_ones_are_ignored_and_logged() {
+    let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+    let mut server = McpServer::start(&Grove::in_repo(&fixture)).await;
+    let wrong = server
+        .call_tool("show_run", json!({"run_id": 5, "diff": true}))
+        .await;
+    assert_eq!(
+        wrong["error"],
+        json!({
+            "code": -32602,
+            "message": "invalid arguments for `show_run`: invalid type: integer `5`, expected a string",
+        }),
+        "a wrong type is JSON-RPC invalid params, as the README says, not an isError result: {wrong}"
+    );
+    // Gemini CLI adds `wait_for_previous` to every tool it offers its model.
+    let listed = server
+        .call_tool("list_runs", json!({"wait_for_previous": true}))
+        .await;
+    let note = "`list_runs` ignored the argument `wait_for_previous`, which it does not take";
+    assert_eq!(
+        listed["result"]["structuredContent"],
+        json!({"runs": [], "hints": [note]}),
+        "an unknown argument is ignored, and the caller is told: {listed}"
+    );
+    assert!(
+        server.log().contains(&format!("grove: {note}")),
+        "and it is logged: {}",
+        server.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_list_marks_the_read_only_tools_and_has_no_unsigned_formats() {
+    let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
+    let mut server = McpServer::start(&Grove::in_repo(&fixture)).await;
+    let listed = server.request("tools/list", json!({})).await;
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    let annotations: Vec<(&str, &Value)> = tools
+        .iter()
+        .map(|tool| (tool["name"].as_str().unwrap(), &tool["annotations"]))
+        .collect();
+    let read_only = json!({"readOnlyHint": true});
+    assert_eq!(
+        annotations,
+        vec![
+            ("list_runs", &read_only),
+            ("resume", &Value::Null),
+            ("review", &Value::Null),
+            ("run", &Value::Null),
+            ("show_run", &read_only),
+        ],
+        "list_runs and show_run say they only read (headless Codex runs only such tools \
+         unasked)"
+    );
+    let schemas = serde_json::to_string(&listed).unwrap();
+    assert!(
+        !schemas.contains("\"format\":\"uint"),
+        "no schema carries a uint32/uint64 format, which Gemini CLI warns about: {schemas}"
+    );
+}
+
+/// The `cmd:` backend a prompt-injected client would ask for: it edits the user's file.
+const INJECTED: &str = "cmd:sed -i s/alpha/ALPHA/ src/a.txt";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_run_that_escalates_is_refused_before_anything_runs_until_a_person_trusts_it() {
+    let fixture = crate::suite::backends::repo();
+    let model = crate::suite::backends::server().await;
+    let grove = Grove::in_repo(&fixture).with_server(&model);
+    let mut server = McpServer::start(&grove).await;
+    let root = std::fs::canonicalize(&fixture.repo).unwrap();
+    let refusal = |argument: &str, consequence: &str, command: &str| {
+        format!(
+            "the MCP client asked for `{argument}`, which {consequence}; a person has not \
+             trusted that in this repository (a client can be steered by text it read). If \
+             you asked for it, run in {}: grove trust --mcp {command}",
+            root.display()
+        )
+    };
+    let cases = [
+        (
+            json!({"task": "make it shout", "worker_backend": INJECTED}),
+            refusal(
+                &format!("worker_backend={INJECTED}"),
+                "runs that command as every worker, with your rights",
+                &format!("'worker_backend={INJECTED}'"),
+            ),
+        ),
+        (
+            json!({"task": "make it shout", "sandbox": "off"}),
+            refusal(
+                "sandbox=off",
+                "runs every worker's commands with your full rights",
+                "'sandbox=off'",
+            ),
+        ),
+        (
+            json!({"task": "make it shout", "allow_network": true}),
+            refusal(
+                "allow_network=true",
+                "lets every worker's commands reach the network",
+                "'allow_network=true'",
+            ),
+        ),
+    ];
+    for (arguments, expected) in &cases {
+        let answer = server.call_tool("run", arguments.clone()).await;
+        assert_eq!(
+            answer["result"],
+            json!({"content": [{"type": "text", "text": expected}], "isError": true}),
+            "refused, naming the command that trusts it: {arguments}"
+        );
+    }
+    assert_eq!(
+        (
+            model.requests().len(),
+            fixture.repo.join(".git/grove/runs").exists(),
+            fixture.read("src/a.txt")
+        ),
+        (0, false, b"alpha\n".to_vec()),
+        "nothing ran: no model call, no run, the file untouched"
+    );
+
+    let trusted = grove
+        .grove_async(["trust", "--mcp", &format!("worker_backend={INJECTED}")])
+        .await;
+    assert_eq!(trusted.status.code(), Some(0), "{trusted:?}");
+    let other = server
+        .call_tool(
+            "run",
+            json!({"task": "make it shout", "worker_backend": "cmd:true"}),
+        )
+        .await;
+    assert_eq!(
+        other["result"]["isError"], true,
+        "trust is for that exact value: {other}"
+    );
+    let ran = server
+        .call_tool(
+            "run",
+            json!({"task": "make it shout", "worker_backend": INJECTED}),
+        )
+        .await;
+    assert_eq!(
+        (
+            &ran["result"]["isError"],
+            &ran["result"]["structuredContent"]["status"],
+            fixture.read("src/a.txt")
+        ),
+        (&json!(false), &json!("finished"), b"ALPHA\n".to_vec()),
+        "once trusted, the same call runs: {ran}"
+    );
 }

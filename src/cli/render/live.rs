@@ -145,6 +145,8 @@ fn escaped(event: Event) -> Event {
         Event::Note { message } => Event::Note {
             message: text(message),
         },
+        // A run id is a fixed pattern of digits and letters.
+        started @ Event::RunStarted { .. } => started,
         Event::ModelWaiting {
             agent: id,
             attempt,
@@ -216,6 +218,8 @@ fn plain(event: &Event) {
             }
         }
         Event::Note { message } => eprintln!("grove: {message}"),
+        // The terminal has its run id from the lines that follow and the final table.
+        Event::RunStarted { .. } => {}
     }
 }
 
@@ -406,6 +410,7 @@ impl Bars {
             Event::Note { message } => {
                 let _ = self.multi.println(format!("grove: {message}"));
             }
+            Event::RunStarted { .. } => {}
         }
     }
 
