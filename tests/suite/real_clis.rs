@@ -348,12 +348,18 @@ struct Outcome {
 
 /// Runs grove on the fixture with `cli` as the worker against a server playing `fault`.
 async fn run_cli(cli: Cli, fault: Fault) -> Option<Outcome> {
-    run_cli_in(cli, fault, None).await
+    run_cli_in(cli, fault, None, &[]).await
 }
 
 /// [`run_cli`] with the worktrees under `worktrees_in` (a path in the fixture's repo)
-/// instead of a directory of their own.
-async fn run_cli_in(cli: Cli, fault: Fault, worktrees_in: Option<&str>) -> Option<Outcome> {
+/// instead of a directory of their own, and the variables `unset` left out of the CLI's
+/// environment.
+async fn run_cli_in(
+    cli: Cli,
+    fault: Fault,
+    worktrees_in: Option<&str>,
+    unset: &[&str],
+) -> Option<Outcome> {
     cli.installed()?;
     let started = Instant::now();
     let fixture = repo();
@@ -366,7 +372,12 @@ async fn run_cli_in(cli: Cli, fault: Fault, worktrees_in: Option<&str>) -> Optio
         jobs: 1,
         git: fixture.options(),
         worker_backend: cli.backend(),
-        backend_env: Some(BackendEnv(cli_env(cli, &cli_server, home.path()))),
+        backend_env: Some(BackendEnv(
+            cli_env(cli, &cli_server, home.path())
+                .into_iter()
+                .filter(|(name, _)| !unset.iter().any(|unset| name == unset))
+                .collect(),
+        )),
         worker_pass_env: vec![
             "DISABLE_AUTOUPDATER".into(),
             "LITELLM_LOCAL_MODEL_COST_MAP".into(),
@@ -518,8 +529,51 @@ async fn claude_code_401_fails_the_subtask_in_its_words() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_retrying_a_401_is_stopped_at_its_second_retry_with_the_apis_words() {
+    // Claude Code's own default: ten retries of a 401, 171 s before grove heard of it.
+    let started = Instant::now();
+    let Some(outcome) = run_cli_in(
+        Cli::Claude,
+        Fault::Unauthorized,
+        None,
+        &["CLAUDE_CODE_MAX_RETRIES"],
+    )
+    .await
+    else {
+        return;
+    };
+    let subtask = &outcome.report.subtasks[0];
+    let attempts = outcome
+        .cli
+        .requests()
+        .iter()
+        .filter(|request| is_conversation(Cli::Claude, request))
+        .count();
+    assert_eq!(
+        (subtask.status, subtask.reason.as_deref(), attempts),
+        (
+            SubtaskOutcome::Failed,
+            Some(
+                "claude: the model API refused every request with 401 \
+                 authentication_failed; claude would retry it 10 times, so grove stopped it \
+                 after 2 attempts"
+            ),
+            2
+        ),
+        "the subtask fails as soon as claude's api_retry events show the key refused again, \
+         in the API's terms: after the first request and one retry"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "stopped within a minute, not after claude's ten retries: {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_codes_refusal_to_edit_under_git_is_the_reason() {
-    let Some(outcome) = run_cli_in(Cli::Claude, Fault::None, Some(".git/grove-worktrees")).await
+    let Some(outcome) =
+        run_cli_in(Cli::Claude, Fault::None, Some(".git/grove-worktrees"), &[]).await
     else {
         return;
     };

@@ -195,7 +195,13 @@ impl CliInvocation {
         let result = loop {
             tokio::select! {
                 result = &mut execution => break result?,
-                _ = ticker.tick() => follower.feed(&mut parser, false, &mut watch)?,
+                _ = ticker.tick() => {
+                    follower.feed(&mut parser, false, &mut watch)?;
+                    // Waiting out the CLI's retries would only delay the same failure.
+                    if parser.refused_for_good().is_some() {
+                        stop.cancel();
+                    }
+                }
             }
         };
         follower.feed(&mut parser, true, &mut watch)?;
@@ -227,6 +233,10 @@ impl CliInvocation {
         let explain = || self.explain(ran);
         match ran.result.outcome {
             ExecOutcome::Cancelled if self.cancel.is_cancelled() => CliEnd::Interrupted,
+            _ if report.refused_for_good.is_some() => CliEnd::Failed(format!(
+                "{name}: {}",
+                strip_escapes(report.refused_for_good.as_deref().unwrap_or_default())
+            )),
             _ if ran.over_budget.is_some() => CliEnd::Failed(format!(
                 "{name} spent {} tokens, over the subagent budget of {}",
                 ran.over_budget.unwrap_or_default(),

@@ -174,6 +174,7 @@ impl AiderParser {
             turn_limit: false,
             complete: false,
             unreadable_lines: self.unreadable_lines,
+            refused_for_good: None,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Claude Code's `stream-json` output (`claude -p --output-format stream-json
 //! --verbose`), checked against Claude Code 2.1.197.
 //!
-//! One JSON object per line: a `system` `init` event (and `api_retry` notices), then
+//! One JSON object per line: a `system` `init` event (and `api_retry` notices: the
+//! attempt, `error_status` and `error`, the API's error type), then
 //! `assistant` and `user` messages — each content block of an assistant message on its
 //! own line, sharing the message id — and a final `result` event with `subtype`
 //! (`success`, `error_max_turns`, `error_during_execution`), `is_error`,
@@ -29,8 +30,43 @@ enum Event {
         message: Message,
     },
     Result(ResultEvent),
+    System(SystemEvent),
     #[serde(other)]
     Other,
+}
+
+/// Statuses a retry cannot change: the key, or its permissions. Claude Code retries them
+/// all the same (a 401 ten times, over minutes); the first retry is left to it, as it
+/// may refresh a login's token.
+const REFUSED_FOR_GOOD: [u16; 2] = [401, 403];
+
+/// A `system` event: `init`, or an `api_retry` notice.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SystemEvent {
+    subtype: String,
+    attempt: u32,
+    max_retries: u32,
+    error_status: Option<u16>,
+    error: Option<String>,
+}
+
+impl SystemEvent {
+    /// What the API answered, when this notice is a second retry of a refusal that no
+    /// retry changes.
+    fn refused_for_good(&self) -> Option<String> {
+        let status = self.error_status?;
+        (self.subtype == "api_retry" && self.attempt >= 2 && REFUSED_FOR_GOOD.contains(&status))
+            .then(|| {
+                format!(
+                    "the model API refused every request with {status} {}; claude would retry \
+                     it {} times, so grove stopped it after {} attempts",
+                    self.error.as_deref().unwrap_or("(no error type)"),
+                    self.max_retries,
+                    self.attempt
+                )
+            })
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -175,7 +211,13 @@ impl ClaudeParser {
                 self.result(result);
                 Vec::new()
             }
-            // `system` (init, retries), `user` (tool results) and anything newer.
+            Some(Event::System(system)) => {
+                if self.report.refused_for_good.is_none() {
+                    self.report.refused_for_good = system.refused_for_good();
+                }
+                Vec::new()
+            }
+            // `user` (tool results) and anything newer.
             Some(Event::Other) | None => Vec::new(),
         }
     }
@@ -332,6 +374,7 @@ mod tests {
                 turn_limit: false,
                 complete: true,
                 unreadable_lines: 0,
+                refused_for_good: None,
             },
             "modelUsage (4 requests) counts, not usage (the 3 of the main conversation)"
         );
@@ -366,6 +409,39 @@ mod tests {
                 false,
                 true
             )
+        );
+    }
+
+    #[test]
+    fn a_refusal_retried_a_second_time_is_for_good_and_other_retries_are_not() {
+        let retry = |attempt: u32, status: u16| {
+            format!(
+                r#"{{"type":"system","subtype":"api_retry","attempt":{attempt},"max_retries":10,"retry_delay_ms":621.5,"error_status":{status},"error":"authentication_failed","session_id":"s"}}"#
+            )
+        };
+        let after = |lines: &[String]| {
+            let mut parser = OutputParser::new(OutputFormat::ClaudeStreamJson);
+            for line in lines {
+                parser.line(line);
+            }
+            parser.refused_for_good().map(str::to_owned)
+        };
+        assert_eq!(
+            [
+                after(&[retry(1, 401)]),
+                after(&[retry(1, 529), retry(2, 529), retry(3, 529)]),
+                after(&[retry(1, 401), retry(2, 401)]),
+            ],
+            [
+                None,
+                None,
+                Some(
+                    "the model API refused every request with 401 authentication_failed; \
+                     claude would retry it 10 times, so grove stopped it after 2 attempts"
+                        .to_owned()
+                ),
+            ],
+            "the first retry may refresh a login; an overload is worth every retry"
         );
     }
 

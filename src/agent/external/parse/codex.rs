@@ -209,6 +209,7 @@ mod tests {
                 turn_limit: false,
                 complete: true,
                 unreadable_lines: 0,
+                refused_for_good: None,
             }
         );
     }

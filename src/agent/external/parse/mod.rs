@@ -71,6 +71,10 @@ pub struct CliReport {
     pub complete: bool,
     /// Lines that were not in the format expected (garbage, or cut).
     pub unreadable_lines: u32,
+    /// The CLI is retrying a request the API refused for good (claude's `api_retry`
+    /// of a 401 or 403, again after a retry): what the API answered. grove stops it
+    /// rather than wait out its retries (ten, over minutes).
+    pub refused_for_good: Option<String>,
 }
 
 /// Reads one CLI's output incrementally: feed it lines, then [`OutputParser::finish`].
@@ -115,6 +119,14 @@ impl OutputParser {
                 tail.push_line(line);
                 Vec::new()
             }
+        }
+    }
+
+    /// What the API answered, once the CLI retries a request it refused for good.
+    pub fn refused_for_good(&self) -> Option<&str> {
+        match &self.state {
+            ParserState::Claude(parser) => parser.report.refused_for_good.as_deref(),
+            _ => None,
         }
     }
 
