@@ -77,10 +77,17 @@ pub fn run_hints(report: &RunReport) -> Vec<String> {
     }
     match report.status {
         RunEnd::Finished if !report.applied && report.result_commit.is_some() => {
-            hints.push(format!(
-                "The result is on {}; the `review` tool approves, rejects and applies.",
-                report.result_branch
-            ))
+            hints.push(match &report.apply {
+                // Which already says where the result is.
+                Some(_) => {
+                    "The `review` tool approves or rejects its subtasks and applies it.".to_owned()
+                }
+                None => format!(
+                    "The result is on {}; the `review` tool approves or rejects its subtasks \
+                     and applies it.",
+                    report.result_branch
+                ),
+            })
         }
         RunEnd::Interrupted | RunEnd::Paused => hints.push(format!(
             "Its work is checkpointed; the `resume` tool (or `grove resume {}`) continues it.",

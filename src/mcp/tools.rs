@@ -255,19 +255,20 @@ impl Tools {
 
 impl Tools {
     /// Logs the arguments `tool` was given but does not take, and returns what the
-    /// caller is told about them.
+    /// caller is told about them (nothing of a client's own, which its model sets on
+    /// every call).
     fn ignore(&self, tool: &str, ignored: &[String]) -> Vec<String> {
-        ignored
-            .iter()
-            .map(|name| {
-                let message =
-                    format!("`{tool}` ignored the argument `{name}`, which it does not take");
-                self.log.emit(Event::Note {
-                    message: message.clone(),
-                });
-                message
-            })
-            .collect()
+        let mut hints = Vec::new();
+        for name in ignored {
+            let message = format!("`{tool}` ignored the argument `{name}`, which it does not take");
+            self.log.emit(Event::Note {
+                message: message.clone(),
+            });
+            if !CLIENT_ARGUMENTS.contains(&name.as_str()) {
+                hints.push(message);
+            }
+        }
+        hints
     }
 
     async fn repo(&self) -> Result<Repo, CallToolResult> {
@@ -358,6 +359,10 @@ fn run_result(report: &RunReport, ignored: Vec<String>) -> Result<CallToolResult
         hints,
     )
 }
+
+/// Arguments a client adds to every tool it offers its model: Gemini CLI's
+/// `wait_for_previous` (run this call after the ones before it).
+const CLIENT_ARGUMENTS: [&str; 1] = ["wait_for_previous"];
 
 /// A subtask's token accounting beyond its input and output tokens.
 const LEDGER_DETAIL: [&str; 4] = [

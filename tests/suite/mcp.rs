@@ -315,10 +315,7 @@ fn check_run(report: &Value, base: &str) -> String {
         json!([
             format!("The result is on grove/{run_id}/result; your branch was not touched."),
             format!("To apply it: git merge --ff-only grove/{run_id}/squashed"),
-            format!(
-                "The result is on grove/{run_id}/result; the `review` tool approves, rejects \
-                 and applies."
-            ),
+            "The `review` tool approves or rejects its subtasks and applies it.".to_owned(),
         ]),
         "what to do next is in structuredContent, all that Claude Code and Codex pass on"
     );

@@ -124,17 +124,23 @@ async fn wrong_typed_mcp_arguments_are_invalid_params_and_unknown_ones_are_ignor
     );
     // Gemini CLI adds `wait_for_previous` to every tool it offers its model.
     let listed = server
-        .call_tool("list_runs", json!({"wait_for_previous": true}))
+        .call_tool(
+            "list_runs",
+            json!({"wait_for_previous": true, "verbose": true}),
+        )
         .await;
-    let note = "`list_runs` ignored the argument `wait_for_previous`, which it does not take";
+    let note =
+        |name: &str| format!("`list_runs` ignored the argument `{name}`, which it does not take");
     assert_eq!(
         listed["result"]["structuredContent"],
-        json!({"runs": [], "hints": [note]}),
-        "an unknown argument is ignored, and the caller is told: {listed}"
+        json!({"runs": [], "hints": [note("verbose")]}),
+        "unknown arguments are ignored; the caller is told of any but a client's own: {listed}"
     );
     assert!(
-        server.log().contains(&format!("grove: {note}")),
-        "and it is logged: {}",
+        ["wait_for_previous", "verbose"]
+            .iter()
+            .all(|name| server.log().contains(&format!("grove: {}", note(name)))),
+        "and each is logged: {}",
         server.log()
     );
 }

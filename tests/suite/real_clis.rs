@@ -31,7 +31,7 @@ use crate::suite::backends::{repo, run, server, statuses};
 use crate::support::fake_server::{Endpoint, FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 
-const KEY: &str = "sk-fake-cli-key-0123456789";
+pub(crate) const KEY: &str = "sk-fake-cli-key-0123456789";
 /// Text of the brief the lead delegates (`suite::backends::BRIEF`).
 const BRIEF_MARK: &str = "BRIEF-MARK-7";
 /// aider's answer, its banner and chatter left out.
@@ -39,7 +39,7 @@ const AIDER_SUMMARY: &str = "I will make it shout.\n\nsrc/a.txt\n```\n<<<<<<< SE
 
 /// One pinned CLI.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cli {
+pub(crate) enum Cli {
     Claude,
     Codex,
     Gemini,
@@ -83,7 +83,7 @@ impl Cli {
     /// The program on PATH if it is the pinned version; otherwise a skip (or, with
     /// `GROVE_REQUIRE_REAL_CLIS=1`, a failure). Checked once per CLI: `--version` alone
     /// takes aider seconds.
-    fn installed(self) -> Option<PathBuf> {
+    pub(crate) fn installed(self) -> Option<PathBuf> {
         static CHECKED: [OnceLock<Result<PathBuf, String>>; 4] = [
             OnceLock::new(),
             OnceLock::new(),
@@ -148,7 +148,7 @@ fn claude_cwd(request: &RecordedRequest) -> String {
 
 /// A side request the CLI makes for itself (a title, a routing decision): answered
 /// with what it asks for.
-fn side_answer(cli: Cli, request: &RecordedRequest) -> Turn {
+pub(crate) fn side_answer(cli: Cli, request: &RecordedRequest) -> Turn {
     let schema = &request.body["generationConfig"]["responseJsonSchema"];
     let text = match cli {
         Cli::Gemini if schema.is_object() => answer_schema(schema).to_string(),
@@ -231,7 +231,7 @@ fn main_turn(cli: Cli, request: &RecordedRequest) -> Turn {
 }
 
 /// Whether `request` is of the CLI's conversation (not a side request of its own).
-fn is_conversation(cli: Cli, request: &RecordedRequest) -> bool {
+pub(crate) fn is_conversation(cli: Cli, request: &RecordedRequest) -> bool {
     match cli {
         Cli::Claude | Cli::Gemini => request.offers_tools(),
         Cli::Codex | Cli::Aider => true,

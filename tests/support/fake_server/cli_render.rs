@@ -41,6 +41,19 @@ fn responses_items(turn: &Turn, request_id: &str) -> Vec<Value> {
                 "type": "custom_tool_call", "id": format!("ctc_{id}"), "call_id": id,
                 "name": name, "input": arguments, "status": "completed",
             }),
+            // `NAMESPACE/NAME`: a tool of a namespace (codex's MCP servers).
+            TurnBlock::ToolUse {
+                id,
+                name,
+                arguments,
+            } if name.contains('/') => {
+                let (namespace, name) = name.split_once('/').unwrap_or_default();
+                json!({
+                    "type": "function_call", "id": format!("fc_{id}"), "call_id": id,
+                    "namespace": namespace, "name": name, "arguments": arguments,
+                    "status": "completed",
+                })
+            }
             TurnBlock::ToolUse {
                 id,
                 name,
