@@ -157,12 +157,12 @@ impl Tools {
             self.directory.display()
         );
         // structuredContent must be an object; `runs` holds `grove runs --json`'s array.
-        json_result(
-            to_value(&serde_json::json!({ "runs": runs }))?,
-            text,
-            false,
-            ignored,
-        )
+        let value = Value::Object(
+            [("runs".to_owned(), to_value(&runs)?)]
+                .into_iter()
+                .collect(),
+        );
+        json_result(value, text, false, ignored)
     }
 
     #[tool(

@@ -387,46 +387,62 @@ async fn a_tool_outside_the_read_only_registry_is_refused_and_nothing_is_written
     }
 }
 
+/// Runs a worker whose first turn is `first` (calls with malformed arguments) and whose
+/// second writes `out.txt` with well-formed ones, against a server that refuses (and
+/// records as a violation) a history that would not validate; checks that the loop went
+/// on and only the well-formed call wrote.
+async fn malformed_then_fixed(
+    provider: Provider,
+    stream: bool,
+    first: Turn,
+) -> (AgentRun, FakeServer) {
+    let case = case_name(provider, stream);
+    let sandbox = Sandbox::new();
+    let server = FakeServer::with_script(vec![
+        first.into(),
+        Turn::new()
+            .tool_use(
+                "good_1",
+                "write_file",
+                json!({"path": "out.txt", "content": "fixed\n"}),
+            )
+            .into(),
+        Turn::text("Written on the second try.").into(),
+    ])
+    .await;
+    let run = run(
+        &server,
+        provider,
+        stream,
+        builtin(ToolSet::Worker),
+        5,
+        &sandbox.root,
+    )
+    .await;
+    server.assert_no_violations();
+    assert_eq!(
+        outcome(&run, &case).stop,
+        StopKind::Finished,
+        "{case}: the loop recovers from malformed arguments"
+    );
+    assert_eq!(
+        sandbox.read("out.txt"),
+        "fixed\n",
+        "{case}: only the well-formed call wrote the file"
+    );
+    (run, server)
+}
+
 #[tokio::test]
 async fn malformed_tool_arguments_get_an_error_result_and_the_loop_goes_on() {
     for (provider, stream) in CASES {
         let case = case_name(provider, stream);
-        let sandbox = Sandbox::new();
-        let server = FakeServer::with_script(vec![
-            Turn::new()
-                .tool_use_raw(
-                    "bad_1",
-                    "write_file",
-                    "{\"path\": \"out.txt\", \"content\": \"unterminated",
-                )
-                .into(),
-            Turn::new()
-                .tool_use(
-                    "good_1",
-                    "write_file",
-                    json!({"path": "out.txt", "content": "fixed\n"}),
-                )
-                .into(),
-            Turn::text("Written on the second try.").into(),
-        ])
-        .await;
-
-        let run = run(
-            &server,
-            provider,
-            stream,
-            builtin(ToolSet::Worker),
-            5,
-            &sandbox.root,
-        )
-        .await;
-
-        server.assert_no_violations();
-        assert_eq!(
-            outcome(&run, &case).stop,
-            StopKind::Finished,
-            "{case}: the loop recovers from malformed arguments"
+        let first = Turn::new().tool_use_raw(
+            "bad_1",
+            "write_file",
+            "{\"path\": \"out.txt\", \"content\": \"unterminated",
         );
+        let (run, server) = malformed_then_fixed(provider, stream, first).await;
         let results = transcript_results(&run.messages);
         let summary: Vec<(&str, bool)> = results
             .iter()
@@ -441,11 +457,6 @@ async fn malformed_tool_arguments_get_an_error_result_and_the_loop_goes_on() {
             results[0].1.contains("JSON object") && results[0].1.contains("unterminated"),
             "{case}: the error says what was wrong and quotes the raw arguments: {:?}",
             results[0].1
-        );
-        assert_eq!(
-            sandbox.read("out.txt"),
-            "fixed\n",
-            "{case}: only the well-formed call wrote the file"
         );
         assert_calls_answered_in_order(&server.requests(), &[vec!["bad_1"], vec!["good_1"]], &case);
     }
@@ -464,43 +475,11 @@ async fn tool_arguments_that_are_not_a_json_object_go_back_as_a_record_a_strict_
     ];
     for (provider, stream) in CASES {
         let case = case_name(provider, stream);
-        let sandbox = Sandbox::new();
-        let mut first = Turn::new();
-        for (id, arguments) in sent {
-            first = first.tool_use_raw(id, "write_file", arguments);
-        }
-        // The fake server refuses (and records as a violation) a history whose
-        // arguments do not hold a JSON object, as llama.cpp's server does with a 400.
-        let server = FakeServer::with_script(vec![
-            first.into(),
-            Turn::new()
-                .tool_use(
-                    "good_1",
-                    "write_file",
-                    json!({"path": "out.txt", "content": "fixed\n"}),
-                )
-                .into(),
-            Turn::text("Written on the second try.").into(),
-        ])
-        .await;
-
-        let run = run(
-            &server,
-            provider,
-            stream,
-            builtin(ToolSet::Worker),
-            5,
-            &sandbox.root,
-        )
-        .await;
-
-        server.assert_no_violations();
-        assert_eq!(
-            outcome(&run, &case).stop,
-            StopKind::Finished,
-            "{case}: the run goes on past the malformed calls"
-        );
-        let requests = server.requests();
+        let first = sent.iter().fold(Turn::new(), |turn, (id, arguments)| {
+            turn.tool_use_raw(id, "write_file", arguments)
+        });
+        // Before, a strict server answered the second request with a 400.
+        let (run, server) = malformed_then_fixed(provider, stream, first).await;
         let records: Vec<(String, serde_json::Value)> = sent
             .iter()
             .map(|(id, arguments)| ((*id).to_owned(), json!({ "unparsed_arguments": arguments })))
@@ -510,7 +489,7 @@ async fn tool_arguments_that_are_not_a_json_object_go_back_as_a_record_a_strict_
             )])
             .collect();
         assert_eq!(
-            requests[2].tool_call_inputs(),
+            server.requests()[2].tool_call_inputs(),
             records,
             "{case}: each call whose arguments were not a JSON object goes back as a JSON \
              object recording the model's exact text; a well-formed call goes back as it came"
@@ -522,7 +501,6 @@ async fn tool_arguments_that_are_not_a_json_object_go_back_as_a_record_a_strict_
                 "{case}: the model is told its call {id} failed, quoting what it sent: {content:?}"
             );
         }
-        assert_eq!(sandbox.read("out.txt"), "fixed\n", "{case}");
     }
 }
 

@@ -80,16 +80,16 @@ fn grove_args(fixture: &GitFixture) -> Vec<String> {
     ]
 }
 
-/// Runs `cli` headless on `prompt` in the fixture, its model at `model`, with grove as
+/// Runs `cli` headless in the fixture, its model at `model`, with grove as
 /// its MCP server configured as the README says (`extra_codex` adds to Codex's table).
 async fn run_client(
     cli: Cli,
     fixture: &GitFixture,
     model: &FakeServer,
     grove: &FakeServer,
-    prompt: &str,
     extra_codex: &str,
 ) -> Output {
+    let prompt = "Use grove.";
     let program = cli.installed().unwrap();
     let home = fixture.home();
     let mut command = std::process::Command::new(program);
@@ -267,25 +267,27 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// A client starts a run with grove's `run` tool, as `call` names it, and finishes.
-async fn client_runs_grove(cli: Cli, call: &'static str, extra_codex: &str) -> Option<Vec<String>> {
+/// One headless session of `cli` in a fresh repository: its model makes `calls`.
+struct Session {
+    fixture: GitFixture,
+    /// The client's exit, stdout and stderr.
+    output: Output,
+    /// What the client handed its model as each call's result.
+    outputs: Vec<String>,
+}
+
+/// Runs a session of `cli` whose model makes `calls` (`None`: the CLI is not installed,
+/// the test skips); the client must end well and both servers see no violation.
+async fn session(
+    cli: Cli,
+    calls: Vec<(&'static str, Value)>,
+    extra_codex: &str,
+) -> Option<Session> {
     cli.installed()?;
     let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
     let grove = grove_models().await;
-    let model = client_model(
-        cli,
-        vec![(call, json!({"task": "write a", "no_apply": true}))],
-    )
-    .await;
-    let output = run_client(
-        cli,
-        &fixture,
-        &model,
-        &grove,
-        "Hand this to grove.",
-        extra_codex,
-    )
-    .await;
+    let model = client_model(cli, calls).await;
+    let output = run_client(cli, &fixture, &model, &grove, extra_codex).await;
     assert!(
         output.status.success(),
         "{cli:?} ran its session\nstdout: {}\nstderr: {}",
@@ -294,16 +296,27 @@ async fn client_runs_grove(cli: Cli, call: &'static str, extra_codex: &str) -> O
     );
     model.assert_no_violations();
     grove.assert_no_violations();
+    let outputs = outputs_seen(cli, &model);
+    Some(Session {
+        fixture,
+        output,
+        outputs,
+    })
+}
+
+/// A client starts a run with grove's `run` tool, as `call` names it; its model must get
+/// the run's next steps through what the client passes on.
+async fn client_runs_grove(cli: Cli, call: &'static str, extra_codex: &str) {
+    let run = (call, json!({"task": "write a", "no_apply": true}));
+    let Some(session) = session(cli, vec![run], extra_codex).await else {
+        return;
+    };
     assert_eq!(
-        fixture.git(&["show", "HEAD:a.txt"]),
+        session.fixture.git(&["show", "HEAD:a.txt"]),
         "a",
         "{cli:?}: no_apply leaves the branch alone"
     );
-    Some(outputs_seen(cli, &model))
-}
-
-/// The run's hints reached the model through what the client passes on.
-fn assert_hints_reach_the_model(cli: Cli, outputs: &[String]) {
+    let outputs = &session.outputs;
     assert!(
         outputs.len() == 1
             && outputs[0].contains("The `review` tool approves or rejects its subtasks")
@@ -320,56 +333,32 @@ fn assert_hints_reach_the_model(cli: Cli, outputs: &[String]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_headless_with_the_readmes_allowed_tools_runs_grove_and_its_model_gets_the_hints()
  {
-    let Some(outputs) = client_runs_grove(Cli::Claude, "mcp__grove__run", "").await else {
-        return;
-    };
-    assert_hints_reach_the_model(Cli::Claude, &outputs);
+    client_runs_grove(Cli::Claude, "mcp__grove__run", "").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_headless_as_the_readme_configures_it_runs_grove_and_its_model_gets_the_hints() {
-    let Some(outputs) = client_runs_grove(
+    client_runs_grove(
         Cli::Codex,
         "mcp__grove/run",
         "default_tools_approval_mode = \"approve\"\n",
     )
-    .await
-    else {
-        return;
-    };
-    assert_hints_reach_the_model(Cli::Codex, &outputs);
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headless_codex_lists_and_shows_runs_unasked_as_they_only_read() {
-    if Cli::Codex.installed().is_none() {
-        return;
-    }
-    let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
-    let grove = grove_models().await;
     // No approval setting at all: codex exec runs only tools that say they only read.
-    let model = client_model(
-        Cli::Codex,
-        vec![
-            ("mcp__grove/list_runs", json!({})),
-            (
-                "mcp__grove/show_run",
-                json!({"run_id": "20260101-000000-0000"}),
-            ),
-        ],
-    )
-    .await;
-    let output = run_client(
-        Cli::Codex,
-        &fixture,
-        &model,
-        &grove,
-        "List grove's runs.",
-        "",
-    )
-    .await;
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let outputs = outputs_seen(Cli::Codex, &model);
+    let calls = vec![
+        ("mcp__grove/list_runs", json!({})),
+        (
+            "mcp__grove/show_run",
+            json!({"run_id": "20260101-000000-0000"}),
+        ),
+    ];
+    let Some(Session { outputs, .. }) = session(Cli::Codex, calls, "").await else {
+        return;
+    };
     assert!(
         outputs.len() == 2
             && outputs[0].ends_with("{\"runs\":[]}")
@@ -383,33 +372,16 @@ async fn headless_codex_lists_and_shows_runs_unasked_as_they_only_read() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_cli_calls_grove_with_its_wait_for_previous_and_finds_no_format_to_warn_of() {
-    if Cli::Gemini.installed().is_none() {
-        return;
-    }
-    let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
-    let grove = grove_models().await;
     // Gemini CLI's prompt tells its model to set `wait_for_previous` on every call; it
     // validates the arguments against the tool's schema, warning of formats it lacks.
-    let model = client_model(
-        Cli::Gemini,
-        vec![(
-            "mcp_grove_show_run",
-            json!({"run_id": "20260101-000000-0000", "diff_max_chars": 100, "wait_for_previous": true}),
-        )],
-    )
-    .await;
-    let output = run_client(
-        Cli::Gemini,
-        &fixture,
-        &model,
-        &grove,
-        "List grove's runs.",
-        "",
-    )
-    .await;
-    let stderr = text(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    let outputs = outputs_seen(Cli::Gemini, &model);
+    let show =
+        json!({"run_id": "20260101-000000-0000", "diff_max_chars": 100, "wait_for_previous": true});
+    let Some(Session {
+        output, outputs, ..
+    }) = session(Cli::Gemini, vec![("mcp_grove_show_run", show)], "").await
+    else {
+        return;
+    };
     assert!(
         outputs.len() == 1
             && outputs[0].contains("no grove run 20260101-000000-0000")
@@ -417,6 +389,7 @@ async fn gemini_cli_calls_grove_with_its_wait_for_previous_and_finds_no_format_t
         "Gemini CLI's own argument is ignored: the tool runs (and finds no such run): \
          {outputs:?}"
     );
+    let stderr = text(&output.stderr);
     assert!(
         !stderr.contains("uint"),
         "Gemini CLI has no schema format to warn about: {stderr}"

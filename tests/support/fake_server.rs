@@ -222,37 +222,25 @@ impl RecordedRequest {
 
     /// Every tool call in the conversation's assistant messages as `(id, name)`, in order.
     pub fn tool_calls(&self) -> Vec<(String, String)> {
-        let mut calls = Vec::new();
-        for message in self.messages().iter().filter(|m| m["role"] == "assistant") {
-            match self.endpoint {
-                Endpoint::Anthropic => {
-                    for block in message["content"].as_array().into_iter().flatten() {
-                        if block["type"] == "tool_use" {
-                            calls.push((
-                                block["id"].as_str().unwrap_or("").to_owned(),
-                                block["name"].as_str().unwrap_or("").to_owned(),
-                            ));
-                        }
-                    }
-                }
-                Endpoint::Responses | Endpoint::Gemini => {}
-                Endpoint::OpenAi => {
-                    for call in message["tool_calls"].as_array().into_iter().flatten() {
-                        calls.push((
-                            call["id"].as_str().unwrap_or("").to_owned(),
-                            call["function"]["name"].as_str().unwrap_or("").to_owned(),
-                        ));
-                    }
-                }
-            }
-        }
-        calls
+        self.tool_call_blocks()
+            .into_iter()
+            .map(|(id, name, _)| (id, name))
+            .collect()
     }
 
     /// Every tool call in the conversation's assistant messages as `(id, input)`, in
     /// order: Anthropic's `input`, or OpenAI's `arguments` parsed (kept as a string when
     /// they are not JSON).
     pub fn tool_call_inputs(&self) -> Vec<(String, Value)> {
+        self.tool_call_blocks()
+            .into_iter()
+            .map(|(id, _, input)| (id, input))
+            .collect()
+    }
+
+    /// Every tool call of the assistant messages as `(id, name, input)`.
+    fn tool_call_blocks(&self) -> Vec<(String, String, Value)> {
+        let text = |value: &Value| value.as_str().unwrap_or("").to_owned();
         let mut calls = Vec::new();
         for message in self.messages().iter().filter(|m| m["role"] == "assistant") {
             match self.endpoint {
@@ -260,7 +248,8 @@ impl RecordedRequest {
                     for block in message["content"].as_array().into_iter().flatten() {
                         if block["type"] == "tool_use" {
                             calls.push((
-                                block["id"].as_str().unwrap_or("").to_owned(),
+                                text(&block["id"]),
+                                text(&block["name"]),
                                 block["input"].clone(),
                             ));
                         }
@@ -272,9 +261,9 @@ impl RecordedRequest {
                         let arguments = &call["function"]["arguments"];
                         let input = arguments
                             .as_str()
-                            .and_then(|text| serde_json::from_str(text).ok())
+                            .and_then(|raw| serde_json::from_str(raw).ok())
                             .unwrap_or_else(|| arguments.clone());
-                        calls.push((call["id"].as_str().unwrap_or("").to_owned(), input));
+                        calls.push((text(&call["id"]), text(&call["function"]["name"]), input));
                     }
                 }
             }
