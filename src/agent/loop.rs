@@ -34,7 +34,10 @@
 //!    call order, and nothing else (an empty result text is replaced by a placeholder).
 //! 7. Call the observer's `after_turn(state, mutated)`; its error is fatal. (Its
 //!    `before_tools` sees the history just before step 5.)
-//! 8. Count erroring tool calls in a row across turns (a success resets the count);
+//! 8. If a call of the turn succeeded with [`ToolOutput::ends_loop`] (a reviewer's
+//!    recorded verdict), stop with [`StopKind::Finished`]: nothing the model says after
+//!    its last act is worth a request.
+//! 9. Count erroring tool calls in a row across turns (a success resets the count);
 //!    once it reaches `max_consecutive_tool_errors`, stop with [`StopKind::ToolErrors`].
 //!    The tool calls of the turn that hits the turn cap still run (a reviewer's last
 //!    turn may be its verdict), then step 1 stops the loop.
@@ -415,6 +418,11 @@ impl Conversation<'_> {
         for (call, (_, output)) in calls.iter().zip(&results.answers) {
             self.error_streak.record(&call.name, output);
         }
+        let ended_by = calls
+            .iter()
+            .zip(&results.answers)
+            .find(|(_, (_, output))| output.ends_loop && !output.is_error)
+            .map(|(call, _)| call.name.clone());
         self.request.messages.push(Message {
             role: Role::User,
             content: results
@@ -443,6 +451,13 @@ impl Conversation<'_> {
                     turn,
                     source,
                 })?;
+        }
+        if let Some(tool) = ended_by {
+            return Ok(Some(AgentOutcome {
+                stop: StopKind::Finished,
+                final_text: last_text.to_owned(),
+                detail: format!("its `{tool}` call ended turn {turn}, its last"),
+            }));
         }
         let cap = self.spec.max_consecutive_tool_errors;
         if cap == 0 || self.error_streak.count < cap {

@@ -90,8 +90,8 @@ rules. Reject when it is wrong, incomplete, breaks something, does things the br
 not ask for, or touches files that run on the host or in CI without a clear need. Be \
 concrete: each finding names a path, a line when you can, and the problem.
 
-End by calling `submit_verdict` exactly once with your verdict, a one-paragraph summary \
-and your findings.";
+End by calling `submit_verdict` once with your verdict, a one-paragraph summary and your \
+findings: that call ends the review, so make it your last.";
 
 /// The built-in definition of `kind`.
 pub fn builtin(kind: RoleKind) -> RoleDef {

@@ -148,11 +148,11 @@ impl Tool for SubmitVerdict {
         let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
         if slot.is_some() {
             return Err(ToolError::RespondToModel(
-                "a verdict was already submitted; only the first one counts. End your turn.".into(),
+                "a verdict was already submitted; only the first one counts.".into(),
             ));
         }
         *slot = Some(verdict);
-        Ok(ToolOutput::ok("Verdict recorded. End your turn now."))
+        Ok(ToolOutput::last("Verdict recorded."))
     }
 }
 

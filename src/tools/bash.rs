@@ -151,6 +151,10 @@ impl Tool for Bash {
             let _ = writeln!(content, "[failed: {over}]");
         }
         let is_error = is_error || result.disk_over_budget.is_some();
-        Ok(ToolOutput { content, is_error })
+        Ok(ToolOutput {
+            content,
+            is_error,
+            ends_loop: false,
+        })
     }
 }

@@ -56,6 +56,9 @@ pub struct ToolOutput {
     pub content: String,
     /// True when the model should read this as a failure (`is_error` tool_result).
     pub is_error: bool,
+    /// True when this answer is the agent's last act: the loop ends after the turn
+    /// instead of asking the model for another (a reviewer's recorded verdict).
+    pub ends_loop: bool,
 }
 
 impl ToolOutput {
@@ -64,6 +67,16 @@ impl ToolOutput {
         Self {
             content: content.into(),
             is_error: false,
+            ends_loop: false,
+        }
+    }
+
+    /// A success that ends the agent's loop once its turn is answered: nothing the
+    /// model could say after it would change what it did.
+    pub fn last(content: impl Into<String>) -> Self {
+        Self {
+            ends_loop: true,
+            ..Self::ok(content)
         }
     }
 
@@ -72,6 +85,7 @@ impl ToolOutput {
         Self {
             content: content.into(),
             is_error: true,
+            ends_loop: false,
         }
     }
 }

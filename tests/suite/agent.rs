@@ -60,6 +60,32 @@ impl Tool for Echo {
     }
 }
 
+/// Read-only: its success is the agent's last act (as a reviewer's recorded verdict is);
+/// with `fail` it fails, which ends nothing.
+struct Conclude;
+
+#[async_trait]
+impl Tool for Conclude {
+    fn name(&self) -> &'static str {
+        "conclude"
+    }
+    fn description(&self) -> &str {
+        "Records the conclusion."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn mutates(&self) -> bool {
+        false
+    }
+    async fn run(&self, input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        if input.get("fail").is_some() {
+            return Ok(ToolOutput::error("not recorded"));
+        }
+        Ok(ToolOutput::last("recorded"))
+    }
+}
+
 /// Mutating: logs `start <label>`, yields to the scheduler, logs `end <label>`.
 /// Two of them running at once would interleave their lines.
 struct Write {
@@ -455,6 +481,45 @@ async fn turn_cap_stops_the_loop_after_running_the_last_turns_tools() {
         run.messages.last(),
         Some(&user(vec![tool_result("c2", "b", false)])),
         "the last allowed turn's tool calls still run and are answered"
+    );
+}
+
+#[tokio::test]
+async fn a_successful_last_act_ends_the_loop_without_another_request_and_a_failed_one_does_not() {
+    let model = ScriptedModel::replying([
+        tool_turn(&[("c1", "conclude", json!({"fail": true}))]),
+        turn(
+            vec![
+                text("concluding"),
+                tool_use("c2", "echo", json!({"text": "a"})),
+                tool_use("c3", "conclude", json!({})),
+            ],
+            StopReason::ToolUse,
+        ),
+        reply("never asked for"),
+    ]);
+    let tools = echo_only().with(Arc::new(Conclude));
+    let spec = spec(model.clone(), tools);
+
+    let run = run(&spec).await;
+
+    assert_eq!(
+        outcome(&run),
+        &AgentOutcome {
+            stop: StopKind::Finished,
+            final_text: "concluding".to_owned(),
+            detail: "its `conclude` call ended turn 2, its last".to_owned(),
+        },
+        "a failed last act lets the model try again; a recorded one ends the loop"
+    );
+    assert_eq!(model.requests().len(), 2, "no request after the last act");
+    assert_eq!(
+        run.messages.last(),
+        Some(&user(vec![
+            tool_result("c2", "a", false),
+            tool_result("c3", "recorded", false),
+        ])),
+        "every call of the last turn is answered in the transcript"
     );
 }
 

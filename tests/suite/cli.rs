@@ -172,8 +172,11 @@ async fn run_json_prints_the_contract_object_and_exits_3_when_something_is_not_m
             ),
         ]
     );
-    assert_eq!(subtasks[0]["steps"], 4);
-    assert_eq!(subtasks[0]["input_tokens"], 40);
+    assert_eq!(
+        subtasks[0]["steps"], 3,
+        "two worker turns, one reviewer turn"
+    );
+    assert_eq!(subtasks[0]["input_tokens"], 30);
     assert_eq!(fixture.read("a.txt"), b"good\n");
     assert_eq!(fixture.read("b.txt"), b"b\n");
     let err = stderr(&output);

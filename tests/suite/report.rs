@@ -297,9 +297,9 @@ async fn gathered_data_has_every_agent_on_the_timeline_diffs_and_costs() {
         vec![
             lane("lead", "lead", 2, 1),
             lane("worker", "S1", 2, 1),
-            lane("reviewer", "S1", 2, 1),
+            lane("reviewer", "S1", 1, 1),
             lane("worker", "S2", 2, 1),
-            lane("reviewer", "S2", 2, 1),
+            lane("reviewer", "S2", 1, 1),
         ],
         "one ended lane per agent, every turn counted, the tool-calling turns timed"
     );
@@ -368,15 +368,18 @@ async fn gathered_data_has_every_agent_on_the_timeline_diffs_and_costs() {
             )
         })
         .collect();
-    let row = |name: &str, model: &str| (name.to_owned(), model.to_owned(), 2, 2000, true);
+    let row = |name: &str, model: &str, steps: u32| {
+        let input = 1000 * u64::from(steps);
+        (name.to_owned(), model.to_owned(), steps, input, true)
+    };
     assert_eq!(
         costs,
         vec![
-            row("lead", "claude-sonnet-4-5"),
-            row("worker S1", "claude-sonnet-4-5-20250929"),
-            row("reviewer S1", "some-local-model"),
-            row("worker S2", "claude-sonnet-4-5-20250929"),
-            row("reviewer S2", "some-local-model"),
+            row("lead", "claude-sonnet-4-5", 2),
+            row("worker S1", "claude-sonnet-4-5-20250929", 2),
+            row("reviewer S1", "some-local-model", 1),
+            row("worker S2", "claude-sonnet-4-5-20250929", 2),
+            row("reviewer S2", "some-local-model", 1),
         ],
         "every agent's whole ledger, last turn included, with the model it used"
     );

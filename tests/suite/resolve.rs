@@ -127,7 +127,7 @@ async fn a_conflict_is_resolved_reviewed_and_both_changes_land_on_the_users_bran
     );
     assert!(
         stderr(&output).contains(
-            "S2    merged    approve  1 file changed, 1 insertion(+), 1 deletion(-…       400       40\n      \
+            "S2    merged    approve  1 file changed, 1 insertion(+), 1 deletion(-…       300       30\n      \
              conflicted with earlier work in src/a.txt; resolver S3 merged the two and its \
              review passed\n"
         ),

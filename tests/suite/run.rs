@@ -212,7 +212,8 @@ async fn a_four_subtask_refactor_merges_three_and_archives_the_rejected_one_in_e
             .count();
         assert_eq!(worker_reads, 4, "{mode}: the workers did read the notes");
 
-        // Ledger: 2 lead turns, and per subtask 3 worker + 2 reviewer turns. Chat
+        // Ledger: 2 lead turns, and per subtask 3 worker turns + 1 reviewer turn (its
+        // verdict ends it). Chat
         // completions has no cache-write count: those tokens are plain input there.
         let input_per_turn = match provider {
             Provider::Anthropic => 100,
@@ -222,14 +223,14 @@ async fn a_four_subtask_refactor_merges_three_and_archives_the_rejected_one_in_e
         for subtask in &report.subtasks {
             assert_eq!(
                 (subtask.steps, subtask.input_tokens, subtask.output_tokens),
-                (5, 5 * input_per_turn, 50),
+                (4, 4 * input_per_turn, 40),
                 "{mode}: {}",
                 subtask.id
             );
         }
         assert_eq!(
             (report.totals.steps, report.totals.cache_read_tokens),
-            (22, 1100),
+            (18, 900),
             "{mode}: totals sum every subagent"
         );
     }
@@ -844,7 +845,10 @@ async fn jobs_bounds_how_many_subtasks_work_at_once() {
             .all(|entry| !entry.starts_with(&first)),
         "subtasks never overlap with --jobs 1: {order:?}"
     );
-    assert_eq!(switch, 4, "worker and reviewer, two turns each: {order:?}");
+    assert_eq!(
+        switch, 3,
+        "two worker turns, one reviewer turn (its verdict ends it): {order:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

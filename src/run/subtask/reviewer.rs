@@ -345,7 +345,7 @@ mod tests {
                 json!({"verdict": "approve", "summary": "Shouts alpha.",
                        "findings": [{"path": "a.txt", "line": 1, "problem": "loud"}]}),
             )]),
-            ScriptedModel::text("done"),
+            ScriptedModel::text("a turn after the verdict, never asked for"),
         ]);
         let (run, worktree, diff) = changed(model.clone()).await;
 
@@ -371,7 +371,11 @@ mod tests {
                 }],
             }
         );
-        assert_eq!(review.ledger.steps, 2);
+        assert_eq!(
+            (review.ledger.steps, model.requests().len()),
+            (1, 1),
+            "a recorded verdict ends the review: no request after it"
+        );
         assert_eq!(
             run.journal_types(),
             vec!["run_started", "subtask_started", "verdict"]
