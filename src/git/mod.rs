@@ -55,6 +55,7 @@ mod rebuild;
 mod registration;
 mod spare;
 mod squash;
+pub mod trailers;
 mod trash;
 mod tree_diff;
 mod upper_commit;

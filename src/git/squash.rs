@@ -58,6 +58,18 @@ impl Repo {
             .ok_or_else(|| GitError::UnknownRevision {
                 rev: reference.to_owned(),
             })?;
+        self.first_parent_commits(reference, tip, base)
+    }
+
+    /// The commits on `tip`'s first-parent history after `base`, oldest first; `what`
+    /// names `tip` in an error.
+    pub fn first_parent_commits(
+        &self,
+        what: &str,
+        tip: CommitId,
+        base: CommitId,
+    ) -> Result<Vec<ChainCommit>, GitError> {
+        let reference = what;
         let chain = self.read(reference, |repo| {
             let mut chain = Vec::new();
             let mut at = repo.find_commit(tip.oid())?;

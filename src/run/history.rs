@@ -11,6 +11,7 @@
 //! [`Repo::squash`]: crate::git::Repo::squash
 
 use crate::agent::external::WorkerBackend;
+use crate::git::trailers::merged_subtask;
 use crate::git::{CommitId, GitError, Repo, RunId, SquashStep};
 use crate::run::context::RunContext;
 use crate::run::report::SubtaskReport;
@@ -191,20 +192,6 @@ fn squash_steps(
             }
         })
         .collect())
-}
-
-/// The subtask a merge commit of the result merged, from its `Grove-Subtask` trailer
-/// (`S2`, or the bare number `grove review`'s older rebuilds wrote).
-fn merged_subtask(message: &str) -> Option<String> {
-    let value = message
-        .lines()
-        .rev()
-        .find_map(|line| line.strip_prefix("Grove-Subtask:"))?
-        .trim();
-    match value.parse::<u32>() {
-        Ok(n) => Some(format!("S{n}")),
-        Err(_) => Some(value.to_owned()),
-    }
 }
 
 /// The resolver a merge commit of the result names (`grove <run>: merge S2, resolved by
@@ -468,18 +455,5 @@ mod tests {
             ["claude-sonnet-4-5", "codex", "cmd"],
             "grove's own loop names its model; a CLI its name, never a command line"
         );
-    }
-
-    #[test]
-    fn a_merge_names_its_subtask_by_label_or_number() {
-        assert_eq!(
-            merged_subtask("grove r: merge S3\n\nbrief\n\nGrove-Run: r\nGrove-Subtask: S3\n"),
-            Some("S3".into())
-        );
-        assert_eq!(
-            merged_subtask("grove r: merge subtask 4\n\nGrove-Run: r\nGrove-Subtask: 4\n"),
-            Some("S4".into())
-        );
-        assert_eq!(merged_subtask("a merge by hand\n"), None);
     }
 }

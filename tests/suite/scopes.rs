@@ -121,7 +121,14 @@ fn positions(requests: &[RecordedRequest], marker: &str) -> Vec<usize> {
         .iter()
         .enumerate()
         .filter(|(_, request)| who(request) != Who::Lead)
-        .filter(|(_, request)| first_user_text(request).contains(marker))
+        .filter(|(_, request)| {
+            // A later subtask's reviewer lists the earlier one: only its own brief counts.
+            let text = first_user_text(request);
+            let own = text
+                .strip_prefix("# The subtask's brief\n\n")
+                .unwrap_or(&text);
+            own.starts_with(marker)
+        })
         .map(|(index, _)| index)
         .collect()
 }
@@ -251,8 +258,13 @@ async fn overlapping_paths_run_one_after_the_other_and_the_later_builds_on_the_e
         "the second reviewer sees the diff against the second's start, not the base: {review}"
     );
     assert!(
-        review.contains("started from the run's result once S1 had settled"),
-        "the reviewer is told what the subtask built on: {review}"
+        review.contains(
+            "# What the diff starts from\n\nThe diff is against the run's result it started \
+             from, not the base: it already holds the merged work of the subtasks below, which \
+             is in the tree you read but not in the diff.\n\n- S1: [first] Rewrite a.\n"
+        ) && review.contains("# The diff against the run's result it started from ("),
+        "the reviewer is told what the subtask built on, each earlier subtask by id and \
+         brief: {review}"
     );
     assert_eq!(
         waiting(&events),
@@ -526,8 +538,9 @@ async fn a_worker_cannot_write_outside_its_paths_and_a_shell_write_there_is_flag
         .unwrap();
     assert!(
         review.contains(
-            "Attention: the brief limits this subtask to the files matching `src/**`, but \
-             the diff changes these files outside them"
+            "# Attention: Changes outside the subtask's paths\n\nThe brief limits this \
+             subtask to the files matching `src/**`, but the diff changes these files \
+             outside them"
         ) && review.contains("- docs/notes.md\n"),
         "the reviewer is told of the write outside `paths`: {review}"
     );

@@ -295,14 +295,12 @@ impl Subtasks {
                 report.reason = Some(required.reason);
                 required.verdict
             } else {
-                let built_on = schedule::labels(&placement.waits_for);
                 let flagged = reviewer::Flagged {
                     executes_later: &report.executes_later,
                     left_out: &report.left_out,
                     check: reviewer::check_of(ctx, report),
                     outside_paths: &report.outside_paths,
                     paths: scope.map_or(&[], WriteScope::globs),
-                    built_on: &built_on,
                     against: None,
                 };
                 let review =
