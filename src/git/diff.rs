@@ -1,9 +1,11 @@
 //! Diffs of a subtask branch against its base: the structured diffstat, the capped
 //! unified patch the reviewer reads, and the coloured rendering for the terminal.
 //!
-//! This module owns what a diff may contain when it leaves grove: binary files are
-//! named, never dumped, and a patch over its cap says exactly what it left out. It must
-//! never run textconv or external diff programs.
+//! This module owns what a diff may contain when it leaves grove: every changed byte a
+//! reviewer must judge (content alone decides what is binary, and a binary file's lines
+//! are written out, never only named), and a patch over its cap says exactly what it
+//! left out. It must never run textconv or external diff programs, nor let a
+//! repository's attributes decide what is shown.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -14,7 +16,12 @@ use similar::{ChangeTag, TextDiff};
 use super::Repo;
 use super::error::GitError;
 use super::names::CommitId;
-use crate::text::printable;
+use crate::text::{escaped_bytes, needs_byte_escapes, printable};
+
+/// The line over the first hunk of a file whose bytes are written out.
+const ESCAPED_NOTE: &str = "[grove: this file holds NUL bytes or bytes that are not UTF-8; \
+     its lines are written out: a control character or a byte that is not UTF-8 as \\xNN, a \
+     backslash as \\\\]\n";
 
 /// One file's line counts between two commits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -134,18 +141,22 @@ impl Repo {
             let new = repo.find_commit(head.oid())?.tree()?;
             let mut options = git2::DiffOptions::new();
             // git's defaults: a/ and b/, 3 lines of context, the indent heuristic.
+            // Content alone decides what is text: a repository's `-diff` or `binary`
+            // attribute (a worker can merge one) never hides a change from its reviewer.
             options
                 .old_prefix("a/")
                 .new_prefix("b/")
                 .context_lines(3)
-                .indent_heuristic(true);
+                .indent_heuristic(true)
+                .force_text(true);
             let mut diff = repo.diff_tree_to_tree(Some(&old), Some(&new), Some(&mut options))?;
             diff.find_similar(Some(git2::DiffFindOptions::new().renames(true)))?;
             let mut files = Vec::with_capacity(diff.deltas().len());
             for index in 0..diff.deltas().len() {
                 if let Some(mut file) = git2::Patch::from_diff(&diff, index)? {
                     let status = file.delta().status();
-                    files.push((file_stat(&file)?, status, patch_text(&mut file)?));
+                    let binary = sides_hold_nul(repo, &file.delta())?;
+                    files.push((file_stat(&file, binary)?, status, patch_text(&mut file)?));
                 }
             }
             let (files, patch) = join_typechanges(files);
@@ -318,11 +329,32 @@ fn join_typechanges(files: Vec<(FileStat, git2::Delta, Vec<u8>)>) -> (Vec<FileSt
     (stats, patch)
 }
 
+/// True when either side of `delta` is binary as git judges content (a NUL in its first
+/// 8,000 bytes), whatever the repository's attributes say.
+fn sides_hold_nul(
+    repo: &git2::Repository,
+    delta: &git2::DiffDelta<'_>,
+) -> Result<bool, git2::Error> {
+    for side in [delta.old_file(), delta.new_file()] {
+        if side.id().is_zero() || side.mode() == git2::FileMode::Commit {
+            continue;
+        }
+        let blob = repo.find_blob(side.id())?;
+        let start = &blob.content()[..blob.size().min(BINARY_SNIFF_BYTES)];
+        if start.contains(&0) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// How much of a file's start git reads to call it binary.
+const BINARY_SNIFF_BYTES: usize = 8_000;
+
 /// One file's line counts, as `git diff --numstat` gives them.
-fn file_stat(file: &git2::Patch<'_>) -> Result<FileStat, git2::Error> {
+fn file_stat(file: &git2::Patch<'_>, binary: bool) -> Result<FileStat, git2::Error> {
     let (_, added, removed) = file.line_stats()?;
     let delta = file.delta();
-    let binary = delta.flags().is_binary();
     let path = |side: git2::DiffFile<'_>| {
         side.path_bytes()
             .map(|path| String::from_utf8_lossy(path).into_owned())
@@ -342,13 +374,38 @@ fn file_stat(file: &git2::Patch<'_>) -> Result<FileStat, git2::Error> {
 /// One file's section of the patch, as git writes it. libgit2's differs in one way: git
 /// ends a `---`/`+++` line with a tab when its path has a space in it (so that `patch`
 /// reads the name whole), unless the side is `/dev/null`.
+///
+/// A file whose changed or context lines hold a NUL or bytes that are not UTF-8 (a
+/// script with one NUL still runs) is shown whole all the same, its lines written out
+/// byte for byte ([`escaped_bytes`]) under a note saying so: never "binary, not shown".
 fn patch_text(file: &mut git2::Patch<'_>) -> Result<Vec<u8>, git2::Error> {
+    let mut escaped = false;
+    file.print(&mut |_, _, line| {
+        escaped |= matches!(line.origin(), '+' | '-' | ' ') && needs_byte_escapes(line.content());
+        true
+    })?;
     let delta = file.delta();
     let spaced = |side: git2::DiffFile<'_>| side.path_bytes().is_some_and(|p| p.contains(&b' '));
     let (old_spaced, new_spaced) = (spaced(delta.old_file()), spaced(delta.new_file()));
     let mut text = Vec::new();
+    let mut noted = false;
     file.print(&mut |_, _, line| {
         match line.origin() {
+            '+' | '-' | ' ' if escaped => {
+                text.push(line.origin() as u8);
+                let content = line.content();
+                let (body, newline) = match content.strip_suffix(b"\n") {
+                    Some(body) => (body, "\n"),
+                    None => (content, ""),
+                };
+                text.extend_from_slice(escaped_bytes(body).as_bytes());
+                text.extend_from_slice(newline.as_bytes());
+            }
+            'H' if escaped && !noted => {
+                noted = true;
+                text.extend_from_slice(ESCAPED_NOTE.as_bytes());
+                text.extend_from_slice(line.content());
+            }
             '+' | '-' | ' ' => {
                 text.push(line.origin() as u8);
                 text.extend_from_slice(line.content());

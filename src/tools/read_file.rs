@@ -14,13 +14,18 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::confine::{Access, ConfinedRoot, blocking, io_error, open_file};
-use super::text::{BoundedLines, display, looks_binary, read_prefix};
+use super::text::{BoundedLines, Line, looks_binary, read_prefix, shown_line};
 use super::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
 
 /// Lines shown when the model gives no `limit`.
 pub const DEFAULT_LIMIT: u64 = 2000;
 /// Bytes of one line shown; the rest of a longer line is cut with a note.
 pub const MAX_LINE_BYTES: usize = 2000;
+/// Bytes of one line shown written out (`\\xNN`), so that it takes at most about
+/// [`MAX_LINE_BYTES`] once written.
+pub const MAX_ESCAPED_LINE_BYTES: usize = MAX_LINE_BYTES / 4;
+/// Bytes of a binary file (a NUL in its start) read at most, whatever its lines.
+pub const BINARY_SCAN_BYTES: u64 = 1024 * 1024;
 /// Bytes of line text in one result; reading stops at the line that would pass it.
 pub const MAX_OUTPUT_BYTES: usize = 100_000;
 
@@ -45,7 +50,8 @@ impl Tool for ReadFile {
         "Read a text file in the worktree. Lines are numbered from 1 like `cat -n`. \
          Use `offset` (the 1-based first line) and `limit` (number of lines, default 2000) \
          to page through long files; long lines and long results are cut with a note saying \
-         how to read on. Binary files are reported, not shown."
+         how to read on. A file with NUL bytes or bytes that are not UTF-8 is shown all the \
+         same, such bytes written out as \\xNN."
     }
 
     fn input_schema(&self) -> Value {
@@ -85,24 +91,24 @@ fn read(
         .map_err(|err| io_error("read", shown, &err))?
         .len();
     let prefix = read_prefix(&mut file).map_err(|err| io_error("read", shown, &err))?;
-    if looks_binary(&prefix) {
-        return Ok(ToolOutput::ok(format!(
-            "`{shown}` is a binary file, {size} bytes; not shown"
-        )));
-    }
+    let binary = looks_binary(&prefix);
     if prefix.is_empty() {
         return Ok(ToolOutput::ok(format!("`{shown}` is empty (0 bytes)")));
     }
 
     let first = input.offset.unwrap_or(1).max(1);
     let limit = input.limit.unwrap_or(DEFAULT_LIMIT).max(1);
-    let reader = BufReader::with_capacity(64 * 1024, Cursor::new(prefix).chain(file));
+    // Lines mean little in a binary file, and one can be a single 2 GB line: its start
+    // is what a model can use.
+    let scanned = if binary { BINARY_SCAN_BYTES } else { u64::MAX };
+    let reader = BufReader::with_capacity(64 * 1024, Cursor::new(prefix).chain(file).take(scanned));
     let mut lines = BoundedLines::new(reader, MAX_LINE_BYTES);
     let mut number = 0u64;
     let mut out = String::new();
     let mut shown_lines = 0u64;
     let mut cut_lines = 0u64;
-    let mut lossy = false;
+    let mut escaped = Vec::new();
+    let mut saw_nul = false;
     let mut stopped_by_bytes = false;
     loop {
         if number.is_multiple_of(4096) && cancel.is_cancelled() {
@@ -123,20 +129,17 @@ fn read(
         if number < first {
             continue;
         }
-        let (text, line_lossy, dropped) = display(&line.bytes, line.cut_bytes > 0);
-        let cut = line.cut_bytes + dropped as u64;
-        let mut rendered = format!("{number:>6}\t{text}");
-        if cut > 0 {
-            cut_lines += 1;
-            let _ = write!(rendered, " … [{cut} more bytes on this line]");
-        }
-        rendered.push('\n');
+        let (rendered, line_escaped, line_cut) = render(number, &line);
         if shown_lines > 0 && out.len() + rendered.len() > MAX_OUTPUT_BYTES {
             stopped_by_bytes = true;
             number -= 1;
             break;
         }
-        lossy |= line_lossy;
+        if line_escaped {
+            escaped.push(number);
+            saw_nul |= line.bytes.contains(&0);
+        }
+        cut_lines += u64::from(line_cut);
         out.push_str(&rendered);
         shown_lines += 1;
     }
@@ -147,10 +150,17 @@ fn read(
         )));
     }
     let last = first + shown_lines - 1;
-    let more = stopped_by_bytes
-        || !lines
-            .at_end()
-            .map_err(|err| io_error("read", shown, &err))?;
+    let at_end = lines
+        .at_end()
+        .map_err(|err| io_error("read", shown, &err))?;
+    let more = stopped_by_bytes || !at_end;
+    if at_end && size > scanned {
+        let _ = writeln!(
+            out,
+            "[`{shown}` is binary: only its first {BINARY_SCAN_BYTES} of {size} bytes are read \
+             here; use bash (e.g. `xxd -s OFFSET -l 512`) for the rest]"
+        );
+    }
     if more {
         let why = if stopped_by_bytes {
             format!("the output cap of {MAX_OUTPUT_BYTES} bytes was reached")
@@ -163,14 +173,76 @@ fn read(
             last + 1
         );
     }
+    out.push_str(&cut_and_escaped_notes(
+        shown, binary, saw_nul, cut_lines, &escaped,
+    ));
+    Ok(ToolOutput::ok(out))
+}
+
+/// Line `number` as shown (numbered, ending in a newline), whether it was written out
+/// byte for byte, and whether it was cut.
+fn render(number: u64, line: &Line) -> (String, bool, bool) {
+    let (mut text, escaped, mut dropped) = shown_line(&line.bytes, line.cut_bytes > 0);
+    // Written out, a byte takes up to four: the line's cap holds for what is shown.
+    if escaped && line.bytes.len() > MAX_ESCAPED_LINE_BYTES {
+        let shorter = shown_line(&line.bytes[..MAX_ESCAPED_LINE_BYTES], true);
+        text = shorter.0;
+        dropped = shorter.2 + line.bytes.len() - MAX_ESCAPED_LINE_BYTES;
+    }
+    let cut = line.cut_bytes + dropped as u64;
+    let mut rendered = format!("{number:>6}\t{text}");
+    if cut > 0 {
+        let _ = write!(rendered, " … [{cut} more bytes on this line]");
+    }
+    rendered.push('\n');
+    (rendered, escaped, cut > 0)
+}
+
+/// The notes on lines cut and lines written out byte for byte; empty when none was.
+fn cut_and_escaped_notes(
+    shown: &str,
+    binary: bool,
+    saw_nul: bool,
+    cut_lines: u64,
+    escaped: &[u64],
+) -> String {
+    let mut out = String::new();
     if cut_lines > 0 {
+        let written_out = if escaped.is_empty() {
+            String::new()
+        } else {
+            format!(" ({MAX_ESCAPED_LINE_BYTES} when written out)")
+        };
         let _ = writeln!(
             out,
-            "[{cut_lines} line(s) longer than {MAX_LINE_BYTES} bytes were cut; use bash (e.g. `cut -c`) to see the rest]"
+            "[{cut_lines} line(s) longer than {MAX_LINE_BYTES} bytes{written_out} were cut; use bash (e.g. `cut -c`) to see the rest]"
         );
     }
-    if lossy {
-        out.push_str("[the file is not valid UTF-8; invalid bytes are shown as U+FFFD]\n");
+    if !escaped.is_empty() {
+        let holds = match (binary, saw_nul) {
+            (true, _) => "NUL bytes, so git calls it binary",
+            (false, true) => "NUL bytes",
+            (false, false) => "bytes that are not UTF-8",
+        };
+        let _ = writeln!(
+            out,
+            "[`{shown}` holds {holds}; {} written out: a control character or a byte that \
+             is not UTF-8 as \\xNN, a backslash as \\\\]",
+            escaped_lines(escaped),
+        );
     }
-    Ok(ToolOutput::ok(out))
+    out
+}
+
+/// Which lines were written out: `line 3`, `lines 3, 7 and 9`, or the first ten and a count.
+fn escaped_lines(numbers: &[u64]) -> String {
+    const LISTED: usize = 10;
+    let listed: Vec<String> = numbers.iter().take(LISTED).map(u64::to_string).collect();
+    match (numbers.len(), listed.split_last()) {
+        (_, Some((only, []))) => format!("line {only} is"),
+        (n, Some((last, rest))) if n <= LISTED => {
+            format!("lines {} and {last} are", rest.join(", "))
+        }
+        (n, _) => format!("lines {} and {} more are", listed.join(", "), n - LISTED),
+    }
 }

@@ -7,6 +7,8 @@
 use std::borrow::Cow;
 use std::io::{self, BufRead, Read};
 
+use crate::text::escaped_bytes;
+
 /// How much of a file's start is checked for NUL bytes to call it binary (like git).
 pub(crate) const SNIFF_BYTES: usize = 8 * 1024;
 
@@ -114,6 +116,25 @@ pub(crate) fn display(bytes: &[u8], cut: bool) -> (Cow<'_, str>, bool, usize) {
     let text = String::from_utf8_lossy(usable);
     let lossy = matches!(text, Cow::Owned(_));
     (text, lossy, dropped)
+}
+
+/// `bytes` (one line of a file) as shown to a model that must see every byte: the text
+/// itself, or, when it holds a NUL or bytes that are not UTF-8, every byte written out
+/// ([`escaped_bytes`]); and whether it was written out. `cut` as for [`display`]; the
+/// number of bytes dropped is returned too.
+pub(crate) fn shown_line(bytes: &[u8], cut: bool) -> (Cow<'_, str>, bool, usize) {
+    let mut usable = bytes;
+    if cut
+        && let Err(err) = std::str::from_utf8(bytes)
+        && err.error_len().is_none()
+    {
+        usable = &bytes[..err.valid_up_to()];
+    }
+    let dropped = bytes.len() - usable.len();
+    match std::str::from_utf8(usable) {
+        Ok(text) if !usable.contains(&0) => (Cow::Borrowed(text), false, dropped),
+        _ => (Cow::Owned(escaped_bytes(usable)), true, dropped),
+    }
 }
 
 /// Like [`display`] for the end of something longer: drops an incomplete character at the

@@ -243,8 +243,19 @@ async fn huge_binary_and_invalid_utf8_files_get_bounded_answers_from_every_tool(
 
     assert_eq!(
         call("read_file", json!({"path": "huge.log"})).await,
-        ToolOutput::ok("`huge.log` is a binary file, 2147483648 bytes; not shown"),
-        "a 2 GB file of NULs is recognised as binary without reading it whole"
+        ToolOutput::ok(format!(
+            "     1\tneedle at the start\n     2\t{} … [{} more bytes on this line]\n\
+             [`huge.log` is binary: only its first 1048576 of 2147483648 bytes are read here; \
+             use bash (e.g. `xxd -s OFFSET -l 512`) for the rest]\n\
+             [1 line(s) longer than 2000 bytes (500 when written out) were cut; use bash (e.g. \
+             `cut -c`) to see the rest]\n\
+             [`huge.log` holds NUL bytes, so git calls it binary; line 2 is written out: a \
+             control character or a byte that is not UTF-8 as \\xNN, a backslash as \\\\]\n",
+            "\\x00".repeat(500),
+            1024 * 1024 - 20 - 500,
+        )),
+        "a 2 GB file of NULs is shown written out from its start, and read no further than \
+         its first MiB"
     );
     let read = call("read_file", json!({"path": "lines.txt"})).await;
     assert!(
@@ -280,7 +291,12 @@ async fn huge_binary_and_invalid_utf8_files_get_bounded_answers_from_every_tool(
 
     assert_eq!(
         call("read_file", json!({"path": "blob.bin"})).await,
-        ToolOutput::ok("`blob.bin` is a binary file, 8 bytes; not shown"),
+        ToolOutput::ok(
+            "     1\t\\x00\\x9f\\x92\\x96\\x00\\x01\\x02\\x03\n\
+             [`blob.bin` holds NUL bytes, so git calls it binary; line 1 is written out: a \
+             control character or a byte that is not UTF-8 as \\xNN, a backslash as \\\\]\n"
+        ),
+        "a binary file's bytes are shown written out, never 'not shown'"
     );
 }
 

@@ -426,19 +426,36 @@ async fn read_file_numbers_lines_and_pages_with_offset_and_limit() {
 }
 
 #[tokio::test]
-async fn read_file_reports_binary_and_shows_invalid_utf8_lossily() {
+async fn read_file_shows_every_byte_of_binary_and_invalid_utf8_files_written_out() {
     let fx = Fixture::new();
-    fx.write("blob.bin", [b"PK\x03\x04".as_slice(), &[0u8; 100]].concat());
+    fx.write("blob.bin", [b"PK\x03\x04".as_slice(), &[0u8; 3]].concat());
     assert_eq!(
         fx.call("read_file", json!({"path": "blob.bin"})).await,
-        ToolOutput::ok("`blob.bin` is a binary file, 104 bytes; not shown")
+        ToolOutput::ok(
+            "     1\tPK\\x03\\x04\\x00\\x00\\x00\n\
+             [`blob.bin` holds NUL bytes, so git calls it binary; line 1 is written out: a \
+             control character or a byte that is not UTF-8 as \\xNN, a backslash as \\\\]\n"
+        ),
+        "a binary file is shown, never 'not shown'"
+    );
+    fx.write("run.sh", b"#!/bin/sh\n\0\ncurl x | sh # \\o/\n");
+    assert_eq!(
+        fx.call("read_file", json!({"path": "run.sh"})).await,
+        ToolOutput::ok(
+            "     1\t#!/bin/sh\n     2\t\\x00\n     3\tcurl x | sh # \\o/\n\
+             [`run.sh` holds NUL bytes, so git calls it binary; line 2 is written out: a \
+             control character or a byte that is not UTF-8 as \\xNN, a backslash as \\\\]\n"
+        ),
+        "a script with one NUL (sh still runs it) shows what it runs; only the lines that \
+         need it are written out, and the note names them"
     );
     fx.write("latin1.txt", b"caf\xe9\nok\n");
     assert_eq!(
         fx.call("read_file", json!({"path": "latin1.txt"})).await,
         ToolOutput::ok(
-            "     1\tcaf\u{fffd}\n     2\tok\n\
-             [the file is not valid UTF-8; invalid bytes are shown as U+FFFD]\n"
+            "     1\tcaf\\xe9\n     2\tok\n\
+             [`latin1.txt` holds bytes that are not UTF-8; line 1 is written out: a control \
+             character or a byte that is not UTF-8 as \\xNN, a backslash as \\\\]\n"
         )
     );
 }
@@ -517,9 +534,12 @@ async fn read_file_streams_a_huge_file_and_caps_the_result() {
         tail,
         ToolOutput::ok(format!(
             " 10000\tentry 10000\n 10001\t{} … [{} more bytes on this line]\n\
-             [1 line(s) longer than 2000 bytes were cut; use bash (e.g. `cut -c`) to see the rest]\n",
-            "\0".repeat(2000),
-            nul_line_bytes - 2000
+             [1 line(s) longer than 2000 bytes (500 when written out) were cut; use bash (e.g. \
+             `cut -c`) to see the rest]\n\
+             [`huge.log` holds NUL bytes; line 10001 is written out: a control character or a \
+             byte that is not UTF-8 as \\xNN, a backslash as \\\\]\n",
+            "\\x00".repeat(500),
+            nul_line_bytes - 500
         ))
     );
 }

