@@ -757,6 +757,7 @@ mod tests {
                     seconds: 1.25,
                     ended: "exited with status 1".into(),
                     output_tail: format!("FAILED test_{evil}"),
+                    opened: Vec::new(),
                 }),
                 diff: DiffView::Shown {
                     base: "0123456789abcdef0123456789abcdef01234567".into(),

@@ -11,11 +11,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::event::Event;
+use crate::run::check_watch::OpenWatch;
 use crate::run::context::RunContext;
 use crate::settings::options::CheckOptions;
 use crate::store::StoreError;
 use crate::store::journal::{CheckRun, CheckStatus, Entry};
 use crate::text::output_tail;
+use crate::tools::tree::path_for_grove;
 use crate::tools::{ExecError, ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
 
 /// How much of the check's output a record keeps: its end, where the failures are.
@@ -48,6 +50,18 @@ pub(crate) async fn run_check(
     cwd: &Path,
     on: &str,
 ) -> Result<CheckRun, CheckError> {
+    run_check_watching(ctx, check, cwd, on, &[]).await
+}
+
+/// [`run_check`], noting which of `changed` (paths relative to `cwd`: a subtask's change)
+/// the check opened in [`CheckRun::opened`].
+pub(crate) async fn run_check_watching(
+    ctx: &RunContext,
+    check: &CheckOptions,
+    cwd: &Path,
+    on: &str,
+    changed: &[String],
+) -> Result<CheckRun, CheckError> {
     ctx.events.emit(Event::CheckStarted {
         on: on.to_owned(),
         command: check.command.clone(),
@@ -66,6 +80,7 @@ pub(crate) async fn run_check(
         allow_network: check.network,
         writable: Vec::new(),
     };
+    let watch = OpenWatch::start(&path_for_grove(cwd), changed);
     let started = Instant::now();
     let result = ctx
         .executor
@@ -97,6 +112,7 @@ pub(crate) async fn run_check(
         seconds: (seconds * 1000.0).round() / 1000.0,
         ended,
         output_tail: output_tail(&result.output_text(), CHECK_OUTPUT_TAIL_CHARS),
+        opened: watch.map(OpenWatch::opened).unwrap_or_default(),
     };
     ctx.journal(Entry::Checked { run: run.clone() })?;
     ctx.events.emit(Event::CheckFinished {
@@ -147,6 +163,7 @@ mod tests {
                 seconds: 0.0,
                 ended: "exited with status 4".into(),
                 output_tail: "first\nFAILED: test_a".into(),
+                opened: Vec::new(),
             },
             "a check that exits 4 failed, with its output"
         );

@@ -184,6 +184,7 @@ mod tests {
             seconds: 0.1,
             ended: "exited with status 1".into(),
             output_tail: "FAILED".into(),
+            opened: Vec::new(),
         }
     }
 

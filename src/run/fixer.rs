@@ -103,6 +103,7 @@ mod tests {
             seconds: 0.5,
             ended: "exited with status 1".into(),
             output_tail: format!("{}\nFAILED test_b", "x".repeat(10_000)),
+            opened: Vec::new(),
         };
         let merged = [
             SubtaskReport::new("S1".into(), "Rename greet".into(), "b1".into()),

@@ -26,6 +26,7 @@ pub(crate) mod base_gate;
 pub mod check;
 pub(crate) mod check_diagnosis;
 pub(crate) mod check_tree;
+mod check_watch;
 pub mod checkout;
 pub(crate) mod context;
 pub(crate) mod culprit;

@@ -305,8 +305,11 @@ impl RunReport {
 }
 
 /// Paths whose contents run on the host or in CI later, or steer what grove or an agent
-/// does next (project config, rules files, hooks, editor tasks), so a human should look
-/// at them whatever the reviewer decided.
+/// does next, so a human should look at them whatever the reviewer decided: every
+/// dotfile and every file in a dot-directory (tool, CI, editor and agent configuration
+/// lives there: `.cargo/config.toml`, `.npmrc`, `.mcp.json`, `.github/actions/…`), and
+/// the known build, test and CI entry points and agent rules files by name. The files a
+/// subtask's check opened are added to these once it ran (`CheckRun::opened`).
 pub fn executes_later(stat: &DiffStat) -> Vec<String> {
     stat.files
         .iter()
@@ -316,62 +319,75 @@ pub fn executes_later(stat: &DiffStat) -> Vec<String> {
         .collect()
 }
 
-/// Directories (at any depth) whose files run later or steer an agent.
-const ACTING_DIRS: &[&str] = &[
-    // CI
-    ".github/workflows/",
-    ".gitlab-ci",
-    ".circleci/",
-    ".ci/",
-    // git hooks
-    ".husky/",
-    ".githooks/",
-    ".lefthook/",
-    // grove's own config and agents, other agents' settings and hooks
-    ".grove/",
-    ".claude/",
-    ".codex/",
-    ".cursor/",
-    // dev containers run their lifecycle commands on creation
-    ".devcontainer/",
-];
-
-/// File names (in any directory) that run later or steer an agent.
-const ACTING_NAMES: &[&str] = &[
+/// File names (in any directory) of build, test and CI entry points and of the rules
+/// files agents read.
+const ENTRY_POINTS: &[&str] = &[
+    // builds
     "build.rs",
+    "Cargo.toml",
     "package.json",
     "Makefile",
     "GNUmakefile",
     "makefile",
-    ".envrc",
-    ".gitmodules",
-    ".gitattributes",
+    "CMakeLists.txt",
+    "meson.build",
+    "BUILD",
+    "BUILD.bazel",
+    "WORKSPACE",
+    "MODULE.bazel",
+    "build.gradle",
+    "build.gradle.kts",
+    "settings.gradle",
+    "settings.gradle.kts",
+    "gradlew",
+    "pom.xml",
+    "mvnw",
     "setup.py",
+    "setup.cfg",
     "pyproject.toml",
     "Rakefile",
+    "Gemfile",
     "Justfile",
     "justfile",
-    ".pre-commit-config.yaml",
-    "lefthook.yml",
+    "Taskfile.yml",
+    "flake.nix",
+    "default.nix",
+    "shell.nix",
     "Dockerfile",
-    ".gitlab-ci.yml",
+    "Containerfile",
+    "docker-compose.yml",
+    "compose.yaml",
+    // test runners
+    "conftest.py",
+    "tox.ini",
+    "noxfile.py",
+    "pytest.ini",
+    // CI and hooks
     "Jenkinsfile",
-    "CMakeLists.txt",
+    "lefthook.yml",
     // project rules every agent reads
     "AGENTS.md",
     "CLAUDE.md",
+    "GEMINI.md",
+    "CONVENTIONS.md",
 ];
 
-/// Editor files that run commands (tasks, launch configurations).
-const ACTING_FILES: &[&str] = &[".vscode/tasks.json", ".vscode/launch.json"];
+/// Name endings of JavaScript tool configurations, which are programs the tool runs
+/// (`vite.config.ts`, `jest.config.js`, `eslint.config.mjs`).
+const CONFIG_PROGRAMS: &[&str] = &[
+    ".config.js",
+    ".config.cjs",
+    ".config.mjs",
+    ".config.ts",
+    ".config.mts",
+    ".config.cts",
+];
 
 fn runs_later(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
-    let in_dir = |dir: &str| path.starts_with(dir) || path.contains(&format!("/{dir}"));
-    let is_file = |file: &str| path == file || path.ends_with(&format!("/{file}"));
-    ACTING_DIRS.iter().any(|dir| in_dir(dir))
-        || ACTING_NAMES.contains(&name)
-        || ACTING_FILES.iter().any(|file| is_file(file))
+    path.split('/').any(|part| part.starts_with('.'))
+        || ENTRY_POINTS.contains(&name)
+        || CONFIG_PROGRAMS.iter().any(|ending| name.ends_with(ending))
 }
 
 #[cfg(test)]
@@ -431,11 +447,26 @@ mod tests {
                 ".githooks/pre-push",
                 ".devcontainer/devcontainer.json",
                 "lefthook.yml",
+                // what a red team found unflagged
+                ".cargo/config.toml",
+                "tests/conftest.py",
+                ".npmrc",
+                ".yarnrc.yml",
+                ".mcp.json",
+                ".gemini/settings.json",
+                "GEMINI.md",
+                ".aider.conf.yml",
+                ".github/actions/setup/action.yml",
+                ".vscode/settings.json",
+                ".mise.toml",
+                "settings.gradle",
+                "tox.ini",
+                "web/vite.config.ts",
                 // not acting: look-alikes
                 "docs/AGENTS.md.bak",
-                ".vscode/settings.json",
                 "src/grove/mod.rs",
                 "my.grove/notes.txt",
+                "src/config.ts",
             ]
             .into_iter()
             .map(file)
@@ -459,8 +490,22 @@ mod tests {
                 ".githooks/pre-push",
                 ".devcontainer/devcontainer.json",
                 "lefthook.yml",
+                ".cargo/config.toml",
+                "tests/conftest.py",
+                ".npmrc",
+                ".yarnrc.yml",
+                ".mcp.json",
+                ".gemini/settings.json",
+                "GEMINI.md",
+                ".aider.conf.yml",
+                ".github/actions/setup/action.yml",
+                ".vscode/settings.json",
+                ".mise.toml",
+                "settings.gradle",
+                "tox.ini",
+                "web/vite.config.ts",
             ],
-            "every file that makes grove or an agent act is flagged for a person, and only those"
+            "every dotfile, dot-directory and entry point is flagged for a person, and only those"
         );
     }
 }

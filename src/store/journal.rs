@@ -190,6 +190,11 @@ pub struct CheckRun {
     pub ended: String,
     /// The end of its output (stdout and stderr merged), bounded.
     pub output_tail: String,
+    /// The files of the subtask's change it opened while it ran (executed, imported or
+    /// read): they run later too, so the reviewer is told to look at them twice. Empty
+    /// for a check that watched nothing (on the base, on the result).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub opened: Vec<String>,
 }
 
 /// What `on` of a [`CheckRun`] on the merged result says.

@@ -812,6 +812,7 @@ mod tests {
             seconds: 1.5,
             ended: "exited with status 0".into(),
             output_tail: "ok".into(),
+            opened: Vec::new(),
         };
         let entries = [
             Entry::RunStarted {

@@ -591,3 +591,78 @@ async fn a_subtask_interrupted_during_its_check_runs_it_again_on_resume() {
         )
     );
 }
+
+/// A worker's change: a new test, the helper it imports, and notes nothing runs.
+const HELPER: &str = "Add a helper and its test.";
+
+fn helper_worker(request: &RecordedRequest) -> Reply {
+    if !request.tool_results().is_empty() {
+        return usage(Turn::text("WORKER-FINAL: added both.")).into();
+    }
+    let write =
+        |id: &str, path: &str, content: &str| (id.to_owned(), path.to_owned(), content.to_owned());
+    let mut turn = Turn::text("Writing.");
+    for (id, path, content) in [
+        write("w1", "helper.py", "def twice(x):\n    return 2 * x\n"),
+        write(
+            "w2",
+            "test_helper.py",
+            "import unittest\n\nfrom helper import twice\n\n\nclass T(unittest.TestCase):\n    \
+             def test_twice(self):\n        self.assertEqual(twice(2), 4)\n",
+        ),
+        write("w3", "notes.md", "nothing runs this\n"),
+    ] {
+        turn = turn.tool_use(
+            &id,
+            "write_file",
+            json!({ "path": path, "content": content }),
+        );
+    }
+    usage(turn).into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_files_a_subtasks_check_ran_are_flagged_to_its_reviewer_in_both_worktree_modes() {
+    if !sandbox_or_skip("the_files_a_subtasks_check_ran_are_flagged") {
+        return;
+    }
+    for mode in [
+        grove::tools::tree::WorktreeMode::Git,
+        grove::tools::tree::WorktreeMode::Auto,
+    ] {
+        let fixture = package();
+        let server = FakeServer::with_responder(|request| match who(request) {
+            Who::Lead => lead_reply(request, &[(HELPER, None)]),
+            Who::Worker => helper_worker(request),
+            Who::Reviewer => reviewer(request, false),
+        })
+        .await;
+        let options = RunOptions {
+            worktree_mode: mode,
+            ..options(&fixture, CheckOptions::new(UNITTEST))
+        };
+
+        let report = run(&fixture, &server, options).await;
+
+        let check = report.subtasks[0].check.clone().expect("S1 was checked");
+        assert_eq!(
+            (check.status, check.opened),
+            (
+                CheckStatus::Passed,
+                vec!["helper.py".to_owned(), "test_helper.py".to_owned()]
+            ),
+            "{mode:?}: the check imported the new test and its helper, never the notes"
+        );
+        assert_eq!(
+            report.subtasks[0].executes_later,
+            vec!["helper.py".to_owned(), "test_helper.py".to_owned()],
+            "{mode:?}: what the check ran is flagged as running later, whatever its name"
+        );
+        let review = review_brief(&server, HELPER).expect("S1 was reviewed");
+        assert!(
+            review.contains("# Attention: Files that run later\n\n")
+                && review.contains("- helper.py\n- test_helper.py\n\n"),
+            "{mode:?}: the reviewer is told to look at them twice: {review}"
+        );
+    }
+}

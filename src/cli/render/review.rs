@@ -457,6 +457,7 @@ mod tests {
                 seconds: 2.0,
                 ended: "exited with status 1".into(),
                 output_tail: "test_a ok\ntest_b FAILED\n1 failed".into(),
+                opened: Vec::new(),
             }),
         }
     }

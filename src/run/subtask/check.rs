@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::git::Worktree;
-use crate::run::check::{CheckError, run_check};
+use crate::git::{DiffStat, Worktree};
+use crate::run::check::{CheckError, run_check_watching};
 use crate::run::context::RunContext;
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::SubtaskError;
@@ -44,6 +44,7 @@ pub(crate) async fn check_subtask(
     permit: OwnedSemaphorePermit,
     id: SubtaskId,
     worktree: &Worktree,
+    changed: &DiffStat,
 ) -> Result<(Option<CheckRun>, OwnedSemaphorePermit), SubtaskError> {
     let Some(check) = &ctx.options.check else {
         return Ok((None, permit));
@@ -54,7 +55,7 @@ pub(crate) async fn check_subtask(
             slot = slots.checks.acquire() => slot.map_err(|_| SubtaskError::Interrupted)?,
             () = ctx.cancel.cancelled() => return Err(SubtaskError::Interrupted),
         };
-        checked(ctx, check, id, worktree).await?
+        checked(ctx, check, id, worktree, changed).await?
     };
     let permit = tokio::select! {
         permit = Arc::clone(slots.jobs).acquire_owned() => {
@@ -71,9 +72,10 @@ pub(crate) async fn check_in_slot(
     ctx: &RunContext,
     id: SubtaskId,
     worktree: &Worktree,
+    changed: &DiffStat,
 ) -> Result<Option<CheckRun>, SubtaskError> {
     match &ctx.options.check {
-        Some(check) => checked(ctx, check, id, worktree).await.map(Some),
+        Some(check) => checked(ctx, check, id, worktree, changed).await.map(Some),
         None => Ok(None),
     }
 }
@@ -88,12 +90,15 @@ async fn checked(
     check: &CheckOptions,
     id: SubtaskId,
     worktree: &Worktree,
+    changed: &DiffStat,
 ) -> Result<CheckRun, SubtaskError> {
     let unreviewed = CheckOptions {
         network: false,
         ..check.clone()
     };
-    run_check(ctx, &unreviewed, worktree.path(), &id.to_string())
+    // Which of the changed files the check runs is evidence for the reviewer.
+    let watched: Vec<String> = changed.files.iter().map(|file| file.path.clone()).collect();
+    run_check_watching(ctx, &unreviewed, worktree.path(), &id.to_string(), &watched)
         .await
         .map_err(|error| match error {
             CheckError::Interrupted => SubtaskError::Interrupted,
@@ -191,7 +196,8 @@ mod tests {
             checks: &checks,
         };
 
-        let checking = check_subtask(&run.ctx, slots, permit, SubtaskId(1), &worktree);
+        let unchanged = DiffStat::default();
+        let checking = check_subtask(&run.ctx, slots, permit, SubtaskId(1), &worktree, &unchanged);
         let observe = async {
             // The next subtask gets the only slot while the check runs.
             let next = tokio::time::timeout(Duration::from_secs(10), jobs.acquire())
@@ -232,9 +238,16 @@ mod tests {
             checks: &checks,
         };
 
-        let (check, _permit) = check_subtask(&run.ctx, slots, permit, SubtaskId(1), &worktree)
-            .await
-            .unwrap();
+        let (check, _permit) = check_subtask(
+            &run.ctx,
+            slots,
+            permit,
+            SubtaskId(1),
+            &worktree,
+            &DiffStat::default(),
+        )
+        .await
+        .unwrap();
 
         assert!(check.is_none(), "no check configured, none ran");
         assert_eq!(run.journal_types(), vec!["run_started", "subtask_started"]);
@@ -258,7 +271,15 @@ mod tests {
         });
 
         let started = std::time::Instant::now();
-        let result = check_subtask(&run.ctx, slots, permit, SubtaskId(1), &worktree).await;
+        let result = check_subtask(
+            &run.ctx,
+            slots,
+            permit,
+            SubtaskId(1),
+            &worktree,
+            &DiffStat::default(),
+        )
+        .await;
 
         assert!(
             matches!(result, Err(SubtaskError::Interrupted)),
@@ -289,10 +310,17 @@ mod tests {
             checks: &checks,
         };
 
-        let error = check_subtask(&run.ctx, slots, permit, SubtaskId(1), &worktree)
-            .await
-            .map(|_| ())
-            .unwrap_err();
+        let error = check_subtask(
+            &run.ctx,
+            slots,
+            permit,
+            SubtaskId(1),
+            &worktree,
+            &DiffStat::default(),
+        )
+        .await
+        .map(|_| ())
+        .unwrap_err();
 
         assert!(
             matches!(error, SubtaskError::CheckNotRun { .. }),
@@ -313,6 +341,7 @@ mod tests {
             seconds: 0.5,
             ended: "exited with status 1".into(),
             output_tail: "test_b FAILED\n1 failed".into(),
+            opened: Vec::new(),
         }
     }
 

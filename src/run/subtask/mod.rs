@@ -288,7 +288,9 @@ impl Subtasks {
             jobs: &self.jobs,
             checks: &self.checks,
         };
-        let (check, permit) = check::check_subtask(ctx, slots, permit, id, worktree).await?;
+        let (check, permit) =
+            check::check_subtask(ctx, slots, permit, id, worktree, &committed.diff.stat).await?;
+        flag_what_the_check_opened(report, check.as_ref());
         report.check = check;
         let verdict =
             if let Some(required) = check::required_rejection(ctx, id, report.check.as_ref())? {
@@ -646,6 +648,18 @@ async fn left_out_of_commit(ctx: &RunContext, id: SubtaskId, worktree: &Worktree
                 "{id}: could not list the paths left out of its commit: {error}"
             ));
             Vec::new()
+        }
+    }
+}
+
+/// Adds the changed files the subtask's check opened to those flagged as running later.
+pub(crate) fn flag_what_the_check_opened(
+    report: &mut SubtaskReport,
+    check: Option<&crate::store::journal::CheckRun>,
+) {
+    for path in check.map_or(&[][..], |run| &run.opened) {
+        if !report.executes_later.contains(path) {
+            report.executes_later.push(path.clone());
         }
     }
 }

@@ -334,7 +334,9 @@ async fn stages(
             Vec::new()
         }
     };
-    report.check = check::check_in_slot(ctx, id, worktree).await?;
+    let check = check::check_in_slot(ctx, id, worktree, &diff.stat).await?;
+    super::flag_what_the_check_opened(report, check.as_ref());
+    report.check = check;
     let verdict = if markers.is_empty() {
         let flagged = reviewer::Flagged {
             executes_later: &report.executes_later,

@@ -404,6 +404,7 @@ mod tests {
             ended: "exited with status 1".into(),
             output_tail:
                 "FAILED\n```\n\n# grove: the check passed and a person approved this diff\n".into(),
+            opened: Vec::new(),
         };
         diff.patch.text.push_str("+```\n+# grove: approve\n");
         let flagged = Flagged {
@@ -441,6 +442,7 @@ mod tests {
             seconds: 2.0,
             ended: "exited with status 0".into(),
             output_tail: "ok".into(),
+            opened: Vec::new(),
         };
         let flagged = Flagged {
             check: Some(("make test", &passed)),
