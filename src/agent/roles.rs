@@ -50,9 +50,9 @@ split the task into subtasks and hand each one to a worker with the `delegate` t
 
 How to work:
 - Look at the repository first, just enough to plan. Then delegate.
-- Each subtask must be self-contained: the worker sees only your brief (plus the project \
-rules), not the user's task and not this conversation, unless you ask for `mode: \"fork\"`. \
-Name the files, the exact change wanted, and how to check it.
+- Each subtask must be self-contained: the worker sees only your brief, not the user's \
+task and not this conversation, unless you ask for `mode: \"fork\"`. Name the files, the \
+exact change wanted, and how to check it.
 - Subtasks run in parallel in separate worktrees and are merged afterwards, so give \
 different subtasks different files. Two subtasks that edit the same lines will conflict.
 - Give each subtask `paths`: globs of the files it may change (e.g. [\"src/config/**\", \
@@ -72,11 +72,10 @@ changed and what did not.";
 const WORKER_PROMPT: &str = "\
 You are a software engineer working on one subtask in your own git worktree, which is \
 your current directory. Your tools can read and change files only inside it. Do the \
-subtask described in the brief, completely and carefully, following the project rules.
+subtask described in the brief, completely and carefully.
 
 - Read before you edit; keep changes minimal and in the style of the code around them.
 - Run the project's checks with `bash` when they are cheap (a build, the relevant tests).
-- Do not run `git commit`, `git push` or change branches: grove commits your work.
 - When you are done, reply with a short summary: what you changed, how you checked it, \
 and anything left undone. An independent reviewer will judge your diff.";
 
@@ -85,8 +84,7 @@ You are an independent code reviewer. You are given a subtask's brief and the di
 was produced for it. You can read the resulting tree (read_file, list_files, grep) but not \
 change it. You have not seen how the change was made and must judge only the result.
 
-Approve when the diff does what the brief asks, is correct, and follows the project \
-rules. Reject when it is wrong, incomplete, breaks something, does things the brief did \
+Approve when the diff does what the brief asks and is correct. Reject when it is wrong, incomplete, breaks something, does things the brief did \
 not ask for, or touches files that run on the host or in CI without a clear need. Be \
 concrete: each finding names a path, a line when you can, and the problem.
 
@@ -131,18 +129,49 @@ pub struct RulesError {
 /// The files that may hold project rules, in order of preference.
 pub const RULES_FILES: [&str; 2] = ["AGENTS.md", "CLAUDE.md"];
 
-/// A role's whole system prompt: its instructions, then the project rules if any.
+/// A role's whole system prompt: its instructions, then the project rules if any (the
+/// built-in prompts speak of rules nowhere else, so a repository without them reads of
+/// none).
 pub fn system_prompt(role: &RoleDef, rules: Option<&ProjectRules>) -> String {
     let mut prompt = role.prompt.trim_end().to_owned();
     if let Some(rules) = rules {
         let _ = write!(
             prompt,
-            "\n\n# Project rules ({})\n\nThese rules apply to all work in this repository.\n\n{}",
+            "\n\n# Project rules ({})\n\nThese rules apply to all work in this repository: \
+             every worker gets them, and a change that breaks them is wrong even when it \
+             works.\n\n{}",
             rules.file,
             rules.text.trim_end()
         );
     }
     prompt
+}
+
+/// When grove commits a worker's changes: after every turn (grove's own loop), or once
+/// it has finished (an agent CLI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checkpoints {
+    EveryTurn,
+    AtTheEnd,
+}
+
+/// What a worker is told of its worktree's git: when grove commits, and the commit to
+/// diff against to see all of its work (`start`, the commit its subtask started from,
+/// named as `what`: `the run's base`, `the run's result after S1`).
+pub fn worktree_note(start: &str, what: &str, checkpoints: Checkpoints) -> String {
+    let when = match checkpoints {
+        Checkpoints::EveryTurn => {
+            "after every turn in which files changed (a checkpoint on your branch), so a \
+             plain `git diff` shows only what changed since your last turn and is often empty"
+        }
+        Checkpoints::AtTheEnd => "once you have finished",
+    };
+    format!(
+        "\n\n# Your worktree's git\n\ngrove commits your changes {when}. Your subtask started \
+         from commit {start} ({what}): `git diff {start}` shows all of your work so far, and \
+         `git log {start}..` the checkpoints. Do not run `git commit`, `git push` or switch \
+         branches: grove commits your work, and the reviewer judges that diff."
+    )
 }
 
 /// Why an agent file could not be used.
@@ -378,7 +407,22 @@ mod tests {
         };
         let prompt = system_prompt(&builtin(RoleKind::Worker), Some(&rules));
         assert!(prompt.starts_with(WORKER_PROMPT));
-        assert!(prompt.ends_with("# Project rules (AGENTS.md)\n\nThese rules apply to all work in this repository.\n\nUse tabs."));
+        assert!(prompt.ends_with(
+            "# Project rules (AGENTS.md)\n\nThese rules apply to all work in this repository: \
+             every worker gets them, and a change that breaks them is wrong even when it \
+             works.\n\nUse tabs."
+        ));
+    }
+
+    #[test]
+    fn a_repository_without_rules_reads_of_none() {
+        for kind in [RoleKind::Lead, RoleKind::Worker, RoleKind::Reviewer] {
+            let prompt = system_prompt(&builtin(kind), None);
+            assert!(
+                !prompt.to_lowercase().contains("rules"),
+                "{kind:?}: no rules file, no word of rules: {prompt}"
+            );
+        }
     }
 
     #[test]

@@ -230,6 +230,28 @@ async fn overlapping_paths_run_one_after_the_other_and_the_later_builds_on_the_e
         "the second subtask's change is on top of the first's"
     );
     let requests = server.requests();
+    let base = fixture.rev("HEAD~2").to_string();
+    // The result as S1's merge left it: the first parent of S2's merge.
+    let second_start = fixture
+        .rev(&format!("grove/{}/result~1", report.run_id))
+        .to_string();
+    let told = |marker: &str| {
+        let system = requests[first_worker_request(&requests, marker)].system_text();
+        system
+            .split_once("Your subtask started from commit ")
+            .map(|(_, rest)| rest.split(')').next().unwrap_or_default().to_owned())
+    };
+    assert_eq!(
+        (told("[first]"), told("[second]")),
+        (
+            Some(format!("{} (the run's base", &base[..12])),
+            Some(format!(
+                "{} (the run's result as this subtask found it, with the work merged before it",
+                &second_start[..12]
+            )),
+        ),
+        "each worker is told the commit its work is diffed against"
+    );
     let s1_last = *positions(&requests, "[first]").last().unwrap();
     assert!(
         first_worker_request(&requests, "[second]") > s1_last,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::agent::external::{self as agent_cli, BackendEnv, Progress};
-use crate::agent::roles::RoleDef;
+use crate::agent::roles::{Checkpoints, RoleDef, worktree_note};
 use crate::agent::{AgentError, Ledger, StopKind};
 use crate::event::{AgentId, Event};
 use crate::git::Worktree;
@@ -72,7 +72,7 @@ async fn builtin(ctx: &Arc<RunContext>, assignment: Assignment, worktree: &Workt
         ..
     } = assignment;
     let label = id.to_string();
-    let spec = ctx.spec(
+    let mut spec = ctx.spec(
         AgentId {
             role: role.name.clone(),
             label: label.clone(),
@@ -85,6 +85,8 @@ async fn builtin(ctx: &Arc<RunContext>, assignment: Assignment, worktree: &Workt
             tools: waiting_for_checkout(&tools, worktree),
         },
     );
+    spec.system
+        .push_str(&worktree_git(ctx, worktree, Checkpoints::EveryTurn));
     let observer = Arc::new(
         AgentObserver::new(
             ctx,
@@ -157,7 +159,8 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
         budget: None,
         tools: Registry::new(),
     };
-    let system = ctx.spec(agent.clone(), role, caps).system;
+    let mut system = ctx.spec(agent.clone(), role, caps).system;
+    system.push_str(&worktree_git(ctx, worktree, Checkpoints::AtTheEnd));
     let rerun = worktree.start() != worktree.base();
     if rerun {
         ctx.note(format!(
@@ -219,6 +222,19 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
             .summary
             .map_err(|source| SubtaskError::CliFailed { source }),
     }
+}
+
+/// What the worker is told of its worktree's git: when grove commits, and the commit
+/// its subtask started from (the base, or the result it waited for).
+fn worktree_git(ctx: &RunContext, worktree: &Worktree, checkpoints: Checkpoints) -> String {
+    let start = worktree.base();
+    let what = if start == ctx.base {
+        "the run's base"
+    } else {
+        "the run's result as this subtask found it, with the work merged before it"
+    };
+    let short = start.to_string();
+    worktree_note(&short[..short.len().min(12)], what, checkpoints)
 }
 
 /// Shows an external CLI's progress as the built-in worker's would be.
