@@ -15,6 +15,23 @@ pub fn truncate(text: &str, max: usize) -> String {
     }
 }
 
+/// At most about `max` characters of `text` for a reader: cut at the end of the last
+/// whole word that fits (never inside one, unless a single word is longer than `max`),
+/// followed by ` …` when something was left out.
+pub fn excerpt(text: &str, max: usize) -> String {
+    let Some((cut, _)) = text.char_indices().nth(max) else {
+        return text.to_owned();
+    };
+    let kept = &text[..cut];
+    let at_word = match text[cut..].chars().next() {
+        Some(next) if next.is_whitespace() => kept,
+        _ => kept
+            .rfind(char::is_whitespace)
+            .map_or(kept, |space| &kept[..space]),
+    };
+    format!("{} …", at_word.trim_end())
+}
+
 /// The last `max` characters of `text` (all of it when shorter), as a slice.
 pub fn last_chars(text: &str, max: usize) -> &str {
     let count = text.chars().count();
@@ -264,6 +281,18 @@ mod tests {
         assert_eq!(truncate("héllo", 3), "hél…");
         assert_eq!(truncate("héllo", 5), "héllo");
         assert_eq!(truncate("", 0), "");
+    }
+
+    #[test]
+    fn an_excerpt_ends_at_a_whole_word() {
+        assert_eq!(excerpt("short", 10), "short");
+        assert_eq!(excerpt("renames greet to welcome", 12), "renames …");
+        assert_eq!(excerpt("renames greet to welcome", 13), "renames greet …");
+        assert_eq!(
+            excerpt("supercalifragilistic", 5),
+            "super …",
+            "one long word is cut"
+        );
     }
 
     #[test]

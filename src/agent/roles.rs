@@ -76,8 +76,10 @@ subtask described in the brief, completely and carefully.
 
 - Read before you edit; keep changes minimal and in the style of the code around them.
 - Run the project's checks with `bash` when they are cheap (a build, the relevant tests).
-- When you are done, reply with a short summary: what you changed, how you checked it, \
-and anything left undone. An independent reviewer will judge your diff.";
+- When you are done, reply with a short summary. Its first line is the commit subject \
+of your change: what it does, in the imperative, plain text, at most 72 characters. Then \
+what you changed, how you checked it, and anything left undone. An independent reviewer \
+will judge your diff.";
 
 const REVIEWER_PROMPT: &str = "\
 You are an independent code reviewer. You are given a subtask's brief and the diff that \

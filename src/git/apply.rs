@@ -15,6 +15,7 @@ use super::Repo;
 use super::error::GitError;
 use super::merge::MergeCheck;
 use super::names::{CommitId, RunId};
+use super::trailers::CommitMessage;
 use super::tree_diff;
 
 /// What to apply where.
@@ -142,11 +143,11 @@ impl Repo {
                     );
                 }
                 MergeCheck::Clean { tree } => {
-                    let message = format!(
-                        "grove {run}: merge {source_branch} into {short_branch}\n\n\
-                         Grove-Run: {run}\n",
-                        run = request.run,
-                    );
+                    let run = &request.run;
+                    let message = CommitMessage::new(&format!(
+                        "grove {run}: merge {source_branch} into {short_branch}"
+                    ))
+                    .with_trailers(&[("Grove-Run", run.to_string())]);
                     self.commit_tree(&tree, &[tip, result], &message).await?
                 }
             }

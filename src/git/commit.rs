@@ -19,6 +19,7 @@ use super::error::GitError;
 use super::handle::Worktree;
 use super::local_files;
 use super::names::CommitId;
+use super::trailers::CommitMessage;
 use super::worktree::admin_head;
 use crate::tools::git_pointer::{is_git_dir_name, is_git_repository};
 
@@ -181,11 +182,11 @@ impl Repo {
                 .run()
                 .await?;
         }
-        let message = format!(
-            "grove {run}/{n}: {label}\n\nGrove-Run: {run}\nGrove-Subtask: {n}\n",
-            run = worktree.run(),
-            n = worktree.subtask(),
-        );
+        let (run, n) = (worktree.run(), worktree.subtask());
+        let message = CommitMessage::new(&format!("grove {run}/{n}: {label}")).with_trailers(&[
+            ("Grove-Run", run.to_string()),
+            ("Grove-Subtask", n.to_string()),
+        ]);
         let commit = match path {
             CommitPath::Fastest => match self.commit_index_off_runtime(worktree, &message).await? {
                 InProcess::Done(commit) => commit,

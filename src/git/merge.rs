@@ -20,6 +20,7 @@ use super::Repo;
 use super::error::GitError;
 use super::lineage::{Fork, Lineage, MergeBase};
 use super::names::{CommitId, RunId};
+use super::trailers::CommitMessage;
 use super::tree_diff;
 
 /// One merge queue per process: parallel `update-ref`s of one ref lose races (measured:
@@ -152,8 +153,11 @@ impl Repo {
             let commit = self
                 .ref_target(&branch)?
                 .ok_or(GitError::UnknownRevision { rev: branch })?;
-            let message =
-                format!("grove {run}: merge subtask {n}\n\nGrove-Run: {run}\nGrove-Subtask: {n}\n");
+            let message = CommitMessage::new(&format!("grove {run}: merge subtask {n}"))
+                .with_trailers(&[
+                    ("Grove-Run", run.to_string()),
+                    ("Grove-Subtask", n.to_string()),
+                ]);
             let outcome = self.merge_onto(&run.result_ref(), commit, &message).await?;
             outcomes.push((n, outcome));
         }

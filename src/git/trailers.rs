@@ -1,10 +1,98 @@
-//! grove's commit trailers (`Grove-Run: …`, `Grove-Subtask: …`): how they are read back
-//! from a commit message.
+//! The messages of grove's commits and their trailers (`Grove-Run: …`, `Grove-Subtask:
+//! …`): the one writer of both, and how trailers are read back.
 //!
-//! This module owns the one rule a reader of grove's commits relies on: grove's trailers
-//! are the message's last paragraph, and only that paragraph is read. A line of model
-//! text in the body (a brief, a summary) that looks like a trailer is never taken for
-//! one. It knows nothing of runs or subtasks beyond their names.
+//! This module owns the rule a reader of grove's commits relies on: grove's trailers are
+//! the message's last paragraph and the only trailers it has. Text a model wrote (a
+//! brief, a summary, a check's output) goes into a body only quoted — every line
+//! indented — so no line of it parses as a trailer, a `---` patch divider or a `#`
+//! comment (`git interpret-trailers`, `git commit --amend` in an editor), and a subject
+//! is one plain line. It knows nothing of runs or subtasks beyond their names.
+
+use crate::text::strip_escapes;
+
+/// How a line of quoted text starts: git reads an indented line as no trailer, divider or
+/// comment.
+const QUOTE_INDENT: &str = "    ";
+
+/// A commit message being written: a subject, paragraphs, then grove's trailers.
+#[derive(Debug, Clone)]
+pub struct CommitMessage {
+    text: String,
+}
+
+impl CommitMessage {
+    /// A message whose subject is `subject` as one plain line (see [`plain_subject`]).
+    pub fn new(subject: &str) -> Self {
+        Self {
+            text: format!("{}\n", plain_subject(subject)),
+        }
+    }
+
+    /// Adds a paragraph of grove's own words (no model text in it).
+    pub fn paragraph(mut self, text: &str) -> Self {
+        let text = text.trim();
+        if !text.is_empty() {
+            self.text.push('\n');
+            self.text.push_str(text);
+            self.text.push('\n');
+        }
+        self
+    }
+
+    /// Adds `text` that a model or a command wrote, under `heading` (grove's words, e.g.
+    /// `The worker's summary:`; none when empty), every line of it indented and its
+    /// escapes stripped.
+    pub fn quoted(mut self, heading: &str, text: &str) -> Self {
+        let text = strip_escapes(text);
+        let text = text.trim_matches('\n');
+        if text.trim().is_empty() {
+            return self;
+        }
+        self.text.push('\n');
+        if !heading.is_empty() {
+            self.text.push_str(heading);
+            self.text.push('\n');
+        }
+        for line in text.lines() {
+            let line = line.trim_end();
+            if !line.is_empty() {
+                self.text.push_str(QUOTE_INDENT);
+                self.text.push_str(line);
+            }
+            self.text.push('\n');
+        }
+        self
+    }
+
+    /// The whole message, ending in `trailers` as its last paragraph: the one place grove
+    /// writes a trailer. Each value is one line of at most 200 characters.
+    pub fn with_trailers(mut self, trailers: &[(&str, String)]) -> String {
+        self.text.push('\n');
+        for (key, value) in trailers {
+            let value = strip_escapes(value);
+            let value: String = value
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .chars()
+                .take(200)
+                .collect();
+            self.text.push_str(&format!("{key}: {value}\n"));
+        }
+        self.text
+    }
+}
+
+/// `line` as a commit subject: one line, escapes stripped, no Markdown (backticks, `**`,
+/// leading `#`, `>`, `-` or `*` that would make it a comment, a quote, a patch divider or a
+/// bullet), runs of blanks as one space.
+pub fn plain_subject(line: &str) -> String {
+    let line = strip_escapes(line.lines().next().unwrap_or_default());
+    let line = line.replace('`', "").replace("**", "");
+    let line = line.trim_start_matches(|c: char| "#>-*+ \t".contains(c));
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
 
 /// The last paragraph of `message`: where git, and grove, read trailers.
 fn trailer_block(message: &str) -> &str {

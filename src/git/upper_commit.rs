@@ -34,6 +34,7 @@ use super::handle::UpperSource;
 use super::local_files;
 use super::names::CommitId;
 use super::names::subtask_ref;
+use super::trailers::CommitMessage;
 use super::tree_diff;
 use crate::tools::git_pointer::{is_git_dir_name, is_git_repository};
 
@@ -142,11 +143,11 @@ impl Repo {
         label: &str,
     ) -> Result<Option<CommitId>, GitError> {
         let exclude_files = self.exclude_files().await?;
-        let message = format!(
-            "grove {run}/{n}: {label}\n\nGrove-Run: {run}\nGrove-Subtask: {n}\n",
-            run = &tree.run,
-            n = tree.subtask,
-        );
+        let (run, n) = (&tree.run, tree.subtask);
+        let message = CommitMessage::new(&format!("grove {run}/{n}: {label}")).with_trailers(&[
+            ("Grove-Run", run.to_string()),
+            ("Grove-Subtask", n.to_string()),
+        ]);
         let (repo, tree, label) = (self.clone(), tree.clone(), label.to_owned());
         Self::blocking("checkpoint", PathBuf::from(label), move || {
             repo.checkpoint_upper_blocking(&tree, &exclude_files, &message)

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::git::trailers::CommitMessage;
 use crate::git::{
     ApplyOutcome, ApplyRequest, ArchivedWork, CommitId, GitError, RebuildPick, RebuildStep,
     RefusalReason, Repo, RunId as GitRunId, subtask_ref,
@@ -505,17 +506,17 @@ async fn rebuild(
 }
 
 fn merge_message(run: &GitRunId, subtask: &SubtaskReview) -> String {
-    let brief = crate::text::truncate(subtask.task.lines().next().unwrap_or_default(), 200);
-    let approved_by = if subtask.human_verdict == Some(VerdictKind::Approve) {
-        "Grove-Review: approved by a person\n"
-    } else {
-        ""
-    };
-    format!(
-        "grove {run}: merge {label}\n\n{brief}\n\nGrove-Run: {run}\nGrove-Subtask: {label}\n\
-         {approved_by}",
-        label = subtask.id
-    )
+    let label = &subtask.id;
+    let mut trailers = vec![
+        ("Grove-Run", run.to_string()),
+        ("Grove-Subtask", label.clone()),
+    ];
+    if subtask.human_verdict == Some(VerdictKind::Approve) {
+        trailers.push(("Grove-Review", "approved by a person".to_owned()));
+    }
+    CommitMessage::new(&format!("grove {run}: merge {label}"))
+        .quoted("", &crate::text::first_line(&subtask.task, 200))
+        .with_trailers(&trailers)
 }
 
 async fn apply_result(

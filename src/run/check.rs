@@ -125,6 +125,36 @@ pub(crate) async fn run_check_watching(
     Ok(run)
 }
 
+/// The line of a failing check's output that names its failure, for a one-line account
+/// (a fixer's commit): the last line that reads like an error (`AttributeError: …`,
+/// `error[E0425]: …`, `thread '…' panicked at …`, `FAIL: test_x`, `not ok 3 …`), else
+/// the last line; bounded, escapes stripped. `None` for an empty output.
+pub(crate) fn failure_line(output: &str) -> Option<String> {
+    let lines: Vec<&str> = output
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with("[… earlier output cut]"))
+        .collect();
+    // A named error first (an exception, a compiler's coded error, a panic, a failed
+    // test), then any `error:` line (`error: could not compile` says least).
+    let named = |line: &str| {
+        let head = line.split(':').next().unwrap_or_default();
+        (line.contains(':') && (head.ends_with("Error") || head.ends_with("Exception")))
+            || line.starts_with("error[")
+            || line.contains(" panicked at ")
+            || line.starts_with("FAIL:")
+            || line.starts_with("ERROR:")
+            || line.starts_with("not ok ")
+    };
+    let line = lines
+        .iter()
+        .rev()
+        .find(|line| named(line))
+        .or_else(|| lines.iter().rev().find(|line| line.starts_with("error")))
+        .or(lines.last())?;
+    Some(crate::text::excerpt(&crate::text::strip_escapes(line), 200))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -170,6 +200,28 @@ mod tests {
         assert_eq!(
             run.journal_types(),
             vec!["run_started", "subtask_started", "checked", "checked"]
+        );
+    }
+
+    #[test]
+    fn the_failure_line_is_the_error_the_output_names() {
+        let python = "Traceback (most recent call last):\n  File \"pkg/b.py\", line 9\n\
+                      NameError: name 'gret' is not defined\n\n---\nRan 3 tests\n\nFAILED (errors=1)\n";
+        let rust =
+            "error[E0425]: cannot find value `x`\n --> src/lib.rs:3:5\nerror: could not compile\n";
+        assert_eq!(
+            (
+                failure_line(python),
+                failure_line(rust),
+                failure_line("just text\nthe end\n"),
+                failure_line("\n"),
+            ),
+            (
+                Some("NameError: name 'gret' is not defined".to_owned()),
+                Some("error[E0425]: cannot find value `x`".to_owned()),
+                Some("the end".to_owned()),
+                None,
+            )
         );
     }
 

@@ -38,7 +38,8 @@ pub(crate) fn fixer_brief(facts: &FixerFacts<'_>) -> String {
          on its own; together they fail the project's check `{command}` (it {ended}). Make \
          the smallest change that makes the check pass while keeping what the subtasks \
          did: finish their work, do not undo it. Run `{command}` with `bash` before you \
-         finish, and end with one paragraph on what was wrong and what you changed.\n\n\
+         finish, and end with your summary: its first line the commit subject (what you \
+         fixed), then what was wrong and what you changed.\n\n\
          ## The check's output (its end)\n\n```\n{output}\n```\n\n",
         command = facts.command,
         ended = facts.red.ended,

@@ -51,8 +51,8 @@ pub fn template() -> String {
 # apply = true
 
 # What your branch gets: "squash", one commit per merged subtask authored with your git
-# identity (user.name/user.email, or GIT_AUTHOR_*), its message drawn from the brief and
-# the worker's summary, with Grove-* trailers (run, subtask, verdict, models, tokens,
+# identity (user.name/user.email, or GIT_AUTHOR_*), its subject the worker's, the brief and
+# its summary quoted beneath, with Grove-* trailers (run, subtask, verdict, models, tokens,
 # check); or "merge", the result's graph: a merge commit per subtask over the workers'
 # per-turn checkpoint commits. Either way the merge graph stays on grove/<run>/result and
 # the squashed commits (with "squash") on grove/<run>/squashed.

@@ -111,11 +111,12 @@ fn tokens(subtask: &Value) -> u64 {
     .sum()
 }
 
-/// The message the squashed commit of `subtask` (of `report`) must carry.
+/// The message the squashed commit of `subtask` (of `report`) must carry: the worker's
+/// one-line summary is its subject, the two-line brief is quoted under it.
 fn expected_message(report: &Value, index: usize, subject: &str, write: &str) -> String {
     let subtask = &report["subtasks"][index];
     format!(
-        "{subject}\n\n{write}\n\nWorker's summary: WORKER-FINAL: wrote the file as asked.\n\n\
+        "WORKER-FINAL: wrote the file as asked.\n\nThe brief:\n    {subject}\n    {write}\n\n\
          Grove-Run: {run}\nGrove-Subtask: {id}\nGrove-Verdict: approve\n\
          Grove-Reviewer-Model: r-model\nGrove-Worker-Model: w-model\nGrove-Tokens: {tokens}\n",
         run = report["run_id"].as_str().unwrap(),
@@ -491,11 +492,10 @@ async fn a_subtask_finished_before_an_interrupt_keeps_its_summary_in_the_resumed
     assert_eq!(
         summaries,
         vec![
-            "Make a shout.|WRITE a.txt ALPHA",
-            "Worker's summary: WORKER-FINAL: wrote the file as asked.",
-            "Make b shout.|WRITE b.txt BETA",
-            "Worker's summary: WORKER-FINAL: wrote the file as asked.",
+            "WORKER-FINAL: wrote the file as asked.|The brief:",
+            "WORKER-FINAL: wrote the file as asked.|The brief:",
         ],
-        "S1 finished in the first process: its summary comes back from the journal"
+        "S1 finished in the first process: its summary (its subject) comes back from the \
+         journal, never the brief in its place"
     );
 }

@@ -182,7 +182,7 @@ async fn a_conflict_is_resolved_reviewed_and_both_changes_land_on_the_users_bran
             "--format=%s|%(trailers:key=Grove-Subtask,valueonly,separator=%x2C)",
             "-2"
         ]),
-        "Two.|S2\nOne.|S1",
+        "Two.|S2\nWORKER-FINAL: wrote the file as asked.|S1",
         "the user's branch gets one commit per subtask, the resolved one under its own brief"
     );
 }

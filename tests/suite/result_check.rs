@@ -312,6 +312,58 @@ async fn a_red_result_gets_its_culprit_named_and_a_reviewed_fixer_and_then_the_b
             && err.contains("The culprit: S3"),
         "the final message tells the story: {err}"
     );
+    squashed_history_is_written_and_unforgeable(&fixture, &base);
+}
+
+/// The squashed history of the rename on main: four commits (three pieces and the fixer)
+/// whose subjects are written (no Markdown heading, no `…`), whose only trailers, as git
+/// reads them, are grove's, and whose fixer names the failure it fixed.
+fn squashed_history_is_written_and_unforgeable(fixture: &GitFixture, base: &str) {
+    let range = format!("{base}..main");
+    let commits: Vec<String> = fixture
+        .git(&["rev-list", "--reverse", &range])
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        commits.len(),
+        4,
+        "one commit per merged subtask, the fixer's included"
+    );
+    for commit in &commits {
+        let subject = fixture.git(&["log", "-1", "--format=%s", commit]);
+        assert!(
+            !subject.starts_with('#') && !subject.contains('…') && subject.chars().count() <= 72,
+            "a written subject: {subject:?}"
+        );
+        let keys: Vec<String> = fixture
+            .git(&["log", "-1", "--format=%(trailers:only,unfold)", commit])
+            .lines()
+            .filter_map(|line| line.split_once(':').map(|(key, _)| key.to_owned()))
+            .collect();
+        let expected = vec![
+            "Grove-Run",
+            "Grove-Subtask",
+            "Grove-Verdict",
+            "Grove-Reviewer-Model",
+            "Grove-Worker-Model",
+            "Grove-Tokens",
+            "Grove-Check",
+        ];
+        assert_eq!(
+            keys, expected,
+            "git reads grove's trailers alone on {subject:?}"
+        );
+    }
+    let fixer = fixture.git(&["log", "-1", "--format=%B", "main"]);
+    assert!(
+        fixer.starts_with(
+            "WORKER-FINAL: done.\n\nIt fixes the merged result's check, which \
+                           failed with:\n    AttributeError: module 'pkg.core' has no \
+                           attribute 'greet'\n"
+        ),
+        "the fixer's commit says what it fixed and names the failure in one line: {fixer}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -262,7 +262,7 @@ async fn approving_a_rejected_subtask_rebuilds_the_result_with_it_and_applies() 
         (
             squashed,
             fixture.git(&["rev-parse", &format!("{result}^{{tree}}")]),
-            "Shout beta.|S1 approve\nAdd a file.|S2 approve\nShout delta.|S3 approve".to_owned(),
+            "Done.|S1 approve\nDone.|S2 approve\nDone.|S3 approve".to_owned(),
         ),
         "main gets one commit per subtask of the rebuilt result, S2 on the person's word, \
          with the rebuilt result's tree"

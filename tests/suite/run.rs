@@ -140,8 +140,9 @@ async fn a_four_subtask_refactor_merges_three_and_archives_the_rejected_one_in_e
             (
                 fixture.git(&["rev-parse", &format!("{result}^{{tree}}")]),
                 format!(
-                    "Make src/c.txt shout.\t{}\nMake src/b.txt shout.\t{}\n\
-                     Make src/a.txt shout.\t{base}",
+                    "WORKER-FINAL: wrote the file as asked.\t{}\n\
+                     WORKER-FINAL: wrote the file as asked.\t{}\n\
+                     WORKER-FINAL: wrote the file as asked.\t{base}",
                     fixture.rev("HEAD~1"),
                     fixture.rev("HEAD~2"),
                 ),

@@ -11,13 +11,14 @@
 //! merges the offers that follow it with its own in one batch and journals each, so that
 //! reviews ending together do not merge one at a time.
 
-use crate::git::{BatchItem, CommitId, MergeOutcome};
+use crate::git::trailers::CommitMessage;
+use crate::git::{BatchItem, CommitId, MergeOutcome, RunId};
 use crate::run::context::RunContext;
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::{Batched, Follower, MergeQueue};
 use crate::run::subtask::error::SubtaskError;
 use crate::store::journal::{Entry, SubtaskOutcome, VerdictKind};
-use crate::text::truncate;
+use crate::text::first_line;
 
 /// Where the subtask's work ended up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,12 +55,7 @@ pub(crate) async fn integrate(
     if verdict == VerdictKind::Reject {
         return Ok(Integration::Rejected);
     }
-    let message = format!(
-        "grove {}: merge {id}\n\n{}\n\nGrove-Run: {}\nGrove-Subtask: {id}\n",
-        ctx.run,
-        truncate(brief.lines().next().unwrap_or_default(), 200),
-        ctx.run
-    );
+    let message = merge_message(&ctx.run, &format!("merge {id}"), id, brief);
     let item = BatchItem {
         commit: tip,
         message,
@@ -192,6 +188,17 @@ fn journal_merge(
     Ok(())
 }
 
+/// The message of the merge of subtask `id` onto the result (`what`: `merge S2`, or
+/// `merge S2, resolved by S3`): the first line of its brief, quoted, then the trailers.
+pub(crate) fn merge_message(run: &RunId, what: &str, id: SubtaskId, brief: &str) -> String {
+    CommitMessage::new(&format!("grove {run}: {what}"))
+        .quoted("", &first_line(brief, 200))
+        .with_trailers(&[
+            ("Grove-Run", run.to_string()),
+            ("Grove-Subtask", id.to_string()),
+        ])
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -245,9 +252,10 @@ mod tests {
         assert_eq!(
             run.git(&run.ctx.user_root, &["log", "-1", "--format=%B", &result]),
             format!(
-                "grove {0}: merge S1\n\nshout alpha\n\nGrove-Run: {0}\nGrove-Subtask: S1",
+                "grove {0}: merge S1\n\n    shout alpha\n\nGrove-Run: {0}\nGrove-Subtask: S1",
                 run.ctx.run
-            )
+            ),
+            "the brief's first line is quoted: no brief can add or hide a trailer"
         );
         assert_eq!(
             run.journal_types(),

@@ -357,11 +357,11 @@ async fn stages(
     if verdict.kind == VerdictKind::Reject {
         return Ok(Attempt::NotMerged);
     }
-    let message = format!(
-        "grove {run}: merge {k}, resolved by {id}\n\n{}\n\nGrove-Run: {run}\nGrove-Subtask: {k}\n",
-        truncate(conflict.brief.lines().next().unwrap_or_default(), 200),
-        run = ctx.run,
-        k = conflict.id,
+    let message = integrate::merge_message(
+        &ctx.run,
+        &format!("merge {}, resolved by {id}", conflict.id),
+        conflict.id,
+        conflict.brief,
     );
     match integrate::merge_journaled(ctx, id, committed.tip, &message).await? {
         MergeOutcome::Merged { commit } => Ok(Attempt::Merged { result: commit }),
