@@ -37,6 +37,7 @@
 mod apply;
 mod archive;
 mod base_tree;
+mod blame;
 mod branch;
 mod cmd;
 mod commit;

@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use crate::git::{CommitId, RebuildPick};
 use crate::run::check_tree::{TreeCheckError, check_commit};
 use crate::run::context::RunContext;
+use crate::run::failing_location::{Attribution, at_failing_location};
 use crate::run::report::{Culprit, CulpritEvidence};
 use crate::settings::options::CheckOptions;
 use crate::store::journal::{CheckRun, CheckStatus, ON_RESULT_WITHOUT, on_result_without};
@@ -35,43 +36,47 @@ pub(crate) struct Candidate {
     pub(crate) changed: Vec<String>,
 }
 
-/// Finds the culprit of `red` (the result's failed check) among `candidates` (in merge
-/// order); `None` when no rebuilt result passes and the output names no file that only
-/// some of them changed.
+/// Finds the culprit of `red` (the check that failed on `result`) among `candidates` (in
+/// merge order): the subtask that changed the place the failure names, else the smallest
+/// group without which a rebuilt result passes; `None` when neither finds one.
 pub(crate) async fn find_culprit(
     ctx: &RunContext,
     check: &CheckOptions,
     red: &CheckRun,
+    result: CommitId,
     candidates: &[Candidate],
 ) -> Result<Option<Culprit>, TreeCheckError> {
     if let [only] = candidates {
         return Ok(Some(Culprit {
             subtasks: vec![only.label.clone()],
             found_by: CulpritEvidence::OnlyMerged,
+            at: None,
         }));
     }
-    if let Some(found) = passes_without(ctx, check, candidates).await? {
-        return Ok(Some(Culprit {
+    match at_failing_location(ctx, result, &red.output_tail, candidates) {
+        Some(Attribution::Line { subtask, at }) => {
+            return Ok(Some(Culprit {
+                subtasks: vec![subtask],
+                found_by: CulpritEvidence::FailingLine,
+                at: Some(at),
+            }));
+        }
+        Some(Attribution::File { subtasks, at }) => {
+            return Ok(Some(Culprit {
+                subtasks,
+                found_by: CulpritEvidence::FailingFile,
+                at: Some(at),
+            }));
+        }
+        None => {}
+    }
+    Ok(passes_without(ctx, check, candidates)
+        .await?
+        .map(|found| Culprit {
             subtasks: found.iter().map(|c| c.label.clone()).collect(),
             found_by: CulpritEvidence::PassesWithout,
-        }));
-    }
-    let named: Vec<String> = candidates
-        .iter()
-        .filter(|candidate| {
-            candidate
-                .changed
-                .iter()
-                .any(|path| red.output_tail.contains(path.as_str()))
-        })
-        .map(|candidate| candidate.label.clone())
-        .collect();
-    Ok(
-        (!named.is_empty() && named.len() < candidates.len()).then_some(Culprit {
-            subtasks: named,
-            found_by: CulpritEvidence::NamedInOutput,
-        }),
-    )
+            at: None,
+        }))
 }
 
 /// The culprit an earlier search of this run found by leaving subtasks out (its checks
@@ -88,6 +93,7 @@ pub(crate) fn culprit_from_runs(runs: &[CheckRun]) -> Option<Culprit> {
             .map(str::to_owned)
             .collect(),
         found_by: CulpritEvidence::PassesWithout,
+        at: None,
     })
 }
 
@@ -237,9 +243,15 @@ mod tests {
             candidate("S3", 3, built_on),
         ];
 
-        let alone = find_culprit(&run.ctx, &CheckOptions::new("false"), &red(), &all[..1])
-            .await
-            .unwrap();
+        let alone = find_culprit(
+            &run.ctx,
+            &CheckOptions::new("false"),
+            &red(),
+            first,
+            &all[..1],
+        )
+        .await
+        .unwrap();
         let without_first = rebuilt_without(&run.ctx, &all, &all[..1]).await.unwrap();
 
         assert_eq!(
@@ -247,6 +259,7 @@ mod tests {
             Some(Culprit {
                 subtasks: vec!["S1".into()],
                 found_by: CulpritEvidence::OnlyMerged,
+                at: None,
             }),
             "one merged subtask is the culprit at once"
         );
@@ -264,6 +277,7 @@ mod tests {
             Some(Culprit {
                 subtasks: vec!["S4".into(), "S5".into()],
                 found_by: CulpritEvidence::PassesWithout,
+                at: None,
             }),
             "a journaled search is read back as its culprit"
         );

@@ -74,8 +74,9 @@ pub(crate) fn fixer_brief(facts: &FixerFacts<'_>) -> String {
 /// What the fixer is told about the culprit.
 fn culprit_text(culprit: Option<&Culprit>) -> String {
     let Some(culprit) = culprit else {
-        return "No subtask was found to blame: the result rebuilt without each of them \
-                fails too, and the output names no file that only some of them changed."
+        return "No subtask was found to blame: the output names no place in the \
+                repository that only some of them changed, and the result rebuilt without \
+                each of them fails too."
             .to_owned();
     };
     let who = culprit.subtasks.join(", ");
@@ -83,9 +84,14 @@ fn culprit_text(culprit: Option<&Culprit>) -> String {
         CulpritEvidence::PassesWithout => {
             format!("{who}: the check passes on the result rebuilt without {who}.")
         }
-        CulpritEvidence::NamedInOutput => format!(
-            "Most likely {who}: the result rebuilt without any one subtask fails too (the \
-             pieces need each other), and the failing output names files {who} changed."
+        CulpritEvidence::FailingLine => format!(
+            "Most likely {who}: its merge last changed {}, where the check failed.",
+            culprit.at.as_deref().unwrap_or("the failing line")
+        ),
+        CulpritEvidence::FailingFile => format!(
+            "Most likely {who}: it changed {}, where the check failed (that line itself \
+             is as the base has it).",
+            culprit.at.as_deref().unwrap_or("the failing file")
         ),
         CulpritEvidence::OnlyMerged => format!("{who}: the only subtask merged."),
     }
@@ -116,6 +122,7 @@ mod tests {
         let culprit = Culprit {
             subtasks: vec!["S2".into()],
             found_by: CulpritEvidence::PassesWithout,
+            at: None,
         };
 
         let brief = fixer_brief(&FixerFacts {

@@ -32,6 +32,7 @@ pub(crate) mod context;
 pub(crate) mod culprit;
 pub mod delegate;
 pub mod dry_run;
+mod failing_location;
 pub mod finish;
 pub(crate) mod fixer;
 pub(crate) mod history;

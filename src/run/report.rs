@@ -140,6 +140,10 @@ pub struct Culprit {
     /// Their labels (`S3`), in subtask order.
     pub subtasks: Vec<String>,
     pub found_by: CulpritEvidence,
+    /// Where the failure is, as the output named it in the repository (`pkg/b.py:9`),
+    /// when that is how they were found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
 }
 
 /// How the culprit of a red result check was found.
@@ -148,9 +152,12 @@ pub struct Culprit {
 pub enum CulpritEvidence {
     /// The result rebuilt without them passes the check.
     PassesWithout,
-    /// No rebuilt result passed (the pieces need each other, as in a refactor), and the
-    /// failing output names files only they changed.
-    NamedInOutput,
+    /// Its merge last changed the line of the repository where the check failed (the
+    /// innermost frame, or the `file:line` the failure names).
+    FailingLine,
+    /// They changed the file where the check failed, and the others did not (the failing
+    /// line itself is as the base has it).
+    FailingFile,
     /// It is the only subtask merged.
     OnlyMerged,
 }

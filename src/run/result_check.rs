@@ -139,7 +139,7 @@ pub(crate) async fn check_result(
         });
     }
     let candidates = candidates(ctx, &merged).await;
-    let culprit = match verdict(ctx, find_culprit(ctx, check, &red, &candidates).await)? {
+    let culprit = match verdict(ctx, find_culprit(ctx, check, &red, tip, &candidates).await)? {
         Ok(culprit) => culprit,
         Err(stop @ ResultCheck::Interrupted { .. }) => return Ok(stop.after_red(&red)),
         Err(ResultCheck::Unchecked { reason }) => {

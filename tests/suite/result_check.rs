@@ -223,14 +223,11 @@ async fn a_red_result_gets_its_culprit_named_and_a_reviewed_fixer_and_then_the_b
             pair("S2", "failed"),
             pair("S3", "failed"),
             pair("result", "failed"),
-            pair("result without S1", "failed"),
-            pair("result without S2", "failed"),
-            pair("result without S3", "failed"),
             pair("S4", "passed"),
             pair("result", "passed"),
         ],
-        "every piece fails alone; the merged result fails, and so does it without any one \
-         of them; the fixer's worktree and then the result pass"
+        "every piece fails alone; the merged result fails where S3 changed a file, so no \
+         result is rebuilt to find its culprit; the fixer's worktree and then the result pass"
     );
     assert_eq!(
         (
@@ -241,9 +238,10 @@ async fn a_red_result_gets_its_culprit_named_and_a_reviewed_fixer_and_then_the_b
         (
             &json!(CHECK),
             &json!("passed"),
-            &json!({ "subtasks": ["S3"], "found_by": "named_in_output" })
+            &json!({ "subtasks": ["S3"], "found_by": "failing_file", "at": "pkg/b.py:9" })
         ),
-        "the culprit is the subtask whose file the failure names"
+        "the culprit is the subtask that changed the file of the innermost frame (its line \
+         9 is the base's: the call S3 forgot to change)"
     );
     let red = &report["check"]["runs"]
         .as_array()
@@ -281,7 +279,7 @@ async fn a_red_result_gets_its_culprit_named_and_a_reviewed_fixer_and_then_the_b
     assert_eq!(fixer.len(), 1, "one fixer worked");
     for part in [
         "has no attribute 'greet'",
-        "Most likely S3",
+        "Most likely S3: it changed pkg/b.py:9, where the check failed",
         &format!("### S1\n\n{S1}"),
         &format!("### S2\n\n{S2}"),
         &format!("### S3\n\n{S3}"),
@@ -402,15 +400,13 @@ async fn a_result_no_fixer_can_fix_stays_on_its_branch_and_the_run_exits_3() {
         runs[3..],
         [
             pair("result", "failed"),
-            pair("result without S1", "failed"),
-            pair("result without S2", "failed"),
-            pair("result without S3", "failed"),
             pair("S4", "failed"),
             pair("result", "failed"),
             pair("S5", "failed"),
             pair("result", "failed"),
         ],
-        "after each fixer the result is checked again; it stays red"
+        "after each fixer the result is checked again; it stays red (its culprit is where \
+         the failure is: no rebuilt result is checked)"
     );
     assert_eq!(report["check"]["status"], "failed");
     assert_eq!(report["applied"], false);
@@ -815,8 +811,10 @@ async fn a_fixer_interrupted_mid_work_continues_on_resume_as_the_same_round() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ctrl_c_during_the_culprit_search_says_the_result_is_red_and_names_the_squashed_branch() {
     // Only the checks of the result rebuilt without a subtask wait (the search).
-    let command =
-        format!("case \"${{PWD##*/}}\" in check-result-without-*) sleep 60;; esac; {CHECK}");
+    // Its output names no place (all of it goes nowhere), so the culprit is searched for.
+    let command = format!(
+        "case \"${{PWD##*/}}\" in check-result-without-*) sleep 60;; esac; {CHECK} >/dev/null 2>&1"
+    );
     let fixture = package(&command, 2);
     let before = user_side(&fixture);
     let server = FakeServer::with_responder(responder(Fixer::Fixes)).await;
@@ -869,5 +867,84 @@ async fn ctrl_c_during_the_culprit_search_says_the_result_is_red_and_names_the_s
         fixture.git(&["rev-parse", &format!("grove/{run_id}/squashed^{{tree}}")]),
         fixture.git(&["rev-parse", &format!("grove/{run_id}/result^{{tree}}")]),
         "the branch it names holds the result"
+    );
+}
+
+const LOUD_A: &str = "from pkg import b\n\n\ndef hello_alice():\n    return b.loud(\"Alice\")\n";
+const LOUD_B: &str =
+    "from pkg import core\n\n\ndef loud(name):\n    return core.greet(name).upper()\n";
+const LOUD_TEST: &str = "import unittest\n\nfrom pkg import a\n\n\nclass Loud(unittest.TestCase):\n    \
+                         def test_alice(self):\n        self.assertEqual(a.hello_alice(), \"HELLO, ALICE!\")\n";
+/// Three pieces; S3's changed line raises a NameError, reached through S2's changed line.
+const LOUD: &[(&str, Option<&str>)] = &[
+    ("L1: document greet.", None),
+    ("L2: strip Alice's greeting.", None),
+    ("L3: shout in loud.", None),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_culprit_of_an_error_at_a_line_one_subtask_changed_is_that_subtask_alone() {
+    let fixture = GitFixture::with_files(&[
+        ("pkg/__init__.py", ""),
+        ("pkg/core.py", CORE),
+        ("pkg/a.py", LOUD_A),
+        ("pkg/b.py", LOUD_B),
+        ("tests/__init__.py", ""),
+        ("tests/test_loud.py", LOUD_TEST),
+        (
+            ".grove/config.toml",
+            &format!("[check]\ncommand = '{CHECK}'\nfix_attempts = 1\n"),
+        ),
+    ]);
+    let server = FakeServer::with_responder(|request: &RecordedRequest| match who(request) {
+        Who::Lead => lead_reply(request, LOUD),
+        Who::Worker if answered(request) => usage(Turn::text("WORKER-FINAL: done.")).into(),
+        Who::Worker => {
+            let brief = first_user_text(request);
+            if brief.starts_with(FIXER_HEADING) {
+                write("pkg/b.py", &LOUD_B.replace("greet(nam)", "greet(name)"))
+            } else if brief.starts_with("L1") {
+                write("pkg/core.py", &format!("\"\"\"Greetings.\"\"\"\n{CORE}"))
+            } else if brief.starts_with("L2") {
+                write(
+                    "pkg/a.py",
+                    &LOUD_A.replace("b.loud(\"Alice\")", "b.loud(\"Alice\").strip()"),
+                )
+            } else {
+                write("pkg/b.py", &LOUD_B.replace("greet(name)", "greet(nam)"))
+            }
+        }
+        Who::Reviewer => usage(Turn::new().tool_use(
+            "review_call_1",
+            "submit_verdict",
+            json!({ "verdict": "approve", "summary": "Fine." }),
+        ))
+        .into(),
+    })
+    .await;
+
+    let output = grove_in(&fixture, Some(&server), &["run", "--json", "make it loud"]).await;
+
+    let report = report(&output);
+    assert_eq!(
+        report["check"]["culprit"],
+        json!({ "subtasks": ["S3"], "found_by": "failing_line", "at": "pkg/b.py:5" }),
+        "the innermost frame is S3's changed line; S2's frame and file above it name no \
+         culprit\n{}",
+        stderr(&output)
+    );
+    let searched: Vec<&str> = report["check"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|run| run["on"].as_str())
+        .filter(|on| on.starts_with("result without"))
+        .collect();
+    assert_eq!(searched, Vec::<&str>::new(), "no rebuilt result is checked");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "the fixer fixed it: {}",
+        stderr(&output)
     );
 }

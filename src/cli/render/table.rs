@@ -192,9 +192,13 @@ fn culprit_line(culprit: Option<&Culprit>) -> String {
         CulpritEvidence::PassesWithout => {
             format!("\nThe culprit: {who} (the check passes on the result without it).")
         }
-        CulpritEvidence::NamedInOutput => format!(
-            "\nThe culprit: {who} (the result without any one subtask fails too; the \
-             failing output names files {who} changed)."
+        CulpritEvidence::FailingLine => format!(
+            "\nThe culprit: {who} (it last changed {}, where the check failed).",
+            culprit.at.as_deref().unwrap_or("the failing line")
+        ),
+        CulpritEvidence::FailingFile => format!(
+            "\nThe culprit: {who} (it changed {}, where the check failed).",
+            culprit.at.as_deref().unwrap_or("the failing file")
         ),
         CulpritEvidence::OnlyMerged => format!("\nThe culprit: {who} (the only subtask merged)."),
     }
