@@ -24,6 +24,11 @@ impl Repo {
         })
     }
 
+    /// The id of `commit`'s tree, in hex.
+    pub fn tree_id(&self, commit: CommitId) -> Result<String, GitError> {
+        self.tree_of(commit).map(|tree| tree.to_string())
+    }
+
     /// The full message of `commit`.
     pub fn commit_message(&self, commit: CommitId) -> Result<String, GitError> {
         self.read("a commit's message", |repo| {

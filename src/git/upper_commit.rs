@@ -284,7 +284,7 @@ impl Repo {
     }
 
     /// The tree of `commit`.
-    fn tree_of(&self, commit: CommitId) -> Result<git2::Oid, GitError> {
+    pub(super) fn tree_of(&self, commit: CommitId) -> Result<git2::Oid, GitError> {
         self.read("the base commit", |repo| {
             Ok(repo.find_commit(commit.oid())?.tree_id())
         })

@@ -758,6 +758,8 @@ mod tests {
                     ended: "exited with status 1".into(),
                     output_tail: format!("FAILED test_{evil}"),
                     opened: Vec::new(),
+                    tree: None,
+                    same_as: None,
                 }),
                 diff: DiffView::Shown {
                     base: "0123456789abcdef0123456789abcdef01234567".into(),

@@ -15,7 +15,7 @@ use crate::run::check_watch::OpenWatch;
 use crate::run::context::RunContext;
 use crate::settings::options::CheckOptions;
 use crate::store::StoreError;
-use crate::store::journal::{CheckRun, CheckStatus, Entry};
+use crate::store::journal::{CheckRun, CheckStatus, Entry, ON_BASE, ON_RESULT, ON_RESULT_WITHOUT};
 use crate::text::output_tail;
 use crate::tools::tree::path_for_grove;
 use crate::tools::{ExecError, ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
@@ -44,24 +44,48 @@ pub enum CheckError {
 
 /// Runs `check` in `cwd` (a worktree of subtask `on`, or of the result when `on` is
 /// [`ON_RESULT`](crate::store::journal::ON_RESULT)), journals and announces what it did.
+#[cfg(test)]
 pub(crate) async fn run_check(
     ctx: &RunContext,
     check: &CheckOptions,
     cwd: &Path,
     on: &str,
 ) -> Result<CheckRun, CheckError> {
-    run_check_watching(ctx, check, cwd, on, &[]).await
+    let site = CheckSite {
+        cwd,
+        on,
+        tree: None,
+        changed: &[],
+    };
+    run_check_at(ctx, check, site).await
 }
 
-/// [`run_check`], noting which of `changed` (paths relative to `cwd`: a subtask's change)
-/// the check opened in [`CheckRun::opened`].
-pub(crate) async fn run_check_watching(
+/// Where one check runs, and what its record says of the tree.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CheckSite<'a> {
+    /// The worktree it runs in.
+    pub(crate) cwd: &'a Path,
+    /// What it checks: `S2`, `result`, `result without S2`, `base`.
+    pub(crate) on: &'a str,
+    /// The id of the tree in `cwd`, when known (recorded, so that it is checked once).
+    pub(crate) tree: Option<&'a str>,
+    /// A subtask's changed paths (relative to `cwd`): those the check opens are noted in
+    /// [`CheckRun::opened`].
+    pub(crate) changed: &'a [String],
+}
+
+/// Runs `check` at `site`, journals and announces what it did.
+pub(crate) async fn run_check_at(
     ctx: &RunContext,
     check: &CheckOptions,
-    cwd: &Path,
-    on: &str,
-    changed: &[String],
+    site: CheckSite<'_>,
 ) -> Result<CheckRun, CheckError> {
+    let CheckSite {
+        cwd,
+        on,
+        tree,
+        changed,
+    } = site;
     ctx.events.emit(Event::CheckStarted {
         on: on.to_owned(),
         command: check.command.clone(),
@@ -113,6 +137,8 @@ pub(crate) async fn run_check_watching(
         ended,
         output_tail: output_tail(&result.output_text(), CHECK_OUTPUT_TAIL_CHARS),
         opened: watch.map(OpenWatch::opened).unwrap_or_default(),
+        tree: tree.map(str::to_owned),
+        same_as: None,
     };
     ctx.journal(Entry::Checked { run: run.clone() })?;
     ctx.events.emit(Event::CheckFinished {
@@ -122,6 +148,53 @@ pub(crate) async fn run_check_watching(
         ended: run.ended.clone(),
         seconds: run.seconds,
     });
+    Ok(run)
+}
+
+/// An earlier check of this run whose verdict holds for `tree` under `check`: the same
+/// tree, command and environment. A subtask's check never had the network, so with
+/// `[check] network` only the result's and the base's checks count.
+pub(crate) fn checked_before(
+    ctx: &RunContext,
+    check: &CheckOptions,
+    tree: &str,
+) -> Option<CheckRun> {
+    ctx.journal.checks().into_iter().find(|run| {
+        run.tree.as_deref() == Some(tree)
+            && (!check.network
+                || run.on == ON_BASE
+                || run.on == ON_RESULT
+                || run.on.starts_with(ON_RESULT_WITHOUT))
+    })
+}
+
+/// Journals and announces `earlier`'s verdict as the check on `on` of the same tree.
+pub(crate) fn reuse(
+    ctx: &RunContext,
+    earlier: &CheckRun,
+    on: &str,
+) -> Result<CheckRun, CheckError> {
+    let run = CheckRun {
+        on: on.to_owned(),
+        seconds: 0.0,
+        opened: Vec::new(),
+        same_as: Some(
+            earlier
+                .same_as
+                .clone()
+                .unwrap_or_else(|| earlier.on.clone()),
+        ),
+        ..earlier.clone()
+    };
+    ctx.journal(Entry::Checked { run: run.clone() })?;
+    ctx.note(format!(
+        "{on}: the very tree {} checked ({}): not checked again",
+        run.same_as.as_deref().unwrap_or_default(),
+        match run.status {
+            CheckStatus::Passed => "it passed",
+            CheckStatus::Failed => "it failed",
+        }
+    ));
     Ok(run)
 }
 
@@ -194,6 +267,8 @@ mod tests {
                 ended: "exited with status 4".into(),
                 output_tail: "first\nFAILED: test_a".into(),
                 opened: Vec::new(),
+                tree: None,
+                same_as: None,
             },
             "a check that exits 4 failed, with its output"
         );

@@ -7,7 +7,7 @@
 //! means, and must never run the check anywhere but in such a worktree.
 
 use crate::git::{CommitId, GitError};
-use crate::run::check::{CheckError, run_check};
+use crate::run::check::{CheckError, CheckSite, checked_before, reuse, run_check_at};
 use crate::run::context::RunContext;
 use crate::run::subtask::SubtaskError;
 use crate::run::subtask::error::SetupEnd;
@@ -78,13 +78,24 @@ impl TreeCheckError {
 }
 
 /// Runs `check` on `commit` in a fresh worktree of it, journaled with `on` (`result`, or
-/// `result without S2`), and removes the worktree again.
+/// `result without S2`), and removes the worktree again; a tree this run checked already
+/// (a fixer's, which its merge made the result) is not checked again: its verdict is.
 pub(crate) async fn check_commit(
     ctx: &RunContext,
     check: &CheckOptions,
     commit: CommitId,
     on: &str,
 ) -> Result<CheckRun, TreeCheckError> {
+    let tree = ctx
+        .repo
+        .tree_id(commit)
+        .map_err(|source| TreeCheckError::Worktree {
+            on: on.to_owned(),
+            source,
+        })?;
+    if let Some(earlier) = checked_before(ctx, check, &tree) {
+        return Ok(reuse(ctx, &earlier, on)?);
+    }
     let path = ctx.worktrees_dir.join(dir_name(on));
     let worktree = ctx
         .repo
@@ -121,7 +132,13 @@ pub(crate) async fn check_commit(
                     source: Box::new(source),
                 },
             })?;
-        Ok(run_check(ctx, check, worktree.path(), on).await?)
+        let site = CheckSite {
+            cwd: worktree.path(),
+            on,
+            tree: Some(&tree),
+            changed: &[],
+        };
+        Ok(run_check_at(ctx, check, site).await?)
     }
     .await;
     if let Err(error) = ctx.repo.remove_detached_worktree(&worktree).await {

@@ -191,6 +191,8 @@ mod tests {
             ended: "exited with status 1".into(),
             output_tail: "FAILED".into(),
             opened: Vec::new(),
+            tree: None,
+            same_as: None,
         }
     }
 

@@ -111,6 +111,8 @@ mod tests {
             ended: "exited with status 1".into(),
             output_tail: format!("{}\nFAILED test_b", "x".repeat(10_000)),
             opened: Vec::new(),
+            tree: None,
+            same_as: None,
         };
         let merged = [
             SubtaskReport::new("S1".into(), "Rename greet".into(), "b1".into()),

@@ -195,6 +195,15 @@ pub struct CheckRun {
     /// for a check that watched nothing (on the base, on the result).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub opened: Vec<String>,
+    /// The id of the tree it checked, when grove knows it: a tree is checked once per
+    /// run (see `same_as`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<String>,
+    /// The check whose verdict this one is, not run again: an earlier check of the same
+    /// tree with the same command and environment (`S4`, the fixer whose merge made the
+    /// result that very tree).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub same_as: Option<String>,
 }
 
 /// What `on` of a [`CheckRun`] on the merged result says.

@@ -813,6 +813,8 @@ mod tests {
             ended: "exited with status 0".into(),
             output_tail: "ok".into(),
             opened: Vec::new(),
+            tree: None,
+            same_as: None,
         };
         let entries = [
             Entry::RunStarted {

@@ -243,6 +243,23 @@ async fn a_red_result_gets_its_culprit_named_and_a_reviewed_fixer_and_then_the_b
         "the culprit is the subtask that changed the file of the innermost frame (its line \
          9 is the base's: the call S3 forgot to change)"
     );
+    let result_runs: Vec<(&Value, &Value)> = report["check"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|run| run["on"] == "result")
+        .map(|run| (&run["tree"], &run["same_as"]))
+        .collect();
+    let fixer_tree = &report["check"]["runs"].as_array().unwrap()[..]
+        .iter()
+        .find(|run| run["on"] == "S4")
+        .unwrap()["tree"];
+    assert_eq!(
+        result_runs.last(),
+        Some(&(fixer_tree, &json!("S4"))),
+        "the fixer's merge made the result its very tree: the fixer's passing check is the \
+         result's, not run again"
+    );
     let red = &report["check"]["runs"]
         .as_array()
         .unwrap()

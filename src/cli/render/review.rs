@@ -458,6 +458,8 @@ mod tests {
                 ended: "exited with status 1".into(),
                 output_tail: "test_a ok\ntest_b FAILED\n1 failed".into(),
                 opened: Vec::new(),
+                tree: None,
+                same_as: None,
             }),
         }
     }

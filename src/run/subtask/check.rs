@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::git::{DiffStat, Worktree};
-use crate::run::check::{CheckError, run_check_watching};
+use crate::git::{BranchDiff, Worktree};
+use crate::run::check::{CheckError, CheckSite, run_check_at};
 use crate::run::context::RunContext;
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::SubtaskError;
@@ -44,7 +44,7 @@ pub(crate) async fn check_subtask(
     permit: OwnedSemaphorePermit,
     id: SubtaskId,
     worktree: &Worktree,
-    changed: &DiffStat,
+    changed: &BranchDiff,
 ) -> Result<(Option<CheckRun>, OwnedSemaphorePermit), SubtaskError> {
     let Some(check) = &ctx.options.check else {
         return Ok((None, permit));
@@ -72,7 +72,7 @@ pub(crate) async fn check_in_slot(
     ctx: &RunContext,
     id: SubtaskId,
     worktree: &Worktree,
-    changed: &DiffStat,
+    changed: &BranchDiff,
 ) -> Result<Option<CheckRun>, SubtaskError> {
     match &ctx.options.check {
         Some(check) => checked(ctx, check, id, worktree, changed).await.map(Some),
@@ -90,15 +90,27 @@ async fn checked(
     check: &CheckOptions,
     id: SubtaskId,
     worktree: &Worktree,
-    changed: &DiffStat,
+    changed: &BranchDiff,
 ) -> Result<CheckRun, SubtaskError> {
     let unreviewed = CheckOptions {
         network: false,
         ..check.clone()
     };
     // Which of the changed files the check runs is evidence for the reviewer.
-    let watched: Vec<String> = changed.files.iter().map(|file| file.path.clone()).collect();
-    run_check_watching(ctx, &unreviewed, worktree.path(), &id.to_string(), &watched)
+    let watched: Vec<String> = changed
+        .stat
+        .files
+        .iter()
+        .map(|file| file.path.clone())
+        .collect();
+    let tree = ctx.repo.tree_id(changed.head).ok();
+    let site = CheckSite {
+        cwd: worktree.path(),
+        on: &id.to_string(),
+        tree: tree.as_deref(),
+        changed: &watched,
+    };
+    run_check_at(ctx, &unreviewed, site)
         .await
         .map_err(|error| match error {
             CheckError::Interrupted => SubtaskError::Interrupted,
@@ -173,6 +185,19 @@ mod tests {
     use crate::run::test_support::{ScriptedModel, TestRun};
     use crate::settings::options::RunOptions;
 
+    /// The diff of a worktree nothing changed.
+    fn unchanged(run: &TestRun) -> BranchDiff {
+        BranchDiff {
+            base: run.ctx.base,
+            head: run.ctx.base,
+            stat: crate::git::DiffStat::default(),
+            patch: crate::git::Patch {
+                text: String::new(),
+                omitted: Vec::new(),
+            },
+        }
+    }
+
     async fn run_with(check: CheckOptions) -> TestRun {
         let options = RunOptions {
             check: Some(check),
@@ -196,7 +221,7 @@ mod tests {
             checks: &checks,
         };
 
-        let unchanged = DiffStat::default();
+        let unchanged = unchanged(&run);
         let checking = check_subtask(&run.ctx, slots, permit, SubtaskId(1), &worktree, &unchanged);
         let observe = async {
             // The next subtask gets the only slot while the check runs.
@@ -244,7 +269,7 @@ mod tests {
             permit,
             SubtaskId(1),
             &worktree,
-            &DiffStat::default(),
+            &unchanged(&run),
         )
         .await
         .unwrap();
@@ -277,7 +302,7 @@ mod tests {
             permit,
             SubtaskId(1),
             &worktree,
-            &DiffStat::default(),
+            &unchanged(&run),
         )
         .await;
 
@@ -316,7 +341,7 @@ mod tests {
             permit,
             SubtaskId(1),
             &worktree,
-            &DiffStat::default(),
+            &unchanged(&run),
         )
         .await
         .map(|_| ())
@@ -342,6 +367,8 @@ mod tests {
             ended: "exited with status 1".into(),
             output_tail: "test_b FAILED\n1 failed".into(),
             opened: Vec::new(),
+            tree: None,
+            same_as: None,
         }
     }
 

@@ -289,7 +289,7 @@ impl Subtasks {
             checks: &self.checks,
         };
         let (check, permit) =
-            check::check_subtask(ctx, slots, permit, id, worktree, &committed.diff.stat).await?;
+            check::check_subtask(ctx, slots, permit, id, worktree, &committed.diff).await?;
         flag_what_the_check_opened(report, check.as_ref());
         report.check = check;
         let verdict =

@@ -334,7 +334,7 @@ async fn stages(
             Vec::new()
         }
     };
-    let check = check::check_in_slot(ctx, id, worktree, &diff.stat).await?;
+    let check = check::check_in_slot(ctx, id, worktree, &diff).await?;
     super::flag_what_the_check_opened(report, check.as_ref());
     report.check = check;
     let verdict = if markers.is_empty() {
