@@ -54,6 +54,7 @@ mod merge_batch;
 mod names;
 mod rebuild;
 mod registration;
+mod snapshot;
 mod spare;
 mod squash;
 pub mod trailers;
@@ -78,6 +79,7 @@ pub use merge::{MergeCheck, MergeOutcome, PairConflict};
 pub use merge_batch::BatchItem;
 pub use names::{CommitId, RunId, subtask_ref};
 pub use rebuild::{RebuildPick, RebuildStep, Rebuilt};
+pub use snapshot::{SnapshotEntry, TreeSnapshot};
 pub use squash::{ChainCommit, SquashStep, Squashed};
 pub use trash::settle_deletions;
 

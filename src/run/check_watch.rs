@@ -88,7 +88,8 @@ fn sorted(paths: impl Iterator<Item = String>) -> Vec<String> {
     paths
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(test)]
+#[cfg(target_os = "linux")]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use crate::git::{CommitId, RebuildPick};
 use crate::run::check_tree::{TreeCheckError, check_commit};
 use crate::run::context::RunContext;
-use crate::run::failing_location::{Attribution, at_failing_location};
+use crate::run::failing_location::{Attribution, Changed, at_failing_location};
 use crate::run::report::{Culprit, CulpritEvidence};
 use crate::settings::options::CheckOptions;
 use crate::store::journal::{CheckRun, CheckStatus, ON_RESULT_WITHOUT, on_result_without};
@@ -53,7 +53,14 @@ pub(crate) async fn find_culprit(
             at: None,
         }));
     }
-    match at_failing_location(ctx, result, &red.output_tail, candidates) {
+    let changed: Vec<Changed<'_>> = candidates
+        .iter()
+        .map(|candidate| Changed {
+            label: &candidate.label,
+            paths: &candidate.changed,
+        })
+        .collect();
+    match at_failing_location(ctx, result, &red.output_tail, &changed) {
         Some(Attribution::Line { subtask, at }) => {
             return Ok(Some(Culprit {
                 subtasks: vec![subtask],

@@ -26,7 +26,8 @@ use crate::run::schedule::check_after;
 use crate::run::start::RunError;
 use crate::settings::options::{Models, RunOptions};
 use crate::store::journal::ContextMode;
-use crate::tools::{self, Tool, ToolContext, ToolError, ToolOutput, ToolSet, parse_input};
+use crate::tools::result_tree::{self, LiveTree};
+use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
 
 /// One delegation the lead would make.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -68,7 +69,10 @@ pub async fn plan(
         max_subtasks: options.max_subtasks,
         planned: Mutex::new(Vec::new()),
     });
-    let tools = tools::builtin(ToolSet::ReadOnly).with(recorder.clone());
+    // What a run would read: the commit it would start from, never the work tree's
+    // uncommitted or ignored files.
+    let head = repo.resolve("HEAD")?;
+    let tools = result_tree::read_only(&LiveTree::base(repo.clone(), head)).with(recorder.clone());
     let spec = lead_spec(&options, read_rules(&root)?.as_ref(), &models.lead, tools);
     let outcome = run_agent(
         &spec,

@@ -16,7 +16,6 @@ use regex::Regex;
 
 use crate::git::{CommitId, trailers};
 use crate::run::context::RunContext;
-use crate::run::culprit::Candidate;
 
 /// A place a failing check names: a path as it printed it, and a line when it gave one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +72,12 @@ pub(crate) enum Attribution {
     File { subtasks: Vec<String>, at: String },
 }
 
+/// A merged subtask as the attribution sees it: its label and the paths it changed.
+pub(crate) struct Changed<'a> {
+    pub(crate) label: &'a str,
+    pub(crate) paths: &'a [String],
+}
+
 /// The subtasks that changed the first place `output` names that lies in the result
 /// (`result`, the commit that failed) and that some but not all of `candidates` changed;
 /// `None` when no such place is named.
@@ -80,7 +85,7 @@ pub(crate) fn at_failing_location(
     ctx: &RunContext,
     result: CommitId,
     output: &str,
-    candidates: &[Candidate],
+    candidates: &[Changed<'_>],
 ) -> Option<Attribution> {
     for location in failure_locations(output) {
         let Some(path) = repository_path(ctx, result, &location.path) else {
@@ -100,8 +105,8 @@ pub(crate) fn at_failing_location(
         }
         let changed: Vec<String> = candidates
             .iter()
-            .filter(|candidate| candidate.changed.contains(&path))
-            .map(|candidate| candidate.label.clone())
+            .filter(|candidate| candidate.paths.contains(&path))
+            .map(|candidate| candidate.label.to_owned())
             .collect();
         if !changed.is_empty() && changed.len() < candidates.len() {
             return Some(Attribution::File {

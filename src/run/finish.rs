@@ -6,8 +6,6 @@
 //! must never touch the user's branch of an interrupted or paused run, and never journal
 //! the end before everything (apply, the lead's cleanup) is done.
 
-use tokio::task::JoinHandle;
-
 use crate::agent::Ledger;
 use crate::git::{ApplyOutcome, ApplyRequest, GitError, RefusalReason};
 use crate::run::base_check::BASE_RED;
@@ -80,7 +78,7 @@ pub(crate) async fn finish(
         (false, Some(ApplyReport { message, command }))
     };
     // Everything is done before the run's end is journaled.
-    let ((applied, apply), ()) = tokio::join!(apply, cleaned(ctx, lead.cleanup));
+    let (applied, apply) = apply.await;
     if status == RunEnd::Finished && !ctx.options.keep_worktrees {
         sweep(ctx).await;
     }
@@ -156,15 +154,6 @@ fn status(ctx: &RunContext, failure: Option<LeadFailure>) -> (RunEnd, Option<Str
             Some(format!("the lead stopped: {stop}: {detail}")),
         ),
         (Some(LeadFailure::Error(error)), _) => (RunEnd::Failed, Some(error.to_string())),
-    }
-}
-
-/// Waits for the lead's worktree cleanup.
-async fn cleaned(ctx: &RunContext, cleanup: Option<JoinHandle<()>>) {
-    if let Some(cleanup) = cleanup
-        && let Err(error) = cleanup.await
-    {
-        ctx.note(format!("the lead's worktree cleanup stopped: {error}"));
     }
 }
 

@@ -19,9 +19,9 @@ impl SubtaskId {
     }
 }
 
-/// The lead's worktree number (its branch is `grove/<run>/0`): the lead reads the
-/// repository there, so that it sees the base commit, not the user's uncommitted or
-/// ignored files (such as `.env`).
+/// The number of the lead's worktree in runs by a grove before the lead read the result
+/// from git objects (its branch `grove/<run>/0`): such a run's resume passes it by and
+/// its finish sweeps it away.
 pub(crate) const LEAD_WORKTREE: SubtaskId = SubtaskId(0);
 
 impl fmt::Display for SubtaskId {

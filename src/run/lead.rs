@@ -1,14 +1,13 @@
 //! The lead: its first prompt and spec (one place, for the run and the dry run), and its
-//! loop in a worktree of its own.
+//! loop, which needs no worktree.
 //!
-//! This file owns what the lead sees: the user's task, read-only tools on the base
-//! commit (never the user's uncommitted or ignored files), and `delegate`. It must never
+//! This file owns what the lead sees: the user's task, read-only tools on the run's
+//! result as it is at each call, read from git objects (never the user's uncommitted or
+//! ignored files), and `delegate`. It must never
 //! give the lead a tool that writes, and never let anything but a subtask's bounded
 //! result reach its conversation.
 
 use std::sync::Arc;
-
-use tokio::task::JoinHandle;
 
 use crate::agent::roles::{self, ProjectRules, RoleKind};
 use crate::agent::{AgentError, AgentSpec, Ledger, StopKind, isolated_messages};
@@ -16,10 +15,8 @@ use crate::event::AgentId;
 use crate::git::GitError;
 use crate::model::{ContentBlock, Message, Role};
 use crate::run::agents::agent_catalogue;
-use crate::run::checkout::waiting_for;
 use crate::run::context::{AgentCaps, LEAD_LABEL, RunContext, agent_spec};
 use crate::run::delegate::Delegate;
-use crate::run::lead_tree::LeadTree;
 use crate::run::observer::AgentObserver;
 use crate::run::report::SubtaskReport;
 use crate::run::subtask::Subtasks;
@@ -27,7 +24,8 @@ use crate::run::subtask::close::lead_result;
 use crate::settings::options::{History, ModelChoice, RunOptions};
 use crate::store::StoreError;
 use crate::store::transcript::{self, AgentTiming, PendingAnswer, Transcript};
-use crate::tools::{self, Registry, ToolSet};
+use crate::tools::Registry;
+use crate::tools::result_tree::{self, LiveTree};
 
 /// The lead's first message: the user's task and what to do with it.
 pub(crate) fn first_prompt(task: &str) -> String {
@@ -75,11 +73,6 @@ pub enum LeadError {
         #[source]
         source: StoreError,
     },
-    #[error("could not create the lead's worktree: {source}")]
-    Worktree {
-        #[source]
-        source: GitError,
-    },
     #[error("{source}")]
     Agent {
         #[source]
@@ -107,28 +100,15 @@ pub(crate) struct LeadEnd {
     /// What it spent in all, earlier runs (before a resume) included.
     pub(crate) ledger: Ledger,
     pub(crate) failure: Option<LeadFailure>,
-    /// The removal of its worktree and branch, running meanwhile.
-    pub(crate) cleanup: Option<JoinHandle<()>>,
 }
 
 impl LeadEnd {
-    /// The lead never ran: the run paused before it could.
-    pub(crate) fn interrupted() -> Self {
-        Self {
-            summary: String::new(),
-            ledger: Ledger::default(),
-            failure: Some(LeadFailure::Interrupted),
-            cleanup: None,
-        }
-    }
-
     /// The lead never ran.
     pub(crate) fn failed(error: LeadError) -> Self {
         Self {
             summary: String::new(),
             ledger: Ledger::default(),
             failure: Some(LeadFailure::Error(error)),
-            cleanup: None,
         }
     }
 }
@@ -139,16 +119,6 @@ pub(crate) async fn run_lead(
     subtasks: &Subtasks,
     resumed: Option<Transcript>,
 ) -> LeadEnd {
-    let tree = match LeadTree::create(ctx, subtasks).await {
-        Ok(tree) => tree,
-        Err(source) => {
-            let error = LeadError::Worktree { source };
-            if ctx.pause_if_disk_full("creating the lead's worktree", &error) {
-                return LeadEnd::interrupted();
-            }
-            return LeadEnd::failed(error);
-        }
-    };
     subtasks.register_worktrees_ahead();
     if ctx.options.history == History::Squash {
         // While the lead's first call is in flight, as the worktrees are.
@@ -156,8 +126,9 @@ pub(crate) async fn run_lead(
         tokio::spawn(async move { repo.prepare_squash().await });
     }
     let delegate = Delegate::new(Arc::new(subtasks.clone()), &agent_catalogue(&ctx.user_root));
-    let tools =
-        waiting_for(&tools::builtin(ToolSet::ReadOnly), &tree.readiness).with(Arc::new(delegate));
+    // The lead reads the result as it is at each call, from git objects: no checkout.
+    let live = LiveTree::new(ctx.repo.clone(), ctx.run.result_ref(), ctx.base);
+    let tools = result_tree::read_only(&live).with(Arc::new(delegate));
     let spec = lead_spec(&ctx.options, ctx.rules.as_ref(), &ctx.models.lead, tools);
     let (messages, earlier, earlier_timing) = match resumed {
         Some(transcript) => (transcript.messages, transcript.ledger, transcript.timing),
@@ -177,13 +148,12 @@ pub(crate) async fn run_lead(
         .keeping_history(subtasks.lead_history())
         .with_timing(&spec.model_name, earlier_timing),
     );
+    // Its tools read git objects, never a directory: grove's own run folder is their root.
     let outcome = ctx
-        .run_agent(&spec, messages, &tree.root, observer.clone())
+        .run_agent(&spec, messages, &ctx.run_dir, observer.clone())
         .await;
     observer.finished(&outcome.ledger, &outcome.messages);
     ctx.budget.spend(&outcome.ledger);
-    // Off the way to the apply, which runs meanwhile.
-    let cleanup = tree.remove(ctx);
     let mut ledger = earlier;
     ledger.add(&outcome.ledger);
     let (summary, failure) = match outcome.result {
@@ -215,7 +185,6 @@ pub(crate) async fn run_lead(
         summary,
         ledger,
         failure,
-        cleanup: Some(cleanup),
     }
 }
 

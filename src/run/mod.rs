@@ -39,7 +39,6 @@ pub(crate) mod history;
 pub mod id;
 pub mod launch;
 pub mod lead;
-pub(crate) mod lead_tree;
 pub(crate) mod merge_queue;
 pub(crate) mod observer;
 pub mod report;

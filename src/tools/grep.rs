@@ -73,15 +73,7 @@ impl Tool for Grep {
 
     async fn run(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: Input = parse_input(self, input)?;
-        let regex = RegexBuilder::new(&input.pattern)
-            .size_limit(REGEX_SIZE_LIMIT)
-            .build()
-            .map_err(|err| {
-                ToolError::RespondToModel(format!(
-                    "invalid regex `{}`: {err}",
-                    truncate(&input.pattern, 200)
-                ))
-            })?;
+        let regex = compile(&input.pattern)?;
         let root = ctx.root.clone();
         let cancel = ctx.cancel.clone();
         blocking(move || {
@@ -92,14 +84,26 @@ impl Tool for Grep {
     }
 }
 
+/// A search's state across the files it reads.
+/// The model's pattern, compiled within the size limit, or the error it should see.
+pub(crate) fn compile(pattern: &str) -> Result<Regex, ToolError> {
+    RegexBuilder::new(pattern)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|err| {
+            ToolError::RespondToModel(format!("invalid regex `{}`: {err}", truncate(pattern, 200)))
+        })
+}
+
 #[derive(Debug, Default)]
-struct Search {
+pub(crate) struct Search {
     out: String,
     matches: usize,
     files_searched: u64,
     binary_skipped: u64,
-    unreadable: u64,
-    full: bool,
+    pub(crate) unreadable: u64,
+    /// Set once the caps are reached: no more files need reading.
+    pub(crate) full: bool,
 }
 
 fn search(
@@ -137,6 +141,17 @@ fn search(
             state.unreadable += stats.unreadable;
         }
     }
+    finish(state, regex, shown, cancel)
+}
+
+/// The result of a search: its matches and the notes on what it did not show. The one
+/// rendering for every reader searched (a worktree, or a commit's tree).
+pub(crate) fn finish(
+    state: Search,
+    regex: &Regex,
+    shown: &str,
+    cancel: &CancellationToken,
+) -> Result<ToolOutput, ToolError> {
     if cancel.is_cancelled() {
         return Err(ToolError::RespondToModel(
             "the search was cancelled".to_owned(),
@@ -165,8 +180,9 @@ fn search(
     Ok(ToolOutput::ok(out))
 }
 
-fn search_file(
-    mut file: cap_std::fs::File,
+/// Searches one file's `file` content, shown as `path`, into `state`.
+pub(crate) fn search_file(
+    mut file: impl Read,
     path: &Path,
     regex: &Regex,
     cancel: &CancellationToken,

@@ -12,6 +12,7 @@ pub mod git_pointer;
 mod grep;
 mod list_files;
 mod read_file;
+pub mod result_tree;
 pub mod sandbox;
 pub mod scope;
 mod text;

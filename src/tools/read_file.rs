@@ -91,17 +91,43 @@ fn read(
         .map_err(|err| io_error("read", shown, &err))?
         .len();
     let prefix = read_prefix(&mut file).map_err(|err| io_error("read", shown, &err))?;
+    let window = Window {
+        offset: input.offset,
+        limit: input.limit,
+    };
+    show_lines(shown, size, prefix, file, window, cancel)
+}
+
+/// The lines a model asked for: `offset` (1-based) and `limit`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Window {
+    pub(crate) offset: Option<u64>,
+    pub(crate) limit: Option<u64>,
+}
+
+/// A file's lines in `window`, numbered like `cat -n`, with the notes on what was cut or
+/// written out: from `prefix` (its first bytes, [`read_prefix`]) and then `rest`, the
+/// file's `size` bytes in all. The one rendering of a file for every reader of one (a
+/// worktree's, or a commit's tree).
+pub(crate) fn show_lines(
+    shown: &str,
+    size: u64,
+    prefix: Vec<u8>,
+    rest: impl Read,
+    window: Window,
+    cancel: &CancellationToken,
+) -> Result<ToolOutput, ToolError> {
     let binary = looks_binary(&prefix);
     if prefix.is_empty() {
         return Ok(ToolOutput::ok(format!("`{shown}` is empty (0 bytes)")));
     }
 
-    let first = input.offset.unwrap_or(1).max(1);
-    let limit = input.limit.unwrap_or(DEFAULT_LIMIT).max(1);
+    let first = window.offset.unwrap_or(1).max(1);
+    let limit = window.limit.unwrap_or(DEFAULT_LIMIT).max(1);
     // Lines mean little in a binary file, and one can be a single 2 GB line: its start
     // is what a model can use.
     let scanned = if binary { BINARY_SCAN_BYTES } else { u64::MAX };
-    let reader = BufReader::with_capacity(64 * 1024, Cursor::new(prefix).chain(file).take(scanned));
+    let reader = BufReader::with_capacity(64 * 1024, Cursor::new(prefix).chain(rest).take(scanned));
     let mut lines = BoundedLines::new(reader, MAX_LINE_BYTES);
     let mut number = 0u64;
     let mut out = String::new();

@@ -118,16 +118,6 @@ impl Subtasks {
         self.ahead.register(&self.ctx, self.queue.peek_next());
     }
 
-    /// Makes (or, on resume, recovers) worktree `id` at the base, as a subtask's is made:
-    /// the lead's. The future owns what it needs, so that it can be spawned.
-    pub(crate) fn make_worktree(
-        &self,
-        id: SubtaskId,
-    ) -> impl std::future::Future<Output = Result<Worktree, SubtaskError>> + Send + 'static {
-        let (ctx, ahead) = (Arc::clone(&self.ctx), Arc::clone(&self.ahead));
-        async move { prepare::create_worktree(&ctx, &ahead, id, None).await }
-    }
-
     /// Waits for every subtask pipeline and cleanup, then removes the unused worktrees.
     pub(crate) async fn wait(&self) {
         self.tasks.close();

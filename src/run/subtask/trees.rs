@@ -162,7 +162,7 @@ async fn unmount(worktree: &Worktree) -> Option<Layers> {
 /// as a git worktree, on resume too. A tree that cannot be copied out keeps its upper
 /// directory (`grove resume` mounts it again), and a note says so.
 pub(crate) async fn release_trees(ctx: &RunContext) {
-    // The lead's is being removed meanwhile (`LeadTree::remove`): it holds nothing to keep.
+    // A lead's tree, from a run an earlier grove started, holds nothing to keep.
     let lead = ctx.worktree_spec(LEAD_WORKTREE).path;
     for tree in tree::registered_beneath(&ctx.worktrees_dir) {
         if tree.path() == lead {
