@@ -32,7 +32,8 @@
 //!    it is not run but answered with [`TRUNCATED_TOOL_CALL`].
 //! 6. Append one user message holding one `tool_result` per `tool_use`, same ids, in
 //!    call order, and nothing else (an empty result text is replaced by a placeholder).
-//! 7. Call the observer's `after_turn(state, mutated)`; its error is fatal. (Its
+//! 7. Add the observer's `news` (grove's own word to the model, if any) as text to that
+//!    message, then call its `after_turn(state, mutated)`; its error is fatal. (Its
 //!    `before_tools` sees the history just before step 5.)
 //! 8. If a call of the turn succeeded with [`ToolOutput::ends_loop`] (a reviewer's
 //!    recorded verdict), stop with [`StopKind::Finished`]: nothing the model says after
@@ -436,6 +437,9 @@ impl Conversation<'_> {
                 .collect(),
         });
         if let Some(observer) = &self.observer {
+            if let Some(news) = observer.news().await {
+                append_user_text(&mut self.request.messages, &news);
+            }
             observer
                 .after_turn(
                     TurnState {

@@ -83,6 +83,14 @@ pub trait TurnObserver: Send + Sync {
         Ok(())
     }
 
+    /// What grove itself has to tell the model once a turn's tool calls are answered
+    /// (the lead: how the merged result fares on the project's check), added to the
+    /// message of tool results before [`after_turn`](Self::after_turn) sees it; `None`
+    /// when there is nothing new.
+    async fn news(&self) -> Option<String> {
+        None
+    }
+
     /// After the turn's tool results were appended. `mutated` is true when a mutating
     /// tool ran in that turn. An error stops the loop as fatal.
     async fn after_turn(&self, state: TurnState<'_>, mutated: bool) -> Result<(), ObserverError>;

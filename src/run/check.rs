@@ -151,29 +151,45 @@ pub(crate) async fn run_check_at(
     Ok(run)
 }
 
-/// An earlier check of this run whose verdict holds for `tree` under `check`: the same
-/// tree, command and environment. A subtask's check never had the network, so with
+/// An earlier check of this run whose verdict holds for `tree` under `check` — the same
+/// tree, command and environment — the one on `on` itself first. A subtask's check never had the network, so with
 /// `[check] network` only the result's and the base's checks count.
 pub(crate) fn checked_before(
     ctx: &RunContext,
     check: &CheckOptions,
     tree: &str,
+    on: &str,
 ) -> Option<CheckRun> {
-    ctx.journal.checks().into_iter().find(|run| {
-        run.tree.as_deref() == Some(tree)
-            && (!check.network
-                || run.on == ON_BASE
-                || run.on == ON_RESULT
-                || run.on.starts_with(ON_RESULT_WITHOUT))
-    })
+    let runs: Vec<CheckRun> = ctx
+        .journal
+        .checks()
+        .into_iter()
+        .filter(|run| {
+            run.tree.as_deref() == Some(tree)
+                && (!check.network
+                    || run.on == ON_BASE
+                    || run.on == ON_RESULT
+                    || run.on.starts_with(ON_RESULT_WITHOUT))
+        })
+        .collect();
+    // The check on `on` itself, when there is one, is the record to keep.
+    runs.iter()
+        .find(|run| run.on == on)
+        .or(runs.first())
+        .cloned()
 }
 
-/// Journals and announces `earlier`'s verdict as the check on `on` of the same tree.
+/// Journals and announces `earlier`'s verdict as the check on `on` of the same tree; an
+/// earlier check on `on` itself (the result's, checked while the lead worked) is that
+/// check, recorded once.
 pub(crate) fn reuse(
     ctx: &RunContext,
     earlier: &CheckRun,
     on: &str,
 ) -> Result<CheckRun, CheckError> {
+    if earlier.on == on {
+        return Ok(earlier.clone());
+    }
     let run = CheckRun {
         on: on.to_owned(),
         seconds: 0.0,

@@ -93,7 +93,7 @@ pub(crate) async fn check_commit(
             on: on.to_owned(),
             source,
         })?;
-    if let Some(earlier) = checked_before(ctx, check, &tree) {
+    if let Some(earlier) = checked_before(ctx, check, &tree, on) {
         return Ok(reuse(ctx, &earlier, on)?);
     }
     let path = ctx.worktrees_dir.join(dir_name(on));

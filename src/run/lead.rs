@@ -17,6 +17,7 @@ use crate::model::{ContentBlock, Message, Role};
 use crate::run::agents::agent_catalogue;
 use crate::run::context::{AgentCaps, LEAD_LABEL, RunContext, agent_spec};
 use crate::run::delegate::Delegate;
+use crate::run::lead_news::ResultNews;
 use crate::run::observer::AgentObserver;
 use crate::run::report::SubtaskReport;
 use crate::run::subtask::Subtasks;
@@ -35,15 +36,15 @@ pub(crate) fn first_prompt(task: &str) -> String {
     )
 }
 
-/// The lead's spec: its role's prompt with the project rules, read-only tools plus
-/// `delegate` (in `tools`), the run's budget.
+/// The lead's spec: its role's prompt with the project rules and the project's check,
+/// read-only tools plus `delegate` (in `tools`), the run's budget.
 pub(crate) fn lead_spec(
     options: &RunOptions,
     rules: Option<&ProjectRules>,
     model: &ModelChoice,
     tools: Registry,
 ) -> AgentSpec {
-    agent_spec(
+    let mut spec = agent_spec(
         options,
         rules,
         AgentId {
@@ -57,7 +58,18 @@ pub(crate) fn lead_spec(
             budget: options.budget_tokens,
             tools,
         },
-    )
+    );
+    if let Some(check) = &options.check {
+        spec.system.push_str(&format!(
+            "\n\n# The project's check\n\n`{}` is the project's check. grove runs it on \
+             each subtask's tree once its work is committed (its reviewer weighs it, and the \
+             delegate result says how it went) and on the merged result before anything is \
+             applied: after each turn in which work merged you are told how the result fares \
+             on it.",
+            check.command
+        ));
+    }
+    spec
 }
 
 /// Why the lead could not run or go on.
@@ -146,6 +158,7 @@ pub(crate) async fn run_lead(
             earlier,
         )
         .keeping_history(subtasks.lead_history())
+        .telling(ResultNews::new(ctx))
         .with_timing(&spec.model_name, earlier_timing),
     );
     // Its tools read git objects, never a directory: grove's own run folder is their root.

@@ -39,6 +39,7 @@ pub(crate) mod history;
 pub mod id;
 pub mod launch;
 pub mod lead;
+mod lead_news;
 pub(crate) mod merge_queue;
 pub(crate) mod observer;
 pub mod report;

@@ -66,6 +66,15 @@ pub(crate) struct AgentObserver {
     pending_checkpoint: tokio::sync::Mutex<Option<JoinHandle<Result<(), SaveError>>>>,
     /// When the agent started and answered, saved with its transcript for reports.
     timing: Mutex<AgentTiming>,
+    /// What grove tells the agent after a turn (the lead: the result's check).
+    news: Option<Arc<dyn News>>,
+}
+
+/// What grove itself has to tell an agent once a turn's calls are answered.
+#[async_trait]
+pub(crate) trait News: Send + Sync {
+    /// The news, or `None` when there is none.
+    async fn news(&self) -> Option<String>;
 }
 
 impl AgentObserver {
@@ -89,6 +98,7 @@ impl AgentObserver {
                 started_ms: Some(journal::now_ms()),
                 ..AgentTiming::default()
             }),
+            news: None,
         }
     }
 
@@ -101,6 +111,12 @@ impl AgentObserver {
     /// Keeps the agent's history in `history` before its tools run (the lead).
     pub(crate) fn keeping_history(mut self, history: Arc<LeadHistory>) -> Self {
         self.lead_history = Some(history);
+        self
+    }
+
+    /// This observer, telling the agent `news` after each turn.
+    pub(crate) fn telling(mut self, news: Arc<dyn News>) -> Self {
+        self.news = Some(news);
         self
     }
 
@@ -202,6 +218,13 @@ impl AgentObserver {
 
 #[async_trait]
 impl TurnObserver for AgentObserver {
+    async fn news(&self) -> Option<String> {
+        match &self.news {
+            Some(news) => news.news().await,
+            None => None,
+        }
+    }
+
     async fn before_tools(
         &self,
         state: TurnState<'_>,

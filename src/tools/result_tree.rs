@@ -61,31 +61,33 @@ impl LiveTree {
         }
         .unwrap_or(self.base);
         let snapshot = self.repo.snapshot(tip).map_err(fatal)?;
-        let short = |commit: CommitId| commit.to_string().chars().take(10).collect::<String>();
-        let merged: Vec<String> = if tip == self.base {
-            Vec::new()
-        } else {
-            self.repo
-                .first_parent_commits("the run's result", tip, self.base)
-                .map_err(fatal)?
-                .iter()
-                .filter_map(|commit| trailers::merged_subtask(&commit.message))
-                .collect()
-        };
-        let heading = if merged.is_empty() {
-            format!(
-                "[the run's result at {}: the base, nothing merged yet]\n",
-                short(tip)
-            )
-        } else {
-            format!(
-                "[the run's result at {}: the base with {} merged]\n",
-                short(tip),
-                merged.join(", ")
-            )
-        };
+        let holds = what_it_holds(&self.repo, tip, self.base).map_err(fatal)?;
+        let short: String = tip.to_string().chars().take(10).collect();
+        let heading = format!("[the run's result at {short}: {holds}]\n");
         Ok((snapshot, heading))
     }
+}
+
+/// What the result at `tip` holds over `base`, for a model: `the base, nothing merged
+/// yet`, or `the base with S1, S3 merged` (from the result's own merge commits).
+pub fn what_it_holds(
+    repo: &Repo,
+    tip: CommitId,
+    base: CommitId,
+) -> Result<String, crate::git::GitError> {
+    if tip == base {
+        return Ok("the base, nothing merged yet".to_owned());
+    }
+    let merged: Vec<String> = repo
+        .first_parent_commits("the run's result", tip, base)?
+        .iter()
+        .filter_map(|commit| trailers::merged_subtask(&commit.message))
+        .collect();
+    Ok(if merged.is_empty() {
+        "the base, nothing merged yet".to_owned()
+    } else {
+        format!("the base with {} merged", merged.join(", "))
+    })
 }
 
 /// The lead's read-only tools on `live`: `read_file`, `list_files`, `grep`.

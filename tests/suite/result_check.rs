@@ -328,6 +328,45 @@ async fn a_red_result_gets_its_culprit_named_and_a_reviewed_fixer_and_then_the_b
         "the final message tells the story: {err}"
     );
     squashed_history_is_written_and_unforgeable(&fixture, &base);
+    the_lead_knew_the_checks(&server);
+}
+
+/// What the lead was told: its system prompt names the check, each delegate result
+/// carries its subtask's check, and once the pieces merged it heard that the result
+/// fails, before its closing turn.
+fn the_lead_knew_the_checks(server: &FakeServer) {
+    let requests = server.requests();
+    let lead: Vec<&RecordedRequest> = requests
+        .iter()
+        .filter(|request| who(request) == Who::Lead)
+        .collect();
+    assert!(
+        lead[0].system_text().contains(&format!(
+            "# The project's check\n\n`{CHECK}` is the project's check."
+        )),
+        "the lead's system prompt names the check"
+    );
+    let closing = lead.last().unwrap();
+    let results: Vec<String> = closing
+        .tool_results()
+        .into_iter()
+        .map(|(_, text)| text)
+        .collect();
+    assert_eq!(results.len(), 3, "three delegate results");
+    for result in &results {
+        assert!(
+            result.contains("\ncheck: FAILED (exited with status 1) in ")
+                && result.contains("```text\n"),
+            "each delegate result carries its subtask's red check and its tail: {result}"
+        );
+    }
+    let news = closing.last_user_text();
+    assert!(
+        news.starts_with("grove: the merged result as it is now (commit ")
+            && news.contains(": the base with S1, S2, S3 merged) fails the project's check `")
+            && news.contains("has no attribute 'greet'"),
+        "before its closing turn the lead hears how the merged result fares: {news}"
+    );
 }
 
 /// The squashed history of the rename on main: four commits (three pieces and the fixer)

@@ -21,12 +21,14 @@ use crate::run::report::SubtaskReport;
 use crate::run::subtask::SubtaskError;
 use crate::run::subtask::trees::{keep_worktree, remove_worktree};
 use crate::store::StoreError;
-use crate::store::journal::{Entry, SubtaskOutcome};
-use crate::text::truncate;
+use crate::store::journal::{CheckRun, CheckStatus, Entry, SubtaskOutcome};
+use crate::text::{excerpt, fenced, output_tail, quoted_path};
 use crate::tools::git_pointer::ensure_git_pointer;
 
 /// How much of the reviewer's summary the lead gets back.
 const REVIEW_SUMMARY_CHARS: usize = 500;
+/// How much of a red check's output the lead gets back.
+const CHECK_TAIL_CHARS: usize = 600;
 /// How many findings and diffstat lines the lead gets back.
 const LISTED_FINDINGS: usize = 6;
 const LISTED_FILES: usize = 12;
@@ -131,20 +133,23 @@ pub(crate) fn lead_result(report: &SubtaskReport) -> DelegateReport {
         text.push_str(&format!("; reviewer: {}", verdict.as_str()));
     }
     text.push('\n');
+    if let Some(check) = &report.check {
+        text.push_str(&check_line(check));
+    }
     if let Some(reason) = &report.reason {
         text.push_str(&format!("{reason}\n"));
     }
     if let Some(summary) = &report.review_summary {
         text.push_str(&format!(
             "review: {}\n",
-            truncate(summary, REVIEW_SUMMARY_CHARS)
+            excerpt(summary, REVIEW_SUMMARY_CHARS)
         ));
     }
     for finding in report.findings.iter().take(LISTED_FINDINGS) {
         text.push_str(&format!(
             "- {}: {}\n",
-            finding.place(),
-            truncate(&finding.problem, 200)
+            quoted_path(&finding.place().to_string()),
+            excerpt(&finding.problem, 200)
         ));
     }
     if report.findings.len() > LISTED_FINDINGS {
@@ -168,15 +173,30 @@ pub(crate) fn lead_result(report: &SubtaskReport) -> DelegateReport {
     DelegateReport { text }
 }
 
+/// The subtask's check as the lead reads it: passed, or red with the end of its output.
+fn check_line(check: &CheckRun) -> String {
+    match check.status {
+        CheckStatus::Passed => format!("check: passed in {:.1} s\n", check.seconds),
+        CheckStatus::Failed => format!(
+            "check: FAILED ({}) in {:.1} s; its output ends with:\n{}",
+            check.ended,
+            check.seconds,
+            fenced("text", &output_tail(&check.output_tail, CHECK_TAIL_CHARS))
+        ),
+    }
+}
+
 fn push_diffstat(text: &mut String, stat: &DiffStat) {
     text.push_str(&format!("diff: {}\n", stat.summary()));
     for file in stat.files.iter().take(LISTED_FILES) {
         if file.binary {
-            text.push_str(&format!("  {} (binary)\n", file.path));
+            text.push_str(&format!("  {} (binary)\n", quoted_path(&file.path)));
         } else {
             text.push_str(&format!(
                 "  {} +{} -{}\n",
-                file.path, file.added, file.removed
+                quoted_path(&file.path),
+                file.added,
+                file.removed
             ));
         }
     }

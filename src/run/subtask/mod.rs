@@ -63,7 +63,7 @@ use crate::store::StoreError;
 use crate::store::journal::{ContextMode, Entry, SubtaskKind, SubtaskOutcome};
 use crate::store::state::{RunState, SubtaskState, SubtaskStatus};
 use crate::store::transcript::{self, PendingAnswer, Transcript};
-use crate::text::truncate;
+use crate::text::excerpt;
 use crate::tools::{self, ToolSet, WriteScope};
 
 pub use error::SubtaskError;
@@ -266,7 +266,7 @@ impl Subtasks {
         let committed = commit::commit(ctx, id, worktree, work).await?;
         let summary = committed.summary.trim();
         report.reason = (!summary.is_empty())
-            .then(|| format!("worker: {}", truncate(summary, WORKER_SUMMARY_CHARS)));
+            .then(|| format!("worker: {}", excerpt(summary, WORKER_SUMMARY_CHARS)));
         report.executes_later = executes_later(&committed.diff.stat);
         report.diffstat = Some(committed.diff.stat.clone());
         report.left_out = left_out_of_commit(ctx, id, worktree).await;

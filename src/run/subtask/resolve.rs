@@ -66,7 +66,7 @@ use crate::store::journal::{
 };
 use crate::store::state::SubtaskState;
 use crate::store::transcript::{self, PendingAnswer, Transcript};
-use crate::text::truncate;
+use crate::text::{excerpt, truncate};
 use crate::tools::{self, ToolSet};
 
 /// How many resolvers one conflict gets: a rejected or failed resolution is final.
@@ -317,7 +317,7 @@ async fn stages(
     prepare::prepare(ctx, id, worktree).await?;
     let (committed, markers) = work_until_clean(ctx, id, brief, result, worktree, report).await?;
     let summary = committed.summary.trim();
-    report.reason = (!summary.is_empty()).then(|| format!("resolver: {}", truncate(summary, 800)));
+    report.reason = (!summary.is_empty()).then(|| format!("resolver: {}", excerpt(summary, 800)));
     let diff = ctx
         .repo
         .diff(result, committed.tip, ctx.options.max_review_patch_bytes)
