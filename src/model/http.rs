@@ -287,7 +287,12 @@ pub(super) struct SseEvents<'a> {
     events: Pin<Box<dyn Stream<Item = EventResult> + Send>>,
     idle_timeout: Duration,
     progress: Progress<'a>,
+    /// When the last event that was not a keep-alive came (or the stream started).
+    quiet_since: tokio::time::Instant,
 }
+
+/// The event a server sends only to keep a stream open (Anthropic's `ping`).
+const KEEP_ALIVE_EVENT: &str = "ping";
 
 impl<'a> SseEvents<'a> {
     pub(super) fn new<B: AsRef<[u8]> + Send + 'static>(
@@ -299,6 +304,7 @@ impl<'a> SseEvents<'a> {
             events: Box::pin(bytes.eventsource()),
             idle_timeout,
             progress,
+            quiet_since: tokio::time::Instant::now(),
         }
     }
 
@@ -306,11 +312,29 @@ impl<'a> SseEvents<'a> {
     ///
     /// No event for `idle_timeout`, a broken connection or undecodable bytes are a
     /// [`ModelError::Stream`]: the caller retries the whole turn.
+    ///
+    /// Keep-alive events are read past, not returned: each one restarts the idle
+    /// timeout (the turn's own bound ends a stream that only drips them), but not the
+    /// wait the live view tells of, so a server sending nothing else is shown waiting.
     pub(super) async fn next(&mut self) -> Result<Option<Event>, ModelError> {
-        let next = self.progress.wait(
+        loop {
+            let event = self.next_event().await?;
+            match event {
+                Some(event) if event.event == KEEP_ALIVE_EVENT => continue,
+                event => {
+                    self.quiet_since = tokio::time::Instant::now();
+                    return Ok(event);
+                }
+            }
+        }
+    }
+
+    async fn next_event(&mut self) -> Result<Option<Event>, ModelError> {
+        let next = self.progress.wait_since(
             self.events.next(),
             self.idle_timeout,
             WaitPhase::StreamEvent,
+            self.quiet_since,
         );
         match next.await {
             None => Err(ModelError::Stream(format!(

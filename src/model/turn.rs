@@ -158,10 +158,31 @@ impl Progress<'_> {
         limit: Duration,
         phase: WaitPhase,
     ) -> Option<F::Output> {
-        let started = Instant::now();
-        let deadline = started.checked_add(limit);
+        self.wait_since(future, limit, phase, Instant::now()).await
+    }
+
+    /// [`wait`](Self::wait), the notices counting the wait from `since` (the last thing
+    /// worth telling: a stream's keep-alives end no wait a person sees), the limit from
+    /// now.
+    pub(super) async fn wait_since<F: Future>(
+        &self,
+        future: F,
+        limit: Duration,
+        phase: WaitPhase,
+        since: Instant,
+    ) -> Option<F::Output> {
+        let started = since;
+        let deadline = Instant::now().checked_add(limit);
         tokio::pin!(future);
-        let mut beats: u32 = 1;
+        // The next notice is the first heartbeat after now, however long ago `since` is.
+        let elapsed_beats = if self.heartbeat.is_zero() {
+            0
+        } else {
+            started.elapsed().as_nanos() / self.heartbeat.as_nanos()
+        };
+        let mut beats: u32 = u32::try_from(elapsed_beats)
+            .unwrap_or(u32::MAX)
+            .saturating_add(1);
         loop {
             let beat = (!self.heartbeat.is_zero())
                 .then(|| started.checked_add(self.heartbeat.saturating_mul(beats)))

@@ -11,7 +11,9 @@ use std::path::Path;
 use crate::git::{CommitId, GitError, Repo};
 use crate::ledger::Ledger;
 use crate::settings::options::ModelNames;
-use crate::store::journal::{self, Entry, JournalError, Record, RunOutcome, VerdictKind};
+use crate::store::journal::{
+    self, Entry, JournalError, Record, RunOutcome, SubtaskKind, VerdictKind,
+};
 use crate::store::lock::{self, Liveness};
 use crate::store::state::{LEAD_SUBTASK, RunState, RunStatus, SubtaskState, SubtaskStatus};
 use crate::store::transcript::{self, AgentEnd, AgentTiming};
@@ -106,6 +108,8 @@ pub async fn gather(
         error: state.error.clone(),
         timeline,
         subtasks,
+        checks: state.checks.clone(),
+        culprit: state.culprit.clone(),
         agents: costs,
         prices,
         notes,
@@ -293,7 +297,7 @@ fn subtask_lanes(
         });
     }
     lanes.push(Lane {
-        role: subtask.agent.clone(),
+        role: working_role(subtask),
         label: subtask.id.clone(),
         subtask: Some(subtask.id.clone()),
         queued_ms: Some(subtask.started_ms),
@@ -371,6 +375,16 @@ fn run_events(records: &[Record]) -> Vec<RunEvent> {
     events
 }
 
+/// What the agent that did a subtask's work is shown as: `fixer` of a red result,
+/// `resolver` of a conflict, else its role (`worker`, or a custom agent's name).
+fn working_role(subtask: &SubtaskState) -> String {
+    match subtask.kind {
+        SubtaskKind::Fix => "fixer".to_owned(),
+        SubtaskKind::Resolve => "resolver".to_owned(),
+        SubtaskKind::Task => subtask.agent.clone(),
+    }
+}
+
 fn costs(state: &RunState, agents: &AgentFiles) -> Vec<AgentCost> {
     let row = |role: &str, label: &str, file: &AgentFile, default_model: &str| {
         let (ledger, complete) = file.ledger();
@@ -388,7 +402,12 @@ fn costs(state: &RunState, agents: &AgentFiles) -> Vec<AgentCost> {
     };
     let mut rows = vec![row("lead", LEAD_SUBTASK, &agents.lead, &agents.models.lead)];
     for (subtask, (worker, reviewer)) in state.subtasks.iter().zip(&agents.subtasks) {
-        let mut worker_row = row(&subtask.agent, &subtask.id, worker, &agents.models.worker);
+        let mut worker_row = row(
+            &working_role(subtask),
+            &subtask.id,
+            worker,
+            &agents.models.worker,
+        );
         let reviewer_row = row("reviewer", &subtask.id, reviewer, &agents.models.reviewer);
         // A finished subtask journaled its agents' exact total; files from before end
         // files existed make up the worker's share from it.
@@ -481,6 +500,7 @@ async fn section(
     };
     SubtaskSection {
         id: subtask.id.clone(),
+        kind: subtask.kind,
         task: subtask.task.clone(),
         branch: subtask.branch.clone(),
         agent: subtask.agent.clone(),

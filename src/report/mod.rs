@@ -18,7 +18,7 @@ mod timeline;
 use serde::Serialize;
 
 use crate::ledger::Ledger;
-use crate::store::journal::CheckRun;
+use crate::store::journal::{CheckRun, SubtaskKind};
 use crate::store::state::{RunStatus, SubtaskStatus, VerdictState};
 
 pub use diff::{FileDiff, Hunk, Line, Row, Segment, side_by_side, word_segments};
@@ -48,6 +48,11 @@ pub struct ReportData {
     pub error: Option<String>,
     pub timeline: Timeline,
     pub subtasks: Vec<SubtaskSection>,
+    /// Every run of the project's check, in order: on the base, each subtask's tree, the
+    /// merged result, and the results rebuilt without some subtasks (the culprit search).
+    pub checks: Vec<CheckRun>,
+    /// The culprit of a red result, as journaled: its subtasks, how it was found, where.
+    pub culprit: Option<(Vec<String>, String, Option<String>)>,
     /// One row per agent: the lead, then each subtask's worker and reviewer.
     pub agents: Vec<AgentCost>,
     pub prices: PriceTable,
@@ -132,6 +137,8 @@ pub struct RunEvent {
 pub struct SubtaskSection {
     /// The label, e.g. `S2`.
     pub id: String,
+    /// A task the lead delegated, or grove's own fixer or resolver.
+    pub kind: SubtaskKind,
     pub task: String,
     pub branch: String,
     /// The agent that did the work (`worker` or a custom agent).

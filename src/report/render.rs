@@ -10,7 +10,9 @@ use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
 use crate::ledger::Ledger;
-use crate::store::journal::{CheckRun, CheckStatus};
+use crate::store::journal::{
+    CheckRun, CheckStatus, ON_BASE, ON_RESULT, ON_RESULT_WITHOUT, SubtaskKind,
+};
 use crate::store::state::{RunStatus, VerdictState};
 
 use super::diff::{FileDiff, Row, Segment, word_segments};
@@ -39,10 +41,11 @@ pub fn render_html(data: &ReportData) -> String {
     header(&mut page, data);
     page.push_str(
         "<nav><a href=\"#timeline\">Timeline</a> · <a href=\"#subtasks\">Subtasks</a> · \
-         <a href=\"#cost\">Tokens and cost</a></nav>\n",
+         <a href=\"#checks\">Checks</a> · <a href=\"#cost\">Tokens and cost</a></nav>\n",
     );
     timeline_section(&mut page, data);
     subtasks_section(&mut page, data);
+    checks_section(&mut page, data);
     cost_section(&mut page, data);
     if !data.notes.is_empty() {
         page.push_str("<section id=\"notes\"><h2>What the report could not read</h2><ul>");
@@ -210,7 +213,10 @@ fn subtasks_section(page: &mut String, data: &ReportData) {
                 "<tr><td><a href=\"#subtask-{id}\">{id}</a></td>\
                  <td><span class=\"status s-{status}\">{status}</span></td>\
                  <td class=\"v-{verdict}\">{verdict}</td><td>{diff}</td><td>{}</td></tr>",
-                escape(&truncate(first_line(&subtask.task), 100)),
+                match subtask.kind {
+                    SubtaskKind::Task => escape(&truncate(first_line(&subtask.task), 100)),
+                    kind => kind_label(kind).trim_start_matches(" · ").to_owned(),
+                },
                 id = escape(&subtask.id),
             );
         }
@@ -218,6 +224,73 @@ fn subtasks_section(page: &mut String, data: &ReportData) {
     }
     for subtask in &data.subtasks {
         subtask_article(page, subtask);
+    }
+    page.push_str("</section>\n");
+}
+
+/// Every run of the project's check, each named for what it checked (the base, a
+/// subtask's tree, the merged result, the result rebuilt without some subtasks in the
+/// culprit search), and the culprit the search found.
+fn checks_section(page: &mut String, data: &ReportData) {
+    if data.checks.is_empty() {
+        return;
+    }
+    page.push_str(
+        "<section id=\"checks\"><h2>Checks</h2>\n<table class=\"summary\"><tr><th>on</th>\
+         <th>what it checked</th><th>status</th><th>how it ended</th><th>time</th></tr>",
+    );
+    for run in &data.checks {
+        let what = if run.on == ON_BASE {
+            "the base, before any change".to_owned()
+        } else if run.on == ON_RESULT {
+            "the merged result".to_owned()
+        } else if let Some(without) = run.on.strip_prefix(ON_RESULT_WITHOUT) {
+            format!("culprit search: the result without {without}")
+        } else {
+            format!("{}'s worktree", run.on)
+        };
+        let what = match &run.same_as {
+            Some(same) => format!("{what} (the same tree as {same}'s: not run again)"),
+            None => what,
+        };
+        let status = match run.status {
+            CheckStatus::Passed => "passed",
+            CheckStatus::Failed => "failed",
+        };
+        let _ = write!(
+            page,
+            "<tr data-check-on=\"{on}\" data-run=\"{status}\"><td>{on}</td><td>{}</td>\
+             <td class=\"{class}\">{status}</td><td>{}</td><td>{:.1} s</td></tr>",
+            escape(&what),
+            escape(&run.ended),
+            run.seconds,
+            on = escape(&run.on),
+            class = if status == "passed" {
+                "v-approve"
+            } else {
+                "v-reject"
+            },
+        );
+    }
+    page.push_str("</table>\n");
+    if let Some((subtasks, found_by, at)) = &data.culprit {
+        let how = match (found_by.as_str(), at) {
+            ("failing_line", Some(at)) => {
+                format!("its merge last changed {at}, where the check failed")
+            }
+            ("failing_file", Some(at)) => format!("it changed {at}, where the check failed"),
+            ("passes_without", _) => "the result rebuilt without it passes".to_owned(),
+            ("only_merged", _) => "the only subtask merged".to_owned(),
+            (other, _) => other.to_owned(),
+        };
+        let _ = writeln!(
+            page,
+            "<p class=\"culprit\" data-culprit=\"{}\">The culprit of the red result: \
+             <strong>{}</strong> ({})</p>",
+            escape(&subtasks.join(",")),
+            escape(&subtasks.join(", ")),
+            escape(&how)
+        );
     }
     page.push_str("</section>\n");
 }
@@ -245,6 +318,15 @@ fn check_block(page: &mut String, check: &CheckRun) {
     page.push_str("</div>\n");
 }
 
+/// What a subtask grove started itself is, after its id: ` · fixer of the red result`.
+fn kind_label(kind: SubtaskKind) -> &'static str {
+    match kind {
+        SubtaskKind::Task => "",
+        SubtaskKind::Fix => " · fixer of the red result",
+        SubtaskKind::Resolve => " · resolver of a conflict",
+    }
+}
+
 fn verdict_word(verdict: Option<&VerdictState>) -> &'static str {
     verdict.map_or("none", |v| v.verdict.as_str())
 }
@@ -263,8 +345,9 @@ fn subtask_article(page: &mut String, subtask: &SubtaskSection) {
         page,
         "<article class=\"subtask\" id=\"subtask-{id}\" data-subtask=\"{id}\" \
          data-status=\"{status}\" data-verdict=\"{verdict}\">\n\
-         <h3>{id} <span class=\"status s-{status}\">{status}</span></h3>\n\
+         <h3>{id}{} <span class=\"status s-{status}\">{status}</span></h3>\n\
          <dl class=\"facts\"><dt>agent</dt><dd>{}</dd><dt>branch</dt><dd><code>{}</code></dd>",
+        kind_label(subtask.kind),
         escape(&subtask.agent),
         escape(&subtask.branch)
     );
@@ -733,6 +816,7 @@ mod tests {
             },
             subtasks: vec![SubtaskSection {
                 id: "S1".into(),
+                kind: SubtaskKind::Task,
                 task: format!("Do the thing {evil}"),
                 branch: "grove/20261129-215530-7f3a/1".into(),
                 agent: "worker".into(),
@@ -769,6 +853,17 @@ mod tests {
                     files: vec![file],
                 },
             }],
+            checks: vec![CheckRun {
+                on: "result without S1".into(),
+                status: CheckStatus::Passed,
+                seconds: 2.0,
+                ended: "exited with status 0".into(),
+                output_tail: format!("ok {evil}"),
+                opened: Vec::new(),
+                tree: None,
+                same_as: None,
+            }],
+            culprit: Some((vec!["S1".into()], "passes_without".into(), None)),
             agents: vec![
                 AgentCost {
                     role: "lead".into(),

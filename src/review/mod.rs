@@ -21,6 +21,7 @@ use crate::git::{
 use crate::run::finish::describe_refusal;
 use crate::run::history;
 use crate::run::report::executes_later;
+use crate::settings::options::History;
 use crate::store::journal::{Entry, Journal, RebuiltSubtask, Record, SubtaskOutcome, VerdictKind};
 use crate::store::lock::RepoLock;
 use crate::store::state::{self, RunState, SubtaskState, SubtaskStatus};
@@ -33,7 +34,7 @@ const STAT_ONLY_PATCH_BYTES: usize = 1024;
 mod view;
 
 pub use view::{CommitSource, ReviewError, RunReview, SubtaskReview};
-use view::{refusal, short_branch};
+use view::{Standing, refusal, short_branch};
 
 /// Loads run `run_id` of `repo` for review, without writing anything (safe while
 /// another process holds the lock). Every run can be loaded; [`RunReview::refusal`]
@@ -91,9 +92,19 @@ async fn review_of(repo: &Repo, state: &RunState) -> Result<RunReview, ReviewErr
         result_branch: run.result_branch(),
         result_commit: state.result_commit.clone(),
         applied: state.applied,
+        history: history_of(state),
         error: state.error.clone(),
         subtasks,
     })
+}
+
+/// The history `state`'s run gives the branch; a run whose options cannot be read kept
+/// the merge graph, as before `history` existed.
+fn history_of(state: &RunState) -> History {
+    state
+        .options
+        .get()
+        .map_or(History::Merge, |options| options.history)
 }
 
 /// The subtask's number: `S3` → 3.
@@ -269,13 +280,14 @@ pub async fn override_verdicts(
     // Checked on a read-only replay, so a refused run is not written to at all (opening
     // the journal for appending would cut a torn tail).
     let state = store.read_state(&store_id)?;
-    if let Some(refusal) = refusal(
-        &state.run_id,
-        state.status,
-        state.applied,
-        &state.branch,
-        state.is_finished(),
-    ) {
+    if let Some(refusal) = refusal(Standing {
+        run_id: &state.run_id,
+        status: state.status,
+        applied: state.applied,
+        branch: &state.branch,
+        finished: state.is_finished(),
+        history: history_of(&state),
+    }) {
         return Err(refusal);
     }
     let mut journal = ReviewJournal::open(&store, &store_id)?;

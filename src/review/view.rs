@@ -7,6 +7,7 @@
 use serde::Serialize;
 
 use crate::git::{CommitId, DiffStat, GitError, Repo};
+use crate::settings::options::History;
 use crate::store::StoreError;
 use crate::store::journal::{CheckRun, JournalError, VerdictKind};
 use crate::store::lock::LockError;
@@ -26,10 +27,15 @@ pub enum ReviewError {
     /// operation on the user's history, which grove leaves to the user.
     #[error(
         "run {run_id} was already applied to {branch}, so grove review can no longer change \
-         it; undo it yourself: `git revert` the run's merge commits, or `git reset` {branch} \
-         to where you want it"
+         it; undo it yourself: {undo}, or `git reset` {branch} to where you want it"
     )]
-    AlreadyApplied { run_id: String, branch: String },
+    AlreadyApplied {
+        run_id: String,
+        branch: String,
+        /// How to take the run's commits back, as the history it gave the branch has
+        /// them.
+        undo: String,
+    },
     /// A decision names a subtask the run does not have.
     #[error("run {run_id} has no subtask {subtask} (it has: {known})")]
     UnknownSubtask {
@@ -155,6 +161,8 @@ pub struct RunReview {
     pub result_branch: String,
     pub result_commit: Option<String>,
     pub applied: bool,
+    /// The history the run gives the branch.
+    pub history: History,
     /// Why the run failed, if it did.
     pub error: Option<String>,
     /// In subtask order.
@@ -169,13 +177,14 @@ impl RunReview {
 
     /// Why decisions cannot be recorded on this run, if they cannot.
     pub fn refusal(&self) -> Option<ReviewError> {
-        refusal(
-            &self.run_id,
-            self.status,
-            self.applied,
-            &self.branch,
-            self.status == RunStatus::Finished || self.status == RunStatus::Failed,
-        )
+        refusal(Standing {
+            run_id: &self.run_id,
+            status: self.status,
+            applied: self.applied,
+            branch: &self.branch,
+            finished: self.status == RunStatus::Finished || self.status == RunStatus::Failed,
+            history: self.history,
+        })
     }
 
     /// The subtask's diff for a terminal (file headers, hunks, word-level highlights
@@ -196,17 +205,43 @@ impl RunReview {
     }
 }
 
-pub(super) fn refusal(
-    run_id: &str,
-    status: RunStatus,
-    applied: bool,
-    branch: &str,
-    finished: bool,
-) -> Option<ReviewError> {
+/// What a run's state says of whether a review may change it.
+pub(super) struct Standing<'a> {
+    pub(super) run_id: &'a str,
+    pub(super) status: RunStatus,
+    pub(super) applied: bool,
+    pub(super) branch: &'a str,
+    pub(super) finished: bool,
+    /// The history the apply gave the branch (squashed commits, or the merge graph).
+    pub(super) history: History,
+}
+
+pub(super) fn refusal(standing: Standing<'_>) -> Option<ReviewError> {
+    let Standing {
+        run_id,
+        status,
+        applied,
+        branch,
+        finished,
+        history,
+    } = standing;
     if applied {
+        let branch = short_branch(branch);
+        let found = format!("git log --format=%H --grep='^Grove-Run: {run_id}$' {branch}");
+        let undo = match history {
+            History::Squash => format!(
+                "`git revert --no-edit $({found})` reverts its commits, one per subtask, \
+                 newest first"
+            ),
+            History::Merge => format!(
+                "`git revert -m 1` each of its merge commits, newest first (`{found} --merges` \
+                 lists them)"
+            ),
+        };
         return Some(ReviewError::AlreadyApplied {
             run_id: run_id.to_owned(),
-            branch: short_branch(branch).to_owned(),
+            branch: branch.to_owned(),
+            undo,
         });
     }
     (!finished).then(|| ReviewError::NotFinished {

@@ -7,7 +7,7 @@
 
 use crate::run::report::{Culprit, CulpritEvidence, SubtaskReport};
 use crate::store::journal::{CheckRun, SubtaskOutcome};
-use crate::text::{output_tail, truncate};
+use crate::text::{excerpt, fenced, output_tail};
 
 /// The first line of every fixer's brief (tests and people recognise it by it).
 pub const FIXER_HEADING: &str = "# Fix the project's check on the merged result";
@@ -40,10 +40,10 @@ pub(crate) fn fixer_brief(facts: &FixerFacts<'_>) -> String {
          did: finish their work, do not undo it. Run `{command}` with `bash` before you \
          finish, and end with your summary: its first line the commit subject (what you \
          fixed), then what was wrong and what you changed.\n\n\
-         ## The check's output (its end)\n\n```\n{output}\n```\n\n",
+         ## The check's output (its end)\n\n{output}\n",
         command = facts.command,
         ended = facts.red.ended,
-        output = output_tail(&facts.red.output_tail, OUTPUT_CHARS),
+        output = fenced("text", &output_tail(&facts.red.output_tail, OUTPUT_CHARS)),
     );
     brief.push_str("## The culprit\n\n");
     brief.push_str(&culprit_text(facts.culprit));
@@ -52,7 +52,7 @@ pub(crate) fn fixer_brief(facts: &FixerFacts<'_>) -> String {
         brief.push_str(&format!(
             "\n### {}\n\n{}\n",
             subtask.id,
-            truncate(subtask.task.trim(), BRIEF_CHARS)
+            excerpt(subtask.task.trim(), BRIEF_CHARS)
         ));
     }
     if !facts.earlier.is_empty() {
@@ -61,7 +61,7 @@ pub(crate) fn fixer_brief(facts: &FixerFacts<'_>) -> String {
             let outcome = match fixer.status {
                 SubtaskOutcome::Merged => "merged".to_owned(),
                 other => match &fixer.review_summary {
-                    Some(summary) => format!("{}: {}", other.as_str(), truncate(summary, 400)),
+                    Some(summary) => format!("{}: {}", other.as_str(), excerpt(summary, 400)),
                     None => other.as_str().to_owned(),
                 },
             };

@@ -162,6 +162,18 @@ pub enum CulpritEvidence {
     OnlyMerged,
 }
 
+impl CulpritEvidence {
+    /// Its name in `--json` and the journal: `failing_line`, `passes_without`, …
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PassesWithout => "passes_without",
+            Self::FailingLine => "failing_line",
+            Self::FailingFile => "failing_file",
+            Self::OnlyMerged => "only_merged",
+        }
+    }
+}
+
 /// Where the check on the merged result left the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

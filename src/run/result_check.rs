@@ -21,7 +21,7 @@ use crate::run::id::SubtaskId;
 use crate::run::report::{Culprit, SubtaskReport};
 use crate::run::subtask::Subtasks;
 use crate::store::StoreError;
-use crate::store::journal::{CheckRun, CheckStatus, ON_RESULT, SubtaskKind, SubtaskOutcome};
+use crate::store::journal::{CheckRun, CheckStatus, Entry, ON_RESULT, SubtaskKind, SubtaskOutcome};
 
 /// Why the check on the result could not go on; the run's end is not recorded.
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +148,13 @@ pub(crate) async fn check_result(
         }
         Err(other) => return Ok(other),
     };
+    if let Some(culprit) = &culprit {
+        ctx.journal(Entry::Culprit {
+            subtasks: culprit.subtasks.clone(),
+            found_by: culprit.found_by.as_str().to_owned(),
+            at: culprit.at.clone(),
+        })?;
+    }
     while fixers.len() < attempts {
         if ctx.budget.is_spent() {
             ctx.note("the run's token budget is spent: no fixer starts on the red result");

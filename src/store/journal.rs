@@ -333,6 +333,14 @@ pub enum Entry {
         #[serde(flatten)]
         run: CheckRun,
     },
+    /// The merged subtasks a red result check was put down to, and how (`failing_line`,
+    /// `failing_file`, `passes_without`, `only_merged`; `at`: where the failure is).
+    Culprit {
+        subtasks: Vec<String>,
+        found_by: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at: Option<String>,
+    },
     /// The run stopped in a resumable state (user interrupt, budget, ...).
     Paused { reason: String },
     /// A person's decision on a subtask in `grove review`, replacing the reviewer's for
@@ -382,6 +390,7 @@ impl Entry {
             Entry::Conflict { .. } => "conflict",
             Entry::SubtaskFinished { .. } => "subtask_finished",
             Entry::Checked { .. } => "checked",
+            Entry::Culprit { .. } => "culprit",
             Entry::Paused { .. } => "paused",
             Entry::HumanVerdict { .. } => "human_verdict",
             Entry::ResultRebuilt { .. } => "result_rebuilt",

@@ -270,6 +270,10 @@ pub struct RunState {
     /// Every run of the project's check, in order (subtasks' and the result's).
     #[serde(default)]
     pub checks: Vec<CheckRun>,
+    /// The culprit of a red result check, as `subtasks`, `found_by` and `at` (the last
+    /// one found), when one was.
+    #[serde(default)]
+    pub culprit: Option<(Vec<String>, String, Option<String>)>,
 }
 
 /// A record that does not fit the records before it. Never retried: the journal (or the
@@ -375,6 +379,7 @@ impl RunState {
             resumes: 0,
             journal_records: 1,
             checks: Vec::new(),
+            culprit: None,
         })
     }
 
@@ -429,6 +434,14 @@ impl RunState {
                 state.after = after.clone();
                 state.waits_for = waits_for.clone();
                 self.start_subtask(state)
+            }
+            Entry::Culprit {
+                subtasks,
+                found_by,
+                at,
+            } => {
+                self.culprit = Some((subtasks.clone(), found_by.clone(), at.clone()));
+                Ok(())
             }
             Entry::Checked { run } => {
                 if let Some(subtask) = self.subtasks.iter_mut().find(|s| s.id == run.on) {

@@ -217,6 +217,36 @@ async fn a_stream_that_drips_keep_alives_forever_is_ended_by_the_turn_bound() {
 }
 
 #[tokio::test]
+async fn a_stream_of_keep_alives_alone_is_shown_as_a_wait() {
+    let server = FakeServer::with_responder(|_| Reply::Drip {
+        gap: Duration::from_millis(50),
+    })
+    .await;
+    let limits = Limits {
+        idle: Duration::from_secs(5),
+        turn: Duration::from_millis(800),
+        heartbeat: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let model = client(Provider::Anthropic, &server.url(), true, limits);
+
+    let (_, notices, _) = turn(model.as_ref()).await;
+
+    let waits: Vec<Duration> = notices
+        .iter()
+        .filter_map(|notice| match notice {
+            ModelNotice::Waiting(wait) if wait.phase == WaitPhase::StreamEvent => Some(wait.waited),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        waits.len() >= 2 && waits.windows(2).all(|pair| pair[1] > pair[0]),
+        "a ping every 50 ms is no answer: the wait is told every heartbeat and keeps \
+         growing ({waits:?})"
+    );
+}
+
+#[tokio::test]
 async fn a_page_or_a_json_body_where_a_stream_was_asked_fails_at_once_and_says_what_came() {
     let cases = [
         (

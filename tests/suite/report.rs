@@ -136,7 +136,7 @@ fn linked_urls(html: &str) -> Vec<String> {
 }
 
 /// The first `chromium` (or `chromium-browser`) on `PATH`.
-fn find_chromium() -> Option<PathBuf> {
+pub(crate) fn find_chromium() -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .flat_map(|dir| [dir.join("chromium"), dir.join("chromium-browser")])
@@ -144,7 +144,7 @@ fn find_chromium() -> Option<PathBuf> {
 }
 
 /// The DOM headless Chromium builds from `page`, after its scripts ran.
-async fn dump_dom(chromium: &Path, page: &Path) -> String {
+pub(crate) async fn dump_dom(chromium: &Path, page: &Path) -> String {
     let profile = tempfile::tempdir().unwrap();
     let mut command = tokio::process::Command::new(chromium);
     command

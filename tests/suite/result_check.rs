@@ -329,6 +329,50 @@ async fn a_red_result_gets_its_culprit_named_and_a_reviewed_fixer_and_then_the_b
     );
     squashed_history_is_written_and_unforgeable(&fixture, &base);
     the_lead_knew_the_checks(&server);
+    the_report_tells_the_whole_run(&fixture, report["run_id"].as_str().unwrap()).await;
+}
+
+/// The HTML report of the rename, as headless Chromium builds it: every check (the base,
+/// each piece, the result, the fixer's), the culprit, and the fixer shown as a fixer.
+async fn the_report_tells_the_whole_run(fixture: &GitFixture, run_id: &str) {
+    let out = tempfile::tempdir().unwrap();
+    let page = out.path().join("report.html");
+    let output = Grove::in_repo(fixture)
+        .grove_async(&["report", run_id, "--output", page.to_str().unwrap()])
+        .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let Some(chromium) = crate::suite::report::find_chromium() else {
+        assert!(
+            std::env::var("GROVE_REQUIRE_CHROMIUM").as_deref() != Ok("1"),
+            "GROVE_REQUIRE_CHROMIUM=1 but no chromium on PATH"
+        );
+        return;
+    };
+    let dom = crate::suite::report::dump_dom(&chromium, &page).await;
+    let shown: Vec<&str> = [
+        "data-check-on=\"base\" data-run=\"passed\"",
+        "data-check-on=\"S3\" data-run=\"failed\"",
+        "data-check-on=\"result\" data-run=\"failed\"",
+        "data-check-on=\"S4\" data-run=\"passed\"",
+        "data-check-on=\"result\" data-run=\"passed\"",
+        "the same tree as S4's: not run again",
+        "data-culprit=\"S3\"",
+        "it changed pkg/b.py:9, where the check failed",
+        "S4 · fixer of the red result",
+        "fixer S4",
+    ]
+    .into_iter()
+    .filter(|part| !dom.contains(part))
+    .collect();
+    assert_eq!(
+        (
+            shown,
+            dom.contains("data-grove-report=\"ok\""),
+            dom.contains("worker S4")
+        ),
+        (Vec::<&str>::new(), true, false),
+        "the report shows every check, the culprit and the fixer as what it is: {dom}"
+    );
 }
 
 /// What the lead was told: its system prompt names the check, each delegate result
@@ -336,6 +380,14 @@ async fn a_red_result_gets_its_culprit_named_and_a_reviewed_fixer_and_then_the_b
 /// fails, before its closing turn.
 fn the_lead_knew_the_checks(server: &FakeServer) {
     let requests = server.requests();
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|request| who(request) == Who::Reviewer && answered(request))
+            .count(),
+        0,
+        "a reviewer's submit_verdict ends its review: no request follows it"
+    );
     let lead: Vec<&RecordedRequest> = requests
         .iter()
         .filter(|request| who(request) == Who::Lead)

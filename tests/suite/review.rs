@@ -423,6 +423,35 @@ async fn an_applied_run_is_refused_and_its_journal_is_left_alone() {
     );
     assert_eq!(journal_entries(&repo, &run_id), journal_before);
     assert_eq!(fixture.rev("main"), main_before);
+    let undo = message
+        .split('`')
+        .find(|part| part.starts_with("git revert"))
+        .unwrap()
+        .to_owned();
+    let undone = std::process::Command::new("sh")
+        .args(["-c", &undo])
+        .current_dir(&fixture.repo)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", fixture.home())
+        .env("GIT_AUTHOR_NAME", "U")
+        .env("GIT_AUTHOR_EMAIL", "u@example.org")
+        .env("GIT_COMMITTER_NAME", "U")
+        .env("GIT_COMMITTER_EMAIL", "u@example.org")
+        .output()
+        .unwrap();
+    assert!(
+        undone.status.success(),
+        "{undo}: {}",
+        String::from_utf8_lossy(&undone.stderr)
+    );
+    let run_commits = fixture.git(&["rev-list", "--grep=^Grove-Run:", &main_before.to_string()]);
+    let base = format!("{}^", run_commits.lines().last().unwrap());
+    assert_eq!(
+        fixture.git(&["rev-parse", "main^{tree}"]),
+        fixture.git(&["rev-parse", &format!("{base}^{{tree}}")]),
+        "the undo the refusal names, run as it is, takes the squashed history back: {undo}"
+    );
 
     let output = grove(&fixture, &["review", &run_id, "--reject", "S1", "--apply"]);
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));

@@ -306,6 +306,7 @@ fn expected_full_state(run: &RunId) -> RunState {
         resumes: 1,
         journal_records: 15,
         checks: vec![],
+        culprit: None,
     }
 }
 

@@ -474,6 +474,7 @@ mod tests {
             result_branch: "grove/20261130-000000-0000/result".into(),
             result_commit: None,
             applied: false,
+            history: grove::settings::options::History::Squash,
             error: None,
             subtasks: vec![
                 subtask("S1", SubtaskStatus::Merged, Some(VerdictKind::Approve)),

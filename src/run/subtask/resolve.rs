@@ -519,7 +519,7 @@ fn resolver_brief(ctx: &RunContext, conflict: Conflict<'_>) -> String {
          work; do not commit, merge or reset with git yourself.\n\n# Conflicting paths\n\n"
     );
     for path in conflict.paths {
-        text.push_str(&format!("- {path}\n"));
+        text.push_str(&format!("- {}\n", crate::text::quoted_path(path)));
     }
     text.push_str(&format!(
         "\n# {k}'s brief (the subtask being merged, `{theirs}`)\n\n{}\n",
