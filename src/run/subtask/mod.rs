@@ -280,15 +280,15 @@ impl Subtasks {
         };
         let (check, permit) =
             check::check_subtask(ctx, slots, permit, id, worktree, &committed.diff).await?;
-        flag_what_the_check_opened(report, check.as_ref());
         report.check = check;
         let verdict =
             if let Some(required) = check::required_rejection(ctx, id, report.check.as_ref())? {
                 report.reason = Some(required.reason);
                 required.verdict
             } else {
+                let later = runs_later(report);
                 let flagged = reviewer::Flagged {
-                    executes_later: &report.executes_later,
+                    executes_later: &later,
                     left_out: &report.left_out,
                     check: reviewer::check_of(ctx, report),
                     outside_paths: &report.outside_paths,
@@ -642,14 +642,15 @@ async fn left_out_of_commit(ctx: &RunContext, id: SubtaskId, worktree: &Worktree
     }
 }
 
-/// Adds the changed files the subtask's check opened to those flagged as running later.
-pub(crate) fn flag_what_the_check_opened(
-    report: &mut SubtaskReport,
-    check: Option<&crate::store::journal::CheckRun>,
-) {
-    for path in check.map_or(&[][..], |run| &run.opened) {
-        if !report.executes_later.contains(path) {
-            report.executes_later.push(path.clone());
+/// What the reviewer is told runs later: the changed files that do by their names,
+/// and those the subtask's check opened (the person's "check by hand" keeps to the
+/// first, which a test suite importing every changed module would drown).
+pub(crate) fn runs_later(report: &SubtaskReport) -> Vec<String> {
+    let mut paths = report.executes_later.clone();
+    for path in report.check.iter().flat_map(|run| &run.opened) {
+        if !paths.contains(path) {
+            paths.push(path.clone());
         }
     }
+    paths
 }

@@ -335,11 +335,11 @@ async fn stages(
         }
     };
     let check = check::check_in_slot(ctx, id, worktree, &diff).await?;
-    super::flag_what_the_check_opened(report, check.as_ref());
     report.check = check;
     let verdict = if markers.is_empty() {
+        let later = super::runs_later(report);
         let flagged = reviewer::Flagged {
-            executes_later: &report.executes_later,
+            executes_later: &later,
             left_out: &report.left_out,
             check: reviewer::check_of(ctx, report),
             ..reviewer::Flagged::default()
