@@ -476,7 +476,7 @@ impl CommandExecutor for LocalExecutor {
             if let Some(entry) = entry {
                 // The directory exists inside the tree; the join enters it there.
                 command.current_dir("/");
-                entry.at_exec(command.as_std_mut());
+                entry.command_at_exec(command.as_std_mut());
             }
         })
         .await
@@ -523,8 +523,10 @@ pub(crate) async fn run_in_process_group(
         .stderr(writer_for_stderr)
         .process_group(0)
         .kill_on_drop(true);
-    customize(&mut command);
+    // First: the parent-death signal is the process grove forked, which `customize` may
+    // turn into the keeper of a pid namespace that never returns from its hooks.
     hygiene_at_exec(&mut command);
+    customize(&mut command);
     // The thread that spawns owns the parent-death signal; it must outlive the command.
     // `spawn_lasting` drops the command, and with it our copies of the pipe's write end,
     // so the pipe reaches EOF once the command's processes are gone.
@@ -631,9 +633,11 @@ pub(crate) fn hygiene_at_exec(command: &mut tokio::process::Command) {
 /// command, the setup command, an external worker CLI, the check):
 ///
 /// - it is killed when grove dies (`PR_SET_PDEATHSIG`), and gives up at once if grove is
-///   already gone, so a `kill -9` of grove leaves no shell running (its background
-///   children, still in the process group and the cgroup, are killed by the next grove:
-///   see `sandbox::kill_orphaned_commands`);
+///   already gone, so a `kill -9` of grove leaves no shell running (in the sandbox or a
+///   copy-on-write tree the process is then the keeper of a pid namespace, whose
+///   processes die with it: see `pid_namespace`; elsewhere its background children, still
+///   in the process group and the cgroup, are killed by the next grove: see
+///   `sandbox::kill_orphaned_commands`);
 /// - no descriptor above stderr survives the `exec`: grove may have inherited some from
 ///   whoever started it (`7>>file 8<~/.ssh/id_rsa 9<>/dev/tcp/…`), and a command must not
 ///   read, write or send through them.

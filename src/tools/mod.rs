@@ -11,6 +11,7 @@ pub mod exec;
 pub mod git_pointer;
 mod grep;
 mod list_files;
+pub(crate) mod pid_namespace;
 mod read_file;
 pub mod result_tree;
 pub mod sandbox;

@@ -22,7 +22,7 @@ use crate::support::requests::{Who, who};
 use crate::support::scripted_run::{lead_reply, reviewer_reply, usage};
 
 /// Whether `mode` can run here: the sandbox always, copy-on-write trees where allowed.
-async fn mode_or_skip(test: &str, fixture: &GitFixture, mode: WorktreeMode) -> bool {
+pub(crate) async fn mode_or_skip(test: &str, fixture: &GitFixture, mode: WorktreeMode) -> bool {
     if !sandbox_or_skip(test) {
         return false;
     }

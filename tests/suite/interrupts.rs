@@ -9,9 +9,13 @@ use nix::sys::signal::Signal;
 use pretty_assertions::assert_eq;
 use serde_json::Value;
 
+use grove::tools::tree::WorktreeMode;
+
+use crate::suite::escapes::mode_or_skip;
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
-use crate::support::git_fixture::Leftovers;
+use crate::support::git_fixture::{GitFixture, Leftovers};
 use crate::support::grove::{Grove, stderr};
+use crate::support::processes::{running_with_arg, settled};
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::{
     USER_TASK, lead_reply, repo_with_rules, reviewer_reply, worker_reply,
@@ -202,4 +206,100 @@ async fn sigterm_and_sighup_stop_a_run_like_ctrl_c() {
             "{signal} ends the run as Ctrl-C does: exit 130, its report, the resume command\n{err}"
         );
     }
+}
+
+/// A check that starts a background process which outlives its shell (as a test runner's
+/// workers do), marked by its argument `marker`; the shell sleeps in the foreground.
+fn check_with_a_background_process(marker: &str) -> String {
+    format!("sleep {marker} & sleep 100")
+}
+
+/// Waits until the check of subtask 1 has started its background process; its pids.
+async fn background_pids(fixture: &GitFixture, marker: &str) -> Vec<i32> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let running = running_with_arg(marker);
+        if !running.is_empty() {
+            return running;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the check never started its background process (in {})",
+            fixture.repo.display()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Every mount under `dir` that any process on the machine still sees, as `pid: mount
+/// point`.
+fn mounts_under(dir: &std::path::Path) -> Vec<String> {
+    let dir = dir.to_string_lossy().into_owned();
+    let mut mounts = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(info) = std::fs::read_to_string(entry.path().join("mountinfo")) else {
+            continue;
+        };
+        mounts.extend(
+            info.lines()
+                .filter_map(|line| line.split(' ').nth(4))
+                .filter(|point| point.starts_with(&dir))
+                .map(|point| format!("{name}: {point}")),
+        );
+    }
+    mounts
+}
+
+/// Row 64: `kill -9` of grove while a subtask's check runs a background process. The
+/// check's whole process tree dies with grove at once (its own pid namespace, whose
+/// first process dies with grove), so no process of it and, in a copy-on-write tree, no
+/// overlay mount of the run survives — without any next grove starting to clean up.
+async fn a_checks_processes_die_with_a_killed_grove(mode: WorktreeMode, marker: &str) {
+    let fixture = repo_with_rules();
+    if !mode_or_skip("a_checks_processes_die_with_a_killed_grove", &fixture, mode).await {
+        return;
+    }
+    fixture.write(
+        ".grove/config.toml",
+        format!(
+            "[worktree]\nmode = \"{mode}\"\n\n[check]\ncommand = {:?}\n\
+             base = \"skip\"\n",
+            check_with_a_background_process(marker)
+        ),
+    );
+    fixture.commit_all("grove's configuration");
+    let server = FakeServer::with_responder(standard(&FIVE[..1])).await;
+    let grove = Grove::in_repo(&fixture).with_server(&server);
+    let mut child = grove.spawn(["run", "--jobs", "1", USER_TASK]);
+    let background = background_pids(&fixture, marker).await;
+    child.start_kill().unwrap(); // SIGKILL: grove gets no chance to clean up.
+    child.wait().await.unwrap();
+
+    let cache = fixture.home().join(".cache").join("grove");
+    let left = settled(|| running_with_arg(marker));
+    let mounts = mounts_under(&cache);
+    for pid in &left {
+        // What the test found must not outlive it either.
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), Signal::SIGKILL);
+    }
+    assert_eq!(
+        (left, mounts),
+        (Vec::new(), Vec::new()),
+        "within 5 s of a kill -9 of grove, the check's background process ({background:?}) \
+         is gone and no process sees a mount of the run ({mode})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_checks_processes_die_with_a_killed_grove_in_a_git_worktree() {
+    a_checks_processes_die_with_a_killed_grove(WorktreeMode::Git, "314159").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_checks_processes_die_with_a_killed_grove_in_a_copy_on_write_tree() {
+    a_checks_processes_die_with_a_killed_grove(WorktreeMode::Overlay, "314160").await;
 }

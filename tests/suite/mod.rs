@@ -8,7 +8,7 @@ pub(crate) mod cli;
 mod config;
 mod demo;
 mod environment;
-mod escapes;
+pub(crate) mod escapes;
 mod faults;
 mod git;
 mod history;

@@ -361,6 +361,7 @@ use grove::tools::tree::WorktreeMode;
 
 use crate::support::fake_server::{FakeServer, Turn};
 use crate::support::git_fixture::GitFixture;
+use crate::support::processes::running_with_arg;
 use crate::support::requests::role as who;
 
 /// A server whose lead delegates one brief, whose reviewer approves, and whose worker
@@ -665,7 +666,7 @@ async fn helper_a_grove_with_a_tree_that_gets_killed() {
     let _ = RoutedExecutor::new(sandboxed)
         .execute(ExecRequest {
             // Written in the tree: it lands in the upper directory.
-            command: "echo $$ > shell; sleep 100".to_owned(),
+            command: "echo started > shell; sleep 100131".to_owned(),
             cwd: layers.mount_point.clone(),
             timeout: Duration::from_secs(120),
             cancel: CancellationToken::new(),
@@ -700,12 +701,15 @@ async fn a_killed_grove_leaves_no_tree_host_no_command_and_no_mount() {
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let shell_file = "tree.cow/upper/shell";
-    while (read_pid("host").is_none() || read_pid(shell_file).is_none())
+    while (read_pid("host").is_none() || !root.join(shell_file).exists())
         && std::time::Instant::now() < deadline
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (host, shell) = (read_pid("host").unwrap(), read_pid(shell_file).unwrap());
+    let host = read_pid("host").unwrap();
+    // The command's own pids are its pid namespace's: found by its argument here.
+    let shell = || running_with_arg("100131");
+    assert_eq!(shell().len(), 1, "the command runs in the tree");
     assert!(
         !mounts_beneath(&root).is_empty(),
         "while grove lives, its tree is mounted (in the host's namespace)"
@@ -720,14 +724,14 @@ async fn a_killed_grove_leaves_no_tree_host_no_command_and_no_mount() {
             .is_some_and(|rest| rest.trim_start().starts_with('Z')),
     };
     let until = std::time::Instant::now() + Duration::from_secs(10);
-    while !(gone(host) && gone(shell) && mounts_beneath(&root).is_empty())
+    while !(gone(host) && shell().is_empty() && mounts_beneath(&root).is_empty())
         && std::time::Instant::now() < until
     {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(
-        (gone(host), gone(shell), mounts_beneath(&root)),
-        (true, true, Vec::new()),
+        (gone(host), shell(), mounts_beneath(&root)),
+        (true, Vec::new(), Vec::new()),
         "the tree host and the command die with grove, and the mount goes with them"
     );
 }

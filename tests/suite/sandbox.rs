@@ -25,12 +25,13 @@ use grove::tools::sandbox::{
     self, CommandHost, ProjectView, SandboxMode, SandboxPolicy, SandboxedExecutor,
 };
 use grove::tools::{
-    CommandExecutor, ExecError, ExecRequest, OutputCap, Registry, ToolContext, ToolOutput, ToolSet,
-    builtin_with_executor,
+    CommandExecutor, ExecError, ExecOutcome, ExecRequest, OutputCap, Registry, ToolContext,
+    ToolOutput, ToolSet, builtin_with_executor,
 };
 
 use crate::support::fake_server::{FakeServer, Turn};
 use crate::support::git_fixture::GitFixture;
+use crate::support::processes::{running_in, settled};
 use crate::support::requests::role as who;
 
 pub(crate) const SECRET: &str = "SECRET-KEY-MATERIAL-7f3a9c";
@@ -162,51 +163,6 @@ impl Scene {
         files.sort();
         files
     }
-}
-
-/// True when process `pid` is gone (or a zombie nobody has reaped yet).
-fn is_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-    }
-}
-
-/// Live (non-zombie) processes of process group `group`.
-fn live_members(group: i32) -> Vec<i32> {
-    let mut members = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some(rest) = stat.rsplit(')').next() else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        // After the command: state, ppid, pgrp.
-        if fields.len() > 2 && fields[0] != "Z" && fields[2] == group.to_string() {
-            members.push(pid);
-        }
-    }
-    members
-}
-
-fn pids_in(path: &Path) -> Vec<i32> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|pid| pid.parse().ok())
-        .collect()
 }
 
 #[tokio::test]
@@ -392,12 +348,16 @@ async fn sleep_and_daemons_die_with_the_command() {
         "setsid is refused, so nothing leaves the process group: {}",
         timed_out.content
     );
-    let pids = pids_in(&scene.worktree.join("pids"));
-    assert_eq!(pids.len(), 3, "three background sleeps were started");
+    let started = std::fs::read_to_string(scene.worktree.join("pids")).unwrap();
     assert_eq!(
-        pids.iter().filter(|pid| !is_gone(**pid)).count(),
-        0,
-        "no background process outlives the timeout"
+        started.lines().count(),
+        3,
+        "three background sleeps were started"
+    );
+    assert_eq!(
+        settled(|| running_in(&scene.worktree)),
+        Vec::<i32>::new(),
+        "no process of the command outlives the timeout"
     );
 
     let daemon = scene
@@ -412,11 +372,66 @@ async fn sleep_and_daemons_die_with_the_command() {
         (false, "started\n[exit code: 0]\n"),
         "the command itself finished"
     );
-    let daemon_pids = pids_in(&scene.worktree.join("daemon.pid"));
-    assert_eq!(daemon_pids.len(), 1);
     assert!(
-        is_gone(daemon_pids[0]),
+        scene.worktree.join("daemon.pid").exists(),
+        "the daemon was started"
+    );
+    assert_eq!(
+        running_in(&scene.worktree),
+        Vec::<i32>::new(),
         "a daemon left running is killed when its command ends"
+    );
+}
+
+/// A command in its pid namespace is still an ordinary process: its exit code and its
+/// death by a signal (its own `kill`, a crash) reach grove as they were, a signal it has
+/// no handler for still ends it, and its `/proc` agrees with its pids and shows no
+/// process outside it (another program's command line can hold a password).
+#[tokio::test]
+async fn a_command_keeps_its_exit_code_its_signals_and_sees_only_its_own_processes() {
+    let Some(scene) = Scene::confined(
+        "a_command_keeps_its_exit_code_its_signals_and_sees_only_its_own_processes",
+    ) else {
+        return;
+    };
+    let executor = scene.executor(SandboxPolicy::default());
+    let outcome = |command: &'static str| {
+        let (executor, worktree) = (&executor, &scene.worktree);
+        async move { run_in(executor, worktree, command).await.outcome }
+    };
+    assert_eq!(
+        [
+            outcome("exit 7").await,
+            outcome("kill -TERM $$").await,
+            outcome("kill -SEGV $$").await,
+            outcome("exec sleep 1000 & kill -KILL $!; wait $!; exit $?").await,
+        ],
+        [
+            ExecOutcome::Exited(7),
+            ExecOutcome::Signalled(15),
+            ExecOutcome::Signalled(11),
+            ExecOutcome::Exited(137),
+        ],
+        "exit codes and signals are the command's own, a SIGTERM it has no handler for ends it"
+    );
+    let seen = run_in(
+        &executor,
+        &scene.worktree,
+        "sleep 1000 & read -r own rest < /proc/self/stat; echo $$ $own $(ls -d /proc/[0-9]* | wc -l); \
+         kill $!",
+    )
+    .await;
+    let text = String::from_utf8_lossy(&seen.head).into_owned();
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(
+        (fields.len(), fields.first(), fields.get(1)),
+        (3, Some(&"2"), Some(&"2")),
+        "the shell is pid 2 (the first is the namespace's init), by `$$` and by /proc: {text:?}"
+    );
+    let count: usize = fields[2].parse().unwrap();
+    assert!(
+        (3..=6).contains(&count),
+        "/proc lists the command's few processes, none of the machine's: {text:?}"
     );
 }
 
@@ -461,8 +476,7 @@ async fn a_fork_bomb_is_capped_and_killed_at_the_timeout() {
         .bash(
             &tools,
             // The shell then blocks on a fifo it holds itself: no fork needed to wait.
-            "echo $$ > group; mkfifo hold; exec 3<>hold; \
-             bomb() { bomb | bomb & }; bomb; read -u 3",
+            "mkfifo hold; exec 3<>hold; bomb() { bomb | bomb & }; bomb; read -u 3",
             2,
         )
         .await;
@@ -471,10 +485,9 @@ async fn a_fork_bomb_is_capped_and_killed_at_the_timeout() {
         "the bomb is stopped by the timeout: {}",
         bomb.content
     );
-    let group = pids_in(&scene.worktree.join("group"));
-    assert_eq!(group.len(), 1, "the bomb recorded its process group");
+    assert!(scene.worktree.join("hold").exists(), "the bomb was set off");
     assert_eq!(
-        live_members(group[0]),
+        running_in(&scene.worktree),
         Vec::<i32>::new(),
         "no process of the bomb outlives the timeout"
     );
@@ -1195,18 +1208,20 @@ async fn helper_a_grove_that_gets_killed() {
     let scene = Scene::new();
     let executor = scene.executor(SandboxPolicy::default());
     // The test's directory is this command's worktree: the only place it may write.
-    let command = "sleep 100 & echo $! > background; echo $$ > shell; sleep 100; echo done";
+    let command = "sleep 100 & echo started > started; sleep 100; echo done";
     let _ = run_in(&executor, &dir, command).await;
 }
 
+/// Row 64's kernel half: a `kill -9` of grove takes the command and everything it
+/// started with it at once (its own pid namespace, whose keeper dies with grove), before
+/// any next grove starts to clean up.
 #[tokio::test]
-async fn commands_die_with_grove_and_leftovers_are_killed_at_the_next_start() {
-    let Some(scene) =
-        Scene::confined("commands_die_with_grove_and_leftovers_are_killed_at_the_next_start")
-    else {
+async fn commands_and_what_they_started_die_with_a_killed_grove() {
+    if Scene::confined("commands_and_what_they_started_die_with_a_killed_grove").is_none() {
         return;
-    };
+    }
     let dir = tempfile::tempdir().unwrap();
+    let dir_path = dir.path().canonicalize().unwrap();
     let mut grove = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -1214,41 +1229,26 @@ async fn commands_die_with_grove_and_leftovers_are_killed_at_the_next_start() {
             "--ignored",
             "--nocapture",
         ])
-        .env(HELPER_DIR, dir.path())
+        .env(HELPER_DIR, &dir_path)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let read_pid = |name: &str| {
-        std::fs::read_to_string(dir.path().join(name))
-            .ok()
-            .and_then(|text| text.trim().parse::<i32>().ok())
-    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while (read_pid("shell").is_none() || read_pid("background").is_none())
-        && std::time::Instant::now() < deadline
-    {
+    while !dir_path.join("started").exists() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let (shell, background) = (read_pid("shell").unwrap(), read_pid("background").unwrap());
+    let running = running_in(&dir_path);
+    assert!(
+        running.len() >= 2,
+        "the command's shell and its background sleep run: {running:?}"
+    );
     grove.kill().unwrap(); // SIGKILL: grove gets no chance to clean up.
     grove.wait().unwrap();
-    let settle = |pid: i32| {
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while !is_gone(pid) && std::time::Instant::now() < until {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        is_gone(pid)
-    };
-    assert!(
-        settle(shell),
-        "the command's shell dies with the grove that started it"
-    );
-    // The next grove's executor (a `grove resume`) kills what the dead one left.
-    let _next = scene.executor(SandboxPolicy::default());
-    assert!(
-        settle(background),
-        "a background process of the dead grove's command is killed when the next starts"
+    assert_eq!(
+        settled(|| running_in(&dir_path)),
+        Vec::<i32>::new(),
+        "within 5 s of a kill -9 of grove, nothing its command started still runs"
     );
 }
 

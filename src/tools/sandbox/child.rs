@@ -5,7 +5,7 @@
 //! pids cgroup, enters a user namespace (or a copy-on-write tree's), builds its mount
 //! view (the sanitized git config, the project's shared directories read-only, every
 //! host socket covered), enters a network namespace of its own with `lo` up, lowers its
-//! rlimits, restricts itself with the ready Landlock rulesets and installs the ready
+//! rlimits, becomes the command of a pid namespace of its own (see `pid_namespace`), restricts itself with the ready Landlock rulesets and installs the ready
 //! seccomp filter. The child is a copy of a multi-threaded process, so it never
 //! allocates or locks; every step either succeeds or the child writes why on its stderr
 //! and exits with [`REFUSED_EXIT_CODE`]. It must never `exec` the command after a step
@@ -68,10 +68,20 @@ pub(super) struct SocketCovers {
     pub sockets: Vec<CString>,
 }
 
+/// The read grant of a command's own `/proc`, added in the child: the mount is made
+/// there, after the ruleset was built, and Landlock grants by inode.
+pub(super) struct ProcGrant {
+    /// The command's filesystem ruleset. The kernel object is shared with every command
+    /// of the worktree: each one's rule names its own mount, which no other can reach.
+    pub ruleset: OwnedFd,
+    pub access: u64,
+}
+
 /// What one command's process does between `fork` and `exec`.
 pub(super) struct ChildSteps {
     pub cgroup_procs: Vec<OwnedFd>,
     pub filesystem: Option<RulesetCreated>,
+    pub own_proc: Option<ProcGrant>,
     pub scopes: Option<RulesetCreated>,
     pub filter: Arc<BpfProgram>,
     pub policy: SandboxPolicy,
@@ -137,6 +147,19 @@ impl ChildSteps {
             refuse(step, errno);
         }
         self.lower_limits(own_user_namespace);
+        // Last before the restrictions: the keeper and the init stay outside them, and
+        // run nothing but their waits.
+        if can_mount {
+            match crate::tools::pid_namespace::enter() {
+                Ok(()) => {
+                    if let Err(errno) = self.own_proc.as_ref().map_or(Ok(()), ProcGrant::add) {
+                        refuse("granting the command's own /proc", errno);
+                    }
+                }
+                Err((step, errno)) if required => refuse(step, errno),
+                Err(_) => {}
+            }
+        }
         match self.filesystem.take().map(RulesetCreated::restrict_self) {
             Some(Ok(status)) if status.ruleset == RulesetStatus::FullyEnforced => {}
             Some(Ok(_)) => refuse("enforcing the Landlock ruleset in full", Errno::ENOTSUP),
@@ -225,6 +248,42 @@ impl ChildSteps {
         if own_namespace {
             lower_limit(Resource::RLIMIT_NPROC, self.policy.max_processes);
         }
+    }
+}
+
+impl ProcGrant {
+    /// Lets the command read the `/proc` it sees now (its pid namespace's own).
+    #[allow(unsafe_code)]
+    fn add(&self) -> Result<(), Errno> {
+        /// `struct landlock_path_beneath_attr` of the kernel's uapi, packed as it is.
+        #[repr(C, packed)]
+        struct PathBeneath {
+            allowed_access: u64,
+            parent_fd: i32,
+        }
+        /// `LANDLOCK_RULE_PATH_BENEATH`.
+        const RULE_PATH_BENEATH: libc::c_int = 1;
+        let proc = nix::fcntl::open(
+            c"/proc",
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        let rule = PathBeneath {
+            allowed_access: self.access,
+            parent_fd: std::os::fd::AsRawFd::as_raw_fd(&proc),
+        };
+        // SAFETY: landlock_add_rule reads the packed struct on the stack; both
+        // descriptors are open.
+        let added = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_add_rule,
+                std::os::fd::AsRawFd::as_raw_fd(&self.ruleset),
+                RULE_PATH_BENEATH,
+                &rule as *const PathBeneath,
+                0,
+            )
+        };
+        Errno::result(added).map(drop)
     }
 }
 

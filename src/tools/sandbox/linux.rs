@@ -26,7 +26,7 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 
-use super::child::{ChildSteps, MountPlan, NetworkPlan, ReadOnlyBind, SocketCovers};
+use super::child::{ChildSteps, MountPlan, NetworkPlan, ProcGrant, ReadOnlyBind, SocketCovers};
 use super::{SandboxError, SandboxPolicy};
 
 /// The Landlock ABI whose filesystem rights must be enforced in full: 3 adds truncation to
@@ -129,9 +129,17 @@ impl Confinement {
                 .try_clone()
                 .map_err(|error| confine("duplicating the Landlock ruleset")(error.to_string()))
         };
+        // A second descriptor of the same kernel ruleset, for the command's own `/proc`
+        // (which exists only once its pid namespace does) to be granted in the child.
+        let own_proc =
+            Option::<OwnedFd>::from(duplicate(&self.filesystem)?).map(|ruleset| ProcGrant {
+                ruleset,
+                access: AccessFs::from_read(FS_ABI).bits(),
+            });
         Ok(ChildSteps {
             cgroup_procs,
             filesystem: Some(duplicate(&self.filesystem)?),
+            own_proc,
             scopes: self.scopes.as_ref().map(duplicate).transpose()?,
             filter: Arc::clone(&self.filter),
             policy: self.policy,

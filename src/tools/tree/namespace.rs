@@ -120,16 +120,35 @@ impl Entry {
         Ok(())
     }
 
-    /// Makes `command`'s process join the tree before `exec` (and fail to spawn, with
-    /// the join's error, when it cannot).
-    #[allow(unsafe_code)]
+    /// Makes grove's own `command` (git) join the tree before `exec` (and fail to
+    /// spawn, with the join's error, when it cannot).
     pub fn at_exec(self, command: &mut std::process::Command) {
+        self.hook(command, false);
+    }
+
+    /// Makes a command grove runs for a model or a check join the tree before `exec`,
+    /// in a pid namespace of its own so that nothing it starts outlives grove in the
+    /// tree's mounts. The command must already die with grove (`hygiene_at_exec`).
+    pub fn command_at_exec(self, command: &mut std::process::Command) {
+        self.hook(command, true);
+    }
+
+    #[allow(unsafe_code)]
+    fn hook(self, command: &mut std::process::Command, own_pids: bool) {
         use std::os::unix::process::CommandExt as _;
-        // SAFETY: the hook runs in the forked child; `join` makes system calls on data
-        // built before the fork and allocates nothing; its error is a plain errno.
+        // SAFETY: the hook runs in the forked child; `join` and `pid_namespace::enter`
+        // make system calls on data built before the fork and allocate nothing; the error
+        // is a plain errno.
         unsafe {
             command.pre_exec(move || {
                 self.join()
+                    .and_then(|()| {
+                        if own_pids {
+                            crate::tools::pid_namespace::enter()
+                        } else {
+                            Ok(())
+                        }
+                    })
                     .map_err(|(_, errno)| std::io::Error::from_raw_os_error(errno as i32))
             });
         }
