@@ -15,6 +15,7 @@ use similar::{ChangeTag, TextDiff};
 
 use super::Repo;
 use super::error::GitError;
+use super::large_diff::{self, BINARY_SNIFF_BYTES, PatchLines};
 use super::names::CommitId;
 use crate::text::{escaped_bytes, needs_byte_escapes, printable};
 
@@ -152,11 +153,21 @@ impl Repo {
             let mut diff = repo.diff_tree_to_tree(Some(&old), Some(&new), Some(&mut options))?;
             diff.find_similar(Some(git2::DiffFindOptions::new().renames(true)))?;
             let mut files = Vec::with_capacity(diff.deltas().len());
-            for index in 0..diff.deltas().len() {
-                if let Some(mut file) = git2::Patch::from_diff(&diff, index)? {
+            for (index, delta) in diff.deltas().enumerate() {
+                if large_diff::is_large(repo, &delta)? {
+                    let large = large_diff::file_patch(repo, &delta)?;
+                    let stat = stat_of(&delta, large.added, large.removed, large.binary);
+                    files.push((stat, delta.status(), patch_text(&large.lines, &delta)));
+                } else if let Some(mut file) = git2::Patch::from_diff(&diff, index)? {
                     let status = file.delta().status();
                     let binary = sides_hold_nul(repo, &file.delta())?;
-                    files.push((file_stat(&file, binary)?, status, patch_text(&mut file)?));
+                    let (_, added, removed) = file.line_stats()?;
+                    let stat = stat_of(&file.delta(), added as u64, removed as u64, binary);
+                    files.push((
+                        stat,
+                        status,
+                        patch_text(&lines_of(&mut file)?, &file.delta()),
+                    ));
                 }
             }
             let (files, patch) = join_typechanges(files);
@@ -348,27 +359,32 @@ fn sides_hold_nul(
     Ok(false)
 }
 
-/// How much of a file's start git reads to call it binary.
-const BINARY_SNIFF_BYTES: usize = 8_000;
-
-/// One file's line counts, as `git diff --numstat` gives them.
-fn file_stat(file: &git2::Patch<'_>, binary: bool) -> Result<FileStat, git2::Error> {
-    let (_, added, removed) = file.line_stats()?;
-    let delta = file.delta();
+/// One file's line counts, as `git diff --numstat` gives them (none for a binary file).
+fn stat_of(delta: &git2::DiffDelta<'_>, added: u64, removed: u64, binary: bool) -> FileStat {
     let path = |side: git2::DiffFile<'_>| {
         side.path_bytes()
             .map(|path| String::from_utf8_lossy(path).into_owned())
     };
     let (new_path, old_path) = (path(delta.new_file()), path(delta.old_file()));
     let renamed = delta.status() == git2::Delta::Renamed;
-    let count = |n: usize| if binary { 0 } else { n as u64 };
-    Ok(FileStat {
+    let count = |n: u64| if binary { 0 } else { n };
+    FileStat {
         path: new_path.or_else(|| old_path.clone()).unwrap_or_default(),
         old_path: if renamed { old_path } else { None },
         added: count(added),
         removed: count(removed),
         binary,
-    })
+    }
+}
+
+/// The lines libgit2 prints of one file's patch: each line's origin and bytes.
+fn lines_of(file: &mut git2::Patch<'_>) -> Result<PatchLines, git2::Error> {
+    let mut lines = Vec::new();
+    file.print(&mut |_, _, line| {
+        lines.push((line.origin(), line.content().to_vec()));
+        true
+    })?;
+    Ok(lines)
 }
 
 /// One file's section of the patch, as git writes it. libgit2's differs in one way: git
@@ -378,25 +394,21 @@ fn file_stat(file: &git2::Patch<'_>, binary: bool) -> Result<FileStat, git2::Err
 /// A file whose changed or context lines hold a NUL or bytes that are not UTF-8 (a
 /// script with one NUL still runs) is shown whole all the same, its lines written out
 /// byte for byte ([`escaped_bytes`]) under a note saying so: never "binary, not shown".
-fn patch_text(file: &mut git2::Patch<'_>) -> Result<Vec<u8>, git2::Error> {
-    let mut escaped = false;
-    file.print(&mut |_, _, line| {
-        escaped |= matches!(line.origin(), '+' | '-' | ' ') && needs_byte_escapes(line.content());
-        true
-    })?;
-    let delta = file.delta();
+fn patch_text(lines: &[(char, Vec<u8>)], delta: &git2::DiffDelta<'_>) -> Vec<u8> {
+    let escaped = lines
+        .iter()
+        .any(|(origin, content)| matches!(origin, '+' | '-' | ' ') && needs_byte_escapes(content));
     let spaced = |side: git2::DiffFile<'_>| side.path_bytes().is_some_and(|p| p.contains(&b' '));
     let (old_spaced, new_spaced) = (spaced(delta.old_file()), spaced(delta.new_file()));
     let mut text = Vec::new();
     let mut noted = false;
-    file.print(&mut |_, _, line| {
-        match line.origin() {
+    for (origin, content) in lines {
+        match origin {
             '+' | '-' | ' ' if escaped => {
-                text.push(line.origin() as u8);
-                let content = line.content();
+                text.push(*origin as u8);
                 let (body, newline) = match content.strip_suffix(b"\n") {
                     Some(body) => (body, "\n"),
-                    None => (content, ""),
+                    None => (&content[..], ""),
                 };
                 text.extend_from_slice(escaped_bytes(body).as_bytes());
                 text.extend_from_slice(newline.as_bytes());
@@ -404,14 +416,14 @@ fn patch_text(file: &mut git2::Patch<'_>) -> Result<Vec<u8>, git2::Error> {
             'H' if escaped && !noted => {
                 noted = true;
                 text.extend_from_slice(ESCAPED_NOTE.as_bytes());
-                text.extend_from_slice(line.content());
+                text.extend_from_slice(content);
             }
             '+' | '-' | ' ' => {
-                text.push(line.origin() as u8);
-                text.extend_from_slice(line.content());
+                text.push(*origin as u8);
+                text.extend_from_slice(content);
             }
             'F' => {
-                for header in line.content().split_inclusive(|b| *b == b'\n') {
+                for header in content.split_inclusive(|b| *b == b'\n') {
                     let spaced = match header {
                         [b'-', b'-', b'-', b' ', ..] => old_spaced,
                         [b'+', b'+', b'+', b' ', ..] => new_spaced,
@@ -426,11 +438,10 @@ fn patch_text(file: &mut git2::Patch<'_>) -> Result<Vec<u8>, git2::Error> {
                     }
                 }
             }
-            _ => text.extend_from_slice(line.content()),
+            _ => text.extend_from_slice(content),
         }
-        true
-    })?;
-    Ok(text)
+    }
+    text
 }
 
 /// Keeps whole per-file sections of `patch` while they fit in `max_bytes`, cuts the

@@ -46,6 +46,7 @@ mod detached;
 mod diff;
 mod error;
 mod handle;
+mod large_diff;
 mod lineage;
 mod local_files;
 mod location;
