@@ -3,14 +3,19 @@
 //!
 //! A line diff of two 200 MiB blobs held grove's memory at five times the file (both
 //! blobs, then the diff engine's record of every line of each). This module owns the
-//! bounded way: both sides are read once, their common start and end are cut off at
-//! line boundaries (the change of an append or of a few lines is then small), and only
-//! what lies between is diffed, its hunks numbered as in the whole file. A change whose
-//! middle is itself too large is named with its extent and line counts, never shown cut
-//! without saying so. It must produce the same patch as the whole-file diff whenever the
-//! changed region is small: what the reviewer reads is what merges.
+//! bounded way: the smaller side is held whole and the other is read as a stream (a
+//! loose object, as a worker's checkpoint writes it; a packed one is read whole), their
+//! common start and end are cut off at line boundaries (the change of an append or of a
+//! few lines is then small), and only what lies between is diffed, its hunks numbered as
+//! in the whole file. A change whose middle is itself too large is named with its extent
+//! and line counts, never shown cut without saying so. It must produce the same patch as
+//! the whole-file diff whenever the changed region is small: what the reviewer reads is
+//! what merges.
 
-use git2::{Delta, DiffOptions, Patch};
+use std::io::Read;
+use std::ops::Range;
+
+use git2::{Delta, DiffOptions, Oid, Patch};
 
 use crate::text::quoted_path;
 
@@ -23,6 +28,9 @@ pub(super) const BINARY_SNIFF_BYTES: usize = 8_000;
 /// Lines of context around each change, as git's default.
 const CONTEXT_LINES: usize = 3;
 
+/// How much of a streamed side is read at a time.
+const CHUNK_BYTES: usize = 64 << 10;
+
 /// True when a side of `delta` is over [`LARGE_FILE_BYTES`] (its size read from the
 /// object's header, not its content).
 pub(super) fn is_large(
@@ -31,15 +39,18 @@ pub(super) fn is_large(
 ) -> Result<bool, git2::Error> {
     let odb = repo.odb()?;
     for side in [delta.old_file(), delta.new_file()] {
-        if side.id().is_zero() || side.mode() == git2::FileMode::Commit {
-            continue;
-        }
-        let (size, _) = odb.read_header(side.id())?;
+        let Some(id) = blob_id(&side) else { continue };
+        let (size, _) = odb.read_header(id)?;
         if size as u64 > LARGE_FILE_BYTES {
             return Ok(true);
         }
     }
     Ok(false)
+}
+
+/// The blob a side of a diff holds; none for an absent side or a submodule.
+fn blob_id(side: &git2::DiffFile<'_>) -> Option<Oid> {
+    (!side.id().is_zero() && side.mode() != git2::FileMode::Commit).then(|| side.id())
 }
 
 /// The lines of one file's patch: each line's origin (as libgit2 prints them, `N` for a
@@ -55,42 +66,158 @@ pub(super) struct LargeFile {
     pub lines: PatchLines,
 }
 
-/// The diff of a large file: both sides read once, only the middle diffed.
+/// One side's content: bytes in memory, or a loose object read as a stream (each
+/// [`Source::open`] reads it from its start again).
+enum Source<'a> {
+    Bytes(&'a [u8]),
+    Stream(&'a git2::Odb<'a>, Oid, usize),
+}
+
+impl Source<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Source::Bytes(bytes) => bytes.len(),
+            Source::Stream(_, _, len) => *len,
+        }
+    }
+
+    /// Calls `each` with the chunks of `range`, in order.
+    fn chunks(
+        &self,
+        range: Range<usize>,
+        mut each: impl FnMut(usize, &[u8]),
+    ) -> Result<(), git2::Error> {
+        let mut reader: Box<dyn Read + '_> = match self {
+            Source::Bytes(bytes) => {
+                each(range.start, &bytes[range]);
+                return Ok(());
+            }
+            Source::Stream(odb, id, _) => Box::new(odb.reader(*id)?.0),
+        };
+        let mut buffer = vec![0; CHUNK_BYTES];
+        let mut at = 0;
+        while at < range.end {
+            let read = reader.read(&mut buffer).map_err(|error| {
+                git2::Error::from_str(&format!("reading object {id}: {error}", id = self.id()))
+            })?;
+            if read == 0 {
+                return Err(git2::Error::from_str(&format!(
+                    "object {} ended after {at} of its {} bytes",
+                    self.id(),
+                    self.len()
+                )));
+            }
+            let chunk = &buffer[..read];
+            let (from, to) = (range.start.max(at), range.end.min(at + read));
+            if from < to {
+                each(from, &chunk[from - at..to - at]);
+            }
+            at += read;
+        }
+        Ok(())
+    }
+
+    fn id(&self) -> String {
+        match self {
+            Source::Bytes(_) => "in memory".to_owned(),
+            Source::Stream(_, id, _) => id.to_string(),
+        }
+    }
+}
+
+/// The diff of a large file: the smaller side held whole, the other streamed twice (to
+/// find where the sides differ, then to read that middle), so grove holds one side and
+/// the change, not both sides.
 pub(super) fn file_patch(
     repo: &git2::Repository,
     delta: &git2::DiffDelta<'_>,
 ) -> Result<LargeFile, git2::Error> {
-    let content = |side: git2::DiffFile<'_>| -> Result<Option<git2::Blob<'_>>, git2::Error> {
-        if side.id().is_zero() || side.mode() == git2::FileMode::Commit {
-            return Ok(None);
-        }
-        repo.find_blob(side.id()).map(Some)
+    let odb = repo.odb()?;
+    // Only loose objects stream; a packed one answers with an error and is read whole.
+    let stream = |id: Option<Oid>| {
+        id.and_then(|id| {
+            odb.reader(id)
+                .ok()
+                .map(|(_, len, _)| Source::Stream(&odb, id, len))
+        })
     };
-    let (old_blob, new_blob) = (content(delta.old_file())?, content(delta.new_file())?);
-    let old = old_blob.as_ref().map_or(&[][..], git2::Blob::content);
-    let new = new_blob.as_ref().map_or(&[][..], git2::Blob::content);
-    let binary = [old, new]
+    let (old_id, new_id) = (blob_id(&delta.old_file()), blob_id(&delta.new_file()));
+    let (old_stream, new_stream) = (stream(old_id), stream(new_id));
+    let new_is_streamed = match (&old_stream, &new_stream) {
+        (Some(old), Some(new)) => new.len() >= old.len(),
+        (_, new) => new.is_some(),
+    };
+    let (whole_id, streamed, other_id) = if new_is_streamed {
+        (old_id, new_stream, new_id)
+    } else {
+        (new_id, old_stream, old_id)
+    };
+    let read = |id: Option<Oid>| id.map(|id| repo.find_blob(id)).transpose();
+    let whole_blob = read(whole_id)?;
+    let other_blob = if streamed.is_some() {
+        None
+    } else {
+        read(other_id)?
+    };
+    let other = streamed.unwrap_or(Source::Bytes(content(other_blob.as_ref())));
+    patch_of(delta, content(whole_blob.as_ref()), &other, new_is_streamed)
+}
+
+fn content<'a>(blob: Option<&'a git2::Blob<'_>>) -> &'a [u8] {
+    blob.map_or(&[][..], git2::Blob::content)
+}
+
+/// `whole_side` and `other_side` as (old, new).
+fn old_new<T>(other_is_new: bool, whole_side: T, other_side: T) -> (T, T) {
+    if other_is_new {
+        (whole_side, other_side)
+    } else {
+        (other_side, whole_side)
+    }
+}
+
+/// The patch of `whole` against `other` (the new side when `other_is_new`).
+fn patch_of(
+    delta: &git2::DiffDelta<'_>,
+    whole: &[u8],
+    other: &Source<'_>,
+    other_is_new: bool,
+) -> Result<LargeFile, git2::Error> {
+    let scan = Scan::of(whole, other)?;
+    let binary = [&whole[..whole.len().min(BINARY_SNIFF_BYTES)], &scan.start]
         .iter()
-        .any(|side| side[..side.len().min(BINARY_SNIFF_BYTES)].contains(&0));
-    let cut = Cut::of(old, new);
-    let (middle_old, middle_new) = (cut.middle(old), cut.middle(new));
+        .any(|start| start.contains(&0));
+    let cut = Cut::of(whole, &scan);
     let mut lines = vec![('F', header_of(delta))];
-    let (added, removed) = if middle_old.len() as u64 > LARGE_FILE_BYTES
-        || middle_new.len() as u64 > LARGE_FILE_BYTES
-    {
-        let (changed_old, changed_new) = (cut.changed(old), cut.changed(new));
-        let (removed, added) = (line_count(changed_old), line_count(changed_new));
+    let whole_middle = cut.middle(whole.len());
+    let other_middle = cut.middle(other.len());
+    let (added, removed) = if whole_middle.len().max(other_middle.len()) as u64 > LARGE_FILE_BYTES {
+        let whole_changed = cut.changed(whole.len());
+        let whole_text = &whole[whole_changed.clone()];
+        let other_changed = cut.changed(other.len());
+        let mut other_lines = 0;
+        let mut other_last = None;
+        other.chunks(other_changed.clone(), |_, chunk| {
+            other_lines += count_lines(chunk);
+            other_last = chunk.last().copied().or(other_last);
+        })?;
+        let other_count = other_lines + u64::from(other_last.is_some_and(|b| b != b'\n'));
+        let (old_size, new_size) = old_new(other_is_new, whole_text.len(), other_changed.len());
+        let (removed, added) = old_new(other_is_new, line_count(whole_text), other_count);
         let note = format!(
             "[grove: this file's change spans {} of the old file and {} of the new, from \
              its line {}: too large to diff in memory, so its lines are not shown; read them \
              with read_file or grep: {removed} lines there became {added}]\n",
-            size_text(changed_old.len()),
-            size_text(changed_new.len()),
-            count_lines(&old[..cut.changed_prefix]) + 1,
+            size_text(old_size),
+            size_text(new_size),
+            count_lines(&whole[..cut.changed_prefix]) + 1,
         );
         lines.push(('N', note.into_bytes()));
         (added, removed)
     } else {
+        let mut other_text = Vec::with_capacity(other_middle.len());
+        other.chunks(other_middle, |_, chunk| other_text.extend_from_slice(chunk))?;
+        let (old, new) = old_new(other_is_new, &whole[whole_middle], &other_text[..]);
         let path = delta
             .new_file()
             .path()
@@ -102,9 +229,9 @@ pub(super) fn file_patch(
             .indent_heuristic(true)
             .force_text(true);
         let mut patch = Patch::from_buffers(
-            middle_old,
+            old,
             path.as_deref(),
-            middle_new,
+            new,
             path.as_deref(),
             Some(&mut options),
         )?;
@@ -117,7 +244,7 @@ pub(super) fn file_patch(
                     let header = moved_hunk_header(line.content(), cut.lines_before);
                     lines.push((
                         'H',
-                        with_heading(header, || heading_before(old, cut.prefix)),
+                        with_heading(header, || heading_before(whole, cut.prefix)),
                     ));
                 }
                 origin => lines.push((origin, line.content().to_vec())),
@@ -134,6 +261,58 @@ pub(super) fn file_patch(
     })
 }
 
+/// What one read of the streamed side tells against the side held whole.
+#[derive(Debug, PartialEq, Eq)]
+struct Scan {
+    len: usize,
+    /// Its first bytes, for the binary test.
+    start: Vec<u8>,
+    /// The length of the sides' common start.
+    same: usize,
+    /// The length of the sides' common end (it may overlap the common start).
+    same_end: usize,
+    /// The streamed side's byte just before that common end.
+    before_end: Option<u8>,
+}
+
+impl Scan {
+    fn of(whole: &[u8], other: &Source<'_>) -> Result<Self, git2::Error> {
+        let len = other.len();
+        let mut scan = Scan {
+            len,
+            start: Vec::new(),
+            same: 0,
+            same_end: len,
+            before_end: None,
+        };
+        let mut in_same = true;
+        // Byte `i` of the streamed side lines up with byte `i + shift` of `whole` from
+        // the end.
+        let shift = whole.len() as isize - len as isize;
+        other.chunks(0..len, |at, chunk| {
+            if scan.start.len() < BINARY_SNIFF_BYTES {
+                let wanted = (BINARY_SNIFF_BYTES - scan.start.len()).min(chunk.len());
+                scan.start.extend_from_slice(&chunk[..wanted]);
+            }
+            if in_same {
+                let held = &whole[at.min(whole.len())..(at + chunk.len()).min(whole.len())];
+                let equal = chunk.iter().zip(held).take_while(|(a, b)| a == b).count();
+                scan.same = at + equal;
+                in_same = equal == chunk.len();
+            }
+            let differs = |(k, byte): &(usize, &u8)| {
+                let aligned = (at + k) as isize + shift;
+                aligned < 0 || whole[aligned as usize] != **byte
+            };
+            if let Some((k, byte)) = chunk.iter().enumerate().rev().find(differs) {
+                scan.same_end = len - (at + k + 1);
+                scan.before_end = Some(*byte);
+            }
+        })?;
+        Ok(scan)
+    }
+}
+
 /// Where two sides stop agreeing: the byte lengths of their common start and end, each
 /// at a line boundary, without (`changed_*`) and with the context lines a diff shows.
 #[derive(Debug, PartialEq, Eq)]
@@ -147,54 +326,60 @@ struct Cut {
 }
 
 impl Cut {
-    fn of(old: &[u8], new: &[u8]) -> Self {
-        let same = old.iter().zip(new).take_while(|(a, b)| a == b).count();
+    /// The common start and end are the same bytes on both sides, so every line
+    /// boundary in them is found in `whole`; of the streamed side only the byte before
+    /// the common end is needed.
+    fn of(whole: &[u8], other: &Scan) -> Self {
         // Back to the start of the line the first difference is in, then the context.
-        let changed_prefix = line_start_before(old, same);
+        let changed_prefix = line_start_before(whole, other.same);
         let mut prefix = changed_prefix;
         for _ in 0..CONTEXT_LINES {
             if prefix == 0 {
                 break;
             }
-            prefix = line_start_before(old, prefix - 1);
+            prefix = line_start_before(whole, prefix - 1);
         }
-        let (old_rest, new_rest) = (&old[changed_prefix..], &new[changed_prefix..]);
-        let same_end = old_rest
-            .iter()
-            .rev()
-            .zip(new_rest.iter().rev())
-            .take_while(|(a, b)| a == b)
-            .count();
-        let (old_at, new_at) = (old_rest.len() - same_end, new_rest.len() - same_end);
-        let starts_line = |side: &[u8], at: usize| at == 0 || side[at - 1] == b'\n';
+        let rest = &whole[changed_prefix..];
+        let other_rest = other.len - changed_prefix;
+        let same_end = other.same_end.min(rest.len()).min(other_rest);
+        let (at, other_at) = (rest.len() - same_end, other_rest - same_end);
+        let before_other_end = if same_end == other.same_end {
+            other.before_end
+        } else {
+            // Inside the streamed side's common end: the same byte as `whole`'s.
+            Some(whole[whole.len() - same_end - 1])
+        };
         // The common end must start a line on both sides: past the first newline in it
         // unless it already does (its bytes are the same on both sides from there).
-        let changed_end = if starts_line(old_rest, old_at) && starts_line(new_rest, new_at) {
-            old_at
+        let starts_line = (at == 0 || rest[at - 1] == b'\n')
+            && (other_at == 0 || before_other_end == Some(b'\n'));
+        let changed_end = if starts_line {
+            at
         } else {
-            line_start_after(old_rest, old_at)
+            line_start_after(rest, at)
         };
         let mut end = changed_end;
         for _ in 0..CONTEXT_LINES {
-            end = line_start_after(old_rest, end);
+            end = line_start_after(rest, end);
         }
         Self {
             prefix,
-            suffix: old_rest.len() - end,
+            suffix: rest.len() - end,
             changed_prefix,
-            changed_suffix: old_rest.len() - changed_end,
-            lines_before: count_lines(&old[..prefix]),
+            changed_suffix: rest.len() - changed_end,
+            lines_before: count_lines(&whole[..prefix]),
         }
     }
 
-    /// What lies between the common start and end, context lines included.
-    fn middle<'a>(&self, side: &'a [u8]) -> &'a [u8] {
-        &side[self.prefix..side.len() - self.suffix]
+    /// What lies between the common start and end of a side of `len` bytes, context
+    /// lines included.
+    fn middle(&self, len: usize) -> Range<usize> {
+        self.prefix..len - self.suffix
     }
 
     /// What changed, without context.
-    fn changed<'a>(&self, side: &'a [u8]) -> &'a [u8] {
-        &side[self.changed_prefix..side.len() - self.changed_suffix]
+    fn changed(&self, len: usize) -> Range<usize> {
+        self.changed_prefix..len - self.changed_suffix
     }
 }
 
@@ -388,13 +573,24 @@ mod tests {
                 true
             })
             .unwrap();
-        let large = file_patch(&repo, &diff.get_delta(0).unwrap()).unwrap();
+        let delta = diff.get_delta(0).unwrap();
+        let large = file_patch(&repo, &delta).unwrap();
         let (_, added, removed) = patch.line_stats().unwrap();
         assert_eq!(
             (large.added, large.removed),
             (added as u64, removed as u64),
             "the same line counts"
         );
+        let (old, new) = (old.unwrap_or_default(), new.unwrap_or_default());
+        for (held, other, other_is_new) in [(old, new, true), (new, old, false)] {
+            let in_memory = patch_of(&delta, held, &Source::Bytes(other), other_is_new).unwrap();
+            assert_eq!(
+                in_memory.lines,
+                large.lines,
+                "held {} and the other side in memory: the streamed side's patch",
+                if other_is_new { "old" } else { "new" }
+            );
+        }
         (whole, large.lines)
     }
 
@@ -405,6 +601,7 @@ mod tests {
     #[test]
     fn a_small_change_in_a_large_file_is_the_patch_the_whole_file_diff_writes() {
         let base = numbered(0..200);
+        let long = numbered(0..20_000);
         let mut middle = base.clone().into_bytes();
         middle.splice(700..704, b"LINE".iter().copied());
         let cases: Vec<(&str, Vec<u8>, Vec<u8>)> = vec![
@@ -438,6 +635,16 @@ mod tests {
                 "repeated lines at the change",
                 b"x\nx\nx\nx\nx\nx\n".to_vec(),
                 b"x\nx\nx\nx\nx\nx\nx\n".to_vec(),
+            ),
+            (
+                "a change across a streamed chunk's end, an append after it",
+                long.clone().into(),
+                {
+                    let mut changed = long.clone().into_bytes();
+                    changed.splice(CHUNK_BYTES - 3..CHUNK_BYTES + 3, *b"<chunk>");
+                    changed.extend_from_slice(b"appended\n");
+                    changed
+                },
             ),
             (
                 "the whole file replaced",
