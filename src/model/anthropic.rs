@@ -7,201 +7,72 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
-use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::header::{CONTENT_TYPE, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 use super::arguments;
+use super::client::{Client, ClientConfig, Wire};
 use super::http::{self, SseEvents};
-use super::retry::RetryPolicy;
-use super::turn::{self, Progress};
-use super::url::{self as base_url, redact_userinfo};
-use super::{
-    ContentBlock, Message, Model, ModelError, ModelNotice, Request, Response, Role, StopReason,
-    Usage,
-};
+use super::{ContentBlock, Message, ModelError, Request, Response, Role, StopReason, Usage};
 
 /// The API version grove speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
-/// Where the API lives unless `ANTHROPIC_BASE_URL` says otherwise.
-pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
-/// The header Anthropic puts its request id in.
-const REQUEST_ID_HEADER: &str = "request-id";
+
+/// The Anthropic Messages API's wire format.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Anthropic;
 
 /// How to reach the Anthropic Messages API.
-#[derive(Clone)]
-pub struct AnthropicConfig {
-    /// Without the `/v1/messages` path, e.g. `https://api.anthropic.com`.
-    pub base_url: String,
-    pub api_key: String,
-    /// Stream the response over SSE (the default) or wait for one JSON body.
-    pub stream: bool,
-    pub retry: RetryPolicy,
-    /// Deadline for the first byte of an answer: the whole response (non-streaming) or
-    /// its headers (streaming). A failed attempt, retried.
-    pub request_timeout: Duration,
-    /// A stream that delivers no event for this long is a failed attempt, retried.
-    pub idle_timeout: Duration,
-    /// Deadline for the whole turn, every attempt and wait included. Not retried.
-    pub turn_timeout: Duration,
-    /// How often a long wait is reported as a [`ModelNotice::Waiting`].
-    pub heartbeat: Duration,
-}
+pub type AnthropicConfig = ClientConfig<Anthropic>;
 
-impl std::fmt::Debug for AnthropicConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AnthropicConfig")
-            .field("base_url", &redact_userinfo(&self.base_url))
-            .field("api_key", &"[redacted]")
-            .field("stream", &self.stream)
-            .field("retry", &self.retry)
-            .field("request_timeout", &self.request_timeout)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("turn_timeout", &self.turn_timeout)
-            .field("heartbeat", &self.heartbeat)
-            .finish()
-    }
-}
-
-impl AnthropicConfig {
-    /// A config for `base_url` and `api_key` with default streaming, retries and timeouts
-    /// (see [`turn`](super::turn) for the defaults).
-    pub fn new(base_url: impl Into<String>, api_key: impl Into<String>) -> Self {
-        Self {
-            base_url: base_url.into(),
-            api_key: api_key.into(),
-            stream: true,
-            retry: RetryPolicy::default(),
-            request_timeout: turn::DEFAULT_FIRST_BYTE_TIMEOUT,
-            idle_timeout: turn::DEFAULT_IDLE_TIMEOUT,
-            turn_timeout: turn::DEFAULT_TURN_TIMEOUT,
-            heartbeat: turn::DEFAULT_HEARTBEAT,
-        }
-    }
-
-    /// Reads `ANTHROPIC_API_KEY` (required), `ANTHROPIC_BASE_URL` (optional) and the
-    /// time bounds of [`super::TimeoutEnv`] (optional).
-    pub fn from_env() -> Result<Self, ModelError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// Like [`AnthropicConfig::from_env`], with variables looked up by `lookup`.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ModelError> {
-        let api_key = lookup("ANTHROPIC_API_KEY")
-            .map(|key| key.trim().to_owned())
-            .filter(|key| !key.is_empty())
-            .ok_or_else(|| {
-                ModelError::Config(
-                    "no Anthropic API key: set ANTHROPIC_API_KEY (or use --provider openai)"
-                        .to_owned(),
-                )
-            })?;
-        let base_url = lookup("ANTHROPIC_BASE_URL")
-            .filter(|url| !url.trim().is_empty())
-            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
-        let timeouts = turn::EnvTimeouts::read(&lookup)?;
-        Ok(Self {
-            request_timeout: timeouts.first_byte,
-            idle_timeout: timeouts.idle,
-            turn_timeout: timeouts.turn,
-            heartbeat: timeouts.heartbeat,
-            ..Self::new(base_url, api_key)
-        })
-    }
-}
-
-/// A [`Model`] speaking the Anthropic Messages API.
-#[derive(Debug)]
-pub struct AnthropicClient {
-    config: AnthropicConfig,
-    http: reqwest::Client,
-    endpoint: base_url::Endpoint,
-    key_header: HeaderValue,
-}
-
-impl AnthropicClient {
-    /// Checks `config` (key present and sendable, base URL valid) and builds a client.
-    pub fn new(mut config: AnthropicConfig) -> Result<Self, ModelError> {
-        // Trimmed once, so the header and the redaction of error text use the same key.
-        config.api_key = config.api_key.trim().to_owned();
-        if config.api_key.is_empty() {
-            return Err(ModelError::Config(
-                "no Anthropic API key: set ANTHROPIC_API_KEY".to_owned(),
-            ));
-        }
-        let key_header = http::secret_header(&config.api_key, "ANTHROPIC_API_KEY")?;
-        let endpoint = base_url::endpoint(&config.base_url, "/v1/messages", "ANTHROPIC_BASE_URL")?;
-        Ok(Self {
-            http: http::build_client(endpoint.send.as_str())?,
-            endpoint,
-            key_header,
-            config,
-        })
-    }
-
-    /// The exact JSON body this client sends for `request`.
-    ///
-    /// Public so tests and tools can inspect what the API sees (cache breakpoints,
-    /// block order) without a server.
-    pub fn request_body(&self, request: &Request) -> Result<Vec<u8>, ModelError> {
-        encode_request(request, self.config.stream)
-    }
-
-    async fn attempt(&self, body: &[u8], progress: Progress<'_>) -> Result<Response, ModelError> {
-        let builder = self
-            .http
-            .post(self.endpoint.send.clone())
-            .header("x-api-key", self.key_header.clone())
-            .header("anthropic-version", ANTHROPIC_VERSION)
-            .header(CONTENT_TYPE, "application/json")
-            .body(body.to_vec());
-        let exchange = http::Exchange {
-            url: &self.endpoint.shown,
-            target: &self.endpoint.send,
-            progress,
-            api_key: &self.config.api_key,
-            request_id_header: REQUEST_ID_HEADER,
-            timeout: self.config.request_timeout,
-            idle_timeout: self.config.idle_timeout,
-        };
-        let (body, request_id) = exchange.send(builder, self.config.stream).await?;
-        let mut parsed = match body {
-            http::Body::Stream(mut events) => {
-                read_stream(&mut events, &self.config.api_key).await?
-            }
-            http::Body::Whole(bytes) => decode_response(&bytes, &self.config.api_key)?,
-        };
-        parsed.request_id = request_id;
-        Ok(parsed)
-    }
-}
+/// A [`Model`](super::Model) speaking the Anthropic Messages API.
+pub type AnthropicClient = Client<Anthropic>;
 
 #[async_trait]
-impl Model for AnthropicClient {
-    fn name(&self) -> String {
+impl Wire for Anthropic {
+    const CONFIG_NAME: &'static str = "AnthropicConfig";
+    const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com";
+    const BASE_URL_VAR: &'static str = "ANTHROPIC_BASE_URL";
+    const KEY_VAR: &'static str = "ANTHROPIC_API_KEY";
+    const PATH: &'static str = "/v1/messages";
+    const REQUEST_ID_HEADER: &'static str = "request-id";
+
+    fn check_key(_base_url: &str, api_key: &str) -> Result<(), ModelError> {
+        if api_key.trim().is_empty() {
+            return Err(ModelError::Config(
+                "no Anthropic API key: set ANTHROPIC_API_KEY (or use --provider openai)".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn headers(api_key: &str) -> Result<HeaderMap, ModelError> {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-api-key", http::secret_header(api_key, Self::KEY_VAR)?);
+        headers.insert(
+            "anthropic-version",
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        );
+        Ok(headers)
+    }
+
+    fn name(_base_url: &str, _endpoint: &reqwest::Url) -> String {
         "anthropic".to_owned()
     }
 
-    async fn complete(
-        &self,
-        request: &Request,
-        cancel: &CancellationToken,
-        on_notice: &(dyn Fn(ModelNotice) + Send + Sync),
-    ) -> Result<Response, ModelError> {
-        let body = self.request_body(request)?;
-        turn::run(
-            &self.config.retry,
-            self.config.turn_timeout,
-            self.config.heartbeat,
-            cancel,
-            on_notice,
-            |progress| self.attempt(&body, progress),
-        )
-        .await
+    fn encode(request: &Request, stream: bool) -> Result<Vec<u8>, ModelError> {
+        encode_request(request, stream)
+    }
+
+    fn decode(body: &[u8], secret: &str) -> Result<Response, ModelError> {
+        decode_response(body, secret)
+    }
+
+    async fn read_stream(events: &mut SseEvents<'_>, secret: &str) -> Result<Response, ModelError> {
+        read_stream(events, secret).await
     }
 }
 
@@ -897,7 +768,7 @@ mod tests {
             (name == "ANTHROPIC_API_KEY").then(|| "sk-ant-secret".to_owned())
         })
         .unwrap();
-        assert_eq!(config.base_url, DEFAULT_BASE_URL);
+        assert_eq!(config.base_url, Anthropic::DEFAULT_BASE_URL);
         assert!(
             !format!("{config:?}").contains("sk-ant-secret"),
             "Debug never shows the key"

@@ -283,7 +283,7 @@ type EventResult = Result<Event, EventStreamError<reqwest::Error>>;
 const MAX_QUOTED_START: usize = 200;
 
 /// The server-sent events of one streaming response, read with an idle timeout.
-pub(super) struct SseEvents<'a> {
+pub struct SseEvents<'a> {
     events: Pin<Box<dyn Stream<Item = EventResult> + Send>>,
     idle_timeout: Duration,
     progress: Progress<'a>,

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod anthropic;
 mod arguments;
+mod client;
 mod error;
 mod http;
 pub mod openai;

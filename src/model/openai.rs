@@ -8,117 +8,40 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
-use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 use super::arguments;
+use super::client::{Client, ClientConfig, Wire};
 use super::http::{self, SseEvents};
-use super::retry::RetryPolicy;
-use super::turn::{self, Progress};
-use super::url::{self as base_url, redact_userinfo};
-use super::{
-    ContentBlock, Message, Model, ModelError, ModelNotice, Request, Response, Role, StopReason,
-    Usage,
-};
+use super::{ContentBlock, Message, ModelError, Request, Response, Role, StopReason, Usage};
 
-/// Where the API lives unless `OPENAI_BASE_URL` says otherwise.
-pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
-/// The header OpenAI puts its request id in.
-const REQUEST_ID_HEADER: &str = "x-request-id";
+/// The OpenAI-compatible chat completions wire format.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OpenAi;
 
 /// How to reach an OpenAI-compatible chat completions API.
-#[derive(Clone)]
-pub struct OpenAiConfig {
-    /// Including the version path, e.g. `https://api.openai.com/v1`.
-    pub base_url: String,
-    /// Empty means "send no Authorization header" (local servers only).
-    pub api_key: String,
-    /// Stream the response over SSE (the default) or wait for one JSON body.
-    pub stream: bool,
-    pub retry: RetryPolicy,
-    /// Deadline for the first byte of an answer: the whole response (non-streaming) or
-    /// its headers (streaming). A failed attempt, retried.
-    pub request_timeout: Duration,
-    /// A stream that delivers no event for this long is a failed attempt, retried.
-    pub idle_timeout: Duration,
-    /// Deadline for the whole turn, every attempt and wait included. Not retried.
-    pub turn_timeout: Duration,
-    /// How often a long wait is reported as a [`ModelNotice::Waiting`].
-    pub heartbeat: Duration,
-}
+pub type OpenAiConfig = ClientConfig<OpenAi>;
 
-impl std::fmt::Debug for OpenAiConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenAiConfig")
-            .field("base_url", &redact_userinfo(&self.base_url))
-            .field(
-                "api_key",
-                &if self.api_key.is_empty() {
-                    ""
-                } else {
-                    "[redacted]"
-                },
-            )
-            .field("stream", &self.stream)
-            .field("retry", &self.retry)
-            .field("request_timeout", &self.request_timeout)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("turn_timeout", &self.turn_timeout)
-            .field("heartbeat", &self.heartbeat)
-            .finish()
-    }
-}
+/// A [`Model`](super::Model) speaking OpenAI-compatible chat completions.
+pub type OpenAiClient = Client<OpenAi>;
 
-impl OpenAiConfig {
-    /// A config for `base_url` and `api_key` with default streaming, retries and timeouts
-    /// (see [`turn`](super::turn) for the defaults).
-    pub fn new(base_url: impl Into<String>, api_key: impl Into<String>) -> Self {
-        Self {
-            base_url: base_url.into(),
-            api_key: api_key.into(),
-            stream: true,
-            retry: RetryPolicy::default(),
-            request_timeout: turn::DEFAULT_FIRST_BYTE_TIMEOUT,
-            idle_timeout: turn::DEFAULT_IDLE_TIMEOUT,
-            turn_timeout: turn::DEFAULT_TURN_TIMEOUT,
-            heartbeat: turn::DEFAULT_HEARTBEAT,
-        }
-    }
+#[async_trait]
+impl Wire for OpenAi {
+    const CONFIG_NAME: &'static str = "OpenAiConfig";
+    const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
+    const BASE_URL_VAR: &'static str = "OPENAI_BASE_URL";
+    const KEY_VAR: &'static str = "OPENAI_API_KEY";
+    const PATH: &'static str = "/chat/completions";
+    const REQUEST_ID_HEADER: &'static str = "x-request-id";
 
-    /// Reads `OPENAI_API_KEY`, `OPENAI_BASE_URL` and the time bounds of [`TimeoutEnv`];
-    /// the key may be absent only when the base URL is not api.openai.com (local servers
-    /// and gateways without auth).
-    pub fn from_env() -> Result<Self, ModelError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// Like [`OpenAiConfig::from_env`], with variables looked up by `lookup`.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ModelError> {
-        let base_url = lookup("OPENAI_BASE_URL")
-            .filter(|url| !url.trim().is_empty())
-            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
-        let api_key = lookup("OPENAI_API_KEY")
-            .map(|key| key.trim().to_owned())
-            .unwrap_or_default();
-        let timeouts = turn::EnvTimeouts::read(&lookup)?;
-        let config = Self {
-            request_timeout: timeouts.first_byte,
-            idle_timeout: timeouts.idle,
-            turn_timeout: timeouts.turn,
-            heartbeat: timeouts.heartbeat,
-            ..Self::new(base_url, api_key)
-        };
-        config.check_key()?;
-        Ok(config)
-    }
-
-    fn check_key(&self) -> Result<(), ModelError> {
-        if self.api_key.trim().is_empty() && is_official_api(&self.base_url) {
+    /// The key may be absent only when the base URL is not api.openai.com (local
+    /// servers and gateways without auth).
+    fn check_key(base_url: &str, api_key: &str) -> Result<(), ModelError> {
+        if api_key.trim().is_empty() && is_official_api(base_url) {
             return Err(ModelError::Config(
                 "no OpenAI API key: set OPENAI_API_KEY (it may stay unset only when \
                  OPENAI_BASE_URL points at a local server)"
@@ -127,6 +50,38 @@ impl OpenAiConfig {
         }
         Ok(())
     }
+
+    fn headers(api_key: &str) -> Result<HeaderMap, ModelError> {
+        let mut headers = HeaderMap::new();
+        if !api_key.is_empty() {
+            let bearer = format!("Bearer {api_key}");
+            headers.insert(AUTHORIZATION, http::secret_header(&bearer, Self::KEY_VAR)?);
+        }
+        Ok(headers)
+    }
+
+    fn name(base_url: &str, endpoint: &reqwest::Url) -> String {
+        if is_official_api(base_url) {
+            return "openai".to_owned();
+        }
+        match (endpoint.host_str(), endpoint.port()) {
+            (Some(host), Some(port)) => format!("openai@{host}:{port}"),
+            (Some(host), None) => format!("openai@{host}"),
+            _ => "openai".to_owned(),
+        }
+    }
+
+    fn encode(request: &Request, stream: bool) -> Result<Vec<u8>, ModelError> {
+        encode_request(request, stream)
+    }
+
+    fn decode(body: &[u8], secret: &str) -> Result<Response, ModelError> {
+        decode_response(body, secret)
+    }
+
+    async fn read_stream(events: &mut SseEvents<'_>, secret: &str) -> Result<Response, ModelError> {
+        read_stream(events, secret).await
+    }
 }
 
 fn is_official_api(base_url: &str) -> bool {
@@ -134,108 +89,6 @@ fn is_official_api(base_url: &str) -> bool {
         .ok()
         .and_then(|url| url.host_str().map(str::to_ascii_lowercase))
         .is_some_and(|host| host == "api.openai.com")
-}
-
-/// A [`Model`] speaking OpenAI-compatible chat completions.
-#[derive(Debug)]
-pub struct OpenAiClient {
-    config: OpenAiConfig,
-    http: reqwest::Client,
-    endpoint: base_url::Endpoint,
-    auth_header: Option<HeaderValue>,
-}
-
-impl OpenAiClient {
-    /// Checks `config` (key present where required and sendable, base URL valid) and
-    /// builds a client.
-    pub fn new(mut config: OpenAiConfig) -> Result<Self, ModelError> {
-        // Trimmed once, so the header and the redaction of error text use the same key.
-        config.api_key = config.api_key.trim().to_owned();
-        config.check_key()?;
-        let endpoint =
-            base_url::endpoint(&config.base_url, "/chat/completions", "OPENAI_BASE_URL")?;
-        let auth_header = if config.api_key.is_empty() {
-            None
-        } else {
-            Some(http::secret_header(
-                &format!("Bearer {}", config.api_key),
-                "OPENAI_API_KEY",
-            )?)
-        };
-        Ok(Self {
-            http: http::build_client(endpoint.send.as_str())?,
-            endpoint,
-            auth_header,
-            config,
-        })
-    }
-
-    /// The exact JSON body this client sends for `request`.
-    pub fn request_body(&self, request: &Request) -> Result<Vec<u8>, ModelError> {
-        encode_request(request, self.config.stream)
-    }
-
-    async fn attempt(&self, body: &[u8], progress: Progress<'_>) -> Result<Response, ModelError> {
-        let mut builder = self
-            .http
-            .post(self.endpoint.send.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .body(body.to_vec());
-        if let Some(auth) = &self.auth_header {
-            builder = builder.header(AUTHORIZATION, auth.clone());
-        }
-        let exchange = http::Exchange {
-            url: &self.endpoint.shown,
-            target: &self.endpoint.send,
-            progress,
-            api_key: &self.config.api_key,
-            request_id_header: REQUEST_ID_HEADER,
-            timeout: self.config.request_timeout,
-            idle_timeout: self.config.idle_timeout,
-        };
-        let (body, request_id) = exchange.send(builder, self.config.stream).await?;
-        let mut parsed = match body {
-            http::Body::Stream(mut events) => {
-                read_stream(&mut events, &self.config.api_key).await?
-            }
-            http::Body::Whole(bytes) => decode_response(&bytes, &self.config.api_key)?,
-        };
-        parsed.request_id = request_id;
-        Ok(parsed)
-    }
-}
-
-#[async_trait]
-impl Model for OpenAiClient {
-    fn name(&self) -> String {
-        if is_official_api(&self.config.base_url) {
-            return "openai".to_owned();
-        }
-        let url = &self.endpoint.send;
-        match (url.host_str(), url.port()) {
-            (Some(host), Some(port)) => format!("openai@{host}:{port}"),
-            (Some(host), None) => format!("openai@{host}"),
-            _ => "openai".to_owned(),
-        }
-    }
-
-    async fn complete(
-        &self,
-        request: &Request,
-        cancel: &CancellationToken,
-        on_notice: &(dyn Fn(ModelNotice) + Send + Sync),
-    ) -> Result<Response, ModelError> {
-        let body = self.request_body(request)?;
-        turn::run(
-            &self.config.retry,
-            self.config.turn_timeout,
-            self.config.heartbeat,
-            cancel,
-            on_notice,
-            |progress| self.attempt(&body, progress),
-        )
-        .await
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -888,6 +741,6 @@ mod tests {
         })
         .unwrap();
         assert_eq!(local.api_key, "");
-        assert!(OpenAiClient::new(local).unwrap().auth_header.is_none());
+        assert!(!OpenAiClient::new(local).unwrap().sends_key());
     }
 }
