@@ -21,8 +21,11 @@
 //! 7. [`close`] — what is not merged is archived, the worktree removed, the end
 //!    journaled, and the lead gets one bounded result.
 //!
-//! A stage that cannot go on returns a [`SubtaskError`]; the pipeline stops there and
-//! the subtask is closed as failed (or, interrupted, left open for `grove resume`).
+//! Each stage returns its own outcome; the pipeline keeps them in a [`Stages`], and one
+//! fold ([`outcome`]) makes the subtask's report of them, its status and reason
+//! included. A stage that cannot go on returns a [`SubtaskError`]; the pipeline stops
+//! there and the subtask is closed as failed (or, interrupted, left open for `grove
+//! resume`).
 //!
 //! This module owns what crosses between the agents of a subtask: the worker sees its
 //! brief (or a fork of the lead), the reviewer sees the brief, the diff and the rules —
@@ -35,6 +38,7 @@ pub(crate) mod commit;
 pub(crate) mod error;
 pub(crate) mod fix;
 pub(crate) mod integrate;
+pub(crate) mod outcome;
 pub(crate) mod prepare;
 pub(crate) mod resolve;
 pub(crate) mod reviewer;
@@ -63,16 +67,13 @@ use crate::store::StoreError;
 use crate::store::journal::{ContextMode, Entry, SubtaskKind, SubtaskOutcome};
 use crate::store::state::{RunState, SubtaskState, SubtaskStatus};
 use crate::store::transcript::{self, PendingAnswer, Transcript};
-use crate::text::excerpt;
 use crate::tools::{self, ToolSet, WriteScope};
+use outcome::{Author, Judge, Landing, Made, Stages, Stop};
 
 pub use error::SubtaskError;
 use integrate::Integration;
 use prepare::AheadWorktrees;
 use work::Assignment;
-
-/// How much of a worker's final message the lead gets back.
-const WORKER_SUMMARY_CHARS: usize = 800;
 
 /// The subtasks of one run: the [`Delegator`] the lead's `delegate` tool talks to.
 #[derive(Clone)]
@@ -186,7 +187,7 @@ impl Subtasks {
             task: assignment.brief.clone(),
             branch: branch.clone(),
         });
-        let mut report = SubtaskReport::new(id.to_string(), assignment.brief.clone(), branch);
+        let base = SubtaskReport::new(id.to_string(), assignment.brief.clone(), branch);
         // One that waited starts from the result as it is now, not from the base; one
         // with a start point recorded (resumed, or a fixer's) starts there.
         let start = match (placement.start, placement.waits_for.is_empty()) {
@@ -202,57 +203,63 @@ impl Subtasks {
             Ok(worktree) => worktree,
             Err(SubtaskError::Journal { source }) => return Err(source),
             Err(error) => {
-                report.reason = Some(error.to_string());
-                if ctx.pause_if_disk_full(&format!("creating {id}'s worktree"), &error) {
+                let paused = ctx.pause_if_disk_full(&format!("creating {id}'s worktree"), &error);
+                let stop = if paused {
+                    Stop::Resumable(error.to_string())
+                } else {
+                    Stop::Failed(error.to_string())
+                };
+                let mut report = Stages::default().report(base, Some(&stop));
+                if paused {
                     report.sum_ledgers();
                     return Ok(report);
                 }
                 return close::close(ctx, &self.queue, &self.tasks, id, report, None).await;
             }
         };
+        let mut found = Stages::default();
         let reached = self
-            .stages(assignment, permit, &placement, &worktree, &mut report)
+            .stages(assignment, permit, &placement, &worktree, &mut found)
             .await;
         // Its merge (if any) is journaled: the next subtask in merge order need not wait
         // for this one's archive and closing records.
         self.queue.settle(id);
-        match reached {
-            Ok(()) => {}
+        let stop = match reached {
+            Ok(()) => None,
             Err(SubtaskError::Journal { source }) => return Err(source),
             // A full disk, or any failure once the run is stopping, leaves the subtask
             // to `grove resume` like an interruption: never failed, never half merged.
             Err(error)
                 if ctx.pause_if_disk_full(&format!("subtask {id}"), &error) || ctx.stopping() =>
             {
-                report.reason = Some(format!(
+                Some(Stop::Resumable(format!(
                     "paused ({error}); its work is checkpointed on {}; `grove resume {}` \
                      continues it",
-                    report.branch, ctx.run
-                ));
-                report.sum_ledgers();
-                return Ok(report);
+                    base.branch, ctx.run
+                )))
             }
-            Err(SubtaskError::Interrupted) => {
-                report.reason = Some(format!(
-                    "interrupted; its work is checkpointed on {}; `grove resume {}` continues it",
-                    report.branch, ctx.run
-                ));
-                report.sum_ledgers();
-                return Ok(report);
-            }
-            Err(error) => report.reason = Some(error.to_string()),
+            Err(SubtaskError::Interrupted) => Some(Stop::Resumable(format!(
+                "interrupted; its work is checkpointed on {}; `grove resume {}` continues it",
+                base.branch, ctx.run
+            ))),
+            Err(error) => Some(Stop::Failed(error.to_string())),
+        };
+        let mut report = found.report(base, stop.as_ref());
+        if let Some(Stop::Resumable(_)) = stop {
+            report.sum_ledgers();
+            return Ok(report);
         }
         close::close(ctx, &self.queue, &self.tasks, id, report, Some(&worktree)).await
     }
 
-    /// Stages 1 to 6 in `worktree`, each adding what it found to `report`.
+    /// Stages 1 to 6 in `worktree`, each one's outcome kept in `found`.
     async fn stages(
         &self,
         assignment: Assignment,
         permit: OwnedSemaphorePermit,
         placement: &Placement,
         worktree: &Worktree,
-        report: &mut SubtaskReport,
+        found: &mut Stages,
     ) -> Result<(), SubtaskError> {
         let (ctx, id) = (&self.ctx, assignment.id);
         let brief = assignment.brief.clone();
@@ -262,60 +269,59 @@ impl Subtasks {
             return Err(SubtaskError::Interrupted);
         }
         let work = work::work(ctx, assignment, worktree).await;
-        report.worker_ledger = work.ledger;
+        found.worker_ledger = work.ledger;
         let committed = commit::commit(ctx, id, worktree, work).await?;
-        let summary = committed.summary.trim();
-        report.reason = (!summary.is_empty())
-            .then(|| format!("worker: {}", excerpt(summary, WORKER_SUMMARY_CHARS)));
-        report.executes_later = executes_later(&committed.diff.stat);
-        report.diffstat = Some(committed.diff.stat.clone());
-        report.left_out = left_out_of_commit(ctx, id, worktree).await;
         let scope = placement.scope.as_deref();
-        report.outside_paths = scope.map_or_else(Vec::new, |scope| {
-            commit::outside_scope(&committed.diff.stat, scope)
-        });
+        let made = Made {
+            author: Author::Worker,
+            summary: committed.summary.trim().to_owned(),
+            stat: committed.diff.stat.clone(),
+            executes_later: executes_later(&committed.diff.stat),
+            left_out: left_out_of_commit(ctx, id, worktree).await,
+            outside_paths: scope.map_or_else(Vec::new, |scope| {
+                commit::outside_scope(&committed.diff.stat, scope)
+            }),
+        };
+        // Kept whatever happens next: a failed review still reports what was made.
+        found.made = Some(made.clone());
         let slots = check::Slots {
             jobs: &self.jobs,
             checks: &self.checks,
         };
         let (check, permit) =
             check::check_subtask(ctx, slots, permit, id, worktree, &committed.diff).await?;
-        report.check = check;
-        let verdict =
-            if let Some(required) = check::required_rejection(ctx, id, report.check.as_ref())? {
-                report.reason = Some(required.reason);
-                required.verdict
+        found.check = check;
+        let judged =
+            if let Some(required) = check::required_rejection(ctx, id, found.check.as_ref())? {
+                (Judge::Rule(required.reason), required.verdict)
             } else {
-                let later = runs_later(report);
+                let later = made.runs_later(found.check.as_ref());
                 let flagged = reviewer::Flagged {
                     executes_later: &later,
-                    left_out: &report.left_out,
-                    check: reviewer::check_of(ctx, report),
-                    outside_paths: &report.outside_paths,
+                    left_out: &made.left_out,
+                    check: reviewer::check_of(ctx, found.check.as_ref()),
+                    outside_paths: &made.outside_paths,
                     paths: scope.map_or(&[], WriteScope::globs),
                     against: None,
                 };
                 let review =
                     reviewer::review(ctx, id, &brief, &committed.diff, flagged, worktree).await;
-                report.reviewer_ledger = review.ledger;
-                review.verdict?
+                found.reviewer_ledger = review.ledger;
+                (Judge::Reviewer, review.verdict?)
             };
-        report.verdict = Some(verdict.kind);
-        report.review_summary = Some(verdict.summary);
-        report.findings = verdict.findings;
+        let kind = judged.1.kind;
+        found.judged = Some(judged);
         // The merge may wait for lower-numbered subtasks; they may need this slot.
         drop(permit);
         let integration =
-            integrate::integrate(ctx, &self.queue, id, &brief, verdict.kind, committed.tip).await?;
-        report.status = integration.outcome();
-        if let Integration::Conflict { paths } = integration {
-            report.reason = Some(format!(
-                "approved, but it conflicts with work merged before it in: {}",
-                paths.join(", ")
-            ));
-            report.conflict_paths = paths;
-            self.resolve(id, &brief, committed.tip, report).await?;
-        }
+            integrate::integrate(ctx, &self.queue, id, &brief, kind, committed.tip).await?;
+        let Integration::Conflict { paths } = &integration else {
+            found.landing = Some(Landing::Integrated(integration));
+            return Ok(());
+        };
+        let paths = paths.clone();
+        found.landing = Some(Landing::Integrated(integration));
+        found.landing = Some(self.resolve(id, &brief, committed.tip, paths).await?);
         Ok(())
     }
 
@@ -330,17 +336,16 @@ impl Subtasks {
         }
     }
 
-    /// Starts the resolver of subtask `id`, which conflicted, in its turn (see
-    /// [`resolve`]); merged, the subtask counts as merged.
+    /// Starts the resolver of subtask `id`, which conflicted in `paths`, in its turn
+    /// (see [`resolve`]); where the subtask landed once its resolvers are done.
     async fn resolve(
         &self,
         id: SubtaskId,
         brief: &str,
         tip: crate::git::CommitId,
-        report: &mut SubtaskReport,
-    ) -> Result<(), SubtaskError> {
+        paths: Vec<String>,
+    ) -> Result<Landing, SubtaskError> {
         let env = self.resolving();
-        let paths = report.conflict_paths.clone();
         let conflict = resolve::Conflict {
             id,
             brief,
@@ -349,25 +354,16 @@ impl Subtasks {
         };
         let resolution = resolve::resolve_conflict(&env, conflict).await?;
         lock(&self.reports).extend(resolution.resolvers);
-        let conflicts = paths.join(", ");
         match resolution.end {
-            resolve::ResolutionEnd::Merged { by, .. } => {
-                report.status = SubtaskOutcome::Merged;
-                report.resolution = Some(Resolution::Resolver);
-                report.reason = Some(format!(
-                    "conflicted with earlier work in {conflicts}; resolver {by} merged the \
-                     two and its review passed"
-                ));
-            }
+            resolve::ResolutionEnd::Merged { by, .. } => Ok(Landing::Resolved {
+                paths,
+                by: by.to_string(),
+            }),
             resolve::ResolutionEnd::Unresolved { reason } => {
-                report.reason = Some(format!(
-                    "approved, but it conflicts with work merged before it in: {conflicts}; \
-                     its resolver did not get it merged ({reason})"
-                ));
+                Ok(Landing::Unresolved { paths, reason })
             }
-            resolve::ResolutionEnd::Interrupted => return Err(SubtaskError::Interrupted),
+            resolve::ResolutionEnd::Interrupted => Err(SubtaskError::Interrupted),
         }
-        Ok(())
     }
 
     /// Restores the subtasks of a resumed run: finished ones as reported, interrupted
@@ -640,17 +636,4 @@ async fn left_out_of_commit(ctx: &RunContext, id: SubtaskId, worktree: &Worktree
             Vec::new()
         }
     }
-}
-
-/// What the reviewer is told runs later: the changed files that do by their names,
-/// and those the subtask's check opened (the person's "check by hand" keeps to the
-/// first, which a test suite importing every changed module would drown).
-pub(crate) fn runs_later(report: &SubtaskReport) -> Vec<String> {
-    let mut paths = report.executes_later.clone();
-    for path in report.check.iter().flat_map(|run| &run.opened) {
-        if !paths.contains(path) {
-            paths.push(path.clone());
-        }
-    }
-    paths
 }

@@ -46,6 +46,7 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
+use crate::agent::Ledger;
 use crate::agent::isolated_messages;
 use crate::agent::roles::{self, RoleDef, RoleKind};
 use crate::event::Event;
@@ -57,6 +58,8 @@ use crate::run::merge_queue::MergeQueue;
 use crate::run::report::{SubtaskReport, executes_later};
 use crate::run::subtask::commit::{self, Committed};
 use crate::run::subtask::error::SubtaskError;
+use crate::run::subtask::integrate::Integration;
+use crate::run::subtask::outcome::{Author, Judge, Landing, Made, Stages, Stop};
 use crate::run::subtask::prepare::{self, AheadWorktrees};
 use crate::run::subtask::work::{self, Assignment};
 use crate::run::subtask::{check, close, integrate, reviewer, trees};
@@ -66,7 +69,7 @@ use crate::store::journal::{
 };
 use crate::store::state::SubtaskState;
 use crate::store::transcript::{self, PendingAnswer, Transcript};
-use crate::text::{excerpt, truncate};
+use crate::text::truncate;
 use crate::tools::{self, ToolSet};
 
 /// How many resolvers one conflict gets: a rejected or failed resolution is final.
@@ -198,18 +201,19 @@ async fn resolve(
         ),
         branch: branch.clone(),
     });
-    let mut report = SubtaskReport::new(id.to_string(), brief.clone(), branch);
-    report.kind = SubtaskKind::Resolve;
+    let mut base = SubtaskReport::new(id.to_string(), brief.clone(), branch);
+    base.kind = SubtaskKind::Resolve;
     let permit = tokio::select! {
         permit = Arc::clone(env.jobs).acquire_owned() => permit.ok(),
         () = ctx.cancel.cancelled() => None,
     };
+    let mut found = Stages::default();
     let (worktree, reached) = match permit {
         None => (None, Err(SubtaskError::Interrupted)),
-        Some(_permit) => start_and_run(env, id, &brief, conflict, &mut report).await,
+        Some(_permit) => start_and_run(env, id, &brief, conflict, &mut found).await,
     };
-    let attempt = match reached {
-        Ok(attempt) => attempt,
+    let (attempt, stop) = match reached {
+        Ok(attempt) => (attempt, None),
         Err(SubtaskError::Journal { source }) => return Err(source),
         Err(error)
             if matches!(error, SubtaskError::Interrupted)
@@ -217,21 +221,14 @@ async fn resolve(
                 || ctx.stopping() =>
         {
             // Left open: a resume closes it and starts the resolution again.
-            report.reason = Some(format!("interrupted ({error}); nothing was merged"));
+            let stop = Stop::Resumable(format!("interrupted ({error}); nothing was merged"));
+            let mut report = found.report(base, Some(&stop));
             report.sum_ledgers();
             return Ok((id, report, Attempt::Interrupted));
         }
-        Err(error) => {
-            report.reason = Some(error.to_string());
-            Attempt::NotMerged
-        }
+        Err(error) => (Attempt::NotMerged, Some(Stop::Failed(error.to_string()))),
     };
-    report.status = match (&attempt, report.verdict) {
-        (Attempt::Merged { .. }, _) => SubtaskOutcome::Merged,
-        (_, Some(VerdictKind::Reject)) => SubtaskOutcome::Rejected,
-        _ if !report.conflict_paths.is_empty() => SubtaskOutcome::Conflict,
-        _ => SubtaskOutcome::Failed,
-    };
+    let report = found.report(base, stop.as_ref());
     let report = close::close(ctx, env.queue, env.tasks, id, report, worktree.as_ref()).await?;
     Ok((id, report, attempt))
 }
@@ -245,7 +242,7 @@ async fn start_and_run(
     id: SubtaskId,
     brief: &str,
     conflict: Conflict<'_>,
-    report: &mut SubtaskReport,
+    found: &mut Stages,
 ) -> (Option<Worktree>, Result<Attempt, SubtaskError>) {
     let ctx = env.ctx;
     let (start, result) = match conflicted_start(ctx, id, conflict).await {
@@ -260,7 +257,7 @@ async fn start_and_run(
         Ok(worktree) => worktree,
         Err(source) => return (Some(fresh), Err(SubtaskError::Worktree { source })),
     };
-    let reached = stages(ctx, id, brief, conflict, result, &worktree, report).await;
+    let reached = stages(ctx, id, brief, conflict, result, &worktree, found).await;
     (Some(worktree), reached)
 }
 
@@ -304,7 +301,8 @@ async fn conflicted_start(
     Ok((merged.commit, result))
 }
 
-/// Prepare, work (until no marker is left, while it may), commit, check, review, merge.
+/// Prepare, work (until no marker is left, while it may), commit, check, review, merge;
+/// each stage's outcome kept in `found`.
 async fn stages(
     ctx: &Arc<RunContext>,
     id: SubtaskId,
@@ -312,20 +310,18 @@ async fn stages(
     conflict: Conflict<'_>,
     result: CommitId,
     worktree: &Worktree,
-    report: &mut SubtaskReport,
+    found: &mut Stages,
 ) -> Result<Attempt, SubtaskError> {
     prepare::prepare(ctx, id, worktree).await?;
-    let (committed, markers) = work_until_clean(ctx, id, brief, result, worktree, report).await?;
-    let summary = committed.summary.trim();
-    report.reason = (!summary.is_empty()).then(|| format!("resolver: {}", excerpt(summary, 800)));
+    let (ledger, worked) = work_until_clean(ctx, id, brief, result, worktree).await;
+    found.worker_ledger = ledger;
+    let (committed, markers) = worked?;
     let diff = ctx
         .repo
         .diff(result, committed.tip, ctx.options.max_review_patch_bytes)
         .await
         .map_err(|source| SubtaskError::Diff { source })?;
-    report.executes_later = executes_later(&diff.stat);
-    report.diffstat = Some(diff.stat.clone());
-    report.left_out = match ctx.repo.git_dir_paths(worktree).await {
+    let left_out = match ctx.repo.git_dir_paths(worktree).await {
         Ok(paths) => paths,
         Err(error) => {
             ctx.note(format!(
@@ -334,27 +330,36 @@ async fn stages(
             Vec::new()
         }
     };
-    let check = check::check_in_slot(ctx, id, worktree, &diff).await?;
-    report.check = check;
-    let verdict = if markers.is_empty() {
-        let later = super::runs_later(report);
+    let made = Made {
+        author: Author::Resolver,
+        summary: committed.summary.trim().to_owned(),
+        stat: diff.stat.clone(),
+        executes_later: executes_later(&diff.stat),
+        left_out,
+        outside_paths: Vec::new(),
+    };
+    // Kept whatever happens next: a failed review still reports what was made.
+    found.made = Some(made.clone());
+    found.check = check::check_in_slot(ctx, id, worktree, &diff).await?;
+    let (judge, verdict) = if markers.is_empty() {
+        let later = made.runs_later(found.check.as_ref());
         let flagged = reviewer::Flagged {
             executes_later: &later,
-            left_out: &report.left_out,
-            check: reviewer::check_of(ctx, report),
+            left_out: &made.left_out,
+            check: reviewer::check_of(ctx, found.check.as_ref()),
             ..reviewer::Flagged::default()
         }
         .against(AGAINST_RESULT);
         let review = reviewer::review(ctx, id, brief, &diff, flagged, worktree).await;
-        report.reviewer_ledger = review.ledger;
-        review.verdict?
+        found.reviewer_ledger = review.ledger;
+        (Judge::Reviewer, review.verdict?)
     } else {
         markers_rejected(ctx, id, &markers)?
     };
-    report.verdict = Some(verdict.kind);
-    report.review_summary = Some(verdict.summary);
-    report.findings = verdict.findings;
-    if verdict.kind == VerdictKind::Reject {
+    let kind = verdict.kind;
+    found.judged = Some((judge, verdict));
+    if kind == VerdictKind::Reject {
+        found.landing = Some(Landing::Integrated(Integration::Rejected));
         return Ok(Attempt::NotMerged);
     }
     let message = integrate::merge_message(
@@ -364,11 +369,14 @@ async fn stages(
         conflict.brief,
     );
     match integrate::merge_journaled(ctx, id, committed.tip, &message).await? {
-        MergeOutcome::Merged { commit } => Ok(Attempt::Merged { result: commit }),
+        MergeOutcome::Merged { commit } => {
+            found.landing = Some(Landing::Integrated(Integration::Merged));
+            Ok(Attempt::Merged { result: commit })
+        }
         // The result holds the resolution already: only a second process could do that.
         MergeOutcome::AlreadyMerged => Ok(Attempt::NotMerged),
         MergeOutcome::Conflict { paths } => {
-            report.conflict_paths = paths;
+            found.landing = Some(Landing::Integrated(Integration::Conflict { paths }));
             Ok(Attempt::NotMerged)
         }
     }
@@ -376,15 +384,14 @@ async fn stages(
 
 /// Works and commits; while conflict markers are left and the worker has turns (and
 /// [`MARKER_RETURNS`] allow), it gets them back as findings and goes on. Returns the
-/// last commit and the markers it still holds.
+/// worker's turns, and the last commit and the markers it still holds.
 async fn work_until_clean(
     ctx: &Arc<RunContext>,
     id: SubtaskId,
     brief: &str,
     result: CommitId,
     worktree: &Worktree,
-    report: &mut SubtaskReport,
-) -> Result<(Committed, Vec<LeftMarker>), SubtaskError> {
+) -> (Ledger, Result<(Committed, Vec<LeftMarker>), SubtaskError>) {
     let role = roles::builtin(RoleKind::Worker);
     let mut start = Transcript {
         messages: isolated_messages(brief),
@@ -402,15 +409,18 @@ async fn work_until_clean(
             start,
         };
         let work = work::work(ctx, assignment, worktree).await;
-        report.worker_ledger = work.ledger;
-        let committed = commit::commit(ctx, id, worktree, work).await?;
-        let markers = ctx
-            .repo
-            .added_conflict_markers(result, committed.tip)
-            .map_err(|source| SubtaskError::MarkersUnchecked { source })?;
-        let turns_left = report.worker_ledger.steps < ctx.options.max_turns.worker;
+        let ledger = work.ledger;
+        let committed = match commit::commit(ctx, id, worktree, work).await {
+            Ok(committed) => committed,
+            Err(error) => return (ledger, Err(error)),
+        };
+        let markers = match ctx.repo.added_conflict_markers(result, committed.tip) {
+            Ok(markers) => markers,
+            Err(source) => return (ledger, Err(SubtaskError::MarkersUnchecked { source })),
+        };
+        let turns_left = ledger.steps < ctx.options.max_turns.worker;
         if markers.is_empty() || returned == MARKER_RETURNS || !turns_left {
-            return Ok((committed, markers));
+            return (ledger, Ok((committed, markers)));
         }
         returned += 1;
         let note = markers_note(&markers);
@@ -419,7 +429,7 @@ async fn work_until_clean(
             markers.len()
         ));
         current_brief = format!("{brief}\n\n{note}");
-        start = continued(ctx, id, &role, &committed.summary, &note, report);
+        start = continued(ctx, id, &role, brief, ledger, &committed.summary, &note);
     }
 }
 
@@ -428,9 +438,10 @@ fn continued(
     ctx: &RunContext,
     id: SubtaskId,
     role: &RoleDef,
+    brief: &str,
+    ledger: Ledger,
     summary: &str,
     note: &str,
-    report: &SubtaskReport,
 ) -> Transcript {
     let label = id.to_string();
     let saved = transcript::load(&ctx.transcript_path(&label, &role.name))
@@ -438,7 +449,7 @@ fn continued(
         .flatten();
     let mut messages = match saved {
         Some(saved) => saved.messages,
-        None => isolated_messages(&report.task),
+        None => isolated_messages(brief),
     };
     transcript::answer_pending(&mut messages, |_, _, _| PendingAnswer::Interrupted);
     let answer = if summary.trim().is_empty() {
@@ -453,7 +464,7 @@ fn continued(
     messages.push(Message::user_text(note));
     Transcript {
         messages,
-        ledger: report.worker_ledger,
+        ledger,
         ..Transcript::default()
     }
 }
@@ -476,7 +487,7 @@ fn markers_rejected(
     ctx: &RunContext,
     id: SubtaskId,
     markers: &[LeftMarker],
-) -> Result<crate::run::verdict::Verdict, SubtaskError> {
+) -> Result<(Judge, crate::run::verdict::Verdict), SubtaskError> {
     let verdict = crate::run::verdict::Verdict {
         kind: VerdictKind::Reject,
         summary: format!(
@@ -498,7 +509,12 @@ fn markers_rejected(
         summary: verdict.summary.clone(),
         findings: verdict.findings.clone(),
     })?;
-    Ok(verdict)
+    let reason = format!(
+        "its resolution still holds {} conflict marker(s); no reviewer was asked and it is \
+         never merged",
+        markers.len()
+    );
+    Ok((Judge::Rule(reason), verdict))
 }
 
 /// The resolver's brief: what to do, the conflicting paths, the conflicting subtask's

@@ -15,7 +15,6 @@ use crate::run::checkout::waiting_for_checkout;
 use crate::run::context::{AgentCaps, RunContext};
 use crate::run::id::SubtaskId;
 use crate::run::observer::AgentObserver;
-use crate::run::report::SubtaskReport;
 use crate::run::subtask::error::SubtaskError;
 use crate::run::verdict::{SubmitVerdict, Verdict};
 use crate::store::journal::{CheckRun, CheckStatus, Entry, VerdictKind};
@@ -165,15 +164,15 @@ impl<'a> Flagged<'a> {
     }
 }
 
-/// The check evidence of `report` for its reviewer: the command and its run, when one ran.
+/// The check evidence for a reviewer: the command and its run, when one ran.
 pub(crate) fn check_of<'a>(
     ctx: &'a RunContext,
-    report: &'a SubtaskReport,
+    run: Option<&'a CheckRun>,
 ) -> Option<(&'a str, &'a CheckRun)> {
     ctx.options
         .check
         .as_ref()
-        .zip(report.check.as_ref())
+        .zip(run)
         .map(|(options, run)| (options.command.as_str(), run))
 }
 
