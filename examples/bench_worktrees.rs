@@ -298,7 +298,7 @@ async fn overlay_mode(
         std::fs::create_dir_all(&layers.upper)?;
         std::fs::copy(worktree.path().join(".git"), layers.upper.join(".git"))?;
         let host = TreeHost::start(layers).await?;
-        let worktree = worktree.with_tree(Some(Arc::clone(host.namespace())));
+        let worktree = worktree.mounted(Arc::clone(host.namespace()));
         // Fully readable: the last file and a setup file, read through the overlay.
         let last = format!("pkg{:03}/src/file{:05}.js", (files - 1) / 100, files - 1);
         bench.in_tree(

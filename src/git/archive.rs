@@ -260,7 +260,7 @@ impl Repo {
     /// Deletes the upper and work directories of a copy-on-write `worktree` that is no
     /// longer mounted nor registered (its changes committed); nothing for a git one.
     fn discard_layers(&self, worktree: &Worktree) -> Result<(), GitError> {
-        if !worktree.is_overlay() {
+        if !worktree.is_copy_on_write() {
             return Ok(());
         }
         let layers = Layers::beside(Path::new("/"), worktree.path());

@@ -105,6 +105,33 @@ pub struct UpperSource {
     pub base: CommitId,
 }
 
+/// Where a worktree's files are, and so whether git may run in it.
+#[derive(Debug, Clone)]
+pub enum Files {
+    /// A git worktree: its files are a checkout at its path (filled in the background).
+    Checkout,
+    /// A copy-on-write tree mounted by its tree host: its files are seen only inside the
+    /// host's namespaces, where its git runs.
+    Mounted(Arc<TreeNamespace>),
+    /// A copy-on-write tree whose host is not running: its changes are in its upper
+    /// directory beside it, and its path holds only the `.git` file. No git may run in
+    /// it (a commit would delete every file of the branch) until it is mounted again.
+    Unmounted,
+}
+
+impl Files {
+    /// The files of the worktree whose admin dir is `admin`, as grove finds it again
+    /// (registered before, by this process or an earlier one): a copy-on-write tree is
+    /// never mounted then.
+    pub(super) fn found(admin: &Path) -> Self {
+        if admin.join(OVERLAY_RECORD).exists() {
+            Self::Unmounted
+        } else {
+            Self::Checkout
+        }
+    }
+}
+
 /// A subtask's worktree. Usable for a model call at once; file access must wait for
 /// [`Worktree::ready`].
 #[derive(Debug, Clone)]
@@ -116,27 +143,43 @@ pub struct Worktree {
     pub(super) base: CommitId,
     pub(super) start: CommitId,
     pub(super) fill: watch::Receiver<FillState>,
-    /// A copy-on-write tree: its files are seen only inside its tree host's namespaces.
-    pub(super) overlay: bool,
-    /// The tree host's namespaces, while its host runs.
-    pub(super) tree: Option<Arc<TreeNamespace>>,
+    pub(super) files: Files,
 }
 
 impl Worktree {
-    /// True for a copy-on-write tree (see [`Repo::create_overlay_worktree`]).
-    pub fn is_overlay(&self) -> bool {
-        self.overlay
+    /// Where its files are.
+    pub fn files(&self) -> &Files {
+        &self.files
     }
 
-    /// The copy-on-write tree this worktree's git runs in, while its host runs.
+    /// True for a copy-on-write tree, mounted or not (see
+    /// [`Repo::create_overlay_worktree`]).
+    pub fn is_copy_on_write(&self) -> bool {
+        !matches!(self.files, Files::Checkout)
+    }
+
+    /// The namespaces of the tree host this worktree's git runs in, while it runs.
     pub fn tree(&self) -> Option<&Arc<TreeNamespace>> {
-        self.tree.as_ref()
+        match &self.files {
+            Files::Mounted(tree) => Some(tree),
+            Files::Checkout | Files::Unmounted => None,
+        }
     }
 
-    /// This worktree, its git run inside `tree` (a copy-on-write tree's host), or as a
-    /// plain directory again (`None`, once its tree has been materialized there).
-    pub fn with_tree(mut self, tree: Option<Arc<TreeNamespace>>) -> Self {
-        self.tree = tree;
+    /// This copy-on-write worktree mounted by the host of `tree`; a git worktree stays
+    /// as it is.
+    pub fn mounted(mut self, tree: Arc<TreeNamespace>) -> Self {
+        if self.is_copy_on_write() {
+            self.files = Files::Mounted(tree);
+        }
+        self
+    }
+
+    /// This copy-on-write worktree once its host stopped; a git worktree stays as it is.
+    pub fn unmounted(mut self) -> Self {
+        if self.is_copy_on_write() {
+            self.files = Files::Unmounted;
+        }
         self
     }
 
@@ -145,12 +188,10 @@ impl Worktree {
     /// either way (a crashed run's, for `grove clean`). `None` for a git worktree, or
     /// when the upper directory is gone.
     pub fn upper_source(&self) -> Option<UpperSource> {
-        if !self.overlay {
-            return None;
-        }
-        let upper = match &self.tree {
-            Some(tree) => tree.upper().to_path_buf(),
-            None => Layers::beside(Path::new("/"), &self.path).upper,
+        let upper = match &self.files {
+            Files::Checkout => return None,
+            Files::Mounted(tree) => tree.upper().to_path_buf(),
+            Files::Unmounted => Layers::beside(Path::new("/"), &self.path).upper,
         };
         if !upper.is_dir() {
             return None;
@@ -174,8 +215,7 @@ impl Worktree {
 
     /// Where grove's own process reads the worktree's files.
     pub fn files_root(&self) -> PathBuf {
-        self.tree
-            .as_ref()
+        self.tree()
             .map_or_else(|| self.path.clone(), |tree| tree.grove_root().to_path_buf())
     }
 
@@ -183,7 +223,7 @@ impl Worktree {
     /// its path in grove's namespace holds only the `.git` file, and a commit of that
     /// would delete every file of the branch.
     pub fn check_mounted(&self) -> Result<(), GitError> {
-        if self.overlay && self.tree.is_none() {
+        if let Files::Unmounted = self.files {
             return Err(GitError::TreeNotMounted {
                 path: self.path.clone(),
             });

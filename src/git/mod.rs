@@ -75,7 +75,7 @@ pub use commit::CommitPath;
 pub use conflict::{ConflictedMerge, LeftMarker, MergeSide};
 pub use diff::{BranchDiff, DiffStat, FileStat, Patch};
 pub use error::GitError;
-pub use handle::{UpperSource, Worktree, WorktreeSpec};
+pub use handle::{Files, UpperSource, Worktree, WorktreeSpec};
 pub use merge::{MergeCheck, MergeOutcome, PairConflict};
 pub use merge_batch::BatchItem;
 pub use names::{CommitId, RunId, subtask_ref};

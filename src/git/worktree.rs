@@ -15,7 +15,8 @@ use tokio::sync::watch;
 use super::base_tree::BaseTree;
 use super::error::GitError;
 use super::handle::{
-    Fill, FillState, OVERLAY_RECORD, OVERLAY_RECORD_PARTIAL, Worktree, WorktreeSpec, overlay_record,
+    Files, Fill, FillState, OVERLAY_RECORD, OVERLAY_RECORD_PARTIAL, Worktree, WorktreeSpec,
+    overlay_record,
 };
 use super::names::{CommitId, RunId, subtask_ref};
 use super::trash::{self, discard_in_background, process_alive};
@@ -213,12 +214,11 @@ impl Repo {
             run: run.clone(),
             subtask,
             path: normalize(path),
-            overlay: admin.join(OVERLAY_RECORD).exists(),
+            files: Files::found(&admin),
             admin_dir: admin,
             base,
             start,
             fill,
-            tree: None,
         }))
     }
 
@@ -246,12 +246,11 @@ impl Repo {
                 run: spec.run,
                 subtask: spec.subtask,
                 path,
-                overlay: admin.join(OVERLAY_RECORD).exists(),
+                files: Files::found(&admin),
                 admin_dir: admin,
                 base: spec.base,
                 start,
                 fill,
-                tree: None,
             });
         }
         Ok(self.start_fill(spec, path, admin, start))
@@ -303,8 +302,7 @@ impl Repo {
             base: spec.base,
             start,
             fill,
-            overlay: false,
-            tree: None,
+            files: Files::Checkout,
         }
     }
 
@@ -360,8 +358,7 @@ impl Repo {
             base: spec.base,
             start,
             fill,
-            overlay: true,
-            tree: None,
+            files: Files::Unmounted,
         })
     }
 
@@ -370,8 +367,7 @@ impl Repo {
     pub fn mark_materialized(&self, worktree: &Worktree) -> Result<Worktree, GitError> {
         forget_overlay_marker(&worktree.admin_dir)?;
         let mut plain = worktree.clone();
-        plain.overlay = false;
-        plain.tree = None;
+        plain.files = Files::Checkout;
         Ok(plain)
     }
 

@@ -65,7 +65,7 @@ pub(crate) async fn close(
         ctx.note(format!("{id}: could not restore its `.git` file: {error}"));
     }
     if ctx.options.keep_worktrees
-        && let Some(worktree) = worktree.filter(|worktree| worktree.is_overlay())
+        && let Some(worktree) = worktree.filter(|worktree| worktree.is_copy_on_write())
     {
         // A copy-on-write tree lives only as long as grove: the user gets a directory.
         let kept = keep_worktree(worktree).await.and_then(|kept| {

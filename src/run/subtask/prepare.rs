@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::git::{BaseTree, CommitId, GitError, Repo, Worktree, WorktreeSpec};
+use crate::git::{BaseTree, CommitId, Files, GitError, Repo, Worktree, WorktreeSpec};
 use crate::run::context::{RunContext, lock};
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::{CopyError, FileProblem, SetupEnd, SubtaskError};
@@ -253,7 +253,7 @@ async fn discard_worktree(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) 
 /// Removes a worktree that was never mounted: a copy-on-write one's registration holds
 /// nothing to commit (its upper directory was never made), a git one is committed first.
 async fn remove_unmounted(ctx: &RunContext, worktree: &Worktree) -> Result<(), SubtaskError> {
-    if worktree.is_overlay() {
+    if worktree.is_copy_on_write() {
         // Mounted ahead, perhaps: its host goes, and its (empty) upper directory.
         trees::discard_mount(worktree).await?;
         ctx.repo
@@ -363,7 +363,7 @@ pub(crate) async fn create_worktree(
         Ok(created) => created,
     };
     let worktree = recovered.map_err(|source| SubtaskError::Worktree { source })?;
-    if !worktree.is_overlay() || worktree.tree().is_some() {
+    if !matches!(worktree.files(), Files::Unmounted) {
         return Ok(worktree);
     }
     // A resumed run's copy-on-write worktree is mounted again, in any mode.
@@ -428,7 +428,7 @@ async fn prepare_tree(
     }
     match &setup.setup {
         // Run once in the base tree this copy-on-write tree shows (`setup_base`).
-        Some(_) if worktree.is_overlay() && !setup.per_worker => Ok(()),
+        Some(_) if worktree.is_copy_on_write() && !setup.per_worker => Ok(()),
         // A check's tree holds reviewed work only, and is made afresh each time.
         Some(command) if on.is_some() => run_setup(ctx, id, on, worktree, command).await,
         Some(command) => {

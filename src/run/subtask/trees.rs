@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::git::Worktree;
+use crate::git::{Files, Worktree};
 use crate::run::context::RunContext;
 use crate::run::id::LEAD_WORKTREE;
 use crate::run::subtask::error::SubtaskError;
@@ -39,9 +39,9 @@ pub(crate) async fn mount(worktree: &Worktree, lower: &Path) -> Result<Worktree,
         .await
         .map_err(|source| SubtaskError::Tree { source })?;
     let tree = Arc::new(OverlayTree::new(host));
-    let namespace = Some(Arc::clone(tree.namespace_ref()));
+    let namespace = Arc::clone(tree.namespace_ref());
     tree::register(tree);
-    Ok(worktree.clone().with_tree(namespace))
+    Ok(worktree.clone().mounted(namespace))
 }
 
 /// A copy-on-write worktree found again after grove stopped (not mounted), mounted over
@@ -51,7 +51,7 @@ pub(crate) async fn remount(
     ctx: &RunContext,
     worktree: Worktree,
 ) -> Result<Worktree, SubtaskError> {
-    if !worktree.is_overlay() || worktree.tree().is_some() {
+    if !matches!(worktree.files(), Files::Unmounted) {
         return Ok(worktree);
     }
     let base = ctx
@@ -89,7 +89,7 @@ pub(crate) async fn remove_worktree(
     ctx: &RunContext,
     worktree: &Worktree,
 ) -> Result<(), SubtaskError> {
-    if !worktree.is_overlay() {
+    if !worktree.is_copy_on_write() {
         return ctx
             .repo
             .remove_worktree(worktree)
@@ -134,7 +134,7 @@ pub(crate) async fn keep_worktree(worktree: &Worktree) -> Result<Worktree, Subta
     if let Some(layers) = unmount(worktree).await {
         tree::overlay::remove_own_dirs(&layers).map_err(|source| SubtaskError::Tree { source })?;
     }
-    Ok(worktree.clone().with_tree(None))
+    Ok(worktree.clone().unmounted())
 }
 
 /// Stops the host of a tree no worker used (mounted ahead of its subtask) and removes

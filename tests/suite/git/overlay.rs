@@ -71,7 +71,7 @@ impl Mounted {
             return None;
         }
         let host = TreeHost::start(layers).await.unwrap();
-        let worktree = worktree.with_tree(Some(Arc::clone(host.namespace())));
+        let worktree = worktree.mounted(Arc::clone(host.namespace()));
         Some(Self {
             worktree,
             host,
