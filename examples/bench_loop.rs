@@ -146,10 +146,7 @@ fn tool_specs(registry: &Registry) -> Vec<ToolSpec> {
 }
 
 fn tool_context(root: &Path) -> ToolContext {
-    ToolContext {
-        root: root.to_path_buf(),
-        cancel: CancellationToken::new(),
-    }
+    ToolContext::plain(root.to_path_buf(), CancellationToken::new())
 }
 
 /// (a) The full loop: `turns` model turns of `run_agent`, each running one tool call.

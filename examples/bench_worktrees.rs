@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use grove::git::{CommitPath, GitOptions, Repo, RunId, WorktreeSpec, settle_deletions};
 use grove::tools::tree::overlay::open_scratch;
-use grove::tools::tree::{Layers, TreeHost};
+use grove::tools::tree::{Layers, OverlayTree, TreeHost};
 
 #[path = "support/bench_repo.rs"]
 mod bench_repo;
@@ -50,13 +50,13 @@ impl Bench {
     }
 
     /// Runs `script` in the tree `host` mounts at `path` (in its namespaces).
-    fn in_tree(&self, host: &TreeHost, path: &Path, script: &str) -> anyhow::Result<String> {
+    fn in_tree(&self, tree: &OverlayTree, path: &Path, script: &str) -> anyhow::Result<String> {
         let mut command = Command::new("sh");
         command
             .args(["-c", script])
             .envs(sealed_env(&self.home, &self.cache))
             .current_dir("/");
-        host.namespace()
+        tree.namespace_ref()
             .entry(path)
             .context("a path the tree can enter")?
             .at_exec(&mut command);
@@ -297,8 +297,8 @@ async fn overlay_mode(
         let layers = Layers::beside(&base_tree.tree_dir(), worktree.path());
         std::fs::create_dir_all(&layers.upper)?;
         std::fs::copy(worktree.path().join(".git"), layers.upper.join(".git"))?;
-        let host = TreeHost::start(layers).await?;
-        let worktree = worktree.mounted(Arc::clone(host.namespace()));
+        let host = Arc::new(OverlayTree::new(TreeHost::start(layers).await?));
+        let worktree = worktree.mounted(Arc::clone(&host));
         // Fully readable: the last file and a setup file, read through the overlay.
         let last = format!("pkg{:03}/src/file{:05}.js", (files - 1) / 100, files - 1);
         bench.in_tree(
@@ -332,7 +332,7 @@ async fn overlay_mode(
         println!(
             "  du of upper dir {}: {} KiB (one changed file of ~1 KiB)",
             worktree.subtask(),
-            du_kib(&host.layers().upper)?
+            du_kib(&host.layers().context("a running host")?.upper)?
         );
     }
     for (label, path) in [
@@ -372,7 +372,7 @@ async fn overlay_mode(
     // As a run removes them (run/subtask/trees.rs): each subtask's own task, at once,
     // their work already committed.
     let removals = trees.into_iter().map(|(worktree, host)| async move {
-        let layers = host.layers().clone();
+        let layers = host.layers().context("a running host")?;
         host.stop().await;
         grove::tools::tree::overlay::remove_own_dirs(&layers)?;
         repo.unregister_worktree(&worktree).await?;

@@ -266,10 +266,7 @@ async fn run_once(
     });
     let input = LoopInput {
         messages: vec![Message::user_text(BRIEF)],
-        tool_context: ToolContext {
-            root: root.to_path_buf(),
-            cancel: CancellationToken::new(),
-        },
+        tool_context: ToolContext::plain(root.to_path_buf(), CancellationToken::new()),
         events: EventSink::new(tx),
         observer: None,
     };

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use super::base_tree::BaseTree;
 use super::error::GitError;
 use super::names::{CommitId, RunId, subtask_ref};
-use crate::tools::tree::{Layers, TreeNamespace};
+use crate::tools::tree::{Layers, OverlayTree, TreeAccess, TreeNamespace};
 
 /// Written into the admin dir of a copy-on-write worktree, and its mark: the commit its
 /// lower directory (the base tree's files) is a checkout of, a newline, and that
@@ -111,8 +111,8 @@ pub enum Files {
     /// A git worktree: its files are a checkout at its path (filled in the background).
     Checkout,
     /// A copy-on-write tree mounted by its tree host: its files are seen only inside the
-    /// host's namespaces, where its git runs.
-    Mounted(Arc<TreeNamespace>),
+    /// host's namespaces, where its git and its commands run.
+    Mounted(Arc<OverlayTree>),
     /// A copy-on-write tree whose host is not running: its changes are in its upper
     /// directory beside it, and its path holds only the `.git` file. No git may run in
     /// it (a commit would delete every file of the branch) until it is mounted again.
@@ -160,15 +160,27 @@ impl Worktree {
 
     /// The namespaces of the tree host this worktree's git runs in, while it runs.
     pub fn tree(&self) -> Option<&Arc<TreeNamespace>> {
+        self.overlay().map(|tree| tree.namespace_ref())
+    }
+
+    /// The mounted copy-on-write tree, while its host runs.
+    pub fn overlay(&self) -> Option<&Arc<OverlayTree>> {
         match &self.files {
             Files::Mounted(tree) => Some(tree),
             Files::Checkout | Files::Unmounted => None,
         }
     }
 
+    /// How a tool or a command reaches this worktree's files when it is not a plain
+    /// directory: handed to whoever works in it (see `ToolContext::tree`).
+    pub fn access(&self) -> Option<Arc<dyn TreeAccess>> {
+        self.overlay()
+            .map(|tree| Arc::clone(tree) as Arc<dyn TreeAccess>)
+    }
+
     /// This copy-on-write worktree mounted by the host of `tree`; a git worktree stays
     /// as it is.
-    pub fn mounted(mut self, tree: Arc<TreeNamespace>) -> Self {
+    pub fn mounted(mut self, tree: Arc<OverlayTree>) -> Self {
         if self.is_copy_on_write() {
             self.files = Files::Mounted(tree);
         }
@@ -190,7 +202,7 @@ impl Worktree {
     pub fn upper_source(&self) -> Option<UpperSource> {
         let upper = match &self.files {
             Files::Checkout => return None,
-            Files::Mounted(tree) => tree.upper().to_path_buf(),
+            Files::Mounted(tree) => tree.namespace_ref().upper().to_path_buf(),
             Files::Unmounted => Layers::beside(Path::new("/"), &self.path).upper,
         };
         if !upper.is_dir() {

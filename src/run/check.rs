@@ -17,7 +17,7 @@ use crate::settings::options::CheckOptions;
 use crate::store::StoreError;
 use crate::store::journal::{CheckRun, CheckStatus, Entry, ON_BASE, ON_RESULT, ON_RESULT_WITHOUT};
 use crate::text::output_tail;
-use crate::tools::tree::path_for_grove;
+use crate::tools::tree::{TreeAccess, in_tree};
 use crate::tools::{ExecError, ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
 
 /// How much of the check's output a record keeps: its end, where the failures are.
@@ -56,6 +56,7 @@ pub(crate) async fn run_check(
         on,
         tree: None,
         changed: &[],
+        access: None,
     };
     run_check_at(ctx, check, site).await
 }
@@ -72,6 +73,8 @@ pub(crate) struct CheckSite<'a> {
     /// A subtask's changed paths (relative to `cwd`): those the check opens are noted in
     /// [`CheckRun::opened`].
     pub(crate) changed: &'a [String],
+    /// The copy-on-write tree `cwd` is, when it is one: the check runs inside it.
+    pub(crate) access: Option<&'a dyn TreeAccess>,
 }
 
 /// Runs `check` at `site`, journals and announces what it did.
@@ -85,6 +88,7 @@ pub(crate) async fn run_check_at(
         on,
         tree,
         changed,
+        access,
     } = site;
     ctx.events.emit(Event::CheckStarted {
         on: on.to_owned(),
@@ -104,17 +108,15 @@ pub(crate) async fn run_check_at(
         allow_network: check.network,
         writable: Vec::new(),
     };
-    let watch = OpenWatch::start(&path_for_grove(cwd), changed);
+    let reach = access.map_or_else(|| cwd.to_path_buf(), TreeAccess::root_for_grove);
+    let watch = OpenWatch::start(&reach, changed);
     let started = Instant::now();
-    let result = ctx
-        .executor
-        .for_setup(&policy)
-        .execute(request)
-        .await
-        .map_err(|source| CheckError::NotRun {
-            command: check.command.clone(),
-            source,
-        })?;
+    let not_run = |source| CheckError::NotRun {
+        command: check.command.clone(),
+        source,
+    };
+    let executor = in_tree(access, &ctx.executor.for_setup(&policy)).map_err(not_run)?;
+    let result = executor.execute(request).await.map_err(not_run)?;
     let seconds = started.elapsed().as_secs_f64();
     let (status, ended) = match result.outcome {
         ExecOutcome::Cancelled => return Err(CheckError::Interrupted),

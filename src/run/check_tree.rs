@@ -137,6 +137,8 @@ pub(crate) async fn check_commit(
             on,
             tree: Some(&tree),
             changed: &[],
+            // A check's tree is a git worktree: a plain directory.
+            access: None,
         };
         Ok(run_check_at(ctx, check, site).await?)
     }

@@ -28,6 +28,7 @@ use crate::store::state::RunState;
 use crate::store::state::SubtaskState;
 use crate::store::transcript;
 use crate::store::{ActiveRun, StoreError};
+use crate::tools::tree::{LiveTrees, TreeAccess};
 use crate::tools::{CommandExecutor, Registry, ToolContext};
 
 /// The label of the lead in events, ledgers, transcripts and the journal.
@@ -64,6 +65,8 @@ pub(crate) struct RunContext {
     pub(crate) pause: Pause,
     /// Open once the check passed on the base (or needs not): workers wait for it.
     pub(crate) base_gate: BaseGate,
+    /// The copy-on-write trees this run mounted and has not ended yet.
+    pub(crate) trees: Arc<LiveTrees>,
 }
 
 impl RunContext {
@@ -142,12 +145,14 @@ impl RunContext {
             .collect()
     }
 
-    /// Runs the agent `spec` from `messages` with its tools in `root`, observed.
+    /// Runs the agent `spec` from `messages` with its tools in `root` (inside `tree`
+    /// when it is one), observed.
     pub(crate) async fn run_agent(
         &self,
         spec: &AgentSpec,
         messages: Vec<Message>,
         root: &std::path::Path,
+        tree: Option<Arc<dyn TreeAccess>>,
         observer: Arc<dyn TurnObserver>,
     ) -> AgentRun {
         run_agent(
@@ -157,6 +162,7 @@ impl RunContext {
                 tool_context: ToolContext {
                     root: root.to_path_buf(),
                     cancel: self.cancel.child_token(),
+                    tree,
                 },
                 events: self.events.clone(),
                 observer: Some(observer),

@@ -333,10 +333,7 @@ mod tests {
     }
 
     fn ctx() -> ToolContext {
-        ToolContext {
-            root: std::env::temp_dir(),
-            cancel: CancellationToken::new(),
-        }
+        ToolContext::plain(std::env::temp_dir(), CancellationToken::new())
     }
 
     #[test]

@@ -78,10 +78,7 @@ pub async fn plan(
         &spec,
         LoopInput {
             messages: isolated_messages(&first_prompt(&options.task)),
-            tool_context: ToolContext {
-                root,
-                cancel: cancel.child_token(),
-            },
+            tool_context: ToolContext::plain(root, cancel.child_token()),
             events,
             observer: None,
         },

@@ -19,11 +19,6 @@ impl SubtaskId {
     }
 }
 
-/// The number of the lead's worktree in runs by a grove before the lead read the result
-/// from git objects (its branch `grove/<run>/0`): such a run's resume passes it by and
-/// its finish sweeps it away.
-pub(crate) const LEAD_WORKTREE: SubtaskId = SubtaskId(0);
-
 impl fmt::Display for SubtaskId {
     /// `S3`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

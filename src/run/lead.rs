@@ -163,7 +163,7 @@ pub(crate) async fn run_lead(
     );
     // Its tools read git objects, never a directory: grove's own run folder is their root.
     let outcome = ctx
-        .run_agent(&spec, messages, &ctx.run_dir, observer.clone())
+        .run_agent(&spec, messages, &ctx.run_dir, None, observer.clone())
         .await;
     observer.finished(&outcome.ledger, &outcome.messages);
     ctx.budget.spend(&outcome.ledger);

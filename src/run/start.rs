@@ -23,7 +23,7 @@ use crate::store::lock::{LockError, RepoLock};
 use crate::store::state::RunState;
 use crate::store::{ActiveRun, RecordedOptionsError, RunId, RunStart, RunStore, StoreError};
 use crate::tools::sandbox::{self, SandboxError, SandboxMode, SandboxPolicy, SandboxedExecutor};
-use crate::tools::tree::{OverlayError, RoutedExecutor, WorktreeMode};
+use crate::tools::tree::{OverlayError, WorktreeMode};
 use crate::tools::{CommandExecutor, LocalExecutor};
 
 /// Why a run could not start or go on.
@@ -315,6 +315,7 @@ fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Result<Arc<RunCon
         budget: Budget::new(options.budget_tokens),
         pause: Pause::default(),
         base_gate: BaseGate::default(),
+        trees: Arc::default(),
         repo,
         run,
         base,
@@ -417,9 +418,7 @@ fn command_executor(
                       behind. This choice is recorded in the run's journal."
                 .into(),
         });
-        return Ok(Arc::new(RoutedExecutor::new(Arc::new(
-            LocalExecutor::with_env(env),
-        ))));
+        return Ok(Arc::new(LocalExecutor::with_env(env)));
     }
     let policy = SandboxPolicy {
         allow_network: options.allow_network,
@@ -486,7 +485,7 @@ fn command_executor(
     let executor = SandboxedExecutor::new(policy, env)
         .hiding(&hidden, &allow)
         .project(sandbox_view::project_view(repo, &shares));
-    Ok(Arc::new(RoutedExecutor::new(Arc::new(executor))))
+    Ok(Arc::new(executor))
 }
 
 fn acquire(repo: &Repo, run_id: &RunId, events: &EventSink) -> Result<RepoLock, RunError> {

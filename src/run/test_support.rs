@@ -226,6 +226,7 @@ impl TestRun {
             budget: Budget::new(options.budget_tokens),
             pause: Pause::default(),
             base_gate: crate::run::base_gate::BaseGate::default(),
+            trees: Arc::default(),
             repo,
             run,
             base,

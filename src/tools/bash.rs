@@ -92,7 +92,12 @@ impl Tool for Bash {
             cancel: ctx.cancel.child_token(),
             output_cap: OutputCap::default(),
         };
-        let result = match self.executor.execute(request).await {
+        // A copy-on-write tree's commands run inside its namespaces, never beside them.
+        let executed = match ctx.executor(&self.executor) {
+            Ok(executor) => executor.execute(request).await,
+            Err(error) => Err(error),
+        };
+        let result = match executed {
             Ok(result) => result,
             // The model should know why nothing ran; the file tools still work.
             Err(err @ ExecError::Sandbox { .. }) => {

@@ -34,16 +34,18 @@ pub(crate) struct ConfinedRoot {
     /// The root as the model sees it (messages, absolute paths the model writes).
     root: PathBuf,
     /// The root as grove's process reaches it: the same path for a plain worktree, the
-    /// tree host's view for a copy-on-write one (see `tree::path_for_grove`).
+    /// tree host's view for a copy-on-write one.
     reach: PathBuf,
     /// The root with symlinks resolved, when that differs (absolute paths may use either).
     canonical_root: Option<PathBuf>,
 }
 
 impl ConfinedRoot {
-    /// Opens `root`; failing to is fatal, since no tool can work without its root.
-    pub(crate) fn open(root: &Path) -> Result<Self, ToolError> {
-        let reach = super::tree::path_for_grove(root);
+    /// Opens `root`, which grove's process reaches at `reach` (the same path for a
+    /// plain directory; see [`ToolContext::reach`](super::ToolContext::reach)); failing
+    /// to is fatal, since no tool can work without its root.
+    pub(crate) fn open(root: &Path, reach: &Path) -> Result<Self, ToolError> {
+        let reach = reach.to_path_buf();
         let dir = Dir::open_ambient_dir(&reach, ambient_authority()).map_err(|err| {
             ToolError::Fatal(format!(
                 "cannot open the tool root {}: {err}",
@@ -382,7 +384,7 @@ mod tests {
     fn confined() -> (tempfile::TempDir, ConfinedRoot) {
         let temp = tempfile::tempdir().unwrap();
         let root = temp.path().canonicalize().unwrap();
-        let confined = ConfinedRoot::open(&root).unwrap();
+        let confined = ConfinedRoot::open(&root, &root).unwrap();
         (temp, confined)
     }
 
@@ -426,7 +428,7 @@ mod tests {
         std::fs::create_dir(&real).unwrap();
         let alias = temp.path().join("alias");
         std::os::unix::fs::symlink(&real, &alias).unwrap();
-        let confined = ConfinedRoot::open(&alias).unwrap();
+        let confined = ConfinedRoot::open(&alias, &alias).unwrap();
         let through_real = real.join("src/lib.rs");
         let through_alias = alias.join("src/lib.rs");
         assert_eq!(

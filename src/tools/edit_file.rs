@@ -74,9 +74,16 @@ impl Tool for EditFile {
 
     async fn run(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: Input = parse_input(self, input)?;
-        let root = ctx.root.clone();
+        let (root, reach) = (ctx.root.clone(), ctx.reach());
         let scope = self.scope.clone();
-        blocking(move || edit(&ConfinedRoot::open(&root)?, &input, scope.as_deref())).await
+        blocking(move || {
+            edit(
+                &ConfinedRoot::open(&root, &reach)?,
+                &input,
+                scope.as_deref(),
+            )
+        })
+        .await
     }
 }
 

@@ -74,11 +74,11 @@ impl Tool for Grep {
     async fn run(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: Input = parse_input(self, input)?;
         let regex = compile(&input.pattern)?;
-        let root = ctx.root.clone();
+        let (root, reach) = (ctx.root.clone(), ctx.reach());
         let cancel = ctx.cancel.clone();
         blocking(move || {
             let shown = input.path.as_deref().unwrap_or(".");
-            search(&ConfinedRoot::open(&root)?, shown, &regex, &cancel)
+            search(&ConfinedRoot::open(&root, &reach)?, shown, &regex, &cancel)
         })
         .await
     }

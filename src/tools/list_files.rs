@@ -56,11 +56,11 @@ impl Tool for ListFiles {
 
     async fn run(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: Input = parse_input(self, input)?;
-        let root = ctx.root.clone();
+        let (root, reach) = (ctx.root.clone(), ctx.reach());
         let cancel = ctx.cancel.clone();
         blocking(move || {
             let shown = input.path.as_deref().unwrap_or(".");
-            list(&ConfinedRoot::open(&root)?, shown, &cancel)
+            list(&ConfinedRoot::open(&root, &reach)?, shown, &cancel)
         })
         .await
     }

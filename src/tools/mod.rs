@@ -49,6 +49,38 @@ pub struct ToolContext {
     pub root: PathBuf,
     /// Cancelled when the subagent stops; long-running tools must honour it.
     pub cancel: CancellationToken,
+    /// The tree `root` is, when it is not a plain directory (a copy-on-write tree): how
+    /// grove's file tools reach it and where its commands run. Handed to the tool with
+    /// every call, never looked up by path.
+    pub tree: Option<Arc<dyn tree::TreeAccess>>,
+}
+
+impl ToolContext {
+    /// A context for the plain directory `root`.
+    pub fn plain(root: PathBuf, cancel: CancellationToken) -> Self {
+        Self {
+            root,
+            cancel,
+            tree: None,
+        }
+    }
+
+    /// Where grove's own process reaches the root: the root itself, or the tree host's
+    /// view of a copy-on-write tree.
+    pub fn reach(&self) -> PathBuf {
+        self.tree
+            .as_ref()
+            .map_or_else(|| self.root.clone(), |tree| tree.root_for_grove())
+    }
+
+    /// The executor a command in the root runs through, made from `base` (its
+    /// confinement and environment): `base` itself for a plain directory.
+    pub fn executor(
+        &self,
+        base: &Arc<dyn CommandExecutor>,
+    ) -> Result<Arc<dyn CommandExecutor>, ExecError> {
+        tree::in_tree(self.tree.as_deref(), base)
+    }
 }
 
 /// What a tool returns when it ran.
@@ -241,7 +273,7 @@ impl Registry {
         // Whatever a tool did, the worktree's `.git` pointer is the one grove made.
         let pointer = tool
             .mutates()
-            .then(|| git_pointer::GitPointer::snapshot(&tree::path_for_grove(&ctx.root)));
+            .then(|| git_pointer::GitPointer::snapshot(&ctx.reach()));
         let mut output = match tool.run(input, ctx).await {
             Ok(output) => output,
             Err(ToolError::RespondToModel(message)) => ToolOutput::error(message),

@@ -72,9 +72,9 @@ impl Tool for ReadFile {
 
     async fn run(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: Input = parse_input(self, input)?;
-        let root = ctx.root.clone();
+        let (root, reach) = (ctx.root.clone(), ctx.reach());
         let cancel = ctx.cancel.clone();
-        blocking(move || read(&ConfinedRoot::open(&root)?, &input, &cancel)).await
+        blocking(move || read(&ConfinedRoot::open(&root, &reach)?, &input, &cancel)).await
     }
 }
 

@@ -447,10 +447,10 @@ mod tests {
 
     /// Runs `tool` with `input` in `root`, as the dispatcher would.
     async fn run(tool: &dyn crate::tools::Tool, root: &Path, input: serde_json::Value) -> String {
-        let ctx = crate::tools::ToolContext {
-            root: root.to_path_buf(),
-            cancel: tokio_util::sync::CancellationToken::new(),
-        };
+        let ctx = crate::tools::ToolContext::plain(
+            root.to_path_buf(),
+            tokio_util::sync::CancellationToken::new(),
+        );
         match tool.run(input, &ctx).await {
             Ok(output) => output.content,
             Err(error) => format!("refused: {error}"),

@@ -65,10 +65,10 @@ impl Tool for WriteFile {
 
     async fn run(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let input: Input = parse_input(self, input)?;
-        let root = ctx.root.clone();
+        let (root, reach) = (ctx.root.clone(), ctx.reach());
         let scope = self.scope.clone();
         blocking(move || {
-            let confined = ConfinedRoot::open(&root)?;
+            let confined = ConfinedRoot::open(&root, &reach)?;
             let existed = write(
                 &confined,
                 &input.path,

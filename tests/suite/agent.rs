@@ -243,10 +243,7 @@ fn echo_only() -> Registry {
 fn input(messages: Vec<Message>, cancel: CancellationToken, events: EventSink) -> LoopInput {
     LoopInput {
         messages,
-        tool_context: ToolContext {
-            root: PathBuf::from("/nonexistent-grove-test-root"),
-            cancel,
-        },
+        tool_context: ToolContext::plain(PathBuf::from("/nonexistent-grove-test-root"), cancel),
         events,
         observer: None,
     }

@@ -230,10 +230,7 @@ async fn huge_binary_and_invalid_utf8_files_get_bounded_answers_from_every_tool(
             std::env::var_os("PATH").unwrap_or_default(),
         )])),
     );
-    let ctx = ToolContext {
-        root: root.clone(),
-        cancel: CancellationToken::new(),
-    };
+    let ctx = ToolContext::plain(root.clone(), CancellationToken::new());
     let call = |tool: &'static str, input: serde_json::Value| {
         let tools = &tools;
         let ctx = &ctx;

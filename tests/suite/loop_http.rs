@@ -90,10 +90,7 @@ fn spec(model: Arc<dyn Model>, tools: Registry, max_consecutive_tool_errors: u32
 fn input(root: &Path) -> LoopInput {
     LoopInput {
         messages: vec![Message::user_text("Make greet() say hello to grove.")],
-        tool_context: ToolContext {
-            root: root.to_path_buf(),
-            cancel: CancellationToken::new(),
-        },
+        tool_context: ToolContext::plain(root.to_path_buf(), CancellationToken::new()),
         events: EventSink::discard(),
         observer: None,
     }

@@ -20,7 +20,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use grove::tools::sandbox::{SandboxPolicy, SandboxedExecutor};
-use grove::tools::tree::{self, Layers, OverlayTree, RoutedExecutor, TreeAccess, TreeHost};
+use grove::tools::tree::{self, Layers, OverlayTree, TreeAccess, TreeHost, in_tree};
 use grove::tools::{
     CommandExecutor, ExecOutcome, ExecRequest, LocalExecutor, OutputCap, Registry, ToolContext,
     ToolOutput, ToolSet, builtin_with_executor,
@@ -67,7 +67,6 @@ impl Scene {
         let layers = Layers::beside(&lower, &root.join("run").join("1"));
         let host = TreeHost::start(layers.clone()).await.unwrap();
         let tree = Arc::new(OverlayTree::new(host));
-        tree::register(tree.clone());
         Some(Self {
             _dir: dir,
             root,
@@ -84,18 +83,24 @@ impl Scene {
         ]
     }
 
-    /// The worker's tools, `bash` sandboxed and routed into the tree.
+    /// The worker's tools, `bash` sandboxed (the tree is handed to it with each call).
     fn tools(&self) -> Registry {
         let sandboxed: Arc<dyn CommandExecutor> =
             Arc::new(SandboxedExecutor::new(SandboxPolicy::default(), self.env()));
-        builtin_with_executor(ToolSet::Worker, Arc::new(RoutedExecutor::new(sandboxed)))
+        builtin_with_executor(ToolSet::Worker, sandboxed)
+    }
+
+    /// What grove hands every tool call of a worker in this tree.
+    fn context(&self) -> ToolContext {
+        ToolContext {
+            root: self.layers.mount_point.clone(),
+            cancel: CancellationToken::new(),
+            tree: Some(Arc::clone(&self.tree) as Arc<dyn TreeAccess>),
+        }
     }
 
     async fn call(&self, tools: &Registry, tool: &str, input: serde_json::Value) -> ToolOutput {
-        let ctx = ToolContext {
-            root: self.layers.mount_point.clone(),
-            cancel: CancellationToken::new(),
-        };
+        let ctx = self.context();
         tools.dispatch(tool, input, &ctx).await.unwrap()
     }
 
@@ -111,7 +116,8 @@ impl Scene {
     /// Runs `command` the way an external agent CLI runs: unsandboxed, in the worktree.
     async fn unconfined(&self, command: &str) -> (ExecOutcome, String) {
         let local: Arc<dyn CommandExecutor> = Arc::new(LocalExecutor::with_env(self.env()));
-        let result = RoutedExecutor::new(local)
+        let result = in_tree(Some(self.tree.as_ref()), &local)
+            .unwrap()
             .execute(ExecRequest {
                 command: command.to_owned(),
                 cwd: self.layers.mount_point.clone(),
@@ -122,12 +128,6 @@ impl Scene {
             .await
             .unwrap();
         (result.outcome, result.output_text())
-    }
-}
-
-impl Drop for Scene {
-    fn drop(&mut self) {
-        tree::unregister(&self.layers.mount_point);
     }
 }
 
@@ -656,14 +656,14 @@ async fn helper_a_grove_with_a_tree_that_gets_killed() {
     let tree = Arc::new(OverlayTree::new(
         TreeHost::start(layers.clone()).await.unwrap(),
     ));
-    tree::register(tree.clone());
     std::fs::write(dir.join("host"), tree.host_pid().unwrap().to_string()).unwrap();
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
     let sandboxed: Arc<dyn CommandExecutor> = Arc::new(SandboxedExecutor::new(
         SandboxPolicy::default(),
         [(OsString::from("PATH"), path)],
     ));
-    let _ = RoutedExecutor::new(sandboxed)
+    let _ = in_tree(Some(tree.as_ref()), &sandboxed)
+        .unwrap()
         .execute(ExecRequest {
             // Written in the tree: it lands in the upper directory.
             command: "echo started > shell; sleep 100131".to_owned(),

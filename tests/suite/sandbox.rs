@@ -121,10 +121,7 @@ impl Scene {
     }
 
     async fn bash(&self, tools: &Registry, command: &str, timeout_s: u64) -> ToolOutput {
-        let ctx = ToolContext {
-            root: self.worktree.clone(),
-            cancel: CancellationToken::new(),
-        };
+        let ctx = ToolContext::plain(self.worktree.clone(), CancellationToken::new());
         tools
             .dispatch(
                 "bash",

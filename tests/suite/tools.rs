@@ -41,10 +41,7 @@ impl Fixture {
         fs::create_dir(&root).unwrap();
         fs::create_dir(&outside).unwrap();
         fs::write(outside.join("secret.txt"), SECRET).unwrap();
-        let ctx = ToolContext {
-            root: root.clone(),
-            cancel: CancellationToken::new(),
-        };
+        let ctx = ToolContext::plain(root.clone(), CancellationToken::new());
         let executor = LocalExecutor::with_env(test_env(&base));
         let tools = builtin_with_executor(ToolSet::Worker, Arc::new(executor));
         Self {

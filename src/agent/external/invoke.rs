@@ -9,6 +9,7 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -24,9 +25,9 @@ use super::parse::{
 use super::{BRIEF_VAR, BackendError};
 use crate::text::{strip_escapes, tail};
 use crate::tools::exec::{
-    CommandExecutor as _, ExecOutcome, ExecRequest, ExecResult, LocalExecutor, OutputCap,
+    CommandExecutor, ExecOutcome, ExecRequest, ExecResult, LocalExecutor, OutputCap,
 };
-use crate::tools::tree::{RoutedExecutor, path_for_grove};
+use crate::tools::tree::{TreeAccess, in_tree};
 
 /// How often the CLI's output file is read while it runs, for the live view.
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -74,6 +75,9 @@ pub struct CliInvocation {
     pub prompt: String,
     /// The worktree.
     pub cwd: PathBuf,
+    /// The copy-on-write tree `cwd` is, when it is one: the CLI runs inside it, and its
+    /// scratch files are read from grove's view of it.
+    pub tree: Option<Arc<dyn TreeAccess>>,
     /// Where its stdout (the raw output grove parses) and stderr are saved.
     pub stdout_path: PathBuf,
     pub stderr_path: PathBuf,
@@ -176,7 +180,8 @@ impl CliInvocation {
             },
         };
         // In a copy-on-write worktree the CLI runs inside its tree's namespaces.
-        let executor = RoutedExecutor::new(std::sync::Arc::new(self.executor()));
+        let local: Arc<dyn CommandExecutor> = Arc::new(self.executor());
+        let executor = in_tree(self.tree.as_deref(), &local).map_err(BackendError::from)?;
         let execution = executor.execute(request);
         tokio::pin!(execution);
         let mut ticker = tokio::time::interval(POLL_INTERVAL);
@@ -345,12 +350,19 @@ impl CliInvocation {
         PathBuf::from(path)
     }
 
+    /// Where grove's own process reaches the worktree.
+    fn reach(&self) -> PathBuf {
+        self.tree
+            .as_ref()
+            .map_or_else(|| self.cwd.clone(), |tree| tree.root_for_grove())
+    }
+
     /// Root entries of the worktree with the backend's scratch prefix.
     fn scratch_entries(&self) -> Vec<OsString> {
         let Some(prefix) = self.backend.scratch_prefix() else {
             return Vec::new();
         };
-        std::fs::read_dir(path_for_grove(&self.cwd))
+        std::fs::read_dir(self.reach())
             .map(|entries| {
                 entries
                     .filter_map(Result::ok)
@@ -367,7 +379,7 @@ impl CliInvocation {
             if before.contains(&name) {
                 continue;
             }
-            let path = path_for_grove(&self.cwd).join(&name);
+            let path = self.reach().join(&name);
             // Best effort: a leftover is committed and shows in the review's diff.
             let _ = match std::fs::symlink_metadata(&path) {
                 Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&path),

@@ -15,12 +15,14 @@
 //! table and in each parser's doc.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Ledger;
 use crate::text::truncate;
+use crate::tools::tree::TreeAccess;
 
 mod backend;
 mod follow;
@@ -68,6 +70,8 @@ pub struct ExternalWork<'a> {
     pub rerun: bool,
     /// The worktree.
     pub cwd: &'a Path,
+    /// The copy-on-write tree the worktree is, when it is one: the CLI runs inside it.
+    pub tree: Option<Arc<dyn TreeAccess>>,
     /// The worker's transcript file: the CLI's raw output is saved beside it.
     pub transcript: &'a Path,
     /// The environment grove started from.
@@ -125,6 +129,7 @@ pub async fn work(job: ExternalWork<'_>, progress: impl FnMut(Progress)) -> Work
         backend: job.backend.clone(),
         prompt: prompt.clone(),
         cwd: job.cwd.to_path_buf(),
+        tree: job.tree,
         stdout_path: stdout_path.clone(),
         stderr_path,
         env: job.env,

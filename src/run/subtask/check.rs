@@ -104,11 +104,13 @@ async fn checked(
         .map(|file| file.path.clone())
         .collect();
     let tree = ctx.repo.tree_id(changed.head).ok();
+    let access = worktree.access();
     let site = CheckSite {
         cwd: worktree.path(),
         on: &id.to_string(),
         tree: tree.as_deref(),
         changed: &watched,
+        access: access.as_deref(),
     };
     run_check_at(ctx, &unreviewed, site)
         .await

@@ -68,7 +68,7 @@ pub(crate) async fn close(
         && let Some(worktree) = worktree.filter(|worktree| worktree.is_copy_on_write())
     {
         // A copy-on-write tree lives only as long as grove: the user gets a directory.
-        let kept = keep_worktree(worktree).await.and_then(|kept| {
+        let kept = keep_worktree(ctx, worktree).await.and_then(|kept| {
             ctx.repo
                 .mark_materialized(&kept)
                 .map_err(|source| SubtaskError::Worktree { source })

@@ -23,7 +23,7 @@ use crate::run::id::SubtaskId;
 use crate::run::subtask::error::{CopyError, FileProblem, SetupEnd, SubtaskError};
 use crate::run::subtask::trees;
 use crate::settings::config::{CopyPathError, check_copy_path};
-use crate::tools::tree::WorktreeMode;
+use crate::tools::tree::{TreeAccess, WorktreeMode, in_tree};
 use crate::tools::{ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
 
 /// How much of a failed setup command's output the subtask's reason shows: its end,
@@ -149,6 +149,7 @@ impl AheadWorktrees {
             queue.push((ctx.worktree_spec(SubtaskId(n)), tx));
         }
         let repo = ctx.repo.clone();
+        let live = Arc::clone(&ctx.trees);
         let cell = Arc::clone(&self.base);
         let (commit, setup) = (ctx.base, ctx.options.worktree_setup.once_per_base());
         let setup = setup.map(str::to_owned);
@@ -175,8 +176,9 @@ impl AheadWorktrees {
                 match (made, &base) {
                     (Ok(worktree), Some(base)) if base.is_set_up() => {
                         let lower = base.tree_dir();
+                        let live = Arc::clone(&live);
                         tokio::spawn(async move {
-                            let mounted = trees::mount(&worktree, &lower).await;
+                            let mounted = trees::mount(&live, &worktree, &lower).await;
                             let _ = tx.send(Ok(mounted.unwrap_or(worktree)));
                         });
                     }
@@ -255,7 +257,7 @@ async fn discard_worktree(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) 
 async fn remove_unmounted(ctx: &RunContext, worktree: &Worktree) -> Result<(), SubtaskError> {
     if worktree.is_copy_on_write() {
         // Mounted ahead, perhaps: its host goes, and its (empty) upper directory.
-        trees::discard_mount(worktree).await?;
+        trees::discard_mount(ctx, worktree).await?;
         ctx.repo
             .unregister_worktree(worktree)
             .await
@@ -502,7 +504,7 @@ pub(crate) async fn setup_base(
     ctx.note(format!(
         "{id}: running the setup command `{command}` once, in the base tree the workers share"
     ));
-    run_setup_in(ctx, id, &base.tree_dir(), command).await?;
+    run_setup_in(ctx, id, &base.tree_dir(), None, command).await?;
     guard
         .record_done()
         .map_err(|source| SubtaskError::Worktree { source })
@@ -523,7 +525,8 @@ async fn run_setup(
             "running the setup command `{command}` in the worktree of the {on}"
         )),
     }
-    run_setup_in(ctx, id, worktree.path(), command).await?;
+    let tree = worktree.access();
+    run_setup_in(ctx, id, worktree.path(), tree.as_deref(), command).await?;
     // A check's tree is never committed: what the setup left there is its own.
     if on.is_none() {
         note_setup_changes(ctx, id, worktree).await;
@@ -531,12 +534,13 @@ async fn run_setup(
     Ok(())
 }
 
-/// Runs the setup command `command` in directory `cwd`, confined to it by the
-/// executor's setup policy.
+/// Runs the setup command `command` in directory `cwd` (inside `tree` when it is one),
+/// confined to it by the executor's setup policy.
 async fn run_setup_in(
     ctx: &RunContext,
     id: SubtaskId,
     cwd: &Path,
+    tree: Option<&dyn TreeAccess>,
     command: &str,
 ) -> Result<(), SubtaskError> {
     let timeout_s = ctx.options.worktree_setup.setup_timeout_s;
@@ -550,15 +554,13 @@ async fn run_setup_in(
             tail: 16 * 1024,
         },
     };
-    let result = ctx
-        .executor
-        .for_setup(&SetupPolicy::default())
-        .execute(request)
-        .await
-        .map_err(|source| SubtaskError::SetupNotRun {
-            command: command.to_owned(),
-            source,
-        })?;
+    let not_run = |source| SubtaskError::SetupNotRun {
+        command: command.to_owned(),
+        source,
+    };
+    let executor =
+        in_tree(tree, &ctx.executor.for_setup(&SetupPolicy::default())).map_err(not_run)?;
+    let result = executor.execute(request).await.map_err(not_run)?;
     let status = match result.outcome {
         ExecOutcome::Exited(0) => return Ok(()),
         ExecOutcome::Cancelled => return Err(SubtaskError::Interrupted),

@@ -72,7 +72,13 @@ pub(crate) async fn review(
     let held = held_by(ctx, diff.base);
     let messages = isolated_messages(&review_brief(brief, diff, flagged, &held));
     let reviewer = ctx
-        .run_agent(&spec, messages, worktree.path(), observer.clone())
+        .run_agent(
+            &spec,
+            messages,
+            worktree.path(),
+            worktree.access(),
+            observer.clone(),
+        )
         .await;
     // Its transcript stays as its last tool-calling turn left it: a resume goes on from there.
     observer.finished(&reviewer.ledger, &[]);

@@ -11,14 +11,19 @@ use std::sync::Arc;
 
 use crate::git::{Files, Worktree};
 use crate::run::context::RunContext;
-use crate::run::id::LEAD_WORKTREE;
 use crate::run::subtask::error::SubtaskError;
-use crate::tools::tree::{self, Layers, OverlayError, OverlayTree, TreeHost};
+use crate::tools::tree::{
+    self, Layers, LiveTrees, OverlayError, OverlayTree, TreeAccess, TreeHost,
+};
 
 /// Mounts a copy-on-write worktree over `lower` in a tree host of its own (its upper
-/// directory keeps what an earlier attempt changed), registers the tree, and returns the
-/// worktree with its git run inside.
-pub(crate) async fn mount(worktree: &Worktree, lower: &Path) -> Result<Worktree, SubtaskError> {
+/// directory keeps what an earlier attempt changed), keeps the tree among the run's live
+/// `trees`, and returns the worktree with its git and its commands run inside.
+pub(crate) async fn mount(
+    trees: &LiveTrees,
+    worktree: &Worktree,
+    lower: &Path,
+) -> Result<Worktree, SubtaskError> {
     let layers = Layers::beside(lower, worktree.path());
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -39,9 +44,8 @@ pub(crate) async fn mount(worktree: &Worktree, lower: &Path) -> Result<Worktree,
         .await
         .map_err(|source| SubtaskError::Tree { source })?;
     let tree = Arc::new(OverlayTree::new(host));
-    let namespace = Arc::clone(tree.namespace_ref());
-    tree::register(tree);
-    Ok(worktree.clone().mounted(namespace))
+    trees.add(&tree);
+    Ok(worktree.clone().mounted(tree))
 }
 
 /// A copy-on-write worktree found again after grove stopped (not mounted), mounted over
@@ -78,7 +82,7 @@ pub(crate) async fn mount_again(
             worktree.path().display()
         ));
     }
-    mount(worktree, lower).await
+    mount(&ctx.trees, worktree, lower).await
 }
 
 /// Removes subtask `id`'s worktree once its work is kept (merged or archived): a
@@ -100,7 +104,7 @@ pub(crate) async fn remove_worktree(
         .checkpoint(worktree, "final state before removal")
         .await
         .map_err(|source| SubtaskError::Worktree { source })?;
-    let layers = unmount(worktree).await;
+    let layers = unmount(&ctx.trees, worktree).await;
     if let Some(layers) = layers {
         tree::overlay::remove_own_dirs(&layers).map_err(|source| SubtaskError::Tree { source })?;
     }
@@ -113,7 +117,10 @@ pub(crate) async fn remove_worktree(
 /// Keeps subtask `id`'s worktree for the user (`--keep-worktrees`): a copy-on-write one
 /// is copied out of its tree into its own path, a directory their own tools open, and its
 /// host stopped; returns the worktree as it now is.
-pub(crate) async fn keep_worktree(worktree: &Worktree) -> Result<Worktree, SubtaskError> {
+pub(crate) async fn keep_worktree(
+    ctx: &RunContext,
+    worktree: &Worktree,
+) -> Result<Worktree, SubtaskError> {
     let Some(namespace) = worktree.tree().cloned() else {
         return Ok(worktree.clone());
     };
@@ -131,7 +138,7 @@ pub(crate) async fn keep_worktree(worktree: &Worktree) -> Result<Worktree, Subta
             },
         })?
         .map_err(|source| SubtaskError::Tree { source })?;
-    if let Some(layers) = unmount(worktree).await {
+    if let Some(layers) = unmount(&ctx.trees, worktree).await {
         tree::overlay::remove_own_dirs(&layers).map_err(|source| SubtaskError::Tree { source })?;
     }
     Ok(worktree.clone().unmounted())
@@ -139,8 +146,11 @@ pub(crate) async fn keep_worktree(worktree: &Worktree) -> Result<Worktree, Subta
 
 /// Stops the host of a tree no worker used (mounted ahead of its subtask) and removes
 /// its upper and work directories; nothing when it was never mounted.
-pub(crate) async fn discard_mount(worktree: &Worktree) -> Result<(), SubtaskError> {
-    match unmount(worktree).await {
+pub(crate) async fn discard_mount(
+    ctx: &RunContext,
+    worktree: &Worktree,
+) -> Result<(), SubtaskError> {
+    match unmount(&ctx.trees, worktree).await {
         Some(layers) => {
             tree::overlay::remove_own_dirs(&layers).map_err(|source| SubtaskError::Tree { source })
         }
@@ -148,9 +158,13 @@ pub(crate) async fn discard_mount(worktree: &Worktree) -> Result<(), SubtaskErro
     }
 }
 
-/// Stops the tree host of `worktree` and forgets its tree; its layers, if it had one.
-async fn unmount(worktree: &Worktree) -> Option<Layers> {
-    let tree = tree::unregister(worktree.path())?;
+/// Stops the tree host of `worktree` and forgets its tree; its layers, if it had one
+/// the run had not ended yet.
+async fn unmount(trees: &LiveTrees, worktree: &Worktree) -> Option<Layers> {
+    let tree = worktree.overlay()?;
+    if !trees.remove(tree) {
+        return None;
+    }
     let layers = Layers::beside(Path::new("/"), worktree.path());
     tree.release().await;
     Some(layers)
@@ -162,12 +176,7 @@ async fn unmount(worktree: &Worktree) -> Option<Layers> {
 /// as a git worktree, on resume too. A tree that cannot be copied out keeps its upper
 /// directory (`grove resume` mounts it again), and a note says so.
 pub(crate) async fn release_trees(ctx: &RunContext) {
-    // A lead's tree, from a run an earlier grove started, holds nothing to keep.
-    let lead = ctx.worktree_spec(LEAD_WORKTREE).path;
-    for tree in tree::registered_beneath(&ctx.worktrees_dir) {
-        if tree.path() == lead {
-            continue;
-        }
+    for tree in ctx.trees.take_all() {
         let path = tree.path().to_path_buf();
         let (from, to) = (tree.root_for_grove(), path.clone());
         let copied = tokio::task::spawn_blocking(move || tree::overlay::materialize(&from, &to))
@@ -178,7 +187,6 @@ pub(crate) async fn release_trees(ctx: &RunContext) {
                 source: std::io::Error::other(error),
             })
             .and_then(|copied| copied);
-        tree::unregister(&path);
         tree.release().await;
         let released = copied
             .and_then(|()| tree::overlay::remove_own_dirs(&Layers::beside(Path::new("/"), &path)));

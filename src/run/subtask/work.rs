@@ -98,7 +98,13 @@ async fn builtin(ctx: &Arc<RunContext>, assignment: Assignment, worktree: &Workt
         .with_timing(&spec.model_name, start.timing),
     );
     let worker = ctx
-        .run_agent(&spec, start.messages, worktree.path(), observer.clone())
+        .run_agent(
+            &spec,
+            start.messages,
+            worktree.path(),
+            worktree.access(),
+            observer.clone(),
+        )
         .await;
     // Its transcript stays as its last tool-calling turn left it: a resume goes on from there.
     observer.finished(&worker.ledger, &[]);
@@ -176,6 +182,7 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
         brief: &assignment.worker_brief,
         rerun,
         cwd: worktree.path(),
+        tree: worktree.access(),
         transcript: &transcript_path,
         env: ctx
             .options

@@ -2,17 +2,16 @@
 //! through — a plain directory (git worktrees), a copy-on-write tree inside a tree
 //! host's namespaces (overlay), a remote pod later.
 //!
-//! This module owns the mapping from a worktree's path (what the model, its commands
-//! and git inside it see) to how grove reaches it: [`TreeAccess::root_for_grove`] for
-//! grove's own file tools, [`TreeAccess::executor`] for commands. Trees that are not
-//! plain directories are registered here by path ([`register`]) for as long as they
-//! live; an unregistered path is a plain directory and is reached as it is. It must
-//! never let a command of a registered tree run outside that tree's namespaces.
+//! This module owns how grove reaches a tree that is not a plain directory:
+//! [`TreeAccess::root_for_grove`] for grove's own file tools, [`TreeAccess::executor`]
+//! for commands. A tree is never looked up by path: whoever works in one is handed it
+//! (a tool in its [`ToolContext`](super::ToolContext), a check or a setup command with
+//! its worktree), and without one a path is a plain directory, reached as it is. It must
+//! never let a command of a tree run outside that tree's namespaces.
 
 pub mod namespace;
 pub mod overlay;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -21,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::exec::{CommandExecutor, ExecError, ExecRequest, ExecResult, SetupPolicy};
+use super::exec::{CommandExecutor, ExecError};
 pub use namespace::TreeNamespace;
 pub use overlay::{Layers, OverlayError, TreeHost};
 
@@ -102,39 +101,18 @@ pub trait TreeAccess: Send + Sync + fmt::Debug {
     async fn release(&self) {}
 }
 
-/// A worktree that is a plain directory on this machine (git worktrees).
-#[derive(Debug, Clone)]
-pub struct PlainTree {
-    path: PathBuf,
-}
-
-impl PlainTree {
-    pub fn new(path: &Path) -> Self {
-        Self {
-            path: path.to_path_buf(),
-        }
-    }
-}
-
-#[async_trait]
-impl TreeAccess for PlainTree {
-    fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn root_for_grove(&self) -> PathBuf {
-        self.path.clone()
-    }
-
-    fn executor(
-        &self,
-        base: &Arc<dyn CommandExecutor>,
-    ) -> Result<Arc<dyn CommandExecutor>, TreeError> {
-        Ok(Arc::clone(base))
-    }
-
-    fn namespace(&self) -> Option<Arc<TreeNamespace>> {
-        None
+/// The executor for commands in `tree` (when the directory is one), made from `base`;
+/// `base` itself for a plain directory. A tree that cannot be entered is the command's
+/// sandbox refusing it.
+pub fn in_tree(
+    tree: Option<&dyn TreeAccess>,
+    base: &Arc<dyn CommandExecutor>,
+) -> Result<Arc<dyn CommandExecutor>, ExecError> {
+    match tree {
+        Some(tree) => tree.executor(base).map_err(|error| ExecError::Sandbox {
+            reason: error.to_string(),
+        }),
+        None => Ok(Arc::clone(base)),
     }
 }
 
@@ -143,7 +121,16 @@ impl TreeAccess for PlainTree {
 pub struct OverlayTree {
     host: Mutex<Option<TreeHost>>,
     namespace: Arc<TreeNamespace>,
+    /// The executors made for this tree, with the base each was made from: making one
+    /// prepares its rules on the merged tree, once per base.
+    executors: Mutex<Vec<MadeExecutor>>,
 }
+
+/// An executor made for a tree, with the base it was made from.
+type MadeExecutor = (Arc<dyn CommandExecutor>, Arc<dyn CommandExecutor>);
+
+/// How many bases' executors a tree keeps (a worker's tools', its checks', its setup's).
+const KEPT_EXECUTORS: usize = 4;
 
 impl OverlayTree {
     /// The tree `host` serves.
@@ -151,6 +138,7 @@ impl OverlayTree {
         Self {
             namespace: Arc::clone(host.namespace()),
             host: Mutex::new(Some(host)),
+            executors: Mutex::default(),
         }
     }
 
@@ -192,11 +180,21 @@ impl TreeAccess for OverlayTree {
         &self,
         base: &Arc<dyn CommandExecutor>,
     ) -> Result<Arc<dyn CommandExecutor>, TreeError> {
-        base.inside(&self.namespace)
+        let mut made = lock(&self.executors);
+        if let Some((_, executor)) = made.iter().find(|(from, _)| Arc::ptr_eq(from, base)) {
+            return Ok(Arc::clone(executor));
+        }
+        let executor = base
+            .inside(&self.namespace)
             .ok_or_else(|| TreeError::Unsupported {
                 executor: format!("{base:?}"),
                 path: self.path().to_path_buf(),
-            })
+            })?;
+        if made.len() == KEPT_EXECUTORS {
+            made.remove(0);
+        }
+        made.push((Arc::clone(base), Arc::clone(&executor)));
+        Ok(executor)
     }
 
     fn namespace(&self) -> Option<Arc<TreeNamespace>> {
@@ -212,116 +210,29 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The registered trees, by path. Paths are absolute and a worktree's is unique on this
-/// machine, so one table serves every run of this process.
-static TREES: Mutex<Vec<Arc<dyn TreeAccess>>> = Mutex::new(Vec::new());
+/// The copy-on-write trees a run mounted and has not unmounted yet: whatever their
+/// subtasks' pipelines did, the run ends each one (`release_trees`), so none outlives
+/// grove with its files only in a mount. The run owns this list; nothing looks a tree
+/// up in it.
+#[derive(Debug, Default)]
+pub struct LiveTrees(Mutex<Vec<Arc<OverlayTree>>>);
 
-/// Registers `tree` under its path (replacing one registered there before) until
-/// [`unregister`].
-pub fn register(tree: Arc<dyn TreeAccess>) {
-    let mut trees = lock(&TREES);
-    trees.retain(|known| known.path() != tree.path());
-    trees.push(tree);
-}
-
-/// Forgets the tree registered at `path`, returning it.
-pub fn unregister(path: &Path) -> Option<Arc<dyn TreeAccess>> {
-    let mut trees = lock(&TREES);
-    let at = trees.iter().position(|known| known.path() == path)?;
-    Some(trees.remove(at))
-}
-
-/// The trees registered at or beneath `dir` (a run's worktrees).
-pub fn registered_beneath(dir: &Path) -> Vec<Arc<dyn TreeAccess>> {
-    lock(&TREES)
-        .iter()
-        .filter(|known| known.path().starts_with(dir))
-        .cloned()
-        .collect()
-}
-
-/// The tree `path` lies in (the tree's root or beneath it), if one is registered.
-pub fn tree_of(path: &Path) -> Option<Arc<dyn TreeAccess>> {
-    lock(&TREES)
-        .iter()
-        .find(|known| path.starts_with(known.path()))
-        .cloned()
-}
-
-/// Where grove's own process reaches `path` (a worktree's path, or one beneath it).
-pub fn path_for_grove(path: &Path) -> PathBuf {
-    match tree_of(path) {
-        Some(tree) => {
-            let rest = path.strip_prefix(tree.path()).unwrap_or(Path::new(""));
-            if rest.as_os_str().is_empty() {
-                tree.root_for_grove()
-            } else {
-                tree.root_for_grove().join(rest)
-            }
-        }
-        None => path.to_path_buf(),
-    }
-}
-
-/// A tree's executor, with the tree it was made for.
-type MadeExecutor = (Arc<dyn TreeAccess>, Arc<dyn CommandExecutor>);
-
-/// Runs each command through the executor of the tree its working directory lies in
-/// (the base executor itself for a plain directory): the run's one executor, routed.
-#[derive(Debug, Clone)]
-pub struct RoutedExecutor {
-    base: Arc<dyn CommandExecutor>,
-    /// The tree executors made so far, by tree path, with the tree they were made for.
-    made: Arc<Mutex<HashMap<PathBuf, MadeExecutor>>>,
-}
-
-impl RoutedExecutor {
-    /// Routes over `base`.
-    pub fn new(base: Arc<dyn CommandExecutor>) -> Self {
-        Self {
-            base,
-            made: Arc::default(),
-        }
+impl LiveTrees {
+    /// Keeps `tree` until it is [`LiveTrees::remove`]d or taken.
+    pub fn add(&self, tree: &Arc<OverlayTree>) {
+        lock(&self.0).push(Arc::clone(tree));
     }
 
-    /// The executor for a command run in `cwd`.
-    pub fn executor_for(&self, cwd: &Path) -> Result<Arc<dyn CommandExecutor>, TreeError> {
-        let Some(tree) = tree_of(cwd) else {
-            return Ok(Arc::clone(&self.base));
-        };
-        let mut made = lock(&self.made);
-        // A tree removed since takes its executor (and its prepared rules) along.
-        made.retain(|path, (known, _)| {
-            tree_of(path).is_some_and(|current| Arc::ptr_eq(&current, known))
-        });
-        if let Some((_, executor)) = made.get(tree.path()) {
-            return Ok(Arc::clone(executor));
-        }
-        let executor = tree.executor(&self.base)?;
-        made.insert(
-            tree.path().to_path_buf(),
-            (Arc::clone(&tree), Arc::clone(&executor)),
-        );
-        Ok(executor)
-    }
-}
-
-#[async_trait]
-impl CommandExecutor for RoutedExecutor {
-    async fn execute(&self, request: ExecRequest) -> Result<ExecResult, ExecError> {
-        let executor = self
-            .executor_for(&request.cwd)
-            .map_err(|error| ExecError::Sandbox {
-                reason: error.to_string(),
-            })?;
-        executor.execute(request).await
+    /// Forgets `tree`; false when it was not kept (ended already).
+    pub fn remove(&self, tree: &Arc<OverlayTree>) -> bool {
+        let mut trees = lock(&self.0);
+        let before = trees.len();
+        trees.retain(|kept| !Arc::ptr_eq(kept, tree));
+        trees.len() < before
     }
 
-    fn for_setup(&self, policy: &SetupPolicy) -> Arc<dyn CommandExecutor> {
-        Arc::new(Self::new(self.base.for_setup(policy)))
-    }
-
-    fn inside(&self, namespace: &Arc<TreeNamespace>) -> Option<Arc<dyn CommandExecutor>> {
-        self.base.inside(namespace)
+    /// Every tree still kept, forgotten here.
+    pub fn take_all(&self) -> Vec<Arc<OverlayTree>> {
+        std::mem::take(&mut *lock(&self.0))
     }
 }

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use grove::git::{BaseTree, CommitPath, Repo, Worktree, WorktreeSpec, settle_deletions};
-use grove::tools::tree::{Layers, TreeHost};
+use grove::tools::tree::{Layers, OverlayTree, TreeHost};
 use pretty_assertions::assert_eq;
 
 use super::run_id;
@@ -46,7 +46,7 @@ mkdir nested && echo inner > nested/f && git init -q nested
 /// A worktree mounted over its base by a tree host of its own, as a run mounts one.
 struct Mounted {
     worktree: Worktree,
-    host: TreeHost,
+    overlay: Arc<OverlayTree>,
     _base: BaseTree,
 }
 
@@ -70,11 +70,11 @@ impl Mounted {
         if !crate::suite::overlay::overlay_or_skip("git::overlay", &parent).await {
             return None;
         }
-        let host = TreeHost::start(layers).await.unwrap();
-        let worktree = worktree.mounted(Arc::clone(host.namespace()));
+        let overlay = Arc::new(OverlayTree::new(TreeHost::start(layers).await.unwrap()));
+        let worktree = worktree.mounted(Arc::clone(&overlay));
         Some(Self {
             worktree,
-            host,
+            overlay,
             _base: base,
         })
     }
@@ -86,8 +86,8 @@ impl Mounted {
             .args(["-c", script])
             .envs(sealed_env(&fixture.home()))
             .current_dir("/");
-        self.host
-            .namespace()
+        self.overlay
+            .namespace_ref()
             .entry(self.worktree.path())
             .unwrap()
             .at_exec(&mut command);
@@ -101,7 +101,7 @@ impl Mounted {
     }
 
     fn upper(&self) -> std::path::PathBuf {
-        self.host.layers().upper.clone()
+        self.overlay.layers().unwrap().upper.clone()
     }
 }
 
@@ -194,7 +194,7 @@ async fn an_upper_dir_checkpoint_records_what_git_add_all_records_on_a_plain_che
         vec!["nested".to_owned()],
         "the nested repository is listed as left out"
     );
-    tree.host.stop().await;
+    tree.overlay.stop().await;
 }
 
 #[tokio::test]
@@ -226,8 +226,8 @@ async fn the_upper_dir_and_the_cli_inside_the_tree_give_the_same_commit() {
         tree_of(&fixture, &by_cli.to_string()),
         "both ways record the same tree"
     );
-    fast.host.stop().await;
-    cli.host.stop().await;
+    fast.overlay.stop().await;
+    cli.overlay.stop().await;
 }
 
 #[tokio::test]
@@ -270,7 +270,7 @@ async fn a_later_checkpoint_starts_from_the_base_so_a_deleted_new_file_is_gone()
         first.to_string(),
         "checkpoints chain on the branch"
     );
-    tree.host.stop().await;
+    tree.overlay.stop().await;
 }
 
 #[tokio::test]
@@ -299,7 +299,7 @@ async fn the_workers_git_status_inside_the_tree_shows_only_its_changes() {
         after, "grove r1/3: work\n",
         "after a checkpoint the index follows the branch: nothing is left to show"
     );
-    tree.host.stop().await;
+    tree.overlay.stop().await;
 }
 
 #[tokio::test]
@@ -368,7 +368,7 @@ async fn grove_clean_archives_a_tree_whose_host_died_from_its_upper_dir_and_remo
     let upper = tree.upper();
     let own_dir = upper.parent().unwrap().to_path_buf();
     // A crash: the host is gone, nothing was committed, the upper dir stays.
-    tree.host.stop().await;
+    tree.overlay.stop().await;
 
     let report = repo.clean_run(&run_id()).await.unwrap();
     settle_deletions().await;
@@ -421,5 +421,5 @@ async fn an_upper_dir_checkpoint_converts_line_endings_as_git_add_does() {
          git add --all stores them on a plain checkout: {}",
         fixture.git(&["diff", "--stat", &expected, &commit.to_string()])
     );
-    tree.host.stop().await;
+    tree.overlay.stop().await;
 }
