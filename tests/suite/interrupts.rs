@@ -79,16 +79,15 @@ fn statuses(report: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Row 48: the lead delegates five subtasks at once with `--jobs 2`; grove is killed
-/// while two work and three wait for a slot. Each was journaled when it was accepted, so
+/// Row 48: the lead delegates five subtasks at once; grove is stopped by `signal` while
+/// `jobs` work and the rest wait for a slot. Each was journaled when it was accepted, so
 /// the resume runs all five (the forked one from the lead's conversation of then), the
 /// lead hears each one's result, and nothing is left behind.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn delegated_subtasks_waiting_for_a_slot_survive_a_kill_and_the_resume_runs_them() {
+async fn delegated_subtasks_waiting_for_a_slot_survive(signal: Signal, jobs: usize) {
     let fixture = repo_with_rules();
     let server = FakeServer::with_responder(|request| match who(request) {
         Who::Lead => lead_reply(request, FIVE),
-        // The first two workers never get an answer: grove dies while they work.
+        // The first workers never get an answer: grove is stopped while they work.
         Who::Worker => Reply::Hang,
         Who::Reviewer => reviewer_reply(request),
     })
@@ -97,27 +96,41 @@ async fn delegated_subtasks_waiting_for_a_slot_survive_a_kill_and_the_resume_run
     let seen = (AtomicUsize::new(0), AtomicUsize::new(0));
     let watched = grove
         .spawn_until(
-            ["run", "--jobs", "2", USER_TASK],
-            working_and_waiting(2, 3, &seen),
+            ["run", "--jobs", &jobs.to_string(), USER_TASK],
+            working_and_waiting(jobs, FIVE.len() - jobs, &seen),
         )
         .await;
-    watched.signal(Signal::SIGKILL);
-    let killed = watched.output().await;
-    assert_eq!(killed.status.code(), None, "killed: {}", stderr(&killed));
+    watched.signal(signal);
+    let stopped = watched.output().await;
+    let expected_stop = if signal == Signal::SIGKILL {
+        None
+    } else {
+        Some(130)
+    };
+    assert_eq!(
+        stopped.status.code(),
+        expected_stop,
+        "{signal} with {jobs} working: {}",
+        stderr(&stopped)
+    );
     let run_id = only_run(&grove).await;
 
     server.set_responder(standard(FIVE));
     let resumed = grove.grove_async(["resume", "--json", &run_id]).await;
 
     server.assert_no_violations();
-    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
-    let report: Value = serde_json::from_slice(&resumed.stdout).unwrap();
+    let report: Value = serde_json::from_slice(&resumed.stdout).unwrap_or(Value::Null);
     assert_eq!(
-        statuses(&report),
-        (1..=5)
-            .map(|n| (format!("S{n}"), "merged".to_owned()))
-            .collect::<Vec<_>>(),
-        "every accepted delegation is a subtask of the run, waiting or not, and is run"
+        (resumed.status.code(), statuses(&report)),
+        (
+            Some(0),
+            (1..=5)
+                .map(|n| (format!("S{n}"), "merged".to_owned()))
+                .collect::<Vec<_>>()
+        ),
+        "after {signal} with --jobs {jobs}, every accepted delegation is a subtask of the \
+         run, waiting or not, and the resume runs it\n{}",
+        stderr(&resumed)
     );
     let files: Vec<Vec<u8>> = ["one", "two", "three", "four", "five"]
         .iter()
@@ -126,7 +139,7 @@ async fn delegated_subtasks_waiting_for_a_slot_survive_a_kill_and_the_resume_run
     assert_eq!(
         files,
         [b"1\n", b"2\n", b"3\n", b"4\n", b"5\n"].map(|b| b.to_vec()),
-        "every delegated change is on the user's branch"
+        "after {signal} with --jobs {jobs}, every delegated change is on the user's branch"
     );
     let requests = server.requests();
     let lead_results = requests
@@ -143,7 +156,7 @@ async fn delegated_subtasks_waiting_for_a_slot_survive_a_kill_and_the_resume_run
         (0..5)
             .map(|i| (format!("lead_call_{i}"), true))
             .collect::<Vec<_>>(),
-        "the lead hears each delegation's own result: {lead_results:#?}"
+        "after {signal}, the lead hears each delegation's own result: {lead_results:#?}"
     );
     let forked = requests
         .iter()
@@ -155,8 +168,32 @@ async fn delegated_subtasks_waiting_for_a_slot_survive_a_kill_and_the_resume_run
     assert_eq!(
         fixture.leftovers(),
         Leftovers::default(),
-        "nothing of the run is left registered or on disk"
+        "after {signal} with --jobs {jobs}, nothing of the run is left registered or on disk"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delegated_subtasks_waiting_for_a_slot_survive_a_kill_and_the_resume_runs_them() {
+    delegated_subtasks_waiting_for_a_slot_survive(Signal::SIGKILL, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delegated_subtasks_waiting_for_a_slot_survive_ctrl_c_and_the_resume_runs_them() {
+    delegated_subtasks_waiting_for_a_slot_survive(Signal::SIGINT, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delegated_subtasks_waiting_for_a_slot_survive_sigterm_and_the_resume_runs_them() {
+    delegated_subtasks_waiting_for_a_slot_survive(Signal::SIGTERM, 2).await;
+}
+
+/// The issue's case: with `--jobs 4` four work and one waits; the resume exited 0 with
+/// one delegated change missing. Every signal grove can be stopped by.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_four_jobs_the_one_waiting_delegation_survives_every_signal() {
+    for signal in [Signal::SIGKILL, Signal::SIGINT, Signal::SIGTERM] {
+        delegated_subtasks_waiting_for_a_slot_survive(signal, 4).await;
+    }
 }
 
 /// Row 50: SIGTERM (a service manager, `timeout`, `kill`) and SIGHUP (the terminal closed)
