@@ -50,11 +50,32 @@ pub(crate) async fn finish(
         // Stopped during the result's check or a fixer: resumable, never applied.
         lead.failure = Some(LeadFailure::Interrupted);
     }
-    let (status, mut error) = status(ctx, lead.failure);
+    let (mut status, mut error) = status(ctx, lead.failure);
     if let ResultCheck::Unchecked { reason } = &checked {
         error.get_or_insert_with(|| format!("the result was not applied: {reason}"));
     }
-    let held = held_back(ctx, &checked);
+    let mut held = held_back(ctx, &checked);
+    // The invariant of every end: no accepted subtask is left without an outcome. If one
+    // is, the run is not done: it pauses naming it, resumable, and nothing is applied.
+    let missing = unaccounted(ctx, &subtasks);
+    if status == RunEnd::Finished && !missing.is_empty() {
+        let which = format!(
+            "{} accepted but without an outcome: {}",
+            if missing.len() == 1 {
+                "a subtask was"
+            } else {
+                "subtasks were"
+            },
+            missing.join("; ")
+        );
+        status = RunEnd::Paused;
+        error = Some(format!(
+            "{which}. The run is paused, not finished; `grove resume {}` runs {}",
+            ctx.run,
+            if missing.len() == 1 { "it" } else { "them" }
+        ));
+        held = Some(which);
+    }
     let apply = async {
         let resumable = matches!(status, RunEnd::Interrupted | RunEnd::Paused);
         if !merged_any {
@@ -155,6 +176,26 @@ fn status(ctx: &RunContext, failure: Option<LeadFailure>) -> (RunEnd, Option<Str
         ),
         (Some(LeadFailure::Error(error)), _) => (RunEnd::Failed, Some(error.to_string())),
     }
+}
+
+/// Every subtask the journal holds that has no outcome, or that this run's report does
+/// not name, as `S4 (its brief, shortened)`: the lead was told each was accepted.
+fn unaccounted(ctx: &RunContext, reports: &[SubtaskReport]) -> Vec<String> {
+    ctx.journal
+        .subtasks()
+        .iter()
+        .filter(|journaled| {
+            journaled.status.outcome().is_none()
+                || !reports.iter().any(|report| report.id == journaled.id)
+        })
+        .map(|journaled| {
+            format!(
+                "{} ({})",
+                journaled.id,
+                crate::text::printable(&crate::text::first_line(&journaled.task, 60))
+            )
+        })
+        .collect()
 }
 
 /// Removes what an earlier process of the run left registered (grove stopped before the
@@ -308,5 +349,130 @@ pub(crate) fn describe_refusal(reason: &RefusalReason) -> String {
             path.display()
         ),
         R::GitRefused { stderr } => format!("git refused: {}", stderr.trim()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+    use crate::run::subtask::report_from_state;
+    use crate::run::test_support::TestRun;
+    use crate::store::journal::{ContextMode, SubtaskKind, SubtaskOutcome};
+
+    fn started(run: &TestRun, n: u32, task: &str) {
+        run.ctx
+            .journal(Entry::SubtaskStarted {
+                subtask: format!("S{n}"),
+                task: task.into(),
+                branch: run.ctx.run.subtask_branch(n),
+                mode: ContextMode::Isolated,
+                agent: "worker".into(),
+                paths: Vec::new(),
+                after: Vec::new(),
+                waits_for: Vec::new(),
+                kind: SubtaskKind::Task,
+            })
+            .unwrap();
+    }
+
+    fn failed(run: &TestRun, n: u32) {
+        run.ctx
+            .journal(Entry::SubtaskFinished {
+                subtask: format!("S{n}"),
+                status: SubtaskOutcome::Failed,
+                ledger: Ledger::default(),
+                reason: None,
+            })
+            .unwrap();
+    }
+
+    fn lead_done() -> LeadEnd {
+        LeadEnd {
+            summary: "done".into(),
+            ledger: Ledger::default(),
+            failure: None,
+        }
+    }
+
+    /// The end as the person and the journal see it: status, error, whether anything
+    /// was applied, and the journal's last record type.
+    fn end(run: &TestRun, report: &RunReport) -> (RunEnd, Option<String>, bool, String) {
+        (
+            report.status,
+            report.error.clone(),
+            report.applied,
+            run.journal_types().last().cloned().unwrap_or_default(),
+        )
+    }
+
+    /// A run whose lead ended well never finishes while a subtask it was told was
+    /// accepted has no outcome (journaled but never ended, or ended but not in this
+    /// run's report): it pauses, resumable, naming that subtask alone.
+    #[tokio::test]
+    async fn a_run_never_finishes_while_an_accepted_subtask_has_no_outcome() {
+        let run = TestRun::alpha().await;
+        started(&run, 1, "First: write one.txt\nmore of the brief");
+        started(&run, 2, "Second: write two.txt");
+        failed(&run, 2);
+        started(&run, 3, "Third: write three.txt");
+        failed(&run, 3);
+        let reported: Vec<SubtaskReport> = run
+            .ctx
+            .journal
+            .subtasks()
+            .iter()
+            .filter(|s| s.id == "S2")
+            .map(report_from_state)
+            .collect();
+
+        let report = finish(&run.ctx, reported, lead_done(), ResultCheck::NotRun)
+            .await
+            .unwrap();
+
+        let run_id = run.ctx.run.to_string();
+        assert_eq!(
+            end(&run, &report),
+            (
+                RunEnd::Paused,
+                Some(format!(
+                    "subtasks were accepted but without an outcome: S1 (First: write \
+                     one.txt); S3 (Third: write three.txt). The run is paused, not finished; \
+                     `grove resume {run_id}` runs them"
+                )),
+                false,
+                "paused".to_owned(),
+            ),
+            "an accepted subtask without an outcome (S1 never ended, S3 is in no report) \
+             pauses the run naming each, never a success"
+        );
+    }
+
+    /// The control: the same run with every subtask ended and reported finishes.
+    #[tokio::test]
+    async fn a_run_whose_every_accepted_subtask_ended_finishes() {
+        let run = TestRun::alpha().await;
+        started(&run, 1, "First: write one.txt");
+        failed(&run, 1);
+        let reported: Vec<SubtaskReport> = run
+            .ctx
+            .journal
+            .subtasks()
+            .iter()
+            .map(report_from_state)
+            .collect();
+
+        let report = finish(&run.ctx, reported, lead_done(), ResultCheck::NotRun)
+            .await
+            .unwrap();
+
+        assert_eq!(
+            end(&run, &report),
+            (RunEnd::Finished, None, false, "run_finished".to_owned()),
+            "a run whose every accepted subtask ended finishes as before"
+        );
     }
 }

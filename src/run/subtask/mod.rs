@@ -601,7 +601,7 @@ fn resumed_start(
 }
 
 /// The report of a subtask that had finished before a resume, from the journal.
-fn report_from_state(state: &SubtaskState) -> SubtaskReport {
+pub(crate) fn report_from_state(state: &SubtaskState) -> SubtaskReport {
     let mut report = SubtaskReport::new(state.id.clone(), state.task.clone(), state.branch.clone());
     // A subtask still running when its run ended never finished: it failed.
     report.status = state.status.outcome().unwrap_or(SubtaskOutcome::Failed);
