@@ -100,8 +100,14 @@ pub(crate) async fn finish(
     };
     // Everything is done before the run's end is journaled.
     let (applied, apply) = apply.await;
-    if status == RunEnd::Finished && !ctx.options.keep_worktrees {
-        sweep(ctx).await;
+    // A run that is over, finished or failed (nothing resumes it), leaves nothing
+    // registered; a resumable one keeps what its resume continues in.
+    if !ctx.options.keep_worktrees {
+        match status {
+            RunEnd::Finished => sweep(ctx, "an earlier grove of this run").await,
+            RunEnd::Failed => sweep(ctx, "this failed run").await,
+            RunEnd::Interrupted | RunEnd::Paused => {}
+        }
     }
     let journal_end = match status.recorded() {
         None => Entry::Paused {
@@ -198,10 +204,10 @@ fn unaccounted(ctx: &RunContext, reports: &[SubtaskReport]) -> Vec<String> {
         .collect()
 }
 
-/// Removes what an earlier process of the run left registered (grove stopped before the
-/// cleanups of subtasks it had finished), and says what went; a run that was never
-/// stopped has nothing left by then.
-async fn sweep(ctx: &RunContext) {
+/// Removes what the run still has registered, and says what went, as left by `left_by`:
+/// an earlier process of a finished run (grove stopped before the cleanups of subtasks
+/// it had finished; a run never stopped has nothing left by then), or a failed run.
+async fn sweep(ctx: &RunContext, left_by: &str) {
     match ctx.repo.sweep_run(&ctx.run, &ctx.worktrees_dir).await {
         Ok(swept) => {
             let paths = |paths: &[std::path::PathBuf]| {
@@ -210,14 +216,14 @@ async fn sweep(ctx: &RunContext) {
             };
             if !swept.removed_worktrees.is_empty() {
                 ctx.note(format!(
-                    "removed the worktrees an earlier grove of this run left: {}",
+                    "removed the worktrees {left_by} left: {}",
                     paths(&swept.removed_worktrees)
                 ));
             }
             if !swept.deleted_branches.is_empty() {
                 ctx.note(format!(
-                    "deleted the branches an earlier grove of this run left (their work is \
-                     merged or archived): {}",
+                    "deleted the branches {left_by} left (their work is merged or \
+                     archived): {}",
                     swept.deleted_branches.join(", ")
                 ));
             }
@@ -473,6 +479,73 @@ mod tests {
             end(&run, &report),
             (RunEnd::Finished, None, false, "run_finished".to_owned()),
             "a run whose every accepted subtask ended finishes as before"
+        );
+    }
+
+    /// A failed run is over (nothing resumes it): as it ends it removes what it still has
+    /// registered — a worktree whose work is archived, and its branch — and names them,
+    /// as a finished run does.
+    #[tokio::test]
+    async fn a_failed_run_removes_what_it_left_registered_and_names_it() {
+        let mut run = TestRun::alpha().await;
+        let worktree = run.worktree(1).await;
+        std::fs::write(worktree.path().join("b.txt"), "beta\n").unwrap();
+        run.ctx
+            .repo
+            .archive_worktree(&worktree, "subtask failed")
+            .await
+            .unwrap();
+        failed(&run, 1);
+        let reported: Vec<SubtaskReport> = run
+            .ctx
+            .journal
+            .subtasks()
+            .iter()
+            .map(report_from_state)
+            .collect();
+        let branch = run.ctx.run.subtask_branch(1);
+        let lead = LeadEnd::failed(crate::run::lead::LeadError::ResultBranch {
+            source: GitError::UnknownRevision {
+                rev: "refs/heads/nowhere".into(),
+            },
+        });
+
+        let report = finish(&run.ctx, reported, lead, ResultCheck::NotRun)
+            .await
+            .unwrap();
+
+        let root = run.dir.path().join("repo");
+        let registered = run.git(&root, &["worktree", "list", "--porcelain"]);
+        let branches = run.git(&root, &["branch", "--list", "grove/*"]);
+        assert_eq!(
+            (
+                report.status,
+                worktree.path().exists(),
+                registered
+                    .lines()
+                    .filter(|l| l.starts_with("worktree "))
+                    .count(),
+                branches,
+                run.notes(),
+            ),
+            (
+                RunEnd::Failed,
+                false,
+                1,
+                String::new(),
+                vec![
+                    format!(
+                        "removed the worktrees this failed run left: {}",
+                        worktree.path().display()
+                    ),
+                    format!(
+                        "deleted the branches this failed run left (their work is merged or \
+                         archived): refs/heads/{branch}"
+                    ),
+                ],
+            ),
+            "a failed run leaves no worktree or branch of its own registered, and says which \
+             it removed"
         );
     }
 }
