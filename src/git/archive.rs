@@ -127,7 +127,8 @@ impl Repo {
     /// worktree's uncommitted changes first), removes the run's worktrees wherever they
     /// are registered (the cache directory, a `[worktree] dir`, or `.git/grove/runs/` for
     /// runs started before worktrees moved out of `.git`), and deletes the subtask
-    /// branches (each now held by its archive). The result branch is kept.
+    /// branches (each now held by its archive), then the run's folder and the
+    /// repository's folder in the cache when empty. The result branch is kept.
     pub async fn clean_run(&self, run: &RunId) -> Result<CleanReport, GitError> {
         let mut report = CleanReport::default();
         let mut kept_subtasks = Vec::new();
@@ -184,6 +185,8 @@ impl Repo {
         report
             .removed_worktrees
             .extend(self.remove_detached_in(&dirs).await?);
+        // The repository's folder in the cache too, when the run was its last.
+        dirs.push(self.worktrees_home().to_path_buf());
         remove_empty(&dirs);
         report
             .archived

@@ -15,7 +15,7 @@ use crate::suite::escapes::mode_or_skip;
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
 use crate::support::git_fixture::{GitFixture, Leftovers};
 use crate::support::grove::{Grove, stderr};
-use crate::support::processes::{running_with_arg, settled};
+use crate::support::processes::{mounts_under, running_with_arg, settled};
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::{
     USER_TASK, lead_reply, repo_with_rules, reviewer_reply, worker_reply,
@@ -266,29 +266,6 @@ async fn background_pids(fixture: &GitFixture, marker: &str) -> Vec<i32> {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-}
-
-/// Every mount under `dir` that any process on the machine still sees, as `pid: mount
-/// point`.
-fn mounts_under(dir: &std::path::Path) -> Vec<String> {
-    let dir = dir.to_string_lossy().into_owned();
-    let mut mounts = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Ok(info) = std::fs::read_to_string(entry.path().join("mountinfo")) else {
-            continue;
-        };
-        mounts.extend(
-            info.lines()
-                .filter_map(|line| line.split(' ').nth(4))
-                .filter(|point| point.starts_with(&dir))
-                .map(|point| format!("{name}: {point}")),
-        );
-    }
-    mounts
 }
 
 /// Row 64: `kill -9` of grove while a subtask's check runs a background process. The

@@ -20,6 +20,11 @@ pub fn running_in(dir: &Path) -> Vec<i32> {
     live(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == dir))
 }
 
+/// The live processes whose working directory is `dir` or lies under it.
+pub fn running_under(dir: &Path) -> Vec<i32> {
+    live(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(dir)))
+}
+
 /// The live processes one of whose arguments is `arg`.
 pub fn running_with_arg(arg: &str) -> Vec<i32> {
     live(|pid| {
@@ -52,4 +57,27 @@ pub fn settled(running: impl Fn() -> Vec<i32>) -> Vec<i32> {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// Every mount under `dir` that any process on the machine still sees, as `pid: mount
+/// point`.
+pub fn mounts_under(dir: &Path) -> Vec<String> {
+    let dir = dir.to_string_lossy().into_owned();
+    let mut mounts = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(info) = std::fs::read_to_string(entry.path().join("mountinfo")) else {
+            continue;
+        };
+        mounts.extend(
+            info.lines()
+                .filter_map(|line| line.split(' ').nth(4))
+                .filter(|point| point.starts_with(&dir))
+                .map(|point| format!("{name}: {point}")),
+        );
+    }
+    mounts
 }

@@ -1,0 +1,278 @@
+//! Issue 31, nothing left behind: whatever stops grove (here `kill -9`, which gives it no
+//! chance to clean up) during a subtask's check or a result-check fixer, the next
+//! `grove resume` applies the right result once and leaves nothing the run made
+//! registered, on disk, mounted or running; a `grove clean` of the killed run instead
+//! removes all of it and names what it removed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use nix::sys::signal::Signal;
+use pretty_assertions::assert_eq;
+use serde_json::Value;
+
+use grove::tools::tree::WorktreeMode;
+
+use crate::suite::escapes::mode_or_skip;
+use crate::suite::result_check::{
+    A_RENAMED, B_RENAMED, CHECK, CORE_RENAMED, FIXER_HEADING, Fixer, package, responder,
+};
+use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
+use crate::support::git_fixture::{GitFixture, Leftovers};
+use crate::support::grove::{Grove, stderr};
+use crate::support::processes::{mounts_under, running_under, running_with_arg, settled};
+use crate::support::requests::{Who, who};
+use crate::support::scripted_run::{
+    USER_TASK, answered, first_user_text, lead_reply, repo_with_rules, reviewer_reply, worker_reply,
+};
+
+/// One subtask writing `one.txt`.
+const ONE: &[(&str, Option<&str>)] = &[("First.\nWRITE one.txt 1", None)];
+
+/// What a run left: its registrations and folders, the processes working under the
+/// cache directory or whose argument is `marker` (if any), and every mount under the cache
+/// directory any process sees.
+type Left = (Leftovers, Vec<i32>, Vec<String>);
+
+fn left(fixture: &GitFixture, marker: Option<&str>) -> Left {
+    let cache = fixture.home().join(".cache").join("grove");
+    let running = || {
+        let mut pids = running_under(&cache);
+        pids.extend(marker.map(running_with_arg).unwrap_or_default());
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    };
+    (fixture.leftovers(), settled(running), mounts_under(&cache))
+}
+
+/// Nothing: no registration, folder, process or mount.
+fn nothing() -> Left {
+    (Leftovers::default(), Vec::new(), Vec::new())
+}
+
+/// The run id `grove runs --json` lists first.
+async fn only_run(grove: &Grove) -> String {
+    let runs = grove.grove_async(["runs", "--json"]).await;
+    let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
+    runs[0]["run_id"].as_str().unwrap().to_owned()
+}
+
+/// The subjects of the commits the user's branch gained since `base`, oldest first.
+fn gained(fixture: &GitFixture, base: &str) -> Vec<String> {
+    let log = fixture.git(&["log", "--reverse", "--format=%s", &format!("{base}..main")]);
+    log.lines().map(str::to_owned).collect()
+}
+
+/// A repository in `mode` whose check is `sleep <marker>` (seconds), not run on the
+/// base; `None` when the mode cannot run here (the test is skipped, saying so).
+async fn sleeping_check(test: &str, mode: WorktreeMode, marker: &str) -> Option<GitFixture> {
+    let fixture = repo_with_rules();
+    if !mode_or_skip(test, &fixture, mode).await {
+        return None;
+    }
+    fixture.write(
+        ".grove/config.toml",
+        format!(
+            "[worktree]\nmode = \"{mode}\"\n\n[check]\ncommand = \"sleep {marker}\"\n\
+             base = \"skip\"\n"
+        ),
+    );
+    fixture.commit_all("grove's configuration");
+    Some(fixture)
+}
+
+/// Starts `grove run` of one subtask and kills it (`kill -9`) while that subtask's check
+/// (`sleep <marker>`) runs; the run's id.
+async fn killed_during_the_check(grove: &Grove, marker: &str) -> String {
+    let watched = grove
+        .spawn_until(["run", USER_TASK], |line| {
+            line.starts_with("S1: checking with ")
+        })
+        .await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while running_with_arg(marker).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the check never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    watched.signal(Signal::SIGKILL);
+    let killed = watched.output().await;
+    assert_eq!(killed.status.code(), None, "killed: {}", stderr(&killed));
+    only_run(grove).await
+}
+
+/// `kill -9` while a subtask's check runs, then `grove resume`: the check runs again,
+/// the change lands on the user's branch once, and nothing of the run is left — no
+/// worktree, branch, copy-on-write folder, mount or check process.
+async fn a_kill_during_a_subtasks_check_leaves_nothing_once_resumed(
+    mode: WorktreeMode,
+    marker: &str,
+) {
+    let test = "a_kill_during_a_subtasks_check_leaves_nothing_once_resumed";
+    let Some(fixture) = sleeping_check(test, mode, marker).await else {
+        return;
+    };
+    let base = fixture.git(&["rev-parse", "HEAD"]);
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(request, ONE),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let grove = Grove::in_repo(&fixture).with_server(&server);
+    let run_id = killed_during_the_check(&grove, marker).await;
+
+    let resumed = grove.grove_async(["resume", &run_id]).await;
+
+    server.assert_no_violations();
+    let err = stderr(&resumed);
+    assert_eq!(
+        (
+            resumed.status.code(),
+            fixture.read("one.txt"),
+            gained(&fixture, &base).len()
+        ),
+        (Some(0), b"1\n".to_vec(), 1),
+        "the resume checks again and applies the one change once ({mode})\n{err}"
+    );
+    assert_eq!(
+        left(&fixture, Some(marker)),
+        nothing(),
+        "nothing of the run is left registered, on disk, mounted or running ({mode})\n{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kill_during_a_subtasks_check_leaves_nothing_once_resumed_in_a_git_worktree() {
+    a_kill_during_a_subtasks_check_leaves_nothing_once_resumed(WorktreeMode::Git, "2.71801").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kill_during_a_subtasks_check_leaves_nothing_once_resumed_in_a_copy_on_write_tree() {
+    a_kill_during_a_subtasks_check_leaves_nothing_once_resumed(WorktreeMode::Overlay, "2.71802")
+        .await;
+}
+
+/// `kill -9` while a subtask's check runs, then `grove clean` of the run: its work is
+/// archived, and nothing of the run is left — and the clean names what it removed.
+async fn grove_clean_after_a_kill_removes_what_the_run_left(mode: WorktreeMode, marker: &str) {
+    let test = "grove_clean_after_a_kill_removes_what_the_run_left";
+    let Some(fixture) = sleeping_check(test, mode, marker).await else {
+        return;
+    };
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(request, ONE),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let grove = Grove::in_repo(&fixture).with_server(&server);
+    let run_id = killed_during_the_check(&grove, marker).await;
+    let worktree = fixture.worktree_dir(&run_id, 1);
+
+    let cleaned = grove.grove_async(["clean", &run_id]).await;
+
+    let out = String::from_utf8_lossy(&cleaned.stdout).into_owned();
+    let archive = fixture.git(&["show", &format!("refs/grove/archive/{run_id}/1:one.txt")]);
+    assert_eq!(
+        (
+            cleaned.status.code(),
+            out.lines()
+                .any(|line| line == format!("removed worktree {}", worktree.display())),
+            archive,
+        ),
+        (Some(0), true, "1".to_owned()),
+        "the clean archives S1's work and names the worktree it removed ({mode})\n{out}{}",
+        stderr(&cleaned)
+    );
+    assert_eq!(
+        left(&fixture, Some(marker)),
+        nothing(),
+        "after the clean nothing of the run is left registered, on disk, mounted or \
+         running ({mode})\n{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn grove_clean_after_a_kill_removes_what_the_run_left_in_a_git_worktree() {
+    grove_clean_after_a_kill_removes_what_the_run_left(WorktreeMode::Git, "2.71803").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn grove_clean_after_a_kill_removes_what_the_run_left_in_a_copy_on_write_tree() {
+    grove_clean_after_a_kill_removes_what_the_run_left(WorktreeMode::Overlay, "2.71804").await;
+}
+
+/// `kill -9` while the result-check fixer works (it wrote its fix; its next model call
+/// hangs), then `grove resume`: the fixer goes on, the result (three pieces and the
+/// fix) is applied once, and nothing of the run is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kill_during_the_fixer_leaves_nothing_once_resumed() {
+    let fixture = package(CHECK, 1);
+    let base = fixture.git(&["rev-parse", "HEAD"]);
+    let hang = Arc::new(AtomicBool::new(true));
+    let fixes = responder(Fixer::Fixes);
+    let server = FakeServer::with_responder({
+        let hang = Arc::clone(&hang);
+        move |request: &RecordedRequest| {
+            let fixer_turn_2 = who(request) == Who::Worker
+                && answered(request)
+                && first_user_text(request).starts_with(FIXER_HEADING);
+            if fixer_turn_2 && hang.load(Ordering::SeqCst) {
+                return Reply::Hang;
+            }
+            fixes(request)
+        }
+    })
+    .await;
+    let grove = Grove::in_repo(&fixture).with_server(&server);
+    let watched = grove
+        .spawn_until(["run", "rename greet"], |line| {
+            line.starts_with("worker S4: started")
+        })
+        .await;
+    let run_id = only_run(&grove).await;
+    let fixed = fixture.worktree_dir(&run_id, 4).join("pkg/b.py");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::read(&fixed).ok().as_deref() != Some(B_RENAMED.as_bytes()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fixer never wrote"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    watched.signal(Signal::SIGKILL);
+    let killed = watched.output().await;
+    assert_eq!(killed.status.code(), None, "killed: {}", stderr(&killed));
+
+    hang.store(false, Ordering::SeqCst);
+    let resumed = grove.grove_async(["resume", &run_id]).await;
+
+    let err = stderr(&resumed);
+    let files: Vec<Vec<u8>> = ["pkg/core.py", "pkg/a.py", "pkg/b.py"]
+        .iter()
+        .map(|path| fixture.read(path))
+        .collect();
+    assert_eq!(
+        (resumed.status.code(), files, gained(&fixture, &base).len()),
+        (
+            Some(0),
+            vec![
+                CORE_RENAMED.as_bytes().to_vec(),
+                A_RENAMED.as_bytes().to_vec(),
+                B_RENAMED.as_bytes().to_vec()
+            ],
+            4
+        ),
+        "the resumed fixer's result is applied once: three pieces and the fix\n{err}"
+    );
+    assert_eq!(
+        left(&fixture, None),
+        nothing(),
+        "nothing of the run is left registered, on disk, mounted or running\n{err}"
+    );
+}
