@@ -19,7 +19,8 @@
 //! `merged` line and as it prints the fixer's (S4) `merged` line (the result's check
 //! takes the fixer's verdict, then the apply follows at once): those two are races, and
 //! a run that finished before its signal is checked as it is and counted as `early`.
-//! `FAULT_MATRIX_SHOW=1` prints grove's stderr of a run that ended before its signal.
+//! `FAULT_MATRIX_SHOW=1` prints grove's stderr of a run that ended before its signal, and
+//! of both the stopped run and its resume when the resume did not exit 0.
 //!
 //! Checked after the resume (or after the stopped grove, if it had finished): the stop's
 //! exit code (none, killed, for `SIGKILL`; 130 and the `grove resume` command for the
@@ -344,7 +345,12 @@ fn responder(
 ) -> impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static {
     move |request| {
         let system = request.system_text();
-        let answered = !request.tool_results().is_empty();
+        // A call grove answers as interrupted (it never runs twice) is made again, as a
+        // model would: the work is not done until a call of it returned.
+        let answered = request
+            .tool_results()
+            .last()
+            .is_some_and(|(_, text)| !text.contains("interrupted"));
         let brief = brief(request);
         let fixer = brief.starts_with(FIXER_HEADING) || brief.contains(FIXER_HEADING);
         let role = if system.starts_with("You are the lead engineer") {
@@ -461,6 +467,9 @@ async fn one(grove: &Path, phase: Phase, signal: Signal) -> anyhow::Result<Passe
             .output()
             .await?;
         let err = String::from_utf8_lossy(&resumed.stderr).into_owned();
+        if resumed.status.code() != Some(0) && std::env::var_os("FAULT_MATRIX_SHOW").is_some() {
+            eprintln!("{stopped_err}\n--- the resume ---\n{err}");
+        }
         ensure!(
             resumed.status.code() == Some(0),
             "the resume exited {:?}: {}",
