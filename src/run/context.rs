@@ -17,7 +17,7 @@ use crate::agent::{AgentRun, AgentSpec, Ledger, LoopInput, TurnObserver, run_age
 use crate::event::{AgentId, Event, EventSink};
 use crate::git::{CommitId, Repo, RunId, WorktreeSpec};
 use crate::model::Message;
-use crate::run::base_gate::BaseGate;
+use crate::run::check::gate::BaseGate;
 use crate::run::id::SubtaskId;
 use crate::settings::config::check_copy_path;
 use crate::settings::options::{ModelChoice, RunOptions};

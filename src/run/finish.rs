@@ -8,12 +8,12 @@
 
 use crate::agent::Ledger;
 use crate::git::{ApplyOutcome, ApplyRequest, GitError, RefusalReason};
-use crate::run::base_check::BASE_RED;
+use crate::run::check::base::BASE_RED;
+use crate::run::check::result::{ResultCheck, ResultCheckError, held_back};
 use crate::run::context::{DISK_FULL, RunContext};
 use crate::run::history;
 use crate::run::lead::{LeadEnd, LeadFailure};
 use crate::run::report::{ApplyReport, CheckReport, RunEnd, RunReport, SubtaskReport, Totals};
-use crate::run::result_check::{ResultCheck, ResultCheckError, held_back};
 use crate::store::StoreError;
 use crate::store::journal::Entry;
 

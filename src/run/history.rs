@@ -573,7 +573,10 @@ mod tests {
     #[test]
     fn a_fixers_subject_says_what_it_fixed_and_its_body_names_the_failure() {
         let mut report = subtask(
-            &format!("{}\n\nThis run merged …", crate::run::fixer::FIXER_HEADING),
+            &format!(
+                "{}\n\nThis run merged …",
+                crate::run::check::fixer::FIXER_HEADING
+            ),
             Some("worker: Call welcome in hello_carol too\nThe last call site was missed."),
         );
         report.kind = SubtaskKind::Fix;

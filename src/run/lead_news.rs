@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
-use crate::run::check_tree::check_commit;
+use crate::run::check::tree::check_commit;
 use crate::run::context::{RunContext, lock};
 use crate::run::observer::News;
 use crate::store::journal::{CheckStatus, ON_RESULT};

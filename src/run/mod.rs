@@ -21,20 +21,12 @@
 //! the lead, and never touch the user's branch before the end.
 
 pub mod agents;
-pub(crate) mod base_check;
-pub(crate) mod base_gate;
 pub mod check;
-pub(crate) mod check_diagnosis;
-pub(crate) mod check_tree;
-mod check_watch;
 pub mod checkout;
 pub(crate) mod context;
-pub(crate) mod culprit;
 pub mod delegate;
 pub mod dry_run;
-mod failing_location;
 pub mod finish;
-pub(crate) mod fixer;
 pub(crate) mod history;
 pub mod id;
 pub mod launch;
@@ -43,7 +35,6 @@ mod lead_news;
 pub(crate) mod merge_queue;
 pub(crate) mod observer;
 pub mod report;
-pub(crate) mod result_check;
 pub mod sandbox_view;
 pub(crate) mod schedule;
 pub mod start;
@@ -59,10 +50,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::event::{Event, EventSink};
 use crate::git::GitOptions;
+use crate::run::check::result::ResultCheck;
 use crate::run::context::RunContext;
 use crate::run::finish::FinishError;
 use crate::run::lead::{LeadEnd, LeadError, LeadFailure};
-use crate::run::result_check::ResultCheck;
 use crate::run::start::Started;
 use crate::run::subtask::Subtasks;
 use crate::store::state::RunState;
@@ -133,7 +124,7 @@ async fn lead_then_finish(
         return finish::finish(ctx, Vec::new(), lead, ResultCheck::NotRun).await;
     }
     // While the lead plans; workers wait for its verdict.
-    let base_checked = tokio::spawn(base_check::check_base(Arc::clone(ctx)));
+    let base_checked = tokio::spawn(check::base::check_base(Arc::clone(ctx)));
     let mut history = None;
     if let Some(state) = &resumed {
         if let Err(source) = subtasks.resume(state).await {
@@ -151,7 +142,7 @@ async fn lead_then_finish(
     }
     // Before the branch may move: the check on the merged result, and its fixers.
     let stopped = matches!(lead.failure, Some(LeadFailure::Interrupted));
-    let checked = result_check::check_result(ctx, &subtasks, stopped).await?;
+    let checked = check::result::check_result(ctx, &subtasks, stopped).await?;
     subtasks.wait().await;
     // Copy-on-write trees live only as long as grove: those the run leaves become
     // directories the user (and a resume) can open.

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::event::{Event, EventSink};
 use crate::git::{CommitId, GitError, GitOptions, Repo};
 use crate::run::agents::read_rules;
-use crate::run::base_gate::BaseGate;
+use crate::run::check::gate::BaseGate;
 use crate::run::context::{Budget, Pause, RunContext, RunJournal};
 use crate::run::sandbox_view::{self, SandboxViewError};
 use crate::run::subtask::prepare::{LocalFileError, check_local_files};

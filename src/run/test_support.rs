@@ -225,7 +225,7 @@ impl TestRun {
             journal: RunJournal::new(active),
             budget: Budget::new(options.budget_tokens),
             pause: Pause::default(),
-            base_gate: crate::run::base_gate::BaseGate::default(),
+            base_gate: crate::run::check::gate::BaseGate::default(),
             trees: Arc::default(),
             repo,
             run,

@@ -12,9 +12,9 @@
 use std::collections::BTreeSet;
 
 use crate::git::{CommitId, RebuildPick};
-use crate::run::check_tree::{TreeCheckError, check_commit};
+use crate::run::check::failing_location::{Attribution, Changed, at_failing_location};
+use crate::run::check::tree::{TreeCheckError, check_commit};
 use crate::run::context::RunContext;
-use crate::run::failing_location::{Attribution, Changed, at_failing_location};
 use crate::run::report::{Culprit, CulpritEvidence};
 use crate::settings::options::CheckOptions;
 use crate::store::journal::{CheckRun, CheckStatus, ON_RESULT_WITHOUT, on_result_without};

@@ -5,16 +5,16 @@
 //!
 //! This file owns the gate and the verdict's cache. A red base pauses the run before any
 //! worker or fixer makes a model call, with the check's own output and the likely cause
-//! ([`check_diagnosis`](crate::run::check_diagnosis)); `grove resume` checks the base
+//! ([`check_diagnosis`](crate::run::check::diagnosis)); `grove resume` checks the base
 //! again. It must never open the gate on a red base, nor cache a red verdict (the user
 //! fixes the environment and runs again).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::run::base_gate::BaseVerdict;
-use crate::run::check_diagnosis::{SandboxFacts, diagnose};
-use crate::run::check_tree::{TreeCheckError, check_commit};
+use crate::run::check::diagnosis::{SandboxFacts, diagnose};
+use crate::run::check::gate::BaseVerdict;
+use crate::run::check::tree::{TreeCheckError, check_commit};
 use crate::run::context::RunContext;
 use crate::run::sandbox_view;
 use crate::settings::options::{BaseCheck, CheckOptions};

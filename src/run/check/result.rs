@@ -12,11 +12,11 @@
 use std::sync::Arc;
 
 use crate::git::{CommitId, GitError};
-use crate::run::base_check::red_without_any_subtask;
-use crate::run::check_tree::{TreeCheckError, check_commit};
+use crate::run::check::base::red_without_any_subtask;
+use crate::run::check::culprit::{Candidate, culprit_from_runs, find_culprit};
+use crate::run::check::fixer::{FixerFacts, fixer_brief};
+use crate::run::check::tree::{TreeCheckError, check_commit};
 use crate::run::context::RunContext;
-use crate::run::culprit::{Candidate, culprit_from_runs, find_culprit};
-use crate::run::fixer::{FixerFacts, fixer_brief};
 use crate::run::id::SubtaskId;
 use crate::run::report::{Culprit, SubtaskReport};
 use crate::run::subtask::Subtasks;

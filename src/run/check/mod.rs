@@ -6,12 +6,28 @@
 //! report and a resume). It decides nothing: what a red check means is the caller's
 //! (the reviewer weighs a subtask's, the run's end acts on the result's). It must never
 //! run the check unconfined while the sandbox is on.
+//!
+//! The folder holds everything the check decides in a run: [`base`] proves it on the
+//! base while the lead plans, and [`gate`] holds the workers until it did;
+//! [`diagnosis`] names a red check's likely cause; [`tree`] checks a commit in a tree of
+//! its own; [`result`] checks the merged result, [`culprit`] finds which subtasks broke
+//! it, and [`fixer`] starts the subtask that fixes it.
+
+pub(crate) mod base;
+pub(crate) mod culprit;
+pub(crate) mod diagnosis;
+mod failing_location;
+pub(crate) mod fixer;
+pub(crate) mod gate;
+pub(crate) mod result;
+pub(crate) mod tree;
+mod watch;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::event::Event;
-use crate::run::check_watch::OpenWatch;
+use crate::run::check::watch::OpenWatch;
 use crate::run::context::RunContext;
 use crate::settings::options::CheckOptions;
 use crate::store::StoreError;
