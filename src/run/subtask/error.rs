@@ -118,6 +118,16 @@ pub enum SubtaskError {
         #[source]
         source: std::io::Error,
     },
+    /// A tree beyond the base could not be shown the base's files for the setup command,
+    /// or be given its own back after it. Not retried.
+    #[error(
+        "could not put the base's files in place for the setup command (it runs on the \
+         base's inputs, never on a worker's), or the tree's own back after it: {source}"
+    )]
+    SetupInputs {
+        #[source]
+        source: GitError,
+    },
     #[error(
         "the setup command `{command}` {status} in {subtask}'s worktree; the worker did not \
          start. Its output ends with:\n{tail}"

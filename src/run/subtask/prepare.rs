@@ -525,8 +525,25 @@ async fn run_setup(
             "running the setup command `{command}` in the worktree of the {on}"
         )),
     }
+    // A tree beyond the base holds workers' edits (the merged result, a branch with an
+    // earlier attempt's commits): the setup command runs on the base's files, never on
+    // a script a worker may have rewritten, and the tree gets its own back after.
+    let beyond = Some(worktree.start()).filter(|start| *start != ctx.base);
+    if let Some(start) = beyond {
+        ctx.repo
+            .switch_files(worktree, start, ctx.base)
+            .await
+            .map_err(|source| SubtaskError::SetupInputs { source })?;
+    }
     let tree = worktree.access();
-    run_setup_in(ctx, id, worktree.path(), tree.as_deref(), command).await?;
+    let ran = run_setup_in(ctx, id, worktree.path(), tree.as_deref(), command).await;
+    if let Some(start) = beyond {
+        let back = ctx.repo.switch_files(worktree, ctx.base, start).await;
+        ran?;
+        back.map_err(|source| SubtaskError::SetupInputs { source })?;
+    } else {
+        ran?;
+    }
     // A check's tree is never committed: what the setup left there is its own.
     if on.is_none() {
         note_setup_changes(ctx, id, worktree).await;
