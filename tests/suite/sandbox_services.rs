@@ -298,3 +298,59 @@ async fn without_namespaces_every_socket_but_a_socketpair_is_refused() {
          but socketpair; the whole sandbox opens them in namespaces of the command's own"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_socket_bound_by_a_relative_path_is_out_of_reach_too() {
+    let Some(scene) = Scene::confined("a_host_socket_bound_by_a_relative_path_is_out_of_reach_too")
+    else {
+        return;
+    };
+    // A service that binds `service.sock` relative to its working directory, outside the
+    // tree: `/proc/net/unix` names it `service.sock` alone.
+    let mut service = Command::new("python3")
+        .args([
+            "-c",
+            "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.bind('service.sock')\n\
+             s.listen(1)\ns.setblocking(False)\nprint('bound', flush=True)\nsys.stdin.read()\n\
+             try:\n    s.accept()\n    print('accepted')\nexcept BlockingIOError:\n    \
+             print('no connection')\n",
+        ])
+        .current_dir(&scene.outside)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(service.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line, "bound\n", "the service bound its socket");
+    std::fs::write(scene.worktree.join("client.py"), UNIX_CLIENT).unwrap();
+    let socket = scene.outside.join("service.sock");
+    let executor =
+        grove::tools::sandbox::SandboxedExecutor::new(SandboxPolicy::default(), scene.env());
+
+    let result = run_in(
+        &executor,
+        &scene.worktree,
+        &format!("python3 client.py {}", socket.display()),
+    )
+    .await;
+    drop(service.stdin.take());
+    let mut served = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut served).unwrap();
+    service.wait().unwrap();
+
+    assert_eq!(
+        (result.outcome, result.output_text(), served),
+        (
+            ExecOutcome::Exited(0),
+            format!(
+                "{} refused: ConnectionRefusedError\nown socket: ping\nsocketpair: pair\n",
+                socket.display()
+            ),
+            "no connection\n".to_owned()
+        ),
+        "a host socket bound by a relative path is covered like any other (the service \
+         saw no connection); the command's own relative socket still works"
+    );
+}
