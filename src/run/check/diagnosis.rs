@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use crate::tools::sandbox::DENIED_IN_HOME;
+use crate::tools::sandbox::denied_store;
 
 /// What the diagnosis knows of the run's sandbox, to name the key that changes a cause.
 #[derive(Debug, Clone, Default)]
@@ -184,10 +184,7 @@ fn denied_advice(path: &Path, facts: &SandboxFacts) -> String {
         return format!("`{}` is in `[sandbox] deny_read`", denied.display());
     }
     if let Some(home) = &facts.home
-        && let Some(store) = DENIED_IN_HOME
-            .iter()
-            .map(|store| home.join(store))
-            .find(|store| path.starts_with(store))
+        && let Some(store) = denied_store(home, path)
     {
         return format!(
             "`{}` is a store of secrets the sandbox hides; `[sandbox] allow_read = [\"{}\"]` \

@@ -72,7 +72,7 @@ use super::exec::{ExecOutcome, ExecResult, default_shell};
 
 pub use cgroup::{OWNER_VAR, kill_orphaned_commands};
 pub use executor::SandboxedExecutor;
-pub use paths::DENIED_IN_HOME;
+pub use paths::{DENIED_IN_HOME, denied_store};
 #[cfg(target_os = "linux")]
 pub use prepared::disk_usage;
 pub use project::ProjectView;

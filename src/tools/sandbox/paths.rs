@@ -7,6 +7,7 @@
 //! sanitized copy instead.
 
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
 use super::SandboxError;
@@ -49,8 +50,7 @@ pub const DENIED_IN_HOME: &[&str] = &[
     ".yarnrc",
     ".yarnrc.yml",
     ".pypirc",
-    ".cargo/credentials",
-    ".cargo/credentials.toml",
+    ".cargo/credentials*",
     ".gem/credentials",
     ".m2/settings.xml",
     ".m2/settings-security.xml",
@@ -65,6 +65,11 @@ pub const DENIED_IN_HOME: &[&str] = &[
     ".config/keepassxc",
     ".config/KeePassXC",
     ".config/op",
+    "snap/bitwarden",
+    "snap/keepassxc",
+    ".var/app/com.bitwarden.desktop",
+    ".var/app/org.keepassxc.KeePassXC",
+    ".var/app/com.onepassword.OnePassword",
     // Browser and mail profiles (cookies, saved passwords).
     ".mozilla",
     ".thunderbird",
@@ -74,6 +79,23 @@ pub const DENIED_IN_HOME: &[&str] = &[
     ".config/microsoft-edge",
     ".config/vivaldi",
     ".config/opera",
+    ".librewolf",
+    // The same, installed as snaps and as flatpaks (each keeps its own home there).
+    "snap/firefox",
+    "snap/chromium",
+    "snap/brave",
+    "snap/opera",
+    "snap/vivaldi",
+    "snap/thunderbird",
+    ".var/app/org.mozilla.firefox",
+    ".var/app/org.mozilla.Thunderbird",
+    ".var/app/org.chromium.Chromium",
+    ".var/app/com.google.Chrome",
+    ".var/app/com.brave.Browser",
+    ".var/app/com.microsoft.Edge",
+    ".var/app/com.vivaldi.Vivaldi",
+    ".var/app/com.opera.Opera",
+    ".var/app/io.gitlab.librewolf-community",
     // Shell and REPL histories (commands typed with tokens in them).
     ".bash_history",
     ".zsh_history",
@@ -85,8 +107,7 @@ pub const DENIED_IN_HOME: &[&str] = &[
     ".sqlite_history",
     ".local/share/fish",
     // The agent CLIs' logins and a home `.env`.
-    ".claude",
-    ".claude.json",
+    ".claude*",
     ".codex",
     ".gemini",
     ".config/anthropic",
@@ -96,6 +117,50 @@ pub const DENIED_IN_HOME: &[&str] = &[
     // grove's own data: the trust records.
     ".local/share/grove",
 ];
+
+/// The paths of `home` that `denied` (an entry of [`DENIED_IN_HOME`]) names: itself, or
+/// for an entry ending in `*` every entry of its directory whose name starts with what
+/// comes before the `*` (`.cargo/credentials*`: `credentials`, `credentials.toml`, …).
+fn denied_in(home: &Path, denied: &str) -> Vec<PathBuf> {
+    let Some(stem) = denied.strip_suffix('*') else {
+        return vec![home.join(denied)];
+    };
+    let (dir, prefix) = match stem.rsplit_once('/') {
+        Some((dir, prefix)) => (home.join(dir), prefix),
+        None => (home.to_path_buf(), stem),
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|entry| entry.file_name().as_bytes().starts_with(prefix.as_bytes()))
+        .map(|entry| dir.join(entry.file_name()))
+        .collect();
+    found.sort();
+    found
+}
+
+/// The secret store of `home` (an entry of [`DENIED_IN_HOME`]) that `path` is or lies
+/// in, if any.
+pub fn denied_store(home: &Path, path: &Path) -> Option<PathBuf> {
+    DENIED_IN_HOME.iter().find_map(|denied| {
+        let Some(stem) = denied.strip_suffix('*') else {
+            let store = home.join(denied);
+            return path.starts_with(&store).then_some(store);
+        };
+        let (dir, prefix) = match stem.rsplit_once('/') {
+            Some((dir, prefix)) => (home.join(dir), prefix),
+            None => (home.to_path_buf(), stem),
+        };
+        let first = path.strip_prefix(&dir).ok()?.components().next()?;
+        first
+            .as_os_str()
+            .as_bytes()
+            .starts_with(prefix.as_bytes())
+            .then(|| dir.join(first))
+    })
+}
 
 /// System paths hidden from every command: `/dev` as a whole (the confinement grants the
 /// harmless devices one by one; a raw disk would bypass every file rule).
@@ -134,7 +199,9 @@ pub fn hidden_paths(homes: &[PathBuf]) -> Vec<PathBuf> {
     };
     for home in homes {
         for denied in DENIED_IN_HOME {
-            push(home.join(denied));
+            for path in denied_in(home, denied) {
+                push(path);
+            }
         }
     }
     for system in HIDDEN_SYSTEM_PATHS {
@@ -367,6 +434,13 @@ mod tests {
             ".local/share/grove/trust",
             ".local/share/virtualenvs",
             "projects",
+            "snap/firefox/common/.mozilla",
+            "snap/chromium/common",
+            "snap/code/common",
+            ".var/app/org.mozilla.firefox/.mozilla",
+            ".var/app/com.bitwarden.desktop/config",
+            ".var/app/org.gnome.Builder/cache",
+            ".claude/projects",
         ] {
             std::fs::create_dir_all(home.path().join(dir)).unwrap();
         }
@@ -376,7 +450,11 @@ mod tests {
             ".npmrc",
             ".bash_history",
             ".cargo/credentials.toml",
+            ".cargo/credentials",
+            ".cargo/credentials.toml.bak",
             ".cargo/config.toml",
+            ".claude.json",
+            ".claude.json.backup",
             "notes.txt",
         ] {
             std::fs::write(home.path().join(file), "x").unwrap();
@@ -389,12 +467,21 @@ mod tests {
         let mut expected: Vec<PathBuf> = [
             ".aws",
             ".bash_history",
+            ".cargo/credentials",
             ".cargo/credentials.toml",
+            ".cargo/credentials.toml.bak",
+            ".claude",
+            ".claude.json",
+            ".claude.json.backup",
             ".config/gh",
             ".gitconfig",
             ".local/share/grove",
             ".npmrc",
             ".ssh",
+            ".var/app/com.bitwarden.desktop",
+            ".var/app/org.mozilla.firefox",
+            "snap/chromium",
+            "snap/firefox",
         ]
         .iter()
         .map(|name| home.join(name))
@@ -402,8 +489,36 @@ mod tests {
         expected.sort();
         assert_eq!(
             hidden, expected,
-            "credential stores, histories and grove's data are hidden; toolchains, caches, \
-             virtualenvs, editor config, rc files and plain files stay readable"
+            "credential stores (every `.cargo/credentials*`, every `.claude*`), histories, \
+             browser and password-manager profiles installed as snaps and flatpaks, and \
+             grove's data are hidden; toolchains, caches, virtualenvs, other snaps and \
+             flatpaks, editor config, rc files and plain files stay readable"
+        );
+    }
+
+    #[test]
+    fn a_path_in_a_store_names_the_store_a_glob_entry_the_one_it_matched() {
+        let home = Path::new("/home/u");
+        let store = |path: &str| denied_store(home, &home.join(path));
+        assert_eq!(
+            [
+                store(".cargo/credentials.toml"),
+                store(".ssh/id_ed25519"),
+                store("snap/firefox/common/.mozilla/firefox/x/logins.json"),
+                store(".claude.json"),
+                store(".cargo/config.toml"),
+                store("snap/code/common"),
+            ],
+            [
+                Some(home.join(".cargo/credentials.toml")),
+                Some(home.join(".ssh")),
+                Some(home.join("snap/firefox")),
+                Some(home.join(".claude.json")),
+                None,
+                None,
+            ],
+            "the diagnosis names the store a denied path lies in, a `*` entry's match \
+             included, and no store for a path outside them"
         );
     }
 
