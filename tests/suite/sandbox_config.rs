@@ -1,7 +1,8 @@
 //! Issue 28's bad input: a `[worktree] share` naming a tracked or a missing directory, a
 //! `[sandbox] deny_read` that would hide the worktrees, a relative one — each stops the
 //! run before anything is created, naming the key; an `allow_read` of a secret store is
-//! allowed, loudly, and journaled.
+//! allowed, loudly, and journaled. And the keys at work: a running command does not see
+//! what `deny_read` hides, and sees what `allow_read` opens.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pretty_assertions::assert_eq;
@@ -9,9 +10,12 @@ use serde_json::Value;
 
 use grove::store::RunStore;
 
+use crate::suite::sandbox::sandbox_or_skip;
 use crate::support::fake_server::{FakeServer, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::{grove_in, stderr};
+use crate::support::requests::{Who, who};
+use crate::support::scripted_run::{answered, lead_reply, reviewer_reply, usage};
 
 /// `grove run` with `config` committed: its exit code, stderr, and the model requests.
 async fn run_with(config: &str) -> (GitFixture, Option<i32>, String, usize) {
@@ -90,5 +94,89 @@ async fn an_allow_read_of_a_secret_store_is_allowed_loudly_and_journaled() {
         options["sandbox_paths"]["allow_read"],
         serde_json::json!(["~/.aws"]),
         "the run's journal records it"
+    );
+}
+
+/// What a worker's `cat` of each of `paths` (in its home) printed in a run with `config`
+/// committed: one line per path, its content or `denied`.
+async fn reads_in_a_run(config: &str, paths: &[&str]) -> Vec<String> {
+    let fixture =
+        GitFixture::with_files(&[("README", "the project\n"), (".grove/config.toml", config)]);
+    let home = fixture.home();
+    for (path, content) in [
+        ("private/notes.txt", "PRIVATE-NOTES"),
+        (".aws/config", "AWS-CONFIG"),
+        (".aws/credentials", "AWS-SECRET-KEY"),
+        ("public.txt", "PUBLIC"),
+    ] {
+        std::fs::create_dir_all(home.join(path).parent().unwrap()).unwrap();
+        std::fs::write(home.join(path), format!("{content}\n")).unwrap();
+    }
+    // It leaves a file, so that its subtask has work to merge.
+    let command: String = paths
+        .iter()
+        .map(|path| format!("cat ~/{path} 2>/dev/null || echo denied; "))
+        .chain(["echo looked > looked.txt".to_owned()])
+        .collect();
+    let server = FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => lead_reply(request, &[("Look around.", None)]),
+        Who::Worker if answered(request) => usage(Turn::text("Done.")).into(),
+        Who::Worker => usage(Turn::text("Reading.").tool_use(
+            "reads",
+            "bash",
+            serde_json::json!({ "command": command }),
+        ))
+        .into(),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let output = grove_in(&fixture, Some(&server), &["run", "--json", "look around"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let results: Vec<String> = server
+        .requests()
+        .iter()
+        .flat_map(|request| request.tool_results())
+        .filter(|(id, _)| id == "reads")
+        .map(|(_, text)| text)
+        .collect();
+    assert_eq!(results.len(), 1, "the worker's command ran once");
+    results[0]
+        .lines()
+        .filter(|line| !line.starts_with("[exit code"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_read_hides_a_path_and_allow_read_opens_one_while_a_command_runs() {
+    if !sandbox_or_skip("deny_read_hides_a_path_and_allow_read_opens_one_while_a_command_runs") {
+        return;
+    }
+    let paths = [
+        "private/notes.txt",
+        ".aws/config",
+        ".aws/credentials",
+        "public.txt",
+    ];
+    let by_default = reads_in_a_run("", &paths).await;
+    let configured = reads_in_a_run(
+        "[sandbox]\ndeny_read = [\"~/private\"]\nallow_read = [\"~/.aws/config\"]\n",
+        &paths,
+    )
+    .await;
+
+    assert_eq!(
+        (by_default, configured),
+        (
+            ["PRIVATE-NOTES", "denied", "denied", "PUBLIC"]
+                .map(str::to_owned)
+                .to_vec(),
+            ["denied", "AWS-CONFIG", "denied", "PUBLIC"]
+                .map(str::to_owned)
+                .to_vec(),
+        ),
+        "by default a home directory is readable and ~/.aws hidden; `deny_read` hides \
+         ~/private from the running command, `allow_read` opens ~/.aws/config alone (its \
+         neighbour, the credentials, stays hidden)"
     );
 }
