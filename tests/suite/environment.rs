@@ -3,13 +3,16 @@
 //! editable install (`pip install -e .`) of the checkout, a `node_modules` from a real
 //! `npm install` — each run's check passing on the base, in every worktree and on the
 //! result, workers' `bash` using the same environment, and a test suite that serves HTTP
-//! on 127.0.0.1 passing in both.
+//! on 127.0.0.1 passing in both; in copy-on-write trees and in git worktrees. A worker's
+//! or a check's write into the shared `.venv` or `node_modules` fails, and the user's copy
+//! stays byte for byte as it was; a check may name the `.venv` by its absolute path.
 //!
 //! The installs fetch from the package registries (PyPI, npm), with caches under
 //! `target/`; where they cannot be reached the tests skip, unless
 //! `GROVE_REQUIRE_TOOLCHAINS` (set by `.ci/run`) says they must run.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,8 +28,9 @@ use grove::run::{RunOptions, RunReport};
 use grove::settings::options::CheckOptions;
 use grove::store::journal::{CheckStatus, SubtaskOutcome};
 use grove::tools::sandbox::CommandHost;
+use grove::tools::tree::WorktreeMode;
 
-use crate::suite::sandbox::sandbox_or_skip;
+use crate::suite::escapes::mode_or_skip;
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::requests::{Who, who};
@@ -127,16 +131,19 @@ async fn server(briefs: Vec<String>) -> FakeServer {
     .await
 }
 
-/// Runs the scripted run with `check` and the commands' `path` and `home`.
+/// Runs the scripted run with `check` and the commands' `path` and `home`, its worktrees
+/// made as `mode` says.
 async fn run(
     fixture: &GitFixture,
     server: &FakeServer,
     check: &str,
     path: OsString,
     home: &Path,
+    mode: WorktreeMode,
 ) -> RunReport {
     let options = RunOptions {
         jobs: 2,
+        worktree_mode: mode,
         git: fixture.options(),
         commands: CommandHost {
             env: Some(vec![
@@ -240,11 +247,40 @@ class ServerTest(unittest.TestCase):
         server.shutdown()
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_venv_in_the_repository_serves_every_worktree_and_the_result() {
-    if !sandbox_or_skip("a_venv_in_the_repository_serves_every_worktree_and_the_result") {
-        return;
+/// Every file, directory and link beneath `dir`: its kind, mode and content (a link's
+/// target), by path.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, (u32, Vec<u8>)> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut files = BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(at) = pending.pop() {
+        let meta = std::fs::symlink_metadata(&at).unwrap();
+        let content = if meta.is_symlink() {
+            std::fs::read_link(&at)
+                .unwrap()
+                .into_os_string()
+                .into_encoded_bytes()
+        } else if meta.is_dir() {
+            pending.extend(std::fs::read_dir(&at).unwrap().map(|e| e.unwrap().path()));
+            Vec::new()
+        } else {
+            std::fs::read(&at).unwrap()
+        };
+        files.insert(at, (meta.permissions().mode(), content));
     }
+    files
+}
+
+/// How a check names the repository's `.venv`.
+#[derive(Clone, Copy)]
+enum Named {
+    /// `.venv/bin/python`, relative to the tree it runs in.
+    Relative,
+    /// The user's checkout's `/…/repo/.venv/bin/python`, as the issue's user wrote it.
+    Absolute,
+}
+
+async fn a_venv_in_the_repository(test: &str, mode: WorktreeMode, named: Named) {
     let fixture = GitFixture::with_files(&[
         (".gitignore", ".venv/\n"),
         ("calc.py", "def add(a, b):\n    return a + b\n"),
@@ -256,9 +292,12 @@ async fn a_venv_in_the_repository_serves_every_worktree_and_the_result() {
         ),
         ("test_server.py", TEST_SERVER),
     ]);
+    if !mode_or_skip(test, &fixture, mode).await {
+        return;
+    }
     // `python -m venv .venv` in the checkout, and a dependency installed into it alone.
     let made = Command::new("python3")
-        .args(["-m", "venv", ".venv"])
+        .args(["-m", "venv", "--without-pip", ".venv"])
         .current_dir(&fixture.repo)
         .status()
         .unwrap();
@@ -271,13 +310,27 @@ async fn a_venv_in_the_repository_serves_every_worktree_and_the_result() {
         .path()
         .join("site-packages");
     std::fs::write(site.join("localdep.py"), "TWO = 2\n").unwrap();
-    // No `-B`: Python writes its bytecode caches, which must stay out of the commits.
-    let check = ".venv/bin/python -m unittest -q";
+    let before = snapshot(&fixture.repo.join(".venv"));
+    let venv = match named {
+        Named::Relative => ".venv".to_owned(),
+        Named::Absolute => fixture.repo.join(".venv").display().to_string(),
+    };
+    // No `-B`: Python writes its bytecode caches, which must stay out of the commits. The
+    // check passes only where it cannot write into the shared `.venv`.
+    let check =
+        format!("! touch {venv}/check-wrote 2>/dev/null && {venv}/bin/python -m unittest -q");
+    // Each worker runs the suite, then tries to change the shared `.venv`.
+    let commands = format!(
+        "{venv}/bin/python -m unittest -q 2>&1 | tail -1; \
+         echo tampered 2>/dev/null >> {venv}/pyvenv.cfg; echo append=$?; \
+         rm -f {venv}/bin/python 2>/dev/null; echo rm=$?; \
+         {venv}/bin/python -c 'import localdep' 2>/dev/null; echo import=$?"
+    );
     let server = server(vec![
         brief(
             "Add mul.",
             &[("calc_mul.py", "def mul(a, b):\n    return a * b\n")],
-            &[".venv/bin/python -m unittest -q 2>&1 | tail -1"],
+            &[&commands],
         ),
         brief(
             "Add sub, with its test.",
@@ -290,7 +343,7 @@ async fn a_venv_in_the_repository_serves_every_worktree_and_the_result() {
                      self.assertEqual(sub(5, 3), 2)\n",
                 ),
             ],
-            &[".venv/bin/python -m unittest -q 2>&1 | tail -1"],
+            &[&commands],
         ),
     ])
     .await;
@@ -298,9 +351,10 @@ async fn a_venv_in_the_repository_serves_every_worktree_and_the_result() {
     let report = run(
         &fixture,
         &server,
-        check,
+        &check,
         "/usr/bin:/bin".into(),
         &fixture.home(),
+        mode,
     )
     .await;
 
@@ -319,15 +373,27 @@ async fn a_venv_in_the_repository_serves_every_worktree_and_the_result() {
         ]
         .map(|(on, status)| (on.to_owned(), status))
         .to_vec(),
-        "the checkout's .venv runs the check on the base, in each worktree and on the result"
+        "the checkout's .venv ({venv}) runs the check on the base, in each worktree and on \
+         the result, and the check cannot write into it ({mode})"
     );
+    let worker_saw = "OK\nappend=1\nrm=1\nimport=0\n[exit code: 0]\n".to_owned();
     assert_eq!(
         worker_outputs(&server),
-        vec![
-            "OK\n[exit code: 0]\n".to_owned(),
-            "OK\n[exit code: 0]\n".to_owned()
-        ],
-        "each worker's bash runs the suite (its local server included) with the same .venv"
+        vec![worker_saw.clone(), worker_saw],
+        "each worker's bash runs the suite (its local server included) with the same .venv, \
+         and its writes there fail ({mode})"
+    );
+    let after = snapshot(&fixture.repo.join(".venv"));
+    let changed: Vec<&PathBuf> = before
+        .keys()
+        .chain(after.keys().filter(|path| !before.contains_key(*path)))
+        .filter(|path| before.get(*path) != after.get(*path))
+        .collect();
+    assert_eq!(
+        changed,
+        Vec::<&PathBuf>::new(),
+        "the user's .venv is byte for byte as it was: no file added, removed or changed by \
+         the workers' writes, the checks or their bytecode ({mode})"
     );
     assert_eq!(
         fixture
@@ -337,15 +403,43 @@ async fn a_venv_in_the_repository_serves_every_worktree_and_the_result() {
             .collect::<Vec<_>>(),
         Vec::<&str>::new(),
         "the checks and the workers' runs wrote bytecode, and none of it reached a commit \
-         (no .gitignore names it)"
+         (no .gitignore names it) ({mode})"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_editable_install_in_a_home_virtualenv_tests_each_worktrees_code() {
-    if !sandbox_or_skip("an_editable_install_in_a_home_virtualenv_tests_each_worktrees_code") {
-        return;
-    }
+async fn a_venv_in_the_repository_serves_every_worktree_and_the_result() {
+    a_venv_in_the_repository(
+        "a_venv_in_the_repository_serves_every_worktree_and_the_result",
+        WorktreeMode::Overlay,
+        Named::Relative,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_venv_in_the_repository_serves_every_git_worktree_and_the_result() {
+    a_venv_in_the_repository(
+        "a_venv_in_the_repository_serves_every_git_worktree_and_the_result",
+        WorktreeMode::Git,
+        Named::Relative,
+    )
+    .await;
+}
+
+/// The issue's first failing case: `/…/repo/.venv/bin/python -m unittest` as the check
+/// (every check ended `PermissionError: … '/…/.venv/pyvenv.cfg'`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_check_naming_the_repositorys_venv_by_its_absolute_path_passes_everywhere() {
+    a_venv_in_the_repository(
+        "a_check_naming_the_repositorys_venv_by_its_absolute_path_passes_everywhere",
+        WorktreeMode::Overlay,
+        Named::Absolute,
+    )
+    .await;
+}
+
+async fn an_editable_install_in_a_home_virtualenv(test: &str, mode: WorktreeMode) {
     let fixture = GitFixture::with_files(&[
         (".gitignore", "*.egg-info/\n"),
         (
@@ -365,6 +459,9 @@ async fn an_editable_install_in_a_home_virtualenv_tests_each_worktrees_code() {
              self.assertEqual(price(100), 100)\n",
         ),
     ]);
+    if !mode_or_skip(test, &fixture, mode).await {
+        return;
+    }
     // virtualenvwrapper's place, in a home of the test's own; the project installed
     // editable from the user's checkout, as `pip install -e .` does.
     let home = fixture.home();
@@ -421,6 +518,7 @@ async fn an_editable_install_in_a_home_virtualenv_tests_each_worktrees_code() {
         "python -B -m unittest discover -s tests -q",
         path,
         &home,
+        mode,
     )
     .await;
 
@@ -438,12 +536,13 @@ async fn an_editable_install_in_a_home_virtualenv_tests_each_worktrees_code() {
         ]
         .map(|(on, status)| (on.to_owned(), status))
         .to_vec(),
-        "the editable install imports the tree's own `shop` (the user's has no discount)"
+        "the editable install imports the tree's own `shop` (the user's has no discount) \
+         ({mode})"
     );
     assert_eq!(
         worker_outputs(&server),
         vec!["OK\n[exit code: 0]\n".to_owned()],
-        "the worker's bash imports its own code through the same editable install"
+        "the worker's bash imports its own code through the same editable install ({mode})"
     );
     // The user's checkout had no `discount` while S1's check ran; it has it now that
     // the result is applied.
@@ -456,10 +555,24 @@ async fn an_editable_install_in_a_home_virtualenv_tests_each_worktrees_code() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn node_modules_from_a_real_npm_install_serve_every_worktree() {
-    if !sandbox_or_skip("node_modules_from_a_real_npm_install_serve_every_worktree") {
-        return;
-    }
+async fn an_editable_install_in_a_home_virtualenv_tests_each_worktrees_code() {
+    an_editable_install_in_a_home_virtualenv(
+        "an_editable_install_in_a_home_virtualenv_tests_each_worktrees_code",
+        WorktreeMode::Overlay,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_editable_install_in_a_home_virtualenv_tests_each_git_worktrees_code() {
+    an_editable_install_in_a_home_virtualenv(
+        "an_editable_install_in_a_home_virtualenv_tests_each_git_worktrees_code",
+        WorktreeMode::Git,
+    )
+    .await;
+}
+
+async fn node_modules_from_a_real_npm_install(test: &str, mode: WorktreeMode) {
     let fixture = GitFixture::with_files(&[
         (".gitignore", "node_modules/\n"),
         (
@@ -479,6 +592,9 @@ async fn node_modules_from_a_real_npm_install_serve_every_worktree() {
              const { half } = require('../index.js');\ntest('half', () => assert.strictEqual(half(4), 2));\n",
         ),
     ]);
+    if !mode_or_skip(test, &fixture, mode).await {
+        return;
+    }
     let npm_cache = cache_dir("npm");
     if install(
         &fixture.repo,
@@ -497,6 +613,7 @@ async fn node_modules_from_a_real_npm_install_serve_every_worktree() {
         return;
     }
     fixture.commit_all("lock the dependencies");
+    let before = snapshot(&fixture.repo.join("node_modules"));
     let node_dir = which("node").parent().unwrap().to_path_buf();
     let path = OsString::from(format!("{}:/usr/bin:/bin", node_dir.display()));
     let server = server(vec![brief(
@@ -513,11 +630,20 @@ async fn node_modules_from_a_real_npm_install_serve_every_worktree() {
                  test('double', () => assert.strictEqual(double(4), 8));\n",
             ),
         ],
-        &["node --test 2>&1 | grep -E '^# (pass|fail)'"],
+        &["node --test 2>&1 | grep -E '^# (pass|fail)'; \
+           echo tampered 2>/dev/null >> node_modules/is-number/index.js; echo append=$?"],
     )])
     .await;
 
-    let report = run(&fixture, &server, "node --test", path, &fixture.home()).await;
+    let report = run(
+        &fixture,
+        &server,
+        "node --test",
+        path,
+        &fixture.home(),
+        mode,
+    )
+    .await;
 
     assert_eq!(
         statuses(&report),
@@ -533,13 +659,36 @@ async fn node_modules_from_a_real_npm_install_serve_every_worktree() {
         ]
         .map(|(on, status)| (on.to_owned(), status))
         .to_vec(),
-        "the checkout's node_modules (a real npm install) serve the check everywhere"
+        "the checkout's node_modules (a real npm install) serve the check everywhere ({mode})"
     );
     assert_eq!(
         worker_outputs(&server),
-        vec!["# pass 2\n# fail 0\n[exit code: 0]\n".to_owned()],
-        "the worker's bash requires is-number from the same node_modules"
+        vec!["# pass 2\n# fail 0\nappend=1\n[exit code: 0]\n".to_owned()],
+        "the worker's bash requires is-number from the same node_modules, and cannot \
+         write there ({mode})"
     );
+    assert!(
+        snapshot(&fixture.repo.join("node_modules")) == before,
+        "the user's node_modules is byte for byte as it was ({mode})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn node_modules_from_a_real_npm_install_serve_every_worktree() {
+    node_modules_from_a_real_npm_install(
+        "node_modules_from_a_real_npm_install_serve_every_worktree",
+        WorktreeMode::Overlay,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn node_modules_from_a_real_npm_install_serve_every_git_worktree() {
+    node_modules_from_a_real_npm_install(
+        "node_modules_from_a_real_npm_install_serve_every_git_worktree",
+        WorktreeMode::Git,
+    )
+    .await;
 }
 
 /// The program `name` on this process's PATH.
