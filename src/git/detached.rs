@@ -6,8 +6,9 @@
 //! replaced, never reused. It must never create one on a path that holds anything else
 //! than such a worktree of its own.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use super::base_tree::BaseTree;
 use super::error::GitError;
 use super::handle::{Worktree, WorktreeSpec};
 use super::names::{CommitId, RunId};
@@ -29,6 +30,41 @@ impl Repo {
         path: &Path,
         commit: CommitId,
     ) -> Result<Worktree, GitError> {
+        let (admin, real) = self.register_detached(path, commit).await?;
+        Ok(self.start_fill(detached_spec(run, path, commit), real, admin, commit))
+    }
+
+    /// A worktree registered as [`Repo::create_detached_worktree`] does, at `base`'s
+    /// commit, but never checked out: its files are an overlay of `base` (its setup
+    /// output included), mounted by a tree host the caller starts at its path.
+    pub async fn create_detached_overlay(
+        &self,
+        run: &RunId,
+        path: &Path,
+        base: &BaseTree,
+    ) -> Result<Worktree, GitError> {
+        let commit = base.commit();
+        let (admin, real) = self.register_detached(path, commit).await?;
+        let filled = self.fill_overlay(
+            detached_spec(run, path, commit),
+            real,
+            admin.clone(),
+            commit,
+            base,
+        );
+        if filled.is_err() {
+            let _ = self.delete_worktree(path, &admin).await;
+        }
+        filled
+    }
+
+    /// Registers a detached worktree of `commit` at `path` with nothing checked out: its
+    /// admin dir and its canonical path.
+    async fn register_detached(
+        &self,
+        path: &Path,
+        commit: CommitId,
+    ) -> Result<(PathBuf, PathBuf), GitError> {
         if !path.is_absolute() {
             return Err(GitError::InvalidName {
                 what: "worktree path",
@@ -68,14 +104,7 @@ impl Repo {
             detail: format!("no registration found for {}", path.display()),
         })?;
         drop(guard);
-        let spec = WorktreeSpec {
-            run: run.clone(),
-            subtask: 0,
-            base: commit,
-            path: path.to_path_buf(),
-        };
-        let real = canonical(path)?;
-        Ok(self.start_fill(spec, real, admin, commit))
+        Ok((admin, canonical(path)?))
     }
 
     /// Unregisters a worktree made by [`Repo::create_detached_worktree`] and deletes its
@@ -94,6 +123,24 @@ impl Repo {
 }
 
 impl Repo {
+    /// Moves the detached HEAD of `worktree`, with its index and files, from where it is
+    /// to `commit` (`git checkout --detach`): only the files that differ are written, and
+    /// those git does not track stay. Not retried.
+    pub async fn move_detached(
+        &self,
+        worktree: &Worktree,
+        commit: CommitId,
+    ) -> Result<(), GitError> {
+        self.inner
+            .runner
+            .in_worktree(worktree)
+            .args(["checkout", "--quiet", "--detach"])
+            .arg(commit.to_string())
+            .run()
+            .await
+            .map(drop)
+    }
+
     /// Moves `worktree`'s index and files from commit `from` to commit `to` (`git
     /// read-tree -m -u`): only the files that differ are written, and those the commits
     /// do not track stay. Not retried: a file changed in the tree that the move would
@@ -121,6 +168,15 @@ impl Repo {
             .run()
             .await
             .map(drop)
+    }
+}
+
+fn detached_spec(run: &RunId, path: &Path, commit: CommitId) -> WorktreeSpec {
+    WorktreeSpec {
+        run: run.clone(),
+        subtask: 0,
+        base: commit,
+        path: path.to_path_buf(),
     }
 }
 

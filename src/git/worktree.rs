@@ -322,7 +322,7 @@ impl Repo {
     /// Marks a registered worktree as a copy-on-write one over `base`: its index a copy
     /// of the base's (dated as the base's, so no entry is racily clean), and the base's
     /// tree recorded as its lower directory (for [`Worktree::upper_source`]).
-    fn fill_overlay(
+    pub(super) fn fill_overlay(
         &self,
         spec: WorktreeSpec,
         path: PathBuf,

@@ -353,6 +353,24 @@ async fn a_merged_setup_rewrite_never_runs_in_a_check_tree(mode: WorktreeMode) {
         rewritten_setup(port).into_bytes(),
         "the rewrite was merged into the user's branch, so the test can fail ({mode})"
     );
+    if mode == WorktreeMode::Overlay {
+        let err = stderr(&output);
+        let setups = |kind: &str| {
+            err.lines()
+                .filter(|line| line.contains("running the setup command") && line.contains(kind))
+                .count()
+        };
+        assert_eq!(
+            (
+                setups("once, in the base tree"),
+                setups("in the worktree of the")
+            ),
+            (1, 0),
+            "with copy-on-write trees the setup runs once, in the base tree, and every \
+             check's tree (the base's, the result's, the culprit search's) is one over it: \
+             {err}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

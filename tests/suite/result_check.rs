@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::{Grove, grove_in, stderr};
+use crate::support::processes::running_in;
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::{answered, first_user_text, lead_reply, usage};
 
@@ -685,8 +686,8 @@ async fn an_interrupt_during_the_result_check_leaves_the_branch_and_resume_check
     assert_eq!(fixture.read("pkg/b.py"), B_RENAMED.as_bytes());
 }
 
-/// The result check's worktree (`<cache>/<repository>/<run>/check-result`) once it
-/// exists with the package in it.
+/// The result check's worktree (`<cache>/<repository>/<run>/check-result`) once a
+/// command runs there (its files may be a copy-on-write tree only the command sees).
 async fn wait_for_result_check(fixture: &GitFixture) -> std::path::PathBuf {
     let cache = fixture.home().join(".cache").join("grove");
     for _ in 0..1200 {
@@ -698,7 +699,7 @@ async fn wait_for_result_check(fixture: &GitFixture) -> std::path::PathBuf {
                 .flatten();
             for run in runs {
                 let tree = run.path().join("check-result");
-                if tree.join("pkg/b.py").exists() {
+                if tree.exists() && !running_in(&tree).is_empty() {
                     return tree;
                 }
             }
@@ -800,12 +801,13 @@ async fn with_many_merged_subtasks_the_culprit_is_bisected_and_the_fixer_told() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_result_that_cannot_be_checked_is_not_applied_and_says_why() {
-    // The setup passes in every subtask's worktree and fails in the result's.
+    // The setup passes in every subtask's worktree and fails in the result's (git
+    // worktrees: a copy-on-write result's tree shows the base tree's setup instead).
     let setup = "if [ \"${PWD##*/}\" = check-result ]; then echo no cache here >&2; exit 7; fi";
     let fixture = package(CHECK, 2);
     fixture.write(
         ".grove/config.toml",
-        format!("[worktree]\nsetup = '{setup}'\n\n[check]\ncommand = '{CHECK}'\n"),
+        format!("[worktree]\nmode = \"git\"\nsetup = '{setup}'\n\n[check]\ncommand = '{CHECK}'\n"),
     );
     fixture.commit_all("setup");
     let trusted = grove_in(&fixture, None, &["trust"]).await;

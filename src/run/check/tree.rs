@@ -1,20 +1,26 @@
 //! The project's check on a commit no subtask owns — the run's merged result, or the
 //! result rebuilt without some subtasks — in a worktree of its own, prepared as a
-//! subtask's is (local-only files, the setup command).
+//! subtask's is (local-only files, the setup command); with copy-on-write trees, one
+//! over the base tree the setup command prepared once, moved to the commit.
 //!
 //! This file owns those worktrees: made detached at the commit, removed after the check
 //! whatever it said (they never hold work). It decides nothing about what a red check
 //! means, and must never run the check anywhere but in such a worktree.
 
-use crate::git::{CommitId, GitError};
+use std::path::Path;
+
+use crate::git::{BaseTree, CommitId, GitError, Worktree};
 use crate::run::check::{CheckError, CheckSite, checked_before, reuse, run_check_at};
 use crate::run::context::RunContext;
+use crate::run::id::SubtaskId;
 use crate::run::subtask::SubtaskError;
 use crate::run::subtask::error::SetupEnd;
-use crate::run::subtask::prepare::prepare_check_tree;
+use crate::run::subtask::prepare::{prepare_check_tree, setup_base_for};
+use crate::run::subtask::trees;
 use crate::settings::options::CheckOptions;
 use crate::store::StoreError;
 use crate::store::journal::CheckRun;
+use crate::tools::tree::{self, Layers, WorktreeMode};
 
 /// Why the check gave no verdict on a commit.
 #[derive(Debug, thiserror::Error)]
@@ -97,14 +103,8 @@ pub(crate) async fn check_commit(
         return Ok(reuse(ctx, &earlier, on)?);
     }
     let path = ctx.worktrees_dir.join(dir_name(on));
-    let worktree = ctx
-        .repo
-        .create_detached_worktree(&ctx.run, &path, commit)
-        .await
-        .map_err(|source| TreeCheckError::Worktree {
-            on: on.to_owned(),
-            source,
-        })?;
+    let made = make_tree(ctx, &path, commit, on).await?;
+    let worktree = &made.worktree;
     let checked = async {
         worktree
             .ready()
@@ -113,25 +113,9 @@ pub(crate) async fn check_commit(
                 on: on.to_owned(),
                 source,
             })?;
-        prepare_check_tree(ctx, on, &worktree)
+        prepare_check_tree(ctx, on, worktree)
             .await
-            .map_err(|source| match source {
-                SubtaskError::Setup {
-                    command,
-                    status,
-                    tail,
-                    ..
-                } => TreeCheckError::Setup {
-                    on: on.to_owned(),
-                    command,
-                    status,
-                    tail,
-                },
-                source => TreeCheckError::Prepare {
-                    on: on.to_owned(),
-                    source: Box::new(source),
-                },
-            })?;
+            .map_err(|source| prepare_error(on, source))?;
         let site = CheckSite {
             cwd: worktree.path(),
             on,
@@ -143,13 +127,130 @@ pub(crate) async fn check_commit(
         Ok(run_check_at(ctx, check, site).await?)
     }
     .await;
+    remove_tree(ctx, made, on).await;
+    checked
+}
+
+/// A check's worktree, and for a copy-on-write one the base tree it shows (held while
+/// it lives).
+struct CheckTree {
+    worktree: Worktree,
+    base: Option<BaseTree>,
+}
+
+/// The worktree of `commit` at `path` for the check on `on`. Where the run's trees are
+/// copy-on-write ones over the base tree, which the setup command prepared once, so is
+/// this one, moved to `commit` by git (only the files that differ are written): the
+/// setup's output is the base's, and the setup never runs again, nor on a tree holding
+/// workers' edits. Otherwise a checkout of `commit`, which its preparation sets up.
+async fn make_tree(
+    ctx: &RunContext,
+    path: &Path,
+    commit: CommitId,
+    on: &str,
+) -> Result<CheckTree, TreeCheckError> {
+    let worktree_error = |source| TreeCheckError::Worktree {
+        on: on.to_owned(),
+        source,
+    };
+    let setup = &ctx.options.worktree_setup;
+    if ctx.options.worktree_mode != WorktreeMode::Overlay || setup.per_worker {
+        let worktree = ctx
+            .repo
+            .create_detached_worktree(&ctx.run, path, commit)
+            .await
+            .map_err(worktree_error)?;
+        return Ok(CheckTree {
+            worktree,
+            base: None,
+        });
+    }
+    let base = ctx
+        .repo
+        .base_tree(ctx.base, setup.once_per_base())
+        .await
+        .map_err(worktree_error)?;
+    setup_base_for(ctx, SubtaskId(0), on, &base)
+        .await
+        .map_err(|source| prepare_error(on, source))?;
+    // What a check cut short by a crash left there must not show through.
+    tree::overlay::remove_own_dirs(&Layers::beside(&base.tree_dir(), path))
+        .map_err(|source| prepare_error(on, SubtaskError::Tree { source }))?;
+    let registered = ctx
+        .repo
+        .create_detached_overlay(&ctx.run, path, &base)
+        .await
+        .map_err(worktree_error)?;
+    let made = match trees::mount(&registered, &base.tree_dir()).await {
+        Ok(worktree) => CheckTree {
+            worktree,
+            base: Some(base),
+        },
+        Err(source) => {
+            let made = CheckTree {
+                worktree: registered,
+                base: Some(base),
+            };
+            remove_tree(ctx, made, on).await;
+            return Err(prepare_error(on, source));
+        }
+    };
+    if commit != ctx.base
+        && let Err(source) = ctx.repo.move_detached(&made.worktree, commit).await
+    {
+        remove_tree(ctx, made, on).await;
+        return Err(worktree_error(source));
+    }
+    Ok(made)
+}
+
+/// Removes a check's worktree (a copy-on-write one's host and its own directories
+/// first); a failure is noted, never a verdict.
+async fn remove_tree(ctx: &RunContext, made: CheckTree, on: &str) {
+    let CheckTree { worktree, base } = made;
+    if let Some(base) = &base {
+        let dropped = match trees::discard_mount(&worktree).await {
+            Ok(()) => {
+                tree::overlay::remove_own_dirs(&Layers::beside(&base.tree_dir(), worktree.path()))
+                    .map_err(|source| SubtaskError::Tree { source })
+            }
+            Err(error) => Err(error),
+        };
+        if let Err(error) = dropped {
+            ctx.note(format!(
+                "could not remove the copy-on-write layer of the check's worktree of the \
+                 {on} at {}: {error}",
+                worktree.path().display()
+            ));
+        }
+    }
     if let Err(error) = ctx.repo.remove_detached_worktree(&worktree).await {
         ctx.note(format!(
             "could not remove the check's worktree of the {on} at {}: {error}",
             worktree.path().display()
         ));
     }
-    checked
+}
+
+/// A failed preparation of the tree of the check on `on`, as the check's error.
+fn prepare_error(on: &str, source: SubtaskError) -> TreeCheckError {
+    match source {
+        SubtaskError::Setup {
+            command,
+            status,
+            tail,
+            ..
+        } => TreeCheckError::Setup {
+            on: on.to_owned(),
+            command,
+            status,
+            tail,
+        },
+        source => TreeCheckError::Prepare {
+            on: on.to_owned(),
+            source: Box::new(source),
+        },
+    }
 }
 
 /// The worktree directory of a check on `on`: `check-result`, `check-result-without-S2-S3`

@@ -483,6 +483,17 @@ pub(crate) async fn setup_base(
     id: SubtaskId,
     base: &BaseTree,
 ) -> Result<(), SubtaskError> {
+    setup_base_for(ctx, id, &id.to_string(), base).await
+}
+
+/// [`setup_base`], its note naming `who` needed it (a subtask, or the tree a check runs
+/// on).
+pub(crate) async fn setup_base_for(
+    ctx: &RunContext,
+    id: SubtaskId,
+    who: &str,
+    base: &BaseTree,
+) -> Result<(), SubtaskError> {
     let Some(command) = base.setup_command() else {
         return Ok(());
     };
@@ -502,7 +513,7 @@ pub(crate) async fn setup_base(
         })?;
     }
     ctx.note(format!(
-        "{id}: running the setup command `{command}` once, in the base tree the workers share"
+        "{who}: running the setup command `{command}` once, in the base tree the workers share"
     ));
     run_setup_in(ctx, id, &base.tree_dir(), None, command).await?;
     guard
