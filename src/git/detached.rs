@@ -141,6 +141,20 @@ impl Repo {
             .map(drop)
     }
 
+    /// Puts `worktree`'s index and tracked files back as its HEAD has them (`git reset
+    /// --hard`): what a command changed in them is gone, files git does not track stay
+    /// (those in the way of a tracked one excepted). Only for a tree that holds no work
+    /// of its own outside its commits. Not retried.
+    pub async fn restore_files(&self, worktree: &Worktree) -> Result<(), GitError> {
+        self.inner
+            .runner
+            .in_worktree(worktree)
+            .args(["reset", "--hard", "--quiet", "HEAD"])
+            .run()
+            .await
+            .map(drop)
+    }
+
     /// Moves `worktree`'s index and files from commit `from` to commit `to` (`git
     /// read-tree -m -u`): only the files that differ are written, and those the commits
     /// do not track stay. Not retried: a file changed in the tree that the move would

@@ -538,7 +538,8 @@ async fn run_setup(
     }
     // A tree beyond the base holds workers' edits (the merged result, a branch with an
     // earlier attempt's commits): the setup command runs on the base's files, never on
-    // a script a worker may have rewritten, and the tree gets its own back after.
+    // a script a worker may have rewritten, and the tree gets its own back after (no
+    // worker has started in it: a tracked file the setup changed is put back too).
     let beyond = Some(worktree.start()).filter(|start| *start != ctx.base);
     if let Some(start) = beyond {
         ctx.repo
@@ -548,8 +549,8 @@ async fn run_setup(
     }
     let tree = worktree.access();
     let ran = run_setup_in(ctx, id, worktree.path(), tree.as_deref(), command).await;
-    if let Some(start) = beyond {
-        let back = ctx.repo.switch_files(worktree, ctx.base, start).await;
+    if beyond.is_some() {
+        let back = ctx.repo.restore_files(worktree).await;
         ran?;
         back.map_err(|source| SubtaskError::SetupInputs { source })?;
     } else {
@@ -857,6 +858,63 @@ mod stage_tests {
                 "S1: running the setup command `{command}` once, in the base tree the workers \
                  share"
             )]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tree_beyond_the_base_is_set_up_on_the_base_files_and_then_holds_its_own() {
+        let mut options = RunOptions::new("t");
+        options.worktree_setup.setup = Some("sh setup.sh".into());
+        let base_setup = "echo base > made.txt; echo regenerated > lock.txt\n";
+        let run = TestRun::new(
+            &[("setup.sh", base_setup), ("lock.txt", "base\n")],
+            options,
+            ScriptedModel::new(vec![]),
+        )
+        .await;
+        // Merged work on top of the base: the setup script rewritten, the lock file
+        // changed, a file added.
+        let root = run.ctx.user_root.clone();
+        let evil = "echo evil > made.txt; echo evil > lock.txt\n";
+        for (path, content) in [
+            ("setup.sh", evil),
+            ("lock.txt", "worker\n"),
+            ("new.txt", "new\n"),
+        ] {
+            std::fs::write(root.join(path), content).unwrap();
+        }
+        run.git(&root, &["add", "-A"]);
+        run.git(&root, &["commit", "-q", "-m", "merged work"]);
+        let merged = run.rev("HEAD");
+        let path = run.ctx.worktrees_dir.join("check-result");
+        let worktree = run
+            .ctx
+            .repo
+            .create_detached_worktree(&run.ctx.run, &path, merged)
+            .await
+            .unwrap();
+
+        prepare_check_tree(&run.ctx, "result", &worktree)
+            .await
+            .unwrap();
+
+        let read = |name: &str| std::fs::read_to_string(worktree.path().join(name)).unwrap();
+        assert_eq!(
+            [
+                read("made.txt"),
+                read("setup.sh"),
+                read("lock.txt"),
+                read("new.txt")
+            ],
+            ["base\n", evil, "worker\n", "new\n"].map(str::to_owned),
+            "the base's setup script ran (its output is there, the rewrite's is not), and \
+             the tree then holds the merged files again, a tracked file the setup rewrote \
+             included"
+        );
+        assert_eq!(
+            run.git(worktree.path(), &["status", "--porcelain"]),
+            "?? made.txt",
+            "nothing tracked differs from the merged commit"
         );
     }
 
