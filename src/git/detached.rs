@@ -124,8 +124,10 @@ impl Repo {
 
 impl Repo {
     /// Moves the detached HEAD of `worktree`, with its index and files, from where it is
-    /// to `commit` (`git checkout --detach`): only the files that differ are written, and
-    /// those git does not track stay. Not retried.
+    /// to `commit` (`git checkout --force --detach`): only the files that differ are
+    /// written, a tracked file changed in the tree (by a setup command) is put back as
+    /// `commit` has it, and files git does not track stay unless in the way. Only for a
+    /// tree that holds no work of its own. Not retried.
     pub async fn move_detached(
         &self,
         worktree: &Worktree,
@@ -134,7 +136,7 @@ impl Repo {
         self.inner
             .runner
             .in_worktree(worktree)
-            .args(["checkout", "--quiet", "--detach"])
+            .args(["checkout", "--quiet", "--force", "--detach"])
             .arg(commit.to_string())
             .run()
             .await

@@ -1,7 +1,10 @@
 //! Issue 28's escapes across an interrupt and a resume, each reproduced as the red team
 //! did it, in both worktree modes: a worker plants a `.git` pointer whose "git dir"
 //! names the user's key as its HEAD ref, then the run is interrupted and resumed; a
-//! worker rewrites the trusted setup script, then the run is interrupted and resumed.
+//! worker rewrites the trusted setup script, then the run is interrupted and resumed; a
+//! worker's rewrite of the setup script is approved and merged, and the trees the result
+//! is checked in (the result's, the culprit search's, a fixer's) never run it — and a
+//! tracked file the base's setup rewrote does not stop the result's check.
 //! (The agent socket is `sandbox_services`'s, the check's network `check`'s.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
@@ -381,4 +384,73 @@ async fn a_merged_setup_rewrite_never_runs_in_a_check_tree_in_a_git_worktree() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_merged_setup_rewrite_never_runs_in_a_check_tree_in_a_copy_on_write_tree() {
     a_merged_setup_rewrite_never_runs_in_a_check_tree(WorktreeMode::Overlay).await;
+}
+
+/// With copy-on-write trees the setup ran once in the base tree, rewriting a tracked
+/// file (a lock file an install regenerates) that the merged work changed too: the
+/// result's check tree, one over the base tree, still shows the merged file. (In git
+/// worktrees a subtask commits what its setup rewrote; the check tree's own setup is
+/// `prepare`'s unit test.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tracked_file_the_base_setup_rewrote_is_the_merged_one_in_the_result_check() {
+    let mode = WorktreeMode::Overlay;
+    let check = "test -f setup-ran && test \"$(cat lock.txt)\" = worker";
+    let fixture = GitFixture::with_files(&[
+        ("base.txt", "ok\n"),
+        (".gitignore", "setup-ran\n"),
+        ("lock.txt", "base\n"),
+        (
+            ".grove/config.toml",
+            &format!(
+                "[worktree]\nmode = \"{mode}\"\n\
+                 setup = \"echo regenerated > lock.txt; echo set up > setup-ran\"\n\n\
+                 [check]\ncommand = '{check}'\nbase = \"skip\"\nfix_attempts = 0\n"
+            ),
+        ),
+    ]);
+    if !mode_or_skip(
+        "a_tracked_file_the_base_setup_rewrote_is_the_merged_one_in_the_result_check",
+        &fixture,
+        mode,
+    )
+    .await
+    {
+        return;
+    }
+    let server = FakeServer::with_responder(move |request: &RecordedRequest| match who(request) {
+        // Two subtasks, so that the result is a tree no subtask checked.
+        Who::Lead => lead_reply(
+            request,
+            &[
+                ("S1: WRITE lock.txt worker", None),
+                ("S2: WRITE two.txt ok", None),
+            ],
+        ),
+        Who::Worker if answered(request) => usage(Turn::text("WORKER-FINAL: done.")).into(),
+        Who::Worker => write_from_brief(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let grove = Grove::in_repo(&fixture).with_server(&server);
+    let trusted = grove.grove_async(["trust"]).await;
+    assert_eq!(trusted.status.code(), Some(0), "{}", stderr(&trusted));
+
+    let output = grove.grove_async(["run", "--json", "lock it"]).await;
+
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+    let result: Vec<&str> = report["check"]["runs"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter(|run| run["on"] == "result")
+        .map(|run| run["status"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        (output.status.code(), result),
+        (Some(0), vec!["passed"]),
+        "the setup rewrote a tracked file the merged work changed too; the result's check \
+         still runs, on the merged file and the setup's output: {}",
+        stderr(&output)
+    );
 }
