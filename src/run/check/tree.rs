@@ -116,13 +116,13 @@ pub(crate) async fn check_commit(
         prepare_check_tree(ctx, on, worktree)
             .await
             .map_err(|source| prepare_error(on, source))?;
+        let access = worktree.access();
         let site = CheckSite {
             cwd: worktree.path(),
             on,
             tree: Some(&tree),
             changed: &[],
-            // A check's tree is a git worktree: a plain directory.
-            access: None,
+            access: access.as_deref(),
         };
         Ok(run_check_at(ctx, check, site).await?)
     }
@@ -181,7 +181,7 @@ async fn make_tree(
         .create_detached_overlay(&ctx.run, path, &base)
         .await
         .map_err(worktree_error)?;
-    let made = match trees::mount(&registered, &base.tree_dir()).await {
+    let made = match trees::mount(&ctx.trees, &registered, &base.tree_dir()).await {
         Ok(worktree) => CheckTree {
             worktree,
             base: Some(base),
@@ -209,7 +209,7 @@ async fn make_tree(
 async fn remove_tree(ctx: &RunContext, made: CheckTree, on: &str) {
     let CheckTree { worktree, base } = made;
     if let Some(base) = &base {
-        let dropped = match trees::discard_mount(&worktree).await {
+        let dropped = match trees::discard_mount(ctx, &worktree).await {
             Ok(()) => {
                 tree::overlay::remove_own_dirs(&Layers::beside(&base.tree_dir(), worktree.path()))
                     .map_err(|source| SubtaskError::Tree { source })
