@@ -9,11 +9,11 @@
 //! - the lead delegates N subtasks in one response (N `delegate` calls), then, once
 //!   their results are back, ends with a final text (2 calls);
 //! - each worker reads its file, writes it, and ends with a final text (3 calls);
-//! - each reviewer approves with `submit_verdict`, then ends with a final text (2 calls).
+//! - each reviewer approves with `submit_verdict`, which ends its review (1 call).
 //!
 //! With `--jobs` ≥ N the longest chain of dependent calls is lead → worker (3) →
-//! reviewer (2) → lead = 7 calls, so the critical path is 7 × L whatever N is; with
-//! fewer slots the subtasks queue in waves of `--jobs`, 5 calls each. The serial time is
+//! reviewer (1) → lead = 6 calls, so the critical path is 6 × L whatever N is; with
+//! fewer slots the subtasks queue in waves of `--jobs`, 4 calls each. The serial time is
 //! every call the server recorded × L: what the run would take one call at a time.
 //!
 //! Printed for N = 1, 4, 8 up to `--subtasks` (one table; the largest N is run `--rounds`
@@ -36,9 +36,13 @@
 //!
 //! Run it with `scripts/bench-parallel.sh` (release mode).
 //!
+//! With `--cold` every run is a user's first: a fresh clone of the repository with an
+//! empty grove cache (no base tree, no spare registrations), and its critical path holds
+//! what git's own checkout of the base takes in that clone, measured just before the run.
+//!
 //! Usage: `bench_parallel [--latency-ms L] [--jobs J] [--provider anthropic|openai]
-//! [--rounds R] [--subtasks N] [--files F] [--mode auto|overlay|git] [--target T]`
-//! (defaults 300, 8, anthropic, 3, 8, 0, auto, 1.15).
+//! [--rounds R] [--subtasks N] [--files F] [--mode auto|overlay|git] [--target T]
+//! [--cold]` (defaults 300, 8, anthropic, 3, 8, 0, auto, 1.15, warm).
 
 #![allow(
     clippy::print_stdout,
@@ -81,7 +85,7 @@ const TARGET_GROWTH_PER_DELEGATION: usize = 2048;
 /// Calls on each role's leg of the chain, as scripted below.
 const LEAD_CALLS: usize = 2;
 const WORKER_CALLS: usize = 3;
-const REVIEWER_CALLS: usize = 2;
+const REVIEWER_CALLS: usize = 1;
 /// Marks the line of a worker's brief that names its file.
 const FILE_MARKER: &str = "BENCH-FILE ";
 /// Marks the line of a worker's brief that says what to write.
@@ -103,6 +107,9 @@ struct Settings {
     mode: WorktreeMode,
     /// The largest wall / critical path that passes.
     target: f64,
+    /// Every run a user's first: a fresh clone with an empty grove cache, its critical
+    /// path holding one checkout of the base besides the model calls.
+    cold: bool,
 }
 
 impl Settings {
@@ -122,6 +129,9 @@ struct Measured {
     subtasks: usize,
     /// Whether the run was the repository's first (its base tree made in it).
     cold: bool,
+    /// With `--cold`: what git's own checkout of the base took in the same clone just
+    /// before the run (the part of a first run's critical path that is not the model's).
+    base_checkout: Option<Duration>,
     wall: Duration,
     chain_calls: usize,
     calls: usize,
@@ -138,6 +148,7 @@ struct Measured {
 impl Measured {
     fn critical_path(&self, latency: Duration) -> Duration {
         latency * u32::try_from(self.chain_calls).unwrap_or(u32::MAX)
+            + self.base_checkout.unwrap_or_default()
     }
 
     fn serial(&self, latency: Duration) -> Duration {
@@ -249,9 +260,8 @@ fn reviewer_turn(answered: usize) -> Result<Turn, String> {
             "submit_verdict",
             json!({ "verdict": "approve", "summary": "Does what the brief asks." }),
         )),
-        1 => Ok(Turn::text("Verdict given.")),
         more => Err(format!(
-            "reviewer asked for a turn after {more} tool results"
+            "reviewer asked for a turn after {more} tool results (its verdict ends it)"
         )),
     }
 }
@@ -305,10 +315,63 @@ fn models(server: &FakeServer, provider: Provider) -> Models {
     }
 }
 
-/// The repository every run works in, and how many runs it has seen.
+/// The repository every run works in, and how many runs it has seen; with `--cold`,
+/// the repository each run's fresh clone is made of.
 struct Bench {
+    template: GitFixture,
     fixture: GitFixture,
+    /// Earlier runs' clones, deleted only at the end: a deletion right before a run
+    /// would slow the files it creates (see the module doc).
+    spent: Vec<GitFixture>,
     runs: usize,
+}
+
+/// A clone of `template` with a home, and so a grove cache, of its own: what a user's
+/// first run in a repository starts from.
+fn fresh_clone(template: &GitFixture) -> anyhow::Result<GitFixture> {
+    let dir = tempfile::tempdir()?;
+    std::fs::create_dir_all(dir.path().join("home"))?;
+    let source = template.repo.to_str().context("a UTF-8 temp path")?;
+    let home = dir.path().join("home");
+    let cloned = support::git_fixture::sealed_command(
+        &home,
+        dir.path(),
+        &["clone", "--quiet", "--no-hardlinks", source, "repo"],
+    )
+    .status()?;
+    ensure!(cloned.success(), "git clone of the bench repository failed");
+    Ok(GitFixture {
+        repo: dir.path().join("repo"),
+        dir,
+    })
+}
+
+/// What git's own checkout of `fixture`'s HEAD into an empty directory takes (all
+/// cores, as grove's base tree is checked out): the baseline a first run's base costs.
+fn checkout_time(fixture: &GitFixture) -> anyhow::Result<Duration> {
+    let scratch = tempfile::tempdir()?;
+    let tree = scratch.path().join("tree");
+    std::fs::create_dir_all(&tree)?;
+    let work_tree = format!("--work-tree={}", tree.display());
+    let started = Instant::now();
+    let status = support::git_fixture::sealed_command(
+        &fixture.home(),
+        &fixture.repo,
+        &[
+            "-c",
+            "checkout.workers=0",
+            &work_tree,
+            "read-tree",
+            "-u",
+            "--reset",
+            "HEAD",
+        ],
+    )
+    .env("GIT_INDEX_FILE", scratch.path().join("index"))
+    .status()?;
+    let took = started.elapsed();
+    ensure!(status.success(), "git read-tree -u of the base failed");
+    Ok(took)
 }
 
 /// A repository with one module file per possible subtask, a few bystanders, and
@@ -349,6 +412,13 @@ async fn measure(
 ) -> anyhow::Result<Measured> {
     let round = bench.runs;
     bench.runs += 1;
+    let base_checkout = if settings.cold {
+        let fresh = fresh_clone(&bench.template)?;
+        bench.spent.push(std::mem::replace(&mut bench.fixture, fresh));
+        Some(checkout_time(&bench.fixture)?)
+    } else {
+        None
+    };
     // Outside the clock: each `grove run` is a process of its own, which starts with
     // none of an earlier run's freed memory (forks copy its page tables).
     grove::tools::exec::return_freed_memory();
@@ -403,7 +473,8 @@ async fn measure(
         .unwrap_or_default();
     Ok(Measured {
         subtasks,
-        cold: round == 0,
+        cold: settings.cold || round == 0,
+        base_checkout,
         wall,
         chain_calls: chain_calls(subtasks, settings.jobs),
         calls: requests.len(),
@@ -457,11 +528,11 @@ fn chain_gaps(
     let leads: Vec<Instant> = of_role(Role::Lead).map(|r| r.received_at).collect();
     let workers = of_subtask(Role::Worker);
     let reviewers = of_subtask(Role::Reviewer);
-    let ([lead_1, lead_2], [worker_1, worker_2, worker_3], [reviewer_1, reviewer_2]) =
+    let ([lead_1, lead_2], [worker_1, worker_2, worker_3], [reviewer]) =
         (leads.as_slice(), workers.as_slice(), reviewers.as_slice())
     else {
         bail!(
-            "the chain of {file} is not lead 2, worker 3, reviewer 2 calls: {} {} {}",
+            "the chain of {file} is not lead 2, worker 3, reviewer 1 calls: {} {} {}",
             leads.len(),
             workers.len(),
             reviewers.len()
@@ -486,16 +557,12 @@ fn chain_gaps(
             after(*worker_2, *worker_3),
         ),
         (
-            "worker 3 -> reviewer 1 (commit, diff)".to_owned(),
-            after(*worker_3, *reviewer_1),
+            "worker 3 -> reviewer (commit, diff)".to_owned(),
+            after(*worker_3, *reviewer),
         ),
         (
-            "reviewer 1 -> 2 (submit_verdict)".to_owned(),
-            after(*reviewer_1, *reviewer_2),
-        ),
-        (
-            "reviewer 2 -> lead 2 (merges)".to_owned(),
-            after(*reviewer_2, *lead_2),
+            "reviewer -> lead 2 (submit_verdict, merges)".to_owned(),
+            after(*reviewer, *lead_2),
         ),
         (
             "lead 2 -> run end (apply, cleanup)".to_owned(),
@@ -566,7 +633,7 @@ fn check_run(
 
 fn parse_settings() -> anyhow::Result<Settings> {
     const USAGE: &str = "usage: bench_parallel [--latency-ms L] [--jobs J] [--provider anthropic|openai] \
-         [--rounds R] [--subtasks N] [--files F] [--mode auto|overlay|git] [--target T]";
+         [--rounds R] [--subtasks N] [--files F] [--mode auto|overlay|git] [--target T] [--cold]";
     let mut settings = Settings {
         latency: Duration::from_millis(DEFAULT_LATENCY_MS),
         jobs: DEFAULT_JOBS,
@@ -576,6 +643,7 @@ fn parse_settings() -> anyhow::Result<Settings> {
         files: 0,
         mode: WorktreeMode::Auto,
         target: DEFAULT_TARGET,
+        cold: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -625,6 +693,7 @@ fn parse_settings() -> anyhow::Result<Settings> {
                     other => bail!("unknown worktree mode {other:?}; {USAGE}"),
                 };
             }
+            "--cold" => settings.cold = true,
             "--provider" => {
                 settings.provider = match value("a provider")?.as_str() {
                     "anthropic" => Provider::Anthropic,
@@ -669,10 +738,13 @@ fn print_table(settings: Settings, runs: &[Measured]) {
             ratio(run.wall, critical),
             ratio(serial, run.wall),
             seconds(run.cpu),
-            if run.cold {
-                "  (cold: the repository's first run)"
-            } else {
-                ""
+            match (run.base_checkout, run.cold) {
+                (Some(checkout), _) => format!(
+                    "  (cold: a fresh clone; its base checked out by git in {})",
+                    seconds(checkout)
+                ),
+                (None, true) => "  (cold: the repository's first run)".to_owned(),
+                (None, false) => String::new(),
             },
         );
     }
@@ -689,10 +761,14 @@ fn print_targets(settings: Settings, run: &Measured) -> bool {
     println!("at {} subtasks:", run.subtasks);
     println!("  wall time        {}", seconds(run.wall));
     println!(
-        "  critical path    {} calls x {} ms = {}  (lead 1 -> worker {WORKER_CALLS} -> \
+        "  critical path    {} calls x {} ms{} = {}  (lead 1 -> worker {WORKER_CALLS} -> \
          reviewer {REVIEWER_CALLS} -> lead 1{})",
         run.chain_calls,
         latency.as_millis(),
+        run.base_checkout.map_or_else(String::new, |checkout| format!(
+            " + git's checkout of the base {}",
+            seconds(checkout)
+        )),
         seconds(critical),
         if run.chain_calls > LEAD_CALLS + WORKER_CALLS + REVIEWER_CALLS {
             ", in waves of --jobs"
@@ -768,8 +844,15 @@ async fn main() -> anyhow::Result<()> {
         settings.mode,
         settings.subtasks + 2 + settings.files + usize::from(settings.files > 0),
     );
+    let template = repository(settings)?;
     let mut bench = Bench {
-        fixture: repository(settings)?,
+        fixture: if settings.cold {
+            fresh_clone(&template)?
+        } else {
+            repository(settings)?
+        },
+        template,
+        spent: Vec::new(),
         runs: 0,
     };
     let counts = settings.counts();

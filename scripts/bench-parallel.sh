@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 4's parallelism benchmark: `grove run` against the fake model server, every call
 # answered after a fixed latency L, with 1, 4 and 8 subtasks delegated at once (worker 3
-# calls, reviewer 2, lead 2). Prints each run's wall time next to its critical path
+# calls, reviewer 1, lead 2). Prints each run's wall time next to its critical path
 # (longest chain of calls x L) and its serial time (all calls x L), and at 8 subtasks
 # (run R times; the median run counts) PASS/FAIL against the targets: wall within 15% of the critical path, and the lead's
 # context growing by less than 2 KB per delegation. Exits non-zero only when a run did
@@ -14,7 +14,9 @@
 #
 # Usage: scripts/bench-parallel.sh [--latency-ms L] [--jobs J] [--provider anthropic|openai]
 #          [--rounds R] [--subtasks N] [--files F] [--mode auto|overlay|git] [--target T]
-#          (defaults 300, 8, anthropic, 3, 8, 0, auto, 1.15)
+#          [--cold] (defaults 300, 8, anthropic, 3, 8, 0, auto, 1.15, warm; --cold: every run
+#          a fresh clone with an empty grove cache, its critical path holding git's own
+#          checkout of the base)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
