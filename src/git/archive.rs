@@ -46,6 +46,10 @@ pub struct CleanReport {
     /// the JSON when there is none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub removed_bases: Vec<PathBuf>,
+    /// What a sweep of a finished run ([`Repo::sweep_run`]) could not remove, each with
+    /// why (the sweep goes on with the rest); the branch of each stays with it.
+    #[serde(skip)]
+    pub not_removed: Vec<String>,
 }
 
 /// A worktree `grove clean` kept, and the files in it that git refuses to record.
@@ -108,10 +112,12 @@ impl Repo {
     }
 
     /// Removes a subtask's worktree after committing anything uncommitted to its branch
-    /// (the branch itself stays). A hand-deleted worktree is just unregistered.
+    /// (the branch itself stays). A hand-deleted worktree is just unregistered, and so is
+    /// a copy-on-write one whose layers its cleanup already discarded
+    /// ([`Worktree::is_emptied`]): there is nothing of its own left to commit.
     pub async fn remove_worktree(&self, worktree: &Worktree) -> Result<(), GitError> {
         if worktree.path().exists() {
-            if worktree.ready().await.is_ok() {
+            if !worktree.is_emptied() && worktree.ready().await.is_ok() {
                 self.checkpoint(worktree, "final state before removal")
                     .await?;
             }
@@ -201,7 +207,9 @@ impl Repo {
     /// result or archived; its last changes committed to its branch first, a
     /// copy-on-write one's layers with it) and its branch, the detached worktrees of its
     /// checks in `dir`, then `dir` itself and the repository's folder when empty. Work
-    /// kept nowhere else stays with its branch, as do files git refuses to record.
+    /// kept nowhere else stays with its branch, as do files git refuses to record. A
+    /// worktree that cannot be removed keeps its branch and is named in
+    /// [`CleanReport::not_removed`]; the sweep goes on with the others.
     pub async fn sweep_run(&self, run: &RunId, dir: &Path) -> Result<CleanReport, GitError> {
         let mut report = CleanReport::default();
         let mut kept_subtasks = Vec::new();
@@ -217,6 +225,7 @@ impl Repo {
             let Some(worktree) = self.find_worktree(run, subtask, tip, &path)? else {
                 continue;
             };
+            // One tree that cannot go keeps its branch, never the others from going.
             match self.remove_worktree(&worktree).await {
                 Ok(()) => {}
                 Err(GitError::PathsRefused { paths, .. }) => {
@@ -224,9 +233,19 @@ impl Repo {
                     report.kept_worktrees.push(KeptWorktree { path, paths });
                     continue;
                 }
-                Err(error) => return Err(error),
+                Err(error) => {
+                    kept_subtasks.push(subtask);
+                    report
+                        .not_removed
+                        .push(format!("{}: {error}", path.display()));
+                    continue;
+                }
             }
-            self.discard_layers(&worktree)?;
+            if let Err(error) = self.discard_layers(&worktree) {
+                report
+                    .not_removed
+                    .push(format!("{}: {error}", path.display()));
+            }
             dirs.extend(path.parent().map(Path::to_path_buf));
             report.removed_worktrees.push(path);
         }
@@ -266,7 +285,15 @@ impl Repo {
         if !worktree.is_copy_on_write() {
             return Ok(());
         }
-        let layers = Layers::beside(Path::new("/"), worktree.path());
+        self.discard_own_dirs(&Layers::beside(Path::new("/"), worktree.path()))
+    }
+
+    /// Deletes the own directory of a copy-on-write tree (its upper and work directories,
+    /// the tree unmounted) at once for any later reader: renamed into the trash, then
+    /// deleted in the background. Grove stopped at any instant leaves all of its upper
+    /// directory or none of it, never a part that a later checkpoint would commit as the
+    /// worker's changes; none is a tree [`Repo::remove_worktree`] just unregisters.
+    pub fn discard_own_dirs(&self, layers: &Layers) -> Result<(), GitError> {
         if let Some(own) = layers.own_dir() {
             open_scratch(&layers.work);
             discard_in_background(own, &self.common_dir().join("grove/trash"))?;

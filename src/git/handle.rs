@@ -231,6 +231,15 @@ impl Worktree {
             .map_or_else(|| self.path.clone(), |tree| tree.grove_root().to_path_buf())
     }
 
+    /// True for a copy-on-write worktree that is not mounted and whose upper directory
+    /// is gone: its cleanup discarded its layers (after committing them) and grove was
+    /// stopped before it unregistered the tree. Nothing in it is its own: its path holds
+    /// only the `.git` file.
+    pub fn is_emptied(&self) -> bool {
+        matches!(self.files, Files::Unmounted)
+            && !Layers::beside(Path::new("/"), &self.path).upper.exists()
+    }
+
     /// Refuses to let git touch a copy-on-write worktree whose tree is not mounted:
     /// its path in grove's namespace holds only the `.git` file, and a commit of that
     /// would delete every file of the branch.

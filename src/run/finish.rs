@@ -227,6 +227,13 @@ async fn sweep(ctx: &RunContext, left_by: &str) {
                     swept.deleted_branches.join(", ")
                 ));
             }
+            for problem in &swept.not_removed {
+                ctx.note(format!(
+                    "could not remove a worktree {left_by} left: {problem}; `grove clean {}` \
+                     removes it",
+                    ctx.run
+                ));
+            }
         }
         Err(error) => ctx.note(format!(
             "could not remove what this run left registered: {error}; `grove clean {}` \

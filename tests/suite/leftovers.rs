@@ -276,3 +276,89 @@ async fn a_kill_during_the_fixer_leaves_nothing_once_resumed() {
         "nothing of the run is left registered, on disk, mounted or running\n{err}"
     );
 }
+
+/// Two subtasks; the second's worker does not answer while `hang` is set.
+const TWO: &[(&str, Option<&str>)] = &[
+    ("First.\nWRITE one.txt 1", None),
+    ("Second.\nWRITE two.txt 2", None),
+];
+
+/// `kill -9` right after "S1: merged" while S2 still works (so S1's cleanup waits for
+/// its turn), in a copy-on-write tree, at the instant S1's cleanup is stopped between
+/// discarding the tree's layers and unregistering it (made exact here by discarding them
+/// as that cleanup does: the whole folder beside the tree). Then `grove resume`: S2 lands,
+/// both changes are applied once, and the finished run's sweep unregisters S1's emptied
+/// tree instead of refusing to commit its empty mount point and giving up on the rest:
+/// no worktree, branch, copy-on-write folder, mount or process is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kill_in_a_merged_subtasks_cleanup_leaves_nothing_once_resumed() {
+    let test = "a_kill_in_a_merged_subtasks_cleanup_leaves_nothing_once_resumed";
+    let fixture = repo_with_rules();
+    if !mode_or_skip(test, &fixture, WorktreeMode::Overlay).await {
+        return;
+    }
+    fixture.write(".grove/config.toml", "[worktree]\nmode = \"overlay\"\n");
+    fixture.commit_all("grove's configuration");
+    let base = fixture.git(&["rev-parse", "HEAD"]);
+    let hang = Arc::new(AtomicBool::new(true));
+    let server = FakeServer::with_responder({
+        let hang = Arc::clone(&hang);
+        move |request: &RecordedRequest| match who(request) {
+            Who::Lead => lead_reply(request, TWO),
+            Who::Worker
+                if first_user_text(request).contains("Second.") && hang.load(Ordering::SeqCst) =>
+            {
+                Reply::Hang
+            }
+            Who::Worker => worker_reply(request),
+            Who::Reviewer => reviewer_reply(request),
+        }
+    })
+    .await;
+    let grove = Grove::in_repo(&fixture).with_server(&server);
+    let watched = grove
+        .spawn_until(["run", USER_TASK], |line| line.starts_with("S1: merged"))
+        .await;
+    watched.signal(Signal::SIGKILL);
+    let killed = watched.output().await;
+    assert_eq!(killed.status.code(), None, "killed: {}", stderr(&killed));
+    let run_id = only_run(&grove).await;
+    let tree = fixture.worktree_dir(&run_id, 1);
+    let mut layers = tree.clone().into_os_string();
+    layers.push(".cow");
+    let layers = std::path::PathBuf::from(layers);
+    assert!(
+        layers.join("upper").is_dir(),
+        "S1's cleanup had not begun when grove was killed: its layers are at {}",
+        layers.display()
+    );
+    // The overlay's own work directory is made unreadable by the kernel.
+    let opened = std::process::Command::new("chmod")
+        .args(["-R", "u+rwx"])
+        .arg(&layers)
+        .status()
+        .unwrap();
+    assert!(opened.success(), "chmod of {}", layers.display());
+    std::fs::remove_dir_all(&layers).unwrap();
+
+    hang.store(false, Ordering::SeqCst);
+    let resumed = grove.grove_async(["resume", &run_id]).await;
+
+    let err = stderr(&resumed);
+    assert_eq!(
+        (
+            resumed.status.code(),
+            fixture.read("one.txt"),
+            fixture.read("two.txt"),
+            gained(&fixture, &base).len()
+        ),
+        (Some(0), b"1\n".to_vec(), b"2\n".to_vec(), 2),
+        "the resume lands S2 and applies both changes once\n{err}"
+    );
+    assert_eq!(
+        left(&fixture, None),
+        nothing(),
+        "nothing of the run is left registered, on disk, mounted or running, S1's emptied \
+         tree included\n{err}"
+    );
+}

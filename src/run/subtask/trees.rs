@@ -106,7 +106,11 @@ pub(crate) async fn remove_worktree(
         .map_err(|source| SubtaskError::Worktree { source })?;
     let layers = unmount(&ctx.trees, worktree).await;
     if let Some(layers) = layers {
-        tree::overlay::remove_own_dirs(&layers).map_err(|source| SubtaskError::Tree { source })?;
+        // All at once: stopped before the unregistration below, grove leaves a tree with
+        // no upper directory (a resumed run's sweep unregisters it), never with part of one.
+        ctx.repo
+            .discard_own_dirs(&layers)
+            .map_err(|source| SubtaskError::Worktree { source })?;
     }
     ctx.repo
         .unregister_worktree(worktree)
