@@ -439,6 +439,7 @@ async fn one(grove: &Path, phase: Phase, signal: Signal) -> anyhow::Result<Passe
         .as_str()
         .context("no run listed")?
         .to_owned();
+    let mut resume_err = String::new();
     if !stop.signalled {
         ensure!(
             matches!(phase, Phase::Merge | Phase::Apply),
@@ -476,8 +477,16 @@ async fn one(grove: &Path, phase: Phase, signal: Signal) -> anyhow::Result<Passe
             resumed.status.code(),
             last_lines(&err)
         );
+        resume_err = err;
     }
-    outcome(&fixture, &base)?;
+    let checked = outcome(&fixture, &base);
+    if checked.is_err() && std::env::var_os("FAULT_MATRIX_SHOW").is_some() {
+        eprintln!(
+            "{stopped_err}\n--- the resume ---\n{resume_err}\n--- lock files in .git ---\n{}",
+            lock_files(&fixture.repo.join(".git")).join("\n")
+        );
+    }
+    checked?;
     Ok(if stop.signalled {
         Passed::Stopped
     } else {
@@ -588,6 +597,20 @@ fn outcome(fixture: &GitFixture, base: &str) -> anyhow::Result<()> {
         "left behind (registrations and folders, processes, mounts): {left:?}"
     );
     Ok(())
+}
+
+/// Every `*.lock` file under `dir`, by path: what a killed process may have left.
+fn lock_files(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(lock_files(&path));
+        } else if path.extension().is_some_and(|ext| ext == "lock") {
+            found.push(path.display().to_string());
+        }
+    }
+    found
 }
 
 /// The last few lines of grove's stderr, for a failure's reason.
