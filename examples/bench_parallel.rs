@@ -414,7 +414,9 @@ async fn measure(
     bench.runs += 1;
     let base_checkout = if settings.cold {
         let fresh = fresh_clone(&bench.template)?;
-        bench.spent.push(std::mem::replace(&mut bench.fixture, fresh));
+        bench
+            .spent
+            .push(std::mem::replace(&mut bench.fixture, fresh));
         Some(checkout_time(&bench.fixture)?)
     } else {
         None
@@ -765,10 +767,11 @@ fn print_targets(settings: Settings, run: &Measured) -> bool {
          reviewer {REVIEWER_CALLS} -> lead 1{})",
         run.chain_calls,
         latency.as_millis(),
-        run.base_checkout.map_or_else(String::new, |checkout| format!(
-            " + git's checkout of the base {}",
-            seconds(checkout)
-        )),
+        run.base_checkout
+            .map_or_else(String::new, |checkout| format!(
+                " + git's checkout of the base {}",
+                seconds(checkout)
+            )),
         seconds(critical),
         if run.chain_calls > LEAD_CALLS + WORKER_CALLS + REVIEWER_CALLS {
             ", in waves of --jobs"
