@@ -309,25 +309,6 @@ fn fixture(phase: Phase) -> GitFixture {
     ])
 }
 
-/// The text of a request's first user message: a subagent's brief.
-fn brief(request: &RecordedRequest) -> String {
-    let first = request
-        .messages()
-        .iter()
-        .find(|m| m["role"] == "user")
-        .cloned()
-        .unwrap_or(Value::Null);
-    match &first["content"] {
-        Value::String(text) => text.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
-}
-
 fn write(path: &str, content: &str) -> Turn {
     Turn::text("Writing.").tool_use(
         "worker_call_1",
@@ -351,7 +332,7 @@ fn responder(
             .tool_results()
             .last()
             .is_some_and(|(_, text)| !text.contains("interrupted"));
-        let brief = brief(request);
+        let brief = request.first_user_text();
         let fixer = brief.starts_with(FIXER_HEADING) || brief.contains(FIXER_HEADING);
         let role = if system.starts_with("You are the lead engineer") {
             Phase::Lead

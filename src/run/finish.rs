@@ -403,6 +403,17 @@ mod tests {
             .unwrap();
     }
 
+    /// The reports of the journaled subtasks whose id `keep` takes, as a run hands them in.
+    fn reported_of(run: &TestRun, keep: impl Fn(&str) -> bool) -> Vec<SubtaskReport> {
+        run.ctx
+            .journal
+            .subtasks()
+            .iter()
+            .filter(|subtask| keep(&subtask.id))
+            .map(report_from_state)
+            .collect()
+    }
+
     fn lead_done() -> LeadEnd {
         LeadEnd {
             summary: "done".into(),
@@ -433,14 +444,7 @@ mod tests {
         failed(&run, 2);
         started(&run, 3, "Third: write three.txt");
         failed(&run, 3);
-        let reported: Vec<SubtaskReport> = run
-            .ctx
-            .journal
-            .subtasks()
-            .iter()
-            .filter(|s| s.id == "S2")
-            .map(report_from_state)
-            .collect();
+        let reported = reported_of(&run, |id| id == "S2");
 
         let report = finish(&run.ctx, reported, lead_done(), ResultCheck::NotRun)
             .await
@@ -470,13 +474,7 @@ mod tests {
         let run = TestRun::alpha().await;
         started(&run, 1, "First: write one.txt");
         failed(&run, 1);
-        let reported: Vec<SubtaskReport> = run
-            .ctx
-            .journal
-            .subtasks()
-            .iter()
-            .map(report_from_state)
-            .collect();
+        let reported = reported_of(&run, |_| true);
 
         let report = finish(&run.ctx, reported, lead_done(), ResultCheck::NotRun)
             .await
@@ -503,13 +501,7 @@ mod tests {
             .await
             .unwrap();
         failed(&run, 1);
-        let reported: Vec<SubtaskReport> = run
-            .ctx
-            .journal
-            .subtasks()
-            .iter()
-            .map(report_from_state)
-            .collect();
+        let reported = reported_of(&run, |_| true);
         let branch = run.ctx.run.subtask_branch(1);
         let lead = LeadEnd::failed(crate::run::lead::LeadError::ResultBranch {
             source: GitError::UnknownRevision {

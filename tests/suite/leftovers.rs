@@ -16,7 +16,7 @@ use grove::tools::tree::WorktreeMode;
 
 use crate::suite::escapes::mode_or_skip;
 use crate::suite::result_check::{
-    A_RENAMED, B_RENAMED, CHECK, CORE_RENAMED, FIXER_HEADING, Fixer, package, responder,
+    A_RENAMED, B_RENAMED, CHECK, CORE_RENAMED, fixer_held_while, package,
 };
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
 use crate::support::git_fixture::{GitFixture, Leftovers};
@@ -24,7 +24,7 @@ use crate::support::grove::{Grove, stderr};
 use crate::support::processes::{mounts_under, running_under, running_with_arg, settled};
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::{
-    USER_TASK, answered, first_user_text, lead_reply, repo_with_rules, reviewer_reply, worker_reply,
+    USER_TASK, first_user_text, lead_reply, repo_with_rules, reviewer_reply, worker_reply,
 };
 
 /// One subtask writing `one.txt`.
@@ -215,20 +215,7 @@ async fn a_kill_during_the_fixer_leaves_nothing_once_resumed() {
     let fixture = package(CHECK, 1);
     let base = fixture.git(&["rev-parse", "HEAD"]);
     let hang = Arc::new(AtomicBool::new(true));
-    let fixes = responder(Fixer::Fixes);
-    let server = FakeServer::with_responder({
-        let hang = Arc::clone(&hang);
-        move |request: &RecordedRequest| {
-            let fixer_turn_2 = who(request) == Who::Worker
-                && answered(request)
-                && first_user_text(request).starts_with(FIXER_HEADING);
-            if fixer_turn_2 && hang.load(Ordering::SeqCst) {
-                return Reply::Hang;
-            }
-            fixes(request)
-        }
-    })
-    .await;
+    let server = FakeServer::with_responder(fixer_held_while(Arc::clone(&hang))).await;
     let grove = Grove::in_repo(&fixture).with_server(&server);
     let watched = grove
         .spawn_until(["run", "rename greet"], |line| {

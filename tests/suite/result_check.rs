@@ -120,6 +120,23 @@ pub(crate) fn responder(
     }
 }
 
+/// [`responder`] with a fixer that writes its fix, then waits on its next model call
+/// for as long as `hang` holds (a kill lands while the fixer works).
+pub(crate) fn fixer_held_while(
+    hang: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static {
+    let fixes = responder(Fixer::Fixes);
+    move |request: &RecordedRequest| {
+        let fixer_turn_2 = who(request) == Who::Worker
+            && answered(request)
+            && first_user_text(request).starts_with(FIXER_HEADING);
+        if fixer_turn_2 && hang.load(std::sync::atomic::Ordering::SeqCst) {
+            return Reply::Hang;
+        }
+        fixes(request)
+    }
+}
+
 fn report(output: &Output) -> Value {
     serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
         panic!(
@@ -859,20 +876,7 @@ async fn a_fixer_interrupted_mid_work_continues_on_resume_as_the_same_round() {
     let before = user_side(&fixture);
     // The fixer's worker writes its fix, then its next model call hangs until resumed.
     let hang = Arc::new(AtomicBool::new(true));
-    let fixes = responder(Fixer::Fixes);
-    let server = FakeServer::with_responder({
-        let hang = Arc::clone(&hang);
-        move |request: &RecordedRequest| {
-            let fixer_turn_2 = who(request) == Who::Worker
-                && answered(request)
-                && first_user_text(request).starts_with(FIXER_HEADING);
-            if fixer_turn_2 && hang.load(Ordering::SeqCst) {
-                return Reply::Hang;
-            }
-            fixes(request)
-        }
-    })
-    .await;
+    let server = FakeServer::with_responder(fixer_held_while(Arc::clone(&hang))).await;
     let grove = Grove::in_repo(&fixture).with_server(&server);
 
     let mut child = grove.spawn(["run", "rename greet"]);

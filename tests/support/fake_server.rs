@@ -170,24 +170,22 @@ impl RecordedRequest {
         }
     }
 
+    /// The text of the first user message: a subagent's brief.
+    pub fn first_user_text(&self) -> String {
+        self.messages()
+            .iter()
+            .find(|m| m["role"] == "user")
+            .map(|m| user_text(&m["content"]))
+            .unwrap_or_default()
+    }
+
     /// The text of the last user message (tool results not included).
     pub fn last_user_text(&self) -> String {
         self.messages()
             .iter()
             .rev()
             .find(|m| m["role"] == "user")
-            .map(|m| {
-                let content = &m["content"];
-                match content.as_array() {
-                    Some(blocks) => blocks
-                        .iter()
-                        .filter(|b| b["type"] == "text")
-                        .map(|b| b["text"].as_str().unwrap_or("").to_owned())
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                    None => content_text(content),
-                }
-            })
+            .map(|m| user_text(&m["content"]))
             .unwrap_or_default()
     }
 
@@ -285,6 +283,19 @@ impl RecordedRequest {
                     .map(str::to_owned)
             })
             .collect()
+    }
+}
+
+/// A user message's text blocks, joined by newlines (tool results not included).
+fn user_text(content: &Value) -> String {
+    match content.as_array() {
+        Some(blocks) => blocks
+            .iter()
+            .filter(|b| b["type"] == "text")
+            .map(|b| b["text"].as_str().unwrap_or("").to_owned())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        None => content_text(content),
     }
 }
 

@@ -3,7 +3,7 @@
 //! run, fault, config, backend and sandbox suites share.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use grove::event::EventSink;
@@ -18,21 +18,7 @@ pub const RULES: &str = "House rule: keep every line under 80 columns.";
 
 /// The text of the first user message: a subagent's brief.
 pub fn first_user_text(request: &RecordedRequest) -> String {
-    let first = request
-        .messages()
-        .iter()
-        .find(|m| m["role"] == "user")
-        .cloned()
-        .unwrap_or(Value::Null);
-    match &first["content"] {
-        Value::String(text) => text.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
+    request.first_user_text()
 }
 
 pub fn answered(request: &RecordedRequest) -> bool {
