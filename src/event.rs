@@ -8,6 +8,7 @@ use tokio::sync::mpsc;
 
 use crate::ledger::Ledger;
 use crate::model::ModelNotice;
+use crate::status::{SubtaskOutcome, VerdictKind};
 
 /// Identifies one running subagent: its role and the subtask label it works on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -78,8 +79,8 @@ pub enum Event {
     /// A subtask is over: merged, rejected, conflict or failed.
     SubtaskFinished {
         label: String,
-        status: String,
-        verdict: Option<String>,
+        status: SubtaskOutcome,
+        verdict: Option<VerdictKind>,
         /// e.g. `3 files changed, 10 insertions(+), 2 deletions(-)`.
         diffstat: Option<String>,
     },

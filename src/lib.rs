@@ -2,8 +2,8 @@
 //! with an isolated reviewer that must approve every diff before it is merged.
 //!
 //! The layers only point down: the binary's `cli → {run, review, report, demo} → {agent,
-//! store, settings} → {tools, model, git}`, and any module may use `event`, `ledger` and
-//! `text` (and `repo_file`), which use nothing above them. `tools`, `model` and `git` know nothing of each
+//! store, settings} → {tools, model, git}`, and any module may use `event`, `ledger`,
+//! `status` and `text` (and `repo_file`), which use nothing above them. `tools`, `model` and `git` know nothing of each
 //! other or of the layers above; `agent` knows no git. The library never prints: everything a user should see travels as an
 //! [`event::Event`] on a channel that the binary renders.
 
@@ -19,6 +19,7 @@ pub mod report;
 pub mod review;
 pub mod run;
 pub mod settings;
+pub mod status;
 pub mod store;
 pub mod text;
 pub mod tools;

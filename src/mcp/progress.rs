@@ -89,6 +89,7 @@ pub fn progress_message(event: &Event) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status::{SubtaskOutcome, VerdictKind};
 
     #[test]
     fn the_run_id_then_subtask_starts_and_ends_read_as_one_line_each_and_other_events_are_not() {
@@ -99,13 +100,13 @@ mod tests {
         };
         let finished = Event::SubtaskFinished {
             label: "S1".into(),
-            status: "merged".into(),
-            verdict: Some("approve".into()),
+            status: SubtaskOutcome::Merged,
+            verdict: Some(VerdictKind::Approve),
             diffstat: Some("1 file changed, 1 insertion(+)".into()),
         };
         let failed = Event::SubtaskFinished {
             label: "S2".into(),
-            status: "failed".into(),
+            status: SubtaskOutcome::Failed,
             verdict: None,
             diffstat: None,
         };

@@ -18,6 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::ledger::Ledger;
+pub use crate::status::{SubtaskOutcome, VerdictKind};
 use crate::store::durable::{self, DurableError};
 use crate::store::recorded::RecordedOptions;
 
@@ -58,14 +59,6 @@ pub enum ContextMode {
     Fork,
 }
 
-/// The reviewer's decision on a subtask's diff.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum VerdictKind {
-    Approve,
-    Reject,
-}
-
 /// One problem the reviewer found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finding {
@@ -73,42 +66,6 @@ pub struct Finding {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line: Option<u32>,
     pub problem: String,
-}
-
-/// How a subtask ended (the `status` of a subtask in `grove run --json`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SubtaskOutcome {
-    /// Approved and merged onto the run's result.
-    Merged,
-    /// The reviewer rejected it.
-    Rejected,
-    /// Approved, but merging it onto the result conflicted.
-    Conflict,
-    /// The worker or the review could not complete.
-    Failed,
-}
-
-impl SubtaskOutcome {
-    /// The name used in JSON and messages, e.g. `merged`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Merged => "merged",
-            Self::Rejected => "rejected",
-            Self::Conflict => "conflict",
-            Self::Failed => "failed",
-        }
-    }
-}
-
-impl VerdictKind {
-    /// `approve` or `reject`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Approve => "approve",
-            Self::Reject => "reject",
-        }
-    }
 }
 
 /// How one subtask ended when `grove review` rebuilt the result.

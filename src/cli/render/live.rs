@@ -11,6 +11,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use grove::event::{AgentId, Event};
 use grove::ledger::Ledger;
+use grove::status::VerdictKind;
 
 use grove::text::{first_line, printable};
 
@@ -121,8 +122,8 @@ fn escaped(event: Event) -> Event {
             diffstat,
         } => Event::SubtaskFinished {
             label: text(label),
-            status: text(status),
-            verdict: verdict.map(text),
+            status,
+            verdict,
             diffstat: diffstat.map(text),
         },
         Event::CheckStarted { on, command } => Event::CheckStarted {
@@ -210,7 +211,7 @@ fn plain(event: &Event) {
             diffstat,
         } => eprintln!(
             "{}",
-            finished_line(label, status, verdict.as_deref(), diffstat.as_deref())
+            finished_line(label, status.as_str(), *verdict, diffstat.as_deref())
         ),
         Event::CheckStarted { .. } | Event::CheckFinished { .. } => {
             if let Some(line) = check_line(event) {
@@ -260,7 +261,7 @@ fn check_line(event: &Event) -> Option<String> {
 fn finished_line(
     label: &str,
     status: &str,
-    verdict: Option<&str>,
+    verdict: Option<VerdictKind>,
     diffstat: Option<&str>,
 ) -> String {
     let verdict = verdict
@@ -397,8 +398,8 @@ impl Bars {
             } => {
                 let _ = self.multi.println(finished_line(
                     label,
-                    &paint(status),
-                    verdict.as_deref(),
+                    &paint(*status),
+                    *verdict,
                     diffstat.as_deref(),
                 ));
             }

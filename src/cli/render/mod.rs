@@ -9,6 +9,7 @@ mod live;
 pub mod review;
 mod table;
 
+use grove::status::SubtaskOutcome;
 use grove::text::printable;
 
 pub use live::{Ledgers, live};
@@ -51,15 +52,14 @@ pub fn colour_enabled() -> bool {
         && std::io::IsTerminal::is_terminal(&std::io::stderr())
 }
 
-pub fn paint(status: &str) -> String {
+pub fn paint(status: SubtaskOutcome) -> String {
     if !colour_enabled() {
-        return status.to_owned();
+        return status.to_string();
     }
     let code = match status {
-        "merged" => "32",
-        "rejected" | "failed" => "31",
-        "conflict" => "33",
-        _ => return status.to_owned(),
+        SubtaskOutcome::Merged => "32",
+        SubtaskOutcome::Rejected | SubtaskOutcome::Failed => "31",
+        SubtaskOutcome::Conflict => "33",
     };
     format!("\x1b[{code}m{status}\x1b[0m")
 }

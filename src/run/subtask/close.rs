@@ -114,8 +114,8 @@ pub(crate) async fn close(
     })?;
     ctx.events.emit(Event::SubtaskFinished {
         label: id.to_string(),
-        status: report.status.as_str().to_owned(),
-        verdict: report.verdict.map(|v| v.as_str().to_owned()),
+        status: report.status,
+        verdict: report.verdict,
         diffstat: report.diffstat.as_ref().map(DiffStat::summary),
     });
     Ok(report)
