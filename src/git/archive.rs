@@ -46,6 +46,10 @@ pub struct CleanReport {
     /// the JSON when there is none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub removed_bases: Vec<PathBuf>,
+    /// Stale lock files on the run's refs a stopped process left, removed first
+    /// ([`Repo::clear_stale_ref_locks`]). Absent from the JSON when there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub removed_locks: Vec<PathBuf>,
     /// What a sweep of a finished run ([`Repo::sweep_run`]) could not remove, each with
     /// why (the sweep goes on with the rest); the branch of each stays with it.
     #[serde(skip)]
@@ -134,9 +138,17 @@ impl Repo {
     /// are registered (the cache directory, a `[worktree] dir`, or `.git/grove/runs/` for
     /// runs started before worktrees moved out of `.git`), and deletes the subtask
     /// branches (each now held by its archive), then the run's folder and the
-    /// repository's folder in the cache when empty. The result branch is kept.
+    /// repository's folder in the cache when empty. The result branch is kept. Stale
+    /// lock files a stopped process left on the run's refs go first (the caller knows
+    /// the run is not running); without that, its branches could not be deleted.
     pub async fn clean_run(&self, run: &RunId) -> Result<CleanReport, GitError> {
-        let mut report = CleanReport::default();
+        let mut report = CleanReport {
+            removed_locks: self
+                .clear_stale_ref_locks(run, super::ref_locks::STALE_REF_LOCK)
+                .await?
+                .removed,
+            ..CleanReport::default()
+        };
         let mut kept_subtasks = Vec::new();
         self.prune_worktrees().await?;
         self.sweep_trash().await?;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::event::{Event, EventSink};
-use crate::git::{CommitId, GitError, GitOptions, Repo};
+use crate::git::{CommitId, GitError, GitOptions, Repo, STALE_REF_LOCK};
 use crate::run::agents::read_rules;
 use crate::run::check::gate::BaseGate;
 use crate::run::context::{Budget, Pause, RunContext, RunJournal};
@@ -224,6 +224,7 @@ pub(crate) async fn resume(
     let store = RunStore::new(repo.common_dir());
     let run_id: RunId = run_id.parse()?;
     let lock = acquire(&repo, &run_id, &events)?;
+    clear_ref_locks(&repo, &run_id, &events).await?;
     let mut active = store.resume_run(&lock)?;
     active.append(Entry::Resumed {
         pid: std::process::id(),
@@ -496,4 +497,38 @@ fn acquire(repo: &Repo, run_id: &RunId, events: &EventSink) -> Result<RepoLock, 
         });
     }
     Ok(lock)
+}
+
+/// Removes the stale lock files on `run_id`'s refs that a grove (or a git process it
+/// started) stopped while it updated them left behind, naming each in a note: with one
+/// there, git can never update or delete that ref again. Called under the repository
+/// lock, before the run touches a ref; a lock still in use, or a stale
+/// `packed-refs.lock` (not the run's alone), is named and left.
+async fn clear_ref_locks(repo: &Repo, run_id: &RunId, events: &EventSink) -> Result<(), RunError> {
+    let locks = repo.clear_stale_ref_locks(run_id, STALE_REF_LOCK).await?;
+    let note = |message: String| events.emit(Event::Note { message });
+    for path in &locks.removed {
+        note(format!(
+            "removed {}, a lock on one of this run's refs that a process stopped with an \
+             earlier grove left (git could not update that ref while it was there)",
+            path.display()
+        ));
+    }
+    for path in &locks.in_use {
+        note(format!(
+            "left {}, a lock on one of this run's refs that another process still takes; \
+             that ref cannot be updated while it is there",
+            path.display()
+        ));
+    }
+    if let Some(path) = &locks.packed_refs {
+        note(format!(
+            "{} is older than {} s: a git process stopped on this repository may have left \
+             it, and no branch can be deleted while it is there; remove it if no git \
+             command is running here",
+            path.display(),
+            STALE_REF_LOCK.as_secs()
+        ));
+    }
+    Ok(())
 }

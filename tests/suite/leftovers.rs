@@ -349,3 +349,168 @@ async fn a_kill_in_a_merged_subtasks_cleanup_leaves_nothing_once_resumed() {
          tree included\n{err}"
     );
 }
+
+/// The `*.lock` files under `.git/refs`, relative to `.git`, sorted.
+fn ref_locks(git_dir: &std::path::Path) -> Vec<String> {
+    fn walk(dir: &std::path::Path, git_dir: &std::path::Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, git_dir, found);
+            } else if path.extension().is_some_and(|ext| ext == "lock") {
+                let relative = path.strip_prefix(git_dir).unwrap();
+                found.push(relative.to_string_lossy().into_owned());
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(&git_dir.join("refs"), git_dir, &mut found);
+    found.sort();
+    found
+}
+
+/// Leaves `<git dir>/<name>` as a process killed while it updated that ref leaves it (git
+/// and libgit2 alike create `<ref>.lock`, write it, and rename it over the ref): empty,
+/// and last written a minute ago.
+fn plant_lock(git_dir: &std::path::Path, name: &str) {
+    let path = git_dir.join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let file = std::fs::File::create(&path).unwrap();
+    let a_minute_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    file.set_modified(a_minute_ago).unwrap();
+}
+
+/// `kill -9` right after "S1: merged" while S2 still works, with the lock files a kill
+/// during ref updates leaves planted on S1's branch (its deletion waits for its turn),
+/// S2's branch, the result, an archive ref of the run — and, to be left alone, on a
+/// branch of the user's and one of another run. Then `grove resume`: it removes the
+/// run's stale locks and says so, S2 lands on the result, both changes are applied once,
+/// and no worktree, branch or lock of the run is left (before, every merge onto the
+/// result failed and S1's branch could never be deleted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stale_ref_locks_a_kill_left_are_removed_when_the_run_is_resumed() {
+    let fixture = repo_with_rules();
+    fixture.write(".grove/config.toml", "[worktree]\nmode = \"git\"\n");
+    fixture.commit_all("grove's configuration");
+    let base = fixture.git(&["rev-parse", "HEAD"]);
+    let git_dir = std::path::PathBuf::from(fixture.git(&["rev-parse", "--absolute-git-dir"]));
+    let work_tree = std::path::PathBuf::from(fixture.git(&["rev-parse", "--show-toplevel"]));
+    let hang = Arc::new(AtomicBool::new(true));
+    let server = FakeServer::with_responder({
+        let hang = Arc::clone(&hang);
+        move |request: &RecordedRequest| match who(request) {
+            Who::Lead => lead_reply(request, TWO),
+            Who::Worker
+                if first_user_text(request).contains("Second.") && hang.load(Ordering::SeqCst) =>
+            {
+                Reply::Hang
+            }
+            Who::Worker => worker_reply(request),
+            Who::Reviewer => reviewer_reply(request),
+        }
+    })
+    .await;
+    let grove = Grove::in_repo(&fixture).with_server(&server);
+    let watched = grove
+        .spawn_until(["run", USER_TASK], |line| line.starts_with("S1: merged"))
+        .await;
+    watched.signal(Signal::SIGKILL);
+    let killed = watched.output().await;
+    assert_eq!(killed.status.code(), None, "killed: {}", stderr(&killed));
+    let run_id = only_run(&grove).await;
+    let runs = [
+        format!("refs/heads/grove/{run_id}/1.lock"),
+        format!("refs/heads/grove/{run_id}/2.lock"),
+        format!("refs/heads/grove/{run_id}/result.lock"),
+        format!("refs/grove/archive/{run_id}/2.lock"),
+    ];
+    let others = [
+        "refs/heads/grove/20200101-000000-0000/1.lock".to_owned(),
+        "refs/heads/mine.lock".to_owned(),
+    ];
+    for name in runs.iter().chain(&others) {
+        plant_lock(&git_dir, name);
+    }
+
+    hang.store(false, Ordering::SeqCst);
+    let resumed = grove.grove_async(["resume", &run_id]).await;
+
+    let err = stderr(&resumed);
+    let named: Vec<bool> = runs
+        .iter()
+        .map(|name| err.contains(&git_dir.join(name).display().to_string()))
+        .collect();
+    assert_eq!(
+        (
+            resumed.status.code(),
+            std::fs::read(work_tree.join("one.txt")).ok(),
+            std::fs::read(work_tree.join("two.txt")).ok(),
+            gained(&fixture, &base).len(),
+            ref_locks(&git_dir),
+            named,
+        ),
+        (
+            Some(0),
+            Some(b"1\n".to_vec()),
+            Some(b"2\n".to_vec()),
+            2,
+            vec![others[0].clone(), others[1].clone()],
+            vec![true; runs.len()],
+        ),
+        "the resume removes the run's stale ref locks (naming each) and no other, lands S2 \
+         and applies both changes once\n{err}"
+    );
+    assert_eq!(
+        left(&fixture, None),
+        nothing(),
+        "nothing of the run is left registered, on disk, mounted or running\n{err}"
+    );
+}
+
+/// `kill -9` while a subtask's check runs, with a lock planted on its branch as a kill
+/// during the branch's update leaves it, then `grove clean` of the run: the stale lock is
+/// removed and named, the work archived, and nothing of the run is left (before, the
+/// branch could not be deleted and the clean failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn grove_clean_removes_a_stale_lock_a_kill_left_on_a_runs_branch() {
+    let marker = "2.71805";
+    let test = "grove_clean_removes_a_stale_lock_a_kill_left_on_a_runs_branch";
+    let Some(fixture) = sleeping_check(test, WorktreeMode::Git, marker).await else {
+        return;
+    };
+    let git_dir = std::path::PathBuf::from(fixture.git(&["rev-parse", "--absolute-git-dir"]));
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(request, ONE),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    let grove = Grove::in_repo(&fixture).with_server(&server);
+    let run_id = killed_during_the_check(&grove, marker).await;
+    let lock = format!("refs/heads/grove/{run_id}/1.lock");
+    plant_lock(&git_dir, &lock);
+
+    let cleaned = grove.grove_async(["clean", &run_id]).await;
+
+    let out = String::from_utf8_lossy(&cleaned.stdout).into_owned();
+    let named = format!(
+        "removed {}, a stale lock a stopped process left on one of the run's refs",
+        git_dir.join(&lock).display()
+    );
+    assert_eq!(
+        (
+            cleaned.status.code(),
+            out.lines().any(|line| line == named),
+            ref_locks(&git_dir),
+        ),
+        (Some(0), true, Vec::<String>::new()),
+        "the clean removes the stale lock on the run's branch and says so\n{out}{}",
+        stderr(&cleaned)
+    );
+    assert_eq!(
+        left(&fixture, Some(marker)),
+        nothing(),
+        "after the clean nothing of the run is left registered, on disk, mounted or \
+         running\n{out}"
+    );
+}

@@ -299,6 +299,12 @@ pub fn runs_table(runs: &[RunSummary]) {
 
 /// What `grove clean` did.
 pub fn clean_report(report: &CleanReport) {
+    for lock in &report.removed_locks {
+        out!(
+            "removed {}, a stale lock a stopped process left on one of the run's refs",
+            lock.display()
+        );
+    }
     for archived in &report.archived {
         out!(
             "archived subtask {} at {}",
