@@ -20,7 +20,8 @@
 //! takes the fixer's verdict, then the apply follows at once): those two are races, and
 //! a run that finished before its signal is checked as it is and counted as `early`.
 //! `FAULT_MATRIX_SHOW=1` prints grove's stderr of a run that ended before its signal, and
-//! of both the stopped run and its resume when the resume did not exit 0.
+//! of both the stopped run and its resume when the resume did not exit 0, and each lock
+//! file on the run's refs a resume removed (or left) after a kill.
 //!
 //! Checked after the resume (or after the stopped grove, if it had finished): the stop's
 //! exit code (none, killed, for `SIGKILL`; 130 and the `grove resume` command for the
@@ -451,6 +452,15 @@ async fn one(grove: &Path, phase: Phase, signal: Signal) -> anyhow::Result<Passe
         let err = String::from_utf8_lossy(&resumed.stderr).into_owned();
         if resumed.status.code() != Some(0) && std::env::var_os("FAULT_MATRIX_SHOW").is_some() {
             eprintln!("{stopped_err}\n--- the resume ---\n{err}");
+        }
+        if std::env::var_os("FAULT_MATRIX_SHOW").is_some() {
+            // What the resume did about lock files the kill left on the run's refs.
+            for line in err
+                .lines()
+                .filter(|line| line.contains("lock on one of this run"))
+            {
+                eprintln!("fault-matrix: {}: {line}", phase.name());
+            }
         }
         ensure!(
             resumed.status.code() == Some(0),
