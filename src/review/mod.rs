@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::git::trailers::CommitMessage;
 use crate::git::{
     ApplyOutcome, ApplyRequest, ArchivedWork, CommitId, GitError, RebuildPick, RebuildStep,
-    RefusalReason, Repo, RunId as GitRunId, subtask_ref,
+    RefusalReason, Repo, RunId as GitRunId, STALE_REF_LOCK, subtask_ref,
 };
 use crate::run::finish::describe_refusal;
 use crate::run::history;
@@ -224,6 +224,11 @@ pub struct ReviewOutcome {
     pub rebuilt: Option<RebuildReport>,
     /// Set when an apply was asked for.
     pub apply: Option<ApplyResult>,
+    /// Stale lock files on the run's refs that a stopped process left, removed before the
+    /// result was touched ([`Repo::clear_stale_ref_locks`]). Absent from the JSON when
+    /// there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub removed_locks: Vec<std::path::PathBuf>,
     /// The run after all of it.
     #[serde(flatten)]
     pub review: RunReview,
@@ -237,6 +242,7 @@ impl ReviewOutcome {
             unchanged: Vec::new(),
             rebuilt: None,
             apply: None,
+            removed_locks: Vec::new(),
             review,
         }
     }
@@ -292,6 +298,13 @@ pub async fn override_verdicts(
     }
     let mut journal = ReviewJournal::open(&store, &store_id)?;
     let state = journal.state.clone();
+    let run = GitRunId::new(&state.run_id)?;
+    // A kill during a ref update leaves its `<ref>.lock`: with it there, no rebuild or
+    // apply could move the run's refs (a resume or a clean clears them the same way).
+    let removed_locks = repo
+        .clear_stale_ref_locks(&run, STALE_REF_LOCK)
+        .await?
+        .removed;
     let before = review_of(repo, &state).await?;
     let wanted = check_changes(&before, changes)?;
     refuse_built_on_rejected(repo, &before, &wanted)?;
@@ -316,7 +329,6 @@ pub async fn override_verdicts(
         });
     }
 
-    let run = GitRunId::new(&state.run_id)?;
     let decided = review_of(repo, &journal.state).await?;
     // The result ref is grove's: one that no longer points where the journal says (moved
     // or deleted by hand) is rebuilt from the decisions too.
@@ -340,6 +352,7 @@ pub async fn override_verdicts(
         unchanged,
         rebuilt,
         apply,
+        removed_locks,
         review,
     })
 }

@@ -351,7 +351,7 @@ async fn a_kill_in_a_merged_subtasks_cleanup_leaves_nothing_once_resumed() {
 }
 
 /// The `*.lock` files under `.git/refs`, relative to `.git`, sorted.
-fn ref_locks(git_dir: &std::path::Path) -> Vec<String> {
+pub(crate) fn ref_locks(git_dir: &std::path::Path) -> Vec<String> {
     fn walk(dir: &std::path::Path, git_dir: &std::path::Path, found: &mut Vec<String>) {
         for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             let path = entry.path();
@@ -372,7 +372,7 @@ fn ref_locks(git_dir: &std::path::Path) -> Vec<String> {
 /// Leaves `<git dir>/<name>` as a process killed while it updated that ref leaves it (git
 /// and libgit2 alike create `<ref>.lock`, write it, and rename it over the ref): empty,
 /// and last written a minute ago.
-fn plant_lock(git_dir: &std::path::Path, name: &str) {
+pub(crate) fn plant_lock(git_dir: &std::path::Path, name: &str) {
     let path = git_dir.join(name);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let file = std::fs::File::create(&path).unwrap();

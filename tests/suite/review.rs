@@ -400,6 +400,37 @@ async fn rejecting_a_merged_subtask_drops_it_from_the_result_and_archives_its_wo
     );
 }
 
+/// A kill during a ref update left the result's `<ref>.lock` (a minute old): `grove
+/// review` removes it before it rebuilds the result, and says so; the rebuild then moves
+/// the result as asked (before, no rebuild could update the result while the lock was
+/// there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stale_lock_on_the_result_is_removed_before_the_review_rebuilds_it() {
+    let fixture = fixture();
+    let (repo, run_id) = standard_run(&fixture).await;
+    let git_dir = fixture.repo.join(".git");
+    let result_lock = format!("refs/heads/grove/{run_id}/result.lock");
+    crate::suite::leftovers::plant_lock(&git_dir, &result_lock);
+
+    let outcome = review::override_verdicts(&repo, &run_id, &[reject("S1")], false)
+        .await
+        .unwrap();
+
+    assert_eq!(
+        (
+            outcome.removed_locks.clone(),
+            crate::suite::leftovers::ref_locks(&git_dir),
+            show(&fixture, &format!("grove/{run_id}/result"), "src/a.txt"),
+        ),
+        (
+            vec![git_dir.join(&result_lock)],
+            Vec::<String>::new(),
+            Some("alpha beta gamma\n".to_owned()),
+        ),
+        "the stale lock is removed and named, and the result is rebuilt without S1"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_applied_run_is_refused_and_its_journal_is_left_alone() {
     let fixture = fixture();

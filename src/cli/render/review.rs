@@ -329,6 +329,12 @@ pub fn show_run_footer(out: &mut Out, run: &RunReview) -> anyhow::Result<()> {
 
 pub fn show_outcome(out: &mut Out, outcome: &ReviewOutcome, apply: bool) -> anyhow::Result<()> {
     let run = &outcome.review;
+    for lock in &outcome.removed_locks {
+        out.line(&format!(
+            "Removed {}, a stale lock a stopped process left on one of the run's refs.",
+            lock.display()
+        ))?;
+    }
     for decision in &outcome.recorded {
         out.line(&format!(
             "Recorded: {} {} → {}",
