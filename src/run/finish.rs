@@ -374,23 +374,7 @@ mod tests {
     use super::*;
     use crate::run::subtask::report_from_state;
     use crate::run::test_support::TestRun;
-    use crate::store::journal::{ContextMode, SubtaskKind, SubtaskOutcome};
-
-    fn started(run: &TestRun, n: u32, task: &str) {
-        run.ctx
-            .journal(Entry::SubtaskStarted {
-                subtask: format!("S{n}"),
-                task: task.into(),
-                branch: run.ctx.run.subtask_branch(n),
-                mode: ContextMode::Isolated,
-                agent: "worker".into(),
-                paths: Vec::new(),
-                after: Vec::new(),
-                waits_for: Vec::new(),
-                kind: SubtaskKind::Task,
-            })
-            .unwrap();
-    }
+    use crate::store::journal::SubtaskOutcome;
 
     fn failed(run: &TestRun, n: u32) {
         run.ctx
@@ -439,10 +423,10 @@ mod tests {
     #[tokio::test]
     async fn a_run_never_finishes_while_an_accepted_subtask_has_no_outcome() {
         let run = TestRun::alpha().await;
-        started(&run, 1, "First: write one.txt\nmore of the brief");
-        started(&run, 2, "Second: write two.txt");
+        run.journal_started(1, "First: write one.txt\nmore of the brief");
+        run.journal_started(2, "Second: write two.txt");
         failed(&run, 2);
-        started(&run, 3, "Third: write three.txt");
+        run.journal_started(3, "Third: write three.txt");
         failed(&run, 3);
         let reported = reported_of(&run, |id| id == "S2");
 
@@ -472,7 +456,7 @@ mod tests {
     #[tokio::test]
     async fn a_run_whose_every_accepted_subtask_ended_finishes() {
         let run = TestRun::alpha().await;
-        started(&run, 1, "First: write one.txt");
+        run.journal_started(1, "First: write one.txt");
         failed(&run, 1);
         let reported = reported_of(&run, |_| true);
 

@@ -252,12 +252,12 @@ impl TestRun {
         }
     }
 
-    /// Subtask `n`'s worktree, created and checked out, its start journaled.
-    pub(crate) async fn worktree(&self, n: u32) -> Worktree {
+    /// Journals the start of subtask `n` with brief `task`, as a delegation does.
+    pub(crate) fn journal_started(&self, n: u32, task: &str) {
         self.ctx
             .journal(Entry::SubtaskStarted {
                 subtask: SubtaskId(n).to_string(),
-                task: format!("task {n}"),
+                task: task.into(),
                 branch: self.ctx.run.subtask_branch(n),
                 mode: ContextMode::Isolated,
                 agent: "worker".into(),
@@ -267,6 +267,11 @@ impl TestRun {
                 kind: SubtaskKind::Task,
             })
             .unwrap();
+    }
+
+    /// Subtask `n`'s worktree, created and checked out, its start journaled.
+    pub(crate) async fn worktree(&self, n: u32) -> Worktree {
+        self.journal_started(n, &format!("task {n}"));
         let ahead = AheadWorktrees::default();
         let worktree = create_worktree(&self.ctx, &ahead, SubtaskId(n), None)
             .await

@@ -93,11 +93,8 @@ impl Tool for Bash {
             output_cap: OutputCap::default(),
         };
         // A copy-on-write tree's commands run inside its namespaces, never beside them.
-        let executed = match ctx.executor(&self.executor) {
-            Ok(executor) => executor.execute(request).await,
-            Err(error) => Err(error),
-        };
-        let result = match executed {
+        let executed = async { ctx.executor(&self.executor)?.execute(request).await };
+        let result = match executed.await {
             Ok(result) => result,
             // The model should know why nothing ran; the file tools still work.
             Err(err @ ExecError::Sandbox { .. }) => {

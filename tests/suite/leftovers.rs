@@ -270,6 +270,38 @@ const TWO: &[(&str, Option<&str>)] = &[
     ("Second.\nWRITE two.txt 2", None),
 ];
 
+/// Runs [`TWO`] in `fixture` with S2's worker held while `hang` is set, and kills grove
+/// (SIGKILL) right after it printed "S1: merged": S1's cleanup still waits for its turn.
+/// The server (kept alive for the resume), the runner and the run's id.
+async fn killed_after_s1_merged(
+    fixture: &GitFixture,
+    hang: &Arc<AtomicBool>,
+) -> (FakeServer, Grove, String) {
+    let server = FakeServer::with_responder({
+        let hang = Arc::clone(hang);
+        move |request: &RecordedRequest| match who(request) {
+            Who::Lead => lead_reply(request, TWO),
+            Who::Worker
+                if first_user_text(request).contains("Second.") && hang.load(Ordering::SeqCst) =>
+            {
+                Reply::Hang
+            }
+            Who::Worker => worker_reply(request),
+            Who::Reviewer => reviewer_reply(request),
+        }
+    })
+    .await;
+    let grove = Grove::in_repo(fixture).with_server(&server);
+    let watched = grove
+        .spawn_until(["run", USER_TASK], |line| line.starts_with("S1: merged"))
+        .await;
+    watched.signal(Signal::SIGKILL);
+    let killed = watched.output().await;
+    assert_eq!(killed.status.code(), None, "killed: {}", stderr(&killed));
+    let run_id = only_run(&grove).await;
+    (server, grove, run_id)
+}
+
 /// `kill -9` right after "S1: merged" while S2 still works (so S1's cleanup waits for
 /// its turn), in a copy-on-write tree, at the instant S1's cleanup is stopped between
 /// discarding the tree's layers and unregistering it (made exact here by discarding them
@@ -288,28 +320,7 @@ async fn a_kill_in_a_merged_subtasks_cleanup_leaves_nothing_once_resumed() {
     fixture.commit_all("grove's configuration");
     let base = fixture.git(&["rev-parse", "HEAD"]);
     let hang = Arc::new(AtomicBool::new(true));
-    let server = FakeServer::with_responder({
-        let hang = Arc::clone(&hang);
-        move |request: &RecordedRequest| match who(request) {
-            Who::Lead => lead_reply(request, TWO),
-            Who::Worker
-                if first_user_text(request).contains("Second.") && hang.load(Ordering::SeqCst) =>
-            {
-                Reply::Hang
-            }
-            Who::Worker => worker_reply(request),
-            Who::Reviewer => reviewer_reply(request),
-        }
-    })
-    .await;
-    let grove = Grove::in_repo(&fixture).with_server(&server);
-    let watched = grove
-        .spawn_until(["run", USER_TASK], |line| line.starts_with("S1: merged"))
-        .await;
-    watched.signal(Signal::SIGKILL);
-    let killed = watched.output().await;
-    assert_eq!(killed.status.code(), None, "killed: {}", stderr(&killed));
-    let run_id = only_run(&grove).await;
+    let (_server, grove, run_id) = killed_after_s1_merged(&fixture, &hang).await;
     let tree = fixture.worktree_dir(&run_id, 1);
     let mut layers = tree.clone().into_os_string();
     layers.push(".cow");
@@ -396,28 +407,7 @@ async fn stale_ref_locks_a_kill_left_are_removed_when_the_run_is_resumed() {
     let git_dir = std::path::PathBuf::from(fixture.git(&["rev-parse", "--absolute-git-dir"]));
     let work_tree = std::path::PathBuf::from(fixture.git(&["rev-parse", "--show-toplevel"]));
     let hang = Arc::new(AtomicBool::new(true));
-    let server = FakeServer::with_responder({
-        let hang = Arc::clone(&hang);
-        move |request: &RecordedRequest| match who(request) {
-            Who::Lead => lead_reply(request, TWO),
-            Who::Worker
-                if first_user_text(request).contains("Second.") && hang.load(Ordering::SeqCst) =>
-            {
-                Reply::Hang
-            }
-            Who::Worker => worker_reply(request),
-            Who::Reviewer => reviewer_reply(request),
-        }
-    })
-    .await;
-    let grove = Grove::in_repo(&fixture).with_server(&server);
-    let watched = grove
-        .spawn_until(["run", USER_TASK], |line| line.starts_with("S1: merged"))
-        .await;
-    watched.signal(Signal::SIGKILL);
-    let killed = watched.output().await;
-    assert_eq!(killed.status.code(), None, "killed: {}", stderr(&killed));
-    let run_id = only_run(&grove).await;
+    let (_server, grove, run_id) = killed_after_s1_merged(&fixture, &hang).await;
     let runs = [
         format!("refs/heads/grove/{run_id}/1.lock"),
         format!("refs/heads/grove/{run_id}/2.lock"),
