@@ -30,7 +30,7 @@ use grove::event::EventSink;
 use grove::model::Provider;
 use grove::run::{ModelChoice, Models, RunEnd, RunOptions};
 use grove::store::journal::SubtaskOutcome;
-use grove::tools::tree::WorktreeMode;
+use grove::worktree::WorktreeMode;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 

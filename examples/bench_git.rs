@@ -17,7 +17,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use grove::git::{CommitId, GitOptions, Repo, RunId, WorktreeSpec};
+use grove::git::{CommitId, GitOptions, Repo, RunId};
+use grove::worktree::WorktreeSpec;
 
 const WORKTREES: u32 = 8;
 

@@ -64,7 +64,7 @@ use grove::event::EventSink;
 use grove::model::Provider;
 use grove::run::{ModelChoice, Models, RunEnd, RunOptions, RunReport};
 use grove::store::journal::SubtaskOutcome;
-use grove::tools::tree::WorktreeMode;
+use grove::worktree::WorktreeMode;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 

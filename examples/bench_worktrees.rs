@@ -20,9 +20,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use grove::git::{CommitPath, GitOptions, Repo, RunId, WorktreeSpec, settle_deletions};
-use grove::tools::tree::overlay::open_scratch;
-use grove::tools::tree::{Layers, OverlayTree, TreeHost};
+use grove::git::{GitOptions, Repo, RunId};
+use grove::worktree::overlay::open_scratch;
+use grove::worktree::{CommitPath, WorktreeSpec, settle_deletions};
+use grove::worktree::{Layers, OverlayTree, TreeHost};
 
 #[path = "support/bench_repo.rs"]
 mod bench_repo;
@@ -374,7 +375,7 @@ async fn overlay_mode(
     let removals = trees.into_iter().map(|(worktree, host)| async move {
         let layers = host.layers().context("a running host")?;
         host.stop().await;
-        grove::tools::tree::overlay::remove_own_dirs(&layers)?;
+        grove::worktree::overlay::remove_own_dirs(&layers)?;
         repo.unregister_worktree(&worktree).await?;
         anyhow::Ok(())
     });

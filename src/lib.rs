@@ -23,3 +23,4 @@ pub mod status;
 pub mod store;
 pub mod text;
 pub mod tools;
+pub mod worktree;

@@ -37,7 +37,7 @@ impl Repo {
     }
 
     /// Whether the run's result or one of its archives holds `tip`.
-    pub(super) fn keeps(&self, run: &RunId, tip: CommitId) -> Result<bool, GitError> {
+    pub(crate) fn keeps(&self, run: &RunId, tip: CommitId) -> Result<bool, GitError> {
         let result = run.result_ref();
         if let Some(result_tip) = self.ref_target(&result)?
             && self.in_history_of(&result, result_tip, tip)?
@@ -57,7 +57,7 @@ impl Repo {
     /// run's end competed with the lead's last call. The ref is locked before its value is
     /// compared (libgit2's own `git_reference_delete` drops the reflog before comparing).
     /// A lock held by another process is waited out a few times, as git's own runner does.
-    pub(super) async fn delete_ref(
+    pub(crate) async fn delete_ref(
         &self,
         reference: &str,
         expected: CommitId,

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 
 use super::error::GitError;
-use crate::tools::tree::TreeNamespace;
 
 /// Config overrides passed as `-c` to every git command. Command-line config beats
 /// every config file, so nothing the repository (or the worktree) says can re-enable a
@@ -117,9 +116,17 @@ pub(crate) struct GitCall<'a> {
     env: Vec<(OsString, OsString)>,
     /// Run with the user's own identity and config lookup instead of grove's.
     user_identity: bool,
-    /// The copy-on-write tree whose namespaces the command joins (its work tree is only
-    /// there; git resolves `/proc/<host>/root/...` back to grove's own view).
-    tree: Option<Arc<TreeNamespace>>,
+    /// Where the command starts instead of this process's own view (a copy-on-write
+    /// tree's namespaces: its work tree is only there).
+    place: Option<Arc<dyn Enter>>,
+}
+
+/// Somewhere a git process starts that is not this process's own view of the files: the
+/// namespaces of a copy-on-write tree. The place owns how it is entered.
+pub trait Enter: Send + Sync + std::fmt::Debug {
+    /// Makes `command` start inside this place with `cwd` (a path there) as its working
+    /// directory; false when it cannot be entered that way (the command then runs here).
+    fn enter(&self, cwd: &Path, command: &mut std::process::Command) -> bool;
 }
 
 /// The variables of this process that a call made [`GitCall::with_user_identity`]
@@ -204,22 +211,18 @@ impl GitRunner {
             allowed_codes: vec![0],
             env: Vec::new(),
             user_identity: false,
-            tree: None,
+            place: None,
         }
-    }
-
-    /// A call in `worktree`: its admin dir as the git dir, its directory as the work tree
-    /// and the working directory, inside its copy-on-write tree when it is one.
-    pub fn in_worktree(&self, worktree: &super::Worktree) -> GitCall<'_> {
-        let mut call = self
-            .call(worktree.admin_dir(), worktree.path())
-            .work_tree(worktree.path());
-        call.tree = worktree.tree().cloned();
-        call
     }
 }
 
 impl GitCall<'_> {
+    /// Starts the command inside `place` (see [`Enter`]) instead of here.
+    pub fn inside(mut self, place: Option<Arc<dyn Enter>>) -> Self {
+        self.place = place;
+        self
+    }
+
     /// Sets the work tree explicitly (never discovered from a `.git` file).
     pub fn work_tree(mut self, path: &Path) -> Self {
         self.work_tree = Some(path.to_path_buf());
@@ -348,10 +351,8 @@ impl GitCall<'_> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        if let Some(entry) = self.tree.as_ref().and_then(|tree| tree.entry(&self.cwd)) {
-            // The directory exists inside the tree; the join enters it there.
-            cmd.current_dir("/");
-            entry.at_exec(cmd.as_std_mut());
+        if let Some(place) = &self.place {
+            place.enter(&self.cwd, cmd.as_std_mut());
         }
         cmd
     }

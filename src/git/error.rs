@@ -175,7 +175,7 @@ pub enum GitError {
 
 impl GitError {
     /// The [`GitError::Io`] of `action` on `path`, for `map_err`.
-    pub(super) fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Self {
+    pub(crate) fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.to_path_buf();
         move |source| Self::Io {
             action,
@@ -189,7 +189,7 @@ impl GitError {
     /// loses it from its message (a full disk read "no error", or an earlier call's
     /// "target OID for the reference doesn't match"), so the run closed a subtask as
     /// failed where it must pause.
-    pub(super) fn write(what: String, source: git2::Error) -> Self {
+    pub(crate) fn write(what: String, source: git2::Error) -> Self {
         let errno = std::io::Error::last_os_error();
         if errno.raw_os_error() == Some(nix::errno::Errno::ENOSPC as i32) {
             return Self::Io {

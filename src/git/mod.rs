@@ -1,5 +1,6 @@
-//! Everything grove does with git: worktrees, orchestrator-owned commits, diffs,
-//! in-memory merges, refs, archives and the final apply.
+//! Everything grove does with git objects and refs: orchestrator-owned commits, diffs,
+//! in-memory merges, refs, archives and the final apply. The worktrees a subtask works
+//! in are `crate::worktree`'s; it builds on the calls and reads this module offers.
 //!
 //! This module owns the user's repository safety. It must never touch the user's work
 //! tree, index or branch except in the final apply, and only when that is safe. It knows
@@ -20,13 +21,12 @@
 //!
 //! A run uses it in this order:
 //! 1. [`Repo::open`], [`Repo::head`] for the base, [`Repo::create_result_branch`].
-//! 2. Per subtask: [`Repo::create_worktree`] (returns at once; file tools await
-//!    [`Worktree::ready`]), [`Repo::checkpoint`] after every turn that changed files and
-//!    at the end, [`Repo::diff`] / [`Repo::render_diff`] for the reviewer and the user.
+//! 2. Per subtask: a worktree and its checkpoints (`crate::worktree`), then
+//!    [`Repo::diff`] / [`Repo::render_diff`] for the reviewer and the user.
 //! 3. Approved: [`Repo::merge_subtasks`] (optionally [`Repo::find_conflicts`] first).
-//!    Rejected or failed: [`Repo::archive_worktree`].
+//!    Rejected or failed: the worktree is archived (`crate::worktree`).
 //! 4. [`Repo::squash`] (unless the run keeps the merge graph), [`Repo::apply`], then
-//!    [`Repo::clean_run`]; [`Repo::gc_archives`] is `grove gc`.
+//!    the run's worktrees are swept; [`Repo::gc_archives`] is `grove gc`.
 //!
 //! Host-side safety: every git process gets `-c core.hooksPath=/dev/null`,
 //! `core.fsmonitor=false` and friends, no inherited `GIT_*` variable, an explicit
@@ -36,57 +36,46 @@
 
 mod apply;
 mod archive;
-mod base_tree;
 mod blame;
 mod branch;
 mod cmd;
 mod commit;
 mod conflict;
-mod detached;
 mod diff;
 mod error;
-mod handle;
 mod large_diff;
 mod lineage;
-mod local_files;
 mod location;
 mod merge;
 mod merge_batch;
 mod names;
 mod rebuild;
-mod ref_locks;
-mod registration;
+pub(crate) mod ref_locks;
+mod registered;
 mod snapshot;
-mod spare;
 mod squash;
 pub mod trailers;
-mod trash;
-mod tree_diff;
-mod upper_commit;
-mod worktree;
+pub(crate) mod tree_diff;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 pub use apply::{ApplyOutcome, ApplyRequest, RefusalReason};
-pub use archive::{ArchivedWork, CleanReport, KeptWorktree};
-pub use base_tree::{BaseSetup, BaseTree};
-pub use cmd::{GitOptions, Identity};
-pub use commit::CommitPath;
+pub use archive::ArchivedWork;
+pub use cmd::{Enter, GitOptions, Identity};
 pub use conflict::{ConflictedMerge, LeftMarker, MergeSide};
 pub use diff::{BranchDiff, DiffStat, FileStat, Patch};
 pub use error::GitError;
-pub use handle::{Files, UpperSource, Worktree, WorktreeSpec};
 pub use merge::{MergeCheck, MergeOutcome, PairConflict};
 pub use merge_batch::BatchItem;
 pub use names::{CommitId, RunId, subtask_ref};
 pub use rebuild::{RebuildPick, RebuildStep, Rebuilt};
 pub use ref_locks::{RefLocks, STALE_REF_LOCK};
+pub(crate) use registered::{admin_head, normalize};
 pub use snapshot::{SnapshotEntry, TreeSnapshot};
 pub use squash::{ChainCommit, SquashStep, Squashed};
-pub use trash::settle_deletions;
 
-use cmd::{GitCall, GitRunner};
+pub(crate) use cmd::{GitCall, GitRunner};
 
 /// A handle on the user's repository; cheap to clone and safe to share across tasks.
 #[derive(Debug, Clone)]
@@ -251,9 +240,61 @@ impl Repo {
         })
     }
 
+    /// The tree of `commit`.
+    pub(crate) fn tree_of(&self, commit: CommitId) -> Result<git2::Oid, GitError> {
+        self.read("the base commit", |repo| {
+            Ok(repo.find_commit(commit.oid())?.tree_id())
+        })
+    }
+
+    /// The exclude files of lower precedence than any `.gitignore`, lowest first:
+    /// `core.excludesFile` (default `$XDG_CONFIG_HOME/git/ignore`, else
+    /// `~/.config/git/ignore`), then `<common dir>/info/exclude`. Read once per `Repo`.
+    pub(crate) async fn exclude_files(&self) -> Result<Vec<PathBuf>, GitError> {
+        self.inner
+            .exclude_files
+            .get_or_try_init(|| self.read_exclude_files())
+            .await
+            .cloned()
+    }
+
+    async fn read_exclude_files(&self) -> Result<Vec<PathBuf>, GitError> {
+        let configured = self
+            .git()
+            .args(["config", "--path", "--get", "core.excludesFile"])
+            .allow_codes(&[1])
+            .text()
+            .await?;
+        let runner = &self.inner.runner;
+        let global = if configured.is_empty() {
+            runner
+                .env_var("XDG_CONFIG_HOME")
+                .map(PathBuf::from)
+                .or_else(|| {
+                    runner
+                        .env_var("HOME")
+                        .map(|h| PathBuf::from(h).join(".config"))
+                })
+                .map(|config| config.join("git").join("ignore"))
+        } else {
+            Some(PathBuf::from(configured))
+        };
+        Ok(global
+            .into_iter()
+            .chain(std::iter::once(
+                self.common_dir().join("info").join("exclude"),
+            ))
+            .collect())
+    }
+
+    /// The sealed runner every git process of this repository goes through.
+    pub(crate) fn runner(&self) -> &GitRunner {
+        &self.inner.runner
+    }
+
     /// Runs `work` on the runtime's blocking threads (file walks, diffs, a waited-for
     /// lock); a task that stopped (a panic) is an I/O error of `action` on `path`.
-    async fn blocking<T: Send + 'static>(
+    pub(crate) async fn blocking<T: Send + 'static>(
         action: &'static str,
         path: PathBuf,
         work: impl FnOnce() -> Result<T, GitError> + Send + 'static,
@@ -266,7 +307,7 @@ impl Repo {
 
     /// The libgit2 handle, under its lock. A poisoned lock only means another user of it
     /// panicked; the handle itself is intact.
-    fn libgit(&self) -> std::sync::MutexGuard<'_, git2::Repository> {
+    pub(crate) fn libgit(&self) -> std::sync::MutexGuard<'_, git2::Repository> {
         self.inner
             .libgit
             .lock()
@@ -274,7 +315,7 @@ impl Repo {
     }
 
     /// Runs a libgit2 read under the handle's lock, labelling failures with `what`.
-    fn read<T>(
+    pub(crate) fn read<T>(
         &self,
         what: &str,
         f: impl FnOnce(&git2::Repository) -> Result<T, git2::Error>,
@@ -287,7 +328,7 @@ impl Repo {
     }
 
     /// The author or committer (`AUTHOR`, `COMMITTER`) of commits grove writes in process.
-    fn signature(&self, role: &str) -> Result<git2::Signature<'static>, GitError> {
+    pub(crate) fn signature(&self, role: &str) -> Result<git2::Signature<'static>, GitError> {
         self.inner
             .runner
             .signature(role)
@@ -298,7 +339,7 @@ impl Repo {
     }
 
     /// A git call on the user's repository without a work tree (refs, objects, merges).
-    fn git(&self) -> GitCall<'_> {
+    pub(crate) fn git(&self) -> GitCall<'_> {
         let cwd = self
             .inner
             .work_tree
@@ -308,7 +349,7 @@ impl Repo {
     }
 
     /// Compare-and-swap update of `reference` from `old` (`None`: must not exist) to `new`.
-    async fn update_ref(
+    pub(crate) async fn update_ref(
         &self,
         reference: &str,
         new: CommitId,
@@ -331,7 +372,7 @@ impl Repo {
     }
 
     /// Parses the full commit id a git command printed.
-    fn parse_commit(op: &str, text: &str) -> Result<CommitId, GitError> {
+    pub(crate) fn parse_commit(op: &str, text: &str) -> Result<CommitId, GitError> {
         CommitId::parse(text.trim()).map_err(|_| GitError::Parse {
             op: op.to_owned(),
             detail: format!("expected a commit id, got {text:?}"),
@@ -339,7 +380,7 @@ impl Repo {
     }
 }
 
-fn canonical(path: &Path) -> Result<PathBuf, GitError> {
+pub(crate) fn canonical(path: &Path) -> Result<PathBuf, GitError> {
     std::fs::canonicalize(path).map_err(|source| GitError::Io {
         action: "resolve",
         path: path.to_path_buf(),

@@ -17,14 +17,14 @@ const TREE: i32 = 0o040000;
 
 /// One entry of a tree, a file's side of a change: its id and its mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Side {
+pub(crate) struct Side {
     pub id: git2::Oid,
     pub mode: i32,
 }
 
 /// A path that is not the same file in both trees; `None` on the side it is missing from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct FileChange {
+pub(crate) struct FileChange {
     pub path: PathBuf,
     pub old: Option<Side>,
     pub new: Option<Side>,
@@ -40,7 +40,7 @@ impl FileChange {
 
 /// Every file (blob, symlink or submodule) that differs between `old` and `new`, in no
 /// particular order.
-pub(super) fn changed_files(
+pub(crate) fn changed_files(
     repo: &git2::Repository,
     old: &git2::Tree<'_>,
     new: &git2::Tree<'_>,

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::git::Worktree;
 use crate::tools::{Registry, Tool, ToolContext, ToolError, ToolOutput};
+use crate::worktree::Worktree;
 
 /// A tool that waits for its worktree to be ready before it runs.
 struct AfterCheckout {

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::roles::{self, ProjectRules, RoleDef};
 use crate::agent::{AgentRun, AgentSpec, Ledger, LoopInput, TurnObserver, run_agent};
 use crate::event::{AgentId, Event, EventSink};
-use crate::git::{CommitId, Repo, RunId, WorktreeSpec};
+use crate::git::{CommitId, Repo, RunId};
 use crate::model::Message;
 use crate::run::check::gate::BaseGate;
 use crate::run::id::SubtaskId;
@@ -28,8 +28,10 @@ use crate::store::state::RunState;
 use crate::store::state::SubtaskState;
 use crate::store::transcript;
 use crate::store::{ActiveRun, StoreError};
-use crate::tools::tree::{LiveTrees, TreeAccess};
+use crate::tools::tree::TreeAccess;
 use crate::tools::{CommandExecutor, Registry, ToolContext};
+use crate::worktree::LiveTrees;
+use crate::worktree::WorktreeSpec;
 
 /// The label of the lead in events, ledgers, transcripts and the journal.
 pub const LEAD_LABEL: &str = "lead";

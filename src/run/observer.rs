@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use tokio::task::JoinHandle;
 
 use crate::agent::{Ledger, ObserverError, TurnObserver, TurnState};
-use crate::git::{GitError, Worktree};
+use crate::git::GitError;
 use crate::model::Message;
 use crate::run::context::{LeadHistory, RunContext, lock};
 use crate::store::StoreError;
@@ -22,6 +22,7 @@ use crate::store::durable::{self, Durability};
 use crate::store::journal::{self, Entry};
 use crate::store::slots::SlotFile;
 use crate::store::transcript::{self, AgentEnd, AgentTiming, Transcript, TranscriptError};
+use crate::worktree::Worktree;
 
 /// Why an agent's work could not be made durable. Not retried: the agent's loop stops,
 /// its subtask fails, and what was saved before is intact.

@@ -23,8 +23,8 @@ use crate::store::lock::{LockError, RepoLock};
 use crate::store::state::RunState;
 use crate::store::{ActiveRun, RecordedOptionsError, RunId, RunStart, RunStore, StoreError};
 use crate::tools::sandbox::{self, SandboxError, SandboxMode, SandboxPolicy, SandboxedExecutor};
-use crate::tools::tree::{OverlayError, WorktreeMode};
 use crate::tools::{CommandExecutor, LocalExecutor};
+use crate::worktree::{OverlayError, WorktreeMode};
 
 /// Why a run could not start or go on.
 #[derive(Debug, thiserror::Error)]
@@ -352,7 +352,7 @@ async fn executor_and_mode(
                 .worktrees_dir
                 .clone()
                 .unwrap_or_else(|| repo.worktrees_home().to_path_buf());
-            Some(crate::tools::tree::overlay::probe(&parent).await)
+            Some(crate::worktree::overlay::probe(&parent).await)
         }
     };
     if let Some(probe) = sandbox_probe {

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::AgentSpec;
 use crate::agent::roles::{self, RoleKind};
 use crate::event::{AgentId, Event, EventSink};
-use crate::git::{CommitId, GitOptions, Repo, Worktree};
+use crate::git::{CommitId, GitOptions, Repo};
 use crate::model::{
     ContentBlock, Message, Model, ModelError, ModelNotice, Request, Response, Role, StopReason,
     Usage,
@@ -31,6 +31,7 @@ use crate::store::journal::{ContextMode, Entry, SubtaskKind};
 use crate::store::lock::RepoLock;
 use crate::store::{RunStart, RunStore};
 use crate::tools::{LocalExecutor, Registry};
+use crate::worktree::Worktree;
 
 /// A model that answers each request with the next scripted response.
 pub(crate) struct ScriptedModel {

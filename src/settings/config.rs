@@ -24,7 +24,7 @@ use crate::settings::values::{
     base_check, boolean, copy_list, history, integer, model_name, provider, sandbox_paths,
     setup_command, subtask_check, tokens, turns, variable_names, worktree_mode, worktrees_dir,
 };
-use crate::tools::tree::WorktreeMode;
+use crate::worktree::WorktreeMode;
 
 /// Where the file lives, relative to the repository root.
 pub const CONFIG_PATH: &str = ".grove/config.toml";

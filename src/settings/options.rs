@@ -13,7 +13,7 @@ use crate::agent::external::{BackendEnv, WorkerBackend};
 use crate::git::GitOptions;
 use crate::model::Model;
 use crate::tools::sandbox::{CommandHost, SandboxMode};
-use crate::tools::tree::WorktreeMode;
+use crate::worktree::WorktreeMode;
 
 /// Turn caps per role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,7 +9,7 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::model::Provider;
 use crate::settings::options::{BaseCheck, History, SubtaskCheck};
-use crate::tools::tree::WorktreeMode;
+use crate::worktree::WorktreeMode;
 
 /// What is wrong with the file at one place.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

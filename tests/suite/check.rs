@@ -627,8 +627,8 @@ async fn the_files_a_subtasks_check_ran_are_flagged_to_its_reviewer_in_both_work
         return;
     }
     for mode in [
-        grove::tools::tree::WorktreeMode::Git,
-        grove::tools::tree::WorktreeMode::Auto,
+        grove::worktree::WorktreeMode::Git,
+        grove::worktree::WorktreeMode::Auto,
     ] {
         let fixture = package();
         let server = FakeServer::with_responder(|request| match who(request) {

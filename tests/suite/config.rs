@@ -285,7 +285,7 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
             deny_read: Some(vec!["~/private".into()]),
             allow_read: Some(vec!["~/.m2/settings.xml".into()]),
             worktrees_dir: Some("/var/tmp/grove-worktrees".into()),
-            worktree_mode: Some(grove::tools::tree::WorktreeMode::Auto),
+            worktree_mode: Some(grove::worktree::WorktreeMode::Auto),
             pass_env: Some(vec!["DISABLE_AUTOUPDATER".into()]),
             history: Some(History::Squash),
             check: Some(CheckOptions::new("cargo test")),

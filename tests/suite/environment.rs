@@ -28,7 +28,7 @@ use grove::run::{RunOptions, RunReport};
 use grove::settings::options::CheckOptions;
 use grove::store::journal::{CheckStatus, SubtaskOutcome};
 use grove::tools::sandbox::CommandHost;
-use grove::tools::tree::WorktreeMode;
+use grove::worktree::WorktreeMode;
 
 use crate::suite::escapes::mode_or_skip;
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};

@@ -14,7 +14,7 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
-use grove::tools::tree::WorktreeMode;
+use grove::worktree::WorktreeMode;
 
 use crate::suite::overlay::overlay_or_skip;
 use crate::suite::sandbox::{SECRET, sandbox_or_skip};

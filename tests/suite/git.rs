@@ -15,7 +15,9 @@ mod spare;
 mod squash;
 mod worktree;
 
-use grove::git::{CommitId, Repo, RunId, Worktree, WorktreeSpec};
+use grove::git::{CommitId, Repo, RunId};
+
+use grove::worktree::{Worktree, WorktreeSpec};
 
 use crate::support::git_fixture::GitFixture;
 

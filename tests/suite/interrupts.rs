@@ -9,7 +9,7 @@ use nix::sys::signal::Signal;
 use pretty_assertions::assert_eq;
 use serde_json::Value;
 
-use grove::tools::tree::WorktreeMode;
+use grove::worktree::WorktreeMode;
 
 use crate::suite::escapes::mode_or_skip;
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};

@@ -16,7 +16,7 @@ use grove::model::Provider;
 use grove::run::{Models, RunOptions};
 use grove::settings::options::WorktreeSetup;
 use grove::store::journal::SubtaskOutcome;
-use grove::tools::tree::WorktreeMode;
+use grove::worktree::WorktreeMode;
 
 use super::overlay::overlay_or_skip;
 use crate::support::fake_server::{FakeServer, Turn};

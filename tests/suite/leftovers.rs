@@ -12,7 +12,7 @@ use nix::sys::signal::Signal;
 use pretty_assertions::assert_eq;
 use serde_json::Value;
 
-use grove::tools::tree::WorktreeMode;
+use grove::worktree::WorktreeMode;
 
 use crate::suite::escapes::mode_or_skip;
 use crate::suite::result_check::{

@@ -20,16 +20,17 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use grove::tools::sandbox::{SandboxPolicy, SandboxedExecutor};
-use grove::tools::tree::{self, Layers, OverlayTree, TreeAccess, TreeHost, in_tree};
+use grove::tools::tree::{TreeAccess, in_tree};
 use grove::tools::{
     CommandExecutor, ExecOutcome, ExecRequest, LocalExecutor, OutputCap, Registry, ToolContext,
     ToolOutput, ToolSet, builtin_with_executor,
 };
+use grove::worktree::{Layers, OverlayTree, TreeHost};
 
 /// Whether this kernel gives grove copy-on-write trees under `parent`; false (test
 /// skipped) otherwise.
 pub(crate) async fn overlay_or_skip(test: &str, parent: &Path) -> bool {
-    match tree::overlay::probe(parent).await {
+    match grove::worktree::overlay::probe(parent).await {
         Ok(()) => true,
         Err(error) if std::env::var_os("GROVE_REQUIRE_OVERLAY").is_some() => {
             panic!(
@@ -357,7 +358,7 @@ use grove::model::Provider;
 use grove::run::{Models, RunOptions};
 use grove::store::journal::SubtaskOutcome;
 use grove::tools::sandbox::CommandHost;
-use grove::tools::tree::WorktreeMode;
+use grove::worktree::WorktreeMode;
 
 use crate::support::fake_server::{FakeServer, Turn};
 use crate::support::git_fixture::GitFixture;

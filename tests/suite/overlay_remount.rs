@@ -9,7 +9,7 @@ use std::path::Path;
 
 use pretty_assertions::assert_eq;
 
-use grove::tools::tree::{Layers, TreeHost, overlay};
+use grove::worktree::{Layers, TreeHost, overlay};
 
 use super::overlay::overlay_or_skip;
 

@@ -1260,7 +1260,7 @@ async fn a_worker_writes_its_own_worktree_in_the_cache_and_cannot_read_another()
     let repo = fixture.open().await;
     let other_run = grove::git::RunId::new("20260101-000000-0000").unwrap();
     let other = repo
-        .create_worktree(grove::git::WorktreeSpec {
+        .create_worktree(grove::worktree::WorktreeSpec {
             run: other_run.clone(),
             subtask: 1,
             base: fixture.rev("HEAD"),

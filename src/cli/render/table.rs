@@ -1,11 +1,11 @@
 //! What is printed when a command is done: the run's final table and summary, the dry
 //! run's plan, `grove runs`, `grove clean`, `grove gc` and the demo's epilogue.
 
-use grove::git::CleanReport;
 use grove::run::report::{CheckOutcome, Culprit, CulpritEvidence};
 use grove::run::{RunEnd, RunReport};
 use grove::store::RunSummary;
 use grove::store::journal::{ON_RESULT, SubtaskOutcome};
+use grove::worktree::CleanReport;
 
 use grove::text::{first_line, printable, shell_word, truncate};
 

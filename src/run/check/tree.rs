@@ -9,7 +9,8 @@
 
 use std::path::Path;
 
-use crate::git::{BaseTree, CommitId, GitError, Worktree};
+use crate::git::{CommitId, GitError};
+
 use crate::run::check::{CheckError, CheckSite, checked_before, reuse, run_check_at};
 use crate::run::context::RunContext;
 use crate::run::id::SubtaskId;
@@ -20,7 +21,8 @@ use crate::run::subtask::trees;
 use crate::settings::options::CheckOptions;
 use crate::store::StoreError;
 use crate::store::journal::CheckRun;
-use crate::tools::tree::{self, Layers, WorktreeMode};
+use crate::worktree::{BaseTree, Worktree};
+use crate::worktree::{Layers, WorktreeMode};
 
 /// Why the check gave no verdict on a commit.
 #[derive(Debug, thiserror::Error)]
@@ -174,7 +176,7 @@ async fn make_tree(
         .await
         .map_err(|source| prepare_error(on, source))?;
     // What a check cut short by a crash left there must not show through.
-    tree::overlay::remove_own_dirs(&Layers::beside(&base.tree_dir(), path))
+    crate::worktree::overlay::remove_own_dirs(&Layers::beside(&base.tree_dir(), path))
         .map_err(|source| prepare_error(on, SubtaskError::Tree { source }))?;
     let registered = ctx
         .repo
@@ -210,10 +212,11 @@ async fn remove_tree(ctx: &RunContext, made: CheckTree, on: &str) {
     let CheckTree { worktree, base } = made;
     if let Some(base) = &base {
         let dropped = match trees::discard_mount(ctx, &worktree).await {
-            Ok(()) => {
-                tree::overlay::remove_own_dirs(&Layers::beside(&base.tree_dir(), worktree.path()))
-                    .map_err(|source| SubtaskError::Tree { source })
-            }
+            Ok(()) => crate::worktree::overlay::remove_own_dirs(&Layers::beside(
+                &base.tree_dir(),
+                worktree.path(),
+            ))
+            .map_err(|source| SubtaskError::Tree { source }),
             Err(error) => Err(error),
         };
         if let Err(error) = dropped {

@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::git::{BranchDiff, Worktree};
+use crate::git::BranchDiff;
+
 use crate::run::check::{CheckError, CheckSite, run_check_at};
 use crate::run::context::RunContext;
 use crate::run::id::SubtaskId;
@@ -22,6 +23,7 @@ use crate::run::verdict::Verdict;
 use crate::settings::options::{CheckOptions, SubtaskCheck};
 use crate::store::journal::{CheckRun, CheckStatus, Entry, VerdictKind};
 use crate::text::output_tail;
+use crate::worktree::Worktree;
 
 /// How much of a red check's output a `require` rejection quotes to the lead.
 const REJECTION_TAIL_CHARS: usize = 600;

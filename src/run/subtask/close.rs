@@ -12,7 +12,7 @@ use std::sync::Arc;
 use tokio_util::task::TaskTracker;
 
 use crate::event::Event;
-use crate::git::{DiffStat, Worktree};
+use crate::git::DiffStat;
 use crate::run::context::RunContext;
 use crate::run::delegate::DelegateReport;
 use crate::run::id::SubtaskId;
@@ -24,6 +24,7 @@ use crate::store::StoreError;
 use crate::store::journal::{CheckRun, CheckStatus, Entry, SubtaskOutcome};
 use crate::text::{excerpt, fenced, output_tail, printable, quoted_path};
 use crate::tools::git_pointer::ensure_git_pointer;
+use crate::worktree::Worktree;
 
 /// How much of the reviewer's summary the lead gets back.
 const REVIEW_SUMMARY_CHARS: usize = 500;

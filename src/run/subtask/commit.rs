@@ -6,13 +6,15 @@
 //! local-only file. It must never lose what a worker wrote: the final commit is made
 //! even after a failure or an interrupt.
 
-use crate::git::{BranchDiff, CommitId, DiffStat, Worktree};
+use crate::git::{BranchDiff, CommitId, DiffStat};
+
 use crate::run::context::RunContext;
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::SubtaskError;
 use crate::run::subtask::work::WorkEnd;
 use crate::store::journal::Entry;
 use crate::tools::WriteScope;
+use crate::worktree::Worktree;
 
 /// The worker's work, committed and ready for review.
 #[derive(Debug)]

@@ -86,7 +86,7 @@ pub enum SubtaskError {
     #[error("could not mount the copy-on-write worktree: {source}")]
     Tree {
         #[source]
-        source: crate::tools::tree::OverlayError,
+        source: crate::worktree::OverlayError,
     },
     #[error("the worktree was not checked out: {source}")]
     NotCheckedOut {

@@ -55,7 +55,7 @@ use tokio_util::task::TaskTracker;
 use crate::agent::roles::{self, RoleKind};
 use crate::agent::{fork_messages, isolated_messages};
 use crate::event::Event;
-use crate::git::{CommitId, Worktree};
+use crate::git::CommitId;
 use crate::run::agents::{delegate_role, worker_tools};
 use crate::run::context::{LEAD_LABEL, LeadHistory, RunContext, lock};
 use crate::run::delegate::{DelegateError, DelegateReport, DelegateRequest, Delegator};
@@ -68,6 +68,7 @@ use crate::store::journal::{ContextMode, Entry, SubtaskKind, SubtaskOutcome};
 use crate::store::state::{RunState, SubtaskState, SubtaskStatus};
 use crate::store::transcript::{self, PendingAnswer, Transcript};
 use crate::tools::{self, ToolSet, WriteScope};
+use crate::worktree::Worktree;
 use outcome::{Author, Judge, Landing, Made, Stages, Stop};
 
 pub use error::SubtaskError;

@@ -17,14 +17,17 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::git::{BaseTree, CommitId, Files, GitError, Repo, Worktree, WorktreeSpec};
+use crate::git::{CommitId, GitError, Repo};
+
 use crate::run::context::{RunContext, lock};
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::{CopyError, FileProblem, SetupEnd, SubtaskError};
 use crate::run::subtask::trees;
 use crate::settings::config::{CopyPathError, check_copy_path};
-use crate::tools::tree::{TreeAccess, WorktreeMode, in_tree};
+use crate::tools::tree::{TreeAccess, in_tree};
 use crate::tools::{ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
+use crate::worktree::WorktreeMode;
+use crate::worktree::{BaseTree, Files, Worktree, WorktreeSpec};
 
 /// How much of a failed setup command's output the subtask's reason shows: its end,
 /// where the error usually is.

@@ -50,7 +50,7 @@ use crate::agent::Ledger;
 use crate::agent::isolated_messages;
 use crate::agent::roles::{self, RoleDef, RoleKind};
 use crate::event::Event;
-use crate::git::{CommitId, LeftMarker, MergeOutcome, MergeSide, Worktree};
+use crate::git::{CommitId, LeftMarker, MergeOutcome, MergeSide};
 use crate::model::{ContentBlock, Message, Role};
 use crate::run::context::RunContext;
 use crate::run::id::SubtaskId;
@@ -71,6 +71,7 @@ use crate::store::state::SubtaskState;
 use crate::store::transcript::{self, PendingAnswer, Transcript};
 use crate::text::truncate;
 use crate::tools::{self, ToolSet};
+use crate::worktree::Worktree;
 
 /// How many resolvers one conflict gets: a rejected or failed resolution is final.
 pub(crate) const MAX_RESOLVERS: u32 = 1;

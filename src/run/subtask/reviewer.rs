@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::agent::roles::{self, RoleKind};
 use crate::agent::{AgentError, Ledger, isolated_messages};
 use crate::event::AgentId;
-use crate::git::{BranchDiff, CommitId, Worktree, trailers};
+use crate::git::{BranchDiff, CommitId, trailers};
 use crate::run::checkout::waiting_for_checkout;
 use crate::run::context::{AgentCaps, RunContext};
 use crate::run::id::SubtaskId;
@@ -21,6 +21,7 @@ use crate::store::journal::{CheckRun, CheckStatus, Entry, VerdictKind};
 use crate::store::transcript::AgentTiming;
 use crate::text::{fenced, first_line, printable, quoted_path};
 use crate::tools::{self, ToolSet};
+use crate::worktree::Worktree;
 
 /// What the review of one diff came to.
 pub(crate) struct Review {

@@ -9,12 +9,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::git::{Files, Worktree};
 use crate::run::context::RunContext;
 use crate::run::subtask::error::SubtaskError;
-use crate::tools::tree::{
-    self, Layers, LiveTrees, OverlayError, OverlayTree, TreeAccess, TreeHost,
-};
+use crate::tools::tree::TreeAccess;
+use crate::worktree::{Files, Worktree};
+use crate::worktree::{Layers, LiveTrees, OverlayError, OverlayTree, TreeHost};
 
 /// Mounts a copy-on-write worktree over `lower` in a tree host of its own (its upper
 /// directory keeps what an earlier attempt changed), keeps the tree among the run's live
@@ -132,7 +131,7 @@ pub(crate) async fn keep_worktree(
         namespace.grove_root().to_path_buf(),
         worktree.path().to_path_buf(),
     );
-    tokio::task::spawn_blocking(move || tree::overlay::materialize(&from, &to))
+    tokio::task::spawn_blocking(move || crate::worktree::overlay::materialize(&from, &to))
         .await
         .map_err(|error| SubtaskError::Tree {
             source: OverlayError::Io {
@@ -143,7 +142,8 @@ pub(crate) async fn keep_worktree(
         })?
         .map_err(|source| SubtaskError::Tree { source })?;
     if let Some(layers) = unmount(&ctx.trees, worktree).await {
-        tree::overlay::remove_own_dirs(&layers).map_err(|source| SubtaskError::Tree { source })?;
+        crate::worktree::overlay::remove_own_dirs(&layers)
+            .map_err(|source| SubtaskError::Tree { source })?;
     }
     Ok(worktree.clone().unmounted())
 }
@@ -155,9 +155,8 @@ pub(crate) async fn discard_mount(
     worktree: &Worktree,
 ) -> Result<(), SubtaskError> {
     match unmount(&ctx.trees, worktree).await {
-        Some(layers) => {
-            tree::overlay::remove_own_dirs(&layers).map_err(|source| SubtaskError::Tree { source })
-        }
+        Some(layers) => crate::worktree::overlay::remove_own_dirs(&layers)
+            .map_err(|source| SubtaskError::Tree { source }),
         None => Ok(()),
     }
 }
@@ -183,17 +182,19 @@ pub(crate) async fn release_trees(ctx: &RunContext) {
     for tree in ctx.trees.take_all() {
         let path = tree.path().to_path_buf();
         let (from, to) = (tree.root_for_grove(), path.clone());
-        let copied = tokio::task::spawn_blocking(move || tree::overlay::materialize(&from, &to))
-            .await
-            .map_err(|error| OverlayError::Io {
-                action: "copy out",
-                path: path.clone(),
-                source: std::io::Error::other(error),
-            })
-            .and_then(|copied| copied);
+        let copied =
+            tokio::task::spawn_blocking(move || crate::worktree::overlay::materialize(&from, &to))
+                .await
+                .map_err(|error| OverlayError::Io {
+                    action: "copy out",
+                    path: path.clone(),
+                    source: std::io::Error::other(error),
+                })
+                .and_then(|copied| copied);
         tree.release().await;
-        let released = copied
-            .and_then(|()| tree::overlay::remove_own_dirs(&Layers::beside(Path::new("/"), &path)));
+        let released = copied.and_then(|()| {
+            crate::worktree::overlay::remove_own_dirs(&Layers::beside(Path::new("/"), &path))
+        });
         let marked = match released {
             Ok(()) => ctx
                 .repo

@@ -13,7 +13,6 @@ use crate::agent::external::{self as agent_cli, BackendEnv, Progress};
 use crate::agent::roles::{Checkpoints, RoleDef, worktree_note};
 use crate::agent::{AgentError, Ledger, StopKind};
 use crate::event::{AgentId, Event};
-use crate::git::Worktree;
 use crate::model::{ContentBlock, Message, Role};
 use crate::run::checkout::waiting_for_checkout;
 use crate::run::context::{AgentCaps, RunContext};
@@ -23,6 +22,7 @@ use crate::run::subtask::error::SubtaskError;
 use crate::store::journal;
 use crate::store::transcript::{self, AgentTiming, Transcript};
 use crate::tools::Registry;
+use crate::worktree::Worktree;
 
 /// One subtask as the lead asked for it, ready to work.
 pub(crate) struct Assignment {

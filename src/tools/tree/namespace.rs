@@ -92,6 +92,20 @@ impl TreeNamespace {
     }
 }
 
+/// grove's own git in the tree: the process joins the tree's namespaces and starts in
+/// `cwd` there.
+impl crate::git::Enter for std::sync::Arc<TreeNamespace> {
+    fn enter(&self, cwd: &Path, command: &mut std::process::Command) -> bool {
+        let Some(entry) = self.entry(cwd) else {
+            return false;
+        };
+        // The directory exists inside the tree; the join enters it there.
+        command.current_dir("/");
+        entry.at_exec(command);
+        true
+    }
+}
+
 /// One child's join of a tree's namespaces, prepared before the fork.
 #[derive(Debug)]
 pub struct Entry {

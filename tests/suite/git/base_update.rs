@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use grove::git::settle_deletions;
+use grove::worktree::settle_deletions;
 use pretty_assertions::assert_eq;
 
 use crate::support::git_fixture::{GitFixture, git_in};
@@ -46,7 +46,7 @@ fn files(tree: &Path) -> Vec<(String, String)> {
 
 /// What `git status` says of `base`'s tree against its own index: nothing, when the
 /// index's stat data and the files agree.
-fn status_of(fixture: &GitFixture, base: &grove::git::BaseTree) -> String {
+fn status_of(fixture: &GitFixture, base: &grove::worktree::BaseTree) -> String {
     let index = format!("GIT_INDEX_FILE={}", base.index_path().display());
     let work_tree = format!("--work-tree={}", base.tree_dir().display());
     let git_dir = format!("--git-dir={}", fixture.repo.join(".git").display());

@@ -2,7 +2,9 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use grove::git::{CommitPath, GitOptions, Repo, subtask_ref};
+use grove::git::{GitOptions, Repo, subtask_ref};
+
+use grove::worktree::CommitPath;
 use pretty_assertions::assert_eq;
 
 use super::{filled_worktree, project, run_id};

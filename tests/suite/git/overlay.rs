@@ -10,8 +10,10 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use grove::git::{BaseTree, CommitPath, Repo, Worktree, WorktreeSpec, settle_deletions};
-use grove::tools::tree::{Layers, OverlayTree, TreeHost};
+use grove::git::Repo;
+
+use grove::worktree::{BaseTree, CommitPath, Worktree, WorktreeSpec, settle_deletions};
+use grove::worktree::{Layers, OverlayTree, TreeHost};
 use pretty_assertions::assert_eq;
 
 use super::run_id;

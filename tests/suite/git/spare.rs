@@ -35,7 +35,7 @@ async fn a_removed_registration_is_the_next_one_and_git_reads_prunes_and_removes
         "grove/r1/1",
     ]);
     repo.remove_worktree(&first).await.unwrap();
-    grove::git::settle_deletions().await;
+    grove::worktree::settle_deletions().await;
     let spare = spares(&repo);
     assert_eq!(
         spare.len(),

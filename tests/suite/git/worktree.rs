@@ -4,7 +4,9 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use grove::git::{GitError, GitOptions, Repo, RunId, WorktreeSpec, subtask_ref};
+use grove::git::{GitError, GitOptions, Repo, RunId, subtask_ref};
+
+use grove::worktree::WorktreeSpec;
 use pretty_assertions::assert_eq;
 
 use super::{commit_in, filled_worktree, project, run_id};
@@ -363,7 +365,7 @@ async fn sixteen_worktrees_removed_concurrently_leave_nothing_registered_or_on_d
         );
     }
     // Deletions run in the background; the disk is what is asserted.
-    grove::git::settle_deletions().await;
+    grove::worktree::settle_deletions().await;
     assert_eq!(
         (
             entries(&repo.common_dir().join("worktrees")),
@@ -648,7 +650,7 @@ async fn clean_sweeps_what_a_removal_by_a_dead_grove_left_in_the_trash() {
     std::fs::create_dir_all(&ours).unwrap();
 
     repo.clean_run(&run_id()).await.unwrap();
-    grove::git::settle_deletions().await;
+    grove::worktree::settle_deletions().await;
 
     assert_eq!(
         entries(&trash),

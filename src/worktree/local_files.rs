@@ -8,10 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::Repo;
-use super::error::GitError;
 use super::handle::Worktree;
-use super::names::CommitId;
+use crate::git::CommitId;
+use crate::git::GitError;
+use crate::git::Repo;
 
 /// The record in a worktree's admin dir: a JSON array of paths relative to its root.
 const LOCAL_FILES: &str = "grove-local-files";
@@ -86,10 +86,8 @@ impl Repo {
         worktree.ready().await?;
         worktree.check_mounted()?;
         let local = recorded(worktree.admin_dir())?;
-        let output = self
-            .inner
-            .runner
-            .in_worktree(worktree)
+        let output = worktree
+            .git(self.runner())
             .args([
                 "status",
                 "--porcelain=v1",

@@ -28,14 +28,14 @@ use std::path::{Path, PathBuf};
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
-use super::Repo;
-use super::error::GitError;
 use super::handle::UpperSource;
 use super::local_files;
-use super::names::CommitId;
-use super::names::subtask_ref;
-use super::trailers::CommitMessage;
-use super::tree_diff;
+use crate::git::CommitId;
+use crate::git::GitError;
+use crate::git::Repo;
+use crate::git::subtask_ref;
+use crate::git::trailers::CommitMessage;
+use crate::git::tree_diff;
 use crate::tools::git_pointer::{is_git_dir_name, is_git_repository};
 
 /// Git's tree entry modes.
@@ -281,53 +281,6 @@ impl Repo {
             index.add(&entry).map_err(write_error)?;
         }
         index.write().map_err(write_error)
-    }
-
-    /// The tree of `commit`.
-    pub(super) fn tree_of(&self, commit: CommitId) -> Result<git2::Oid, GitError> {
-        self.read("the base commit", |repo| {
-            Ok(repo.find_commit(commit.oid())?.tree_id())
-        })
-    }
-
-    /// The exclude files of lower precedence than any `.gitignore`, lowest first:
-    /// `core.excludesFile` (default `$XDG_CONFIG_HOME/git/ignore`, else
-    /// `~/.config/git/ignore`), then `<common dir>/info/exclude`. Read once per `Repo`.
-    async fn exclude_files(&self) -> Result<Vec<PathBuf>, GitError> {
-        self.inner
-            .exclude_files
-            .get_or_try_init(|| self.read_exclude_files())
-            .await
-            .cloned()
-    }
-
-    async fn read_exclude_files(&self) -> Result<Vec<PathBuf>, GitError> {
-        let configured = self
-            .git()
-            .args(["config", "--path", "--get", "core.excludesFile"])
-            .allow_codes(&[1])
-            .text()
-            .await?;
-        let runner = &self.inner.runner;
-        let global = if configured.is_empty() {
-            runner
-                .env_var("XDG_CONFIG_HOME")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    runner
-                        .env_var("HOME")
-                        .map(|h| PathBuf::from(h).join(".config"))
-                })
-                .map(|config| config.join("git").join("ignore"))
-        } else {
-            Some(PathBuf::from(configured))
-        };
-        Ok(global
-            .into_iter()
-            .chain(std::iter::once(
-                self.common_dir().join("info").join("exclude"),
-            ))
-            .collect())
     }
 }
 

@@ -28,9 +28,9 @@ use std::time::{Duration, SystemTime};
 
 use nix::fcntl::{Flock, FlockArg};
 
-use super::Repo;
-use super::error::GitError;
-use super::names::CommitId;
+use crate::git::CommitId;
+use crate::git::GitError;
+use crate::git::Repo;
 
 /// The global options that make a checkout write its files from as many processes as
 /// the machine has cores (git 2.32+; an older git ignores the setting, and git keeps one
@@ -285,8 +285,7 @@ impl Repo {
         build: &Path,
     ) -> Result<(), GitError> {
         let (tree, index) = (build.join("tree"), build.join("index"));
-        self.inner
-            .runner
+        self.runner()
             .call(self.common_dir(), &tree)
             .work_tree(&tree)
             .index_file(&index)
@@ -306,8 +305,7 @@ impl Repo {
         create_dir(&tree)?;
         let index = build.join("index");
         let call = || {
-            self.inner
-                .runner
+            self.runner()
                 .call(self.common_dir(), &tree)
                 .work_tree(&tree)
                 .index_file(&index)

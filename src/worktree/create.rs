@@ -6,21 +6,21 @@
 //! (its `gitdir` file), and every later command names it explicitly. Paths stay
 //! `Path`/`OsStr` throughout: a repository path need not be UTF-8.
 
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
 use super::base_tree::BaseTree;
-use super::error::GitError;
 use super::handle::{
     Files, Fill, FillState, OVERLAY_RECORD, OVERLAY_RECORD_PARTIAL, Worktree, WorktreeSpec,
     overlay_record,
 };
-use super::names::{CommitId, RunId, subtask_ref};
+use super::spare;
 use super::trash::{self, discard_in_background, process_alive};
-use super::{Repo, canonical, spare};
+use crate::git::GitError;
+use crate::git::{CommitId, RunId, subtask_ref};
+use crate::git::{Repo, admin_head, canonical, normalize};
 
 /// Serialises every change to `<common>/worktrees/` within this process (`worktree add`,
 /// `prune`, `unlock`, and removal): parallel adds race on the common dir's locks
@@ -171,9 +171,8 @@ impl Repo {
         .await?;
         // Inside a copy-on-write tree when it is one: its files are only there (what
         // the reset writes lands in its upper directory, over the same lower one).
-        self.inner
-            .runner
-            .in_worktree(&worktree)
+        worktree
+            .git(self.runner())
             .args(["reset", "--hard", "--quiet", "HEAD"])
             .run()
             .await?;
@@ -272,8 +271,7 @@ impl Repo {
             // competing for CPU and disk would delay every later worktree's first use.
             drop(REGISTRATION.lock().await);
             let result = repo
-                .inner
-                .runner
+                .runner()
                 .call(&fill_admin, &fill_path)
                 .work_tree(&fill_path)
                 .args(["reset", "--hard", "--quiet", "HEAD"])
@@ -497,124 +495,6 @@ impl Repo {
             spare::recycle(&moved_admin, &common);
         });
         Ok(())
-    }
-
-    /// The admin dir under `<common>/worktrees/` whose `gitdir` names `path/.git`, by
-    /// any spelling. An existing `path` is compared by file identity (a `stat` per
-    /// registration, where canonicalising each was most of a registration's time at 32
-    /// of them); a missing one can only be a registration whose path is missing too.
-    pub(super) fn find_admin_dir(&self, path: &Path) -> Result<Option<PathBuf>, GitError> {
-        use std::os::unix::fs::MetadataExt as _;
-        let identity = |path: &Path| std::fs::metadata(path).map(|meta| (meta.dev(), meta.ino()));
-        let wanted = identity(path).ok();
-        let mut normalized = None;
-        for (admin, recorded) in self.recorded_worktrees()? {
-            let same = match (wanted, identity(&recorded)) {
-                (Some(wanted), Ok(found)) => wanted == found,
-                (None, Err(_)) => {
-                    normalize(&recorded) == *normalized.get_or_insert_with(|| normalize(path))
-                }
-                _ => false,
-            };
-            if same {
-                return Ok(Some(admin));
-            }
-        }
-        Ok(None)
-    }
-
-    /// True when a registration's directory is gone, so that `git worktree prune` has
-    /// something to do.
-    pub(super) fn any_worktree_gone(&self) -> Result<bool, GitError> {
-        Ok(self
-            .recorded_worktrees()?
-            .iter()
-            .any(|(_, recorded)| !recorded.exists()))
-    }
-
-    /// Every linked worktree registration: (admin dir, worktree path canonicalised as
-    /// far as it exists).
-    pub(super) fn registered_worktrees(&self) -> Result<Vec<(PathBuf, PathBuf)>, GitError> {
-        Ok(self
-            .recorded_worktrees()?
-            .into_iter()
-            .map(|(admin, recorded)| (admin, normalize(&recorded)))
-            .collect())
-    }
-
-    /// Every linked worktree registration: (admin dir, worktree path as recorded).
-    fn recorded_worktrees(&self) -> Result<Vec<(PathBuf, PathBuf)>, GitError> {
-        let root = self.common_dir().join("worktrees");
-        let entries = match std::fs::read_dir(&root) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => {
-                return Err(GitError::Io {
-                    action: "list",
-                    path: root,
-                    source,
-                });
-            }
-        };
-        let mut found = Vec::new();
-        for entry in entries.flatten() {
-            let admin = entry.path();
-            // Bytes, not text: a repository path need not be UTF-8.
-            let Ok(gitdir) = std::fs::read(admin.join("gitdir")) else {
-                continue;
-            };
-            let mut line: &[u8] = &gitdir;
-            while let Some(rest) = line
-                .strip_suffix(b"\n")
-                .or_else(|| line.strip_suffix(b"\r"))
-            {
-                line = rest;
-            }
-            let dot_git = PathBuf::from(std::ffi::OsStr::from_bytes(line));
-            if let Some(worktree) = dot_git.parent() {
-                found.push((admin, worktree.to_path_buf()));
-            }
-        }
-        found.sort();
-        Ok(found)
-    }
-
-    /// The path of a live worktree (main or linked) that has `branch_ref` checked out.
-    pub(super) fn checked_out_at(&self, branch_ref: &str) -> Result<Option<PathBuf>, GitError> {
-        for (admin, worktree) in self.registered_worktrees()? {
-            if admin_head(&admin).as_deref() == Some(branch_ref) && worktree.exists() {
-                return Ok(Some(worktree));
-            }
-        }
-        // The main worktree's HEAD lives in the common dir; a bare repository has none.
-        let main_worktree = self
-            .common_dir()
-            .file_name()
-            .filter(|name| *name == ".git")
-            .and_then(|_| self.common_dir().parent());
-        if let Some(main) = main_worktree
-            && admin_head(self.common_dir()).as_deref() == Some(branch_ref)
-        {
-            return Ok(Some(main.to_path_buf()));
-        }
-        Ok(None)
-    }
-}
-
-/// The ref a git dir's `HEAD` names, read as plain text (never followed further).
-pub(super) fn admin_head(git_dir: &Path) -> Option<String> {
-    let head = std::fs::read_to_string(git_dir.join("HEAD")).ok()?;
-    head.strip_prefix("ref: ").map(|r| r.trim_end().to_owned())
-}
-
-/// Canonicalises as much of `path` as exists, so a deleted worktree still compares equal.
-pub(super) fn normalize(path: &Path) -> PathBuf {
-    if let Ok(real) = std::fs::canonicalize(path) {
-        return real;
-    }
-    match (path.parent(), path.file_name()) {
-        (Some(parent), Some(name)) => normalize(parent).join(name),
-        _ => path.to_path_buf(),
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::error::GitError;
+use crate::git::GitError;
 
 /// Numbers the trash names of removals within this process.
 static REMOVALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

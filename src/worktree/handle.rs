@@ -11,9 +11,10 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::base_tree::BaseTree;
-use super::error::GitError;
-use super::names::{CommitId, RunId, subtask_ref};
-use crate::tools::tree::{Layers, OverlayTree, TreeAccess, TreeNamespace};
+use super::mounted::OverlayTree;
+use super::overlay::Layers;
+use crate::git::{CommitId, Enter, GitCall, GitError, GitRunner, RunId, subtask_ref};
+use crate::tools::tree::{TreeAccess, TreeNamespace};
 
 /// Written into the admin dir of a copy-on-write worktree, and its mark: the commit its
 /// lower directory (the base tree's files) is a checkout of, a newline, and that
@@ -223,6 +224,18 @@ impl Worktree {
             lower,
             base,
         })
+    }
+
+    /// A git call in this worktree: its admin dir as the git dir, its directory as the
+    /// work tree and the working directory, inside its copy-on-write tree when mounted.
+    pub(crate) fn git<'r>(&self, runner: &'r GitRunner) -> GitCall<'r> {
+        runner
+            .call(&self.admin_dir, &self.path)
+            .work_tree(&self.path)
+            .inside(
+                self.tree()
+                    .map(|tree| Arc::new(Arc::clone(tree)) as Arc<dyn Enter>),
+            )
     }
 
     /// Where grove's own process reads the worktree's files.

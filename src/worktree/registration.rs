@@ -14,9 +14,10 @@ use std::io::Write as _;
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::path::{Path, PathBuf};
 
-use super::error::GitError;
-use super::names::CommitId;
-use super::{Repo, canonical, spare};
+use super::spare;
+use crate::git::CommitId;
+use crate::git::GitError;
+use crate::git::{Repo, canonical};
 
 /// Written while a registration is incomplete, as git does: `git worktree prune` keeps
 /// a locked registration, so one run elsewhere never removes it half made.

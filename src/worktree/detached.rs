@@ -9,11 +9,12 @@
 use std::path::{Path, PathBuf};
 
 use super::base_tree::BaseTree;
-use super::error::GitError;
+use super::create::REGISTRATION;
 use super::handle::{Worktree, WorktreeSpec};
-use super::names::{CommitId, RunId};
-use super::worktree::{REGISTRATION, admin_head};
-use super::{Repo, canonical};
+use crate::git::GitError;
+use crate::git::admin_head;
+use crate::git::{CommitId, RunId};
+use crate::git::{Repo, canonical};
 
 impl Repo {
     /// Creates a worktree of `commit` at `path` with HEAD detached, and returns before its
@@ -133,9 +134,8 @@ impl Repo {
         worktree: &Worktree,
         commit: CommitId,
     ) -> Result<(), GitError> {
-        self.inner
-            .runner
-            .in_worktree(worktree)
+        worktree
+            .git(self.runner())
             .args(["checkout", "--quiet", "--force", "--detach"])
             .arg(commit.to_string())
             .run()
@@ -148,9 +148,8 @@ impl Repo {
     /// (those in the way of a tracked one excepted). Only for a tree that holds no work
     /// of its own outside its commits. Not retried.
     pub async fn restore_files(&self, worktree: &Worktree) -> Result<(), GitError> {
-        self.inner
-            .runner
-            .in_worktree(worktree)
+        worktree
+            .git(self.runner())
             .args(["reset", "--hard", "--quiet", "HEAD"])
             .run()
             .await
@@ -168,16 +167,14 @@ impl Repo {
         to: CommitId,
     ) -> Result<(), GitError> {
         // Stat data a command left stale would read as a change.
-        self.inner
-            .runner
-            .in_worktree(worktree)
+        worktree
+            .git(self.runner())
             .args(["update-index", "-q", "--refresh"])
             .allow_codes(&[0, 1])
             .run()
             .await?;
-        self.inner
-            .runner
-            .in_worktree(worktree)
+        worktree
+            .git(self.runner())
             .args(["read-tree", "-m", "-u"])
             .arg(from.to_string())
             .arg(to.to_string())

@@ -18,8 +18,8 @@ use std::time::Duration;
 use nix::libc;
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _};
 
-use super::namespace::{NamespaceError, TreeNamespace};
 use crate::tools::exec::{hygiene_at_exec, spawn_lasting};
+use crate::tools::tree::namespace::{NamespaceError, TreeNamespace};
 
 /// How long a host may take to mount and say it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
