@@ -205,8 +205,8 @@ async fn main() -> anyhow::Result<()> {
             text.push_str(&format!("export const subtask_{n} = {k};\n"));
             std::fs::write(&path, text)?;
         }
-        let head = repo
-            .checkpoint(worktree, "bench change")
+        let head = worktree
+            .checkpoint(&repo, "bench change")
             .await?
             .context("the bench change made no commit")?;
         heads.push(head);

@@ -479,9 +479,8 @@ mod tests {
         let mut run = TestRun::alpha().await;
         let worktree = run.worktree(1).await;
         std::fs::write(worktree.path().join("b.txt"), "beta\n").unwrap();
-        run.ctx
-            .repo
-            .archive_worktree(&worktree, "subtask failed")
+        worktree
+            .archive(&run.ctx.repo, "subtask failed")
             .await
             .unwrap();
         failed(&run, 1);

@@ -198,9 +198,8 @@ impl AgentObserver {
         let (ctx, worktree) = (Arc::clone(&self.ctx), worktree.clone());
         let label = self.label.clone();
         let task = tokio::spawn(async move {
-            let commit = ctx
-                .repo
-                .checkpoint(&worktree, &format!("{label}: turn {turn}"))
+            let commit = worktree
+                .checkpoint(&ctx.repo, &format!("{label}: turn {turn}"))
                 .await
                 .map_err(|source| SaveError::Checkpoint { source })?;
             if let Some(commit) = commit {

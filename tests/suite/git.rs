@@ -8,6 +8,7 @@ mod base_update;
 mod commit;
 mod detached;
 mod diff;
+mod lifecycle;
 mod merge;
 mod overlay;
 mod sealed;
@@ -45,7 +46,8 @@ pub async fn commit_in(repo: &Repo, worktree: &Worktree, files: &[(&str, &str)])
     for (path, content) in files {
         crate::support::git_fixture::write_file(worktree.path(), path, content);
     }
-    repo.checkpoint(worktree, "test change")
+    worktree
+        .checkpoint(repo, "test change")
         .await
         .unwrap()
         .unwrap()

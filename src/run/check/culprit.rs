@@ -210,10 +210,10 @@ mod tests {
         let repo = &run.ctx.repo;
         let one = run.worktree(1).await;
         std::fs::write(one.path().join("one.txt"), "1\n").unwrap();
-        let first = repo.checkpoint(&one, "S1").await.unwrap().unwrap();
+        let first = one.checkpoint(repo, "S1").await.unwrap().unwrap();
         let two = run.worktree(2).await;
         std::fs::write(two.path().join("two.txt"), "2\n").unwrap();
-        let second = repo.checkpoint(&two, "S2").await.unwrap().unwrap();
+        let second = two.checkpoint(repo, "S2").await.unwrap().unwrap();
         // S3 started from a result holding S1's work.
         let on_first = repo
             .merge_picks(

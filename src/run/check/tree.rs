@@ -17,7 +17,6 @@ use crate::run::id::SubtaskId;
 use crate::run::subtask::SubtaskError;
 use crate::run::subtask::error::SetupEnd;
 use crate::run::subtask::prepare::{prepare_check_tree, setup_base_for};
-use crate::run::subtask::trees;
 use crate::settings::options::CheckOptions;
 use crate::store::StoreError;
 use crate::store::journal::CheckRun;
@@ -183,7 +182,7 @@ async fn make_tree(
         .create_detached_overlay(&ctx.run, path, &base)
         .await
         .map_err(worktree_error)?;
-    let made = match trees::mount(&ctx.trees, &registered, &base.tree_dir()).await {
+    let made = match registered.mount(&ctx.trees, &base.tree_dir()).await {
         Ok(worktree) => CheckTree {
             worktree,
             base: Some(base),
@@ -194,7 +193,7 @@ async fn make_tree(
                 base: Some(base),
             };
             remove_tree(ctx, made, on).await;
-            return Err(prepare_error(on, source));
+            return Err(prepare_error(on, source.into()));
         }
     };
     if commit != ctx.base
@@ -211,7 +210,11 @@ async fn make_tree(
 async fn remove_tree(ctx: &RunContext, made: CheckTree, on: &str) {
     let CheckTree { worktree, base } = made;
     if let Some(base) = &base {
-        let dropped = match trees::discard_mount(ctx, &worktree).await {
+        let dropped = match worktree
+            .discard_mount(&ctx.trees)
+            .await
+            .map_err(SubtaskError::from)
+        {
             Ok(()) => crate::worktree::overlay::remove_own_dirs(&Layers::beside(
                 &base.tree_dir(),
                 worktree.path(),

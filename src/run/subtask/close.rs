@@ -18,8 +18,6 @@ use crate::run::delegate::DelegateReport;
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
 use crate::run::report::SubtaskReport;
-use crate::run::subtask::SubtaskError;
-use crate::run::subtask::trees::{keep_worktree, remove_worktree};
 use crate::store::StoreError;
 use crate::store::journal::{CheckRun, CheckStatus, Entry, SubtaskOutcome};
 use crate::text::{excerpt, fenced, output_tail, printable, quoted_path};
@@ -46,11 +44,7 @@ pub(crate) async fn close(
 ) -> Result<SubtaskReport, StoreError> {
     if report.status != SubtaskOutcome::Merged {
         let archived = match worktree {
-            Some(worktree) => {
-                ctx.repo
-                    .archive_worktree(worktree, report.status.as_str())
-                    .await
-            }
+            Some(worktree) => worktree.archive(&ctx.repo, report.status.as_str()).await,
             None => ctx.repo.archive_branch(&ctx.run, id.number()).await,
         };
         match archived {
@@ -69,12 +63,7 @@ pub(crate) async fn close(
         && let Some(worktree) = worktree.filter(|worktree| worktree.is_copy_on_write())
     {
         // A copy-on-write tree lives only as long as grove: the user gets a directory.
-        let kept = keep_worktree(ctx, worktree).await.and_then(|kept| {
-            ctx.repo
-                .mark_materialized(&kept)
-                .map_err(|source| SubtaskError::Worktree { source })
-        });
-        if let Err(error) = kept {
+        if let Err(error) = worktree.keep(&ctx.repo, &ctx.trees).await {
             ctx.note(format!(
                 "{id}: could not copy its worktree out to {}: {error}",
                 worktree.path().display()
@@ -90,7 +79,7 @@ pub(crate) async fn close(
         tasks.spawn(async move {
             let _turn = queue.cleanup_turn().await;
             if let Some(worktree) = worktree
-                && let Err(error) = remove_worktree(&ctx, &worktree).await
+                && let Err(error) = worktree.remove(&ctx.repo, &ctx.trees).await
             {
                 // Its branch stays with it, so that `grove clean` finds both.
                 ctx.note(format!(
@@ -292,9 +281,8 @@ mod tests {
         let mut run = TestRun::alpha().await;
         let worktree = run.worktree(1).await;
         std::fs::write(worktree.path().join("a.txt"), "ALPHA\n").unwrap();
-        run.ctx
-            .repo
-            .checkpoint(&worktree, "S1: final")
+        worktree
+            .checkpoint(&run.ctx.repo, "S1: final")
             .await
             .unwrap();
         let tip = run.rev(&worktree.branch_ref());

@@ -36,9 +36,8 @@ pub(crate) async fn commit(
     worktree: &Worktree,
     work: WorkEnd,
 ) -> Result<Committed, SubtaskError> {
-    let head = ctx
-        .repo
-        .checkpoint(worktree, &format!("{id}: final"))
+    let head = worktree
+        .checkpoint(&ctx.repo, &format!("{id}: final"))
         .await
         .map_err(|source| SubtaskError::Checkpoint {
             path: worktree.path().to_path_buf(),

@@ -35,6 +35,15 @@ impl std::fmt::Display for SetupEnd {
     }
 }
 
+impl From<crate::worktree::WorktreeError> for SubtaskError {
+    fn from(error: crate::worktree::WorktreeError) -> Self {
+        match error {
+            crate::worktree::WorktreeError::Git(source) => Self::Worktree { source },
+            crate::worktree::WorktreeError::Tree(source) => Self::Tree { source },
+        }
+    }
+}
+
 /// What is wrong with a local-only file in the user's work tree.
 #[derive(Debug, thiserror::Error)]
 pub enum FileProblem {

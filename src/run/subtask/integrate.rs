@@ -217,9 +217,8 @@ mod tests {
             .unwrap();
         let worktree = run.worktree(1).await;
         std::fs::write(worktree.path().join("a.txt"), content).unwrap();
-        run.ctx
-            .repo
-            .checkpoint(&worktree, "S1: final")
+        worktree
+            .checkpoint(&run.ctx.repo, "S1: final")
             .await
             .unwrap();
         let tip = run.rev(&worktree.branch_ref());
@@ -277,7 +276,7 @@ mod tests {
         for n in 1..=3 {
             let worktree = run.worktree(n).await;
             std::fs::write(worktree.path().join(format!("s{n}.txt")), "new\n").unwrap();
-            run.ctx.repo.checkpoint(&worktree, "work").await.unwrap();
+            worktree.checkpoint(&run.ctx.repo, "work").await.unwrap();
             tips.push((queue.next_id(), run.rev(&worktree.branch_ref())));
         }
         let integrating = |(id, tip): (SubtaskId, CommitId)| {

@@ -167,8 +167,8 @@ impl AheadWorktrees {
             };
             for (spec, tx) in queue {
                 let made = match &base {
-                    Some(base) => repo.create_overlay_worktree(spec, base).await,
-                    None => repo.create_worktree(spec).await,
+                    Some(base) => Worktree::create_copy_on_write(&repo, spec, base).await,
+                    None => Worktree::create(&repo, spec).await,
                 };
                 // Mounted too, unless the setup must run in the base first (the subtask
                 // that runs it mounts its own): a tree host each was 30 ms of the burst
@@ -181,7 +181,7 @@ impl AheadWorktrees {
                         let lower = base.tree_dir();
                         let live = Arc::clone(&live);
                         tokio::spawn(async move {
-                            let mounted = trees::mount(&live, &worktree, &lower).await;
+                            let mounted = worktree.mount(&live, &lower).await;
                             let _ = tx.send(Ok(mounted.unwrap_or(worktree)));
                         });
                     }
@@ -258,19 +258,7 @@ async fn discard_worktree(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) 
 /// Removes a worktree that was never mounted: a copy-on-write one's registration holds
 /// nothing to commit (its upper directory was never made), a git one is committed first.
 async fn remove_unmounted(ctx: &RunContext, worktree: &Worktree) -> Result<(), SubtaskError> {
-    if worktree.is_copy_on_write() {
-        // Mounted ahead, perhaps: its host goes, and its (empty) upper directory.
-        trees::discard_mount(ctx, worktree).await?;
-        ctx.repo
-            .unregister_worktree(worktree)
-            .await
-            .map_err(|source| SubtaskError::Worktree { source })
-    } else {
-        ctx.repo
-            .remove_worktree(worktree)
-            .await
-            .map_err(|source| SubtaskError::Worktree { source })
-    }
+    Ok(worktree.discard_unused(&ctx.repo, &ctx.trees).await?)
 }
 
 /// Clears the way for subtask `id` to start from `start`: a worktree and branch left at
@@ -319,8 +307,8 @@ pub(crate) async fn create_worktree(
         let base = base.clone().filter(|_| spec.base == ctx.base);
         async move {
             match base {
-                Some(base) => ctx.repo.create_overlay_worktree(spec, &base).await,
-                None => ctx.repo.create_worktree(spec).await,
+                Some(base) => Worktree::create_copy_on_write(&ctx.repo, spec, &base).await,
+                None => Worktree::create(&ctx.repo, spec).await,
             }
         }
     };
@@ -964,10 +952,8 @@ mod stage_tests {
             run.notes(),
             vec!["S1: running the setup command `echo preparing; echo broken >&2; exit 3`"]
         );
-        let committed = run
-            .ctx
-            .repo
-            .checkpoint(&worktree, "S1: probe")
+        let committed = worktree
+            .checkpoint(&run.ctx.repo, "S1: probe")
             .await
             .unwrap();
         assert_eq!(

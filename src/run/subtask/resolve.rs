@@ -647,7 +647,7 @@ mod tests {
         let (s1, _s2) = (queue.next_id(), queue.next_id());
         let first = run.worktree(1).await;
         std::fs::write(first.path().join("a.txt"), "one\nTWO by S1\nthree\n").unwrap();
-        ctx.repo.checkpoint(&first, "S1: final").await.unwrap();
+        first.checkpoint(&ctx.repo, "S1: final").await.unwrap();
         let tip1 = run.rev(&first.branch_ref());
         let MergeOutcome::Merged { commit } = ctx
             .repo
@@ -666,7 +666,7 @@ mod tests {
         queue.settle(s1);
         let second = run.worktree(2).await;
         std::fs::write(second.path().join("a.txt"), "one\nTWO by S2\nthree\n").unwrap();
-        ctx.repo.checkpoint(&second, "S2: final").await.unwrap();
+        second.checkpoint(&ctx.repo, "S2: final").await.unwrap();
         let tip2 = run.rev(&second.branch_ref());
         (run, tip2, queue)
     }
@@ -955,9 +955,8 @@ mod tests {
         .await;
         let worktree = run.worktree(1).await;
         std::fs::write(worktree.path().join("a.txt"), "work\n").unwrap();
-        run.ctx
-            .repo
-            .checkpoint(&worktree, "S1: turn 1")
+        worktree
+            .checkpoint(&run.ctx.repo, "S1: turn 1")
             .await
             .unwrap();
         let work = run.rev(&worktree.branch_ref());

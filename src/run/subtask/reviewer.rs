@@ -503,9 +503,8 @@ mod tests {
         let run = TestRun::new(&[("a.txt", "alpha\n")], RunOptions::new("t"), model).await;
         let worktree = run.worktree(1).await;
         std::fs::write(worktree.path().join("a.txt"), "ALPHA\n").unwrap();
-        run.ctx
-            .repo
-            .checkpoint(&worktree, "S1: final")
+        worktree
+            .checkpoint(&run.ctx.repo, "S1: final")
             .await
             .unwrap();
         let tip = run.rev(&worktree.branch_ref());

@@ -15,8 +15,8 @@ async fn archiving_commits_uncommitted_work_first() {
     std::fs::write(worktree.path().join("README"), "half-done edit\n").unwrap();
     std::fs::write(worktree.path().join("draft.txt"), "untracked draft\n").unwrap();
 
-    let archived = repo
-        .archive_worktree(&worktree, "rejected by reviewer")
+    let archived = worktree
+        .archive(&repo, "rejected by reviewer")
         .await
         .unwrap();
 
@@ -110,7 +110,7 @@ async fn gc_is_the_only_deleter_of_archives_and_respects_the_age() {
     let repo = fixture.open().await;
     let worktree = filled_worktree(&repo, fixture.rev("HEAD"), 1).await;
     commit_in(&repo, &worktree, &[("a.txt", "a\n")]).await;
-    repo.archive_worktree(&worktree, "failed").await.unwrap();
+    worktree.archive(&repo, "failed").await.unwrap();
 
     let kept = repo
         .gc_archives(Duration::from_secs(100 * 365 * 86_400))
@@ -143,7 +143,7 @@ async fn a_kept_branch_is_deleted_with_its_reflog_packed_or_loose_and_a_held_loc
     for n in 1..=3 {
         let worktree = filled_worktree(&repo, base, n).await;
         tips.push(commit_in(&repo, &worktree, &[(&format!("{n}.txt"), "x\n")]).await);
-        repo.archive_worktree(&worktree, "kept").await.unwrap();
+        worktree.archive(&repo, "kept").await.unwrap();
         repo.remove_worktree(&worktree).await.unwrap();
     }
     let branch = |n: u32| subtask_ref(&run_id(), n);

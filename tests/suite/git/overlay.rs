@@ -167,8 +167,9 @@ async fn an_upper_dir_checkpoint_records_what_git_add_all_records_on_a_plain_che
     };
     tree.sh(&fixture, WORKER_CHANGES);
 
-    let commit = repo
-        .checkpoint(&tree.worktree, "S1: work")
+    let commit = tree
+        .worktree
+        .checkpoint(&repo, "S1: work")
         .await
         .unwrap()
         .expect("the changes make a commit");
@@ -187,7 +188,7 @@ async fn an_upper_dir_checkpoint_records_what_git_add_all_records_on_a_plain_che
         "the branch moved to the checkpoint"
     );
     assert_eq!(
-        repo.checkpoint(&tree.worktree, "S1: again").await.unwrap(),
+        tree.worktree.checkpoint(&repo, "S1: again").await.unwrap(),
         None,
         "nothing changed since: no empty commit"
     );
@@ -212,8 +213,9 @@ async fn the_upper_dir_and_the_cli_inside_the_tree_give_the_same_commit() {
     fast.sh(&fixture, WORKER_CHANGES);
     cli.sh(&fixture, WORKER_CHANGES);
 
-    let by_upper = repo
-        .checkpoint(&fast.worktree, "work")
+    let by_upper = fast
+        .worktree
+        .checkpoint(&repo, "work")
         .await
         .unwrap()
         .unwrap();
@@ -240,8 +242,9 @@ async fn a_later_checkpoint_starts_from_the_base_so_a_deleted_new_file_is_gone()
         return;
     };
     tree.sh(&fixture, "echo one > made.txt && echo two > kept.txt");
-    let first = repo
-        .checkpoint(&tree.worktree, "one")
+    let first = tree
+        .worktree
+        .checkpoint(&repo, "one")
         .await
         .unwrap()
         .unwrap();
@@ -251,8 +254,9 @@ async fn a_later_checkpoint_starts_from_the_base_so_a_deleted_new_file_is_gone()
         "a file made and deleted again leaves no whiteout in the upper directory"
     );
 
-    let second = repo
-        .checkpoint(&tree.worktree, "two")
+    let second = tree
+        .worktree
+        .checkpoint(&repo, "two")
         .await
         .unwrap()
         .unwrap();
@@ -290,7 +294,8 @@ async fn the_workers_git_status_inside_the_tree_shows_only_its_changes() {
         before, " M README\n?? new.txt\n",
         "the worker's git sees its branch, its index and only its own changes"
     );
-    repo.checkpoint(&tree.worktree, "work")
+    tree.worktree
+        .checkpoint(&repo, "work")
         .await
         .unwrap()
         .unwrap();
@@ -406,8 +411,9 @@ async fn an_upper_dir_checkpoint_converts_line_endings_as_git_add_does() {
                   && printf 'raw\\r\\n' > data.bin";
     tree.sh(&fixture, script);
 
-    let commit = repo
-        .checkpoint(&tree.worktree, "S1: work")
+    let commit = tree
+        .worktree
+        .checkpoint(&repo, "S1: work")
         .await
         .unwrap()
         .expect("the changes make a commit");

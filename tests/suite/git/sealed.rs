@@ -186,7 +186,7 @@ async fn a_planted_dot_git_file_in_a_worktree_is_never_followed() {
     .unwrap();
     std::fs::write(worktree.path().join("README"), "work\n").unwrap();
 
-    let commit = repo.checkpoint(&worktree, "turn 1").await.unwrap().unwrap();
+    let commit = worktree.checkpoint(&repo, "turn 1").await.unwrap().unwrap();
 
     assert_eq!(
         repo.ref_target(&subtask_ref(&run_id(), 1)).unwrap(),
@@ -241,7 +241,7 @@ async fn another_process_holding_a_lock_is_waited_out_and_a_stuck_lock_is_report
     let worktree = filled_worktree(&repo, fixture.rev("HEAD"), 1).await;
     std::fs::write(worktree.path().join("README"), "change\n").unwrap();
 
-    let committed = repo.checkpoint(&worktree, "turn 1").await.unwrap();
+    let committed = worktree.checkpoint(&repo, "turn 1").await.unwrap();
     assert!(
         committed.is_some(),
         "two lock collisions are retried through"
@@ -259,7 +259,7 @@ async fn another_process_holding_a_lock_is_waited_out_and_a_stuck_lock_is_report
     .await
     .unwrap();
     std::fs::write(worktree.path().join("README"), "another change\n").unwrap();
-    let error = repo.checkpoint(&worktree, "turn 2").await.unwrap_err();
+    let error = worktree.checkpoint(&repo, "turn 2").await.unwrap_err();
     assert!(
         matches!(&error, GitError::Command { stderr, .. } if stderr.contains("index.lock")),
         "a lock that never goes away ends in an error naming it: {error}"

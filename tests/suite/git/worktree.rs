@@ -126,7 +126,7 @@ async fn a_failed_fill_is_reported_and_blocks_commits() {
     );
     assert!(
         matches!(
-            repo.checkpoint(&worktree, "x").await,
+            worktree.checkpoint(&repo, "x").await,
             Err(GitError::FillFailed { .. })
         ),
         "a half-filled tree is never committed (it would record deletions)"
