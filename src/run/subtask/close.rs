@@ -1,4 +1,4 @@
-//! Stage 6, close: what is not merged archived, the worktree removed, the end journaled,
+//! Stage 7, close: what is not merged archived, the worktree removed, the end journaled,
 //! and the bounded result the lead gets back.
 //!
 //! This file owns the end of a subtask and the only text that crosses back to the lead:

@@ -1,4 +1,4 @@
-//! Stage 5, integrate: an approved subtask merged onto the run's result in its turn; a
+//! Stage 6, integrate: an approved subtask merged onto the run's result in its turn; a
 //! rejected one goes no further.
 //!
 //! This file owns the write to the run's result ref (a conflicting subtask's resolver,

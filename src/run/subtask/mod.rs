@@ -4,10 +4,14 @@
 //! 0. [`Subtasks::delegate`] (here) — the call is checked (budget, role, tools, the
 //!    subtask cap), numbered by the merge queue, journaled, and run as a tracked task
 //!    under a `--jobs` slot.
-//! 1. [`prepare`] — the worktree is created (or recovered), the local-only files are
-//!    copied in, the setup command runs.
+//! 1. [`prepare`] — the worktree is created (or recovered) and, copy-on-write, mounted
+//!    ([`Worktree::create`](crate::worktree::Worktree::create),
+//!    [`Worktree::mount`](crate::worktree::Worktree::mount)); the local-only files are
+//!    copied in and the setup command runs. The worker's tools get the tree's access
+//!    ([`Worktree::access`](crate::worktree::Worktree::access)) in their context.
 //! 2. [`work`] — the worker (grove's loop, or an external CLI) works in the worktree,
-//!    its turns checkpointed.
+//!    its turns checkpointed
+//!    ([`Worktree::checkpoint`](crate::worktree::Worktree::checkpoint)).
 //! 3. [`commit`] — grove commits what it left and takes the branch's diff.
 //! 4. [`check`] — the project's check runs in the worktree (when one is configured),
 //!    outside the subtask's `--jobs` slot; its result is evidence for the reviewer, or
@@ -18,8 +22,10 @@
 //!    (the merge queue); a rejected one is not.
 //!    An approved subtask that conflicts gets a [`resolve`]r: a subtask of its own that
 //!    merges it by hand, reviewed afresh, merged in the conflicting subtask's turn.
-//! 7. [`close`] — what is not merged is archived, the worktree removed, the end
-//!    journaled, and the lead gets one bounded result.
+//! 7. [`close`] — what is not merged is archived
+//!    ([`Worktree::archive`](crate::worktree::Worktree::archive)), the worktree removed
+//!    ([`Worktree::remove`](crate::worktree::Worktree::remove), or kept for the user),
+//!    the end journaled, and the lead gets one bounded result.
 //!
 //! Each stage returns its own outcome; the pipeline keeps them in a [`Stages`], and one
 //! fold ([`outcome`]) makes the subtask's report of them, its status and reason

@@ -1,4 +1,4 @@
-//! Stage 4, review by the AI reviewer (not `grove review`, where a person decides): a
+//! Stage 5, review by the AI reviewer (not `grove review`, where a person decides): a
 //! fresh, read-only agent judges the diff and ends with `submit_verdict`.
 //!
 //! This file owns what the reviewer sees: the brief, the paths that run later, the diff
