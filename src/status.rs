@@ -25,9 +25,9 @@ impl SubtaskId {
 }
 
 impl fmt::Display for SubtaskId {
-    /// `S3`.
+    /// `S3`; honours width and alignment (`{:<5}`) as the label's text would.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "S{}", self.0)
+        f.pad(&format!("S{}", self.0))
     }
 }
 
@@ -136,6 +136,12 @@ mod tests {
                 label: "lead".into()
             }),
             "only S<number> is a subtask label"
+        );
+        assert!("S".parse::<SubtaskId>().is_err(), "a label has a number");
+        assert_eq!(
+            format!("{:<5}|", SubtaskId(2)),
+            "S2   |",
+            "padded like its text"
         );
     }
 

@@ -127,8 +127,9 @@ impl From<RunId> for String {
 }
 
 impl fmt::Display for RunId {
+    /// The id; honours width, alignment and precision as its text would.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.pad(&self.0)
     }
 }
 
@@ -199,8 +200,9 @@ impl From<CommitId> for String {
 }
 
 impl fmt::Display for CommitId {
+    /// The full hex id; honours width, alignment and precision (`{:.10}`) as its text would.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
+        f.pad(&self.0.to_string())
     }
 }
 
@@ -265,5 +267,7 @@ mod tests {
         assert!(CommitId::parse("abc").is_err(), "abbreviations are refused");
         let hex = "0123456789abcdef0123456789abcdef01234567";
         assert_eq!(CommitId::parse(hex).unwrap().to_string(), hex);
+        assert_eq!(format!("{:.7}", CommitId::parse(hex).unwrap()), "0123456");
+        assert_eq!(format!("{:<6}|", RunId::new("r1").unwrap()), "r1    |");
     }
 }

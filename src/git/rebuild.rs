@@ -183,16 +183,15 @@ impl Repo {
             .collect())
     }
 
-    /// The commit with full hex id `hex`, or `None` when the repository does not hold
-    /// it (never written, or garbage-collected).
-    pub fn find_commit(&self, hex: &str) -> Result<Option<CommitId>, GitError> {
-        let Ok(commit) = CommitId::parse(hex) else {
-            return Ok(None);
-        };
-        self.read(hex, |repo| match repo.find_commit(commit.oid()) {
-            Ok(_) => Ok(Some(commit)),
-            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
-            Err(e) => Err(e),
+    /// `commit`, or `None` when the repository does not hold it (never written, or
+    /// garbage-collected).
+    pub fn find_commit(&self, commit: CommitId) -> Result<Option<CommitId>, GitError> {
+        self.read(&commit.to_string(), |repo| {
+            match repo.find_commit(commit.oid()) {
+                Ok(_) => Ok(Some(commit)),
+                Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+                Err(e) => Err(e),
+            }
         })
     }
 }

@@ -155,7 +155,8 @@ pub fn review(outcome: &ReviewOutcome) -> String {
         ));
     }
     if !outcome.unchanged.is_empty() {
-        lines.push(format!("Unchanged: {}.", outcome.unchanged.join(", ")));
+        let unchanged: Vec<String> = outcome.unchanged.iter().map(ToString::to_string).collect();
+        lines.push(format!("Unchanged: {}.", unchanged.join(", ")));
     }
     if let Some(rebuilt) = &outcome.rebuilt {
         lines.push(format!("The result was rebuilt: {}.", rebuilt.result));

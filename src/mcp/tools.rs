@@ -202,7 +202,7 @@ impl Tools {
                     Err(error) => return Ok(tool_error(&error)),
                 };
                 if let Some(diff) = diff {
-                    diffs.insert(subtask.id.clone(), capped_diff(&diff, cap));
+                    diffs.insert(subtask.id.to_string(), capped_diff(&diff, cap));
                 }
             }
             value["diffs"] = Value::Object(diffs);

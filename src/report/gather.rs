@@ -12,7 +12,7 @@ use crate::git::{CommitId, GitError, Repo};
 use crate::ledger::Ledger;
 use crate::settings::options::ModelNames;
 use crate::store::journal::{
-    self, Entry, JournalError, Record, RunOutcome, SubtaskKind, VerdictKind,
+    self, Entry, JournalError, Record, RunOutcome, SubtaskId, SubtaskKind, VerdictKind,
 };
 use crate::store::lock::{self, Liveness};
 use crate::store::state::{LEAD_SUBTASK, RunState, RunStatus, SubtaskState, SubtaskStatus};
@@ -55,13 +55,7 @@ pub async fn gather(
     let records = journal::read_journal(&run_dir.join(JOURNAL_FILE))?.records;
     let mut notes = Vec::new();
     // Journaled in the order they got going; shown in the order the lead delegated them.
-    state.subtasks.sort_by_cached_key(|subtask| {
-        let number = subtask
-            .id
-            .strip_prefix('S')
-            .and_then(|n| n.parse::<u32>().ok());
-        (number.unwrap_or(u32::MAX), subtask.id.clone())
-    });
+    state.subtasks.sort_by_key(|subtask| subtask.id);
 
     if state.status == RunStatus::Running {
         match lock::read_holder(repo.common_dir()) {
@@ -96,13 +90,13 @@ pub async fn gather(
         subtasks.push(section(repo, &state, subtask, &archives).await);
     }
     Ok(ReportData {
-        run_id: state.run_id.clone(),
+        run_id: state.run_id.to_string(),
         task: state.task.clone(),
         status: state.status,
-        base: state.base.clone(),
+        base: state.base.to_string(),
         branch: state.branch.clone(),
         provider: state.provider.clone(),
-        result_commit: state.result_commit.clone(),
+        result_commit: state.result_commit.map(|commit| commit.to_string()),
         applied: state.applied,
         pause_reason: state.pause_reason.clone(),
         error: state.error.clone(),
@@ -181,8 +175,8 @@ impl AgentFiles {
             .iter()
             .map(|s| {
                 (
-                    AgentFile::read(run_dir, &s.id, &s.agent, notes),
-                    AgentFile::read(run_dir, &s.id, "reviewer", notes),
+                    AgentFile::read(run_dir, &s.id.to_string(), &s.agent, notes),
+                    AgentFile::read(run_dir, &s.id.to_string(), "reviewer", notes),
                 )
             })
             .collect();
@@ -212,15 +206,15 @@ struct SubtaskTimes {
     conflict: Option<u64>,
 }
 
-fn subtask_times(records: &[Record], id: &str) -> SubtaskTimes {
+fn subtask_times(records: &[Record], id: SubtaskId) -> SubtaskTimes {
     let mut times = SubtaskTimes::default();
     for record in records {
         match &record.entry {
             Entry::Verdict {
                 subtask, verdict, ..
-            } if subtask == id => times.verdict = Some((record.ts_ms, *verdict)),
-            Entry::Merged { subtask, .. } if subtask == id => times.merged = Some(record.ts_ms),
-            Entry::Conflict { subtask, .. } if subtask == id => {
+            } if *subtask == id => times.verdict = Some((record.ts_ms, *verdict)),
+            Entry::Merged { subtask, .. } if *subtask == id => times.merged = Some(record.ts_ms),
+            Entry::Conflict { subtask, .. } if *subtask == id => {
                 times.conflict = Some(record.ts_ms);
             }
             _ => {}
@@ -278,7 +272,7 @@ fn subtask_lanes(
     worker: &AgentFile,
     reviewer: &AgentFile,
 ) {
-    let times = subtask_times(records, &subtask.id);
+    let times = subtask_times(records, subtask.id);
     let failed_at = (subtask.status == SubtaskStatus::Failed)
         .then_some(subtask.finished_ms)
         .flatten();
@@ -298,8 +292,8 @@ fn subtask_lanes(
     }
     lanes.push(Lane {
         role: working_role(subtask),
-        label: subtask.id.clone(),
-        subtask: Some(subtask.id.clone()),
+        label: subtask.id.to_string(),
+        subtask: Some(subtask.id.to_string()),
         queued_ms: Some(subtask.started_ms),
         started_ms: worker.timing.started_ms.unwrap_or(subtask.started_ms),
         ended_ms: worker_end,
@@ -330,8 +324,8 @@ fn subtask_lanes(
     let verdict_ms = times.verdict.map(|(ts, _)| ts);
     lanes.push(Lane {
         role: "reviewer".to_owned(),
-        label: subtask.id.clone(),
-        subtask: Some(subtask.id.clone()),
+        label: subtask.id.to_string(),
+        subtask: Some(subtask.id.to_string()),
         queued_ms: None,
         started_ms: reviewer
             .timing
@@ -404,11 +398,16 @@ fn costs(state: &RunState, agents: &AgentFiles) -> Vec<AgentCost> {
     for (subtask, (worker, reviewer)) in state.subtasks.iter().zip(&agents.subtasks) {
         let mut worker_row = row(
             &working_role(subtask),
-            &subtask.id,
+            &subtask.id.to_string(),
             worker,
             &agents.models.worker,
         );
-        let reviewer_row = row("reviewer", &subtask.id, reviewer, &agents.models.reviewer);
+        let reviewer_row = row(
+            "reviewer",
+            &subtask.id.to_string(),
+            reviewer,
+            &agents.models.reviewer,
+        );
         // A finished subtask journaled its agents' exact total; files from before end
         // files existed make up the worker's share from it.
         if subtask.status != SubtaskStatus::Running && !(worker_row.complete) {
@@ -482,13 +481,13 @@ async fn section(
     subtask: &SubtaskState,
     archives: &[(String, CommitId)],
 ) -> SubtaskSection {
-    let number = subtask.id.strip_prefix('S').unwrap_or(&subtask.id);
-    let archive = newest_archive(archives, &state.run_id, number);
+    let number = subtask.id.number().to_string();
+    let archive = newest_archive(archives, state.run_id.as_str(), &number);
     let diff = match head_of(repo, subtask, archive) {
         // One that waited for others started from the result then: its own diff is
         // against that start.
         Ok(Some((head, source))) => {
-            let start = subtask.start.as_deref().unwrap_or(&state.base);
+            let start = subtask.start.unwrap_or(state.base);
             diff_view(repo, start, head, source).await
         }
         Ok(None) => DiffView::Unavailable {
@@ -499,7 +498,7 @@ async fn section(
         },
     };
     SubtaskSection {
-        id: subtask.id.clone(),
+        id: subtask.id.to_string(),
         kind: subtask.kind,
         task: subtask.task.clone(),
         branch: subtask.branch.clone(),
@@ -508,7 +507,7 @@ async fn section(
         verdict: subtask.verdict.clone(),
         conflict_paths: subtask.conflict_paths.clone(),
         paths: subtask.paths.clone(),
-        waits_for: subtask.waits_for.clone(),
+        waits_for: subtask.waits_for.iter().map(ToString::to_string).collect(),
         waiting: subtask.status == SubtaskStatus::Running
             && subtask.start.is_none()
             && !subtask.waits_for.is_empty()
@@ -527,10 +526,7 @@ fn head_of(
     archive: Option<&(String, CommitId)>,
 ) -> Result<Option<(CommitId, String)>, GitError> {
     if let Some(merge) = &subtask.merge {
-        return Ok(Some((
-            CommitId::parse(&merge.commit)?,
-            "merged commit".into(),
-        )));
+        return Ok(Some((merge.commit, "merged commit".into())));
     }
     if let Some((name, commit)) = archive {
         return Ok(Some((*commit, format!("archived work {name}"))));
@@ -541,19 +537,15 @@ fn head_of(
     }
     match &subtask.last_checkpoint {
         Some(checkpoint) => Ok(Some((
-            CommitId::parse(&checkpoint.commit)?,
+            checkpoint.commit,
             format!("checkpoint after turn {}", checkpoint.turn),
         ))),
         None => Ok(None),
     }
 }
 
-async fn diff_view(repo: &Repo, base: &str, head: CommitId, source: String) -> DiffView {
-    let diff = match CommitId::parse(base) {
-        Ok(base) => repo.diff(base, head, MAX_PATCH_BYTES).await,
-        Err(error) => Err(error),
-    };
-    match diff {
+async fn diff_view(repo: &Repo, base: CommitId, head: CommitId, source: String) -> DiffView {
+    match repo.diff(base, head, MAX_PATCH_BYTES).await {
         Ok(diff) => DiffView::Shown {
             base: diff.base.to_string(),
             head: diff.head.to_string(),

@@ -22,7 +22,9 @@ use crate::run::finish::describe_refusal;
 use crate::run::history;
 use crate::run::report::executes_later;
 use crate::settings::options::History;
-use crate::store::journal::{Entry, Journal, RebuiltSubtask, Record, SubtaskOutcome, VerdictKind};
+use crate::store::journal::{
+    Entry, Journal, RebuiltSubtask, Record, SubtaskId, SubtaskOutcome, VerdictKind,
+};
 use crate::store::lock::RepoLock;
 use crate::store::state::{self, RunState, SubtaskState, SubtaskStatus};
 use crate::store::{JOURNAL_FILE, RunId, RunStore, SNAPSHOT_FILE};
@@ -46,29 +48,26 @@ pub async fn load(repo: &Repo, run_id: &str) -> Result<RunReview, ReviewError> {
 }
 
 async fn review_of(repo: &Repo, state: &RunState) -> Result<RunReview, ReviewError> {
-    let run = GitRunId::new(&state.run_id)?;
-    let base = CommitId::parse(&state.base)?;
+    let run = &state.run_id;
+    let base = state.base;
     // The journal has subtasks in the order they started, which races; people and the
     // rebuild go by number.
     let mut ordered: Vec<&SubtaskState> = state.subtasks.iter().collect();
-    ordered.sort_by_key(|s| subtask_number(&s.id).unwrap_or(u32::MAX));
+    ordered.sort_by_key(|s| s.id);
     let mut subtasks = Vec::with_capacity(ordered.len());
     for subtask in ordered {
         // Its own work only: one that waited started from the result, not the base.
-        let start = match &subtask.start {
-            Some(start) => Some(CommitId::parse(start)?),
-            None => None,
-        };
+        let start = subtask.start;
         let from = start.unwrap_or(base);
         // A subtask that changed nothing is archived at its start: no work of its own.
-        let found = find_subtask_commit(repo, &run, subtask)?.filter(|(c, _)| *c != from);
+        let found = find_subtask_commit(repo, run, subtask)?.filter(|(c, _)| *c != from);
         let diffstat = match &found {
             Some((commit, _)) => Some(repo.diff(from, *commit, STAT_ONLY_PATCH_BYTES).await?.stat),
             None => None,
         };
         let (commit, commit_source) = found.unzip();
         subtasks.push(SubtaskReview {
-            id: subtask.id.clone(),
+            id: subtask.id,
             task: subtask.task.clone(),
             status: subtask.status,
             reviewer: subtask.verdict.clone(),
@@ -90,7 +89,7 @@ async fn review_of(repo: &Repo, state: &RunState) -> Result<RunReview, ReviewErr
         base,
         branch: state.branch.clone(),
         result_branch: run.result_branch(),
-        result_commit: state.result_commit.clone(),
+        result_commit: state.result_commit,
         applied: state.applied,
         history: history_of(state),
         error: state.error.clone(),
@@ -107,11 +106,6 @@ fn history_of(state: &RunState) -> History {
         .map_or(History::Merge, |options| options.history)
 }
 
-/// The subtask's number: `S3` → 3.
-fn subtask_number(id: &str) -> Option<u32> {
-    id.strip_prefix('S')?.parse().ok()
-}
-
 /// Finds a subtask's work: the merged commit, else its branch, else an archive (one
 /// holding the last checkpoint or more, else the newest), else the last checkpoint.
 /// Branches go once a subtask is settled and checkpoints may be garbage-collected, so
@@ -122,19 +116,17 @@ fn find_subtask_commit(
     subtask: &SubtaskState,
 ) -> Result<Option<(CommitId, CommitSource)>, GitError> {
     if let Some(merge) = &subtask.merge
-        && let Some(commit) = repo.find_commit(&merge.commit)?
+        && let Some(commit) = repo.find_commit(merge.commit)?
     {
         return Ok(Some((commit, CommitSource::Merged)));
     }
-    let Some(number) = subtask_number(&subtask.id) else {
-        return Ok(None);
-    };
+    let number = subtask.id.number();
     let branch = subtask_ref(run, number);
     if let Some(commit) = repo.ref_target(&branch)? {
         return Ok(Some((commit, CommitSource::Branch { reference: branch })));
     }
     let checkpoint = match &subtask.last_checkpoint {
-        Some(checkpoint) => repo.find_commit(&checkpoint.commit)?,
+        Some(checkpoint) => repo.find_commit(checkpoint.commit)?,
         None => None,
     };
     let archives = repo.subtask_archives(run, number)?;
@@ -158,7 +150,7 @@ fn find_subtask_commit(
 /// One decision recorded by [`override_verdicts`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RecordedDecision {
-    pub subtask: String,
+    pub subtask: SubtaskId,
     pub verdict: VerdictKind,
     /// The decision it replaced.
     pub previous: Option<VerdictKind>,
@@ -168,9 +160,9 @@ pub struct RecordedDecision {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RebuildReport {
     /// The result before.
-    pub previous: Option<String>,
+    pub previous: Option<CommitId>,
     /// The result now.
-    pub result: String,
+    pub result: CommitId,
     /// How every decided subtask ended, in subtask order.
     pub subtasks: Vec<RebuiltSubtask>,
     /// Work that is not in the result, kept under archive refs.
@@ -219,7 +211,7 @@ pub struct ReviewOutcome {
     /// Decisions journaled (those that changed something), in the order given.
     pub recorded: Vec<RecordedDecision>,
     /// Subtasks whose decision was already the one given; nothing was journaled for them.
-    pub unchanged: Vec<String>,
+    pub unchanged: Vec<SubtaskId>,
     /// Set when the result was rebuilt.
     pub rebuilt: Option<RebuildReport>,
     /// Set when an apply was asked for.
@@ -298,7 +290,7 @@ pub async fn override_verdicts(
     }
     let mut journal = ReviewJournal::open(&store, &store_id)?;
     let state = journal.state.clone();
-    let run = GitRunId::new(&state.run_id)?;
+    let run = state.run_id.clone();
     // A kill during a ref update leaves its `<ref>.lock`: with it there, no rebuild or
     // apply could move the run's refs (a resume or a clean clears them the same way).
     let removed_locks = repo
@@ -312,13 +304,17 @@ pub async fn override_verdicts(
     let mut recorded = Vec::new();
     let mut unchanged = Vec::new();
     for (subtask, verdict) in wanted {
-        let previous = before.subtask(&subtask).and_then(|s| s.decision);
+        let previous = before
+            .subtasks
+            .iter()
+            .find(|s| s.id == subtask)
+            .and_then(|s| s.decision);
         if previous == Some(verdict) {
             unchanged.push(subtask);
             continue;
         }
         journal.append(Entry::HumanVerdict {
-            subtask: subtask.clone(),
+            subtask,
             verdict,
             previous,
         })?;
@@ -332,8 +328,7 @@ pub async fn override_verdicts(
     let decided = review_of(repo, &journal.state).await?;
     // The result ref is grove's: one that no longer points where the journal says (moved
     // or deleted by hand) is rebuilt from the decisions too.
-    let drifted =
-        repo.ref_target(&run.result_ref())?.map(|c| c.to_string()) != journal.state.result_commit;
+    let drifted = repo.ref_target(&run.result_ref())? != journal.state.result_commit;
     let rebuilt = if !recorded.is_empty() || !consistent(&decided) || drifted {
         Some(rebuild(repo, &run, &decided, &mut journal).await?)
     } else {
@@ -362,8 +357,8 @@ pub async fn override_verdicts(
 fn check_changes(
     review: &RunReview,
     changes: &[(String, VerdictKind)],
-) -> Result<Vec<(String, VerdictKind)>, ReviewError> {
-    let mut wanted: Vec<(String, VerdictKind)> = Vec::new();
+) -> Result<Vec<(SubtaskId, VerdictKind)>, ReviewError> {
+    let mut wanted: Vec<(SubtaskId, VerdictKind)> = Vec::new();
     for (subtask, verdict) in changes {
         let Some(found) = review.subtask(subtask) else {
             return Err(ReviewError::UnknownSubtask {
@@ -372,7 +367,7 @@ fn check_changes(
                 known: review
                     .subtasks
                     .iter()
-                    .map(|s| s.id.as_str())
+                    .map(|s| s.id.to_string())
                     .collect::<Vec<_>>()
                     .join(", "),
             });
@@ -386,18 +381,18 @@ fn check_changes(
                 },
             });
         }
-        match wanted.iter().find(|(id, _)| id == subtask) {
+        match wanted.iter().find(|(id, _)| *id == found.id) {
             Some((_, earlier)) if earlier != verdict => {
                 return Err(ReviewError::ContradictoryDecisions {
                     subtask: subtask.clone(),
                 });
             }
             Some(_) => {}
-            None => wanted.push((subtask.clone(), *verdict)),
+            None => wanted.push((found.id, *verdict)),
         }
     }
-    let position = |id: &str| review.subtasks.iter().position(|s| s.id == id);
-    wanted.sort_by_key(|(id, _)| position(id));
+    let position = |id: SubtaskId| review.subtasks.iter().position(|s| s.id == id);
+    wanted.sort_by_key(|(id, _)| position(*id));
     Ok(wanted)
 }
 
@@ -407,7 +402,7 @@ fn check_changes(
 fn refuse_built_on_rejected(
     repo: &Repo,
     review: &RunReview,
-    wanted: &[(String, VerdictKind)],
+    wanted: &[(SubtaskId, VerdictKind)],
 ) -> Result<(), ReviewError> {
     let decided = |subtask: &SubtaskReview| {
         let decision = wanted.iter().find(|(id, _)| *id == subtask.id);
@@ -418,14 +413,14 @@ fn refuse_built_on_rejected(
             .subtasks
             .iter()
             .filter(move |subtask| decided(subtask) == Some(verdict))
-            .filter_map(|subtask| Some((subtask.id.as_str(), subtask.commit?)))
+            .filter_map(|subtask| Some((subtask.id, subtask.commit?)))
     };
     for (approved, commit) in with(VerdictKind::Approve) {
         for (rejected, work) in with(VerdictKind::Reject) {
             if repo.is_ancestor(work, commit)? {
                 return Err(ReviewError::BuiltOnRejected {
-                    subtask: approved.to_owned(),
-                    on: rejected.to_owned(),
+                    subtask: approved.to_string(),
+                    on: rejected.to_string(),
                 });
             }
         }
@@ -455,7 +450,8 @@ async fn rebuild(
     let mut archived = Vec::new();
     let mut picks = Vec::new();
     for subtask in &review.subtasks {
-        let (Some(number), Some(commit)) = (subtask_number(&subtask.id), subtask.commit) else {
+        let number = subtask.id.number();
+        let Some(commit) = subtask.commit else {
             continue;
         };
         match subtask.decision {
@@ -478,13 +474,11 @@ async fn rebuild(
 
     let mut subtasks = Vec::new();
     for subtask in &review.subtasks {
-        let Some(number) = subtask_number(&subtask.id) else {
-            continue;
-        };
+        let number = subtask.id.number();
         let step = rebuilt.steps.iter().find(|(n, _)| *n == number);
         let outcome = match (subtask.decision, step, subtask.commit) {
             (Some(VerdictKind::Reject), _, _) => RebuiltSubtask {
-                subtask: subtask.id.clone(),
+                subtask: subtask.id,
                 status: SubtaskOutcome::Rejected,
                 commit: None,
                 result: None,
@@ -495,16 +489,16 @@ async fn rebuild(
                 Some((_, RebuildStep::Merged { result } | RebuildStep::AlreadyMerged { result })),
                 Some(commit),
             ) => RebuiltSubtask {
-                subtask: subtask.id.clone(),
+                subtask: subtask.id,
                 status: SubtaskOutcome::Merged,
-                commit: Some(commit.to_string()),
-                result: Some(result.to_string()),
+                commit: Some(commit),
+                result: Some(*result),
                 conflict_paths: Vec::new(),
             },
             (Some(VerdictKind::Approve), Some((_, RebuildStep::Conflict { paths })), Some(c)) => {
                 archived.push(repo.archive_commit(run, number, c).await?);
                 RebuiltSubtask {
-                    subtask: subtask.id.clone(),
+                    subtask: subtask.id,
                     status: SubtaskOutcome::Conflict,
                     commit: None,
                     result: None,
@@ -519,22 +513,22 @@ async fn rebuild(
     archived.sort_by(|a, b| a.reference.cmp(&b.reference));
     archived.dedup();
     journal.append(Entry::ResultRebuilt {
-        result: rebuilt.result.to_string(),
+        result: rebuilt.result,
         subtasks: subtasks.clone(),
     })?;
     Ok(RebuildReport {
-        previous: previous.map(|c| c.to_string()),
-        result: rebuilt.result.to_string(),
+        previous,
+        result: rebuilt.result,
         subtasks,
         archived,
     })
 }
 
 fn merge_message(run: &GitRunId, subtask: &SubtaskReview) -> String {
-    let label = &subtask.id;
+    let label = subtask.id;
     let mut trailers = vec![
         ("Grove-Run", run.to_string()),
-        ("Grove-Subtask", label.clone()),
+        ("Grove-Subtask", label.to_string()),
     ];
     if subtask.human_verdict == Some(VerdictKind::Approve) {
         trailers.push(("Grove-Review", "approved by a person".to_owned()));
@@ -552,7 +546,7 @@ async fn apply_result(
 ) -> Result<ApplyResult, ReviewError> {
     let branch = short_branch(&state.branch).to_owned();
     let result_branch = run.result_branch();
-    let base = CommitId::parse(&state.base)?;
+    let base = state.base;
     let result = repo.ref_target(&run.result_ref())?;
     if result.is_none_or(|result| result == base) {
         return Ok(ApplyResult::NothingToApply {
@@ -620,9 +614,7 @@ async fn apply_result(
         }
     };
     if let Some(result) = result {
-        journal.append(Entry::ResultApplied {
-            result: result.to_string(),
-        })?;
+        journal.append(Entry::ResultApplied { result })?;
     }
     Ok(applied)
 }
@@ -662,18 +654,5 @@ impl ReviewJournal {
         self.state = next;
         state::write_snapshot(&self.snapshot, &self.state)?;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn subtask_numbers_come_from_their_labels() {
-        assert_eq!(subtask_number("S12"), Some(12));
-        assert_eq!(subtask_number("lead"), None);
-        assert_eq!(subtask_number("S"), None);
     }
 }

@@ -6,8 +6,9 @@
 
 use serde::Serialize;
 
-use crate::git::{CommitId, DiffStat, GitError, Repo};
+use crate::git::{CommitId, DiffStat, GitError, Repo, RunId};
 use crate::settings::options::History;
+use crate::status::SubtaskId;
 use crate::store::StoreError;
 use crate::store::journal::{CheckRun, JournalError, VerdictKind};
 use crate::store::lock::LockError;
@@ -22,7 +23,7 @@ pub enum ReviewError {
          `grove resume {run_id}` finishes it first (`grove review {run_id} --list` shows it \
          as it is)"
     )]
-    NotFinished { run_id: String, status: RunStatus },
+    NotFinished { run_id: RunId, status: RunStatus },
     /// The result is on the user's branch already; taking part of it back is a git
     /// operation on the user's history, which grove leaves to the user.
     #[error(
@@ -30,7 +31,7 @@ pub enum ReviewError {
          it; undo it yourself: {undo}, or `git reset` {branch} to where you want it"
     )]
     AlreadyApplied {
-        run_id: String,
+        run_id: RunId,
         branch: String,
         /// How to take the run's commits back, as the history it gave the branch has
         /// them.
@@ -39,7 +40,7 @@ pub enum ReviewError {
     /// A decision names a subtask the run does not have.
     #[error("run {run_id} has no subtask {subtask} (it has: {known})")]
     UnknownSubtask {
-        run_id: String,
+        run_id: RunId,
         subtask: String,
         known: String,
     },
@@ -68,7 +69,7 @@ pub enum ReviewError {
     /// unchanged.
     #[error("run {run_id}: refused to journal a record: {source}")]
     RecordRejected {
-        run_id: String,
+        run_id: RunId,
         #[source]
         source: ReplayError,
     },
@@ -79,7 +80,7 @@ pub enum ReviewError {
          applying it failed: {source}; `grove review {run_id} --apply` tries again"
     )]
     ApplyFailed {
-        run_id: String,
+        run_id: RunId,
         result_branch: String,
         #[source]
         source: Box<GitError>,
@@ -114,7 +115,7 @@ pub enum CommitSource {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SubtaskReview {
     /// The label, e.g. `S2`.
-    pub id: String,
+    pub id: SubtaskId,
     pub task: String,
     pub status: SubtaskStatus,
     /// The reviewer's verdict, summary and findings.
@@ -150,7 +151,7 @@ impl SubtaskReview {
 /// A run as a person reviews it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunReview {
-    pub run_id: String,
+    pub run_id: RunId,
     pub task: String,
     pub status: RunStatus,
     /// The commit the run started from; every subtask's diff is against it.
@@ -159,7 +160,7 @@ pub struct RunReview {
     pub branch: String,
     /// `grove/<run>/result`.
     pub result_branch: String,
-    pub result_commit: Option<String>,
+    pub result_commit: Option<CommitId>,
     pub applied: bool,
     /// The history the run gives the branch.
     pub history: History,
@@ -172,7 +173,7 @@ pub struct RunReview {
 impl RunReview {
     /// The subtask labelled `id`.
     pub fn subtask(&self, id: &str) -> Option<&SubtaskReview> {
-        self.subtasks.iter().find(|s| s.id == id)
+        self.subtasks.iter().find(|s| s.id.to_string() == id)
     }
 
     /// Why decisions cannot be recorded on this run, if they cannot.
@@ -207,7 +208,7 @@ impl RunReview {
 
 /// What a run's state says of whether a review may change it.
 pub(super) struct Standing<'a> {
-    pub(super) run_id: &'a str,
+    pub(super) run_id: &'a RunId,
     pub(super) status: RunStatus,
     pub(super) applied: bool,
     pub(super) branch: &'a str,
@@ -239,13 +240,13 @@ pub(super) fn refusal(standing: Standing<'_>) -> Option<ReviewError> {
             ),
         };
         return Some(ReviewError::AlreadyApplied {
-            run_id: run_id.to_owned(),
+            run_id: run_id.clone(),
             branch: branch.to_owned(),
             undo,
         });
     }
     (!finished).then(|| ReviewError::NotFinished {
-        run_id: run_id.to_owned(),
+        run_id: run_id.clone(),
         status,
     })
 }

@@ -116,7 +116,7 @@ pub(crate) async fn finish(
         Some(outcome) => Entry::RunFinished {
             status: outcome,
             applied,
-            result_commit: result_commit.map(|c| c.to_string()),
+            result_commit,
             error: error.clone(),
         },
     };
@@ -372,6 +372,7 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     use super::*;
+    use crate::run::id::SubtaskId;
     use crate::run::subtask::report_from_state;
     use crate::run::test_support::TestRun;
     use crate::store::journal::SubtaskOutcome;
@@ -379,7 +380,7 @@ mod tests {
     fn failed(run: &TestRun, n: u32) {
         run.ctx
             .journal(Entry::SubtaskFinished {
-                subtask: format!("S{n}"),
+                subtask: SubtaskId(n),
                 status: SubtaskOutcome::Failed,
                 ledger: Ledger::default(),
                 reason: None,
@@ -388,12 +389,12 @@ mod tests {
     }
 
     /// The reports of the journaled subtasks whose id `keep` takes, as a run hands them in.
-    fn reported_of(run: &TestRun, keep: impl Fn(&str) -> bool) -> Vec<SubtaskReport> {
+    fn reported_of(run: &TestRun, keep: impl Fn(SubtaskId) -> bool) -> Vec<SubtaskReport> {
         run.ctx
             .journal
             .subtasks()
             .iter()
-            .filter(|subtask| keep(&subtask.id))
+            .filter(|subtask| keep(subtask.id))
             .map(report_from_state)
             .collect()
     }
@@ -428,7 +429,7 @@ mod tests {
         failed(&run, 2);
         run.journal_started(3, "Third: write three.txt");
         failed(&run, 3);
-        let reported = reported_of(&run, |id| id == "S2");
+        let reported = reported_of(&run, |id| id == SubtaskId(2));
 
         let report = finish(&run.ctx, reported, lead_done(), ResultCheck::NotRun)
             .await

@@ -144,11 +144,7 @@ pub(crate) async fn applicable_for_run(
 /// A subtask as its commit's message needs it, from the journal: the decision that
 /// counts (a person's over the reviewer's), the reason, the ledger and the check.
 fn journaled_report(subtask: &SubtaskState) -> SubtaskReport {
-    let mut report = SubtaskReport::new(
-        subtask.id.clone(),
-        subtask.task.clone(),
-        subtask.branch.clone(),
-    );
+    let mut report = SubtaskReport::new(subtask.id, subtask.task.clone(), subtask.branch.clone());
     report.kind = subtask.kind;
     report.verdict = subtask.decision();
     report.reason = subtask.reason.clone();
@@ -180,7 +176,7 @@ fn squash_steps(
         .enumerate()
         .map(|(index, merge)| {
             let subtask = merged_subtask(&merge.message)
-                .and_then(|id| subtasks.iter().find(|subtask| subtask.id == id));
+                .and_then(|id| subtasks.iter().find(|subtask| subtask.id.to_string() == id));
             let message = match subtask {
                 Some(subtask) => commit_message(&CommitNote {
                     run: inputs.run.as_str(),
@@ -295,7 +291,7 @@ fn commit_message(note: &CommitNote<'_>) -> String {
     };
     let mut trailers = vec![
         ("Grove-Run", note.run.to_owned()),
-        ("Grove-Subtask", subtask.id.clone()),
+        ("Grove-Subtask", subtask.id.to_string()),
         ("Grove-Verdict", verdict.to_owned()),
         ("Grove-Reviewer-Model", note.reviewer_model.to_owned()),
         ("Grove-Worker-Model", note.worker_model.to_owned()),
@@ -412,9 +408,10 @@ mod tests {
 
     use super::*;
     use crate::agent::Ledger;
+    use crate::run::id::SubtaskId;
 
     fn subtask(task: &str, reason: Option<&str>) -> SubtaskReport {
-        let mut report = SubtaskReport::new("S2".into(), task.into(), "grove/r/2".into());
+        let mut report = SubtaskReport::new(SubtaskId(2), task.into(), "grove/r/2".into());
         report.verdict = Some(VerdictKind::Approve);
         report.reason = reason.map(str::to_owned);
         report.worker_ledger = Ledger {

@@ -261,6 +261,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::run::id::SubtaskId;
     use crate::run::test_support::TestRun;
     use crate::store::journal::SubtaskOutcome;
 
@@ -283,7 +284,7 @@ mod tests {
             ..Transcript::default()
         };
         transcript::save(&run.ctx.transcript_path(LEAD_LABEL, "lead"), &saved).unwrap();
-        let mut merged = SubtaskReport::new("S1".into(), "recorded".into(), "grove/r/1".into());
+        let mut merged = SubtaskReport::new(SubtaskId(1), "recorded".into(), "grove/r/1".into());
         merged.status = SubtaskOutcome::Merged;
 
         let resumed = resumed_history(&run.ctx, &[merged]).unwrap();

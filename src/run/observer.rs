@@ -17,6 +17,7 @@ use crate::agent::{Ledger, ObserverError, TurnObserver, TurnState};
 use crate::git::GitError;
 use crate::model::Message;
 use crate::run::context::{LeadHistory, RunContext, lock};
+use crate::run::id::SubtaskId;
 use crate::store::StoreError;
 use crate::store::durable::{self, Durability};
 use crate::store::journal::{self, Entry};
@@ -57,8 +58,8 @@ pub(crate) struct AgentObserver {
     transcript: SlotFile,
     /// What the agent spent before a resume, so the saved ledger stays whole.
     earlier: Ledger,
-    /// A worker's worktree, committed after each turn that changed files.
-    checkpoint: Option<Worktree>,
+    /// A worker's subtask and worktree, committed after each turn that changed files.
+    checkpoint: Option<(SubtaskId, Worktree)>,
     /// The lead's history, kept for forks; `None` for every other agent.
     lead_history: Option<Arc<LeadHistory>>,
     /// The checkpoint commit of the latest mutating turn, running while the next model
@@ -103,9 +104,9 @@ impl AgentObserver {
         }
     }
 
-    /// Commits `worktree` after every turn that changed files (a worker).
-    pub(crate) fn checkpointing(mut self, worktree: &Worktree) -> Self {
-        self.checkpoint = Some(worktree.clone());
+    /// Commits `worktree` of `subtask` after every turn that changed files (a worker).
+    pub(crate) fn checkpointing(mut self, subtask: SubtaskId, worktree: &Worktree) -> Self {
+        self.checkpoint = Some((subtask, worktree.clone()));
         self
     }
 
@@ -194,7 +195,7 @@ impl AgentObserver {
     }
 
     /// Starts the checkpoint commit of turn `turn` in the background.
-    async fn start_checkpoint(&self, worktree: &Worktree, turn: u32) {
+    async fn start_checkpoint(&self, subtask: SubtaskId, worktree: &Worktree, turn: u32) {
         let (ctx, worktree) = (Arc::clone(&self.ctx), worktree.clone());
         let label = self.label.clone();
         let task = tokio::spawn(async move {
@@ -204,8 +205,8 @@ impl AgentObserver {
                 .map_err(|source| SaveError::Checkpoint { source })?;
             if let Some(commit) = commit {
                 ctx.journal(Entry::Checkpoint {
-                    subtask: label,
-                    commit: commit.to_string(),
+                    subtask,
+                    commit,
                     turn,
                 })
                 .map_err(|source| SaveError::Journal { source })?;
@@ -251,10 +252,10 @@ impl TurnObserver for AgentObserver {
 
     async fn after_turn(&self, state: TurnState<'_>, mutated: bool) -> Result<(), ObserverError> {
         self.flush().await?;
-        if let Some(worktree) = &self.checkpoint
+        if let Some((subtask, worktree)) = &self.checkpoint
             && mutated
         {
-            self.start_checkpoint(worktree, state.turn).await;
+            self.start_checkpoint(*subtask, worktree, state.turn).await;
         }
         // Not synced: were these results lost in a machine crash, the calls would read as
         // interrupted from the synced save before them — reported, never run again.

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::agent::Ledger;
 use crate::git::DiffStat;
+use crate::run::id::SubtaskId;
 use crate::store::journal::{
     CheckRun, CheckStatus, Finding, ON_RESULT, RunOutcome, SubtaskKind, SubtaskOutcome, VerdictKind,
 };
@@ -62,7 +63,7 @@ impl From<RunEnd> for RunStatus {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SubtaskReport {
     /// The label, e.g. `S2`.
-    pub id: String,
+    pub id: SubtaskId,
     /// The brief the lead wrote.
     pub task: String,
     /// The subtask's branch, `grove/<run>/<n>` (deleted once merged or archived).
@@ -205,7 +206,7 @@ impl CheckReport {
 
 impl SubtaskReport {
     /// A subtask that has not got anywhere yet: failed, nothing spent.
-    pub fn new(id: String, task: String, branch: String) -> Self {
+    pub fn new(id: SubtaskId, task: String, branch: String) -> Self {
         Self {
             id,
             task,

@@ -188,8 +188,8 @@ pub(crate) fn start_point(
         .and_then(|tip| tip.ok_or(GitError::UnknownRevision { rev: result }))
         .map_err(|source| SubtaskError::Worktree { source })?;
     ctx.journal(Entry::StartPoint {
-        subtask: id.to_string(),
-        commit: start.to_string(),
+        subtask: id,
+        commit: start,
     })?;
     Ok(start)
 }
@@ -211,14 +211,6 @@ pub(crate) fn worker_brief(task: &str, scope: Option<&WriteScope>) -> String {
 /// The labels (`S1`) of `ids`.
 pub(crate) fn labels(ids: &[SubtaskId]) -> Vec<String> {
     ids.iter().map(ToString::to_string).collect()
-}
-
-/// The ids of `labels` as a journal recorded them; a label that is not one is dropped.
-pub(crate) fn parse_labels(labels: &[String]) -> Vec<SubtaskId> {
-    labels
-        .iter()
-        .filter_map(|label| label.parse().ok())
-        .collect()
 }
 
 #[cfg(test)]

@@ -59,7 +59,7 @@ pub enum RunError {
     /// Not retried: the run's journal names a base or options grove cannot read.
     #[error("run {run_id} cannot be resumed: {source}")]
     NotResumable {
-        run_id: String,
+        run_id: RunId,
         #[source]
         source: ResumeProblem,
     },
@@ -116,8 +116,6 @@ impl From<SandboxViewError> for RunError {
 /// What in a run's journal cannot be resumed from.
 #[derive(Debug, thiserror::Error)]
 pub enum ResumeProblem {
-    #[error("{0}")]
-    Base(#[source] Box<GitError>),
     #[error("{0}")]
     Options(#[source] RecordedOptionsError),
     /// Its provider is unknown here, or its client cannot be made (no API key, say).
@@ -185,7 +183,7 @@ pub(crate) async fn start(
         &lock,
         RunStart {
             task: options.task.clone(),
-            base: base.to_string(),
+            base,
             branch: branch.clone(),
             provider: models.provider.clone(),
             model: models.worker.name.clone(),
@@ -231,11 +229,10 @@ pub(crate) async fn resume(
     })?;
     let state = active.state().clone();
     let not_resumable = |source| RunError::NotResumable {
-        run_id: run_id.to_string(),
+        run_id: run_id.clone(),
         source,
     };
-    let base = CommitId::parse(&state.base)
-        .map_err(|e| not_resumable(ResumeProblem::Base(Box::new(e))))?;
+    let base = state.base;
     let mut options: RunOptions = state
         .options
         .get()

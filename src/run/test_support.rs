@@ -206,7 +206,7 @@ impl TestRun {
                 &lock,
                 RunStart {
                     task: options.task.clone(),
-                    base: base.to_string(),
+                    base,
                     branch: "refs/heads/main".into(),
                     provider: "anthropic".into(),
                     model: "scripted".into(),
@@ -257,7 +257,7 @@ impl TestRun {
     pub(crate) fn journal_started(&self, n: u32, task: &str) {
         self.ctx
             .journal(Entry::SubtaskStarted {
-                subtask: SubtaskId(n).to_string(),
+                subtask: SubtaskId(n),
                 task: task.into(),
                 branch: self.ctx.run.subtask_branch(n),
                 mode: ContextMode::Isolated,

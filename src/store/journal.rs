@@ -17,8 +17,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::git::{CommitId, RunId};
 use crate::ledger::Ledger;
-pub use crate::status::{SubtaskOutcome, VerdictKind};
+pub use crate::status::{SubtaskId, SubtaskOutcome, VerdictKind};
 use crate::store::durable::{self, DurableError};
 use crate::store::recorded::RecordedOptions;
 
@@ -71,15 +72,15 @@ pub struct Finding {
 /// How one subtask ended when `grove review` rebuilt the result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RebuiltSubtask {
-    pub subtask: String,
+    pub subtask: SubtaskId,
     /// `merged`, `conflict` or `rejected`.
     pub status: SubtaskOutcome,
     /// The subtask's commit, when it was merged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub commit: Option<String>,
+    pub commit: Option<CommitId>,
     /// The result right after this subtask was merged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<String>,
+    pub result: Option<CommitId>,
     /// The paths that conflicted, when `status` is `conflict`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conflict_paths: Vec<String>,
@@ -195,11 +196,11 @@ pub enum RunOutcome {
 pub enum Entry {
     /// The first record of every journal.
     RunStarted {
-        run_id: String,
+        run_id: RunId,
         /// The user's task, verbatim.
         task: String,
         /// The commit the run started from (hex object id).
-        base: String,
+        base: CommitId,
         /// The user's branch the result is applied to.
         branch: String,
         provider: String,
@@ -212,7 +213,7 @@ pub enum Entry {
     Resumed { pid: u32 },
     /// The lead delegated a subtask.
     SubtaskStarted {
-        subtask: String,
+        subtask: SubtaskId,
         task: String,
         branch: String,
         mode: ContextMode,
@@ -222,22 +223,25 @@ pub enum Entry {
         paths: Vec<String>,
         /// The subtasks its `after` named (labels).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        after: Vec<String>,
+        after: Vec<SubtaskId>,
         /// Every earlier subtask it waits for before it starts (labels): those of
         /// `after` and those whose `paths` overlap its own.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        waits_for: Vec<String>,
+        waits_for: Vec<SubtaskId>,
         /// Left out for a subtask the lead delegated.
         #[serde(default, skip_serializing_if = "SubtaskKind::is_task")]
         kind: SubtaskKind,
     },
     /// A subtask that waited for others starts from `commit` (the run's result when its
     /// wait ended), not from the base; written before its worktree is made there.
-    StartPoint { subtask: String, commit: String },
+    StartPoint {
+        subtask: SubtaskId,
+        commit: CommitId,
+    },
     /// The orchestrator committed a worker's worktree after turn `turn`.
     Checkpoint {
-        subtask: String,
-        commit: String,
+        subtask: SubtaskId,
+        commit: CommitId,
         turn: u32,
     },
     /// A tool call is about to run. Written before the tool runs, so that resume can
@@ -259,7 +263,7 @@ pub enum Entry {
     },
     /// The reviewer's verdict on a subtask.
     Verdict {
-        subtask: String,
+        subtask: SubtaskId,
         verdict: VerdictKind,
         summary: String,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -267,15 +271,18 @@ pub enum Entry {
     },
     /// An approved subtask's `commit` was merged; `result` is the run's new result commit.
     Merged {
-        subtask: String,
-        commit: String,
-        result: String,
+        subtask: SubtaskId,
+        commit: CommitId,
+        result: CommitId,
     },
     /// Merging an approved subtask conflicted on `paths`; the result is unchanged.
-    Conflict { subtask: String, paths: Vec<String> },
+    Conflict {
+        subtask: SubtaskId,
+        paths: Vec<String>,
+    },
     /// A subtask is over.
     SubtaskFinished {
-        subtask: String,
+        subtask: SubtaskId,
         status: SubtaskOutcome,
         /// What the subtask's agents cost.
         #[serde(default)]
@@ -304,7 +311,7 @@ pub enum Entry {
     /// what the result holds. `previous` is the decision it replaced (the reviewer's or an
     /// earlier person's; `None` when there was none). May follow `run_finished`.
     HumanVerdict {
-        subtask: String,
+        subtask: SubtaskId,
         verdict: VerdictKind,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         previous: Option<VerdictKind>,
@@ -313,18 +320,18 @@ pub enum Entry {
     /// approved, in subtask order; `result` is the new result commit and `subtasks` says
     /// how each decided subtask ended. May follow `run_finished`.
     ResultRebuilt {
-        result: String,
+        result: CommitId,
         subtasks: Vec<RebuiltSubtask>,
     },
     /// `grove review` applied the result to the user's branch. May follow `run_finished`.
-    ResultApplied { result: String },
+    ResultApplied { result: CommitId },
     /// The last record of a run's own work; only `grove review`'s records (a person's
     /// decisions, the rebuilt result, its apply) may follow it.
     RunFinished {
         status: RunOutcome,
         /// Whether the result was applied to the user's branch.
         applied: bool,
-        result_commit: Option<String>,
+        result_commit: Option<CommitId>,
         /// Why the run failed, when it did.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
@@ -712,6 +719,84 @@ mod tests {
             },
             "the record appended after recovery follows the intact ones"
         );
+    }
+
+    /// Lines as a grove with string ids wrote them, one of each record that holds an id
+    /// (after `run_started`, whose options are written as they are today).
+    const OLD_LINES: &str = concat!(
+        r#"{"ts_ms":2,"type":"subtask_started","subtask":"S2","task":"t","branch":"grove/r/2","mode":"isolated","agent":"worker","paths":["src/**"],"after":["S1"],"waits_for":["S1"]}"#,
+        "\n",
+        r#"{"ts_ms":3,"type":"start_point","subtask":"S2","commit":"0123456789abcdef0123456789abcdef01234567"}"#,
+        "\n",
+        r#"{"ts_ms":4,"type":"checkpoint","subtask":"S2","commit":"1123456789abcdef0123456789abcdef01234567","turn":3}"#,
+        "\n",
+        r#"{"ts_ms":5,"type":"tool_call_started","subtask":"lead","call_id":"c","tool":"grep","mutating":false}"#,
+        "\n",
+        r#"{"ts_ms":6,"type":"verdict","subtask":"S2","verdict":"approve","summary":"ok"}"#,
+        "\n",
+        r#"{"ts_ms":7,"type":"merged","subtask":"S2","commit":"1123456789abcdef0123456789abcdef01234567","result":"2123456789abcdef0123456789abcdef01234567"}"#,
+        "\n",
+        r#"{"ts_ms":8,"type":"conflict","subtask":"S3","paths":["a.txt"]}"#,
+        "\n",
+        r#"{"ts_ms":9,"type":"culprit","subtasks":["S2"],"found_by":"only_merged"}"#,
+        "\n",
+        r#"{"ts_ms":10,"type":"run_finished","status":"finished","applied":false,"result_commit":"2123456789abcdef0123456789abcdef01234567"}"#,
+        "\n",
+        r#"{"ts_ms":11,"type":"human_verdict","subtask":"S2","verdict":"reject","previous":"approve"}"#,
+        "\n",
+        r#"{"ts_ms":12,"type":"result_rebuilt","result":"3123456789abcdef0123456789abcdef01234567","subtasks":[{"subtask":"S2","status":"merged","commit":"1123456789abcdef0123456789abcdef01234567","result":"3123456789abcdef0123456789abcdef01234567"},{"subtask":"S3","status":"rejected"}]}"#,
+        "\n",
+        r#"{"ts_ms":13,"type":"result_applied","result":"3123456789abcdef0123456789abcdef01234567"}"#,
+        "\n",
+        r#"{"ts_ms":14,"type":"run_finished","status":"failed","applied":false,"result_commit":null,"error":"e"}"#,
+        "\n",
+    );
+
+    #[test]
+    fn an_old_journal_reads_typed_and_writes_back_byte_for_byte() {
+        let options = serde_json::to_string(&RecordedOptions::default()).unwrap();
+        let old = format!(
+            "{{\"ts_ms\":1,\"type\":\"run_started\",\"run_id\":\"20261201-084722-0491\",\"task\":\"t\",\
+             \"base\":\"7c6fc19736fcb32873aceaf39f7cb3012df150f5\",\"branch\":\"refs/heads/main\",\
+             \"provider\":\"anthropic\",\"model\":\"m\",\"options\":{options}}}\n{OLD_LINES}"
+        );
+        let contents = parse_journal(Path::new("j"), old.as_bytes()).unwrap();
+        assert_eq!(contents.torn_tail, None);
+        assert!(matches!(
+            &contents.records[1].entry,
+            Entry::SubtaskStarted { subtask: SubtaskId(2), after, .. } if after == &[SubtaskId(1)]
+        ));
+        let mut written = String::new();
+        for (record, line) in contents.records.iter().zip(old.lines()) {
+            let again = serde_json::to_string(record).unwrap();
+            assert_eq!(again, line, "a record is written back as it was read");
+            written.push_str(&again);
+            written.push('\n');
+        }
+        assert_eq!(written, old, "every line was read");
+    }
+
+    #[test]
+    fn a_malformed_id_mid_file_is_corruption_not_a_panic() {
+        for bad in [
+            r#"{"ts_ms":1,"type":"checkpoint","subtask":"S1","commit":"abc","turn":1}"#,
+            r#"{"ts_ms":1,"type":"verdict","subtask":"lead","verdict":"approve","summary":"s"}"#,
+            r#"{"ts_ms":1,"type":"run_started","run_id":"a/b","task":"t","base":"0123456789abcdef0123456789abcdef01234567","branch":"b","provider":"p","model":"m"}"#,
+        ] {
+            let bytes = format!("{bad}\n{{\"ts_ms\":2,\"type\":\"paused\",\"reason\":\"x\"}}\n");
+            let err = parse_journal(Path::new("j"), bytes.as_bytes()).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    JournalError::Corrupt {
+                        line: 1,
+                        reason: CorruptLine::NotARecord(_),
+                        ..
+                    }
+                ),
+                "{bad}: got {err:?}"
+            );
+        }
     }
 
     #[test]

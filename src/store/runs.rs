@@ -21,6 +21,7 @@ pub const JOURNAL_FILE: &str = "journal.jsonl";
 /// The snapshot's file name inside a run directory.
 pub const SNAPSHOT_FILE: &str = "state.json";
 
+use crate::git::CommitId;
 pub use crate::git::RunId;
 
 /// Parsing a run id a user typed (`grove resume ID`, `grove report ID`): the store
@@ -68,7 +69,7 @@ pub enum StoreError {
     #[error("journal {path} belongs to run {found}, not to {run_id}")]
     ForeignJournal {
         run_id: RunId,
-        found: String,
+        found: RunId,
         path: PathBuf,
     },
     /// The journal's records do not add up to a run. Not retried.
@@ -109,7 +110,7 @@ pub enum StoreError {
 pub struct RunStart {
     pub task: String,
     /// The commit the run starts from.
-    pub base: String,
+    pub base: CommitId,
     /// The user's branch.
     pub branch: String,
     pub provider: String,
@@ -189,7 +190,7 @@ impl RunStore {
         }
         std::fs::create_dir(&staging).map_err(io_error("create directory", &staging))?;
         let first = Record::now(Entry::RunStarted {
-            run_id: run_id.to_string(),
+            run_id: run_id.clone(),
             task: start.task,
             base: start.base,
             branch: start.branch,
@@ -338,7 +339,7 @@ pub(crate) fn replay_checked(
         path: journal_path.to_path_buf(),
         source: Box::new(source),
     })?;
-    if state.run_id != run_id.as_str() {
+    if state.run_id != *run_id {
         return Err(StoreError::ForeignJournal {
             run_id: run_id.clone(),
             found: state.run_id,
@@ -375,12 +376,12 @@ pub struct RunSummary {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunDetails {
     pub task: String,
-    pub base: String,
+    pub base: CommitId,
     pub branch: String,
     pub started_ms: u64,
     pub updated_ms: u64,
     pub finished_ms: Option<u64>,
-    pub result_commit: Option<String>,
+    pub result_commit: Option<CommitId>,
     pub applied: bool,
     pub subtasks: usize,
     pub pause_reason: Option<String>,

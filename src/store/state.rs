@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::git::{CommitId, RunId};
 use crate::ledger::Ledger;
+use crate::status::SubtaskId;
 use crate::store::durable::{self, DurableError};
 use crate::store::journal::{
     CheckRun, ContextMode, Entry, Finding, RebuiltSubtask, Record, RunOutcome, SubtaskKind,
@@ -112,7 +114,7 @@ impl From<SubtaskOutcome> for SubtaskStatus {
 /// The latest commit the orchestrator made of a worker's worktree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CheckpointState {
-    pub commit: String,
+    pub commit: CommitId,
     pub turn: u32,
 }
 
@@ -128,15 +130,15 @@ pub struct VerdictState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MergeState {
     /// The subtask's commit that was merged.
-    pub commit: String,
+    pub commit: CommitId,
     /// The run's result commit after the merge.
-    pub result: String,
+    pub result: CommitId,
 }
 
 /// One delegated subtask.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubtaskState {
-    pub id: String,
+    pub id: SubtaskId,
     pub task: String,
     pub branch: String,
     pub mode: ContextMode,
@@ -159,13 +161,13 @@ pub struct SubtaskState {
     pub paths: Vec<String>,
     /// The subtasks its `after` named.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub after: Vec<String>,
+    pub after: Vec<SubtaskId>,
     /// The earlier subtasks it waits for before it starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub waits_for: Vec<String>,
+    pub waits_for: Vec<SubtaskId>,
     /// The commit it started from when that is not the base (it waited for others).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start: Option<String>,
+    pub start: Option<CommitId>,
     /// Who started it and why: the lead's task, a fixer or a resolver.
     #[serde(default)]
     pub kind: SubtaskKind,
@@ -180,7 +182,7 @@ pub struct SubtaskState {
 impl SubtaskState {
     /// A subtask as its `subtask_started` record leaves it.
     fn started(
-        id: &str,
+        id: SubtaskId,
         task: &str,
         branch: &str,
         mode: ContextMode,
@@ -188,7 +190,7 @@ impl SubtaskState {
         ts: u64,
     ) -> SubtaskState {
         SubtaskState {
-            id: id.to_string(),
+            id,
             task: task.to_string(),
             branch: branch.to_string(),
             mode,
@@ -234,9 +236,9 @@ pub struct ToolCallState {
 /// Everything the journal says about a run, folded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunState {
-    pub run_id: String,
+    pub run_id: RunId,
     pub task: String,
-    pub base: String,
+    pub base: CommitId,
     pub branch: String,
     pub provider: String,
     pub model: String,
@@ -251,7 +253,7 @@ pub struct RunState {
     /// Why the run failed, if it did.
     pub error: Option<String>,
     /// The run's latest result commit (after the last merge, or as finished).
-    pub result_commit: Option<String>,
+    pub result_commit: Option<CommitId>,
     /// Whether the result was applied to the user's branch.
     pub applied: bool,
     /// In the order they were started.
@@ -305,17 +307,17 @@ pub enum ReplayReason {
     #[error("the run's result was already applied")]
     AlreadyApplied,
     #[error("subtask `{subtask}` already started")]
-    SubtaskAlreadyStarted { subtask: String },
+    SubtaskAlreadyStarted { subtask: SubtaskId },
     #[error("subtask `{subtask}` was never started")]
-    SubtaskNeverStarted { subtask: String },
+    SubtaskNeverStarted { subtask: SubtaskId },
     #[error("subtask `{subtask}` already finished")]
-    SubtaskAlreadyFinished { subtask: String },
+    SubtaskAlreadyFinished { subtask: SubtaskId },
     #[error("tool call `{call_id}` of `{subtask}` already started")]
     ToolCallAlreadyStarted { subtask: String, call_id: String },
     #[error("tool call `{call_id}` of `{subtask}` finished but never started")]
     ToolCallNeverStarted { subtask: String, call_id: String },
     #[error("subtask `{subtask}` is merged without its commit and result")]
-    MergedWithoutCommit { subtask: String },
+    MergedWithoutCommit { subtask: SubtaskId },
 }
 
 impl RunState {
@@ -360,7 +362,7 @@ impl RunState {
         Ok(RunState {
             run_id: run_id.clone(),
             task: task.clone(),
-            base: base.clone(),
+            base: *base,
             branch: branch.clone(),
             provider: provider.clone(),
             model: model.clone(),
@@ -383,8 +385,8 @@ impl RunState {
         })
     }
 
-    /// The subtask labelled `id`.
-    pub fn subtask(&self, id: &str) -> Option<&SubtaskState> {
+    /// Subtask `id`.
+    pub fn subtask(&self, id: SubtaskId) -> Option<&SubtaskState> {
         self.subtasks.iter().find(|s| s.id == id)
     }
 
@@ -428,7 +430,7 @@ impl RunState {
                 waits_for,
                 kind,
             } => {
-                let mut state = SubtaskState::started(subtask, task, branch, *mode, agent, ts);
+                let mut state = SubtaskState::started(*subtask, task, branch, *mode, agent, ts);
                 state.kind = *kind;
                 state.paths = paths.clone();
                 state.after = after.clone();
@@ -444,7 +446,8 @@ impl RunState {
                 Ok(())
             }
             Entry::Checked { run } => {
-                if let Some(subtask) = self.subtasks.iter_mut().find(|s| s.id == run.on) {
+                let on_subtask = |s: &&mut SubtaskState| s.id.to_string() == run.on;
+                if let Some(subtask) = self.subtasks.iter_mut().find(on_subtask) {
                     subtask.check = Some(run.clone());
                 }
                 self.checks.push(run.clone());
@@ -465,7 +468,7 @@ impl RunState {
             | Entry::Merged { subtask, .. }
             | Entry::Conflict { subtask, .. }
             | Entry::SubtaskFinished { subtask, .. } => {
-                let state = self.running_subtask(subtask)?;
+                let state = self.running_subtask(*subtask)?;
                 let merged = record_subtask_fact(state, entry, ts);
                 if merged.is_some() {
                     self.result_commit = merged;
@@ -486,13 +489,7 @@ impl RunState {
                 result_commit,
                 error,
             } => {
-                self.finish(
-                    *status,
-                    *applied,
-                    result_commit.as_ref(),
-                    error.as_ref(),
-                    ts,
-                );
+                self.finish(*status, *applied, *result_commit, error.as_ref(), ts);
                 Ok(())
             }
         }
@@ -503,11 +500,11 @@ impl RunState {
         match entry {
             Entry::HumanVerdict {
                 subtask, verdict, ..
-            } => self.subtask_mut(subtask)?.human_verdict = Some(*verdict),
-            Entry::ResultRebuilt { result, subtasks } => self.rebuild(result, subtasks, ts)?,
+            } => self.subtask_mut(*subtask)?.human_verdict = Some(*verdict),
+            Entry::ResultRebuilt { result, subtasks } => self.rebuild(*result, subtasks, ts)?,
             Entry::ResultApplied { result } => {
                 self.applied = true;
-                self.result_commit = Some(result.clone());
+                self.result_commit = Some(*result);
             }
             _ => {}
         }
@@ -547,7 +544,7 @@ impl RunState {
     }
 
     fn start_subtask(&mut self, started: SubtaskState) -> Result<(), ReplayReason> {
-        if self.subtask(&started.id).is_some() {
+        if self.subtask(started.id).is_some() {
             return Err(ReplayReason::SubtaskAlreadyStarted {
                 subtask: started.id,
             });
@@ -595,7 +592,7 @@ impl RunState {
     /// folded in, so that a bad record leaves the state unchanged.
     fn rebuild(
         &mut self,
-        result: &str,
+        result: CommitId,
         subtasks: &[RebuiltSubtask],
         ts: u64,
     ) -> Result<(), ReplayReason> {
@@ -604,17 +601,14 @@ impl RunState {
             if let Some(state) = self.subtasks.iter_mut().find(|s| s.id == rebuilt.subtask) {
                 state.status = rebuilt.status.into();
                 state.finished_ms = state.finished_ms.or(Some(ts));
-                state.merge = match (&rebuilt.commit, &rebuilt.result) {
-                    (Some(commit), Some(result)) => Some(MergeState {
-                        commit: commit.clone(),
-                        result: result.clone(),
-                    }),
+                state.merge = match (rebuilt.commit, rebuilt.result) {
+                    (Some(commit), Some(result)) => Some(MergeState { commit, result }),
                     _ => None,
                 };
                 state.conflict_paths = rebuilt.conflict_paths.clone();
             }
         }
-        self.result_commit = Some(result.to_string());
+        self.result_commit = Some(result);
         Ok(())
     }
 
@@ -622,7 +616,7 @@ impl RunState {
         &mut self,
         status: RunOutcome,
         applied: bool,
-        result_commit: Option<&String>,
+        result_commit: Option<CommitId>,
         error: Option<&String>,
         ts: u64,
     ) {
@@ -633,27 +627,23 @@ impl RunState {
         self.pause_reason = None;
         self.applied = applied;
         if let Some(result_commit) = result_commit {
-            self.result_commit = Some(result_commit.clone());
+            self.result_commit = Some(result_commit);
         }
         self.error = error.cloned();
         self.finished_ms = Some(ts);
     }
 
-    fn subtask_mut(&mut self, id: &str) -> Result<&mut SubtaskState, ReplayReason> {
+    fn subtask_mut(&mut self, id: SubtaskId) -> Result<&mut SubtaskState, ReplayReason> {
         self.subtasks
             .iter_mut()
             .find(|s| s.id == id)
-            .ok_or_else(|| ReplayReason::SubtaskNeverStarted {
-                subtask: id.to_string(),
-            })
+            .ok_or(ReplayReason::SubtaskNeverStarted { subtask: id })
     }
 
-    fn running_subtask(&mut self, id: &str) -> Result<&mut SubtaskState, ReplayReason> {
+    fn running_subtask(&mut self, id: SubtaskId) -> Result<&mut SubtaskState, ReplayReason> {
         let state = self.subtask_mut(id)?;
         if state.status != SubtaskStatus::Running {
-            return Err(ReplayReason::SubtaskAlreadyFinished {
-                subtask: id.to_string(),
-            });
+            return Err(ReplayReason::SubtaskAlreadyFinished { subtask: id });
         }
         Ok(state)
     }
@@ -661,16 +651,16 @@ impl RunState {
     /// Checks a `result_rebuilt` record before any of it is folded in.
     fn check_rebuilt(&self, subtasks: &[RebuiltSubtask]) -> Result<(), ReplayReason> {
         for rebuilt in subtasks {
-            if self.subtask(&rebuilt.subtask).is_none() {
+            if self.subtask(rebuilt.subtask).is_none() {
                 return Err(ReplayReason::SubtaskNeverStarted {
-                    subtask: rebuilt.subtask.clone(),
+                    subtask: rebuilt.subtask,
                 });
             }
             if rebuilt.status == SubtaskOutcome::Merged
                 && (rebuilt.commit.is_none() || rebuilt.result.is_none())
             {
                 return Err(ReplayReason::MergedWithoutCommit {
-                    subtask: rebuilt.subtask.clone(),
+                    subtask: rebuilt.subtask,
                 });
             }
         }
@@ -686,11 +676,11 @@ impl RunState {
 
 /// Folds a record about one running subtask into its state; returns the run's new
 /// result commit when the record is a merge.
-fn record_subtask_fact(state: &mut SubtaskState, entry: &Entry, ts: u64) -> Option<String> {
+fn record_subtask_fact(state: &mut SubtaskState, entry: &Entry, ts: u64) -> Option<CommitId> {
     match entry {
         Entry::Checkpoint { commit, turn, .. } => {
             state.last_checkpoint = Some(CheckpointState {
-                commit: commit.clone(),
+                commit: *commit,
                 turn: *turn,
             });
         }
@@ -708,13 +698,13 @@ fn record_subtask_fact(state: &mut SubtaskState, entry: &Entry, ts: u64) -> Opti
         }
         Entry::Merged { commit, result, .. } => {
             state.merge = Some(MergeState {
-                commit: commit.clone(),
-                result: result.clone(),
+                commit: *commit,
+                result: *result,
             });
-            return Some(result.clone());
+            return Some(*result);
         }
         Entry::Conflict { paths, .. } => state.conflict_paths = paths.clone(),
-        Entry::StartPoint { commit, .. } => state.start = Some(commit.clone()),
+        Entry::StartPoint { commit, .. } => state.start = Some(*commit),
         Entry::SubtaskFinished {
             status,
             ledger,
@@ -831,16 +821,16 @@ mod tests {
         };
         let entries = [
             Entry::RunStarted {
-                run_id: "r".into(),
+                run_id: RunId::new("r").unwrap(),
                 task: "t".into(),
-                base: "b".into(),
+                base: CommitId::parse(&"b".repeat(40)).unwrap(),
                 branch: "main".into(),
                 provider: "anthropic".into(),
                 model: "m".into(),
                 options: RecordedOptions::default(),
             },
             Entry::SubtaskStarted {
-                subtask: "S1".into(),
+                subtask: SubtaskId(1),
                 task: "fix the build".into(),
                 branch: "grove/r/1".into(),
                 mode: ContextMode::Isolated,

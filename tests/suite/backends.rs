@@ -112,7 +112,7 @@ pub(crate) fn statuses(report: &RunReport) -> Vec<(String, SubtaskOutcome, Optio
     report
         .subtasks
         .iter()
-        .map(|s| (s.id.clone(), s.status, s.verdict))
+        .map(|s| (s.id.to_string(), s.status, s.verdict))
         .collect()
 }
 

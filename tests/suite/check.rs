@@ -22,6 +22,7 @@ use grove::model::Provider;
 use grove::report::PriceTable;
 use grove::run::{RunEnd, RunOptions, RunReport};
 use grove::settings::options::{CheckOptions, SubtaskCheck};
+use grove::status::SubtaskId;
 use grove::store::RunStore;
 use grove::store::journal::{
     CheckRun, CheckStatus, ON_BASE, ON_RESULT, SubtaskOutcome, VerdictKind,
@@ -165,7 +166,7 @@ fn outcomes(report: &RunReport) -> Vec<(String, SubtaskOutcome, Option<VerdictKi
     report
         .subtasks
         .iter()
-        .map(|subtask| (subtask.id.clone(), subtask.status, subtask.verdict))
+        .map(|subtask| (subtask.id.to_string(), subtask.status, subtask.verdict))
         .collect()
 }
 
@@ -357,7 +358,12 @@ async fn a_required_check_rejects_a_red_subtask_without_asking_the_reviewer() {
         .read_state(&report.run_id.parse().unwrap())
         .unwrap();
     // Journaled in the order they started, which under load need not be S1 first.
-    let journaled = state.subtask("S1").unwrap().verdict.clone().unwrap();
+    let journaled = state
+        .subtask(SubtaskId(1))
+        .unwrap()
+        .verdict
+        .clone()
+        .unwrap();
     assert_eq!(
         (journaled.verdict, journaled.summary),
         (VerdictKind::Reject, summary),

@@ -1137,13 +1137,17 @@ async fn local_files_reach_every_worktree_and_never_a_commit_a_review_or_the_res
     let outcomes: Vec<_> = report
         .subtasks
         .iter()
-        .map(|s| (s.id.as_str(), s.status, s.verdict))
+        .map(|s| (s.id.to_string(), s.status, s.verdict))
         .collect();
     assert_eq!(
         outcomes,
         vec![
-            ("S1", SubtaskOutcome::Merged, Some(VerdictKind::Approve)),
-            ("S2", SubtaskOutcome::Failed, None),
+            (
+                "S1".to_owned(),
+                SubtaskOutcome::Merged,
+                Some(VerdictKind::Approve)
+            ),
+            ("S2".to_owned(), SubtaskOutcome::Failed, None),
         ],
         "{report:#?}"
     );

@@ -12,6 +12,7 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use tokio::sync::Barrier;
 
+use grove::git::CommitId;
 use grove::model::Provider;
 use grove::store::journal::{Entry, SubtaskOutcome, read_journal};
 use grove::store::lock::RepoLock;
@@ -300,7 +301,7 @@ async fn huge_binary_and_invalid_utf8_files_get_bounded_answers_from_every_tool(
 fn run_start() -> RunStart {
     RunStart {
         task: "fill the disk".into(),
-        base: "a".repeat(40),
+        base: CommitId::parse(&"a".repeat(40)).unwrap(),
         branch: "refs/heads/main".into(),
         provider: "anthropic".into(),
         model: "m".into(),

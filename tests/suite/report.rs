@@ -101,13 +101,21 @@ async fn finished_run(fixture: &GitFixture) -> String {
     let outcomes: Vec<_> = report
         .subtasks
         .iter()
-        .map(|s| (s.id.as_str(), s.status, s.verdict))
+        .map(|s| (s.id.to_string(), s.status, s.verdict))
         .collect();
     assert_eq!(
         outcomes,
         vec![
-            ("S1", SubtaskOutcome::Merged, Some(VerdictKind::Approve)),
-            ("S2", SubtaskOutcome::Rejected, Some(VerdictKind::Reject)),
+            (
+                "S1".to_owned(),
+                SubtaskOutcome::Merged,
+                Some(VerdictKind::Approve)
+            ),
+            (
+                "S2".to_owned(),
+                SubtaskOutcome::Rejected,
+                Some(VerdictKind::Reject)
+            ),
         ],
         "the scripted run merges S1 and rejects S2"
     );

@@ -10,10 +10,12 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use grove::event::EventSink;
+use grove::git::CommitId;
 use grove::git::{RefusalReason, Repo};
 use grove::model::Provider;
 use grove::review::{self, ApplyResult, RecordedDecision, ReviewError, ReviewOutcome};
 use grove::run::{ModelChoice, Models, RunOptions};
+use grove::status::SubtaskId;
 use grove::store::journal::{
     Entry, RebuiltSubtask, Record, RunOutcome, SubtaskOutcome, VerdictKind,
 };
@@ -166,7 +168,7 @@ fn statuses(state: &RunState) -> Vec<(String, SubtaskStatus)> {
     let mut statuses: Vec<(String, SubtaskStatus)> = state
         .subtasks
         .iter()
-        .map(|s| (s.id.clone(), s.status))
+        .map(|s| (s.id.to_string(), s.status))
         .collect();
     statuses.sort_by(|a, b| a.0.cmp(&b.0));
     statuses
@@ -179,7 +181,7 @@ fn rebuilt_statuses(outcome: &ReviewOutcome) -> Vec<(String, SubtaskOutcome)> {
         .expect("the result was rebuilt")
         .subtasks
         .iter()
-        .map(|s| (s.subtask.clone(), s.status))
+        .map(|s| (s.subtask.to_string(), s.status))
         .collect()
 }
 
@@ -218,7 +220,7 @@ async fn approving_a_rejected_subtask_rebuilds_the_result_with_it_and_applies() 
     assert_eq!(
         outcome.recorded,
         vec![RecordedDecision {
-            subtask: "S2".into(),
+            subtask: SubtaskId(2),
             verdict: VerdictKind::Approve,
             previous: Some(VerdictKind::Reject),
         }],
@@ -232,7 +234,7 @@ async fn approving_a_rejected_subtask_rebuilds_the_result_with_it_and_applies() 
             ("S3".into(), SubtaskOutcome::Merged),
         ]
     );
-    let result = outcome.rebuilt.as_ref().unwrap().result.clone();
+    let result = outcome.rebuilt.as_ref().unwrap().result;
     let Some(ApplyResult::Applied {
         from,
         to,
@@ -284,8 +286,8 @@ async fn approving_a_rejected_subtask_rebuilds_the_result_with_it_and_applies() 
 
     let state = read_state(&repo, &run_id);
     assert!(state.applied, "the journal says the result was applied");
-    assert_eq!(state.result_commit.as_deref(), Some(result.as_str()));
-    let s2 = state.subtask("S2").unwrap();
+    assert_eq!(state.result_commit, Some(result));
+    let s2 = state.subtask(SubtaskId(2)).unwrap();
     assert_eq!(
         (
             s2.status,
@@ -388,7 +390,7 @@ async fn rejecting_a_merged_subtask_drops_it_from_the_result_and_archives_its_wo
             again.unchanged.clone(),
             again.rebuilt.is_none()
         ),
-        (0, vec!["S1".to_owned()], true),
+        (0, vec![SubtaskId(1)], true),
         "a decision already in force is not journaled again"
     );
     let s1 = again.review.subtask("S1").unwrap();
@@ -529,7 +531,9 @@ async fn a_dirty_tree_refuses_the_apply_but_the_decision_stays_recorded() {
     let state = read_state(&repo, &run_id);
     assert_eq!(
         (
-            state.subtask("S2").map(|s| (s.status, s.human_verdict)),
+            state
+                .subtask(SubtaskId(2))
+                .map(|s| (s.status, s.human_verdict)),
             state.applied
         ),
         (
@@ -630,7 +634,7 @@ async fn approving_a_subtask_that_conflicts_reports_it_and_loses_nothing() {
     let state = read_state(&repo, &run_id);
     assert_eq!(
         state
-            .subtask("S2")
+            .subtask(SubtaskId(2))
             .map(|s| (s.status, s.conflict_paths.clone())),
         Some((SubtaskStatus::Conflict, vec!["src/a.txt".to_owned()]))
     );
@@ -746,9 +750,9 @@ fn rejected_run_records() -> Vec<Record> {
         record(
             1,
             Entry::RunStarted {
-                run_id: "20261130-000000-0000".into(),
+                run_id: "20261130-000000-0000".parse().unwrap(),
                 task: "task".into(),
-                base: "b".repeat(40),
+                base: CommitId::parse(&"b".repeat(40)).unwrap(),
                 branch: "refs/heads/main".into(),
                 provider: "anthropic".into(),
                 model: "m".into(),
@@ -762,7 +766,7 @@ fn rejected_run_records() -> Vec<Record> {
         record(
             3,
             Entry::Verdict {
-                subtask: "S1".into(),
+                subtask: SubtaskId(1),
                 verdict: VerdictKind::Reject,
                 summary: "no".into(),
                 findings: Vec::new(),
@@ -771,7 +775,7 @@ fn rejected_run_records() -> Vec<Record> {
         record(
             4,
             Entry::SubtaskFinished {
-                subtask: "S1".into(),
+                subtask: SubtaskId(1),
                 status: SubtaskOutcome::Rejected,
                 ledger: Default::default(),
                 reason: None,
@@ -786,7 +790,7 @@ fn finished(ts_ms: u64) -> Record {
         Entry::RunFinished {
             status: RunOutcome::Finished,
             applied: false,
-            result_commit: Some("b".repeat(40)),
+            result_commit: Some(CommitId::parse(&"b".repeat(40)).unwrap()),
             error: None,
         },
     )
@@ -796,7 +800,7 @@ fn human_approves_s1(ts_ms: u64) -> Record {
     record(
         ts_ms,
         Entry::HumanVerdict {
-            subtask: "S1".into(),
+            subtask: SubtaskId(1),
             verdict: VerdictKind::Approve,
             previous: Some(VerdictKind::Reject),
         },
@@ -816,7 +820,7 @@ fn review_records_fold_only_into_a_finished_run_whose_result_is_not_applied() {
     records.push(finished(5));
     let mut state = RunState::replay(&records).unwrap();
     state.apply(&human_approves_s1(6)).unwrap();
-    let s1 = state.subtask("S1").unwrap();
+    let s1 = state.subtask(SubtaskId(1)).unwrap();
     assert_eq!(
         (s1.status, s1.human_verdict, s1.decision()),
         (
@@ -830,32 +834,32 @@ fn review_records_fold_only_into_a_finished_run_whose_result_is_not_applied() {
         .apply(&record(
             7,
             Entry::ResultRebuilt {
-                result: "e".repeat(40),
+                result: CommitId::parse(&"e".repeat(40)).unwrap(),
                 subtasks: vec![RebuiltSubtask {
-                    subtask: "S1".into(),
+                    subtask: SubtaskId(1),
                     status: SubtaskOutcome::Merged,
-                    commit: Some("d".repeat(40)),
-                    result: Some("e".repeat(40)),
+                    commit: Some(CommitId::parse(&"d".repeat(40)).unwrap()),
+                    result: Some(CommitId::parse(&"e".repeat(40)).unwrap()),
                     conflict_paths: Vec::new(),
                 }],
             },
         ))
         .unwrap();
-    let s1 = state.subtask("S1").unwrap();
+    let s1 = state.subtask(SubtaskId(1)).unwrap();
     assert_eq!(
         (
             s1.status,
             s1.merge.clone(),
-            state.result_commit.clone(),
+            state.result_commit,
             state.applied
         ),
         (
             SubtaskStatus::Merged,
             Some(MergeState {
-                commit: "d".repeat(40),
-                result: "e".repeat(40)
+                commit: CommitId::parse(&"d".repeat(40)).unwrap(),
+                result: CommitId::parse(&"e".repeat(40)).unwrap()
             }),
-            Some("e".repeat(40)),
+            Some(CommitId::parse(&"e".repeat(40)).unwrap()),
             false
         )
     );
@@ -863,7 +867,7 @@ fn review_records_fold_only_into_a_finished_run_whose_result_is_not_applied() {
         .apply(&record(
             8,
             Entry::ResultApplied {
-                result: "e".repeat(40),
+                result: CommitId::parse(&"e".repeat(40)).unwrap(),
             },
         ))
         .unwrap();
@@ -891,9 +895,9 @@ fn a_merged_rebuild_record_without_its_commit_is_refused_and_changes_nothing() {
     let bad = record(
         6,
         Entry::ResultRebuilt {
-            result: "e".repeat(40),
+            result: CommitId::parse(&"e".repeat(40)).unwrap(),
             subtasks: vec![RebuiltSubtask {
-                subtask: "S1".into(),
+                subtask: SubtaskId(1),
                 status: SubtaskOutcome::Merged,
                 commit: None,
                 result: None,
@@ -944,7 +948,7 @@ async fn a_paused_run_can_be_listed_but_not_changed() {
                 &lock,
                 RunStart {
                     task: "task".into(),
-                    base: fixture.rev("main").to_string(),
+                    base: fixture.rev("main"),
                     branch: "refs/heads/main".into(),
                     provider: "anthropic".into(),
                     model: "m".into(),

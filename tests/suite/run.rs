@@ -23,7 +23,7 @@ fn statuses(report: &RunReport) -> Vec<(String, SubtaskOutcome, Option<VerdictKi
     report
         .subtasks
         .iter()
-        .map(|s| (s.id.clone(), s.status, s.verdict))
+        .map(|s| (s.id.to_string(), s.status, s.verdict))
         .collect()
 }
 

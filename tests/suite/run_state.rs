@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 
 use grove::agent::Ledger;
+use grove::git::CommitId;
 use grove::settings::RunOptions;
+use grove::status::SubtaskId;
 use grove::store::journal::{
     ContextMode, Entry, Finding, Journal, JournalContents, JournalError, Record, RunOutcome,
     SubtaskKind, SubtaskOutcome, TornTail, VerdictKind, read_journal,
@@ -40,7 +42,7 @@ fn run_id(second: i64) -> RunId {
 fn start(task: &str) -> RunStart {
     RunStart {
         task: task.to_string(),
-        base: "a".repeat(40),
+        base: CommitId::parse(&"a".repeat(40)).unwrap(),
         branch: "main".to_string(),
         provider: "anthropic".to_string(),
         model: "claude-test".to_string(),
@@ -69,9 +71,9 @@ fn full_journal(run: &RunId) -> Vec<Record> {
         at(
             1000,
             Entry::RunStarted {
-                run_id: run.to_string(),
+                run_id: run.clone(),
                 task: "rename Config::load".into(),
-                base: "b".repeat(40),
+                base: CommitId::parse(&"b".repeat(40)).unwrap(),
                 branch: "main".into(),
                 provider: "anthropic".into(),
                 model: "claude-test".into(),
@@ -85,7 +87,7 @@ fn full_journal(run: &RunId) -> Vec<Record> {
         at(
             1150,
             Entry::SubtaskStarted {
-                subtask: "S2".into(),
+                subtask: SubtaskId(2),
                 task: "rename in tests/".into(),
                 branch: format!("grove/{run}/2"),
                 mode: ContextMode::Fork,
@@ -135,23 +137,23 @@ fn full_journal(run: &RunId) -> Vec<Record> {
         at(
             1300,
             Entry::Checkpoint {
-                subtask: "S1".into(),
-                commit: "c".repeat(40),
+                subtask: SubtaskId(1),
+                commit: CommitId::parse(&"c".repeat(40)).unwrap(),
                 turn: 1,
             },
         ),
         at(
             1310,
             Entry::Checkpoint {
-                subtask: "S1".into(),
-                commit: "d".repeat(40),
+                subtask: SubtaskId(1),
+                commit: CommitId::parse(&"d".repeat(40)).unwrap(),
                 turn: 2,
             },
         ),
         at(
             1400,
             Entry::Verdict {
-                subtask: "S1".into(),
+                subtask: SubtaskId(1),
                 verdict: VerdictKind::Approve,
                 summary: "clean rename".into(),
                 findings: vec![Finding {
@@ -164,15 +166,15 @@ fn full_journal(run: &RunId) -> Vec<Record> {
         at(
             1500,
             Entry::Merged {
-                subtask: "S1".into(),
-                commit: "d".repeat(40),
-                result: "e".repeat(40),
+                subtask: SubtaskId(1),
+                commit: CommitId::parse(&"d".repeat(40)).unwrap(),
+                result: CommitId::parse(&"e".repeat(40)).unwrap(),
             },
         ),
         at(
             1510,
             Entry::SubtaskFinished {
-                subtask: "S1".into(),
+                subtask: SubtaskId(1),
                 status: SubtaskOutcome::Merged,
                 ledger: Ledger {
                     steps: 4,
@@ -194,7 +196,7 @@ fn full_journal(run: &RunId) -> Vec<Record> {
         at(
             1800,
             Entry::Conflict {
-                subtask: "S2".into(),
+                subtask: SubtaskId(2),
                 paths: vec!["tests/config.rs".into()],
             },
         ),
@@ -203,9 +205,9 @@ fn full_journal(run: &RunId) -> Vec<Record> {
 
 fn expected_full_state(run: &RunId) -> RunState {
     RunState {
-        run_id: run.to_string(),
+        run_id: run.clone(),
         task: "rename Config::load".into(),
-        base: "b".repeat(40),
+        base: CommitId::parse(&"b".repeat(40)).unwrap(),
         branch: "main".into(),
         provider: "anthropic".into(),
         model: "claude-test".into(),
@@ -216,11 +218,11 @@ fn expected_full_state(run: &RunId) -> RunState {
         finished_ms: None,
         pause_reason: None,
         error: None,
-        result_commit: Some("e".repeat(40)),
+        result_commit: Some(CommitId::parse(&"e".repeat(40)).unwrap()),
         applied: false,
         subtasks: vec![
             SubtaskState {
-                id: "S1".into(),
+                id: SubtaskId(1),
                 task: "rename in src/".into(),
                 branch: format!("grove/{run}/1"),
                 mode: ContextMode::Isolated,
@@ -229,7 +231,7 @@ fn expected_full_state(run: &RunId) -> RunState {
                 started_ms: 1100,
                 finished_ms: Some(1510),
                 last_checkpoint: Some(CheckpointState {
-                    commit: "d".repeat(40),
+                    commit: CommitId::parse(&"d".repeat(40)).unwrap(),
                     turn: 2,
                 }),
                 verdict: Some(VerdictState {
@@ -242,8 +244,8 @@ fn expected_full_state(run: &RunId) -> RunState {
                     }],
                 }),
                 merge: Some(MergeState {
-                    commit: "d".repeat(40),
-                    result: "e".repeat(40),
+                    commit: CommitId::parse(&"d".repeat(40)).unwrap(),
+                    result: CommitId::parse(&"e".repeat(40)).unwrap(),
                 }),
                 conflict_paths: vec![],
                 ledger: Ledger {
@@ -263,7 +265,7 @@ fn expected_full_state(run: &RunId) -> RunState {
                 reason: Some("worker: renamed it".into()),
             },
             SubtaskState {
-                id: "S2".into(),
+                id: SubtaskId(2),
                 task: "rename in tests/".into(),
                 branch: format!("grove/{run}/2"),
                 mode: ContextMode::Fork,
@@ -488,7 +490,7 @@ fn replay_of_a_finished_run_records_outcome_and_result() {
     records.push(at(
         1900,
         Entry::SubtaskFinished {
-            subtask: "S2".into(),
+            subtask: SubtaskId(2),
             status: SubtaskOutcome::Conflict,
             ledger: Ledger::default(),
             reason: None,
@@ -499,7 +501,7 @@ fn replay_of_a_finished_run_records_outcome_and_result() {
         Entry::RunFinished {
             status: RunOutcome::Finished,
             applied: true,
-            result_commit: Some("f".repeat(40)),
+            result_commit: Some(CommitId::parse(&"f".repeat(40)).unwrap()),
             error: None,
         },
     ));
@@ -508,7 +510,7 @@ fn replay_of_a_finished_run_records_outcome_and_result() {
     expected.subtasks[1].finished_ms = Some(1900);
     expected.status = RunStatus::Finished;
     expected.applied = true;
-    expected.result_commit = Some("f".repeat(40));
+    expected.result_commit = Some(CommitId::parse(&"f".repeat(40)).unwrap());
     expected.finished_ms = Some(2000);
     expected.updated_ms = 2000;
     expected.journal_records = 17;
@@ -553,7 +555,7 @@ fn replay_refuses_records_that_do_not_fit() {
                 record: 2,
                 record_type: "checkpoint",
                 reason: ReplayReason::SubtaskNeverStarted {
-                    subtask: "S1".into(),
+                    subtask: SubtaskId(1),
                 },
             },
             "subtask `S1` was never started",
@@ -564,7 +566,7 @@ fn replay_refuses_records_that_do_not_fit() {
                 record: 3,
                 record_type: "subtask_started",
                 reason: ReplayReason::SubtaskAlreadyStarted {
-                    subtask: "S1".into(),
+                    subtask: SubtaskId(1),
                 },
             },
             "subtask `S1` already started",
@@ -755,9 +757,9 @@ fn a_record_that_does_not_fit_is_refused_before_it_is_journaled() {
     let before = read_journal(&run.dir().join(JOURNAL_FILE)).unwrap();
     let err = run
         .append(Entry::Merged {
-            subtask: "S9".into(),
-            commit: "1".repeat(40),
-            result: "2".repeat(40),
+            subtask: SubtaskId(9),
+            commit: CommitId::parse(&"1".repeat(40)).unwrap(),
+            result: CommitId::parse(&"2".repeat(40)).unwrap(),
         })
         .unwrap_err();
     assert!(
@@ -1166,8 +1168,8 @@ fn numbered_record(n: u64) -> Record {
     at(
         n,
         Entry::Checkpoint {
-            subtask: "S1".into(),
-            commit: format!("{n:040x}"),
+            subtask: SubtaskId(1),
+            commit: CommitId::parse(&format!("{n:040x}")).unwrap(),
             turn: u32::try_from(n).unwrap(),
         },
     )

@@ -13,8 +13,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use grove::event::{Event, EventSink};
+use grove::git::CommitId;
 use grove::model::Provider;
 use grove::run::{RunOptions, RunReport};
+use grove::status::SubtaskId;
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
 
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
@@ -98,7 +100,7 @@ fn statuses(report: &RunReport) -> Vec<(String, SubtaskOutcome, Option<VerdictKi
     report
         .subtasks
         .iter()
-        .map(|subtask| (subtask.id.clone(), subtask.status, subtask.verdict))
+        .map(|subtask| (subtask.id.to_string(), subtask.status, subtask.verdict))
         .collect()
 }
 
@@ -702,7 +704,7 @@ async fn a_review_cannot_keep_a_subtask_built_on_one_it_rejects() {
             let files = subtask.diffstat.as_ref().unwrap().files.iter();
             let diff = review.render_diff(&repo, subtask, false).unwrap().unwrap();
             (
-                subtask.id.clone(),
+                subtask.id.to_string(),
                 files.map(|file| file.path.clone()).collect(),
                 diff.lines()
                     .filter(|l| l.starts_with('+') && !l.starts_with("+++"))
@@ -816,14 +818,14 @@ fn a_journal_written_before_scopes_still_reads_and_a_scope_round_trips() {
     use grove::store::journal::{ContextMode, Entry, SubtaskKind};
     let old = r#"{"type":"subtask_started","subtask":"S1","task":"t","branch":"b","mode":"isolated","agent":"worker"}"#;
     let started = |paths: &[&str], after: &[&str], waits_for: &[&str]| Entry::SubtaskStarted {
-        subtask: "S1".into(),
+        subtask: SubtaskId(1),
         task: "t".into(),
         branch: "b".into(),
         mode: ContextMode::Isolated,
         agent: "worker".into(),
         paths: paths.iter().map(|p| (*p).to_owned()).collect(),
-        after: after.iter().map(|a| (*a).to_owned()).collect(),
-        waits_for: waits_for.iter().map(|w| (*w).to_owned()).collect(),
+        after: after.iter().map(|a| a.parse().unwrap()).collect(),
+        waits_for: waits_for.iter().map(|w| w.parse().unwrap()).collect(),
         kind: SubtaskKind::Task,
     };
     assert_eq!(
@@ -839,12 +841,12 @@ fn a_journal_written_before_scopes_still_reads_and_a_scope_round_trips() {
     let scoped = started(&["src/**"], &["S1"], &["S1", "S2"]);
     let line = serde_json::to_string(&scoped).unwrap();
     assert_eq!(serde_json::from_str::<Entry>(&line).unwrap(), scoped);
-    let point = r#"{"type":"start_point","subtask":"S3","commit":"abc"}"#;
+    let point = r#"{"type":"start_point","subtask":"S3","commit":"0123456789abcdef0123456789abcdef01234567"}"#;
     assert_eq!(
         serde_json::from_str::<Entry>(point).unwrap(),
         Entry::StartPoint {
-            subtask: "S3".into(),
-            commit: "abc".into()
+            subtask: SubtaskId(3),
+            commit: CommitId::parse("0123456789abcdef0123456789abcdef01234567").unwrap()
         }
     );
 }

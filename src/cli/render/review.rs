@@ -149,7 +149,7 @@ pub fn walk(
             Answer::Reject => VerdictKind::Reject,
         };
         if subtask.decision != Some(verdict) {
-            changes.push((subtask.id.clone(), verdict));
+            changes.push((subtask.id.to_string(), verdict));
         }
     }
 
@@ -232,7 +232,7 @@ pub fn show_subtask(
     };
     let mut title = format!(
         "{} · {}",
-        out.paint("1", &subtask.id),
+        out.paint("1", &subtask.id.to_string()),
         out.paint(status_code, status)
     );
     if let Some(reviewer) = &subtask.reviewer {
@@ -349,7 +349,8 @@ pub fn show_outcome(out: &mut Out, outcome: &ReviewOutcome, apply: bool) -> anyh
         ))?;
     }
     if let Some(rebuilt) = &outcome.rebuilt {
-        let short = rebuilt.result.get(..10).unwrap_or(&rebuilt.result);
+        let result = rebuilt.result.to_string();
+        let short = result.get(..10).unwrap_or(&result);
         out.line(&format!(
             "The result was rebuilt: {} is now {short}.",
             run.result_branch
@@ -441,7 +442,7 @@ mod tests {
         let commit = (status != SubtaskStatus::Failed)
             .then(|| grove::git::CommitId::parse(&"c".repeat(40)).unwrap());
         SubtaskReview {
-            id: id.into(),
+            id: id.parse().unwrap(),
             task: format!("brief of {id}"),
             status,
             reviewer: verdict.map(|verdict| grove::store::state::VerdictState {
@@ -472,7 +473,7 @@ mod tests {
 
     fn run() -> RunReview {
         RunReview {
-            run_id: "20261130-000000-0000".into(),
+            run_id: "20261130-000000-0000".parse().unwrap(),
             task: "task".into(),
             status: grove::store::state::RunStatus::Finished,
             base: grove::git::CommitId::parse(&"b".repeat(40)).unwrap(),

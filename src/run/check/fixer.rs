@@ -100,6 +100,7 @@ fn culprit_text(culprit: Option<&Culprit>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::id::SubtaskId;
     use crate::store::journal::CheckStatus;
 
     #[test]
@@ -115,10 +116,10 @@ mod tests {
             same_as: None,
         };
         let merged = [
-            SubtaskReport::new("S1".into(), "Rename greet".into(), "b1".into()),
-            SubtaskReport::new("S2".into(), "y".repeat(5_000), "b2".into()),
+            SubtaskReport::new(SubtaskId(1), "Rename greet".into(), "b1".into()),
+            SubtaskReport::new(SubtaskId(2), "y".repeat(5_000), "b2".into()),
         ];
-        let mut earlier = SubtaskReport::new("S3".into(), "fix".into(), "b3".into());
+        let mut earlier = SubtaskReport::new(SubtaskId(3), "fix".into(), "b3".into());
         earlier.status = SubtaskOutcome::Rejected;
         earlier.review_summary = Some("Deletes the test instead.".into());
         let culprit = Culprit {

@@ -17,7 +17,6 @@ use crate::run::check::culprit::{Candidate, culprit_from_runs, find_culprit};
 use crate::run::check::fixer::{FixerFacts, fixer_brief};
 use crate::run::check::tree::{TreeCheckError, check_commit};
 use crate::run::context::RunContext;
-use crate::run::id::SubtaskId;
 use crate::run::report::{Culprit, SubtaskReport};
 use crate::run::subtask::Subtasks;
 use crate::store::StoreError;
@@ -233,8 +232,8 @@ async fn candidates(ctx: &RunContext, merged: &[SubtaskReport]) -> Vec<Candidate
             .iter()
             .find(|state| state.id == report.id)
             .and_then(|state| state.merge.as_ref())
-            .and_then(|merge| CommitId::parse(&merge.commit).ok());
-        let (Some(commit), Ok(id)) = (commit, report.id.parse::<SubtaskId>()) else {
+            .map(|merge| merge.commit);
+        let Some(commit) = commit else {
             continue;
         };
         let changed = match &report.diffstat {
@@ -252,8 +251,8 @@ async fn candidates(ctx: &RunContext, merged: &[SubtaskReport]) -> Vec<Candidate
             },
         };
         found.push(Candidate {
-            label: report.id.clone(),
-            number: id.number(),
+            label: report.id.to_string(),
+            number: report.id.number(),
             commit,
             changed,
         });

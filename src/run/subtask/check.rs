@@ -147,7 +147,7 @@ pub(crate) fn required_rejection(
     }
     let verdict = rejection(check, run);
     ctx.journal(Entry::Verdict {
-        subtask: id.to_string(),
+        subtask: id,
         verdict: verdict.kind,
         summary: verdict.summary.clone(),
         findings: Vec::new(),

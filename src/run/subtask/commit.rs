@@ -45,8 +45,8 @@ pub(crate) async fn commit(
         })?;
     if let Some(commit) = head {
         ctx.journal(Entry::Checkpoint {
-            subtask: id.to_string(),
-            commit: commit.to_string(),
+            subtask: id,
+            commit,
             turn: work.ledger.steps,
         })?;
     }

@@ -36,10 +36,10 @@ impl Subtasks {
         let _settle = self.queue.guard(id);
         let branch = ctx.run.subtask_branch(id.number());
         let Ok(permit) = Arc::clone(&self.jobs).acquire_owned().await else {
-            return Ok(SubtaskReport::new(id.to_string(), brief, branch));
+            return Ok(SubtaskReport::new(id, brief, branch));
         };
         ctx.journal(Entry::SubtaskStarted {
-            subtask: id.to_string(),
+            subtask: id,
             task: brief.clone(),
             branch,
             mode: ContextMode::Isolated,
@@ -51,8 +51,8 @@ impl Subtasks {
         })?;
         // Before its worktree exists there: a resumed run continues it from the same.
         ctx.journal(Entry::StartPoint {
-            subtask: id.to_string(),
-            commit: start.to_string(),
+            subtask: id,
+            commit: start,
         })?;
         let assignment = Assignment {
             id,

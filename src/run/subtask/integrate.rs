@@ -175,13 +175,13 @@ fn journal_merge(
 ) -> Result<(), SubtaskError> {
     match outcome {
         MergeOutcome::Merged { commit } => ctx.journal(Entry::Merged {
-            subtask: id.to_string(),
-            commit: tip.to_string(),
-            result: commit.to_string(),
+            subtask: id,
+            commit: tip,
+            result: *commit,
         })?,
         MergeOutcome::AlreadyMerged => {}
         MergeOutcome::Conflict { paths } => ctx.journal(Entry::Conflict {
-            subtask: id.to_string(),
+            subtask: id,
             paths: paths.clone(),
         })?,
     }

@@ -61,7 +61,6 @@ use tokio_util::task::TaskTracker;
 use crate::agent::roles::{self, RoleKind};
 use crate::agent::{fork_messages, isolated_messages};
 use crate::event::Event;
-use crate::git::CommitId;
 use crate::run::agents::{delegate_role, worker_tools};
 use crate::run::context::{LEAD_LABEL, LeadHistory, RunContext, lock};
 use crate::run::delegate::{DelegateError, DelegateReport, DelegateRequest, Delegator};
@@ -194,7 +193,7 @@ impl Subtasks {
             task: assignment.brief.clone(),
             branch: branch.clone(),
         });
-        let base = SubtaskReport::new(id.to_string(), assignment.brief.clone(), branch);
+        let base = SubtaskReport::new(id, assignment.brief.clone(), branch);
         // One that waited starts from the result as it is now, not from the base; one
         // with a start point recorded (resumed, or a fixer's) starts there.
         let start = match (placement.start, placement.waits_for.is_empty()) {
@@ -380,11 +379,7 @@ impl Subtasks {
         let mut continuing = Vec::new();
         let mut resolvers = Vec::new();
         for subtask in &state.subtasks {
-            let Ok(id) = subtask.id.parse::<SubtaskId>() else {
-                self.ctx
-                    .note(format!("{}: not a subtask label; skipped", subtask.id));
-                continue;
-            };
+            let id = subtask.id;
             highest = highest.max(id);
             self.schedule
                 .restore(id, recorded_scope(&self.ctx, subtask));
@@ -427,11 +422,8 @@ impl Subtasks {
         let agent = (state.agent != "worker").then_some(state.agent.as_str());
         let placement = Placement {
             scope: recorded_scope(ctx, state),
-            waits_for: schedule::parse_labels(&state.waits_for),
-            start: state
-                .start
-                .as_deref()
-                .and_then(|start| CommitId::parse(start).ok()),
+            waits_for: state.waits_for.clone(),
+            start: state.start,
         };
         let scope = placement.scope.as_ref();
         let found = delegate_role(&ctx.user_root, agent)
@@ -449,7 +441,6 @@ impl Subtasks {
             (roles::builtin(RoleKind::Worker), tools)
         });
         let _settle = self.queue.guard(id);
-        let label = id.to_string();
         let start = resumed_start(ctx, state, &role.name, placement.scope.as_deref());
         let branch = ctx.run.subtask_branch(id.number());
         // A subtask that was still waiting waits again, holding no slot; one that had
@@ -458,10 +449,10 @@ impl Subtasks {
             && !schedule::wait_for_earlier(ctx, &self.queue, id, &state.task, &placement.waits_for)
                 .await
         {
-            return Ok(SubtaskReport::new(label, state.task.clone(), branch));
+            return Ok(SubtaskReport::new(id, state.task.clone(), branch));
         }
         let Some(permit) = self.slot(id, &state.task).await else {
-            return Ok(SubtaskReport::new(label, state.task.clone(), branch));
+            return Ok(SubtaskReport::new(id, state.task.clone(), branch));
         };
         let assignment = Assignment {
             id,
@@ -540,14 +531,14 @@ impl Delegator for Subtasks {
         // Journaled on acceptance, before anything awaits: a subtask still waiting for
         // earlier ones or for a `--jobs` slot when grove stops is resumed like any other.
         let started = Entry::SubtaskStarted {
-            subtask: id.to_string(),
+            subtask: id,
             task: request.task,
             branch: ctx.run.subtask_branch(id.number()),
             mode: request.mode,
             agent: assignment.role.name.clone(),
             paths: request.paths,
-            after: schedule::labels(&request.after),
-            waits_for: schedule::labels(&placement.waits_for),
+            after: request.after.clone(),
+            waits_for: placement.waits_for.clone(),
             kind: SubtaskKind::Task,
         };
         if let Err(source) = ctx.journal(started) {
@@ -572,10 +563,12 @@ fn resumed_start(
     role: &str,
     scope: Option<&WriteScope>,
 ) -> Transcript {
-    let saved = transcript::load(&ctx.transcript_path(&state.id, role)).unwrap_or_else(|error| {
-        ctx.note(format!("{}: the worker starts over: {error}", state.id));
-        None
-    });
+    let saved = transcript::load(&ctx.transcript_path(&state.id.to_string(), role)).unwrap_or_else(
+        |error| {
+            ctx.note(format!("{}: the worker starts over: {error}", state.id));
+            None
+        },
+    );
     if let Some(mut saved) = saved {
         transcript::answer_pending(&mut saved.messages, |_, _, _| PendingAnswer::Interrupted);
         return saved;
@@ -609,7 +602,7 @@ fn resumed_start(
 
 /// The report of a subtask that had finished before a resume, from the journal.
 pub(crate) fn report_from_state(state: &SubtaskState) -> SubtaskReport {
-    let mut report = SubtaskReport::new(state.id.clone(), state.task.clone(), state.branch.clone());
+    let mut report = SubtaskReport::new(state.id, state.task.clone(), state.branch.clone());
     // A subtask still running when its run ended never finished: it failed.
     report.status = state.status.outcome().unwrap_or(SubtaskOutcome::Failed);
     if let Some(verdict) = &state.verdict {

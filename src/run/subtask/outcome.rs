@@ -194,6 +194,7 @@ impl Stages {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::run::id::SubtaskId;
     use crate::store::journal::VerdictKind;
 
     fn reached(landing: Option<Landing>, rule: bool) -> Stages {
@@ -223,7 +224,7 @@ mod tests {
     }
 
     fn ended(stages: Stages, stop: Option<&Stop>) -> (SubtaskOutcome, Option<String>) {
-        let base = SubtaskReport::new("S1".into(), "b".into(), "grove/r/1".into());
+        let base = SubtaskReport::new(SubtaskId(1), "b".into(), "grove/r/1".into());
         let report = stages.report(base, stop);
         (report.status, report.reason)
     }

@@ -146,9 +146,9 @@ pub(crate) async fn resolve_conflict(
         end = match attempt {
             Attempt::Merged { result } => {
                 env.ctx.journal(Entry::Merged {
-                    subtask: conflict.id.to_string(),
-                    commit: conflict.tip.to_string(),
-                    result: result.to_string(),
+                    subtask: conflict.id,
+                    commit: conflict.tip,
+                    result,
                 })?;
                 ResolutionEnd::Merged { by: id, result }
             }
@@ -183,7 +183,7 @@ async fn resolve(
     let branch = ctx.run.subtask_branch(id.number());
     let brief = resolver_brief(ctx, conflict);
     ctx.journal(Entry::SubtaskStarted {
-        subtask: id.to_string(),
+        subtask: id,
         task: brief.clone(),
         branch: branch.clone(),
         mode: ContextMode::Isolated,
@@ -202,7 +202,7 @@ async fn resolve(
         ),
         branch: branch.clone(),
     });
-    let mut base = SubtaskReport::new(id.to_string(), brief.clone(), branch);
+    let mut base = SubtaskReport::new(id, brief.clone(), branch);
     base.kind = SubtaskKind::Resolve;
     let permit = tokio::select! {
         permit = Arc::clone(env.jobs).acquire_owned() => permit.ok(),
@@ -505,7 +505,7 @@ fn markers_rejected(
             .collect(),
     };
     ctx.journal(Entry::Verdict {
-        subtask: id.to_string(),
+        subtask: id,
         verdict: verdict.kind,
         summary: verdict.summary.clone(),
         findings: verdict.findings.clone(),
@@ -560,7 +560,7 @@ fn resolver_brief(ctx: &RunContext, conflict: Conflict<'_>) -> String {
 
 /// The subtasks merged onto the result (resolvers aside: their subtask is listed) whose
 /// merge changed one of `paths`, with their briefs, in merge order.
-fn merged_briefs(ctx: &RunContext, paths: &[String]) -> Vec<(String, String)> {
+fn merged_briefs(ctx: &RunContext, paths: &[String]) -> Vec<(SubtaskId, String)> {
     let state = ctx.journal.state();
     state
         .subtasks
@@ -568,12 +568,11 @@ fn merged_briefs(ctx: &RunContext, paths: &[String]) -> Vec<(String, String)> {
         .filter(|subtask| subtask.kind != SubtaskKind::Resolve)
         .filter_map(|subtask| {
             let merge = subtask.merge.as_ref()?;
-            let result = CommitId::parse(&merge.result).ok()?;
-            let changed = ctx.repo.paths_changed_by(result).ok()?;
+            let changed = ctx.repo.paths_changed_by(merge.result).ok()?;
             changed
                 .iter()
                 .any(|path| paths.contains(path))
-                .then(|| (subtask.id.clone(), subtask.task.clone()))
+                .then(|| (subtask.id, subtask.task.clone()))
         })
         .collect()
 }
@@ -586,7 +585,7 @@ pub(crate) async fn close_interrupted(
     state: &SubtaskState,
 ) -> Result<SubtaskReport, StoreError> {
     let ctx = env.ctx;
-    let mut report = SubtaskReport::new(state.id.clone(), state.task.clone(), state.branch.clone());
+    let mut report = SubtaskReport::new(state.id, state.task.clone(), state.branch.clone());
     report.kind = SubtaskKind::Resolve;
     report.worker_ledger = state.ledger;
     if state.merge.is_some() {
@@ -658,9 +657,9 @@ mod tests {
             panic!("S1 merges cleanly");
         };
         ctx.journal(Entry::Merged {
-            subtask: "S1".into(),
-            commit: tip1.to_string(),
-            result: commit.to_string(),
+            subtask: SubtaskId(1),
+            commit: tip1,
+            result: commit,
         })
         .unwrap();
         queue.settle(s1);
@@ -801,12 +800,15 @@ mod tests {
             "the resolver's merge, its end, then S2's merge: {types:?}"
         );
         let state = run.ctx.journal.state();
-        let s2 = state.subtask("S2").unwrap();
+        let s2 = state.subtask(SubtaskId(2)).unwrap();
         assert_eq!(
-            s2.merge.as_ref().map(|m| m.result.clone()),
+            s2.merge.as_ref().map(|m| m.result.to_string()),
             Some(after.to_string())
         );
-        assert_eq!(state.subtask("S3").unwrap().kind, SubtaskKind::Resolve);
+        assert_eq!(
+            state.subtask(SubtaskId(3)).unwrap().kind,
+            SubtaskKind::Resolve
+        );
     }
 
     #[tokio::test]

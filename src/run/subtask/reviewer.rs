@@ -90,7 +90,7 @@ pub(crate) async fn review(
     };
     let verdict = verdict.and_then(|verdict| {
         ctx.journal(Entry::Verdict {
-            subtask: label,
+            subtask: id,
             verdict: verdict.kind,
             summary: verdict.summary.clone(),
             findings: verdict.findings.clone(),

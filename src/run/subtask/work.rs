@@ -94,7 +94,7 @@ async fn builtin(ctx: &Arc<RunContext>, assignment: Assignment, worktree: &Workt
             ctx.transcript_path(&label, &role.name),
             start.ledger,
         )
-        .checkpointing(worktree)
+        .checkpointing(id, worktree)
         .with_timing(&spec.model_name, start.timing),
     );
     let worker = ctx
