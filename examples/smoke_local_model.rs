@@ -239,7 +239,11 @@ async fn run_once(
     root: &Path,
 ) -> anyhow::Result<(AgentRun, AgentId)> {
     let config = OpenAiConfig {
-        stream,
+        delivery: if stream {
+            grove::model::Delivery::Streamed
+        } else {
+            grove::model::Delivery::Whole
+        },
         ..base.clone()
     };
     let client = OpenAiClient::new(config).context("build the OpenAI-compatible client")?;

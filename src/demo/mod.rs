@@ -85,7 +85,7 @@ impl Demo {
         let repo = sample::write_sample(dir).await?;
         let server = ReplayServer::start(delay).await?;
         let config = AnthropicConfig {
-            stream: false,
+            delivery: crate::model::Delivery::Whole,
             // The replay is local: a failure will not heal by waiting long.
             retry: RetryPolicy {
                 max_retries: 2,

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::arguments;
 use super::client::{Client, ClientConfig, Wire};
-use super::http::{self, SseEvents};
+use super::http::{self, Delivery, SseEvents};
 use super::{ContentBlock, Message, ModelError, Request, Response, Role, StopReason, Usage};
 
 /// The API version grove speaks.
@@ -63,8 +63,8 @@ impl Wire for Anthropic {
         "anthropic".to_owned()
     }
 
-    fn encode(request: &Request, stream: bool) -> Result<Vec<u8>, ModelError> {
-        encode_request(request, stream)
+    fn encode(request: &Request, delivery: Delivery) -> Result<Vec<u8>, ModelError> {
+        encode_request(request, delivery)
     }
 
     fn decode(body: &[u8], secret: &str) -> Result<Response, ModelError> {
@@ -154,7 +154,8 @@ impl WireBlock<'_> {
 /// Encodes `request` as the Messages API body, with cache breakpoints on the last tool,
 /// the system prompt and the newest message's last block (three at most; the API
 /// allows four).
-pub(crate) fn encode_request(request: &Request, stream: bool) -> Result<Vec<u8>, ModelError> {
+pub(crate) fn encode_request(request: &Request, delivery: Delivery) -> Result<Vec<u8>, ModelError> {
+    let stream = delivery.is_streamed();
     let mut tools: Vec<&super::ToolSpec> = request.tools.iter().collect();
     // A stable order keeps the cached prefix byte-identical whatever order the
     // registry listed the tools in.
@@ -735,7 +736,7 @@ mod tests {
             max_tokens: 100,
         };
         let body: Value =
-            serde_json::from_slice(&encode_request(&request, false).unwrap()).unwrap();
+            serde_json::from_slice(&encode_request(&request, Delivery::Whole).unwrap()).unwrap();
         assert_eq!(
             body,
             json!({

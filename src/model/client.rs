@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use tokio_util::sync::CancellationToken;
 
-use super::http::{self, SseEvents};
+use super::http::{self, Delivery, SseEvents};
 use super::retry::RetryPolicy;
 use super::turn::{self, Progress};
 use super::url::{self as base_url, redact_userinfo};
@@ -44,8 +44,8 @@ pub trait Wire: Default + Clone + fmt::Debug + Send + Sync + 'static {
     /// The client's name in the ledger and in messages.
     fn name(base_url: &str, endpoint: &reqwest::Url) -> String;
 
-    /// The exact JSON body for `request`.
-    fn encode(request: &Request, stream: bool) -> Result<Vec<u8>, ModelError>;
+    /// The exact JSON body for `request`, asking for the answer as `delivery` says.
+    fn encode(request: &Request, delivery: Delivery) -> Result<Vec<u8>, ModelError>;
 
     /// A whole (non-streamed) response; `secret` is kept out of any error text.
     fn decode(body: &[u8], secret: &str) -> Result<Response, ModelError>;
@@ -62,8 +62,8 @@ pub struct ClientConfig<W> {
     pub base_url: String,
     /// Empty means "send no key" where the wire allows it (local servers only).
     pub api_key: String,
-    /// Stream the response over SSE (the default) or wait for one JSON body.
-    pub stream: bool,
+    /// How the answer arrives: streamed over SSE (the default) or as one JSON body.
+    pub delivery: Delivery,
     pub retry: RetryPolicy,
     /// Deadline for the first byte of an answer: the whole response (non-streaming) or
     /// its headers (streaming). A failed attempt, retried.
@@ -88,7 +88,7 @@ impl<W: Wire> fmt::Debug for ClientConfig<W> {
         f.debug_struct(W::CONFIG_NAME)
             .field("base_url", &redact_userinfo(&self.base_url))
             .field("api_key", &key)
-            .field("stream", &self.stream)
+            .field("delivery", &self.delivery)
             .field("retry", &self.retry)
             .field("request_timeout", &self.request_timeout)
             .field("idle_timeout", &self.idle_timeout)
@@ -105,7 +105,7 @@ impl<W: Wire> ClientConfig<W> {
         Self {
             base_url: base_url.into(),
             api_key: api_key.into(),
-            stream: true,
+            delivery: Delivery::Streamed,
             retry: RetryPolicy::default(),
             request_timeout: turn::DEFAULT_FIRST_BYTE_TIMEOUT,
             idle_timeout: turn::DEFAULT_IDLE_TIMEOUT,
@@ -173,7 +173,7 @@ impl<W: Wire> Client<W> {
     /// Public so tests and tools can inspect what the API sees (cache breakpoints,
     /// block order) without a server.
     pub fn request_body(&self, request: &Request) -> Result<Vec<u8>, ModelError> {
-        W::encode(request, self.config.stream)
+        W::encode(request, self.config.delivery)
     }
 
     /// True when the client sends a key at all (an OpenAI-compatible local server may
@@ -198,7 +198,7 @@ impl<W: Wire> Client<W> {
             timeout: self.config.request_timeout,
             idle_timeout: self.config.idle_timeout,
         };
-        let (body, request_id) = exchange.send(builder, self.config.stream).await?;
+        let (body, request_id) = exchange.send(builder, self.config.delivery).await?;
         let mut parsed = match body {
             http::Body::Stream(mut events) => {
                 W::read_stream(&mut events, &self.config.api_key).await?

@@ -279,6 +279,24 @@ fn describe_body(status: reqwest::StatusCode, body: &str) -> String {
 
 type EventResult = Result<Event, EventStreamError<reqwest::Error>>;
 
+/// How a model's answer arrives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Delivery {
+    /// Over SSE, event by event (the default): a slow answer shows progress, and a
+    /// stalled one is noticed by its idle timeout.
+    #[default]
+    Streamed,
+    /// As one JSON body, for servers that cannot stream.
+    Whole,
+}
+
+impl Delivery {
+    /// True when the answer is streamed (the wire's `stream` field).
+    pub fn is_streamed(self) -> bool {
+        self == Self::Streamed
+    }
+}
+
 /// Longest piece of a non-SSE body quoted when a stream was asked for.
 const MAX_QUOTED_START: usize = 200;
 
@@ -384,7 +402,7 @@ impl<'a> Exchange<'a> {
     pub async fn send(
         &self,
         builder: reqwest::RequestBuilder,
-        stream: bool,
+        delivery: Delivery,
     ) -> Result<(Body<'a>, Option<String>), ModelError> {
         let started = tokio::time::Instant::now();
         let response = send(builder, self.url, self.target, self.timeout, &self.progress).await?;
@@ -394,7 +412,7 @@ impl<'a> Exchange<'a> {
                 api_error(response, self.request_id_header, self.api_key, self.timeout).await,
             );
         }
-        let body = if stream {
+        let body = if delivery.is_streamed() {
             self.check_event_stream(response).await?
         } else {
             let remaining = self.timeout.saturating_sub(started.elapsed());

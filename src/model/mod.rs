@@ -24,6 +24,7 @@ mod url;
 pub use anthropic::{AnthropicClient, AnthropicConfig};
 pub use arguments::UNPARSED_ARGUMENTS_KEY;
 pub use error::{ApiError, ModelError};
+pub use http::Delivery;
 pub use openai::{OpenAiClient, OpenAiConfig};
 pub use retry::RetryPolicy;
 pub use turn::{ModelNotice, TimeoutEnv, WaitNotice, WaitPhase};

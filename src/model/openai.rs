@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::arguments;
 use super::client::{Client, ClientConfig, Wire};
-use super::http::{self, SseEvents};
+use super::http::{self, Delivery, SseEvents};
 use super::{ContentBlock, Message, ModelError, Request, Response, Role, StopReason, Usage};
 
 /// The OpenAI-compatible chat completions wire format.
@@ -71,8 +71,8 @@ impl Wire for OpenAi {
         }
     }
 
-    fn encode(request: &Request, stream: bool) -> Result<Vec<u8>, ModelError> {
-        encode_request(request, stream)
+    fn encode(request: &Request, delivery: Delivery) -> Result<Vec<u8>, ModelError> {
+        encode_request(request, delivery)
     }
 
     fn decode(body: &[u8], secret: &str) -> Result<Response, ModelError> {
@@ -185,7 +185,8 @@ fn joined_text(blocks: &[ContentBlock]) -> String {
 }
 
 /// Encodes `request` as a chat completions body.
-pub(crate) fn encode_request(request: &Request, stream: bool) -> Result<Vec<u8>, ModelError> {
+pub(crate) fn encode_request(request: &Request, delivery: Delivery) -> Result<Vec<u8>, ModelError> {
+    let stream = delivery.is_streamed();
     if request.messages.is_empty() {
         return Err(ModelError::InvalidRequest(
             "a request needs at least one message".to_owned(),
@@ -710,7 +711,8 @@ mod tests {
             tools: vec![],
             max_tokens: 10,
         };
-        let body: Value = serde_json::from_slice(&encode_request(&request, true).unwrap()).unwrap();
+        let body: Value =
+            serde_json::from_slice(&encode_request(&request, Delivery::Streamed).unwrap()).unwrap();
         assert_eq!(
             body,
             json!({

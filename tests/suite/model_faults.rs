@@ -54,7 +54,7 @@ fn client(provider: Provider, base_url: &str, stream: bool, limits: Limits) -> B
     match provider {
         Provider::Anthropic => Box::new(
             AnthropicClient::new(AnthropicConfig {
-                stream,
+                delivery: crate::support::fake_server::delivery(stream),
                 retry,
                 request_timeout: limits.first_byte,
                 idle_timeout: limits.idle,
@@ -66,7 +66,7 @@ fn client(provider: Provider, base_url: &str, stream: bool, limits: Limits) -> B
         ),
         Provider::OpenAi => Box::new(
             OpenAiClient::new(OpenAiConfig {
-                stream,
+                delivery: crate::support::fake_server::delivery(stream),
                 retry,
                 request_timeout: limits.first_byte,
                 idle_timeout: limits.idle,

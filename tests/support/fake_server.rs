@@ -670,7 +670,7 @@ impl FakeServer {
     /// An Anthropic config for this server: test key, [`fast_retry`], 10 s timeouts.
     pub fn anthropic_config(&self, stream: bool) -> AnthropicConfig {
         AnthropicConfig {
-            stream,
+            delivery: delivery(stream),
             retry: fast_retry(),
             request_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(10),
@@ -681,7 +681,7 @@ impl FakeServer {
     /// An OpenAI config for this server: test key, [`fast_retry`], 10 s timeouts.
     pub fn openai_config(&self, stream: bool) -> OpenAiConfig {
         OpenAiConfig {
-            stream,
+            delivery: delivery(stream),
             retry: fast_retry(),
             request_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(10),
@@ -954,5 +954,14 @@ async fn wait_for_release(
             }
             other => return other,
         }
+    }
+}
+
+/// The client's delivery for a test case that streams or not.
+pub fn delivery(stream: bool) -> grove::model::Delivery {
+    if stream {
+        grove::model::Delivery::Streamed
+    } else {
+        grove::model::Delivery::Whole
     }
 }
