@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 
 use crate::ledger::Ledger;
 use crate::model::ModelNotice;
-use crate::status::{SubtaskOutcome, VerdictKind};
+use crate::status::{SubtaskId, SubtaskOutcome, VerdictKind};
 
 /// Identifies one running subagent: its role and the subtask label it works on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -63,7 +63,7 @@ pub enum Event {
     },
     /// The lead delegated a subtask; its worker is about to start.
     SubtaskStarted {
-        label: String,
+        label: SubtaskId,
         task: String,
         branch: String,
     },
@@ -72,13 +72,13 @@ pub enum Event {
     /// overlap its own. Then it starts from the run's current result. With `waits_for`
     /// empty it waits for a `--jobs` slot, and starts as it would have at once.
     SubtaskWaiting {
-        label: String,
+        label: SubtaskId,
         task: String,
-        waits_for: Vec<String>,
+        waits_for: Vec<SubtaskId>,
     },
     /// A subtask is over: merged, rejected, conflict or failed.
     SubtaskFinished {
-        label: String,
+        label: SubtaskId,
         status: SubtaskOutcome,
         verdict: Option<VerdictKind>,
         /// e.g. `3 files changed, 10 insertions(+), 2 deletions(-)`.

@@ -94,18 +94,18 @@ mod tests {
     #[test]
     fn the_run_id_then_subtask_starts_and_ends_read_as_one_line_each_and_other_events_are_not() {
         let started = Event::SubtaskStarted {
-            label: "S1".into(),
+            label: crate::status::SubtaskId(1),
             task: "WRITE a.txt good\nmore detail".into(),
             branch: "grove/r/1".into(),
         };
         let finished = Event::SubtaskFinished {
-            label: "S1".into(),
+            label: crate::status::SubtaskId(1),
             status: SubtaskOutcome::Merged,
             verdict: Some(VerdictKind::Approve),
             diffstat: Some("1 file changed, 1 insertion(+)".into()),
         };
         let failed = Event::SubtaskFinished {
-            label: "S2".into(),
+            label: crate::status::SubtaskId(2),
             status: SubtaskOutcome::Failed,
             verdict: None,
             diffstat: None,

@@ -163,9 +163,9 @@ pub(crate) async fn wait_for_earlier(
         .collect();
     if !pending.is_empty() {
         ctx.events.emit(Event::SubtaskWaiting {
-            label: id.to_string(),
+            label: id,
             task: task.to_owned(),
-            waits_for: labels(&pending),
+            waits_for: pending.clone(),
         });
     }
     queue.wait_settled(waits_for).await && !ctx.cancel.is_cancelled()

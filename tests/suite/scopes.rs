@@ -192,7 +192,10 @@ fn waiting(events: &[Event]) -> Vec<(String, Vec<String>)> {
         .filter_map(|event| match event {
             Event::SubtaskWaiting {
                 label, waits_for, ..
-            } if !waits_for.is_empty() => Some((label.clone(), waits_for.clone())),
+            } if !waits_for.is_empty() => Some((
+                label.to_string(),
+                waits_for.iter().map(ToString::to_string).collect(),
+            )),
             _ => None,
         })
         .collect()

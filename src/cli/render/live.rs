@@ -11,7 +11,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use grove::event::{AgentId, Event};
 use grove::ledger::Ledger;
-use grove::status::VerdictKind;
+use grove::status::{SubtaskId, VerdictKind};
 
 use grove::text::{first_line, printable};
 
@@ -102,7 +102,7 @@ fn escaped(event: Event) -> Event {
             task,
             branch,
         } => Event::SubtaskStarted {
-            label: text(label),
+            label,
             task: text(task),
             branch: text(branch),
         },
@@ -111,9 +111,9 @@ fn escaped(event: Event) -> Event {
             task,
             waits_for,
         } => Event::SubtaskWaiting {
-            label: text(label),
+            label,
             task: text(task),
-            waits_for: waits_for.into_iter().map(text).collect(),
+            waits_for,
         },
         Event::SubtaskFinished {
             label,
@@ -121,7 +121,7 @@ fn escaped(event: Event) -> Event {
             verdict,
             diffstat,
         } => Event::SubtaskFinished {
-            label: text(label),
+            label,
             status,
             verdict,
             diffstat: diffstat.map(text),
@@ -227,13 +227,17 @@ fn plain(event: &Event) {
 /// `waits for S1, S3 to settle, then starts from their result: <brief>`: a subtask
 /// held back by its `after` or overlapping `paths`, in both views; `waits for a free
 /// --jobs slot: <brief>` for one that waits for a slot alone.
-fn waiting_line(waits_for: &[String], task: &str) -> String {
+fn waiting_line(waits_for: &[SubtaskId], task: &str) -> String {
     if waits_for.is_empty() {
         return format!("waits for a free --jobs slot: {}", first_line(task, 80));
     }
     format!(
         "waits for {} to settle, then starts from their result: {}",
-        waits_for.join(", "),
+        waits_for
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
         first_line(task, 80)
     )
 }
@@ -259,7 +263,7 @@ fn check_line(event: &Event) -> Option<String> {
 
 /// `S2: merged (reviewer: approve), 1 file changed, …`: a subtask's end, in both views.
 fn finished_line(
-    label: &str,
+    label: &SubtaskId,
     status: &str,
     verdict: Option<VerdictKind>,
     diffstat: Option<&str>,
@@ -302,7 +306,7 @@ struct Bars {
     multi: MultiProgress,
     lines: BTreeMap<String, ProgressBar>,
     /// One line per subtask waiting for earlier ones, by label, until it starts.
-    waiting: BTreeMap<String, ProgressBar>,
+    waiting: BTreeMap<SubtaskId, ProgressBar>,
     style: ProgressStyle,
 }
 
@@ -383,10 +387,10 @@ impl Bars {
             } => {
                 let line = self.multi.add(ProgressBar::new_spinner());
                 line.set_style(self.style.clone());
-                line.set_prefix(label.clone());
+                line.set_prefix(label.to_string());
                 line.set_message(waiting_line(waits_for, task));
                 line.enable_steady_tick(Duration::from_millis(120));
-                if let Some(earlier) = self.waiting.insert(label.clone(), line) {
+                if let Some(earlier) = self.waiting.insert(*label, line) {
                     earlier.finish_and_clear();
                 }
             }

@@ -103,7 +103,7 @@ pub(crate) async fn close(
         reason: report.reason.clone(),
     })?;
     ctx.events.emit(Event::SubtaskFinished {
-        label: id.to_string(),
+        label: id,
         status: report.status,
         verdict: report.verdict,
         diffstat: report.diffstat.as_ref().map(DiffStat::summary),

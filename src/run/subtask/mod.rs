@@ -169,7 +169,7 @@ impl Subtasks {
             return Some(permit);
         }
         self.ctx.events.emit(Event::SubtaskWaiting {
-            label: id.to_string(),
+            label: id,
             task: task.to_owned(),
             waits_for: Vec::new(),
         });
@@ -189,7 +189,7 @@ impl Subtasks {
         let (ctx, id) = (&self.ctx, assignment.id);
         let branch = ctx.run.subtask_branch(id.number());
         ctx.events.emit(Event::SubtaskStarted {
-            label: id.to_string(),
+            label: id,
             task: assignment.brief.clone(),
             branch: branch.clone(),
         });

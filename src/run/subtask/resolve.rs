@@ -194,7 +194,7 @@ async fn resolve(
         waits_for: Vec::new(),
     })?;
     ctx.events.emit(Event::SubtaskStarted {
-        label: id.to_string(),
+        label: id,
         task: format!(
             "resolve {}'s conflict with the result in {}",
             conflict.id,
