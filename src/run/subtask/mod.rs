@@ -45,6 +45,7 @@ pub(crate) mod error;
 pub(crate) mod fix;
 pub(crate) mod integrate;
 pub(crate) mod outcome;
+pub(crate) mod pipeline;
 pub(crate) mod prepare;
 pub(crate) mod resolve;
 pub(crate) mod reviewer;
@@ -66,7 +67,7 @@ use crate::run::context::{LEAD_LABEL, LeadHistory, RunContext, lock};
 use crate::run::delegate::{DelegateError, DelegateReport, DelegateRequest, Delegator};
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
-use crate::run::report::{Resolution, SubtaskReport, executes_later};
+use crate::run::report::{Resolution, SubtaskReport};
 use crate::run::schedule::{self, Placement, Schedule, recorded_scope, scope_of};
 use crate::store::StoreError;
 use crate::store::journal::{ContextMode, Entry, SubtaskKind, SubtaskOutcome};
@@ -74,7 +75,8 @@ use crate::store::state::{RunState, SubtaskState, SubtaskStatus};
 use crate::store::transcript::{self, PendingAnswer, Transcript};
 use crate::tools::{self, ToolSet, WriteScope};
 use crate::worktree::Worktree;
-use outcome::{Author, Judge, Landing, Made, Stages, Stop};
+use outcome::{Landing, Stages, Stop};
+use pipeline::Start;
 
 pub use error::SubtaskError;
 use integrate::Integration;
@@ -258,7 +260,9 @@ impl Subtasks {
         close::close(ctx, &self.queue, &self.tasks, id, report, Some(&worktree)).await
     }
 
-    /// Stages 1 to 6 in `worktree`, each one's outcome kept in `found`.
+    /// Stages 1 to 5 in `worktree` ([`pipeline::judged`]), then stage 6: the merge onto
+    /// the result in the subtask's turn, and its resolvers when it conflicts; each
+    /// stage's outcome kept in `found`.
     async fn stages(
         &self,
         assignment: Assignment,
@@ -269,65 +273,27 @@ impl Subtasks {
     ) -> Result<(), SubtaskError> {
         let (ctx, id) = (&self.ctx, assignment.id);
         let brief = assignment.brief.clone();
-        prepare::prepare(ctx, id, worktree).await?;
-        // No worker spends a token before the check is proven on the base.
-        if !ctx.base_gate.opened().await {
-            return Err(SubtaskError::Interrupted);
-        }
-        let work = work::work(ctx, assignment, worktree).await;
-        found.worker_ledger = work.ledger;
-        let committed = commit::commit(ctx, id, worktree, work).await?;
-        let scope = placement.scope.as_deref();
-        let made = Made {
-            author: Author::Worker,
-            summary: committed.summary.trim().to_owned(),
-            stat: committed.diff.stat.clone(),
-            executes_later: executes_later(&committed.diff.stat),
-            left_out: left_out_of_commit(ctx, id, worktree).await,
-            outside_paths: scope.map_or_else(Vec::new, |scope| {
-                commit::outside_scope(&committed.diff.stat, scope)
-            }),
+        let start = Start::Delegated {
+            assignment: Box::new(assignment),
+            permit,
+            scope: placement.scope.as_deref(),
+            slots: check::Slots {
+                jobs: &self.jobs,
+                checks: &self.checks,
+            },
         };
-        // Kept whatever happens next: a failed review still reports what was made.
-        found.made = Some(made.clone());
-        let slots = check::Slots {
-            jobs: &self.jobs,
-            checks: &self.checks,
-        };
-        let (check, permit) =
-            check::check_subtask(ctx, slots, permit, id, worktree, &committed.diff).await?;
-        found.check = check;
-        let judged =
-            if let Some(required) = check::required_rejection(ctx, id, found.check.as_ref())? {
-                (Judge::Rule(required.reason), required.verdict)
-            } else {
-                let later = made.runs_later(found.check.as_ref());
-                let flagged = reviewer::Flagged {
-                    executes_later: &later,
-                    left_out: &made.left_out,
-                    check: reviewer::check_of(ctx, found.check.as_ref()),
-                    outside_paths: &made.outside_paths,
-                    paths: scope.map_or(&[], WriteScope::globs),
-                    against: None,
-                };
-                let review =
-                    reviewer::review(ctx, id, &brief, &committed.diff, flagged, worktree).await;
-                found.reviewer_ledger = review.ledger;
-                (Judge::Reviewer, review.verdict?)
-            };
-        let kind = judged.1.kind;
-        found.judged = Some(judged);
+        let judged = pipeline::judged(ctx, id, &brief, worktree, start, found).await?;
         // The merge may wait for lower-numbered subtasks; they may need this slot.
-        drop(permit);
+        drop(judged.permit);
         let integration =
-            integrate::integrate(ctx, &self.queue, id, &brief, kind, committed.tip).await?;
+            integrate::integrate(ctx, &self.queue, id, &brief, judged.verdict, judged.tip).await?;
         let Integration::Conflict { paths } = &integration else {
             found.landing = Some(Landing::Integrated(integration));
             return Ok(());
         };
         let paths = paths.clone();
         found.landing = Some(Landing::Integrated(integration));
-        found.landing = Some(self.resolve(id, &brief, committed.tip, paths).await?);
+        found.landing = Some(self.resolve(id, &brief, judged.tip, paths).await?);
         Ok(())
     }
 
@@ -621,19 +587,4 @@ pub(crate) fn report_from_state(state: &SubtaskState) -> SubtaskReport {
     report.worker_ledger = state.ledger;
     report.sum_ledgers();
     report
-}
-
-/// The paths of `worktree` the commit left out as git data (`Repo::git_dir_paths`), for
-/// the reviewer and the report. Not knowing them is noted, not fatal: the commit left
-/// them out either way.
-async fn left_out_of_commit(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) -> Vec<String> {
-    match ctx.repo.git_dir_paths(worktree).await {
-        Ok(paths) => paths,
-        Err(error) => {
-            ctx.note(format!(
-                "{id}: could not list the paths left out of its commit: {error}"
-            ));
-            Vec::new()
-        }
-    }
 }

@@ -7,8 +7,9 @@
 //! files (`<<<<<<< grove/<run>/result` … `>>>>>>> grove/<run>/<k>`). Its brief holds the
 //! conflicting subtask's brief, the briefs of the merged subtasks that changed the
 //! conflicting paths (from the journal's merges) and the paths. Its pipeline is a task's
-//! — prepare, work, commit, check — then a marker check (a marker left goes back to the
-//! worker while [`MARKER_RETURNS`] and its turns allow, and is a rejection after), then
+//! ([`pipeline::judged`] from [`Start::Resolving`]) — prepare, work, commit, check — with
+//! a marker check (a marker left goes back to the
+//! worker while [`MARKER_RETURNS`](super::pipeline::MARKER_RETURNS) and its turns allow, and is a rejection after), then
 //! a fresh reviewer that sees the resolver's brief and the diff against the result.
 //! Approved, the resolver's commit is merged onto the result and the conflicting
 //! subtask counts as merged (`resolution: resolver`); otherwise the result is unchanged,
@@ -46,44 +47,29 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
-use crate::agent::Ledger;
-use crate::agent::isolated_messages;
-use crate::agent::roles::{self, RoleDef, RoleKind};
 use crate::event::Event;
-use crate::git::{CommitId, LeftMarker, MergeOutcome, MergeSide};
-use crate::model::{ContentBlock, Message, Role};
+use crate::git::{CommitId, MergeOutcome, MergeSide};
 use crate::run::context::RunContext;
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
-use crate::run::report::{SubtaskReport, executes_later};
-use crate::run::subtask::commit::{self, Committed};
+use crate::run::report::SubtaskReport;
 use crate::run::subtask::error::SubtaskError;
 use crate::run::subtask::integrate::Integration;
-use crate::run::subtask::outcome::{Author, Judge, Landing, Made, Stages, Stop};
+use crate::run::subtask::outcome::{Landing, Stages, Stop};
+use crate::run::subtask::pipeline::{self, Start};
 use crate::run::subtask::prepare::{self, AheadWorktrees};
-use crate::run::subtask::work::{self, Assignment};
-use crate::run::subtask::{check, close, integrate, reviewer, trees};
+use crate::run::subtask::{close, integrate, trees};
 use crate::store::StoreError;
-use crate::store::journal::{
-    ContextMode, Entry, Finding, SubtaskKind, SubtaskOutcome, VerdictKind,
-};
+use crate::store::journal::{ContextMode, Entry, SubtaskKind, SubtaskOutcome, VerdictKind};
 use crate::store::state::SubtaskState;
-use crate::store::transcript::{self, PendingAnswer, Transcript};
 use crate::text::truncate;
-use crate::tools::{self, ToolSet};
 use crate::worktree::Worktree;
 
 /// How many resolvers one conflict gets: a rejected or failed resolution is final.
 pub(crate) const MAX_RESOLVERS: u32 = 1;
 
-/// How often conflict markers left in a resolver's commit go back to its worker.
-pub(crate) const MARKER_RETURNS: u32 = 2;
-
 /// How much of each brief a resolver's brief quotes.
 const QUOTED_BRIEF_CHARS: usize = 4_000;
-
-/// What the resolver's reviewer is told the diff is against.
-const AGAINST_RESULT: &str = "the run's result";
 
 /// What a resolver needs of the run's subtasks.
 pub(crate) struct Resolving<'a> {
@@ -302,8 +288,8 @@ async fn conflicted_start(
     Ok((merged.commit, result))
 }
 
-/// Prepare, work (until no marker is left, while it may), commit, check, review, merge;
-/// each stage's outcome kept in `found`.
+/// Stages 1 to 5 from the conflicted start ([`pipeline::judged`]), then the merge onto
+/// the result in the conflicting subtask's turn; each stage's outcome kept in `found`.
 async fn stages(
     ctx: &Arc<RunContext>,
     id: SubtaskId,
@@ -313,53 +299,9 @@ async fn stages(
     worktree: &Worktree,
     found: &mut Stages,
 ) -> Result<Attempt, SubtaskError> {
-    prepare::prepare(ctx, id, worktree).await?;
-    let (ledger, worked) = work_until_clean(ctx, id, brief, result, worktree).await;
-    found.worker_ledger = ledger;
-    let (committed, markers) = worked?;
-    let diff = ctx
-        .repo
-        .diff(result, committed.tip, ctx.options.max_review_patch_bytes)
-        .await
-        .map_err(|source| SubtaskError::Diff { source })?;
-    let left_out = match ctx.repo.git_dir_paths(worktree).await {
-        Ok(paths) => paths,
-        Err(error) => {
-            ctx.note(format!(
-                "{id}: could not list the paths left out of its commit: {error}"
-            ));
-            Vec::new()
-        }
-    };
-    let made = Made {
-        author: Author::Resolver,
-        summary: committed.summary.trim().to_owned(),
-        stat: diff.stat.clone(),
-        executes_later: executes_later(&diff.stat),
-        left_out,
-        outside_paths: Vec::new(),
-    };
-    // Kept whatever happens next: a failed review still reports what was made.
-    found.made = Some(made.clone());
-    found.check = check::check_in_slot(ctx, id, worktree, &diff).await?;
-    let (judge, verdict) = if markers.is_empty() {
-        let later = made.runs_later(found.check.as_ref());
-        let flagged = reviewer::Flagged {
-            executes_later: &later,
-            left_out: &made.left_out,
-            check: reviewer::check_of(ctx, found.check.as_ref()),
-            ..reviewer::Flagged::default()
-        }
-        .against(AGAINST_RESULT);
-        let review = reviewer::review(ctx, id, brief, &diff, flagged, worktree).await;
-        found.reviewer_ledger = review.ledger;
-        (Judge::Reviewer, review.verdict?)
-    } else {
-        markers_rejected(ctx, id, &markers)?
-    };
-    let kind = verdict.kind;
-    found.judged = Some((judge, verdict));
-    if kind == VerdictKind::Reject {
+    let start = Start::Resolving { result };
+    let judged = pipeline::judged(ctx, id, brief, worktree, start, found).await?;
+    if judged.verdict == VerdictKind::Reject {
         found.landing = Some(Landing::Integrated(Integration::Rejected));
         return Ok(Attempt::NotMerged);
     }
@@ -369,7 +311,7 @@ async fn stages(
         conflict.id,
         conflict.brief,
     );
-    match integrate::merge_journaled(ctx, id, committed.tip, &message).await? {
+    match integrate::merge_journaled(ctx, id, judged.tip, &message).await? {
         MergeOutcome::Merged { commit } => {
             found.landing = Some(Landing::Integrated(Integration::Merged));
             Ok(Attempt::Merged { result: commit })
@@ -381,141 +323,6 @@ async fn stages(
             Ok(Attempt::NotMerged)
         }
     }
-}
-
-/// Works and commits; while conflict markers are left and the worker has turns (and
-/// [`MARKER_RETURNS`] allow), it gets them back as findings and goes on. Returns the
-/// worker's turns, and the last commit and the markers it still holds.
-async fn work_until_clean(
-    ctx: &Arc<RunContext>,
-    id: SubtaskId,
-    brief: &str,
-    result: CommitId,
-    worktree: &Worktree,
-) -> (Ledger, Result<(Committed, Vec<LeftMarker>), SubtaskError>) {
-    let role = roles::builtin(RoleKind::Worker);
-    let mut start = Transcript {
-        messages: isolated_messages(brief),
-        ..Transcript::default()
-    };
-    let mut current_brief = brief.to_owned();
-    let mut returned = 0;
-    loop {
-        let assignment = Assignment {
-            id,
-            brief: current_brief.clone(),
-            worker_brief: current_brief.clone(),
-            role: role.clone(),
-            tools: tools::builtin_with_executor(ToolSet::Worker, ctx.executor.clone()),
-            start,
-        };
-        let work = work::work(ctx, assignment, worktree).await;
-        let ledger = work.ledger;
-        let committed = match commit::commit(ctx, id, worktree, work).await {
-            Ok(committed) => committed,
-            Err(error) => return (ledger, Err(error)),
-        };
-        let markers = match ctx.repo.added_conflict_markers(result, committed.tip) {
-            Ok(markers) => markers,
-            Err(source) => return (ledger, Err(SubtaskError::MarkersUnchecked { source })),
-        };
-        let turns_left = ledger.steps < ctx.options.max_turns.worker;
-        if markers.is_empty() || returned == MARKER_RETURNS || !turns_left {
-            return (ledger, Ok((committed, markers)));
-        }
-        returned += 1;
-        let note = markers_note(&markers);
-        ctx.note(format!(
-            "{id}: {} conflict marker(s) left; back to the resolver",
-            markers.len()
-        ));
-        current_brief = format!("{brief}\n\n{note}");
-        start = continued(ctx, id, &role, brief, ledger, &committed.summary, &note);
-    }
-}
-
-/// The resolver's conversation so far (or its brief), its last answer, then `note`.
-fn continued(
-    ctx: &RunContext,
-    id: SubtaskId,
-    role: &RoleDef,
-    brief: &str,
-    ledger: Ledger,
-    summary: &str,
-    note: &str,
-) -> Transcript {
-    let label = id.to_string();
-    let saved = transcript::load(&ctx.transcript_path(&label, &role.name))
-        .ok()
-        .flatten();
-    let mut messages = match saved {
-        Some(saved) => saved.messages,
-        None => isolated_messages(brief),
-    };
-    transcript::answer_pending(&mut messages, |_, _, _| PendingAnswer::Interrupted);
-    let answer = if summary.trim().is_empty() {
-        "(done)".to_owned()
-    } else {
-        summary.to_owned()
-    };
-    messages.push(Message {
-        role: Role::Assistant,
-        content: vec![ContentBlock::Text { text: answer }],
-    });
-    messages.push(Message::user_text(note));
-    Transcript {
-        messages,
-        ledger,
-        ..Transcript::default()
-    }
-}
-
-/// What a resolver is told of the markers it left.
-fn markers_note(markers: &[LeftMarker]) -> String {
-    let mut text = String::from(
-        "grove committed your work, but conflict markers are still in the files; resolve \
-         each one (keep what both sides intend, remove the marker lines):\n",
-    );
-    for marker in markers {
-        text.push_str(&format!("- {}:{}\n", marker.path, marker.line));
-    }
-    text
-}
-
-/// The rejection of a resolution that still holds conflict markers (no reviewer is
-/// asked: such a merge is never merged), journaled.
-fn markers_rejected(
-    ctx: &RunContext,
-    id: SubtaskId,
-    markers: &[LeftMarker],
-) -> Result<(Judge, crate::run::verdict::Verdict), SubtaskError> {
-    let verdict = crate::run::verdict::Verdict {
-        kind: VerdictKind::Reject,
-        summary: format!(
-            "The resolution still holds {} conflict marker(s); it is never merged.",
-            markers.len()
-        ),
-        findings: markers
-            .iter()
-            .map(|marker| Finding {
-                path: marker.path.clone(),
-                line: Some(marker.line),
-                problem: "a conflict marker is left".to_owned(),
-            })
-            .collect(),
-    };
-    ctx.journal(Entry::Verdict {
-        subtask: id,
-        verdict: verdict.kind,
-        summary: verdict.summary.clone(),
-        findings: verdict.findings.clone(),
-    })?;
-    let reason = format!(
-        "its resolution still holds {} conflict marker(s); no reviewer was asked and it is \
-         never merged",
-        markers.len()
-    );
-    Ok((Judge::Rule(reason), verdict))
 }
 
 /// The resolver's brief: what to do, the conflicting paths, the conflicting subtask's
@@ -622,6 +429,7 @@ mod tests {
     use super::*;
     use crate::run::test_support::{ScriptedModel, TestRun};
     use crate::settings::options::RunOptions;
+    use crate::store::journal::Finding;
 
     const BASE: &str = "one\ntwo\nthree\n";
     const BOTH: &str = "one\nTWO by S1\nTWO by S2\nthree\n";
@@ -915,7 +723,7 @@ mod tests {
         );
         assert_eq!(
             model.requests().len(),
-            2 * (MARKER_RETURNS as usize + 1),
+            2 * (pipeline::MARKER_RETURNS as usize + 1),
             "no reviewer is asked about a resolution with markers"
         );
     }
