@@ -2,7 +2,9 @@
 //!
 //! Every variant carries the context a user needs to act on it: the git operation, the
 //! directory or ref involved and git's own stderr. Variant docs say whether the layer
-//! retries the failure itself before returning it.
+//! retries the failure itself before returning it, and the facts callers act on are
+//! decided here, where the error is made, never guessed by them from a variant or a
+//! message: [`GitError::is_disk_full`] (the run pauses) and [`GitError::can_retry`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -113,6 +115,7 @@ pub enum GitError {
     #[error("{rev} does not exist in the repository")]
     UnknownRevision { rev: String },
 
+
     /// The subtask branch already exists and does not contain the run's base commit, so
     /// reusing it would silently drop or mix in unrelated history. Not retried.
     #[error("branch {branch} already exists at {tip}, which does not contain the base {base}")]
@@ -208,6 +211,70 @@ impl GitError {
             _ => false,
         }
     }
+
+    /// True when the disk (or the user's quota) was full: an io source of ENOSPC or
+    /// EDQUOT, git's words for it in a command's stderr (see [`says_disk_full`]), libgit2's
+    /// message, or a worktree whose checkout failed so. A full disk is never the work's
+    /// fault: the run pauses, and `grove resume` does the same call again once there is
+    /// room.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            GitError::Spawn { source, .. } | GitError::Io { source, .. } => {
+                io_is_disk_full(source) || says_disk_full(&source.to_string())
+            }
+            GitError::Command { stderr, .. } => says_disk_full(stderr),
+            GitError::Read { source, .. } | GitError::Write { source, .. } => {
+                says_disk_full(source.message())
+            }
+            GitError::FillFailed { reason, .. } => reason.is_disk_full(),
+            _ => false,
+        }
+    }
+
+    /// True when making the same call again, unchanged, may succeed: another process
+    /// held one of git's lock files, or another writer kept moving the ref (each already
+    /// retried a few times before it is returned), or the disk was full. Every other
+    /// failure would fail the same way again.
+    pub fn can_retry(&self) -> bool {
+        self.is_lock_contention()
+            || matches!(self, GitError::RefContended { .. })
+            || self.is_disk_full()
+    }
+}
+
+/// The texts git and libgit2 print for a full disk: `strerror(ENOSPC)` and
+/// `strerror(EDQUOT)`, git's own words when an object write fails ("sha1 file '…' write
+/// error. Out of diskspace"), a checkout that cannot write a file ("error: unable to
+/// write file P", which drops errno), and a ref update that cannot write its lock file
+/// ("couldn't write '….lock'", errno dropped too: seen when `git worktree add` creates a
+/// subtask's branch on a full disk), and one that cannot close it ("couldn't close
+/// 'HEAD.lock'": the space is claimed at close). The last three may be another write
+/// fault: pausing is the safe side.
+const NO_SPACE: [&str; 6] = [
+    "No space left on device",
+    "Disk quota exceeded",
+    "Out of diskspace",
+    "error: unable to write file ",
+    "couldn't write '",
+    "couldn't close '",
+];
+
+/// True when `text` (a git command's stderr, libgit2's message) says the disk was full.
+pub(crate) fn says_disk_full(text: &str) -> bool {
+    NO_SPACE.iter().any(|words| text.contains(words))
+}
+
+/// True when `error` is a full disk or quota: kind `StorageFull` or
+/// `QuotaExceeded`, or raw os error ENOSPC or EDQUOT.
+pub(crate) fn io_is_disk_full(error: &std::io::Error) -> bool {
+    use nix::errno::Errno;
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    ) || matches!(
+        error.raw_os_error(),
+        Some(code) if code == Errno::ENOSPC as i32 || code == Errno::EDQUOT as i32
+    )
 }
 
 /// git reports a held lock as "Unable to create '<path>.lock': File exists" (index,
@@ -223,5 +290,85 @@ fn unless_not_found(cause: &git2::Error) -> String {
         String::new()
     } else {
         format!(" ({})", cause.message())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command(stderr: &str) -> GitError {
+        GitError::Command {
+            op: "worktree add".into(),
+            dir: PathBuf::from("/repo"),
+            status: "exit status: 128".into(),
+            stderr: stderr.into(),
+        }
+    }
+
+    fn io(source: std::io::Error) -> GitError {
+        GitError::Io {
+            action: "write",
+            path: PathBuf::from("/repo/x"),
+            source,
+        }
+    }
+
+    #[test]
+    fn a_full_disk_is_decided_where_the_error_is_made() {
+        let enospc = io(std::io::Error::from_raw_os_error(
+            nix::errno::Errno::ENOSPC as i32,
+        ));
+        let edquot = io(std::io::Error::from_raw_os_error(
+            nix::errno::Errno::EDQUOT as i32,
+        ));
+        let kind = io(std::io::Error::from(std::io::ErrorKind::StorageFull));
+        let stderr = command("fatal: write error: No space left on device");
+        let ref_lock = command(
+            "fatal: cannot update ref 'refs/heads/grove/r/2': couldn't write \
+             '/repo/.git/refs/heads/grove/r/2.lock'",
+        );
+        let libgit2 = GitError::Read {
+            what: "the index".into(),
+            source: git2::Error::from_str("failed to write: No space left on device"),
+        };
+        let fill = GitError::FillFailed {
+            path: PathBuf::from("/w/1"),
+            reason: Arc::new(command("error: unable to write file 'src/a.rs'")),
+        };
+        let not_found = io(std::io::Error::from(std::io::ErrorKind::NotFound));
+        let unrelated = command("fatal: invalid reference: main");
+        let unknown = GitError::UnknownRevision { rev: "x".into() };
+        assert_eq!(
+            [
+                &enospc, &edquot, &kind, &stderr, &ref_lock, &libgit2, &fill, &not_found,
+                &unrelated, &unknown
+            ]
+            .map(GitError::is_disk_full),
+            [
+                true, true, true, true, true, true, true, false, false, false
+            ],
+            "a full disk by its errno, its kind, git's or libgit2's words, and nothing else"
+        );
+    }
+
+    #[test]
+    fn only_a_held_lock_a_moving_ref_or_a_full_disk_can_be_retried() {
+        let held = command("fatal: Unable to create '/repo/.git/index.lock': File exists.");
+        let contended = GitError::RefContended {
+            reference: "refs/heads/r".into(),
+            actual: "abc".into(),
+        };
+        let full = command("fatal: write error: No space left on device");
+        let mismatch = command(
+            "fatal: cannot lock ref 'refs/heads/r': is at abc but expected def \
+             (refs/heads/r.lock: File exists)",
+        );
+        let unknown = GitError::UnknownRevision { rev: "x".into() };
+        assert_eq!(
+            [&held, &contended, &full, &mismatch, &unknown].map(GitError::can_retry),
+            [true, true, true, false, false],
+            "a retry helps only when the cause can pass"
+        );
     }
 }

@@ -66,6 +66,7 @@ pub use cmd::{Enter, GitOptions, Identity};
 pub use conflict::{ConflictedMerge, LeftMarker, MergeSide};
 pub use diff::{BranchDiff, DiffStat, FileStat, Patch};
 pub use error::GitError;
+pub(crate) use error::{io_is_disk_full, says_disk_full};
 pub use merge::{MergeCheck, MergeOutcome, PairConflict};
 pub use merge_batch::BatchItem;
 pub use names::{CommitId, RunId, subtask_ref};

@@ -1,43 +1,32 @@
-//! The one place that says whether a failure is a full disk (ENOSPC).
+//! The one place that says whether an error chain is a full disk (ENOSPC, EDQUOT).
 //!
-//! This file owns the classification, and how a full disk is told in one line (what
+//! This file owns that classification (each git error decides its own, where it is
+//! made: [`GitError::is_disk_full`]), and how a full disk is told in one line (what
 //! could not be written, the space left): the run decides what to do (pause, never
 //! fail). It must never classify by anything but the error chain it is given.
 
 use std::error::Error;
 use std::path::Path;
 
-/// The texts git and libgit2 print for ENOSPC: `strerror(ENOSPC)`, git's own words when
-/// an object write fails ("sha1 file '…' write error. Out of diskspace"), a checkout
-/// that cannot write a file ("error: unable to write file P", which drops errno), and a
-/// ref update that cannot write its lock file ("couldn't write '….lock'", errno dropped
-/// too: seen when `git worktree add` creates a subtask's branch on a full disk), and one
-/// that cannot close it ("couldn't close 'HEAD.lock'": the space is claimed at close).
-/// The last three may be another write fault: pausing is the safe side.
-const NO_SPACE: [&str; 5] = [
-    "No space left on device",
-    "Out of diskspace",
-    "error: unable to write file ",
-    "couldn't write '",
-    "couldn't close '",
-];
-/// ENOSPC.
-const ENOSPC: i32 = nix::errno::Errno::ENOSPC as i32;
+use crate::git::{self, GitError};
 
-/// True when `error`, or any error in its source chain, is a full disk: an
-/// `io::Error` of kind `StorageFull` (or raw os error 28), or a git command or libgit2
-/// call whose message says "No space left on device".
+/// True when `error`, or any error in its source chain, is a full disk: a
+/// [`GitError`] that says so ([`GitError::is_disk_full`], decided where it was made), an
+/// `io::Error` of a full disk or quota, or another error whose message carries git's or
+/// libgit2's words for it (a command's output tail kept as text).
 pub fn is_disk_full(error: &(dyn Error + 'static)) -> bool {
     let mut current = Some(error);
     while let Some(error) = current {
-        if let Some(io) = error.downcast_ref::<std::io::Error>()
-            && (io.kind() == std::io::ErrorKind::StorageFull || io.raw_os_error() == Some(ENOSPC))
-        {
-            return true;
-        }
-        // A git CLI's stderr and libgit2's messages reach us as text only.
-        let text = error.to_string();
-        if NO_SPACE.iter().any(|words| text.contains(words)) {
+        if let Some(git) = error.downcast_ref::<GitError>() {
+            if git.is_disk_full() {
+                return true;
+            }
+        } else if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            if git::io_is_disk_full(io) || git::says_disk_full(&io.to_string()) {
+                return true;
+            }
+        } else if git::says_disk_full(&error.to_string()) {
+            // A git CLI's stderr and libgit2's messages reach us as text only.
             return true;
         }
         current = error.source();
@@ -125,7 +114,9 @@ mod tests {
 
     #[test]
     fn enospc_is_recognised_by_kind_raw_code_and_git_text_anywhere_in_the_chain() {
-        let raw = Outer(std::io::Error::from_raw_os_error(ENOSPC));
+        let raw = Outer(std::io::Error::from_raw_os_error(
+            nix::errno::Errno::ENOSPC as i32,
+        ));
         let kind = Outer(std::io::Error::from(std::io::ErrorKind::StorageFull));
         let git = std::io::Error::other("fatal: write error: No space left on device");
         let ref_lock = std::io::Error::other(
