@@ -115,6 +115,13 @@ pub enum GitError {
     #[error("{rev} does not exist in the repository")]
     UnknownRevision { rev: String },
 
+    /// The worktree at `path` is registered for its branch `rev`, which does not exist:
+    /// a creation cut short (a full disk or a crash between the registration and the
+    /// branch), or a branch deleted by hand. Not retried: the directory is not a
+    /// worktree grove can use; the caller moves it aside, never deletes it, and creates
+    /// the worktree again. Told as [`UnknownRevision`](Self::UnknownRevision) is.
+    #[error("{rev} does not exist in the repository")]
+    BranchNeverMade { path: PathBuf, rev: String },
 
     /// The subtask branch already exists and does not contain the run's base commit, so
     /// reusing it would silently drop or mix in unrelated history. Not retried.

@@ -235,7 +235,8 @@ impl Repo {
         }
         let start = self
             .ref_target(branch_ref)?
-            .ok_or_else(|| GitError::UnknownRevision {
+            .ok_or_else(|| GitError::BranchNeverMade {
+                path: spec.path.clone(),
                 rev: branch_ref.to_owned(),
             })?;
         let path = canonical(&spec.path)?;

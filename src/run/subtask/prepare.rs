@@ -326,10 +326,11 @@ pub(crate) async fn create_worktree(
         },
     };
     let stray = match created {
-        Err(GitError::WorktreePathOccupied { path, .. }) => Err(path),
-        // Registered, but its branch was never made: a creation a full disk (or a crash)
-        // cut short. Its directory is moved aside like a stray one, never deleted.
-        Err(GitError::UnknownRevision { .. }) if spec.path.exists() => Err(spec.path.clone()),
+        // Not grove's, or registered for a branch that was never made (the creation
+        // says which): the directory is moved aside, never deleted.
+        Err(
+            GitError::WorktreePathOccupied { path, .. } | GitError::BranchNeverMade { path, .. },
+        ) => Err(path),
         other => Ok(other),
     };
     let recovered = match stray {

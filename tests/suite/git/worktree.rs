@@ -272,6 +272,30 @@ async fn a_path_grove_does_not_own_is_never_written_into() {
 }
 
 #[tokio::test]
+async fn a_registration_whose_branch_was_never_made_says_so_and_is_left_as_it_was() {
+    let fixture = project();
+    let repo = fixture.open().await;
+    let spec = spec(&repo, &fixture, 1);
+    filled_worktree(&repo, fixture.rev("HEAD"), 1).await;
+    // What a creation cut short between the registration and the branch leaves.
+    let branch = subtask_ref(&spec.run, spec.subtask);
+    fixture.git(&["update-ref", "-d", &branch]);
+
+    let result = repo.create_worktree(spec.clone()).await;
+
+    assert!(
+        matches!(&result, Err(GitError::BranchNeverMade { path, rev }) if *path == spec.path && *rev == branch),
+        "the creation says its branch was never made, where: {result:?}"
+    );
+    assert_eq!(
+        result.unwrap_err().to_string(),
+        format!("{branch} does not exist in the repository"),
+        "told as an unknown revision is"
+    );
+    assert!(spec.path.join("README").exists(), "nothing is removed");
+}
+
+#[tokio::test]
 async fn opening_a_directory_outside_any_repository_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let result = Repo::open(dir.path(), GitOptions::default()).await;
