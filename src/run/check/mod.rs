@@ -58,6 +58,17 @@ pub enum CheckError {
     Journal(#[from] StoreError),
 }
 
+impl CheckError {
+    /// The journal failing under this error, which ends the run (never a verdict on the
+    /// tree); any other error back as it was.
+    pub(crate) fn into_journal(self) -> Result<StoreError, Self> {
+        match self {
+            Self::Journal(source) => Ok(source),
+            other => Err(other),
+        }
+    }
+}
+
 /// Runs `check` in `cwd` (a worktree of subtask `on`, or of the result when `on` is
 /// [`ON_RESULT`](crate::store::journal::ON_RESULT)), journals and announces what it did.
 #[cfg(test)]

@@ -62,14 +62,11 @@ impl TreeCheckError {
     /// any other error back as it was.
     pub(crate) fn into_journal(self) -> Result<StoreError, Self> {
         match self {
-            Self::Check(CheckError::Journal(source)) => Ok(source),
-            Self::Prepare { on, source } => match *source {
-                SubtaskError::Journal { source } => Ok(source),
-                other => Err(Self::Prepare {
-                    on,
-                    source: Box::new(other),
-                }),
-            },
+            Self::Check(error) => error.into_journal().map_err(Self::Check),
+            Self::Prepare { on, source } => source.into_journal().map_err(|other| Self::Prepare {
+                on,
+                source: Box::new(other),
+            }),
             other => Err(other),
         }
     }

@@ -255,8 +255,78 @@ pub enum SubtaskError {
     },
 }
 
+impl SubtaskError {
+    /// The journal failing under this error, which ends the run (the one failure no
+    /// subtask report can carry, since the report is journaled); any other error back as
+    /// it was. The one way every caller asks it: each layer that wraps a
+    /// `SubtaskError` answers through this method, never by matching
+    /// [`Journal`](Self::Journal) itself. A journal write inside a save
+    /// ([`Save`](Self::Save)) is not one: the turn's work is saved on its branch, so the
+    /// subtask fails (or, on a full disk, pauses) and the run goes on.
+    pub(crate) fn into_journal(self) -> Result<StoreError, Self> {
+        match self {
+            Self::Journal { source } => Ok(source),
+            other => Err(other),
+        }
+    }
+}
+
+/// `result` with the journal failing under its error taken out as the outer error (the
+/// run ends: see [`SubtaskError::into_journal`]), for `?`.
+pub(crate) fn journal_out<T>(
+    result: Result<T, SubtaskError>,
+) -> Result<Result<T, SubtaskError>, StoreError> {
+    match result {
+        Ok(value) => Ok(Ok(value)),
+        Err(error) => match error.into_journal() {
+            Ok(journal) => Err(journal),
+            Err(error) => Ok(Err(error)),
+        },
+    }
+}
+
 impl From<StoreError> for SubtaskError {
     fn from(source: StoreError) -> Self {
         Self::Journal { source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> StoreError {
+        StoreError::InvalidRunId { id: "x".into() }
+    }
+
+    #[test]
+    fn only_the_journal_itself_failing_ends_the_run() {
+        let journal = SubtaskError::Journal { source: store() };
+        let in_a_save = SubtaskError::Save {
+            source: SaveError::Journal { source: store() },
+        };
+        let taken: Vec<bool> = [journal, in_a_save, SubtaskError::Interrupted]
+            .into_iter()
+            .map(|error| error.into_journal().is_ok())
+            .collect();
+        assert_eq!(
+            taken,
+            [true, false, false],
+            "the journal's own failure is taken out; a save's is the subtask's to report"
+        );
+        assert!(
+            matches!(
+                journal_out(Err::<(), _>(SubtaskError::Journal { source: store() })),
+                Err(StoreError::InvalidRunId { .. })
+            ),
+            "journal_out makes it the outer error"
+        );
+        assert!(
+            matches!(
+                journal_out(Err::<(), _>(SubtaskError::NoChanges)),
+                Ok(Err(SubtaskError::NoChanges))
+            ),
+            "any other error stays inside, as it was"
+        );
     }
 }

@@ -207,9 +207,8 @@ impl Subtasks {
             Ok(start) => prepare::create_worktree(ctx, &self.ahead, id, start).await,
             Err(error) => Err(error),
         };
-        let worktree = match created {
+        let worktree = match error::journal_out(created)? {
             Ok(worktree) => worktree,
-            Err(SubtaskError::Journal { source }) => return Err(source),
             Err(error) => {
                 let paused = ctx.pause_if_disk_full(&format!("creating {id}'s worktree"), &error);
                 let stop = if paused {
@@ -232,9 +231,8 @@ impl Subtasks {
         // Its merge (if any) is journaled: the next subtask in merge order need not wait
         // for this one's archive and closing records.
         self.queue.settle(id);
-        let stop = match reached {
+        let stop = match error::journal_out(reached)? {
             Ok(()) => None,
-            Err(SubtaskError::Journal { source }) => return Err(source),
             // A full disk, or any failure once the run is stopping, leaves the subtask
             // to `grove resume` like an interruption: never failed, never half merged.
             Err(error)

@@ -8,9 +8,9 @@
 //! conflicting subtask's brief, the briefs of the merged subtasks that changed the
 //! conflicting paths (from the journal's merges) and the paths. Its pipeline is a task's
 //! ([`pipeline::judged`] from [`Start::Resolving`]) — prepare, work, commit, check — with
-//! a marker check (a marker left goes back to the
-//! worker while [`MARKER_RETURNS`](super::pipeline::MARKER_RETURNS) and its turns allow, and is a rejection after), then
-//! a fresh reviewer that sees the resolver's brief and the diff against the result.
+//! a marker check (a marker left goes back to the worker while
+//! [`MARKER_RETURNS`](super::pipeline::MARKER_RETURNS) and its turns allow, and is a
+//! rejection after), then a fresh reviewer that sees the resolver's brief and the diff against the result.
 //! Approved, the resolver's commit is merged onto the result and the conflicting
 //! subtask counts as merged (`resolution: resolver`); otherwise the result is unchanged,
 //! the subtask stays `conflict` and both sides are archived.
@@ -53,7 +53,7 @@ use crate::run::context::RunContext;
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
 use crate::run::report::SubtaskReport;
-use crate::run::subtask::error::SubtaskError;
+use crate::run::subtask::error::{SubtaskError, journal_out};
 use crate::run::subtask::integrate::Integration;
 use crate::run::subtask::outcome::{Landing, Stages, Stop};
 use crate::run::subtask::pipeline::{self, Start};
@@ -199,9 +199,8 @@ async fn resolve(
         None => (None, Err(SubtaskError::Interrupted)),
         Some(_permit) => start_and_run(env, id, &brief, conflict, &mut found).await,
     };
-    let (attempt, stop) = match reached {
+    let (attempt, stop) = match journal_out(reached)? {
         Ok(attempt) => (attempt, None),
-        Err(SubtaskError::Journal { source }) => return Err(source),
         Err(error)
             if matches!(error, SubtaskError::Interrupted)
                 || ctx.pause_if_disk_full(&format!("resolver {id}"), &error)
