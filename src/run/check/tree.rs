@@ -173,7 +173,7 @@ async fn make_tree(
         .map_err(|source| prepare_error(on, source))?;
     // What a check cut short by a crash left there must not show through.
     crate::worktree::overlay::remove_own_dirs(&Layers::beside(&base.tree_dir(), path))
-        .map_err(|source| prepare_error(on, SubtaskError::Tree { source }))?;
+        .map_err(|source| prepare_error(on, source.into()))?;
     let registered = ctx
         .repo
         .create_detached_overlay(&ctx.run, path, &base)
@@ -216,7 +216,7 @@ async fn remove_tree(ctx: &RunContext, made: CheckTree, on: &str) {
                 &base.tree_dir(),
                 worktree.path(),
             ))
-            .map_err(|source| SubtaskError::Tree { source }),
+            .map_err(SubtaskError::from),
             Err(error) => Err(error),
         };
         if let Err(error) = dropped {

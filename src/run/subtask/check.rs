@@ -15,7 +15,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::git::BranchDiff;
 
-use crate::run::check::{CheckError, CheckSite, run_check_at};
+use crate::run::check::{CheckSite, run_check_at};
 use crate::run::context::RunContext;
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::SubtaskError;
@@ -114,13 +114,7 @@ async fn checked(
         changed: &watched,
         access: access.as_deref(),
     };
-    run_check_at(ctx, &unreviewed, site)
-        .await
-        .map_err(|error| match error {
-            CheckError::Interrupted => SubtaskError::Interrupted,
-            CheckError::Journal(source) => SubtaskError::Journal { source },
-            source => SubtaskError::CheckNotRun { source },
-        })
+    Ok(run_check_at(ctx, &unreviewed, site).await?)
 }
 
 /// A subtask rejected by its red check under `[check] subtask = "require"`.

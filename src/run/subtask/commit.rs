@@ -53,7 +53,7 @@ pub(crate) async fn commit(
     if ctx.cancel.is_cancelled() {
         return Err(SubtaskError::Interrupted);
     }
-    work.saved.map_err(|source| SubtaskError::Save { source })?;
+    work.saved?;
     let summary = work.summary?;
     let tip = ctx
         .repo

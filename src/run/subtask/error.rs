@@ -39,7 +39,7 @@ impl From<crate::worktree::WorktreeError> for SubtaskError {
     fn from(error: crate::worktree::WorktreeError) -> Self {
         match error {
             crate::worktree::WorktreeError::Git(source) => Self::Worktree { source },
-            crate::worktree::WorktreeError::Tree(source) => Self::Tree { source },
+            crate::worktree::WorktreeError::Tree(source) => source.into(),
         }
     }
 }
@@ -291,6 +291,40 @@ impl From<StoreError> for SubtaskError {
     }
 }
 
+// A sub-operation whose error has one meaning for a subtask converts with `?`; one
+// whose error means several (git's: the worktree, its checkout, a checkpoint, the
+// branch, the merge…) is mapped at its call into the variant that names the operation.
+
+impl From<SaveError> for SubtaskError {
+    fn from(source: SaveError) -> Self {
+        Self::Save { source }
+    }
+}
+
+impl From<crate::agent::external::CliFailure> for SubtaskError {
+    fn from(source: crate::agent::external::CliFailure) -> Self {
+        Self::CliFailed { source }
+    }
+}
+
+impl From<crate::worktree::OverlayError> for SubtaskError {
+    fn from(source: crate::worktree::OverlayError) -> Self {
+        Self::Tree { source }
+    }
+}
+
+/// The check on a subtask's tree: stopped by an interruption, the journal failing (the
+/// run ends), or not run at all.
+impl From<crate::run::check::CheckError> for SubtaskError {
+    fn from(error: crate::run::check::CheckError) -> Self {
+        match error.into_journal() {
+            Ok(source) => Self::Journal { source },
+            Err(crate::run::check::CheckError::Interrupted) => Self::Interrupted,
+            Err(source) => Self::CheckNotRun { source },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,5 +362,25 @@ mod tests {
             ),
             "any other error stays inside, as it was"
         );
+    }
+
+    #[test]
+    fn a_check_that_gave_no_verdict_converts_by_its_cause() {
+        use crate::run::check::CheckError;
+        assert!(
+            matches!(
+                SubtaskError::from(CheckError::Interrupted),
+                SubtaskError::Interrupted
+            ),
+            "an interrupted check leaves the subtask open"
+        );
+        let journal = SubtaskError::from(CheckError::Journal(store()));
+        assert_eq!(
+            journal.to_string(),
+            "the run journal cannot be written: `x` is not a grove run id (expected e.g. \
+             20261129-215530-7f3a)",
+            "the check's journal failing is the subtask's journal failing"
+        );
+        assert!(journal.into_journal().is_ok(), "and it ends the run");
     }
 }

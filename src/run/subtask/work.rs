@@ -225,9 +225,7 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
     WorkEnd {
         ledger: total,
         saved,
-        summary: done
-            .summary
-            .map_err(|source| SubtaskError::CliFailed { source }),
+        summary: done.summary.map_err(SubtaskError::from),
     }
 }
 
