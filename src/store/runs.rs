@@ -105,6 +105,15 @@ pub enum StoreError {
     Lock(#[from] LockError),
 }
 
+impl StoreError {
+    /// True when the disk (or the user's quota) was full under this error, wherever in
+    /// the store it was met (the journal, the snapshot, a directory): the run pauses,
+    /// resumable, never fails (see [`disk_full`](super::disk_full)).
+    pub fn is_disk_full(&self) -> bool {
+        super::disk_full::is_disk_full(self)
+    }
+}
+
 /// What the user asked for, recorded as the journal's first record.
 #[derive(Debug, Clone)]
 pub struct RunStart {
@@ -583,6 +592,27 @@ impl ActiveRun {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_error_says_whether_the_disk_was_full() {
+        let io = |source| StoreError::Io {
+            operation: "create",
+            path: PathBuf::from("/store/run"),
+            source,
+        };
+        let full = io(std::io::Error::from_raw_os_error(
+            nix::errno::Errno::ENOSPC as i32,
+        ));
+        let quota = io(std::io::Error::from_raw_os_error(
+            nix::errno::Errno::EDQUOT as i32,
+        ));
+        let denied = io(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+        assert_eq!(
+            [&full, &quota, &denied].map(StoreError::is_disk_full),
+            [true, true, false],
+            "a full disk or quota, and nothing else"
+        );
+    }
 
     #[test]
     fn run_ids_sort_in_time_order_and_round_trip() {
