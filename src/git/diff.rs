@@ -179,16 +179,15 @@ impl Repo {
     }
 
     /// Renders the diff for a terminal with the `similar` crate: file headers, hunks
-    /// with 3 lines of context, and word-level highlights when `colour` is on.
+    /// with 3 lines of context, and word-level highlights in [`Colour::Always`].
     /// Binary (and non-UTF-8) files are named, not shown.
     pub fn render_diff(
         &self,
         base: CommitId,
         head: CommitId,
         stat: &DiffStat,
-        colour: bool,
+        colour: Colour,
     ) -> Result<String, GitError> {
-        let style = Style { colour };
         let mut out = String::new();
         for file in &stat.files {
             let old_path = file.old_path.as_deref().unwrap_or(&file.path);
@@ -200,7 +199,7 @@ impl Repo {
             let _ = writeln!(
                 out,
                 "{}",
-                style.paint(
+                colour.paint(
                     BOLD,
                     &format!("{title} (+{} -{})", file.added, file.removed)
                 )
@@ -217,7 +216,7 @@ impl Repo {
                 let _ = writeln!(out, "  binary file changed");
                 continue;
             };
-            render_text_diff(&mut out, &printable(&old), &printable(&new), style);
+            render_text_diff(&mut out, &printable(&old), &printable(&new), colour);
         }
         let _ = writeln!(out, "{}", stat.summary());
         Ok(out)
@@ -254,22 +253,26 @@ const BOLD: &str = "\x1b[1m";
 const EMPHASIS: &str = "\x1b[1;4m";
 const RESET: &str = "\x1b[0m";
 
-#[derive(Clone, Copy)]
-struct Style {
-    colour: bool,
+/// Whether a rendered diff carries terminal colour codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Colour {
+    /// ANSI colours: red removals, green additions, cyan hunk headers, bold file titles
+    /// and underlined changed words, for a terminal that shows them.
+    Always,
+    /// Plain text, for a pipe, a file or `NO_COLOR`.
+    Never,
 }
 
-impl Style {
+impl Colour {
     fn paint(self, code: &str, text: &str) -> String {
-        if self.colour {
-            format!("{code}{text}{RESET}")
-        } else {
-            text.to_owned()
+        match self {
+            Self::Always => format!("{code}{text}{RESET}"),
+            Self::Never => text.to_owned(),
         }
     }
 }
 
-fn render_text_diff(out: &mut String, old: &str, new: &str, style: Style) {
+fn render_text_diff(out: &mut String, old: &str, new: &str, style: Colour) {
     let diff = TextDiff::from_lines(old, new);
     for group in diff.grouped_ops(3) {
         let (Some(first), Some(last)) = (group.first(), group.last()) else {
@@ -295,7 +298,7 @@ fn render_text_diff(out: &mut String, old: &str, new: &str, style: Style) {
                 let mut line = String::new();
                 for (emphasized, value) in change.iter_strings_lossy() {
                     let value = value.trim_end_matches(['\n', '\r']);
-                    if style.colour && emphasized {
+                    if style == Colour::Always && emphasized {
                         line.push_str(&format!("{EMPHASIS}{value}{RESET}{colour}"));
                     } else {
                         line.push_str(value);
@@ -547,7 +550,7 @@ mod tests {
             &mut plain,
             "a\nhello world\n",
             "a\nhello there\n",
-            Style { colour: false },
+            Colour::Never,
         );
         assert_eq!(plain, "@@ -1,2 +1,2 @@\n a\n-hello world\n+hello there\n");
         let mut coloured = String::new();
@@ -555,7 +558,7 @@ mod tests {
             &mut coloured,
             "hello world\n",
             "hello there\n",
-            Style { colour: true },
+            Colour::Always,
         );
         assert!(
             coloured.contains(&format!("{EMPHASIS}there{RESET}")),

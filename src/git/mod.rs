@@ -64,7 +64,7 @@ pub use apply::{ApplyOutcome, ApplyRequest, RefusalReason};
 pub use archive::ArchivedWork;
 pub use cmd::{Enter, GitOptions, Identity};
 pub use conflict::{ConflictedMerge, LeftMarker, MergeSide};
-pub use diff::{BranchDiff, DiffStat, FileStat, Patch};
+pub use diff::{BranchDiff, Colour, DiffStat, FileStat, Patch};
 pub use error::GitError;
 pub(crate) use error::{io_is_disk_full, says_disk_full};
 pub use merge::{MergeCheck, MergeOutcome, PairConflict};

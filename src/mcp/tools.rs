@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::event::{Event, EventSink};
-use crate::git::{GitOptions, Repo};
+use crate::git::{Colour, GitOptions, Repo};
 use crate::mcp::arguments::{Arguments, input_schema};
 use crate::mcp::params::{self, ListParams, ResumeParams, ReviewParams, RunParams, ShowParams};
 use crate::mcp::progress::{self, Progress};
@@ -197,7 +197,7 @@ impl Tools {
         if params.diff {
             let mut diffs = serde_json::Map::new();
             for subtask in &run.subtasks {
-                let diff = match run.render_diff(&repo, subtask, false) {
+                let diff = match run.render_diff(&repo, subtask, Colour::Never) {
                     Ok(diff) => diff,
                     Err(error) => return Ok(tool_error(&error)),
                 };

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::git::{CommitId, DiffStat, GitError, Repo, RunId};
+use crate::git::{Colour, CommitId, DiffStat, GitError, Repo, RunId};
 use crate::settings::options::History;
 use crate::status::SubtaskId;
 use crate::store::StoreError;
@@ -188,13 +188,13 @@ impl RunReview {
         })
     }
 
-    /// The subtask's diff for a terminal (file headers, hunks, word-level highlights
-    /// when `colour` is on); `None` when the subtask has no commit.
+    /// The subtask's diff for a terminal (file headers, hunks, word-level highlights in
+    /// [`Colour::Always`]); `None` when the subtask has no commit.
     pub fn render_diff(
         &self,
         repo: &Repo,
         subtask: &SubtaskReview,
-        colour: bool,
+        colour: Colour,
     ) -> Result<Option<String>, GitError> {
         match (&subtask.commit, &subtask.diffstat) {
             (Some(commit), Some(stat)) => {

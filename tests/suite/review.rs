@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use grove::event::EventSink;
-use grove::git::CommitId;
+use grove::git::{Colour, CommitId};
 use grove::git::{RefusalReason, Repo};
 use grove::model::Provider;
 use grove::review::{self, ApplyResult, RecordedDecision, ReviewError, ReviewOutcome};
@@ -659,10 +659,16 @@ async fn the_rendered_diff_is_stable_without_colour_and_highlights_words_with_it
         )
     );
 
-    let plain = review.render_diff(&repo, s1, false).unwrap().unwrap();
+    let plain = review
+        .render_diff(&repo, s1, Colour::Never)
+        .unwrap()
+        .unwrap();
     insta::assert_snapshot!("s1_diff_without_colour", plain);
 
-    let coloured = review.render_diff(&repo, s1, true).unwrap().unwrap();
+    let coloured = review
+        .render_diff(&repo, s1, Colour::Always)
+        .unwrap()
+        .unwrap();
     assert!(
         coloured.contains("\x1b[1;4mBETA\x1b[0m"),
         "the changed word is highlighted within its line: {coloured:?}"

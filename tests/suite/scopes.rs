@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use grove::event::{Event, EventSink};
-use grove::git::CommitId;
+use grove::git::{Colour, CommitId};
 use grove::model::Provider;
 use grove::run::{RunOptions, RunReport};
 use grove::status::SubtaskId;
@@ -705,7 +705,10 @@ async fn a_review_cannot_keep_a_subtask_built_on_one_it_rejects() {
         .iter()
         .map(|subtask| {
             let files = subtask.diffstat.as_ref().unwrap().files.iter();
-            let diff = review.render_diff(&repo, subtask, false).unwrap().unwrap();
+            let diff = review
+                .render_diff(&repo, subtask, Colour::Never)
+                .unwrap()
+                .unwrap();
             (
                 subtask.id.to_string(),
                 files.map(|file| file.path.clone()).collect(),

@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, IsTerminal as _, Write};
 
-use grove::git::GitError;
+use grove::git::{Colour, GitError};
 use grove::review::{ApplyResult, CommitSource, ReviewOutcome, RunReview, SubtaskReview};
 use grove::store::journal::{CheckRun, CheckStatus, VerdictKind};
 use grove::store::state::SubtaskStatus;
@@ -15,7 +15,7 @@ use grove::text::printable;
 /// Where the text goes and whether it is coloured.
 pub struct Out {
     stream: Box<dyn Write>,
-    pub colour: bool,
+    pub colour: Colour,
 }
 
 impl Out {
@@ -23,21 +23,21 @@ impl Out {
     /// without `NO_COLOR`.
     pub fn new(json: bool) -> Self {
         let no_colour = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
-        if json {
-            Self {
-                colour: !no_colour && std::io::stderr().is_terminal(),
-                stream: Box::new(std::io::stderr()),
-            }
+        let (stream, terminal): (Box<dyn Write>, bool) = if json {
+            (Box::new(std::io::stderr()), std::io::stderr().is_terminal())
         } else {
-            Self {
-                colour: !no_colour && std::io::stdout().is_terminal(),
-                stream: Box::new(std::io::stdout()),
-            }
-        }
+            (Box::new(std::io::stdout()), std::io::stdout().is_terminal())
+        };
+        let colour = if terminal && !no_colour {
+            Colour::Always
+        } else {
+            Colour::Never
+        };
+        Self { stream, colour }
     }
 
     pub fn paint(&self, code: &str, text: &str) -> String {
-        if self.colour {
+        if self.colour == Colour::Always {
             format!("\x1b[{code}m{text}\x1b[0m")
         } else {
             text.to_owned()
@@ -408,7 +408,7 @@ mod tests {
     fn silent() -> Out {
         Out {
             stream: Box::new(std::io::sink()),
-            colour: false,
+            colour: Colour::Never,
         }
     }
 
@@ -496,7 +496,7 @@ mod tests {
         let shown = Shared::default();
         let mut out = Out {
             stream: Box::new(shown.clone()),
-            colour: false,
+            colour: Colour::Never,
         };
         let diff = |s: &SubtaskReview| Ok(Some(format!("diff of {}\n", s.id)));
         let outcome = walk(&mut out, &mut answers.as_bytes(), &run(), &diff).unwrap();

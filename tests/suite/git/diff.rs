@@ -1,6 +1,6 @@
 //! Diffs of a branch against its base: stat, capped patch, binary files written out.
 
-use grove::git::{DiffStat, FileStat};
+use grove::git::{Colour, DiffStat, FileStat};
 use pretty_assertions::assert_eq;
 
 use super::{filled_worktree, project};
@@ -65,13 +65,17 @@ async fn the_diff_has_a_structured_stat_a_patch_naming_binaries_and_a_terminal_r
             .contains("rename from src/util.rs\nrename to src/helpers.rs")
     );
 
-    let plain = repo.render_diff(base, head, &diff.stat, false).unwrap();
+    let plain = repo
+        .render_diff(base, head, &diff.stat, Colour::Never)
+        .unwrap();
     assert_eq!(
         plain,
         "README (+1 -0)\n@@ -1,1 +1,2 @@\n hello\n+world\nlogo.png (+0 -0)\n  binary file changed\n\
 src/util.rs → src/helpers.rs (+0 -0)\n3 files changed, 1 insertion(+), 0 deletions(-)\n"
     );
-    let coloured = repo.render_diff(base, head, &diff.stat, true).unwrap();
+    let coloured = repo
+        .render_diff(base, head, &diff.stat, Colour::Always)
+        .unwrap();
     assert!(
         coloured.contains("\x1b[32m+world\x1b[0m"),
         "insertions are green: {coloured:?}"
