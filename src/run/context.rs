@@ -27,7 +27,7 @@ use crate::store::journal::{CheckRun, Entry, JournalSyncer};
 use crate::store::state::RunState;
 use crate::store::state::SubtaskState;
 use crate::store::transcript;
-use crate::store::{ActiveRun, StoreError};
+use crate::store::{ActiveRun, SnapshotWrite, StoreError};
 use crate::tools::tree::TreeAccess;
 use crate::tools::{CommandExecutor, Registry, ToolContext};
 use crate::worktree::LiveTrees;
@@ -238,6 +238,15 @@ impl RunJournal {
         }
     }
 
+    /// Counts this append done: the snapshot is left to the last of a burst.
+    fn snapshot_write(&self) -> SnapshotWrite {
+        if self.appending.fetch_sub(1, Ordering::SeqCst) > 1 {
+            SnapshotWrite::LeftToLast
+        } else {
+            SnapshotWrite::Now
+        }
+    }
+
     /// Appends `entry` off the runtime's threads; when it returns `Ok`, the record is as
     /// durable as its kind needs. Subtasks journal at the same moments: each waits for
     /// the lock only while the others write, not while they fsync, and one fsync covers
@@ -248,15 +257,13 @@ impl RunJournal {
         let Some(syncer) = &self.syncer else {
             return durable::off_the_runtime(|| {
                 let mut run = lock(&self.run);
-                let more_coming = self.appending.fetch_sub(1, Ordering::SeqCst) > 1;
-                run.append_leaving_snapshot(entry, more_coming)
+                run.append_leaving_snapshot(entry, self.snapshot_write())
             });
         };
         durable::off_the_runtime(|| {
             let (durability, seq) = {
                 let mut run = lock(&self.run);
-                let more_coming = self.appending.fetch_sub(1, Ordering::SeqCst) > 1;
-                let durability = run.append_unsynced(entry, more_coming)?;
+                let durability = run.append_unsynced(entry, self.snapshot_write())?;
                 (durability, self.written.fetch_add(1, Ordering::SeqCst) + 1)
             };
             if durability == Durability::Buffered {

@@ -22,5 +22,5 @@ pub use recorded::{RecordedOptions, RecordedOptionsError};
 pub(crate) use runs::replay_checked;
 pub use runs::{
     ActiveRun, JOURNAL_FILE, Recovery, RunDetails, RunId, RunStart, RunStore, RunSummary,
-    SNAPSHOT_FILE, StoreError,
+    SNAPSHOT_FILE, SnapshotWrite, StoreError,
 };

@@ -453,6 +453,25 @@ pub struct ActiveRun {
     snapshot_behind: bool,
 }
 
+/// When an append rewrites the snapshot (`state.json`) it put behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotWrite {
+    /// As the append ends: no other append is waiting for the journal.
+    Now,
+    /// Left to the last append of a burst: another one waits for the journal and will
+    /// write it (or leave it to the one after it).
+    LeftToLast,
+}
+
+/// Whether an append fsyncs its record itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fsync {
+    /// Synced at once when its kind needs it, under the run's lock.
+    AsItsKindNeeds,
+    /// Written only: the caller syncs it when the returned durability asks for it.
+    LeftToCaller,
+}
+
 impl ActiveRun {
     pub fn run_id(&self) -> &RunId {
         &self.run_id
@@ -480,16 +499,17 @@ impl ActiveRun {
         Ok(record)
     }
 
-    /// [`ActiveRun::append`], but with `more_coming` (another append waits for this
-    /// journal) the snapshot is left to the last of them: 32 subtasks starting at once
-    /// each rewrote the whole state, one after another (measured: the last waited
-    /// 50 ms). The snapshot is a cache of the journal; the journal has every record.
+    /// [`ActiveRun::append`], but with [`SnapshotWrite::LeftToLast`] (another append
+    /// waits for this journal) the snapshot is left to the last of them: 32 subtasks
+    /// starting at once each rewrote the whole state, one after another (measured: the
+    /// last waited 50 ms). The snapshot is a cache of the journal; the journal has every
+    /// record.
     pub fn append_leaving_snapshot(
         &mut self,
         entry: Entry,
-        more_coming: bool,
+        snapshot: SnapshotWrite,
     ) -> Result<(), StoreError> {
-        self.append_checked(&Record::now(entry), more_coming, false)
+        self.append_checked(&Record::now(entry), snapshot, Fsync::AsItsKindNeeds)
             .map(drop)
     }
 
@@ -499,9 +519,9 @@ impl ActiveRun {
     pub fn append_unsynced(
         &mut self,
         entry: Entry,
-        more_coming: bool,
+        snapshot: SnapshotWrite,
     ) -> Result<Durability, StoreError> {
-        self.append_checked(&Record::now(entry), more_coming, true)
+        self.append_checked(&Record::now(entry), snapshot, Fsync::LeftToCaller)
     }
 
     /// A handle that fsyncs the journal from outside this run's lock.
@@ -516,16 +536,17 @@ impl ActiveRun {
     /// verdict and merge records only reach it with the next such record (the journal
     /// has them already, and the subtask's `subtask_finished` follows soon).
     pub fn append_record(&mut self, record: &Record) -> Result<(), StoreError> {
-        self.append_checked(record, false, false).map(drop)
+        self.append_checked(record, SnapshotWrite::Now, Fsync::AsItsKindNeeds)
+            .map(drop)
     }
 
-    /// Appends `record`, synced as its kind needs unless `defer_sync` (then the caller
-    /// syncs); returns the durability it needs.
+    /// Appends `record`, synced as `fsync` says, and writes the snapshot as `snapshot`
+    /// says; returns the durability the record needs.
     fn append_checked(
         &mut self,
         record: &Record,
-        more_coming: bool,
-        defer_sync: bool,
+        snapshot: SnapshotWrite,
+        fsync: Fsync,
     ) -> Result<Durability, StoreError> {
         let mut next = self.state.clone();
         next.apply(record)
@@ -555,10 +576,9 @@ impl ActiveRun {
             } => Durability::Buffered,
             _ => Durability::Synced,
         };
-        let written = if defer_sync {
-            Durability::Buffered
-        } else {
-            durability
+        let written = match fsync {
+            Fsync::AsItsKindNeeds => durability,
+            Fsync::LeftToCaller => Durability::Buffered,
         };
         self.journal.append_with(record, written)?;
         self.state = next;
@@ -574,7 +594,7 @@ impl ActiveRun {
                 | Entry::Merged { .. }
         );
         self.snapshot_behind |= milestone;
-        if self.snapshot_behind && !more_coming {
+        if self.snapshot_behind && snapshot == SnapshotWrite::Now {
             self.write_snapshot()?;
             self.snapshot_behind = false;
         }

@@ -24,7 +24,9 @@ use grove::store::state::{
     CheckpointState, MergeState, ReplayError, ReplayReason, RunState, RunStatus, SubtaskState,
     SubtaskStatus, ToolCallState, VerdictState, read_snapshot, write_snapshot,
 };
-use grove::store::{JOURNAL_FILE, RunId, RunStart, RunStore, SNAPSHOT_FILE, StoreError};
+use grove::store::{
+    JOURNAL_FILE, RunId, RunStart, RunStore, SNAPSHOT_FILE, SnapshotWrite, StoreError,
+};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
@@ -711,9 +713,9 @@ fn a_snapshot_left_to_the_next_append_is_written_by_the_last_of_a_burst() {
     let snapshot = run.dir().join(SNAPSHOT_FILE);
     let subtasks_in_snapshot = || read_snapshot(&snapshot).unwrap().unwrap().subtasks.len();
 
-    run.append_leaving_snapshot(subtask_started(&id, 1), true)
+    run.append_leaving_snapshot(subtask_started(&id, 1), SnapshotWrite::LeftToLast)
         .unwrap();
-    run.append_leaving_snapshot(subtask_started(&id, 2), true)
+    run.append_leaving_snapshot(subtask_started(&id, 2), SnapshotWrite::LeftToLast)
         .unwrap();
     let behind = subtasks_in_snapshot();
     // The last of the burst is not a milestone itself: it still writes the snapshot.
@@ -724,7 +726,7 @@ fn a_snapshot_left_to_the_next_append_is_written_by_the_last_of_a_burst() {
             tool: "read_file".into(),
             mutating: false,
         },
-        false,
+        SnapshotWrite::Now,
     )
     .unwrap();
 
