@@ -25,10 +25,20 @@ pub const OWNER_VAR: &str = "GROVE_SANDBOX_OWNER";
 struct Hierarchy {
     /// This process's cgroup directory in it.
     dir: PathBuf,
-    /// cgroup v2 (one tree for every controller, `cgroup.kill`).
-    unified: bool,
+    version: CgroupVersion,
     pids: bool,
     memory: bool,
+}
+
+/// Which cgroup interface a hierarchy speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CgroupVersion {
+    /// cgroup v2: one tree for every controller, `memory.max`, and `cgroup.kill` to
+    /// kill every process at once.
+    V2,
+    /// cgroup v1: one tree per controller, `memory.limit_in_bytes`, and processes
+    /// killed one by one.
+    V1,
 }
 
 /// The limits written into each new cgroup.
@@ -42,7 +52,7 @@ pub(super) struct Limits {
 #[derive(Debug)]
 struct Cgroup {
     dir: PathBuf,
-    unified: bool,
+    version: CgroupVersion,
     pids: bool,
 }
 
@@ -56,7 +66,7 @@ impl Cgroup {
         std::fs::create_dir(&dir).ok()?;
         let cgroup = Self {
             dir,
-            unified: hierarchy.unified,
+            version: hierarchy.version,
             pids: hierarchy.pids,
         };
         let write =
@@ -65,7 +75,7 @@ impl Cgroup {
             write("pids.max", limits.max_processes).ok()?;
         }
         if hierarchy.memory {
-            if hierarchy.unified {
+            if hierarchy.version == CgroupVersion::V2 {
                 write("memory.max", limits.max_memory_bytes).ok()?;
                 // Swap would let a command go on far past the cap, slowly; best effort.
                 let _ = write("memory.swap.max", 0);
@@ -89,7 +99,7 @@ impl Cgroup {
 
     /// Kills every process charged to it.
     fn kill_all(&self) {
-        kill_cgroup(&self.dir, self.unified);
+        kill_cgroup(&self.dir, self.version);
     }
 }
 
@@ -110,8 +120,8 @@ impl Drop for Cgroup {
 
 /// Kills every process of the cgroup at `dir`: at once with `cgroup.kill` (v2), else one
 /// by one from `cgroup.procs`, again until none is left (a process may fork meanwhile).
-fn kill_cgroup(dir: &Path, unified: bool) {
-    if unified && std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+fn kill_cgroup(dir: &Path, version: CgroupVersion) {
+    if version == CgroupVersion::V2 && std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
         return;
     }
     for _ in 0..50 {
@@ -181,7 +191,7 @@ impl CgroupPool {
     pub(super) fn new(limits: Limits) -> Self {
         let hierarchies = own_hierarchies();
         for hierarchy in &hierarchies {
-            remove_stale_cgroups(&hierarchy.dir, hierarchy.unified);
+            remove_stale_cgroups(&hierarchy.dir, hierarchy.version);
         }
         Self {
             hierarchies,
@@ -253,7 +263,7 @@ fn cgroup_owner(name: &str) -> Option<u32> {
 
 /// Kills the processes of, then removes, the cgroups of grove processes that are gone: a
 /// grove killed with `kill -9` leaves its commands' background processes in them.
-pub(super) fn remove_stale_cgroups(parent: &Path, unified: bool) {
+pub(super) fn remove_stale_cgroups(parent: &Path, version: CgroupVersion) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
@@ -263,7 +273,7 @@ pub(super) fn remove_stale_cgroups(parent: &Path, unified: bool) {
             && !Path::new("/proc").join(pid.to_string()).exists()
         {
             if entry.path().join("cgroup.procs").exists() {
-                kill_cgroup(&entry.path(), unified);
+                kill_cgroup(&entry.path(), version);
             }
             // Fails, harmlessly, while a process is still charged to it.
             let _ = std::fs::remove_dir(entry.path());
@@ -297,19 +307,19 @@ fn own_hierarchies() -> Vec<Hierarchy> {
                 pids: has("pids"),
                 memory: has("memory"),
                 dir,
-                unified: true,
+                version: CgroupVersion::V2,
             }
         } else if listed.contains(&"pids") {
             Hierarchy {
                 dir: Path::new("/sys/fs/cgroup/pids").join(relative),
-                unified: false,
+                version: CgroupVersion::V1,
                 pids: true,
                 memory: false,
             }
         } else if listed.contains(&"memory") {
             Hierarchy {
                 dir: Path::new("/sys/fs/cgroup/memory").join(relative),
-                unified: false,
+                version: CgroupVersion::V1,
                 pids: false,
                 memory: true,
             }
@@ -324,9 +334,10 @@ fn own_hierarchies() -> Vec<Hierarchy> {
         }
     }
     // A v2 tree beside v1 controllers: each controller is limited once.
-    let v1_pids = found.iter().any(|h| !h.unified && h.pids);
-    let v1_memory = found.iter().any(|h| !h.unified && h.memory);
-    for hierarchy in found.iter_mut().filter(|h| h.unified) {
+    let v1 = |h: &&Hierarchy| h.version == CgroupVersion::V1;
+    let v1_pids = found.iter().filter(v1).any(|h| h.pids);
+    let v1_memory = found.iter().filter(v1).any(|h| h.memory);
+    for hierarchy in found.iter_mut().filter(|h| h.version == CgroupVersion::V2) {
         hierarchy.pids &= !v1_pids;
         hierarchy.memory &= !v1_memory;
     }
@@ -423,7 +434,7 @@ mod tests {
             std::fs::create_dir(parent.path().join(name)).unwrap();
         }
         std::fs::write(parent.path().join("grove-4294967294-1/busy"), "").unwrap();
-        remove_stale_cgroups(parent.path(), false);
+        remove_stale_cgroups(parent.path(), CgroupVersion::V1);
         let mut left: Vec<String> = std::fs::read_dir(parent.path())
             .unwrap()
             .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())

@@ -96,6 +96,36 @@ pub(super) struct ChildSteps {
     pub join: Option<Entry>,
 }
 
+/// The user namespace the command's steps run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UserNamespace {
+    /// One of the command's own (or its tree's): `RLIMIT_NPROC` counts only its
+    /// processes, and it may mount.
+    Own,
+    /// grove's, when none could be entered: `RLIMIT_NPROC` counts all of the user's
+    /// processes.
+    Grove,
+}
+
+/// The mount namespace the command's mount view is built in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MountNamespace {
+    /// The copy-on-write tree's, joined already: the view goes on top of its overlay.
+    Own,
+    /// Still grove's: the view is built in a new one, entered first.
+    Grove,
+}
+
+/// What a failed confinement step (the mount view, the pid namespace) does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Requirement {
+    /// Refuses the command: the step keeps it from sockets the filter lets through.
+    Required,
+    /// Leaves the command to run without it: without namespaces (`--sandbox
+    /// no-loopback` on a system that has none) the filter refuses those sockets itself.
+    BestEffort,
+}
+
 impl ChildSteps {
     /// The same steps, joining a copy-on-write tree's user and mount namespaces (see
     /// `tree::namespace`) where they would have entered a user namespace of their own.
@@ -122,22 +152,25 @@ impl ChildSteps {
         // and a sandboxed process may not mount.
         // A tree's commands must see its overlay: they join its host's namespaces (the
         // user namespace is then the tree's, shared by its commands), or refuse.
-        let (own_user_namespace, own_mounts) = match &self.join {
+        let (user_namespace, mounts) = match &self.join {
             Some(entry) => match entry.join() {
-                Ok(()) => (true, true),
+                Ok(()) => (UserNamespace::Own, MountNamespace::Own),
                 Err((step, errno)) => refuse(step, errno),
             },
-            None => {
-                let user = self.enter_user_namespace();
-                (user, false)
-            }
+            None if self.enter_user_namespace() => (UserNamespace::Own, MountNamespace::Grove),
+            None => (UserNamespace::Grove, MountNamespace::Grove),
         };
-        let can_mount = own_user_namespace || self.root;
+        let can_mount = user_namespace == UserNamespace::Own || self.root;
         // Without namespaces (`--sandbox no-loopback` on a system that has none) the
         // filter refuses the sockets these steps would otherwise confine.
-        let required = self.network != NetworkPlan::Refused;
+        let requirement = if self.network == NetworkPlan::Refused {
+            Requirement::BestEffort
+        } else {
+            Requirement::Required
+        };
+        let required = requirement == Requirement::Required;
         if can_mount {
-            self.build_mount_view(own_mounts, required);
+            self.build_mount_view(mounts, requirement);
         } else if required {
             refuse("entering a user namespace", Errno::EPERM);
         }
@@ -146,7 +179,7 @@ impl ChildSteps {
         {
             refuse(step, errno);
         }
-        self.lower_limits(own_user_namespace);
+        self.lower_limits(user_namespace);
         // Last before the restrictions: the keeper and the init stay outside them, and
         // run nothing but their waits.
         if can_mount {
@@ -189,11 +222,15 @@ impl ChildSteps {
 
     /// Builds the command's own mount view: the sanitized copies (best effort), the
     /// shared directories read-only, and an empty file over every host socket. In a
-    /// mount namespace of this process's own (`in_own` when joining a tree made one), so
-    /// nothing outside sees it. `required`: a failure refuses the command.
+    /// mount namespace of this process's own (entered here unless joining a tree made
+    /// one), so nothing outside sees it. [`Requirement::Required`]: a failure refuses the
+    /// command.
     #[allow(unsafe_code)]
-    fn build_mount_view(&self, in_own: bool, required: bool) {
-        if !in_own && let Err(errno) = unshare(CloneFlags::CLONE_NEWNS) {
+    fn build_mount_view(&self, mounts: MountNamespace, requirement: Requirement) {
+        let required = requirement == Requirement::Required;
+        if mounts == MountNamespace::Grove
+            && let Err(errno) = unshare(CloneFlags::CLONE_NEWNS)
+        {
             if required {
                 refuse("entering a mount namespace", errno);
             }
@@ -240,12 +277,12 @@ impl ChildSteps {
         }
     }
 
-    fn lower_limits(&self, own_namespace: bool) {
+    fn lower_limits(&self, user_namespace: UserNamespace) {
         lower_limit(Resource::RLIMIT_FSIZE, self.policy.max_file_bytes);
         lower_limit(Resource::RLIMIT_CORE, 0);
         // Outside its own namespace RLIMIT_NPROC counts all of the user's processes, so a
         // low value would break a busy desktop; it is then left as it is.
-        if own_namespace {
+        if user_namespace == UserNamespace::Own {
             lower_limit(Resource::RLIMIT_NPROC, self.policy.max_processes);
         }
     }

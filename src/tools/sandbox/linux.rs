@@ -105,7 +105,7 @@ impl Confinement {
         Ok(Self {
             filesystem: filesystem_ruleset(rules)?,
             scopes: scopes_ruleset(),
-            filter: Arc::new(syscall_filter(network, policy.allow_network)?),
+            filter: Arc::new(syscall_filter(network, NetworkAccess::of(policy))?),
             policy,
             network,
             uid_map: format!("{uid} {uid} 1").into_bytes(),
@@ -310,6 +310,26 @@ const OWN_NAMESPACE_FAMILIES: &[libc::c_int] = &[
 /// internet, never a Unix socket (host services could not be covered).
 const HOST_INTERNET_FAMILIES: &[libc::c_int] = &[libc::AF_INET, libc::AF_INET6];
 
+/// Whether commands may reach the network beyond their own loopback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NetworkAccess {
+    /// The host's network or, without namespaces, the internet families
+    /// (`--allow-network`).
+    Allowed,
+    /// No network but the command's own loopback, or none at all without namespaces.
+    Denied,
+}
+
+impl NetworkAccess {
+    fn of(policy: SandboxPolicy) -> Self {
+        if policy.allow_network {
+            Self::Allowed
+        } else {
+            Self::Denied
+        }
+    }
+}
+
 /// The seccomp filter: every call allowed except those listed, which fail with EPERM.
 ///
 /// `socket` is left alone on the host's network (`--allow-network`, with the host's
@@ -317,7 +337,7 @@ const HOST_INTERNET_FAMILIES: &[libc::c_int] = &[libc::AF_INET, libc::AF_INET6];
 /// namespace of the command's own, and without namespaces (`--sandbox no-loopback`)
 /// refused for every family but the internet ones when the network is allowed;
 /// `socketpair` is never refused.
-fn syscall_filter(network: NetworkPlan, allow_network: bool) -> Result<BpfProgram, SandboxError> {
+fn syscall_filter(network: NetworkPlan, access: NetworkAccess) -> Result<BpfProgram, SandboxError> {
     let step = "building the seccomp filter";
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|error| {
         SandboxError::Unsupported {
@@ -361,11 +381,11 @@ fn syscall_filter(network: NetworkPlan, allow_network: bool) -> Result<BpfProgra
     for call in always_denied {
         rules.insert(call, Vec::new());
     }
-    let allowed_families = match (network, allow_network) {
+    let allowed_families = match (network, access) {
         (NetworkPlan::Host, _) => None,
         (NetworkPlan::OwnLoopback, _) => Some(OWN_NAMESPACE_FAMILIES),
-        (NetworkPlan::Refused, true) => Some(HOST_INTERNET_FAMILIES),
-        (NetworkPlan::Refused, false) => Some(&[][..]),
+        (NetworkPlan::Refused, NetworkAccess::Allowed) => Some(HOST_INTERNET_FAMILIES),
+        (NetworkPlan::Refused, NetworkAccess::Denied) => Some(&[][..]),
     };
     if let Some(families) = allowed_families {
         // One rule whose conditions all hold (the family is none of the allowed ones)

@@ -137,18 +137,18 @@ impl Entry {
     /// Makes grove's own `command` (git) join the tree before `exec` (and fail to
     /// spawn, with the join's error, when it cannot).
     pub fn at_exec(self, command: &mut std::process::Command) {
-        self.hook(command, false);
+        self.hook(command, Pids::Grove);
     }
 
     /// Makes a command grove runs for a model or a check join the tree before `exec`,
     /// in a pid namespace of its own so that nothing it starts outlives grove in the
     /// tree's mounts. The command must already die with grove (`hygiene_at_exec`).
     pub fn command_at_exec(self, command: &mut std::process::Command) {
-        self.hook(command, true);
+        self.hook(command, Pids::Own);
     }
 
     #[allow(unsafe_code)]
-    fn hook(self, command: &mut std::process::Command, own_pids: bool) {
+    fn hook(self, command: &mut std::process::Command, pids: Pids) {
         use std::os::unix::process::CommandExt as _;
         // SAFETY: the hook runs in the forked child; `join` and `pid_namespace::enter`
         // make system calls on data built before the fork and allocate nothing; the error
@@ -156,15 +156,22 @@ impl Entry {
         unsafe {
             command.pre_exec(move || {
                 self.join()
-                    .and_then(|()| {
-                        if own_pids {
-                            crate::tools::pid_namespace::enter()
-                        } else {
-                            Ok(())
-                        }
+                    .and_then(|()| match pids {
+                        Pids::Own => crate::tools::pid_namespace::enter(),
+                        Pids::Grove => Ok(()),
                     })
                     .map_err(|(_, errno)| std::io::Error::from_raw_os_error(errno as i32))
             });
         }
     }
+}
+
+/// The pid namespace a command joining a tree runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pids {
+    /// grove's: for grove's own git, which ends before grove does.
+    Grove,
+    /// One of its own, entered after the join: whatever the command starts dies with it,
+    /// and nothing outlives grove in the tree's mounts.
+    Own,
 }
