@@ -255,10 +255,14 @@ impl Conversation<'_> {
                 return Ok(stop);
             }
             answer = Answer::default();
-            let cut_last_call =
-                reply.stop_reason == StopReason::MaxTokens && reply.ends_with_tool_call;
+            let last_call =
+                if reply.stop_reason == StopReason::MaxTokens && reply.ends_with_tool_call {
+                    LastCall::Cut
+                } else {
+                    LastCall::Whole
+                };
             if let Some(stop) = self
-                .answer_tool_calls(turn, &reply.calls, cut_last_call, &last_text)
+                .answer_tool_calls(turn, &reply.calls, last_call, &last_text)
                 .await?
             {
                 return Ok(stop);
@@ -382,7 +386,7 @@ impl Conversation<'_> {
         &mut self,
         turn: u32,
         calls: &[ToolCall],
-        cut_last_call: bool,
+        last_call: LastCall,
         last_text: &str,
     ) -> Result<Option<AgentOutcome>, AgentError> {
         if let Some(observer) = &self.observer {
@@ -413,7 +417,7 @@ impl Conversation<'_> {
                 &self.events,
                 &self.spec.id,
                 calls,
-                cut_last_call,
+                last_call,
             ) => results?,
         };
         for (call, (_, output)) in calls.iter().zip(&results.answers) {
@@ -518,6 +522,16 @@ impl Conversation<'_> {
     }
 }
 
+/// Whether the last tool call of an answer arrived whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LastCall {
+    /// Every call is complete: each one runs.
+    Whole,
+    /// The answer hit its token cap while writing the last call: that call is answered
+    /// with an error asking for a shorter one, never run on cut arguments.
+    Cut,
+}
+
 /// Runs one turn's tool calls: consecutive non-mutating calls together, mutating calls
 /// alone, answers in call order. Stops at the first batch holding a fatal error.
 async fn execute_calls(
@@ -526,10 +540,10 @@ async fn execute_calls(
     events: &EventSink,
     agent: &AgentId,
     calls: &[ToolCall],
-    cut_last_call: bool,
+    last_call: LastCall,
 ) -> Result<TurnResults, AgentError> {
     let (runnable, cut) = match calls.split_last() {
-        Some((last, earlier)) if cut_last_call => (earlier, Some(last)),
+        Some((last, earlier)) if last_call == LastCall::Cut => (earlier, Some(last)),
         _ => (calls, None),
     };
     let mut results = TurnResults {

@@ -192,7 +192,7 @@ impl WorkerBackend {
     ///   `--no-pretty --no-stream` make its output plain text; `--no-check-update`,
     ///   `--no-show-model-warnings` and `--no-analytics` keep it from asking or phoning
     ///   home. Based on `aider/args.py`.
-    pub fn argv(&self, max_turns: u32, openai_base_url: bool) -> Vec<CliArg> {
+    pub fn argv(&self, max_turns: u32, provider: CodexProvider) -> Vec<CliArg> {
         use Arg::{Literal as L, Var as V};
         let fixed: &[Arg] = match self {
             Self::Claude => &[
@@ -249,7 +249,7 @@ impl WorkerBackend {
             argv.push(CliArg::Literal("--max-turns".into()));
             argv.push(CliArg::Literal(max_turns.max(1).to_string()));
         }
-        if matches!(self, Self::Codex) && openai_base_url {
+        if matches!(self, Self::Codex) && provider == CodexProvider::Grove {
             // Before `--`, which ends the flags.
             let at = argv.len() - 2;
             let overrides = [
@@ -358,6 +358,28 @@ pub(super) const PROGRAM_VAR: &str = "GROVE_CLI_PROGRAM";
 pub(super) const STDOUT_VAR: &str = "GROVE_CLI_STDOUT";
 pub(super) const STDERR_VAR: &str = "GROVE_CLI_STDERR";
 
+/// The model provider codex is told to use (the other CLIs read `OPENAI_BASE_URL`
+/// themselves, or not at all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodexProvider {
+    /// Its own configuration: no `OPENAI_BASE_URL` was given.
+    Own,
+    /// A provider named [`CODEX_PROVIDER`] whose `base_url` is `OPENAI_BASE_URL` and
+    /// whose key is `OPENAI_API_KEY`, set on its command line.
+    Grove,
+}
+
+impl CodexProvider {
+    /// [`CodexProvider::Grove`] when the environment gives an `OPENAI_BASE_URL`.
+    pub fn for_env(has_openai_base_url: bool) -> Self {
+        if has_openai_base_url {
+            Self::Grove
+        } else {
+            Self::Own
+        }
+    }
+}
+
 /// `text` as one single-quoted shell word.
 fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
@@ -368,7 +390,7 @@ fn shell_quote(text: &str) -> String {
 pub(super) fn shell_command(
     backend: &WorkerBackend,
     max_turns: u32,
-    openai_base_url: bool,
+    provider: CodexProvider,
 ) -> String {
     let redirect = format!("<\"/dev/null\" >\"${STDOUT_VAR}\" 2>\"${STDERR_VAR}\"");
     match backend {
@@ -377,7 +399,7 @@ pub(super) fn shell_command(
         ),
         other => {
             let mut words = vec![format!("exec \"${PROGRAM_VAR}\"")];
-            for arg in other.argv(max_turns, openai_base_url) {
+            for arg in other.argv(max_turns, provider) {
                 words.push(match arg {
                     CliArg::Literal(text) => shell_quote(&text),
                     CliArg::Var(name) => format!("\"${name}\""),
@@ -446,13 +468,13 @@ mod tests {
     #[test]
     fn shell_commands_quote_every_literal_and_pass_the_brief_by_variable() {
         assert_eq!(
-            shell_command(&WorkerBackend::Codex, 60, false),
+            shell_command(&WorkerBackend::Codex, 60, CodexProvider::Own),
             "exec \"$GROVE_CLI_PROGRAM\" 'exec' '--json' '--sandbox' 'workspace-write' \
              '--skip-git-repo-check' '--color' 'never' '--' \"$GROVE_BRIEF\" \
              <\"/dev/null\" >\"$GROVE_CLI_STDOUT\" 2>\"$GROVE_CLI_STDERR\""
         );
         assert_eq!(
-            shell_command(&WorkerBackend::Codex, 60, true),
+            shell_command(&WorkerBackend::Codex, 60, CodexProvider::Grove),
             "exec \"$GROVE_CLI_PROGRAM\" 'exec' '--json' '--sandbox' 'workspace-write' \
              '--skip-git-repo-check' '--color' 'never' '-c' 'model_provider=grove' \
              '-c' 'model_providers.grove.name=grove' \
@@ -464,7 +486,8 @@ mod tests {
         );
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
         assert!(
-            shell_command(&WorkerBackend::Claude, 7, true).contains("'--max-turns' '7'"),
+            shell_command(&WorkerBackend::Claude, 7, CodexProvider::Grove)
+                .contains("'--max-turns' '7'"),
             "claude gets the worker's turn cap"
         );
     }

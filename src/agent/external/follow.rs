@@ -25,6 +25,16 @@ pub(super) struct LineFollower {
     skipping: bool,
 }
 
+/// How much of what was read a [`LineFollower::feed`] hands over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Feed {
+    /// Complete lines only, while the process runs: a partial last line waits for the
+    /// rest of it.
+    AsItComes,
+    /// Everything, once the process has ended: a last line without its newline too.
+    Final,
+}
+
 impl LineFollower {
     pub(super) fn open(path: &Path) -> Result<Self, BackendError> {
         let file = std::fs::File::open(path).map_err(|source| BackendError::Io {
@@ -40,11 +50,12 @@ impl LineFollower {
         })
     }
 
-    /// Feeds every complete new line to `parser`; at the end, the last partial one too.
+    /// Feeds every complete new line to `parser`; at [`Feed::Final`], the last partial
+    /// one too.
     pub(super) fn feed(
         &mut self,
         parser: &mut OutputParser,
-        at_end: bool,
+        feed: Feed,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<(), BackendError> {
         let mut chunk = vec![0u8; 64 * 1024];
@@ -86,7 +97,7 @@ impl LineFollower {
                 }
             }
         }
-        if at_end && !self.pending.is_empty() && !self.skipping {
+        if feed == Feed::Final && !self.pending.is_empty() && !self.skipping {
             let line = std::mem::take(&mut self.pending);
             for event in parser.line(&String::from_utf8_lossy(&line)) {
                 progress(event);

@@ -15,10 +15,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::backend::{
-    AIDER_CHAT_HISTORY_VAR, AIDER_INPUT_HISTORY_VAR, OPENAI_BASE_URL_VAR, PROGRAM_VAR, STDERR_VAR,
-    STDOUT_VAR, WorkerBackend, shell_command,
+    AIDER_CHAT_HISTORY_VAR, AIDER_INPUT_HISTORY_VAR, CodexProvider, OPENAI_BASE_URL_VAR,
+    PROGRAM_VAR, STDERR_VAR, STDOUT_VAR, WorkerBackend, shell_command,
 };
-use super::follow::{LineFollower, file_tail};
+use super::follow::{Feed, LineFollower, file_tail};
 use super::parse::{
     CliReport, OutputFormat, OutputParser, Progress, last_reply_in_history, non_empty, parse_output,
 };
@@ -169,7 +169,7 @@ impl CliInvocation {
             command: shell_command(
                 &self.backend,
                 self.max_turns,
-                self.env.get(OPENAI_BASE_URL_VAR).is_some(),
+                CodexProvider::for_env(self.env.get(OPENAI_BASE_URL_VAR).is_some()),
             ),
             cwd: self.cwd.clone(),
             timeout: self.timeout,
@@ -201,7 +201,7 @@ impl CliInvocation {
             tokio::select! {
                 result = &mut execution => break result?,
                 _ = ticker.tick() => {
-                    follower.feed(&mut parser, false, &mut watch)?;
+                    follower.feed(&mut parser, Feed::AsItComes, &mut watch)?;
                     // Waiting out the CLI's retries would only delay the same failure.
                     if parser.refused_for_good().is_some() {
                         stop.cancel();
@@ -209,7 +209,7 @@ impl CliInvocation {
                 }
             }
         };
-        follower.feed(&mut parser, true, &mut watch)?;
+        follower.feed(&mut parser, Feed::Final, &mut watch)?;
         let mut report = parser.finish();
         if self.backend == WorkerBackend::Aider
             && let Ok(history) = std::fs::read_to_string(self.history_path(".chat.md"))

@@ -29,7 +29,7 @@ mod follow;
 mod invoke;
 mod parse;
 
-pub use backend::{BackendParseError, CODEX_PROVIDER, WorkerBackend};
+pub use backend::{BackendParseError, CODEX_PROVIDER, CodexProvider, WorkerBackend};
 pub use invoke::BackendEnv;
 pub use parse::Progress;
 
@@ -124,7 +124,12 @@ pub struct WorkDone {
 pub async fn work(job: ExternalWork<'_>, progress: impl FnMut(Progress)) -> WorkDone {
     let name = job.backend.name();
     let (stdout_path, stderr_path) = raw_output_paths(job.transcript, name);
-    let prompt = cli_prompt(job.system, job.brief, job.rerun);
+    let attempt = if job.rerun {
+        Attempt::Rerun
+    } else {
+        Attempt::First
+    };
+    let prompt = cli_prompt(job.system, job.brief, attempt);
     let invocation = CliInvocation {
         backend: job.backend.clone(),
         prompt: prompt.clone(),
@@ -184,16 +189,26 @@ pub async fn work(job: ExternalWork<'_>, progress: impl FnMut(Progress)) -> Work
     }
 }
 
+/// Which attempt at a subtask a worker's prompt is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    /// The first: the worktree holds only the base.
+    First,
+    /// One after an interrupted attempt, whose changes are in the worktree: the prompt
+    /// says so.
+    Rerun,
+}
+
 /// The prompt an external worker gets: its role's instructions with the project rules
 /// (the built-in worker's system prompt, or a user agent's), then the brief. On a rerun
 /// after an interrupt, a note says the earlier attempt's files are already there.
-fn cli_prompt(system: &str, brief: &str, rerun: bool) -> String {
+fn cli_prompt(system: &str, brief: &str, attempt: Attempt) -> String {
     let mut prompt = format!(
         "{}\n\n# Your subtask\n\n{}",
         system.trim_end(),
         brief.trim()
     );
-    if rerun {
+    if attempt == Attempt::Rerun {
         prompt.push_str(
             "\n\n(An earlier attempt at this subtask was interrupted. Its changes so far are \
              already in this directory: check what is done and finish the rest.)",
