@@ -27,7 +27,7 @@ use crate::mcp::arguments::{Arguments, input_schema};
 use crate::mcp::params::{self, ListParams, ResumeParams, ReviewParams, RunParams, ShowParams};
 use crate::mcp::progress::{self, Progress};
 use crate::mcp::summary;
-use crate::review::{self, ApplyResult, ReviewOutcome};
+use crate::review::{self, AfterReview, ApplyResult, ReviewOutcome};
 use crate::run::{RunEnd, RunError, RunReport, launch};
 use crate::store::runs::RunStore;
 use crate::text::truncate;
@@ -236,7 +236,11 @@ impl Tools {
             &repo,
             &params.run_id,
             &decisions,
-            params.apply,
+            if params.apply {
+                AfterReview::Apply
+            } else {
+                AfterReview::RecordOnly
+            },
         )
         .await
         {

@@ -169,6 +169,17 @@ pub struct RebuildReport {
     pub archived: Vec<ArchivedWork>,
 }
 
+/// What [`override_verdicts`] does once the decisions are recorded and the result
+/// rebuilt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterReview {
+    /// Applies the result to the user's branch, with `grove run`'s safety
+    /// (`--apply`).
+    Apply,
+    /// Nothing more: the user's branch is not touched.
+    RecordOnly,
+}
+
 /// How the apply after a review ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -251,7 +262,7 @@ impl ReviewOutcome {
 }
 
 /// Records a person's decisions on run `run_id` and rebuilds its result from them, then
-/// applies it to the user's branch when `apply` is set.
+/// applies it to the user's branch at [`AfterReview::Apply`].
 ///
 /// Under the repository lock: each decision that changes a subtask's decision is
 /// journaled (`human_verdict`); then, if any was (or an earlier review was cut short),
@@ -268,7 +279,7 @@ pub async fn override_verdicts(
     repo: &Repo,
     run_id: &str,
     changes: &[(String, VerdictKind)],
-    apply: bool,
+    after: AfterReview,
 ) -> Result<ReviewOutcome, ReviewError> {
     let store_id: RunId = run_id.parse()?;
     let store = RunStore::new(repo.common_dir());
@@ -335,7 +346,7 @@ pub async fn override_verdicts(
         None
     };
 
-    let apply = if apply {
+    let apply = if after == AfterReview::Apply {
         let state = journal.state.clone();
         Some(apply_result(repo, &run, &state, &mut journal).await?)
     } else {

@@ -13,7 +13,7 @@ use grove::event::EventSink;
 use grove::git::{Colour, CommitId};
 use grove::git::{RefusalReason, Repo};
 use grove::model::Provider;
-use grove::review::{self, ApplyResult, RecordedDecision, ReviewError, ReviewOutcome};
+use grove::review::{self, AfterReview, ApplyResult, RecordedDecision, ReviewError, ReviewOutcome};
 use grove::run::{ModelChoice, Models, RunOptions};
 use grove::status::SubtaskId;
 use grove::store::journal::{
@@ -213,7 +213,7 @@ async fn approving_a_rejected_subtask_rebuilds_the_result_with_it_and_applies() 
     let (repo, run_id) = standard_run(&fixture).await;
     let base = fixture.rev("main");
 
-    let outcome = review::override_verdicts(&repo, &run_id, &[approve("S2")], true)
+    let outcome = review::override_verdicts(&repo, &run_id, &[approve("S2")], AfterReview::Apply)
         .await
         .unwrap();
 
@@ -325,9 +325,10 @@ async fn rejecting_a_merged_subtask_drops_it_from_the_result_and_archives_its_wo
     let main_before = fixture.rev("main");
     let result_branch = format!("grove/{run_id}/result");
 
-    let outcome = review::override_verdicts(&repo, &run_id, &[reject("S1")], false)
-        .await
-        .unwrap();
+    let outcome =
+        review::override_verdicts(&repo, &run_id, &[reject("S1")], AfterReview::RecordOnly)
+            .await
+            .unwrap();
 
     assert_eq!(
         rebuilt_statuses(&outcome),
@@ -381,7 +382,7 @@ async fn rejecting_a_merged_subtask_drops_it_from_the_result_and_archives_its_wo
     );
 
     // Looking again finds S1's work in its archive, and nothing to record or rebuild.
-    let again = review::override_verdicts(&repo, &run_id, &[reject("S1")], false)
+    let again = review::override_verdicts(&repo, &run_id, &[reject("S1")], AfterReview::RecordOnly)
         .await
         .unwrap();
     assert_eq!(
@@ -414,9 +415,10 @@ async fn a_stale_lock_on_the_result_is_removed_before_the_review_rebuilds_it() {
     let result_lock = format!("refs/heads/grove/{run_id}/result.lock");
     crate::suite::leftovers::plant_lock(&git_dir, &result_lock);
 
-    let outcome = review::override_verdicts(&repo, &run_id, &[reject("S1")], false)
-        .await
-        .unwrap();
+    let outcome =
+        review::override_verdicts(&repo, &run_id, &[reject("S1")], AfterReview::RecordOnly)
+            .await
+            .unwrap();
 
     assert_eq!(
         (
@@ -441,7 +443,7 @@ async fn an_applied_run_is_refused_and_its_journal_is_left_alone() {
     let journal_before = journal_entries(&repo, &run_id);
     let main_before = fixture.rev("main");
 
-    let error = review::override_verdicts(&repo, &run_id, &[reject("S1")], true)
+    let error = review::override_verdicts(&repo, &run_id, &[reject("S1")], AfterReview::Apply)
         .await
         .unwrap_err();
 
@@ -502,7 +504,7 @@ async fn a_dirty_tree_refuses_the_apply_but_the_decision_stays_recorded() {
     fixture.write("junk.txt", "my own notes\n");
     let before = fixture.user_state();
 
-    let outcome = review::override_verdicts(&repo, &run_id, &[approve("S2")], true)
+    let outcome = review::override_verdicts(&repo, &run_id, &[approve("S2")], AfterReview::Apply)
         .await
         .unwrap();
 
@@ -970,7 +972,7 @@ async fn a_paused_run_can_be_listed_but_not_changed() {
     }
     let journal_before = journal_entries(&repo, run_id.as_str());
 
-    let error = review::override_verdicts(&repo, run_id.as_str(), &[], true)
+    let error = review::override_verdicts(&repo, run_id.as_str(), &[], AfterReview::Apply)
         .await
         .unwrap_err();
 

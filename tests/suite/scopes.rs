@@ -736,11 +736,16 @@ async fn a_review_cannot_keep_a_subtask_built_on_one_it_rejects() {
     );
     let reject = |id: &str| (id.to_owned(), VerdictKind::Reject);
 
-    let refused = grove::review::override_verdicts(&repo, &report.run_id, &[reject("S1")], false)
-        .await
-        .map(drop)
-        .unwrap_err()
-        .to_string();
+    let refused = grove::review::override_verdicts(
+        &repo,
+        &report.run_id,
+        &[reject("S1")],
+        grove::review::AfterReview::RecordOnly,
+    )
+    .await
+    .map(drop)
+    .unwrap_err()
+    .to_string();
 
     assert_eq!(
         refused,
@@ -753,7 +758,7 @@ async fn a_review_cannot_keep_a_subtask_built_on_one_it_rejects() {
         &repo,
         &report.run_id,
         &[reject("S1"), reject("S2")],
-        false,
+        grove::review::AfterReview::RecordOnly,
     )
     .await
     .unwrap();

@@ -12,7 +12,9 @@ use std::process::ExitCode;
 use clap::Args;
 
 use grove::git::{GitOptions, Repo};
-use grove::review::{self, ApplyResult, ReviewOutcome, SubtaskReview, override_verdicts};
+use grove::review::{
+    self, AfterReview, ApplyResult, ReviewOutcome, SubtaskReview, override_verdicts,
+};
 use grove::store::journal::VerdictKind;
 
 use crate::cli::drive;
@@ -145,8 +147,13 @@ pub async fn review(directory: &Path, args: &ReviewArgs) -> anyhow::Result<ExitC
         (changes, args.apply)
     };
 
-    let outcome = override_verdicts(&repo, run_id.as_str(), &changes, apply).await?;
-    show_outcome(&mut out, &outcome, apply)?;
+    let after = if apply {
+        AfterReview::Apply
+    } else {
+        AfterReview::RecordOnly
+    };
+    let outcome = override_verdicts(&repo, run_id.as_str(), &changes, after).await?;
+    show_outcome(&mut out, &outcome, after)?;
     if args.json {
         print_json(&outcome)?;
     }

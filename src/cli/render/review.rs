@@ -7,7 +7,9 @@
 use std::io::{BufRead, IsTerminal as _, Write};
 
 use grove::git::{Colour, GitError};
-use grove::review::{ApplyResult, CommitSource, ReviewOutcome, RunReview, SubtaskReview};
+use grove::review::{
+    AfterReview, ApplyResult, CommitSource, ReviewOutcome, RunReview, SubtaskReview,
+};
 use grove::store::journal::{CheckRun, CheckStatus, VerdictKind};
 use grove::store::state::SubtaskStatus;
 use grove::text::printable;
@@ -327,7 +329,11 @@ pub fn show_run_footer(out: &mut Out, run: &RunReview) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn show_outcome(out: &mut Out, outcome: &ReviewOutcome, apply: bool) -> anyhow::Result<()> {
+pub fn show_outcome(
+    out: &mut Out,
+    outcome: &ReviewOutcome,
+    after: AfterReview,
+) -> anyhow::Result<()> {
     let run = &outcome.review;
     for lock in &outcome.removed_locks {
         out.line(&format!(
@@ -384,7 +390,7 @@ pub fn show_outcome(out: &mut Out, outcome: &ReviewOutcome, apply: bool) -> anyh
             ))?;
         }
         Some(result) => out.line(result.message())?,
-        None if !apply && !run.applied => out.line(&format!(
+        None if after == AfterReview::RecordOnly && !run.applied => out.line(&format!(
             "Your branch was not touched; `grove review {} --apply` applies the result.",
             run.run_id
         ))?,
