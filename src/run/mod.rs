@@ -141,8 +141,12 @@ async fn lead_then_finish(
         Err(error) => ctx.note(format!("the check on the base stopped: {error}")),
     }
     // Before the branch may move: the check on the merged result, and its fixers.
-    let stopped = matches!(lead.failure, Some(LeadFailure::Interrupted));
-    let checked = check::result::check_result(ctx, &subtasks, stopped).await?;
+    let course = if matches!(lead.failure, Some(LeadFailure::Interrupted)) {
+        check::result::RunCourse::Stopped
+    } else {
+        check::result::RunCourse::ToItsEnd
+    };
+    let checked = check::result::check_result(ctx, &subtasks, course).await?;
     subtasks.wait().await;
     // Copy-on-write trees live only as long as grove: those the run leaves become
     // directories the user (and a resume) can open.

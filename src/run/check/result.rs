@@ -80,18 +80,27 @@ impl ResultCheck {
     }
 }
 
+/// Whether a run goes on to its end once its lead is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunCourse {
+    /// To its end: the merged result is checked (and fixed) before the branch moves.
+    ToItsEnd,
+    /// Stopped (the lead was interrupted): the check is left to a resume.
+    Stopped,
+}
+
 /// Checks the merged result and, while it is red and rounds are left, has fixers fix
-/// it. `skip` is true when the run is not going to its end (the lead was interrupted or
-/// the run paused). An error is the journal failing, or the result ref unreadable.
+/// it; nothing at [`RunCourse::Stopped`], nor when the run pauses. An error is the
+/// journal failing, or the result ref unreadable.
 pub(crate) async fn check_result(
     ctx: &Arc<RunContext>,
     subtasks: &Subtasks,
-    skip: bool,
+    course: RunCourse,
 ) -> Result<ResultCheck, ResultCheckError> {
     let Some(check) = &ctx.options.check else {
         return Ok(ResultCheck::NotRun);
     };
-    if skip || ctx.stopping() {
+    if course == RunCourse::Stopped || ctx.stopping() {
         return Ok(ResultCheck::STOPPED);
     }
     let Some(mut tip) = result_tip(ctx)? else {
