@@ -147,10 +147,10 @@ pub(super) fn file_patch(
         (Some(old), Some(new)) => new.len() >= old.len(),
         (_, new) => new.is_some(),
     };
-    let (whole_id, streamed, other_id) = if new_is_streamed {
-        (old_id, new_stream, new_id)
+    let (whole_id, streamed, other_id, other_side) = if new_is_streamed {
+        (old_id, new_stream, new_id, OtherSide::New)
     } else {
-        (new_id, old_stream, old_id)
+        (new_id, old_stream, old_id, OtherSide::Old)
     };
     let read = |id: Option<Oid>| id.map(|id| repo.find_blob(id)).transpose();
     let whole_blob = read(whole_id)?;
@@ -160,28 +160,37 @@ pub(super) fn file_patch(
         read(other_id)?
     };
     let other = streamed.unwrap_or(Source::Bytes(content(other_blob.as_ref())));
-    patch_of(delta, content(whole_blob.as_ref()), &other, new_is_streamed)
+    patch_of(delta, content(whole_blob.as_ref()), &other, other_side)
 }
 
 fn content<'a>(blob: Option<&'a git2::Blob<'_>>) -> &'a [u8] {
     blob.map_or(&[][..], git2::Blob::content)
 }
 
+/// Which side of the change a patch's `other` (the side that may be streamed) is; the
+/// `whole` one is the other side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OtherSide {
+    /// `other` is the old blob and `whole` the new one.
+    Old,
+    /// `other` is the new blob and `whole` the old one.
+    New,
+}
+
 /// `whole_side` and `other_side` as (old, new).
-fn old_new<T>(other_is_new: bool, whole_side: T, other_side: T) -> (T, T) {
-    if other_is_new {
-        (whole_side, other_side)
-    } else {
-        (other_side, whole_side)
+fn old_new<T>(other: OtherSide, whole_side: T, other_side: T) -> (T, T) {
+    match other {
+        OtherSide::New => (whole_side, other_side),
+        OtherSide::Old => (other_side, whole_side),
     }
 }
 
-/// The patch of `whole` against `other` (the new side when `other_is_new`).
+/// The patch of `whole` against `other`, on the side `other_side` says.
 fn patch_of(
     delta: &git2::DiffDelta<'_>,
     whole: &[u8],
     other: &Source<'_>,
-    other_is_new: bool,
+    other_side: OtherSide,
 ) -> Result<LargeFile, git2::Error> {
     let scan = Scan::of(whole, other)?;
     let binary = [&whole[..whole.len().min(BINARY_SNIFF_BYTES)], &scan.start]
@@ -202,8 +211,8 @@ fn patch_of(
             other_last = chunk.last().copied().or(other_last);
         })?;
         let other_count = other_lines + u64::from(other_last.is_some_and(|b| b != b'\n'));
-        let (old_size, new_size) = old_new(other_is_new, whole_text.len(), other_changed.len());
-        let (removed, added) = old_new(other_is_new, line_count(whole_text), other_count);
+        let (old_size, new_size) = old_new(other_side, whole_text.len(), other_changed.len());
+        let (removed, added) = old_new(other_side, line_count(whole_text), other_count);
         let note = format!(
             "[grove: this file's change spans {} of the old file and {} of the new, from \
              its line {}: too large to diff in memory, so its lines are not shown; read them \
@@ -217,7 +226,7 @@ fn patch_of(
     } else {
         let mut other_text = Vec::with_capacity(other_middle.len());
         other.chunks(other_middle, |_, chunk| other_text.extend_from_slice(chunk))?;
-        let (old, new) = old_new(other_is_new, &whole[whole_middle], &other_text[..]);
+        let (old, new) = old_new(other_side, &whole[whole_middle], &other_text[..]);
         let path = delta
             .new_file()
             .path()
@@ -582,13 +591,16 @@ mod tests {
             "the same line counts"
         );
         let (old, new) = (old.unwrap_or_default(), new.unwrap_or_default());
-        for (held, other, other_is_new) in [(old, new, true), (new, old, false)] {
-            let in_memory = patch_of(&delta, held, &Source::Bytes(other), other_is_new).unwrap();
+        for (held, other, other_side) in [(old, new, OtherSide::New), (new, old, OtherSide::Old)] {
+            let in_memory = patch_of(&delta, held, &Source::Bytes(other), other_side).unwrap();
             assert_eq!(
                 in_memory.lines,
                 large.lines,
                 "held {} and the other side in memory: the streamed side's patch",
-                if other_is_new { "old" } else { "new" }
+                match other_side {
+                    OtherSide::New => "old",
+                    OtherSide::Old => "new",
+                }
             );
         }
         (whole, large.lines)
