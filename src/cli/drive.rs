@@ -20,19 +20,20 @@ use grove::store::journal::{SubtaskKind, SubtaskOutcome};
 use grove::store::{RunId, StoreError};
 
 use crate::cli::exit::{EXIT_INTERRUPTED, EXIT_NOT_ALL_DONE};
-use crate::cli::render;
+use crate::cli::render::{self, Output};
 
 /// Runs a run (new or resumed) with the live view and Ctrl-C handling, then prints the
-/// report (`json`: also as JSON on stdout); [`exit_code`] maps it to the exit code.
-pub async fn drive<F, Fut>(json: bool, start: F) -> anyhow::Result<RunReport>
+/// report ([`Output::Json`]: also as JSON on stdout); [`exit_code`] maps it to the exit
+/// code.
+pub async fn drive<F, Fut>(output: Output, start: F) -> anyhow::Result<RunReport>
 where
     F: FnOnce(EventSink, CancellationToken) -> Fut,
     Fut: std::future::Future<Output = Result<RunReport, RunError>>,
 {
     let (outcome, ledgers) = drive_live(start).await;
     let report = outcome?;
-    render::report(&report, &ledgers, not_done(&report).as_deref(), json);
-    if json {
+    render::report(&report, &ledgers, not_done(&report).as_deref(), output);
+    if output == Output::Json {
         render::json(&report)?;
     }
     Ok(report)

@@ -8,8 +8,9 @@ use clap::Args;
 
 use grove::run::RunEnd;
 
+use crate::cli::drive;
 use crate::cli::exit::EXIT_INTERRUPTED;
-use crate::cli::{drive, render};
+use crate::cli::render::{self, Output};
 
 /// Arguments of `grove demo`.
 #[derive(Debug, Args)]
@@ -38,7 +39,10 @@ pub async fn demo(directory: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode>
             .keep(),
     };
     let demo = grove::demo::Demo::prepare(&dir).await?;
-    let report = drive::drive(args.json, |events, cancel| demo.run(events, cancel)).await?;
+    let report = drive::drive(Output::of_flag(args.json), |events, cancel| {
+        demo.run(events, cancel)
+    })
+    .await?;
     let as_scripted = grove::demo::went_as_scripted(&report);
     render::demo_epilogue(demo.repo(), &report, as_scripted);
     Ok(match report.status {

@@ -8,7 +8,8 @@ use clap::Args;
 use grove::git::GitOptions;
 use grove::run::launch;
 
-use crate::cli::{drive, render};
+use crate::cli::drive;
+use crate::cli::render::{self, Output};
 
 /// Arguments of `grove resume`.
 #[derive(Debug, Args)]
@@ -29,7 +30,7 @@ pub async fn resume(directory: &Path, args: &ResumeArgs) -> anyhow::Result<ExitC
     render::agent_file_problems(&drive::agent_file_problems(
         repo.work_tree().unwrap_or(repo.common_dir()),
     ));
-    let report = drive::drive(args.json, |events, cancel| {
+    let report = drive::drive(Output::of_flag(args.json), |events, cancel| {
         grove::run::resume(
             directory,
             run_id.as_str(),

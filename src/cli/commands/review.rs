@@ -19,6 +19,7 @@ use grove::store::journal::VerdictKind;
 
 use crate::cli::drive;
 use crate::cli::exit::EXIT_USAGE;
+use crate::cli::render::Output;
 use crate::cli::render::review::{
     Decisions, Out, show_outcome, show_run_footer, show_subtask, walk,
 };
@@ -100,7 +101,7 @@ pub async fn review(directory: &Path, args: &ReviewArgs) -> anyhow::Result<ExitC
     let run_id = drive::parse_run_id(&args.run_id)?;
     let repo = Repo::open(directory, GitOptions::default()).await?;
     let run = review::load(&repo, run_id.as_str()).await?;
-    let mut out = Out::new(args.json);
+    let mut out = Out::new(Output::of_flag(args.json));
     let interactive = !args.wants_change()
         && !args.list
         && !args.json

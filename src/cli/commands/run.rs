@@ -15,7 +15,7 @@ use grove::settings::config::{RoleValues, RunSettings};
 
 use crate::cli::drive::{self, UsageError};
 use crate::cli::exit::EXIT_INTERRUPTED;
-use crate::cli::render;
+use crate::cli::render::{self, Output};
 
 /// Arguments of `grove run`.
 #[derive(Debug, Args)]
@@ -180,7 +180,7 @@ pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             Some(_) => ExitCode::FAILURE,
         });
     }
-    let report = drive::drive(json, |events, cancel| {
+    let report = drive::drive(Output::of_flag(json), |events, cancel| {
         grove::run::run(directory, options, models, events, cancel)
     })
     .await?;

@@ -17,6 +17,22 @@ pub use table::{
     agent_file_problems, clean_report, demo_epilogue, gc_report, plan, report, runs_table,
 };
 
+/// What a command writes on stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// One JSON document (`--json`); the text for people goes to stderr.
+    Json,
+    /// Text for people only.
+    Human,
+}
+
+impl Output {
+    /// [`Output::Json`] under `--json`.
+    pub fn of_flag(json: bool) -> Self {
+        if json { Self::Json } else { Self::Human }
+    }
+}
+
 /// Prints `value` as one JSON document on stdout, every string in it escaped by
 /// [`printable`] (a reason or summary may quote a model's terminal escapes, and a JSON
 /// reader that prints a field would pass them on).

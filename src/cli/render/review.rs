@@ -14,6 +14,8 @@ use grove::store::journal::{CheckRun, CheckStatus, VerdictKind};
 use grove::store::state::SubtaskStatus;
 use grove::text::printable;
 
+use super::Output;
+
 /// Where the text goes and whether it is coloured.
 pub struct Out {
     stream: Box<dyn Write>,
@@ -23,12 +25,11 @@ pub struct Out {
 impl Out {
     /// Stdout, or stderr when stdout carries JSON; colour only on a terminal and
     /// without `NO_COLOR`.
-    pub fn new(json: bool) -> Self {
+    pub fn new(output: Output) -> Self {
         let no_colour = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
-        let (stream, terminal): (Box<dyn Write>, bool) = if json {
-            (Box::new(std::io::stderr()), std::io::stderr().is_terminal())
-        } else {
-            (Box::new(std::io::stdout()), std::io::stdout().is_terminal())
+        let (stream, terminal): (Box<dyn Write>, bool) = match output {
+            Output::Json => (Box::new(std::io::stderr()), std::io::stderr().is_terminal()),
+            Output::Human => (Box::new(std::io::stdout()), std::io::stdout().is_terminal()),
         };
         let colour = if terminal && !no_colour {
             Colour::Always

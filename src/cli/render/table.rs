@@ -9,7 +9,7 @@ use grove::worktree::CleanReport;
 
 use grove::text::{first_line, printable, shell_word, truncate};
 
-use super::Ledgers;
+use super::{Ledgers, Output};
 
 /// The lead's closing text is shown up to this many characters…
 const SUMMARY_CHARS: usize = 4_000;
@@ -36,8 +36,8 @@ macro_rules! out {
 
 /// The final table, the ledger lines, the apply message, why not everything was done
 /// (`not_done`, the reason of exit 3) and the lead's closing text, cut when long
-/// (`json`: the whole text is on stdout).
-pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, json: bool) {
+/// ([`Output::Json`]: the whole text is on stdout).
+pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, output: Output) {
     say!();
     if report.subtasks.is_empty() {
         say!("No subtasks were delegated.");
@@ -149,7 +149,7 @@ pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, jso
         ),
         _ => {}
     }
-    summary(&report.summary, json);
+    summary(&report.summary, output);
 }
 
 /// What the project's check said of the merged result, when anything was merged.
@@ -220,7 +220,7 @@ const CHECK_TAIL_LINES: usize = 12;
 
 /// The lead's closing text, at most [`SUMMARY_LINES`] lines of [`SUMMARY_CHARS`]
 /// characters, saying how much was left out and where the whole text is.
-fn summary(text: &str, json: bool) {
+fn summary(text: &str, output: Output) {
     let text = text.trim();
     if text.is_empty() {
         return;
@@ -237,10 +237,9 @@ fn summary(text: &str, json: bool) {
     say!("\n{shown}");
     let left_out = text.chars().count() - shown.chars().count();
     if left_out > 0 {
-        let whole = if json {
-            "is `summary` in the JSON on stdout"
-        } else {
-            "is `summary` in `--json` output"
+        let whole = match output {
+            Output::Json => "is `summary` in the JSON on stdout",
+            Output::Human => "is `summary` in `--json` output",
         };
         say!("[… {left_out} more characters of the lead's text left out; the whole text {whole}]");
     }
