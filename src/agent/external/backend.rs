@@ -371,11 +371,10 @@ pub enum CodexProvider {
 
 impl CodexProvider {
     /// [`CodexProvider::Grove`] when the environment gives an `OPENAI_BASE_URL`.
-    pub fn for_env(has_openai_base_url: bool) -> Self {
-        if has_openai_base_url {
-            Self::Grove
-        } else {
-            Self::Own
+    pub fn for_base_url(base_url: Option<&std::ffi::OsString>) -> Self {
+        match base_url {
+            Some(_) => Self::Grove,
+            None => Self::Own,
         }
     }
 }

@@ -169,7 +169,7 @@ impl CliInvocation {
             command: shell_command(
                 &self.backend,
                 self.max_turns,
-                CodexProvider::for_env(self.env.get(OPENAI_BASE_URL_VAR).is_some()),
+                CodexProvider::for_base_url(self.env.get(OPENAI_BASE_URL_VAR)),
             ),
             cwd: self.cwd.clone(),
             timeout: self.timeout,
