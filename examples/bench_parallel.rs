@@ -40,9 +40,23 @@
 //! empty grove cache (no base tree, no spare registrations), and its critical path holds
 //! what git's own checkout of the base takes in that clone, measured just before the run.
 //!
+//! With `--setup CMD` the repository's `.grove/config.toml` has `[worktree] setup = CMD`
+//! (`--setup default`: an `npm ci` stand-in writing 4 MB into the ignored
+//! `node_modules/`); grove runs it once per base, and the critical path holds what it
+//! takes when run by hand just before the run (after git's checkout, with `--cold`).
+//! With `--both` the warm series (one warm-up run, then `--rounds`) and the cold one run
+//! in turn, and a SUMMARY line per series gives its median wall / critical path.
+//!
+//! For the median run it also prints what grove wrote for one worker (`du -s` of its
+//! admin dir, its index, its `<tree>.cow` layers and its tree's path, measured at that
+//! worker's last model call), what grove's places hold after the run, and the run's
+//! milestones: events, model calls and what a poll of the disk every 5 ms saw (the
+//! base's build folder, its completion and setup record, registrations, trees' layers).
+//!
 //! Usage: `bench_parallel [--latency-ms L] [--jobs J] [--provider anthropic|openai]
 //! [--rounds R] [--subtasks N] [--files F] [--mode auto|overlay|git] [--target T]
-//! [--cold]` (defaults 300, 8, anthropic, 3, 8, 0, auto, 1.15, warm).
+//! [--cold] [--both] [--setup CMD|default]` (defaults 300, 8, anthropic, 3, 8, 0, auto,
+//! 1.15, warm, no setup).
 
 #![allow(
     clippy::print_stdout,
@@ -54,9 +68,12 @@ mod support {
     pub mod fake_server;
     pub mod git_fixture;
 }
+#[path = "support/bench_probe.rs"]
+mod bench_probe;
 #[path = "support/bench_repo.rs"]
 mod bench_repo;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
@@ -68,6 +85,8 @@ use grove::worktree::WorktreeMode;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use bench_probe::{Du, Places, Timeline, WorkerDisk};
+use grove::event::Event;
 use support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use support::git_fixture::GitFixture;
 
@@ -91,6 +110,9 @@ const FILE_MARKER: &str = "BENCH-FILE ";
 /// Marks the line of a worker's brief that says what to write.
 const CONTENT_MARKER: &str = "BENCH-CONTENT ";
 const TASK: &str = "Rewrite every module file under src/ (benchmark task).";
+/// `--setup default`: an `npm ci` stand-in that writes 2,000 files of about 2 KiB (4 MB)
+/// into the ignored `node_modules/`, the same bytes every time.
+const SETUP_STAND_IN: &str = "python3 -c \"import os\nfor d in range(40):\n  p=f'node_modules/p{d}'\n  os.makedirs(p, exist_ok=True)\n  for f in range(50):\n    open(f'{p}/f{f}.js','w').write('module.exports=1;//' + 'x'*2000 + '\\n')\"";
 
 #[derive(Debug, Clone, Copy)]
 struct Settings {
@@ -110,6 +132,11 @@ struct Settings {
     /// Every run a user's first: a fresh clone with an empty grove cache, its critical
     /// path holding one checkout of the base besides the model calls.
     cold: bool,
+    /// Runs the warm series and then the cold one, and prints both medians.
+    both: bool,
+    /// The `[worktree] setup` command of the repository's `.grove/config.toml`; its time
+    /// (run once before each run, in a scratch tree) joins the critical path.
+    setup: Option<&'static str>,
 }
 
 impl Settings {
@@ -132,6 +159,15 @@ struct Measured {
     /// With `--cold`: what git's own checkout of the base took in the same clone just
     /// before the run (the part of a first run's critical path that is not the model's).
     base_checkout: Option<Duration>,
+    /// With `--setup`: what the setup command took in a scratch tree just before the run
+    /// (grove runs it once per base, on the critical path).
+    setup: Option<Duration>,
+    /// What grove wrote for the worker of the first module, measured at its last call.
+    worker_disk: Option<WorkerDisk>,
+    /// What grove's places hold once the run returned and its deletions settled.
+    leftovers: Vec<(String, Du)>,
+    /// The run's milestones (events, requests, the disk), from the run's start.
+    timeline: Vec<(String, Duration)>,
     wall: Duration,
     chain_calls: usize,
     calls: usize,
@@ -149,6 +185,7 @@ impl Measured {
     fn critical_path(&self, latency: Duration) -> Duration {
         latency * u32::try_from(self.chain_calls).unwrap_or(u32::MAX)
             + self.base_checkout.unwrap_or_default()
+            + self.setup.unwrap_or_default()
     }
 
     fn serial(&self, latency: Duration) -> Duration {
@@ -323,6 +360,8 @@ struct Bench {
     /// Earlier runs' clones, deleted only at the end: a deletion right before a run
     /// would slow the files it creates (see the module doc).
     spent: Vec<GitFixture>,
+    /// The baselines' checkouts and setup outputs, deleted only at the end too.
+    scratch: Vec<tempfile::TempDir>,
     runs: usize,
 }
 
@@ -348,7 +387,10 @@ fn fresh_clone(template: &GitFixture) -> anyhow::Result<GitFixture> {
 
 /// What git's own checkout of `fixture`'s HEAD into an empty directory takes (all
 /// cores, as grove's base tree is checked out): the baseline a first run's base costs.
-fn checkout_time(fixture: &GitFixture) -> anyhow::Result<Duration> {
+/// The checkout is returned, to be deleted only at the end: 30,000 files deleted right
+/// before the run would slow every file grove's own checkout creates (see the module
+/// doc; measured: 5.5 s against git's 2.0 s).
+fn checkout_time(fixture: &GitFixture) -> anyhow::Result<(Duration, tempfile::TempDir)> {
     let scratch = tempfile::tempdir()?;
     let tree = scratch.path().join("tree");
     std::fs::create_dir_all(&tree)?;
@@ -371,6 +413,22 @@ fn checkout_time(fixture: &GitFixture) -> anyhow::Result<Duration> {
     .status()?;
     let took = started.elapsed();
     ensure!(status.success(), "git read-tree -u of the base failed");
+    Ok((took, scratch))
+}
+
+/// What `setup` takes in `dir` (run as the user would, `sh -c`).
+fn setup_time(dir: &std::path::Path, setup: &str) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let status = std::process::Command::new("sh")
+        .args(["-c", setup])
+        .current_dir(dir)
+        .status()?;
+    let took = started.elapsed();
+    ensure!(
+        status.success(),
+        "the setup command failed in {}",
+        dir.display()
+    );
     Ok(took)
 }
 
@@ -394,6 +452,13 @@ fn repository(settings: Settings) -> anyhow::Result<GitFixture> {
     }
     bench_repo::generate(&fixture.repo, settings.files)
         .context("generating the repository's files")?;
+    if let Some(setup) = settings.setup {
+        let quoted = toml::Value::String(setup.to_owned()).to_string();
+        fixture.write(
+            ".grove/config.toml",
+            format!("[worktree]\nsetup = {quoted}\n"),
+        );
+    }
     fixture.commit_all("initial");
     Ok(fixture)
 }
@@ -417,38 +482,72 @@ async fn measure(
         bench
             .spent
             .push(std::mem::replace(&mut bench.fixture, fresh));
-        Some(checkout_time(&bench.fixture)?)
+        let (took, scratch) = checkout_time(&bench.fixture)?;
+        bench.scratch.push(scratch);
+        Some(took)
     } else {
         None
+    };
+    // In the baseline's checkout when there is one (a user's clone, then the install).
+    let setup = match settings.setup {
+        Some(command) => {
+            let scratch = tempfile::tempdir()?;
+            let dir = match bench.scratch.last() {
+                Some(checkout) if settings.cold => checkout.path().join("tree"),
+                _ => scratch.path().to_path_buf(),
+            };
+            let took = setup_time(&dir, command)?;
+            bench.scratch.push(scratch);
+            Some(took)
+        }
+        None => None,
     };
     // Outside the clock: each `grove run` is a process of its own, which starts with
     // none of an earlier run's freed memory (forks copy its page tables).
     grove::tools::exec::return_freed_memory();
     let fixture = &bench.fixture;
     let latency = settings.latency;
-    let server = FakeServer::with_responder(move |request| Reply::Delayed {
-        delay: latency,
-        reply: Box::new(respond(request, subtasks, round)),
+    let places = Places {
+        git_dir: fixture.repo.join(".git"),
+        cache: fixture.home().join(".cache").join("grove"),
+    };
+    let probe = Arc::new(DiskProbe {
+        places: places.clone(),
+        marker: new_content(round),
+        measured: Mutex::new(None),
+    });
+    let prober = Arc::clone(&probe);
+    let server = FakeServer::with_responder(move |request| {
+        prober.on_request(request);
+        Reply::Delayed {
+            delay: latency,
+            reply: Box::new(respond(request, subtasks, round)),
+        }
     })
     .await;
     server.stream_in_one_write();
-    let options = RunOptions {
+    let mut options = RunOptions {
         jobs: settings.jobs,
         max_subtasks: u32::try_from(subtasks).unwrap_or(u32::MAX),
         worktree_mode: settings.mode,
         git: fixture.options(),
         ..RunOptions::new(TASK)
     };
+    // As `grove run` reads it from `.grove/config.toml` (the bench trusts its own).
+    options.worktree_setup.setup = settings.setup.map(str::to_owned);
 
     // Outside the clock, as in `grove run`, which connects before the run starts.
     let models = models(&server, settings.provider);
+    let timeline = Arc::new(Timeline::default());
+    let (events, listener) = listen(Arc::clone(&timeline), subtasks);
+    let (stop_watch, watcher) = bench_probe::watch(places.clone(), Arc::clone(&timeline));
     let cpu_before = process_cpu()?;
     let started = Instant::now();
     let report = grove::run::run(
         &fixture.repo,
         options,
         models,
-        EventSink::discard(),
+        events,
         CancellationToken::new(),
     )
     .await
@@ -456,6 +555,12 @@ async fn measure(
     let ended = Instant::now();
     let wall = ended - started;
     let cpu = process_cpu()?.saturating_sub(cpu_before);
+    stop_watch.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = watcher.join();
+    listener.abort();
+    grove::git::settle_deletions().await;
+    let leftovers = bench_probe::leftovers(&places);
+    let worker_disk = probe.take();
 
     check_run(fixture, &server, &report, subtasks, round)?;
     let requests = server.requests();
@@ -473,10 +578,15 @@ async fn measure(
                 .collect()
         })
         .unwrap_or_default();
+    mark_requests(&timeline, &requests, latency);
     Ok(Measured {
         subtasks,
         cold: settings.cold || round == 0,
         base_checkout,
+        setup,
+        worker_disk,
+        leftovers,
+        timeline: timeline.since(started),
         wall,
         chain_calls: chain_calls(subtasks, settings.jobs),
         calls: requests.len(),
@@ -488,6 +598,112 @@ async fn measure(
         gaps: chain_gaps(&requests, started, ended, latency)?,
         cpu,
     })
+}
+
+/// Measures what grove wrote for the first module's worker, once, at that worker's last
+/// call (its file written, its tree still up), on a thread of its own: the call's answer
+/// is not held up.
+struct DiskProbe {
+    places: Places,
+    /// What the worker writes: tells its tree from the others.
+    marker: String,
+    measured: Mutex<Option<std::thread::JoinHandle<Option<WorkerDisk>>>>,
+}
+
+impl DiskProbe {
+    fn on_request(self: &Arc<Self>, request: &RecordedRequest) {
+        let first_module = module_path(0);
+        if role_of(request) != Some(Role::Worker)
+            || request.tool_results().len() != WORKER_CALLS - 1
+            || brief_file(request).as_deref() != Some(first_module.as_str())
+        {
+            return;
+        }
+        let probe = Arc::clone(self);
+        let handle = std::thread::spawn(move || {
+            bench_probe::worker_disk(&probe.places, &first_module, probe.marker.trim())
+        });
+        *self.measured.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+    }
+
+    fn take(&self) -> Option<WorkerDisk> {
+        let handle = self
+            .measured
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        handle.join().ok().flatten()
+    }
+}
+
+/// An event sink that marks the run's milestones on `timeline`: its start, the lead's,
+/// the first and every eighth subtask's delegation and worker start, and the last's.
+fn listen(timeline: Arc<Timeline>, subtasks: usize) -> (EventSink, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let counted = move |n: usize| n == 1 || n % 8 == 0 || n == subtasks;
+    let task = tokio::spawn(async move {
+        let (mut delegated, mut workers) = (0, 0);
+        while let Some(event) = rx.recv().await {
+            match event {
+                Event::RunStarted { .. } => timeline.mark("event: run started (lock held)"),
+                Event::AgentStarted { agent } if agent.role == "lead" => {
+                    timeline.mark("event: lead agent started");
+                }
+                Event::AgentStarted { agent } if agent.role == "worker" => {
+                    workers += 1;
+                    if counted(workers) {
+                        timeline.mark(format!("event: {workers} worker agent(s) started"));
+                    }
+                }
+                Event::SubtaskStarted { .. } => {
+                    delegated += 1;
+                    if counted(delegated) {
+                        timeline.mark(format!("event: {delegated} subtask(s) started"));
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+    (EventSink::new(tx), task)
+}
+
+/// Marks the chain's model calls on `timeline`: the lead's, the workers' first calls
+/// (first and last to arrive), the first review, each at its arrival.
+fn mark_requests(timeline: &Timeline, requests: &[RecordedRequest], latency: Duration) {
+    let mut sorted: Vec<&RecordedRequest> = requests.iter().collect();
+    sorted.sort_by_key(|request| request.received_at);
+    let mut lead = 0;
+    let first_calls: Vec<Instant> = sorted
+        .iter()
+        .filter(|r| role_of(r) == Some(Role::Worker) && r.tool_results().is_empty())
+        .map(|r| r.received_at)
+        .collect();
+    for request in &sorted {
+        match role_of(request) {
+            Some(Role::Lead) => {
+                lead += 1;
+                timeline.mark_at(format!("call: lead {lead} sent"), request.received_at);
+                if lead == 1 {
+                    timeline.mark_at("call: lead 1 answered", request.received_at + latency);
+                }
+            }
+            Some(Role::Reviewer) => {
+                timeline.mark_at("call: first reviewer call", request.received_at)
+            }
+            _ => {}
+        }
+    }
+    if let (Some(first), Some(last)) = (first_calls.first(), first_calls.last()) {
+        timeline.mark_at("call: first worker's first call", *first);
+        timeline.mark_at(
+            format!(
+                "call: last worker's first call ({} workers)",
+                first_calls.len()
+            ),
+            *last,
+        );
+    }
 }
 
 /// The user and system CPU time this process has used so far.
@@ -635,7 +851,8 @@ fn check_run(
 
 fn parse_settings() -> anyhow::Result<Settings> {
     const USAGE: &str = "usage: bench_parallel [--latency-ms L] [--jobs J] [--provider anthropic|openai] \
-         [--rounds R] [--subtasks N] [--files F] [--mode auto|overlay|git] [--target T] [--cold]";
+         [--rounds R] [--subtasks N] [--files F] [--mode auto|overlay|git] [--target T] [--cold] \
+         [--both] [--setup CMD|default]";
     let mut settings = Settings {
         latency: Duration::from_millis(DEFAULT_LATENCY_MS),
         jobs: DEFAULT_JOBS,
@@ -646,6 +863,8 @@ fn parse_settings() -> anyhow::Result<Settings> {
         mode: WorktreeMode::Auto,
         target: DEFAULT_TARGET,
         cold: false,
+        both: false,
+        setup: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -696,6 +915,15 @@ fn parse_settings() -> anyhow::Result<Settings> {
                 };
             }
             "--cold" => settings.cold = true,
+            "--both" => settings.both = true,
+            "--setup" => {
+                let command = value("a command, or `default`")?;
+                settings.setup = Some(if command == "default" {
+                    SETUP_STAND_IN
+                } else {
+                    Box::leak(command.into_boxed_str())
+                });
+            }
             "--provider" => {
                 settings.provider = match value("a provider")?.as_str() {
                     "anthropic" => Provider::Anthropic,
@@ -747,7 +975,9 @@ fn print_table(settings: Settings, runs: &[Measured]) {
                 ),
                 (None, true) => "  (cold: the repository's first run)".to_owned(),
                 (None, false) => String::new(),
-            },
+            } + &run
+                .setup
+                .map_or_else(String::new, |setup| format!("  (setup {})", seconds(setup))),
         );
     }
 }
@@ -763,7 +993,7 @@ fn print_targets(settings: Settings, run: &Measured) -> bool {
     println!("at {} subtasks:", run.subtasks);
     println!("  wall time        {}", seconds(run.wall));
     println!(
-        "  critical path    {} calls x {} ms{} = {}  (lead 1 -> worker {WORKER_CALLS} -> \
+        "  critical path    {} calls x {} ms{}{} = {}  (lead 1 -> worker {WORKER_CALLS} -> \
          reviewer {REVIEWER_CALLS} -> lead 1{})",
         run.chain_calls,
         latency.as_millis(),
@@ -772,6 +1002,10 @@ fn print_targets(settings: Settings, run: &Measured) -> bool {
                 " + git's checkout of the base {}",
                 seconds(checkout)
             )),
+        run.setup.map_or_else(String::new, |setup| format!(
+            " + the setup command once {}",
+            seconds(setup)
+        )),
         seconds(critical),
         if run.chain_calls > LEAD_CALLS + WORKER_CALLS + REVIEWER_CALLS {
             ", in waves of --jobs"
@@ -834,31 +1068,27 @@ fn print_targets(settings: Settings, run: &Measured) -> bool {
     wall_pass && growth_pass
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let settings = parse_settings()?;
-    println!(
-        "grove run against the fake server: latency L = {} ms per call, --jobs {}, {} \
-         (streaming); per subtask worker {WORKER_CALLS} calls, reviewer {REVIEWER_CALLS}; \
-         lead {LEAD_CALLS}; worktree mode {}; repository of {} files",
-        settings.latency.as_millis(),
-        settings.jobs,
-        settings.provider.as_str(),
-        settings.mode,
-        settings.subtasks + 2 + settings.files + usize::from(settings.files > 0),
-    );
-    let template = repository(settings)?;
+/// One series of runs in one mode (`settings.cold`): the smaller counts first (with
+/// `warm_up_only`, a single one-subtask run in warm mode and none in cold), then
+/// `--rounds` runs at `--subtasks`. Returns the table's runs in order, and the largest
+/// ones sorted by wall time.
+async fn series(
+    settings: Settings,
+    template: GitFixture,
+    warm_up_only: bool,
+) -> anyhow::Result<(Vec<Measured>, Vec<Measured>, Bench)> {
     let mut bench = Bench {
-        fixture: if settings.cold {
-            fresh_clone(&template)?
-        } else {
-            repository(settings)?
-        },
+        fixture: fresh_clone(&template)?,
         template,
         spent: Vec::new(),
+        scratch: Vec::new(),
         runs: 0,
     };
-    let counts = settings.counts();
+    let counts = match (warm_up_only, settings.cold) {
+        (false, _) => settings.counts(),
+        (true, false) => vec![1, settings.subtasks],
+        (true, true) => vec![settings.subtasks],
+    };
     let mut runs = Vec::new();
     let mut largest = Vec::new();
     for (index, subtasks) in counts.iter().copied().enumerate() {
@@ -874,14 +1104,19 @@ async fn main() -> anyhow::Result<()> {
     // them); the median is taken over them sorted.
     runs.extend(largest.iter().cloned());
     largest.sort_by_key(|run| run.wall);
-    let ratios: Vec<String> = largest
+    Ok((runs, largest, bench))
+}
+
+/// Prints one series' table and its median run against the targets; returns whether it
+/// passed and the sorted ratios.
+fn report_series(
+    settings: Settings,
+    runs: &[Measured],
+    largest: &[Measured],
+) -> anyhow::Result<(bool, Vec<f64>)> {
+    let ratios: Vec<f64> = largest
         .iter()
-        .map(|run| {
-            format!(
-                "{:.3}",
-                ratio(run.wall, run.critical_path(settings.latency))
-            )
-        })
+        .map(|run| ratio(run.wall, run.critical_path(settings.latency)))
         .collect();
     let Some(median) = largest.get(largest.len() / 2) else {
         bail!("no run was measured");
@@ -889,18 +1124,112 @@ async fn main() -> anyhow::Result<()> {
     let mut cpu: Vec<Duration> = largest.iter().map(|run| run.cpu).collect();
     cpu.sort();
     println!();
-    print_table(settings, &runs);
+    print_table(settings, runs);
     println!();
     println!(
-        "{} runs at {} subtasks, wall / critical sorted: {}; CPU time per run, median {}; \
+        "{} {} runs at {} subtasks, wall / critical sorted: {}; CPU time per run, median {}; \
          the median run:",
         largest.len(),
+        if settings.cold { "cold" } else { "warm" },
         median.subtasks,
-        ratios.join(" "),
+        ratios
+            .iter()
+            .map(|r| format!("{r:.3}"))
+            .collect::<Vec<_>>()
+            .join(" "),
         seconds(cpu[cpu.len() / 2]),
     );
     let pass = print_targets(settings, median);
+    print_disk(median);
+    print_timeline(median);
+    Ok((pass, ratios))
+}
+
+/// What grove wrote for one worker, and what the run left.
+fn print_disk(run: &Measured) {
+    match &run.worker_disk {
+        Some(disk) => {
+            println!("  one worker's disk, at its last call (du -s, on disk / apparent):");
+            println!("    admin dir (.git/worktrees/<n>)  {}", disk.admin);
+            println!("      of which its index           {}", disk.index);
+            println!("    layers (<tree>.cow)           {}", disk.layers);
+            println!("    tree path (host's view)       {}", disk.tree);
+            println!("    total                         {}", disk.total);
+        }
+        None => println!("  one worker's disk: not measured (its tree was not found)"),
+    }
+    println!("  left after the run (deletions settled):");
+    for (what, size) in &run.leftovers {
+        println!("    {what:<56} {size}");
+    }
+}
+
+fn print_timeline(run: &Measured) {
+    println!("  the run's milestones (from the run's start):");
+    for (what, at) in &run.timeline {
+        println!("    {:>8.1} ms  {what}", at.as_secs_f64() * 1000.0);
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let settings = parse_settings()?;
+    println!(
+        "grove run against the fake server: latency L = {} ms per call, --jobs {}, {} \
+         (streaming); per subtask worker {WORKER_CALLS} calls, reviewer {REVIEWER_CALLS}; \
+         lead {LEAD_CALLS}; worktree mode {}; repository of {} files; setup {}",
+        settings.latency.as_millis(),
+        settings.jobs,
+        settings.provider.as_str(),
+        settings.mode,
+        settings.subtasks + 2 + settings.files + usize::from(settings.files > 0),
+        settings.setup.unwrap_or("none"),
+    );
+    if !settings.both {
+        let (runs, largest, _bench) = series(settings, repository(settings)?, false).await?;
+        let (pass, _) = report_series(settings, &runs, &largest)?;
+        println!();
+        println!("overall: {}", verdict(pass));
+        return Ok(());
+    }
+    let mut medians = Vec::new();
+    let mut template = Some(repository(settings)?);
+    // Every series' files are deleted only at the end (see `Bench::spent`).
+    let mut benches = Vec::new();
+    for cold in [false, true] {
+        let settings = Settings { cold, ..settings };
+        let this = match template.take() {
+            Some(template) => template,
+            None => {
+                let earlier: &Bench = benches.last().context("an earlier series")?;
+                fresh_clone(&earlier.template)?
+            }
+        };
+        let (runs, largest, bench) = series(settings, this, true).await?;
+        benches.push(bench);
+        let (_, ratios) = report_series(settings, &runs, &largest)?;
+        medians.push((cold, ratios));
+    }
     println!();
-    println!("overall: {}", verdict(pass));
+    for (cold, ratios) in medians {
+        println!(
+            "SUMMARY {} subtasks {} jobs {} setup {}: {} median wall/critical {:.3} (sorted {})",
+            settings.subtasks,
+            settings.jobs,
+            settings.files,
+            if settings.setup.is_some() {
+                "yes"
+            } else {
+                "no"
+            },
+            if cold { "cold" } else { "warm" },
+            ratios.get(ratios.len() / 2).copied().unwrap_or(f64::NAN),
+            ratios
+                .iter()
+                .map(|r| format!("{r:.3}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+    }
     Ok(())
 }

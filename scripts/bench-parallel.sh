@@ -14,9 +14,13 @@
 #
 # Usage: scripts/bench-parallel.sh [--latency-ms L] [--jobs J] [--provider anthropic|openai]
 #          [--rounds R] [--subtasks N] [--files F] [--mode auto|overlay|git] [--target T]
-#          [--cold] (defaults 300, 8, anthropic, 3, 8, 0, auto, 1.15, warm; --cold: every run
-#          a fresh clone with an empty grove cache, its critical path holding git's own
-#          checkout of the base)
+#          [--cold] [--both] [--setup CMD|default] (defaults 300, 8, anthropic, 3, 8, 0,
+#          auto, 1.15, warm, no setup; --cold: every run a fresh clone with an empty grove
+#          cache, its critical path holding git's own checkout of the base; --both: the warm
+#          series then the cold one, a SUMMARY line each; --setup: a [worktree] setup
+#          command, its time once in the critical path, `default` an npm-ci stand-in
+#          writing 4 MB). The median run also prints one worker's disk (du), what the run
+#          left on disk, and its milestones (base checkout, trees ready, first calls).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
