@@ -128,6 +128,9 @@ pub struct WorkerDisk {
     /// The tree's own path as the host sees it (a mount point, or a git checkout).
     pub tree: Du,
     pub total: Du,
+    /// What the worker's paths add to the base folders' (`du` counts a file hard-linked
+    /// from a base once): the disk this worker costs beyond what every worker shares.
+    pub beyond_base: Du,
     /// The paths measured.
     pub paths: Vec<PathBuf>,
 }
@@ -159,8 +162,25 @@ pub fn worker_disk(places: &Places, rel: &str, marker: &str) -> Option<WorkerDis
         .unwrap_or_default();
     let layers = PathBuf::from(format!("{}.cow", tree.display()));
     let paths = vec![admin.clone(), layers.clone(), tree.clone()];
+    let bases: Vec<PathBuf> = places
+        .bases()
+        .map(|bases| {
+            children(&bases)
+                .into_iter()
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default();
+    let (shared, with_worker) = (
+        du(&bases),
+        du(&bases.iter().chain(&paths).cloned().collect::<Vec<_>>()),
+    );
     Some(WorkerDisk {
-        admin: du(&[admin.clone()]),
+        beyond_base: Du {
+            disk: with_worker.disk.saturating_sub(shared.disk),
+            apparent: with_worker.apparent.saturating_sub(shared.apparent),
+        },
+        admin: du(std::slice::from_ref(&admin)),
         index: du(&[admin.join("index")]),
         layers: du(&[layers]),
         tree: du(&[tree]),
@@ -277,17 +297,17 @@ fn poll(places: &Places, timeline: &Timeline) {
         }
     }
     let registered = children(&places.git_dir.join("worktrees")).len();
-    if registered == 1 || (registered > 0 && registered % 8 == 0) {
+    if registered == 1 || (registered > 0 && registered.is_multiple_of(8)) {
         timeline.mark(format!("{registered} worktree(s) registered"));
     }
     for run in places.run_dirs() {
-        let mut mounted = 0;
+        let mut mounted: usize = 0;
         for tree in children(&run) {
             if name(&tree).ends_with(".cow") && tree.join("upper").join(".git").is_file() {
                 mounted += 1;
             }
         }
-        if mounted == 1 || (mounted > 0 && mounted % 8 == 0) {
+        if mounted == 1 || (mounted > 0 && mounted.is_multiple_of(8)) {
             timeline.mark(format!("{mounted} tree(s)' layers made (host starting)"));
         }
     }
