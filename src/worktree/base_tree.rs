@@ -1,9 +1,11 @@
 //! Base trees: a run's base commit checked out once into the cache directory, shared
 //! read-only by every overlay tree of every run on that commit, with an index whose stat
-//! data matches the checkout (each worker's tree starts from a copy of it).
+//! data matches the checkout (each worker's tree starts from a copy of it). The index is
+//! split: its entries are in `sharedindex.<hash>`, which each tree hard-links, so a
+//! tree's own index holds only what differs from the base.
 //!
 //! This module owns `<cache>/grove/<repo>-<hash>/bases/`: `<key>/` (the `tree/`, its
-//! `index`, the `complete` and `setup-done` records) and the lock files `<key>.use`
+//! `index` and `sharedindex.<hash>`, the `complete` and `setup-done` records) and the lock files `<key>.use`
 //! (shared by every run using the base, exclusive for its removal) and `<key>.setup`
 //! (held while the setup command runs in it). `<key>` is the commit, plus a hash of the
 //! setup command when there is one, so a base is never changed under a mounted overlay
@@ -43,6 +45,13 @@ use crate::git::Repo;
 /// it against 1.35 s without (on this ext4, 13.8 to 55.1 s either way, as the disk's
 /// state went).
 const PARALLEL_CHECKOUT: [&str; 2] = ["-c", "checkout.workers=0"];
+
+/// Keeps a base's index whole while git writes it (whatever the user's `core.splitIndex`):
+/// its split is grove's own, made afterwards by [`Repo::split_index`].
+const WHOLE_INDEX: [&str; 2] = ["-c", "core.splitIndex=false"];
+
+/// How git names the shared part of a split index: `sharedindex.<hash>`.
+const SHARED_INDEX_PREFIX: &str = "sharedindex.";
 
 /// Written into a base's folder when its checkout and index are complete.
 const COMPLETE: &str = "complete";
@@ -87,7 +96,10 @@ impl BaseTree {
     }
 
     /// Copies the base's index to `to`, keeping its date (see `build_base`): a copy
-    /// dated now would make every entry racily clean again.
+    /// dated now would make every entry racily clean again. The index is split (see
+    /// [`Repo::split_index`]): its shared part, one entry per file of the repository, is
+    /// hard-linked beside `to` (where git looks for it), copied only across file systems;
+    /// what is copied is the base's own part, a few kilobytes.
     pub(super) fn copy_index_to(&self, to: &Path) -> Result<(), GitError> {
         let from = self.index_path();
         let io = |action: &'static str| {
@@ -98,6 +110,9 @@ impl BaseTree {
                 source,
             }
         };
+        if let Some(dir) = to.parent() {
+            link_shared_indexes(&self.folder, dir)?;
+        }
         std::fs::copy(&from, to).map_err(io("copy the base index to"))?;
         let date = std::fs::metadata(&from)
             .and_then(|meta| meta.modified())
@@ -290,11 +305,13 @@ impl Repo {
             .work_tree(&tree)
             .index_file(&index)
             .args(PARALLEL_CHECKOUT)
+            .args(WHOLE_INDEX)
             .args(["read-tree", "-m", "-u"])
             .arg(from.to_string())
             .arg(commit.to_string())
             .run()
             .await?;
+        self.split_index(commit, build).await?;
         complete_base(commit, build)
     }
 
@@ -312,11 +329,60 @@ impl Repo {
         };
         call()
             .args(PARALLEL_CHECKOUT)
+            .args(WHOLE_INDEX)
             .args(["read-tree", "--reset", "-u"])
             .arg(commit.to_string())
             .run()
             .await?;
+        self.split_index(commit, build).await?;
         complete_base(commit, build)
+    }
+
+    /// Splits the (whole) index of the base in `build` as git's split index: its entries
+    /// go to `build/sharedindex.<hash>`, which every tree over the base shares (see
+    /// [`BaseTree::copy_index_to`]), and `build/index` keeps only the link to it and its
+    /// tree cache. A tree's own index is then kilobytes, and git inside the tree writes
+    /// back only what differs from the base. The shared part of an earlier commit (a base
+    /// brought here by [`Repo::update_base`]) goes.
+    ///
+    /// Git writes the shared part into its git dir: a git dir of the build's own (a
+    /// `commondir` naming the repository's, a detached `HEAD`), removed after, so nothing
+    /// lands in the repository's.
+    async fn split_index(&self, commit: CommitId, build: &Path) -> Result<(), GitError> {
+        for stale in shared_indexes(build) {
+            remove_file(&stale)?;
+        }
+        let git_dir = build.join("split-git");
+        create_dir(&git_dir)?;
+        let common = self.common_dir().to_string_lossy().into_owned();
+        write_file(&git_dir.join("commondir"), &format!("{common}\n"))?;
+        write_file(&git_dir.join("HEAD"), &format!("{commit}\n"))?;
+        // Git keeps a racily clean entry (a file as new as the index) in the tree's own
+        // part: dated ahead as `complete_base` dates it, every entry goes to the shared one.
+        date_ahead(&build.join("index"))?;
+        self.inner
+            .runner
+            .call(&git_dir, build)
+            .work_tree(&build.join("tree"))
+            .index_file(&build.join("index"))
+            .args(["update-index", "--split-index"])
+            .run()
+            .await?;
+        for shared in shared_indexes(&git_dir) {
+            if let Some(name) = shared.file_name() {
+                let to = build.join(name);
+                std::fs::rename(&shared, &to).map_err(|source| GitError::Io {
+                    action: "move the shared index to",
+                    path: to,
+                    source,
+                })?;
+            }
+        }
+        std::fs::remove_dir_all(&git_dir).map_err(|source| GitError::Io {
+            action: "remove",
+            path: git_dir,
+            source,
+        })
     }
 
     /// Removes the base trees no run holds, and the builds a crash cut short. With
@@ -418,6 +484,73 @@ fn base_key_suffix(setup: Option<&str>) -> String {
             format!("-{}", hash.get(..12).unwrap_or("0"))
         }
     }
+}
+
+/// Dates `index` a second ahead, so that no entry is racily clean (see `complete_base`).
+fn date_ahead(index: &Path) -> Result<(), GitError> {
+    let ahead = SystemTime::now() + Duration::from_secs(1);
+    std::fs::File::options()
+        .write(true)
+        .open(index)
+        .and_then(|file| file.set_modified(ahead))
+        .map_err(|source| GitError::Io {
+            action: "date",
+            path: index.to_path_buf(),
+            source,
+        })
+}
+
+/// The shared parts of split indexes in `dir` (`sharedindex.<hash>`).
+fn shared_indexes(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .is_some_and(|name| name.starts_with(SHARED_INDEX_PREFIX))
+        })
+        .map(|entry| entry.path())
+        .collect()
+}
+
+/// Hard-links the shared index parts of the base in `folder` into `dir` (copies them
+/// across file systems). Git replaces such a file, never writes into it.
+fn link_shared_indexes(folder: &Path, dir: &Path) -> Result<(), GitError> {
+    for shared in shared_indexes(folder) {
+        let Some(name) = shared.file_name() else {
+            continue;
+        };
+        let to = dir.join(name);
+        if to.exists() || std::fs::hard_link(&shared, &to).is_ok() {
+            continue;
+        }
+        std::fs::copy(&shared, &to).map_err(|source| GitError::Io {
+            action: "copy the base's shared index to",
+            path: to.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), GitError> {
+    std::fs::write(path, text).map_err(|source| GitError::Io {
+        action: "write",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn remove_file(path: &Path) -> Result<(), GitError> {
+    std::fs::remove_file(path).map_err(|source| GitError::Io {
+        action: "remove",
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn create_dir(path: &Path) -> Result<(), GitError> {

@@ -148,11 +148,21 @@ impl Repo {
             ("Grove-Run", run.to_string()),
             ("Grove-Subtask", n.to_string()),
         ]);
-        let (repo, tree, label) = (self.clone(), tree.clone(), label.to_owned());
-        Self::blocking("checkpoint", PathBuf::from(label), move || {
-            repo.checkpoint_upper_blocking(&tree, &exclude_files, &message)
+        let (repo, source, label) = (self.clone(), tree.clone(), label.to_owned());
+        let made = Self::blocking("checkpoint", PathBuf::from(label), move || {
+            repo.checkpoint_upper_blocking(&source, &exclude_files, &message)
         })
-        .await
+        .await?;
+        if let Some(changes) = &made.index_changes {
+            self.follow_in_index(tree, changes).await?;
+        }
+        if made.refused.is_empty() {
+            return Ok(made.commit);
+        }
+        Err(GitError::PathsRefused {
+            worktree: tree.upper.clone(),
+            paths: made.refused,
+        })
     }
 
     /// The paths of `tree`'s upper directory that a checkpoint leaves out as git data
@@ -181,7 +191,7 @@ impl Repo {
         tree: &UpperSource,
         exclude_files: &[PathBuf],
         message: &str,
-    ) -> Result<Option<CommitId>, GitError> {
+    ) -> Result<UpperCheckpoint, GitError> {
         let local = local_files::recorded(&tree.admin_dir)?;
         let upper = tree.upper.clone();
         let lower = tree.lower.clone();
@@ -205,8 +215,8 @@ impl Repo {
                 })?;
             (built, (CommitId::from_oid(tip.id()), tip.tree_id()))
         };
-        let commit = if built.tree == tip.1 {
-            None
+        let (commit, index_changes) = if built.tree == tip.1 {
+            (None, None)
         } else {
             let commit = self
                 .commit_onto(&branch, built.tree, tip.0, &[], message)?
@@ -218,70 +228,76 @@ impl Repo {
                         .flatten()
                         .map_or_else(|| "nothing".to_owned(), |c| c.to_string()),
                 })?;
-            self.follow_in_index(tree, tip.1, built.tree)?;
-            Some(commit)
+            let changes = self.index_changes(tree, tip.1, built.tree)?;
+            (Some(commit), Some(changes))
         };
-        if built.refused.is_empty() {
-            return Ok(commit);
-        }
-        Err(GitError::PathsRefused {
-            worktree: upper,
-            paths: built.refused,
+        Ok(UpperCheckpoint {
+            commit,
+            index_changes,
+            refused: built.refused,
         })
     }
 
-    /// Brings the entries of `tree`'s index that differ between `from` and `to` to
-    /// `to` (with no stat data: git re-reads just those files once), leaving every other
-    /// entry's stat data as it is.
-    ///
-    /// Only the tree diff holds the shared libgit2 handle: reading, checking and writing
-    /// an index of 30,000 entries takes about 10 ms, and under the handle's lock the
-    /// subtasks checkpointing together waited for one another's (bench `--files 30000`).
-    fn follow_in_index(
+    /// The lines of `git update-index -z --index-info` that bring the entries of
+    /// `tree`'s index that differ between `from` and `to` to `to`: the new mode and blob,
+    /// or mode 0 for a path `to` removes.
+    fn index_changes(
         &self,
         tree: &UpperSource,
         from: git2::Oid,
         to: git2::Oid,
-    ) -> Result<(), GitError> {
+    ) -> Result<Vec<u8>, GitError> {
         let index_path = tree.admin_dir.join("index");
         let write_error = |source| GitError::write(index_path.display().to_string(), source);
-        let changes = {
-            let repo = self.libgit();
-            let (from, to) = (
-                repo.find_tree(from).map_err(write_error)?,
-                repo.find_tree(to).map_err(write_error)?,
-            );
-            tree_diff::changed_files(&repo, &from, &to).map_err(write_error)?
-        };
-        let mut index = git2::Index::open(&index_path).map_err(write_error)?;
+        let repo = self.libgit();
+        let (from, to) = (
+            repo.find_tree(from).map_err(write_error)?,
+            repo.find_tree(to).map_err(write_error)?,
+        );
+        let changes = tree_diff::changed_files(&repo, &from, &to).map_err(write_error)?;
+        let mut lines = Vec::new();
         for change in changes {
-            let Some(new) = change.new else {
-                let _ = index.remove_path(&change.path);
-                continue;
-            };
-            // A tree's modes are never negative; an entry with one is left out, not
-            // written with mode 0.
-            let Ok(mode) = u32::try_from(new.mode) else {
-                continue;
-            };
-            let entry = git2::IndexEntry {
-                ctime: git2::IndexTime::new(0, 0),
-                mtime: git2::IndexTime::new(0, 0),
-                dev: 0,
-                ino: 0,
-                mode,
-                uid: 0,
-                gid: 0,
-                file_size: 0,
-                id: new.id,
-                flags: 0,
-                flags_extended: 0,
-                path: change.path.as_os_str().as_bytes().to_vec(),
-            };
-            index.add(&entry).map_err(write_error)?;
+            let (mode, id) = change
+                .new
+                .map_or((0, git2::Oid::ZERO_SHA1), |new| (new.mode, new.id));
+            lines.extend_from_slice(format!("{mode:o} {id}\t").as_bytes());
+            lines.extend_from_slice(change.path.as_os_str().as_bytes());
+            lines.push(0);
         }
-        index.write().map_err(write_error)
+        Ok(lines)
     }
+
+    /// Applies `changes` (see [`Repo::index_changes`]) to `tree`'s index with git itself,
+    /// leaving every other entry's stat data as it is; the changed entries get none, so
+    /// git re-reads just those files once.
+    ///
+    /// By git, not libgit2: a tree's index is a split index over its base's (see
+    /// [`super::BaseTree::copy_index_to`]), which libgit2 cannot read, and git writes
+    /// back only the tree's own part (kilobytes), never the 30,000 entries of the base.
+    async fn follow_in_index(&self, tree: &UpperSource, changes: &[u8]) -> Result<(), GitError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.inner
+            .runner
+            .call(&tree.admin_dir, &tree.admin_dir)
+            .args(["update-index", "-z", "--index-info"])
+            .stdin(changes.to_vec())
+            .run()
+            .await
+            .map(drop)
+    }
+}
+
+/// What a checkpoint of an upper directory did.
+#[derive(Debug)]
+struct UpperCheckpoint {
+    /// The commit made; `None` when the tree equals the branch tip.
+    commit: Option<CommitId>,
+    /// The tree's index's lines to change, when a commit was made.
+    index_changes: Option<Vec<u8>>,
+    /// Paths git refuses to record, left in the upper directory.
+    refused: Vec<String>,
 }
 
 /// One walk over an upper directory.

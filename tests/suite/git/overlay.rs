@@ -310,6 +310,75 @@ async fn the_workers_git_status_inside_the_tree_shows_only_its_changes() {
 }
 
 #[tokio::test]
+async fn a_trees_index_is_its_own_part_of_a_split_index_over_the_bases_and_git_reads_it() {
+    let fixture = fixture();
+    let generated: Vec<(String, String)> = (0..500)
+        .map(|i| (format!("gen/f{i:03}.txt"), format!("file {i}\n")))
+        .collect();
+    for (path, text) in &generated {
+        fixture.write(path, text);
+    }
+    fixture.commit_all("many files");
+    let repo = fixture.open().await;
+    let Some(tree) = Mounted::new(&repo, &fixture, 4).await else {
+        return;
+    };
+    let admin = tree.worktree.admin_dir().to_path_buf();
+    let shared: Vec<_> = std::fs::read_dir(&admin)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("sharedindex."))
+        .map(|e| e.path())
+        .collect();
+    let [shared] = shared.as_slice() else {
+        panic!("one shared index beside the tree's index: {shared:?}");
+    };
+    let base_shared = tree
+        ._base
+        .index_path()
+        .with_file_name(shared.file_name().unwrap());
+    let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let own = std::fs::metadata(admin.join("index")).unwrap().len();
+    assert!(
+        (ino(shared), own < 8 * 1024) == (ino(&base_shared), true),
+        "the shared part is the base's file, hard-linked; the tree's own index is small \
+         ({own} bytes)"
+    );
+
+    tree.sh(
+        &fixture,
+        "echo more >> gen/f007.txt && rm gen/f100.txt && echo n > gen/new",
+    );
+    repo.checkpoint(&tree.worktree, "work")
+        .await
+        .unwrap()
+        .unwrap();
+    let after = tree.sh(
+        &fixture,
+        "git status --porcelain && git diff HEAD --stat && git ls-files | wc -l && \
+         echo again >> gen/f008.txt && git status --porcelain",
+    );
+
+    assert_eq!(
+        (
+            after,
+            std::fs::metadata(admin.join("index")).unwrap().len() < 8 * 1024
+        ),
+        (format!("{}\n M gen/f008.txt\n", generated.len() + 10), true),
+        "after a checkpoint git in the tree sees the commit's files and nothing changed, \
+         then a new change; the tree's index stays its own small part"
+    );
+    assert!(
+        !std::fs::read_dir(repo.common_dir())
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("sharedindex")),
+        "no shared index lands in the repository's git dir"
+    );
+    tree.overlay.stop().await;
+}
+
+#[tokio::test]
 async fn a_base_is_built_once_reused_and_removed_only_when_unheld() {
     let fixture = fixture();
     let repo = fixture.open().await;
