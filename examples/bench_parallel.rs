@@ -362,6 +362,8 @@ struct Bench {
     spent: Vec<GitFixture>,
     /// The baselines' checkouts and setup outputs, deleted only at the end too.
     scratch: Vec<tempfile::TempDir>,
+    /// Where the warm baseline runs the setup command, run after run.
+    setup_dir: Option<tempfile::TempDir>,
     runs: usize,
 }
 
@@ -447,6 +449,9 @@ fn repository(settings: Settings) -> anyhow::Result<GitFixture> {
         ("AGENTS.md", "Keep every line short.\n"),
     ]);
     let fixture = GitFixture::empty();
+    // No `gc --auto` in the background after the 30,000-file commit: its prune of the
+    // loose objects made a clone of the repository fail mid-copy.
+    fixture.git(&["config", "gc.auto", "0"]);
     for (path, content) in files {
         fixture.write(path, content);
     }
@@ -489,16 +494,21 @@ async fn measure(
         None
     };
     // In the baseline's checkout when there is one (a user's clone, then the install).
+    // Warm, in one folder for every run: grove runs it again over the base's earlier
+    // output, and so does the baseline.
     let setup = match settings.setup {
         Some(command) => {
-            let scratch = tempfile::tempdir()?;
             let dir = match bench.scratch.last() {
                 Some(checkout) if settings.cold => checkout.path().join("tree"),
-                _ => scratch.path().to_path_buf(),
+                _ => {
+                    if bench.setup_dir.is_none() {
+                        bench.setup_dir = Some(tempfile::tempdir()?);
+                    }
+                    let folder = bench.setup_dir.as_ref().context("the setup folder")?;
+                    folder.path().to_path_buf()
+                }
             };
-            let took = setup_time(&dir, command)?;
-            bench.scratch.push(scratch);
-            Some(took)
+            Some(setup_time(&dir, command)?)
         }
         None => None,
     };
@@ -1082,6 +1092,7 @@ async fn series(
         template,
         spent: Vec::new(),
         scratch: Vec::new(),
+        setup_dir: None,
         runs: 0,
     };
     let counts = match (warm_up_only, settings.cold) {
