@@ -568,7 +568,7 @@ async fn measure(
     stop_watch.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = watcher.join();
     listener.abort();
-    grove::git::settle_deletions().await;
+    grove::worktree::settle_deletions().await;
     let leftovers = bench_probe::leftovers(&places);
     let worker_disk = probe.take();
 

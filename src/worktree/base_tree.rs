@@ -360,8 +360,7 @@ impl Repo {
         // Git keeps a racily clean entry (a file as new as the index) in the tree's own
         // part: dated ahead as `complete_base` dates it, every entry goes to the shared one.
         date_ahead(&build.join("index"))?;
-        self.inner
-            .runner
+        self.runner()
             .call(&git_dir, build)
             .work_tree(&build.join("tree"))
             .index_file(&build.join("index"))

@@ -278,8 +278,7 @@ impl Repo {
         if changes.is_empty() {
             return Ok(());
         }
-        self.inner
-            .runner
+        self.runner()
             .call(&tree.admin_dir, &tree.admin_dir)
             .args(["update-index", "-z", "--index-info"])
             .stdin(changes.to_vec())
