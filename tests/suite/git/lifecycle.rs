@@ -3,21 +3,12 @@
 //! tree mounted by a tree host, and the same tree once its host is gone (unmounted),
 //! which no git may touch until it is mounted again.
 
-use grove::git::{GitError, Repo};
-use grove::worktree::{Files, LiveTrees, Worktree, WorktreeSpec};
+use grove::git::GitError;
+use grove::worktree::{Files, LiveTrees, Worktree};
 use pretty_assertions::assert_eq;
 
-use super::run_id;
+use super::worktree::spec;
 use crate::support::git_fixture::GitFixture;
-
-fn spec(repo: &Repo, fixture: &GitFixture, n: u32) -> WorktreeSpec {
-    WorktreeSpec {
-        run: run_id(),
-        subtask: n,
-        base: fixture.rev("HEAD"),
-        path: repo.default_worktrees_dir(&run_id()).join(n.to_string()),
-    }
-}
 
 /// What is on the branch at `commit`: `file`'s contents there.
 fn file_at(fixture: &GitFixture, commit: &str, file: &str) -> String {

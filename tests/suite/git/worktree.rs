@@ -26,7 +26,7 @@ fn git_wrapper(dir: &Path, fill_step: &str) -> PathBuf {
     script
 }
 
-fn spec(repo: &Repo, fixture: &GitFixture, n: u32) -> WorktreeSpec {
+pub(super) fn spec(repo: &Repo, fixture: &GitFixture, n: u32) -> WorktreeSpec {
     WorktreeSpec {
         run: run_id(),
         subtask: n,
