@@ -1,6 +1,6 @@
 //! Everything grove does with git objects and refs: orchestrator-owned commits, diffs,
 //! in-memory merges, refs, archives and the final apply. The worktrees a subtask works
-//! in are `crate::worktree`'s; it builds on the calls and reads this module offers.
+//! in are the worktree module's; it builds on the calls and reads this module offers.
 //!
 //! This module owns the user's repository safety. It must never touch the user's work
 //! tree, index or branch except in the final apply, and only when that is safe. It knows
@@ -21,10 +21,10 @@
 //!
 //! A run uses it in this order:
 //! 1. [`Repo::open`], [`Repo::head`] for the base, [`Repo::create_result_branch`].
-//! 2. Per subtask: a worktree and its checkpoints (`crate::worktree`), then
+//! 2. Per subtask: a worktree and its checkpoints (the worktree module), then
 //!    [`Repo::diff`] / [`Repo::render_diff`] for the reviewer and the user.
 //! 3. Approved: [`Repo::merge_subtasks`] (optionally [`Repo::find_conflicts`] first).
-//!    Rejected or failed: the worktree is archived (`crate::worktree`).
+//!    Rejected or failed: the worktree is archived (the worktree module).
 //! 4. [`Repo::squash`] (unless the run keeps the merge graph), [`Repo::apply`], then
 //!    the run's worktrees are swept; [`Repo::gc_archives`] is `grove gc`.
 //!

@@ -242,16 +242,8 @@ impl Repo {
         let path = canonical(&spec.path)?;
         if is_filled(&admin) {
             let (_, fill) = watch::channel(FillState::Filled);
-            return Ok(Worktree {
-                run: spec.run,
-                subtask: spec.subtask,
-                path,
-                files: Files::found(&admin),
-                admin_dir: admin,
-                base: spec.base,
-                start,
-                fill,
-            });
+            let files = Files::found(&admin);
+            return Ok(Worktree::registered(spec, path, admin, start, fill, files));
         }
         Ok(self.start_fill(spec, path, admin, start))
     }
@@ -293,16 +285,7 @@ impl Repo {
             // Nobody waiting is fine: the marker on disk is the durable record.
             let _ = tx.send(state);
         });
-        Worktree {
-            run: spec.run,
-            subtask: spec.subtask,
-            path,
-            admin_dir: admin,
-            base: spec.base,
-            start,
-            fill,
-            files: Files::Checkout,
-        }
+        Worktree::registered(spec, path, admin, start, fill, Files::Checkout)
     }
 
     /// Registers the worktree of one subtask as [`Repo::create_worktree`] does, but never
@@ -349,16 +332,14 @@ impl Repo {
             .map_err(io("write", &partial))?;
         std::fs::rename(&partial, &record).map_err(io("write", &record))?;
         let (_, fill) = watch::channel(FillState::Filled);
-        Ok(Worktree {
-            run: spec.run,
-            subtask: spec.subtask,
+        Ok(Worktree::registered(
+            spec,
             path,
-            admin_dir: admin,
-            base: spec.base,
+            admin,
             start,
             fill,
-            files: Files::Unmounted,
-        })
+            Files::Unmounted,
+        ))
     }
 
     /// Turns a copy-on-write worktree whose merged files were copied to its path into a

@@ -148,6 +148,28 @@ pub struct Worktree {
 }
 
 impl Worktree {
+    /// The handle of the worktree registered for `spec` at `path` (canonical) with admin
+    /// dir `admin_dir`, its branch at `start`, its files `files` as `fill` says.
+    pub(super) fn registered(
+        spec: WorktreeSpec,
+        path: PathBuf,
+        admin_dir: PathBuf,
+        start: CommitId,
+        fill: watch::Receiver<FillState>,
+        files: Files,
+    ) -> Self {
+        Self {
+            run: spec.run,
+            subtask: spec.subtask,
+            path,
+            admin_dir,
+            base: spec.base,
+            start,
+            fill,
+            files,
+        }
+    }
+
     /// Where its files are.
     pub fn files(&self) -> &Files {
         &self.files

@@ -77,7 +77,11 @@ pub(crate) async fn judged(
     prepare::prepare(ctx, id, worktree).await?;
     // No worker spends a token before the check is proven on the base (a resolver only
     // starts once a subtask merged, past the gate).
-    if matches!(start, Start::Delegated { .. }) && !ctx.base_gate.opened().await {
+    let author = match start {
+        Start::Delegated { .. } => Author::Worker,
+        Start::Resolving { .. } => Author::Resolver,
+    };
+    if author == Author::Worker && !ctx.base_gate.opened().await {
         return Err(SubtaskError::Interrupted);
     }
     let (committed, diff, markers, scope, slot) = match start {
@@ -105,11 +109,6 @@ pub(crate) async fn judged(
             (committed, diff, markers, None, None)
         }
     };
-    let author = if slot.is_some() {
-        Author::Worker
-    } else {
-        Author::Resolver
-    };
     let made = Made {
         author,
         summary: committed.summary.trim().to_owned(),
@@ -133,7 +132,7 @@ pub(crate) async fn judged(
             None
         }
     };
-    let rule = if permit.is_some() {
+    let rule = if author == Author::Worker {
         check::required_rejection(ctx, id, found.check.as_ref())?
             .map(|required| (Judge::Rule(required.reason), required.verdict))
     } else if markers.is_empty() {
