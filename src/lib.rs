@@ -10,10 +10,12 @@
 pub mod agent;
 pub mod demo;
 pub mod event;
+pub mod exec_server;
 pub mod git;
 pub mod ledger;
 pub mod mcp;
 pub mod model;
+pub mod remote;
 pub mod repo_file;
 pub mod report;
 pub mod review;

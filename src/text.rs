@@ -184,6 +184,16 @@ pub fn fenced(info: &str, text: &str) -> String {
     format!("{fence}{info}\n{body}\n{fence}\n")
 }
 
+/// `word` as one word of a POSIX shell's command line: as it is when it needs no
+/// quoting, else in single quotes.
+pub fn shell_quote(word: &str) -> Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./:=@%+-,".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return Cow::Borrowed(word);
+    }
+    Cow::Owned(format!("'{}'", word.replace('\'', "'\\''")))
+}
+
 /// `path` as git's C-quoting writes it (`core.quotePath`'s default): unchanged when
 /// every byte is printable ASCII other than `"` and `\`; else in double quotes, with
 /// `\n`, `\t`, `\"`, `\\` and the like, and every other control or non-ASCII byte as

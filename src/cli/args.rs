@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::cli::commands::{
-    clean, completions, demo, gc, init, mcp, report, resume, review, run, runs, trust,
+    clean, completions, demo, exec_server, gc, init, mcp, report, resume, review, run, runs, trust,
 };
 
 /// Run one coding task as a fleet of LLM subagents in parallel git worktrees, with an
@@ -114,4 +114,10 @@ pub enum Command {
         Examples:\n  claude mcp add grove -- grove mcp\n  grove -C ~/src/project mcp"
     )]
     Mcp(mcp::McpArgs),
+    /// Serve one remote worker's tools on stdio (started by `grove run --remote`'s launcher).
+    #[command(
+        after_help = "A grove on another machine starts this through a launcher such as         `ssh HOST grove exec-server` or `kubectl exec -i POD -- grove exec-server`, as         `[remote.NAME]` in .grove/config.toml says. Mirrors and trees are kept under         $GROVE_REMOTE_HOME (default ~/.cache/grove/remote); every process it started ends         when its input closes.\n\n\
+        Examples:\n  grove run --remote build1 \"split the parser module\""
+    )]
+    ExecServer(exec_server::ExecServerArgs),
 }

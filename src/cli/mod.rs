@@ -19,7 +19,9 @@ use anyhow::Context as _;
 
 pub use args::Cli;
 use args::Command;
-use commands::{clean, completions, demo, gc, init, mcp, report, resume, review, run, runs, trust};
+use commands::{
+    clean, completions, demo, exec_server, gc, init, mcp, report, resume, review, run, runs, trust,
+};
 pub use drive::UsageError;
 pub use exit::EXIT_USAGE;
 
@@ -45,5 +47,6 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Review(args) => review::review(&directory, &args).await,
         Command::Report(args) => report::report(&directory, &args).await,
         Command::Mcp(args) => mcp::mcp(&directory, &args).await,
+        Command::ExecServer(args) => exec_server::exec_server(&args).await,
     }
 }

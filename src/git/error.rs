@@ -158,6 +158,19 @@ pub enum GitError {
     )]
     TreeNotMounted { path: PathBuf },
 
+    /// Git was asked to run in a worktree whose files are on a remote host (its path
+    /// here holds only the `.git` file). Not retried.
+    #[error(
+        "the worktree at {path} is on a remote host; grove will not run git on its empty \
+         path here"
+    )]
+    Elsewhere { path: PathBuf },
+
+    /// A remote host failed a worktree's checkpoint (its words). Not retried: the
+    /// branch keeps the last checkpoint that came back.
+    #[error("the remote worktree at {path} could not be checkpointed: {reason}")]
+    RemoteCheckpoint { path: PathBuf, reason: String },
+
     /// The background checkout stopped without reporting (its task was cancelled).
     #[error("filling the worktree at {path} stopped before it finished")]
     FillAborted { path: PathBuf },

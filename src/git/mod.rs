@@ -38,6 +38,7 @@ mod apply;
 mod archive;
 mod blame;
 mod branch;
+mod bundle;
 mod cmd;
 mod commit;
 mod conflict;

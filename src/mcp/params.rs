@@ -165,6 +165,9 @@ impl RunParams {
             worker_timeout_secs: self.worker_timeout,
             sandbox,
             allow_network: self.allow_network,
+            // A launcher runs with the user's credentials: only `grove run --remote`,
+            // typed by the user, starts one.
+            remote: Vec::new(),
             check_setup_trust: true,
         })
     }

@@ -69,6 +69,8 @@ pub(crate) struct RunContext {
     pub(crate) base_gate: BaseGate,
     /// The copy-on-write trees this run mounted and has not ended yet.
     pub(crate) trees: Arc<LiveTrees>,
+    /// The remote hosts workers' trees go to, with their free slots (empty: here).
+    pub(crate) hosts: crate::remote::HostPool,
 }
 
 impl RunContext {

@@ -44,6 +44,15 @@ pub enum LaunchError {
     /// created.
     #[error(transparent)]
     Rules(#[from] RulesError),
+    /// A `--remote` host is not in the user's configuration, or that file is invalid.
+    #[error(transparent)]
+    Remote(#[from] crate::settings::remote::RemoteChoiceError),
+    /// Remote hosts run grove's own workers only: an agent CLI works on this machine.
+    #[error(
+        "--remote runs grove's own workers on the remote hosts; --worker-backend {backend} \
+         runs its CLI on this machine: use one or the other"
+    )]
+    RemoteBackend { backend: String },
 }
 
 /// What a caller asks of a new run, before the project file and the defaults: each
@@ -59,6 +68,9 @@ pub struct RunRequest {
     pub worker_timeout_secs: Option<u64>,
     pub sandbox: SandboxMode,
     pub allow_network: bool,
+    /// Remote hosts (`[remote.NAME]` of the user's configuration) workers' trees go to;
+    /// each entry may name several, comma-separated.
+    pub remote: Vec<String>,
     /// Refuse a setup command the user has not trusted here (off only for a dry run,
     /// which creates nothing).
     pub check_setup_trust: bool,
@@ -75,6 +87,7 @@ impl RunRequest {
             worker_timeout_secs: None,
             sandbox: SandboxMode::default(),
             allow_network: false,
+            remote: Vec::new(),
             check_setup_trust: true,
         }
     }
@@ -126,6 +139,17 @@ pub async fn prepare(directory: &Path, request: RunRequest) -> Result<Launch, La
     }
     options.sandbox = request.sandbox;
     options.allow_network = request.allow_network;
+    if !request.remote.is_empty() {
+        let env: Vec<_> = std::env::vars_os().collect();
+        let path = crate::settings::remote::user_config_path(&env)
+            .unwrap_or_else(|| std::path::PathBuf::from(".config/grove/config.toml"));
+        options.remote = crate::settings::remote::choose(&path, &request.remote)?;
+        if !options.remote.is_empty() && options.worker_backend != WorkerBackend::Builtin {
+            return Err(LaunchError::RemoteBackend {
+                backend: options.worker_backend.name().to_owned(),
+            });
+        }
+    }
 
     let client = model::connect(resolved.provider)?;
     let choice = |name: &str| ModelChoice {

@@ -314,6 +314,7 @@ fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Result<Arc<RunCon
         pause: Pause::default(),
         base_gate: BaseGate::default(),
         trees: Arc::default(),
+        hosts: crate::remote::HostPool::new(options.remote.clone()),
         repo,
         run,
         base,

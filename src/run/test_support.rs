@@ -228,6 +228,7 @@ impl TestRun {
             pause: Pause::default(),
             base_gate: crate::run::check::gate::BaseGate::default(),
             trees: Arc::default(),
+            hosts: crate::remote::HostPool::default(),
             repo,
             run,
             base,
@@ -274,7 +275,7 @@ impl TestRun {
     pub(crate) async fn worktree(&self, n: u32) -> Worktree {
         self.journal_started(n, &format!("task {n}"));
         let ahead = AheadWorktrees::default();
-        let worktree = create_worktree(&self.ctx, &ahead, SubtaskId(n), None)
+        let worktree = create_worktree(&self.ctx, &ahead, SubtaskId(n), None, None)
             .await
             .unwrap();
         worktree.ready().await.unwrap();

@@ -264,12 +264,18 @@ impl ProjectConfig {
 
     /// Parses the text of a config file read from `path` (named in errors).
     pub fn parse(path: &Path, text: &str) -> Result<ProjectConfig, ConfigError> {
-        let raw: RawFile = toml::from_str(text).map_err(|error| {
-            let span = error.span().unwrap_or(0..0);
-            let key = key_at(text, span.start);
-            let message = error.message().trim().to_owned();
-            invalid(path, text, &span, key, ValueProblem::Syntax { message })
-        })?;
+        let raw: RawFile = toml::from_str(text).map_err(|error| parse_error(path, text, &error))?;
+        if let Some(remote) = raw.remote {
+            return Err(invalid(
+                path,
+                text,
+                &remote.span(),
+                Some("remote".to_owned()),
+                ValueProblem::UserOnly {
+                    why: "a remote host's launcher runs on your machine with your credentials",
+                },
+            ));
+        }
         let check = Checker { path, text };
         let models = raw.models.unwrap_or_default();
         let max_turns = raw.max_turns.unwrap_or_default();
@@ -349,6 +355,8 @@ struct RawFile {
     sandbox: Option<RawSandbox>,
     history: RawValue,
     check: Option<Spanned<RawCheck>>,
+    /// Never allowed here: read only to say where hosts go.
+    remote: RawValue,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -483,6 +491,14 @@ impl Checker<'_> {
 pub(crate) const MAX_CHECK_TIMEOUT_S: u64 = 86_400;
 /// The most fixer rounds `[check] fix_attempts` may ask for.
 pub(crate) const MAX_FIX_ATTEMPTS: u32 = 10;
+
+/// A TOML parser's error in the file at `path` (holding `text`), pointing at its place.
+pub(crate) fn parse_error(path: &Path, text: &str, error: &toml::de::Error) -> ConfigError {
+    let span = error.span().unwrap_or(0..0);
+    let key = key_at(text, span.start);
+    let message = error.message().trim().to_owned();
+    invalid(path, text, &span, key, ValueProblem::Syntax { message })
+}
 
 fn invalid(
     path: &Path,

@@ -12,6 +12,7 @@
 
 pub mod config;
 pub mod options;
+pub mod remote;
 pub mod template;
 pub mod trust;
 mod values;

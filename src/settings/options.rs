@@ -103,6 +103,10 @@ pub struct RunOptions {
     /// The environment workers' commands start from.
     #[serde(skip)]
     pub commands: CommandHost,
+    /// The remote hosts workers' trees go to (`--remote`); none: this machine. Never
+    /// journaled: a launcher is this machine's, and a resume names its hosts again.
+    #[serde(skip)]
+    pub remote: Vec<crate::remote::RemoteHost>,
     /// What the user's branch gets (`history` in `.grove/config.toml`). Journaled; a run
     /// journaled before the key existed resumes with the default.
     #[serde(default)]
@@ -153,6 +157,7 @@ impl RunOptions {
             allow_network: false,
             sandbox_paths: SandboxPaths::default(),
             commands: CommandHost::default(),
+            remote: Vec::new(),
             history: History::default(),
             check: None,
         }

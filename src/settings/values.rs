@@ -33,6 +33,12 @@ pub enum ValueProblem {
     /// A table without a key it cannot do without.
     #[error("the table needs `{key}`")]
     MissingKey { key: &'static str },
+    /// A key only the user's own configuration may hold.
+    #[error(
+        "a repository cannot set this ({why}); define it in your own \
+         ~/.config/grove/config.toml"
+    )]
+    UserOnly { why: &'static str },
 }
 
 /// Why a `worktree.copy` entry cannot name a file of the work tree.

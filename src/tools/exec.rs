@@ -216,6 +216,10 @@ pub enum ExecError {
     /// change its mind.
     #[error("the sandbox refused to run the command: {reason}")]
     Sandbox { reason: String },
+    /// The machine the command runs on could not run it (a remote host lost or
+    /// refusing). Not retried here: the run moves the subtask to another host.
+    #[error("the remote host could not run the command: {reason}")]
+    Elsewhere { reason: String },
 }
 
 /// Runs commands somewhere: this machine today, a sandbox or a remote pod later.

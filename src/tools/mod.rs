@@ -270,6 +270,13 @@ impl Registry {
                 crate::text::truncate(&shown, 200)
             )));
         }
+        // A tree on another machine: its grove runs the built-in tool there (and keeps
+        // its `.git` pointer); grove's other tools (a verdict, a delegation) stay here.
+        if let Some(remote) = ctx.tree.as_deref().and_then(|tree| tree.remote_tools())
+            && BUILTIN_NAMES.contains(&name)
+        {
+            return remote.call(name, input, &ctx.cancel).await;
+        }
         // Whatever a tool did, the worktree's `.git` pointer is the one grove made.
         let pointer = tool
             .mutates()
@@ -289,6 +296,16 @@ impl Registry {
         Ok(output)
     }
 }
+
+/// The names of the built-in tools, the ones a remote tree's grove runs.
+pub const BUILTIN_NAMES: [&str; 6] = [
+    "read_file",
+    "list_files",
+    "grep",
+    "write_file",
+    "edit_file",
+    "bash",
+];
 
 /// Which built-in tools a role gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

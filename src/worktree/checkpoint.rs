@@ -119,6 +119,15 @@ pub enum CommitPath {
     Cli,
 }
 
+/// The message of a checkpoint of `worktree` called `label`, however it is committed.
+pub(super) fn checkpoint_message(worktree: &Worktree, label: &str) -> String {
+    let (run, n) = (worktree.run(), worktree.subtask());
+    CommitMessage::new(&format!("grove {run}/{n}: {label}")).with_trailers(&[
+        ("Grove-Run", run.to_string()),
+        ("Grove-Subtask", n.to_string()),
+    ])
+}
+
 /// What the in-process commit of an index did.
 enum InProcess {
     /// Done: the new commit, or `None` when the tree equals the branch tip's.
@@ -153,6 +162,9 @@ impl Repo {
         path: CommitPath,
     ) -> Result<Option<CommitId>, GitError> {
         worktree.ready().await?;
+        if worktree.is_remote() {
+            return self.checkpoint_remote(worktree, label).await;
+        }
         // A copy-on-write tree's changes are its upper directory: no index refresh over
         // the whole tree, and no mount needed (the CLI path stays, inside the tree, to
         // hold the two to the same commit).
@@ -182,11 +194,7 @@ impl Repo {
                 .run()
                 .await?;
         }
-        let (run, n) = (worktree.run(), worktree.subtask());
-        let message = CommitMessage::new(&format!("grove {run}/{n}: {label}")).with_trailers(&[
-            ("Grove-Run", run.to_string()),
-            ("Grove-Subtask", n.to_string()),
-        ]);
+        let message = checkpoint_message(worktree, label);
         let commit = match path {
             CommitPath::Fastest => match self.commit_index_off_runtime(worktree, &message).await? {
                 InProcess::Done(commit) => commit,

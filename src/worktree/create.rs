@@ -38,7 +38,9 @@ const FILLED_MARKER: &str = "grove-filled";
 /// Whether the worktree of admin dir `admin` has all its files: a git one checked out, or
 /// a copy-on-write one (its files are seen only inside its tree host's namespaces).
 fn is_filled(admin: &Path) -> bool {
-    admin.join(FILLED_MARKER).exists() || admin.join(OVERLAY_RECORD).exists()
+    admin.join(FILLED_MARKER).exists()
+        || admin.join(OVERLAY_RECORD).exists()
+        || admin.join(super::remote::REMOTE_RECORD).exists()
 }
 
 impl Repo {
@@ -140,6 +142,7 @@ impl Repo {
                 }
                 filled
             }
+            Fill::Remote => self.fill_remote(spec, path, admin, start),
             Fill::Overlay(_) | Fill::Checkout => Ok(self.start_fill(spec, path, admin, start)),
         }
     }
@@ -299,6 +302,12 @@ impl Repo {
     ) -> Result<Worktree, GitError> {
         let fill = Fill::Overlay(base.clone());
         self.create_worktree_as(spec, fill).await
+    }
+
+    /// Registers the worktree of one subtask as [`Repo::create_worktree`] does, with no
+    /// files: they are on a remote host (see [`Worktree::reach`]).
+    pub async fn create_remote_worktree(&self, spec: WorktreeSpec) -> Result<Worktree, GitError> {
+        self.create_worktree_as(spec, Fill::Remote).await
     }
 
     /// Marks a registered worktree as a copy-on-write one over `base`: its index a copy

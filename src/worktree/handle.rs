@@ -14,6 +14,7 @@ use super::base_tree::BaseTree;
 use super::mounted::OverlayTree;
 use super::overlay::Layers;
 use crate::git::{CommitId, Enter, GitCall, GitError, GitRunner, RunId, subtask_ref};
+use crate::remote::RemoteTree;
 use crate::tools::tree::{TreeAccess, TreeNamespace};
 
 /// Written into the admin dir of a copy-on-write worktree, and its mark: the commit its
@@ -79,6 +80,8 @@ pub(super) enum Fill {
     Checkout,
     /// None: an overlay of this base tree, whose index it starts from.
     Overlay(BaseTree),
+    /// None: its files are on a remote host.
+    Remote,
 }
 
 #[derive(Debug, Clone)]
@@ -118,6 +121,12 @@ pub enum Files {
     /// directory beside it, and its path holds only the `.git` file. No git may run in
     /// it (a commit would delete every file of the branch) until it is mounted again.
     Unmounted,
+    /// A tree on a remote host: its files, tools and commands are there; its work comes
+    /// here as checkpoints. Its path here holds only the `.git` file.
+    Remote(RemoteTree),
+    /// A remote tree whose connection is gone (or, on resume, not made yet): its work is
+    /// its branch's last checkpoint, and no git may run in its empty path.
+    Unreached,
 }
 
 impl Files {
@@ -127,6 +136,8 @@ impl Files {
     pub(super) fn found(admin: &Path) -> Self {
         if admin.join(OVERLAY_RECORD).exists() {
             Self::Unmounted
+        } else if admin.join(super::remote::REMOTE_RECORD).exists() {
+            Self::Unreached
         } else {
             Self::Checkout
         }
@@ -178,7 +189,12 @@ impl Worktree {
     /// True for a copy-on-write tree, mounted or not (see
     /// [`Repo::create_overlay_worktree`]).
     pub fn is_copy_on_write(&self) -> bool {
-        !matches!(self.files, Files::Checkout)
+        matches!(self.files, Files::Mounted(_) | Files::Unmounted)
+    }
+
+    /// True for a tree on a remote host, reached or not.
+    pub fn is_remote(&self) -> bool {
+        matches!(self.files, Files::Remote(_) | Files::Unreached)
     }
 
     /// The namespaces of the tree host this worktree's git runs in, while it runs.
@@ -190,15 +206,19 @@ impl Worktree {
     pub fn overlay(&self) -> Option<&Arc<OverlayTree>> {
         match &self.files {
             Files::Mounted(tree) => Some(tree),
-            Files::Checkout | Files::Unmounted => None,
+            Files::Checkout | Files::Unmounted | Files::Remote(_) | Files::Unreached => None,
         }
     }
 
     /// How a tool or a command reaches this worktree's files when it is not a plain
     /// directory: handed to whoever works in it (see `ToolContext::tree`).
     pub fn access(&self) -> Option<Arc<dyn TreeAccess>> {
-        self.overlay()
-            .map(|tree| Arc::clone(tree) as Arc<dyn TreeAccess>)
+        match &self.files {
+            Files::Remote(tree) => Some(Arc::new(tree.clone())),
+            _ => self
+                .overlay()
+                .map(|tree| Arc::clone(tree) as Arc<dyn TreeAccess>),
+        }
     }
 
     /// This copy-on-write worktree mounted by the host of `tree`; a git worktree stays
@@ -224,7 +244,7 @@ impl Worktree {
     /// when the upper directory is gone.
     pub fn upper_source(&self) -> Option<UpperSource> {
         let upper = match &self.files {
-            Files::Checkout => return None,
+            Files::Checkout | Files::Remote(_) | Files::Unreached => return None,
             Files::Mounted(tree) => tree.namespace_ref().upper().to_path_buf(),
             Files::Unmounted => Layers::beside(Path::new("/"), &self.path).upper,
         };
@@ -279,12 +299,15 @@ impl Worktree {
     /// its path in grove's namespace holds only the `.git` file, and a commit of that
     /// would delete every file of the branch.
     pub fn check_mounted(&self) -> Result<(), GitError> {
-        if let Files::Unmounted = self.files {
-            return Err(GitError::TreeNotMounted {
+        match &self.files {
+            Files::Unmounted => Err(GitError::TreeNotMounted {
                 path: self.path.clone(),
-            });
+            }),
+            Files::Remote(_) | Files::Unreached => Err(GitError::Elsewhere {
+                path: self.path.clone(),
+            }),
+            Files::Checkout | Files::Mounted(_) => Ok(()),
         }
-        Ok(())
     }
     /// The run this worktree belongs to.
     pub fn run(&self) -> &RunId {

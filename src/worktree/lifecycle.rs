@@ -85,6 +85,14 @@ impl Worktree {
     /// work directories removed at once and its registration deleted, never the base or
     /// the repository; a git one is removed by git. `trees` are the run's live trees.
     pub async fn remove(&self, repo: &Repo, trees: &LiveTrees) -> Result<(), WorktreeError> {
+        if self.is_remote() {
+            // Its last changes come back first; a host out of reach has none to give.
+            repo.checkpoint(self, "final state before removal").await?;
+            if let Some(tree) = self.remote() {
+                tree.close().await;
+            }
+            return Ok(repo.unregister_worktree(self).await?);
+        }
         if !matches!(self.files(), Files::Mounted(_)) {
             // A git worktree, or a copy-on-write one whose host is gone: git's part only
             // (an emptied tree is just unregistered; see `Repo::remove_worktree`).
@@ -104,6 +112,13 @@ impl Worktree {
     /// copied out of its tree into its own path, a directory their own tools open, its
     /// host stopped, and it is a git worktree from then on; returns it as it now is.
     pub async fn keep(&self, repo: &Repo, trees: &LiveTrees) -> Result<Self, WorktreeError> {
+        if self.is_remote() {
+            repo.checkpoint(self, "final state before keeping").await?;
+            if let Some(tree) = self.remote() {
+                tree.close().await;
+            }
+            return Ok(repo.check_out_here(self).await?);
+        }
         let Some(namespace) = self.tree() else {
             return Ok(self.clone());
         };
@@ -122,6 +137,12 @@ impl Worktree {
         repo: &Repo,
         trees: &LiveTrees,
     ) -> Result<(), WorktreeError> {
+        if let Some(tree) = self.remote() {
+            tree.close().await;
+        }
+        if self.is_remote() {
+            return Ok(repo.unregister_worktree(self).await?);
+        }
         if !self.is_copy_on_write() {
             return Ok(repo.remove_worktree(self).await?);
         }

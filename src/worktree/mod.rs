@@ -30,6 +30,7 @@ pub mod mode;
 pub mod mounted;
 pub mod overlay;
 mod registration;
+mod remote;
 mod spare;
 mod sweep;
 mod trash;

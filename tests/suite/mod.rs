@@ -25,6 +25,7 @@ mod overlay;
 mod overlay_remount;
 mod polish;
 pub(crate) mod real_clis;
+mod remote;
 mod report;
 mod resolve;
 pub(crate) mod result_check;

@@ -7,6 +7,7 @@
 pub mod clean;
 pub mod completions;
 pub mod demo;
+pub mod exec_server;
 pub mod gc;
 pub mod init;
 pub mod mcp;

@@ -88,6 +88,10 @@ pub struct RunArgs {
     /// included (the rest of the sandbox holds).
     #[arg(long)]
     pub allow_network: bool,
+    /// Run workers on these remote hosts (`[remote.NAME]` in ~/.config/grove/config.toml),
+    /// placed by free slots; repeat the flag or separate names with commas.
+    #[arg(long, value_name = "NAME")]
+    pub remote: Vec<String>,
 }
 
 fn parse_worker_backend(text: &str) -> Result<WorkerBackend, String> {
@@ -157,6 +161,7 @@ pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             worker_timeout_secs: args.worker_timeout,
             sandbox: args.sandbox,
             allow_network: args.allow_network,
+            remote: args.remote.clone(),
             check_setup_trust: !args.dry_run,
         },
     )

@@ -92,6 +92,13 @@ pub enum SubtaskError {
         #[source]
         source: GitError,
     },
+    /// Its tree could not be opened on a remote host, on a second host either when
+    /// the first was lost. Not retried further.
+    #[error("could not open the worktree on a remote host: {source}")]
+    Remote {
+        #[source]
+        source: crate::remote::RemoteError,
+    },
     #[error("could not mount the copy-on-write worktree: {source}")]
     Tree {
         #[source]

@@ -204,7 +204,10 @@ impl Subtasks {
             (None, false) => schedule::start_point(ctx, id, None).map(Some),
         };
         let created = match start {
-            Ok(start) => prepare::create_worktree(ctx, &self.ahead, id, start).await,
+            Ok(start) => {
+                let scope = placement.scope.as_deref();
+                prepare::create_worktree(ctx, &self.ahead, id, start, scope).await
+            }
             Err(error) => Err(error),
         };
         let worktree = match error::journal_out(created)? {

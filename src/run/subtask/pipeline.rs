@@ -174,6 +174,11 @@ pub(crate) async fn judged(
 /// the reviewer and the report. Not knowing them is noted, not fatal: the commit left
 /// them out either way.
 async fn left_out_of_commit(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) -> Vec<String> {
+    // A remote tree's checkpoints are made by its host's grove, which leaves git data
+    // out the same way; its files are not here to list.
+    if worktree.is_remote() {
+        return Vec::new();
+    }
     match ctx.repo.git_dir_paths(worktree).await {
         Ok(paths) => paths,
         Err(error) => {

@@ -25,7 +25,7 @@ use crate::run::subtask::error::{CopyError, FileProblem, SetupEnd, SubtaskError}
 use crate::run::subtask::trees;
 use crate::settings::config::{CopyPathError, check_copy_path};
 use crate::tools::tree::{TreeAccess, in_tree};
-use crate::tools::{ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
+use crate::tools::{ExecOutcome, ExecRequest, OutputCap, SetupPolicy, WriteScope};
 use crate::worktree::WorktreeMode;
 use crate::worktree::{BaseTree, Files, Worktree, WorktreeSpec};
 
@@ -134,6 +134,10 @@ impl AheadWorktrees {
     /// [`MAX_PREPARED_WORKTREES`] of those). A copy-on-write one needs the base tree,
     /// which is made first.
     pub(crate) fn register(&self, ctx: &RunContext, next: SubtaskId) {
+        // A remote tree is opened for its subtask, on the host that has a slot then.
+        if !ctx.hosts.is_empty() {
+            return;
+        }
         let overlay = ctx.options.worktree_mode == WorktreeMode::Overlay;
         let remaining = (ctx.options.max_subtasks + 1).saturating_sub(next.number());
         let count = u32::try_from(ctx.options.jobs)
@@ -295,10 +299,12 @@ pub(crate) async fn create_worktree(
     ahead: &AheadWorktrees,
     id: SubtaskId,
     start: Option<CommitId>,
+    scope: Option<&WriteScope>,
 ) -> Result<Worktree, SubtaskError> {
     let mut spec = ctx.worktree_spec(id);
+    let remote = !ctx.hosts.is_empty();
     let base = match ctx.options.worktree_mode {
-        WorktreeMode::Overlay => Some(ahead.base_tree(ctx, id).await?),
+        WorktreeMode::Overlay if !remote => Some(ahead.base_tree(ctx, id).await?),
         _ => None,
     };
     // Only a worktree that starts at the run's base is an overlay of its base tree; one
@@ -307,6 +313,7 @@ pub(crate) async fn create_worktree(
         let base = base.clone().filter(|_| spec.base == ctx.base);
         async move {
             match base {
+                _ if remote => Worktree::create_remote(&ctx.repo, spec).await,
                 Some(base) => Worktree::create_copy_on_write(&ctx.repo, spec, &base).await,
                 None => Worktree::create(&ctx.repo, spec).await,
             }
@@ -357,6 +364,9 @@ pub(crate) async fn create_worktree(
         Ok(created) => created,
     };
     let worktree = recovered.map_err(|source| SubtaskError::Worktree { source })?;
+    if worktree.is_remote() {
+        return reach(ctx, id, &worktree, scope).await;
+    }
     if !matches!(worktree.files(), Files::Unmounted) {
         return Ok(worktree);
     }
@@ -366,6 +376,51 @@ pub(crate) async fn create_worktree(
         None => ahead.base_tree(ctx, id).await?.tree_dir(),
     };
     trees::mount_again(ctx, &worktree, &lower).await
+}
+
+/// Opens subtask `id`'s remote worktree on the host with the most free slots; a host
+/// lost on the way gives its place to another, once.
+pub(crate) async fn reach(
+    ctx: &RunContext,
+    id: SubtaskId,
+    worktree: &Worktree,
+    scope: Option<&WriteScope>,
+) -> Result<Worktree, SubtaskError> {
+    let sandbox =
+        crate::remote::protocol::SandboxSpec::of(ctx.options.sandbox, ctx.options.allow_network);
+    let globs = scope.map(|scope| scope.globs().to_vec());
+    let mut avoid = None;
+    loop {
+        let Some(placement) = ctx.hosts.place(avoid.as_deref()).await else {
+            return Err(SubtaskError::Remote {
+                source: crate::remote::RemoteError::Refused {
+                    host: String::new(),
+                    message: "the run has no remote host".to_owned(),
+                },
+            });
+        };
+        let host = placement.host.name.clone();
+        match worktree
+            .reach(&ctx.repo, placement, sandbox.clone(), globs.clone())
+            .await
+        {
+            Ok(reached) => {
+                if let Some(tree) = reached.remote() {
+                    ctx.note(format!(
+                        "{id}: works on remote host `{host}` ({} bytes of git objects sent \
+                         for its start)",
+                        tree.base_bytes()
+                    ));
+                }
+                return Ok(reached);
+            }
+            Err(error) if error.is_lost() && avoid.is_none() && ctx.hosts.names().len() > 1 => {
+                ctx.note(format!("{id}: {error}; trying another host"));
+                avoid = Some(host);
+            }
+            Err(source) => return Err(SubtaskError::Remote { source }),
+        }
+    }
 }
 
 /// Copies the local-only files into subtask `id`'s worktree and runs the setup command
@@ -787,9 +842,15 @@ mod stage_tests {
         std::fs::create_dir_all(&stray).unwrap();
         std::fs::write(stray.join("mine.txt"), "keep me").unwrap();
 
-        let worktree = create_worktree(&run.ctx, &AheadWorktrees::default(), SubtaskId(1), None)
-            .await
-            .unwrap();
+        let worktree = create_worktree(
+            &run.ctx,
+            &AheadWorktrees::default(),
+            SubtaskId(1),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
         worktree.ready().await.unwrap();
 
         assert_eq!(

@@ -235,7 +235,7 @@ async fn start_and_run(
         Ok(started) => started,
         Err(error) => return (None, Err(error)),
     };
-    let fresh = match prepare::create_worktree(ctx, env.ahead, id, None).await {
+    let fresh = match prepare::create_worktree(ctx, env.ahead, id, None, None).await {
         Ok(fresh) => fresh,
         Err(error) => return (None, Err(error)),
     };

@@ -49,6 +49,25 @@ pub trait TreeAccess: Send + Sync + fmt::Debug {
 
     /// Ends what serves the tree (a tree host, a pod); its directories stay.
     async fn release(&self) {}
+
+    /// Where the tree's files are on another machine: the grove there runs its file
+    /// tools and commands, handed each call by the dispatcher.
+    fn remote_tools(&self) -> Option<&dyn RemoteTools> {
+        None
+    }
+}
+
+/// The built-in tools of a tree on another machine, run there by its grove.
+#[async_trait]
+pub trait RemoteTools: Send + Sync {
+    /// Runs the built-in tool `name` with `input` there; a lost connection is fatal to
+    /// the agent's loop (the run decides what happens to its subtask).
+    async fn call(
+        &self,
+        name: &str,
+        input: serde_json::Value,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<super::ToolOutput, super::ToolError>;
 }
 
 /// The executor for commands in `tree` (when the directory is one), made from `base`;

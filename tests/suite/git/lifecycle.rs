@@ -21,6 +21,8 @@ fn kind(worktree: &Worktree) -> &'static str {
         Files::Checkout => "checkout",
         Files::Mounted(_) => "mounted",
         Files::Unmounted => "unmounted",
+        Files::Remote(_) => "remote",
+        Files::Unreached => "unreached",
     }
 }
 

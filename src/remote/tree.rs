@@ -1,0 +1,360 @@
+//! A tree on a remote host: opened there from the base's objects, its tools and commands
+//! run there, its checkpoints' objects brought back here.
+//!
+//! This file owns what a remote tree is to the rest of grove: one more [`TreeAccess`],
+//! whose built-in tools and commands go over its connection. It must never send the
+//! host more than the subtask's own history: the base, and nothing of other branches.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+
+use super::RemoteError;
+use super::client::Connection;
+use super::hosts::Placement;
+use super::protocol::{Call, Ended, Reply, SandboxSpec};
+use crate::git::{CommitId, Repo, RunId};
+use crate::tools::exec::{
+    CommandExecutor, DiskOverBudget, ExecError, ExecOutcome, ExecRequest, ExecResult, SetupPolicy,
+};
+use crate::tools::tree::{RemoteTools, TreeAccess, TreeNamespace};
+use crate::tools::{ToolError, ToolOutput};
+
+/// What a remote tree is opened with.
+#[derive(Debug, Clone)]
+pub struct OpenSpec {
+    pub run: RunId,
+    pub subtask: u32,
+    /// The run's base: the host's mirror keeps it for the next tree.
+    pub base: CommitId,
+    /// The commit the tree starts at (the base, or the subtask's last checkpoint).
+    pub start: CommitId,
+    pub sandbox: SandboxSpec,
+    /// The write scope's globs, when the subtask has one.
+    pub scope: Option<Vec<String>>,
+    /// The worktree's path here, which the model and the run know it by.
+    pub local: PathBuf,
+}
+
+/// A tree on a remote host.
+#[derive(Clone)]
+pub struct RemoteTree {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connection: Arc<Connection>,
+    local: PathBuf,
+    remote: PathBuf,
+    slot: Mutex<Option<OwnedSemaphorePermit>>,
+    base_bytes: u64,
+}
+
+impl std::fmt::Debug for RemoteTree {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteTree")
+            .field("host", &self.host())
+            .field("remote", &self.inner.remote)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteTree {
+    /// Connects to `placement`'s host, sends it what it lacks of `spec.start` (a bundle
+    /// against the commits its mirror holds), and opens the tree there.
+    pub async fn open(
+        repo: &Repo,
+        placement: Placement,
+        spec: OpenSpec,
+    ) -> Result<Self, RemoteError> {
+        let host = placement.host.name.clone();
+        let connection = Connection::open(&placement.host).await?;
+        let mirror = mirror_key(repo);
+        let git = |source| RemoteError::Git {
+            host: host.clone(),
+            source,
+        };
+        let haves = Call::Haves {
+            repo: mirror.clone(),
+            want: spec.start.to_string(),
+        };
+        let base_bytes = match connection.call(haves, Vec::new(), None).await?.0 {
+            Reply::Haves { has: true, .. } => 0,
+            Reply::Haves { has: false, tips } => {
+                let tips: Vec<CommitId> = tips
+                    .iter()
+                    .filter_map(|tip| CommitId::parse(tip).ok())
+                    .collect();
+                let bundle = repo.bundle(spec.start, &tips).await.map_err(git)?;
+                let bytes = bundle.len() as u64;
+                let receive = Call::Receive {
+                    repo: mirror.clone(),
+                    commit: spec.start.to_string(),
+                };
+                expect_done(connection.call(receive, bundle, None).await?, &host)?;
+                bytes
+            }
+            _ => return Err(unexpected(&host, "haves")),
+        };
+        let open = Call::Open {
+            repo: mirror,
+            run: spec.run.to_string(),
+            subtask: spec.subtask,
+            base: spec.base.to_string(),
+            start: spec.start.to_string(),
+            sandbox: spec.sandbox,
+            scope: spec.scope,
+        };
+        let Reply::Opened { path } = connection.call(open, Vec::new(), None).await?.0 else {
+            return Err(unexpected(&host, "open"));
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                connection,
+                local: spec.local,
+                remote: path,
+                slot: Mutex::new(Some(placement.slot)),
+                base_bytes,
+            }),
+        })
+    }
+
+    /// The host's name.
+    pub fn host(&self) -> &str {
+        self.inner.connection.host()
+    }
+
+    /// Where the tree is on its host.
+    pub fn remote_path(&self) -> &Path {
+        &self.inner.remote
+    }
+
+    /// Bytes of the bundle the base went over in (0 when the host's mirror held it).
+    pub fn base_bytes(&self) -> u64 {
+        self.inner.base_bytes
+    }
+
+    /// Bytes sent to the host over this tree's connection.
+    pub fn bytes_sent(&self) -> u64 {
+        self.inner.connection.bytes_sent()
+    }
+
+    /// True once the connection is gone.
+    pub fn is_lost(&self) -> bool {
+        self.inner.connection.is_lost()
+    }
+
+    /// Commits what changed in the tree there and brings its objects here; the tree
+    /// object of its state, `None` when nothing changed since the last checkpoint.
+    pub async fn checkpoint(
+        &self,
+        repo: &Repo,
+        label: &str,
+    ) -> Result<Option<String>, RemoteError> {
+        let call = Call::Checkpoint {
+            label: label.to_owned(),
+        };
+        let (reply, bundle) = self.inner.connection.call(call, Vec::new(), None).await?;
+        let Reply::Checkpoint { tree, .. } = reply else {
+            return Err(unexpected(self.host(), "checkpoint"));
+        };
+        if tree.is_some() && !bundle.is_empty() {
+            repo.unbundle(bundle)
+                .await
+                .map_err(|source| RemoteError::Git {
+                    host: self.host().to_owned(),
+                    source,
+                })?;
+        }
+        Ok(tree)
+    }
+
+    async fn exec(
+        &self,
+        request: ExecRequest,
+        setup: Option<bool>,
+    ) -> Result<ExecResult, ExecError> {
+        let cwd = request
+            .cwd
+            .strip_prefix(&self.inner.local)
+            .map_or_else(|_| PathBuf::from("."), Path::to_path_buf);
+        let call = Call::Exec {
+            command: request.command,
+            cwd,
+            timeout_ms: u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX),
+            head: request.output_cap.head,
+            tail: request.output_cap.tail,
+            setup: setup.is_some(),
+            setup_network: setup.unwrap_or(false),
+        };
+        let answer = self
+            .inner
+            .connection
+            .call(call, Vec::new(), Some(&request.cancel))
+            .await;
+        match answer {
+            Ok((
+                Reply::Exec {
+                    ended,
+                    head,
+                    tail,
+                    total_bytes,
+                    output_abandoned,
+                    notes,
+                    disk_over,
+                },
+                _,
+            )) => Ok(ExecResult {
+                outcome: match ended {
+                    Ended::Exited(code) => ExecOutcome::Exited(code),
+                    Ended::Signalled(signal) => ExecOutcome::Signalled(signal),
+                    Ended::TimedOut => ExecOutcome::TimedOut,
+                    Ended::Cancelled => ExecOutcome::Cancelled,
+                },
+                head,
+                tail,
+                total_bytes,
+                output_abandoned,
+                notes,
+                disk_over_budget: disk_over.map(|(used, budget)| DiskOverBudget { used, budget }),
+            }),
+            Ok(_) => Err(ExecError::Elsewhere {
+                reason: unexpected(self.host(), "exec").to_string(),
+            }),
+            Err(error) => Err(ExecError::Elsewhere {
+                reason: error.to_string(),
+            }),
+        }
+    }
+
+    /// Ends the connection (the host stops what runs there and removes the tree) and
+    /// frees the host's slot.
+    pub async fn close(&self) {
+        self.inner.connection.close().await;
+        self.inner
+            .slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+    }
+}
+
+/// The name of this repository's mirror on a host: the folder grove's own cache gives it
+/// here, so two clones of one project keep two mirrors and neither sees the other's refs.
+fn mirror_key(repo: &Repo) -> String {
+    repo.worktrees_home().file_name().map_or_else(
+        || "repository".to_owned(),
+        |name| name.to_string_lossy().into_owned(),
+    )
+}
+
+fn expect_done((reply, _): (Reply, Vec<u8>), host: &str) -> Result<(), RemoteError> {
+    match reply {
+        Reply::Done => Ok(()),
+        _ => Err(unexpected(host, "receive")),
+    }
+}
+
+fn unexpected(host: &str, call: &'static str) -> RemoteError {
+    RemoteError::Unexpected {
+        host: host.to_owned(),
+        call,
+    }
+}
+
+#[async_trait]
+impl TreeAccess for RemoteTree {
+    fn path(&self) -> &Path {
+        &self.inner.local
+    }
+
+    fn root_for_grove(&self) -> PathBuf {
+        self.inner.local.clone()
+    }
+
+    fn executor(
+        &self,
+        _base: &Arc<dyn CommandExecutor>,
+    ) -> Result<Arc<dyn CommandExecutor>, crate::tools::tree::TreeError> {
+        Ok(Arc::new(RemoteExecutor {
+            tree: self.clone(),
+            setup: None,
+        }))
+    }
+
+    fn namespace(&self) -> Option<Arc<TreeNamespace>> {
+        None
+    }
+
+    async fn release(&self) {
+        self.close().await;
+    }
+
+    fn remote_tools(&self) -> Option<&dyn RemoteTools> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl RemoteTools for RemoteTree {
+    async fn call(
+        &self,
+        name: &str,
+        input: Value,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        let call = Call::Tool {
+            name: name.to_owned(),
+            input,
+        };
+        match self
+            .inner
+            .connection
+            .call(call, Vec::new(), Some(cancel))
+            .await
+        {
+            Ok((
+                Reply::Tool {
+                    content,
+                    is_error,
+                    ends_loop,
+                },
+                _,
+            )) => Ok(ToolOutput {
+                content,
+                is_error,
+                ends_loop,
+            }),
+            Ok(_) => Err(ToolError::Fatal(
+                unexpected(self.host(), "a tool call").to_string(),
+            )),
+            Err(error) => Err(ToolError::Fatal(error.to_string())),
+        }
+    }
+}
+
+/// Commands of a remote tree, run by its host's grove under its sandbox.
+#[derive(Debug)]
+struct RemoteExecutor {
+    tree: RemoteTree,
+    /// `Some(network)` for a setup command.
+    setup: Option<bool>,
+}
+
+#[async_trait]
+impl CommandExecutor for RemoteExecutor {
+    async fn execute(&self, request: ExecRequest) -> Result<ExecResult, ExecError> {
+        self.tree.exec(request, self.setup).await
+    }
+
+    fn for_setup(&self, policy: &SetupPolicy) -> Arc<dyn CommandExecutor> {
+        Arc::new(Self {
+            tree: self.tree.clone(),
+            setup: Some(policy.allow_network),
+        })
+    }
+}
