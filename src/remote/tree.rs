@@ -40,17 +40,24 @@ pub struct OpenSpec {
     pub local: PathBuf,
 }
 
-/// A tree on a remote host.
+/// A tree on a remote host. Its clones share one connection, which a move to another
+/// host (after the first was lost) replaces for all of them.
 #[derive(Clone)]
 pub struct RemoteTree {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    connection: Arc<Connection>,
     local: PathBuf,
+    spec: OpenSpec,
+    live: Mutex<Live>,
+}
+
+/// The tree's connection as it is now.
+struct Live {
+    connection: Arc<Connection>,
     remote: PathBuf,
-    slot: Mutex<Option<OwnedSemaphorePermit>>,
+    slot: Option<OwnedSemaphorePermit>,
     base_bytes: u64,
 }
 
@@ -58,7 +65,7 @@ impl std::fmt::Debug for RemoteTree {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RemoteTree")
             .field("host", &self.host())
-            .field("remote", &self.inner.remote)
+            .field("remote", &self.remote_path())
             .finish_non_exhaustive()
     }
 }
@@ -71,81 +78,68 @@ impl RemoteTree {
         placement: Placement,
         spec: OpenSpec,
     ) -> Result<Self, RemoteError> {
-        let host = placement.host.name.clone();
-        let connection = Connection::open(&placement.host).await?;
-        let mirror = mirror_key(repo);
-        let git = |source| RemoteError::Git {
-            host: host.clone(),
-            source,
-        };
-        let haves = Call::Haves {
-            repo: mirror.clone(),
-            want: spec.start.to_string(),
-        };
-        let base_bytes = match connection.call(haves, Vec::new(), None).await?.0 {
-            Reply::Haves { has: true, .. } => 0,
-            Reply::Haves { has: false, tips } => {
-                let tips: Vec<CommitId> = tips
-                    .iter()
-                    .filter_map(|tip| CommitId::parse(tip).ok())
-                    .collect();
-                let bundle = repo.bundle(spec.start, &tips).await.map_err(git)?;
-                let bytes = bundle.len() as u64;
-                let receive = Call::Receive {
-                    repo: mirror.clone(),
-                    commit: spec.start.to_string(),
-                };
-                expect_done(connection.call(receive, bundle, None).await?, &host)?;
-                bytes
-            }
-            _ => return Err(unexpected(&host, "haves")),
-        };
-        let open = Call::Open {
-            repo: mirror,
-            run: spec.run.to_string(),
-            subtask: spec.subtask,
-            base: spec.base.to_string(),
-            start: spec.start.to_string(),
-            sandbox: spec.sandbox,
-            scope: spec.scope,
-        };
-        let Reply::Opened { path } = connection.call(open, Vec::new(), None).await?.0 else {
-            return Err(unexpected(&host, "open"));
-        };
+        let live = connect(repo, placement, &spec).await?;
         Ok(Self {
             inner: Arc::new(Inner {
-                connection,
-                local: spec.local,
-                remote: path,
-                slot: Mutex::new(Some(placement.slot)),
-                base_bytes,
+                local: spec.local.clone(),
+                spec,
+                live: Mutex::new(live),
             }),
         })
     }
 
+    /// Opens the tree again on `placement`'s host at `start` (its branch's last
+    /// checkpoint), for every clone of this handle; the old connection is closed.
+    pub async fn move_to(
+        &self,
+        repo: &Repo,
+        placement: Placement,
+        start: CommitId,
+    ) -> Result<(), RemoteError> {
+        let spec = OpenSpec {
+            start,
+            ..self.inner.spec.clone()
+        };
+        let live = connect(repo, placement, &spec).await?;
+        let old = std::mem::replace(&mut *self.live(), live);
+        old.connection.close().await;
+        Ok(())
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, Live> {
+        self.inner
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn connection(&self) -> Arc<Connection> {
+        Arc::clone(&self.live().connection)
+    }
+
     /// The host's name.
-    pub fn host(&self) -> &str {
-        self.inner.connection.host()
+    pub fn host(&self) -> String {
+        self.connection().host().to_owned()
     }
 
     /// Where the tree is on its host.
-    pub fn remote_path(&self) -> &Path {
-        &self.inner.remote
+    pub fn remote_path(&self) -> PathBuf {
+        self.live().remote.clone()
     }
 
     /// Bytes of the bundle the base went over in (0 when the host's mirror held it).
     pub fn base_bytes(&self) -> u64 {
-        self.inner.base_bytes
+        self.live().base_bytes
     }
 
     /// Bytes sent to the host over this tree's connection.
     pub fn bytes_sent(&self) -> u64 {
-        self.inner.connection.bytes_sent()
+        self.connection().bytes_sent()
     }
 
     /// True once the connection is gone.
     pub fn is_lost(&self) -> bool {
-        self.inner.connection.is_lost()
+        self.connection().is_lost()
     }
 
     /// Commits what changed in the tree there and brings its objects here; the tree
@@ -158,15 +152,15 @@ impl RemoteTree {
         let call = Call::Checkpoint {
             label: label.to_owned(),
         };
-        let (reply, bundle) = self.inner.connection.call(call, Vec::new(), None).await?;
+        let (reply, bundle) = self.connection().call(call, Vec::new(), None).await?;
         let Reply::Checkpoint { tree, .. } = reply else {
-            return Err(unexpected(self.host(), "checkpoint"));
+            return Err(unexpected(&self.host(), "checkpoint"));
         };
         if tree.is_some() && !bundle.is_empty() {
             repo.unbundle(bundle)
                 .await
                 .map_err(|source| RemoteError::Git {
-                    host: self.host().to_owned(),
+                    host: self.host(),
                     source,
                 })?;
         }
@@ -192,8 +186,7 @@ impl RemoteTree {
             setup_network: setup.unwrap_or(false),
         };
         let answer = self
-            .inner
-            .connection
+            .connection()
             .call(call, Vec::new(), Some(&request.cancel))
             .await;
         match answer {
@@ -223,7 +216,7 @@ impl RemoteTree {
                 disk_over_budget: disk_over.map(|(used, budget)| DiskOverBudget { used, budget }),
             }),
             Ok(_) => Err(ExecError::Elsewhere {
-                reason: unexpected(self.host(), "exec").to_string(),
+                reason: unexpected(&self.host(), "exec").to_string(),
             }),
             Err(error) => Err(ExecError::Elsewhere {
                 reason: error.to_string(),
@@ -234,13 +227,61 @@ impl RemoteTree {
     /// Ends the connection (the host stops what runs there and removes the tree) and
     /// frees the host's slot.
     pub async fn close(&self) {
-        self.inner.connection.close().await;
-        self.inner
-            .slot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        self.connection().close().await;
+        self.live().slot.take();
     }
+}
+
+/// Connects to `placement`'s host, sends what its mirror lacks of `spec.start`, and
+/// opens the tree there.
+async fn connect(repo: &Repo, placement: Placement, spec: &OpenSpec) -> Result<Live, RemoteError> {
+    let host = placement.host.name.clone();
+    let connection = Connection::open(&placement.host).await?;
+    let mirror = mirror_key(repo);
+    let git = |source| RemoteError::Git {
+        host: host.clone(),
+        source,
+    };
+    let haves = Call::Haves {
+        repo: mirror.clone(),
+        want: spec.start.to_string(),
+    };
+    let base_bytes = match connection.call(haves, Vec::new(), None).await?.0 {
+        Reply::Haves { has: true, .. } => 0,
+        Reply::Haves { has: false, tips } => {
+            let tips: Vec<CommitId> = tips
+                .iter()
+                .filter_map(|tip| CommitId::parse(tip).ok())
+                .collect();
+            let bundle = repo.bundle(spec.start, &tips).await.map_err(git)?;
+            let bytes = bundle.len() as u64;
+            let receive = Call::Receive {
+                repo: mirror.clone(),
+                commit: spec.start.to_string(),
+            };
+            expect_done(connection.call(receive, bundle, None).await?, &host)?;
+            bytes
+        }
+        _ => return Err(unexpected(&host, "haves")),
+    };
+    let open = Call::Open {
+        repo: mirror,
+        run: spec.run.to_string(),
+        subtask: spec.subtask,
+        base: spec.base.to_string(),
+        start: spec.start.to_string(),
+        sandbox: spec.sandbox.clone(),
+        scope: spec.scope.clone(),
+    };
+    let Reply::Opened { path } = connection.call(open, Vec::new(), None).await?.0 else {
+        return Err(unexpected(&host, "open"));
+    };
+    Ok(Live {
+        connection,
+        remote: path,
+        slot: Some(placement.slot),
+        base_bytes,
+    })
 }
 
 /// The name of this repository's mirror on a host: the folder grove's own cache gives it
@@ -311,12 +352,7 @@ impl RemoteTools for RemoteTree {
             name: name.to_owned(),
             input,
         };
-        match self
-            .inner
-            .connection
-            .call(call, Vec::new(), Some(cancel))
-            .await
-        {
+        match self.connection().call(call, Vec::new(), Some(cancel)).await {
             Ok((
                 Reply::Tool {
                     content,
@@ -330,7 +366,7 @@ impl RemoteTools for RemoteTree {
                 ends_loop,
             }),
             Ok(_) => Err(ToolError::Fatal(
-                unexpected(self.host(), "a tool call").to_string(),
+                unexpected(&self.host(), "a tool call").to_string(),
             )),
             Err(error) => Err(ToolError::Fatal(error.to_string())),
         }

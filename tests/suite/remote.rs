@@ -67,7 +67,7 @@ fn configure_hosts(fixture: &GitFixture, hosts: &[(&str, String)]) {
         .iter()
         .map(|(name, launch)| {
             format!(
-                "[remote.{name}]\nlaunch = {launch:?}\nprogram = {:?}\nslots = 2\ntimeout_s = 10\n\n",
+                "[remote.{name}]\nlaunch = {launch:?}\nprogram = {:?}\nslots = 2\ntimeout_s = 3\n\n",
                 env!("CARGO_BIN_EXE_grove")
             )
         })
@@ -210,5 +210,207 @@ async fn a_host_the_user_did_not_define_or_a_repository_defines_is_refused() {
         stderr(&refused).contains("a repository cannot set this"),
         "{}",
         stderr(&refused)
+    );
+}
+
+/// A worker that writes `kept.txt` (checkpointed after its turn), then runs a long
+/// command that marks its start, then, answered in any way, finishes.
+fn long_worker(request: &RecordedRequest) -> Reply {
+    let turn = match (role(request), request.tool_results().len()) {
+        ("lead", 0) => Turn::new().tool_use("d0", "delegate", json!({ "task": "work long" })),
+        ("worker", 0) => Turn::new().tool_use(
+            "w1",
+            "write_file",
+            json!({ "path": "kept.txt", "content": "kept\n" }),
+        ),
+        ("worker", 1) => Turn::new().tool_use(
+            "w2",
+            "bash",
+            json!({ "command": "touch started && sleep 120", "timeout_s": 300 }),
+        ),
+        ("reviewer", 0) => Turn::new().tool_use(
+            "r1",
+            "submit_verdict",
+            json!({ "verdict": "approve", "summary": "fine" }),
+        ),
+        _ => Turn::text("done"),
+    };
+    turn.usage(10, 2, 0, 0).into()
+}
+
+/// The pids of the exec-servers serving host directory `home` (not the processes they
+/// forked for commands, which share their command line and environment).
+fn servers_of(home: &Path) -> Vec<i32> {
+    let wanted = format!("GROVE_REMOTE_HOME={}", home.display());
+    let serves = |pid: i32| {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        String::from_utf8_lossy(&cmdline).contains("exec-server")
+            && environ
+                .split(|byte| *byte == 0)
+                .any(|var| var == wanted.as_bytes())
+    };
+    let parent = |pid: i32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let after_name = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
+        after_name.split(' ').nth(1).and_then(|ppid| ppid.parse::<i32>().ok())
+    };
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| serves(*pid) && !parent(*pid).is_some_and(serves))
+        .collect()
+}
+
+/// Waits until a file called `name` exists in a tree of one of `hosts`; that host.
+async fn host_with(hosts: &Path, names: &[&str], name: &str) -> String {
+    for _ in 0..600 {
+        for host in names {
+            let trees = hosts.join(host).join("trees");
+            let found = entries(&trees).iter().any(|repo| {
+                entries(&trees.join(repo))
+                    .iter()
+                    .any(|tree| trees.join(repo).join(tree).join(name).exists())
+            });
+            if found {
+                return (*host).to_owned();
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("no host's tree got {name} within a minute");
+}
+
+/// Starts a one-subtask run on hosts `a` and `b` whose worker's command hangs, waits
+/// for the command, does `fault` to the host it runs on, and returns the run's output
+/// and that host.
+async fn fault_mid_worker(
+    fault: nix::sys::signal::Signal,
+) -> (std::process::Output, String, GitFixture) {
+    let fixture = GitFixture::with_files(&[("README", "r\n")]);
+    let hosts = tempfile::tempdir().unwrap();
+    let launcher = |name: &str| {
+        format!(
+            "env GROVE_REMOTE_HOME={}",
+            hosts.path().join(name).display()
+        )
+    };
+    configure_hosts(&fixture, &[("a", launcher("a")), ("b", launcher("b"))]);
+    let server = FakeServer::with_responder(long_worker).await;
+    let run = {
+        let fixture = &fixture;
+        let server = &server;
+        async move {
+            grove_in(
+                fixture,
+                Some(server),
+                &["run", "--json", "--remote", "a,b", "work long"],
+            )
+            .await
+        }
+    };
+    let hit = async {
+        let host = host_with(hosts.path(), &["a", "b"], "started").await;
+        let pids = servers_of(&hosts.path().join(&host));
+        assert_eq!(
+            pids.len(),
+            1,
+            "one exec-server serves the one tree on {host}"
+        );
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pids[0]), fault).unwrap();
+        host
+    };
+    let (output, host) = tokio::join!(run, hit);
+    if fault == nix::sys::signal::Signal::SIGSTOP {
+        for pid in servers_of(&hosts.path().join(&host)) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+    (output, host, fixture)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_host_killed_mid_worker_moves_the_tree_to_the_other_host_at_its_last_checkpoint() {
+    let (output, lost, fixture) = fault_mid_worker(nix::sys::signal::Signal::SIGKILL).await;
+    let stderr = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let other = if lost == "a" { "b" } else { "a" };
+    assert!(
+        stderr.contains(&format!(
+            "lost remote host `{lost}`; its tree moved to `{other}`"
+        )),
+        "the move is named: {stderr}"
+    );
+    assert_eq!(
+        fixture.git(&["show", "HEAD:kept.txt"]),
+        "kept",
+        "the work checkpointed on the lost host reached the result"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_host_that_hangs_is_found_by_its_silence_and_its_tree_moves() {
+    let started = std::time::Instant::now();
+    let (output, lost, fixture) = fault_mid_worker(nix::sys::signal::Signal::SIGSTOP).await;
+    let stderr = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("lost remote host `{lost}`"))
+            && stderr.contains("answered no ping"),
+        "the hang is named as such: {stderr}"
+    );
+    assert_eq!(fixture.git(&["show", "HEAD:kept.txt"]), "kept");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(100),
+        "a hung host is given up on after its timeout, never waited for: {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn another_grove_version_on_the_host_is_a_clear_error_naming_both() {
+    let fixture = GitFixture::with_files(&[("README", "r\n")]);
+    let dir = tempfile::tempdir().unwrap();
+    // A grove of another version: it answers the greeting with its own version.
+    let other = dir.path().join("old-grove");
+    std::fs::write(
+        &other,
+        "#!/bin/sh\nread line\nprintf '%s\\n' '{\"id\":1,\"ok\":{\"hello\":{\"version\":\"0.0.1\",\"protocol\":1}}}'\nread rest\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = fixture.home().join(".config/grove");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.toml"),
+        format!(
+            "[remote.old]\nlaunch = \"env\"\nprogram = {:?}\n",
+            other.display().to_string()
+        ),
+    )
+    .unwrap();
+    let server = FakeServer::with_responder(scripted(&["a.txt"])).await;
+    let output = grove_in(
+        &fixture,
+        Some(&server),
+        &["run", "--json", "--remote", "old", "x"],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let reason = report["subtasks"][0]["reason"].as_str().unwrap();
+    assert_eq!(
+        reason,
+        format!(
+            "could not open the worktree on a remote host: remote host `old` runs grove \
+             0.0.1, this is grove {}: install grove {} there (or point `[remote.old] \
+             program` at it)",
+            env!("CARGO_PKG_VERSION"),
+            env!("CARGO_PKG_VERSION")
+        ),
+        "the subtask fails naming both versions"
     );
 }

@@ -423,6 +423,41 @@ pub(crate) async fn reach(
     }
 }
 
+/// Moves subtask `id`'s remote `tree` off host `lost` to another host with a free slot,
+/// at its branch's last checkpoint.
+pub(crate) async fn move_remote(
+    ctx: &RunContext,
+    id: SubtaskId,
+    tree: &crate::remote::RemoteTree,
+    lost: &str,
+) -> Result<(), crate::remote::RemoteError> {
+    let refused = |message: &str| crate::remote::RemoteError::Refused {
+        host: lost.to_owned(),
+        message: message.to_owned(),
+    };
+    if ctx.hosts.names().len() < 2 {
+        return Err(refused("the run has no other remote host"));
+    }
+    let placement = ctx
+        .hosts
+        .place(Some(lost))
+        .await
+        .ok_or_else(|| refused("the run has no other remote host"))?;
+    let host = placement.host.name.clone();
+    let start = ctx
+        .repo
+        .ref_target(&crate::git::subtask_ref(&ctx.run, id.number()))
+        .ok()
+        .flatten()
+        .unwrap_or(ctx.base);
+    tree.move_to(&ctx.repo, placement, start).await?;
+    ctx.note(format!(
+        "{id}: lost remote host `{lost}`; its tree moved to `{host}` at its last checkpoint \
+         ({start}) and its worker goes on there"
+    ));
+    Ok(())
+}
+
 /// Copies the local-only files into subtask `id`'s worktree and runs the setup command
 /// there, once the worktree is filled and before the worker's first turn.
 pub(crate) async fn prepare(

@@ -25,6 +25,7 @@ use crate::tools::Registry;
 use crate::worktree::Worktree;
 
 /// One subtask as the lead asked for it, ready to work.
+#[derive(Clone)]
 pub(crate) struct Assignment {
     pub(crate) id: SubtaskId,
     /// The brief: everything the worker knows about its subtask.
@@ -54,11 +55,35 @@ pub(crate) async fn work(
     assignment: Assignment,
     worktree: &Worktree,
 ) -> WorkEnd {
-    if ctx.options.worker_backend.is_builtin() {
-        builtin(ctx, assignment, worktree).await
-    } else {
-        external(ctx, &assignment, worktree).await
+    if !ctx.options.worker_backend.is_builtin() {
+        return external(ctx, &assignment, worktree).await;
     }
+    let Some(tree) = worktree.remote() else {
+        return builtin(ctx, assignment, worktree).await;
+    };
+    let again = assignment.clone();
+    let first = builtin(ctx, assignment, worktree).await;
+    if first.summary.is_ok() || !tree.is_lost() || ctx.stopping() {
+        return first;
+    }
+    // Its host was lost mid-work: once, the tree moves to another host at its last
+    // checkpoint, and the worker goes on from its saved conversation.
+    let (id, lost) = (again.id, tree.host());
+    if let Err(error) = super::prepare::move_remote(ctx, id, tree, &lost).await {
+        ctx.note(format!("{id}: no other host took its tree: {error}"));
+        return first;
+    }
+    let path = ctx.transcript_path(&id.to_string(), &again.role.name);
+    let start = match transcript::load(&path) {
+        Ok(Some(mut saved)) => {
+            transcript::answer_pending(&mut saved.messages, |_, _, _| {
+                transcript::PendingAnswer::Interrupted
+            });
+            saved
+        }
+        _ => again.start.clone(),
+    };
+    builtin(ctx, Assignment { start, ..again }, worktree).await
 }
 
 /// grove's own worker loop, with a checkpoint commit after every turn that changed
