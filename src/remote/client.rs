@@ -31,7 +31,8 @@ const STDERR_TAIL: usize = 2048;
 /// A live connection to one host's exec-server.
 pub struct Connection {
     host: String,
-    writer: tokio::sync::Mutex<ChildStdin>,
+    /// The server's input; taken (closed) when grove ends the connection.
+    writer: tokio::sync::Mutex<Option<ChildStdin>>,
     pending: Arc<Mutex<HashMap<u64, oneshot::Sender<Answer>>>>,
     next: AtomicU64,
     /// Why the connection ended, once it has.
@@ -87,7 +88,7 @@ impl Connection {
         };
         let connection = Arc::new(Self {
             host: host.name.clone(),
-            writer: tokio::sync::Mutex::new(stdin),
+            writer: tokio::sync::Mutex::new(Some(stdin)),
             pending: Arc::default(),
             next: AtomicU64::new(1),
             lost: Arc::default(),
@@ -195,7 +196,10 @@ impl Connection {
 
     async fn send(&self, request: &Request, payload: &[u8]) -> Result<(), protocol::WireError> {
         let mut writer = self.writer.lock().await;
-        protocol::write(&mut *writer, request, payload).await?;
+        let Some(writer) = writer.as_mut() else {
+            return Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe).into());
+        };
+        protocol::write(writer, request, payload).await?;
         self.sent
             .fetch_add(payload.len() as u64 + 64, Ordering::Relaxed);
         Ok(())
@@ -314,10 +318,8 @@ impl Connection {
     /// Ends the connection: the server sees its input close, stops what it runs and
     /// removes its tree; the launcher is waited for a moment, then killed.
     pub async fn close(&self) {
-        {
-            let mut writer = self.writer.lock().await;
-            let _ = tokio::io::AsyncWriteExt::shutdown(&mut *writer).await;
-        }
+        // Dropped, the pipe closes: the server reads the end of its input.
+        drop(self.writer.lock().await.take());
         let exited = {
             let mut child = self.child.lock().await;
             tokio::time::timeout(Duration::from_secs(10), child.wait()).await

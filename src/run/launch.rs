@@ -100,6 +100,18 @@ pub struct Launch {
     pub models: Models,
 }
 
+/// The hosts `names` (`--remote`, each possibly comma-separated) from the user's own
+/// configuration; none for no names.
+pub fn remote_hosts(names: &[String]) -> Result<Vec<crate::remote::RemoteHost>, LaunchError> {
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let env: Vec<_> = std::env::vars_os().collect();
+    let path = crate::settings::remote::user_config_path(&env)
+        .unwrap_or_else(|| std::path::PathBuf::from(".config/grove/config.toml"));
+    Ok(crate::settings::remote::choose(&path, names)?)
+}
+
 /// Layers `request` over the `.grove/config.toml` of the repository at `directory`
 /// (flags beat the file, which beats the built-in defaults) and connects the models.
 pub async fn prepare(directory: &Path, request: RunRequest) -> Result<Launch, LaunchError> {
@@ -139,16 +151,11 @@ pub async fn prepare(directory: &Path, request: RunRequest) -> Result<Launch, La
     }
     options.sandbox = request.sandbox;
     options.allow_network = request.allow_network;
-    if !request.remote.is_empty() {
-        let env: Vec<_> = std::env::vars_os().collect();
-        let path = crate::settings::remote::user_config_path(&env)
-            .unwrap_or_else(|| std::path::PathBuf::from(".config/grove/config.toml"));
-        options.remote = crate::settings::remote::choose(&path, &request.remote)?;
-        if !options.remote.is_empty() && options.worker_backend != WorkerBackend::Builtin {
-            return Err(LaunchError::RemoteBackend {
-                backend: options.worker_backend.name().to_owned(),
-            });
-        }
+    options.remote = remote_hosts(&request.remote)?;
+    if !options.remote.is_empty() && options.worker_backend != WorkerBackend::Builtin {
+        return Err(LaunchError::RemoteBackend {
+            backend: options.worker_backend.name().to_owned(),
+        });
     }
 
     let client = model::connect(resolved.provider)?;

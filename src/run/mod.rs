@@ -91,7 +91,22 @@ pub async fn resume(
     events: EventSink,
     cancel: CancellationToken,
 ) -> Result<RunReport, RunError> {
-    let (started, state) = start::resume(repo_path, run_id, git, models, events, cancel).await?;
+    resume_on(repo_path, run_id, git, Vec::new(), models, events, cancel).await
+}
+
+/// [`resume`], its workers' trees on `remote` hosts (`--remote`); without any, a tree an
+/// earlier attempt had on a remote host continues here from its last checkpoint.
+pub async fn resume_on(
+    repo_path: &Path,
+    run_id: &str,
+    git: GitOptions,
+    remote: Vec<crate::remote::RemoteHost>,
+    models: impl FnOnce(&RunState) -> Result<Models, RunError>,
+    events: EventSink,
+    cancel: CancellationToken,
+) -> Result<RunReport, RunError> {
+    let (started, state) =
+        start::resume(repo_path, run_id, git, remote, models, events, cancel).await?;
     execute(started, Some(state)).await
 }
 

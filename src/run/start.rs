@@ -210,6 +210,7 @@ pub(crate) async fn resume(
     repo_path: &Path,
     run_id: &str,
     git: GitOptions,
+    remote: Vec<crate::remote::RemoteHost>,
     models: impl FnOnce(&RunState) -> Result<Models, RunError>,
     events: EventSink,
     cancel: CancellationToken,
@@ -239,6 +240,7 @@ pub(crate) async fn resume(
         .map_err(|e| not_resumable(ResumeProblem::Options(e)))?
         .clone();
     options.git = git;
+    options.remote = remote;
     check_local_files(&repo, base, &options.worktree_setup.copy)?;
     if options.worktree_setup.share.is_none() {
         // Journaled before the key existed: decided as a new run would.

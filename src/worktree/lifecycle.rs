@@ -113,11 +113,7 @@ impl Worktree {
     /// host stopped, and it is a git worktree from then on; returns it as it now is.
     pub async fn keep(&self, repo: &Repo, trees: &LiveTrees) -> Result<Self, WorktreeError> {
         if self.is_remote() {
-            repo.checkpoint(self, "final state before keeping").await?;
-            if let Some(tree) = self.remote() {
-                tree.close().await;
-            }
-            return Ok(repo.check_out_here(self).await?);
+            return Ok(self.bring_here(repo).await?);
         }
         let Some(namespace) = self.tree() else {
             return Ok(self.clone());

@@ -149,6 +149,17 @@ impl Worktree {
         Ok(reached)
     }
 
+    /// This remote worktree's branch checked out in its own path here (its tree's host
+    /// closed first, its last changes checkpointed): a git worktree from then on.
+    pub async fn bring_here(&self, repo: &Repo) -> Result<Self, GitError> {
+        repo.checkpoint(self, "final state before it came here")
+            .await?;
+        if let Some(tree) = self.remote() {
+            tree.close().await;
+        }
+        repo.check_out_here(self).await
+    }
+
     /// The remote tree, while it is reached.
     pub fn remote(&self) -> Option<&RemoteTree> {
         match &self.files {

@@ -14,7 +14,7 @@ use grove::worktree::WorktreeMode;
 use crate::suite::escapes::mode_or_skip;
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
 use crate::support::git_fixture::{GitFixture, Leftovers};
-use crate::support::grove::{Grove, stderr};
+use crate::support::grove::{Grove, only_run, stderr};
 use crate::support::processes::{mounts_under, running_with_arg, settled};
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::{
@@ -57,13 +57,6 @@ fn working_and_waiting(
         }
         seen.0.load(Ordering::SeqCst) == working && seen.1.load(Ordering::SeqCst) == waiting
     }
-}
-
-/// The run id `grove runs --json` lists first.
-async fn only_run(grove: &Grove) -> String {
-    let runs = grove.grove_async(["runs", "--json"]).await;
-    let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
-    runs[0]["run_id"].as_str().unwrap().to_owned()
 }
 
 /// `(id, status)` of each subtask of a `--json` report.

@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::sys::signal::Signal;
 use pretty_assertions::assert_eq;
-use serde_json::Value;
 
 use grove::worktree::WorktreeMode;
 
@@ -20,7 +19,7 @@ use crate::suite::result_check::{
 };
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
 use crate::support::git_fixture::{GitFixture, Leftovers};
-use crate::support::grove::{Grove, stderr};
+use crate::support::grove::{Grove, only_run, stderr};
 use crate::support::processes::{mounts_under, running_under, running_with_arg, settled};
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::{
@@ -50,13 +49,6 @@ fn left(fixture: &GitFixture, marker: Option<&str>) -> Left {
 /// Nothing: no registration, folder, process or mount.
 fn nothing() -> Left {
     (Leftovers::default(), Vec::new(), Vec::new())
-}
-
-/// The run id `grove runs --json` lists first.
-async fn only_run(grove: &Grove) -> String {
-    let runs = grove.grove_async(["runs", "--json"]).await;
-    let runs: Value = serde_json::from_slice(&runs.stdout).unwrap();
-    runs[0]["run_id"].as_str().unwrap().to_owned()
 }
 
 /// The subjects of the commits the user's branch gained since `base`, oldest first.

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
-use crate::support::grove::{grove_in, stderr};
+use crate::support::grove::{Grove, grove_in, only_run, stderr};
 use crate::support::requests::role;
 
 /// A lead that delegates one subtask per path, workers that write the file and copy it
@@ -253,7 +253,10 @@ fn servers_of(home: &Path) -> Vec<i32> {
     let parent = |pid: i32| {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let after_name = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
-        after_name.split(' ').nth(1).and_then(|ppid| ppid.parse::<i32>().ok())
+        after_name
+            .split(' ')
+            .nth(1)
+            .and_then(|ppid| ppid.parse::<i32>().ok())
     };
     std::fs::read_dir("/proc")
         .unwrap()
@@ -413,4 +416,52 @@ async fn another_grove_version_on_the_host_is_a_clear_error_naming_both() {
         ),
         "the subtask fails naming both versions"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_interrupted_on_a_host_resumes_here_or_on_a_host_from_its_last_checkpoint() {
+    for again_remote in [false, true] {
+        let fixture = GitFixture::with_files(&[("README", "r\n")]);
+        let hosts = tempfile::tempdir().unwrap();
+        let launcher = format!("env GROVE_REMOTE_HOME={}", hosts.path().join("a").display());
+        configure_hosts(&fixture, &[("a", launcher)]);
+        let server = FakeServer::with_responder(long_worker).await;
+        let grove = Grove::in_repo(&fixture).with_server(&server);
+        let watched = grove
+            .spawn_until(["run", "--remote", "a", "work long"], |line| {
+                line.contains("works on remote host `a`")
+            })
+            .await;
+        host_with(hosts.path(), &["a"], "started").await;
+        watched.signal(nix::sys::signal::Signal::SIGINT);
+        let stopped = watched.output().await;
+        assert_eq!(stopped.status.code(), Some(130), "{}", stderr(&stopped));
+        assert_eq!(
+            servers_of(&hosts.path().join("a")),
+            Vec::<i32>::new(),
+            "the host's exec-server ended with its connection, before grove did"
+        );
+        let run_id = only_run(&grove).await;
+        let mut args = vec!["resume", "--json", run_id.as_str()];
+        if again_remote {
+            args.extend(["--remote", "a"]);
+        }
+        let resumed = grove.grove_async(args).await;
+        let said = stderr(&resumed);
+        assert_eq!(resumed.status.code(), Some(0), "{said}");
+        let expected = if again_remote {
+            "works on remote host `a`"
+        } else {
+            "it continues on this machine from its last checkpoint"
+        };
+        assert!(
+            said.contains(expected),
+            "remote again: {again_remote}: {said}"
+        );
+        assert_eq!(
+            fixture.git(&["show", "HEAD:kept.txt"]),
+            "kept",
+            "the work checkpointed before the interrupt reached the result"
+        );
+    }
 }

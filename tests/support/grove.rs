@@ -252,6 +252,13 @@ impl Watched {
 }
 
 /// The output's stderr as text.
+/// The run id `grove runs --json` lists first.
+pub async fn only_run(grove: &Grove) -> String {
+    let runs = grove.grove_async(["runs", "--json"]).await;
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
+    runs[0]["run_id"].as_str().unwrap().to_owned()
+}
+
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }

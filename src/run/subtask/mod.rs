@@ -255,6 +255,7 @@ impl Subtasks {
         };
         let mut report = found.report(base, stop.as_ref());
         if let Some(Stop::Resumable(_)) = stop {
+            park_remote(ctx, id, &worktree).await;
             report.sum_ledgers();
             return Ok(report);
         }
@@ -524,6 +525,25 @@ impl Delegator for Subtasks {
 /// The conversation a resumed subtask's worker goes on with: its saved transcript, its
 /// pending calls answered as interrupted; else (it had not started) its first messages
 /// as its delegation gave them: a fork of the lead as the lead was when it delegated.
+/// A remote tree left for `grove resume`: what its worker changed since its last
+/// checkpoint comes back first, then its connection closes (its host stops what it
+/// started there and removes the tree); the resume opens it again from the branch.
+async fn park_remote(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) {
+    let Some(tree) = worktree.remote() else {
+        return;
+    };
+    if let Err(error) = ctx
+        .repo
+        .checkpoint(worktree, "state when the run stopped")
+        .await
+    {
+        ctx.note(format!(
+            "{id}: its remote tree's last changes could not come back: {error}"
+        ));
+    }
+    tree.close().await;
+}
+
 fn resumed_start(
     ctx: &RunContext,
     state: &SubtaskState,

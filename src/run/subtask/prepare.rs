@@ -364,6 +364,17 @@ pub(crate) async fn create_worktree(
         Ok(created) => created,
     };
     let worktree = recovered.map_err(|source| SubtaskError::Worktree { source })?;
+    if worktree.is_remote() && ctx.hosts.is_empty() {
+        // Resumed without `--remote`: its tree continues here from its last checkpoint.
+        ctx.note(format!(
+            "{id}: its tree was on a remote host; it continues on this machine from its \
+             last checkpoint (`grove resume --remote NAME` sends it to a host)"
+        ));
+        return worktree
+            .bring_here(&ctx.repo)
+            .await
+            .map_err(|source| SubtaskError::Worktree { source });
+    }
     if worktree.is_remote() {
         return reach(ctx, id, &worktree, scope).await;
     }
