@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::RemoteError;
 use super::hosts::RemoteHost;
 use super::protocol::{self, Call, PROTOCOL, Reply, Request, Response, VERSION};
+use super::ship;
 
 /// What the reader hands a caller: the reply and the bytes after it, or why none came.
 type Answer = Result<(Reply, Vec<u8>), RemoteError>;
@@ -60,8 +61,31 @@ fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Connection {
     /// Starts `host`'s launcher with the exec-server after it, and greets the server:
-    /// its grove must be this one's version.
+    /// its grove must be this one's version. A host without grove (and `ship` on) gets
+    /// this one, shipped over the launcher, unless an earlier run shipped it already.
     pub async fn open(host: &RemoteHost) -> Result<Arc<Self>, RemoteError> {
+        let error = match Self::open_with(host).await {
+            Err(error) if host.ship && ship::program_missing(&error) => error,
+            other => return other,
+        };
+        let shipped = RemoteHost {
+            program: ship::shipped_program(),
+            ..host.clone()
+        };
+        match Self::open_with(&shipped).await {
+            Err(again) if ship::program_missing(&again) => {}
+            other => return other,
+        }
+        ship::ship(host)
+            .await
+            .map_err(|shipping| RemoteError::Refused {
+                host: host.name.clone(),
+                message: format!("{error}; {shipping}"),
+            })?;
+        Self::open_with(&shipped).await
+    }
+
+    async fn open_with(host: &RemoteHost) -> Result<Arc<Self>, RemoteError> {
         let command_line = host.command_line();
         let mut child = tokio::process::Command::new("sh")
             .arg("-c")

@@ -25,6 +25,8 @@ pub struct RemoteHost {
     pub slots: usize,
     /// How long the host may leave a ping unanswered before it counts as lost.
     pub timeout: Duration,
+    /// Ship this grove to the host when it has none (`program` not found there).
+    pub ship: bool,
 }
 
 impl RemoteHost {
@@ -125,6 +127,7 @@ mod tests {
             program: "grove".into(),
             slots,
             timeout: RemoteHost::DEFAULT_TIMEOUT,
+            ship: true,
         }
     }
 

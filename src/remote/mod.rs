@@ -14,6 +14,7 @@
 pub mod client;
 pub mod hosts;
 pub mod protocol;
+pub mod ship;
 pub mod tree;
 
 pub use client::Connection;

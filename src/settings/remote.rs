@@ -59,6 +59,8 @@ struct RawHost {
     slots: Option<u64>,
     #[serde(default)]
     timeout_s: Option<u64>,
+    #[serde(default)]
+    ship: Option<bool>,
 }
 
 /// The user's grove configuration file, as `env` places it.
@@ -129,6 +131,7 @@ pub fn load_hosts(path: &Path) -> Result<BTreeMap<String, RemoteHost>, ConfigErr
                 program: host.program.unwrap_or_else(|| "grove".to_owned()),
                 slots: slots as usize,
                 timeout: Duration::from_secs(timeout),
+                ship: host.ship.unwrap_or(true),
             },
         );
     }
@@ -207,6 +210,7 @@ mod tests {
                     program: "grove".into(),
                     slots: 4,
                     timeout: RemoteHost::DEFAULT_TIMEOUT,
+                    ship: true,
                 },
                 RemoteHost {
                     name: "b".into(),
@@ -214,6 +218,7 @@ mod tests {
                     program: "/opt/grove".into(),
                     slots: 1,
                     timeout: Duration::from_secs(5),
+                    ship: true,
                 },
             ],
             "each named host once, in the order named, defaults filled"

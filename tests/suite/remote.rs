@@ -465,3 +465,46 @@ async fn a_run_interrupted_on_a_host_resumes_here_or_on_a_host_from_its_last_che
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_host_without_grove_gets_this_one_shipped_over_its_launcher_once() {
+    let fixture = GitFixture::with_files(&[("README", "r\n")]);
+    let host = tempfile::tempdir().unwrap();
+    let config = fixture.home().join(".config/grove");
+    std::fs::create_dir_all(&config).unwrap();
+    // The launcher starts in the host's directory, as ssh starts in a home directory;
+    // the host has no `grove-not-installed`.
+    std::fs::write(
+        config.join("config.toml"),
+        format!(
+            "[remote.bare]\nlaunch = \"env -C {0} GROVE_REMOTE_HOME={0}\"\nprogram = \"grove-not-installed\"\n",
+            host.path().display()
+        ),
+    )
+    .unwrap();
+    for (attempt, paths) in [("first", &["a.txt"]), ("second", &["b.txt"])] {
+        let server = FakeServer::with_responder(scripted(paths)).await;
+        let output = grove_in(&fixture, Some(&server), &["run", "--remote", "bare", "x"]).await;
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{attempt}: {}",
+            stderr(&output)
+        );
+    }
+    let shipped = host.path().join(grove::remote::ship::shipped_program());
+    assert_eq!(
+        std::fs::read(&shipped).unwrap(),
+        std::fs::read(env!("CARGO_BIN_EXE_grove")).unwrap(),
+        "the host got this very grove"
+    );
+    assert_eq!(
+        entries(shipped.parent().unwrap()),
+        [shipped.file_name().unwrap().to_string_lossy().into_owned()],
+        "one binary, no part left over from a shipment"
+    );
+    assert_eq!(
+        fixture.git(&["show", "HEAD:a.txt.copy"]),
+        "a.txt was written"
+    );
+}
