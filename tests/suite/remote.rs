@@ -15,7 +15,7 @@ use crate::support::requests::role;
 
 /// A lead that delegates one subtask per path, workers that write the file and copy it
 /// with `bash` (a command that must run where the tree is), and a reviewer that approves.
-fn scripted(paths: &'static [&'static str]) -> impl Fn(&RecordedRequest) -> Reply {
+pub(crate) fn scripted(paths: &'static [&'static str]) -> impl Fn(&RecordedRequest) -> Reply {
     move |request| {
         let done = !request.tool_results().is_empty();
         let turn = match (role(request), done) {
@@ -56,11 +56,11 @@ fn scripted(paths: &'static [&'static str]) -> impl Fn(&RecordedRequest) -> Repl
     }
 }
 
-const PATHS: &[&str] = &["a.txt", "b.txt", "c.txt"];
+pub(crate) const PATHS: &[&str] = &["a.txt", "b.txt", "c.txt"];
 
 /// `[remote.NAME]` tables for `hosts` (name, launcher) in the user's configuration of
 /// `fixture`, the grove on the far side being this build's.
-fn configure_hosts(fixture: &GitFixture, hosts: &[(&str, String)]) {
+pub(crate) fn configure_hosts(fixture: &GitFixture, hosts: &[(&str, String)]) {
     let dir = fixture.home().join(".config/grove");
     std::fs::create_dir_all(&dir).unwrap();
     let tables: String = hosts
@@ -75,7 +75,7 @@ fn configure_hosts(fixture: &GitFixture, hosts: &[(&str, String)]) {
     std::fs::write(dir.join("config.toml"), tables).unwrap();
 }
 
-fn with_check(fixture: &GitFixture) {
+pub(crate) fn with_check(fixture: &GitFixture) {
     fixture.write(
         ".grove/config.toml",
         "[check]\ncommand = \"ls *.copy\"\nsubtask = \"require\"\nbase = \"skip\"\n",
@@ -84,11 +84,11 @@ fn with_check(fixture: &GitFixture) {
 }
 
 /// The tree of the user's branch after a run.
-fn result_tree(fixture: &GitFixture) -> String {
+pub(crate) fn result_tree(fixture: &GitFixture) -> String {
     fixture.git(&["rev-parse", "HEAD^{tree}"]).trim().to_owned()
 }
 
-fn statuses(report: &Value) -> Vec<String> {
+pub(crate) fn statuses(report: &Value) -> Vec<String> {
     report["subtasks"]
         .as_array()
         .unwrap()
@@ -97,7 +97,7 @@ fn statuses(report: &Value) -> Vec<String> {
         .collect()
 }
 
-fn entries(dir: &Path) -> Vec<String> {
+pub(crate) fn entries(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|entries| {
             entries
@@ -215,7 +215,7 @@ async fn a_host_the_user_did_not_define_or_a_repository_defines_is_refused() {
 
 /// A worker that writes `kept.txt` (checkpointed after its turn), then runs a long
 /// command that marks its start, then, answered in any way, finishes.
-fn long_worker(request: &RecordedRequest) -> Reply {
+pub(crate) fn long_worker(request: &RecordedRequest) -> Reply {
     let turn = match (role(request), request.tool_results().len()) {
         ("lead", 0) => Turn::new().tool_use("d0", "delegate", json!({ "task": "work long" })),
         ("worker", 0) => Turn::new().tool_use(

@@ -11,3 +11,4 @@ pub mod processes;
 pub mod requests;
 pub mod scripted_model;
 pub mod scripted_run;
+pub mod ssh_host;

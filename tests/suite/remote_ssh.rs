@@ -1,0 +1,165 @@
+//! Remote workers over a real OpenSSH server (`support::ssh_host`): each host a network
+//! and mount namespace of its own that cannot see the local repository, so whatever its
+//! workers and checks find there came over the pipe as git objects.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::suite::remote::{
+    PATHS, configure_hosts, entries, long_worker, result_tree, scripted, statuses, with_check,
+};
+use crate::support::fake_server::FakeServer;
+use crate::support::git_fixture::GitFixture;
+use crate::support::grove::{grove_in, stderr};
+use crate::support::ssh_host::SshHost;
+
+/// Where the hosts' grove keeps its trees, as the test sees it.
+fn trees(host: &SshHost) -> std::path::PathBuf {
+    host.home_outside().join(".cache/grove/remote/trees")
+}
+
+fn has_file(trees: &Path, name: &str) -> bool {
+    entries(trees).iter().any(|repo| {
+        entries(&trees.join(repo))
+            .iter()
+            .any(|tree| trees.join(repo).join(tree).join(name).exists())
+    })
+}
+
+#[test]
+fn a_host_is_another_machine_reached_over_a_clean_pipe() {
+    let hidden = tempfile::tempdir().unwrap();
+    std::fs::write(hidden.path().join("marker"), "here\n").unwrap();
+    let (Some(a), Some(b)) = (
+        SshHost::start("grove-a", &[hidden.path()]),
+        SshHost::start("grove-b", &[hidden.path()]),
+    ) else {
+        return;
+    };
+    let marker = hidden.path().join("marker").display().to_string();
+    let seen = a.run(&format!("cat {marker}"));
+    assert!(
+        !seen.status.success(),
+        "the host cannot see the hidden directory the test sees"
+    );
+    let probe = a.run("echo $HOME; touch ~/made-on-a; grep -c : /proc/net/dev");
+    assert_eq!(
+        String::from_utf8_lossy(&probe.stdout),
+        "/root\n1\n",
+        "its home is its own and its only network device is lo: {}",
+        String::from_utf8_lossy(&probe.stderr)
+    );
+    assert!(a.home_outside().join("made-on-a").exists());
+    assert!(
+        !b.home_outside().join("made-on-a").exists(),
+        "b has its own home"
+    );
+    let data: Vec<u8> = (0..1 << 20).map(|i: u32| (i * 7 % 251) as u8).collect();
+    let mut cat = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{} cat", a.launcher()))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = cat.stdin.take().unwrap();
+    let writer = std::thread::spawn({
+        let data = data.clone();
+        move || std::io::Write::write_all(&mut stdin, &data).unwrap()
+    });
+    let output = cat.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert!(
+        output.stdout == data,
+        "1 MiB of binary comes back through ssh unchanged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_subtasks_on_two_ssh_hosts_run_and_check_there_and_merge_here_as_a_local_run() {
+    let local = GitFixture::with_files(&[("README", "r\n")]);
+    with_check(&local);
+    let server = FakeServer::with_responder(scripted(PATHS)).await;
+    let output = grove_in(&local, Some(&server), &["run", "write three files"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+
+    let remote = GitFixture::with_files(&[("README", "r\n")]);
+    with_check(&remote);
+    let mine = remote.repo.parent().unwrap();
+    let (Some(a), Some(b)) = (
+        SshHost::start("grove-a", &[mine]),
+        SshHost::start("grove-b", &[mine]),
+    ) else {
+        return;
+    };
+    configure_hosts(&remote, &[("a", a.launcher()), ("b", b.launcher())]);
+    let server = FakeServer::with_responder(scripted(PATHS)).await;
+    let output = grove_in(
+        &remote,
+        Some(&server),
+        &["run", "--json", "--remote", "a,b", "write three files"],
+    )
+    .await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(statuses(&report), ["merged"; 3]);
+    assert_eq!(
+        result_tree(&remote),
+        result_tree(&local),
+        "hosts that cannot see the repository give the local run's result, byte for byte"
+    );
+    for host in [&a, &b] {
+        let mirrors = host.home_outside().join(".cache/grove/remote/mirrors");
+        assert_eq!(entries(&mirrors).len(), 1, "each host keeps one mirror");
+        assert!(
+            entries(&trees(host))
+                .iter()
+                .all(|repo| entries(&trees(host).join(repo)).is_empty()),
+            "each host removed its trees"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ssh_host_whose_server_is_killed_mid_worker_gives_its_tree_to_the_other() {
+    let fixture = GitFixture::with_files(&[("README", "r\n")]);
+    let mine = fixture.repo.parent().unwrap().to_path_buf();
+    let (Some(a), Some(b)) = (
+        SshHost::start("grove-a", &[&mine]),
+        SshHost::start("grove-b", &[&mine]),
+    ) else {
+        return;
+    };
+    configure_hosts(&fixture, &[("a", a.launcher()), ("b", b.launcher())]);
+    let server = FakeServer::with_responder(long_worker).await;
+    let run = grove_in(
+        &fixture,
+        Some(&server),
+        &["run", "--remote", "a,b", "work long"],
+    );
+    let hit = async {
+        loop {
+            for (name, host) in [("a", &a), ("b", &b)] {
+                if has_file(&trees(host), "started") {
+                    assert_eq!(
+                        host.signal("exec-server", nix::sys::signal::Signal::SIGKILL),
+                        1,
+                        "one exec-server runs on {name}"
+                    );
+                    return name;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    let (output, lost) = tokio::join!(run, hit);
+    let said = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(&format!("lost remote host `{lost}`; its tree moved")),
+        "{said}"
+    );
+    assert_eq!(fixture.git(&["show", "HEAD:kept.txt"]), "kept");
+}
