@@ -40,7 +40,7 @@ const FILLED_MARKER: &str = "grove-filled";
 fn is_filled(admin: &Path) -> bool {
     admin.join(FILLED_MARKER).exists()
         || admin.join(OVERLAY_RECORD).exists()
-        || admin.join(super::remote::REMOTE_RECORD).exists()
+        || admin.join(super::handle::REMOTE_RECORD).exists()
 }
 
 impl Repo {

@@ -26,6 +26,9 @@ use crate::tools::tree::{TreeAccess, TreeNamespace};
 /// journal each one freed slows every file created after it (see `spare.rs`).
 pub(super) const OVERLAY_RECORD: &str = "grove-overlay";
 
+/// Written into a remote worktree's admin dir: the mark that its files are elsewhere.
+pub(super) const REMOTE_RECORD: &str = "grove-remote";
+
 /// The record while it is written, renamed into place once whole.
 pub(super) const OVERLAY_RECORD_PARTIAL: &str = "grove-overlay.new";
 
@@ -136,7 +139,7 @@ impl Files {
     pub(super) fn found(admin: &Path) -> Self {
         if admin.join(OVERLAY_RECORD).exists() {
             Self::Unmounted
-        } else if admin.join(super::remote::REMOTE_RECORD).exists() {
+        } else if admin.join(REMOTE_RECORD).exists() {
             Self::Unreached
         } else {
             Self::Checkout

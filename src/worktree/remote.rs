@@ -10,13 +10,10 @@ use std::path::PathBuf;
 use tokio::sync::watch;
 
 use super::checkpoint::checkpoint_message;
-use super::handle::{Files, FillState, Worktree, WorktreeSpec};
+use super::handle::{Files, FillState, REMOTE_RECORD, Worktree, WorktreeSpec};
 use crate::git::{CommitId, GitError, Repo};
 use crate::remote::protocol::SandboxSpec;
 use crate::remote::{OpenSpec, Placement, RemoteError, RemoteTree};
-
-/// Written into a remote worktree's admin dir: the mark that its files are elsewhere.
-pub(super) const REMOTE_RECORD: &str = "grove-remote";
 
 impl Repo {
     /// Marks a newly registered worktree as a remote one: no files here.

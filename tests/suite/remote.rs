@@ -508,3 +508,97 @@ async fn a_host_without_grove_gets_this_one_shipped_over_its_launcher_once() {
         "a.txt was written"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_remote_trees_commands_see_no_other_tree_on_the_host_but_the_mirrors_git_data() {
+    let fixture = GitFixture::with_files(&[("README", "r\n")]);
+    let hosts = tempfile::tempdir().unwrap();
+    let home = hosts.path().join("a");
+    configure_hosts(
+        &fixture,
+        &[("a", format!("env GROVE_REMOTE_HOME={}", home.display()))],
+    );
+    let probe: &'static str = format!(
+        "ls {0}/trees/*; echo TREES=$?; ls {0}/mirrors/*/.git; echo MIRRORS=$?; echo probed > p.txt",
+        home.display()
+    )
+    .leak();
+    let server = FakeServer::with_responder(move |request: &RecordedRequest| {
+        let turn = match (role(request), request.tool_results().len()) {
+            ("lead", 0) => Turn::new().tool_use("d0", "delegate", json!({ "task": "probe" })),
+            ("worker", 0) => Turn::new().tool_use("w1", "bash", json!({ "command": probe })),
+            ("reviewer", 0) => Turn::new().tool_use(
+                "r1",
+                "submit_verdict",
+                json!({ "verdict": "approve", "summary": "fine" }),
+            ),
+            _ => Turn::text("done"),
+        };
+        turn.usage(10, 2, 0, 0).into()
+    })
+    .await;
+    let output = grove_in(&fixture, Some(&server), &["run", "--remote", "a", "probe"]).await;
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let seen: String = server
+        .requests()
+        .iter()
+        .filter(|request| role(request) == "worker")
+        .flat_map(|request| request.tool_results())
+        .map(|(_, content)| content)
+        .collect();
+    assert!(
+        seen.contains("TREES=2"),
+        "the host's trees (the others' files) are not there for the tree's commands: {seen}"
+    );
+    assert!(
+        seen.contains("MIRRORS=0"),
+        "the mirror's git data is, as the repository's is to a local worker (the tree's own \
+         git needs it): {seen}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_only_host_lost_mid_worker_fails_its_subtask_naming_it_and_keeps_its_checkpoint() {
+    let fixture = GitFixture::with_files(&[("README", "r\n")]);
+    let hosts = tempfile::tempdir().unwrap();
+    let home = hosts.path().join("a");
+    configure_hosts(
+        &fixture,
+        &[("a", format!("env GROVE_REMOTE_HOME={}", home.display()))],
+    );
+    let server = FakeServer::with_responder(long_worker).await;
+    let run = grove_in(
+        &fixture,
+        Some(&server),
+        &["run", "--json", "--remote", "a", "work long"],
+    );
+    let hit = async {
+        host_with(hosts.path(), &["a"], "started").await;
+        for pid in servers_of(&home) {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .unwrap();
+        }
+    };
+    let (output, ()) = tokio::join!(run, hit);
+    assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let subtask = &report["subtasks"][0];
+    let reason = subtask["reason"].as_str().unwrap();
+    assert!(
+        subtask["status"] == "failed" && reason.contains("lost remote host `a`"),
+        "the subtask fails naming the host it lost: {subtask:#}"
+    );
+    let archived = fixture.git(&["for-each-ref", "--format=%(refname)", "refs/grove/archive"]);
+    assert!(!archived.is_empty(), "its work is archived, never dropped");
+    assert_eq!(
+        fixture.git(&[
+            "show",
+            &format!("{}:kept.txt", archived.lines().next().unwrap())
+        ]),
+        "kept",
+        "the checkpoint made before the host was lost is kept"
+    );
+}

@@ -43,6 +43,7 @@ pub(crate) mod close;
 pub(crate) mod commit;
 pub(crate) mod error;
 pub(crate) mod fix;
+pub(crate) mod hosts;
 pub(crate) mod integrate;
 pub(crate) mod outcome;
 pub(crate) mod pipeline;

@@ -376,7 +376,7 @@ pub(crate) async fn create_worktree(
             .map_err(|source| SubtaskError::Worktree { source });
     }
     if worktree.is_remote() {
-        return reach(ctx, id, &worktree, scope).await;
+        return super::hosts::reach(ctx, id, &worktree, scope).await;
     }
     if !matches!(worktree.files(), Files::Unmounted) {
         return Ok(worktree);
@@ -387,86 +387,6 @@ pub(crate) async fn create_worktree(
         None => ahead.base_tree(ctx, id).await?.tree_dir(),
     };
     trees::mount_again(ctx, &worktree, &lower).await
-}
-
-/// Opens subtask `id`'s remote worktree on the host with the most free slots; a host
-/// lost on the way gives its place to another, once.
-pub(crate) async fn reach(
-    ctx: &RunContext,
-    id: SubtaskId,
-    worktree: &Worktree,
-    scope: Option<&WriteScope>,
-) -> Result<Worktree, SubtaskError> {
-    let sandbox =
-        crate::remote::protocol::SandboxSpec::of(ctx.options.sandbox, ctx.options.allow_network);
-    let globs = scope.map(|scope| scope.globs().to_vec());
-    let mut avoid = None;
-    loop {
-        let Some(placement) = ctx.hosts.place(avoid.as_deref()).await else {
-            return Err(SubtaskError::Remote {
-                source: crate::remote::RemoteError::Refused {
-                    host: String::new(),
-                    message: "the run has no remote host".to_owned(),
-                },
-            });
-        };
-        let host = placement.host.name.clone();
-        match worktree
-            .reach(&ctx.repo, placement, sandbox.clone(), globs.clone())
-            .await
-        {
-            Ok(reached) => {
-                if let Some(tree) = reached.remote() {
-                    ctx.note(format!(
-                        "{id}: works on remote host `{host}` ({} bytes of git objects sent \
-                         for its start)",
-                        tree.base_bytes()
-                    ));
-                }
-                return Ok(reached);
-            }
-            Err(error) if error.is_lost() && avoid.is_none() && ctx.hosts.names().len() > 1 => {
-                ctx.note(format!("{id}: {error}; trying another host"));
-                avoid = Some(host);
-            }
-            Err(source) => return Err(SubtaskError::Remote { source }),
-        }
-    }
-}
-
-/// Moves subtask `id`'s remote `tree` off host `lost` to another host with a free slot,
-/// at its branch's last checkpoint.
-pub(crate) async fn move_remote(
-    ctx: &RunContext,
-    id: SubtaskId,
-    tree: &crate::remote::RemoteTree,
-    lost: &str,
-) -> Result<(), crate::remote::RemoteError> {
-    let refused = |message: &str| crate::remote::RemoteError::Refused {
-        host: lost.to_owned(),
-        message: message.to_owned(),
-    };
-    if ctx.hosts.names().len() < 2 {
-        return Err(refused("the run has no other remote host"));
-    }
-    let placement = ctx
-        .hosts
-        .place(Some(lost))
-        .await
-        .ok_or_else(|| refused("the run has no other remote host"))?;
-    let host = placement.host.name.clone();
-    let start = ctx
-        .repo
-        .ref_target(&crate::git::subtask_ref(&ctx.run, id.number()))
-        .ok()
-        .flatten()
-        .unwrap_or(ctx.base);
-    tree.move_to(&ctx.repo, placement, start).await?;
-    ctx.note(format!(
-        "{id}: lost remote host `{lost}`; its tree moved to `{host}` at its last checkpoint \
-         ({start}) and its worker goes on there"
-    ));
-    Ok(())
 }
 
 /// Copies the local-only files into subtask `id`'s worktree and runs the setup command

@@ -69,7 +69,7 @@ pub(crate) async fn work(
     // Its host was lost mid-work: once, the tree moves to another host at its last
     // checkpoint, and the worker goes on from its saved conversation.
     let (id, lost) = (again.id, tree.host());
-    if let Err(error) = super::prepare::move_remote(ctx, id, tree, &lost).await {
+    if let Err(error) = super::hosts::move_remote(ctx, id, tree, &lost).await {
         ctx.note(format!("{id}: no other host took its tree: {error}"));
         return first;
     }
