@@ -117,25 +117,15 @@ impl<W: AsyncWrite + Unpin + Send> Server<W> {
     }
 
     async fn reply(&self, id: u64, answer: Result<(Reply, Vec<u8>), String>) {
-        let (response, payload) = match answer {
-            Ok((reply, payload)) => (
-                Response {
-                    id,
-                    ok: Some(reply),
-                    error: None,
-                    bytes: (!payload.is_empty()).then_some(payload.len() as u64),
-                },
-                payload,
-            ),
-            Err(message) => (
-                Response {
-                    id,
-                    ok: None,
-                    error: Some(message),
-                    bytes: None,
-                },
-                Vec::new(),
-            ),
+        let (ok, error, payload) = match answer {
+            Ok((reply, payload)) => (Some(reply), None, payload),
+            Err(message) => (None, Some(message), Vec::new()),
+        };
+        let response = Response {
+            id,
+            ok,
+            error,
+            bytes: (!payload.is_empty()).then_some(payload.len() as u64),
         };
         let mut out = self.out.lock().await;
         if protocol::write(&mut *out, &response, &payload)

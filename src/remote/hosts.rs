@@ -92,9 +92,14 @@ impl HostPool {
             .iter()
             .filter(|(host, _)| Some(host.name.as_str()) != avoid || self.hosts.len() == 1)
             .collect();
+        // The most free slots; of equals, the one configured first.
         let best = candidates
             .iter()
-            .max_by_key(|(_, slots)| slots.available_permits())?;
+            .enumerate()
+            .max_by_key(|(index, (_, slots))| {
+                (slots.available_permits(), std::cmp::Reverse(*index))
+            })
+            .map(|(_, best)| best)?;
         if let Ok(slot) = Arc::clone(&best.1).try_acquire_owned() {
             return Some(Placement {
                 host: best.0.clone(),
@@ -142,7 +147,7 @@ mod tests {
             ["b", "a", "b"],
             "each worker goes where most slots are free"
         );
-        drop(first);
+        drop((first, second));
         let again = pool.place(Some("b")).await.unwrap();
         assert_eq!(
             again.host.name, "a",

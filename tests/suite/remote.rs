@@ -58,11 +58,16 @@ pub(crate) fn scripted(paths: &'static [&'static str]) -> impl Fn(&RecordedReque
 
 pub(crate) const PATHS: &[&str] = &["a.txt", "b.txt", "c.txt"];
 
+/// Writes `text` as the user's own grove configuration of `fixture`.
+fn user_config(fixture: &GitFixture, text: &str) {
+    let dir = fixture.home().join(".config/grove");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.toml"), text).unwrap();
+}
+
 /// `[remote.NAME]` tables for `hosts` (name, launcher) in the user's configuration of
 /// `fixture`, the grove on the far side being this build's.
 pub(crate) fn configure_hosts(fixture: &GitFixture, hosts: &[(&str, String)]) {
-    let dir = fixture.home().join(".config/grove");
-    std::fs::create_dir_all(&dir).unwrap();
     let tables: String = hosts
         .iter()
         .map(|(name, launch)| {
@@ -72,7 +77,7 @@ pub(crate) fn configure_hosts(fixture: &GitFixture, hosts: &[(&str, String)]) {
             )
         })
         .collect();
-    std::fs::write(dir.join("config.toml"), tables).unwrap();
+    user_config(fixture, &tables);
 }
 
 pub(crate) fn with_check(fixture: &GitFixture) {
@@ -385,16 +390,13 @@ async fn another_grove_version_on_the_host_is_a_clear_error_naming_both() {
     )
     .unwrap();
     std::fs::set_permissions(&other, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let config = fixture.home().join(".config/grove");
-    std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(
-        config.join("config.toml"),
-        format!(
+    user_config(
+        &fixture,
+        &format!(
             "[remote.old]\nlaunch = \"env\"\nprogram = {:?}\n",
             other.display().to_string()
         ),
-    )
-    .unwrap();
+    );
     let server = FakeServer::with_responder(scripted(&["a.txt"])).await;
     let output = grove_in(
         &fixture,
@@ -470,18 +472,15 @@ async fn a_run_interrupted_on_a_host_resumes_here_or_on_a_host_from_its_last_che
 async fn a_host_without_grove_gets_this_one_shipped_over_its_launcher_once() {
     let fixture = GitFixture::with_files(&[("README", "r\n")]);
     let host = tempfile::tempdir().unwrap();
-    let config = fixture.home().join(".config/grove");
-    std::fs::create_dir_all(&config).unwrap();
     // The launcher starts in the host's directory, as ssh starts in a home directory;
     // the host has no `grove-not-installed`.
-    std::fs::write(
-        config.join("config.toml"),
-        format!(
+    user_config(
+        &fixture,
+        &format!(
             "[remote.bare]\nlaunch = \"env -C {0} GROVE_REMOTE_HOME={0}\"\nprogram = \"grove-not-installed\"\n",
             host.path().display()
         ),
-    )
-    .unwrap();
+    );
     for (attempt, paths) in [("first", &["a.txt"]), ("second", &["b.txt"])] {
         let server = FakeServer::with_responder(scripted(paths)).await;
         let output = grove_in(&fixture, Some(&server), &["run", "--remote", "bare", "x"]).await;
