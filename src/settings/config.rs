@@ -264,18 +264,8 @@ impl ProjectConfig {
 
     /// Parses the text of a config file read from `path` (named in errors).
     pub fn parse(path: &Path, text: &str) -> Result<ProjectConfig, ConfigError> {
+        refuse_remote(path, text)?;
         let raw: RawFile = toml::from_str(text).map_err(|error| parse_error(path, text, &error))?;
-        if let Some(remote) = raw.remote {
-            return Err(invalid(
-                path,
-                text,
-                &remote.span(),
-                Some("remote".to_owned()),
-                ValueProblem::UserOnly {
-                    why: "a remote host's launcher runs on your machine with your credentials",
-                },
-            ));
-        }
         let check = Checker { path, text };
         let models = raw.models.unwrap_or_default();
         let max_turns = raw.max_turns.unwrap_or_default();
@@ -355,8 +345,6 @@ struct RawFile {
     sandbox: Option<RawSandbox>,
     history: RawValue,
     check: Option<Spanned<RawCheck>>,
-    /// Never allowed here: read only to say where hosts go.
-    remote: RawValue,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -491,6 +479,37 @@ impl Checker<'_> {
 pub(crate) const MAX_CHECK_TIMEOUT_S: u64 = 86_400;
 /// The most fixer rounds `[check] fix_attempts` may ask for.
 pub(crate) const MAX_FIX_ATTEMPTS: u32 = 10;
+
+/// Refuses `[remote]` in a repository's file, pointing at it: a remote host's launcher
+/// runs on the user's machine with their credentials, so only their own configuration
+/// may name one (`settings::remote`).
+fn refuse_remote(path: &Path, text: &str) -> Result<(), ConfigError> {
+    let Ok(table) = text.parse::<toml::Table>() else {
+        // Not TOML: the full parse says where.
+        return Ok(());
+    };
+    if !table.contains_key("remote") {
+        return Ok(());
+    }
+    let start = text
+        .lines()
+        .scan(0, |offset, line| {
+            let at = *offset;
+            *offset += line.len() + 1;
+            Some((at, line.trim_start()))
+        })
+        .find(|(_, line)| line.starts_with("[remote") || line.starts_with("remote"))
+        .map_or(0, |(at, _)| at);
+    Err(invalid(
+        path,
+        text,
+        &(start..start),
+        Some("remote".to_owned()),
+        ValueProblem::UserOnly {
+            why: "a remote host's launcher runs on your machine with your credentials",
+        },
+    ))
+}
 
 /// A TOML parser's error in the file at `path` (holding `text`), pointing at its place.
 pub(crate) fn parse_error(path: &Path, text: &str, error: &toml::de::Error) -> ConfigError {

@@ -601,3 +601,56 @@ async fn the_only_host_lost_mid_worker_fails_its_subtask_naming_it_and_keeps_its
         "the checkpoint made before the host was lost is kept"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_remote_tree_gets_its_setup_there_and_never_the_users_local_files() {
+    let fixture = GitFixture::with_files(&[("README", "r\n"), (".gitignore", "made-by-setup\n")]);
+    fixture.write(
+        ".grove/config.toml",
+        "[worktree]\nsetup = \"echo set up > made-by-setup\"\ncopy = [\".env\"]\n",
+    );
+    fixture.commit_all("a setup command and a local-only file");
+    fixture.write(".env", "SECRET=1\n");
+    let trusted = grove_in(&fixture, None, &["trust"]).await;
+    assert_eq!(trusted.status.code(), Some(0), "{}", stderr(&trusted));
+    let hosts = tempfile::tempdir().unwrap();
+    let home = hosts.path().join("a");
+    configure_hosts(
+        &fixture,
+        &[("a", format!("env GROVE_REMOTE_HOME={}", home.display()))],
+    );
+    let server = FakeServer::with_responder(|request: &RecordedRequest| {
+        let turn = match (role(request), request.tool_results().len()) {
+            ("lead", 0) => Turn::new().tool_use("d0", "delegate", json!({ "task": "look" })),
+            ("worker", 0) => Turn::new().tool_use(
+                "w1",
+                "bash",
+                json!({ "command": "cat made-by-setup > seen.txt; ls -a >> seen.txt" }),
+            ),
+            ("reviewer", 0) => Turn::new().tool_use(
+                "r1",
+                "submit_verdict",
+                json!({ "verdict": "approve", "summary": "fine" }),
+            ),
+            _ => Turn::text("done"),
+        };
+        turn.usage(10, 2, 0, 0).into()
+    })
+    .await;
+    let output = grove_in(&fixture, Some(&server), &["run", "--remote", "a", "look"]).await;
+    let said = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    let seen = fixture.git(&["show", "HEAD:seen.txt"]);
+    assert!(
+        seen.starts_with("set up\n"),
+        "the setup ran in the remote tree before the worker: {seen}"
+    );
+    assert!(
+        !seen.contains(".env"),
+        "the local-only file stayed here: {seen}"
+    );
+    assert!(
+        said.contains("the local-only files (.env) are not sent there"),
+        "{said}"
+    );
+}

@@ -427,7 +427,13 @@ async fn prepare_tree(
         .ready()
         .await
         .map_err(|source| SubtaskError::NotCheckedOut { source })?;
-    if !local.is_empty() {
+    if !local.is_empty() && worktree.is_remote() {
+        // Your uncommitted files (a `.env`, say) stay on this machine.
+        ctx.note(format!(
+            "{id}: its tree is on a remote host; the local-only files ({}) are not sent there",
+            local.join(", ")
+        ));
+    } else if !local.is_empty() {
         // Recorded first: no commit can include a file that is not yet recorded.
         ctx.repo
             .set_local_files(worktree, &local)
