@@ -5,6 +5,8 @@
 
 use std::path::Path;
 
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use serde_json::Value;
 
 use crate::suite::remote::{
@@ -13,6 +15,7 @@ use crate::suite::remote::{
 use crate::support::fake_server::FakeServer;
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::{grove_in, stderr};
+use crate::support::processes;
 use crate::support::ssh_host::SshHost;
 
 /// Where the hosts' grove keeps its trees, as the test sees it.
@@ -73,8 +76,18 @@ async fn three_subtasks_on_two_ssh_hosts_run_and_check_there_and_merge_here_as_a
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_ssh_host_whose_server_is_killed_mid_worker_gives_its_tree_to_the_other() {
+/// What a test does to the host a worker runs on.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// Kills its exec-server there.
+    KillServer,
+    /// Kills the ssh client here: the connection drops, the server lives on a moment.
+    DropConnection,
+}
+
+/// A one-subtask run on two ssh hosts whose worker's command hangs; `fault` is done to the
+/// host it runs on. The tree must move to the other host with its checkpoint.
+async fn fault_over_ssh(fault: Fault) {
     let fixture = GitFixture::with_files(&[("README", "r\n")]);
     let mine = fixture.repo.parent().unwrap().to_path_buf();
     let (Some(a), Some(b)) = (
@@ -91,23 +104,55 @@ async fn an_ssh_host_whose_server_is_killed_mid_worker_gives_its_tree_to_the_oth
         &["run", "--remote", "a,b", "work long"],
     );
     let hit = async {
-        loop {
+        for _ in 0..600 {
             for (name, host) in [("a", &a), ("b", &b)] {
-                if has_file(&trees(host), "started") {
-                    let killed = host.signal("exec-server", nix::sys::signal::Signal::SIGKILL);
-                    assert!(killed >= 1, "the exec-server on {name} was killed");
-                    return name;
+                if !has_file(&trees(host), "started") {
+                    continue;
                 }
+                let hit = match fault {
+                    Fault::KillServer => host.signal("exec-server", Signal::SIGKILL),
+                    Fault::DropConnection => {
+                        let config = host.ssh_config().display().to_string();
+                        let clients = processes::running_with_arg(&config);
+                        for pid in &clients {
+                            nix::sys::signal::kill(Pid::from_raw(*pid), Signal::SIGKILL).unwrap();
+                        }
+                        clients.len()
+                    }
+                };
+                assert!(hit >= 1, "the fault reached host {name}");
+                return Some(name);
             }
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
+        None
     };
     let (output, lost) = tokio::join!(run, hit);
+    let Some(lost) = lost else {
+        panic!(
+            "the worker's command never started on a host within a minute:\n{}",
+            stderr(&output)
+        );
+    };
     let said = stderr(&output);
     assert_eq!(output.status.code(), Some(0), "{said}");
     assert!(
         said.contains(&format!("lost remote host `{lost}`; its tree moved")),
         "{said}"
     );
-    assert_eq!(fixture.git(&["show", "HEAD:kept.txt"]), "kept");
+    assert_eq!(
+        fixture.git(&["show", "HEAD:kept.txt"]),
+        "kept",
+        "the checkpoint made on the lost host reached the result"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ssh_host_whose_server_is_killed_mid_worker_gives_its_tree_to_the_other() {
+    fault_over_ssh(Fault::KillServer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ssh_connection_dropped_mid_worker_gives_the_tree_to_the_other_host() {
+    fault_over_ssh(Fault::DropConnection).await;
 }

@@ -174,8 +174,13 @@ impl SshHost {
     /// /tmp/grove-ssh-host-X/ssh_config grove-host-a`. Made to be used in `sh -c`, as
     /// grove will use a configured launcher: `format!("{} cmd args", host.launcher())`.
     pub fn launcher(&self) -> String {
-        let config = self.dir.path().join("client/ssh_config");
-        format!("ssh -F {} {}", shell_quote(&config), self.alias)
+        format!("ssh -F {} {}", shell_quote(self.ssh_config()), self.alias)
+    }
+
+    /// The client's configuration for this host: an argument of every ssh client that
+    /// connects to it, and of nothing else (its folder is this host's alone).
+    pub fn ssh_config(&self) -> std::path::PathBuf {
+        self.dir.path().join("client/ssh_config")
     }
 
     /// The ssh alias, which is also the host's hostname (`grove-host-NAME`).

@@ -60,9 +60,11 @@ impl Cgroup {
     fn create(hierarchy: &Hierarchy, limits: Limits) -> Option<Self> {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = hierarchy
-            .dir
-            .join(format!("grove-{}-{n}", std::process::id()));
+        let dir = hierarchy.dir.join(format!(
+            "grove-{}-{n}{}",
+            std::process::id(),
+            pid_namespace_suffix()
+        ));
         std::fs::create_dir(&dir).ok()?;
         let cgroup = Self {
             dir,
@@ -255,10 +257,32 @@ impl CgroupPool {
 }
 
 /// The owner of a cgroup named `grove-<pid>-<n>`.
+///
+/// A name made in another pid namespace (`grove-<pid>-<n>.<namespace>`: a grove in a
+/// container, or a remote host's exec-server on the same machine) has no owner this
+/// process can see: its pid means nothing here, and its cgroups are never judged stale.
 fn cgroup_owner(name: &str) -> Option<u32> {
-    name.strip_prefix("grove-")
-        .and_then(|rest| rest.split_once('-'))
-        .and_then(|(pid, _)| pid.parse::<u32>().ok())
+    let rest = name.strip_prefix("grove-")?;
+    let (pid, rest) = rest.split_once('-')?;
+    let theirs = rest.split_once('.').map(|(_, namespace)| namespace);
+    let ours = pid_namespace_suffix();
+    if theirs.is_some_and(|theirs| Some(theirs) != ours.strip_prefix('.')) {
+        return None;
+    }
+    pid.parse::<u32>().ok()
+}
+
+/// `.<inode>` of this process's pid namespace, which a cgroup's name carries so that a
+/// grove in another one leaves it alone; empty when it cannot be read.
+fn pid_namespace_suffix() -> String {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .and_then(|link| {
+            let link = link.to_string_lossy().into_owned();
+            let inode = link.strip_prefix("pid:[")?.strip_suffix(']')?;
+            Some(format!(".{inode}"))
+        })
+        .unwrap_or_default()
 }
 
 /// Kills the processes of, then removes, the cgroups of grove processes that are gone: a
@@ -349,10 +373,15 @@ fn writable_dir(dir: &Path) -> bool {
     nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok()
 }
 
-/// This process's `<pid>:<start time>`, the value of [`OWNER_VAR`] in its commands.
+/// This process's `<pid>:<start time>` and its pid namespace (`.<inode>`), the value of
+/// [`OWNER_VAR`] in its commands.
 pub(super) fn owner_mark() -> String {
     let pid = std::process::id();
-    format!("{pid}:{}", start_time(pid).unwrap_or_default())
+    format!(
+        "{pid}:{}{}",
+        start_time(pid).unwrap_or_default(),
+        pid_namespace_suffix()
+    )
 }
 
 /// A process's start time in clock ticks since boot (field 22 of its `stat`).
@@ -366,8 +395,16 @@ fn start_time(pid: u32) -> Option<u64> {
         .ok()
 }
 
-/// True when the grove of an owner mark is still running (same pid, same start time).
+/// True when the grove of an owner mark is still running (same pid, same start time),
+/// or when it is a grove of another pid namespace, which this one cannot judge.
 fn owner_alive(mark: &str) -> bool {
+    let (mark, namespace) = match mark.split_once('.') {
+        Some((mark, namespace)) => (mark, Some(namespace)),
+        None => (mark, None),
+    };
+    if namespace.is_some_and(|theirs| Some(theirs) != pid_namespace_suffix().strip_prefix('.')) {
+        return true;
+    }
     let Some((pid, started)) = mark.split_once(':') else {
         return false;
     };
@@ -430,7 +467,18 @@ mod tests {
         let own = format!("grove-{}-1", std::process::id());
         // Beyond the kernel's largest pid: no such process.
         let gone = "grove-4294967295-3";
-        for name in [own.as_str(), gone, "grove-4294967294-1", "other-1"] {
+        // The same gone pid, in this pid namespace (removed) and in another (kept: its
+        // pid means nothing here).
+        let gone_here = format!("grove-4294967295-4{}", pid_namespace_suffix());
+        let elsewhere = "grove-4294967295-5.1";
+        for name in [
+            own.as_str(),
+            gone,
+            &gone_here,
+            elsewhere,
+            "grove-4294967294-1",
+            "other-1",
+        ] {
             std::fs::create_dir(parent.path().join(name)).unwrap();
         }
         std::fs::write(parent.path().join("grove-4294967294-1/busy"), "").unwrap();
@@ -440,28 +488,38 @@ mod tests {
             .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         left.sort();
-        let mut expected = vec![own, "grove-4294967294-1".to_owned(), "other-1".to_owned()];
+        let mut expected = vec![
+            own,
+            elsewhere.to_owned(),
+            "grove-4294967294-1".to_owned(),
+            "other-1".to_owned(),
+        ];
         expected.sort();
         assert_eq!(
             left, expected,
-            "a gone process's empty cgroup is removed; this process's, a busy one and \
-             others' stay"
+            "a gone process's empty cgroup is removed; this process's, a busy one, another \
+             pid namespace's and others' stay"
         );
     }
 
     #[test]
     fn an_owner_mark_is_alive_only_for_the_same_process_started_at_the_same_time() {
         let mark = owner_mark();
+        let here = pid_namespace_suffix();
         let (pid, started) = mark.split_once(':').unwrap();
+        let started: u64 = started.trim_end_matches(here.as_str()).parse().unwrap();
         assert_eq!(
             (
                 owner_alive(&mark),
-                owner_alive(&format!("{pid}:{}", started.parse::<u64>().unwrap() + 1)),
+                owner_alive(&format!("{pid}:{}{here}", started + 1)),
                 owner_alive("4294967295:1"),
+                owner_alive(&format!("4294967295:1{here}")),
+                owner_alive("4294967295:1.1"),
                 owner_alive("junk"),
             ),
-            (true, false, false, false),
-            "a reused pid (other start time), a gone pid and junk are dead owners"
+            (true, false, false, false, true, false),
+            "a reused pid (other start time), a gone pid and junk are dead owners; a grove \
+             of another pid namespace cannot be judged from here"
         );
     }
 }
