@@ -170,17 +170,20 @@ impl Session {
             call.subtask,
             fastrand::u32(..)
         ));
-        // What a connection that died unannounced left of this subtask goes first.
         let branch = format!("refs/heads/grove/{run}/{}", call.subtask);
-        let _ = repo.git().args(["worktree", "prune"]).run().await;
-        let _ = repo.git().args(["update-ref", "-d", &branch]).run().await;
         let spec = WorktreeSpec {
             run,
             subtask: call.subtask,
             base: start,
             path,
         };
-        let worktree = Worktree::create(&repo, spec).await.map_err(text)?;
+        let worktree = {
+            let _lock = lock_refs(&repo).await?;
+            // What a connection that died unannounced left of this subtask goes first.
+            let _ = repo.git().args(["worktree", "prune"]).run().await;
+            let _ = repo.git().args(["update-ref", "-d", &branch]).run().await;
+            Worktree::create(&repo, spec).await.map_err(text)?
+        };
         worktree.ready().await.map_err(text)?;
         let root = std::fs::canonicalize(worktree.path()).map_err(text)?;
         let executor = executor(
@@ -334,6 +337,7 @@ impl Session {
     /// Removes the tree and its branch from the mirror (its work went back with its
     /// checkpoints; what came after the last one is lost with the connection).
     pub(super) async fn remove(&self) {
+        let _lock = lock_refs(&self.repo).await;
         let path = self.worktree.path().to_string_lossy().into_owned();
         let _ = self
             .repo
@@ -348,6 +352,25 @@ impl Session {
             .run()
             .await;
     }
+}
+
+/// Holds the mirror's lock on making and deleting branches, shared by every connection
+/// to it on this host: git deleting a ref prunes the folders it emptied, which fails
+/// another process making a ref in one of them at that moment.
+async fn lock_refs(repo: &Repo) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+    let path = repo.common_dir().join("grove-refs.lock");
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(text)?;
+        nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, errno)| format!("cannot lock {}: {errno}", path.display()))
+    })
+    .await
+    .map_err(text)?
 }
 
 /// The executor of the tree's commands: the client's sandbox choice, applied here, its

@@ -41,8 +41,6 @@ pub struct Connection {
     closed: CancellationToken,
     child: Arc<tokio::sync::Mutex<Child>>,
     stderr: Arc<Mutex<Vec<u8>>>,
-    /// Bytes sent, for the figures.
-    sent: AtomicU64,
 }
 
 impl std::fmt::Debug for Connection {
@@ -119,7 +117,6 @@ impl Connection {
             closed: CancellationToken::new(),
             child: Arc::new(tokio::sync::Mutex::new(child)),
             stderr: Arc::default(),
-            sent: AtomicU64::new(0),
         });
         let tail = Arc::clone(&connection.stderr);
         tokio::spawn(async move {
@@ -175,11 +172,6 @@ impl Connection {
         &self.host
     }
 
-    /// Bytes sent to the host so far (messages and bundles).
-    pub fn bytes_sent(&self) -> u64 {
-        self.sent.load(Ordering::Relaxed)
-    }
-
     /// Sends `call` with `payload` after it and waits for its answer; a `cancel`lation
     /// asks the server to stop it and gives up waiting after a grace period.
     pub async fn call(
@@ -224,8 +216,6 @@ impl Connection {
             return Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe).into());
         };
         protocol::write(writer, request, payload).await?;
-        self.sent
-            .fetch_add(payload.len() as u64 + 64, Ordering::Relaxed);
         Ok(())
     }
 

@@ -132,11 +132,6 @@ impl RemoteTree {
         self.live().base_bytes
     }
 
-    /// Bytes sent to the host over this tree's connection.
-    pub fn bytes_sent(&self) -> u64 {
-        self.connection().bytes_sent()
-    }
-
     /// True once the connection is gone.
     pub fn is_lost(&self) -> bool {
         self.connection().is_lost()
