@@ -99,7 +99,10 @@ pub enum Event {
     Note { message: String },
     /// A run (new, or resumed) holds its lock and goes on: its id, for a caller that
     /// learns it no other way before the run ends (an MCP client).
-    RunStarted { run_id: String, resumed: bool },
+    RunStarted {
+        run_id: crate::git::RunId,
+        resumed: bool,
+    },
     /// A model request has been waiting `waited_ms` for `waiting_for` (sent every few
     /// seconds while it lasts), on attempt `attempt` of `attempts`.
     ModelWaiting {

@@ -87,6 +87,7 @@ pub fn progress_message(event: &Event) -> Option<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::status::{SubtaskOutcome, VerdictKind};
@@ -114,7 +115,7 @@ mod tests {
             message: "hello".into(),
         };
         let run = Event::RunStarted {
-            run_id: "r-1".into(),
+            run_id: crate::git::RunId::new("r-1").unwrap(),
             resumed: false,
         };
         assert_eq!(

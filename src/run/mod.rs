@@ -115,7 +115,7 @@ pub async fn resume_on(
 async fn execute(started: Started, resumed: Option<RunState>) -> Result<RunReport, RunError> {
     let Started { ctx, run_id, lock } = started;
     ctx.events.emit(Event::RunStarted {
-        run_id: run_id.to_string(),
+        run_id: run_id.clone(),
         resumed: resumed.is_some(),
     });
     let report = lead_then_finish(&ctx, resumed).await;
