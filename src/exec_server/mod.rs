@@ -159,28 +159,8 @@ impl<W: AsyncWrite + Unpin + Send> Server<W> {
                 self.mirrors.receive(&repo, &commit, payload).await?;
                 done(Reply::Done)
             }
-            Call::Open {
-                repo,
-                run,
-                subtask,
-                base,
-                start,
-                sandbox,
-                scope,
-            } => {
-                let opened = Session::open(
-                    &self.mirrors,
-                    session::OpenCall {
-                        repo,
-                        run,
-                        subtask,
-                        base,
-                        start,
-                        sandbox,
-                        scope,
-                        cancel: self.stop.clone(),
-                    },
-                );
+            Call::Open(tree) => {
+                let opened = Session::open(&self.mirrors, tree, self.stop.clone());
                 let session = self.session.get_or_try_init(|| opened).await?;
                 done(Reply::Opened {
                     path: session.path().to_path_buf(),

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 use crate::git::{CommitId, GitOptions, Repo, RunId};
-use crate::remote::protocol::{Call, Ended, Reply, SandboxSpec};
+use crate::remote::protocol::{Call, Ended, OpenTree, Reply, SandboxSpec};
 use crate::tools::exec::{CommandExecutor, ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
 use crate::tools::sandbox::{self, CommandHost, SandboxMode, SandboxPolicy, SandboxedExecutor};
 use crate::tools::{
@@ -22,18 +22,6 @@ use crate::worktree::{Worktree, WorktreeSpec};
 /// The server's mirrors, one per repository, under its home.
 pub(super) struct Mirrors {
     home: PathBuf,
-}
-
-/// An `open` call's arguments.
-pub(super) struct OpenCall {
-    pub repo: String,
-    pub run: String,
-    pub subtask: u32,
-    pub base: String,
-    pub start: String,
-    pub sandbox: SandboxSpec,
-    pub scope: Option<Vec<String>>,
-    pub cancel: CancellationToken,
 }
 
 fn text(error: impl std::fmt::Display) -> String {
@@ -155,7 +143,11 @@ pub(super) struct Session {
 
 impl Session {
     /// Opens the tree: `start` checked out on the subtask's branch in the mirror.
-    pub(super) async fn open(mirrors: &Mirrors, call: OpenCall) -> Result<Arc<Self>, String> {
+    pub(super) async fn open(
+        mirrors: &Mirrors,
+        call: OpenTree,
+        cancel: CancellationToken,
+    ) -> Result<Arc<Self>, String> {
         let repo = mirrors.open(&call.repo).await?;
         let start = CommitId::parse(&call.start).map_err(text)?;
         CommitId::parse(&call.base).map_err(text)?;
@@ -201,7 +193,7 @@ impl Session {
             worktree,
             registry,
             executor,
-            tools: ToolContext::plain(root, call.cancel),
+            tools: ToolContext::plain(root, cancel),
             start,
             exported: Mutex::new(None),
         }))

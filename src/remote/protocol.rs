@@ -57,6 +57,20 @@ impl SandboxSpec {
     }
 }
 
+/// What `open` makes: `start` checked out on the branch of subtask `subtask` of `run` in
+/// mirror `repo`, whose work is diffed against `base`, its commands under `sandbox`, its
+/// file tools confined to `scope` when there is one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenTree {
+    pub repo: String,
+    pub run: String,
+    pub subtask: u32,
+    pub base: String,
+    pub start: String,
+    pub sandbox: SandboxSpec,
+    pub scope: Option<Vec<String>>,
+}
+
 /// A request's call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -71,17 +85,8 @@ pub enum Call {
     Haves { repo: String, want: String },
     /// A bundle of objects for the mirror (its bytes follow), with the commit it brings.
     Receive { repo: String, commit: String },
-    /// Makes this connection's tree: `start` checked out on the branch of subtask
-    /// `subtask` of `run`, whose work is diffed against `base`.
-    Open {
-        repo: String,
-        run: String,
-        subtask: u32,
-        base: String,
-        start: String,
-        sandbox: SandboxSpec,
-        scope: Option<Vec<String>>,
-    },
+    /// Makes this connection's tree.
+    Open(OpenTree),
     /// Runs one of grove's own tools in the tree.
     Tool { name: String, input: Value },
     /// Runs a command in the tree (a check, a setup), `cwd` relative to the tree.

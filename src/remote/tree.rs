@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::RemoteError;
 use super::client::Connection;
 use super::hosts::Placement;
-use super::protocol::{Call, Ended, Reply, SandboxSpec};
+use super::protocol::{Call, Ended, OpenTree, Reply, SandboxSpec};
 use crate::git::{CommitId, Repo, RunId};
 use crate::tools::exec::{
     CommandExecutor, DiskOverBudget, ExecError, ExecOutcome, ExecRequest, ExecResult, SetupPolicy,
@@ -259,7 +259,7 @@ async fn connect(repo: &Repo, placement: Placement, spec: &OpenSpec) -> Result<L
         }
         _ => return Err(unexpected(&host, "haves")),
     };
-    let open = Call::Open {
+    let open = Call::Open(OpenTree {
         repo: mirror,
         run: spec.run.to_string(),
         subtask: spec.subtask,
@@ -267,7 +267,7 @@ async fn connect(repo: &Repo, placement: Placement, spec: &OpenSpec) -> Result<L
         start: spec.start.to_string(),
         sandbox: spec.sandbox.clone(),
         scope: spec.scope.clone(),
-    };
+    });
     let Reply::Opened { path } = connection.call(open, Vec::new(), None).await?.0 else {
         return Err(unexpected(&host, "open"));
     };

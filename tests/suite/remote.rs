@@ -56,6 +56,24 @@ pub(crate) fn scripted(paths: &'static [&'static str]) -> impl Fn(&RecordedReque
     }
 }
 
+/// A lead that delegates `task`, a worker that runs `command` once, and a reviewer that
+/// approves.
+fn one_command(task: &'static str, command: &'static str) -> impl Fn(&RecordedRequest) -> Reply {
+    move |request| {
+        let turn = match (role(request), request.tool_results().len()) {
+            ("lead", 0) => Turn::new().tool_use("d0", "delegate", json!({ "task": task })),
+            ("worker", 0) => Turn::new().tool_use("w1", "bash", json!({ "command": command })),
+            ("reviewer", 0) => Turn::new().tool_use(
+                "r1",
+                "submit_verdict",
+                json!({ "verdict": "approve", "summary": "fine" }),
+            ),
+            _ => Turn::text("done"),
+        };
+        turn.usage(10, 2, 0, 0).into()
+    }
+}
+
 pub(crate) const PATHS: &[&str] = &["a.txt", "b.txt", "c.txt"];
 
 /// Writes `text` as the user's own grove configuration of `fixture`.
@@ -522,20 +540,7 @@ async fn a_remote_trees_commands_see_no_other_tree_on_the_host_but_the_mirrors_g
         home.display()
     )
     .leak();
-    let server = FakeServer::with_responder(move |request: &RecordedRequest| {
-        let turn = match (role(request), request.tool_results().len()) {
-            ("lead", 0) => Turn::new().tool_use("d0", "delegate", json!({ "task": "probe" })),
-            ("worker", 0) => Turn::new().tool_use("w1", "bash", json!({ "command": probe })),
-            ("reviewer", 0) => Turn::new().tool_use(
-                "r1",
-                "submit_verdict",
-                json!({ "verdict": "approve", "summary": "fine" }),
-            ),
-            _ => Turn::text("done"),
-        };
-        turn.usage(10, 2, 0, 0).into()
-    })
-    .await;
+    let server = FakeServer::with_responder(one_command("probe", probe)).await;
     let output = grove_in(&fixture, Some(&server), &["run", "--remote", "a", "probe"]).await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let seen: String = server
@@ -619,23 +624,10 @@ async fn a_remote_tree_gets_its_setup_there_and_never_the_users_local_files() {
         &fixture,
         &[("a", format!("env GROVE_REMOTE_HOME={}", home.display()))],
     );
-    let server = FakeServer::with_responder(|request: &RecordedRequest| {
-        let turn = match (role(request), request.tool_results().len()) {
-            ("lead", 0) => Turn::new().tool_use("d0", "delegate", json!({ "task": "look" })),
-            ("worker", 0) => Turn::new().tool_use(
-                "w1",
-                "bash",
-                json!({ "command": "cat made-by-setup > seen.txt; ls -a >> seen.txt" }),
-            ),
-            ("reviewer", 0) => Turn::new().tool_use(
-                "r1",
-                "submit_verdict",
-                json!({ "verdict": "approve", "summary": "fine" }),
-            ),
-            _ => Turn::text("done"),
-        };
-        turn.usage(10, 2, 0, 0).into()
-    })
+    let server = FakeServer::with_responder(one_command(
+        "look",
+        "cat made-by-setup > seen.txt; ls -a >> seen.txt",
+    ))
     .await;
     let output = grove_in(&fixture, Some(&server), &["run", "--remote", "a", "look"]).await;
     let said = stderr(&output);
