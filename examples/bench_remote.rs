@@ -86,7 +86,6 @@ async fn open(
     let spec = OpenSpec {
         run: RunId::generate(),
         subtask: 1,
-        base: start,
         start,
         sandbox: SandboxSpec::of(SandboxMode::Off, false),
         scope: None,

@@ -30,22 +30,14 @@ pub enum ServeError {
     Wire(#[from] WireError),
 }
 
-/// Where the server keeps its mirrors and trees: `GROVE_REMOTE_HOME`, else grove's cache
-/// under `XDG_CACHE_HOME` or `~/.cache`.
+/// Where the server keeps its mirrors and trees: `GROVE_REMOTE_HOME`, else `remote/` in
+/// grove's cache (`$XDG_CACHE_HOME/grove`, `~/.cache/grove`).
 pub fn default_home(env: &[(std::ffi::OsString, std::ffi::OsString)]) -> PathBuf {
-    let var = |name: &str| {
-        env.iter()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| PathBuf::from(value))
-            .filter(|path| path.is_absolute())
-    };
-    var("GROVE_REMOTE_HOME").unwrap_or_else(|| {
-        var("XDG_CACHE_HOME")
-            .or_else(|| var("HOME").map(|home| home.join(".cache")))
-            .unwrap_or_else(std::env::temp_dir)
-            .join("grove")
-            .join("remote")
-    })
+    env.iter()
+        .find(|(key, _)| key == "GROVE_REMOTE_HOME")
+        .map(|(_, value)| PathBuf::from(value))
+        .filter(|path| path.is_absolute())
+        .unwrap_or_else(|| crate::git::cache_home(env).join("remote"))
 }
 
 struct Server<W> {

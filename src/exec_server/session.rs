@@ -150,7 +150,6 @@ impl Session {
     ) -> Result<Arc<Self>, String> {
         let repo = mirrors.open(&call.repo).await?;
         let start = CommitId::parse(&call.start).map_err(text)?;
-        CommitId::parse(&call.base).map_err(text)?;
         if !repo.holds_commit(start) {
             return Err(format!(
                 "this host's mirror lacks commit {start} (send it first)"

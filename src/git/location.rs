@@ -28,7 +28,7 @@ pub(super) fn env_var(overrides: &[(OsString, OsString)], name: &str) -> Option<
 /// (`overrides` first, then the process): `$XDG_CACHE_HOME/grove` (if absolute), else
 /// `~/Library/Caches/grove` on macOS and `~/.cache/grove` elsewhere; without a home,
 /// a per-user directory in the system's temp dir.
-pub(super) fn cache_home(overrides: &[(OsString, OsString)]) -> PathBuf {
+pub(crate) fn cache_home(overrides: &[(OsString, OsString)]) -> PathBuf {
     let var = |name: &str| env_var(overrides, name);
     if let Some(xdg) = var("XDG_CACHE_HOME").map(PathBuf::from)
         && xdg.is_absolute()

@@ -47,6 +47,7 @@ mod error;
 mod large_diff;
 mod lineage;
 mod location;
+pub(crate) use location::cache_home;
 mod merge;
 mod merge_batch;
 mod names;

@@ -275,24 +275,24 @@ impl Connection {
     /// Marks the connection lost with `reason` (the first reason wins), kills the
     /// launcher, and fails every waiting call.
     async fn lose(&self, reason: String) {
-        {
+        // The first loss kills the launcher and names how it ended; later ones (its
+        // reader seeing the pipe close, say) only fail what still waits.
+        let first = {
             let mut lost = locked(&self.lost);
-            if lost.is_none() {
-                *lost = Some(reason);
-            }
-        }
-        self.closed.cancel();
-        let status = {
-            let mut child = self.child.lock().await;
-            let _ = child.start_kill();
-            tokio::time::timeout(Duration::from_secs(5), child.wait()).await
+            let first = lost.is_none();
+            lost.get_or_insert(reason);
+            first
         };
-        if let Ok(Ok(status)) = status
-            && !status.success()
-        {
-            let mut lost = locked(&self.lost);
-            if let Some(reason) = lost.as_mut()
-                && !reason.contains("launcher")
+        self.closed.cancel();
+        if first {
+            let status = {
+                let mut child = self.child.lock().await;
+                let _ = child.start_kill();
+                tokio::time::timeout(Duration::from_secs(5), child.wait()).await
+            };
+            if let Ok(Ok(status)) = status
+                && !status.success()
+                && let Some(reason) = locked(&self.lost).as_mut()
             {
                 reason.push_str(&format!("; the launcher ended with {status}"));
             }

@@ -76,12 +76,9 @@ impl HostPool {
         self.hosts.is_empty()
     }
 
-    /// The hosts' names, in configuration order.
-    pub fn names(&self) -> Vec<&str> {
-        self.hosts
-            .iter()
-            .map(|(host, _)| host.name.as_str())
-            .collect()
+    /// How many hosts the run has.
+    pub fn len(&self) -> usize {
+        self.hosts.len()
     }
 
     /// A slot on the host with the most free slots, but `avoid` (a host just lost)

@@ -58,14 +58,13 @@ impl SandboxSpec {
 }
 
 /// What `open` makes: `start` checked out on the branch of subtask `subtask` of `run` in
-/// mirror `repo`, whose work is diffed against `base`, its commands under `sandbox`, its
-/// file tools confined to `scope` when there is one.
+/// mirror `repo`, its commands under `sandbox`, its file tools confined to `scope` when
+/// there is one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpenTree {
     pub repo: String,
     pub run: String,
     pub subtask: u32,
-    pub base: String,
     pub start: String,
     pub sandbox: SandboxSpec,
     pub scope: Option<Vec<String>>,

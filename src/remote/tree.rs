@@ -29,8 +29,6 @@ use crate::tools::{ToolError, ToolOutput};
 pub struct OpenSpec {
     pub run: RunId,
     pub subtask: u32,
-    /// The run's base: the host's mirror keeps it for the next tree.
-    pub base: CommitId,
     /// The commit the tree starts at (the base, or the subtask's last checkpoint).
     pub start: CommitId,
     pub sandbox: SandboxSpec,
@@ -48,7 +46,6 @@ pub struct RemoteTree {
 }
 
 struct Inner {
-    local: PathBuf,
     spec: OpenSpec,
     live: Mutex<Live>,
 }
@@ -81,7 +78,6 @@ impl RemoteTree {
         let live = connect(repo, placement, &spec).await?;
         Ok(Self {
             inner: Arc::new(Inner {
-                local: spec.local.clone(),
                 spec,
                 live: Mutex::new(live),
             }),
@@ -169,7 +165,7 @@ impl RemoteTree {
     ) -> Result<ExecResult, ExecError> {
         let cwd = request
             .cwd
-            .strip_prefix(&self.inner.local)
+            .strip_prefix(&self.inner.spec.local)
             .map_or_else(|_| PathBuf::from("."), Path::to_path_buf);
         let call = Call::Exec {
             command: request.command,
@@ -263,7 +259,6 @@ async fn connect(repo: &Repo, placement: Placement, spec: &OpenSpec) -> Result<L
         repo: mirror,
         run: spec.run.to_string(),
         subtask: spec.subtask,
-        base: spec.base.to_string(),
         start: spec.start.to_string(),
         sandbox: spec.sandbox.clone(),
         scope: spec.scope.clone(),
@@ -305,11 +300,11 @@ fn unexpected(host: &str, call: &'static str) -> RemoteError {
 #[async_trait]
 impl TreeAccess for RemoteTree {
     fn path(&self) -> &Path {
-        &self.inner.local
+        &self.inner.spec.local
     }
 
     fn root_for_grove(&self) -> PathBuf {
-        self.inner.local.clone()
+        self.inner.spec.local.clone()
     }
 
     fn executor(

@@ -108,7 +108,7 @@ pub fn remote_hosts(names: &[String]) -> Result<Vec<crate::remote::RemoteHost>, 
     }
     let env: Vec<_> = std::env::vars_os().collect();
     let path = crate::settings::remote::user_config_path(&env)
-        .unwrap_or_else(|| std::path::PathBuf::from(".config/grove/config.toml"));
+        .ok_or(crate::settings::remote::RemoteChoiceError::NoConfigHome)?;
     Ok(crate::settings::remote::choose(&path, names)?)
 }
 

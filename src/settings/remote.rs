@@ -26,6 +26,13 @@ pub enum RemoteChoiceError {
     /// The user's configuration could not be read. Not retried.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// Neither `XDG_CONFIG_HOME` nor `HOME` is set (absolute): there is no user
+    /// configuration to read hosts from. Not retried.
+    #[error(
+        "--remote needs your grove configuration, but neither XDG_CONFIG_HOME nor HOME \
+         names a directory"
+    )]
+    NoConfigHome,
     /// A name no `[remote.NAME]` table defines. Not retried.
     #[error(
         "no remote host `{name}` in {}; {}",

@@ -244,9 +244,8 @@ impl Repo {
             })?;
         let path = canonical(&spec.path)?;
         if is_filled(&admin) {
-            let (_, fill) = watch::channel(FillState::Filled);
             let files = Files::found(&admin);
-            return Ok(Worktree::registered(spec, path, admin, start, fill, files));
+            return Ok(Worktree::filled(spec, path, admin, start, files));
         }
         Ok(self.start_fill(spec, path, admin, start))
     }
@@ -340,15 +339,7 @@ impl Repo {
         std::fs::write(&partial, overlay_record(base.commit(), &base.tree_dir()))
             .map_err(io("write", &partial))?;
         std::fs::rename(&partial, &record).map_err(io("write", &record))?;
-        let (_, fill) = watch::channel(FillState::Filled);
-        Ok(Worktree::registered(
-            spec,
-            path,
-            admin,
-            start,
-            fill,
-            Files::Unmounted,
-        ))
+        Ok(Worktree::filled(spec, path, admin, start, Files::Unmounted))
     }
 
     /// Turns a copy-on-write worktree whose merged files were copied to its path into a

@@ -184,6 +184,19 @@ impl Worktree {
         }
     }
 
+    /// [`Worktree::registered`] for a worktree whose files need no checkout (filled
+    /// before, a copy-on-write tree, a remote one).
+    pub(super) fn filled(
+        spec: WorktreeSpec,
+        path: PathBuf,
+        admin_dir: PathBuf,
+        start: CommitId,
+        files: Files,
+    ) -> Self {
+        let (_, fill) = watch::channel(FillState::Filled);
+        Self::registered(spec, path, admin_dir, start, fill, files)
+    }
+
     /// Where its files are.
     pub fn files(&self) -> &Files {
         &self.files

@@ -7,10 +7,8 @@
 
 use std::path::PathBuf;
 
-use tokio::sync::watch;
-
 use super::checkpoint::checkpoint_message;
-use super::handle::{Files, FillState, REMOTE_RECORD, Worktree, WorktreeSpec};
+use super::handle::{Files, REMOTE_RECORD, Worktree, WorktreeSpec};
 use crate::git::{CommitId, GitError, Repo};
 use crate::remote::protocol::SandboxSpec;
 use crate::remote::{OpenSpec, Placement, RemoteError, RemoteTree};
@@ -30,15 +28,7 @@ impl Repo {
             path: record,
             source,
         })?;
-        let (_, fill) = watch::channel(FillState::Filled);
-        Ok(Worktree::registered(
-            spec,
-            path,
-            admin,
-            start,
-            fill,
-            Files::Unreached,
-        ))
+        Ok(Worktree::filled(spec, path, admin, start, Files::Unreached))
     }
 
     /// The checkpoint of a remote worktree: its host commits the tree's state and sends
@@ -134,7 +124,6 @@ impl Worktree {
         let spec = OpenSpec {
             run: self.run.clone(),
             subtask: self.subtask,
-            base: self.base,
             start,
             sandbox,
             scope,

@@ -44,16 +44,21 @@ pub(crate) fn scripted(paths: &'static [&'static str]) -> impl Fn(&RecordedReque
                         json!({ "command": format!("cp {path} {path}.copy && ls") }),
                     )
             }
-            ("reviewer", false) => Turn::new().tool_use(
-                "r1",
-                "submit_verdict",
-                json!({ "verdict": "approve", "summary": "fine" }),
-            ),
+            ("reviewer", false) => approve(),
             (_, true) => Turn::text("done"),
             _ => unreachable!(),
         };
         turn.usage(10, 2, 0, 0).into()
     }
+}
+
+/// A reviewer's turn that approves.
+fn approve() -> Turn {
+    Turn::new().tool_use(
+        "r1",
+        "submit_verdict",
+        json!({ "verdict": "approve", "summary": "fine" }),
+    )
 }
 
 /// A lead that delegates `task`, a worker that runs `command` once, and a reviewer that
@@ -63,11 +68,7 @@ fn one_command(task: &'static str, command: &'static str) -> impl Fn(&RecordedRe
         let turn = match (role(request), request.tool_results().len()) {
             ("lead", 0) => Turn::new().tool_use("d0", "delegate", json!({ "task": task })),
             ("worker", 0) => Turn::new().tool_use("w1", "bash", json!({ "command": command })),
-            ("reviewer", 0) => Turn::new().tool_use(
-                "r1",
-                "submit_verdict",
-                json!({ "verdict": "approve", "summary": "fine" }),
-            ),
+            ("reviewer", 0) => approve(),
             _ => Turn::text("done"),
         };
         turn.usage(10, 2, 0, 0).into()
@@ -251,11 +252,7 @@ pub(crate) fn long_worker(request: &RecordedRequest) -> Reply {
             "bash",
             json!({ "command": "touch started && sleep 120", "timeout_s": 300 }),
         ),
-        ("reviewer", 0) => Turn::new().tool_use(
-            "r1",
-            "submit_verdict",
-            json!({ "verdict": "approve", "summary": "fine" }),
-        ),
+        ("reviewer", 0) => approve(),
         _ => Turn::text("done"),
     };
     turn.usage(10, 2, 0, 0).into()

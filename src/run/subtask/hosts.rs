@@ -46,7 +46,7 @@ pub(crate) async fn reach(
                 }
                 return Ok(reached);
             }
-            Err(error) if error.is_lost() && avoid.is_none() && ctx.hosts.names().len() > 1 => {
+            Err(error) if error.is_lost() && avoid.is_none() && ctx.hosts.len() > 1 => {
                 ctx.note(format!("{id}: {error}; trying another host"));
                 avoid = Some(host);
             }
@@ -67,7 +67,7 @@ pub(crate) async fn move_remote(
         host: lost.to_owned(),
         message: message.to_owned(),
     };
-    if ctx.hosts.names().len() < 2 {
+    if ctx.hosts.len() < 2 {
         return Err(refused("the run has no other remote host"));
     }
     let placement = ctx

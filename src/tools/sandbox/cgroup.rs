@@ -274,15 +274,20 @@ fn cgroup_owner(name: &str) -> Option<u32> {
 
 /// `.<inode>` of this process's pid namespace, which a cgroup's name carries so that a
 /// grove in another one leaves it alone; empty when it cannot be read.
-fn pid_namespace_suffix() -> String {
-    std::fs::read_link("/proc/self/ns/pid")
-        .ok()
-        .and_then(|link| {
-            let link = link.to_string_lossy().into_owned();
-            let inode = link.strip_prefix("pid:[")?.strip_suffix(']')?;
-            Some(format!(".{inode}"))
-        })
-        .unwrap_or_default()
+/// Read once: a process never changes its pid namespace, and every cgroup name and every
+/// process a sweep looks at asks.
+fn pid_namespace_suffix() -> &'static str {
+    static SUFFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SUFFIX.get_or_init(|| {
+        std::fs::read_link("/proc/self/ns/pid")
+            .ok()
+            .and_then(|link| {
+                let link = link.to_string_lossy().into_owned();
+                let inode = link.strip_prefix("pid:[")?.strip_suffix(']')?;
+                Some(format!(".{inode}"))
+            })
+            .unwrap_or_default()
+    })
 }
 
 /// Kills the processes of, then removes, the cgroups of grove processes that are gone: a
@@ -507,7 +512,7 @@ mod tests {
         let mark = owner_mark();
         let here = pid_namespace_suffix();
         let (pid, started) = mark.split_once(':').unwrap();
-        let started: u64 = started.trim_end_matches(here.as_str()).parse().unwrap();
+        let started: u64 = started.trim_end_matches(here).parse().unwrap();
         assert_eq!(
             (
                 owner_alive(&mark),
