@@ -38,8 +38,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use grove::agent::{AgentSpec, LoopInput, StopKind, run_agent};
-use grove::event::{AgentId, EventSink};
+use grove::event::{AgentId, AgentLabel, EventSink};
 use grove::model::{ContentBlock, Message, Provider, Request, Role, ToolSpec};
+use grove::status::SubtaskId;
 use grove::tools::{Registry, ToolContext, ToolSet, builtin};
 use nix::sys::resource::{UsageWho, getrusage};
 use serde_json::json;
@@ -160,7 +161,7 @@ async fn run_loop(
     let spec = AgentSpec {
         id: AgentId {
             role: "worker".to_owned(),
-            label: "bench".to_owned(),
+            label: AgentLabel::Subtask(SubtaskId(1)),
         },
         system: SYSTEM.to_owned(),
         model: server.model(provider, true),

@@ -29,8 +29,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use grove::agent::{AgentError, AgentRun, AgentSpec, LoopInput, run_agent};
-use grove::event::{AgentId, Event, EventSink};
+use grove::event::{AgentId, AgentLabel, Event, EventSink};
 use grove::model::{ContentBlock, Message, ModelError, OpenAiClient, OpenAiConfig, Role};
+use grove::status::SubtaskId;
 use grove::text::truncate;
 use grove::tools::{ToolContext, ToolSet, builtin};
 use serde_json::Value;
@@ -248,8 +249,8 @@ async fn run_once(
     };
     let client = OpenAiClient::new(config).context("build the OpenAI-compatible client")?;
     let id = AgentId {
-        role: "worker".to_owned(),
-        label: if stream { "stream" } else { "json" }.to_owned(),
+        role: format!("worker-{}", if stream { "stream" } else { "json" }),
+        label: AgentLabel::Subtask(SubtaskId(1)),
     };
     let spec = AgentSpec {
         id: id.clone(),

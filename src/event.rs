@@ -10,23 +10,60 @@ use crate::ledger::Ledger;
 use crate::model::ModelNotice;
 use crate::status::{SubtaskId, SubtaskOutcome, VerdictKind};
 
-/// Identifies one running subagent: its role and the subtask label it works on.
+/// Identifies one running subagent: its role and whom it works for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct AgentId {
     /// `lead`, `worker`, `reviewer`, or a user-defined agent name.
     pub role: String,
-    /// The subtask label, e.g. `S2`; `lead` for the lead itself.
-    pub label: String,
+    /// The subtask it works on, or the lead itself.
+    pub label: AgentLabel,
+}
+
+impl AgentId {
+    /// The lead's id: its role and its label are both `lead`.
+    pub fn lead() -> Self {
+        Self {
+            role: AgentLabel::LEAD.to_owned(),
+            label: AgentLabel::Lead,
+        }
+    }
 }
 
 impl std::fmt::Display for AgentId {
-    /// `worker S2`; the lead, whose label is its role, is just `lead`.
+    /// `worker S2`; the lead is just `lead`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.role == self.label {
-            f.write_str(&self.role)
-        } else {
-            write!(f, "{} {}", self.role, self.label)
+        match self.label {
+            AgentLabel::Lead => f.write_str(&self.role),
+            AgentLabel::Subtask(id) => write!(f, "{} {id}", self.role),
         }
+    }
+}
+
+/// Whom a subagent works for. Written as text wherever it is one (events' JSON,
+/// transcripts' names, the ledger): `lead`, or the subtask's label (`S2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AgentLabel {
+    Lead,
+    Subtask(SubtaskId),
+}
+
+impl AgentLabel {
+    /// The lead's label in events, ledgers, transcripts and the journal.
+    pub const LEAD: &'static str = "lead";
+}
+
+impl std::fmt::Display for AgentLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Lead => f.pad(Self::LEAD),
+            Self::Subtask(id) => id.fmt(f),
+        }
+    }
+}
+
+impl Serialize for AgentLabel {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 

@@ -123,12 +123,13 @@ impl fmt::Display for LedgerLine<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::AgentId;
+    use crate::event::{AgentId, AgentLabel};
+    use crate::status::SubtaskId;
 
     fn worker_s2() -> AgentId {
         AgentId {
             role: "worker".to_owned(),
-            label: "S2".to_owned(),
+            label: AgentLabel::Subtask(SubtaskId(2)),
         }
     }
 
@@ -206,7 +207,7 @@ mod tests {
     fn empty_ledger_has_no_cache_counters() {
         let lead = AgentId {
             role: "lead".to_owned(),
-            label: "lead".to_owned(),
+            label: AgentLabel::Lead,
         };
         assert_eq!(
             Ledger::default().line(&lead).to_string(),

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::roles::{self, ProjectRules, RoleDef};
 use crate::agent::{AgentRun, AgentSpec, Ledger, LoopInput, TurnObserver, run_agent};
-use crate::event::{AgentId, Event, EventSink};
+use crate::event::{AgentId, AgentLabel, Event, EventSink};
 use crate::git::{CommitId, Repo, RunId};
 use crate::model::Message;
 use crate::run::check::gate::BaseGate;
@@ -32,9 +32,6 @@ use crate::tools::tree::TreeAccess;
 use crate::tools::{CommandExecutor, Registry, ToolContext};
 use crate::worktree::LiveTrees;
 use crate::worktree::WorktreeSpec;
-
-/// The label of the lead in events, ledgers, transcripts and the journal.
-pub const LEAD_LABEL: &str = "lead";
 
 /// How a pause for a full disk starts: its reason is whole (what failed, what to run).
 pub(crate) const DISK_FULL: &str = "the disk is full";
@@ -125,8 +122,8 @@ impl RunContext {
     }
 
     /// Where the transcript of `role` working on `label` (a subtask, or the lead) lives.
-    pub(crate) fn transcript_path(&self, label: &str, role: &str) -> PathBuf {
-        transcript::transcript_path(&self.run_dir, label, role)
+    pub(crate) fn transcript_path(&self, label: AgentLabel, role: &str) -> PathBuf {
+        transcript::transcript_path(&self.run_dir, &label.to_string(), role)
     }
 
     /// The worktree of subtask `id` (0 is the lead's).

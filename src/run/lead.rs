@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use crate::agent::roles::{self, ProjectRules, RoleKind};
 use crate::agent::{AgentError, AgentSpec, Ledger, StopKind, isolated_messages};
-use crate::event::AgentId;
+use crate::event::{AgentId, AgentLabel};
 use crate::git::GitError;
 use crate::model::{ContentBlock, Message, Role};
 use crate::run::agents::agent_catalogue;
-use crate::run::context::{AgentCaps, LEAD_LABEL, RunContext, agent_spec};
+use crate::run::context::{AgentCaps, RunContext, agent_spec};
 use crate::run::delegate::Delegate;
 use crate::run::lead_news::ResultNews;
 use crate::run::observer::AgentObserver;
@@ -47,10 +47,7 @@ pub(crate) fn lead_spec(
     let mut spec = agent_spec(
         options,
         rules,
-        AgentId {
-            role: "lead".into(),
-            label: LEAD_LABEL.into(),
-        },
+        AgentId::lead(),
         &roles::builtin(RoleKind::Lead),
         AgentCaps {
             model,
@@ -153,8 +150,8 @@ pub(crate) async fn run_lead(
     let observer = Arc::new(
         AgentObserver::new(
             ctx,
-            LEAD_LABEL,
-            ctx.transcript_path(LEAD_LABEL, "lead"),
+            AgentLabel::Lead,
+            ctx.transcript_path(AgentLabel::Lead, "lead"),
             earlier,
         )
         .keeping_history(subtasks.lead_history())
@@ -212,8 +209,8 @@ pub const UNRECORDED_DELEGATION: &str = "grove stopped before this delegate call
 /// recorded for it; any other as interrupted. `None` when there is none (the lead starts
 /// over).
 pub(crate) fn resumed_history(ctx: &RunContext, subtasks: &[SubtaskReport]) -> Option<Transcript> {
-    let mut lead =
-        transcript::load(&ctx.transcript_path(LEAD_LABEL, "lead")).unwrap_or_else(|error| {
+    let mut lead = transcript::load(&ctx.transcript_path(AgentLabel::Lead, "lead"))
+        .unwrap_or_else(|error| {
             ctx.note(format!("the lead starts over: {error}"));
             None
         })?;
@@ -283,7 +280,7 @@ mod tests {
             ],
             ..Transcript::default()
         };
-        transcript::save(&run.ctx.transcript_path(LEAD_LABEL, "lead"), &saved).unwrap();
+        transcript::save(&run.ctx.transcript_path(AgentLabel::Lead, "lead"), &saved).unwrap();
         let mut merged = SubtaskReport::new(SubtaskId(1), "recorded".into(), "grove/r/1".into());
         merged.status = SubtaskOutcome::Merged;
 

@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use tokio::task::JoinHandle;
 
 use crate::agent::{Ledger, ObserverError, TurnObserver, TurnState};
+use crate::event::AgentLabel;
 use crate::git::GitError;
 use crate::model::Message;
 use crate::run::context::{LeadHistory, RunContext, lock};
@@ -54,7 +55,7 @@ pub enum SaveError {
 /// The observer of one agent of the run.
 pub(crate) struct AgentObserver {
     ctx: Arc<RunContext>,
-    label: String,
+    label: AgentLabel,
     transcript: SlotFile,
     /// What the agent spent before a resume, so the saved ledger stays whole.
     earlier: Ledger,
@@ -84,13 +85,13 @@ impl AgentObserver {
     /// `transcript`.
     pub(crate) fn new(
         ctx: &Arc<RunContext>,
-        label: &str,
+        label: AgentLabel,
         transcript: PathBuf,
         earlier: Ledger,
     ) -> Self {
         Self {
             ctx: Arc::clone(ctx),
-            label: label.to_owned(),
+            label,
             transcript: SlotFile::new(&transcript),
             earlier,
             checkpoint: None,
@@ -197,7 +198,7 @@ impl AgentObserver {
     /// Starts the checkpoint commit of turn `turn` in the background.
     async fn start_checkpoint(&self, subtask: SubtaskId, worktree: &Worktree, turn: u32) {
         let (ctx, worktree) = (Arc::clone(&self.ctx), worktree.clone());
-        let label = self.label.clone();
+        let label = self.label;
         let task = tokio::spawn(async move {
             let commit = worktree
                 .checkpoint(&ctx.repo, &format!("{label}: turn {turn}"))
@@ -268,6 +269,7 @@ impl TurnObserver for AgentObserver {
 mod tests {
     use super::*;
     use crate::run::test_support::TestRun;
+    use crate::status::SubtaskId;
 
     /// The `seq` of the slot file at `path`'s header.
     fn slot_seq(path: &std::path::Path) -> u64 {
@@ -281,7 +283,12 @@ mod tests {
         let run = TestRun::alpha().await;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("S1.json");
-        let observer = AgentObserver::new(&run.ctx, "S1", path.clone(), Ledger::default());
+        let observer = AgentObserver::new(
+            &run.ctx,
+            AgentLabel::Subtask(SubtaskId(1)),
+            path.clone(),
+            Ledger::default(),
+        );
         let ledger = Ledger::default();
         for (turn, repeatable) in [(1, false), (2, true), (3, true)] {
             let state = TurnState {

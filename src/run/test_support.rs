@@ -21,9 +21,7 @@ use crate::model::{
     ContentBlock, Message, Model, ModelError, ModelNotice, Request, Response, Role, StopReason,
     Usage,
 };
-use crate::run::context::{
-    AgentCaps, Budget, LEAD_LABEL, Pause, RunContext, RunJournal, agent_spec,
-};
+use crate::run::context::{AgentCaps, Budget, Pause, RunContext, RunJournal, agent_spec};
 use crate::run::id::SubtaskId;
 use crate::run::subtask::prepare::{AheadWorktrees, create_worktree};
 use crate::settings::options::{ModelChoice, Models, RunOptions};
@@ -134,10 +132,7 @@ pub(crate) fn lead_spec_for_test(model: Arc<ScriptedModel>, tools: Registry) -> 
     agent_spec(
         &RunOptions::new("task"),
         None,
-        AgentId {
-            role: "lead".into(),
-            label: LEAD_LABEL.into(),
-        },
+        AgentId::lead(),
         &roles::builtin(RoleKind::Lead),
         AgentCaps {
             model: &choice,

@@ -12,10 +12,11 @@ use grove::agent::{
     StopKind, TRUNCATED_TOOL_CALL, TurnObserver, TurnState, fork_messages, isolated_messages,
     run_agent,
 };
-use grove::event::{AgentId, Event, EventSink};
+use grove::event::{AgentId, AgentLabel, Event, EventSink};
 use grove::model::{
     ContentBlock, Message, ModelError, Request, RetryNotice, Role, StopReason, ToolSpec, Usage,
 };
+use grove::status::SubtaskId;
 use grove::tools::{Registry, Tool, ToolContext, ToolError, ToolOutput};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -218,7 +219,7 @@ impl TurnObserver for RecordingObserver {
 fn worker() -> AgentId {
     AgentId {
         role: "worker".to_owned(),
-        label: "S1".to_owned(),
+        label: AgentLabel::Subtask(SubtaskId(1)),
     }
 }
 

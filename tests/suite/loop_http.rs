@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use grove::agent::{AgentOutcome, AgentRun, AgentSpec, Ledger, LoopInput, StopKind, run_agent};
-use grove::event::{AgentId, EventSink};
+use grove::event::{AgentId, AgentLabel, EventSink};
 use grove::model::{ContentBlock, Message, Model, Provider};
+use grove::status::SubtaskId;
 use grove::tools::{Registry, ToolContext, ToolSet, builtin};
 use pretty_assertions::assert_eq;
 use serde_json::json;
@@ -74,7 +75,7 @@ fn spec(model: Arc<dyn Model>, tools: Registry, max_consecutive_tool_errors: u32
     AgentSpec {
         id: AgentId {
             role: "worker".to_owned(),
-            label: "S1".to_owned(),
+            label: AgentLabel::Subtask(SubtaskId(1)),
         },
         system: "You are a worker. Use the tools.".to_owned(),
         model,

@@ -53,9 +53,10 @@ fn escaped(event: Event) -> Event {
         std::borrow::Cow::Borrowed(_) => text,
         std::borrow::Cow::Owned(escaped) => escaped,
     };
+    // A label is `lead` or `S<n>`: nothing in it to escape.
     let agent = |agent: AgentId| AgentId {
         role: text(agent.role),
-        label: text(agent.label),
+        label: agent.label,
     };
     match event {
         Event::AgentStarted { agent: id } => Event::AgentStarted { agent: agent(id) },

@@ -62,9 +62,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::agent::roles::{self, RoleKind};
 use crate::agent::{fork_messages, isolated_messages};
-use crate::event::Event;
+use crate::event::{AgentLabel, Event};
 use crate::run::agents::{delegate_role, worker_tools};
-use crate::run::context::{LEAD_LABEL, LeadHistory, RunContext, lock};
+use crate::run::context::{LeadHistory, RunContext, lock};
 use crate::run::delegate::{DelegateError, DelegateReport, DelegateRequest, Delegator};
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
@@ -551,19 +551,18 @@ fn resumed_start(
     role: &str,
     scope: Option<&WriteScope>,
 ) -> Transcript {
-    let saved = transcript::load(&ctx.transcript_path(&state.id.to_string(), role)).unwrap_or_else(
-        |error| {
+    let saved = transcript::load(&ctx.transcript_path(AgentLabel::Subtask(state.id), role))
+        .unwrap_or_else(|error| {
             ctx.note(format!("{}: the worker starts over: {error}", state.id));
             None
-        },
-    );
+        });
     if let Some(mut saved) = saved {
         transcript::answer_pending(&mut saved.messages, |_, _, _| PendingAnswer::Interrupted);
         return saved;
     }
     let brief = schedule::worker_brief(&state.task, scope);
     let lead = match state.mode {
-        ContextMode::Fork => transcript::load(&ctx.transcript_path(LEAD_LABEL, "lead"))
+        ContextMode::Fork => transcript::load(&ctx.transcript_path(AgentLabel::Lead, "lead"))
             .ok()
             .flatten(),
         ContextMode::Isolated => None,

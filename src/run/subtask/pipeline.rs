@@ -16,6 +16,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use crate::agent::roles::{self, RoleDef, RoleKind};
 use crate::agent::{Ledger, isolated_messages};
+use crate::event::AgentLabel;
 use crate::git::{CommitId, LeftMarker};
 use crate::model::{ContentBlock, Message, Role};
 use crate::run::context::RunContext;
@@ -251,8 +252,7 @@ fn continued(
     summary: &str,
     note: &str,
 ) -> Transcript {
-    let label = id.to_string();
-    let saved = transcript::load(&ctx.transcript_path(&label, &role.name))
+    let saved = transcript::load(&ctx.transcript_path(AgentLabel::Subtask(id), &role.name))
         .ok()
         .flatten();
     let mut messages = match saved {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::agent::roles::{self, RoleKind};
 use crate::agent::{AgentError, Ledger, isolated_messages};
-use crate::event::AgentId;
+use crate::event::{AgentId, AgentLabel};
 use crate::git::{BranchDiff, CommitId, trailers};
 use crate::run::checkout::waiting_for_checkout;
 use crate::run::context::{AgentCaps, RunContext};
@@ -41,7 +41,7 @@ pub(crate) async fn review(
     flagged: Flagged<'_>,
     worktree: &Worktree,
 ) -> Review {
-    let label = id.to_string();
+    let label = AgentLabel::Subtask(id);
     let submit = Arc::new(SubmitVerdict::new());
     let tools =
         waiting_for_checkout(&tools::builtin(ToolSet::ReadOnly), worktree).with(submit.clone());
@@ -49,7 +49,7 @@ pub(crate) async fn review(
     let spec = ctx.spec(
         AgentId {
             role: "reviewer".into(),
-            label: label.clone(),
+            label,
         },
         &role,
         AgentCaps {
@@ -64,8 +64,8 @@ pub(crate) async fn review(
     let observer = Arc::new(
         AgentObserver::new(
             ctx,
-            &label,
-            ctx.transcript_path(&label, "reviewer"),
+            label,
+            ctx.transcript_path(label, "reviewer"),
             Ledger::default(),
         )
         .with_timing(&spec.model_name, AgentTiming::default()),

@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::agent::external::{self as agent_cli, BackendEnv, Progress};
 use crate::agent::roles::{Checkpoints, RoleDef, worktree_note};
 use crate::agent::{AgentError, Ledger, StopKind};
-use crate::event::{AgentId, Event};
+use crate::event::{AgentId, AgentLabel, Event};
 use crate::model::{ContentBlock, Message, Role};
 use crate::run::checkout::waiting_for_checkout;
 use crate::run::context::{AgentCaps, RunContext};
@@ -73,7 +73,7 @@ pub(crate) async fn work(
         ctx.note(format!("{id}: no other host took its tree: {error}"));
         return first;
     }
-    let path = ctx.transcript_path(&id.to_string(), &again.role.name);
+    let path = ctx.transcript_path(AgentLabel::Subtask(id), &again.role.name);
     let start = match transcript::load(&path) {
         Ok(Some(mut saved)) => {
             transcript::answer_pending(&mut saved.messages, |_, _, _| {
@@ -96,11 +96,11 @@ async fn builtin(ctx: &Arc<RunContext>, assignment: Assignment, worktree: &Workt
         start,
         ..
     } = assignment;
-    let label = id.to_string();
+    let label = AgentLabel::Subtask(id);
     let mut spec = ctx.spec(
         AgentId {
             role: role.name.clone(),
-            label: label.clone(),
+            label,
         },
         &role,
         AgentCaps {
@@ -115,8 +115,8 @@ async fn builtin(ctx: &Arc<RunContext>, assignment: Assignment, worktree: &Workt
     let observer = Arc::new(
         AgentObserver::new(
             ctx,
-            &label,
-            ctx.transcript_path(&label, &role.name),
+            label,
+            ctx.transcript_path(label, &role.name),
             start.ledger,
         )
         .checkpointing(id, worktree)
@@ -181,7 +181,7 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
     let (id, role) = (assignment.id, &assignment.role);
     let agent = AgentId {
         role: role.name.clone(),
-        label: id.to_string(),
+        label: AgentLabel::Subtask(id),
     };
     // The very system prompt a built-in worker would get: role and project rules.
     let caps = AgentCaps {
@@ -200,7 +200,7 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
             backend.name()
         ));
     }
-    let transcript_path = ctx.transcript_path(&agent.label, &role.name);
+    let transcript_path = ctx.transcript_path(agent.label, &role.name);
     let job = agent_cli::ExternalWork {
         backend,
         system: &system,
