@@ -231,6 +231,70 @@ async fn bash_cannot_write_outside_the_worktree_by_any_path() {
     );
 }
 
+/// A tree's first Python command reads the bytecode installed with Python rather than
+/// compiling the standard library again (a private `PYTHONPYCACHEPREFIX` hid it), and
+/// no command leaves bytecode in the tree to commit.
+#[tokio::test]
+async fn python_reads_its_installed_bytecode_and_writes_none_into_the_tree() {
+    let Some(scene) =
+        Scene::confined("python_reads_its_installed_bytecode_and_writes_none_into_the_tree")
+    else {
+        return;
+    };
+    let host = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3 on PATH");
+    let python = String::from_utf8(host.stdout).unwrap().trim().to_owned();
+    std::fs::write(scene.worktree.join("src/answer.py"), "VALUE = 42\n").unwrap();
+    let tools = scene.tools(SandboxPolicy::default());
+    let output = scene
+        .bash(
+            &tools,
+            &format!(
+                "cd src && {python} -v -c 'import json, answer, sys; \
+                 print(\"flags\", sys.flags.dont_write_bytecode, sys.pycache_prefix, \
+                 answer.VALUE)' 2>&1"
+            ),
+            60,
+        )
+        .await;
+    let lines: Vec<&str> = output.content.lines().collect();
+    let json_cached = lines.iter().any(|line| {
+        line.starts_with("# code object from ") && line.contains("json/__pycache__/__init__.")
+    });
+    let wrote: Vec<&&str> = lines
+        .iter()
+        .filter(|line| line.starts_with("# wrote "))
+        .collect();
+    let mut pycache = Vec::new();
+    let mut stack = vec![scene.worktree.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(entry.path());
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == "__pycache__" || name.ends_with(".pyc") {
+                pycache.push(name);
+            }
+        }
+    }
+    assert_eq!(
+        (
+            output.is_error,
+            lines.contains(&"flags 1 None 42"),
+            json_cached,
+            wrote,
+            pycache
+        ),
+        (false, true, true, Vec::<&&str>::new(), Vec::<String>::new()),
+        "Python in a command writes no bytecode, reads the standard library's installed \
+         bytecode, and leaves none in the tree: {}",
+        output.content
+    );
+}
+
 #[tokio::test]
 async fn bash_cannot_read_the_users_secrets() {
     let Some(scene) = Scene::confined("bash_cannot_read_the_users_secrets") else {

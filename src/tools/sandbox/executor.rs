@@ -199,11 +199,7 @@ impl SandboxedExecutor {
         // Other worktrees' private directories (and their listing) are hidden.
         hide.push(private.root.clone());
         hide.extend(git.hide.iter().cloned());
-        let mut write = vec![
-            place.for_grove.clone(),
-            private.temp_dir.clone(),
-            private.pycache.clone(),
-        ];
+        let mut write = vec![place.for_grove.clone(), private.temp_dir.clone()];
         write.extend(canonical(&self.extra_writable));
         let mounts = match (&private.config_copy, &git.config) {
             (Some(copy), Some(config)) => vec![(copy.clone(), config.clone())],
@@ -244,7 +240,6 @@ impl SandboxedExecutor {
     fn prepare(&self, place: &Place) -> Result<PreparedWorktree, SandboxError> {
         let root = self.temp_root()?;
         let temp_dir = paths::private_dir(root.path(), "tmp-")?;
-        let pycache = paths::private_dir(root.path(), "pycache-")?;
         let git = match &self.project.common_dir {
             Some(common) => GitView::of(common, &place.seen),
             None => GitView::default(),
@@ -268,7 +263,6 @@ impl SandboxedExecutor {
         let private = Private {
             root: root.path().to_path_buf(),
             temp_dir: temp_dir.path().to_path_buf(),
-            pycache: pycache.path().to_path_buf(),
             config_copy,
         };
         let rules = self.path_rules(place, &private, &git);
@@ -279,7 +273,6 @@ impl SandboxedExecutor {
             identity,
             confinement: linux::Confinement::prepare(&rules, self.policy)?,
             temp_dir,
-            pycache,
             python_path: editable.iter().map(|dir| place.seen.join(dir)).collect(),
             shared: rules
                 .shared
@@ -376,22 +369,32 @@ impl SandboxedExecutor {
     }
 
     /// The environment of a command of `prepared`'s worktree: the scrubbed one, its
-    /// private `TMPDIR`, Python's caches outside the tree (a check leaves no
-    /// `__pycache__` to commit) and the tree's copies of the editable installs' sources
-    /// first on Python's path.
+    /// private `TMPDIR`, Python writing no bytecode and the tree's copies of the editable
+    /// installs' sources first on Python's path.
+    ///
+    /// No bytecode is written: a check leaves no `__pycache__` to commit, and Python
+    /// still reads the caches its installation and the environments' packages were
+    /// installed with. A private `PYTHONPYCACHEPREFIX` did the first but not the second:
+    /// Python then reads caches only under the prefix, so every tree's first command
+    /// compiled the standard library and every package it imports again (0.07 s → 0.35 s
+    /// for `python3 -c pass`, 0.15 s → 0.85 s importing four standard modules), and each
+    /// check runs in a fresh tree. A cache shared between trees would let one worker's
+    /// command plant bytecode another tree's check runs.
     #[cfg(target_os = "linux")]
     fn command_env(&self, prepared: &PreparedWorktree) -> Vec<(OsString, OsString)> {
         let mut env = self.env.clone();
-        let set_here = ["TMPDIR", "PYTHONPYCACHEPREFIX", "PYTHONPATH"];
+        let set_here = [
+            "TMPDIR",
+            "PYTHONPYCACHEPREFIX",
+            "PYTHONDONTWRITEBYTECODE",
+            "PYTHONPATH",
+        ];
         env.retain(|(name, _)| !set_here.iter().any(|set| name == set));
         env.push((
             "TMPDIR".into(),
             prepared.temp_dir.path().as_os_str().to_owned(),
         ));
-        env.push((
-            "PYTHONPYCACHEPREFIX".into(),
-            prepared.pycache.path().as_os_str().to_owned(),
-        ));
+        env.push(("PYTHONDONTWRITEBYTECODE".into(), "1".into()));
         if let Ok(joined) = std::env::join_paths(&prepared.python_path)
             && !joined.is_empty()
         {
@@ -505,7 +508,6 @@ struct Private {
     /// Their parent, hidden.
     root: PathBuf,
     temp_dir: PathBuf,
-    pycache: PathBuf,
     config_copy: Option<PathBuf>,
 }
 

@@ -21,8 +21,6 @@ pub(super) struct PreparedWorktree {
     pub confinement: linux::Confinement,
     /// The commands' `TMPDIR`, emptied after each.
     pub temp_dir: tempfile::TempDir,
-    /// Python's bytecode caches (`PYTHONPYCACHEPREFIX`), kept between commands.
-    pub pycache: tempfile::TempDir,
     /// The tree's copies of the checkout's editable sources, first on Python's path.
     pub python_path: Vec<PathBuf>,
     /// The shared directories bound into the tree, relative to its root.
