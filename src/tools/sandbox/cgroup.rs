@@ -402,7 +402,7 @@ fn start_time(pid: u32) -> Option<u64> {
 
 /// True when the grove of an owner mark is still running (same pid, same start time),
 /// or when it is a grove of another pid namespace, which this one cannot judge.
-fn owner_alive(mark: &str) -> bool {
+pub(super) fn owner_alive(mark: &str) -> bool {
     let (mark, namespace) = match mark.split_once('.') {
         Some((mark, namespace)) => (mark, Some(namespace)),
         None => (mark, None),

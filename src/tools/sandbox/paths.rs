@@ -11,6 +11,7 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
 use super::SandboxError;
+use super::cgroup::{owner_alive, owner_mark};
 
 /// What commands may not read beneath a home directory: the user's identity and
 /// credentials. Everything else there stays readable (toolchains, package caches,
@@ -219,6 +220,10 @@ pub fn hidden_paths(homes: &[PathBuf]) -> Vec<PathBuf> {
 /// The parent of one executor's private temporary directories beneath `env`'s `TMPDIR`
 /// (else the system's): hidden from every command, so no worktree lists or reads
 /// another's; each worktree is granted its own directory inside.
+///
+/// Its name carries this process's owner mark, and the roots of groves that are gone
+/// (killed with `kill -9`, where nothing is dropped) are removed first: each one left
+/// there is one more entry every command's confinement must list to hide the roots.
 pub(super) fn private_temp_root(
     env: &[(OsString, OsString)],
 ) -> Result<tempfile::TempDir, SandboxError> {
@@ -228,10 +233,44 @@ pub(super) fn private_temp_root(
         .map(|(_, value)| PathBuf::from(value))
         .filter(|path| path.is_absolute())
         .unwrap_or_else(std::env::temp_dir);
+    remove_stale_temp_roots(&parent);
     tempfile::Builder::new()
-        .prefix("grove-cmds-")
+        .prefix(&format!("{TEMP_ROOT_PREFIX}{}-", owner_mark()))
         .tempdir_in(&parent)
         .map_err(|source| SandboxError::TempDir { parent, source })
+}
+
+/// How every private temporary root's name begins; the owner mark and `-` follow.
+const TEMP_ROOT_PREFIX: &str = "grove-cmds-";
+
+/// Removes the private temporary roots in `parent` whose grove is gone: only this
+/// user's directories named with an owner mark that [`owner_alive`] judges dead (a root
+/// of another pid namespace's grove, or of an older grove without a mark, stays).
+fn remove_stale_temp_roots(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(mark) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(TEMP_ROOT_PREFIX))
+            .and_then(|rest| rest.rsplit_once('-'))
+            .map(|(mark, _)| mark)
+        else {
+            continue;
+        };
+        let path = entry.path();
+        // Not followed: a link planted under this name is not a directory of ours.
+        let ours = std::fs::symlink_metadata(&path).is_ok_and(|meta| {
+            use std::os::unix::fs::MetadataExt as _;
+            meta.is_dir() && meta.uid() == me
+        });
+        if ours && mark.contains(':') && !owner_alive(mark) {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
 }
 
 /// A new private directory beneath `root` (see [`private_temp_root`]).
@@ -418,6 +457,64 @@ pub(super) fn sanitized_config(text: &str) -> String {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_temp_roots_of_groves_that_are_gone_are_removed() {
+        let parent = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("kept"), "x").unwrap();
+        let mine = owner_mark();
+        let namespace = mine.find('.').map_or("", |at| &mine[at..]);
+        // No process has a pid above the kernel's largest pid_max (2^22).
+        let gone = format!("4194999:1{namespace}");
+        let names = [
+            format!("grove-cmds-{gone}-dead01"),
+            format!("grove-cmds-{mine}-alive1"),
+            "grove-cmds-Oldxyz".to_owned(),
+            "grove-cmds-4194999:1.1-otherns".to_owned(),
+            "unrelated".to_owned(),
+        ];
+        for name in &names {
+            std::fs::create_dir(parent.path().join(name)).unwrap();
+            std::fs::write(parent.path().join(name).join("f"), "x").unwrap();
+        }
+        let planted = format!("grove-cmds-{gone}-link01");
+        std::os::unix::fs::symlink(outside.path(), parent.path().join(&planted)).unwrap();
+
+        remove_stale_temp_roots(parent.path());
+
+        let mut left: Vec<String> = std::fs::read_dir(parent.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut expected = vec![
+            names[1].clone(),
+            names[2].clone(),
+            names[3].clone(),
+            names[4].clone(),
+            planted,
+        ];
+        expected.sort();
+        assert_eq!(
+            (left, outside.path().join("kept").exists()),
+            (expected, true),
+            "only a dead grove's own root goes; a live one's, an unmarked one, another pid \
+             namespace's, other names and a planted link stay, and nothing is followed"
+        );
+        let root = private_temp_root(&[("TMPDIR".into(), parent.path().into())]).unwrap();
+        let name = root
+            .path()
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            name.starts_with(&format!("grove-cmds-{mine}-")),
+            "a new root carries this grove's owner mark: {name}"
+        );
+    }
 
     #[test]
     fn hidden_paths_are_the_homes_secret_stores_and_nothing_a_build_reads() {
