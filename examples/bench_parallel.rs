@@ -512,8 +512,14 @@ async fn measure(
         }
         None => None,
     };
-    // Outside the clock: each `grove run` is a process of its own, which starts with
-    // none of an earlier run's freed memory (forks copy its page tables).
+    // Outside the clock: the disk settles first. The baseline's own writes (the clone,
+    // git's checkout, the setup by hand: 120 MB at 30,000 files) would otherwise be
+    // flushed by the run's first fsync (its lock's record: 0.25 s measured), which a
+    // user's run, started more than the kernel's 30 s of writeback after their clone,
+    // never pays.
+    std::process::Command::new("sync").status()?;
+    // Each `grove run` is a process of its own, which starts with none of an earlier
+    // run's freed memory (forks copy its page tables).
     grove::tools::exec::return_freed_memory();
     let fixture = &bench.fixture;
     let latency = settings.latency;
