@@ -166,7 +166,7 @@ async fn main() -> anyhow::Result<()> {
         let repo = repo.clone();
         async move {
             let worktree = repo.create_worktree(spec).await?;
-            Ok::<_, grove::git::GitError>((worktree, t.elapsed()))
+            Ok::<_, grove::worktree::CreateError>((worktree, t.elapsed()))
         }
     });
     let created = futures_util::future::try_join_all(creations).await?;

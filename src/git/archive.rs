@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use super::Repo;
+use super::branch::DeleteError;
 use super::error::GitError;
 use super::names::{CommitId, RunId, subtask_ref};
 
@@ -59,7 +60,7 @@ impl Repo {
     /// The library side of `grove gc --older-than DAYS`: deletes archive refs whose
     /// commit is older than `older_than` (compare-and-swap, so a re-archived ref stays).
     /// The only operation in grove that deletes archived work. Returns the deleted refs.
-    pub async fn gc_archives(&self, older_than: Duration) -> Result<Vec<String>, GitError> {
+    pub async fn gc_archives(&self, older_than: Duration) -> Result<Vec<String>, DeleteError> {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());

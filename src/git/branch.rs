@@ -11,24 +11,72 @@ use super::cmd::{LOCK_RETRIES, lock_backoff};
 use super::error::GitError;
 use super::names::{CommitId, RunId, subtask_ref};
 
+/// Why a branch or another ref grove deletes was not deleted.
+#[derive(Debug, thiserror::Error)]
+pub enum DeleteError {
+    /// Reading or deleting the ref failed (see [`GitError`] for what is retried; a lock
+    /// another process holds is waited out a few times first).
+    #[error(transparent)]
+    Git(#[from] GitError),
+
+    /// A ref was to be deleted at `expected` and another writer had moved it (or deleted
+    /// it: `actual` is `nothing`). Not retried: the ref stays as the other writer left it.
+    #[error("{reference} was not deleted: it is at {actual}, not {expected}")]
+    RefMoved {
+        reference: String,
+        expected: String,
+        actual: String,
+    },
+
+    /// A branch would have been deleted while its work is kept nowhere else. Not retried:
+    /// the branch stays.
+    #[error(
+        "branch {branch} was kept: its tip {tip} is in neither the run's result nor an archive"
+    )]
+    WorkNotKept { branch: String, tip: String },
+}
+
+impl DeleteError {
+    /// True when the disk was full (see [`GitError::is_disk_full`]).
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            Self::Git(error) => error.is_disk_full(),
+            Self::RefMoved { .. } | Self::WorkNotKept { .. } => false,
+        }
+    }
+
+    /// True when the same call may succeed: only when its cause can pass
+    /// ([`GitError::can_retry`]); a moved ref or unkept work stays so.
+    pub fn can_retry(&self) -> bool {
+        match self {
+            Self::Git(error) => error.can_retry(),
+            Self::RefMoved { .. } | Self::WorkNotKept { .. } => false,
+        }
+    }
+}
+
 /// Why one attempt at deleting a ref did not delete it.
 enum NotDeleted {
     /// Another process holds the ref's lock: retried.
     Locked(git2::Error),
-    Failed(GitError),
+    Failed(DeleteError),
 }
 
 impl Repo {
     /// Deletes branch `grove/<run>/<n>` if its tip is contained in the run's result
     /// branch or in one of the run's archive refs; refuses otherwise. A missing branch
     /// is not an error. The deletion is compare-and-swap on the tip that was checked.
-    pub async fn delete_subtask_branch(&self, run: &RunId, subtask: u32) -> Result<(), GitError> {
+    pub async fn delete_subtask_branch(
+        &self,
+        run: &RunId,
+        subtask: u32,
+    ) -> Result<(), DeleteError> {
         let branch = subtask_ref(run, subtask);
         let Some(tip) = self.ref_target(&branch)? else {
             return Ok(());
         };
         if !self.keeps(run, tip)? {
-            return Err(GitError::WorkNotKept {
+            return Err(DeleteError::WorkNotKept {
                 branch,
                 tip: tip.to_string(),
             });
@@ -61,7 +109,7 @@ impl Repo {
         &self,
         reference: &str,
         expected: CommitId,
-    ) -> Result<(), GitError> {
+    ) -> Result<(), DeleteError> {
         let mut attempt = 0;
         loop {
             match self.delete_ref_once(reference, expected) {
@@ -71,7 +119,7 @@ impl Repo {
                     tokio::time::sleep(lock_backoff(attempt)).await;
                 }
                 Err(NotDeleted::Locked(source)) => {
-                    return Err(GitError::write(format!("delete {reference}"), source));
+                    return Err(GitError::write(format!("delete {reference}"), source).into());
                 }
                 Err(NotDeleted::Failed(error)) => return Err(error),
             }
@@ -83,7 +131,7 @@ impl Repo {
             if source.code() == git2::ErrorCode::Locked {
                 NotDeleted::Locked(source)
             } else {
-                NotDeleted::Failed(GitError::write(format!("delete {reference}"), source))
+                NotDeleted::Failed(GitError::write(format!("delete {reference}"), source).into())
             }
         };
         let repo = self.libgit();
@@ -95,7 +143,7 @@ impl Repo {
             Err(error) => return Err(failed(error)),
         };
         if actual != Some(expected.oid()) {
-            return Err(NotDeleted::Failed(GitError::RefMoved {
+            return Err(NotDeleted::Failed(DeleteError::RefMoved {
                 reference: reference.to_owned(),
                 expected: expected.to_string(),
                 actual: actual.map_or_else(|| "nothing".to_owned(), |oid| oid.to_string()),

@@ -10,7 +10,7 @@
 use serde::Serialize;
 
 use super::Repo;
-use super::error::GitError;
+use super::error::{AdvanceError, GitError};
 use super::names::CommitId;
 
 /// A line a conflict marker starts (`<<<<<<< ours`, `>>>>>>> theirs`); the `=======`
@@ -52,13 +52,13 @@ impl Repo {
         ours: MergeSide<'_>,
         theirs: MergeSide<'_>,
         message: &str,
-    ) -> Result<ConflictedMerge, GitError> {
+    ) -> Result<ConflictedMerge, AdvanceError> {
         // merge-tree labels the markers with the revisions as given: each name must be
         // the very commit the caller means.
         for side in [ours, theirs] {
             let resolved = self.resolve(side.label)?;
             if resolved != side.commit {
-                return Err(GitError::RefContended {
+                return Err(AdvanceError::RefContended {
                     reference: side.label.to_owned(),
                     actual: resolved.to_string(),
                 });
@@ -264,7 +264,7 @@ mod tests {
             .unwrap_err();
 
         assert!(
-            matches!(error, GitError::RefContended { .. }),
+            matches!(error, AdvanceError::RefContended { .. }),
             "markers never name the wrong side: {error:?}"
         );
     }

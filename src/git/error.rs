@@ -1,4 +1,8 @@
-//! The git layer's error type.
+//! The git layer's error types: [`GitError`], the low-level causes every git call
+//! shares, and [`AdvanceError`], moving a ref onto new work (a merge, a squash, a
+//! conflicted merge). An operation with failures of its own has its own enum beside it
+//! (deleting a branch: `branch.rs`; a worktree's creation and checkpoint: `worktree`),
+//! which wraps a [`GitError`] for the rest.
 //!
 //! Every variant carries the context a user needs to act on it: the git operation, the
 //! directory or ref involved and git's own stderr. Variant docs say whether the layer
@@ -7,9 +11,8 @@
 //! message: [`GitError::is_disk_full`] (the run pauses) and [`GitError::can_retry`].
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-/// Something grove could not do with git.
+/// Something grove could not do with git: the causes any git call may meet.
 #[derive(Debug, thiserror::Error)]
 pub enum GitError {
     /// The git executable could not be started at all. Not retried.
@@ -81,105 +84,18 @@ pub enum GitError {
         reason: &'static str,
     },
 
-    /// A ref was to be deleted at `expected` and another writer had moved it (or deleted
-    /// it: `actual` is `nothing`). Not retried: the ref stays as the other writer left it.
-    #[error("{reference} was not deleted: it is at {actual}, not {expected}")]
-    RefMoved {
-        reference: String,
-        expected: String,
-        actual: String,
-    },
-
-    /// A branch would have been deleted while its work is kept nowhere else. Not retried:
-    /// the branch stays.
-    #[error(
-        "branch {branch} was kept: its tip {tip} is in neither the run's result nor an archive"
-    )]
-    WorkNotKept { branch: String, tip: String },
-
-    /// git refuses to record some paths of a worktree (names it treats as `.git` under
-    /// another spelling, such as `x/git~1/y`). Everything else was committed; these stay
-    /// only in the worktree, which must therefore be kept, never removed. Not retried.
-    #[error(
-        "git refuses to record {} in {} (everything else is committed); the worktree is \
-         kept so that they are not lost",
-        paths.join(", "),
-        worktree.display()
-    )]
-    PathsRefused {
-        worktree: PathBuf,
-        paths: Vec<String>,
-    },
-
     /// A revision or ref grove needed does not exist.
     #[error("{rev} does not exist in the repository")]
     UnknownRevision { rev: String },
+}
 
-    /// The worktree at `path` is registered for its branch `rev`, which does not exist:
-    /// a creation cut short (a full disk or a crash between the registration and the
-    /// branch), or a branch deleted by hand. Not retried: the directory is not a
-    /// worktree grove can use; the caller moves it aside, never deletes it, and creates
-    /// the worktree again. Told as [`UnknownRevision`](Self::UnknownRevision) is.
-    #[error("{rev} does not exist in the repository")]
-    BranchNeverMade { path: PathBuf, rev: String },
-
-    /// The subtask branch already exists and does not contain the run's base commit, so
-    /// reusing it would silently drop or mix in unrelated history. Not retried.
-    #[error("branch {branch} already exists at {tip}, which does not contain the base {base}")]
-    BranchDiverged {
-        branch: String,
-        tip: String,
-        base: String,
-    },
-
-    /// The subtask branch is checked out in another worktree that still exists on disk.
-    /// Not retried: grove never lets two worktrees commit to one branch.
-    #[error("branch {branch} is already checked out in the worktree at {path}")]
-    BranchCheckedOutElsewhere { branch: String, path: PathBuf },
-
-    /// The worktree path exists but is not a worktree of this repository; grove will not
-    /// write into a directory it does not own.
-    #[error("{path} already exists and is not a worktree grove registered for {branch}")]
-    WorktreePathOccupied { path: PathBuf, branch: String },
-
-    /// The background checkout of a worktree failed; the worktree must not be used.
-    #[error("filling the worktree at {path} failed: {reason}")]
-    FillFailed {
-        path: PathBuf,
-        reason: Arc<GitError>,
-    },
-
-    /// A copy-on-write worktree was to be committed or read while its tree host is not
-    /// running: its path shows only its `.git` file here. Not retried: the caller starts
-    /// the host again (a resume) or keeps the worktree.
-    #[error(
-        "the copy-on-write worktree at {path} is not mounted; grove will not run git on \
-         its empty mount point"
-    )]
-    TreeNotMounted { path: PathBuf },
-
-    /// Git was asked to run in a worktree whose files are on a remote host (its path
-    /// here holds only the `.git` file). Not retried.
-    #[error(
-        "the worktree at {path} is on a remote host; grove will not run git on its empty \
-         path here"
-    )]
-    Elsewhere { path: PathBuf },
-
-    /// A remote host failed a worktree's checkpoint (its words). Not retried: the
-    /// branch keeps the last checkpoint that came back.
-    #[error("the remote worktree at {path} could not be checkpointed: {reason}")]
-    RemoteCheckpoint { path: PathBuf, reason: String },
-
-    /// The background checkout stopped without reporting (its task was cancelled).
-    #[error("filling the worktree at {path} stopped before it finished")]
-    FillAborted { path: PathBuf },
-
-    /// An overlay upper directory uses a feature the checkpoint does not read (a
-    /// redirected directory, a metadata-only copy): committing it could lose data. Not
-    /// retried; grove mounts without those features.
-    #[error("{path} carries the overlay xattr {xattr}, which grove does not read")]
-    UpperUnsupported { path: PathBuf, xattr: &'static str },
+/// Why a ref could not be moved onto new work: a merge onto it, a squashed history
+/// written to it, or a conflicted merge of two sides named by their refs.
+#[derive(Debug, thiserror::Error)]
+pub enum AdvanceError {
+    /// Reading, merging or writing failed (see [`GitError`] for what is retried).
+    #[error(transparent)]
+    Git(#[from] GitError),
 
     /// A compare-and-swap ref update kept losing to another writer. Retried a few times
     /// (recomputing the merge each time) before this is returned.
@@ -194,6 +110,26 @@ pub enum GitError {
         tip: String,
         base: String,
     },
+}
+
+impl AdvanceError {
+    /// True when the disk was full (see [`GitError::is_disk_full`]).
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            Self::Git(error) => error.is_disk_full(),
+            Self::RefContended { .. } | Self::NotOnFirstParentChain { .. } => false,
+        }
+    }
+
+    /// True when the same call may succeed: the cause can pass
+    /// ([`GitError::can_retry`]), or another writer kept moving the ref.
+    pub fn can_retry(&self) -> bool {
+        match self {
+            Self::Git(error) => error.can_retry(),
+            Self::RefContended { .. } => true,
+            Self::NotOnFirstParentChain { .. } => false,
+        }
+    }
 }
 
 impl GitError {
@@ -246,19 +182,18 @@ impl GitError {
             GitError::Read { source, .. } | GitError::Write { source, .. } => {
                 says_disk_full(source.message())
             }
-            GitError::FillFailed { reason, .. } => reason.is_disk_full(),
-            _ => false,
+            GitError::Parse { .. }
+            | GitError::NotARepository { .. }
+            | GitError::InvalidName { .. }
+            | GitError::UnknownRevision { .. } => false,
         }
     }
 
     /// True when making the same call again, unchanged, may succeed: another process
-    /// held one of git's lock files, or another writer kept moving the ref (each already
-    /// retried a few times before it is returned), or the disk was full. Every other
-    /// failure would fail the same way again.
+    /// held one of git's lock files (already retried a few times before it is returned),
+    /// or the disk was full. Every other failure would fail the same way again.
     pub fn can_retry(&self) -> bool {
-        self.is_lock_contention()
-            || matches!(self, GitError::RefContended { .. })
-            || self.is_disk_full()
+        self.is_lock_contention() || self.is_disk_full()
     }
 }
 
@@ -352,16 +287,13 @@ mod tests {
             what: "the index".into(),
             source: git2::Error::from_str("failed to write: No space left on device"),
         };
-        let fill = GitError::FillFailed {
-            path: PathBuf::from("/w/1"),
-            reason: Arc::new(command("error: unable to write file 'src/a.rs'")),
-        };
+        let checkout = command("error: unable to write file 'src/a.rs'");
         let not_found = io(std::io::Error::from(std::io::ErrorKind::NotFound));
         let unrelated = command("fatal: invalid reference: main");
         let unknown = GitError::UnknownRevision { rev: "x".into() };
         assert_eq!(
             [
-                &enospc, &edquot, &kind, &stderr, &ref_lock, &libgit2, &fill, &not_found,
+                &enospc, &edquot, &kind, &stderr, &ref_lock, &libgit2, &checkout, &not_found,
                 &unrelated, &unknown
             ]
             .map(GitError::is_disk_full),
@@ -375,10 +307,6 @@ mod tests {
     #[test]
     fn only_a_held_lock_a_moving_ref_or_a_full_disk_can_be_retried() {
         let held = command("fatal: Unable to create '/repo/.git/index.lock': File exists.");
-        let contended = GitError::RefContended {
-            reference: "refs/heads/r".into(),
-            actual: "abc".into(),
-        };
         let full = command("fatal: write error: No space left on device");
         let mismatch = command(
             "fatal: cannot lock ref 'refs/heads/r': is at abc but expected def \
@@ -386,9 +314,33 @@ mod tests {
         );
         let unknown = GitError::UnknownRevision { rev: "x".into() };
         assert_eq!(
-            [&held, &contended, &full, &mismatch, &unknown].map(GitError::can_retry),
-            [true, true, true, false, false],
+            [&held, &full, &mismatch, &unknown].map(GitError::can_retry),
+            [true, true, false, false],
             "a retry helps only when the cause can pass"
+        );
+        let contended = AdvanceError::RefContended {
+            reference: "refs/heads/r".into(),
+            actual: "abc".into(),
+        };
+        let off_chain = AdvanceError::NotOnFirstParentChain {
+            reference: "refs/heads/r".into(),
+            tip: "abc".into(),
+            base: "def".into(),
+        };
+        assert_eq!(
+            [
+                &contended,
+                &off_chain,
+                &AdvanceError::from(held),
+                &AdvanceError::from(mismatch)
+            ]
+            .map(AdvanceError::can_retry),
+            [true, false, true, false],
+            "a moving ref can be retried, a ref off its chain cannot; the rest is the cause's"
+        );
+        assert!(
+            AdvanceError::from(full).is_disk_full(),
+            "a full disk is the cause's to tell"
         );
     }
 }

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::Repo;
-use super::error::GitError;
+use super::error::{AdvanceError, GitError};
 use super::lineage::{Fork, Lineage, MergeBase};
 use super::names::{CommitId, RunId};
 use super::trailers::CommitMessage;
@@ -90,7 +90,7 @@ impl Repo {
         target_ref: &str,
         commit: CommitId,
         message: &str,
-    ) -> Result<MergeOutcome, GitError> {
+    ) -> Result<MergeOutcome, AdvanceError> {
         let _queue = MERGE_QUEUE.lock().await;
         let mut last_seen = None;
         for _ in 0..CAS_ATTEMPTS {
@@ -133,7 +133,7 @@ impl Repo {
                 None => last_seen = self.ref_target(target_ref)?,
             }
         }
-        Err(GitError::RefContended {
+        Err(AdvanceError::RefContended {
             reference: target_ref.to_owned(),
             actual: last_seen.map_or_else(|| "nothing".to_owned(), |c| c.to_string()),
         })
@@ -146,7 +146,7 @@ impl Repo {
         &self,
         run: &RunId,
         subtasks: &[u32],
-    ) -> Result<Vec<(u32, MergeOutcome)>, GitError> {
+    ) -> Result<Vec<(u32, MergeOutcome)>, AdvanceError> {
         let mut outcomes = Vec::new();
         for &n in subtasks {
             let branch = super::subtask_ref(run, n);

@@ -64,10 +64,11 @@ use std::sync::{Arc, Mutex};
 
 pub use apply::{ApplyOutcome, ApplyRequest, RefusalReason};
 pub use archive::ArchivedWork;
+pub use branch::DeleteError;
 pub use cmd::{Enter, GitOptions, Identity};
 pub use conflict::{ConflictedMerge, LeftMarker, MergeSide};
 pub use diff::{BranchDiff, Colour, DiffStat, FileStat, Patch};
-pub use error::GitError;
+pub use error::{AdvanceError, GitError};
 pub(crate) use error::{io_is_disk_full, says_disk_full};
 pub use merge::{MergeCheck, MergeOutcome, PairConflict};
 pub use merge_batch::BatchItem;
@@ -297,15 +298,17 @@ impl Repo {
 
     /// Runs `work` on the runtime's blocking threads (file walks, diffs, a waited-for
     /// lock); a task that stopped (a panic) is an I/O error of `action` on `path`.
-    pub(crate) async fn blocking<T: Send + 'static>(
+    pub(crate) async fn blocking<T: Send + 'static, E: From<GitError> + Send + 'static>(
         action: &'static str,
         path: PathBuf,
-        work: impl FnOnce() -> Result<T, GitError> + Send + 'static,
-    ) -> Result<T, GitError> {
+        work: impl FnOnce() -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E> {
         let stopped = GitError::io(action, &path);
-        tokio::task::spawn_blocking(work)
-            .await
-            .map_err(|_| stopped(std::io::Error::other(format!("the {action} task stopped"))))?
+        tokio::task::spawn_blocking(work).await.map_err(|_| {
+            E::from(stopped(std::io::Error::other(format!(
+                "the {action} task stopped"
+            ))))
+        })?
     }
 
     /// The libgit2 handle, under its lock. A poisoned lock only means another user of it

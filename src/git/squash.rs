@@ -11,7 +11,7 @@
 
 use super::Repo;
 use super::cmd::parse_git_date;
-use super::error::GitError;
+use super::error::{AdvanceError, GitError};
 use super::names::CommitId;
 
 /// How far back a first-parent chain is followed before giving up on finding its base:
@@ -52,7 +52,7 @@ impl Repo {
         &self,
         reference: &str,
         base: CommitId,
-    ) -> Result<Vec<ChainCommit>, GitError> {
+    ) -> Result<Vec<ChainCommit>, AdvanceError> {
         let tip = self
             .ref_target(reference)?
             .ok_or_else(|| GitError::UnknownRevision {
@@ -68,7 +68,7 @@ impl Repo {
         what: &str,
         tip: CommitId,
         base: CommitId,
-    ) -> Result<Vec<ChainCommit>, GitError> {
+    ) -> Result<Vec<ChainCommit>, AdvanceError> {
         let reference = what;
         let chain = self.read(reference, |repo| {
             let mut chain = Vec::new();
@@ -88,7 +88,7 @@ impl Repo {
             }
             Ok((at.id() == base.oid()).then_some(chain))
         })?;
-        let mut chain = chain.ok_or_else(|| GitError::NotOnFirstParentChain {
+        let mut chain = chain.ok_or_else(|| AdvanceError::NotOnFirstParentChain {
             reference: reference.to_owned(),
             tip: tip.to_string(),
             base: base.to_string(),
@@ -111,7 +111,7 @@ impl Repo {
         base: CommitId,
         steps: &[SquashStep],
         target_ref: &str,
-    ) -> Result<Squashed, GitError> {
+    ) -> Result<Squashed, AdvanceError> {
         let (author, committer) = self.squash_idents().await?;
         // Signatures are built only now: libgit2's are not `Send`, so none lives across an
         // await.
@@ -123,7 +123,7 @@ impl Repo {
             Some(_) => match self.first_parent_chain(target_ref, base) {
                 Ok(chain) => chain,
                 // Not a history of this base: written anew, the ref moved over it.
-                Err(GitError::NotOnFirstParentChain { .. }) => Vec::new(),
+                Err(AdvanceError::NotOnFirstParentChain { .. }) => Vec::new(),
                 Err(error) => return Err(error),
             },
         };
@@ -186,12 +186,12 @@ impl Repo {
                     git2::ErrorCode::Modified | git2::ErrorCode::Locked | git2::ErrorCode::Exists
                 ) =>
             {
-                Err(GitError::RefContended {
+                Err(AdvanceError::RefContended {
                     reference: target_ref.to_owned(),
                     actual: existing.map_or_else(|| "nothing".to_owned(), |c| c.to_string()),
                 })
             }
-            Err(source) => Err(GitError::write(target_ref.to_owned(), source)),
+            Err(source) => Err(GitError::write(target_ref.to_owned(), source).into()),
         }
     }
 

@@ -580,7 +580,7 @@ async fn apply_result(
             base,
         })
         .await
-        .map_err(failed)?;
+        .map_err(|source| failed(source.into()))?;
     let applied = match outcome {
         ApplyOutcome::Applied {
             from,

@@ -83,7 +83,7 @@ pub enum ReviewError {
         run_id: RunId,
         result_branch: String,
         #[source]
-        source: Box<GitError>,
+        source: Box<crate::git::AdvanceError>,
     },
     #[error("{0}")]
     Store(#[from] StoreError),

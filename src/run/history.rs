@@ -13,7 +13,7 @@
 use crate::agent::external::WorkerBackend;
 use crate::git::trailers::merged_subtask;
 use crate::git::trailers::{CommitMessage, plain_subject};
-use crate::git::{CommitId, GitError, Repo, RunId, SquashStep};
+use crate::git::{AdvanceError, CommitId, Repo, RunId, SquashStep};
 use crate::run::check::failure_line;
 use crate::run::context::RunContext;
 use crate::run::report::SubtaskReport;
@@ -62,7 +62,7 @@ pub(crate) struct HistoryInputs<'a> {
 pub(crate) async fn applicable(
     ctx: &RunContext,
     subtasks: &[SubtaskReport],
-) -> Result<Applicable, GitError> {
+) -> Result<Applicable, AdvanceError> {
     let checks = ctx.journal.checks();
     let inputs = HistoryInputs {
         repo: &ctx.repo,
@@ -81,7 +81,7 @@ pub(crate) async fn applicable(
 pub(crate) async fn applicable_for(
     inputs: &HistoryInputs<'_>,
     subtasks: &[SubtaskReport],
-) -> Result<Applicable, GitError> {
+) -> Result<Applicable, AdvanceError> {
     let (repo, run) = (inputs.repo, inputs.run);
     match inputs.history {
         History::Merge => Ok(Applicable {
@@ -109,7 +109,7 @@ pub(crate) async fn applicable_for_run(
     run: &RunId,
     base: CommitId,
     state: &RunState,
-) -> Result<Applicable, GitError> {
+) -> Result<Applicable, AdvanceError> {
     let Ok(options) = state.options.get() else {
         return Ok(Applicable {
             source: run.result_ref(),
@@ -166,7 +166,7 @@ pub(crate) fn worker_model<'a>(backend: &'a WorkerBackend, model: &'a str) -> &'
 fn squash_steps(
     inputs: &HistoryInputs<'_>,
     subtasks: &[SubtaskReport],
-) -> Result<Vec<SquashStep>, GitError> {
+) -> Result<Vec<SquashStep>, AdvanceError> {
     let chain = inputs
         .repo
         .first_parent_chain(&inputs.run.result_ref(), inputs.base)?;

@@ -15,7 +15,6 @@ use tokio::task::JoinHandle;
 
 use crate::agent::{Ledger, ObserverError, TurnObserver, TurnState};
 use crate::event::AgentLabel;
-use crate::git::GitError;
 use crate::model::Message;
 use crate::run::context::{LeadHistory, RunContext, lock};
 use crate::run::id::SubtaskId;
@@ -24,7 +23,7 @@ use crate::store::durable::{self, Durability};
 use crate::store::journal::{self, Entry};
 use crate::store::slots::SlotFile;
 use crate::store::transcript::{self, AgentEnd, AgentTiming, Transcript, TranscriptError};
-use crate::worktree::Worktree;
+use crate::worktree::{CheckpointError, Worktree};
 
 /// Why an agent's work could not be made durable. Not retried: the agent's loop stops,
 /// its subtask fails, and what was saved before is intact.
@@ -38,7 +37,7 @@ pub enum SaveError {
     #[error("checkpoint commit failed: {source}")]
     Checkpoint {
         #[source]
-        source: GitError,
+        source: CheckpointError,
     },
     #[error("the run journal cannot be written: {source}")]
     Journal {

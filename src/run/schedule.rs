@@ -186,7 +186,7 @@ pub(crate) fn start_point(
         .repo
         .ref_target(&result)
         .and_then(|tip| tip.ok_or(GitError::UnknownRevision { rev: result }))
-        .map_err(|source| SubtaskError::Worktree { source })?;
+        .map_err(crate::worktree::WorktreeError::from)?;
     ctx.journal(Entry::StartPoint {
         subtask: id,
         commit: start,

@@ -61,7 +61,8 @@ impl LiveTree {
         }
         .unwrap_or(self.base);
         let snapshot = self.repo.snapshot(tip).map_err(fatal)?;
-        let holds = what_it_holds(&self.repo, tip, self.base).map_err(fatal)?;
+        let holds = what_it_holds(&self.repo, tip, self.base)
+            .map_err(|error| ToolError::Fatal(error.to_string()))?;
         let short: String = tip.to_string().chars().take(10).collect();
         let heading = format!("[the run's result at {short}: {holds}]\n");
         Ok((snapshot, heading))
@@ -74,7 +75,7 @@ pub fn what_it_holds(
     repo: &Repo,
     tip: CommitId,
     base: CommitId,
-) -> Result<String, crate::git::GitError> {
+) -> Result<String, crate::git::AdvanceError> {
     if tip == base {
         return Ok("the base, nothing merged yet".to_owned());
     }

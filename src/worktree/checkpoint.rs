@@ -14,6 +14,7 @@
 //! with a mandatory extension it does not read, a worktree whose `HEAD` is not its
 //! branch, a ref moved meanwhile) falls back to the CLI path, which is kept whole.
 
+use super::error::CheckpointError;
 use super::handle::Worktree;
 use super::local_files;
 use crate::git::CommitId;
@@ -147,7 +148,7 @@ impl Repo {
         &self,
         worktree: &Worktree,
         label: &str,
-    ) -> Result<Option<CommitId>, GitError> {
+    ) -> Result<Option<CommitId>, CheckpointError> {
         self.checkpoint_with(worktree, label, CommitPath::Fastest)
             .await
     }
@@ -160,7 +161,7 @@ impl Repo {
         worktree: &Worktree,
         label: &str,
         path: CommitPath,
-    ) -> Result<Option<CommitId>, GitError> {
+    ) -> Result<Option<CommitId>, CheckpointError> {
         worktree.ready().await?;
         if worktree.is_remote() {
             return self.checkpoint_remote(worktree, label).await;
@@ -205,7 +206,7 @@ impl Repo {
         if refused.is_empty() {
             return Ok(commit);
         }
-        Err(GitError::PathsRefused {
+        Err(CheckpointError::PathsRefused {
             worktree: worktree.path().to_path_buf(),
             paths: refused,
         })
@@ -257,7 +258,7 @@ impl Repo {
     /// inside a directory that is a git repository (a bare one a model made). Stages the
     /// worktree as a checkpoint would (grove owns that index); tell the reviewer about
     /// what it returns.
-    pub async fn git_dir_paths(&self, worktree: &Worktree) -> Result<Vec<String>, GitError> {
+    pub async fn git_dir_paths(&self, worktree: &Worktree) -> Result<Vec<String>, CheckpointError> {
         worktree.ready().await?;
         worktree.check_mounted()?;
         if let Some(source) = worktree.upper_source() {

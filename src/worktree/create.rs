@@ -12,6 +12,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::base_tree::BaseTree;
+use super::error::CreateError;
 use super::handle::{
     Files, Fill, FillState, OVERLAY_RECORD, OVERLAY_RECORD_PARTIAL, Worktree, WorktreeSpec,
     overlay_record,
@@ -51,7 +52,7 @@ impl Repo {
     /// them first); an existing branch is reused when it contains the base (an earlier
     /// attempt's commits are kept, never reset); a path that is already this subtask's
     /// worktree is reused, and re-filled only if its first fill never finished.
-    pub async fn create_worktree(&self, spec: WorktreeSpec) -> Result<Worktree, GitError> {
+    pub async fn create_worktree(&self, spec: WorktreeSpec) -> Result<Worktree, CreateError> {
         self.create_worktree_as(spec, Fill::Checkout).await
     }
 
@@ -59,13 +60,14 @@ impl Repo {
         &self,
         spec: WorktreeSpec,
         how: Fill,
-    ) -> Result<Worktree, GitError> {
+    ) -> Result<Worktree, CreateError> {
         if !spec.path.is_absolute() {
             return Err(GitError::InvalidName {
                 what: "worktree path",
                 value: spec.path.display().to_string(),
                 reason: "must be absolute",
-            });
+            }
+            .into());
         }
         let branch_ref = subtask_ref(&spec.run, spec.subtask);
         let guard = REGISTRATION.lock().await;
@@ -89,7 +91,7 @@ impl Repo {
             self.prune_unlocked().await?;
         }
         if std::fs::read_dir(&spec.path).is_ok_and(|mut entries| entries.next().is_some()) {
-            return Err(GitError::WorktreePathOccupied {
+            return Err(CreateError::WorktreePathOccupied {
                 path: spec.path.clone(),
                 branch: spec.run.subtask_branch(spec.subtask),
             });
@@ -105,14 +107,14 @@ impl Repo {
         let (start, admin) = match self.ref_target(&branch_ref)? {
             Some(tip) => {
                 if !self.is_ancestor(spec.base, tip)? {
-                    return Err(GitError::BranchDiverged {
+                    return Err(CreateError::BranchDiverged {
                         branch: spec.run.subtask_branch(spec.subtask),
                         tip: tip.to_string(),
                         base: spec.base.to_string(),
                     });
                 }
                 if let Some(path) = self.checked_out_at(&branch_ref)? {
-                    return Err(GitError::BranchCheckedOutElsewhere {
+                    return Err(CreateError::BranchCheckedOutElsewhere {
                         branch: spec.run.subtask_branch(spec.subtask),
                         path,
                     });
@@ -140,9 +142,9 @@ impl Repo {
                     let _ = std::fs::remove_dir_all(&admin);
                     let _ = std::fs::remove_file(path.join(".git"));
                 }
-                filled
+                Ok(filled?)
             }
-            Fill::Remote => self.fill_remote(spec, path, admin, start),
+            Fill::Remote => Ok(self.fill_remote(spec, path, admin, start)?),
             Fill::Overlay(_) | Fill::Checkout => Ok(self.start_fill(spec, path, admin, start)),
         }
     }
@@ -155,11 +157,11 @@ impl Repo {
         &self,
         worktree: Worktree,
         start: CommitId,
-    ) -> Result<Worktree, GitError> {
+    ) -> Result<Worktree, CreateError> {
         worktree.ready().await?;
         worktree.check_mounted()?;
         if !self.is_ancestor(worktree.start, start)? {
-            return Err(GitError::BranchDiverged {
+            return Err(CreateError::BranchDiverged {
                 branch: worktree.branch(),
                 tip: start.to_string(),
                 base: worktree.start.to_string(),
@@ -207,7 +209,7 @@ impl Repo {
         let state = if is_filled(&admin) {
             FillState::Filled
         } else {
-            FillState::Failed(Arc::new(GitError::FillAborted {
+            FillState::Failed(Arc::new(CreateError::FillAborted {
                 path: path.to_path_buf(),
             }))
         };
@@ -229,16 +231,16 @@ impl Repo {
         spec: WorktreeSpec,
         admin: PathBuf,
         branch_ref: &str,
-    ) -> Result<Worktree, GitError> {
+    ) -> Result<Worktree, CreateError> {
         if admin_head(&admin).as_deref() != Some(branch_ref) {
-            return Err(GitError::WorktreePathOccupied {
+            return Err(CreateError::WorktreePathOccupied {
                 path: spec.path.clone(),
                 branch: spec.run.subtask_branch(spec.subtask),
             });
         }
         let start = self
             .ref_target(branch_ref)?
-            .ok_or_else(|| GitError::BranchNeverMade {
+            .ok_or_else(|| CreateError::BranchNeverMade {
                 path: spec.path.clone(),
                 rev: branch_ref.to_owned(),
             })?;
@@ -282,7 +284,7 @@ impl Repo {
                 });
             let state = match result {
                 Ok(()) => FillState::Filled,
-                Err(error) => FillState::Failed(Arc::new(error)),
+                Err(error) => FillState::Failed(Arc::new(error.into())),
             };
             // Nobody waiting is fine: the marker on disk is the durable record.
             let _ = tx.send(state);
@@ -298,14 +300,17 @@ impl Repo {
         &self,
         spec: WorktreeSpec,
         base: &BaseTree,
-    ) -> Result<Worktree, GitError> {
+    ) -> Result<Worktree, CreateError> {
         let fill = Fill::Overlay(base.clone());
         self.create_worktree_as(spec, fill).await
     }
 
     /// Registers the worktree of one subtask as [`Repo::create_worktree`] does, with no
     /// files: they are on a remote host (see [`Worktree::reach`]).
-    pub async fn create_remote_worktree(&self, spec: WorktreeSpec) -> Result<Worktree, GitError> {
+    pub async fn create_remote_worktree(
+        &self,
+        spec: WorktreeSpec,
+    ) -> Result<Worktree, CreateError> {
         self.create_worktree_as(spec, Fill::Remote).await
     }
 

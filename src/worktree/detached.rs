@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use super::base_tree::BaseTree;
 use super::create::REGISTRATION;
+use super::error::CreateError;
 use super::handle::{Worktree, WorktreeSpec};
 use crate::git::GitError;
 use crate::git::admin_head;
@@ -24,13 +25,13 @@ impl Repo {
     ///
     /// A detached registration already at `path` (a crash during a check) is removed
     /// first. Not retried: a path holding anything else is
-    /// [`GitError::WorktreePathOccupied`].
+    /// [`CreateError::WorktreePathOccupied`].
     pub async fn create_detached_worktree(
         &self,
         run: &RunId,
         path: &Path,
         commit: CommitId,
-    ) -> Result<Worktree, GitError> {
+    ) -> Result<Worktree, CreateError> {
         let (admin, real) = self.register_detached(path, commit).await?;
         Ok(self.start_fill(detached_spec(run, path, commit), real, admin, commit))
     }
@@ -43,7 +44,7 @@ impl Repo {
         run: &RunId,
         path: &Path,
         base: &BaseTree,
-    ) -> Result<Worktree, GitError> {
+    ) -> Result<Worktree, CreateError> {
         let commit = base.commit();
         let (admin, real) = self.register_detached(path, commit).await?;
         let filled = self.fill_overlay(
@@ -56,7 +57,7 @@ impl Repo {
         if filled.is_err() {
             let _ = self.delete_worktree(path, &admin).await;
         }
-        filled
+        Ok(filled?)
     }
 
     /// Registers a detached worktree of `commit` at `path` with nothing checked out: its
@@ -65,13 +66,14 @@ impl Repo {
         &self,
         path: &Path,
         commit: CommitId,
-    ) -> Result<(PathBuf, PathBuf), GitError> {
+    ) -> Result<(PathBuf, PathBuf), CreateError> {
         if !path.is_absolute() {
             return Err(GitError::InvalidName {
                 what: "worktree path",
                 value: path.display().to_string(),
                 reason: "must be absolute",
-            });
+            }
+            .into());
         }
         if let Some(admin) = self.find_admin_dir(path)? {
             if admin_head(&admin).is_some() {
@@ -110,15 +112,16 @@ impl Repo {
 
     /// Unregisters a worktree made by [`Repo::create_detached_worktree`] and deletes its
     /// files (what the check left there included: it is never work). Not retried.
-    pub async fn remove_detached_worktree(&self, worktree: &Worktree) -> Result<(), GitError> {
+    pub async fn remove_detached_worktree(&self, worktree: &Worktree) -> Result<(), CreateError> {
         if admin_head(worktree.admin_dir()).is_some() {
             return Err(occupied(worktree.path()));
         }
         if worktree.path().exists() {
-            self.delete_worktree(worktree.path(), worktree.admin_dir())
-                .await
+            Ok(self
+                .delete_worktree(worktree.path(), worktree.admin_dir())
+                .await?)
         } else {
-            self.prune_worktrees().await
+            Ok(self.prune_worktrees().await?)
         }
     }
 }
@@ -193,8 +196,8 @@ fn detached_spec(run: &RunId, path: &Path, commit: CommitId) -> WorktreeSpec {
     }
 }
 
-fn occupied(path: &Path) -> GitError {
-    GitError::WorktreePathOccupied {
+fn occupied(path: &Path) -> CreateError {
+    CreateError::WorktreePathOccupied {
         path: path.to_path_buf(),
         branch: "(a detached check worktree)".to_owned(),
     }

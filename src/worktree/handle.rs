@@ -11,9 +11,10 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::base_tree::BaseTree;
+use super::error::{CreateError, NotHereError};
 use super::mounted::OverlayTree;
 use super::overlay::Layers;
-use crate::git::{CommitId, Enter, GitCall, GitError, GitRunner, RunId, subtask_ref};
+use crate::git::{CommitId, Enter, GitCall, GitRunner, RunId, subtask_ref};
 use crate::remote::RemoteTree;
 use crate::tools::tree::{TreeAccess, TreeNamespace};
 
@@ -91,7 +92,7 @@ pub(super) enum Fill {
 pub(super) enum FillState {
     Filling,
     Filled,
-    Failed(Arc<GitError>),
+    Failed(Arc<CreateError>),
 }
 
 /// Where a copy-on-write tree's changes are and what they apply to: everything a
@@ -314,12 +315,12 @@ impl Worktree {
     /// Refuses to let git touch a copy-on-write worktree whose tree is not mounted:
     /// its path in grove's namespace holds only the `.git` file, and a commit of that
     /// would delete every file of the branch.
-    pub fn check_mounted(&self) -> Result<(), GitError> {
+    pub fn check_mounted(&self) -> Result<(), NotHereError> {
         match &self.files {
-            Files::Unmounted => Err(GitError::TreeNotMounted {
+            Files::Unmounted => Err(NotHereError::TreeNotMounted {
                 path: self.path.clone(),
             }),
-            Files::Remote(_) | Files::Unreached => Err(GitError::Elsewhere {
+            Files::Remote(_) | Files::Unreached => Err(NotHereError::Elsewhere {
                 path: self.path.clone(),
             }),
             Files::Checkout | Files::Mounted(_) => Ok(()),
@@ -372,19 +373,19 @@ impl Worktree {
     }
 
     /// Waits until the files are checked out; the error if the checkout failed.
-    pub async fn ready(&self) -> Result<(), GitError> {
+    pub async fn ready(&self) -> Result<(), CreateError> {
         let mut fill = self.fill.clone();
         let outcome = fill
             .wait_for(|state| !matches!(state, FillState::Filling))
             .await
             .map(|state| state.clone());
         match outcome {
-            Ok(FillState::Failed(reason)) => Err(GitError::FillFailed {
+            Ok(FillState::Failed(reason)) => Err(CreateError::FillFailed {
                 path: self.path.clone(),
                 reason,
             }),
             Ok(_) => Ok(()),
-            Err(_) => Err(GitError::FillAborted {
+            Err(_) => Err(CreateError::FillAborted {
                 path: self.path.clone(),
             }),
         }

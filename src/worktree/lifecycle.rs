@@ -10,27 +10,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::base_tree::BaseTree;
+use super::error::{CheckpointError, CreateError, WorktreeError};
 use super::handle::{Files, Worktree, WorktreeSpec};
 use super::mounted::{LiveTrees, OverlayTree};
 use super::overlay::{self, Layers, OverlayError, TreeHost};
-use crate::git::{ArchivedWork, CommitId, GitError, Repo};
+use crate::git::{ArchivedWork, CommitId, Repo};
 use crate::tools::tree::TreeAccess;
-
-/// Why a step of a worktree's life failed: git's part, or the copy-on-write tree's.
-#[derive(Debug, thiserror::Error)]
-pub enum WorktreeError {
-    /// Registering, committing or unregistering it (see [`GitError`] for what is retried).
-    #[error(transparent)]
-    Git(#[from] GitError),
-    /// Mounting its tree, copying its files out or removing its layers. Not retried.
-    #[error(transparent)]
-    Tree(#[from] OverlayError),
-}
 
 impl Worktree {
     /// A git worktree for `spec`: registered at once, its files checked out in the
     /// background ([`Worktree::ready`] waits for them).
-    pub async fn create(repo: &Repo, spec: WorktreeSpec) -> Result<Self, GitError> {
+    pub async fn create(repo: &Repo, spec: WorktreeSpec) -> Result<Self, CreateError> {
         repo.create_worktree(spec).await
     }
 
@@ -40,18 +30,26 @@ impl Worktree {
         repo: &Repo,
         spec: WorktreeSpec,
         base: &BaseTree,
-    ) -> Result<Self, GitError> {
+    ) -> Result<Self, CreateError> {
         repo.create_overlay_worktree(spec, base).await
     }
 
     /// Commits what changed in the worktree onto its branch, as `label`; `None` when
     /// nothing changed.
-    pub async fn checkpoint(&self, repo: &Repo, label: &str) -> Result<Option<CommitId>, GitError> {
+    pub async fn checkpoint(
+        &self,
+        repo: &Repo,
+        label: &str,
+    ) -> Result<Option<CommitId>, CheckpointError> {
         repo.checkpoint(self, label).await
     }
 
     /// Keeps its work under an archive ref (its changes committed first).
-    pub async fn archive(&self, repo: &Repo, reason: &str) -> Result<ArchivedWork, GitError> {
+    pub async fn archive(
+        &self,
+        repo: &Repo,
+        reason: &str,
+    ) -> Result<ArchivedWork, CheckpointError> {
         repo.archive_worktree(self, reason).await
     }
 

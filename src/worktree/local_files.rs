@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::error::CheckpointError;
 use super::handle::Worktree;
 use crate::git::CommitId;
 use crate::git::GitError;
@@ -82,7 +83,10 @@ impl Repo {
 impl Repo {
     /// The paths in `worktree` that the next [`Repo::checkpoint`] would commit: changed,
     /// deleted or new files, not ignored and not local-only; sorted.
-    pub async fn uncommitted_paths(&self, worktree: &Worktree) -> Result<Vec<String>, GitError> {
+    pub async fn uncommitted_paths(
+        &self,
+        worktree: &Worktree,
+    ) -> Result<Vec<String>, CheckpointError> {
         worktree.ready().await?;
         worktree.check_mounted()?;
         let local = recorded(worktree.admin_dir())?;

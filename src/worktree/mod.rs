@@ -22,6 +22,7 @@ mod base_tree;
 mod checkpoint;
 mod create;
 mod detached;
+mod error;
 mod handle;
 mod lifecycle;
 mod local_files;
@@ -38,8 +39,8 @@ mod upper_commit;
 
 pub use base_tree::{BaseSetup, BaseTree};
 pub use checkpoint::CommitPath;
+pub use error::{CheckpointError, CreateError, NotHereError, WorktreeError};
 pub use handle::{Files, UpperSource, Worktree, WorktreeSpec};
-pub use lifecycle::WorktreeError;
 pub use mode::WorktreeMode;
 pub use mounted::{LiveTrees, OverlayTree};
 pub use overlay::{Layers, OverlayError, TreeHost};

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 
 use super::checkpoint::checkpoint_message;
+use super::error::{CheckpointError, CreateError};
 use super::handle::{Files, REMOTE_RECORD, Worktree, WorktreeSpec};
 use crate::git::{CommitId, GitError, Repo};
 use crate::remote::protocol::SandboxSpec;
@@ -39,14 +40,14 @@ impl Repo {
         &self,
         worktree: &Worktree,
         label: &str,
-    ) -> Result<Option<CommitId>, GitError> {
+    ) -> Result<Option<CommitId>, CheckpointError> {
         let Files::Remote(tree) = worktree.files() else {
             return Ok(None);
         };
         if tree.is_lost() {
             return Ok(None);
         }
-        let failed = |reason: String| GitError::RemoteCheckpoint {
+        let failed = |reason: String| CheckpointError::RemoteCheckpoint {
             path: worktree.path().to_path_buf(),
             reason,
         };
@@ -99,7 +100,7 @@ impl Repo {
 impl Worktree {
     /// A worktree for `spec` whose files will be on a remote host: registered here, its
     /// branch made, nothing checked out (see [`Worktree::reach`]).
-    pub async fn create_remote(repo: &Repo, spec: WorktreeSpec) -> Result<Self, GitError> {
+    pub async fn create_remote(repo: &Repo, spec: WorktreeSpec) -> Result<Self, CreateError> {
         repo.create_remote_worktree(spec).await
     }
 
@@ -137,13 +138,13 @@ impl Worktree {
 
     /// This remote worktree's branch checked out in its own path here (its tree's host
     /// closed first, its last changes checkpointed): a git worktree from then on.
-    pub async fn bring_here(&self, repo: &Repo) -> Result<Self, GitError> {
+    pub async fn bring_here(&self, repo: &Repo) -> Result<Self, CheckpointError> {
         repo.checkpoint(self, "final state before it came here")
             .await?;
         if let Some(tree) = self.remote() {
             tree.close().await;
         }
-        repo.check_out_here(self).await
+        Ok(repo.check_out_here(self).await?)
     }
 
     /// The remote tree, while it is reached.

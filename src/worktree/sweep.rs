@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::error::{CheckpointError, WorktreeError};
 use super::handle::Worktree;
 use super::overlay::{Layers, open_scratch};
 use super::trash::discard_in_background;
@@ -61,7 +62,7 @@ impl Repo {
         &self,
         worktree: &Worktree,
         reason: &str,
-    ) -> Result<ArchivedWork, GitError> {
+    ) -> Result<ArchivedWork, CheckpointError> {
         Ok(self.archive_worktree_noting(worktree, reason).await?.0)
     }
 
@@ -70,7 +71,7 @@ impl Repo {
         &self,
         worktree: &Worktree,
         reason: &str,
-    ) -> Result<(ArchivedWork, Vec<String>), GitError> {
+    ) -> Result<(ArchivedWork, Vec<String>), CheckpointError> {
         let mut refused = Vec::new();
         if worktree.ready().await.is_ok() && worktree.path().exists() {
             match self
@@ -78,7 +79,7 @@ impl Repo {
                 .await
             {
                 Ok(_) => {}
-                Err(GitError::PathsRefused { paths, .. }) => refused = paths,
+                Err(CheckpointError::PathsRefused { paths, .. }) => refused = paths,
                 Err(error) => return Err(error),
             }
         }
@@ -92,7 +93,7 @@ impl Repo {
     /// (the branch itself stays). A hand-deleted worktree is just unregistered, and so is
     /// a copy-on-write one whose layers its cleanup already discarded
     /// ([`Worktree::is_emptied`]): there is nothing of its own left to commit.
-    pub async fn remove_worktree(&self, worktree: &Worktree) -> Result<(), GitError> {
+    pub async fn remove_worktree(&self, worktree: &Worktree) -> Result<(), CheckpointError> {
         if worktree.path().exists() {
             if !worktree.is_emptied() && worktree.ready().await.is_ok() {
                 self.checkpoint(worktree, "final state before removal")
@@ -114,7 +115,7 @@ impl Repo {
     /// repository's folder in the cache when empty. The result branch is kept. Stale
     /// lock files a stopped process left on the run's refs go first (the caller knows
     /// the run is not running); without that, its branches could not be deleted.
-    pub async fn clean_run(&self, run: &RunId) -> Result<CleanReport, GitError> {
+    pub async fn clean_run(&self, run: &RunId) -> Result<CleanReport, WorktreeError> {
         let mut report = CleanReport {
             removed_locks: self
                 .clear_stale_ref_locks(run, crate::git::ref_locks::STALE_REF_LOCK)
@@ -213,7 +214,7 @@ impl Repo {
             // One tree that cannot go keeps its branch, never the others from going.
             match self.remove_worktree(&worktree).await {
                 Ok(()) => {}
-                Err(GitError::PathsRefused { paths, .. }) => {
+                Err(CheckpointError::PathsRefused { paths, .. }) => {
                     kept_subtasks.push(subtask);
                     report.kept_worktrees.push(KeptWorktree { path, paths });
                     continue;

@@ -28,14 +28,15 @@ use std::path::{Path, PathBuf};
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
+use super::error::CheckpointError;
 use super::handle::UpperSource;
 use super::local_files;
 use crate::git::CommitId;
-use crate::git::GitError;
 use crate::git::Repo;
 use crate::git::subtask_ref;
 use crate::git::trailers::CommitMessage;
 use crate::git::tree_diff;
+use crate::git::{AdvanceError, GitError};
 use crate::tools::git_pointer::{is_git_dir_name, is_git_repository};
 
 /// Git's tree entry modes.
@@ -84,7 +85,7 @@ pub(super) struct UpperTree {
 pub(super) fn upper_tree(
     repo: &git2::Repository,
     input: &UpperInput<'_>,
-) -> Result<UpperTree, GitError> {
+) -> Result<UpperTree, CheckpointError> {
     let mut outer = Vec::new();
     for file in input.exclude_files {
         if file.is_file() {
@@ -135,13 +136,13 @@ impl Repo {
     /// so the worker's `git status` shows only what is not yet checkpointed.
     ///
     /// Paths git refuses to record are left in the upper directory and reported as
-    /// [`GitError::PathsRefused`] after everything else is committed, as
+    /// [`CheckpointError::PathsRefused`] after everything else is committed, as
     /// [`Repo::checkpoint`] does.
     pub async fn checkpoint_upper(
         &self,
         tree: &UpperSource,
         label: &str,
-    ) -> Result<Option<CommitId>, GitError> {
+    ) -> Result<Option<CommitId>, CheckpointError> {
         let exclude_files = self.exclude_files().await?;
         let (run, n) = (&tree.run, tree.subtask);
         let message = CommitMessage::new(&format!("grove {run}/{n}: {label}")).with_trailers(&[
@@ -159,7 +160,7 @@ impl Repo {
         if made.refused.is_empty() {
             return Ok(made.commit);
         }
-        Err(GitError::PathsRefused {
+        Err(CheckpointError::PathsRefused {
             worktree: tree.upper.clone(),
             paths: made.refused,
         })
@@ -167,7 +168,10 @@ impl Repo {
 
     /// The paths of `tree`'s upper directory that a checkpoint leaves out as git data
     /// (see [`Repo::git_dir_paths`]); tell the reviewer about them.
-    pub async fn upper_git_dir_paths(&self, tree: &UpperSource) -> Result<Vec<String>, GitError> {
+    pub async fn upper_git_dir_paths(
+        &self,
+        tree: &UpperSource,
+    ) -> Result<Vec<String>, CheckpointError> {
         let exclude_files = self.exclude_files().await?;
         let local = local_files::recorded(&tree.admin_dir)?;
         let upper = tree.upper.clone();
@@ -191,7 +195,7 @@ impl Repo {
         tree: &UpperSource,
         exclude_files: &[PathBuf],
         message: &str,
-    ) -> Result<UpperCheckpoint, GitError> {
+    ) -> Result<UpperCheckpoint, CheckpointError> {
         let local = local_files::recorded(&tree.admin_dir)?;
         let upper = tree.upper.clone();
         let lower = tree.lower.clone();
@@ -220,7 +224,7 @@ impl Repo {
         } else {
             let commit = self
                 .commit_onto(&branch, built.tree, tip.0, &[], message)?
-                .ok_or_else(|| GitError::RefContended {
+                .ok_or_else(|| AdvanceError::RefContended {
                     reference: branch.clone(),
                     actual: self
                         .ref_target(&branch)
@@ -346,7 +350,7 @@ impl Walk<'_> {
         rel: &Path,
         base: Option<&git2::Tree<'_>>,
         ignored: bool,
-    ) -> Result<Option<git2::Oid>, GitError> {
+    ) -> Result<Option<git2::Oid>, CheckpointError> {
         let what = || format!("the tree of {}", display(rel));
         let mut builder = self
             .repo
@@ -370,7 +374,7 @@ impl Walk<'_> {
         builder
             .write()
             .map(Some)
-            .map_err(|source| GitError::write(what(), source))
+            .map_err(|source| GitError::write(what(), source).into())
     }
 
     /// Lays one upper entry `name` of directory `rel` onto `builder`.
@@ -381,7 +385,7 @@ impl Walk<'_> {
         rel: &Path,
         name: &OsStr,
         ignored: bool,
-    ) -> Result<(), GitError> {
+    ) -> Result<(), CheckpointError> {
         let path = upper_dir.join(name);
         let child = rel.join(name);
         if name == ".git" {
@@ -467,10 +471,10 @@ impl Walk<'_> {
         name: &OsStr,
         tracked: Option<(i32, git2::Oid, bool)>,
         ignored: bool,
-    ) -> Result<(), GitError> {
+    ) -> Result<(), CheckpointError> {
         for xattr in UNSUPPORTED_XATTRS {
             if read_xattr(path, xattr).is_some() {
-                return Err(GitError::UpperUnsupported {
+                return Err(CheckpointError::UpperUnsupported {
                     path: path.to_path_buf(),
                     xattr,
                 });

@@ -146,7 +146,7 @@ async fn green_without(
         .await
         .map_err(|source| TreeCheckError::Worktree {
             on: on.clone(),
-            source,
+            source: source.into(),
         })?;
     let run = check_commit(ctx, check, tree, &on).await?;
     Ok(run.status == CheckStatus::Passed)

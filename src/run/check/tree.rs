@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use crate::git::{CommitId, GitError};
+use crate::git::CommitId;
 
 use crate::run::check::{CheckError, CheckSite, checked_before, reuse, run_check_at};
 use crate::run::context::RunContext;
@@ -20,7 +20,7 @@ use crate::run::subtask::prepare::{prepare_check_tree, setup_base_for};
 use crate::settings::options::CheckOptions;
 use crate::store::StoreError;
 use crate::store::journal::CheckRun;
-use crate::worktree::{BaseTree, Worktree};
+use crate::worktree::{BaseTree, CreateError, Worktree};
 use crate::worktree::{Layers, WorktreeMode};
 
 /// Why the check gave no verdict on a commit.
@@ -31,7 +31,7 @@ pub enum TreeCheckError {
     Worktree {
         on: String,
         #[source]
-        source: GitError,
+        source: CreateError,
     },
     /// The setup command failed there (it had passed in the subtasks' worktrees). Not
     /// retried.
@@ -95,7 +95,7 @@ pub(crate) async fn check_commit(
         .tree_id(commit)
         .map_err(|source| TreeCheckError::Worktree {
             on: on.to_owned(),
-            source,
+            source: source.into(),
         })?;
     if let Some(earlier) = checked_before(ctx, check, &tree, on) {
         return Ok(reuse(ctx, &earlier, on)?);
@@ -147,7 +147,7 @@ async fn make_tree(
     commit: CommitId,
     on: &str,
 ) -> Result<CheckTree, TreeCheckError> {
-    let worktree_error = |source| TreeCheckError::Worktree {
+    let worktree_error = |source: CreateError| TreeCheckError::Worktree {
         on: on.to_owned(),
         source,
     };
@@ -167,7 +167,7 @@ async fn make_tree(
         .repo
         .base_tree(ctx.base, setup.once_per_base())
         .await
-        .map_err(worktree_error)?;
+        .map_err(|source| worktree_error(source.into()))?;
     setup_base_for(ctx, SubtaskId(0), on, &base)
         .await
         .map_err(|source| prepare_error(on, source))?;
@@ -197,7 +197,7 @@ async fn make_tree(
         && let Err(source) = ctx.repo.move_detached(&made.worktree, commit).await
     {
         remove_tree(ctx, made, on).await;
-        return Err(worktree_error(source));
+        return Err(worktree_error(source.into()));
     }
     Ok(made)
 }

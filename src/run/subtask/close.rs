@@ -22,7 +22,7 @@ use crate::store::StoreError;
 use crate::store::journal::{CheckRun, CheckStatus, Entry, SubtaskOutcome};
 use crate::text::{excerpt, fenced, output_tail, printable, quoted_path};
 use crate::tools::git_pointer::ensure_git_pointer;
-use crate::worktree::Worktree;
+use crate::worktree::{CheckpointError, Worktree};
 
 /// How much of the reviewer's summary the lead gets back.
 const REVIEW_SUMMARY_CHARS: usize = 500;
@@ -45,7 +45,11 @@ pub(crate) async fn close(
     if report.status != SubtaskOutcome::Merged {
         let archived = match worktree {
             Some(worktree) => worktree.archive(&ctx.repo, report.status.as_str()).await,
-            None => ctx.repo.archive_branch(&ctx.run, id.number()).await,
+            None => ctx
+                .repo
+                .archive_branch(&ctx.run, id.number())
+                .await
+                .map_err(CheckpointError::from),
         };
         match archived {
             Ok(archived) => report.archive_ref = Some(archived.reference),

@@ -41,7 +41,7 @@ pub(crate) async fn commit(
         .await
         .map_err(|source| SubtaskError::Checkpoint {
             path: worktree.path().to_path_buf(),
-            source,
+            source: Box::new(source),
         })?;
     if let Some(commit) = head {
         ctx.journal(Entry::Checkpoint {

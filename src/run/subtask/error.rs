@@ -8,11 +8,12 @@
 use std::path::PathBuf;
 
 use crate::agent::{AgentError, StopKind};
-use crate::git::GitError;
+use crate::git::{AdvanceError, GitError};
 use crate::run::id::SubtaskId;
 use crate::run::observer::SaveError;
 use crate::store::StoreError;
 use crate::tools::ExecError;
+use crate::worktree::{CheckpointError, CreateError, WorktreeError};
 
 /// How a setup command ended when it did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,11 +36,22 @@ impl std::fmt::Display for SetupEnd {
     }
 }
 
-impl From<crate::worktree::WorktreeError> for SubtaskError {
-    fn from(error: crate::worktree::WorktreeError) -> Self {
+/// A step of a worktree's life: its tree host's part is told as the mount it is, any
+/// other as the worktree's.
+impl From<WorktreeError> for SubtaskError {
+    fn from(error: WorktreeError) -> Self {
         match error {
-            crate::worktree::WorktreeError::Git(source) => Self::Worktree { source },
-            crate::worktree::WorktreeError::Tree(source) => source.into(),
+            WorktreeError::Tree(source) => source.into(),
+            source => Self::Worktree { source },
+        }
+    }
+}
+
+/// A worktree's creation has one meaning for a subtask: the worktree.
+impl From<CreateError> for SubtaskError {
+    fn from(source: CreateError) -> Self {
+        Self::Worktree {
+            source: source.into(),
         }
     }
 }
@@ -87,10 +99,12 @@ pub enum CopyError {
 /// only [`Journal`](Self::Journal) stops the run.
 #[derive(Debug, thiserror::Error)]
 pub enum SubtaskError {
+    /// Its worktree could not be made, found again, brought here or mounted (see
+    /// [`WorktreeError`] for what is retried).
     #[error("could not create the worktree: {source}")]
     Worktree {
         #[source]
-        source: GitError,
+        source: WorktreeError,
     },
     /// Its tree could not be opened on a remote host, on a second host either when
     /// the first was lost. Not retried further.
@@ -107,7 +121,7 @@ pub enum SubtaskError {
     #[error("the worktree was not checked out: {source}")]
     NotCheckedOut {
         #[source]
-        source: GitError,
+        source: CreateError,
     },
     #[error("could not record the local-only files: {source}")]
     RecordLocalFiles {
@@ -172,7 +186,7 @@ pub enum SubtaskError {
     #[error("the worktree could not be checked out: {source}")]
     CliNotCheckedOut {
         #[source]
-        source: GitError,
+        source: CreateError,
     },
     #[error("interrupted before the worker started")]
     CliNotStarted,
@@ -193,7 +207,7 @@ pub enum SubtaskError {
     Checkpoint {
         path: PathBuf,
         #[source]
-        source: GitError,
+        source: Box<CheckpointError>,
     },
     #[error("the subtask's branch vanished")]
     BranchVanished { branch: String },
@@ -235,15 +249,15 @@ pub enum SubtaskError {
     },
     #[error("could not merge: {source}")]
     Merge {
-        #[source]
-        source: GitError,
+        #[from]
+        source: AdvanceError,
     },
     /// A resolver's starting point (the subtask merged onto the result with conflict
     /// markers) could not be made.
     #[error("could not merge it with conflict markers for a resolver: {source}")]
     ConflictedMerge {
         #[source]
-        source: GitError,
+        source: AdvanceError,
     },
     /// A resolver's commit could not be read for conflict markers.
     #[error("could not check the resolution for conflict markers: {source}")]
@@ -298,9 +312,11 @@ impl From<StoreError> for SubtaskError {
     }
 }
 
-// A sub-operation whose error has one meaning for a subtask converts with `?`; one
-// whose error means several (git's: the worktree, its checkout, a checkpoint, the
-// branch, the merge…) is mapped at its call into the variant that names the operation.
+// A sub-operation whose error has one meaning for a subtask converts with `?` (a
+// worktree's creation, a merge onto the result); one whose error means several (git's
+// low-level one: the branch, a diff, the local-only files…; a worktree's fill: its
+// checkout for the setup or for the CLI) is mapped at its call into the variant that
+// names the operation.
 
 impl From<SaveError> for SubtaskError {
     fn from(source: SaveError) -> Self {

@@ -12,7 +12,7 @@
 //! reviews ending together do not merge one at a time.
 
 use crate::git::trailers::CommitMessage;
-use crate::git::{BatchItem, CommitId, MergeOutcome, RunId};
+use crate::git::{AdvanceError, BatchItem, CommitId, MergeOutcome, RunId};
 use crate::run::context::RunContext;
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::{Batched, Follower, MergeQueue};
@@ -126,7 +126,7 @@ async fn lead_batch(
         .repo
         .merge_batch_onto(&ctx.run.result_ref(), &items)
         .await
-        .map_err(|source| SubtaskError::Merge { source })?;
+        .map_err(AdvanceError::from)?;
     let mut outcomes = outcomes.into_iter();
     let own_outcome = match outcomes.next() {
         Some(outcome) => {
@@ -160,8 +160,7 @@ pub(crate) async fn merge_journaled(
     let merged = ctx
         .repo
         .merge_onto(&ctx.run.result_ref(), tip, message)
-        .await
-        .map_err(|source| SubtaskError::Merge { source })?;
+        .await?;
     journal_merge(ctx, id, tip, &merged)?;
     Ok(merged)
 }

@@ -27,7 +27,7 @@ use crate::settings::config::{CopyPathError, check_copy_path};
 use crate::tools::tree::{TreeAccess, in_tree};
 use crate::tools::{ExecOutcome, ExecRequest, OutputCap, SetupPolicy, WriteScope};
 use crate::worktree::WorktreeMode;
-use crate::worktree::{BaseTree, Files, Worktree, WorktreeSpec};
+use crate::worktree::{BaseTree, CreateError, Files, Worktree, WorktreeError, WorktreeSpec};
 
 /// How much of a failed setup command's output the subtask's reason shows: its end,
 /// where the error usually is.
@@ -122,7 +122,7 @@ pub fn check_local_files(
 /// was ready after 306 ms and held up the merges of the 22 after it).
 #[derive(Default)]
 pub(crate) struct AheadWorktrees {
-    registered: Mutex<BTreeMap<u32, oneshot::Receiver<Result<Worktree, GitError>>>>,
+    registered: Mutex<BTreeMap<u32, oneshot::Receiver<Result<Worktree, CreateError>>>>,
     /// The base tree copy-on-write worktrees are overlays of, made once, by the
     /// registrations ahead or by the first subtask that needs it.
     base: Arc<tokio::sync::OnceCell<BaseTree>>,
@@ -207,7 +207,7 @@ impl AheadWorktrees {
                     .base_tree(ctx.base, ctx.options.worktree_setup.once_per_base())
             })
             .await
-            .map_err(|source| SubtaskError::Worktree { source })?;
+            .map_err(WorktreeError::from)?;
         setup_base(ctx, id, base).await?;
         Ok(base.clone())
     }
@@ -222,7 +222,7 @@ impl AheadWorktrees {
     }
 
     /// The worktree registered ahead for `id`, if there is one.
-    async fn take(&self, id: SubtaskId) -> Option<Result<Worktree, GitError>> {
+    async fn take(&self, id: SubtaskId) -> Option<Result<Worktree, CreateError>> {
         let pending = lock(&self.registered).remove(&id.number())?;
         pending.await.ok()
     }
@@ -336,7 +336,8 @@ pub(crate) async fn create_worktree(
         // Not grove's, or registered for a branch that was never made (the creation
         // says which): the directory is moved aside, never deleted.
         Err(
-            GitError::WorktreePathOccupied { path, .. } | GitError::BranchNeverMade { path, .. },
+            CreateError::WorktreePathOccupied { path, .. }
+            | CreateError::BranchNeverMade { path, .. },
         ) => Err(path),
         other => Ok(other),
     };
@@ -352,7 +353,8 @@ pub(crate) async fn create_worktree(
                     action: "move aside",
                     path: path.clone(),
                     source,
-                },
+                }
+                .into(),
             })?;
             ctx.note(format!(
                 "{id}: {} was not a worktree grove knows; it was kept at {}",
@@ -363,17 +365,17 @@ pub(crate) async fn create_worktree(
         }
         Ok(created) => created,
     };
-    let worktree = recovered.map_err(|source| SubtaskError::Worktree { source })?;
+    let worktree = recovered?;
     if worktree.is_remote() && ctx.hosts.is_empty() {
         // Resumed without `--remote`: its tree continues here from its last checkpoint.
         ctx.note(format!(
             "{id}: its tree was on a remote host; it continues on this machine from its \
              last checkpoint (`grove resume --remote NAME` sends it to a host)"
         ));
-        return worktree
+        return Ok(worktree
             .bring_here(&ctx.repo)
             .await
-            .map_err(|source| SubtaskError::Worktree { source });
+            .map_err(WorktreeError::from)?);
     }
     if worktree.is_remote() {
         return super::hosts::reach(ctx, id, &worktree, scope).await;
@@ -516,10 +518,7 @@ pub(crate) async fn setup_base_for(
     let Some(command) = base.setup_command() else {
         return Ok(());
     };
-    let guard = base
-        .lock_for_setup()
-        .await
-        .map_err(|source| SubtaskError::Worktree { source })?;
+    let guard = base.lock_for_setup().await.map_err(WorktreeError::from)?;
     let Some(guard) = guard else {
         return Ok(());
     };
@@ -535,9 +534,7 @@ pub(crate) async fn setup_base_for(
         "{who}: running the setup command `{command}` once, in the base tree the workers share"
     ));
     run_setup_in(ctx, id, &base.tree_dir(), None, command).await?;
-    guard
-        .record_done()
-        .map_err(|source| SubtaskError::Worktree { source })
+    Ok(guard.record_done().map_err(WorktreeError::from)?)
 }
 
 /// Runs the setup command `command` in the worktree.

@@ -241,7 +241,7 @@ async fn start_and_run(
     };
     let worktree = match ctx.repo.restart_worktree(fresh.clone(), start).await {
         Ok(worktree) => worktree,
-        Err(source) => return (Some(fresh), Err(SubtaskError::Worktree { source })),
+        Err(source) => return (Some(fresh), Err(source.into())),
     };
     let reached = stages(ctx, id, brief, conflict, result, &worktree, found).await;
     (Some(worktree), reached)

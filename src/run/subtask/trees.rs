@@ -9,7 +9,7 @@ use crate::run::context::RunContext;
 use crate::run::subtask::error::SubtaskError;
 #[cfg(doc)]
 use crate::worktree::LiveTrees;
-use crate::worktree::{Files, Layers, Worktree};
+use crate::worktree::{Files, Layers, Worktree, WorktreeError};
 
 /// A copy-on-write worktree found again after grove stopped (not mounted), mounted over
 /// the run's base tree so that its changes can be committed or archived; any other
@@ -25,7 +25,7 @@ pub(crate) async fn remount(
         .repo
         .base_tree(ctx.base, ctx.options.worktree_setup.once_per_base())
         .await
-        .map_err(|source| SubtaskError::Worktree { source })?;
+        .map_err(WorktreeError::from)?;
     mount_again(ctx, &worktree, &base.tree_dir()).await
 }
 

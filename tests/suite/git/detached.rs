@@ -2,7 +2,7 @@
 //! (the result rebuilt without some subtasks): no branch made, no ref moved, a leftover
 //! replaced, anything else at the path kept.
 
-use grove::git::{GitError, RebuildPick};
+use grove::git::RebuildPick;
 use pretty_assertions::assert_eq;
 
 use super::{commit_in, filled_worktree, project, run_id};
@@ -81,7 +81,10 @@ async fn a_detached_worktree_never_replaces_a_subtasks_worktree_or_a_foreign_dir
     for path in [one.path().to_path_buf(), foreign.clone()] {
         let refused = repo.create_detached_worktree(&run_id(), &path, base).await;
         assert!(
-            matches!(refused, Err(GitError::WorktreePathOccupied { .. })),
+            matches!(
+                refused,
+                Err(grove::worktree::CreateError::WorktreePathOccupied { .. })
+            ),
             "{} is refused: {refused:?}",
             path.display()
         );

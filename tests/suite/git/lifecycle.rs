@@ -3,8 +3,7 @@
 //! tree mounted by a tree host, and the same tree once its host is gone (unmounted),
 //! which no git may touch until it is mounted again.
 
-use grove::git::GitError;
-use grove::worktree::{Files, LiveTrees, Worktree};
+use grove::worktree::{CheckpointError, Files, LiveTrees, NotHereError, Worktree};
 use pretty_assertions::assert_eq;
 
 use super::worktree::spec;
@@ -84,7 +83,12 @@ async fn a_copy_on_write_tree_is_mounted_checkpointed_archived_kept_and_removed_
     }
     let refused = created.checkpoint(&repo, "before the mount").await;
     assert!(
-        matches!(refused, Err(GitError::TreeNotMounted { .. })),
+        matches!(
+            refused,
+            Err(CheckpointError::NotHere(
+                NotHereError::TreeNotMounted { .. }
+            ))
+        ),
         "git never runs in a copy-on-write tree that is not mounted (its path holds only \
          the .git file; a commit would delete every file of the branch): {refused:?}"
     );

@@ -261,7 +261,7 @@ async fn another_process_holding_a_lock_is_waited_out_and_a_stuck_lock_is_report
     std::fs::write(worktree.path().join("README"), "another change\n").unwrap();
     let error = worktree.checkpoint(&repo, "turn 2").await.unwrap_err();
     assert!(
-        matches!(&error, GitError::Command { stderr, .. } if stderr.contains("index.lock")),
+        matches!(&error, grove::worktree::CheckpointError::Git(GitError::Command { stderr, .. }) if stderr.contains("index.lock")),
         "a lock that never goes away ends in an error naming it: {error}"
     );
 }

@@ -2,7 +2,7 @@
 //! written once and reused (never written again) while its trees are the result's, and
 //! applied with the same safety as the merge graph.
 
-use grove::git::{ApplyOutcome, ApplyRequest, CommitId, GitError, Repo, SquashStep};
+use grove::git::{AdvanceError, ApplyOutcome, ApplyRequest, CommitId, Repo, SquashStep};
 use pretty_assertions::assert_eq;
 
 use super::{commit_in, filled_worktree, project, run_id};
@@ -130,7 +130,7 @@ async fn a_squashed_ref_moved_off_the_base_is_written_anew() {
     );
     assert!(matches!(
         repo.first_parent_chain(&squashed_ref, fixture.rev(&orphan)),
-        Err(GitError::NotOnFirstParentChain { .. })
+        Err(AdvanceError::NotOnFirstParentChain { .. })
     ));
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use grove::git::{GitError, GitOptions, Repo, RunId, subtask_ref};
 
-use grove::worktree::WorktreeSpec;
+use grove::worktree::{CheckpointError, CreateError, WorktreeSpec};
 use pretty_assertions::assert_eq;
 
 use super::{commit_in, filled_worktree, project, run_id};
@@ -121,13 +121,13 @@ async fn a_failed_fill_is_reported_and_blocks_commits() {
 
     let error = worktree.ready().await.unwrap_err();
     assert!(
-        matches!(&error, GitError::FillFailed { reason, .. } if reason.to_string().contains("simulated checkout failure")),
+        matches!(&error, CreateError::FillFailed { reason, .. } if reason.to_string().contains("simulated checkout failure")),
         "the fill error carries git's stderr: {error}"
     );
     assert!(
         matches!(
             worktree.checkpoint(&repo, "x").await,
-            Err(GitError::FillFailed { .. })
+            Err(CheckpointError::Unfilled(CreateError::FillFailed { .. }))
         ),
         "a half-filled tree is never committed (it would record deletions)"
     );
@@ -208,7 +208,7 @@ async fn an_existing_branch_is_reused_with_its_work_and_a_diverged_one_is_refuse
         })
         .await;
     assert!(
-        matches!(result, Err(GitError::BranchDiverged { .. })),
+        matches!(result, Err(CreateError::BranchDiverged { .. })),
         "a branch without the base is not silently reused: {result:?}"
     );
 }
@@ -265,7 +265,7 @@ async fn a_path_grove_does_not_own_is_never_written_into() {
     let result = repo.create_worktree(spec.clone()).await;
 
     assert!(
-        matches!(result, Err(GitError::WorktreePathOccupied { .. })),
+        matches!(result, Err(CreateError::WorktreePathOccupied { .. })),
         "{result:?}"
     );
     assert_eq!(std::fs::read(spec.path.join("precious")).unwrap(), b"mine");
@@ -284,7 +284,7 @@ async fn a_registration_whose_branch_was_never_made_says_so_and_is_left_as_it_wa
     let result = repo.create_worktree(spec.clone()).await;
 
     assert!(
-        matches!(&result, Err(GitError::BranchNeverMade { path, rev }) if *path == spec.path && *rev == branch),
+        matches!(&result, Err(CreateError::BranchNeverMade { path, rev }) if *path == spec.path && *rev == branch),
         "the creation says its branch was never made, where: {result:?}"
     );
     assert_eq!(
@@ -319,7 +319,7 @@ async fn a_branch_live_in_another_worktree_is_never_checked_out_twice() {
         .await;
 
     assert!(
-        matches!(&result, Err(GitError::BranchCheckedOutElsewhere { path, .. }) if path == first.path()),
+        matches!(&result, Err(CreateError::BranchCheckedOutElsewhere { path, .. }) if path == first.path()),
         "{result:?}"
     );
 }
