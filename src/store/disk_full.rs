@@ -1,24 +1,27 @@
 //! The one place that says whether an error chain is a full disk (ENOSPC, EDQUOT).
 //!
-//! This file owns that classification (each git error decides its own, where it is
-//! made: [`GitError::is_disk_full`]), and how a full disk is told in one line (what
+//! This file owns that classification (each git or worktree error decides its own, where
+//! it is made: [`GitError::is_disk_full`] and its operations' errors'), and how a full
+//! disk is told in one line (what
 //! could not be written, the space left): the run decides what to do (pause, never
 //! fail). It must never classify by anything but the error chain it is given.
 
 use std::error::Error;
 use std::path::Path;
 
-use crate::git::{self, GitError};
+use crate::git::{self, AdvanceError, DeleteError, GitError};
+use crate::worktree::{CheckpointError, CreateError, WorktreeError};
 
-/// True when `error`, or any error in its source chain, is a full disk: a
-/// [`GitError`] that says so ([`GitError::is_disk_full`], decided where it was made), an
-/// `io::Error` of a full disk or quota, or another error whose message carries git's or
-/// libgit2's words for it (a command's output tail kept as text).
+/// True when `error`, or any error in its source chain, is a full disk: a git or
+/// worktree error that says so ([`GitError::is_disk_full`] and its operations' own,
+/// decided where it was made), an `io::Error` of a full disk or quota, or another error
+/// whose message carries git's or libgit2's words for it (a command's output tail kept
+/// as text).
 pub fn is_disk_full(error: &(dyn Error + 'static)) -> bool {
     let mut current = Some(error);
     while let Some(error) = current {
-        if let Some(git) = error.downcast_ref::<GitError>() {
-            if git.is_disk_full() {
+        if let Some(full) = told_where_made(error) {
+            if full {
                 return true;
             }
         } else if let Some(io) = error.downcast_ref::<std::io::Error>() {
@@ -32,6 +35,29 @@ pub fn is_disk_full(error: &(dyn Error + 'static)) -> bool {
         current = error.source();
     }
     false
+}
+
+/// Whether `error` is a full disk, when it is one of the git or worktree layers' errors,
+/// which decide it where they are made; `None` for any other error.
+fn told_where_made(error: &(dyn Error + 'static)) -> Option<bool> {
+    if let Some(error) = error.downcast_ref::<GitError>() {
+        Some(error.is_disk_full())
+    } else if let Some(error) = error.downcast_ref::<AdvanceError>() {
+        Some(error.is_disk_full())
+    } else if let Some(error) = error.downcast_ref::<DeleteError>() {
+        Some(error.is_disk_full())
+    } else if let Some(error) = error.downcast_ref::<CreateError>() {
+        Some(error.is_disk_full())
+    } else if let Some(error) = error.downcast_ref::<CheckpointError>() {
+        Some(error.is_disk_full())
+    } else if let Some(error) = error.downcast_ref::<Box<CheckpointError>>() {
+        // Boxed where a subtask's error carries it, to keep that error small.
+        Some(error.is_disk_full())
+    } else {
+        error
+            .downcast_ref::<WorktreeError>()
+            .map(WorktreeError::is_disk_full)
+    }
 }
 
 /// How git names each file a checkout could not write.
@@ -129,6 +155,40 @@ mod tests {
             [&raw as &dyn Error, &kind, &git, &ref_lock, &closing, &other].map(is_disk_full),
             [true, true, true, true, true, false],
             "ENOSPC by its code, its kind or git's text, and nothing else"
+        );
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("could not commit: {0}")]
+    struct Committing(#[source] Box<CheckpointError>);
+
+    #[test]
+    fn an_operations_error_tells_its_own_full_disk_wherever_it_is_in_the_chain() {
+        let enospc = || GitError::Io {
+            action: "write",
+            path: "/w/1/x".into(),
+            source: std::io::Error::from_raw_os_error(nix::errno::Errno::ENOSPC as i32),
+        };
+        let fill = CreateError::FillFailed {
+            path: "/w/1".into(),
+            reason: std::sync::Arc::new(enospc().into()),
+        };
+        let unfilled = Committing(Box::new(CheckpointError::from(fill)));
+        let merge = AdvanceError::from(enospc());
+        let remote = CheckpointError::RemoteCheckpoint {
+            path: "/w/2".into(),
+            reason: "fatal: write error: No space left on device".into(),
+        };
+        let moved = DeleteError::RefMoved {
+            reference: "refs/heads/x".into(),
+            expected: "a".into(),
+            actual: "b".into(),
+        };
+        assert_eq!(
+            [&unfilled as &dyn Error, &merge, &remote, &moved].map(is_disk_full),
+            [true, true, false, false],
+            "a fill or a merge that met a full disk pauses the run; the error a remote \
+             host's checkpoint makes says its disk is not this run's"
         );
     }
 

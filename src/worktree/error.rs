@@ -225,15 +225,18 @@ pub enum CheckpointError {
 }
 
 impl CheckpointError {
-    /// True when the disk was full (see [`GitError::is_disk_full`]); a remote host's
-    /// failure is told in its words only, and so is its full disk.
+    /// True when the disk here was full (see [`GitError::is_disk_full`]). A remote
+    /// host's failure is its own, told in its words: its disk is not this run's to wait
+    /// for.
     pub fn is_disk_full(&self) -> bool {
         match self {
             Self::Git(error) => error.is_disk_full(),
             Self::Unfilled(error) => error.is_disk_full(),
             Self::Advance(error) => error.is_disk_full(),
-            Self::RemoteCheckpoint { reason, .. } => crate::git::says_disk_full(reason),
-            Self::NotHere(_) | Self::PathsRefused { .. } | Self::UpperUnsupported { .. } => false,
+            Self::NotHere(_)
+            | Self::PathsRefused { .. }
+            | Self::RemoteCheckpoint { .. }
+            | Self::UpperUnsupported { .. } => false,
         }
     }
 
@@ -244,8 +247,10 @@ impl CheckpointError {
             Self::Git(error) => error.can_retry(),
             Self::Unfilled(error) => error.can_retry(),
             Self::Advance(error) => error.can_retry(),
-            Self::RemoteCheckpoint { .. } => self.is_disk_full(),
-            Self::NotHere(_) | Self::PathsRefused { .. } | Self::UpperUnsupported { .. } => false,
+            Self::NotHere(_)
+            | Self::PathsRefused { .. }
+            | Self::RemoteCheckpoint { .. }
+            | Self::UpperUnsupported { .. } => false,
         }
     }
 }
