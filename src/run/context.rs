@@ -36,8 +36,17 @@ use crate::worktree::WorktreeSpec;
 /// How a pause for a full disk starts: its reason is whole (what failed, what to run).
 pub(crate) const DISK_FULL: &str = "the disk is full";
 
-/// Everything a stage of the run may read, and the journal it writes.
+/// Everything a stage of the run may read, and the journal it writes, in four parts
+/// (see the module doc for who takes which).
 pub(crate) struct RunContext {
+    pub(crate) facts: RunFacts,
+    pub(crate) record: RunRecord,
+    pub(crate) agents: AgentServices,
+    pub(crate) trees: TreeServices,
+}
+
+/// What the run is: fixed once it started.
+pub(crate) struct RunFacts {
     pub(crate) repo: Repo,
     pub(crate) run: RunId,
     /// The commit the run started from.
@@ -45,27 +54,41 @@ pub(crate) struct RunContext {
     /// The user's branch, as a full ref.
     pub(crate) branch: String,
     pub(crate) options: RunOptions,
-    pub(crate) models: crate::settings::options::Models,
-    pub(crate) events: EventSink,
-    /// Fires on Ctrl-C or when the run pauses itself; every agent's token is a child.
-    pub(crate) cancel: CancellationToken,
-    /// The project rules every role's system prompt includes.
-    pub(crate) rules: Option<ProjectRules>,
     /// The user's work tree, where `.grove/agents`, the rules and local files are read.
     pub(crate) user_root: PathBuf,
     /// Where this run's worktrees live (outside every `.git`).
     pub(crate) worktrees_dir: PathBuf,
     /// The run's directory in the store: journal and transcripts.
     pub(crate) run_dir: PathBuf,
-    /// How workers' `bash` commands run (the sandbox, unless the run turned it off).
-    pub(crate) executor: Arc<dyn CommandExecutor>,
+}
+
+/// What the run writes down and how it stops: the journal, the events, the cancel
+/// token and why it paused.
+pub(crate) struct RunRecord {
     pub(crate) journal: RunJournal,
-    pub(crate) budget: Budget,
+    pub(crate) events: EventSink,
+    /// Fires on Ctrl-C or when the run pauses itself; every agent's token is a child.
+    pub(crate) cancel: CancellationToken,
     pub(crate) pause: Pause,
+}
+
+/// What only running an agent needs: its models, the project rules and the budget.
+pub(crate) struct AgentServices {
+    pub(crate) models: crate::settings::options::Models,
+    /// The project rules every role's system prompt includes.
+    pub(crate) rules: Option<ProjectRules>,
+    pub(crate) budget: Budget,
+}
+
+/// What makes, runs commands in and removes the run's trees.
+pub(crate) struct TreeServices {
+    /// How workers' `bash` commands, the setup and the check run (the sandbox, unless the
+    /// run turned it off).
+    pub(crate) executor: Arc<dyn CommandExecutor>,
     /// Open once the check passed on the base (or needs not): workers wait for it.
     pub(crate) base_gate: BaseGate,
     /// The copy-on-write trees this run mounted and has not ended yet.
-    pub(crate) trees: Arc<LiveTrees>,
+    pub(crate) live: Arc<LiveTrees>,
     /// The remote hosts workers' trees go to, with their free slots (empty: here).
     pub(crate) hosts: crate::remote::HostPool,
 }
@@ -73,54 +96,77 @@ pub(crate) struct RunContext {
 impl RunContext {
     /// Journals `entry` (most records are fsynced; see the store).
     pub(crate) fn journal(&self, entry: Entry) -> Result<(), StoreError> {
-        self.journal.append(entry)
+        self.record.journal(entry)
     }
 
     /// A status line for the user.
     pub(crate) fn note(&self, message: impl Into<String>) {
-        self.events.emit(Event::Note {
-            message: message.into(),
-        });
+        self.record.note(message);
     }
 
-    /// Stops the whole run in a resumable state: the model API failed past its retries
-    /// (an outage, a revoked key, a spent balance), so no subagent can go on, and nothing
-    /// they did is judged a failure. The first reason is kept.
-    pub(crate) fn pause(&self, reason: String) {
-        self.pause.set(reason);
-        self.cancel.cancel();
-    }
-
-    /// Pauses the run when `error` is a full disk (and says so: true), naming what failed
-    /// and what to run next; any other error is the caller's to handle (false).
+    /// See [`RunRecord::pause_if_disk_full`].
     pub(crate) fn pause_if_disk_full(
         &self,
         what: &str,
         error: &(dyn std::error::Error + 'static),
     ) -> bool {
-        if !disk_full::is_disk_full(error) {
-            return false;
-        }
-        let mut told = disk_full::one_line(error);
-        let free = disk_full::free_space(&[&self.worktrees_dir, self.repo.common_dir()]);
-        if !free.is_empty() {
-            told.push_str(&format!("; {free}"));
-        }
-        self.pause.set(format!(
-            "{DISK_FULL}: {what}: {told}. Nothing was applied; free some space, then \
-             `grove resume {}` finishes the run",
-            self.run
-        ));
-        self.cancel.cancel();
-        true
+        self.record.pause_if_disk_full(&self.facts, what, error)
     }
 
-    /// True once the run paused itself or was interrupted: what fails from now on is
-    /// the stop, not the work.
+    /// See [`RunRecord::pause`].
+    pub(crate) fn pause(&self, reason: String) {
+        self.record.pause(reason);
+    }
+
+    /// True once the run paused itself or was interrupted.
     pub(crate) fn stopping(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.record.stopping()
     }
 
+    /// Where the transcript of `role` working on `label` lives.
+    pub(crate) fn transcript_path(&self, label: AgentLabel, role: &str) -> PathBuf {
+        self.facts.transcript_path(label, role)
+    }
+
+    /// Runs the agent `spec` from `messages` with its tools in `root` (inside `tree`
+    /// when it is one), observed.
+    pub(crate) async fn run_agent(
+        &self,
+        spec: &AgentSpec,
+        messages: Vec<Message>,
+        root: &std::path::Path,
+        tree: Option<Arc<dyn TreeAccess>>,
+        observer: Arc<dyn TurnObserver>,
+    ) -> AgentRun {
+        run_agent(
+            spec,
+            LoopInput {
+                messages,
+                tool_context: ToolContext {
+                    root: root.to_path_buf(),
+                    cancel: self.record.cancel.child_token(),
+                    tree,
+                },
+                events: self.record.events.clone(),
+                observer: Some(observer),
+            },
+        )
+        .await
+    }
+
+    /// The spec of one agent of this run.
+    pub(crate) fn spec(&self, id: AgentId, role: &RoleDef, caps: AgentCaps<'_>) -> AgentSpec {
+        agent_spec(
+            &self.facts.options,
+            self.agents.rules.as_ref(),
+            id,
+            role,
+            caps,
+        )
+    }
+}
+
+impl RunFacts {
     /// Where the transcript of `role` working on `label` (a subtask, or the lead) lives.
     pub(crate) fn transcript_path(&self, label: AgentLabel, role: &str) -> PathBuf {
         transcript::transcript_path(&self.run_dir, &label.to_string(), role)
@@ -145,36 +191,59 @@ impl RunContext {
             .map(|path| check_copy_path(path).unwrap_or_else(|_| path.clone()))
             .collect()
     }
+}
 
-    /// Runs the agent `spec` from `messages` with its tools in `root` (inside `tree`
-    /// when it is one), observed.
-    pub(crate) async fn run_agent(
-        &self,
-        spec: &AgentSpec,
-        messages: Vec<Message>,
-        root: &std::path::Path,
-        tree: Option<Arc<dyn TreeAccess>>,
-        observer: Arc<dyn TurnObserver>,
-    ) -> AgentRun {
-        run_agent(
-            spec,
-            LoopInput {
-                messages,
-                tool_context: ToolContext {
-                    root: root.to_path_buf(),
-                    cancel: self.cancel.child_token(),
-                    tree,
-                },
-                events: self.events.clone(),
-                observer: Some(observer),
-            },
-        )
-        .await
+impl RunRecord {
+    /// Journals `entry` (most records are fsynced; see the store).
+    pub(crate) fn journal(&self, entry: Entry) -> Result<(), StoreError> {
+        self.journal.append(entry)
     }
 
-    /// The spec of one agent of this run.
-    pub(crate) fn spec(&self, id: AgentId, role: &RoleDef, caps: AgentCaps<'_>) -> AgentSpec {
-        agent_spec(&self.options, self.rules.as_ref(), id, role, caps)
+    /// A status line for the user.
+    pub(crate) fn note(&self, message: impl Into<String>) {
+        self.events.emit(Event::Note {
+            message: message.into(),
+        });
+    }
+
+    /// Stops the whole run in a resumable state: the model API failed past its retries
+    /// (an outage, a revoked key, a spent balance), so no subagent can go on, and nothing
+    /// they did is judged a failure. The first reason is kept.
+    pub(crate) fn pause(&self, reason: String) {
+        self.pause.set(reason);
+        self.cancel.cancel();
+    }
+
+    /// Pauses the run of `facts` when `error` is a full disk (and says so: true), naming
+    /// what failed and what to run next; any other error is the caller's to handle
+    /// (false).
+    pub(crate) fn pause_if_disk_full(
+        &self,
+        facts: &RunFacts,
+        what: &str,
+        error: &(dyn std::error::Error + 'static),
+    ) -> bool {
+        if !disk_full::is_disk_full(error) {
+            return false;
+        }
+        let mut told = disk_full::one_line(error);
+        let free = disk_full::free_space(&[&facts.worktrees_dir, facts.repo.common_dir()]);
+        if !free.is_empty() {
+            told.push_str(&format!("; {free}"));
+        }
+        self.pause.set(format!(
+            "{DISK_FULL}: {what}: {told}. Nothing was applied; free some space, then \
+             `grove resume {}` finishes the run",
+            facts.run
+        ));
+        self.cancel.cancel();
+        true
+    }
+
+    /// True once the run paused itself or was interrupted: what fails from now on is
+    /// the stop, not the work.
+    pub(crate) fn stopping(&self) -> bool {
+        self.cancel.is_cancelled()
     }
 }
 
@@ -374,7 +443,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn synced_appends_made_at_once_are_all_journaled_and_covered_by_an_fsync() {
         let run = TestRun::alpha().await;
-        let before = run.ctx.journal.state().open_tool_calls.len();
+        let before = run.ctx.record.journal.state().open_tool_calls.len();
         let appends = (0..16).map(|n| {
             let ctx = Arc::clone(&run.ctx);
             tokio::spawn(async move {
@@ -390,7 +459,7 @@ mod tests {
             append.unwrap().unwrap();
         }
 
-        let journal = &run.ctx.journal;
+        let journal = &run.ctx.record.journal;
         assert!(
             journal.syncer.is_some(),
             "the journal is synced outside its lock"

@@ -44,8 +44,8 @@ pub(crate) async fn finish(
     mut lead: LeadEnd,
     checked: ResultCheck,
 ) -> Result<RunReport, FinishError> {
-    let result_commit = ctx.repo.ref_target(&ctx.run.result_ref())?;
-    let merged_any = result_commit.is_some_and(|commit| commit != ctx.base);
+    let result_commit = ctx.facts.repo.ref_target(&ctx.facts.run.result_ref())?;
+    let merged_any = result_commit.is_some_and(|commit| commit != ctx.facts.base);
     if matches!(checked, ResultCheck::Interrupted { .. }) && lead.failure.is_none() {
         // Stopped during the result's check or a fixer: resumable, never applied.
         lead.failure = Some(LeadFailure::Interrupted);
@@ -71,7 +71,7 @@ pub(crate) async fn finish(
         status = RunEnd::Paused;
         error = Some(format!(
             "{which}. The run is paused, not finished; `grove resume {}` runs {}",
-            ctx.run,
+            ctx.facts.run,
             if missing.len() == 1 { "it" } else { "them" }
         ));
         held = Some(which);
@@ -81,10 +81,10 @@ pub(crate) async fn finish(
         if !merged_any {
             return (false, None);
         }
-        if held.is_none() && !resumable && ctx.options.apply {
+        if held.is_none() && !resumable && ctx.facts.options.apply {
             return apply(ctx, &subtasks).await;
         }
-        let result_branch = ctx.run.result_branch();
+        let result_branch = ctx.facts.run.result_branch();
         // Applied by hand in the history the run keeps, interrupted or not (a resume
         // reuses the commits written now).
         let to_apply = by_hand(ctx, &subtasks).await;
@@ -102,7 +102,7 @@ pub(crate) async fn finish(
     let (applied, apply) = apply.await;
     // A run that is over, finished or failed (nothing resumes it), leaves nothing
     // registered; a resumable one keeps what its resume continues in.
-    if !ctx.options.keep_worktrees {
+    if !ctx.facts.options.keep_worktrees {
         match status {
             RunEnd::Finished => sweep(ctx, "an earlier grove of this run").await,
             RunEnd::Failed => sweep(ctx, "this failed run").await,
@@ -126,12 +126,12 @@ pub(crate) async fn finish(
         total.add(&subtask.ledger());
     }
     Ok(RunReport {
-        run_id: ctx.run.as_str().to_owned(),
+        run_id: ctx.facts.run.as_str().to_owned(),
         status,
-        base: ctx.base.to_string(),
-        branch: ctx.branch.clone(),
+        base: ctx.facts.base.to_string(),
+        branch: ctx.facts.branch.clone(),
         result_commit: result_commit.map(|c| c.to_string()),
-        result_branch: ctx.run.result_branch(),
+        result_branch: ctx.facts.run.result_branch(),
         applied,
         apply,
         summary: lead.summary,
@@ -140,11 +140,12 @@ pub(crate) async fn finish(
         check: CheckReport {
             culprit: checked.culprit().cloned(),
             ..CheckReport::new(
-                ctx.options
+                ctx.facts
+                    .options
                     .check
                     .as_ref()
                     .map(|check| check.command.clone()),
-                ctx.journal.checks(),
+                ctx.record.journal.checks(),
             )
         },
         lead_ledger: lead.ledger,
@@ -154,7 +155,7 @@ pub(crate) async fn finish(
 
 /// How the run ended, and why it did not finish when it did not (for the person).
 fn status(ctx: &RunContext, failure: Option<LeadFailure>) -> (RunEnd, Option<String>) {
-    match (failure, ctx.pause.reason()) {
+    match (failure, ctx.record.pause.reason()) {
         // A full disk or a red base pauses the run whatever the lead did: never a
         // partial apply; the reason says what to do.
         (_, Some(reason)) if reason.starts_with(DISK_FULL) || reason.starts_with(BASE_RED) => {
@@ -165,7 +166,7 @@ fn status(ctx: &RunContext, failure: Option<LeadFailure>) -> (RunEnd, Option<Str
             Some(format!(
                 "{reason}. The run is paused with its work checkpointed; when the API \
                  answers again, `grove resume {}` continues it",
-                ctx.run
+                ctx.facts.run
             )),
         ),
         (None, _) => (RunEnd::Finished, None),
@@ -173,7 +174,7 @@ fn status(ctx: &RunContext, failure: Option<LeadFailure>) -> (RunEnd, Option<Str
             RunEnd::Interrupted,
             Some(format!(
                 "interrupted; `grove resume {}` continues the run",
-                ctx.run
+                ctx.facts.run
             )),
         ),
         (Some(LeadFailure::Stopped { stop, detail }), _) => (
@@ -187,7 +188,8 @@ fn status(ctx: &RunContext, failure: Option<LeadFailure>) -> (RunEnd, Option<Str
 /// Every subtask the journal holds that has no outcome, or that this run's report does
 /// not name, as `S4 (its brief, shortened)`: the lead was told each was accepted.
 fn unaccounted(ctx: &RunContext, reports: &[SubtaskReport]) -> Vec<String> {
-    ctx.journal
+    ctx.record
+        .journal
         .subtasks()
         .iter()
         .filter(|journaled| {
@@ -208,7 +210,12 @@ fn unaccounted(ctx: &RunContext, reports: &[SubtaskReport]) -> Vec<String> {
 /// an earlier process of a finished run (grove stopped before the cleanups of subtasks
 /// it had finished; a run never stopped has nothing left by then), or a failed run.
 async fn sweep(ctx: &RunContext, left_by: &str) {
-    match ctx.repo.sweep_run(&ctx.run, &ctx.worktrees_dir).await {
+    match ctx
+        .facts
+        .repo
+        .sweep_run(&ctx.facts.run, &ctx.facts.worktrees_dir)
+        .await
+    {
         Ok(swept) => {
             let paths = |paths: &[std::path::PathBuf]| {
                 let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
@@ -231,14 +238,14 @@ async fn sweep(ctx: &RunContext, left_by: &str) {
                 ctx.note(format!(
                     "could not remove a worktree {left_by} left: {problem}; `grove clean {}` \
                      removes it",
-                    ctx.run
+                    ctx.facts.run
                 ));
             }
         }
         Err(error) => ctx.note(format!(
             "could not remove what this run left registered: {error}; `grove clean {}` \
              removes it",
-            ctx.run
+            ctx.facts.run
         )),
     }
 }
@@ -258,7 +265,7 @@ async fn by_hand(ctx: &RunContext, subtasks: &[SubtaskReport]) -> String {
                 "the run's history could not be written ({error}); its merge graph is \
                  named to apply instead"
             ));
-            ctx.run.result_branch()
+            ctx.facts.run.result_branch()
         }
     }
 }
@@ -267,10 +274,11 @@ async fn by_hand(ctx: &RunContext, subtasks: &[SubtaskReport]) -> String {
 /// [`history`]), when the git layer says it is safe.
 async fn apply(ctx: &RunContext, subtasks: &[SubtaskReport]) -> (bool, Option<ApplyReport>) {
     let branch = ctx
+        .facts
         .branch
         .strip_prefix("refs/heads/")
-        .unwrap_or(&ctx.branch);
-    let result_branch = ctx.run.result_branch();
+        .unwrap_or(&ctx.facts.branch);
+    let result_branch = ctx.facts.run.result_branch();
     let applicable = match history::applicable(ctx, subtasks).await {
         Ok(applicable) => applicable,
         Err(error) => {
@@ -283,12 +291,13 @@ async fn apply(ctx: &RunContext, subtasks: &[SubtaskReport]) -> (bool, Option<Ap
         }
     };
     let outcome = ctx
+        .facts
         .repo
         .apply(&ApplyRequest {
-            run: ctx.run.clone(),
+            run: ctx.facts.run.clone(),
             source: applicable.source.clone(),
-            branch: ctx.branch.clone(),
-            base: ctx.base,
+            branch: ctx.facts.branch.clone(),
+            base: ctx.facts.base,
         })
         .await;
     let commits = match applicable.commits {
@@ -326,7 +335,7 @@ async fn apply(ctx: &RunContext, subtasks: &[SubtaskReport]) -> (bool, Option<Ap
                 match applicable.commits {
                     Some(_) => format!(
                         ", and as one commit per subtask on {}",
-                        ctx.run.squashed_branch()
+                        ctx.facts.run.squashed_branch()
                     ),
                     None => String::new(),
                 }
@@ -391,6 +400,7 @@ mod tests {
     /// The reports of the journaled subtasks whose id `keep` takes, as a run hands them in.
     fn reported_of(run: &TestRun, keep: impl Fn(SubtaskId) -> bool) -> Vec<SubtaskReport> {
         run.ctx
+            .record
             .journal
             .subtasks()
             .iter()
@@ -435,7 +445,7 @@ mod tests {
             .await
             .unwrap();
 
-        let run_id = run.ctx.run.to_string();
+        let run_id = run.ctx.facts.run.to_string();
         assert_eq!(
             end(&run, &report),
             (
@@ -481,12 +491,12 @@ mod tests {
         let worktree = run.worktree(1).await;
         std::fs::write(worktree.path().join("b.txt"), "beta\n").unwrap();
         worktree
-            .archive(&run.ctx.repo, "subtask failed")
+            .archive(&run.ctx.facts.repo, "subtask failed")
             .await
             .unwrap();
         failed(&run, 1);
         let reported = reported_of(&run, |_| true);
-        let branch = run.ctx.run.subtask_branch(1);
+        let branch = run.ctx.facts.run.subtask_branch(1);
         let lead = LeadEnd::failed(crate::run::lead::LeadError::ResultBranch {
             source: GitError::UnknownRevision {
                 rev: "refs/heads/nowhere".into(),

@@ -63,14 +63,17 @@ pub(crate) async fn applicable(
     ctx: &RunContext,
     subtasks: &[SubtaskReport],
 ) -> Result<Applicable, AdvanceError> {
-    let checks = ctx.journal.checks();
+    let checks = ctx.record.journal.checks();
     let inputs = HistoryInputs {
-        repo: &ctx.repo,
-        run: &ctx.run,
-        base: ctx.base,
-        history: ctx.options.history,
-        reviewer_model: &ctx.models.reviewer.name,
-        worker_model: worker_model(&ctx.options.worker_backend, &ctx.models.worker.name),
+        repo: &ctx.facts.repo,
+        run: &ctx.facts.run,
+        base: ctx.facts.base,
+        history: ctx.facts.options.history,
+        reviewer_model: &ctx.agents.models.reviewer.name,
+        worker_model: worker_model(
+            &ctx.facts.options.worker_backend,
+            &ctx.agents.models.worker.name,
+        ),
         result_check: result_check(&checks),
         fixed_failure: fixed_failure(&checks),
     };

@@ -129,20 +129,32 @@ pub(crate) async fn run_lead(
     resumed: Option<Transcript>,
 ) -> LeadEnd {
     subtasks.register_worktrees_ahead();
-    if ctx.options.history == History::Squash {
+    if ctx.facts.options.history == History::Squash {
         // While the lead's first call is in flight, as the worktrees are.
-        let repo = ctx.repo.clone();
+        let repo = ctx.facts.repo.clone();
         tokio::spawn(async move { repo.prepare_squash().await });
     }
-    let delegate = Delegate::new(Arc::new(subtasks.clone()), &agent_catalogue(&ctx.user_root));
+    let delegate = Delegate::new(
+        Arc::new(subtasks.clone()),
+        &agent_catalogue(&ctx.facts.user_root),
+    );
     // The lead reads the result as it is at each call, from git objects: no checkout.
-    let live = LiveTree::new(ctx.repo.clone(), ctx.run.result_ref(), ctx.base);
+    let live = LiveTree::new(
+        ctx.facts.repo.clone(),
+        ctx.facts.run.result_ref(),
+        ctx.facts.base,
+    );
     let tools = result_tree::read_only(&live).with(Arc::new(delegate));
-    let spec = lead_spec(&ctx.options, ctx.rules.as_ref(), &ctx.models.lead, tools);
+    let spec = lead_spec(
+        &ctx.facts.options,
+        ctx.agents.rules.as_ref(),
+        &ctx.agents.models.lead,
+        tools,
+    );
     let (messages, earlier, earlier_timing) = match resumed {
         Some(transcript) => (transcript.messages, transcript.ledger, transcript.timing),
         None => (
-            isolated_messages(&first_prompt(&ctx.options.task)),
+            isolated_messages(&first_prompt(&ctx.facts.options.task)),
             Ledger::default(),
             AgentTiming::default(),
         ),
@@ -160,17 +172,17 @@ pub(crate) async fn run_lead(
     );
     // Its tools read git objects, never a directory: grove's own run folder is their root.
     let outcome = ctx
-        .run_agent(&spec, messages, &ctx.run_dir, None, observer.clone())
+        .run_agent(&spec, messages, &ctx.facts.run_dir, None, observer.clone())
         .await;
     observer.finished(&outcome.ledger, &outcome.messages);
-    ctx.budget.spend(&outcome.ledger);
+    ctx.agents.budget.spend(&outcome.ledger);
     let mut ledger = earlier;
     ledger.add(&outcome.ledger);
     let (summary, failure) = match outcome.result {
         Ok(outcome) => {
             let failure = match outcome.stop {
                 StopKind::Finished => None,
-                _ if ctx.cancel.is_cancelled() => Some(LeadFailure::Interrupted),
+                _ if ctx.record.cancel.is_cancelled() => Some(LeadFailure::Interrupted),
                 stop => Some(LeadFailure::Stopped {
                     stop,
                     detail: outcome.detail,

@@ -42,15 +42,19 @@ impl ResultNews {
 impl News for ResultNews {
     async fn news(&self) -> Option<String> {
         let ctx = &self.ctx;
-        let check = ctx.options.check.as_ref()?;
+        let check = ctx.facts.options.check.as_ref()?;
         if ctx.stopping() {
             return None;
         }
-        let tip = ctx.repo.ref_target(&ctx.run.result_ref()).ok()??;
-        if tip == ctx.base {
+        let tip = ctx
+            .facts
+            .repo
+            .ref_target(&ctx.facts.run.result_ref())
+            .ok()??;
+        if tip == ctx.facts.base {
             return None;
         }
-        let tree = ctx.repo.tree_id(tip).ok()?;
+        let tree = ctx.facts.repo.tree_id(tip).ok()?;
         if lock(&self.told).replace(tree.clone()).as_deref() == Some(tree.as_str()) {
             return None;
         }
@@ -63,7 +67,7 @@ impl News for ResultNews {
                 return None;
             }
         };
-        let holds = what_it_holds(&ctx.repo, tip, ctx.base).unwrap_or_default();
+        let holds = what_it_holds(&ctx.facts.repo, tip, ctx.facts.base).unwrap_or_default();
         let short: String = tip.to_string().chars().take(10).collect();
         let command = &check.command;
         Some(match run.status {

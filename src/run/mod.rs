@@ -114,7 +114,7 @@ pub async fn resume_on(
 /// a state write failing, which names the run so it can be resumed.
 async fn execute(started: Started, resumed: Option<RunState>) -> Result<RunReport, RunError> {
     let Started { ctx, run_id, lock } = started;
-    ctx.events.emit(Event::RunStarted {
+    ctx.record.events.emit(Event::RunStarted {
         run_id: run_id.clone(),
         resumed: resumed.is_some(),
     });
@@ -134,7 +134,12 @@ async fn lead_then_finish(
     resumed: Option<RunState>,
 ) -> Result<RunReport, FinishError> {
     let subtasks = Subtasks::new(Arc::clone(ctx));
-    if let Err(source) = ctx.repo.create_result_branch(&ctx.run, ctx.base).await {
+    if let Err(source) = ctx
+        .facts
+        .repo
+        .create_result_branch(&ctx.facts.run, ctx.facts.base)
+        .await
+    {
         let lead = LeadEnd::failed(LeadError::ResultBranch { source });
         return finish::finish(ctx, Vec::new(), lead, ResultCheck::NotRun).await;
     }

@@ -200,7 +200,7 @@ impl AgentObserver {
         let label = self.label;
         let task = tokio::spawn(async move {
             let commit = worktree
-                .checkpoint(&ctx.repo, &format!("{label}: turn {turn}"))
+                .checkpoint(&ctx.facts.repo, &format!("{label}: turn {turn}"))
                 .await
                 .map_err(|source| SaveError::Checkpoint { source })?;
             if let Some(commit) = commit {

@@ -162,13 +162,13 @@ pub(crate) async fn wait_for_earlier(
         .filter(|earlier| !queue.is_settled(*earlier))
         .collect();
     if !pending.is_empty() {
-        ctx.events.emit(Event::SubtaskWaiting {
+        ctx.record.events.emit(Event::SubtaskWaiting {
             label: id,
             task: task.to_owned(),
             waits_for: pending.clone(),
         });
     }
-    queue.wait_settled(waits_for).await && !ctx.cancel.is_cancelled()
+    queue.wait_settled(waits_for).await && !ctx.record.cancel.is_cancelled()
 }
 
 /// The commit subtask `id` starts from once its wait is over: the one a resumed run
@@ -181,8 +181,9 @@ pub(crate) fn start_point(
     if let Some(start) = recorded {
         return Ok(start);
     }
-    let result = ctx.run.result_ref();
+    let result = ctx.facts.run.result_ref();
     let start = ctx
+        .facts
         .repo
         .ref_target(&result)
         .and_then(|tip| tip.ok_or(GitError::UnknownRevision { rev: result }))

@@ -14,7 +14,9 @@ use crate::event::{Event, EventSink};
 use crate::git::{CommitId, GitError, GitOptions, Repo, STALE_REF_LOCK};
 use crate::run::agents::read_rules;
 use crate::run::check::gate::BaseGate;
-use crate::run::context::{Budget, Pause, RunContext, RunJournal};
+use crate::run::context::{
+    AgentServices, Budget, Pause, RunContext, RunFacts, RunJournal, RunRecord, TreeServices,
+};
 use crate::run::sandbox_view::{self, SandboxViewError};
 use crate::run::subtask::prepare::{LocalFileError, check_local_files};
 use crate::settings::options::{Models, RunOptions};
@@ -308,26 +310,35 @@ fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Result<Arc<RunCon
         .map_or_else(|| repo.common_dir().to_path_buf(), Path::to_path_buf);
     // Where this run's worktrees already are, if any (a resume), else where they go.
     let worktrees_dir = repo.run_worktrees_dir(&run, options.worktrees_dir.as_deref())?;
+    let run_dir = active.dir().to_path_buf();
     Ok(Arc::new(RunContext {
-        rules: read_rules(&user_root)?,
-        run_dir: active.dir().to_path_buf(),
-        journal: RunJournal::new(active),
-        budget: Budget::new(options.budget_tokens),
-        pause: Pause::default(),
-        base_gate: BaseGate::default(),
-        trees: Arc::default(),
-        hosts: crate::remote::HostPool::new(options.remote.clone()),
-        repo,
-        run,
-        base,
-        branch,
-        options,
-        models,
-        events,
-        cancel,
-        user_root,
-        worktrees_dir,
-        executor,
+        agents: AgentServices {
+            rules: read_rules(&user_root)?,
+            budget: Budget::new(options.budget_tokens),
+            models,
+        },
+        record: RunRecord {
+            journal: RunJournal::new(active),
+            pause: Pause::default(),
+            events,
+            cancel,
+        },
+        trees: TreeServices {
+            executor,
+            base_gate: BaseGate::default(),
+            live: Arc::default(),
+            hosts: crate::remote::HostPool::new(options.remote.clone()),
+        },
+        facts: RunFacts {
+            run_dir,
+            repo,
+            run,
+            base,
+            branch,
+            options,
+            user_root,
+            worktrees_dir,
+        },
     }))
 }
 

@@ -21,7 +21,10 @@ use crate::model::{
     ContentBlock, Message, Model, ModelError, ModelNotice, Request, Response, Role, StopReason,
     Usage,
 };
-use crate::run::context::{AgentCaps, Budget, Pause, RunContext, RunJournal, agent_spec};
+use crate::run::context::{
+    AgentCaps, AgentServices, Budget, Pause, RunContext, RunFacts, RunJournal, RunRecord,
+    TreeServices, agent_spec,
+};
 use crate::run::id::SubtaskId;
 use crate::run::subtask::prepare::{AheadWorktrees, create_worktree};
 use crate::settings::options::{ModelChoice, Models, RunOptions};
@@ -215,31 +218,40 @@ impl TestRun {
             client: model,
             name: "scripted".into(),
         };
+        let budget = Budget::new(options.budget_tokens);
         let ctx = RunContext {
-            worktrees_dir: dir.path().join("worktrees"),
-            run_dir: active.dir().to_path_buf(),
-            journal: RunJournal::new(active),
-            budget: Budget::new(options.budget_tokens),
-            pause: Pause::default(),
-            base_gate: crate::run::check::gate::BaseGate::default(),
-            trees: Arc::default(),
-            hosts: crate::remote::HostPool::default(),
-            repo,
-            run,
-            base,
-            branch: "refs/heads/main".into(),
-            options,
-            models: Models {
-                provider: "anthropic".into(),
-                lead: choice.clone(),
-                worker: choice.clone(),
-                reviewer: choice,
+            facts: RunFacts {
+                worktrees_dir: dir.path().join("worktrees"),
+                run_dir: active.dir().to_path_buf(),
+                repo,
+                run,
+                base,
+                branch: "refs/heads/main".into(),
+                options,
+                user_root: root,
             },
-            events: EventSink::new(tx),
-            cancel: CancellationToken::new(),
-            rules: None,
-            user_root: root,
-            executor: Arc::new(LocalExecutor::from_process_env()),
+            record: RunRecord {
+                journal: RunJournal::new(active),
+                pause: Pause::default(),
+                events: EventSink::new(tx),
+                cancel: CancellationToken::new(),
+            },
+            agents: AgentServices {
+                budget,
+                models: Models {
+                    provider: "anthropic".into(),
+                    lead: choice.clone(),
+                    worker: choice.clone(),
+                    reviewer: choice,
+                },
+                rules: None,
+            },
+            trees: TreeServices {
+                base_gate: crate::run::check::gate::BaseGate::default(),
+                live: Arc::default(),
+                hosts: crate::remote::HostPool::default(),
+                executor: Arc::new(LocalExecutor::from_process_env()),
+            },
         };
         Self {
             dir,
@@ -255,7 +267,7 @@ impl TestRun {
             .journal(Entry::SubtaskStarted {
                 subtask: SubtaskId(n),
                 task: task.into(),
-                branch: self.ctx.run.subtask_branch(n),
+                branch: self.ctx.facts.run.subtask_branch(n),
                 mode: ContextMode::Isolated,
                 agent: "worker".into(),
                 paths: Vec::new(),
@@ -288,12 +300,12 @@ impl TestRun {
 
     /// The commit `rev` names in the repository.
     pub(crate) fn rev(&self, rev: &str) -> CommitId {
-        self.ctx.repo.resolve(rev).unwrap()
+        self.ctx.facts.repo.resolve(rev).unwrap()
     }
 
     /// The journal's record types so far, in order.
     pub(crate) fn journal_types(&self) -> Vec<String> {
-        let text = std::fs::read_to_string(self.ctx.run_dir.join("journal.jsonl")).unwrap();
+        let text = std::fs::read_to_string(self.ctx.facts.run_dir.join("journal.jsonl")).unwrap();
         text.lines()
             .map(|line| {
                 let value: Value = serde_json::from_str(line).unwrap();

@@ -32,53 +32,55 @@ const SHOWN_LINES: usize = 30;
 /// the run (or cached for this base and environment) is enough.
 pub(crate) async fn check_base(ctx: Arc<RunContext>) -> Result<(), StoreError> {
     let Some(check) = ctx
+        .facts
         .options
         .check
         .as_ref()
         .filter(|c| c.base == BaseCheck::Require)
     else {
-        ctx.base_gate.decide(BaseVerdict::NotChecked);
+        ctx.trees.base_gate.decide(BaseVerdict::NotChecked);
         return Ok(());
     };
     let journaled = ctx
+        .record
         .journal
         .checks()
         .iter()
         .any(|run| run.on == ON_BASE && run.status == CheckStatus::Passed);
     let key = cache_key(&ctx, check);
     if journaled || cached(&ctx, &key) {
-        ctx.base_gate.decide(BaseVerdict::Passed);
+        ctx.trees.base_gate.decide(BaseVerdict::Passed);
         return Ok(());
     }
-    let run = match check_commit(&ctx, check, ctx.base, ON_BASE).await {
+    let run = match check_commit(&ctx, check, ctx.facts.base, ON_BASE).await {
         Ok(run) => run,
         Err(error) => match error.into_journal() {
             Ok(journal) => {
-                ctx.base_gate.decide(BaseVerdict::Closed);
+                ctx.trees.base_gate.decide(BaseVerdict::Closed);
                 return Err(journal);
             }
             Err(error) if error.interrupted() || ctx.stopping() => {
-                ctx.base_gate.decide(BaseVerdict::Closed);
+                ctx.trees.base_gate.decide(BaseVerdict::Closed);
                 return Ok(());
             }
             Err(error) => {
                 ctx.pause(format!(
                     "{BASE_RED}: it could not run there: {error}. No worker was started. Fix \
                      the cause, then `grove resume {}` checks the base again and goes on",
-                    ctx.run
+                    ctx.facts.run
                 ));
-                ctx.base_gate.decide(BaseVerdict::Closed);
+                ctx.trees.base_gate.decide(BaseVerdict::Closed);
                 return Ok(());
             }
         },
     };
     if run.status == CheckStatus::Passed {
         remember(&ctx, &key);
-        ctx.base_gate.decide(BaseVerdict::Passed);
+        ctx.trees.base_gate.decide(BaseVerdict::Passed);
         return Ok(());
     }
     ctx.pause(red_base_reason(&ctx, check, &run));
-    ctx.base_gate.decide(BaseVerdict::Closed);
+    ctx.trees.base_gate.decide(BaseVerdict::Closed);
     Ok(())
 }
 
@@ -100,16 +102,17 @@ fn red_base_reason(ctx: &RunContext, check: &CheckOptions, run: &CheckRun) -> St
          cannot pass on the base would send every worker and fixer after the environment. \
          Its output ends with:\n{shown}\nLikely cause: {cause}.\nFix it, then `grove resume \
          {}` checks the base again and goes on",
-        ctx.base.to_string().get(..10).unwrap_or_default(),
+        ctx.facts.base.to_string().get(..10).unwrap_or_default(),
         check.command,
         run.ended,
-        ctx.run
+        ctx.facts.run
     )
 }
 
 /// What the diagnosis needs to know of this run's sandbox.
 pub(crate) fn sandbox_facts(ctx: &RunContext, check: &CheckOptions) -> SandboxFacts {
     let home = ctx
+        .facts
         .options
         .commands
         .env()
@@ -117,14 +120,20 @@ pub(crate) fn sandbox_facts(ctx: &RunContext, check: &CheckOptions) -> SandboxFa
         .find(|(name, _)| name == "HOME")
         .map(|(_, value)| PathBuf::from(value))
         .filter(|home| home.is_absolute());
-    let denied = sandbox_view::read_rule_paths(&ctx.options.sandbox_paths, home.as_deref())
+    let denied = sandbox_view::read_rule_paths(&ctx.facts.options.sandbox_paths, home.as_deref())
         .map(|(denied, _)| denied)
         .unwrap_or_default();
     SandboxFacts {
-        checkout: ctx.repo.work_tree().map(std::path::Path::to_path_buf),
-        worktrees: Some(ctx.worktrees_dir.clone()),
+        checkout: ctx.facts.repo.work_tree().map(std::path::Path::to_path_buf),
+        worktrees: Some(ctx.facts.worktrees_dir.clone()),
         home,
-        shares: ctx.options.worktree_setup.share.clone().unwrap_or_default(),
+        shares: ctx
+            .facts
+            .options
+            .worktree_setup
+            .share
+            .clone()
+            .unwrap_or_default(),
         denied,
         network: check.network,
     }
@@ -133,7 +142,7 @@ pub(crate) fn sandbox_facts(ctx: &RunContext, check: &CheckOptions) -> SandboxFa
 /// The environment a check's verdict on the base holds for: the check, the setup, the
 /// sandbox's settings and the commands' environment.
 fn cache_key(ctx: &RunContext, check: &CheckOptions) -> String {
-    let options = &ctx.options;
+    let options = &ctx.facts.options;
     let mut env: Vec<String> = crate::tools::exec::scrub_env(options.commands.env())
         .into_iter()
         .map(|(name, value)| format!("{}={}", name.to_string_lossy(), value.to_string_lossy()))
@@ -156,11 +165,12 @@ fn cache_key(ctx: &RunContext, check: &CheckOptions) -> String {
 
 /// The file that says the check passed on the base for `key`.
 fn cache_file(ctx: &RunContext, key: &str) -> PathBuf {
-    ctx.repo
+    ctx.facts
+        .repo
         .common_dir()
         .join("grove")
         .join("base-checks")
-        .join(format!("{}-{:016x}", ctx.base, fnv1a(key.as_bytes())))
+        .join(format!("{}-{:016x}", ctx.facts.base, fnv1a(key.as_bytes())))
 }
 
 fn cached(ctx: &RunContext, key: &str) -> bool {
@@ -202,10 +212,10 @@ pub(crate) async fn red_without_any_subtask(
     check: &CheckOptions,
     red: &CheckRun,
 ) -> Result<Option<String>, TreeCheckError> {
-    if ctx.base_gate.verdict().await != BaseVerdict::NotChecked {
+    if ctx.trees.base_gate.verdict().await != BaseVerdict::NotChecked {
         return Ok(None);
     }
-    let base = check_commit(ctx, check, ctx.base, ON_BASE).await?;
+    let base = check_commit(ctx, check, ctx.facts.base, ON_BASE).await?;
     if base.status == CheckStatus::Passed || !fails_the_same_way(ctx, check, red, &base) {
         return Ok(None);
     }
@@ -232,7 +242,7 @@ fn fails_the_same_way(
     ) {
         return a == b;
     }
-    let normal = |run: &CheckRun| normalized(&run.output_tail, &ctx.worktrees_dir);
+    let normal = |run: &CheckRun| normalized(&run.output_tail, &ctx.facts.worktrees_dir);
     one.ended == other.ended && normal(one) == normal(other)
 }
 

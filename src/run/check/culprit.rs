@@ -167,7 +167,7 @@ async fn rebuilt_without(
         }
         let mut built_on = false;
         for left in &out {
-            built_on |= ctx.repo.is_ancestor(*left, candidate.commit)?;
+            built_on |= ctx.facts.repo.is_ancestor(*left, candidate.commit)?;
         }
         if !built_on {
             picks.push(RebuildPick {
@@ -175,12 +175,17 @@ async fn rebuilt_without(
                 commit: candidate.commit,
                 message: format!(
                     "grove {}: culprit search, merge {}",
-                    ctx.run, candidate.label
+                    ctx.facts.run, candidate.label
                 ),
             });
         }
     }
-    Ok(ctx.repo.merge_picks(ctx.base, &picks).await?.result)
+    Ok(ctx
+        .facts
+        .repo
+        .merge_picks(ctx.facts.base, &picks)
+        .await?
+        .result)
 }
 
 #[cfg(test)]
@@ -207,7 +212,7 @@ mod tests {
     async fn the_only_merged_subtask_is_the_culprit_without_a_check_and_a_subtask_built_on_a_left_out_one_goes_with_it()
      {
         let run = TestRun::alpha().await;
-        let repo = &run.ctx.repo;
+        let repo = &run.ctx.facts.repo;
         let one = run.worktree(1).await;
         std::fs::write(one.path().join("one.txt"), "1\n").unwrap();
         let first = one.checkpoint(repo, "S1").await.unwrap().unwrap();
@@ -217,7 +222,7 @@ mod tests {
         // S3 started from a result holding S1's work.
         let on_first = repo
             .merge_picks(
-                run.ctx.base,
+                run.ctx.facts.base,
                 &[RebuildPick {
                     subtask: 1,
                     commit: first,
@@ -229,8 +234,13 @@ mod tests {
             .result;
         let three = run
             .ctx
+            .facts
             .repo
-            .create_detached_worktree(&run.ctx.run, &run.ctx.worktrees_dir.join("three"), on_first)
+            .create_detached_worktree(
+                &run.ctx.facts.run,
+                &run.ctx.facts.worktrees_dir.join("three"),
+                on_first,
+            )
             .await
             .unwrap();
         three.ready().await.unwrap();
@@ -273,7 +283,7 @@ mod tests {
             "one merged subtask is the culprit at once"
         );
         assert!(
-            run.ctx.journal.checks().is_empty(),
+            run.ctx.record.journal.checks().is_empty(),
             "and no check ran for it"
         );
         let passed_without = CheckRun {

@@ -121,10 +121,11 @@ pub(crate) fn at_failing_location(
 /// The subtask whose merge onto the result last changed `line` of `path`.
 fn line_changed_by(ctx: &RunContext, result: CommitId, path: &str, line: usize) -> Option<String> {
     let merge = ctx
+        .facts
         .repo
-        .last_changed_line(result, ctx.base, path, line)
+        .last_changed_line(result, ctx.facts.base, path, line)
         .ok()??;
-    let message = ctx.repo.commit_message(merge).ok()?;
+    let message = ctx.facts.repo.commit_message(merge).ok()?;
     trailers::merged_subtask(&message)
 }
 
@@ -134,11 +135,14 @@ fn line_changed_by(ctx: &RunContext, result: CommitId, path: &str, line: usize) 
 fn repository_path(ctx: &RunContext, result: CommitId, printed: &str) -> Option<String> {
     let printed = Path::new(printed);
     let relative = if printed.is_absolute() {
-        if let Ok(inside) = printed.strip_prefix(&ctx.worktrees_dir) {
+        if let Ok(inside) = printed.strip_prefix(&ctx.facts.worktrees_dir) {
             // The first component is the tree's own directory (`check-result`, `3`).
             inside.components().skip(1).collect()
         } else {
-            printed.strip_prefix(&ctx.user_root).ok()?.to_path_buf()
+            printed
+                .strip_prefix(&ctx.facts.user_root)
+                .ok()?
+                .to_path_buf()
         }
     } else {
         printed
@@ -147,7 +151,7 @@ fn repository_path(ctx: &RunContext, result: CommitId, printed: &str) -> Option<
             .collect()
     };
     let relative = relative.to_str()?.to_owned();
-    (!relative.is_empty() && ctx.repo.has_file(result, &relative).ok()?).then_some(relative)
+    (!relative.is_empty() && ctx.facts.repo.has_file(result, &relative).ok()?).then_some(relative)
 }
 
 #[cfg(test)]

@@ -117,7 +117,7 @@ pub(crate) async fn run_check_at(
         changed,
         access,
     } = site;
-    ctx.events.emit(Event::CheckStarted {
+    ctx.record.events.emit(Event::CheckStarted {
         on: on.to_owned(),
         command: check.command.clone(),
     });
@@ -125,7 +125,7 @@ pub(crate) async fn run_check_at(
         command: check.command.clone(),
         cwd: cwd.to_path_buf(),
         timeout: Duration::from_secs(check.timeout_s),
-        cancel: ctx.cancel.child_token(),
+        cancel: ctx.record.cancel.child_token(),
         output_cap: OutputCap {
             head: 2 * 1024,
             tail: 4 * CHECK_OUTPUT_TAIL_CHARS,
@@ -142,7 +142,7 @@ pub(crate) async fn run_check_at(
         command: check.command.clone(),
         source,
     };
-    let executor = in_tree(access, &ctx.executor.for_setup(&policy)).map_err(not_run)?;
+    let executor = in_tree(access, &ctx.trees.executor.for_setup(&policy)).map_err(not_run)?;
     let result = executor.execute(request).await.map_err(not_run)?;
     let seconds = started.elapsed().as_secs_f64();
     let (status, ended) = match result.outcome {
@@ -170,7 +170,7 @@ pub(crate) async fn run_check_at(
         same_as: None,
     };
     ctx.journal(Entry::Checked { run: run.clone() })?;
-    ctx.events.emit(Event::CheckFinished {
+    ctx.record.events.emit(Event::CheckFinished {
         on: on.to_owned(),
         command: check.command.clone(),
         passed: run.status == CheckStatus::Passed,
@@ -190,6 +190,7 @@ pub(crate) fn checked_before(
     on: &str,
 ) -> Option<CheckRun> {
     let runs: Vec<CheckRun> = ctx
+        .record
         .journal
         .checks()
         .into_iter()

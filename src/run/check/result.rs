@@ -97,7 +97,7 @@ pub(crate) async fn check_result(
     subtasks: &Subtasks,
     course: RunCourse,
 ) -> Result<ResultCheck, ResultCheckError> {
-    let Some(check) = &ctx.options.check else {
+    let Some(check) = &ctx.facts.options.check else {
         return Ok(ResultCheck::NotRun);
     };
     if course == RunCourse::Stopped || ctx.stopping() {
@@ -106,7 +106,7 @@ pub(crate) async fn check_result(
     let Some(mut tip) = result_tip(ctx)? else {
         return Ok(ResultCheck::NotRun);
     };
-    if tip == ctx.base {
+    if tip == ctx.facts.base {
         return Ok(ResultCheck::NotRun);
     }
     let mut red = match verdict(ctx, check_commit(ctx, check, tip, ON_RESULT).await)? {
@@ -142,7 +142,7 @@ pub(crate) async fn check_result(
         // No search when nobody would be told; a resumed run's earlier one still counts.
         return Ok(ResultCheck::Failed {
             run: red,
-            culprit: culprit_from_runs(&ctx.journal.checks()),
+            culprit: culprit_from_runs(&ctx.record.journal.checks()),
             environment: None,
         });
     }
@@ -164,7 +164,7 @@ pub(crate) async fn check_result(
         })?;
     }
     while fixers.len() < attempts {
-        if ctx.budget.is_spent() {
+        if ctx.agents.budget.is_spent() {
             ctx.note("the run's token budget is spent: no fixer starts on the red result");
             break;
         }
@@ -228,13 +228,13 @@ fn verdict<T>(
 
 /// The run's result commit now.
 fn result_tip(ctx: &RunContext) -> Result<Option<CommitId>, ResultCheckError> {
-    Ok(ctx.repo.ref_target(&ctx.run.result_ref())?)
+    Ok(ctx.facts.repo.ref_target(&ctx.facts.run.result_ref())?)
 }
 
 /// The merged subtasks, with their merged commits (from the journal) and the paths they
 /// changed; one whose commit is unknown is left out of the search.
 async fn candidates(ctx: &RunContext, merged: &[SubtaskReport]) -> Vec<Candidate> {
-    let journaled = ctx.journal.subtasks();
+    let journaled = ctx.record.journal.subtasks();
     let mut found = Vec::new();
     for report in merged {
         let commit = journaled
@@ -247,7 +247,7 @@ async fn candidates(ctx: &RunContext, merged: &[SubtaskReport]) -> Vec<Candidate
         };
         let changed = match &report.diffstat {
             Some(stat) => stat.files.iter().map(|f| f.path.clone()).collect(),
-            None => match ctx.repo.diff(ctx.base, commit, 0).await {
+            None => match ctx.facts.repo.diff(ctx.facts.base, commit, 0).await {
                 Ok(diff) => diff.stat.files.into_iter().map(|f| f.path).collect(),
                 Err(error) => {
                     // Only the output's evidence is lost; leaving it out still works.
@@ -272,7 +272,7 @@ async fn candidates(ctx: &RunContext, merged: &[SubtaskReport]) -> Vec<Candidate
 /// Why the result must not be applied after its check, for the person; `None` when the
 /// check lets it be applied.
 pub(crate) fn held_back(ctx: &RunContext, checked: &ResultCheck) -> Option<String> {
-    let command = ctx.options.check.as_ref().map(|c| c.command.as_str());
+    let command = ctx.facts.options.check.as_ref().map(|c| c.command.as_str());
     match (checked, command) {
         (
             ResultCheck::Failed {

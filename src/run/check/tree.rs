@@ -91,6 +91,7 @@ pub(crate) async fn check_commit(
     on: &str,
 ) -> Result<CheckRun, TreeCheckError> {
     let tree = ctx
+        .facts
         .repo
         .tree_id(commit)
         .map_err(|source| TreeCheckError::Worktree {
@@ -100,7 +101,7 @@ pub(crate) async fn check_commit(
     if let Some(earlier) = checked_before(ctx, check, &tree, on) {
         return Ok(reuse(ctx, &earlier, on)?);
     }
-    let path = ctx.worktrees_dir.join(dir_name(on));
+    let path = ctx.facts.worktrees_dir.join(dir_name(on));
     let made = make_tree(ctx, &path, commit, on).await?;
     let worktree = &made.worktree;
     let checked = async {
@@ -151,11 +152,12 @@ async fn make_tree(
         on: on.to_owned(),
         source,
     };
-    let setup = &ctx.options.worktree_setup;
-    if ctx.options.worktree_mode != WorktreeMode::Overlay || setup.per_worker {
+    let setup = &ctx.facts.options.worktree_setup;
+    if ctx.facts.options.worktree_mode != WorktreeMode::Overlay || setup.per_worker {
         let worktree = ctx
+            .facts
             .repo
-            .create_detached_worktree(&ctx.run, path, commit)
+            .create_detached_worktree(&ctx.facts.run, path, commit)
             .await
             .map_err(worktree_error)?;
         return Ok(CheckTree {
@@ -164,8 +166,9 @@ async fn make_tree(
         });
     }
     let base = ctx
+        .facts
         .repo
-        .base_tree(ctx.base, setup.once_per_base())
+        .base_tree(ctx.facts.base, setup.once_per_base())
         .await
         .map_err(|source| worktree_error(source.into()))?;
     setup_base_for(ctx, SubtaskId(0), on, &base)
@@ -175,11 +178,12 @@ async fn make_tree(
     crate::worktree::overlay::remove_own_dirs(&Layers::beside(&base.tree_dir(), path))
         .map_err(|source| prepare_error(on, source.into()))?;
     let registered = ctx
+        .facts
         .repo
-        .create_detached_overlay(&ctx.run, path, &base)
+        .create_detached_overlay(&ctx.facts.run, path, &base)
         .await
         .map_err(worktree_error)?;
-    let made = match registered.mount(&ctx.trees, &base.tree_dir()).await {
+    let made = match registered.mount(&ctx.trees.live, &base.tree_dir()).await {
         Ok(worktree) => CheckTree {
             worktree,
             base: Some(base),
@@ -193,8 +197,8 @@ async fn make_tree(
             return Err(prepare_error(on, source.into()));
         }
     };
-    if commit != ctx.base
-        && let Err(source) = ctx.repo.move_detached(&made.worktree, commit).await
+    if commit != ctx.facts.base
+        && let Err(source) = ctx.facts.repo.move_detached(&made.worktree, commit).await
     {
         remove_tree(ctx, made, on).await;
         return Err(worktree_error(source.into()));
@@ -208,7 +212,7 @@ async fn remove_tree(ctx: &RunContext, made: CheckTree, on: &str) {
     let CheckTree { worktree, base } = made;
     if let Some(base) = &base {
         let dropped = match worktree
-            .discard_mount(&ctx.trees)
+            .discard_mount(&ctx.trees.live)
             .await
             .map_err(SubtaskError::from)
         {
@@ -227,7 +231,7 @@ async fn remove_tree(ctx: &RunContext, made: CheckTree, on: &str) {
             ));
         }
     }
-    if let Err(error) = ctx.repo.remove_detached_worktree(&worktree).await {
+    if let Err(error) = ctx.facts.repo.remove_detached_worktree(&worktree).await {
         ctx.note(format!(
             "could not remove the check's worktree of the {on} at {}: {error}",
             worktree.path().display()

@@ -48,14 +48,14 @@ pub(crate) async fn check_subtask(
     worktree: &Worktree,
     changed: &BranchDiff,
 ) -> Result<(Option<CheckRun>, OwnedSemaphorePermit), SubtaskError> {
-    let Some(check) = &ctx.options.check else {
+    let Some(check) = &ctx.facts.options.check else {
         return Ok((None, permit));
     };
     drop(permit);
     let run = {
         let _check_slot = tokio::select! {
             slot = slots.checks.acquire() => slot.map_err(|_| SubtaskError::Interrupted)?,
-            () = ctx.cancel.cancelled() => return Err(SubtaskError::Interrupted),
+            () = ctx.record.cancel.cancelled() => return Err(SubtaskError::Interrupted),
         };
         checked(ctx, check, id, worktree, changed).await?
     };
@@ -63,7 +63,7 @@ pub(crate) async fn check_subtask(
         permit = Arc::clone(slots.jobs).acquire_owned() => {
             permit.map_err(|_| SubtaskError::Interrupted)?
         }
-        () = ctx.cancel.cancelled() => return Err(SubtaskError::Interrupted),
+        () = ctx.record.cancel.cancelled() => return Err(SubtaskError::Interrupted),
     };
     Ok((Some(run), permit))
 }
@@ -76,7 +76,7 @@ pub(crate) async fn check_in_slot(
     worktree: &Worktree,
     changed: &BranchDiff,
 ) -> Result<Option<CheckRun>, SubtaskError> {
-    match &ctx.options.check {
+    match &ctx.facts.options.check {
         Some(check) => checked(ctx, check, id, worktree, changed).await.map(Some),
         None => Ok(None),
     }
@@ -105,7 +105,7 @@ async fn checked(
         .iter()
         .map(|file| file.path.clone())
         .collect();
-    let tree = ctx.repo.tree_id(changed.head).ok();
+    let tree = ctx.facts.repo.tree_id(changed.head).ok();
     let access = worktree.access();
     let site = CheckSite {
         cwd: worktree.path(),
@@ -133,7 +133,7 @@ pub(crate) fn required_rejection(
     id: SubtaskId,
     run: Option<&CheckRun>,
 ) -> Result<Option<Required>, SubtaskError> {
-    let (Some(check), Some(run)) = (&ctx.options.check, run) else {
+    let (Some(check), Some(run)) = (&ctx.facts.options.check, run) else {
         return Ok(None);
     };
     if check.subtask != SubtaskCheck::Require || run.status == CheckStatus::Passed {
@@ -186,8 +186,8 @@ mod tests {
     /// The diff of a worktree nothing changed.
     fn unchanged(run: &TestRun) -> BranchDiff {
         BranchDiff {
-            base: run.ctx.base,
-            head: run.ctx.base,
+            base: run.ctx.facts.base,
+            head: run.ctx.facts.base,
             stat: crate::git::DiffStat::default(),
             patch: crate::git::Patch {
                 text: String::new(),
@@ -287,7 +287,7 @@ mod tests {
             jobs: &jobs,
             checks: &checks,
         };
-        let cancel = run.ctx.cancel.clone();
+        let cancel = run.ctx.record.cancel.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(300)).await;
             cancel.cancel();

@@ -44,10 +44,15 @@ pub(crate) async fn close(
 ) -> Result<SubtaskReport, StoreError> {
     if report.status != SubtaskOutcome::Merged {
         let archived = match worktree {
-            Some(worktree) => worktree.archive(&ctx.repo, report.status.as_str()).await,
+            Some(worktree) => {
+                worktree
+                    .archive(&ctx.facts.repo, report.status.as_str())
+                    .await
+            }
             None => ctx
+                .facts
                 .repo
-                .archive_branch(&ctx.run, id.number())
+                .archive_branch(&ctx.facts.run, id.number())
                 .await
                 .map_err(CheckpointError::from),
         };
@@ -63,18 +68,18 @@ pub(crate) async fn close(
     {
         ctx.note(format!("{id}: could not restore its `.git` file: {error}"));
     }
-    if ctx.options.keep_worktrees
+    if ctx.facts.options.keep_worktrees
         && let Some(worktree) = worktree.filter(|worktree| worktree.is_copy_on_write())
     {
         // A copy-on-write tree lives only as long as grove: the user gets a directory.
-        if let Err(error) = worktree.keep(&ctx.repo, &ctx.trees).await {
+        if let Err(error) = worktree.keep(&ctx.facts.repo, &ctx.trees.live).await {
             ctx.note(format!(
                 "{id}: could not copy its worktree out to {}: {error}",
                 worktree.path().display()
             ));
         }
     }
-    if !ctx.options.keep_worktrees {
+    if !ctx.facts.options.keep_worktrees {
         // The outcome is settled and its work kept (merged into the result, or archived
         // above), so the lead need not wait for the cleanup: it runs as a tracked task
         // the run waits for before it ends.
@@ -83,18 +88,23 @@ pub(crate) async fn close(
         tasks.spawn(async move {
             let _turn = queue.cleanup_turn().await;
             if let Some(worktree) = worktree
-                && let Err(error) = worktree.remove(&ctx.repo, &ctx.trees).await
+                && let Err(error) = worktree.remove(&ctx.facts.repo, &ctx.trees.live).await
             {
                 // Its branch stays with it, so that `grove clean` finds both.
                 ctx.note(format!(
                     "{id}: kept its worktree at {}: {error}; `grove clean {}` removes it",
                     worktree.path().display(),
-                    ctx.run
+                    ctx.facts.run
                 ));
                 return;
             }
             // The git layer refuses to delete a branch whose work is kept nowhere else.
-            if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, id.number()).await {
+            if let Err(error) = ctx
+                .facts
+                .repo
+                .delete_subtask_branch(&ctx.facts.run, id.number())
+                .await
+            {
                 ctx.note(format!("{id}: kept its branch: {error}"));
             }
         });
@@ -106,7 +116,7 @@ pub(crate) async fn close(
         ledger: report.ledger(),
         reason: report.reason.clone(),
     })?;
-    ctx.events.emit(Event::SubtaskFinished {
+    ctx.record.events.emit(Event::SubtaskFinished {
         label: id,
         status: report.status,
         verdict: report.verdict,
@@ -286,14 +296,14 @@ mod tests {
         let worktree = run.worktree(1).await;
         std::fs::write(worktree.path().join("a.txt"), "ALPHA\n").unwrap();
         worktree
-            .checkpoint(&run.ctx.repo, "S1: final")
+            .checkpoint(&run.ctx.facts.repo, "S1: final")
             .await
             .unwrap();
         let tip = run.rev(&worktree.branch_ref());
-        let queue = Arc::new(MergeQueue::new(run.ctx.cancel.clone()));
+        let queue = Arc::new(MergeQueue::new(run.ctx.record.cancel.clone()));
         queue.settle(queue.next_id());
         let tasks = TaskTracker::new();
-        let branch = run.ctx.run.subtask_branch(1);
+        let branch = run.ctx.facts.run.subtask_branch(1);
         let mut report = SubtaskReport::new(SubtaskId(1), "shout alpha".into(), branch.clone());
         report.status = SubtaskOutcome::Rejected;
         report.verdict = Some(VerdictKind::Reject);
@@ -331,6 +341,7 @@ mod tests {
         assert!(!worktree.path().exists(), "the worktree is removed");
         assert!(
             run.ctx
+                .facts
                 .repo
                 .ref_target(&format!("refs/heads/{branch}"))
                 .unwrap()

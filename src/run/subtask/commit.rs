@@ -37,7 +37,7 @@ pub(crate) async fn commit(
     work: WorkEnd,
 ) -> Result<Committed, SubtaskError> {
     let head = worktree
-        .checkpoint(&ctx.repo, &format!("{id}: final"))
+        .checkpoint(&ctx.facts.repo, &format!("{id}: final"))
         .await
         .map_err(|source| SubtaskError::Checkpoint {
             path: worktree.path().to_path_buf(),
@@ -50,12 +50,13 @@ pub(crate) async fn commit(
             turn: work.ledger.steps,
         })?;
     }
-    if ctx.cancel.is_cancelled() {
+    if ctx.record.cancel.is_cancelled() {
         return Err(SubtaskError::Interrupted);
     }
     work.saved?;
     let summary = work.summary?;
     let tip = ctx
+        .facts
         .repo
         .ref_target(&worktree.branch_ref())
         .map_err(|source| SubtaskError::Branch { source })?
@@ -70,8 +71,9 @@ pub(crate) async fn commit(
     }
     no_local_files_in_history(ctx, start, tip).await?;
     let diff = ctx
+        .facts
         .repo
-        .diff(start, tip, ctx.options.max_review_patch_bytes)
+        .diff(start, tip, ctx.facts.options.max_review_patch_bytes)
         .await
         .map_err(|source| SubtaskError::Diff { source })?;
     Ok(Committed { tip, diff, summary })
@@ -100,8 +102,9 @@ async fn no_local_files_in_history(
     start: CommitId,
     tip: CommitId,
 ) -> Result<(), SubtaskError> {
-    let local = ctx.local_paths();
+    let local = ctx.facts.local_paths();
     let commits = ctx
+        .facts
         .repo
         .commits_touching(start, tip, &local)
         .await
@@ -153,7 +156,7 @@ mod tests {
         assert_eq!(committed.tip, run.rev(&worktree.branch_ref()));
         assert_eq!(
             run.git(worktree.path(), &["log", "-1", "--format=%s"]),
-            format!("grove {}/1: S1: final", run.ctx.run)
+            format!("grove {}/1: S1: final", run.ctx.facts.run)
         );
         assert_eq!(
             committed.diff.stat.summary(),
@@ -193,7 +196,7 @@ mod tests {
                 worktree.path(),
                 &["show", "--format=%s", "--name-only", "HEAD"]
             ),
-            format!("grove {}/1: S1: final\n\nhalf.txt", run.ctx.run),
+            format!("grove {}/1: S1: final\n\nhalf.txt", run.ctx.facts.run),
             "nothing the worker wrote is lost"
         );
     }

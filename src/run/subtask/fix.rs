@@ -34,7 +34,7 @@ impl Subtasks {
         let ctx = &self.ctx;
         let id = self.queue.next_id();
         let _settle = self.queue.guard(id);
-        let branch = ctx.run.subtask_branch(id.number());
+        let branch = ctx.facts.run.subtask_branch(id.number());
         let Ok(permit) = Arc::clone(&self.jobs).acquire_owned().await else {
             return Ok(SubtaskReport::new(id, brief, branch));
         };
@@ -59,7 +59,7 @@ impl Subtasks {
             brief: brief.clone(),
             worker_brief: brief.clone(),
             role: roles::builtin(RoleKind::Worker),
-            tools: tools::builtin_with_executor(ToolSet::Worker, ctx.executor.clone()),
+            tools: tools::builtin_with_executor(ToolSet::Worker, ctx.trees.executor.clone()),
             start: Transcript {
                 messages: isolated_messages(&brief),
                 ..Transcript::default()

@@ -18,12 +18,14 @@ pub(crate) async fn reach(
     worktree: &Worktree,
     scope: Option<&WriteScope>,
 ) -> Result<Worktree, SubtaskError> {
-    let sandbox =
-        crate::remote::protocol::SandboxSpec::of(ctx.options.sandbox, ctx.options.allow_network);
+    let sandbox = crate::remote::protocol::SandboxSpec::of(
+        ctx.facts.options.sandbox,
+        ctx.facts.options.allow_network,
+    );
     let globs = scope.map(|scope| scope.globs().to_vec());
     let mut avoid = None;
     loop {
-        let Some(placement) = ctx.hosts.place(avoid.as_deref()).await else {
+        let Some(placement) = ctx.trees.hosts.place(avoid.as_deref()).await else {
             return Err(SubtaskError::Remote {
                 source: crate::remote::RemoteError::Refused {
                     host: String::new(),
@@ -33,7 +35,7 @@ pub(crate) async fn reach(
         };
         let host = placement.host.name.clone();
         match worktree
-            .reach(&ctx.repo, placement, sandbox.clone(), globs.clone())
+            .reach(&ctx.facts.repo, placement, sandbox.clone(), globs.clone())
             .await
         {
             Ok(reached) => {
@@ -46,7 +48,7 @@ pub(crate) async fn reach(
                 }
                 return Ok(reached);
             }
-            Err(error) if error.is_lost() && avoid.is_none() && ctx.hosts.len() > 1 => {
+            Err(error) if error.is_lost() && avoid.is_none() && ctx.trees.hosts.len() > 1 => {
                 ctx.note(format!("{id}: {error}; trying another host"));
                 avoid = Some(host);
             }
@@ -67,22 +69,24 @@ pub(crate) async fn move_remote(
         host: lost.to_owned(),
         message: message.to_owned(),
     };
-    if ctx.hosts.len() < 2 {
+    if ctx.trees.hosts.len() < 2 {
         return Err(refused("the run has no other remote host"));
     }
     let placement = ctx
+        .trees
         .hosts
         .place(Some(lost))
         .await
         .ok_or_else(|| refused("the run has no other remote host"))?;
     let host = placement.host.name.clone();
     let start = ctx
+        .facts
         .repo
-        .ref_target(&crate::git::subtask_ref(&ctx.run, id.number()))
+        .ref_target(&crate::git::subtask_ref(&ctx.facts.run, id.number()))
         .ok()
         .flatten()
-        .unwrap_or(ctx.base);
-    tree.move_to(&ctx.repo, placement, start).await?;
+        .unwrap_or(ctx.facts.base);
+    tree.move_to(&ctx.facts.repo, placement, start).await?;
     ctx.note(format!(
         "{id}: lost remote host `{lost}`; its tree moved to `{host}` at its last checkpoint \
          ({start}) and its worker goes on there"

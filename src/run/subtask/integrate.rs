@@ -55,7 +55,7 @@ pub(crate) async fn integrate(
     if verdict == VerdictKind::Reject {
         return Ok(Integration::Rejected);
     }
-    let message = merge_message(&ctx.run, &format!("merge {id}"), id, brief);
+    let message = merge_message(&ctx.facts.run, &format!("merge {id}"), id, brief);
     let item = BatchItem {
         commit: tip,
         message,
@@ -123,8 +123,9 @@ async fn lead_batch(
     items.extend(followers.iter().map(|follower| follower.item.clone()));
     // On an error the followers' answers are dropped: each then merges in its own turn.
     let outcomes = ctx
+        .facts
         .repo
-        .merge_batch_onto(&ctx.run.result_ref(), &items)
+        .merge_batch_onto(&ctx.facts.run.result_ref(), &items)
         .await
         .map_err(AdvanceError::from)?;
     let mut outcomes = outcomes.into_iter();
@@ -158,8 +159,9 @@ pub(crate) async fn merge_journaled(
     message: &str,
 ) -> Result<MergeOutcome, SubtaskError> {
     let merged = ctx
+        .facts
         .repo
-        .merge_onto(&ctx.run.result_ref(), tip, message)
+        .merge_onto(&ctx.facts.run.result_ref(), tip, message)
         .await?;
     journal_merge(ctx, id, tip, &merged)?;
     Ok(merged)
@@ -210,14 +212,15 @@ mod tests {
     async fn approved_work(content: &str) -> (TestRun, CommitId) {
         let run = TestRun::alpha().await;
         run.ctx
+            .facts
             .repo
-            .create_result_branch(&run.ctx.run, run.ctx.base)
+            .create_result_branch(&run.ctx.facts.run, run.ctx.facts.base)
             .await
             .unwrap();
         let worktree = run.worktree(1).await;
         std::fs::write(worktree.path().join("a.txt"), content).unwrap();
         worktree
-            .checkpoint(&run.ctx.repo, "S1: final")
+            .checkpoint(&run.ctx.facts.repo, "S1: final")
             .await
             .unwrap();
         let tip = run.rev(&worktree.branch_ref());
@@ -227,7 +230,7 @@ mod tests {
     #[tokio::test]
     async fn an_approved_subtask_is_merged_onto_the_result_in_its_turn() {
         let (run, tip) = approved_work("ALPHA\n").await;
-        let queue = MergeQueue::new(run.ctx.cancel.clone());
+        let queue = MergeQueue::new(run.ctx.record.cancel.clone());
         let id = queue.next_id();
 
         let integration = integrate(
@@ -242,16 +245,22 @@ mod tests {
         .unwrap();
 
         assert_eq!(integration, Integration::Merged);
-        let result = run.ctx.run.result_ref();
+        let result = run.ctx.facts.run.result_ref();
         assert_eq!(
-            run.git(&run.ctx.user_root, &["show", &format!("{result}:a.txt")]),
+            run.git(
+                &run.ctx.facts.user_root,
+                &["show", &format!("{result}:a.txt")]
+            ),
             "ALPHA"
         );
         assert_eq!(
-            run.git(&run.ctx.user_root, &["log", "-1", "--format=%B", &result]),
+            run.git(
+                &run.ctx.facts.user_root,
+                &["log", "-1", "--format=%B", &result]
+            ),
             format!(
                 "grove {0}: merge S1\n\n    shout alpha\n\nGrove-Run: {0}\nGrove-Subtask: S1",
-                run.ctx.run
+                run.ctx.facts.run
             ),
             "the brief's first line is quoted: no brief can add or hide a trailer"
         );
@@ -264,18 +273,22 @@ mod tests {
     #[tokio::test]
     async fn merges_waiting_behind_the_one_in_turn_are_merged_in_its_batch_with_one_ref_move() {
         let run = TestRun::alpha().await;
-        let result = run.ctx.run.result_ref();
+        let result = run.ctx.facts.run.result_ref();
         run.ctx
+            .facts
             .repo
-            .create_result_branch(&run.ctx.run, run.ctx.base)
+            .create_result_branch(&run.ctx.facts.run, run.ctx.facts.base)
             .await
             .unwrap();
-        let queue = Arc::new(MergeQueue::new(run.ctx.cancel.clone()));
+        let queue = Arc::new(MergeQueue::new(run.ctx.record.cancel.clone()));
         let mut tips = Vec::new();
         for n in 1..=3 {
             let worktree = run.worktree(n).await;
             std::fs::write(worktree.path().join(format!("s{n}.txt")), "new\n").unwrap();
-            worktree.checkpoint(&run.ctx.repo, "work").await.unwrap();
+            worktree
+                .checkpoint(&run.ctx.facts.repo, "work")
+                .await
+                .unwrap();
             tips.push((queue.next_id(), run.rev(&worktree.branch_ref())));
         }
         let integrating = |(id, tip): (SubtaskId, CommitId)| {
@@ -304,17 +317,20 @@ mod tests {
         );
         assert_eq!(
             run.git(
-                &run.ctx.user_root,
+                &run.ctx.facts.user_root,
                 &["log", "--first-parent", "--format=%s", &result]
             ),
             format!(
                 "grove {0}: merge S3\ngrove {0}: merge S2\ngrove {0}: merge S1\ninitial",
-                run.ctx.run
+                run.ctx.facts.run
             ),
             "one merge commit per subtask, in subtask order"
         );
         assert_eq!(
-            run.git(&run.ctx.user_root, &["reflog", "--format=%gs", &result]),
+            run.git(
+                &run.ctx.facts.user_root,
+                &["reflog", "--format=%gs", &result]
+            ),
             "grove: 3 merges\ngrove: start run",
             "the result ref moved once for the three"
         );
@@ -328,7 +344,7 @@ mod tests {
     #[tokio::test]
     async fn a_rejected_subtask_leaves_the_result_as_it_was() {
         let (run, tip) = approved_work("ALPHA\n").await;
-        let queue = MergeQueue::new(run.ctx.cancel.clone());
+        let queue = MergeQueue::new(run.ctx.record.cancel.clone());
         let id = queue.next_id();
 
         let integration = integrate(&run.ctx, &queue, id, "shout", VerdictKind::Reject, tip)
@@ -337,8 +353,8 @@ mod tests {
 
         assert_eq!(integration, Integration::Rejected);
         assert_eq!(
-            run.rev(&run.ctx.run.result_ref()),
-            run.ctx.base,
+            run.rev(&run.ctx.facts.run.result_ref()),
+            run.ctx.facts.base,
             "nothing merged"
         );
         assert_eq!(run.journal_types(), vec!["run_started", "subtask_started"]);
@@ -347,7 +363,7 @@ mod tests {
     #[tokio::test]
     async fn an_approved_subtask_waits_for_the_lower_ones_and_an_interrupt_merges_nothing() {
         let (run, tip) = approved_work("ALPHA\n").await;
-        let queue = Arc::new(MergeQueue::new(run.ctx.cancel.clone()));
+        let queue = Arc::new(MergeQueue::new(run.ctx.record.cancel.clone()));
         let _s1 = queue.next_id();
         let s2 = queue.next_id();
         let ctx = Arc::clone(&run.ctx);
@@ -359,12 +375,12 @@ mod tests {
         };
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         assert!(!waiting.is_finished(), "S2 waits while S1 is unsettled");
-        run.ctx.cancel.cancel();
+        run.ctx.record.cancel.cancel();
         let error = waiting.await.unwrap().unwrap_err();
         assert!(matches!(error, SubtaskError::Interrupted), "{error:?}");
         assert_eq!(
-            run.rev(&run.ctx.run.result_ref()),
-            run.ctx.base,
+            run.rev(&run.ctx.facts.run.result_ref()),
+            run.ctx.facts.base,
             "nothing merged"
         );
     }

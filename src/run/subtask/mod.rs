@@ -105,11 +105,11 @@ pub(crate) struct Subtasks {
 impl Subtasks {
     pub(crate) fn new(ctx: Arc<RunContext>) -> Self {
         Self {
-            queue: Arc::new(MergeQueue::new(ctx.cancel.clone())),
+            queue: Arc::new(MergeQueue::new(ctx.record.cancel.clone())),
             schedule: Arc::new(Schedule::default()),
             ahead: Arc::new(AheadWorktrees::default()),
-            jobs: Arc::new(Semaphore::new(ctx.options.jobs.max(1))),
-            checks: Arc::new(Semaphore::new(ctx.options.jobs.max(1))),
+            jobs: Arc::new(Semaphore::new(ctx.facts.options.jobs.max(1))),
+            checks: Arc::new(Semaphore::new(ctx.facts.options.jobs.max(1))),
             tasks: TaskTracker::new(),
             reports: Arc::new(Mutex::new(BTreeMap::new())),
             lead_history: Arc::new(LeadHistory::default()),
@@ -171,14 +171,14 @@ impl Subtasks {
         if let Ok(permit) = Arc::clone(&self.jobs).try_acquire_owned() {
             return Some(permit);
         }
-        self.ctx.events.emit(Event::SubtaskWaiting {
+        self.ctx.record.events.emit(Event::SubtaskWaiting {
             label: id,
             task: task.to_owned(),
             waits_for: Vec::new(),
         });
         tokio::select! {
             permit = Arc::clone(&self.jobs).acquire_owned() => permit.ok(),
-            () = self.ctx.cancel.cancelled() => None,
+            () = self.ctx.record.cancel.cancelled() => None,
         }
     }
 
@@ -190,8 +190,8 @@ impl Subtasks {
         placement: Placement,
     ) -> Result<SubtaskReport, StoreError> {
         let (ctx, id) = (&self.ctx, assignment.id);
-        let branch = ctx.run.subtask_branch(id.number());
-        ctx.events.emit(Event::SubtaskStarted {
+        let branch = ctx.facts.run.subtask_branch(id.number());
+        ctx.record.events.emit(Event::SubtaskStarted {
             label: id,
             task: assignment.brief.clone(),
             branch: branch.clone(),
@@ -245,12 +245,12 @@ impl Subtasks {
                 Some(Stop::Resumable(format!(
                     "paused ({error}); its work is checkpointed on {}; `grove resume {}` \
                      continues it",
-                    base.branch, ctx.run
+                    base.branch, ctx.facts.run
                 )))
             }
             Err(SubtaskError::Interrupted) => Some(Stop::Resumable(format!(
                 "interrupted; its work is checkpointed on {}; `grove resume {}` continues it",
-                base.branch, ctx.run
+                base.branch, ctx.facts.run
             ))),
             Err(error) => Some(Stop::Failed(error.to_string())),
         };
@@ -352,7 +352,7 @@ impl Subtasks {
             highest = highest.max(id);
             self.schedule
                 .restore(id, recorded_scope(&self.ctx, subtask));
-            self.ctx.budget.spend(&subtask.ledger);
+            self.ctx.agents.budget.spend(&subtask.ledger);
             if subtask.status == SubtaskStatus::Running && subtask.kind == SubtaskKind::Resolve {
                 resolvers.push((id, subtask.clone()));
             } else if subtask.status == SubtaskStatus::Running {
@@ -395,14 +395,15 @@ impl Subtasks {
             start: state.start,
         };
         let scope = placement.scope.as_ref();
-        let found = delegate_role(&ctx.user_root, agent)
-            .and_then(|role| worker_tools(&role, &ctx.executor, scope).map(|tools| (role, tools)));
+        let found = delegate_role(&ctx.facts.user_root, agent).and_then(|role| {
+            worker_tools(&role, &ctx.trees.executor, scope).map(|tools| (role, tools))
+        });
         let (role, tools) = found.unwrap_or_else(|reason| {
             // The agent file changed since: the built-in worker carries on.
             ctx.note(format!(
                 "{id}: {reason}; continuing with the built-in worker"
             ));
-            let tools = tools::builtin_with_executor(ToolSet::Worker, ctx.executor.clone());
+            let tools = tools::builtin_with_executor(ToolSet::Worker, ctx.trees.executor.clone());
             let tools = match scope {
                 Some(scope) => tools.with_write_scope(scope),
                 None => tools,
@@ -411,7 +412,7 @@ impl Subtasks {
         });
         let _settle = self.queue.guard(id);
         let start = resumed_start(ctx, state, &role.name, placement.scope.as_deref());
-        let branch = ctx.run.subtask_branch(id.number());
+        let branch = ctx.facts.run.subtask_branch(id.number());
         // A subtask that was still waiting waits again, holding no slot; one that had
         // started goes on from its recorded start point.
         if placement.start.is_none()
@@ -455,24 +456,24 @@ impl Delegator for Subtasks {
     /// and reports, and the run waits for it before it finishes.
     async fn delegate(&self, request: DelegateRequest) -> Result<DelegateReport, DelegateError> {
         let ctx = &self.ctx;
-        if ctx.budget.is_spent() {
+        if ctx.agents.budget.is_spent() {
             return Err(DelegateError::BudgetSpent);
         }
-        let role = delegate_role(&ctx.user_root, request.agent.as_deref())?;
+        let role = delegate_role(&ctx.facts.user_root, request.agent.as_deref())?;
         let scope = scope_of(&request.paths);
-        let tools = worker_tools(&role, &ctx.executor, scope.as_ref())?;
+        let tools = worker_tools(&role, &ctx.trees.executor, scope.as_ref())?;
         // Numbered before anything awaits, so subtasks are numbered in call order.
         let admitted = self.schedule.admit(
             &self.queue,
-            ctx.options.max_subtasks,
+            ctx.facts.options.max_subtasks,
             scope.as_ref(),
             &request.after,
         )?;
         let id = admitted.id;
-        if request.mode == ContextMode::Fork && !ctx.options.worker_backend.is_builtin() {
+        if request.mode == ContextMode::Fork && !ctx.facts.options.worker_backend.is_builtin() {
             ctx.note(format!(
                 "{id}: a fork was asked for, but the {} worker starts from its brief alone",
-                ctx.options.worker_backend.name()
+                ctx.facts.options.worker_backend.name()
             ));
         }
         // The worker is told its scope up front, not only when a write is refused.
@@ -502,7 +503,7 @@ impl Delegator for Subtasks {
         let started = Entry::SubtaskStarted {
             subtask: id,
             task: request.task,
-            branch: ctx.run.subtask_branch(id.number()),
+            branch: ctx.facts.run.subtask_branch(id.number()),
             mode: request.mode,
             agent: assignment.role.name.clone(),
             paths: request.paths,
@@ -534,6 +535,7 @@ async fn park_remote(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) {
         return;
     };
     if let Err(error) = ctx
+        .facts
         .repo
         .checkpoint(worktree, "state when the run stopped")
         .await

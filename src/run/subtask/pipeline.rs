@@ -82,7 +82,7 @@ pub(crate) async fn judged(
         Start::Delegated { .. } => Author::Worker,
         Start::Resolving { .. } => Author::Resolver,
     };
-    if author == Author::Worker && !ctx.base_gate.opened().await {
+    if author == Author::Worker && !ctx.trees.base_gate.opened().await {
         return Err(SubtaskError::Interrupted);
     }
     let (committed, diff, markers, scope, slot) = match start {
@@ -103,8 +103,13 @@ pub(crate) async fn judged(
             found.worker_ledger = ledger;
             let (committed, markers) = worked?;
             let diff = ctx
+                .facts
                 .repo
-                .diff(result, committed.tip, ctx.options.max_review_patch_bytes)
+                .diff(
+                    result,
+                    committed.tip,
+                    ctx.facts.options.max_review_patch_bytes,
+                )
                 .await
                 .map_err(|source| SubtaskError::Diff { source })?;
             (committed, diff, markers, None, None)
@@ -180,7 +185,7 @@ async fn left_out_of_commit(ctx: &RunContext, id: SubtaskId, worktree: &Worktree
     if worktree.is_remote() {
         return Vec::new();
     }
-    match ctx.repo.git_dir_paths(worktree).await {
+    match ctx.facts.repo.git_dir_paths(worktree).await {
         Ok(paths) => paths,
         Err(error) => {
             ctx.note(format!(
@@ -214,7 +219,7 @@ async fn work_until_clean(
             brief: current_brief.clone(),
             worker_brief: current_brief.clone(),
             role: role.clone(),
-            tools: tools::builtin_with_executor(ToolSet::Worker, ctx.executor.clone()),
+            tools: tools::builtin_with_executor(ToolSet::Worker, ctx.trees.executor.clone()),
             start,
         };
         let work = work::work(ctx, assignment, worktree).await;
@@ -223,11 +228,11 @@ async fn work_until_clean(
             Ok(committed) => committed,
             Err(error) => return (ledger, Err(error)),
         };
-        let markers = match ctx.repo.added_conflict_markers(result, committed.tip) {
+        let markers = match ctx.facts.repo.added_conflict_markers(result, committed.tip) {
             Ok(markers) => markers,
             Err(source) => return (ledger, Err(SubtaskError::MarkersUnchecked { source })),
         };
-        let turns_left = ledger.steps < ctx.options.max_turns.worker;
+        let turns_left = ledger.steps < ctx.facts.options.max_turns.worker;
         if markers.is_empty() || returned == MARKER_RETURNS || !turns_left {
             return (ledger, Ok((committed, markers)));
         }

@@ -135,12 +135,12 @@ impl AheadWorktrees {
     /// which is made first.
     pub(crate) fn register(&self, ctx: &RunContext, next: SubtaskId) {
         // A remote tree is opened for its subtask, on the host that has a slot then.
-        if !ctx.hosts.is_empty() {
+        if !ctx.trees.hosts.is_empty() {
             return;
         }
-        let overlay = ctx.options.worktree_mode == WorktreeMode::Overlay;
-        let remaining = (ctx.options.max_subtasks + 1).saturating_sub(next.number());
-        let count = u32::try_from(ctx.options.jobs)
+        let overlay = ctx.facts.options.worktree_mode == WorktreeMode::Overlay;
+        let remaining = (ctx.facts.options.max_subtasks + 1).saturating_sub(next.number());
+        let count = u32::try_from(ctx.facts.options.jobs)
             .unwrap_or(u32::MAX)
             .min(remaining)
             .min(if overlay {
@@ -153,12 +153,15 @@ impl AheadWorktrees {
         for n in next.number()..next.number() + count {
             let (tx, rx) = oneshot::channel();
             prepared.insert(n, rx);
-            queue.push((ctx.worktree_spec(SubtaskId(n)), tx));
+            queue.push((ctx.facts.worktree_spec(SubtaskId(n)), tx));
         }
-        let repo = ctx.repo.clone();
-        let live = Arc::clone(&ctx.trees);
+        let repo = ctx.facts.repo.clone();
+        let live = Arc::clone(&ctx.trees.live);
         let cell = Arc::clone(&self.base);
-        let (commit, setup) = (ctx.base, ctx.options.worktree_setup.once_per_base());
+        let (commit, setup) = (
+            ctx.facts.base,
+            ctx.facts.options.worktree_setup.once_per_base(),
+        );
         let setup = setup.map(str::to_owned);
         tokio::spawn(async move {
             let base = if overlay {
@@ -203,8 +206,10 @@ impl AheadWorktrees {
         let base = self
             .base
             .get_or_try_init(|| {
-                ctx.repo
-                    .base_tree(ctx.base, ctx.options.worktree_setup.once_per_base())
+                ctx.facts.repo.base_tree(
+                    ctx.facts.base,
+                    ctx.facts.options.worktree_setup.once_per_base(),
+                )
             })
             .await
             .map_err(WorktreeError::from)?;
@@ -238,7 +243,12 @@ impl AheadWorktrees {
             if let Err(error) = remove_unmounted(ctx, &worktree).await {
                 ctx.note(format!("could not remove unused worktree {n}: {error}"));
             }
-            if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, n).await {
+            if let Err(error) = ctx
+                .facts
+                .repo
+                .delete_subtask_branch(&ctx.facts.run, n)
+                .await
+            {
                 ctx.note(format!("kept unused branch {n}: {error}"));
             }
         }
@@ -252,7 +262,12 @@ async fn discard_worktree(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) 
             "{id}: could not remove its worktree at the base: {error}"
         ));
     }
-    if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, id.number()).await {
+    if let Err(error) = ctx
+        .facts
+        .repo
+        .delete_subtask_branch(&ctx.facts.run, id.number())
+        .await
+    {
         ctx.note(format!(
             "{id}: could not remove its branch at the base: {error}"
         ));
@@ -262,25 +277,33 @@ async fn discard_worktree(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) 
 /// Removes a worktree that was never mounted: a copy-on-write one's registration holds
 /// nothing to commit (its upper directory was never made), a git one is committed first.
 async fn remove_unmounted(ctx: &RunContext, worktree: &Worktree) -> Result<(), SubtaskError> {
-    Ok(worktree.discard_unused(&ctx.repo, &ctx.trees).await?)
+    Ok(worktree
+        .discard_unused(&ctx.facts.repo, &ctx.trees.live)
+        .await?)
 }
 
 /// Clears the way for subtask `id` to start from `start`: a worktree and branch left at
 /// the base (registered ahead by an earlier process of the run) hold no work and are
 /// removed; a branch with work on it is kept.
 async fn clear_base_branch(ctx: &RunContext, id: SubtaskId, spec: &WorktreeSpec) {
-    let branch = ctx.run.subtask_branch(id.number());
-    if !matches!(ctx.repo.ref_target(&format!("refs/heads/{branch}")), Ok(Some(tip)) if tip == ctx.base)
+    let branch = ctx.facts.run.subtask_branch(id.number());
+    if !matches!(ctx.facts.repo.ref_target(&format!("refs/heads/{branch}")), Ok(Some(tip)) if tip == ctx.facts.base)
     {
         return;
     }
     match ctx
+        .facts
         .repo
-        .find_worktree(&ctx.run, id.number(), ctx.base, &spec.path)
+        .find_worktree(&ctx.facts.run, id.number(), ctx.facts.base, &spec.path)
     {
         Ok(Some(worktree)) => discard_worktree(ctx, id, &worktree).await,
         _ => {
-            if let Err(error) = ctx.repo.delete_subtask_branch(&ctx.run, id.number()).await {
+            if let Err(error) = ctx
+                .facts
+                .repo
+                .delete_subtask_branch(&ctx.facts.run, id.number())
+                .await
+            {
                 ctx.note(format!(
                     "{id}: could not remove its branch at the base: {error}"
                 ));
@@ -301,25 +324,25 @@ pub(crate) async fn create_worktree(
     start: Option<CommitId>,
     scope: Option<&WriteScope>,
 ) -> Result<Worktree, SubtaskError> {
-    let mut spec = ctx.worktree_spec(id);
-    let remote = !ctx.hosts.is_empty();
-    let base = match ctx.options.worktree_mode {
+    let mut spec = ctx.facts.worktree_spec(id);
+    let remote = !ctx.trees.hosts.is_empty();
+    let base = match ctx.facts.options.worktree_mode {
         WorktreeMode::Overlay if !remote => Some(ahead.base_tree(ctx, id).await?),
         _ => None,
     };
     // Only a worktree that starts at the run's base is an overlay of its base tree; one
     // that starts from the result gets a checkout.
     let make = |spec: WorktreeSpec| {
-        let base = base.clone().filter(|_| spec.base == ctx.base);
+        let base = base.clone().filter(|_| spec.base == ctx.facts.base);
         async move {
             match base {
-                _ if remote => Worktree::create_remote(&ctx.repo, spec).await,
-                Some(base) => Worktree::create_copy_on_write(&ctx.repo, spec, &base).await,
-                None => Worktree::create(&ctx.repo, spec).await,
+                _ if remote => Worktree::create_remote(&ctx.facts.repo, spec).await,
+                Some(base) => Worktree::create_copy_on_write(&ctx.facts.repo, spec, &base).await,
+                None => Worktree::create(&ctx.facts.repo, spec).await,
             }
         }
     };
-    let created = match start.filter(|start| *start != ctx.base) {
+    let created = match start.filter(|start| *start != ctx.facts.base) {
         // The worktree registered ahead is at the base: never the one to use.
         Some(start) => {
             ahead.discard(ctx, id).await;
@@ -366,14 +389,14 @@ pub(crate) async fn create_worktree(
         Ok(created) => created,
     };
     let worktree = recovered?;
-    if worktree.is_remote() && ctx.hosts.is_empty() {
+    if worktree.is_remote() && ctx.trees.hosts.is_empty() {
         // Resumed without `--remote`: its tree continues here from its last checkpoint.
         ctx.note(format!(
             "{id}: its tree was on a remote host; it continues on this machine from its \
              last checkpoint (`grove resume --remote NAME` sends it to a host)"
         ));
         return Ok(worktree
-            .bring_here(&ctx.repo)
+            .bring_here(&ctx.facts.repo)
             .await
             .map_err(WorktreeError::from)?);
     }
@@ -420,8 +443,8 @@ async fn prepare_tree(
     on: Option<&str>,
     worktree: &Worktree,
 ) -> Result<(), SubtaskError> {
-    let setup = &ctx.options.worktree_setup;
-    let local = ctx.local_paths();
+    let setup = &ctx.facts.options.worktree_setup;
+    let local = ctx.facts.local_paths();
     if local.is_empty() && setup.setup.is_none() {
         return Ok(());
     }
@@ -437,11 +460,12 @@ async fn prepare_tree(
         ));
     } else if !local.is_empty() {
         // Recorded first: no commit can include a file that is not yet recorded.
-        ctx.repo
+        ctx.facts
+            .repo
             .set_local_files(worktree, &local)
             .map_err(|source| SubtaskError::RecordLocalFiles { source })?;
         for path in &local {
-            copy_into(&ctx.user_root, &worktree.files_root(), path).map_err(|source| {
+            copy_into(&ctx.facts.user_root, &worktree.files_root(), path).map_err(|source| {
                 SubtaskError::Copy {
                     path: path.clone(),
                     source,
@@ -480,7 +504,7 @@ async fn prepare_tree(
 /// starts only after it is written, so a tree without it holds no worker's edits. It
 /// lies in the run's store, which commands cannot write.
 fn setup_marker(ctx: &RunContext, id: SubtaskId) -> PathBuf {
-    ctx.run_dir.join("setup-done").join(id.to_string())
+    ctx.facts.run_dir.join("setup-done").join(id.to_string())
 }
 
 fn record_setup(marker: &Path) -> std::io::Result<()> {
@@ -524,10 +548,12 @@ pub(crate) async fn setup_base_for(
     };
     // The setup may need the local-only files (`.env`), as in a worker's tree; there
     // they stay in the lower directory, never committed.
-    for path in &ctx.local_paths() {
-        copy_into(&ctx.user_root, &base.tree_dir(), path).map_err(|source| SubtaskError::Copy {
-            path: path.clone(),
-            source,
+    for path in &ctx.facts.local_paths() {
+        copy_into(&ctx.facts.user_root, &base.tree_dir(), path).map_err(|source| {
+            SubtaskError::Copy {
+                path: path.clone(),
+                source,
+            }
         })?;
     }
     ctx.note(format!(
@@ -556,17 +582,18 @@ async fn run_setup(
     // earlier attempt's commits): the setup command runs on the base's files, never on
     // a script a worker may have rewritten, and the tree gets its own back after (no
     // worker has started in it: a tracked file the setup changed is put back too).
-    let beyond = Some(worktree.start()).filter(|start| *start != ctx.base);
+    let beyond = Some(worktree.start()).filter(|start| *start != ctx.facts.base);
     if let Some(start) = beyond {
-        ctx.repo
-            .switch_files(worktree, start, ctx.base)
+        ctx.facts
+            .repo
+            .switch_files(worktree, start, ctx.facts.base)
             .await
             .map_err(|source| SubtaskError::SetupInputs { source })?;
     }
     let tree = worktree.access();
     let ran = run_setup_in(ctx, id, worktree.path(), tree.as_deref(), command).await;
     if beyond.is_some() {
-        let back = ctx.repo.restore_files(worktree).await;
+        let back = ctx.facts.repo.restore_files(worktree).await;
         ran?;
         back.map_err(|source| SubtaskError::SetupInputs { source })?;
     } else {
@@ -588,12 +615,12 @@ async fn run_setup_in(
     tree: Option<&dyn TreeAccess>,
     command: &str,
 ) -> Result<(), SubtaskError> {
-    let timeout_s = ctx.options.worktree_setup.setup_timeout_s;
+    let timeout_s = ctx.facts.options.worktree_setup.setup_timeout_s;
     let request = ExecRequest {
         command: command.to_owned(),
         cwd: cwd.to_path_buf(),
         timeout: Duration::from_secs(timeout_s),
-        cancel: ctx.cancel.child_token(),
+        cancel: ctx.record.cancel.child_token(),
         output_cap: OutputCap {
             head: 4 * 1024,
             tail: 16 * 1024,
@@ -604,7 +631,7 @@ async fn run_setup_in(
         source,
     };
     let executor =
-        in_tree(tree, &ctx.executor.for_setup(&SetupPolicy::default())).map_err(not_run)?;
+        in_tree(tree, &ctx.trees.executor.for_setup(&SetupPolicy::default())).map_err(not_run)?;
     let result = executor.execute(request).await.map_err(not_run)?;
     let status = match result.outcome {
         ExecOutcome::Exited(0) => return Ok(()),
@@ -629,7 +656,7 @@ async fn run_setup_in(
 /// Tells the user when the setup command left files that grove would commit with the
 /// worker's work (they would show up in the diff the reviewer judges).
 async fn note_setup_changes(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) {
-    let paths = match ctx.repo.uncommitted_paths(worktree).await {
+    let paths = match ctx.facts.repo.uncommitted_paths(worktree).await {
         Ok(paths) if paths.is_empty() => return,
         Ok(paths) => paths,
         Err(error) => {
@@ -807,7 +834,7 @@ mod stage_tests {
     #[tokio::test]
     async fn a_worktree_is_made_on_the_subtasks_branch_and_a_stray_directory_is_kept() {
         let run = TestRun::alpha().await;
-        let stray = run.ctx.worktree_spec(SubtaskId(1)).path;
+        let stray = run.ctx.facts.worktree_spec(SubtaskId(1)).path;
         std::fs::create_dir_all(&stray).unwrap();
         std::fs::write(stray.join("mine.txt"), "keep me").unwrap();
 
@@ -824,7 +851,7 @@ mod stage_tests {
 
         assert_eq!(
             worktree.branch_ref(),
-            format!("refs/heads/{}", run.ctx.run.subtask_branch(1))
+            format!("refs/heads/{}", run.ctx.facts.run.subtask_branch(1))
         );
         assert_eq!(
             std::fs::read_to_string(worktree.path().join("a.txt")).unwrap(),
@@ -854,11 +881,23 @@ mod stage_tests {
         let command = "echo ran >> ../setup-runs; mkdir -p node_modules; echo m > node_modules/m";
         for _ in 0..2 {
             // A fresh handle each time, as a second run on the same base gets.
-            let tree = run.ctx.repo.base_tree(base, Some(command)).await.unwrap();
+            let tree = run
+                .ctx
+                .facts
+                .repo
+                .base_tree(base, Some(command))
+                .await
+                .unwrap();
             setup_base(&run.ctx, SubtaskId(1), &tree).await.unwrap();
             assert!(tree.is_set_up(), "the base records its setup");
         }
-        let tree = run.ctx.repo.base_tree(base, Some(command)).await.unwrap();
+        let tree = run
+            .ctx
+            .facts
+            .repo
+            .base_tree(base, Some(command))
+            .await
+            .unwrap();
         assert_eq!(
             std::fs::read_to_string(tree.tree_dir().join("node_modules/m")).unwrap(),
             "m\n",
@@ -869,7 +908,13 @@ mod stage_tests {
             "ran\n",
             "the second run on the same base and command does not run it again"
         );
-        let other = run.ctx.repo.base_tree(base, Some("true")).await.unwrap();
+        let other = run
+            .ctx
+            .facts
+            .repo
+            .base_tree(base, Some("true"))
+            .await
+            .unwrap();
         assert!(
             !other.is_set_up() && other.tree_dir() != tree.tree_dir(),
             "another command gets another base, so a mounted one never changes"
@@ -896,7 +941,7 @@ mod stage_tests {
         .await;
         // Merged work on top of the base: the setup script rewritten, the lock file
         // changed, a file added.
-        let root = run.ctx.user_root.clone();
+        let root = run.ctx.facts.user_root.clone();
         let evil = "echo evil > made.txt; echo evil > lock.txt\n";
         for (path, content) in [
             ("setup.sh", evil),
@@ -908,11 +953,12 @@ mod stage_tests {
         run.git(&root, &["add", "-A"]);
         run.git(&root, &["commit", "-q", "-m", "merged work"]);
         let merged = run.rev("HEAD");
-        let path = run.ctx.worktrees_dir.join("check-result");
+        let path = run.ctx.facts.worktrees_dir.join("check-result");
         let worktree = run
             .ctx
+            .facts
             .repo
-            .create_detached_worktree(&run.ctx.run, &path, merged)
+            .create_detached_worktree(&run.ctx.facts.run, &path, merged)
             .await
             .unwrap();
 
@@ -947,7 +993,7 @@ mod stage_tests {
         options.worktree_setup.setup = Some("echo preparing; echo broken >&2; exit 3".into());
         let mut run =
             TestRun::new(&[("a.txt", "alpha\n")], options, ScriptedModel::new(vec![])).await;
-        std::fs::write(run.ctx.user_root.join(".env"), "SECRET=1\n").unwrap();
+        std::fs::write(run.ctx.facts.user_root.join(".env"), "SECRET=1\n").unwrap();
         let worktree = run.worktree(1).await;
 
         let error = prepare(&run.ctx, SubtaskId(1), &worktree)
@@ -984,7 +1030,7 @@ mod stage_tests {
             vec!["S1: running the setup command `echo preparing; echo broken >&2; exit 3`"]
         );
         let committed = worktree
-            .checkpoint(&run.ctx.repo, "S1: probe")
+            .checkpoint(&run.ctx.facts.repo, "S1: probe")
             .await
             .unwrap();
         assert_eq!(

@@ -120,7 +120,7 @@ pub(crate) async fn resolve_conflict(
         reason: "no resolver ran".to_owned(),
     };
     for _ in 0..MAX_RESOLVERS {
-        if env.ctx.budget.is_spent() {
+        if env.ctx.agents.budget.is_spent() {
             end = ResolutionEnd::Unresolved {
                 reason: "the run's token budget is spent; no resolver started".to_owned(),
             };
@@ -166,7 +166,7 @@ async fn resolve(
     // Never a turn of its own: it merges in the conflicting subtask's (module doc).
     let id = env.queue.next_id();
     env.queue.settle(id);
-    let branch = ctx.run.subtask_branch(id.number());
+    let branch = ctx.facts.run.subtask_branch(id.number());
     let brief = resolver_brief(ctx, conflict);
     ctx.journal(Entry::SubtaskStarted {
         subtask: id,
@@ -179,7 +179,7 @@ async fn resolve(
         after: Vec::new(),
         waits_for: Vec::new(),
     })?;
-    ctx.events.emit(Event::SubtaskStarted {
+    ctx.record.events.emit(Event::SubtaskStarted {
         label: id,
         task: format!(
             "resolve {}'s conflict with the result in {}",
@@ -192,7 +192,7 @@ async fn resolve(
     base.kind = SubtaskKind::Resolve;
     let permit = tokio::select! {
         permit = Arc::clone(env.jobs).acquire_owned() => permit.ok(),
-        () = ctx.cancel.cancelled() => None,
+        () = ctx.record.cancel.cancelled() => None,
     };
     let mut found = Stages::default();
     let (worktree, reached) = match permit {
@@ -239,7 +239,7 @@ async fn start_and_run(
         Ok(fresh) => fresh,
         Err(error) => return (None, Err(error)),
     };
-    let worktree = match ctx.repo.restart_worktree(fresh.clone(), start).await {
+    let worktree = match ctx.facts.repo.restart_worktree(fresh.clone(), start).await {
         Ok(worktree) => worktree,
         Err(source) => return (Some(fresh), Err(source.into())),
     };
@@ -253,8 +253,9 @@ async fn conflicted_start(
     id: SubtaskId,
     conflict: Conflict<'_>,
 ) -> Result<(CommitId, CommitId), SubtaskError> {
-    let result_ref = ctx.run.result_ref();
+    let result_ref = ctx.facts.run.result_ref();
     let result = ctx
+        .facts
         .repo
         .ref_target(&result_ref)
         .map_err(|source| SubtaskError::Branch { source })?
@@ -262,14 +263,15 @@ async fn conflicted_start(
             branch: result_ref.clone(),
         })?;
     let (ours, theirs) = (
-        ctx.run.result_branch(),
-        ctx.run.subtask_branch(conflict.id.number()),
+        ctx.facts.run.result_branch(),
+        ctx.facts.run.subtask_branch(conflict.id.number()),
     );
     let message = format!(
         "grove {}: {id} starts: {} merged onto the result, with conflict markers\n",
-        ctx.run, conflict.id
+        ctx.facts.run, conflict.id
     );
     let merged = ctx
+        .facts
         .repo
         .conflicted_merge(
             MergeSide {
@@ -305,7 +307,7 @@ async fn stages(
         return Ok(Attempt::NotMerged);
     }
     let message = integrate::merge_message(
-        &ctx.run,
+        &ctx.facts.run,
         &format!("merge {}, resolved by {id}", conflict.id),
         conflict.id,
         conflict.brief,
@@ -328,8 +330,8 @@ async fn stages(
 /// brief and the briefs of the merged subtasks that changed those paths.
 fn resolver_brief(ctx: &RunContext, conflict: Conflict<'_>) -> String {
     let (ours, theirs) = (
-        ctx.run.result_branch(),
-        ctx.run.subtask_branch(conflict.id.number()),
+        ctx.facts.run.result_branch(),
+        ctx.facts.run.subtask_branch(conflict.id.number()),
     );
     let k = conflict.id;
     let mut text = format!(
@@ -367,14 +369,14 @@ fn resolver_brief(ctx: &RunContext, conflict: Conflict<'_>) -> String {
 /// The subtasks merged onto the result (resolvers aside: their subtask is listed) whose
 /// merge changed one of `paths`, with their briefs, in merge order.
 fn merged_briefs(ctx: &RunContext, paths: &[String]) -> Vec<(SubtaskId, String)> {
-    let state = ctx.journal.state();
+    let state = ctx.record.journal.state();
     state
         .subtasks
         .iter()
         .filter(|subtask| subtask.kind != SubtaskKind::Resolve)
         .filter_map(|subtask| {
             let merge = subtask.merge.as_ref()?;
-            let changed = ctx.repo.paths_changed_by(merge.result).ok()?;
+            let changed = ctx.facts.repo.paths_changed_by(merge.result).ok()?;
             changed
                 .iter()
                 .any(|path| paths.contains(path))
@@ -406,10 +408,11 @@ pub(crate) async fn close_interrupted(
                 .to_owned(),
         );
     }
-    let spec = ctx.worktree_spec(id);
+    let spec = ctx.facts.worktree_spec(id);
     let found = ctx
+        .facts
         .repo
-        .find_worktree(&ctx.run, id.number(), ctx.base, &spec.path)
+        .find_worktree(&ctx.facts.run, id.number(), ctx.facts.base, &spec.path)
         .ok()
         .flatten();
     // A copy-on-write one is mounted again, so that its close archives what it holds.
@@ -445,19 +448,24 @@ mod tests {
     ) -> (TestRun, CommitId, Arc<MergeQueue>) {
         let run = TestRun::new(&[("a.txt", BASE)], options, model).await;
         let ctx = &run.ctx;
-        ctx.repo
-            .create_result_branch(&ctx.run, ctx.base)
+        ctx.facts
+            .repo
+            .create_result_branch(&ctx.facts.run, ctx.facts.base)
             .await
             .unwrap();
-        let queue = Arc::new(MergeQueue::new(ctx.cancel.clone()));
+        let queue = Arc::new(MergeQueue::new(ctx.record.cancel.clone()));
         let (s1, _s2) = (queue.next_id(), queue.next_id());
         let first = run.worktree(1).await;
         std::fs::write(first.path().join("a.txt"), "one\nTWO by S1\nthree\n").unwrap();
-        first.checkpoint(&ctx.repo, "S1: final").await.unwrap();
+        first
+            .checkpoint(&ctx.facts.repo, "S1: final")
+            .await
+            .unwrap();
         let tip1 = run.rev(&first.branch_ref());
         let MergeOutcome::Merged { commit } = ctx
+            .facts
             .repo
-            .merge_onto(&ctx.run.result_ref(), tip1, "merge S1")
+            .merge_onto(&ctx.facts.run.result_ref(), tip1, "merge S1")
             .await
             .unwrap()
         else {
@@ -472,7 +480,10 @@ mod tests {
         queue.settle(s1);
         let second = run.worktree(2).await;
         std::fs::write(second.path().join("a.txt"), "one\nTWO by S2\nthree\n").unwrap();
-        second.checkpoint(&ctx.repo, "S2: final").await.unwrap();
+        second
+            .checkpoint(&ctx.facts.repo, "S2: final")
+            .await
+            .unwrap();
         let tip2 = run.rev(&second.branch_ref());
         (run, tip2, queue)
     }
@@ -522,11 +533,11 @@ mod tests {
     async fn an_approved_resolution_is_merged_in_the_subtasks_turn_and_both_changes_land() {
         let model = ScriptedModel::new([read_then_write(BOTH), verdict("approve")].concat());
         let (run, tip2, queue) = conflicting(model.clone()).await;
-        let before = run.rev(&run.ctx.run.result_ref());
+        let before = run.rev(&run.ctx.facts.run.result_ref());
 
         let resolution = resolve_s2(&run, &queue, tip2).await;
 
-        let after = run.rev(&run.ctx.run.result_ref());
+        let after = run.rev(&run.ctx.facts.run.result_ref());
         assert_eq!(
             resolution.end,
             ResolutionEnd::Merged {
@@ -534,27 +545,39 @@ mod tests {
                 result: after
             }
         );
-        let result = run.ctx.run.result_ref();
+        let result = run.ctx.facts.run.result_ref();
         assert_eq!(
-            run.git(&run.ctx.user_root, &["show", &format!("{result}:a.txt")]),
+            run.git(
+                &run.ctx.facts.user_root,
+                &["show", &format!("{result}:a.txt")]
+            ),
             BOTH.trim_end(),
             "both changes are on the result"
         );
         let resolver_tip = run.rev(&format!("{}^2", after));
         assert_eq!(
-            run.git(&run.ctx.user_root, &["rev-parse", &format!("{after}^1")]),
+            run.git(
+                &run.ctx.facts.user_root,
+                &["rev-parse", &format!("{after}^1")]
+            ),
             before.to_string(),
             "the result moved by one merge commit"
         );
         assert!(
-            run.ctx.repo.is_ancestor(tip2, resolver_tip).unwrap(),
+            run.ctx.facts.repo.is_ancestor(tip2, resolver_tip).unwrap(),
             "S2's work is in the result's history"
         );
         assert_eq!(
-            run.git(&run.ctx.user_root, &["log", "-1", "--format=%s", &result]),
-            format!("grove {}: merge S2, resolved by S3", run.ctx.run)
+            run.git(
+                &run.ctx.facts.user_root,
+                &["log", "-1", "--format=%s", &result]
+            ),
+            format!("grove {}: merge S2, resolved by S3", run.ctx.facts.run)
         );
-        let (ours, theirs) = (run.ctx.run.result_branch(), run.ctx.run.subtask_branch(2));
+        let (ours, theirs) = (
+            run.ctx.facts.run.result_branch(),
+            run.ctx.facts.run.subtask_branch(2),
+        );
         let read = &model.tool_results(1)[0].1;
         assert!(
             read.contains(&format!("<<<<<<< {ours}"))
@@ -606,7 +629,7 @@ mod tests {
             ],
             "the resolver's merge, its end, then S2's merge: {types:?}"
         );
-        let state = run.ctx.journal.state();
+        let state = run.ctx.record.journal.state();
         let s2 = state.subtask(SubtaskId(2)).unwrap();
         assert_eq!(
             s2.merge.as_ref().map(|m| m.result.to_string()),
@@ -622,7 +645,7 @@ mod tests {
     async fn a_rejected_resolution_leaves_the_result_and_keeps_the_resolvers_work() {
         let model = ScriptedModel::new([read_then_write(BOTH), verdict("reject")].concat());
         let (run, tip2, queue) = conflicting(model).await;
-        let before = run.rev(&run.ctx.run.result_ref());
+        let before = run.rev(&run.ctx.facts.run.result_ref());
 
         let resolution = resolve_s2(&run, &queue, tip2).await;
 
@@ -631,7 +654,11 @@ mod tests {
             "{:?}",
             resolution.end
         );
-        assert_eq!(run.rev(&run.ctx.run.result_ref()), before, "nothing merged");
+        assert_eq!(
+            run.rev(&run.ctx.facts.run.result_ref()),
+            before,
+            "nothing merged"
+        );
         let report = &resolution.resolvers[0].1;
         assert_eq!(report.status, SubtaskOutcome::Rejected);
         let archive = report
@@ -639,7 +666,10 @@ mod tests {
             .clone()
             .expect("the resolution is archived");
         assert_eq!(
-            run.git(&run.ctx.user_root, &["show", &format!("{archive}:a.txt")]),
+            run.git(
+                &run.ctx.facts.user_root,
+                &["show", &format!("{archive}:a.txt")]
+            ),
             BOTH.trim_end()
         );
         assert!(
@@ -703,11 +733,15 @@ mod tests {
         };
         let model = ScriptedModel::new([round(), round(), round()].concat());
         let (run, tip2, queue) = conflicting(model.clone()).await;
-        let before = run.rev(&run.ctx.run.result_ref());
+        let before = run.rev(&run.ctx.facts.run.result_ref());
 
         let resolution = resolve_s2(&run, &queue, tip2).await;
 
-        assert_eq!(run.rev(&run.ctx.run.result_ref()), before, "nothing merged");
+        assert_eq!(
+            run.rev(&run.ctx.facts.run.result_ref()),
+            before,
+            "nothing merged"
+        );
         let report = &resolution.resolvers[0].1;
         assert_eq!(
             (report.status, report.findings.clone()),
@@ -765,14 +799,15 @@ mod tests {
         let worktree = run.worktree(1).await;
         std::fs::write(worktree.path().join("a.txt"), "work\n").unwrap();
         worktree
-            .checkpoint(&run.ctx.repo, "S1: turn 1")
+            .checkpoint(&run.ctx.facts.repo, "S1: turn 1")
             .await
             .unwrap();
         let work = run.rev(&worktree.branch_ref());
-        let elsewhere = run.ctx.repo.resolve("main").unwrap();
+        let elsewhere = run.ctx.facts.repo.resolve("main").unwrap();
 
         let restarted = run
             .ctx
+            .facts
             .repo
             .restart_worktree(worktree.clone(), elsewhere)
             .await;

@@ -53,9 +53,9 @@ pub(crate) async fn review(
         },
         &role,
         AgentCaps {
-            model: &ctx.models.reviewer,
-            max_turns: ctx.options.max_turns.reviewer,
-            budget: ctx.options.subagent_budget_tokens,
+            model: &ctx.agents.models.reviewer,
+            max_turns: ctx.facts.options.max_turns.reviewer,
+            budget: ctx.facts.options.subagent_budget_tokens,
             tools,
         },
     );
@@ -83,7 +83,7 @@ pub(crate) async fn review(
         .await;
     // Its transcript stays as its last tool-calling turn left it: a resume goes on from there.
     observer.finished(&reviewer.ledger, &[]);
-    ctx.budget.spend(&reviewer.ledger);
+    ctx.agents.budget.spend(&reviewer.ledger);
     let verdict = match submit.verdict() {
         Some(verdict) => Ok(verdict),
         None => no_verdict(ctx, id, reviewer.result),
@@ -136,7 +136,7 @@ fn no_verdict(
         },
     };
     // A pause (just above, or another agent's) or Ctrl-C: the subtask stays open.
-    Err(if ctx.cancel.is_cancelled() {
+    Err(if ctx.record.cancel.is_cancelled() {
         SubtaskError::Interrupted
     } else {
         failure
@@ -176,7 +176,8 @@ pub(crate) fn check_of<'a>(
     ctx: &'a RunContext,
     run: Option<&'a CheckRun>,
 ) -> Option<(&'a str, &'a CheckRun)> {
-    ctx.options
+    ctx.facts
+        .options
         .check
         .as_ref()
         .zip(run)
@@ -198,12 +199,13 @@ const HELD_BRIEF_CHARS: usize = 160;
 /// older side holds that the base does not. Read from the result's own merge commits, so
 /// a resumed run tells the same.
 fn held_by(ctx: &RunContext, older: CommitId) -> Vec<Held> {
-    if older == ctx.base {
+    if older == ctx.facts.base {
         return Vec::new();
     }
     let chain = match ctx
+        .facts
         .repo
-        .first_parent_commits("the diff's start", older, ctx.base)
+        .first_parent_commits("the diff's start", older, ctx.facts.base)
     {
         Ok(chain) => chain,
         Err(error) => {
@@ -504,11 +506,17 @@ mod tests {
         let worktree = run.worktree(1).await;
         std::fs::write(worktree.path().join("a.txt"), "ALPHA\n").unwrap();
         worktree
-            .checkpoint(&run.ctx.repo, "S1: final")
+            .checkpoint(&run.ctx.facts.repo, "S1: final")
             .await
             .unwrap();
         let tip = run.rev(&worktree.branch_ref());
-        let diff = run.ctx.repo.diff(run.ctx.base, tip, 60_000).await.unwrap();
+        let diff = run
+            .ctx
+            .facts
+            .repo
+            .diff(run.ctx.facts.base, tip, 60_000)
+            .await
+            .unwrap();
         (run, worktree, diff)
     }
 

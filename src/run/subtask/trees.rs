@@ -22,8 +22,12 @@ pub(crate) async fn remount(
         return Ok(worktree);
     }
     let base = ctx
+        .facts
         .repo
-        .base_tree(ctx.base, ctx.options.worktree_setup.once_per_base())
+        .base_tree(
+            ctx.facts.base,
+            ctx.facts.options.worktree_setup.once_per_base(),
+        )
         .await
         .map_err(WorktreeError::from)?;
     mount_again(ctx, &worktree, &base.tree_dir()).await
@@ -45,18 +49,18 @@ pub(crate) async fn mount_again(
             worktree.path().display()
         ));
     }
-    Ok(worktree.mount(&ctx.trees, lower).await?)
+    Ok(worktree.mount(&ctx.trees.live, lower).await?)
 }
 
 /// Hands the user a real directory for every tree of this run still mounted at its end
 /// ([`LiveTrees::release_all`]), and a note for each that stays as its changes beside it.
 pub(crate) async fn release_trees(ctx: &RunContext) {
-    for (path, error) in ctx.trees.release_all(&ctx.repo).await {
+    for (path, error) in ctx.trees.live.release_all(&ctx.facts.repo).await {
         ctx.note(format!(
             "the copy-on-write worktree {} stays as its changes beside it ({error}); \
              `grove resume {}` mounts it again",
             path.display(),
-            ctx.run
+            ctx.facts.run
         ));
     }
 }

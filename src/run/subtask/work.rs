@@ -55,7 +55,7 @@ pub(crate) async fn work(
     assignment: Assignment,
     worktree: &Worktree,
 ) -> WorkEnd {
-    if !ctx.options.worker_backend.is_builtin() {
+    if !ctx.facts.options.worker_backend.is_builtin() {
         return external(ctx, &assignment, worktree).await;
     }
     let Some(tree) = worktree.remote() else {
@@ -104,9 +104,9 @@ async fn builtin(ctx: &Arc<RunContext>, assignment: Assignment, worktree: &Workt
         },
         &role,
         AgentCaps {
-            model: &ctx.models.worker,
-            max_turns: ctx.options.max_turns.worker,
-            budget: ctx.options.subagent_budget_tokens,
+            model: &ctx.agents.models.worker,
+            max_turns: ctx.facts.options.max_turns.worker,
+            budget: ctx.facts.options.subagent_budget_tokens,
             tools: waiting_for_checkout(&tools, worktree),
         },
     );
@@ -134,7 +134,7 @@ async fn builtin(ctx: &Arc<RunContext>, assignment: Assignment, worktree: &Workt
     // Its transcript stays as its last tool-calling turn left it: a resume goes on from there.
     observer.finished(&worker.ledger, &[]);
     let saved = observer.flush().await;
-    ctx.budget.spend(&worker.ledger);
+    ctx.agents.budget.spend(&worker.ledger);
     if let Err(AgentError::Model { source, .. }) = &worker.result {
         ctx.pause(format!("the model API failed for {label}: {source}"));
     }
@@ -174,10 +174,10 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
         ready = worktree.ready() => if let Err(source) = ready {
             return failed(SubtaskError::CliNotCheckedOut { source });
         },
-        () = ctx.cancel.cancelled() => return failed(SubtaskError::CliNotStarted),
+        () = ctx.record.cancel.cancelled() => return failed(SubtaskError::CliNotStarted),
     }
     let started_ms = journal::now_ms();
-    let backend = &ctx.options.worker_backend;
+    let backend = &ctx.facts.options.worker_backend;
     let (id, role) = (assignment.id, &assignment.role);
     let agent = AgentId {
         role: role.name.clone(),
@@ -185,7 +185,7 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
     };
     // The very system prompt a built-in worker would get: role and project rules.
     let caps = AgentCaps {
-        model: &ctx.models.worker,
+        model: &ctx.agents.models.worker,
         max_turns: 0,
         budget: None,
         tools: Registry::new(),
@@ -210,25 +210,26 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
         tree: worktree.access(),
         transcript: &transcript_path,
         env: ctx
+            .facts
             .options
             .backend_env
             .clone()
             .unwrap_or_else(BackendEnv::from_process),
-        pass_env: &ctx.options.worker_pass_env,
-        timeout: Duration::from_secs(ctx.options.worker_backend_timeout_secs.max(1)),
-        max_turns: role.max_turns.unwrap_or(ctx.options.max_turns.worker),
-        budget_tokens: ctx.options.subagent_budget_tokens,
-        cancel: ctx.cancel.child_token(),
+        pass_env: &ctx.facts.options.worker_pass_env,
+        timeout: Duration::from_secs(ctx.facts.options.worker_backend_timeout_secs.max(1)),
+        max_turns: role.max_turns.unwrap_or(ctx.facts.options.max_turns.worker),
+        budget_tokens: ctx.facts.options.subagent_budget_tokens,
+        cancel: ctx.record.cancel.child_token(),
     };
-    ctx.events.emit(Event::AgentStarted {
+    ctx.record.events.emit(Event::AgentStarted {
         agent: agent.clone(),
     });
     let done = agent_cli::work(job, |progress| progress_event(ctx, &agent, progress)).await;
     if let Some(note) = &done.note {
         ctx.note(format!("{id}: {note}"));
     }
-    ctx.budget.spend(&done.ledger);
-    ctx.events.emit(Event::AgentFinished {
+    ctx.agents.budget.spend(&done.ledger);
+    ctx.record.events.emit(Event::AgentFinished {
         agent,
         ledger: done.ledger,
         outcome: done.described,
@@ -258,7 +259,7 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
 /// its subtask started from (the base, or the result it waited for).
 fn worktree_git(ctx: &RunContext, worktree: &Worktree, checkpoints: Checkpoints) -> String {
     let start = worktree.base();
-    let what = if start == ctx.base {
+    let what = if start == ctx.facts.base {
         "the run's base"
     } else {
         "the run's result as this subtask found it, with the work merged before it"
@@ -270,7 +271,7 @@ fn worktree_git(ctx: &RunContext, worktree: &Worktree, checkpoints: Checkpoints)
 /// Shows an external CLI's progress as the built-in worker's would be.
 fn progress_event(ctx: &RunContext, agent: &AgentId, progress: Progress) {
     let agent = agent.clone();
-    ctx.events.emit(match progress {
+    ctx.record.events.emit(match progress {
         Progress::Turn { turn, ledger } => Event::TurnCompleted {
             agent,
             turn,
@@ -354,7 +355,7 @@ mod tests {
         );
         assert_eq!(
             run.git(worktree.path(), &["log", "-1", "--format=%s"]),
-            format!("grove {}/1: S1: turn 1", run.ctx.run),
+            format!("grove {}/1: S1: turn 1", run.ctx.facts.run),
             "the turn that wrote a file is committed by grove"
         );
         assert_eq!(
