@@ -93,7 +93,24 @@ pub(crate) struct TreeServices {
     pub(crate) hosts: crate::remote::HostPool,
 }
 
+/// The parts a stage that makes, checks or removes trees reads: never the agents'.
+#[derive(Clone, Copy)]
+pub(crate) struct TreeStage<'a> {
+    pub(crate) facts: &'a RunFacts,
+    pub(crate) record: &'a RunRecord,
+    pub(crate) trees: &'a TreeServices,
+}
+
 impl RunContext {
+    /// The parts a tree stage takes.
+    pub(crate) fn tree_stage(&self) -> TreeStage<'_> {
+        TreeStage {
+            facts: &self.facts,
+            record: &self.record,
+            trees: &self.trees,
+        }
+    }
+
     /// Journals `entry` (most records are fsynced; see the store).
     pub(crate) fn journal(&self, entry: Entry) -> Result<(), StoreError> {
         self.record.journal(entry)

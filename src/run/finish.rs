@@ -10,7 +10,7 @@ use crate::agent::Ledger;
 use crate::git::{ApplyOutcome, ApplyRequest, GitError, RefusalReason};
 use crate::run::check::base::BASE_RED;
 use crate::run::check::result::{ResultCheck, ResultCheckError, held_back};
-use crate::run::context::{DISK_FULL, RunContext};
+use crate::run::context::{AgentServices, DISK_FULL, RunContext, RunFacts, RunRecord};
 use crate::run::history;
 use crate::run::lead::{LeadEnd, LeadFailure};
 use crate::run::report::{ApplyReport, CheckReport, RunEnd, RunReport, SubtaskReport, Totals};
@@ -50,14 +50,14 @@ pub(crate) async fn finish(
         // Stopped during the result's check or a fixer: resumable, never applied.
         lead.failure = Some(LeadFailure::Interrupted);
     }
-    let (mut status, mut error) = status(ctx, lead.failure);
+    let (mut status, mut error) = status(&ctx.facts, &ctx.record, lead.failure);
     if let ResultCheck::Unchecked { reason } = &checked {
         error.get_or_insert_with(|| format!("the result was not applied: {reason}"));
     }
-    let mut held = held_back(ctx, &checked);
+    let mut held = held_back(&ctx.facts, &checked);
     // The invariant of every end: no accepted subtask is left without an outcome. If one
     // is, the run is not done: it pauses naming it, resumable, and nothing is applied.
-    let missing = unaccounted(ctx, &subtasks);
+    let missing = unaccounted(&ctx.record, &subtasks);
     if status == RunEnd::Finished && !missing.is_empty() {
         let which = format!(
             "{} accepted but without an outcome: {}",
@@ -82,12 +82,12 @@ pub(crate) async fn finish(
             return (false, None);
         }
         if held.is_none() && !resumable && ctx.facts.options.apply {
-            return apply(ctx, &subtasks).await;
+            return apply(&ctx.facts, &ctx.record, &ctx.agents, &subtasks).await;
         }
         let result_branch = ctx.facts.run.result_branch();
         // Applied by hand in the history the run keeps, interrupted or not (a resume
         // reuses the commits written now).
-        let to_apply = by_hand(ctx, &subtasks).await;
+        let to_apply = by_hand(&ctx.facts, &ctx.record, &ctx.agents, &subtasks).await;
         let message = match &held {
             Some(why) => format!(
                 "Your branch was not touched: {why}. The result is on {result_branch}; apply \
@@ -104,8 +104,10 @@ pub(crate) async fn finish(
     // registered; a resumable one keeps what its resume continues in.
     if !ctx.facts.options.keep_worktrees {
         match status {
-            RunEnd::Finished => sweep(ctx, "an earlier grove of this run").await,
-            RunEnd::Failed => sweep(ctx, "this failed run").await,
+            RunEnd::Finished => {
+                sweep(&ctx.facts, &ctx.record, "an earlier grove of this run").await
+            }
+            RunEnd::Failed => sweep(&ctx.facts, &ctx.record, "this failed run").await,
             RunEnd::Interrupted | RunEnd::Paused => {}
         }
     }
@@ -154,8 +156,12 @@ pub(crate) async fn finish(
 }
 
 /// How the run ended, and why it did not finish when it did not (for the person).
-fn status(ctx: &RunContext, failure: Option<LeadFailure>) -> (RunEnd, Option<String>) {
-    match (failure, ctx.record.pause.reason()) {
+fn status(
+    facts: &RunFacts,
+    record: &RunRecord,
+    failure: Option<LeadFailure>,
+) -> (RunEnd, Option<String>) {
+    match (failure, record.pause.reason()) {
         // A full disk or a red base pauses the run whatever the lead did: never a
         // partial apply; the reason says what to do.
         (_, Some(reason)) if reason.starts_with(DISK_FULL) || reason.starts_with(BASE_RED) => {
@@ -166,7 +172,7 @@ fn status(ctx: &RunContext, failure: Option<LeadFailure>) -> (RunEnd, Option<Str
             Some(format!(
                 "{reason}. The run is paused with its work checkpointed; when the API \
                  answers again, `grove resume {}` continues it",
-                ctx.facts.run
+                facts.run
             )),
         ),
         (None, _) => (RunEnd::Finished, None),
@@ -174,7 +180,7 @@ fn status(ctx: &RunContext, failure: Option<LeadFailure>) -> (RunEnd, Option<Str
             RunEnd::Interrupted,
             Some(format!(
                 "interrupted; `grove resume {}` continues the run",
-                ctx.facts.run
+                facts.run
             )),
         ),
         (Some(LeadFailure::Stopped { stop, detail }), _) => (
@@ -187,8 +193,8 @@ fn status(ctx: &RunContext, failure: Option<LeadFailure>) -> (RunEnd, Option<Str
 
 /// Every subtask the journal holds that has no outcome, or that this run's report does
 /// not name, as `S4 (its brief, shortened)`: the lead was told each was accepted.
-fn unaccounted(ctx: &RunContext, reports: &[SubtaskReport]) -> Vec<String> {
-    ctx.record
+fn unaccounted(record: &RunRecord, reports: &[SubtaskReport]) -> Vec<String> {
+    record
         .journal
         .subtasks()
         .iter()
@@ -209,43 +215,38 @@ fn unaccounted(ctx: &RunContext, reports: &[SubtaskReport]) -> Vec<String> {
 /// Removes what the run still has registered, and says what went, as left by `left_by`:
 /// an earlier process of a finished run (grove stopped before the cleanups of subtasks
 /// it had finished; a run never stopped has nothing left by then), or a failed run.
-async fn sweep(ctx: &RunContext, left_by: &str) {
-    match ctx
-        .facts
-        .repo
-        .sweep_run(&ctx.facts.run, &ctx.facts.worktrees_dir)
-        .await
-    {
+async fn sweep(facts: &RunFacts, record: &RunRecord, left_by: &str) {
+    match facts.repo.sweep_run(&facts.run, &facts.worktrees_dir).await {
         Ok(swept) => {
             let paths = |paths: &[std::path::PathBuf]| {
                 let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
                 shown.join(", ")
             };
             if !swept.removed_worktrees.is_empty() {
-                ctx.note(format!(
+                record.note(format!(
                     "removed the worktrees {left_by} left: {}",
                     paths(&swept.removed_worktrees)
                 ));
             }
             if !swept.deleted_branches.is_empty() {
-                ctx.note(format!(
+                record.note(format!(
                     "deleted the branches {left_by} left (their work is merged or \
                      archived): {}",
                     swept.deleted_branches.join(", ")
                 ));
             }
             for problem in &swept.not_removed {
-                ctx.note(format!(
+                record.note(format!(
                     "could not remove a worktree {left_by} left: {problem}; `grove clean {}` \
                      removes it",
-                    ctx.facts.run
+                    facts.run
                 ));
             }
         }
-        Err(error) => ctx.note(format!(
+        Err(error) => record.note(format!(
             "could not remove what this run left registered: {error}; `grove clean {}` \
              removes it",
-            ctx.facts.run
+            facts.run
         )),
     }
 }
@@ -253,33 +254,42 @@ async fn sweep(ctx: &RunContext, left_by: &str) {
 /// The branch a person applies by hand with `git merge --ff-only`: the history the run
 /// keeps, written now (one commit per subtask under `history = "squash"`), or the
 /// result's merge graph when that cannot be written (noted).
-async fn by_hand(ctx: &RunContext, subtasks: &[SubtaskReport]) -> String {
-    match history::applicable(ctx, subtasks).await {
+async fn by_hand(
+    facts: &RunFacts,
+    record: &RunRecord,
+    agents: &AgentServices,
+    subtasks: &[SubtaskReport],
+) -> String {
+    match history::applicable(facts, record, agents, subtasks).await {
         Ok(applicable) => applicable
             .source
             .strip_prefix("refs/heads/")
             .unwrap_or(&applicable.source)
             .to_owned(),
         Err(error) => {
-            ctx.note(format!(
+            record.note(format!(
                 "the run's history could not be written ({error}); its merge graph is \
                  named to apply instead"
             ));
-            ctx.facts.run.result_branch()
+            facts.run.result_branch()
         }
     }
 }
 
 /// Moves the user's branch to the result, in the history the run keeps (see
 /// [`history`]), when the git layer says it is safe.
-async fn apply(ctx: &RunContext, subtasks: &[SubtaskReport]) -> (bool, Option<ApplyReport>) {
-    let branch = ctx
-        .facts
+async fn apply(
+    facts: &RunFacts,
+    record: &RunRecord,
+    agents: &AgentServices,
+    subtasks: &[SubtaskReport],
+) -> (bool, Option<ApplyReport>) {
+    let branch = facts
         .branch
         .strip_prefix("refs/heads/")
-        .unwrap_or(&ctx.facts.branch);
-    let result_branch = ctx.facts.run.result_branch();
-    let applicable = match history::applicable(ctx, subtasks).await {
+        .unwrap_or(&facts.branch);
+    let result_branch = facts.run.result_branch();
+    let applicable = match history::applicable(facts, record, agents, subtasks).await {
         Ok(applicable) => applicable,
         Err(error) => {
             let message = format!(
@@ -290,14 +300,13 @@ async fn apply(ctx: &RunContext, subtasks: &[SubtaskReport]) -> (bool, Option<Ap
             return (false, Some(ApplyReport { message, command }));
         }
     };
-    let outcome = ctx
-        .facts
+    let outcome = facts
         .repo
         .apply(&ApplyRequest {
-            run: ctx.facts.run.clone(),
+            run: facts.run.clone(),
             source: applicable.source.clone(),
-            branch: ctx.facts.branch.clone(),
-            base: ctx.facts.base,
+            branch: facts.branch.clone(),
+            base: facts.base,
         })
         .await;
     let commits = match applicable.commits {
@@ -335,7 +344,7 @@ async fn apply(ctx: &RunContext, subtasks: &[SubtaskReport]) -> (bool, Option<Ap
                 match applicable.commits {
                     Some(_) => format!(
                         ", and as one commit per subtask on {}",
-                        ctx.facts.run.squashed_branch()
+                        facts.run.squashed_branch()
                     ),
                     None => String::new(),
                 }

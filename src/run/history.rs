@@ -15,7 +15,7 @@ use crate::git::trailers::merged_subtask;
 use crate::git::trailers::{CommitMessage, plain_subject};
 use crate::git::{AdvanceError, CommitId, Repo, RunId, SquashStep};
 use crate::run::check::failure_line;
-use crate::run::context::RunContext;
+use crate::run::context::{AgentServices, RunFacts, RunRecord};
 use crate::run::report::SubtaskReport;
 use crate::settings::options::History;
 use crate::store::journal::{CheckRun, CheckStatus, ON_RESULT, SubtaskKind, VerdictKind};
@@ -60,20 +60,19 @@ pub(crate) struct HistoryInputs<'a> {
 /// The ref that holds what the user's branch gets under the run's `history`, written
 /// now for `squash` (again on a resume, keeping the commits already written).
 pub(crate) async fn applicable(
-    ctx: &RunContext,
+    facts: &RunFacts,
+    record: &RunRecord,
+    agents: &AgentServices,
     subtasks: &[SubtaskReport],
 ) -> Result<Applicable, AdvanceError> {
-    let checks = ctx.record.journal.checks();
+    let checks = record.journal.checks();
     let inputs = HistoryInputs {
-        repo: &ctx.facts.repo,
-        run: &ctx.facts.run,
-        base: ctx.facts.base,
-        history: ctx.facts.options.history,
-        reviewer_model: &ctx.agents.models.reviewer.name,
-        worker_model: worker_model(
-            &ctx.facts.options.worker_backend,
-            &ctx.agents.models.worker.name,
-        ),
+        repo: &facts.repo,
+        run: &facts.run,
+        base: facts.base,
+        history: facts.options.history,
+        reviewer_model: &agents.models.reviewer.name,
+        worker_model: worker_model(&facts.options.worker_backend, &agents.models.worker.name),
         result_check: result_check(&checks),
         fixed_failure: fixed_failure(&checks),
     };

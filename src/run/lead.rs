@@ -15,7 +15,7 @@ use crate::event::{AgentId, AgentLabel};
 use crate::git::GitError;
 use crate::model::{ContentBlock, Message, Role};
 use crate::run::agents::agent_catalogue;
-use crate::run::context::{AgentCaps, RunContext, agent_spec};
+use crate::run::context::{AgentCaps, RunContext, RunFacts, RunRecord, agent_spec};
 use crate::run::delegate::Delegate;
 use crate::run::lead_news::ResultNews;
 use crate::run::observer::AgentObserver;
@@ -220,10 +220,14 @@ pub const UNRECORDED_DELEGATION: &str = "grove stopped before this delegate call
 /// `delegate` call with its subtask's result (matched by brief), or that no subtask was
 /// recorded for it; any other as interrupted. `None` when there is none (the lead starts
 /// over).
-pub(crate) fn resumed_history(ctx: &RunContext, subtasks: &[SubtaskReport]) -> Option<Transcript> {
-    let mut lead = transcript::load(&ctx.transcript_path(AgentLabel::Lead, "lead"))
+pub(crate) fn resumed_history(
+    facts: &RunFacts,
+    record: &RunRecord,
+    subtasks: &[SubtaskReport],
+) -> Option<Transcript> {
+    let mut lead = transcript::load(&facts.transcript_path(AgentLabel::Lead, "lead"))
         .unwrap_or_else(|error| {
-            ctx.note(format!("the lead starts over: {error}"));
+            record.note(format!("the lead starts over: {error}"));
             None
         })?;
     let mut used = vec![false; subtasks.len()];
@@ -296,7 +300,7 @@ mod tests {
         let mut merged = SubtaskReport::new(SubtaskId(1), "recorded".into(), "grove/r/1".into());
         merged.status = SubtaskOutcome::Merged;
 
-        let resumed = resumed_history(&run.ctx, &[merged]).unwrap();
+        let resumed = resumed_history(&run.ctx.facts, &run.ctx.record, &[merged]).unwrap();
 
         assert_eq!(
             resumed.messages.last().unwrap().content,

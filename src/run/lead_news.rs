@@ -58,7 +58,7 @@ impl News for ResultNews {
         if lock(&self.told).replace(tree.clone()).as_deref() == Some(tree.as_str()) {
             return None;
         }
-        let run = match check_commit(ctx, check, tip, ON_RESULT).await {
+        let run = match check_commit(ctx.tree_stage(), check, tip, ON_RESULT).await {
             Ok(run) => run,
             Err(error) => {
                 ctx.note(format!(

@@ -151,7 +151,7 @@ async fn lead_then_finish(
             let lead = LeadEnd::failed(LeadError::Journal { source });
             return finish::finish(ctx, subtasks.reports(), lead, ResultCheck::NotRun).await;
         }
-        history = lead::resumed_history(ctx, &subtasks.reports());
+        history = lead::resumed_history(&ctx.facts, &ctx.record, &subtasks.reports());
     }
     let lead = lead::run_lead(ctx, &subtasks, history).await;
     subtasks.wait().await;
@@ -166,10 +166,11 @@ async fn lead_then_finish(
     } else {
         check::result::RunCourse::ToItsEnd
     };
-    let checked = check::result::check_result(ctx, &subtasks, course).await?;
+    let checked =
+        check::result::check_result(ctx.tree_stage(), &ctx.agents, &subtasks, course).await?;
     subtasks.wait().await;
     // Copy-on-write trees live only as long as grove: those the run leaves become
     // directories the user (and a resume) can open.
-    subtask::trees::release_trees(ctx).await;
+    subtask::trees::release_trees(ctx.tree_stage()).await;
     finish::finish(ctx, subtasks.reports(), lead, checked).await
 }

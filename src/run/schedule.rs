@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::event::Event;
 use crate::git::{CommitId, GitError};
-use crate::run::context::{RunContext, lock};
+use crate::run::context::{RunFacts, RunRecord, lock};
 use crate::run::delegate::{AfterError, DelegateError};
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
@@ -102,11 +102,11 @@ pub(crate) fn scope_of(paths: &[String]) -> Option<Arc<WriteScope>> {
 
 /// The scope a journal recorded for `state`; one that no longer compiles (a journal
 /// edited by hand) is noted and dropped.
-pub(crate) fn recorded_scope(ctx: &RunContext, state: &SubtaskState) -> Option<Arc<WriteScope>> {
+pub(crate) fn recorded_scope(record: &RunRecord, state: &SubtaskState) -> Option<Arc<WriteScope>> {
     match WriteScope::new(&state.paths) {
         Ok(scope) => scope.map(Arc::new),
         Err(error) => {
-            ctx.note(format!(
+            record.note(format!(
                 "{}: its recorded paths are ignored: {error}",
                 state.id
             ));
@@ -150,7 +150,7 @@ pub(crate) fn check_after(
 /// Waits until every subtask in `waits_for` is settled, telling the user which ones it
 /// still waits for; `false` when the run was interrupted meanwhile.
 pub(crate) async fn wait_for_earlier(
-    ctx: &RunContext,
+    record: &RunRecord,
     queue: &MergeQueue,
     id: SubtaskId,
     task: &str,
@@ -162,33 +162,33 @@ pub(crate) async fn wait_for_earlier(
         .filter(|earlier| !queue.is_settled(*earlier))
         .collect();
     if !pending.is_empty() {
-        ctx.record.events.emit(Event::SubtaskWaiting {
+        record.events.emit(Event::SubtaskWaiting {
             label: id,
             task: task.to_owned(),
             waits_for: pending.clone(),
         });
     }
-    queue.wait_settled(waits_for).await && !ctx.record.cancel.is_cancelled()
+    queue.wait_settled(waits_for).await && !record.cancel.is_cancelled()
 }
 
 /// The commit subtask `id` starts from once its wait is over: the one a resumed run
 /// recorded, else the run's result now, journaled before any worktree is made there.
 pub(crate) fn start_point(
-    ctx: &RunContext,
+    facts: &RunFacts,
+    record: &RunRecord,
     id: SubtaskId,
     recorded: Option<CommitId>,
 ) -> Result<CommitId, SubtaskError> {
     if let Some(start) = recorded {
         return Ok(start);
     }
-    let result = ctx.facts.run.result_ref();
-    let start = ctx
-        .facts
+    let result = facts.run.result_ref();
+    let start = facts
         .repo
         .ref_target(&result)
         .and_then(|tip| tip.ok_or(GitError::UnknownRevision { rev: result }))
         .map_err(crate::worktree::WorktreeError::from)?;
-    ctx.journal(Entry::StartPoint {
+    record.journal(Entry::StartPoint {
         subtask: id,
         commit: start,
     })?;

@@ -282,7 +282,7 @@ impl TestRun {
     pub(crate) async fn worktree(&self, n: u32) -> Worktree {
         self.journal_started(n, &format!("task {n}"));
         let ahead = AheadWorktrees::default();
-        let worktree = create_worktree(&self.ctx, &ahead, SubtaskId(n), None, None)
+        let worktree = create_worktree(self.ctx.tree_stage(), &ahead, SubtaskId(n), None, None)
             .await
             .unwrap();
         worktree.ready().await.unwrap();

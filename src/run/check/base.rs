@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::run::check::diagnosis::{SandboxFacts, diagnose};
 use crate::run::check::gate::BaseVerdict;
 use crate::run::check::tree::{TreeCheckError, check_commit};
-use crate::run::context::RunContext;
+use crate::run::context::{RunContext, RunFacts, RunRecord, TreeStage};
 use crate::run::sandbox_view;
 use crate::settings::options::{BaseCheck, CheckOptions};
 use crate::store::StoreError;
@@ -47,12 +47,12 @@ pub(crate) async fn check_base(ctx: Arc<RunContext>) -> Result<(), StoreError> {
         .checks()
         .iter()
         .any(|run| run.on == ON_BASE && run.status == CheckStatus::Passed);
-    let key = cache_key(&ctx, check);
-    if journaled || cached(&ctx, &key) {
+    let key = cache_key(&ctx.facts, check);
+    if journaled || cached(&ctx.facts, &key) {
         ctx.trees.base_gate.decide(BaseVerdict::Passed);
         return Ok(());
     }
-    let run = match check_commit(&ctx, check, ctx.facts.base, ON_BASE).await {
+    let run = match check_commit(ctx.tree_stage(), check, ctx.facts.base, ON_BASE).await {
         Ok(run) => run,
         Err(error) => match error.into_journal() {
             Ok(journal) => {
@@ -75,21 +75,21 @@ pub(crate) async fn check_base(ctx: Arc<RunContext>) -> Result<(), StoreError> {
         },
     };
     if run.status == CheckStatus::Passed {
-        remember(&ctx, &key);
+        remember(&ctx.facts, &ctx.record, &key);
         ctx.trees.base_gate.decide(BaseVerdict::Passed);
         return Ok(());
     }
-    ctx.pause(red_base_reason(&ctx, check, &run));
+    ctx.pause(red_base_reason(&ctx.facts, check, &run));
     ctx.trees.base_gate.decide(BaseVerdict::Closed);
     Ok(())
 }
 
 /// The pause message of a red base: the check, its end, its output, the likely cause,
 /// and what to do.
-fn red_base_reason(ctx: &RunContext, check: &CheckOptions, run: &CheckRun) -> String {
+fn red_base_reason(facts: &RunFacts, check: &CheckOptions, run: &CheckRun) -> String {
     let lines: Vec<&str> = run.output_tail.lines().collect();
     let shown = lines[lines.len().saturating_sub(SHOWN_LINES)..].join("\n");
-    let cause = diagnose(&run.output_tail, &sandbox_facts(ctx, check)).map_or_else(
+    let cause = diagnose(&run.output_tail, &sandbox_facts(facts, check)).map_or_else(
         || {
             "no environment cause recognised in its output: if the suite is known to be \
              red, set `[check] base = \"skip\"` in .grove/config.toml"
@@ -102,17 +102,16 @@ fn red_base_reason(ctx: &RunContext, check: &CheckOptions, run: &CheckRun) -> St
          cannot pass on the base would send every worker and fixer after the environment. \
          Its output ends with:\n{shown}\nLikely cause: {cause}.\nFix it, then `grove resume \
          {}` checks the base again and goes on",
-        ctx.facts.base.to_string().get(..10).unwrap_or_default(),
+        facts.base.to_string().get(..10).unwrap_or_default(),
         check.command,
         run.ended,
-        ctx.facts.run
+        facts.run
     )
 }
 
 /// What the diagnosis needs to know of this run's sandbox.
-pub(crate) fn sandbox_facts(ctx: &RunContext, check: &CheckOptions) -> SandboxFacts {
-    let home = ctx
-        .facts
+pub(crate) fn sandbox_facts(facts: &RunFacts, check: &CheckOptions) -> SandboxFacts {
+    let home = facts
         .options
         .commands
         .env()
@@ -120,15 +119,14 @@ pub(crate) fn sandbox_facts(ctx: &RunContext, check: &CheckOptions) -> SandboxFa
         .find(|(name, _)| name == "HOME")
         .map(|(_, value)| PathBuf::from(value))
         .filter(|home| home.is_absolute());
-    let denied = sandbox_view::read_rule_paths(&ctx.facts.options.sandbox_paths, home.as_deref())
+    let denied = sandbox_view::read_rule_paths(&facts.options.sandbox_paths, home.as_deref())
         .map(|(denied, _)| denied)
         .unwrap_or_default();
     SandboxFacts {
-        checkout: ctx.facts.repo.work_tree().map(std::path::Path::to_path_buf),
-        worktrees: Some(ctx.facts.worktrees_dir.clone()),
+        checkout: facts.repo.work_tree().map(std::path::Path::to_path_buf),
+        worktrees: Some(facts.worktrees_dir.clone()),
         home,
-        shares: ctx
-            .facts
+        shares: facts
             .options
             .worktree_setup
             .share
@@ -141,8 +139,8 @@ pub(crate) fn sandbox_facts(ctx: &RunContext, check: &CheckOptions) -> SandboxFa
 
 /// The environment a check's verdict on the base holds for: the check, the setup, the
 /// sandbox's settings and the commands' environment.
-fn cache_key(ctx: &RunContext, check: &CheckOptions) -> String {
-    let options = &ctx.facts.options;
+fn cache_key(facts: &RunFacts, check: &CheckOptions) -> String {
+    let options = &facts.options;
     let mut env: Vec<String> = crate::tools::exec::scrub_env(options.commands.env())
         .into_iter()
         .map(|(name, value)| format!("{}={}", name.to_string_lossy(), value.to_string_lossy()))
@@ -164,22 +162,22 @@ fn cache_key(ctx: &RunContext, check: &CheckOptions) -> String {
 }
 
 /// The file that says the check passed on the base for `key`.
-fn cache_file(ctx: &RunContext, key: &str) -> PathBuf {
-    ctx.facts
+fn cache_file(facts: &RunFacts, key: &str) -> PathBuf {
+    facts
         .repo
         .common_dir()
         .join("grove")
         .join("base-checks")
-        .join(format!("{}-{:016x}", ctx.facts.base, fnv1a(key.as_bytes())))
+        .join(format!("{}-{:016x}", facts.base, fnv1a(key.as_bytes())))
 }
 
-fn cached(ctx: &RunContext, key: &str) -> bool {
-    std::fs::read_to_string(cache_file(ctx, key)).is_ok_and(|text| text == key)
+fn cached(facts: &RunFacts, key: &str) -> bool {
+    std::fs::read_to_string(cache_file(facts, key)).is_ok_and(|text| text == key)
 }
 
 /// Records a passing verdict; a cache that cannot be written only costs a check later.
-fn remember(ctx: &RunContext, key: &str) {
-    let file = cache_file(ctx, key);
+fn remember(facts: &RunFacts, record: &RunRecord, key: &str) {
+    let file = cache_file(facts, key);
     let written = file
         .parent()
         .map_or(Ok(()), std::fs::create_dir_all)
@@ -189,7 +187,7 @@ fn remember(ctx: &RunContext, key: &str) {
             std::fs::rename(&staged, &file)
         });
     if let Err(error) = written {
-        ctx.note(format!(
+        record.note(format!(
             "could not remember that the check passed on the base ({}): {error}",
             file.display()
         ));
@@ -208,18 +206,18 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// without any subtask (checked now when nobody checked the base before), which makes it
 /// the environment's failure, not the work's; the message for the person then.
 pub(crate) async fn red_without_any_subtask(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     check: &CheckOptions,
     red: &CheckRun,
 ) -> Result<Option<String>, TreeCheckError> {
-    if ctx.trees.base_gate.verdict().await != BaseVerdict::NotChecked {
+    if stage.trees.base_gate.verdict().await != BaseVerdict::NotChecked {
         return Ok(None);
     }
-    let base = check_commit(ctx, check, ctx.facts.base, ON_BASE).await?;
-    if base.status == CheckStatus::Passed || !fails_the_same_way(ctx, check, red, &base) {
+    let base = check_commit(stage, check, stage.facts.base, ON_BASE).await?;
+    if base.status == CheckStatus::Passed || !fails_the_same_way(stage.facts, check, red, &base) {
         return Ok(None);
     }
-    let cause = diagnose(&red.output_tail, &sandbox_facts(ctx, check))
+    let cause = diagnose(&red.output_tail, &sandbox_facts(stage.facts, check))
         .map_or_else(String::new, |cause| format!(" Likely cause: {cause}."));
     Ok(Some(format!(
         "it fails the same way on the base commit, without any subtask: the environment \
@@ -230,19 +228,19 @@ pub(crate) async fn red_without_any_subtask(
 /// Whether two red runs of the check failed the same way: the same likely cause, or the
 /// same output once each tree's path and every duration are taken out.
 fn fails_the_same_way(
-    ctx: &RunContext,
+    facts: &RunFacts,
     check: &CheckOptions,
     one: &CheckRun,
     other: &CheckRun,
 ) -> bool {
-    let facts = sandbox_facts(ctx, check);
+    let sandbox = sandbox_facts(facts, check);
     if let (Some(a), Some(b)) = (
-        diagnose(&one.output_tail, &facts),
-        diagnose(&other.output_tail, &facts),
+        diagnose(&one.output_tail, &sandbox),
+        diagnose(&other.output_tail, &sandbox),
     ) {
         return a == b;
     }
-    let normal = |run: &CheckRun| normalized(&run.output_tail, &ctx.facts.worktrees_dir);
+    let normal = |run: &CheckRun| normalized(&run.output_tail, &facts.worktrees_dir);
     one.ended == other.ended && normal(one) == normal(other)
 }
 

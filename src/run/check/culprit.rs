@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use crate::git::{CommitId, RebuildPick};
 use crate::run::check::failing_location::{Attribution, Changed, at_failing_location};
 use crate::run::check::tree::{TreeCheckError, check_commit};
-use crate::run::context::RunContext;
+use crate::run::context::{RunFacts, TreeStage};
 use crate::run::report::{Culprit, CulpritEvidence};
 use crate::settings::options::CheckOptions;
 use crate::store::journal::{CheckRun, CheckStatus, ON_RESULT_WITHOUT, on_result_without};
@@ -40,7 +40,7 @@ pub(crate) struct Candidate {
 /// merge order): the subtask that changed the place the failure names, else the smallest
 /// group without which a rebuilt result passes; `None` when neither finds one.
 pub(crate) async fn find_culprit(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     check: &CheckOptions,
     red: &CheckRun,
     result: CommitId,
@@ -60,7 +60,7 @@ pub(crate) async fn find_culprit(
             paths: &candidate.changed,
         })
         .collect();
-    match at_failing_location(ctx, result, &red.output_tail, &changed) {
+    match at_failing_location(stage.facts, result, &red.output_tail, &changed) {
         Some(Attribution::Line { subtask, at }) => {
             return Ok(Some(Culprit {
                 subtasks: vec![subtask],
@@ -77,7 +77,7 @@ pub(crate) async fn find_culprit(
         }
         None => {}
     }
-    Ok(passes_without(ctx, check, candidates)
+    Ok(passes_without(stage, check, candidates)
         .await?
         .map(|found| Culprit {
             subtasks: found.iter().map(|c| c.label.clone()).collect(),
@@ -107,7 +107,7 @@ pub(crate) fn culprit_from_runs(runs: &[CheckRun]) -> Option<Culprit> {
 /// The smallest group of candidates found whose removal makes the check pass: each one
 /// alone when there are few, else the half that passes without it, narrowed down.
 async fn passes_without<'a>(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     check: &CheckOptions,
     candidates: &'a [Candidate],
 ) -> Result<Option<&'a [Candidate]>, TreeCheckError> {
@@ -115,9 +115,9 @@ async fn passes_without<'a>(
     let mut found = None;
     while group.len() > LEAVE_ONE_OUT_MAX {
         let (first, second) = group.split_at(group.len() / 2);
-        if green_without(ctx, check, candidates, first).await? {
+        if green_without(stage, check, candidates, first).await? {
             group = first;
-        } else if green_without(ctx, check, candidates, second).await? {
+        } else if green_without(stage, check, candidates, second).await? {
             group = second;
         } else {
             return Ok(found);
@@ -126,7 +126,7 @@ async fn passes_without<'a>(
     }
     for at in 0..group.len() {
         let one = &group[at..=at];
-        if green_without(ctx, check, candidates, one).await? {
+        if green_without(stage, check, candidates, one).await? {
             return Ok(Some(one));
         }
     }
@@ -135,27 +135,27 @@ async fn passes_without<'a>(
 
 /// Whether the check passes on the result rebuilt from the base without `left_out`.
 async fn green_without(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     check: &CheckOptions,
     all: &[Candidate],
     left_out: &[Candidate],
 ) -> Result<bool, TreeCheckError> {
     let labels: Vec<String> = left_out.iter().map(|c| c.label.clone()).collect();
     let on = on_result_without(&labels);
-    let tree = rebuilt_without(ctx, all, left_out)
+    let tree = rebuilt_without(stage.facts, all, left_out)
         .await
         .map_err(|source| TreeCheckError::Worktree {
             on: on.clone(),
             source: source.into(),
         })?;
-    let run = check_commit(ctx, check, tree, &on).await?;
+    let run = check_commit(stage, check, tree, &on).await?;
     Ok(run.status == CheckStatus::Passed)
 }
 
 /// The commit of the result rebuilt from the base without `left_out` and without what
 /// built on it (a candidate whose commit has a left-out one in its history).
 async fn rebuilt_without(
-    ctx: &RunContext,
+    facts: &RunFacts,
     all: &[Candidate],
     left_out: &[Candidate],
 ) -> Result<CommitId, crate::git::GitError> {
@@ -167,7 +167,7 @@ async fn rebuilt_without(
         }
         let mut built_on = false;
         for left in &out {
-            built_on |= ctx.facts.repo.is_ancestor(*left, candidate.commit)?;
+            built_on |= facts.repo.is_ancestor(*left, candidate.commit)?;
         }
         if !built_on {
             picks.push(RebuildPick {
@@ -175,17 +175,12 @@ async fn rebuilt_without(
                 commit: candidate.commit,
                 message: format!(
                     "grove {}: culprit search, merge {}",
-                    ctx.facts.run, candidate.label
+                    facts.run, candidate.label
                 ),
             });
         }
     }
-    Ok(ctx
-        .facts
-        .repo
-        .merge_picks(ctx.facts.base, &picks)
-        .await?
-        .result)
+    Ok(facts.repo.merge_picks(facts.base, &picks).await?.result)
 }
 
 #[cfg(test)]
@@ -263,7 +258,7 @@ mod tests {
         ];
 
         let alone = find_culprit(
-            &run.ctx,
+            run.ctx.tree_stage(),
             &CheckOptions::new("false"),
             &red(),
             first,
@@ -271,7 +266,9 @@ mod tests {
         )
         .await
         .unwrap();
-        let without_first = rebuilt_without(&run.ctx, &all, &all[..1]).await.unwrap();
+        let without_first = rebuilt_without(&run.ctx.facts, &all, &all[..1])
+            .await
+            .unwrap();
 
         assert_eq!(
             alone,

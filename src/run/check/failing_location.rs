@@ -15,7 +15,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use crate::git::{CommitId, trailers};
-use crate::run::context::RunContext;
+use crate::run::context::RunFacts;
 
 /// A place a failing check names: a path as it printed it, and a line when it gave one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,13 +82,13 @@ pub(crate) struct Changed<'a> {
 /// (`result`, the commit that failed) and that some but not all of `candidates` changed;
 /// `None` when no such place is named.
 pub(crate) fn at_failing_location(
-    ctx: &RunContext,
+    facts: &RunFacts,
     result: CommitId,
     output: &str,
     candidates: &[Changed<'_>],
 ) -> Option<Attribution> {
     for location in failure_locations(output) {
-        let Some(path) = repository_path(ctx, result, &location.path) else {
+        let Some(path) = repository_path(facts, result, &location.path) else {
             continue;
         };
         let at = match location.line {
@@ -96,7 +96,7 @@ pub(crate) fn at_failing_location(
             None => path.clone(),
         };
         if let Some(line) = location.line
-            && let Some(subtask) = line_changed_by(ctx, result, &path, line)
+            && let Some(subtask) = line_changed_by(facts, result, &path, line)
             && candidates
                 .iter()
                 .any(|candidate| candidate.label == subtask)
@@ -119,30 +119,26 @@ pub(crate) fn at_failing_location(
 }
 
 /// The subtask whose merge onto the result last changed `line` of `path`.
-fn line_changed_by(ctx: &RunContext, result: CommitId, path: &str, line: usize) -> Option<String> {
-    let merge = ctx
-        .facts
+fn line_changed_by(facts: &RunFacts, result: CommitId, path: &str, line: usize) -> Option<String> {
+    let merge = facts
         .repo
-        .last_changed_line(result, ctx.facts.base, path, line)
+        .last_changed_line(result, facts.base, path, line)
         .ok()??;
-    let message = ctx.facts.repo.commit_message(merge).ok()?;
+    let message = facts.repo.commit_message(merge).ok()?;
     trailers::merged_subtask(&message)
 }
 
 /// `printed` as a path of the result's tree: a relative path as it is, an absolute one
 /// only inside one of the run's trees (the check's worktree, a subtask's) or the user's
 /// checkout — never a file elsewhere whose name the repository happens to share.
-fn repository_path(ctx: &RunContext, result: CommitId, printed: &str) -> Option<String> {
+fn repository_path(facts: &RunFacts, result: CommitId, printed: &str) -> Option<String> {
     let printed = Path::new(printed);
     let relative = if printed.is_absolute() {
-        if let Ok(inside) = printed.strip_prefix(&ctx.facts.worktrees_dir) {
+        if let Ok(inside) = printed.strip_prefix(&facts.worktrees_dir) {
             // The first component is the tree's own directory (`check-result`, `3`).
             inside.components().skip(1).collect()
         } else {
-            printed
-                .strip_prefix(&ctx.facts.user_root)
-                .ok()?
-                .to_path_buf()
+            printed.strip_prefix(&facts.user_root).ok()?.to_path_buf()
         }
     } else {
         printed
@@ -151,7 +147,7 @@ fn repository_path(ctx: &RunContext, result: CommitId, printed: &str) -> Option<
             .collect()
     };
     let relative = relative.to_str()?.to_owned();
-    (!relative.is_empty() && ctx.facts.repo.has_file(result, &relative).ok()?).then_some(relative)
+    (!relative.is_empty() && facts.repo.has_file(result, &relative).ok()?).then_some(relative)
 }
 
 #[cfg(test)]

@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 
 use crate::event::Event;
 use crate::run::check::watch::OpenWatch;
-use crate::run::context::RunContext;
+use crate::run::context::{RunRecord, TreeStage};
+
 use crate::settings::options::CheckOptions;
 use crate::store::StoreError;
 use crate::store::journal::{CheckRun, CheckStatus, Entry, ON_BASE, ON_RESULT, ON_RESULT_WITHOUT};
@@ -73,7 +74,7 @@ impl CheckError {
 /// [`ON_RESULT`](crate::store::journal::ON_RESULT)), journals and announces what it did.
 #[cfg(test)]
 pub(crate) async fn run_check(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     check: &CheckOptions,
     cwd: &Path,
     on: &str,
@@ -85,7 +86,7 @@ pub(crate) async fn run_check(
         changed: &[],
         access: None,
     };
-    run_check_at(ctx, check, site).await
+    run_check_at(stage, check, site).await
 }
 
 /// Where one check runs, and what its record says of the tree.
@@ -106,7 +107,7 @@ pub(crate) struct CheckSite<'a> {
 
 /// Runs `check` at `site`, journals and announces what it did.
 pub(crate) async fn run_check_at(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     check: &CheckOptions,
     site: CheckSite<'_>,
 ) -> Result<CheckRun, CheckError> {
@@ -117,7 +118,7 @@ pub(crate) async fn run_check_at(
         changed,
         access,
     } = site;
-    ctx.record.events.emit(Event::CheckStarted {
+    stage.record.events.emit(Event::CheckStarted {
         on: on.to_owned(),
         command: check.command.clone(),
     });
@@ -125,7 +126,7 @@ pub(crate) async fn run_check_at(
         command: check.command.clone(),
         cwd: cwd.to_path_buf(),
         timeout: Duration::from_secs(check.timeout_s),
-        cancel: ctx.record.cancel.child_token(),
+        cancel: stage.record.cancel.child_token(),
         output_cap: OutputCap {
             head: 2 * 1024,
             tail: 4 * CHECK_OUTPUT_TAIL_CHARS,
@@ -142,7 +143,7 @@ pub(crate) async fn run_check_at(
         command: check.command.clone(),
         source,
     };
-    let executor = in_tree(access, &ctx.trees.executor.for_setup(&policy)).map_err(not_run)?;
+    let executor = in_tree(access, &stage.trees.executor.for_setup(&policy)).map_err(not_run)?;
     let result = executor.execute(request).await.map_err(not_run)?;
     let seconds = started.elapsed().as_secs_f64();
     let (status, ended) = match result.outcome {
@@ -169,8 +170,8 @@ pub(crate) async fn run_check_at(
         tree: tree.map(str::to_owned),
         same_as: None,
     };
-    ctx.journal(Entry::Checked { run: run.clone() })?;
-    ctx.record.events.emit(Event::CheckFinished {
+    stage.record.journal(Entry::Checked { run: run.clone() })?;
+    stage.record.events.emit(Event::CheckFinished {
         on: on.to_owned(),
         command: check.command.clone(),
         passed: run.status == CheckStatus::Passed,
@@ -184,13 +185,12 @@ pub(crate) async fn run_check_at(
 /// tree, command and environment — the one on `on` itself first. A subtask's check never had the network, so with
 /// `[check] network` only the result's and the base's checks count.
 pub(crate) fn checked_before(
-    ctx: &RunContext,
+    record: &RunRecord,
     check: &CheckOptions,
     tree: &str,
     on: &str,
 ) -> Option<CheckRun> {
-    let runs: Vec<CheckRun> = ctx
-        .record
+    let runs: Vec<CheckRun> = record
         .journal
         .checks()
         .into_iter()
@@ -213,7 +213,7 @@ pub(crate) fn checked_before(
 /// earlier check on `on` itself (the result's, checked while the lead worked) is that
 /// check, recorded once.
 pub(crate) fn reuse(
-    ctx: &RunContext,
+    record: &RunRecord,
     earlier: &CheckRun,
     on: &str,
 ) -> Result<CheckRun, CheckError> {
@@ -232,8 +232,8 @@ pub(crate) fn reuse(
         ),
         ..earlier.clone()
     };
-    ctx.journal(Entry::Checked { run: run.clone() })?;
-    ctx.note(format!(
+    record.journal(Entry::Checked { run: run.clone() })?;
+    record.note(format!(
         "{on}: the very tree {} checked ({}): not checked again",
         run.same_as.as_deref().unwrap_or_default(),
         match run.status {
@@ -288,10 +288,10 @@ mod tests {
         let green = CheckOptions::new("test -f a.txt && echo all good");
         let red = CheckOptions::new("echo first; echo 'FAILED: test_a' >&2; exit 4");
 
-        let passed = run_check(&run.ctx, &green, worktree.path(), "S1")
+        let passed = run_check(run.ctx.tree_stage(), &green, worktree.path(), "S1")
             .await
             .unwrap();
-        let failed = run_check(&run.ctx, &red, worktree.path(), ON_RESULT)
+        let failed = run_check(run.ctx.tree_stage(), &red, worktree.path(), ON_RESULT)
             .await
             .unwrap();
 
@@ -355,7 +355,7 @@ mod tests {
             ..CheckOptions::new("echo started; sleep 30")
         };
 
-        let timed_out = run_check(&run.ctx, &slow, worktree.path(), "S1")
+        let timed_out = run_check(run.ctx.tree_stage(), &slow, worktree.path(), "S1")
             .await
             .unwrap();
 

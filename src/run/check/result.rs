@@ -9,14 +9,12 @@
 //! or unchecked result be applied, and never count a resumed run's fixers twice: the
 //! rounds already taken are the fixers the journal holds.
 
-use std::sync::Arc;
-
 use crate::git::{CommitId, GitError};
 use crate::run::check::base::red_without_any_subtask;
 use crate::run::check::culprit::{Candidate, culprit_from_runs, find_culprit};
 use crate::run::check::fixer::{FixerFacts, fixer_brief};
 use crate::run::check::tree::{TreeCheckError, check_commit};
-use crate::run::context::RunContext;
+use crate::run::context::{AgentServices, RunFacts, RunRecord, TreeStage};
 use crate::run::report::{Culprit, SubtaskReport};
 use crate::run::subtask::Subtasks;
 use crate::store::StoreError;
@@ -93,30 +91,32 @@ pub(crate) enum RunCourse {
 /// it; nothing at [`RunCourse::Stopped`], nor when the run pauses. An error is the
 /// journal failing, or the result ref unreadable.
 pub(crate) async fn check_result(
-    ctx: &Arc<RunContext>,
+    stage: TreeStage<'_>,
+    agents: &AgentServices,
     subtasks: &Subtasks,
     course: RunCourse,
 ) -> Result<ResultCheck, ResultCheckError> {
-    let Some(check) = &ctx.facts.options.check else {
+    let (facts, record) = (stage.facts, stage.record);
+    let Some(check) = &facts.options.check else {
         return Ok(ResultCheck::NotRun);
     };
-    if course == RunCourse::Stopped || ctx.stopping() {
+    if course == RunCourse::Stopped || record.stopping() {
         return Ok(ResultCheck::STOPPED);
     }
-    let Some(mut tip) = result_tip(ctx)? else {
+    let Some(mut tip) = result_tip(facts)? else {
         return Ok(ResultCheck::NotRun);
     };
-    if tip == ctx.facts.base {
+    if tip == facts.base {
         return Ok(ResultCheck::NotRun);
     }
-    let mut red = match verdict(ctx, check_commit(ctx, check, tip, ON_RESULT).await)? {
+    let mut red = match verdict(stage, check_commit(stage, check, tip, ON_RESULT).await)? {
         Ok(run) if run.status == CheckStatus::Passed => {
             return Ok(ResultCheck::Passed { culprit: None });
         }
         Ok(run) => run,
         Err(stop) => return Ok(stop),
     };
-    match verdict(ctx, red_without_any_subtask(ctx, check, &red).await)? {
+    match verdict(stage, red_without_any_subtask(stage, check, &red).await)? {
         Ok(Some(environment)) => {
             return Ok(ResultCheck::Failed {
                 run: red,
@@ -142,30 +142,33 @@ pub(crate) async fn check_result(
         // No search when nobody would be told; a resumed run's earlier one still counts.
         return Ok(ResultCheck::Failed {
             run: red,
-            culprit: culprit_from_runs(&ctx.record.journal.checks()),
+            culprit: culprit_from_runs(&record.journal.checks()),
             environment: None,
         });
     }
-    let candidates = candidates(ctx, &merged).await;
-    let culprit = match verdict(ctx, find_culprit(ctx, check, &red, tip, &candidates).await)? {
+    let candidates = candidates(facts, record, &merged).await;
+    let culprit = match verdict(
+        stage,
+        find_culprit(stage, check, &red, tip, &candidates).await,
+    )? {
         Ok(culprit) => culprit,
         Err(stop @ ResultCheck::Interrupted { .. }) => return Ok(stop.after_red(&red)),
         Err(ResultCheck::Unchecked { reason }) => {
-            ctx.note(format!("the culprit search stopped: {reason}"));
+            record.note(format!("the culprit search stopped: {reason}"));
             None
         }
         Err(other) => return Ok(other),
     };
     if let Some(culprit) = &culprit {
-        ctx.journal(Entry::Culprit {
+        record.journal(Entry::Culprit {
             subtasks: culprit.subtasks.clone(),
             found_by: culprit.found_by.as_str().to_owned(),
             at: culprit.at.clone(),
         })?;
     }
     while fixers.len() < attempts {
-        if ctx.agents.budget.is_spent() {
-            ctx.note("the run's token budget is spent: no fixer starts on the red result");
+        if agents.budget.is_spent() {
+            record.note("the run's token budget is spent: no fixer starts on the red result");
             break;
         }
         let brief = fixer_brief(&FixerFacts {
@@ -178,14 +181,14 @@ pub(crate) async fn check_result(
         let fixer = subtasks.run_fixer(brief, tip).await?;
         let fixed = fixer.status == SubtaskOutcome::Merged;
         fixers.push(fixer);
-        if ctx.stopping() {
+        if record.stopping() {
             return Ok(ResultCheck::STOPPED.after_red(&red));
         }
         if !fixed {
             continue;
         }
-        tip = result_tip(ctx)?.unwrap_or(tip);
-        red = match verdict(ctx, check_commit(ctx, check, tip, ON_RESULT).await)? {
+        tip = result_tip(facts)?.unwrap_or(tip);
+        red = match verdict(stage, check_commit(stage, check, tip, ON_RESULT).await)? {
             Ok(run) if run.status == CheckStatus::Passed => {
                 return Ok(ResultCheck::Passed { culprit });
             }
@@ -204,7 +207,7 @@ pub(crate) async fn check_result(
 /// Sorts what a check on a tree gave: a value, a stop of the run (`Err`: interrupted,
 /// or unchecked with the reason), or the journal failing (the outer error).
 fn verdict<T>(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     result: Result<T, TreeCheckError>,
 ) -> Result<Result<T, ResultCheck>, ResultCheckError> {
     let error = match result {
@@ -215,8 +218,10 @@ fn verdict<T>(
         },
     };
     let stopped = error.interrupted()
-        || ctx.stopping()
-        || ctx.pause_if_disk_full("the check on the merged result", &error);
+        || stage.record.stopping()
+        || stage
+            .record
+            .pause_if_disk_full(stage.facts, "the check on the merged result", &error);
     Ok(Err(if stopped {
         ResultCheck::STOPPED
     } else {
@@ -227,14 +232,18 @@ fn verdict<T>(
 }
 
 /// The run's result commit now.
-fn result_tip(ctx: &RunContext) -> Result<Option<CommitId>, ResultCheckError> {
-    Ok(ctx.facts.repo.ref_target(&ctx.facts.run.result_ref())?)
+fn result_tip(facts: &RunFacts) -> Result<Option<CommitId>, ResultCheckError> {
+    Ok(facts.repo.ref_target(&facts.run.result_ref())?)
 }
 
 /// The merged subtasks, with their merged commits (from the journal) and the paths they
 /// changed; one whose commit is unknown is left out of the search.
-async fn candidates(ctx: &RunContext, merged: &[SubtaskReport]) -> Vec<Candidate> {
-    let journaled = ctx.record.journal.subtasks();
+async fn candidates(
+    facts: &RunFacts,
+    record: &RunRecord,
+    merged: &[SubtaskReport],
+) -> Vec<Candidate> {
+    let journaled = record.journal.subtasks();
     let mut found = Vec::new();
     for report in merged {
         let commit = journaled
@@ -247,11 +256,11 @@ async fn candidates(ctx: &RunContext, merged: &[SubtaskReport]) -> Vec<Candidate
         };
         let changed = match &report.diffstat {
             Some(stat) => stat.files.iter().map(|f| f.path.clone()).collect(),
-            None => match ctx.facts.repo.diff(ctx.facts.base, commit, 0).await {
+            None => match facts.repo.diff(facts.base, commit, 0).await {
                 Ok(diff) => diff.stat.files.into_iter().map(|f| f.path).collect(),
                 Err(error) => {
                     // Only the output's evidence is lost; leaving it out still works.
-                    ctx.note(format!(
+                    record.note(format!(
                         "{}: could not list the files it changed: {error}",
                         report.id
                     ));
@@ -271,8 +280,8 @@ async fn candidates(ctx: &RunContext, merged: &[SubtaskReport]) -> Vec<Candidate
 
 /// Why the result must not be applied after its check, for the person; `None` when the
 /// check lets it be applied.
-pub(crate) fn held_back(ctx: &RunContext, checked: &ResultCheck) -> Option<String> {
-    let command = ctx.facts.options.check.as_ref().map(|c| c.command.as_str());
+pub(crate) fn held_back(facts: &RunFacts, checked: &ResultCheck) -> Option<String> {
+    let command = facts.options.check.as_ref().map(|c| c.command.as_str());
     match (checked, command) {
         (
             ResultCheck::Failed {

@@ -12,7 +12,7 @@ use std::path::Path;
 use crate::git::CommitId;
 
 use crate::run::check::{CheckError, CheckSite, checked_before, reuse, run_check_at};
-use crate::run::context::RunContext;
+use crate::run::context::TreeStage;
 use crate::run::id::SubtaskId;
 use crate::run::subtask::SubtaskError;
 use crate::run::subtask::error::SetupEnd;
@@ -85,12 +85,12 @@ impl TreeCheckError {
 /// `result without S2`), and removes the worktree again; a tree this run checked already
 /// (a fixer's, which its merge made the result) is not checked again: its verdict is.
 pub(crate) async fn check_commit(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     check: &CheckOptions,
     commit: CommitId,
     on: &str,
 ) -> Result<CheckRun, TreeCheckError> {
-    let tree = ctx
+    let tree = stage
         .facts
         .repo
         .tree_id(commit)
@@ -98,11 +98,11 @@ pub(crate) async fn check_commit(
             on: on.to_owned(),
             source: source.into(),
         })?;
-    if let Some(earlier) = checked_before(ctx, check, &tree, on) {
-        return Ok(reuse(ctx, &earlier, on)?);
+    if let Some(earlier) = checked_before(stage.record, check, &tree, on) {
+        return Ok(reuse(stage.record, &earlier, on)?);
     }
-    let path = ctx.facts.worktrees_dir.join(dir_name(on));
-    let made = make_tree(ctx, &path, commit, on).await?;
+    let path = stage.facts.worktrees_dir.join(dir_name(on));
+    let made = make_tree(stage, &path, commit, on).await?;
     let worktree = &made.worktree;
     let checked = async {
         worktree
@@ -112,7 +112,7 @@ pub(crate) async fn check_commit(
                 on: on.to_owned(),
                 source,
             })?;
-        prepare_check_tree(ctx, on, worktree)
+        prepare_check_tree(stage, on, worktree)
             .await
             .map_err(|source| prepare_error(on, source))?;
         let access = worktree.access();
@@ -123,10 +123,10 @@ pub(crate) async fn check_commit(
             changed: &[],
             access: access.as_deref(),
         };
-        Ok(run_check_at(ctx, check, site).await?)
+        Ok(run_check_at(stage, check, site).await?)
     }
     .await;
-    remove_tree(ctx, made, on).await;
+    remove_tree(stage, made, on).await;
     checked
 }
 
@@ -143,7 +143,7 @@ struct CheckTree {
 /// setup's output is the base's, and the setup never runs again, nor on a tree holding
 /// workers' edits. Otherwise a checkout of `commit`, which its preparation sets up.
 async fn make_tree(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     path: &Path,
     commit: CommitId,
     on: &str,
@@ -152,12 +152,12 @@ async fn make_tree(
         on: on.to_owned(),
         source,
     };
-    let setup = &ctx.facts.options.worktree_setup;
-    if ctx.facts.options.worktree_mode != WorktreeMode::Overlay || setup.per_worker {
-        let worktree = ctx
+    let setup = &stage.facts.options.worktree_setup;
+    if stage.facts.options.worktree_mode != WorktreeMode::Overlay || setup.per_worker {
+        let worktree = stage
             .facts
             .repo
-            .create_detached_worktree(&ctx.facts.run, path, commit)
+            .create_detached_worktree(&stage.facts.run, path, commit)
             .await
             .map_err(worktree_error)?;
         return Ok(CheckTree {
@@ -165,25 +165,25 @@ async fn make_tree(
             base: None,
         });
     }
-    let base = ctx
+    let base = stage
         .facts
         .repo
-        .base_tree(ctx.facts.base, setup.once_per_base())
+        .base_tree(stage.facts.base, setup.once_per_base())
         .await
         .map_err(|source| worktree_error(source.into()))?;
-    setup_base_for(ctx, SubtaskId(0), on, &base)
+    setup_base_for(stage, SubtaskId(0), on, &base)
         .await
         .map_err(|source| prepare_error(on, source))?;
     // What a check cut short by a crash left there must not show through.
     crate::worktree::overlay::remove_own_dirs(&Layers::beside(&base.tree_dir(), path))
         .map_err(|source| prepare_error(on, source.into()))?;
-    let registered = ctx
+    let registered = stage
         .facts
         .repo
-        .create_detached_overlay(&ctx.facts.run, path, &base)
+        .create_detached_overlay(&stage.facts.run, path, &base)
         .await
         .map_err(worktree_error)?;
-    let made = match registered.mount(&ctx.trees.live, &base.tree_dir()).await {
+    let made = match registered.mount(&stage.trees.live, &base.tree_dir()).await {
         Ok(worktree) => CheckTree {
             worktree,
             base: Some(base),
@@ -193,14 +193,14 @@ async fn make_tree(
                 worktree: registered,
                 base: Some(base),
             };
-            remove_tree(ctx, made, on).await;
+            remove_tree(stage, made, on).await;
             return Err(prepare_error(on, source.into()));
         }
     };
-    if commit != ctx.facts.base
-        && let Err(source) = ctx.facts.repo.move_detached(&made.worktree, commit).await
+    if commit != stage.facts.base
+        && let Err(source) = stage.facts.repo.move_detached(&made.worktree, commit).await
     {
-        remove_tree(ctx, made, on).await;
+        remove_tree(stage, made, on).await;
         return Err(worktree_error(source.into()));
     }
     Ok(made)
@@ -208,11 +208,11 @@ async fn make_tree(
 
 /// Removes a check's worktree (a copy-on-write one's host and its own directories
 /// first); a failure is noted, never a verdict.
-async fn remove_tree(ctx: &RunContext, made: CheckTree, on: &str) {
+async fn remove_tree(stage: TreeStage<'_>, made: CheckTree, on: &str) {
     let CheckTree { worktree, base } = made;
     if let Some(base) = &base {
         let dropped = match worktree
-            .discard_mount(&ctx.trees.live)
+            .discard_mount(&stage.trees.live)
             .await
             .map_err(SubtaskError::from)
         {
@@ -224,15 +224,15 @@ async fn remove_tree(ctx: &RunContext, made: CheckTree, on: &str) {
             Err(error) => Err(error),
         };
         if let Err(error) = dropped {
-            ctx.note(format!(
+            stage.record.note(format!(
                 "could not remove the copy-on-write layer of the check's worktree of the \
                  {on} at {}: {error}",
                 worktree.path().display()
             ));
         }
     }
-    if let Err(error) = ctx.facts.repo.remove_detached_worktree(&worktree).await {
-        ctx.note(format!(
+    if let Err(error) = stage.facts.repo.remove_detached_worktree(&worktree).await {
+        stage.record.note(format!(
             "could not remove the check's worktree of the {on} at {}: {error}",
             worktree.path().display()
         ));

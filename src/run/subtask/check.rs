@@ -16,7 +16,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::git::BranchDiff;
 
 use crate::run::check::{CheckSite, run_check_at};
-use crate::run::context::RunContext;
+use crate::run::context::{RunFacts, RunRecord, TreeStage};
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::SubtaskError;
 use crate::run::verdict::Verdict;
@@ -41,29 +41,29 @@ pub(crate) struct Slots<'a> {
 /// `permit` is the subtask's `--jobs` slot: it is given up for the check's duration and
 /// the one returned is taken anew (after the subtasks that queued meanwhile).
 pub(crate) async fn check_subtask(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     slots: Slots<'_>,
     permit: OwnedSemaphorePermit,
     id: SubtaskId,
     worktree: &Worktree,
     changed: &BranchDiff,
 ) -> Result<(Option<CheckRun>, OwnedSemaphorePermit), SubtaskError> {
-    let Some(check) = &ctx.facts.options.check else {
+    let Some(check) = &stage.facts.options.check else {
         return Ok((None, permit));
     };
     drop(permit);
     let run = {
         let _check_slot = tokio::select! {
             slot = slots.checks.acquire() => slot.map_err(|_| SubtaskError::Interrupted)?,
-            () = ctx.record.cancel.cancelled() => return Err(SubtaskError::Interrupted),
+            () = stage.record.cancel.cancelled() => return Err(SubtaskError::Interrupted),
         };
-        checked(ctx, check, id, worktree, changed).await?
+        checked(stage, check, id, worktree, changed).await?
     };
     let permit = tokio::select! {
         permit = Arc::clone(slots.jobs).acquire_owned() => {
             permit.map_err(|_| SubtaskError::Interrupted)?
         }
-        () = ctx.record.cancel.cancelled() => return Err(SubtaskError::Interrupted),
+        () = stage.record.cancel.cancelled() => return Err(SubtaskError::Interrupted),
     };
     Ok((Some(run), permit))
 }
@@ -71,13 +71,13 @@ pub(crate) async fn check_subtask(
 /// Runs the project's check in subtask `id`'s worktree under whatever slot the caller
 /// holds (a resolver keeps its `--jobs` slot throughout); `None` when there is no check.
 pub(crate) async fn check_in_slot(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     id: SubtaskId,
     worktree: &Worktree,
     changed: &BranchDiff,
 ) -> Result<Option<CheckRun>, SubtaskError> {
-    match &ctx.facts.options.check {
-        Some(check) => checked(ctx, check, id, worktree, changed).await.map(Some),
+    match &stage.facts.options.check {
+        Some(check) => checked(stage, check, id, worktree, changed).await.map(Some),
         None => Ok(None),
     }
 }
@@ -88,7 +88,7 @@ pub(crate) async fn check_in_slot(
 /// reviewer has approved yet (a worker's new test could send what it reads anywhere);
 /// only the merged result's check may have it.
 async fn checked(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     check: &CheckOptions,
     id: SubtaskId,
     worktree: &Worktree,
@@ -105,7 +105,7 @@ async fn checked(
         .iter()
         .map(|file| file.path.clone())
         .collect();
-    let tree = ctx.facts.repo.tree_id(changed.head).ok();
+    let tree = stage.facts.repo.tree_id(changed.head).ok();
     let access = worktree.access();
     let site = CheckSite {
         cwd: worktree.path(),
@@ -114,7 +114,7 @@ async fn checked(
         changed: &watched,
         access: access.as_deref(),
     };
-    Ok(run_check_at(ctx, &unreviewed, site).await?)
+    Ok(run_check_at(stage, &unreviewed, site).await?)
 }
 
 /// A subtask rejected by its red check under `[check] subtask = "require"`.
@@ -129,18 +129,19 @@ pub(crate) struct Required {
 /// subtask's verdict; `None` when the reviewer decides (no check, a green one, or
 /// `subtask = "evidence"`).
 pub(crate) fn required_rejection(
-    ctx: &RunContext,
+    facts: &RunFacts,
+    record: &RunRecord,
     id: SubtaskId,
     run: Option<&CheckRun>,
 ) -> Result<Option<Required>, SubtaskError> {
-    let (Some(check), Some(run)) = (&ctx.facts.options.check, run) else {
+    let (Some(check), Some(run)) = (&facts.options.check, run) else {
         return Ok(None);
     };
     if check.subtask != SubtaskCheck::Require || run.status == CheckStatus::Passed {
         return Ok(None);
     }
     let verdict = rejection(check, run);
-    ctx.journal(Entry::Verdict {
+    record.journal(Entry::Verdict {
         subtask: id,
         verdict: verdict.kind,
         summary: verdict.summary.clone(),
@@ -220,7 +221,14 @@ mod tests {
         };
 
         let unchanged = unchanged(&run);
-        let checking = check_subtask(&run.ctx, slots, permit, SubtaskId(1), &worktree, &unchanged);
+        let checking = check_subtask(
+            run.ctx.tree_stage(),
+            slots,
+            permit,
+            SubtaskId(1),
+            &worktree,
+            &unchanged,
+        );
         let observe = async {
             // The next subtask gets the only slot while the check runs.
             let next = tokio::time::timeout(Duration::from_secs(10), jobs.acquire())
@@ -262,7 +270,7 @@ mod tests {
         };
 
         let (check, _permit) = check_subtask(
-            &run.ctx,
+            run.ctx.tree_stage(),
             slots,
             permit,
             SubtaskId(1),
@@ -295,7 +303,7 @@ mod tests {
 
         let started = std::time::Instant::now();
         let result = check_subtask(
-            &run.ctx,
+            run.ctx.tree_stage(),
             slots,
             permit,
             SubtaskId(1),
@@ -334,7 +342,7 @@ mod tests {
         };
 
         let error = check_subtask(
-            &run.ctx,
+            run.ctx.tree_stage(),
             slots,
             permit,
             SubtaskId(1),
@@ -379,9 +387,10 @@ mod tests {
         .await;
         run.worktree(1).await;
 
-        let required = required_rejection(&run.ctx, SubtaskId(1), Some(&red()))
-            .unwrap()
-            .expect("a red required check rejects");
+        let required =
+            required_rejection(&run.ctx.facts, &run.ctx.record, SubtaskId(1), Some(&red()))
+                .unwrap()
+                .expect("a red required check rejects");
 
         assert_eq!(
             required.verdict,
@@ -421,19 +430,29 @@ mod tests {
         };
 
         assert!(
-            required_rejection(&evidence.ctx, SubtaskId(1), Some(&red()))
-                .unwrap()
-                .is_none(),
+            required_rejection(
+                &evidence.ctx.facts,
+                &evidence.ctx.record,
+                SubtaskId(1),
+                Some(&red())
+            )
+            .unwrap()
+            .is_none(),
             "subtask = \"evidence\": a red check goes to the reviewer"
         );
         assert!(
-            required_rejection(&require.ctx, SubtaskId(1), Some(&green))
-                .unwrap()
-                .is_none(),
+            required_rejection(
+                &require.ctx.facts,
+                &require.ctx.record,
+                SubtaskId(1),
+                Some(&green)
+            )
+            .unwrap()
+            .is_none(),
             "a green required check goes to the reviewer"
         );
         assert!(
-            required_rejection(&require.ctx, SubtaskId(1), None)
+            required_rejection(&require.ctx.facts, &require.ctx.record, SubtaskId(1), None)
                 .unwrap()
                 .is_none()
         );

@@ -8,7 +8,7 @@
 
 use crate::git::{BranchDiff, CommitId, DiffStat};
 
-use crate::run::context::RunContext;
+use crate::run::context::{RunFacts, RunRecord};
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::SubtaskError;
 use crate::run::subtask::work::WorkEnd;
@@ -31,32 +31,32 @@ pub(crate) struct Committed {
 /// Commits whatever the worker left in `worktree`, then checks that its work can be
 /// reviewed.
 pub(crate) async fn commit(
-    ctx: &RunContext,
+    facts: &RunFacts,
+    record: &RunRecord,
     id: SubtaskId,
     worktree: &Worktree,
     work: WorkEnd,
 ) -> Result<Committed, SubtaskError> {
     let head = worktree
-        .checkpoint(&ctx.facts.repo, &format!("{id}: final"))
+        .checkpoint(&facts.repo, &format!("{id}: final"))
         .await
         .map_err(|source| SubtaskError::Checkpoint {
             path: worktree.path().to_path_buf(),
             source: Box::new(source),
         })?;
     if let Some(commit) = head {
-        ctx.journal(Entry::Checkpoint {
+        record.journal(Entry::Checkpoint {
             subtask: id,
             commit,
             turn: work.ledger.steps,
         })?;
     }
-    if ctx.record.cancel.is_cancelled() {
+    if record.cancel.is_cancelled() {
         return Err(SubtaskError::Interrupted);
     }
     work.saved?;
     let summary = work.summary?;
-    let tip = ctx
-        .facts
+    let tip = facts
         .repo
         .ref_target(&worktree.branch_ref())
         .map_err(|source| SubtaskError::Branch { source })?
@@ -69,11 +69,10 @@ pub(crate) async fn commit(
     if tip == start {
         return Err(SubtaskError::NoChanges);
     }
-    no_local_files_in_history(ctx, start, tip).await?;
-    let diff = ctx
-        .facts
+    no_local_files_in_history(facts, start, tip).await?;
+    let diff = facts
         .repo
-        .diff(start, tip, ctx.facts.options.max_review_patch_bytes)
+        .diff(start, tip, facts.options.max_review_patch_bytes)
         .await
         .map_err(|source| SubtaskError::Diff { source })?;
     Ok(Committed { tip, diff, summary })
@@ -98,13 +97,12 @@ pub(crate) fn outside_scope(stat: &DiffStat, scope: &WriteScope) -> Vec<String> 
 /// other than grove committed it (e.g. a `git commit` in the worker's shell), so the
 /// branch is archived, never reviewed or merged.
 async fn no_local_files_in_history(
-    ctx: &RunContext,
+    facts: &RunFacts,
     start: CommitId,
     tip: CommitId,
 ) -> Result<(), SubtaskError> {
-    let local = ctx.facts.local_paths();
-    let commits = ctx
-        .facts
+    let local = facts.local_paths();
+    let commits = facts
         .repo
         .commits_touching(start, tip, &local)
         .await
@@ -144,7 +142,8 @@ mod tests {
         std::fs::write(worktree.path().join("a.txt"), "ALPHA\n").unwrap();
 
         let committed = commit(
-            &run.ctx,
+            &run.ctx.facts,
+            &run.ctx.record,
             SubtaskId(1),
             &worktree,
             finished(3, Ok("done".into())),
@@ -183,9 +182,15 @@ mod tests {
             detail: "8 tool errors in a row".into(),
         });
 
-        let error = commit(&run.ctx, SubtaskId(1), &worktree, finished(1, stopped))
-            .await
-            .unwrap_err();
+        let error = commit(
+            &run.ctx.facts,
+            &run.ctx.record,
+            SubtaskId(1),
+            &worktree,
+            finished(1, stopped),
+        )
+        .await
+        .unwrap_err();
 
         assert_eq!(
             error.to_string(),
@@ -206,7 +211,8 @@ mod tests {
         let run = TestRun::alpha().await;
         let worktree = run.worktree(1).await;
         let error = commit(
-            &run.ctx,
+            &run.ctx.facts,
+            &run.ctx.record,
             SubtaskId(1),
             &worktree,
             finished(1, Ok("nothing to do".into())),

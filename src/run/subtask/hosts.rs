@@ -4,7 +4,7 @@
 //! This file owns that a tree moves only from a host that is gone, and only to one the
 //! run has: a subtask is never opened twice at once.
 
-use crate::run::context::RunContext;
+use crate::run::context::TreeStage;
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::SubtaskError;
 use crate::tools::WriteScope;
@@ -13,19 +13,19 @@ use crate::worktree::Worktree;
 /// Opens subtask `id`'s remote worktree on the host with the most free slots; a host
 /// lost on the way gives its place to another, once.
 pub(crate) async fn reach(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     id: SubtaskId,
     worktree: &Worktree,
     scope: Option<&WriteScope>,
 ) -> Result<Worktree, SubtaskError> {
     let sandbox = crate::remote::protocol::SandboxSpec::of(
-        ctx.facts.options.sandbox,
-        ctx.facts.options.allow_network,
+        stage.facts.options.sandbox,
+        stage.facts.options.allow_network,
     );
     let globs = scope.map(|scope| scope.globs().to_vec());
     let mut avoid = None;
     loop {
-        let Some(placement) = ctx.trees.hosts.place(avoid.as_deref()).await else {
+        let Some(placement) = stage.trees.hosts.place(avoid.as_deref()).await else {
             return Err(SubtaskError::Remote {
                 source: crate::remote::RemoteError::Refused {
                     host: String::new(),
@@ -35,12 +35,12 @@ pub(crate) async fn reach(
         };
         let host = placement.host.name.clone();
         match worktree
-            .reach(&ctx.facts.repo, placement, sandbox.clone(), globs.clone())
+            .reach(&stage.facts.repo, placement, sandbox.clone(), globs.clone())
             .await
         {
             Ok(reached) => {
                 if let Some(tree) = reached.remote() {
-                    ctx.note(format!(
+                    stage.record.note(format!(
                         "{id}: works on remote host `{host}` ({} bytes of git objects sent \
                          for its start)",
                         tree.base_bytes()
@@ -48,8 +48,10 @@ pub(crate) async fn reach(
                 }
                 return Ok(reached);
             }
-            Err(error) if error.is_lost() && avoid.is_none() && ctx.trees.hosts.len() > 1 => {
-                ctx.note(format!("{id}: {error}; trying another host"));
+            Err(error) if error.is_lost() && avoid.is_none() && stage.trees.hosts.len() > 1 => {
+                stage
+                    .record
+                    .note(format!("{id}: {error}; trying another host"));
                 avoid = Some(host);
             }
             Err(source) => return Err(SubtaskError::Remote { source }),
@@ -60,7 +62,7 @@ pub(crate) async fn reach(
 /// Moves subtask `id`'s remote `tree` off host `lost` to another host with a free slot,
 /// at its branch's last checkpoint.
 pub(crate) async fn move_remote(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     id: SubtaskId,
     tree: &crate::remote::RemoteTree,
     lost: &str,
@@ -69,25 +71,25 @@ pub(crate) async fn move_remote(
         host: lost.to_owned(),
         message: message.to_owned(),
     };
-    if ctx.trees.hosts.len() < 2 {
+    if stage.trees.hosts.len() < 2 {
         return Err(refused("the run has no other remote host"));
     }
-    let placement = ctx
+    let placement = stage
         .trees
         .hosts
         .place(Some(lost))
         .await
         .ok_or_else(|| refused("the run has no other remote host"))?;
     let host = placement.host.name.clone();
-    let start = ctx
+    let start = stage
         .facts
         .repo
-        .ref_target(&crate::git::subtask_ref(&ctx.facts.run, id.number()))
+        .ref_target(&crate::git::subtask_ref(&stage.facts.run, id.number()))
         .ok()
         .flatten()
-        .unwrap_or(ctx.facts.base);
-    tree.move_to(&ctx.facts.repo, placement, start).await?;
-    ctx.note(format!(
+        .unwrap_or(stage.facts.base);
+    tree.move_to(&stage.facts.repo, placement, start).await?;
+    stage.record.note(format!(
         "{id}: lost remote host `{lost}`; its tree moved to `{host}` at its last checkpoint \
          ({start}) and its worker goes on there"
     ));

@@ -13,7 +13,7 @@
 
 use crate::git::trailers::CommitMessage;
 use crate::git::{AdvanceError, BatchItem, CommitId, MergeOutcome, RunId};
-use crate::run::context::RunContext;
+use crate::run::context::{RunFacts, RunRecord};
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::{Batched, Follower, MergeQueue};
 use crate::run::subtask::error::SubtaskError;
@@ -45,7 +45,8 @@ impl Integration {
 /// Merges subtask `id`'s `tip` onto the result once every lower-numbered subtask has
 /// settled, if the reviewer approved it.
 pub(crate) async fn integrate(
-    ctx: &RunContext,
+    facts: &RunFacts,
+    record: &RunRecord,
     queue: &MergeQueue,
     id: SubtaskId,
     brief: &str,
@@ -55,14 +56,14 @@ pub(crate) async fn integrate(
     if verdict == VerdictKind::Reject {
         return Ok(Integration::Rejected);
     }
-    let message = merge_message(&ctx.facts.run, &format!("merge {id}"), id, brief);
+    let message = merge_message(&facts.run, &format!("merge {id}"), id, brief);
     let item = BatchItem {
         commit: tip,
         message,
     };
     let outcome = match wait_for_merge(queue, id, item).await? {
         Turn::Heard(outcome) => outcome,
-        Turn::Lead(item) => lead_batch(ctx, queue, id, item).await?,
+        Turn::Lead(item) => lead_batch(facts, record, queue, id, item).await?,
     };
     match outcome {
         MergeOutcome::Merged { .. } | MergeOutcome::AlreadyMerged => Ok(Integration::Merged),
@@ -113,7 +114,8 @@ async fn wait_for_merge(
 /// journals and answers each; a merge the batch leaves out is merged alone when it is
 /// this subtask's own (its conflict then reported), and offered again when a follower's.
 async fn lead_batch(
-    ctx: &RunContext,
+    facts: &RunFacts,
+    record: &RunRecord,
     queue: &MergeQueue,
     id: SubtaskId,
     own: BatchItem,
@@ -122,24 +124,23 @@ async fn lead_batch(
     let mut items = vec![own.clone()];
     items.extend(followers.iter().map(|follower| follower.item.clone()));
     // On an error the followers' answers are dropped: each then merges in its own turn.
-    let outcomes = ctx
-        .facts
+    let outcomes = facts
         .repo
-        .merge_batch_onto(&ctx.facts.run.result_ref(), &items)
+        .merge_batch_onto(&facts.run.result_ref(), &items)
         .await
         .map_err(AdvanceError::from)?;
     let mut outcomes = outcomes.into_iter();
     let own_outcome = match outcomes.next() {
         Some(outcome) => {
-            journal_merge(ctx, id, own.commit, &outcome)?;
+            journal_merge(record, id, own.commit, &outcome)?;
             outcome
         }
-        None => merge_journaled(ctx, id, own.commit, &own.message).await?,
+        None => merge_journaled(facts, record, id, own.commit, &own.message).await?,
     };
     for Follower { id, item, reply } in followers {
         let answer = match outcomes.next() {
             Some(outcome) => {
-                journal_merge(ctx, id, item.commit, &outcome)?;
+                journal_merge(record, id, item.commit, &outcome)?;
                 Batched::Merged(outcome)
             }
             None => Batched::LeftOut,
@@ -153,35 +154,35 @@ async fn lead_batch(
 /// Merges `tip` onto the result for subtask `id` (`message` for the merge commit) and
 /// journals what came of it: a merge or a conflict. The caller holds the merge turn.
 pub(crate) async fn merge_journaled(
-    ctx: &RunContext,
+    facts: &RunFacts,
+    record: &RunRecord,
     id: SubtaskId,
     tip: CommitId,
     message: &str,
 ) -> Result<MergeOutcome, SubtaskError> {
-    let merged = ctx
-        .facts
+    let merged = facts
         .repo
-        .merge_onto(&ctx.facts.run.result_ref(), tip, message)
+        .merge_onto(&facts.run.result_ref(), tip, message)
         .await?;
-    journal_merge(ctx, id, tip, &merged)?;
+    journal_merge(record, id, tip, &merged)?;
     Ok(merged)
 }
 
 /// Journals what came of merging subtask `id`'s `tip`: a merge or a conflict.
 fn journal_merge(
-    ctx: &RunContext,
+    record: &RunRecord,
     id: SubtaskId,
     tip: CommitId,
     outcome: &MergeOutcome,
 ) -> Result<(), SubtaskError> {
     match outcome {
-        MergeOutcome::Merged { commit } => ctx.journal(Entry::Merged {
+        MergeOutcome::Merged { commit } => record.journal(Entry::Merged {
             subtask: id,
             commit: tip,
             result: *commit,
         })?,
         MergeOutcome::AlreadyMerged => {}
-        MergeOutcome::Conflict { paths } => ctx.journal(Entry::Conflict {
+        MergeOutcome::Conflict { paths } => record.journal(Entry::Conflict {
             subtask: id,
             paths: paths.clone(),
         })?,
@@ -234,7 +235,8 @@ mod tests {
         let id = queue.next_id();
 
         let integration = integrate(
-            &run.ctx,
+            &run.ctx.facts,
+            &run.ctx.record,
             &queue,
             id,
             "shout alpha\nmore",
@@ -295,7 +297,16 @@ mod tests {
             let (ctx, queue) = (Arc::clone(&run.ctx), Arc::clone(&queue));
             tokio::spawn(async move {
                 let brief = format!("task {id}");
-                integrate(&ctx, &queue, id, &brief, VerdictKind::Approve, tip).await
+                integrate(
+                    &ctx.facts,
+                    &ctx.record,
+                    &queue,
+                    id,
+                    &brief,
+                    VerdictKind::Approve,
+                    tip,
+                )
+                .await
             })
         };
         // S2 and S3 wait behind S1, whose review ends last.
@@ -347,9 +358,17 @@ mod tests {
         let queue = MergeQueue::new(run.ctx.record.cancel.clone());
         let id = queue.next_id();
 
-        let integration = integrate(&run.ctx, &queue, id, "shout", VerdictKind::Reject, tip)
-            .await
-            .unwrap();
+        let integration = integrate(
+            &run.ctx.facts,
+            &run.ctx.record,
+            &queue,
+            id,
+            "shout",
+            VerdictKind::Reject,
+            tip,
+        )
+        .await
+        .unwrap();
 
         assert_eq!(integration, Integration::Rejected);
         assert_eq!(
@@ -370,7 +389,16 @@ mod tests {
         let waiting = {
             let queue = Arc::clone(&queue);
             tokio::spawn(async move {
-                integrate(&ctx, &queue, s2, "shout", VerdictKind::Approve, tip).await
+                integrate(
+                    &ctx.facts,
+                    &ctx.record,
+                    &queue,
+                    s2,
+                    "shout",
+                    VerdictKind::Approve,
+                    tip,
+                )
+                .await
             })
         };
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;

@@ -64,7 +64,7 @@ use crate::agent::roles::{self, RoleKind};
 use crate::agent::{fork_messages, isolated_messages};
 use crate::event::{AgentLabel, Event};
 use crate::run::agents::{delegate_role, worker_tools};
-use crate::run::context::{LeadHistory, RunContext, lock};
+use crate::run::context::{LeadHistory, RunContext, RunFacts, RunRecord, lock};
 use crate::run::delegate::{DelegateError, DelegateReport, DelegateRequest, Delegator};
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
@@ -125,14 +125,15 @@ impl Subtasks {
     /// Registers the worktrees of the next subtasks while the lead's first model call is
     /// in flight.
     pub(crate) fn register_worktrees_ahead(&self) {
-        self.ahead.register(&self.ctx, self.queue.peek_next());
+        self.ahead
+            .register(self.ctx.tree_stage(), self.queue.peek_next());
     }
 
     /// Waits for every subtask pipeline and cleanup, then removes the unused worktrees.
     pub(crate) async fn wait(&self) {
         self.tasks.close();
         self.tasks.wait().await;
-        self.ahead.remove_unused(&self.ctx).await;
+        self.ahead.remove_unused(self.ctx.tree_stage()).await;
     }
 
     /// Every subtask's report, in subtask order.
@@ -149,7 +150,9 @@ impl Subtasks {
         let _settle = self.queue.guard(id);
         if !placement.waits_for.is_empty() {
             let (brief, waits_for) = (&assignment.brief, &placement.waits_for);
-            if !schedule::wait_for_earlier(&self.ctx, &self.queue, id, brief, waits_for).await {
+            if !schedule::wait_for_earlier(&self.ctx.record, &self.queue, id, brief, waits_for)
+                .await
+            {
                 return Err(DelegateError::Interrupted);
             }
         }
@@ -202,12 +205,12 @@ impl Subtasks {
         let start = match (placement.start, placement.waits_for.is_empty()) {
             (Some(start), _) => Ok(Some(start)),
             (None, true) => Ok(None),
-            (None, false) => schedule::start_point(ctx, id, None).map(Some),
+            (None, false) => schedule::start_point(&ctx.facts, &ctx.record, id, None).map(Some),
         };
         let created = match start {
             Ok(start) => {
                 let scope = placement.scope.as_deref();
-                prepare::create_worktree(ctx, &self.ahead, id, start, scope).await
+                prepare::create_worktree(ctx.tree_stage(), &self.ahead, id, start, scope).await
             }
             Err(error) => Err(error),
         };
@@ -256,7 +259,7 @@ impl Subtasks {
         };
         let mut report = found.report(base, stop.as_ref());
         if let Some(Stop::Resumable(_)) = stop {
-            park_remote(ctx, id, &worktree).await;
+            park_remote(&ctx.facts, &ctx.record, id, &worktree).await;
             report.sum_ledgers();
             return Ok(report);
         }
@@ -288,8 +291,16 @@ impl Subtasks {
         let judged = pipeline::judged(ctx, id, &brief, worktree, start, found).await?;
         // The merge may wait for lower-numbered subtasks; they may need this slot.
         drop(judged.permit);
-        let integration =
-            integrate::integrate(ctx, &self.queue, id, &brief, judged.verdict, judged.tip).await?;
+        let integration = integrate::integrate(
+            &ctx.facts,
+            &ctx.record,
+            &self.queue,
+            id,
+            &brief,
+            judged.verdict,
+            judged.tip,
+        )
+        .await?;
         let Integration::Conflict { paths } = &integration else {
             found.landing = Some(Landing::Integrated(integration));
             return Ok(());
@@ -351,7 +362,7 @@ impl Subtasks {
             let id = subtask.id;
             highest = highest.max(id);
             self.schedule
-                .restore(id, recorded_scope(&self.ctx, subtask));
+                .restore(id, recorded_scope(&self.ctx.record, subtask));
             self.ctx.agents.budget.spend(&subtask.ledger);
             if subtask.status == SubtaskStatus::Running && subtask.kind == SubtaskKind::Resolve {
                 resolvers.push((id, subtask.clone()));
@@ -390,7 +401,7 @@ impl Subtasks {
         let ctx = &self.ctx;
         let agent = (state.agent != "worker").then_some(state.agent.as_str());
         let placement = Placement {
-            scope: recorded_scope(ctx, state),
+            scope: recorded_scope(&ctx.record, state),
             waits_for: state.waits_for.clone(),
             start: state.start,
         };
@@ -411,13 +422,25 @@ impl Subtasks {
             (roles::builtin(RoleKind::Worker), tools)
         });
         let _settle = self.queue.guard(id);
-        let start = resumed_start(ctx, state, &role.name, placement.scope.as_deref());
+        let start = resumed_start(
+            &ctx.facts,
+            &ctx.record,
+            state,
+            &role.name,
+            placement.scope.as_deref(),
+        );
         let branch = ctx.facts.run.subtask_branch(id.number());
         // A subtask that was still waiting waits again, holding no slot; one that had
         // started goes on from its recorded start point.
         if placement.start.is_none()
-            && !schedule::wait_for_earlier(ctx, &self.queue, id, &state.task, &placement.waits_for)
-                .await
+            && !schedule::wait_for_earlier(
+                &ctx.record,
+                &self.queue,
+                id,
+                &state.task,
+                &placement.waits_for,
+            )
+            .await
         {
             return Ok(SubtaskReport::new(id, state.task.clone(), branch));
         }
@@ -530,17 +553,16 @@ impl Delegator for Subtasks {
 /// A remote tree left for `grove resume`: what its worker changed since its last
 /// checkpoint comes back first, then its connection closes (its host stops what it
 /// started there and removes the tree); the resume opens it again from the branch.
-async fn park_remote(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) {
+async fn park_remote(facts: &RunFacts, record: &RunRecord, id: SubtaskId, worktree: &Worktree) {
     let Some(tree) = worktree.remote() else {
         return;
     };
-    if let Err(error) = ctx
-        .facts
+    if let Err(error) = facts
         .repo
         .checkpoint(worktree, "state when the run stopped")
         .await
     {
-        ctx.note(format!(
+        record.note(format!(
             "{id}: its remote tree's last changes could not come back: {error}"
         ));
     }
@@ -548,14 +570,15 @@ async fn park_remote(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) {
 }
 
 fn resumed_start(
-    ctx: &RunContext,
+    facts: &RunFacts,
+    record: &RunRecord,
     state: &SubtaskState,
     role: &str,
     scope: Option<&WriteScope>,
 ) -> Transcript {
-    let saved = transcript::load(&ctx.transcript_path(AgentLabel::Subtask(state.id), role))
+    let saved = transcript::load(&facts.transcript_path(AgentLabel::Subtask(state.id), role))
         .unwrap_or_else(|error| {
-            ctx.note(format!("{}: the worker starts over: {error}", state.id));
+            record.note(format!("{}: the worker starts over: {error}", state.id));
             None
         });
     if let Some(mut saved) = saved {
@@ -564,7 +587,7 @@ fn resumed_start(
     }
     let brief = schedule::worker_brief(&state.task, scope);
     let lead = match state.mode {
-        ContextMode::Fork => transcript::load(&ctx.transcript_path(AgentLabel::Lead, "lead"))
+        ContextMode::Fork => transcript::load(&facts.transcript_path(AgentLabel::Lead, "lead"))
             .ok()
             .flatten(),
         ContextMode::Isolated => None,
@@ -574,7 +597,7 @@ fn resumed_start(
         .as_ref()
         .and_then(|lead| transcript::through_call(&lead.messages, "delegate", delegated));
     if state.mode == ContextMode::Fork && forked.is_none() {
-        ctx.note(format!(
+        record.note(format!(
             "{}: it was delegated as a fork, but the lead's conversation of then is gone: \
              its worker starts from its brief alone",
             state.id

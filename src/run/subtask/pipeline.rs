@@ -19,7 +19,7 @@ use crate::agent::{Ledger, isolated_messages};
 use crate::event::AgentLabel;
 use crate::git::{CommitId, LeftMarker};
 use crate::model::{ContentBlock, Message, Role};
-use crate::run::context::RunContext;
+use crate::run::context::{RunContext, RunFacts, RunRecord};
 use crate::run::id::SubtaskId;
 use crate::run::report::executes_later;
 use crate::run::subtask::check::{self, Slots};
@@ -75,7 +75,7 @@ pub(crate) async fn judged(
     start: Start<'_>,
     found: &mut Stages,
 ) -> Result<Judged, SubtaskError> {
-    prepare::prepare(ctx, id, worktree).await?;
+    prepare::prepare(ctx.tree_stage(), id, worktree).await?;
     // No worker spends a token before the check is proven on the base (a resolver only
     // starts once a subtask merged, past the gate).
     let author = match start {
@@ -94,7 +94,7 @@ pub(crate) async fn judged(
         } => {
             let work = work::work(ctx, *assignment, worktree).await;
             found.worker_ledger = work.ledger;
-            let committed = commit::commit(ctx, id, worktree, work).await?;
+            let committed = commit::commit(&ctx.facts, &ctx.record, id, worktree, work).await?;
             let diff = committed.diff.clone();
             (committed, diff, Vec::new(), scope, Some((slots, permit)))
         }
@@ -120,7 +120,7 @@ pub(crate) async fn judged(
         summary: committed.summary.trim().to_owned(),
         stat: diff.stat.clone(),
         executes_later: executes_later(&diff.stat),
-        left_out: left_out_of_commit(ctx, id, worktree).await,
+        left_out: left_out_of_commit(&ctx.facts, &ctx.record, id, worktree).await,
         outside_paths: scope
             .map_or_else(Vec::new, |scope| commit::outside_scope(&diff.stat, scope)),
     };
@@ -129,22 +129,22 @@ pub(crate) async fn judged(
     let permit = match slot {
         Some((slots, permit)) => {
             let (check, permit) =
-                check::check_subtask(ctx, slots, permit, id, worktree, &diff).await?;
+                check::check_subtask(ctx.tree_stage(), slots, permit, id, worktree, &diff).await?;
             found.check = check;
             Some(permit)
         }
         None => {
-            found.check = check::check_in_slot(ctx, id, worktree, &diff).await?;
+            found.check = check::check_in_slot(ctx.tree_stage(), id, worktree, &diff).await?;
             None
         }
     };
     let rule = if author == Author::Worker {
-        check::required_rejection(ctx, id, found.check.as_ref())?
+        check::required_rejection(&ctx.facts, &ctx.record, id, found.check.as_ref())?
             .map(|required| (Judge::Rule(required.reason), required.verdict))
     } else if markers.is_empty() {
         None
     } else {
-        Some(markers_rejected(ctx, id, &markers)?)
+        Some(markers_rejected(&ctx.record, id, &markers)?)
     };
     let judged = match rule {
         Some(judged) => judged,
@@ -153,7 +153,7 @@ pub(crate) async fn judged(
             let flagged = reviewer::Flagged {
                 executes_later: &later,
                 left_out: &made.left_out,
-                check: reviewer::check_of(ctx, found.check.as_ref()),
+                check: reviewer::check_of(&ctx.facts, found.check.as_ref()),
                 outside_paths: &made.outside_paths,
                 paths: scope.map_or(&[], WriteScope::globs),
                 against: None,
@@ -179,16 +179,21 @@ pub(crate) async fn judged(
 /// The paths of `worktree` the commit left out as git data (`Repo::git_dir_paths`), for
 /// the reviewer and the report. Not knowing them is noted, not fatal: the commit left
 /// them out either way.
-async fn left_out_of_commit(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) -> Vec<String> {
+async fn left_out_of_commit(
+    facts: &RunFacts,
+    record: &RunRecord,
+    id: SubtaskId,
+    worktree: &Worktree,
+) -> Vec<String> {
     // A remote tree's checkpoints are made by its host's grove, which leaves git data
     // out the same way; its files are not here to list.
     if worktree.is_remote() {
         return Vec::new();
     }
-    match ctx.facts.repo.git_dir_paths(worktree).await {
+    match facts.repo.git_dir_paths(worktree).await {
         Ok(paths) => paths,
         Err(error) => {
-            ctx.note(format!(
+            record.note(format!(
                 "{id}: could not list the paths left out of its commit: {error}"
             ));
             Vec::new()
@@ -224,7 +229,7 @@ async fn work_until_clean(
         };
         let work = work::work(ctx, assignment, worktree).await;
         let ledger = work.ledger;
-        let committed = match commit::commit(ctx, id, worktree, work).await {
+        let committed = match commit::commit(&ctx.facts, &ctx.record, id, worktree, work).await {
             Ok(committed) => committed,
             Err(error) => return (ledger, Err(error)),
         };
@@ -243,13 +248,21 @@ async fn work_until_clean(
             markers.len()
         ));
         current_brief = format!("{brief}\n\n{note}");
-        start = continued(ctx, id, &role, brief, ledger, &committed.summary, &note);
+        start = continued(
+            &ctx.facts,
+            id,
+            &role,
+            brief,
+            ledger,
+            &committed.summary,
+            &note,
+        );
     }
 }
 
 /// The resolver's conversation so far (or its brief), its last answer, then `note`.
 fn continued(
-    ctx: &RunContext,
+    facts: &RunFacts,
     id: SubtaskId,
     role: &RoleDef,
     brief: &str,
@@ -257,7 +270,7 @@ fn continued(
     summary: &str,
     note: &str,
 ) -> Transcript {
-    let saved = transcript::load(&ctx.transcript_path(AgentLabel::Subtask(id), &role.name))
+    let saved = transcript::load(&facts.transcript_path(AgentLabel::Subtask(id), &role.name))
         .ok()
         .flatten();
     let mut messages = match saved {
@@ -297,7 +310,7 @@ fn markers_note(markers: &[LeftMarker]) -> String {
 /// The rejection of a resolution that still holds conflict markers (no reviewer is
 /// asked: such a merge is never merged), journaled.
 fn markers_rejected(
-    ctx: &RunContext,
+    record: &RunRecord,
     id: SubtaskId,
     markers: &[LeftMarker],
 ) -> Result<(Judge, Verdict), SubtaskError> {
@@ -316,7 +329,7 @@ fn markers_rejected(
             })
             .collect(),
     };
-    ctx.journal(Entry::Verdict {
+    record.journal(Entry::Verdict {
         subtask: id,
         verdict: verdict.kind,
         summary: verdict.summary.clone(),

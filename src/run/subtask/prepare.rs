@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 
 use crate::git::{CommitId, GitError, Repo};
 
-use crate::run::context::{RunContext, lock};
+use crate::run::context::{RunFacts, RunRecord, TreeStage, lock};
 use crate::run::id::SubtaskId;
 use crate::run::subtask::error::{CopyError, FileProblem, SetupEnd, SubtaskError};
 use crate::run::subtask::trees;
@@ -133,14 +133,14 @@ impl AheadWorktrees {
     /// (a git worktree is checked out as soon as it is registered, so at most
     /// [`MAX_PREPARED_WORKTREES`] of those). A copy-on-write one needs the base tree,
     /// which is made first.
-    pub(crate) fn register(&self, ctx: &RunContext, next: SubtaskId) {
+    pub(crate) fn register(&self, stage: TreeStage<'_>, next: SubtaskId) {
         // A remote tree is opened for its subtask, on the host that has a slot then.
-        if !ctx.trees.hosts.is_empty() {
+        if !stage.trees.hosts.is_empty() {
             return;
         }
-        let overlay = ctx.facts.options.worktree_mode == WorktreeMode::Overlay;
-        let remaining = (ctx.facts.options.max_subtasks + 1).saturating_sub(next.number());
-        let count = u32::try_from(ctx.facts.options.jobs)
+        let overlay = stage.facts.options.worktree_mode == WorktreeMode::Overlay;
+        let remaining = (stage.facts.options.max_subtasks + 1).saturating_sub(next.number());
+        let count = u32::try_from(stage.facts.options.jobs)
             .unwrap_or(u32::MAX)
             .min(remaining)
             .min(if overlay {
@@ -153,14 +153,14 @@ impl AheadWorktrees {
         for n in next.number()..next.number() + count {
             let (tx, rx) = oneshot::channel();
             prepared.insert(n, rx);
-            queue.push((ctx.facts.worktree_spec(SubtaskId(n)), tx));
+            queue.push((stage.facts.worktree_spec(SubtaskId(n)), tx));
         }
-        let repo = ctx.facts.repo.clone();
-        let live = Arc::clone(&ctx.trees.live);
+        let repo = stage.facts.repo.clone();
+        let live = Arc::clone(&stage.trees.live);
         let cell = Arc::clone(&self.base);
         let (commit, setup) = (
-            ctx.facts.base,
-            ctx.facts.options.worktree_setup.once_per_base(),
+            stage.facts.base,
+            stage.facts.options.worktree_setup.once_per_base(),
         );
         let setup = setup.map(str::to_owned);
         tokio::spawn(async move {
@@ -202,28 +202,32 @@ impl AheadWorktrees {
 
     /// The base tree of the run's copy-on-write worktrees, made on first use, and set
     /// up once (see [`setup_base`]) before any tree over it is mounted.
-    async fn base_tree(&self, ctx: &RunContext, id: SubtaskId) -> Result<BaseTree, SubtaskError> {
+    async fn base_tree(
+        &self,
+        stage: TreeStage<'_>,
+        id: SubtaskId,
+    ) -> Result<BaseTree, SubtaskError> {
         let base = self
             .base
             .get_or_try_init(|| {
-                ctx.facts.repo.base_tree(
-                    ctx.facts.base,
-                    ctx.facts.options.worktree_setup.once_per_base(),
+                stage.facts.repo.base_tree(
+                    stage.facts.base,
+                    stage.facts.options.worktree_setup.once_per_base(),
                 )
             })
             .await
             .map_err(WorktreeError::from)?;
-        setup_base(ctx, id, base).await?;
+        setup_base(stage, id, base).await?;
         Ok(base.clone())
     }
 
     /// Removes the worktree registered ahead for `id`, at the base, with its branch: the
     /// subtask starts elsewhere. Failing to is noted; creating it elsewhere then fails.
-    async fn discard(&self, ctx: &RunContext, id: SubtaskId) {
+    async fn discard(&self, stage: TreeStage<'_>, id: SubtaskId) {
         let Some(Ok(worktree)) = self.take(id).await else {
             return;
         };
-        discard_worktree(ctx, id, &worktree).await;
+        discard_worktree(stage, id, &worktree).await;
     }
 
     /// The worktree registered ahead for `id`, if there is one.
@@ -234,41 +238,45 @@ impl AheadWorktrees {
 
     /// Removes the worktrees registered ahead that no subtask used, with their branches
     /// (which hold nothing but the base).
-    pub(crate) async fn remove_unused(&self, ctx: &RunContext) {
+    pub(crate) async fn remove_unused(&self, stage: TreeStage<'_>) {
         let unused = std::mem::take(&mut *lock(&self.registered));
         for (n, pending) in unused {
             let Ok(Ok(worktree)) = pending.await else {
                 continue;
             };
-            if let Err(error) = remove_unmounted(ctx, &worktree).await {
-                ctx.note(format!("could not remove unused worktree {n}: {error}"));
+            if let Err(error) = remove_unmounted(stage, &worktree).await {
+                stage
+                    .record
+                    .note(format!("could not remove unused worktree {n}: {error}"));
             }
-            if let Err(error) = ctx
+            if let Err(error) = stage
                 .facts
                 .repo
-                .delete_subtask_branch(&ctx.facts.run, n)
+                .delete_subtask_branch(&stage.facts.run, n)
                 .await
             {
-                ctx.note(format!("kept unused branch {n}: {error}"));
+                stage
+                    .record
+                    .note(format!("kept unused branch {n}: {error}"));
             }
         }
     }
 }
 
 /// Removes `worktree` and its branch, which hold nothing but the base.
-async fn discard_worktree(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) {
-    if let Err(error) = remove_unmounted(ctx, worktree).await {
-        ctx.note(format!(
+async fn discard_worktree(stage: TreeStage<'_>, id: SubtaskId, worktree: &Worktree) {
+    if let Err(error) = remove_unmounted(stage, worktree).await {
+        stage.record.note(format!(
             "{id}: could not remove its worktree at the base: {error}"
         ));
     }
-    if let Err(error) = ctx
+    if let Err(error) = stage
         .facts
         .repo
-        .delete_subtask_branch(&ctx.facts.run, id.number())
+        .delete_subtask_branch(&stage.facts.run, id.number())
         .await
     {
-        ctx.note(format!(
+        stage.record.note(format!(
             "{id}: could not remove its branch at the base: {error}"
         ));
     }
@@ -276,35 +284,36 @@ async fn discard_worktree(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) 
 
 /// Removes a worktree that was never mounted: a copy-on-write one's registration holds
 /// nothing to commit (its upper directory was never made), a git one is committed first.
-async fn remove_unmounted(ctx: &RunContext, worktree: &Worktree) -> Result<(), SubtaskError> {
+async fn remove_unmounted(stage: TreeStage<'_>, worktree: &Worktree) -> Result<(), SubtaskError> {
     Ok(worktree
-        .discard_unused(&ctx.facts.repo, &ctx.trees.live)
+        .discard_unused(&stage.facts.repo, &stage.trees.live)
         .await?)
 }
 
 /// Clears the way for subtask `id` to start from `start`: a worktree and branch left at
 /// the base (registered ahead by an earlier process of the run) hold no work and are
 /// removed; a branch with work on it is kept.
-async fn clear_base_branch(ctx: &RunContext, id: SubtaskId, spec: &WorktreeSpec) {
-    let branch = ctx.facts.run.subtask_branch(id.number());
-    if !matches!(ctx.facts.repo.ref_target(&format!("refs/heads/{branch}")), Ok(Some(tip)) if tip == ctx.facts.base)
+async fn clear_base_branch(stage: TreeStage<'_>, id: SubtaskId, spec: &WorktreeSpec) {
+    let branch = stage.facts.run.subtask_branch(id.number());
+    if !matches!(stage.facts.repo.ref_target(&format!("refs/heads/{branch}")), Ok(Some(tip)) if tip == stage.facts.base)
     {
         return;
     }
-    match ctx
-        .facts
-        .repo
-        .find_worktree(&ctx.facts.run, id.number(), ctx.facts.base, &spec.path)
-    {
-        Ok(Some(worktree)) => discard_worktree(ctx, id, &worktree).await,
+    match stage.facts.repo.find_worktree(
+        &stage.facts.run,
+        id.number(),
+        stage.facts.base,
+        &spec.path,
+    ) {
+        Ok(Some(worktree)) => discard_worktree(stage, id, &worktree).await,
         _ => {
-            if let Err(error) = ctx
+            if let Err(error) = stage
                 .facts
                 .repo
-                .delete_subtask_branch(&ctx.facts.run, id.number())
+                .delete_subtask_branch(&stage.facts.run, id.number())
                 .await
             {
-                ctx.note(format!(
+                stage.record.note(format!(
                     "{id}: could not remove its branch at the base: {error}"
                 ));
             }
@@ -318,35 +327,35 @@ async fn clear_base_branch(ctx: &RunContext, id: SubtaskId, spec: &WorktreeSpec)
 /// is moved aside and kept, never deleted, and the worktree is made anew from its
 /// branch.
 pub(crate) async fn create_worktree(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     ahead: &AheadWorktrees,
     id: SubtaskId,
     start: Option<CommitId>,
     scope: Option<&WriteScope>,
 ) -> Result<Worktree, SubtaskError> {
-    let mut spec = ctx.facts.worktree_spec(id);
-    let remote = !ctx.trees.hosts.is_empty();
-    let base = match ctx.facts.options.worktree_mode {
-        WorktreeMode::Overlay if !remote => Some(ahead.base_tree(ctx, id).await?),
+    let mut spec = stage.facts.worktree_spec(id);
+    let remote = !stage.trees.hosts.is_empty();
+    let base = match stage.facts.options.worktree_mode {
+        WorktreeMode::Overlay if !remote => Some(ahead.base_tree(stage, id).await?),
         _ => None,
     };
     // Only a worktree that starts at the run's base is an overlay of its base tree; one
     // that starts from the result gets a checkout.
     let make = |spec: WorktreeSpec| {
-        let base = base.clone().filter(|_| spec.base == ctx.facts.base);
+        let base = base.clone().filter(|_| spec.base == stage.facts.base);
         async move {
             match base {
-                _ if remote => Worktree::create_remote(&ctx.facts.repo, spec).await,
-                Some(base) => Worktree::create_copy_on_write(&ctx.facts.repo, spec, &base).await,
-                None => Worktree::create(&ctx.facts.repo, spec).await,
+                _ if remote => Worktree::create_remote(&stage.facts.repo, spec).await,
+                Some(base) => Worktree::create_copy_on_write(&stage.facts.repo, spec, &base).await,
+                None => Worktree::create(&stage.facts.repo, spec).await,
             }
         }
     };
-    let created = match start.filter(|start| *start != ctx.facts.base) {
+    let created = match start.filter(|start| *start != stage.facts.base) {
         // The worktree registered ahead is at the base: never the one to use.
         Some(start) => {
-            ahead.discard(ctx, id).await;
-            clear_base_branch(ctx, id, &spec).await;
+            ahead.discard(stage, id).await;
+            clear_base_branch(stage, id, &spec).await;
             spec.base = start;
             make(spec.clone()).await
         }
@@ -379,7 +388,7 @@ pub(crate) async fn create_worktree(
                 }
                 .into(),
             })?;
-            ctx.note(format!(
+            stage.record.note(format!(
                 "{id}: {} was not a worktree grove knows; it was kept at {}",
                 path.display(),
                 aside.display()
@@ -389,19 +398,19 @@ pub(crate) async fn create_worktree(
         Ok(created) => created,
     };
     let worktree = recovered?;
-    if worktree.is_remote() && ctx.trees.hosts.is_empty() {
+    if worktree.is_remote() && stage.trees.hosts.is_empty() {
         // Resumed without `--remote`: its tree continues here from its last checkpoint.
-        ctx.note(format!(
+        stage.record.note(format!(
             "{id}: its tree was on a remote host; it continues on this machine from its \
              last checkpoint (`grove resume --remote NAME` sends it to a host)"
         ));
         return Ok(worktree
-            .bring_here(&ctx.facts.repo)
+            .bring_here(&stage.facts.repo)
             .await
             .map_err(WorktreeError::from)?);
     }
     if worktree.is_remote() {
-        return super::hosts::reach(ctx, id, &worktree, scope).await;
+        return super::hosts::reach(stage, id, &worktree, scope).await;
     }
     if !matches!(worktree.files(), Files::Unmounted) {
         return Ok(worktree);
@@ -409,19 +418,19 @@ pub(crate) async fn create_worktree(
     // A resumed run's copy-on-write worktree is mounted again, in any mode.
     let lower = match base {
         Some(base) => base.tree_dir(),
-        None => ahead.base_tree(ctx, id).await?.tree_dir(),
+        None => ahead.base_tree(stage, id).await?.tree_dir(),
     };
-    trees::mount_again(ctx, &worktree, &lower).await
+    trees::mount_again(stage, &worktree, &lower).await
 }
 
 /// Copies the local-only files into subtask `id`'s worktree and runs the setup command
 /// there, once the worktree is filled and before the worker's first turn.
 pub(crate) async fn prepare(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     id: SubtaskId,
     worktree: &Worktree,
 ) -> Result<(), SubtaskError> {
-    prepare_tree(ctx, id, None, worktree).await
+    prepare_tree(stage, id, None, worktree).await
 }
 
 /// Prepares a worktree no worker edits (one of the run's result, where the project's
@@ -429,22 +438,22 @@ pub(crate) async fn prepare(
 /// in, then the setup command. A setup failure is [`SubtaskError::Setup`] of subtask 0
 /// (the caller words it for its tree).
 pub(crate) async fn prepare_check_tree(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     on: &str,
     worktree: &Worktree,
 ) -> Result<(), SubtaskError> {
-    prepare_tree(ctx, SubtaskId(0), Some(on), worktree).await
+    prepare_tree(stage, SubtaskId(0), Some(on), worktree).await
 }
 
 /// [`prepare`] of subtask `id`'s worktree, or of a check's tree `on`.
 async fn prepare_tree(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     id: SubtaskId,
     on: Option<&str>,
     worktree: &Worktree,
 ) -> Result<(), SubtaskError> {
-    let setup = &ctx.facts.options.worktree_setup;
-    let local = ctx.facts.local_paths();
+    let setup = &stage.facts.options.worktree_setup;
+    let local = stage.facts.local_paths();
     if local.is_empty() && setup.setup.is_none() {
         return Ok(());
     }
@@ -454,18 +463,19 @@ async fn prepare_tree(
         .map_err(|source| SubtaskError::NotCheckedOut { source })?;
     if !local.is_empty() && worktree.is_remote() {
         // Your uncommitted files (a `.env`, say) stay on this machine.
-        ctx.note(format!(
+        stage.record.note(format!(
             "{id}: its tree is on a remote host; the local-only files ({}) are not sent there",
             local.join(", ")
         ));
     } else if !local.is_empty() {
         // Recorded first: no commit can include a file that is not yet recorded.
-        ctx.facts
+        stage
+            .facts
             .repo
             .set_local_files(worktree, &local)
             .map_err(|source| SubtaskError::RecordLocalFiles { source })?;
         for path in &local {
-            copy_into(&ctx.facts.user_root, &worktree.files_root(), path).map_err(|source| {
+            copy_into(&stage.facts.user_root, &worktree.files_root(), path).map_err(|source| {
                 SubtaskError::Copy {
                     path: path.clone(),
                     source,
@@ -477,20 +487,20 @@ async fn prepare_tree(
         // Run once in the base tree this copy-on-write tree shows (`setup_base`).
         Some(_) if worktree.is_copy_on_write() && !setup.per_worker => Ok(()),
         // A check's tree holds reviewed work only, and is made afresh each time.
-        Some(command) if on.is_some() => run_setup(ctx, id, on, worktree, command).await,
+        Some(command) if on.is_some() => run_setup(stage, id, on, worktree, command).await,
         Some(command) => {
-            let marker = setup_marker(ctx, id);
+            let marker = setup_marker(stage.facts, id);
             if marker.exists() {
                 // Its worker may have changed the tree since (the setup script itself,
                 // say): the setup's output is there, and unreviewed code is never run
                 // as the setup, with the network.
-                ctx.note(format!(
+                stage.record.note(format!(
                     "{id}: the setup command already ran in this worktree before grove \
                      stopped; it is not run again in a tree its worker may have changed"
                 ));
                 return Ok(());
             }
-            run_setup(ctx, id, on, worktree, command).await?;
+            run_setup(stage, id, on, worktree, command).await?;
             record_setup(&marker).map_err(|source| SubtaskError::SetupRecord {
                 path: marker.clone(),
                 source,
@@ -503,8 +513,8 @@ async fn prepare_tree(
 /// The mark that subtask `id`'s setup command completed in its worktree: its worker
 /// starts only after it is written, so a tree without it holds no worker's edits. It
 /// lies in the run's store, which commands cannot write.
-fn setup_marker(ctx: &RunContext, id: SubtaskId) -> PathBuf {
-    ctx.facts.run_dir.join("setup-done").join(id.to_string())
+fn setup_marker(facts: &RunFacts, id: SubtaskId) -> PathBuf {
+    facts.run_dir.join("setup-done").join(id.to_string())
 }
 
 fn record_setup(marker: &Path) -> std::io::Result<()> {
@@ -524,17 +534,17 @@ fn record_setup(marker: &Path) -> std::io::Result<()> {
 /// preparation needed it (named if it fails). What setup creates is in the lower
 /// directory only, so it is never committed unless a worker changes it.
 pub(crate) async fn setup_base(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     id: SubtaskId,
     base: &BaseTree,
 ) -> Result<(), SubtaskError> {
-    setup_base_for(ctx, id, &id.to_string(), base).await
+    setup_base_for(stage, id, &id.to_string(), base).await
 }
 
 /// [`setup_base`], its note naming `who` needed it (a subtask, or the tree a check runs
 /// on).
 pub(crate) async fn setup_base_for(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     id: SubtaskId,
     who: &str,
     base: &BaseTree,
@@ -548,24 +558,24 @@ pub(crate) async fn setup_base_for(
     };
     // The setup may need the local-only files (`.env`), as in a worker's tree; there
     // they stay in the lower directory, never committed.
-    for path in &ctx.facts.local_paths() {
-        copy_into(&ctx.facts.user_root, &base.tree_dir(), path).map_err(|source| {
+    for path in &stage.facts.local_paths() {
+        copy_into(&stage.facts.user_root, &base.tree_dir(), path).map_err(|source| {
             SubtaskError::Copy {
                 path: path.clone(),
                 source,
             }
         })?;
     }
-    ctx.note(format!(
+    stage.record.note(format!(
         "{who}: running the setup command `{command}` once, in the base tree the workers share"
     ));
-    run_setup_in(ctx, id, &base.tree_dir(), None, command).await?;
+    run_setup_in(stage, id, &base.tree_dir(), None, command).await?;
     Ok(guard.record_done().map_err(WorktreeError::from)?)
 }
 
 /// Runs the setup command `command` in the worktree.
 async fn run_setup(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     id: SubtaskId,
     on: Option<&str>,
     worktree: &Worktree,
@@ -573,8 +583,10 @@ async fn run_setup(
 ) -> Result<(), SubtaskError> {
     // It may take minutes (`npm ci`): say why the worker (or the check) has not started.
     match on {
-        None => ctx.note(format!("{id}: running the setup command `{command}`")),
-        Some(on) => ctx.note(format!(
+        None => stage
+            .record
+            .note(format!("{id}: running the setup command `{command}`")),
+        Some(on) => stage.record.note(format!(
             "running the setup command `{command}` in the worktree of the {on}"
         )),
     }
@@ -582,18 +594,19 @@ async fn run_setup(
     // earlier attempt's commits): the setup command runs on the base's files, never on
     // a script a worker may have rewritten, and the tree gets its own back after (no
     // worker has started in it: a tracked file the setup changed is put back too).
-    let beyond = Some(worktree.start()).filter(|start| *start != ctx.facts.base);
+    let beyond = Some(worktree.start()).filter(|start| *start != stage.facts.base);
     if let Some(start) = beyond {
-        ctx.facts
+        stage
+            .facts
             .repo
-            .switch_files(worktree, start, ctx.facts.base)
+            .switch_files(worktree, start, stage.facts.base)
             .await
             .map_err(|source| SubtaskError::SetupInputs { source })?;
     }
     let tree = worktree.access();
-    let ran = run_setup_in(ctx, id, worktree.path(), tree.as_deref(), command).await;
+    let ran = run_setup_in(stage, id, worktree.path(), tree.as_deref(), command).await;
     if beyond.is_some() {
-        let back = ctx.facts.repo.restore_files(worktree).await;
+        let back = stage.facts.repo.restore_files(worktree).await;
         ran?;
         back.map_err(|source| SubtaskError::SetupInputs { source })?;
     } else {
@@ -601,7 +614,7 @@ async fn run_setup(
     }
     // A check's tree is never committed: what the setup left there is its own.
     if on.is_none() {
-        note_setup_changes(ctx, id, worktree).await;
+        note_setup_changes(stage.facts, stage.record, id, worktree).await;
     }
     Ok(())
 }
@@ -609,18 +622,18 @@ async fn run_setup(
 /// Runs the setup command `command` in directory `cwd` (inside `tree` when it is one),
 /// confined to it by the executor's setup policy.
 async fn run_setup_in(
-    ctx: &RunContext,
+    stage: TreeStage<'_>,
     id: SubtaskId,
     cwd: &Path,
     tree: Option<&dyn TreeAccess>,
     command: &str,
 ) -> Result<(), SubtaskError> {
-    let timeout_s = ctx.facts.options.worktree_setup.setup_timeout_s;
+    let timeout_s = stage.facts.options.worktree_setup.setup_timeout_s;
     let request = ExecRequest {
         command: command.to_owned(),
         cwd: cwd.to_path_buf(),
         timeout: Duration::from_secs(timeout_s),
-        cancel: ctx.record.cancel.child_token(),
+        cancel: stage.record.cancel.child_token(),
         output_cap: OutputCap {
             head: 4 * 1024,
             tail: 16 * 1024,
@@ -630,8 +643,11 @@ async fn run_setup_in(
         command: command.to_owned(),
         source,
     };
-    let executor =
-        in_tree(tree, &ctx.trees.executor.for_setup(&SetupPolicy::default())).map_err(not_run)?;
+    let executor = in_tree(
+        tree,
+        &stage.trees.executor.for_setup(&SetupPolicy::default()),
+    )
+    .map_err(not_run)?;
     let result = executor.execute(request).await.map_err(not_run)?;
     let status = match result.outcome {
         ExecOutcome::Exited(0) => return Ok(()),
@@ -655,12 +671,17 @@ async fn run_setup_in(
 
 /// Tells the user when the setup command left files that grove would commit with the
 /// worker's work (they would show up in the diff the reviewer judges).
-async fn note_setup_changes(ctx: &RunContext, id: SubtaskId, worktree: &Worktree) {
-    let paths = match ctx.facts.repo.uncommitted_paths(worktree).await {
+async fn note_setup_changes(
+    facts: &RunFacts,
+    record: &RunRecord,
+    id: SubtaskId,
+    worktree: &Worktree,
+) {
+    let paths = match facts.repo.uncommitted_paths(worktree).await {
         Ok(paths) if paths.is_empty() => return,
         Ok(paths) => paths,
         Err(error) => {
-            ctx.note(format!(
+            record.note(format!(
                 "{id}: could not list what the setup command changed: {error}"
             ));
             return;
@@ -675,7 +696,7 @@ async fn note_setup_changes(ctx: &RunContext, id: SubtaskId, worktree: &Worktree
     if paths.len() > LISTED_SETUP_CHANGES {
         listed.push_str(&format!(" and {} more", paths.len() - LISTED_SETUP_CHANGES));
     }
-    ctx.note(format!(
+    record.note(format!(
         "{id}: the setup command changed files that will be committed with the worker's \
          work and reviewed as part of it: {listed}; have .gitignore ignore them to keep \
          them out"
@@ -839,7 +860,7 @@ mod stage_tests {
         std::fs::write(stray.join("mine.txt"), "keep me").unwrap();
 
         let worktree = create_worktree(
-            &run.ctx,
+            run.ctx.tree_stage(),
             &AheadWorktrees::default(),
             SubtaskId(1),
             None,
@@ -888,7 +909,9 @@ mod stage_tests {
                 .base_tree(base, Some(command))
                 .await
                 .unwrap();
-            setup_base(&run.ctx, SubtaskId(1), &tree).await.unwrap();
+            setup_base(run.ctx.tree_stage(), SubtaskId(1), &tree)
+                .await
+                .unwrap();
             assert!(tree.is_set_up(), "the base records its setup");
         }
         let tree = run
@@ -962,7 +985,7 @@ mod stage_tests {
             .await
             .unwrap();
 
-        prepare_check_tree(&run.ctx, "result", &worktree)
+        prepare_check_tree(run.ctx.tree_stage(), "result", &worktree)
             .await
             .unwrap();
 
@@ -996,7 +1019,7 @@ mod stage_tests {
         std::fs::write(run.ctx.facts.user_root.join(".env"), "SECRET=1\n").unwrap();
         let worktree = run.worktree(1).await;
 
-        let error = prepare(&run.ctx, SubtaskId(1), &worktree)
+        let error = prepare(run.ctx.tree_stage(), SubtaskId(1), &worktree)
             .await
             .unwrap_err();
 

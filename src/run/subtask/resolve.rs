@@ -49,7 +49,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::event::Event;
 use crate::git::{CommitId, MergeOutcome, MergeSide};
-use crate::run::context::RunContext;
+use crate::run::context::{RunContext, RunFacts, RunRecord};
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
 use crate::run::report::SubtaskReport;
@@ -167,7 +167,7 @@ async fn resolve(
     let id = env.queue.next_id();
     env.queue.settle(id);
     let branch = ctx.facts.run.subtask_branch(id.number());
-    let brief = resolver_brief(ctx, conflict);
+    let brief = resolver_brief(&ctx.facts, &ctx.record, conflict);
     ctx.journal(Entry::SubtaskStarted {
         subtask: id,
         task: brief.clone(),
@@ -231,11 +231,11 @@ async fn start_and_run(
     found: &mut Stages,
 ) -> (Option<Worktree>, Result<Attempt, SubtaskError>) {
     let ctx = env.ctx;
-    let (start, result) = match conflicted_start(ctx, id, conflict).await {
+    let (start, result) = match conflicted_start(&ctx.facts, id, conflict).await {
         Ok(started) => started,
         Err(error) => return (None, Err(error)),
     };
-    let fresh = match prepare::create_worktree(ctx, env.ahead, id, None, None).await {
+    let fresh = match prepare::create_worktree(ctx.tree_stage(), env.ahead, id, None, None).await {
         Ok(fresh) => fresh,
         Err(error) => return (None, Err(error)),
     };
@@ -249,13 +249,12 @@ async fn start_and_run(
 
 /// The conflicted merge of the subtask onto the result, and the result it is made on.
 async fn conflicted_start(
-    ctx: &RunContext,
+    facts: &RunFacts,
     id: SubtaskId,
     conflict: Conflict<'_>,
 ) -> Result<(CommitId, CommitId), SubtaskError> {
-    let result_ref = ctx.facts.run.result_ref();
-    let result = ctx
-        .facts
+    let result_ref = facts.run.result_ref();
+    let result = facts
         .repo
         .ref_target(&result_ref)
         .map_err(|source| SubtaskError::Branch { source })?
@@ -263,15 +262,14 @@ async fn conflicted_start(
             branch: result_ref.clone(),
         })?;
     let (ours, theirs) = (
-        ctx.facts.run.result_branch(),
-        ctx.facts.run.subtask_branch(conflict.id.number()),
+        facts.run.result_branch(),
+        facts.run.subtask_branch(conflict.id.number()),
     );
     let message = format!(
         "grove {}: {id} starts: {} merged onto the result, with conflict markers\n",
-        ctx.facts.run, conflict.id
+        facts.run, conflict.id
     );
-    let merged = ctx
-        .facts
+    let merged = facts
         .repo
         .conflicted_merge(
             MergeSide {
@@ -312,7 +310,7 @@ async fn stages(
         conflict.id,
         conflict.brief,
     );
-    match integrate::merge_journaled(ctx, id, judged.tip, &message).await? {
+    match integrate::merge_journaled(&ctx.facts, &ctx.record, id, judged.tip, &message).await? {
         MergeOutcome::Merged { commit } => {
             found.landing = Some(Landing::Integrated(Integration::Merged));
             Ok(Attempt::Merged { result: commit })
@@ -328,10 +326,10 @@ async fn stages(
 
 /// The resolver's brief: what to do, the conflicting paths, the conflicting subtask's
 /// brief and the briefs of the merged subtasks that changed those paths.
-fn resolver_brief(ctx: &RunContext, conflict: Conflict<'_>) -> String {
+fn resolver_brief(facts: &RunFacts, record: &RunRecord, conflict: Conflict<'_>) -> String {
     let (ours, theirs) = (
-        ctx.facts.run.result_branch(),
-        ctx.facts.run.subtask_branch(conflict.id.number()),
+        facts.run.result_branch(),
+        facts.run.subtask_branch(conflict.id.number()),
     );
     let k = conflict.id;
     let mut text = format!(
@@ -350,7 +348,7 @@ fn resolver_brief(ctx: &RunContext, conflict: Conflict<'_>) -> String {
         "\n# {k}'s brief (the subtask being merged, `{theirs}`)\n\n{}\n",
         truncate(conflict.brief.trim(), QUOTED_BRIEF_CHARS)
     ));
-    let merged = merged_briefs(ctx, conflict.paths);
+    let merged = merged_briefs(facts, record, conflict.paths);
     text.push_str(&format!(
         "\n# The briefs of the work already merged that changed these paths (`{ours}`)\n"
     ));
@@ -368,15 +366,19 @@ fn resolver_brief(ctx: &RunContext, conflict: Conflict<'_>) -> String {
 
 /// The subtasks merged onto the result (resolvers aside: their subtask is listed) whose
 /// merge changed one of `paths`, with their briefs, in merge order.
-fn merged_briefs(ctx: &RunContext, paths: &[String]) -> Vec<(SubtaskId, String)> {
-    let state = ctx.record.journal.state();
+fn merged_briefs(
+    facts: &RunFacts,
+    record: &RunRecord,
+    paths: &[String],
+) -> Vec<(SubtaskId, String)> {
+    let state = record.journal.state();
     state
         .subtasks
         .iter()
         .filter(|subtask| subtask.kind != SubtaskKind::Resolve)
         .filter_map(|subtask| {
             let merge = subtask.merge.as_ref()?;
-            let changed = ctx.facts.repo.paths_changed_by(merge.result).ok()?;
+            let changed = facts.repo.paths_changed_by(merge.result).ok()?;
             changed
                 .iter()
                 .any(|path| paths.contains(path))
@@ -417,7 +419,7 @@ pub(crate) async fn close_interrupted(
         .flatten();
     // A copy-on-write one is mounted again, so that its close archives what it holds.
     let worktree = match found {
-        Some(found) => trees::remount(ctx, found).await.ok(),
+        Some(found) => trees::remount(ctx.tree_stage(), found).await.ok(),
         None => None,
     };
     close::close(ctx, env.queue, env.tasks, id, report, worktree.as_ref()).await

@@ -12,7 +12,7 @@ use crate::agent::{AgentError, Ledger, isolated_messages};
 use crate::event::{AgentId, AgentLabel};
 use crate::git::{BranchDiff, CommitId, trailers};
 use crate::run::checkout::waiting_for_checkout;
-use crate::run::context::{AgentCaps, RunContext};
+use crate::run::context::{AgentCaps, RunContext, RunFacts, RunRecord};
 use crate::run::id::SubtaskId;
 use crate::run::observer::AgentObserver;
 use crate::run::subtask::error::SubtaskError;
@@ -70,7 +70,7 @@ pub(crate) async fn review(
         )
         .with_timing(&spec.model_name, AgentTiming::default()),
     );
-    let held = held_by(ctx, diff.base);
+    let held = held_by(&ctx.facts, &ctx.record, diff.base);
     let messages = isolated_messages(&review_brief(brief, diff, flagged, &held));
     let reviewer = ctx
         .run_agent(
@@ -86,7 +86,7 @@ pub(crate) async fn review(
     ctx.agents.budget.spend(&reviewer.ledger);
     let verdict = match submit.verdict() {
         Some(verdict) => Ok(verdict),
-        None => no_verdict(ctx, id, reviewer.result),
+        None => no_verdict(&ctx.record, id, reviewer.result),
     };
     let verdict = verdict.and_then(|verdict| {
         ctx.journal(Entry::Verdict {
@@ -105,7 +105,7 @@ pub(crate) async fn review(
 
 /// What a review loop that submitted no verdict means.
 fn no_verdict(
-    ctx: &RunContext,
+    record: &RunRecord,
     id: SubtaskId,
     result: Result<crate::agent::AgentOutcome, AgentError>,
 ) -> Result<Verdict, SubtaskError> {
@@ -126,7 +126,7 @@ fn no_verdict(
     let failure = match error {
         AgentError::Cancelled { .. } => SubtaskError::ReviewCancelled,
         AgentError::Model { source, .. } => {
-            ctx.pause(format!(
+            record.pause(format!(
                 "the model API failed for the reviewer of {id}: {source}"
             ));
             SubtaskError::ReviewModelApi
@@ -136,7 +136,7 @@ fn no_verdict(
         },
     };
     // A pause (just above, or another agent's) or Ctrl-C: the subtask stays open.
-    Err(if ctx.record.cancel.is_cancelled() {
+    Err(if record.cancel.is_cancelled() {
         SubtaskError::Interrupted
     } else {
         failure
@@ -173,10 +173,10 @@ impl<'a> Flagged<'a> {
 
 /// The check evidence for a reviewer: the command and its run, when one ran.
 pub(crate) fn check_of<'a>(
-    ctx: &'a RunContext,
+    facts: &'a RunFacts,
     run: Option<&'a CheckRun>,
 ) -> Option<(&'a str, &'a CheckRun)> {
-    ctx.facts
+    facts
         .options
         .check
         .as_ref()
@@ -198,18 +198,17 @@ const HELD_BRIEF_CHARS: usize = 160;
 /// The subtasks merged into `older` since the run's base, oldest first: what the diff's
 /// older side holds that the base does not. Read from the result's own merge commits, so
 /// a resumed run tells the same.
-fn held_by(ctx: &RunContext, older: CommitId) -> Vec<Held> {
-    if older == ctx.facts.base {
+fn held_by(facts: &RunFacts, record: &RunRecord, older: CommitId) -> Vec<Held> {
+    if older == facts.base {
         return Vec::new();
     }
-    let chain = match ctx
-        .facts
+    let chain = match facts
         .repo
-        .first_parent_commits("the diff's start", older, ctx.facts.base)
+        .first_parent_commits("the diff's start", older, facts.base)
     {
         Ok(chain) => chain,
         Err(error) => {
-            ctx.note(format!(
+            record.note(format!(
                 "could not list the subtasks the reviewed diff starts after: {error}"
             ));
             return Vec::new();

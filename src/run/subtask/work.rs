@@ -15,7 +15,7 @@ use crate::agent::{AgentError, Ledger, StopKind};
 use crate::event::{AgentId, AgentLabel, Event};
 use crate::model::{ContentBlock, Message, Role};
 use crate::run::checkout::waiting_for_checkout;
-use crate::run::context::{AgentCaps, RunContext};
+use crate::run::context::{AgentCaps, RunContext, RunFacts, RunRecord};
 use crate::run::id::SubtaskId;
 use crate::run::observer::{AgentObserver, SaveError};
 use crate::run::subtask::error::SubtaskError;
@@ -69,7 +69,7 @@ pub(crate) async fn work(
     // Its host was lost mid-work: once, the tree moves to another host at its last
     // checkpoint, and the worker goes on from its saved conversation.
     let (id, lost) = (again.id, tree.host());
-    if let Err(error) = super::hosts::move_remote(ctx, id, tree, &lost).await {
+    if let Err(error) = super::hosts::move_remote(ctx.tree_stage(), id, tree, &lost).await {
         ctx.note(format!("{id}: no other host took its tree: {error}"));
         return first;
     }
@@ -111,7 +111,7 @@ async fn builtin(ctx: &Arc<RunContext>, assignment: Assignment, worktree: &Workt
         },
     );
     spec.system
-        .push_str(&worktree_git(ctx, worktree, Checkpoints::EveryTurn));
+        .push_str(&worktree_git(&ctx.facts, worktree, Checkpoints::EveryTurn));
     let observer = Arc::new(
         AgentObserver::new(
             ctx,
@@ -191,7 +191,7 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
         tools: Registry::new(),
     };
     let mut system = ctx.spec(agent.clone(), role, caps).system;
-    system.push_str(&worktree_git(ctx, worktree, Checkpoints::AtTheEnd));
+    system.push_str(&worktree_git(&ctx.facts, worktree, Checkpoints::AtTheEnd));
     let rerun = worktree.start() != worktree.base();
     if rerun {
         ctx.note(format!(
@@ -224,7 +224,10 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
     ctx.record.events.emit(Event::AgentStarted {
         agent: agent.clone(),
     });
-    let done = agent_cli::work(job, |progress| progress_event(ctx, &agent, progress)).await;
+    let done = agent_cli::work(job, |progress| {
+        progress_event(&ctx.record, &agent, progress)
+    })
+    .await;
     if let Some(note) = &done.note {
         ctx.note(format!("{id}: {note}"));
     }
@@ -257,9 +260,9 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
 
 /// What the worker is told of its worktree's git: when grove commits, and the commit
 /// its subtask started from (the base, or the result it waited for).
-fn worktree_git(ctx: &RunContext, worktree: &Worktree, checkpoints: Checkpoints) -> String {
+fn worktree_git(facts: &RunFacts, worktree: &Worktree, checkpoints: Checkpoints) -> String {
     let start = worktree.base();
-    let what = if start == ctx.facts.base {
+    let what = if start == facts.base {
         "the run's base"
     } else {
         "the run's result as this subtask found it, with the work merged before it"
@@ -269,9 +272,9 @@ fn worktree_git(ctx: &RunContext, worktree: &Worktree, checkpoints: Checkpoints)
 }
 
 /// Shows an external CLI's progress as the built-in worker's would be.
-fn progress_event(ctx: &RunContext, agent: &AgentId, progress: Progress) {
+fn progress_event(record: &RunRecord, agent: &AgentId, progress: Progress) {
     let agent = agent.clone();
-    ctx.record.events.emit(match progress {
+    record.events.emit(match progress {
         Progress::Turn { turn, ledger } => Event::TurnCompleted {
             agent,
             turn,
