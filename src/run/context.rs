@@ -1,10 +1,30 @@
-//! The context of one run: its facts (repository, base, branch, options, models), the
-//! journal handle, the token budget and the events — the same for every stage.
+//! The context of one run, in four parts, each handed only to what reads it:
+//!
+//! - [`RunFacts`] — what the run is (repository, run id, base, branch, options, the
+//!   user's tree, the run's and the worktrees' directories); fixed once it started.
+//!   Any stage may take it.
+//! - [`RunRecord`] — what the run writes down and how it stops: the journal, the
+//!   events, the cancel token and why it paused. Any stage that journals, tells the
+//!   user or must notice a stop takes it.
+//! - [`AgentServices`] — the models, the project rules and the token budget: only what
+//!   runs or admits an agent (the lead, the worker, the reviewer, delegation, fixers)
+//!   takes it.
+//! - [`TreeServices`] — what makes, mounts, moves and runs commands in the run's trees:
+//!   the executor, the base's gate, the live copy-on-write trees, the remote hosts.
+//!   Only a tree stage takes it, inside a [`TreeStage`] (facts, record and trees,
+//!   never the agents').
+//!
+//! [`RunContext`] composes the four. It is held by the orchestrators (`start`, the
+//! lead, `schedule`'s caller [`Subtasks`](crate::run::subtask::Subtasks),
+//! `pipeline::judged`, `finish`), by what outlives a call (an agent's observer, the
+//! lead's news, the background base check and worktree cleanup) and by the stages that
+//! run an agent (work, review); every other stage function takes only its parts.
 //!
 //! This file owns what every stage of a run may read, and the few small pieces of shared
 //! state that are not the merge queue's or a subtask's: the budget spent, why the run
 //! paused, the lead's history for forks. Its facts never change once the run started;
-//! it must never grow a field only one stage needs (pass that to the stage instead).
+//! it must never grow a field only one stage needs (pass that to the stage instead),
+//! and a stage must never take the whole context for one part.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

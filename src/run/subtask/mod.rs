@@ -27,6 +27,12 @@
 //!    ([`Worktree::remove`](crate::worktree::Worktree::remove), or kept for the user),
 //!    the end journaled, and the lead gets one bounded result.
 //!
+//! A stage takes only the parts of the run's context it reads (see
+//! [`context`](crate::run::context)): prepare and check a
+//! [`TreeStage`](crate::run::context::TreeStage), commit and integrate the facts and the
+//! record; work and review, which run an agent, and close, whose cleanup outlives the
+//! call, take the whole [`RunContext`].
+//!
 //! Each stage returns its own outcome; the pipeline keeps them in a [`Stages`], and one
 //! fold ([`outcome`]) makes the subtask's report of them, its status and reason
 //! included. A stage that cannot go on returns a [`SubtaskError`]; the pipeline stops
