@@ -85,6 +85,7 @@ impl Repo {
             let new_tree = repo.find_commit(newer.oid())?.tree()?;
             let mut options = git2::DiffOptions::new();
             options.context_lines(0);
+            super::tree_diff::narrow(repo, Some(&old_tree), &new_tree, &mut options)?;
             let diff =
                 repo.diff_tree_to_tree(Some(&old_tree), Some(&new_tree), Some(&mut options))?;
             let mut found = Vec::new();
@@ -123,7 +124,10 @@ impl Repo {
                 Ok(parent) => Some(parent.tree()?),
                 Err(_) => None,
             };
-            let diff = repo.diff_tree_to_tree(parent.as_ref(), Some(&commit.tree()?), None)?;
+            let tree = commit.tree()?;
+            let mut options = git2::DiffOptions::new();
+            super::tree_diff::narrow(repo, parent.as_ref(), &tree, &mut options)?;
+            let diff = repo.diff_tree_to_tree(parent.as_ref(), Some(&tree), Some(&mut options))?;
             let mut paths = Vec::new();
             for delta in diff.deltas() {
                 for file in [delta.old_file(), delta.new_file()] {

@@ -20,10 +20,6 @@ use super::names::CommitId;
 use crate::text::{escaped_bytes, needs_byte_escapes, printable};
 
 /// The line over the first hunk of a file whose bytes are written out.
-/// Past this many changed paths the diff walks both trees whole: a list that long costs
-/// libgit2 more to match than the walk.
-const MAX_LISTED_PATHS: usize = 10_000;
-
 const ESCAPED_NOTE: &str = "[grove: this file holds NUL bytes or bytes that are not UTF-8; \
      its lines are written out: a control character or a byte that is not UTF-8 as \\xNN, a \
      backslash as \\\\]\n";
@@ -154,18 +150,7 @@ impl Repo {
                 .context_lines(3)
                 .indent_heuristic(true)
                 .force_text(true);
-            // libgit2 reads every subtree of both sides (59 ms of a one-file change on the
-            // 30,000-file bench repository, its trees deltified in a fresh clone's pack);
-            // told the changed paths, found by descending only where ids differ, its
-            // iterators skip the rest. Renames stay found: a renamed file is a deletion
-            // and an addition there, both listed.
-            let changed = super::tree_diff::changed_files(repo, &old, &new)?;
-            if !changed.is_empty() && changed.len() <= MAX_LISTED_PATHS {
-                for change in changed {
-                    options.pathspec(change.path);
-                }
-                options.disable_pathspec_match(true);
-            }
+            super::tree_diff::narrow(repo, Some(&old), &new, &mut options)?;
             let mut diff = repo.diff_tree_to_tree(Some(&old), Some(&new), Some(&mut options))?;
             diff.find_similar(Some(git2::DiffFindOptions::new().renames(true)))?;
             let mut files = Vec::with_capacity(diff.deltas().len());

@@ -50,6 +50,32 @@ pub(crate) fn changed_files(
     Ok(changes)
 }
 
+/// The most paths [`narrow`] names to libgit2 (it matches a path list file by file); a
+/// larger change is diffed over the whole trees.
+const MAX_LISTED_PATHS: usize = 10_000;
+
+/// Restricts a libgit2 diff of `old` against `new` (`None`: the empty tree) to the files
+/// that differ, found here by descending only where ids differ. libgit2 reads every
+/// subtree of both sides otherwise (59 ms of a one-file change on the 30,000-file bench
+/// repository, its trees deltified in a fresh clone's pack). Renames stay found: a renamed
+/// file is a deletion and an addition here, both listed.
+pub(crate) fn narrow(
+    repo: &git2::Repository,
+    old: Option<&git2::Tree<'_>>,
+    new: &git2::Tree<'_>,
+    options: &mut git2::DiffOptions,
+) -> Result<(), git2::Error> {
+    let mut changes = Vec::new();
+    walk(repo, old, Some(new), &PathBuf::new(), &mut changes)?;
+    if !changes.is_empty() && changes.len() <= MAX_LISTED_PATHS {
+        for change in changes {
+            options.pathspec(change.path);
+        }
+        options.disable_pathspec_match(true);
+    }
+    Ok(())
+}
+
 fn walk(
     repo: &git2::Repository,
     old: Option<&git2::Tree<'_>>,
@@ -241,6 +267,93 @@ mod tests {
             changed_files(&fresh, &old, &edited).unwrap().len(),
             1,
             "only the trees on a changed path are read"
+        );
+    }
+
+    /// libgit2's diff of `old` against `new` with renames paired: status, old and new path.
+    fn deltas(
+        repo: &git2::Repository,
+        old: Option<&git2::Tree<'_>>,
+        new: &git2::Tree<'_>,
+        narrowed: bool,
+    ) -> Result<Vec<(git2::Delta, String, String)>, git2::Error> {
+        let mut options = git2::DiffOptions::new();
+        if narrowed {
+            narrow(repo, old, new, &mut options)?;
+        }
+        let mut diff = repo.diff_tree_to_tree(old, Some(new), Some(&mut options))?;
+        diff.find_similar(Some(git2::DiffFindOptions::new().renames(true)))?;
+        let path = |file: git2::DiffFile<'_>| {
+            file.path()
+                .map(|path| path.display().to_string())
+                .unwrap_or_default()
+        };
+        Ok(diff
+            .deltas()
+            .map(|delta| {
+                (
+                    delta.status(),
+                    path(delta.old_file()),
+                    path(delta.new_file()),
+                )
+            })
+            .collect())
+    }
+
+    #[test]
+    fn a_narrowed_diff_is_the_whole_diff_renames_paired_and_skips_the_equal_subtrees() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let base: Files = vec![
+            ("README", Some("hello\n"), 0o100644),
+            ("src/lib.rs", Some("one\ntwo\nthree\nfour\n"), 0o100644),
+            ("pkg/one/x.js", Some("x\n"), 0o100644),
+        ];
+        let edited: Files = vec![
+            ("README", Some("hello again\n"), 0o100644),
+            ("lib/moved.rs", Some("one\ntwo\nthree\nfour\n"), 0o100644),
+            ("pkg/one/x.js", Some("x\n"), 0o100644),
+        ];
+        let old = repo.find_tree(tree(&repo, &base)).unwrap();
+        let new = repo.find_tree(tree(&repo, &edited)).unwrap();
+        for from in [Some(&old), None] {
+            assert_eq!(
+                deltas(&repo, from, &new, true).unwrap(),
+                deltas(&repo, from, &new, false).unwrap(),
+                "the narrowed diff has the whole diff's deltas, a rename still paired"
+            );
+        }
+        assert!(
+            deltas(&repo, Some(&old), &new, true).unwrap().contains(&(
+                git2::Delta::Renamed,
+                "src/lib.rs".into(),
+                "lib/moved.rs".into()
+            )),
+            "the rename is found"
+        );
+
+        let pkg = old.get_path(std::path::Path::new("pkg")).unwrap().id();
+        let hex = pkg.to_string();
+        std::fs::remove_file(
+            dir.path()
+                .join(".git/objects")
+                .join(&hex[..2])
+                .join(&hex[2..]),
+        )
+        .unwrap();
+        let fresh = git2::Repository::open(dir.path()).unwrap();
+        let (old, new) = (
+            fresh.find_tree(old.id()).unwrap(),
+            fresh.find_tree(new.id()).unwrap(),
+        );
+        assert!(
+            deltas(&fresh, Some(&old), &new, false).is_err(),
+            "libgit2 alone reads the equal subtree (this test's premise)"
+        );
+        assert_eq!(
+            deltas(&fresh, Some(&old), &new, true).unwrap().len(),
+            2,
+            "narrowed, the equal subtree is never read"
         );
     }
 }
