@@ -33,7 +33,9 @@ fi
 
 export CARGO_TARGET_DIR="$work/target-$(basename "$src_root")"
 export RUSTFLAGS="-C instrument-coverage"
-(cd "$src_root" && cargo build --quiet --example bench_parallel)
+# Instrumented build scripts write a profile where they run, the checkout: kept in $work.
+(cd "$src_root" && LLVM_PROFILE_FILE="$work/build-%p-%m.profraw" \
+  cargo build --quiet --example bench_parallel)
 bench="$CARGO_TARGET_DIR/debug/examples/bench_parallel"
 
 for n in 1 3; do
