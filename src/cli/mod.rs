@@ -31,7 +31,7 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(directory) => directory,
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    match cli.command {
+    let code = match cli.command {
         Command::Run(args) => run::run(&directory, args).await,
         Command::Resume(args) => resume::resume(&directory, &args).await,
         Command::Runs(args) => runs::runs(&directory, &args).await,
@@ -48,5 +48,11 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report(args) => report::report(&directory, &args).await,
         Command::Mcp(args) => mcp::mcp(&directory, &args).await,
         Command::ExecServer(args) => exec_server::exec_server(&args).await,
-    }
+    };
+    // Removed trees are deleted in the background so that no stage waits on the disk;
+    // the process waits for them before it exits, or the trash would keep what was cut
+    // short until the next grove (a copy-on-write tree's own files take milliseconds, a
+    // 30,000-file checkout seconds).
+    grove::worktree::settle_deletions().await;
+    code
 }

@@ -18,7 +18,7 @@ use super::handle::{
     overlay_record,
 };
 use super::spare;
-use super::trash::{self, discard_in_background, process_alive};
+use super::trash::{self, Moved, discard_in_background, move_into, process_alive};
 use crate::git::GitError;
 use crate::git::{CommitId, RunId, subtask_ref};
 use crate::git::{Repo, admin_head, canonical, normalize};
@@ -404,9 +404,8 @@ impl Repo {
                 discard_in_background(&path, folder)?;
             }
         }
-        // Under the lock: a removal that has just created the trash must find it there
-        // for its renames (a missing destination also reads as NotFound).
-        let _guard = REGISTRATION.lock().await;
+        // A removal that finds the trash gone between making it and its rename makes it
+        // again (`move_into`).
         let _ = std::fs::remove_dir(&trash);
         Ok(())
     }
@@ -443,23 +442,22 @@ impl Repo {
         };
         {
             let _guard = REGISTRATION.lock().await;
-            std::fs::create_dir_all(&trash).map_err(io("create", &trash))?;
-            let tree_moved = match std::fs::rename(path, &moved_tree) {
-                Ok(()) => true,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-                Err(_) => {
-                    self.git()
-                        .args(["worktree", "remove", "--force", "--force"])
-                        .arg(path)
-                        .run()
-                        .await?;
-                    return Ok(());
-                }
-            };
-            match std::fs::rename(admin, &moved_admin) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
+            let tree_moved =
+                match move_into(&trash, path, &moved_tree).map_err(io("create", &trash))? {
+                    Moved::Done => true,
+                    Moved::Gone => false,
+                    Moved::Refused(_) => {
+                        self.git()
+                            .args(["worktree", "remove", "--force", "--force"])
+                            .arg(path)
+                            .run()
+                            .await?;
+                        return Ok(());
+                    }
+                };
+            match move_into(&trash, admin, &moved_admin).map_err(io("create", &trash))? {
+                Moved::Done | Moved::Gone => {}
+                Moved::Refused(source) => {
                     if tree_moved {
                         // Put the files back: a registration without its tree would
                         // be pruned with the work still in it.
@@ -477,7 +475,7 @@ impl Repo {
         // it. If this process ends first, the next grove's sweep finishes it. The admin
         // dir is emptied to a spare, for the next registration to take.
         let common = self.common_dir().to_path_buf();
-        trash::in_background(move || {
+        trash::in_background(&trash, move || {
             let _ = std::fs::remove_dir_all(&moved_tree);
             spare::recycle(&moved_admin, &common);
         });

@@ -20,7 +20,7 @@ use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
-use super::trash::{delete_in_background, next_number};
+use super::trash::{Moved, delete_in_background, move_into, next_number};
 
 /// Most spares kept: a run's `--jobs` slots, with room for a second run's.
 const MAX_SPARES: usize = 64;
@@ -138,19 +138,21 @@ pub(super) fn take(
 ) -> Option<PathBuf> {
     let trash = common.join("grove").join("trash");
     let entries = std::fs::read_dir(spares_dir(common)).ok()?;
-    std::fs::create_dir_all(&trash).ok()?;
     // A symlink among them is never followed (and never claimed): a spare is a directory.
     let spares = entries
         .flatten()
         .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()));
     for entry in spares.take(4) {
         let claimed = trash.join(format!("spare-{}-{}", std::process::id(), next_number()));
-        if std::fs::rename(entry.path(), &claimed).is_err() {
+        if !matches!(
+            move_into(&trash, &entry.path(), &claimed).ok()?,
+            Moved::Done
+        ) {
             // Taken by another process meanwhile.
             continue;
         }
         if !is_skeleton(&claimed) {
-            delete_in_background(vec![claimed]);
+            delete_in_background(&trash, vec![claimed]);
             continue;
         }
         let placed = place(&claimed, root, name, path, files);

@@ -22,11 +22,45 @@ pub(super) fn next_number() -> u64 {
     REMOVALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
+/// What became of a path [`move_into`] was asked to move into a trash folder.
+pub(super) enum Moved {
+    /// It is in the trash now.
+    Done,
+    /// It was already gone.
+    Gone,
+    /// The rename was refused (another filesystem, mostly).
+    Refused(std::io::Error),
+}
+
+/// Renames `path` to `to`, an entry of the trash folder `trash`; the error is the
+/// folder's, which could not be made. The folder is made again when an emptied trash was
+/// removed between its making and the rename (see [`in_background`]), so a missing
+/// destination never reads as a missing `path`.
+pub(super) fn move_into(trash: &Path, path: &Path, to: &Path) -> std::io::Result<Moved> {
+    let mut attempts = 0;
+    loop {
+        std::fs::create_dir_all(trash)?;
+        match std::fs::rename(path, to) {
+            Ok(()) => return Ok(Moved::Done),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if path.symlink_metadata().is_err() {
+                    return Ok(Moved::Gone);
+                }
+                attempts += 1;
+                if attempts == 3 {
+                    return Ok(Moved::Refused(e));
+                }
+            }
+            Err(e) => return Ok(Moved::Refused(e)),
+        }
+    }
+}
+
 /// Deletes `paths` on a thread of their own that the process need not wait for (see
 /// [`settle_deletions`]); a path already gone is fine, and a failure leaves the entry in
 /// its trash for the next sweep.
-pub(super) fn delete_in_background(paths: Vec<PathBuf>) {
-    in_background(move || {
+pub(super) fn delete_in_background(trash: &Path, paths: Vec<PathBuf>) {
+    in_background(trash, move || {
         for path in paths {
             let _ = std::fs::remove_dir_all(&path);
         }
@@ -34,11 +68,16 @@ pub(super) fn delete_in_background(paths: Vec<PathBuf>) {
 }
 
 /// Runs `job` (deletions, or a spare's emptying) on a thread of its own, waited for only
-/// by [`settle_deletions`].
-pub(super) fn in_background(job: impl FnOnce() + Send + 'static) {
+/// by [`settle_deletions`], then removes the trash folder `trash` if that left it empty:
+/// a run leaves no folder behind (a removal meanwhile makes it again, [`move_into`]).
+pub(super) fn in_background(trash: &Path, job: impl FnOnce() + Send + 'static) {
+    let trash = trash.to_path_buf();
     let spawned = std::thread::Builder::new()
         .name("grove-delete".to_owned())
-        .spawn(job);
+        .spawn(move || {
+            job();
+            let _ = std::fs::remove_dir(&trash);
+        });
     if let Ok(handle) = spawned {
         let mut pending = DELETIONS
             .lock()
@@ -51,17 +90,17 @@ pub(super) fn in_background(job: impl FnOnce() + Send + 'static) {
 /// Moves `path` into `trash` (as `gone-<pid>-<n>`) at once and deletes it in the
 /// background; deletes it in place when it cannot be renamed there (another filesystem).
 pub(super) fn discard_in_background(path: &Path, trash: &Path) -> Result<(), GitError> {
-    std::fs::create_dir_all(trash).map_err(|source| GitError::Io {
+    let number = next_number();
+    let moved = trash.join(format!("gone-{}-{number}", std::process::id()));
+    let moved_into = move_into(trash, path, &moved).map_err(|source| GitError::Io {
         action: "create",
         path: trash.to_path_buf(),
         source,
     })?;
-    let number = next_number();
-    let moved = trash.join(format!("gone-{}-{number}", std::process::id()));
-    match std::fs::rename(path, &moved) {
-        Ok(()) => delete_in_background(vec![moved]),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(_) => delete_in_background(vec![path.to_path_buf()]),
+    match moved_into {
+        Moved::Done => delete_in_background(trash, vec![moved]),
+        Moved::Gone => {}
+        Moved::Refused(_) => delete_in_background(trash, vec![path.to_path_buf()]),
     }
     Ok(())
 }

@@ -224,10 +224,20 @@ impl GitFixture {
             }
         }
         on_disk.sort();
+        let kept = ["runs", "base-checks", "lock", "spares"];
+        let mut in_git_dir: Vec<String> = std::fs::read_dir(self.repo.join(".git/grove"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| !kept.contains(&name.as_str()))
+            .collect();
+        in_git_dir.sort();
         Leftovers {
             branches,
             worktrees,
             on_disk,
+            in_git_dir,
         }
     }
 
@@ -299,4 +309,7 @@ pub struct Leftovers {
     pub worktrees: Vec<String>,
     /// Paths relative to the cache directory's `grove/` folder.
     pub on_disk: Vec<PathBuf>,
+    /// Entries of `.git/grove/` but the runs' records (`runs/`, `base-checks/`, the
+    /// `lock`) and the registrations kept for the next run (`spares/`).
+    pub in_git_dir: Vec<String>,
 }
