@@ -227,7 +227,7 @@ impl AheadWorktrees {
         let Some(Ok(worktree)) = self.take(id).await else {
             return;
         };
-        discard_worktree(stage, id, &worktree).await;
+        discard_worktree(stage, id, Some(&worktree)).await;
     }
 
     /// The worktree registered ahead for `id`, if there is one.
@@ -263,9 +263,12 @@ impl AheadWorktrees {
     }
 }
 
-/// Removes `worktree` and its branch, which hold nothing but the base.
-async fn discard_worktree(stage: TreeStage<'_>, id: SubtaskId, worktree: &Worktree) {
-    if let Err(error) = remove_unmounted(stage, worktree).await {
+/// Removes subtask `id`'s `worktree` (if it has one) and its branch, which hold nothing
+/// but the base.
+async fn discard_worktree(stage: TreeStage<'_>, id: SubtaskId, worktree: Option<&Worktree>) {
+    if let Some(worktree) = worktree
+        && let Err(error) = remove_unmounted(stage, worktree).await
+    {
         stage.record.note(format!(
             "{id}: could not remove its worktree at the base: {error}"
         ));
@@ -299,26 +302,12 @@ async fn clear_base_branch(stage: TreeStage<'_>, id: SubtaskId, spec: &WorktreeS
     {
         return;
     }
-    match stage.facts.repo.find_worktree(
-        &stage.facts.run,
-        id.number(),
-        stage.facts.base,
-        &spec.path,
-    ) {
-        Ok(Some(worktree)) => discard_worktree(stage, id, &worktree).await,
-        _ => {
-            if let Err(error) = stage
-                .facts
-                .repo
-                .delete_subtask_branch(&stage.facts.run, id.number())
-                .await
-            {
-                stage.record.note(format!(
-                    "{id}: could not remove its branch at the base: {error}"
-                ));
-            }
-        }
-    }
+    let worktree =
+        stage
+            .facts
+            .repo
+            .find_worktree(&stage.facts.run, id.number(), stage.facts.base, &spec.path);
+    discard_worktree(stage, id, worktree.ok().flatten().as_ref()).await;
 }
 
 /// Creates (or, on resume, recovers) subtask `id`'s worktree, its branch starting at
