@@ -15,7 +15,7 @@ use super::Repo;
 use super::error::GitError;
 use super::merge::MergeCheck;
 use super::names::{CommitId, RunId};
-use super::trailers::CommitMessage;
+use super::trailers::{CommitMessage, Trailer};
 use super::tree_diff;
 
 /// What to apply where.
@@ -147,7 +147,7 @@ impl Repo {
                     let message = CommitMessage::new(&format!(
                         "grove {run}: merge {source_branch} into {short_branch}"
                     ))
-                    .with_trailers(&[("Grove-Run", run.to_string())]);
+                    .with_trailers(&[(Trailer::Run, run.to_string())]);
                     self.commit_tree(&tree, &[tip, result], &message).await?
                 }
             }

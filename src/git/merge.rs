@@ -20,7 +20,7 @@ use super::Repo;
 use super::error::{AdvanceError, GitError};
 use super::lineage::{Fork, Lineage, MergeBase};
 use super::names::{CommitId, RunId};
-use super::trailers::CommitMessage;
+use super::trailers::{CommitMessage, Trailer};
 use super::tree_diff;
 
 /// One merge queue per process: parallel `update-ref`s of one ref lose races (measured:
@@ -155,8 +155,8 @@ impl Repo {
                 .ok_or(GitError::UnknownRevision { rev: branch })?;
             let message = CommitMessage::new(&format!("grove {run}: merge subtask {n}"))
                 .with_trailers(&[
-                    ("Grove-Run", run.to_string()),
-                    ("Grove-Subtask", n.to_string()),
+                    (Trailer::Run, run.to_string()),
+                    (Trailer::Subtask, n.to_string()),
                 ]);
             let outcome = self.merge_onto(&run.result_ref(), commit, &message).await?;
             outcomes.push((n, outcome));

@@ -14,6 +14,43 @@ use crate::text::strip_escapes;
 /// comment.
 const QUOTE_INDENT: &str = "    ";
 
+/// A trailer grove writes, whose key has one spelling: [`Trailer::key`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trailer {
+    /// The run the commit belongs to: `Grove-Run`.
+    Run,
+    /// The subtask a commit holds or merges: `Grove-Subtask`.
+    Subtask,
+    /// The reviewer's verdict: `Grove-Verdict`.
+    Verdict,
+    /// `Grove-Reviewer-Model`.
+    ReviewerModel,
+    /// `Grove-Worker-Model`.
+    WorkerModel,
+    /// The subtask's tokens: `Grove-Tokens`.
+    Tokens,
+    /// The checks that ran and their results: `Grove-Check`.
+    Check,
+    /// Who approved a change a person reviewed: `Grove-Review`.
+    Review,
+}
+
+impl Trailer {
+    /// The trailer's key as written in a message.
+    pub const fn key(self) -> &'static str {
+        match self {
+            Self::Run => "Grove-Run",
+            Self::Subtask => "Grove-Subtask",
+            Self::Verdict => "Grove-Verdict",
+            Self::ReviewerModel => "Grove-Reviewer-Model",
+            Self::WorkerModel => "Grove-Worker-Model",
+            Self::Tokens => "Grove-Tokens",
+            Self::Check => "Grove-Check",
+            Self::Review => "Grove-Review",
+        }
+    }
+}
+
 /// A commit message being written: a subject, paragraphs, then grove's trailers.
 #[derive(Debug, Clone)]
 pub struct CommitMessage {
@@ -66,7 +103,7 @@ impl CommitMessage {
 
     /// The whole message, ending in `trailers` as its last paragraph: the one place grove
     /// writes a trailer. Each value is one line of at most 200 characters.
-    pub fn with_trailers(mut self, trailers: &[(&str, String)]) -> String {
+    pub fn with_trailers(mut self, trailers: &[(Trailer, String)]) -> String {
         self.text.push('\n');
         for (key, value) in trailers {
             let value = strip_escapes(value);
@@ -78,7 +115,7 @@ impl CommitMessage {
                 .chars()
                 .take(200)
                 .collect();
-            self.text.push_str(&format!("{key}: {value}\n"));
+            self.text.push_str(&format!("{}: {value}\n", key.key()));
         }
         self.text
     }
@@ -102,18 +139,18 @@ fn trailer_block(message: &str) -> &str {
         .map_or(message, |start| &message[start + 2..])
 }
 
-/// The value of trailer `key` (`Grove-Subtask`) in `message`'s trailer block.
-pub fn trailer<'a>(message: &'a str, key: &str) -> Option<&'a str> {
+/// The value of trailer `key` in `message`'s trailer block.
+pub fn trailer(message: &str, key: Trailer) -> Option<&str> {
     trailer_block(message).lines().find_map(|line| {
         let (name, value) = line.split_once(':')?;
-        (name == key).then(|| value.trim())
+        (name == key.key()).then(|| value.trim())
     })
 }
 
 /// The subtask a merge commit of a run's result merged, from its `Grove-Subtask`
 /// trailer: `S2`, or `S4` for the bare number `4` that older rebuilds wrote.
 pub fn merged_subtask(message: &str) -> Option<String> {
-    let value = trailer(message, "Grove-Subtask")?;
+    let value = trailer(message, Trailer::Subtask)?;
     match value.parse::<u32>() {
         Ok(n) => Some(format!("S{n}")),
         Err(_) => Some(value.to_owned()),

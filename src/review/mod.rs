@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::git::trailers::CommitMessage;
+use crate::git::trailers::{CommitMessage, Trailer};
 use crate::git::{
     ApplyOutcome, ApplyRequest, ArchivedWork, CommitId, GitError, RebuildPick, RebuildStep,
     RefusalReason, Repo, RunId as GitRunId, STALE_REF_LOCK, subtask_ref,
@@ -538,11 +538,11 @@ async fn rebuild(
 fn merge_message(run: &GitRunId, subtask: &SubtaskReview) -> String {
     let label = subtask.id;
     let mut trailers = vec![
-        ("Grove-Run", run.to_string()),
-        ("Grove-Subtask", label.to_string()),
+        (Trailer::Run, run.to_string()),
+        (Trailer::Subtask, label.to_string()),
     ];
     if subtask.human_verdict == Some(VerdictKind::Approve) {
-        trailers.push(("Grove-Review", "approved by a person".to_owned()));
+        trailers.push((Trailer::Review, "approved by a person".to_owned()));
     }
     CommitMessage::new(&format!("grove {run}: merge {label}"))
         .quoted("", &crate::text::first_line(&subtask.task, 200))

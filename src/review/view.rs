@@ -6,6 +6,7 @@
 
 use serde::Serialize;
 
+use crate::git::trailers::Trailer;
 use crate::git::{Colour, CommitId, DiffStat, GitError, Repo, RunId};
 use crate::settings::options::History;
 use crate::status::SubtaskId;
@@ -228,7 +229,10 @@ pub(super) fn refusal(standing: Standing<'_>) -> Option<ReviewError> {
     } = standing;
     if applied {
         let branch = short_branch(branch);
-        let found = format!("git log --format=%H --grep='^Grove-Run: {run_id}$' {branch}");
+        let found = format!(
+            "git log --format=%H --grep='^{}: {run_id}$' {branch}",
+            Trailer::Run.key()
+        );
         let undo = match history {
             History::Squash => format!(
                 "`git revert --no-edit $({found})` reverts its commits, one per subtask, \

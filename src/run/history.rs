@@ -12,7 +12,7 @@
 
 use crate::agent::external::WorkerBackend;
 use crate::git::trailers::merged_subtask;
-use crate::git::trailers::{CommitMessage, plain_subject};
+use crate::git::trailers::{CommitMessage, Trailer, plain_subject};
 use crate::git::{AdvanceError, CommitId, Repo, RunId, SquashStep};
 use crate::run::check::failure_line;
 use crate::run::context::{AgentServices, RunFacts, RunRecord};
@@ -292,12 +292,12 @@ fn commit_message(note: &CommitNote<'_>) -> String {
         None => "none",
     };
     let mut trailers = vec![
-        ("Grove-Run", note.run.to_owned()),
-        ("Grove-Subtask", subtask.id.to_string()),
-        ("Grove-Verdict", verdict.to_owned()),
-        ("Grove-Reviewer-Model", note.reviewer_model.to_owned()),
-        ("Grove-Worker-Model", note.worker_model.to_owned()),
-        ("Grove-Tokens", subtask.ledger().total_tokens().to_string()),
+        (Trailer::Run, note.run.to_owned()),
+        (Trailer::Subtask, subtask.id.to_string()),
+        (Trailer::Verdict, verdict.to_owned()),
+        (Trailer::ReviewerModel, note.reviewer_model.to_owned()),
+        (Trailer::WorkerModel, note.worker_model.to_owned()),
+        (Trailer::Tokens, subtask.ledger().total_tokens().to_string()),
     ];
     let checks: Vec<String> = [
         note.subtask_check
@@ -311,7 +311,7 @@ fn commit_message(note: &CommitNote<'_>) -> String {
     .flatten()
     .collect();
     if !checks.is_empty() {
-        trailers.push(("Grove-Check", checks.join(", ")));
+        trailers.push((Trailer::Check, checks.join(", ")));
     }
     message.with_trailers(&trailers)
 }

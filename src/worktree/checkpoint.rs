@@ -17,11 +17,11 @@
 use super::error::CheckpointError;
 use super::handle::Worktree;
 use super::local_files;
-use crate::git::CommitId;
 use crate::git::GitError;
 use crate::git::Repo;
 use crate::git::admin_head;
-use crate::git::trailers::CommitMessage;
+use crate::git::trailers::{CommitMessage, Trailer};
+use crate::git::{CommitId, RunId};
 use crate::tools::git_pointer::{is_git_dir_name, is_git_repository};
 
 /// The entries of `git ls-files --stage -z` output (`mode hash stage\tpath\0`) of the
@@ -120,12 +120,12 @@ pub enum CommitPath {
     Cli,
 }
 
-/// The message of a checkpoint of `worktree` called `label`, however it is committed.
-pub(super) fn checkpoint_message(worktree: &Worktree, label: &str) -> String {
-    let (run, n) = (worktree.run(), worktree.subtask());
+/// The message of a checkpoint called `label` of subtask `n`'s tree, however it is
+/// committed.
+pub(super) fn checkpoint_message(run: &RunId, n: u32, label: &str) -> String {
     CommitMessage::new(&format!("grove {run}/{n}: {label}")).with_trailers(&[
-        ("Grove-Run", run.to_string()),
-        ("Grove-Subtask", n.to_string()),
+        (Trailer::Run, run.to_string()),
+        (Trailer::Subtask, n.to_string()),
     ])
 }
 
@@ -195,7 +195,7 @@ impl Repo {
                 .run()
                 .await?;
         }
-        let message = checkpoint_message(worktree, label);
+        let message = checkpoint_message(worktree.run(), worktree.subtask(), label);
         let commit = match path {
             CommitPath::Fastest => match self.commit_index_off_runtime(worktree, &message).await? {
                 InProcess::Done(commit) => commit,

@@ -68,7 +68,7 @@ impl Repo {
         if tip_tree == state {
             return Ok(None);
         }
-        let message = checkpoint_message(worktree, label);
+        let message = checkpoint_message(worktree.run(), worktree.subtask(), label);
         match self.commit_onto(&branch, state, tip, &[], &message)? {
             Some(commit) => Ok(Some(commit)),
             None => Err(failed(format!("{branch} moved while it was checkpointed"))),

@@ -28,13 +28,13 @@ use std::path::{Path, PathBuf};
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
+use super::checkpoint::checkpoint_message;
 use super::error::CheckpointError;
 use super::handle::UpperSource;
 use super::local_files;
 use crate::git::CommitId;
 use crate::git::Repo;
 use crate::git::subtask_ref;
-use crate::git::trailers::CommitMessage;
 use crate::git::tree_diff;
 use crate::git::{AdvanceError, GitError};
 use crate::tools::git_pointer::{is_git_dir_name, is_git_repository};
@@ -144,11 +144,7 @@ impl Repo {
         label: &str,
     ) -> Result<Option<CommitId>, CheckpointError> {
         let exclude_files = self.exclude_files().await?;
-        let (run, n) = (&tree.run, tree.subtask);
-        let message = CommitMessage::new(&format!("grove {run}/{n}: {label}")).with_trailers(&[
-            ("Grove-Run", run.to_string()),
-            ("Grove-Subtask", n.to_string()),
-        ]);
+        let message = checkpoint_message(&tree.run, tree.subtask, label);
         let (repo, source, label) = (self.clone(), tree.clone(), label.to_owned());
         let made = Self::blocking("checkpoint", PathBuf::from(label), move || {
             repo.checkpoint_upper_blocking(&source, &exclude_files, &message)

@@ -11,7 +11,7 @@
 //! merges the offers that follow it with its own in one batch and journals each, so that
 //! reviews ending together do not merge one at a time.
 
-use crate::git::trailers::CommitMessage;
+use crate::git::trailers::{CommitMessage, Trailer};
 use crate::git::{AdvanceError, BatchItem, CommitId, MergeOutcome, RunId};
 use crate::run::context::{RunFacts, RunRecord};
 use crate::run::id::SubtaskId;
@@ -196,8 +196,8 @@ pub(crate) fn merge_message(run: &RunId, what: &str, id: SubtaskId, brief: &str)
     CommitMessage::new(&format!("grove {run}: {what}"))
         .quoted("", &first_line(brief, 200))
         .with_trailers(&[
-            ("Grove-Run", run.to_string()),
-            ("Grove-Subtask", id.to_string()),
+            (Trailer::Run, run.to_string()),
+            (Trailer::Subtask, id.to_string()),
         ])
 }
 
