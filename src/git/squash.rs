@@ -191,7 +191,7 @@ impl Repo {
                     actual: existing.map_or_else(|| "nothing".to_owned(), |c| c.to_string()),
                 })
             }
-            Err(source) => Err(GitError::write(target_ref.to_owned(), source).into()),
+            Err(source) => Err(super::commit::ref_update_error(&repo, target_ref, source).into()),
         }
     }
 
