@@ -138,7 +138,7 @@ async fn watch_interrupts(cancel: CancellationToken) {
 /// The signals that stop a run: SIGINT (Ctrl-C), SIGTERM (`kill`, `timeout`, a service
 /// manager) and SIGHUP (the terminal went away). Left to their default, the last two
 /// would kill grove mid-step: no report, no resume command, exit 143 or 129.
-struct StopSignals {
+pub(crate) struct StopSignals {
     interrupt: Signal,
     terminate: Signal,
     hangup: Signal,
@@ -146,7 +146,7 @@ struct StopSignals {
 
 impl StopSignals {
     /// Takes the three signals over from their default action.
-    fn new() -> std::io::Result<Self> {
+    pub(crate) fn new() -> std::io::Result<Self> {
         Ok(Self {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
@@ -155,7 +155,7 @@ impl StopSignals {
     }
 
     /// The name of the next one that comes.
-    async fn next(&mut self) -> &'static str {
+    pub(crate) async fn next(&mut self) -> &'static str {
         tokio::select! {
             _ = self.interrupt.recv() => "Ctrl-C",
             _ = self.terminate.recv() => "SIGTERM",

@@ -52,7 +52,17 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
     // Removed trees are deleted in the background so that no stage waits on the disk;
     // the process waits for them before it exits, or the trash would keep what was cut
     // short until the next grove (a copy-on-write tree's own files take milliseconds, a
-    // 30,000-file checkout seconds).
-    grove::worktree::settle_deletions().await;
+    // 30,000-file checkout seconds). A stop signal ends the wait: the command is done,
+    // and the next grove's sweep deletes the rest.
+    let settled = grove::worktree::settle_deletions();
+    match drive::StopSignals::new() {
+        Ok(mut signals) => {
+            tokio::select! {
+                () = settled => {}
+                _ = signals.next() => {}
+            }
+        }
+        Err(_) => settled.await,
+    }
     code
 }

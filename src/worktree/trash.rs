@@ -105,20 +105,24 @@ pub(super) fn discard_in_background(path: &Path, trash: &Path) -> Result<(), Git
     Ok(())
 }
 
-/// Waits until every deletion this process started in the background has finished
-/// (tests and benchmarks that look at the disk; a run never needs to).
+/// Waits until every deletion this process started in the background has finished (the
+/// binary before it exits, tests and benchmarks that look at the disk). Polled, not
+/// joined on a blocking thread: dropping the wait (a Ctrl-C) leaves nothing for the
+/// runtime's shutdown to wait on, and what is left the next grove's sweep finishes.
 pub async fn settle_deletions() {
-    let pending = std::mem::take(
-        &mut *DELETIONS
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    );
-    let _ = tokio::task::spawn_blocking(move || {
-        for handle in pending {
-            let _ = handle.join();
+    loop {
+        let settled = {
+            let mut pending = DELETIONS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            pending.retain(|handle| !handle.is_finished());
+            pending.is_empty()
+        };
+        if settled {
+            return;
         }
-    })
-    .await;
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
 }
 
 /// True unless process `pid` is known to be gone (`ESRCH`); this process is alive.
