@@ -357,9 +357,29 @@ impl GitCall<'_> {
         cmd
     }
 
+    /// Starts git; again, after a moment, while its program is busy (ETXTBSY). That is a
+    /// script just written (a wrapper named by `GitOptions::program`) whose writing fd a
+    /// child forked meanwhile by another thread still holds until it execs; it passes
+    /// within milliseconds. Retried 5 times, 10 to 50 ms apart.
+    async fn spawn(&self) -> std::io::Result<tokio::process::Child> {
+        let mut attempt = 0;
+        loop {
+            match self.command().spawn() {
+                Err(error) if error.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    attempt += 1;
+                    if attempt > 5 {
+                        return Err(error);
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(10 * attempt)).await;
+                }
+                spawned => return spawned,
+            }
+        }
+    }
+
     async fn run_once(&self) -> Result<GitOutput, GitError> {
         let op = self.op_name();
-        let mut child = self.command().spawn().map_err(|source| GitError::Spawn {
+        let mut child = self.spawn().await.map_err(|source| GitError::Spawn {
             op: op.clone(),
             dir: self.cwd.clone(),
             source,
