@@ -15,7 +15,7 @@
 //!   never the agents').
 //!
 //! [`RunContext`] composes the four. It is held by the orchestrators (`start`, the
-//! lead, `schedule`'s caller [`Subtasks`](crate::run::subtask::Subtasks),
+//! lead, `schedule`'s caller `Subtasks` (in the subtask module),
 //! `pipeline::judged`, `finish`), by what outlives a call (an agent's observer, the
 //! lead's news, the background base check and worktree cleanup) and by the stages that
 //! run an agent (work, review); every other stage function takes only its parts.
