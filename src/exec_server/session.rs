@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 use crate::git::{CommitId, GitOptions, Repo, RunId};
 use crate::remote::protocol::{Call, Ended, OpenTree, Reply, SandboxSpec};
 use crate::tools::exec::{CommandExecutor, ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
-use crate::tools::sandbox::{self, CommandHost, SandboxMode, SandboxPolicy, SandboxedExecutor};
+use crate::tools::sandbox::{
+    self, CommandHost, ProjectView, SandboxMode, SandboxPolicy, SandboxedExecutor,
+};
 use crate::tools::{
     LocalExecutor, Registry, ToolContext, ToolError, ToolSet, WriteScope, builtin_with_executor,
 };
@@ -180,6 +182,7 @@ impl Session {
         let executor = executor(
             &call.sandbox,
             &[repo.common_dir().join("grove"), mirrors.trees()],
+            repo.common_dir(),
         )?;
         let mut registry = builtin_with_executor(ToolSet::Worker, Arc::clone(&executor));
         if let Some(globs) = call.scope
@@ -365,8 +368,13 @@ async fn lock_refs(repo: &Repo) -> Result<nix::fcntl::Flock<std::fs::File>, Stri
 }
 
 /// The executor of the tree's commands: the client's sandbox choice, applied here, its
-/// commands unable to see `hidden` (the mirrors' grove data, the other trees).
-fn executor(spec: &SandboxSpec, hidden: &[PathBuf]) -> Result<Arc<dyn CommandExecutor>, String> {
+/// commands unable to see `hidden` (the mirrors' grove data, the other trees), their git
+/// reading the mirror's data at `common_dir` as grove registered the tree there.
+fn executor(
+    spec: &SandboxSpec,
+    hidden: &[PathBuf],
+    common_dir: &Path,
+) -> Result<Arc<dyn CommandExecutor>, String> {
     let mode: SandboxMode = spec.mode.parse()?;
     let env = crate::tools::exec::scrub_env(std::env::vars_os());
     if mode == SandboxMode::Off {
@@ -386,7 +394,14 @@ fn executor(spec: &SandboxSpec, hidden: &[PathBuf]) -> Result<Arc<dyn CommandExe
         max_memory_bytes: spec.max_memory_bytes,
         max_worktree_bytes: spec.max_worktree_bytes,
     };
+    let project = ProjectView {
+        checkout: None,
+        common_dir: Some(common_dir.to_path_buf()),
+        share: Vec::new(),
+    };
     Ok(Arc::new(
-        SandboxedExecutor::new(policy, env).hiding(hidden, &[]),
+        SandboxedExecutor::new(policy, env)
+            .hiding(hidden, &[])
+            .project(project),
     ))
 }

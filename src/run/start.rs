@@ -494,9 +494,17 @@ fn command_executor(
     );
     hidden.extend(deny);
     let shares = options.worktree_setup.share.clone().unwrap_or_default();
+    // The environments grove's own commands run by path are granted to every command.
+    let configured: Vec<String> = options
+        .check
+        .iter()
+        .map(|check| check.command.clone())
+        .chain(options.worktree_setup.setup.clone())
+        .collect();
     let executor = SandboxedExecutor::new(policy, env)
         .hiding(&hidden, &allow)
-        .project(sandbox_view::project_view(repo, &shares));
+        .project(sandbox_view::project_view(repo, &shares))
+        .commands(&configured);
     Ok(Arc::new(executor))
 }
 

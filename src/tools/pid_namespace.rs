@@ -37,7 +37,7 @@ type Failure = (&'static str, Errno);
 /// The caller must already have the parent-death signal set (it is the keeper's), and
 /// must hold `CAP_SYS_ADMIN` in its user namespace.
 #[allow(unsafe_code)]
-pub(crate) fn enter() -> Result<(), Failure> {
+pub(crate) fn enter(proc_at: &std::ffi::CStr) -> Result<(), Failure> {
     unshare(CloneFlags::CLONE_NEWPID).map_err(|errno| ("entering a pid namespace", errno))?;
     let mut status_pipe = [0 as libc::c_int; 2];
     // SAFETY: pipe2 fills the array on the stack.
@@ -57,7 +57,7 @@ pub(crate) fn enter() -> Result<(), Failure> {
             // SAFETY: descriptors this function opened.
             unsafe { libc::close(read_end) };
             die_with(keeper);
-            mount_own_proc();
+            mount_own_proc(proc_at);
             let init = watch_self()?;
             match fork() {
                 Err(errno) => Err(("starting the command in its pid namespace", errno)),
@@ -217,13 +217,13 @@ fn die_with(parent: libc::c_int) {
 /// effort: where the kernel refuses it (a container that masks parts of its `/proc`)
 /// the command sees the host's, as without a pid namespace.
 #[allow(unsafe_code)]
-fn mount_own_proc() {
-    // SAFETY: mount(2) on static C strings; it must happen in a process of the new pid
-    // namespace, which the mount then belongs to.
+fn mount_own_proc(at: &std::ffi::CStr) {
+    // SAFETY: mount(2) on C strings made before the fork; it must happen in a process of
+    // the new pid namespace, which the mount then belongs to.
     unsafe {
         libc::mount(
             c"proc".as_ptr(),
-            c"/proc".as_ptr(),
+            at.as_ptr(),
             c"proc".as_ptr(),
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             std::ptr::null(),

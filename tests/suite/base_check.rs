@@ -95,9 +95,9 @@ async fn a_check_that_cannot_pass_on_the_base_stops_the_run_before_any_worker_sp
     for words in [
         "the check fails on the base commit",
         "No worker was started",
-        &format!("Permission denied: '{}", venv.display()),
+        &format!("{}/bin/python: No such file or directory", venv.display()),
         &format!(
-            "Likely cause: a path the sandbox denied: `{}",
+            "Likely cause: a path that exists here but not in the sandbox's view: `{}",
             venv.display()
         ),
         "list it in `[worktree] share = [\".venv\"]`",

@@ -37,6 +37,7 @@ mod run_state;
 pub(crate) mod sandbox;
 mod sandbox_config;
 mod sandbox_services;
+mod sandbox_view;
 mod scopes;
 mod tools;
 mod trust;

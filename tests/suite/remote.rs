@@ -533,7 +533,9 @@ async fn a_remote_trees_commands_see_no_other_tree_on_the_host_but_the_mirrors_g
         &[("a", format!("env GROVE_REMOTE_HOME={}", home.display()))],
     );
     let probe: &'static str = format!(
-        "ls {0}/trees/*; echo TREES=$?; ls {0}/mirrors/*/.git; echo MIRRORS=$?; echo probed > p.txt",
+        "echo TREES=$(ls {0}/trees | wc -l); ls {0}/mirrors; echo MIRRORS=$?; \
+         ls \"$(git rev-parse --git-common-dir)/objects\" > /dev/null; echo GIT=$?; \
+         echo probed > p.txt",
         home.display()
     )
     .leak();
@@ -548,13 +550,14 @@ async fn a_remote_trees_commands_see_no_other_tree_on_the_host_but_the_mirrors_g
         .map(|(_, content)| content)
         .collect();
     assert!(
-        seen.contains("TREES=2"),
-        "the host's trees (the others' files) are not there for the tree's commands: {seen}"
+        seen.contains("TREES=1\n") && seen.contains("MIRRORS=2\n"),
+        "the host's other trees and its mirrors' folder do not exist for the tree's \
+         commands (its trees' folder holds its own alone): {seen}"
     );
     assert!(
-        seen.contains("MIRRORS=0"),
-        "the mirror's git data is, as the repository's is to a local worker (the tree's own \
-         git needs it): {seen}"
+        seen.contains("GIT=0\n"),
+        "the mirror's git data is there, through the tree's own git, as the repository's \
+         is to a local worker: {seen}"
     );
 }
 

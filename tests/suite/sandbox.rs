@@ -180,9 +180,10 @@ async fn bash_cannot_write_outside_the_worktree_by_any_path() {
         format!("ln -s {outside}/target.txt soft && echo pwned >> soft"),
         format!("ln -s {outside} dirlink && echo pwned > dirlink/via-link.txt"),
         format!("truncate -s 0 {outside}/target.txt"),
-        format!("rm -f {outside}/target.txt"),
+        format!("rm {outside}/target.txt"),
         "echo pwned > \"$HOME/planted\"".to_owned(),
-        "echo pwned > /tmp/grove-sandbox-escape".to_owned(),
+        "echo pwned > /etc/planted".to_owned(),
+        "echo pwned > /planted".to_owned(),
     ];
     for attempt in &attempts {
         let output = scene.bash(&tools, attempt, 10).await;
@@ -197,9 +198,21 @@ async fn bash_cannot_write_outside_the_worktree_by_any_path() {
         before,
         "no write, link, move or removal reaches outside the worktree"
     );
-    assert!(
-        !scene.home.join("planted").exists() && !Path::new("/tmp/grove-sandbox-escape").exists(),
-        "nothing is planted in the home or the shared /tmp"
+    let private_tmp = scene
+        .bash(
+            &tools,
+            "echo pwned > /tmp/grove-sandbox-escape && echo written",
+            10,
+        )
+        .await;
+    assert_eq!(
+        (
+            private_tmp.content,
+            scene.home.join("planted").exists(),
+            Path::new("/tmp/grove-sandbox-escape").exists()
+        ),
+        ("written\n[exit code: 0]\n".to_owned(), false, false),
+        "nothing is planted in the home; /tmp is the command's own, never the host's"
     );
     assert_eq!(
         std::fs::read_to_string(scene.worktree.join("src/lib.rs")).unwrap(),
@@ -222,12 +235,18 @@ async fn bash_cannot_write_outside_the_worktree_by_any_path() {
         "the worktree, the private TMPDIR and /dev/null stay writable"
     );
     let next = scene
-        .bash(&tools, "mkdir \"$TMPDIR/d\" && ls -A \"$TMPDIR\"", 10)
+        .bash(
+            &tools,
+            "ls \"$TMPDIR/scratch\" /tmp/grove-sandbox-escape 2>&1 | wc -l; \
+             test \"$TMPDIR\" = /tmp && echo tmp-is-private",
+            10,
+        )
         .await;
     assert_eq!(
         (next.is_error, next.content),
-        (false, "d\n[exit code: 0]\n".to_owned()),
-        "the next command finds the private TMPDIR emptied of what the last one left"
+        (false, "2\ntmp-is-private\n[exit code: 0]\n".to_owned()),
+        "the next command finds its private /tmp (its TMPDIR) emptied of what the last \
+         one left"
     );
 }
 
@@ -716,7 +735,8 @@ async fn a_prompt_injected_worker_can_neither_read_nor_send_the_users_key() {
             "bash",
             json!({ "command": format!(
                 "cat {repo}/.env; ls {repo}/.git/grove/runs; \
-                 cat {repo}/.git/config > /dev/null && echo git-data-readable",
+                 common=$(git rev-parse --git-common-dir); ls -A $common/grove; \
+                 cat $common/config > /dev/null && echo git-data-readable",
                 repo = repo.display()
             ) }),
         ),
@@ -743,15 +763,20 @@ async fn a_prompt_injected_worker_can_neither_read_nor_send_the_users_key() {
         10,
         "the worker made every call: {results:#?}"
     );
-    assert!(
-        results[8].matches("Permission denied").count() == 2
-            && results[8].contains("git-data-readable"),
-        "the user's work tree and the run store are hidden, the git data is not: {}",
-        results[8]
+    assert_eq!(
+        results[8],
+        format!(
+            "cat: {repo}/.env: No such file or directory\n\
+             ls: cannot access '{repo}/.git/grove/runs': Not a directory\n\
+             git-data-readable\n[exit code: 0]\n",
+            repo = repo.display()
+        ),
+        "the user's work tree path shows the worktree (no `.env`), the run store is an \
+         empty directory, and the git data is readable"
     );
     assert!(
-        results[1].starts_with("alpha\n") && results[1].contains("Permission denied"),
-        "bash ran, and reading the key was denied: {}",
+        results[1].starts_with("alpha\n") && results[1].contains("No such file or directory"),
+        "bash ran, and the key does not exist for it: {}",
         results[1]
     );
     assert!(
@@ -793,7 +818,8 @@ async fn a_planted_git_pointer_is_restored_and_never_runs_on_the_host() {
          cp .fake/hooks/pre-commit .fake/hooks/post-commit && \
          chmod +x .fake/hooks/* && \
          printf '[core]\\n\\tfsmonitor = touch {marker}\\n' >> .fake/config && \
-         printf 'gitdir: %s/.fake\\n' \"$PWD\" > .git && \
+         {{ {{ printf 'gitdir: %s/.fake\\n' \"$PWD\" > .git; }} 2>/dev/null || echo refused; }} && \
+         {{ mv .git .git-moved 2>/dev/null || echo refused; }} && \
          echo ALPHA > src/a.txt && echo planted",
         marker = marker.display()
     );
@@ -810,10 +836,9 @@ async fn a_planted_git_pointer_is_restored_and_never_runs_on_the_host() {
     server.assert_no_violations();
 
     let results = worker_results(&server);
-    assert!(
-        results[0].contains("planted") && results[0].contains("grove restored it"),
-        "the command ran, and the model is told its pointer change was undone: {}",
-        results[0]
+    assert_eq!(
+        results[0], "refused\nrefused\nplanted\n[exit code: 0]\n",
+        "the command ran, and its view's `.git` pointer could be neither rewritten nor moved"
     );
     assert!(
         !marker.exists(),
@@ -1030,7 +1055,7 @@ async fn sandboxed_git_works_for_a_user_with_a_gitconfig() {
 }
 
 /// A repository with a linked worktree per subtask (`grove/r/<n>`), as a run has them.
-fn repository_with_worktrees(config_extra: &str) -> (GitFixture, Vec<PathBuf>) {
+pub(crate) fn repository_with_worktrees(config_extra: &str) -> (GitFixture, Vec<PathBuf>) {
     let fixture = GitFixture::with_files(&[("src/a.txt", "alpha\n")]);
     let config = fixture.repo.join(".git/config");
     let mut text = std::fs::read_to_string(&config).unwrap();
@@ -1368,10 +1393,14 @@ async fn a_worker_writes_its_own_worktree_in_the_cache_and_cannot_read_another()
         results[0]
     );
     assert_eq!(
-        results[1].matches("Permission denied").count(),
-        3,
-        "another worktree, the run's folder and the repository's folder are hidden: {}",
-        results[1]
+        results[1],
+        format!(
+            "cat: ../../20260101-000000-0000/1/unreviewed.txt: No such file or directory\n\
+             1\n{}\n[exit code: 0]\n",
+            report.run_id
+        ),
+        "another run's worktree does not exist for the command: its run's folder holds \
+         its own worktree alone, the repository's folder its own run alone"
     );
     assert!(!results[1].contains(SECRET), "{}", results[1]);
     assert_eq!(

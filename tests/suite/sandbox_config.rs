@@ -98,13 +98,14 @@ async fn an_allow_read_of_a_secret_store_is_allowed_loudly_and_journaled() {
 }
 
 /// What a worker's `cat` of each of `paths` (in its home) printed in a run with `config`
-/// committed: one line per path, its content or `denied`.
+/// committed: one line per path, its content or `denied` (nothing read).
 async fn reads_in_a_run(config: &str, paths: &[&str]) -> Vec<String> {
     let fixture =
         GitFixture::with_files(&[("README", "the project\n"), (".grove/config.toml", config)]);
     let home = fixture.home();
     for (path, content) in [
         ("private/notes.txt", "PRIVATE-NOTES"),
+        ("private/open.txt", "OPEN"),
         (".aws/config", "AWS-CONFIG"),
         (".aws/credentials", "AWS-SECRET-KEY"),
         ("public.txt", "PUBLIC"),
@@ -115,7 +116,8 @@ async fn reads_in_a_run(config: &str, paths: &[&str]) -> Vec<String> {
     // It leaves a file, so that its subtask has work to merge.
     let command: String = paths
         .iter()
-        .map(|path| format!("cat ~/{path} 2>/dev/null || echo denied; "))
+        // A covered file may show as an empty one: no content is as good as none.
+        .map(|path| format!("cat ~/{path} 2>/dev/null | grep . || echo denied; "))
         .chain(["echo looked > looked.txt".to_owned()])
         .collect();
     let server = FakeServer::with_responder(move |request| match who(request) {
@@ -154,13 +156,15 @@ async fn deny_read_hides_a_path_and_allow_read_opens_one_while_a_command_runs() 
     }
     let paths = [
         "private/notes.txt",
+        "private/open.txt",
         ".aws/config",
         ".aws/credentials",
         "public.txt",
     ];
     let by_default = reads_in_a_run("", &paths).await;
     let configured = reads_in_a_run(
-        "[sandbox]\ndeny_read = [\"~/private\"]\nallow_read = [\"~/.aws/config\"]\n",
+        "[sandbox]\nallow_read = [\"~/private\", \"~/.aws/config\"]\n\
+         deny_read = [\"~/private/notes.txt\"]\n",
         &paths,
     )
     .await;
@@ -168,15 +172,15 @@ async fn deny_read_hides_a_path_and_allow_read_opens_one_while_a_command_runs() 
     assert_eq!(
         (by_default, configured),
         (
-            ["PRIVATE-NOTES", "denied", "denied", "PUBLIC"]
+            ["denied", "denied", "denied", "denied", "denied"]
                 .map(str::to_owned)
                 .to_vec(),
-            ["denied", "AWS-CONFIG", "denied", "PUBLIC"]
+            ["denied", "OPEN", "AWS-CONFIG", "denied", "denied"]
                 .map(str::to_owned)
                 .to_vec(),
         ),
-        "by default a home directory is readable and ~/.aws hidden; `deny_read` hides \
-         ~/private from the running command, `allow_read` opens ~/.aws/config alone (its \
-         neighbour, the credentials, stays hidden)"
+        "by default nothing of a home exists for a command; `allow_read` opens ~/private \
+         and ~/.aws/config alone (its neighbour, the credentials, stays out), and \
+         `deny_read` hides ~/private/notes.txt beneath that grant"
     );
 }

@@ -224,15 +224,16 @@ async fn host_unix_sockets_are_out_of_reach_and_the_commands_own_work() {
         lines,
         vec![
             "ssh-add=2".to_owned(),
-            format!("{} refused: ConnectionRefusedError", agent_socket.display()),
-            format!("{} refused: ConnectionRefusedError", service_path.display()),
+            format!("{} refused: FileNotFoundError", agent_socket.display()),
+            format!("{} refused: FileNotFoundError", service_path.display()),
             format!("@{abstract_name} refused: ConnectionRefusedError"),
             "own socket: ping".to_owned(),
             "socketpair: pair".to_owned(),
             "env-agent=none".to_owned(),
         ],
-        "the user's ssh-agent, a service's socket and an abstract socket are out of reach \
-         (and SSH_AUTH_SOCK is not passed); the command's own socket and socketpair work"
+        "the user's ssh-agent and a service's socket do not exist for the command, an \
+         abstract socket is out of reach (and SSH_AUTH_SOCK is not passed); the command's \
+         own socket and socketpair work"
     );
     assert_eq!(
         (
@@ -345,12 +346,12 @@ async fn a_host_socket_bound_by_a_relative_path_is_out_of_reach_too() {
         (
             ExecOutcome::Exited(0),
             format!(
-                "{} refused: ConnectionRefusedError\nown socket: ping\nsocketpair: pair\n",
+                "{} refused: FileNotFoundError\nown socket: ping\nsocketpair: pair\n",
                 socket.display()
             ),
             "no connection\n".to_owned()
         ),
-        "a host socket bound by a relative path is covered like any other (the service \
-         saw no connection); the command's own relative socket still works"
+        "a host socket bound by a relative path is out of reach like any other (the \
+         service saw no connection); the command's own relative socket still works"
     );
 }

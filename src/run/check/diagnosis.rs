@@ -35,6 +35,8 @@ pub(crate) struct SandboxFacts {
 pub(crate) enum Cause {
     /// A path the sandbox hides or keeps read-only, with the advice for it.
     Denied { path: String, advice: String },
+    /// A path that exists on this machine but not in the command's view.
+    Absent { path: String, advice: String },
     /// A module (Python, Node) or crate the check's program could not find.
     ModuleNotFound { module: String },
     /// A program the shell could not find.
@@ -49,6 +51,10 @@ impl std::fmt::Display for Cause {
             Self::Denied { path, advice } => {
                 write!(f, "a path the sandbox denied: `{path}`; {advice}")
             }
+            Self::Absent { path, advice } => write!(
+                f,
+                "a path that exists here but not in the sandbox's view: `{path}`; {advice}"
+            ),
             Self::ModuleNotFound { module } => write!(
                 f,
                 "a module not found: `{module}`. Commands see your checkout's ignored files \
@@ -79,6 +85,15 @@ static PERMISSION_DENIED: LazyLock<Regex> = LazyLock::new(|| {
     // denied, open '/x'`.
     Regex::new(
         r#"(?:\[Errno (?:13|30)\] [A-Za-z -]+: '([^']+)'|(/[^\s:'"]+): (?:Permission denied|Read-only file system)|(?:EACCES|EROFS): [a-z -]+, \w+ '([^']+)')"#,
+    )
+    .unwrap_or_else(|_| unreachable!("a fixed pattern"))
+});
+
+static NOT_FOUND: LazyLock<Regex> = LazyLock::new(|| {
+    // `bash: line 1: /x: No such file or directory`, `FileNotFoundError: [Errno 2] No
+    // such file or directory: '/x'`, `ENOENT: no such file or directory, open '/x'`.
+    Regex::new(
+        r#"(?:\[Errno 2\] No such file or directory: '(/[^']+)'|(/[^\s:'"]+): No such file or directory|ENOENT: no such file or directory, \w+ '(/[^']+)')"#,
     )
     .unwrap_or_else(|_| unreachable!("a fixed pattern"))
 });
@@ -119,6 +134,16 @@ pub(crate) fn diagnose(tail: &str, facts: &SandboxFacts) -> Option<Cause> {
     {
         let advice = denied_advice(Path::new(&path), facts);
         return Some(Cause::Denied { path, advice });
+    }
+    // Missing for the command, there for grove: the view does not show it.
+    if let Some(path) = NOT_FOUND
+        .captures_iter(tail)
+        .filter_map(|found| found.iter().skip(1).flatten().next())
+        .map(|path| path.as_str().to_owned())
+        .find(|path| std::fs::symlink_metadata(path).is_ok())
+    {
+        let advice = absent_advice(Path::new(&path), facts);
+        return Some(Cause::Absent { path, advice });
     }
     if let Some(module) = MODULE_NOT_FOUND
         .captures_iter(tail)
@@ -196,6 +221,32 @@ fn denied_advice(path: &Path, facts: &SandboxFacts) -> String {
     "commands write only in their worktree and its TMPDIR; point the tool's cache or \
      output there (for example `XDG_CACHE_HOME=$TMPDIR`)"
         .to_owned()
+}
+
+/// What to change for a `path` the command's view does not show.
+fn absent_advice(path: &Path, facts: &SandboxFacts) -> String {
+    if let Some(checkout) = &facts.checkout
+        && let Ok(inside) = path.strip_prefix(checkout)
+    {
+        let top = inside
+            .components()
+            .next()
+            .map(|part| part.as_os_str().to_string_lossy().into_owned())
+            .unwrap_or_default();
+        return format!(
+            "it is in your checkout ({}), whose path shows commands their worktree,              without your checkout's ignored files (its `.env` files hold keys): if `{top}`              holds the project's environment, list it in `[worktree] share = [\"{top}\"]`",
+            checkout.display()
+        );
+    }
+    if let Some(denied) = facts.denied.iter().find(|denied| path.starts_with(denied)) {
+        return format!("`{}` is in `[sandbox] deny_read`", denied.display());
+    }
+    format!(
+        "commands see only what they are granted (the system, their worktree, the \
+         toolchains and environments grove finds: docs/sandbox.md); `[sandbox] allow_read \
+         = [\"{}\"]` in your own ~/.config/grove/config.toml grants it",
+        path.display()
+    )
 }
 
 fn shared_advice(share: &str) -> String {
@@ -284,6 +335,29 @@ mod tests {
             Some(Cause::Network {
                 evidence: "Temporary failure in name resolution".into()
             })
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("venv/bin/python");
+        std::fs::create_dir_all(elsewhere.parent().unwrap()).unwrap();
+        std::fs::write(&elsewhere, "").unwrap();
+        assert_eq!(
+            diagnose(
+                &format!(
+                    "/bin/bash: line 1: {0}: No such file or directory\n\
+                     /bin/bash: line 1: /no/such/thing: No such file or directory",
+                    elsewhere.display()
+                ),
+                &facts()
+            )
+            .map(|cause| cause.to_string()),
+            Some(format!(
+                "a path that exists here but not in the sandbox's view: `{0}`; commands \
+                 see only what they are granted (the system, their worktree, the \
+                 toolchains and environments grove finds: docs/sandbox.md); `[sandbox] \
+                 allow_read = [\"{0}\"]` in your own ~/.config/grove/config.toml grants it",
+                elsewhere.display()
+            )),
+            "a missing path that exists for grove is the view's doing, and the key is named"
         );
         assert_eq!(
             diagnose("FAILED test_a.py::test_x - assert 1 == 2", &facts()),

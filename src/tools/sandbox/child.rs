@@ -24,6 +24,7 @@ use nix::sys::resource::{Resource, getrlimit, setrlimit};
 use nix::sys::stat::Mode;
 use seccompiler::BpfProgram;
 
+use super::view::ViewPlan;
 use super::{REFUSED_EXIT_CODE, REFUSED_PREFIX, SandboxPolicy};
 use crate::tools::tree::namespace::Entry;
 
@@ -40,27 +41,8 @@ pub(super) enum NetworkPlan {
     Refused,
 }
 
-/// A directory of the project's environment bound read-only into the tree.
-#[derive(Debug)]
-pub(super) struct ReadOnlyBind {
-    pub source: CString,
-    pub target: CString,
-    /// The flags of the remount that makes the bind read-only: the source mount's own
-    /// (`nosuid`, `nodev`, … stay locked in a user namespace and must be repeated).
-    pub remount_flags: libc::c_ulong,
-}
-
-/// The mounts one worktree's commands see, prepared once per worktree.
-#[derive(Debug, Default)]
-pub(super) struct MountPlan {
-    /// Sanitized copies bound over the files they stand for. Best effort: a target that
-    /// stays as it is stays hidden by the Landlock rules.
-    pub copies: Vec<(CString, CString)>,
-    /// The project's shared directories (`[worktree] share`), bound read-only.
-    pub shared: Vec<ReadOnlyBind>,
-}
-
-/// Host sockets one command must not reach, each covered by an empty file.
+/// Host sockets one command must not reach, each covered by an empty file: those its
+/// view shows (by their paths there), or all of them without a view.
 #[derive(Debug, Default)]
 pub(super) struct SocketCovers {
     /// The empty, read-only file bound over each socket.
@@ -68,20 +50,26 @@ pub(super) struct SocketCovers {
     pub sockets: Vec<CString>,
 }
 
-/// The read grant of a command's own `/proc`, added in the child: the mount is made
-/// there, after the ruleset was built, and Landlock grants by inode.
-pub(super) struct ProcGrant {
+/// The Landlock grants of what the command's own process mounts (its `/proc`, its
+/// view's root, `/dev/shm` and `/dev/pts`), added in the child: those exist only there,
+/// after the ruleset was built, and Landlock grants by inode.
+pub(super) struct ChildGrants {
     /// The command's filesystem ruleset. The kernel object is shared with every command
-    /// of the worktree: each one's rule names its own mount, which no other can reach.
+    /// of the worktree: each one's rules name its own mounts, which no other can reach.
     pub ruleset: OwnedFd,
-    pub access: u64,
+    /// Reading files and directories.
+    pub read: u64,
+    /// Listing directories alone.
+    pub list: u64,
+    /// Everything a writable directory allows.
+    pub write: u64,
 }
 
 /// What one command's process does between `fork` and `exec`.
 pub(super) struct ChildSteps {
     pub cgroup_procs: Vec<OwnedFd>,
     pub filesystem: Option<RulesetCreated>,
-    pub own_proc: Option<ProcGrant>,
+    pub own_mounts: Option<ChildGrants>,
     pub scopes: Option<RulesetCreated>,
     pub filter: Arc<BpfProgram>,
     pub policy: SandboxPolicy,
@@ -90,7 +78,13 @@ pub(super) struct ChildSteps {
     pub gid_map: Vec<u8>,
     /// Whether grove runs as root: namespaces then need no user namespace.
     pub root: bool,
-    pub mounts: Arc<MountPlan>,
+    /// The file system the command sees; `None` without namespaces (`--sandbox
+    /// no-loopback`), where Landlock alone draws the line.
+    pub view: Option<Arc<ViewPlan>>,
+    /// The command's working directory, entered again in its view.
+    pub cwd: Option<CString>,
+    /// Whether this process built its view (set in the child).
+    pub view_built: bool,
     pub covers: SocketCovers,
     /// The copy-on-write tree's namespaces to join instead of a user namespace of its own.
     pub join: Option<Entry>,
@@ -134,9 +128,10 @@ impl ChildSteps {
         self
     }
 
-    /// The same steps, covering `covers` too.
-    pub(super) fn covering(mut self, covers: SocketCovers) -> Self {
+    /// The same steps, covering `covers` too, starting in `cwd`.
+    pub(super) fn covering(mut self, covers: SocketCovers, cwd: Option<CString>) -> Self {
         self.covers = covers;
+        self.cwd = cwd;
         self
     }
 
@@ -183,12 +178,10 @@ impl ChildSteps {
         // Last before the restrictions: the keeper and the init stay outside them, and
         // run nothing but their waits.
         if can_mount {
-            match crate::tools::pid_namespace::enter() {
-                Ok(()) => {
-                    if let Err(errno) = self.own_proc.as_ref().map_or(Ok(()), ProcGrant::add) {
-                        refuse("granting the command's own /proc", errno);
-                    }
-                }
+            let view = self.view.as_deref().filter(|_| self.view_built);
+            let proc_at = view.map_or(c"/proc", |view| view.proc_at.as_c_str());
+            match crate::tools::pid_namespace::enter(proc_at) {
+                Ok(()) => self.enter_view(view),
                 Err((step, errno)) if required => refuse(step, errno),
                 Err(_) => {}
             }
@@ -220,13 +213,66 @@ impl ChildSteps {
             && write_proc_file(c"/proc/self/gid_map", &self.gid_map)
     }
 
-    /// Builds the command's own mount view: the sanitized copies (best effort), the
-    /// shared directories read-only, and an empty file over every host socket. In a
-    /// mount namespace of this process's own (entered here unless joining a tree made
-    /// one), so nothing outside sees it. [`Requirement::Required`]: a failure refuses the
-    /// command.
+    /// In the command's process (pid 2 of its namespace): pivots into the view built and
+    /// grants what it mounted itself.
+    fn enter_view(&self, view: Option<&ViewPlan>) {
+        if let (Some(view), Some(cwd)) = (view, self.cwd.as_deref())
+            && let Err((step, errno)) = super::mount_ops::pivot(view, cwd)
+        {
+            refuse(step, errno);
+        }
+        let Some(grants) = &self.own_mounts else {
+            return;
+        };
+        if let Err(errno) = grants.add(c"/proc", grants.read) {
+            refuse("granting the command's own /proc", errno);
+        }
+        if view.is_some() {
+            if let Err(errno) = grants.add(c"/", grants.list) {
+                refuse("granting the command's view", errno);
+            }
+            // Left out where the kernel refused to mount them.
+            let _ = grants.add(c"/dev/shm", grants.write);
+            let _ = grants.add(c"/dev/pts", grants.read | grants.write);
+        }
+    }
+
+    /// Binds the empty file over every host socket listed (where the view is built, when
+    /// there is one); a socket gone meanwhile needs no cover.
     #[allow(unsafe_code)]
-    fn build_mount_view(&self, mounts: MountNamespace, requirement: Requirement) {
+    fn cover_sockets(&self) {
+        let Some(empty) = &self.covers.empty_file else {
+            return;
+        };
+        let required = self.network != NetworkPlan::Refused;
+        let none = std::ptr::null();
+        for socket in &self.covers.sockets {
+            // SAFETY: mount(2) on C strings built before the fork.
+            let done = unsafe {
+                libc::mount(
+                    empty.as_ptr(),
+                    socket.as_ptr(),
+                    none,
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                )
+            };
+            match Errno::result(done) {
+                // Gone since grove listed it, or not reachable by that path (in the view,
+                // beneath a path it does not show): nothing to cover.
+                Ok(_) | Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => {}
+                Err(errno) if required => refuse("covering a host socket", errno),
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Enters a mount and an IPC namespace of this process's own (the mount namespace
+    /// unless joining a tree made one), and builds its view beneath the staging
+    /// directory, so nothing outside sees it. [`Requirement::Required`]: a failure
+    /// refuses the command.
+    #[allow(unsafe_code)]
+    fn build_mount_view(&mut self, mounts: MountNamespace, requirement: Requirement) {
         let required = requirement == Requirement::Required;
         if mounts == MountNamespace::Grove
             && let Err(errno) = unshare(CloneFlags::CLONE_NEWNS)
@@ -236,45 +282,37 @@ impl ChildSteps {
             }
             return;
         }
-        let none = std::ptr::null();
-        // SAFETY: mount(2) on C strings built before the fork; no allocation.
-        let mount = |source: *const libc::c_char,
-                     target: &CStr,
-                     flags: libc::c_ulong|
-         -> Result<(), Errno> {
-            let done =
-                unsafe { libc::mount(source, target.as_ptr(), none, flags, std::ptr::null()) };
-            Errno::result(done).map(drop)
-        };
+        // Shared memory and message queues of its own: none of the host's, none of
+        // another tree's, and none that outlives it.
+        if let Err(errno) = unshare(CloneFlags::CLONE_NEWIPC)
+            && required
+        {
+            refuse("entering an IPC namespace", errno);
+        }
         // Private: the mounts must not propagate back to grove's namespace.
-        if let Err(errno) = mount(none, c"/", libc::MS_REC | libc::MS_PRIVATE)
+        // SAFETY: mount(2) on a static C string.
+        let private = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            )
+        };
+        if let Err(errno) = Errno::result(private)
             && required
         {
             refuse("making the command's mounts private", errno);
         }
-        for (source, target) in &self.mounts.copies {
-            let _ = mount(source.as_ptr(), target, libc::MS_BIND);
-        }
-        for bind in &self.mounts.shared {
-            // A share whose bind fails is missing (the command reads an empty directory);
-            // one bound but left writable would write the user's copy: refused.
-            if mount(bind.source.as_ptr(), &bind.target, libc::MS_BIND).is_ok()
-                && let Err(errno) = mount(none, &bind.target, bind.remount_flags)
-            {
-                refuse("binding a shared directory read-only", errno);
+        if let Some(view) = self.view.as_deref() {
+            match super::mount_ops::build(view) {
+                Ok(()) => self.view_built = true,
+                Err((step, errno)) if required => refuse(step, errno),
+                Err(_) => {}
             }
         }
-        if let Some(empty) = &self.covers.empty_file {
-            for socket in &self.covers.sockets {
-                match mount(empty.as_ptr(), socket, libc::MS_BIND) {
-                    // Gone since grove listed it, or not reachable by that path: nothing
-                    // to cover.
-                    Ok(()) | Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => {}
-                    Err(errno) if required => refuse("covering a host socket", errno),
-                    Err(_) => {}
-                }
-            }
-        }
+        self.cover_sockets();
     }
 
     fn lower_limits(&self, user_namespace: UserNamespace) {
@@ -288,10 +326,10 @@ impl ChildSteps {
     }
 }
 
-impl ProcGrant {
-    /// Lets the command read the `/proc` it sees now (its pid namespace's own).
+impl ChildGrants {
+    /// Grants `access` beneath the directory `path` is now (a mount of this process's).
     #[allow(unsafe_code)]
-    fn add(&self) -> Result<(), Errno> {
+    fn add(&self, path: &CStr, access: u64) -> Result<(), Errno> {
         /// `struct landlock_path_beneath_attr` of the kernel's uapi, packed as it is.
         #[repr(C, packed)]
         struct PathBeneath {
@@ -300,14 +338,14 @@ impl ProcGrant {
         }
         /// `LANDLOCK_RULE_PATH_BENEATH`.
         const RULE_PATH_BENEATH: libc::c_int = 1;
-        let proc = nix::fcntl::open(
-            c"/proc",
+        let dir = nix::fcntl::open(
+            path,
             OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
             Mode::empty(),
         )?;
         let rule = PathBeneath {
-            allowed_access: self.access,
-            parent_fd: std::os::fd::AsRawFd::as_raw_fd(&proc),
+            allowed_access: access,
+            parent_fd: std::os::fd::AsRawFd::as_raw_fd(&dir),
         };
         // SAFETY: landlock_add_rule reads the packed struct on the stack; both
         // descriptors are open.
@@ -424,14 +462,13 @@ mod tests {
     fn a_step_that_fails_in_the_child_refuses_and_runs_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
+        let system = crate::tools::sandbox::grants::Grants::for_commands(&[], &[], &[]);
         let rules = PathRules {
             write: vec![root.clone()],
-            read: Vec::new(),
+            read: system.read.iter().map(|grant| grant.path.clone()).collect(),
             hide: Vec::new(),
-            mounts: Vec::new(),
-            shared: Vec::new(),
         };
-        let confinement = match Confinement::prepare(&rules, SandboxPolicy::default()) {
+        let confinement = match Confinement::prepare(&rules, None, SandboxPolicy::default()) {
             Ok(confinement) => confinement,
             Err(error) => {
                 assert!(

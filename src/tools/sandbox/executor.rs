@@ -18,7 +18,8 @@ use async_trait::async_trait;
 
 use super::cgroup::{self, CgroupPool};
 use super::child::SocketCovers;
-use super::paths::{self, GitView, hidden_paths};
+use super::grants::{self, Grants};
+use super::paths::{self, GitView};
 #[cfg(target_os = "linux")]
 use super::prepared::{DiskMeter, Identity, PreparedWorktree};
 use super::project::ProjectView;
@@ -48,8 +49,11 @@ pub struct SandboxedExecutor {
     extra_writable: Vec<PathBuf>,
     /// The user's checkout, repository and shared directories.
     project: Arc<ProjectView>,
-    /// The checkout's directories its editable installs name, found on the first command.
-    editable: Arc<OnceLock<Vec<PathBuf>>>,
+    /// The commands grove runs itself (the check, the setup): the environments they
+    /// name are granted.
+    commands: Vec<String>,
+    /// What every tree's commands are granted, found on the first command.
+    machine: Arc<OnceLock<Arc<Machine>>>,
     cgroups: Arc<CgroupPool>,
     /// The parent of every worktree's private directories, made on the first command.
     temp_root: Arc<Mutex<Option<Arc<tempfile::TempDir>>>>,
@@ -111,7 +115,8 @@ impl SandboxedExecutor {
             extra_readable: Vec::new(),
             extra_writable: Vec::new(),
             project: Arc::default(),
-            editable: Arc::default(),
+            commands: Vec::new(),
+            machine: Arc::default(),
             cgroups: Arc::new(cgroups),
             temp_root: Arc::default(),
             #[cfg(target_os = "linux")]
@@ -145,7 +150,14 @@ impl SandboxedExecutor {
     /// worktree, and its editable installs pointed at the tree's code.
     pub fn project(mut self, project: ProjectView) -> Self {
         self.project = Arc::new(project);
-        self.editable = Arc::default();
+        self
+    }
+
+    /// Also grants the environments of the programs `commands` (the check, the setup)
+    /// run by path (`/opt/venvs/x/bin/python -m pytest`).
+    pub fn commands(mut self, commands: &[String]) -> Self {
+        self.commands = commands.to_vec();
+        self.machine = Arc::default();
         self
     }
 
@@ -154,64 +166,105 @@ impl SandboxedExecutor {
         self.cgroups.caps_memory()
     }
 
+    /// What every tree of this executor is granted (reads directories: call off the
+    /// runtime).
+    fn machine(&self) -> Arc<Machine> {
+        let machine = self.machine.get_or_init(|| {
+            let readable: Vec<PathBuf> = self.extra_readable.clone();
+            let mut grants = Grants::for_commands(&self.env, &self.commands, &readable);
+            // A shared virtualenv runs the interpreter it was made from.
+            for home in self
+                .project
+                .shared_binds(Path::new("/"))
+                .iter()
+                .filter_map(|(source, _)| grants::venv_home(source))
+            {
+                grants.environment_of(&home, "the interpreter a shared virtualenv was made from");
+            }
+            let etc_links = grants::etc_link_targets(&grants);
+            Arc::new(Machine {
+                private_etc: grants::private_etc(),
+                etc_links,
+                grants,
+            })
+        });
+        Arc::clone(machine)
+    }
+
+    /// The Landlock rules and the view of the worktree at `place`.
     #[cfg(target_os = "linux")]
-    fn path_rules(&self, place: &Place, private: &Private, git: &GitView) -> linux::PathRules {
-        let home = self.var("HOME").map(PathBuf::from);
-        let mut homes: Vec<PathBuf> = home.into_iter().collect();
-        homes.extend(std::env::var_os("HOME").map(PathBuf::from));
-        if let Ok(entries) = std::fs::read_dir("/home") {
-            homes.extend(entries.flatten().map(|entry| entry.path()));
-        }
+    fn confinement_of(
+        &self,
+        place: &Place,
+        private: &Private,
+        git: &GitView,
+    ) -> (linux::PathRules, super::view::ViewPlan) {
+        let machine = self.machine();
         let canonical = |paths: &[PathBuf]| -> Vec<PathBuf> {
             paths
                 .iter()
                 .filter_map(|path| path.canonicalize().ok())
                 .collect()
         };
+        let checkout = self
+            .project
+            .checkout
+            .as_deref()
+            .and_then(|dir| dir.canonicalize().ok());
         let shared = self.project.shared_binds(&place.seen);
-        let mut read: Vec<PathBuf> = ["CARGO_HOME", "RUSTUP_HOME"]
-            .iter()
-            .filter_map(|name| self.var(name))
+        let git_mounts = private
+            .git
+            .as_ref()
+            .and_then(|copies| git_mounts(git, copies));
+        let hidden = canonical(&self.extra_hidden);
+        let writable = canonical(&self.extra_writable);
+        let home = self
+            .var("HOME")
             .map(PathBuf::from)
-            .filter(|path| path.is_absolute())
-            .filter_map(|path| path.canonicalize().ok())
+            .filter(|home| home.is_absolute());
+        let view = super::view::plan(&super::view::ViewSpec {
+            staging: &private.staging,
+            grants: &machine.grants,
+            private_etc: &machine.private_etc,
+            etc_links: &machine.etc_links,
+            writable: &writable,
+            tree: &place.seen,
+            temp_dir: &private.temp_dir,
+            shared: &shared,
+            checkout: checkout.as_deref(),
+            home: home.as_deref(),
+            git: git_mounts.as_ref(),
+            hidden: &hidden,
+            empty_file: &private.empty_file,
+        });
+        let mut read: Vec<PathBuf> = machine
+            .grants
+            .read
+            .iter()
+            .map(|grant| grant.path.clone())
+            .filter(|path| {
+                checkout
+                    .as_deref()
+                    .is_none_or(|checkout| !path.starts_with(checkout))
+            })
             .collect();
-        read.extend(canonical(&self.extra_readable));
+        read.extend(machine.etc_links.iter().cloned());
         read.extend(git.read.iter().cloned());
-        read.extend(private.config_copy.clone());
-        read.extend(shared.iter().map(|(source, _)| source.clone()));
-        // The repository's git data often lies in the checkout (`.git`); its secrets
-        // are in `git.hide`.
-        read.extend(
-            git.admin
-                .as_ref()
-                .and(self.project.common_dir.as_deref())
-                .and_then(|common| common.canonicalize().ok()),
-        );
-        let mut hide = hidden_paths(&homes);
-        hide.extend(canonical(&self.extra_hidden));
-        hide.extend(
-            self.project
-                .checkout
-                .iter()
-                .filter_map(|dir| dir.canonicalize().ok()),
-        );
-        // Other worktrees' private directories (and their listing) are hidden.
-        hide.push(private.root.clone());
-        hide.extend(git.hide.iter().cloned());
-        let mut write = vec![place.for_grove.clone(), private.temp_dir.clone()];
-        write.extend(canonical(&self.extra_writable));
-        let mounts = match (&private.config_copy, &git.config) {
-            (Some(copy), Some(config)) => vec![(copy.clone(), config.clone())],
-            _ => Vec::new(),
-        };
-        linux::PathRules {
-            write,
-            read,
-            hide,
-            mounts,
-            shared,
+        read.extend(git.common.clone());
+        // Each file itself: the view shows it at the path it stands for, not beneath
+        // its directory, and Landlock grants along the path walked.
+        if let Some(copies) = &private.git {
+            read.extend(copies.copies.iter().map(|(copy, _)| copy.clone()));
+            read.push(copies.pointer.clone());
         }
+        read.extend(shared.iter().map(|(source, _)| source.clone()));
+        let mut hide = machine.private_etc.clone();
+        hide.extend(hidden);
+        hide.extend(git.hide.iter().cloned());
+        hide.extend(checkout);
+        let mut write = vec![place.for_grove.clone(), private.temp_dir.clone()];
+        write.extend(writable);
+        (linux::PathRules { write, read, hide }, view)
     }
 
     fn var(&self, name: &str) -> Option<&OsStr> {
@@ -245,43 +298,37 @@ impl SandboxedExecutor {
             None => GitView::default(),
         };
         let identity: Identity = (paths::identity_of(&place.for_grove), git.ref_identity);
-        let (git_dir, config_copy) = match &git.config {
-            Some(config) => {
-                let dir = paths::private_dir(root.path(), "git-")?;
-                let copy = dir.path().join("config");
-                let text = std::fs::read_to_string(config).unwrap_or_default();
-                std::fs::write(&copy, paths::sanitized_config(&text)).map_err(|source| {
-                    SandboxError::TempDir {
-                        parent: dir.path().to_path_buf(),
-                        source,
-                    }
-                })?;
-                (Some(dir), Some(copy))
-            }
-            None => (None, None),
+        let staging = root.path().join("view");
+        let made = |source| SandboxError::TempDir {
+            parent: root.path().to_path_buf(),
+            source,
         };
+        match std::fs::create_dir(&staging) {
+            Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => Err(made(error))?,
+            _ => {}
+        }
+        let empty_file = paths::empty_file(root.path())
+            .ok_or_else(|| made(std::io::Error::other("the empty cover file cannot be made")))?;
         let private = Private {
-            root: root.path().to_path_buf(),
             temp_dir: temp_dir.path().to_path_buf(),
-            config_copy,
+            staging,
+            empty_file,
+            git: git_copies(root.path(), &git)?,
         };
-        let rules = self.path_rules(place, &private, &git);
-        let editable = self
-            .editable
-            .get_or_init(|| self.project.editable_sources(&self.env));
+        let (rules, view) = self.confinement_of(place, &private, &git);
         Ok(PreparedWorktree {
             identity,
-            confinement: linux::Confinement::prepare(&rules, self.policy)?,
+            confinement: linux::Confinement::prepare(&rules, Some(view), self.policy)?,
             temp_dir,
-            python_path: editable.iter().map(|dir| place.seen.join(dir)).collect(),
-            shared: rules
-                .shared
+            shared: self
+                .project
+                .shared_binds(&place.seen)
                 .iter()
                 .filter_map(|(_, target)| target.strip_prefix(&place.seen).ok())
                 .map(Path::to_path_buf)
                 .collect(),
             git,
-            _git_dir: git_dir,
+            _git_dir: private.git.map(|copies| copies.dir),
             running: Mutex::new(0),
         })
     }
@@ -369,8 +416,7 @@ impl SandboxedExecutor {
     }
 
     /// The environment of a command of `prepared`'s worktree: the scrubbed one, its
-    /// private `TMPDIR`, Python writing no bytecode and the tree's copies of the editable
-    /// installs' sources first on Python's path.
+    /// private `TMPDIR` and Python writing no bytecode.
     ///
     /// No bytecode is written: a check leaves no `__pycache__` to commit, and Python
     /// still reads the caches its installation and the environments' packages were
@@ -390,16 +436,13 @@ impl SandboxedExecutor {
             "PYTHONPATH",
         ];
         env.retain(|(name, _)| !set_here.iter().any(|set| name == set));
-        env.push((
-            "TMPDIR".into(),
-            prepared.temp_dir.path().as_os_str().to_owned(),
-        ));
+        // The view shows the private directory as `/tmp`; without one it is where it is.
+        let temp_dir = match prepared.confinement.view() {
+            Some(_) => OsString::from("/tmp"),
+            None => prepared.temp_dir.path().as_os_str().to_owned(),
+        };
+        env.push(("TMPDIR".into(), temp_dir));
         env.push(("PYTHONDONTWRITEBYTECODE".into(), "1".into()));
-        if let Ok(joined) = std::env::join_paths(&prepared.python_path)
-            && !joined.is_empty()
-        {
-            env.push(("PYTHONPATH".into(), joined));
-        }
         env
     }
 
@@ -428,7 +471,10 @@ impl SandboxedExecutor {
             .map_err(|error| ExecError::Sandbox {
                 reason: error.to_string(),
             })?
-            .covering(self.socket_covers(&place, &prepared));
+            .covering(
+                self.socket_covers(&place, &prepared),
+                linux::c_path(&request.cwd),
+            );
         let joins = entry.is_some();
         if let Some(entry) = entry {
             steps = steps.joining(entry);
@@ -489,13 +535,24 @@ impl SandboxedExecutor {
             place.for_grove.as_path(),
             prepared.temp_dir.path(),
         ];
+        let listed = sockets::host_sockets(&own);
+        // In a view only those it shows need a cover, where it shows them (beneath the
+        // staging directory: the covers are made before the pivot).
+        let sockets: Vec<PathBuf> = match prepared.confinement.view() {
+            Some(view) => listed
+                .iter()
+                .flat_map(|path| view.translate(path))
+                .map(|at| view.staged(&at))
+                .collect(),
+            None => listed,
+        };
         SocketCovers {
             empty_file: self
                 .temp_root()
                 .ok()
                 .and_then(|root| paths::empty_file(root.path()))
                 .and_then(|file| linux::c_path(&file)),
-            sockets: sockets::host_sockets(&own)
+            sockets: sockets
                 .iter()
                 .filter_map(|path| linux::c_path(path))
                 .collect(),
@@ -503,12 +560,103 @@ impl SandboxedExecutor {
     }
 }
 
-/// The private directories of one worktree's commands.
+/// The private directories and files of one worktree's commands.
 struct Private {
-    /// Their parent, hidden.
-    root: PathBuf,
     temp_dir: PathBuf,
-    config_copy: Option<PathBuf>,
+    /// Where each command builds its view's root.
+    staging: PathBuf,
+    /// Bound over a file a command must not see.
+    empty_file: PathBuf,
+    git: Option<GitCopies>,
+}
+
+/// What every tree of an executor is granted.
+#[derive(Debug)]
+struct Machine {
+    grants: Grants,
+    private_etc: Vec<PathBuf>,
+    etc_links: Vec<PathBuf>,
+}
+
+/// The files a tree's commands see in place of the repository's own: its `config`
+/// sanitized, its `packed-refs` without grove's other refs, and a `.git` pointer naming
+/// the view's git data.
+struct GitCopies {
+    dir: tempfile::TempDir,
+    copies: Vec<(PathBuf, PathBuf)>,
+    pointer: PathBuf,
+}
+
+/// Writes the [`GitCopies`] of `git` into a new private directory of `root`; none for a
+/// tree git did not register.
+fn git_copies(root: &Path, git: &GitView) -> Result<Option<GitCopies>, SandboxError> {
+    let (Some(admin), Some(common)) = (&git.admin, &git.common) else {
+        return Ok(None);
+    };
+    let dir = paths::private_dir(root, "git-")?;
+    let write = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text)
+            .map(|()| path)
+            .map_err(|source| SandboxError::TempDir {
+                parent: dir.path().to_path_buf(),
+                source,
+            })
+    };
+    let mut copies = Vec::new();
+    if let Some(config) = &git.config {
+        let text = std::fs::read_to_string(config).unwrap_or_default();
+        copies.push((
+            write("config", paths::sanitized_config(&text))?,
+            PathBuf::from("config"),
+        ));
+    }
+    let packed = common.join("packed-refs");
+    if git.hide.contains(&packed) {
+        let own = git
+            .own_ref
+            .as_ref()
+            .and_then(|file| file.strip_prefix(common).ok())
+            .and_then(Path::to_str);
+        let text = std::fs::read_to_string(&packed).unwrap_or_default();
+        let sanitized = paths::sanitized_packed_refs(&text, own);
+        copies.push((
+            write("packed-refs", sanitized)?,
+            PathBuf::from("packed-refs"),
+        ));
+    }
+    let name = admin.file_name().map(Path::new).unwrap_or(Path::new(""));
+    let view_admin = Path::new(super::view::GIT_VIEW)
+        .join("worktrees")
+        .join(name);
+    let pointer = write("dot-git", format!("gitdir: {}\n", view_admin.display()))?;
+    Ok(Some(GitCopies {
+        dir,
+        copies,
+        pointer,
+    }))
+}
+
+/// The git part of a tree's view.
+fn git_mounts(git: &GitView, copies: &GitCopies) -> Option<super::view::GitMounts> {
+    let common = git.common.clone()?;
+    let own_ref = git.own_ref.as_ref().and_then(|file| {
+        let relative = file.strip_prefix(&common).ok()?.to_path_buf();
+        Some((file.clone(), relative))
+    });
+    Some(super::view::GitMounts {
+        admin: git.admin.clone()?,
+        own_ref,
+        covered: git
+            .hide
+            .iter()
+            .filter(|path| path.is_dir())
+            .cloned()
+            .collect(),
+        copies: copies.copies.clone(),
+        pointer: copies.pointer.clone(),
+        common,
+    })
 }
 
 /// The worktree's `.git` pointer around one command: put right from grove's record

@@ -10,7 +10,6 @@
 //! command.
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,7 +25,9 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 
-use super::child::{ChildSteps, MountPlan, NetworkPlan, ProcGrant, ReadOnlyBind, SocketCovers};
+use super::child::{ChildGrants, ChildSteps, NetworkPlan, SocketCovers};
+use super::view::ViewPlan;
+pub(super) use super::view::c_path;
 use super::{SandboxError, SandboxPolicy};
 
 /// The Landlock ABI whose filesystem rights must be enforced in full: 3 adds truncation to
@@ -35,7 +36,7 @@ use super::{SandboxError, SandboxPolicy};
 const FS_ABI: ABI = ABI::V3;
 
 /// Devices every command may read and write (`> /dev/null` truncates, hence the right).
-const OPEN_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
+const OPEN_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
 /// Devices every command may read.
 const READ_DEVICES: &[&str] = &["/dev/random", "/dev/urandom"];
 
@@ -46,22 +47,16 @@ fn confine(step: &'static str) -> impl Fn(String) -> SandboxError {
     move |detail| SandboxError::Confine { step, detail }
 }
 
-/// Which paths a command may write, read and not read.
+/// Which paths a command may write and read: Landlock's wall, from the same allow-list
+/// as the view (a second wall behind it, the only one without namespaces).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct PathRules {
     /// Directories (or files) the command may write and read beneath.
     pub write: Vec<PathBuf>,
-    /// Paths the command may read beneath, except where hidden (e.g. `CARGO_HOME`).
+    /// Paths the command may read beneath, except where hidden.
     pub read: Vec<PathBuf>,
-    /// Paths nothing may read: the broad read grant of `/` skips them.
+    /// Paths beneath a read grant that nothing may read.
     pub hide: Vec<PathBuf>,
-    /// Files mounted over others in the command's own mount namespace (`(source,
-    /// target)`): a sanitized copy seen in place of a file it may not read. Best effort:
-    /// where the command gets no user namespace the target simply stays hidden.
-    pub mounts: Vec<(PathBuf, PathBuf)>,
-    /// Directories bound read-only into the worktree (`(source, target)`): the project's
-    /// environment (`.venv`, `node_modules`) from the user's checkout.
-    pub shared: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Everything one worktree's commands are confined with, built once in grove's process.
@@ -75,7 +70,7 @@ pub(super) struct Confinement {
     network: NetworkPlan,
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
-    mounts: Arc<MountPlan>,
+    view: Option<Arc<ViewPlan>>,
 }
 
 impl Confinement {
@@ -83,7 +78,11 @@ impl Confinement {
     ///
     /// The paths are resolved now: a path made later under a granted directory is covered,
     /// a new entry of a directory split around a hidden path is not (it stays unreadable).
-    pub(super) fn prepare(rules: &PathRules, policy: SandboxPolicy) -> Result<Self, SandboxError> {
+    pub(super) fn prepare(
+        rules: &PathRules,
+        view: Option<ViewPlan>,
+        policy: SandboxPolicy,
+    ) -> Result<Self, SandboxError> {
         let uid = geteuid();
         let gid = getegid();
         let network = match (policy.allow_network, policy.own_loopback) {
@@ -91,17 +90,6 @@ impl Confinement {
             (false, true) => NetworkPlan::OwnLoopback,
             (_, false) => NetworkPlan::Refused,
         };
-        let shared = rules
-            .shared
-            .iter()
-            .filter_map(|(source, target)| {
-                Some(ReadOnlyBind {
-                    source: c_path(source)?,
-                    target: c_path(target)?,
-                    remount_flags: read_only_remount_flags(source),
-                })
-            })
-            .collect();
         Ok(Self {
             filesystem: filesystem_ruleset(rules)?,
             scopes: scopes_ruleset(),
@@ -110,15 +98,16 @@ impl Confinement {
             network,
             uid_map: format!("{uid} {uid} 1").into_bytes(),
             gid_map: format!("{gid} {gid} 1").into_bytes(),
-            mounts: Arc::new(MountPlan {
-                copies: rules
-                    .mounts
-                    .iter()
-                    .filter_map(|(source, target)| Some((c_path(source)?, c_path(target)?)))
-                    .collect(),
-                shared,
-            }),
+            // Without namespaces nothing can be mounted: Landlock alone draws the line.
+            view: view
+                .filter(|_| network != NetworkPlan::Refused)
+                .map(Arc::new),
         })
+    }
+
+    /// The file system its commands see, where they get one.
+    pub(super) fn view(&self) -> Option<&ViewPlan> {
+        self.view.as_deref()
     }
 
     /// The steps one command's process takes before `exec`, joining `cgroup_procs` (the
@@ -129,17 +118,21 @@ impl Confinement {
                 .try_clone()
                 .map_err(|error| confine("duplicating the Landlock ruleset")(error.to_string()))
         };
-        // A second descriptor of the same kernel ruleset, for the command's own `/proc`
-        // (which exists only once its pid namespace does) to be granted in the child.
-        let own_proc =
-            Option::<OwnedFd>::from(duplicate(&self.filesystem)?).map(|ruleset| ProcGrant {
+        // A second descriptor of the same kernel ruleset, for what the command mounts
+        // itself (its `/proc` exists only once its pid namespace does) to be granted in
+        // the child.
+        let all = AccessFs::from_all(FS_ABI);
+        let own_mounts =
+            Option::<OwnedFd>::from(duplicate(&self.filesystem)?).map(|ruleset| ChildGrants {
                 ruleset,
-                access: AccessFs::from_read(FS_ABI).bits(),
+                read: AccessFs::from_read(FS_ABI).bits(),
+                list: BitFlags::from(AccessFs::ReadDir).bits(),
+                write: (all & !(AccessFs::MakeChar | AccessFs::MakeBlock)).bits(),
             });
         Ok(ChildSteps {
             cgroup_procs,
             filesystem: Some(duplicate(&self.filesystem)?),
-            own_proc,
+            own_mounts,
             scopes: self.scopes.as_ref().map(duplicate).transpose()?,
             filter: Arc::clone(&self.filter),
             policy: self.policy,
@@ -147,40 +140,13 @@ impl Confinement {
             uid_map: self.uid_map.clone(),
             gid_map: self.gid_map.clone(),
             root: geteuid().is_root(),
-            mounts: Arc::clone(&self.mounts),
+            view: self.view.clone(),
+            cwd: None,
+            view_built: false,
             covers: SocketCovers::default(),
             join: None,
         })
     }
-}
-
-pub(super) fn c_path(path: &Path) -> Option<CString> {
-    CString::new(path.as_os_str().as_encoded_bytes()).ok()
-}
-
-/// The flags that remount a bind of `source` read-only: the flags a user namespace
-/// locks on the source's mount (`nosuid`, `nodev`, `noexec`, the atime mode) repeated,
-/// since a remount that drops one is refused.
-fn read_only_remount_flags(source: &Path) -> libc::c_ulong {
-    use nix::sys::statvfs::FsFlags;
-    let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY;
-    let Ok(stats) = nix::sys::statvfs::statvfs(source) else {
-        return flags;
-    };
-    let locked = [
-        (FsFlags::ST_NOSUID, libc::MS_NOSUID),
-        (FsFlags::ST_NODEV, libc::MS_NODEV),
-        (FsFlags::ST_NOEXEC, libc::MS_NOEXEC),
-        (FsFlags::ST_NOATIME, libc::MS_NOATIME),
-        (FsFlags::ST_NODIRATIME, libc::MS_NODIRATIME),
-        (FsFlags::ST_RELATIME, libc::MS_RELATIME),
-    ];
-    for (stat, mount) in locked {
-        if stats.flags().contains(stat) {
-            flags |= mount;
-        }
-    }
-    flags
 }
 
 fn filesystem_ruleset(rules: &PathRules) -> Result<RulesetCreated, SandboxError> {
@@ -191,9 +157,8 @@ fn filesystem_ruleset(rules: &PathRules) -> Result<RulesetCreated, SandboxError>
 
     let mut grants: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
     let mut readable = Vec::new();
-    grant_read_except(Path::new("/"), &rules.hide, &mut readable, 0);
     for path in &rules.read {
-        // An explicit grant beats a hidden ancestor; what is hidden beneath it stays so.
+        // What is hidden beneath a grant stays so.
         let beneath: Vec<PathBuf> = rules
             .hide
             .iter()

@@ -52,14 +52,19 @@ mod cgroup;
 #[cfg(target_os = "linux")]
 mod child;
 mod executor;
+pub mod grants;
 #[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "linux")]
+mod mount_ops;
 mod paths;
 #[cfg(target_os = "linux")]
 mod prepared;
 mod project;
 #[cfg(target_os = "linux")]
 mod sockets;
+#[cfg(target_os = "linux")]
+mod view;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -237,20 +242,43 @@ fn not_linux() -> SandboxError {
 #[cfg(target_os = "linux")]
 pub fn probe(host: &CommandHost, mode: SandboxMode) -> Result<(), SandboxError> {
     let temp_dir = paths::private_temp_root(&host.env())?;
-    // The kernel's side is what is probed; the secrets a worktree's rules hide are not
-    // (splitting directories around them would only make every run start slower).
-    let rules = linux::PathRules {
-        write: vec![temp_dir.path().to_path_buf()],
-        read: Vec::new(),
-        hide: Vec::new(),
-        mounts: Vec::new(),
-        shared: Vec::new(),
+    let made = |source| SandboxError::TempDir {
+        parent: temp_dir.path().to_path_buf(),
+        source,
     };
+    let [work, tmp, staging] = ["work", "tmp", "view"].map(|name| temp_dir.path().join(name));
+    for dir in [&work, &tmp, &staging] {
+        std::fs::create_dir(dir).map_err(made)?;
+    }
+    let empty_file = paths::empty_file(temp_dir.path())
+        .ok_or_else(|| made(std::io::Error::other("the empty cover file cannot be made")))?;
+    // The kernel's side is what is probed: the system's view, no toolchain, no project.
+    let grants = grants::Grants::for_commands(&[], &[], &[]);
+    let rules = linux::PathRules {
+        write: vec![work.clone(), tmp.clone()],
+        read: grants.read.iter().map(|grant| grant.path.clone()).collect(),
+        hide: Vec::new(),
+    };
+    let view = view::plan(&view::ViewSpec {
+        staging: &staging,
+        grants: &grants,
+        private_etc: &[],
+        etc_links: &[],
+        writable: &[],
+        tree: &work,
+        temp_dir: &tmp,
+        shared: &[],
+        checkout: None,
+        home: None,
+        git: None,
+        hidden: &[],
+        empty_file: &empty_file,
+    });
     let policy = SandboxPolicy {
         own_loopback: mode != SandboxMode::NoLoopback,
         ..SandboxPolicy::default()
     };
-    let confinement = linux::Confinement::prepare(&rules, policy)?;
+    let confinement = linux::Confinement::prepare(&rules, Some(view), policy)?;
     let mut command = ["/bin/true", "/usr/bin/true"]
         .into_iter()
         .find(|program| Path::new(program).is_file())
@@ -261,12 +289,15 @@ pub fn probe(host: &CommandHost, mode: SandboxMode) -> Result<(), SandboxError> 
             shell
         });
     command
-        .current_dir(temp_dir.path())
+        .current_dir(&work)
         .env_clear()
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
-    child::confine_at_exec(&mut command, confinement.steps(Vec::new())?);
+    let steps = confinement
+        .steps(Vec::new())?
+        .covering(child::SocketCovers::default(), linux::c_path(&work));
+    child::confine_at_exec(&mut command, steps);
     let step = "running a probe command confined";
     let output = command.output().map_err(|error| SandboxError::Confine {
         step,

@@ -1,10 +1,10 @@
-//! Which paths a sandboxed command sees: the user's secrets it must not, and the slice of
-//! the repository's git data one worktree may read.
+//! The slice of the repository's git data one worktree's commands may read, the private
+//! directories of the commands, and the well-known stores of secrets (which no command
+//! is granted; named so that a user's `allow_read` of one is said out loud).
 //!
-//! This file owns the lists the Landlock rules are built from. It reads directories and
-//! small git files in grove's process, never in a command's, and must never widen what a
-//! command reads to make git work: where git needs something it may not read, it gets a
-//! sanitized copy instead.
+//! This file reads directories and small git files in grove's process, never in a
+//! command's, and must never widen what a command reads to make git work: where git
+//! needs something it may not read, it gets a sanitized copy instead.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt as _;
@@ -13,16 +13,16 @@ use std::path::{Path, PathBuf};
 use super::SandboxError;
 use super::cgroup::{owner_alive, owner_mark};
 
-/// What commands may not read beneath a home directory: the user's identity and
-/// credentials. Everything else there stays readable (toolchains, package caches,
-/// virtualenvs under `~/.virtualenvs`, `~/.cache` or `~/.local/share`), as a build needs.
+/// Well-known stores of secrets beneath a home: the user's identity and credentials.
+/// Commands see none of a home but the toolchain stores granted (see `grants`), so this
+/// list draws no line; it names what a user's `[sandbox] allow_read` opens loudly, and
+/// what a failed check's diagnosis says it could not read.
 ///
 /// The list follows where tools keep credentials: SSH and GnuPG keys, cloud and cluster
 /// logins, registry tokens (`.npmrc`, `.pypirc`, cargo's credentials), git's credential
 /// stores and global config (its `url.*.insteadOf` tokens), keyrings, browser and
 /// password-manager profiles, shell histories, the agent CLIs' logins, and grove's own
-/// data (the trust records). `[sandbox] deny_read` adds to it, `allow_read` opens a path
-/// of it again.
+/// data (the trust records).
 pub const DENIED_IN_HOME: &[&str] = &[
     // Keys and logins.
     ".ssh",
@@ -119,29 +119,6 @@ pub const DENIED_IN_HOME: &[&str] = &[
     ".local/share/grove",
 ];
 
-/// The paths of `home` that `denied` (an entry of [`DENIED_IN_HOME`]) names: itself, or
-/// for an entry ending in `*` every entry of its directory whose name starts with what
-/// comes before the `*` (`.cargo/credentials*`: `credentials`, `credentials.toml`, …).
-fn denied_in(home: &Path, denied: &str) -> Vec<PathBuf> {
-    let Some(stem) = denied.strip_suffix('*') else {
-        return vec![home.join(denied)];
-    };
-    let (dir, prefix) = match stem.rsplit_once('/') {
-        Some((dir, prefix)) => (home.join(dir), prefix),
-        None => (home.to_path_buf(), stem),
-    };
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Vec::new();
-    };
-    let mut found: Vec<PathBuf> = entries
-        .flatten()
-        .filter(|entry| entry.file_name().as_bytes().starts_with(prefix.as_bytes()))
-        .map(|entry| dir.join(entry.file_name()))
-        .collect();
-    found.sort();
-    found
-}
-
 /// The secret store of `home` (an entry of [`DENIED_IN_HOME`]) that `path` is or lies
 /// in, if any.
 pub fn denied_store(home: &Path, path: &Path) -> Option<PathBuf> {
@@ -163,15 +140,6 @@ pub fn denied_store(home: &Path, path: &Path) -> Option<PathBuf> {
     })
 }
 
-/// System paths hidden from every command: `/dev` as a whole (the confinement grants the
-/// harmless devices one by one; a raw disk would bypass every file rule).
-const HIDDEN_SYSTEM_PATHS: &[&str] = &["/dev"];
-
-/// System secrets only root can read, hidden when grove runs as root. Hiding them splits
-/// `/etc` into one rule per entry (about 2 ms, once per worktree), which other users need
-/// not pay: the kernel keeps these from them anyway.
-const HIDDEN_FROM_ROOT: &[&str] = &["/etc/shadow", "/etc/gshadow", "/etc/ssh"];
-
 /// The keys of a repository's `config` a command's git gets in its sanitized copy: what
 /// git needs to read the repository the same way. Everything else (`url.*.insteadOf`
 /// tokens, `http.extraheader`, remotes, credentials, hooks, filters, includes) stays out.
@@ -186,36 +154,6 @@ const SAFE_CORE_KEYS: &[&str] = &[
     "autocrlf",
     "eol",
 ];
-
-/// The secret paths of `homes` ([`DENIED_IN_HOME`]) and of the system, canonical, each
-/// once; a path that does not exist is left out (there is nothing to hide).
-pub fn hidden_paths(homes: &[PathBuf]) -> Vec<PathBuf> {
-    let mut hidden: Vec<PathBuf> = Vec::new();
-    let mut push = |path: PathBuf| {
-        if let Ok(canonical) = path.canonicalize()
-            && !hidden.contains(&canonical)
-        {
-            hidden.push(canonical);
-        }
-    };
-    for home in homes {
-        for denied in DENIED_IN_HOME {
-            for path in denied_in(home, denied) {
-                push(path);
-            }
-        }
-    }
-    for system in HIDDEN_SYSTEM_PATHS {
-        push(PathBuf::from(system));
-    }
-    if nix::unistd::geteuid().is_root() {
-        for system in HIDDEN_FROM_ROOT {
-            push(PathBuf::from(system));
-        }
-    }
-    hidden.sort();
-    hidden
-}
 
 /// The parent of one executor's private temporary directories beneath `env`'s `TMPDIR`
 /// (else the system's): hidden from every command, so no worktree lists or reads
@@ -291,13 +229,16 @@ pub(super) fn empty_file(root: &Path) -> Option<PathBuf> {
     if std::fs::symlink_metadata(&path).is_ok_and(|meta| meta.is_file() && meta.len() == 0) {
         return Some(path);
     }
-    std::fs::OpenOptions::new()
+    let made = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o444)
-        .open(&path)
-        .ok()
-        .map(|_| path)
+        .open(&path);
+    // Another tree's first command may have made it meanwhile.
+    let empty = |path: &Path| {
+        std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file() && meta.len() == 0)
+    };
+    (made.is_ok() || empty(&path)).then_some(path)
 }
 
 /// What one worktree's commands may read of its repository's git data, found from
@@ -317,6 +258,10 @@ pub(super) struct GitView {
     pub read: Vec<PathBuf>,
     /// The common dir's `config`, where the sanitized copy is mounted over it.
     pub config: Option<PathBuf>,
+    /// The common dir, canonical.
+    pub common: Option<PathBuf>,
+    /// This tree's own branch ref file.
+    pub own_ref: Option<PathBuf>,
     /// The own ref file's inode: git replaces the file on every commit, and the read rule
     /// holds the old one, so a changed inode means the rules must be built again.
     pub ref_identity: Option<(u64, u64)>,
@@ -350,7 +295,7 @@ impl GitView {
         let mut read = vec![admin.clone()];
         let own_ref = own_ref_file(&common, &admin);
         let ref_identity = own_ref.as_deref().and_then(identity_of);
-        read.extend(own_ref);
+        read.extend(own_ref.clone());
         let config = Some(common.join("config")).filter(|path| path.is_file());
         hide.retain(|path| path.exists());
         Self {
@@ -358,6 +303,8 @@ impl GitView {
             hide,
             read,
             config,
+            common: Some(common),
+            own_ref,
             ref_identity,
         }
     }
@@ -412,6 +359,33 @@ pub(super) fn identity_of(path: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(path)
         .ok()
         .map(|meta| (meta.dev(), meta.ino()))
+}
+
+/// The lines of a `packed-refs` a command's git may see: every ref but grove's, and of
+/// grove's only `own` (the tree's branch, e.g. `refs/heads/grove/<run>/1`).
+pub(super) fn sanitized_packed_refs(text: &str, own: Option<&str>) -> String {
+    let mut out = String::new();
+    let mut dropped = false;
+    for line in text.lines() {
+        // A peeled line (`^…`) belongs to the ref above it.
+        if line.starts_with('^') {
+            if !dropped {
+                out.push_str(line);
+                out.push('\n');
+            }
+            continue;
+        }
+        let name = line.split_once(' ').map(|(_, name)| name.trim());
+        dropped = name.is_some_and(|name| {
+            (name.starts_with("refs/heads/grove/") || name.starts_with("refs/grove/"))
+                && Some(name) != own
+        });
+        if !dropped {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// The part of a repository `config` a command's git may see: the [`SAFE_CORE_KEYS`] of
@@ -517,79 +491,20 @@ mod tests {
     }
 
     #[test]
-    fn hidden_paths_are_the_homes_secret_stores_and_nothing_a_build_reads() {
-        let home = tempfile::tempdir().unwrap();
-        for dir in [
-            ".ssh",
-            ".aws",
-            ".config/gh",
-            ".config/nvim",
-            ".cargo",
-            ".rustup",
-            ".cache/pip",
-            ".virtualenvs/app/bin",
-            ".local/share/grove/trust",
-            ".local/share/virtualenvs",
-            "projects",
-            "snap/firefox/common/.mozilla",
-            "snap/chromium/common",
-            "snap/code/common",
-            ".var/app/org.mozilla.firefox/.mozilla",
-            ".var/app/com.bitwarden.desktop/config",
-            ".var/app/org.gnome.Builder/cache",
-            ".claude/projects",
-        ] {
-            std::fs::create_dir_all(home.path().join(dir)).unwrap();
-        }
-        for file in [
-            ".bashrc",
-            ".gitconfig",
-            ".npmrc",
-            ".bash_history",
-            ".cargo/credentials.toml",
-            ".cargo/credentials",
-            ".cargo/credentials.toml.bak",
-            ".cargo/config.toml",
-            ".claude.json",
-            ".claude.json.backup",
-            "notes.txt",
-        ] {
-            std::fs::write(home.path().join(file), "x").unwrap();
-        }
-        let home = home.path().canonicalize().unwrap();
-        let hidden: Vec<PathBuf> = hidden_paths(std::slice::from_ref(&home))
-            .into_iter()
-            .filter(|path| path.starts_with(&home))
-            .collect();
-        let mut expected: Vec<PathBuf> = [
-            ".aws",
-            ".bash_history",
-            ".cargo/credentials",
-            ".cargo/credentials.toml",
-            ".cargo/credentials.toml.bak",
-            ".claude",
-            ".claude.json",
-            ".claude.json.backup",
-            ".config/gh",
-            ".gitconfig",
-            ".local/share/grove",
-            ".npmrc",
-            ".ssh",
-            ".var/app/com.bitwarden.desktop",
-            ".var/app/org.mozilla.firefox",
-            "snap/chromium",
-            "snap/firefox",
-        ]
-        .iter()
-        .map(|name| home.join(name))
-        .collect();
-        expected.sort();
+    fn the_sanitized_packed_refs_keep_the_users_refs_and_the_trees_own_branch_alone() {
+        let text = "# pack-refs with: peeled fully-peeled sorted\n\
+                    1111 refs/heads/grove/r1/1\n\
+                    2222 refs/heads/grove/r1/2\n\
+                    3333 refs/heads/main\n\
+                    4444 refs/grove/archive/r1/2\n\
+                    5555 refs/tags/v1\n\
+                    ^6666\n";
         assert_eq!(
-            hidden, expected,
-            "credential stores (every `.cargo/credentials*`, every `.claude*`), histories, \
-             browser and password-manager profiles installed as snaps and flatpaks, and \
-             grove's data are hidden; toolchains, caches, virtualenvs, other snaps and \
-             flatpaks, editor config, rc files and plain files stay readable"
+            sanitized_packed_refs(text, Some("refs/heads/grove/r1/1")),
+            "# pack-refs with: peeled fully-peeled sorted\n1111 refs/heads/grove/r1/1\n\
+             3333 refs/heads/main\n5555 refs/tags/v1\n^6666\n",
+            "another subtask's branch and grove's archive are dropped; the tree's own \
+             branch, the user's refs and a tag's peeled line stay"
         );
     }
 

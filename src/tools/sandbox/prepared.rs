@@ -21,14 +21,12 @@ pub(super) struct PreparedWorktree {
     pub confinement: linux::Confinement,
     /// The commands' `TMPDIR`, emptied after each.
     pub temp_dir: tempfile::TempDir,
-    /// The tree's copies of the checkout's editable sources, first on Python's path.
-    pub python_path: Vec<PathBuf>,
     /// The shared directories bound into the tree, relative to its root.
     pub shared: Vec<PathBuf>,
     /// The worktree's git view, from grove's record of its registration.
     pub git: GitView,
-    /// Holds the sanitized git config mounted over the repository's; read-only to
-    /// commands.
+    /// Holds the sanitized git files bound over the repository's and the view's `.git`
+    /// pointer; read-only to commands.
     pub _git_dir: Option<tempfile::TempDir>,
     /// Commands running with it now; the last one out empties the temporary directory.
     pub running: Mutex<usize>,

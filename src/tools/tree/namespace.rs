@@ -157,7 +157,7 @@ impl Entry {
             command.pre_exec(move || {
                 self.join()
                     .and_then(|()| match pids {
-                        Pids::Own => crate::tools::pid_namespace::enter(),
+                        Pids::Own => crate::tools::pid_namespace::enter(c"/proc"),
                         Pids::Grove => Ok(()),
                     })
                     .map_err(|(_, errno)| std::io::Error::from_raw_os_error(errno as i32))
