@@ -28,6 +28,7 @@ pub(crate) mod real_clis;
 pub(crate) mod remote;
 mod remote_host;
 mod remote_ssh;
+mod repo_links;
 mod report;
 mod resolve;
 pub(crate) mod result_check;
