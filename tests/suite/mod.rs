@@ -41,3 +41,4 @@ mod sandbox_services;
 mod scopes;
 mod tools;
 mod trust;
+mod trust_widening;
