@@ -75,8 +75,9 @@ pub struct RunRequest {
     /// Remote hosts (`[remote.NAME]` of the user's configuration) workers' trees go to;
     /// each entry may name several, comma-separated.
     pub remote: Vec<String>,
-    /// Refuse a setup command the user has not trusted here (off only for a dry run,
-    /// which creates nothing).
+    /// Refuse what the file asks for that the user has not trusted here: a setup command,
+    /// a network check, a widening of the sandbox (off only for a dry run, which creates
+    /// nothing and runs no command).
     pub check_setup_trust: bool,
 }
 
