@@ -300,11 +300,11 @@ pub fn load_agent(root: &Path, name: &str) -> Result<Option<RoleDef>, AgentFileE
             ),
         });
     }
-    let path = root
-        .join(".grove")
+    let relative = Path::new(".grove")
         .join("agents")
         .join(format!("{name}.md"));
-    let text = crate::repo_file::read(&path).and_then(|bytes| {
+    let path = root.join(&relative);
+    let text = crate::repo_file::read(root, &relative).and_then(|bytes| {
         String::from_utf8(bytes)
             .map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidData, error))
     });

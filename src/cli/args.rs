@@ -65,11 +65,14 @@ pub enum Command {
         Examples:\n  grove init\n  grove init --force"
     )]
     Init(init::InitArgs),
-    /// Trust the [worktree] setup command of .grove/config.toml, exactly as it is now.
+    /// Trust what .grove/config.toml asks to run or to open to workers, exactly as it is now.
     #[command(
-        after_help = "grove runs a setup command from .grove/config.toml only once you have \
-        trusted that exact text in this repository; a changed command must be trusted again. \
-        `grove trust` prints the command, asks nothing, and records it in your data directory \
+        after_help = "grove runs a setup command from .grove/config.toml, and a [check] with \
+        network = true, only once you have trusted that exact text in this repository; \
+        [sandbox] allow_read, [worktree] copy and [worktree] share widen what workers' \
+        commands see only once you have trusted that exact value. A changed command or value \
+        must be trusted again. \
+        `grove trust` prints each, asks nothing, and records it in your data directory \
         ($XDG_DATA_HOME/grove/trust, default ~/.local/share/grove/trust), never in the \
         repository. `grove init` does not trust anything.\n\n\
         Over MCP (`grove mcp`), a run may use a `cmd:` worker backend, `sandbox: off` or \

@@ -97,7 +97,7 @@ pub(crate) fn worker_tools(
 pub(crate) fn read_rules(root: &Path) -> Result<Option<ProjectRules>, RulesError> {
     for file in roles::RULES_FILES {
         let path = root.join(file);
-        let bytes = match crate::repo_file::read(&path) {
+        let bytes = match crate::repo_file::read(root, Path::new(file)) {
             Ok(bytes) => bytes,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
             Err(source) => return Err(RulesError { path, source }),

@@ -2,8 +2,9 @@
 //! arguments of the MCP `run` tool become [`RunOptions`] and [`Models`] the same way.
 //!
 //! This module owns layering a request over `.grove/config.toml` and the built-in
-//! defaults, the trust a setup command needs, and connecting the model clients of a new
-//! or a resumed run. It must never print, start a run, or write anything.
+//! defaults, the trust that the file's setup command, network check and widenings of the
+//! sandbox need, and connecting the model clients of a new or a resumed run. It must
+//! never print, start a run, or write anything.
 
 use std::path::Path;
 
@@ -12,9 +13,11 @@ use crate::agent::roles::RulesError;
 use crate::git::{GitError, GitOptions, Repo};
 use crate::model::{self, ModelError, Provider};
 use crate::run::agents::read_rules;
+use crate::run::sandbox_view;
 use crate::run::start::{ResumeProblem, RunError};
 use crate::settings::config::{CONFIG_PATH, ConfigError, ProjectConfig, RunSettings};
 use crate::settings::trust::{TrustError, TrustStore};
+use crate::settings::widening::{file_widenings, journaled_widenings};
 use crate::settings::{ModelChoice, ModelNames, Models, RunOptions};
 use crate::store::state::RunState;
 use crate::store::{RunId, RunStore};
@@ -36,8 +39,9 @@ pub enum LaunchError {
     /// The provider's client cannot be configured (missing key, bad base URL).
     #[error(transparent)]
     Model(#[from] ModelError),
-    /// The setup command of `.grove/config.toml` (or of the run being resumed) is not
-    /// trusted in this repository; nothing was created.
+    /// The setup command, network check or a widening of the sandbox of
+    /// `.grove/config.toml` (or of the run being resumed) is not trusted in this
+    /// repository; nothing was created.
     #[error(transparent)]
     Trust(#[from] TrustError),
     /// `AGENTS.md` or `CLAUDE.md` is not a regular file of bounded size; nothing was
@@ -71,8 +75,9 @@ pub struct RunRequest {
     /// Remote hosts (`[remote.NAME]` of the user's configuration) workers' trees go to;
     /// each entry may name several, comma-separated.
     pub remote: Vec<String>,
-    /// Refuse a setup command the user has not trusted here (off only for a dry run,
-    /// which creates nothing).
+    /// Refuse what the file asks for that the user has not trusted here: a setup command,
+    /// a network check, a widening of the sandbox (off only for a dry run, which creates
+    /// nothing and runs no command).
     pub check_setup_trust: bool,
 }
 
@@ -138,6 +143,16 @@ pub async fn prepare(directory: &Path, request: RunRequest) -> Result<Launch, La
     {
         TrustStore::for_user()?.check_network_check(root, &file.path, &check.command)?;
     }
+    // And for what widens the files workers' commands see (`allow_read`, `copy`, a listed
+    // `share`): a merged config could otherwise open the user's keys to the next run.
+    if request.check_setup_trust
+        && let Some(file) = &file
+    {
+        let widenings = file_widenings(&file.settings, &request.flags);
+        if !widenings.is_empty() {
+            TrustStore::for_user()?.check_widenings(root, &file.path, &widenings)?;
+        }
+    }
     let settings = match file {
         Some(file) => request.flags.over(file.settings),
         None => request.flags,
@@ -172,9 +187,11 @@ pub async fn prepare(directory: &Path, request: RunRequest) -> Result<Launch, La
     Ok(Launch { options, models })
 }
 
-/// Refuses to resume a run whose journaled setup command, or network check, the user has
-/// not trusted here (a run started before grove asked for trust, or whose trust record
-/// was since removed). A run started since had its commands trusted at its start. Problems reading the run are left to the resume to report.
+/// Refuses to resume a run whose journaled setup command, network check, or widening of
+/// what workers' commands see (`allow_read`, `copy`, a listed `share`), the user has not
+/// trusted here (a run started before grove asked for trust, or whose trust record was
+/// since removed). A run started since had them trusted at its start. Problems reading
+/// the run are left to the resume to report.
 pub async fn check_resume_trusted(directory: &Path, run_id: &str) -> Result<(), LaunchError> {
     let repo = Repo::open(directory, GitOptions::default()).await?;
     let (Some(root), Ok(run_id)) = (repo.work_tree(), run_id.parse::<RunId>()) else {
@@ -196,6 +213,13 @@ pub async fn check_resume_trusted(directory: &Path, run_id: &str) -> Result<(), 
             &root.join(CONFIG_PATH),
             &check.command,
         )?;
+    }
+    if let Ok(options) = state.options.get() {
+        let widenings =
+            journaled_widenings(options, |share| sandbox_view::found_by_grove(root, share));
+        if !widenings.is_empty() {
+            TrustStore::for_user()?.check_widenings(root, &root.join(CONFIG_PATH), &widenings)?;
+        }
     }
     Ok(())
 }

@@ -146,6 +146,14 @@ fn found_environments(root: &Path) -> Vec<String> {
     found
 }
 
+/// Whether grove would share `share` on its own when `share` is unset (one of
+/// [`DEFAULT_SHARES`], or a top-level virtualenv of `root`): a run journals the shares
+/// it found, and a resume needs no trust for those.
+pub fn found_by_grove(root: &Path, share: &str) -> bool {
+    DEFAULT_SHARES.contains(&share)
+        || (!share.contains('/') && root.join(share).join("pyvenv.cfg").is_file())
+}
+
 /// `paths`' `deny_read` and `allow_read`, `~/` expanded in `home`.
 pub fn read_rule_paths(
     paths: &SandboxPaths,

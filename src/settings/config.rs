@@ -242,7 +242,7 @@ impl ProjectConfig {
     /// Reads `<repo_root>/.grove/config.toml`; `None` when there is no such file.
     pub fn load(repo_root: &Path) -> Result<Option<ProjectConfig>, ConfigError> {
         let path = repo_root.join(CONFIG_PATH);
-        let bytes = match crate::repo_file::read(&path) {
+        let bytes = match crate::repo_file::read(repo_root, Path::new(CONFIG_PATH)) {
             Ok(bytes) => bytes,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(ConfigError::Read { path, source }),

@@ -1,6 +1,7 @@
 //! How a run is configured: the option types, the project file `.grove/config.toml`, the
 //! precedence of flags over the file over the built-in defaults, and the user's trust of
-//! the file's setup command (`trust.rs`).
+//! the file's setup command and of its keys that widen the sandbox (`trust.rs`,
+//! `widening.rs`).
 //!
 //! This module owns turning what the user said (flags, the project file) into
 //! [`RunOptions`]. It must never run or copy anything a setting names (the run does
@@ -16,5 +17,6 @@ pub mod remote;
 pub mod template;
 pub mod trust;
 mod values;
+pub mod widening;
 
 pub use options::{ModelChoice, ModelNames, Models, RunOptions, TurnCaps, WorktreeSetup};

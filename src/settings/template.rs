@@ -88,7 +88,8 @@ pub fn template() -> String {
 # per_worker = false
 # Files git does not track that each worktree needs, relative to the repository root,
 # e.g. .env. Each is copied into every worktree and never committed, reviewed or merged;
-# a listed file that is missing or tracked stops the run at its start.
+# a listed file that is missing or tracked stops the run at its start. A list here takes
+# effect only once you have trusted it with `grove trust`, like a setup command.
 # Default: none. Example below.
 # copy = [".env"]
 # Ignored directories of your checkout that hold the project's environment, relative to
@@ -97,7 +98,8 @@ pub fn template() -> String {
 # per worker (a worker's writes there fail). A listed directory that is missing or
 # tracked stops the run at its start. Default: `.venv`, `venv`, `node_modules` and every
 # other top-level virtualenv (a directory with a pyvenv.cfg) that exist and git does not
-# track; none when `setup` is set (it makes the environment in each tree). Example below.
+# track; none when `setup` is set (it makes the environment in each tree). A list here
+# takes effect only once you have trusted it with `grove trust`. Example below.
 # share = [".venv"]
 # Where the worktrees go: <dir>/<run>/<n>, an absolute path outside any .git directory.
 # Default: the user's cache directory ($XDG_CACHE_HOME/grove or ~/.cache/grove; on macOS
@@ -158,7 +160,8 @@ fn check_and_sandbox() -> String {
 # More paths they may not read: absolute, or in your home as ~/path. Default: none.
 # deny_read = ["~/private"]
 # Paths they may read though the list above hides them (said loudly at the run's start
-# and recorded in its journal). Default: none.
+# and recorded in its journal); takes effect only once you have trusted the list with
+# `grove trust`. Default: none.
 # allow_read = ["~/.m2/settings.xml"]
 "#
     )

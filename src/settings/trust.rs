@@ -4,7 +4,10 @@
 //! (it can send the repository's contents anywhere, like a setup command). So do the
 //! run arguments an MCP client could use to escalate ([`McpGrant`]: a `cmd:` worker
 //! backend, `sandbox: off`, `allow_network`): a client whose grove tools are
-//! auto-approved may be following a prompt injected into what it read.
+//! auto-approved may be following a prompt injected into what it read. So do the
+//! file's keys that widen what workers' commands see ([`Widening`]: `[sandbox]
+//! allow_read`, `[worktree] copy`, an explicit `[worktree] share`), each by its exact
+//! value: a worker could have written them, and a reviewer approved it.
 //!
 //! This module owns the trust records and the check. It must never trust anything by
 //! itself (reading or writing the config file is not trust; only `grove trust`, which a
@@ -25,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::settings::widening::Widening;
 use crate::text::fnv1a;
 
 /// The subcommand that records trust, as messages name it.
@@ -49,6 +53,11 @@ struct TrustRecord {
     /// Records of setup commands carry none (and read as they did before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     mcp: Option<bool>,
+    /// Set for a widening of the sandbox: the config key (`sandbox.allow_read`), whose
+    /// value `command` then holds as TOML writes it; so that no setup command's text can
+    /// stand for one, nor one key's value for another's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
 }
 
 /// A run argument an MCP client may give only once a person has trusted that exact value
@@ -143,6 +152,22 @@ pub enum TrustError {
         config: PathBuf,
         command: String,
     },
+    /// The repository's config (or the journal of the run being resumed) widens what
+    /// workers' commands see with values the user has not trusted in this repository:
+    /// new, or changed since they were trusted. Listed all at once, each with what it
+    /// does. The run stops before it creates anything or asks any model; not retried.
+    #[error(
+        "{} widens what workers' commands can see, and you have not trusted this in this \
+         repository (it is new, or it changed since you trusted it):\n\n{}\nRead it; to \
+         trust exactly this here, run: {TRUST_COMMAND}",
+        config.display(),
+        widenings_shown(widenings)
+    )]
+    UntrustedWidening {
+        /// The config file that asks for them.
+        config: PathBuf,
+        widenings: Vec<Widening>,
+    },
     /// An MCP client asked for a run argument that no person has trusted in this
     /// repository with exactly this value. Nothing was created; not retried.
     #[error(
@@ -216,7 +241,7 @@ impl TrustStore {
 
     /// Whether `command` is trusted in the repository whose work tree is `repo_root`.
     pub fn is_trusted(&self, repo_root: &Path, command: &str) -> Result<bool, TrustError> {
-        self.holds(&TrustRecord::new(repo_root, command, None)?)
+        self.holds(&TrustRecord::new(repo_root, command, None, None)?)
     }
 
     /// Whether a person trusted an MCP client to ask for `grant` in the repository whose
@@ -226,6 +251,7 @@ impl TrustStore {
             repo_root,
             &grant.as_argument(),
             Some(true),
+            None,
         )?)
     }
 
@@ -236,6 +262,7 @@ impl TrustStore {
             repo_root,
             &grant.as_argument(),
             Some(true),
+            None,
         )?)
     }
 
@@ -278,7 +305,52 @@ impl TrustStore {
     /// Records that `command` is trusted in the repository whose work tree is
     /// `repo_root`; returns the record's path.
     pub fn trust(&self, repo_root: &Path, command: &str) -> Result<PathBuf, TrustError> {
-        self.record(&TrustRecord::new(repo_root, command, None)?)
+        self.record(&TrustRecord::new(repo_root, command, None, None)?)
+    }
+
+    /// Whether `widening`, with exactly its value, is trusted in the repository whose
+    /// work tree is `repo_root`.
+    pub fn is_trusted_widening(
+        &self,
+        repo_root: &Path,
+        widening: &Widening,
+    ) -> Result<bool, TrustError> {
+        self.holds(&TrustRecord::widening(repo_root, widening)?)
+    }
+
+    /// Records that `widening`, with exactly its value, is trusted in the repository
+    /// whose work tree is `repo_root`; returns the record's path.
+    pub fn trust_widening(
+        &self,
+        repo_root: &Path,
+        widening: &Widening,
+    ) -> Result<PathBuf, TrustError> {
+        self.record(&TrustRecord::widening(repo_root, widening)?)
+    }
+
+    /// Refuses the `widenings` that `config` asks for unless each is trusted, with
+    /// exactly its value, in the repository whose work tree is `repo_root`; the refusal
+    /// lists every one that is not.
+    pub fn check_widenings(
+        &self,
+        repo_root: &Path,
+        config: &Path,
+        widenings: &[Widening],
+    ) -> Result<(), TrustError> {
+        let mut untrusted = Vec::new();
+        for widening in widenings {
+            if !self.is_trusted_widening(repo_root, widening)? {
+                untrusted.push(widening.clone());
+            }
+        }
+        if untrusted.is_empty() {
+            Ok(())
+        } else {
+            Err(TrustError::UntrustedWidening {
+                config: config.to_path_buf(),
+                widenings: untrusted,
+            })
+        }
     }
 
     fn record(&self, record: &TrustRecord) -> Result<PathBuf, TrustError> {
@@ -343,13 +415,40 @@ impl TrustStore {
         if record.mcp.is_some() {
             key.extend_from_slice(b"mcp\0");
         }
+        if let Some(name) = &record.key {
+            key.extend_from_slice(b"key\0");
+            key.extend_from_slice(name.as_bytes());
+            key.push(0);
+        }
         key.extend_from_slice(record.command.as_bytes());
         self.dir.join(format!("{:016x}.json", fnv1a(&key)))
     }
 }
 
+/// Each widening on its own lines: the key and value, then what it does.
+fn widenings_shown(widenings: &[Widening]) -> String {
+    widenings
+        .iter()
+        .map(|widening| format!("    {widening}\n        ({})\n", widening.key.consequence()))
+        .collect()
+}
+
 impl TrustRecord {
-    fn new(repo_root: &Path, command: &str, mcp: Option<bool>) -> Result<Self, TrustError> {
+    fn widening(repo_root: &Path, widening: &Widening) -> Result<Self, TrustError> {
+        Self::new(
+            repo_root,
+            &widening.value(),
+            None,
+            Some(widening.key.name().to_owned()),
+        )
+    }
+
+    fn new(
+        repo_root: &Path,
+        command: &str,
+        mcp: Option<bool>,
+        key: Option<String>,
+    ) -> Result<Self, TrustError> {
         let repository = repo_root
             .canonicalize()
             .map_err(|source| TrustError::Repository {
@@ -360,6 +459,7 @@ impl TrustRecord {
             repository,
             command: command.to_owned(),
             mcp,
+            key,
         })
     }
 }
@@ -433,6 +533,54 @@ mod tests {
                 None,
                 None
             ]
+        );
+    }
+
+    #[test]
+    fn a_widening_is_trusted_by_its_key_and_exact_value_only() {
+        use crate::settings::widening::{Widening, WideningKey};
+        let home = tempfile::tempdir().unwrap();
+        let repo = tempfile::tempdir().unwrap();
+        let store = TrustStore::new(home.path());
+        let widening = |key, paths: &[&str]| Widening {
+            key,
+            paths: paths.iter().map(|path| (*path).to_owned()).collect(),
+        };
+        let ssh = widening(WideningKey::AllowRead, &["~/.ssh"]);
+        // A setup command whose text is the value is no trust of the value.
+        store.trust(repo.path(), &ssh.value()).unwrap();
+        let config = repo.path().join(".grove/config.toml");
+        let refused = store
+            .check_widenings(repo.path(), &config, std::slice::from_ref(&ssh))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            refused,
+            format!(
+                "{} widens what workers' commands can see, and you have not trusted this in \
+                 this repository (it is new, or it changed since you trusted it):\n\n    \
+                 sandbox.allow_read = [\"~/.ssh\"]\n        (lets every worker's commands \
+                 read these paths of your machine)\n\nRead it; to trust exactly this here, \
+                 run: grove trust",
+                config.display()
+            ),
+            "the refusal names the key, its value, what it does and the command"
+        );
+        store.trust_widening(repo.path(), &ssh).unwrap();
+        assert_eq!(
+            [
+                ssh.clone(),
+                widening(WideningKey::AllowRead, &["~/.ssh", "~/.aws"]),
+                widening(WideningKey::Copy, &["~/.ssh"]),
+            ]
+            .map(|widening| store.is_trusted_widening(repo.path(), &widening).unwrap()),
+            [true, false, false],
+            "only the exact value of the key it was trusted for"
+        );
+        assert!(
+            store
+                .check_widenings(repo.path(), &config, std::slice::from_ref(&ssh))
+                .is_ok()
         );
     }
 

@@ -827,8 +827,10 @@ impl Special {
 
     fn problem(self) -> &'static str {
         match self {
+            // Out of the work tree: refused as a link, before its target is opened.
             Special::DevZero => {
-                "it is a character device (through a symbolic link), not a regular file"
+                "it is a symbolic link to /dev/zero, outside the repository; grove reads no \
+                 file outside the repository's work tree"
             }
             Special::Fifo => "it is a FIFO (named pipe), not a regular file",
             Special::Huge => "it is larger than 1048576 bytes, the most grove reads of such a file",

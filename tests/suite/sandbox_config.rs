@@ -17,7 +17,8 @@ use crate::support::grove::{grove_in, stderr};
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::{answered, lead_reply, reviewer_reply, usage};
 
-/// `grove run` with `config` committed: its exit code, stderr, and the model requests.
+/// `grove run` with `config` committed and trusted (when valid): its exit code, stderr,
+/// and the model requests.
 async fn run_with(config: &str) -> (GitFixture, Option<i32>, String, usize) {
     let fixture = GitFixture::with_files(&[
         ("README", "the project\n"),
@@ -26,6 +27,9 @@ async fn run_with(config: &str) -> (GitFixture, Option<i32>, String, usize) {
         (".grove/config.toml", config),
     ]);
     std::fs::create_dir_all(fixture.repo.join(".venv/bin")).unwrap();
+    // Not asserted: `grove trust` refuses an invalid file as the run does, and the run's
+    // refusal is what these tests read.
+    let _trusted = grove_in(&fixture, None, &["trust"]).await;
     let server = FakeServer::with_responder(|_| Turn::text("Nothing to do.").into()).await;
     let output = grove_in(&fixture, Some(&server), &["run", "--json", "look around"]).await;
     let requests = server.requests().len();
@@ -97,8 +101,14 @@ async fn an_allow_read_of_a_secret_store_is_allowed_loudly_and_journaled() {
     );
 }
 
+/// What the user does before running with a config that widens the sandbox (issue 42).
+async fn trust(fixture: &GitFixture) {
+    let trusted = grove_in(fixture, None, &["trust"]).await;
+    assert_eq!(trusted.status.code(), Some(0), "{}", stderr(&trusted));
+}
+
 /// What a worker's `cat` of each of `paths` (in its home) printed in a run with `config`
-/// committed: one line per path, its content or `denied` (nothing read).
+/// committed and trusted: one line per path, its content or `denied` (nothing read).
 async fn reads_in_a_run(config: &str, paths: &[&str]) -> Vec<String> {
     let fixture =
         GitFixture::with_files(&[("README", "the project\n"), (".grove/config.toml", config)]);
@@ -132,6 +142,7 @@ async fn reads_in_a_run(config: &str, paths: &[&str]) -> Vec<String> {
         Who::Reviewer => reviewer_reply(request),
     })
     .await;
+    trust(&fixture).await;
     let output = grove_in(&fixture, Some(&server), &["run", "--json", "look around"]).await;
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     let results: Vec<String> = server

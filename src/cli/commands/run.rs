@@ -149,8 +149,9 @@ pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let flags = flag_settings(&args)?;
     let repo = drive::open_repo(directory).await?;
     let root = repo.work_tree().unwrap_or(repo.common_dir());
-    // Flags beat .grove/config.toml, which beats the built-in defaults; a setup command
-    // the file asks for must be trusted (not for a dry run, which creates nothing).
+    // Flags beat .grove/config.toml, which beats the built-in defaults; what the file asks
+    // to run or to open to workers must be trusted (not for a dry run, which creates
+    // nothing).
     let Launch { options, models } = launch::prepare(
         directory,
         RunRequest {

@@ -1,11 +1,13 @@
 //! `grove trust`: trusts the `[worktree] setup` command of this repository's
-//! `.grove/config.toml`, and its `[check]` command when that asks for the network,
-//! exactly as the file has them now; with `--mcp NAME=VALUE`, instead, a run argument
+//! `.grove/config.toml`, its `[check]` command when that asks for the network, and the
+//! keys that widen what workers' commands see (`[sandbox] allow_read`, `[worktree] copy`,
+//! `[worktree] share`), exactly as the file has them now; with `--mcp NAME=VALUE`,
+//! instead, a run argument
 //! that MCP clients may then give in this repository (`worker_backend=cmd:…`,
 //! `sandbox=off`, `allow_network=true`).
 //!
-//! It prints the command it trusts, asks nothing, and records it outside the repository
-//! (`grove::settings::trust`). It must never run the command.
+//! It prints each command and value it trusts, asks nothing, and records them outside the
+//! repository (`grove::settings::trust`). It must never run a command.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -13,8 +15,9 @@ use std::process::ExitCode;
 use anyhow::bail;
 use clap::Args;
 
-use grove::settings::config::ProjectConfig;
+use grove::settings::config::{ProjectConfig, RunSettings};
 use grove::settings::trust::{McpGrant, TrustStore};
+use grove::settings::widening::file_widenings;
 
 use crate::cli::drive;
 
@@ -28,8 +31,8 @@ pub struct TrustArgs {
     pub mcp: Vec<McpGrant>,
 }
 
-/// Records trust of the setup command (and a network check) in the config of the repository containing
-/// `directory`.
+/// Records trust of the setup command, a network check and the widenings of the sandbox
+/// in the config of the repository containing `directory`.
 #[allow(clippy::print_stdout)]
 pub async fn trust(directory: &Path, args: &TrustArgs) -> anyhow::Result<ExitCode> {
     let repo = drive::open_repo(directory).await?;
@@ -69,10 +72,12 @@ pub async fn trust(directory: &Path, args: &TrustArgs) -> anyhow::Result<ExitCod
     if let Some(check) = config.settings.check.as_ref().filter(|check| check.network) {
         commands.push(("check (network = true)", check.command.as_str()));
     }
-    if commands.is_empty() {
+    // `grove trust` takes no flags for these: what it records is what `grove run` reads.
+    let widenings = file_widenings(&config.settings, &RunSettings::default());
+    if commands.is_empty() && widenings.is_empty() {
         println!(
-            "{} has no [worktree] setup command and no [check] with network = true; nothing \
-             to trust",
+            "{} has no [worktree] setup command, no [check] with network = true, and no \
+             [sandbox] allow_read, [worktree] copy or [worktree] share; nothing to trust",
             config.path.display()
         );
         return Ok(ExitCode::SUCCESS);
@@ -84,6 +89,17 @@ pub async fn trust(directory: &Path, args: &TrustArgs) -> anyhow::Result<ExitCod
             "trusted this {what} for {}:\n\n    {command}\n\ngrove runs it in every new \
              worktree until the command in {} changes (recorded in {})",
             root.display(),
+            config.path.display(),
+            record.display()
+        );
+    }
+    for widening in &widenings {
+        let record = store.trust_widening(root, widening)?;
+        println!(
+            "trusted this value for {}:\n\n    {widening}\n\nwhich {}; grove uses it until the \
+             value in {} changes (recorded in {})",
+            root.display(),
+            widening.key.consequence(),
             config.path.display(),
             record.display()
         );
