@@ -53,6 +53,20 @@ pub enum RemoteError {
     /// The host's grove refused or failed the call (its message). Not retried.
     #[error("remote host `{host}`: {message}")]
     Refused { host: String, message: String },
+    /// The host sent a line, or announced a payload, over what grove takes from a host
+    /// ([`protocol::Limits::REPLIES`]): refused as announced, before any of it was read,
+    /// and the connection ended there (it is out of step). Not retried on this host; its
+    /// tree moves as from a lost one.
+    #[error(
+        "remote host `{host}` sent {what} of {size} bytes, over grove's limit of {limit}; \
+         its connection was ended"
+    )]
+    TooLarge {
+        host: String,
+        what: &'static str,
+        size: u64,
+        limit: u64,
+    },
     /// The host answered with something else than the call's reply. Not retried.
     #[error("remote host `{host}` gave a wrong answer to {call}")]
     Unexpected { host: String, call: &'static str },
