@@ -19,8 +19,10 @@ use super::hosts::Placement;
 use super::protocol::{Call, Ended, OpenTree, Reply, SandboxSpec};
 use crate::git::{CommitId, Repo, RunId};
 use crate::tools::exec::{
-    CommandExecutor, DiskOverBudget, ExecError, ExecOutcome, ExecRequest, ExecResult, SetupPolicy,
+    CommandExecutor, DiskOverBudget, ExecError, ExecOutcome, ExecRequest, ExecResult, OutputCap,
+    SetupPolicy,
 };
+use crate::tools::result_cap::held_to_cap;
 use crate::tools::tree::{RemoteTools, TreeAccess, TreeNamespace};
 use crate::tools::{ToolError, ToolOutput};
 
@@ -103,10 +105,7 @@ impl RemoteTree {
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, Live> {
-        self.inner
-            .live
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.inner.live)
     }
 
     fn connection(&self) -> Arc<Connection> {
@@ -167,12 +166,13 @@ impl RemoteTree {
             .cwd
             .strip_prefix(&self.inner.spec.local)
             .map_or_else(|_| PathBuf::from("."), Path::to_path_buf);
+        let cap = request.output_cap;
         let call = Call::Exec {
             command: request.command,
             cwd,
             timeout_ms: u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX),
-            head: request.output_cap.head,
-            tail: request.output_cap.tail,
+            head: cap.head,
+            tail: cap.tail,
             setup: setup.is_some(),
             setup_network: setup.unwrap_or(false),
         };
@@ -192,20 +192,24 @@ impl RemoteTree {
                     disk_over,
                 },
                 _,
-            )) => Ok(ExecResult {
-                outcome: match ended {
-                    Ended::Exited(code) => ExecOutcome::Exited(code),
-                    Ended::Signalled(signal) => ExecOutcome::Signalled(signal),
-                    Ended::TimedOut => ExecOutcome::TimedOut,
-                    Ended::Cancelled => ExecOutcome::Cancelled,
+            )) => Ok(held_to(
+                ExecResult {
+                    outcome: match ended {
+                        Ended::Exited(code) => ExecOutcome::Exited(code),
+                        Ended::Signalled(signal) => ExecOutcome::Signalled(signal),
+                        Ended::TimedOut => ExecOutcome::TimedOut,
+                        Ended::Cancelled => ExecOutcome::Cancelled,
+                    },
+                    head,
+                    tail,
+                    total_bytes,
+                    output_abandoned,
+                    notes,
+                    disk_over_budget: disk_over
+                        .map(|(used, budget)| DiskOverBudget { used, budget }),
                 },
-                head,
-                tail,
-                total_bytes,
-                output_abandoned,
-                notes,
-                disk_over_budget: disk_over.map(|(used, budget)| DiskOverBudget { used, budget }),
-            }),
+                cap,
+            )),
             Ok(_) => Err(ExecError::Elsewhere {
                 reason: unexpected(&self.host(), "exec").to_string(),
             }),
@@ -221,6 +225,32 @@ impl RemoteTree {
         self.connection().close().await;
         self.live().slot.take();
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Notes a host may add to a command's result, and characters of each: the executor's
+/// notes are a line or two.
+const MAX_NOTES: usize = 8;
+const MAX_NOTE_CHARS: usize = 1_000;
+
+/// A command's `result` as its host sent it, held to `cap` as a command run here is:
+/// the first `cap.head` bytes, the last `cap.tail`, what was cut counted as output.
+fn held_to(mut result: ExecResult, cap: OutputCap) -> ExecResult {
+    let sent = (result.head.len() + result.tail.len()) as u64;
+    result.total_bytes = result.total_bytes.max(sent);
+    result.head.truncate(cap.head);
+    let over = result.tail.len().saturating_sub(cap.tail);
+    result.tail.drain(..over);
+    result.notes.truncate(MAX_NOTES);
+    for note in &mut result.notes {
+        *note = crate::text::truncate(note, MAX_NOTE_CHARS);
+    }
+    result
 }
 
 /// Connects to `placement`'s host, sends what its mirror lacks of `spec.start`, and
@@ -351,7 +381,9 @@ impl RemoteTools for RemoteTree {
                 },
                 _,
             )) => Ok(ToolOutput {
-                content,
+                // The host's grove caps as this one does; a host that does not is held
+                // to the cap here.
+                content: held_to_cap(name, content),
                 is_error,
                 ends_loop,
             }),
@@ -382,5 +414,53 @@ impl CommandExecutor for RemoteExecutor {
             tree: self.tree.clone(),
             setup: Some(policy.allow_network),
         })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commands_output_from_a_host_is_held_to_the_cap_it_was_asked_for() {
+        let sent = ExecResult {
+            outcome: ExecOutcome::Exited(1),
+            head: b"start and more".to_vec(),
+            tail: b"more and the end".to_vec(),
+            total_bytes: 7,
+            output_abandoned: false,
+            notes: vec!["n".repeat(5_000); 100],
+            disk_over_budget: None,
+        };
+        let held = held_to(sent, OutputCap { head: 5, tail: 7 });
+        assert_eq!(
+            held,
+            ExecResult {
+                outcome: ExecOutcome::Exited(1),
+                head: b"start".to_vec(),
+                tail: b"the end".to_vec(),
+                total_bytes: 30,
+                output_abandoned: false,
+                notes: vec![format!("{}…", "n".repeat(MAX_NOTE_CHARS)); MAX_NOTES],
+                disk_over_budget: None,
+            },
+            "the head keeps its start, the tail its end, and what was cut here still \
+             counts as output"
+        );
+        let within = ExecResult {
+            outcome: ExecOutcome::Exited(0),
+            head: b"ok".to_vec(),
+            tail: Vec::new(),
+            total_bytes: 2,
+            output_abandoned: false,
+            notes: Vec::new(),
+            disk_over_budget: None,
+        };
+        assert_eq!(
+            held_to(within.clone(), OutputCap::default()),
+            within,
+            "a result within the cap is kept as sent"
+        );
     }
 }
