@@ -50,6 +50,9 @@ pub struct RemoteTree {
 struct Inner {
     spec: OpenSpec,
     live: Mutex<Live>,
+    /// The last tree that came back and was accepted: what the next one is checked
+    /// against (the start's tree until then).
+    accepted: Mutex<Option<git2::Oid>>,
 }
 
 /// The tree's connection as it is now.
@@ -82,6 +85,7 @@ impl RemoteTree {
             inner: Arc::new(Inner {
                 spec,
                 live: Mutex::new(live),
+                accepted: Mutex::new(None),
             }),
         })
     }
@@ -133,7 +137,8 @@ impl RemoteTree {
     }
 
     /// Commits what changed in the tree there and brings its objects here; the tree
-    /// object of its state, `None` when nothing changed since the last checkpoint.
+    /// object of its state, `None` when nothing changed since the last checkpoint. A tree
+    /// holding what grove never commits is refused here ([`arrival`](super::arrival)).
     pub async fn checkpoint(
         &self,
         repo: &Repo,
@@ -146,15 +151,39 @@ impl RemoteTree {
         let Reply::Checkpoint { tree, .. } = reply else {
             return Err(unexpected(&self.host(), "checkpoint"));
         };
-        if tree.is_some() && !bundle.is_empty() {
-            repo.unbundle(bundle)
-                .await
-                .map_err(|source| RemoteError::Git {
-                    host: self.host(),
-                    source,
-                })?;
+        let Some(tree) = tree else {
+            return Ok(None);
+        };
+        let git = |source| RemoteError::Git {
+            host: self.host(),
+            source,
+        };
+        if !bundle.is_empty() {
+            // Its objects come in unreferenced: a refused tree leaves nothing a ref
+            // reaches.
+            repo.unbundle(bundle).await.map_err(git)?;
         }
-        Ok(tree)
+        let id = git2::Oid::from_str(&tree).map_err(|_| unexpected(&self.host(), "checkpoint"))?;
+        let known = *lock(&self.inner.accepted);
+        let start = self.inner.spec.start;
+        let refused = repo
+            .read("a tree a remote host sent", |git| {
+                let known = match known {
+                    Some(known) => known,
+                    None => git.find_commit(start.oid())?.tree_id(),
+                };
+                super::arrival::refused_entry(git, id, Some(known))
+            })
+            .map_err(git)?;
+        if let Some(refused) = refused {
+            return Err(RemoteError::RefusedTree {
+                host: self.host(),
+                path: refused.path,
+                why: refused.why,
+            });
+        }
+        *lock(&self.inner.accepted) = Some(id);
+        Ok(Some(tree))
     }
 
     async fn exec(
