@@ -248,11 +248,17 @@ impl RemoteTree {
         }
     }
 
-    /// Ends the connection (the host stops what runs there and removes the tree) and
-    /// frees the host's slot.
+    /// Gives the tree's slot on its host back at once, for the next subtask placed
+    /// there; the connection stays until [`RemoteTree::close`].
+    pub fn free_slot(&self) {
+        drop(self.live().slot.take());
+    }
+
+    /// Frees the host's slot, then ends the connection: the host stops what runs there
+    /// and removes the tree, which may take a while that no other subtask waits for.
     pub async fn close(&self) {
+        self.free_slot();
         self.connection().close().await;
-        self.live().slot.take();
     }
 }
 

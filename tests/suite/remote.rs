@@ -260,7 +260,7 @@ pub(crate) fn long_worker(request: &RecordedRequest) -> Reply {
 
 /// The pids of the exec-servers serving host directory `home` (not the processes they
 /// forked for commands, which share their command line and environment).
-fn servers_of(home: &Path) -> Vec<i32> {
+pub(crate) fn servers_of(home: &Path) -> Vec<i32> {
     let wanted = format!("GROVE_REMOTE_HOME={}", home.display());
     let serves = |pid: i32| {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();

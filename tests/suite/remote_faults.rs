@@ -1,6 +1,7 @@
 //! Hosts behind `--remote` held to a local run's rules, and what a faulty host cannot do:
-//! send a tree holding git data (refused as it arrives, nothing of it merged), or send
-//! tool results over a local tool's cap (cut here).
+//! send a tree holding git data (refused as it arrives, nothing of it merged), send tool
+//! results over a local tool's cap (cut here), or keep the next subtask waiting for its
+//! slot while the last one's tree is taken down.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write as _;
@@ -9,7 +10,7 @@ use std::process::Stdio;
 
 use serde_json::{Value, json};
 
-use super::remote::{approve, user_config};
+use super::remote::{approve, entries, scripted, servers_of, statuses, user_config};
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::{GitFixture, git_in, sealed_command};
 use crate::support::grove::{grove_in, stderr};
@@ -251,4 +252,83 @@ async fn a_tree_with_git_data_from_a_host_is_refused_on_arrival_and_its_tool_out
         "a command's output keeps its start and its end: {}",
         &worker_saw[1].1[..200]
     );
+}
+
+/// A launcher for a host whose connections are logged to `log`: `open N` when the Nth
+/// starts, `closed N` when it ends on its own. The first stays after its exec-server ended,
+/// as a host slow to take a tree down does, until the second has opened (up to 60 s); the
+/// second waits at its end until the first has closed, so that the log's order is fixed.
+const LOGGED_HOST: &str = r#"log="$1"; shift
+n=1
+while ! mkdir "$log.$n" 2>/dev/null; do n=$((n + 1)); done
+echo "open $n" >> "$log"
+"$@"
+case "$n" in
+  1) wait_for="open 2" ;;
+  *) wait_for="closed 1" ;;
+esac
+i=0
+while ! grep -qx "$wait_for" "$log" && [ "$i" -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+echo "closed $n" >> "$log"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_finished_subtask_frees_its_one_slot_host_before_its_tree_is_taken_down() {
+    let fixture = GitFixture::with_files(&[("README", "r\n")]);
+    let hosts = tempfile::tempdir().unwrap();
+    let home = hosts.path().join("a");
+    let script = hosts.path().join("host.sh");
+    std::fs::write(&script, LOGGED_HOST).unwrap();
+    let log = hosts.path().join("connections");
+    // `exec`: the launcher grove starts is the script itself, so that a launcher grove
+    // kills writes no `closed`.
+    user_config(
+        &fixture,
+        &format!(
+            "[remote.a]\nlaunch = \"exec sh {} {} env GROVE_REMOTE_HOME={}\"\nprogram = {:?}\n\
+             slots = 1\ntimeout_s = 10\n",
+            script.display(),
+            log.display(),
+            home.display(),
+            env!("CARGO_BIN_EXE_grove")
+        ),
+    );
+    let server = FakeServer::with_responder(scripted(&["a.txt", "b.txt"])).await;
+    let started = std::time::Instant::now();
+    let output = grove_in(
+        &fixture,
+        Some(&server),
+        &[
+            "run",
+            "--json",
+            "--jobs",
+            "2",
+            "--remote",
+            "a",
+            "write two files",
+        ],
+    )
+    .await;
+    let took = started.elapsed();
+    let said = stderr(&output);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(statuses(&report), ["merged"; 2], "{report:#}");
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(
+        logged.lines().collect::<Vec<_>>(),
+        ["open 1", "open 2", "closed 1", "closed 2"],
+        "the second subtask got the one slot while the first's tree was still being taken \
+         down, and both connections then ended on their own (took {took:?}): {said}"
+    );
+    assert_eq!(
+        servers_of(&home),
+        Vec::<i32>::new(),
+        "no exec-server is left on the host"
+    );
+    let trees: Vec<String> = entries(&home.join("trees"))
+        .iter()
+        .flat_map(|repo| entries(&home.join("trees").join(repo)))
+        .collect();
+    assert_eq!(trees, Vec::<String>::new(), "the host removed both trees");
 }
