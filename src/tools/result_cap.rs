@@ -14,6 +14,9 @@ use super::{grep, list_files, read_file};
 /// cut, files not listed, a command's notes and exit code).
 const NOTE_ROOM: usize = 4 * 1024;
 
+/// Lines `list_files` adds after its paths (none found, how many more, unreadable).
+const NOTE_LINES: usize = 3;
+
 /// The longest path a listed line can hold here (Linux's `PATH_MAX`) and its ` (symlink)`.
 const LISTED_LINE: usize = 4096 + 11;
 
@@ -28,6 +31,8 @@ const fn shown(bytes: usize) -> usize {
 pub enum ResultCap {
     /// The first `bytes`: a file tool's result is cut at its end here too.
     Head { bytes: usize },
+    /// The first `lines` lines, within `bytes`: a listing of paths.
+    Lines { lines: usize, bytes: usize },
     /// The first `head` and the last `tail` bytes, as `bash` keeps a command's output.
     HeadAndTail { head: usize, tail: usize },
 }
@@ -40,7 +45,8 @@ pub fn result_cap(name: &str) -> ResultCap {
         "grep" => ResultCap::Head {
             bytes: grep::MAX_OUTPUT_BYTES + NOTE_ROOM,
         },
-        "list_files" => ResultCap::Head {
+        "list_files" => ResultCap::Lines {
+            lines: list_files::MAX_LISTED + NOTE_LINES,
             bytes: list_files::MAX_LISTED * LISTED_LINE + NOTE_ROOM,
         },
         "bash" => ResultCap::HeadAndTail {
@@ -59,6 +65,22 @@ pub fn result_cap(name: &str) -> ResultCap {
 pub fn held_to_cap(name: &str, content: String) -> String {
     let total = content.len();
     match result_cap(name) {
+        ResultCap::Lines { lines, bytes } => {
+            let after_lines = content
+                .match_indices('\n')
+                .nth(lines.saturating_sub(1))
+                .map_or(total, |(at, _)| at + 1);
+            let end = after_lines.min(floor_boundary(&content, bytes));
+            if end == total {
+                return content;
+            }
+            format!(
+                "{}\n[grove cut {} bytes: the result was {total} bytes, over the {lines} lines \
+                 or {bytes} bytes `{name}` gives here]\n",
+                &content[..end],
+                total - end
+            )
+        }
         ResultCap::Head { bytes } if total > bytes => {
             let end = floor_boundary(&content, bytes);
             format!(
@@ -133,6 +155,30 @@ mod tests {
                 bytes + 1 + 1_000_000,
             ),
             "grep's result is cut to grep's cap, at a character boundary, saying so"
+        );
+    }
+
+    #[test]
+    fn a_listing_over_its_cap_keeps_its_first_paths() {
+        let lines = list_files::MAX_LISTED + NOTE_LINES;
+        let listing: String = (0..5_000).map(|n| format!("f{n}\n")).collect();
+        let kept: String = (0..lines).map(|n| format!("f{n}\n")).collect();
+        let held = held_to_cap("list_files", listing.clone());
+        assert_eq!(
+            held,
+            format!(
+                "{kept}\n[grove cut {} bytes: the result was {} bytes, over the {lines} lines \
+                 or {} bytes `list_files` gives here]\n",
+                listing.len() - kept.len(),
+                listing.len(),
+                list_files::MAX_LISTED * LISTED_LINE + NOTE_ROOM
+            ),
+            "a listing keeps as many paths as list_files lists here"
+        );
+        assert_eq!(
+            held_to_cap("list_files", kept.clone()),
+            kept,
+            "a listing within the cap is kept whole"
         );
     }
 
