@@ -65,11 +65,12 @@ where
     let tracker = TaskTracker::new();
     let mut input = BufReader::new(input);
     let ended = loop {
-        let (request, payload) = match protocol::read::<_, Request>(&mut input).await {
-            Ok(Some(message)) => message,
-            Ok(None) => break Ok(()),
-            Err(error) => break Err(error),
-        };
+        let (request, payload) =
+            match protocol::read::<_, Request>(&mut input, protocol::Limits::REQUESTS).await {
+                Ok(Some(message)) => message,
+                Ok(None) => break Ok(()),
+                Err(error) => break Err(error),
+            };
         if let Call::Cancel { id } = request.call {
             if let Some(token) = server.running_token(id) {
                 token.cancel();

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::RemoteError;
 use super::hosts::RemoteHost;
-use super::protocol::{self, Call, PROTOCOL, Reply, Request, Response, VERSION};
+use super::protocol::{self, Call, Limits, PROTOCOL, Reply, Request, Response, VERSION, WireError};
 use super::ship;
 
 /// What the reader hands a caller: the reply and the bytes after it, or why none came.
@@ -28,6 +28,9 @@ type Answer = Result<(Reply, Vec<u8>), RemoteError>;
 /// The last bytes of the launcher's stderr kept for messages (ssh's "connection
 /// refused", a shell's "grove: not found").
 const STDERR_TAIL: usize = 2048;
+
+/// What a host sent over [`Limits::REPLIES`]: what, its size, the limit.
+type Oversize = (&'static str, u64, u64);
 
 /// A live connection to one host's exec-server.
 pub struct Connection {
@@ -38,6 +41,8 @@ pub struct Connection {
     next: AtomicU64,
     /// Why the connection ended, once it has.
     lost: Arc<Mutex<Option<String>>>,
+    /// What the host sent over the limits, when that ended the connection.
+    oversize: Mutex<Option<Oversize>>,
     closed: CancellationToken,
     child: Arc<tokio::sync::Mutex<Child>>,
     stderr: Arc<Mutex<Vec<u8>>>,
@@ -114,6 +119,7 @@ impl Connection {
             pending: Arc::default(),
             next: AtomicU64::new(1),
             lost: Arc::default(),
+            oversize: Mutex::default(),
             closed: CancellationToken::new(),
             child: Arc::new(tokio::sync::Mutex::new(child)),
             stderr: Arc::default(),
@@ -221,7 +227,7 @@ impl Connection {
 
     async fn read_answers(self: Arc<Self>, mut reader: BufReader<tokio::process::ChildStdout>) {
         let reason = loop {
-            match protocol::read::<_, Response>(&mut reader).await {
+            match protocol::read::<_, Response>(&mut reader, Limits::REPLIES).await {
                 Ok(Some((response, payload))) => {
                     let Some(waiting) = locked(&self.pending).remove(&response.id) else {
                         continue;
@@ -237,6 +243,10 @@ impl Connection {
                     let _ = waiting.send(answer);
                 }
                 Ok(None) => break "the connection closed".to_owned(),
+                Err(WireError::TooLarge { what, size, limit }) => {
+                    *locked(&self.oversize) = Some((what, size, limit));
+                    break format!("it sent {what} of {size} bytes, over the limit of {limit}");
+                }
                 Err(error) => break error.to_string(),
             }
         };
@@ -304,6 +314,14 @@ impl Connection {
     }
 
     fn lost_error(&self) -> RemoteError {
+        if let Some((what, size, limit)) = *locked(&self.oversize) {
+            return RemoteError::TooLarge {
+                host: self.host.clone(),
+                what,
+                size,
+                limit,
+            };
+        }
         let reason = locked(&self.lost)
             .clone()
             .unwrap_or_else(|| "the connection closed".to_owned());
@@ -346,5 +364,58 @@ impl Connection {
             drop(lost);
             self.closed.cancel();
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_payload_a_host_announces_over_the_limit_is_an_error_naming_the_host_and_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("host.sh");
+        let size = Limits::REPLIES.payload * 2;
+        // A host that greets, then announces a payload over the limit and sends none of
+        // it: a reader that waited for the bytes would wait until the host hung up.
+        std::fs::write(
+            &script,
+            format!(
+                "read -r hello\n\
+                 printf '%s\\n' '{{\"id\":1,\"ok\":{{\"hello\":{{\"version\":\"{VERSION}\",\"protocol\":{PROTOCOL}}}}}}}'\n\
+                 read -r call\n\
+                 printf '%s\\n' '{{\"id\":2,\"ok\":\"done\",\"bytes\":{size}}}'\n\
+                 sleep 20\n"
+            ),
+        )
+        .unwrap();
+        let host = RemoteHost {
+            name: "big".into(),
+            launch: format!("sh {}", script.display()),
+            program: "grove".into(),
+            slots: 1,
+            timeout: Duration::from_secs(60),
+            ship: false,
+        };
+        let connection = Connection::open(&host).await.unwrap();
+        let started = std::time::Instant::now();
+        let error = connection
+            .call(Call::Ping, Vec::new(), None)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "remote host `big` sent a payload of {size} bytes, over grove's limit of {}; \
+                 its connection was ended",
+                Limits::REPLIES.payload
+            ),
+            "the call fails with the host and the size it announced"
+        );
+        assert!(
+            connection.is_lost() && started.elapsed() < Duration::from_secs(15),
+            "the connection ends at the announcement, not when the host hangs up"
+        );
     }
 }

@@ -11,6 +11,7 @@
 //! tree. The server is `exec_server`'s. It must never let a lost host hang a caller: every
 //! call ends, answered or failed with why.
 
+pub mod arrival;
 pub mod client;
 pub mod hosts;
 pub mod protocol;
@@ -53,6 +54,33 @@ pub enum RemoteError {
     /// The host's grove refused or failed the call (its message). Not retried.
     #[error("remote host `{host}`: {message}")]
     Refused { host: String, message: String },
+    /// The host sent a line, or announced a payload, over what grove takes from a host
+    /// ([`protocol::Limits::REPLIES`]): refused as announced, before any of it was read,
+    /// and the connection ended there (it is out of step). Not retried on this host; its
+    /// tree moves as from a lost one.
+    #[error(
+        "remote host `{host}` sent {what} of {size} bytes, over grove's limit of {limit}; \
+         its connection was ended"
+    )]
+    TooLarge {
+        host: String,
+        what: &'static str,
+        size: u64,
+        limit: u64,
+    },
+    /// A tree the host sent back holds an entry grove never commits (see
+    /// [`arrival`]): refused as it arrived, nothing of it committed. Not retried: the
+    /// host's grove would never send it.
+    #[error(
+        "remote host `{host}` sent back a tree holding {}, {why}: refused, nothing of it \
+         is committed",
+        crate::text::quoted_path(path)
+    )]
+    RefusedTree {
+        host: String,
+        path: String,
+        why: &'static str,
+    },
     /// The host answered with something else than the call's reply. Not retried.
     #[error("remote host `{host}` gave a wrong answer to {call}")]
     Unexpected { host: String, call: &'static str },

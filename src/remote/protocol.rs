@@ -22,11 +22,32 @@ pub const PROTOCOL: u32 = 1;
 /// share tool and sandbox code, so a different one could run a tool differently.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The longest line either side accepts (a tool's output is capped well below it).
-pub const MAX_LINE: usize = 16 << 20;
+/// What one side reads from the other at most: the longest line, and the most bytes a
+/// line may announce after it. A size over them is refused as announced, before any of
+/// it is read or a buffer is made for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub line: usize,
+    pub payload: u64,
+}
 
-/// The most bytes one message may carry (a bundle of a base).
-pub const MAX_PAYLOAD: u64 = 4 << 30;
+impl Limits {
+    /// What the exec-server takes from grove, which it trusts: a tool call's input may
+    /// carry a whole file a model wrote, and a base's bundle a repository's history.
+    pub const REQUESTS: Self = Self {
+        line: 16 << 20,
+        payload: 4 << 30,
+    };
+
+    /// What grove takes from a host, which it does not trust: a reply is a tool's capped
+    /// output (a few hundred KB as JSON at worst), and a checkpoint's bundle only the
+    /// objects made since the last one came back. A worker that writes more than this
+    /// in one turn is refused with the size, not held in memory.
+    pub const REPLIES: Self = Self {
+        line: 4 << 20,
+        payload: 1 << 30,
+    };
+}
 
 /// What the sandbox of a remote tree's commands is: the local run's choice, applied by
 /// the remote grove on its own machine.
@@ -182,7 +203,8 @@ pub enum WireError {
     /// The other side sent what is not a message of this protocol. Not retried.
     #[error("the other side sent a malformed message ({reason}): {line}")]
     Malformed { reason: String, line: String },
-    /// A line or payload over the limits. Not retried.
+    /// A line over the limits, or a payload announced over them (refused before it is
+    /// read). Not retried: the connection is out of step from there on.
     #[error("the other side sent {what} of {size} bytes, over the limit of {limit}")]
     TooLarge {
         what: &'static str,
@@ -208,26 +230,28 @@ pub async fn write<W: AsyncWrite + Unpin, T: Serialize>(
     Ok(())
 }
 
-/// Reads one message and the bytes it says follow; `None` at a clean end of the pipe.
-pub async fn read<R, T>(reader: &mut R) -> Result<Option<(T, Vec<u8>)>, WireError>
+/// Reads one message and the bytes it says follow, within `limits`; `None` at a clean
+/// end of the pipe.
+pub async fn read<R, T>(reader: &mut R, limits: Limits) -> Result<Option<(T, Vec<u8>)>, WireError>
 where
     R: AsyncBufRead + Unpin,
     T: for<'de> Deserialize<'de> + HasPayload,
 {
     let mut line = Vec::new();
+    // The newline counts: a line of `limits.line` bytes and its newline are taken whole.
     let read = (&mut *reader)
-        .take(MAX_LINE as u64 + 1)
+        .take(limits.line as u64 + 1)
         .read_until(b'\n', &mut line)
         .await?;
     if read == 0 {
         return Ok(None);
     }
     if line.last() != Some(&b'\n') {
-        if line.len() > MAX_LINE {
+        if line.len() > limits.line {
             return Err(WireError::TooLarge {
                 what: "a line",
                 size: line.len() as u64,
-                limit: MAX_LINE as u64,
+                limit: limits.line as u64,
             });
         }
         return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
@@ -237,11 +261,11 @@ where
         line: crate::text::truncate(&String::from_utf8_lossy(&line), 200),
     })?;
     let size = message.payload_len();
-    if size > MAX_PAYLOAD {
+    if size > limits.payload {
         return Err(WireError::TooLarge {
             what: "a payload",
             size,
-            limit: MAX_PAYLOAD,
+            limit: limits.payload,
         });
     }
     let mut payload = Vec::new();
@@ -288,18 +312,21 @@ mod tests {
         write(&mut wire, &request, b"a\nb").await.unwrap();
         write(&mut wire, &Call::Ping, b"").await.unwrap();
         let mut reader = tokio::io::BufReader::new(wire.as_slice());
-        let read: Option<(Request, Vec<u8>)> = read(&mut reader).await.unwrap();
+        let read: Option<(Request, Vec<u8>)> = read(&mut reader, Limits::REQUESTS).await.unwrap();
         assert_eq!(
             read,
             Some((request, b"a\nb".to_vec())),
             "a request and the bytes after it are read back whole"
         );
-        let error = super::read::<_, Request>(&mut reader).await.unwrap_err();
+        let error = super::read::<_, Request>(&mut reader, Limits::REQUESTS)
+            .await
+            .unwrap_err();
         assert!(
             matches!(error, WireError::Malformed { .. }),
             "a line that is not a request is malformed: {error}"
         );
-        let end: Option<(Request, Vec<u8>)> = super::read(&mut reader).await.unwrap();
+        let end: Option<(Request, Vec<u8>)> =
+            super::read(&mut reader, Limits::REQUESTS).await.unwrap();
         assert_eq!(end, None, "the end of the pipe is a clean end");
     }
 
@@ -314,7 +341,55 @@ mod tests {
         };
         write(&mut wire, &response, b"abc").await.unwrap();
         let mut reader = tokio::io::BufReader::new(wire.as_slice());
-        let error = super::read::<_, Response>(&mut reader).await.unwrap_err();
+        let error = super::read::<_, Response>(&mut reader, Limits::REPLIES)
+            .await
+            .unwrap_err();
         assert!(matches!(error, WireError::Io(_)), "{error}");
+    }
+
+    #[tokio::test]
+    async fn an_announced_payload_over_the_limit_is_refused_before_a_byte_of_it_is_read() {
+        let over = Limits::REPLIES.payload + 1;
+        let response = Response {
+            id: 4,
+            ok: Some(Reply::Done),
+            error: None,
+            bytes: Some(over),
+        };
+        // Only the line is on the wire: reading any of the payload would end in an
+        // unexpected end of input, not in the refusal.
+        let mut wire = serde_json::to_vec(&response).unwrap();
+        wire.push(b'\n');
+        let mut reader = tokio::io::BufReader::new(wire.as_slice());
+        let error = super::read::<_, Response>(&mut reader, Limits::REPLIES)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                WireError::TooLarge { what: "a payload", size, limit }
+                    if size == over && limit == Limits::REPLIES.payload
+            ),
+            "a payload announced over the limit is refused as announced: {error}"
+        );
+        let limits = Limits {
+            line: 8,
+            payload: 0,
+        };
+        let mut reader = tokio::io::BufReader::new(&b"\"123456789\"\n"[..]);
+        let error = super::read::<_, Response>(&mut reader, limits)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                WireError::TooLarge {
+                    what: "a line",
+                    size: 9,
+                    limit: 8
+                }
+            ),
+            "a line is read no further than its limit: {error}"
+        );
     }
 }

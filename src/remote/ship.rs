@@ -9,12 +9,15 @@
 
 use std::process::Stdio;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::RemoteError;
 use super::hosts::RemoteHost;
 use super::protocol::VERSION;
 use crate::text::shell_quote;
+
+/// The most of a shipping step's stderr kept for its error: ssh's or a shell's message.
+const STDERR_KEPT: u64 = 4096;
 
 /// Where a shipped grove lives on a host, relative to where its launcher starts.
 pub fn shipped_program() -> String {
@@ -72,7 +75,21 @@ async fn run(host: &RemoteHost, words: &[&str], input: Vec<u8>) -> Result<(), Re
             .await
             .map_err(|source| failed(host, "send grove", &source))?;
     }
-    let output = tokio::time::timeout(host.silence() * 10, child.wait_with_output())
+    let mut stderr = child.stderr.take();
+    let ended = async {
+        let mut kept = Vec::new();
+        if let Some(stderr) = stderr.as_mut() {
+            let _ = (&mut *stderr)
+                .take(STDERR_KEPT)
+                .read_to_end(&mut kept)
+                .await;
+            // The rest is read and dropped: a host that floods its stderr neither fills
+            // this memory nor stalls on a full pipe.
+            let _ = tokio::io::copy(stderr, &mut tokio::io::sink()).await;
+        }
+        (child.wait().await, kept)
+    };
+    let (status, stderr) = tokio::time::timeout(host.silence() * 10, ended)
         .await
         .map_err(|_| {
             failed(
@@ -80,17 +97,16 @@ async fn run(host: &RemoteHost, words: &[&str], input: Vec<u8>) -> Result<(), Re
                 words[0],
                 &std::io::Error::from(std::io::ErrorKind::TimedOut),
             )
-        })?
-        .map_err(|source| failed(host, words[0], &source))?;
-    if output.status.success() {
+        })?;
+    let status = status.map_err(|source| failed(host, words[0], &source))?;
+    if status.success() {
         return Ok(());
     }
     Err(RemoteError::Refused {
         host: host.name.clone(),
         message: format!(
-            "shipping grove failed at `{line}` ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
+            "shipping grove failed at `{line}` ({status}): {}",
+            String::from_utf8_lossy(&stderr).trim()
         ),
     })
 }
@@ -99,5 +115,42 @@ fn failed(host: &RemoteHost, step: &str, source: &std::io::Error) -> RemoteError
     RemoteError::Refused {
         host: host.name.clone(),
         message: format!("shipping grove failed ({step}): {source}"),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_host_that_floods_its_stderr_while_grove_ships_is_read_to_a_bounded_message() {
+        let host = RemoteHost {
+            name: "loud".into(),
+            launch: "sh -c 'head -c 5000000 /dev/zero | tr \\\\0 x >&2; exit 3' sh".into(),
+            program: "grove".into(),
+            slots: 1,
+            timeout: std::time::Duration::from_secs(30),
+            ship: true,
+        };
+        let error = run(&host, &["mkdir", "-p", "x"], Vec::new())
+            .await
+            .unwrap_err();
+        let RemoteError::Refused { host, message } = error else {
+            panic!("a failed step is refused: {error}");
+        };
+        assert_eq!(
+            (host.as_str(), message.as_str()),
+            (
+                "loud",
+                format!(
+                    "shipping grove failed at `{} mkdir -p x` (exit status: 3): {}",
+                    "sh -c 'head -c 5000000 /dev/zero | tr \\\\0 x >&2; exit 3' sh",
+                    "x".repeat(STDERR_KEPT as usize)
+                )
+                .as_str()
+            ),
+            "of five million bytes of stderr the step's error keeps the start, no more"
+        );
     }
 }

@@ -19,8 +19,10 @@ use super::hosts::Placement;
 use super::protocol::{Call, Ended, OpenTree, Reply, SandboxSpec};
 use crate::git::{CommitId, Repo, RunId};
 use crate::tools::exec::{
-    CommandExecutor, DiskOverBudget, ExecError, ExecOutcome, ExecRequest, ExecResult, SetupPolicy,
+    CommandExecutor, DiskOverBudget, ExecError, ExecOutcome, ExecRequest, ExecResult, OutputCap,
+    SetupPolicy,
 };
+use crate::tools::result_cap::held_to_cap;
 use crate::tools::tree::{RemoteTools, TreeAccess, TreeNamespace};
 use crate::tools::{ToolError, ToolOutput};
 
@@ -48,6 +50,9 @@ pub struct RemoteTree {
 struct Inner {
     spec: OpenSpec,
     live: Mutex<Live>,
+    /// The last tree that came back and was accepted: what the next one is checked
+    /// against (the start's tree until then).
+    accepted: Mutex<Option<git2::Oid>>,
 }
 
 /// The tree's connection as it is now.
@@ -80,6 +85,7 @@ impl RemoteTree {
             inner: Arc::new(Inner {
                 spec,
                 live: Mutex::new(live),
+                accepted: Mutex::new(None),
             }),
         })
     }
@@ -103,10 +109,7 @@ impl RemoteTree {
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, Live> {
-        self.inner
-            .live
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.inner.live)
     }
 
     fn connection(&self) -> Arc<Connection> {
@@ -134,7 +137,8 @@ impl RemoteTree {
     }
 
     /// Commits what changed in the tree there and brings its objects here; the tree
-    /// object of its state, `None` when nothing changed since the last checkpoint.
+    /// object of its state, `None` when nothing changed since the last checkpoint. A tree
+    /// holding what grove never commits is refused here ([`arrival`](super::arrival)).
     pub async fn checkpoint(
         &self,
         repo: &Repo,
@@ -147,15 +151,39 @@ impl RemoteTree {
         let Reply::Checkpoint { tree, .. } = reply else {
             return Err(unexpected(&self.host(), "checkpoint"));
         };
-        if tree.is_some() && !bundle.is_empty() {
-            repo.unbundle(bundle)
-                .await
-                .map_err(|source| RemoteError::Git {
-                    host: self.host(),
-                    source,
-                })?;
+        let Some(tree) = tree else {
+            return Ok(None);
+        };
+        let git = |source| RemoteError::Git {
+            host: self.host(),
+            source,
+        };
+        if !bundle.is_empty() {
+            // Its objects come in unreferenced: a refused tree leaves nothing a ref
+            // reaches.
+            repo.unbundle(bundle).await.map_err(git)?;
         }
-        Ok(tree)
+        let id = git2::Oid::from_str(&tree).map_err(|_| unexpected(&self.host(), "checkpoint"))?;
+        let known = *lock(&self.inner.accepted);
+        let start = self.inner.spec.start;
+        let refused = repo
+            .read("a tree a remote host sent", |git| {
+                let known = match known {
+                    Some(known) => known,
+                    None => git.find_commit(start.oid())?.tree_id(),
+                };
+                super::arrival::refused_entry(git, id, Some(known))
+            })
+            .map_err(git)?;
+        if let Some(refused) = refused {
+            return Err(RemoteError::RefusedTree {
+                host: self.host(),
+                path: refused.path,
+                why: refused.why,
+            });
+        }
+        *lock(&self.inner.accepted) = Some(id);
+        Ok(Some(tree))
     }
 
     async fn exec(
@@ -167,12 +195,13 @@ impl RemoteTree {
             .cwd
             .strip_prefix(&self.inner.spec.local)
             .map_or_else(|_| PathBuf::from("."), Path::to_path_buf);
+        let cap = request.output_cap;
         let call = Call::Exec {
             command: request.command,
             cwd,
             timeout_ms: u64::try_from(request.timeout.as_millis()).unwrap_or(u64::MAX),
-            head: request.output_cap.head,
-            tail: request.output_cap.tail,
+            head: cap.head,
+            tail: cap.tail,
             setup: setup.is_some(),
             setup_network: setup.unwrap_or(false),
         };
@@ -192,20 +221,24 @@ impl RemoteTree {
                     disk_over,
                 },
                 _,
-            )) => Ok(ExecResult {
-                outcome: match ended {
-                    Ended::Exited(code) => ExecOutcome::Exited(code),
-                    Ended::Signalled(signal) => ExecOutcome::Signalled(signal),
-                    Ended::TimedOut => ExecOutcome::TimedOut,
-                    Ended::Cancelled => ExecOutcome::Cancelled,
+            )) => Ok(held_to(
+                ExecResult {
+                    outcome: match ended {
+                        Ended::Exited(code) => ExecOutcome::Exited(code),
+                        Ended::Signalled(signal) => ExecOutcome::Signalled(signal),
+                        Ended::TimedOut => ExecOutcome::TimedOut,
+                        Ended::Cancelled => ExecOutcome::Cancelled,
+                    },
+                    head,
+                    tail,
+                    total_bytes,
+                    output_abandoned,
+                    notes,
+                    disk_over_budget: disk_over
+                        .map(|(used, budget)| DiskOverBudget { used, budget }),
                 },
-                head,
-                tail,
-                total_bytes,
-                output_abandoned,
-                notes,
-                disk_over_budget: disk_over.map(|(used, budget)| DiskOverBudget { used, budget }),
-            }),
+                cap,
+            )),
             Ok(_) => Err(ExecError::Elsewhere {
                 reason: unexpected(&self.host(), "exec").to_string(),
             }),
@@ -215,12 +248,44 @@ impl RemoteTree {
         }
     }
 
-    /// Ends the connection (the host stops what runs there and removes the tree) and
-    /// frees the host's slot.
-    pub async fn close(&self) {
-        self.connection().close().await;
-        self.live().slot.take();
+    /// Gives the tree's slot on its host back at once, for the next subtask placed
+    /// there; the connection stays until [`RemoteTree::close`].
+    pub fn free_slot(&self) {
+        drop(self.live().slot.take());
     }
+
+    /// Frees the host's slot, then ends the connection: the host stops what runs there
+    /// and removes the tree, which may take a while that no other subtask waits for.
+    pub async fn close(&self) {
+        self.free_slot();
+        self.connection().close().await;
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Notes a host may add to a command's result, and characters of each: the executor's
+/// notes are a line or two.
+const MAX_NOTES: usize = 8;
+const MAX_NOTE_CHARS: usize = 1_000;
+
+/// A command's `result` as its host sent it, held to `cap` as a command run here is:
+/// the first `cap.head` bytes, the last `cap.tail`, what was cut counted as output.
+fn held_to(mut result: ExecResult, cap: OutputCap) -> ExecResult {
+    let sent = (result.head.len() + result.tail.len()) as u64;
+    result.total_bytes = result.total_bytes.max(sent);
+    result.head.truncate(cap.head);
+    let over = result.tail.len().saturating_sub(cap.tail);
+    result.tail.drain(..over);
+    result.notes.truncate(MAX_NOTES);
+    for note in &mut result.notes {
+        *note = crate::text::truncate(note, MAX_NOTE_CHARS);
+    }
+    result
 }
 
 /// Connects to `placement`'s host, sends what its mirror lacks of `spec.start`, and
@@ -351,7 +416,9 @@ impl RemoteTools for RemoteTree {
                 },
                 _,
             )) => Ok(ToolOutput {
-                content,
+                // The host's grove caps as this one does; a host that does not is held
+                // to the cap here.
+                content: held_to_cap(name, content),
                 is_error,
                 ends_loop,
             }),
@@ -382,5 +449,53 @@ impl CommandExecutor for RemoteExecutor {
             tree: self.tree.clone(),
             setup: Some(policy.allow_network),
         })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commands_output_from_a_host_is_held_to_the_cap_it_was_asked_for() {
+        let sent = ExecResult {
+            outcome: ExecOutcome::Exited(1),
+            head: b"start and more".to_vec(),
+            tail: b"more and the end".to_vec(),
+            total_bytes: 7,
+            output_abandoned: false,
+            notes: vec!["n".repeat(5_000); 100],
+            disk_over_budget: None,
+        };
+        let held = held_to(sent, OutputCap { head: 5, tail: 7 });
+        assert_eq!(
+            held,
+            ExecResult {
+                outcome: ExecOutcome::Exited(1),
+                head: b"start".to_vec(),
+                tail: b"the end".to_vec(),
+                total_bytes: 30,
+                output_abandoned: false,
+                notes: vec![format!("{}…", "n".repeat(MAX_NOTE_CHARS)); MAX_NOTES],
+                disk_over_budget: None,
+            },
+            "the head keeps its start, the tail its end, and what was cut here still \
+             counts as output"
+        );
+        let within = ExecResult {
+            outcome: ExecOutcome::Exited(0),
+            head: b"ok".to_vec(),
+            tail: Vec::new(),
+            total_bytes: 2,
+            output_abandoned: false,
+            notes: Vec::new(),
+            disk_over_budget: None,
+        };
+        assert_eq!(
+            held_to(within.clone(), OutputCap::default()),
+            within,
+            "a result within the cap is kept as sent"
+        );
     }
 }

@@ -13,6 +13,7 @@ mod grep;
 mod list_files;
 pub(crate) mod pid_namespace;
 mod read_file;
+pub mod result_cap;
 pub mod result_tree;
 pub mod sandbox;
 pub mod scope;

@@ -26,6 +26,7 @@ mod overlay_remount;
 mod polish;
 pub(crate) mod real_clis;
 pub(crate) mod remote;
+mod remote_faults;
 mod remote_host;
 mod remote_ssh;
 mod repo_links;

@@ -53,7 +53,7 @@ pub(crate) fn scripted(paths: &'static [&'static str]) -> impl Fn(&RecordedReque
 }
 
 /// A reviewer's turn that approves.
-fn approve() -> Turn {
+pub(crate) fn approve() -> Turn {
     Turn::new().tool_use(
         "r1",
         "submit_verdict",
@@ -78,7 +78,7 @@ fn one_command(task: &'static str, command: &'static str) -> impl Fn(&RecordedRe
 pub(crate) const PATHS: &[&str] = &["a.txt", "b.txt", "c.txt"];
 
 /// Writes `text` as the user's own grove configuration of `fixture`.
-fn user_config(fixture: &GitFixture, text: &str) {
+pub(crate) fn user_config(fixture: &GitFixture, text: &str) {
     let dir = fixture.home().join(".config/grove");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("config.toml"), text).unwrap();
@@ -260,7 +260,7 @@ pub(crate) fn long_worker(request: &RecordedRequest) -> Reply {
 
 /// The pids of the exec-servers serving host directory `home` (not the processes they
 /// forked for commands, which share their command line and environment).
-fn servers_of(home: &Path) -> Vec<i32> {
+pub(crate) fn servers_of(home: &Path) -> Vec<i32> {
     let wanted = format!("GROVE_REMOTE_HOME={}", home.display());
     let serves = |pid: i32| {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();

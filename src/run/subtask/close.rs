@@ -79,6 +79,15 @@ pub(crate) async fn close(
             ));
         }
     }
+    if let Some(tree) = worktree.and_then(Worktree::remote) {
+        // Its host's slot goes to the next subtask now, not after the cleanup's turn
+        // below (which waits for the other subtasks, and so for one waiting for this
+        // slot); the host stops and removes the tree in the background, a task the run
+        // waits for.
+        tree.free_slot();
+        let tree = tree.clone();
+        tasks.spawn(async move { tree.close().await });
+    }
     if !ctx.facts.options.keep_worktrees {
         // The outcome is settled and its work kept (merged into the result, or archived
         // above), so the lead need not wait for the cleanup: it runs as a tracked task
