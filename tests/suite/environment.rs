@@ -69,7 +69,7 @@ fn install(dir: &Path, program: &str, args: &[&str], env: &[(&str, &Path)]) -> O
 
 /// The steps a scripted worker takes in its first turn: files it writes and commands it
 /// runs, read from the `STEPS:` line of its brief.
-fn brief(task: &str, files: &[(&str, &str)], commands: &[&str]) -> String {
+pub(crate) fn brief(task: &str, files: &[(&str, &str)], commands: &[&str]) -> String {
     let steps = json!({
         "files": files.iter().map(|(path, content)| json!([path, content])).collect::<Vec<_>>(),
         "commands": commands,
@@ -115,7 +115,7 @@ fn reviewer(request: &RecordedRequest) -> Reply {
 
 /// A fake server playing a lead that delegates `briefs` at once, scripted workers and
 /// approving reviewers.
-async fn server(briefs: Vec<String>) -> FakeServer {
+pub(crate) async fn server(briefs: Vec<String>) -> FakeServer {
     let briefs: &'static [(&'static str, Option<&'static str>)] = Box::leak(
         briefs
             .into_iter()
@@ -141,16 +141,26 @@ async fn run(
     home: &Path,
     mode: WorktreeMode,
 ) -> RunReport {
+    let env = vec![
+        ("PATH".into(), path),
+        ("HOME".into(), home.as_os_str().to_owned()),
+    ];
+    run_with_env(fixture, server, check, env, mode).await
+}
+
+/// [`run`] with the commands' whole environment given.
+pub(crate) async fn run_with_env(
+    fixture: &GitFixture,
+    server: &FakeServer,
+    check: &str,
+    env: Vec<(OsString, OsString)>,
+    mode: WorktreeMode,
+) -> RunReport {
     let options = RunOptions {
         jobs: 2,
         worktree_mode: mode,
         git: fixture.options(),
-        commands: CommandHost {
-            env: Some(vec![
-                ("PATH".into(), path),
-                ("HOME".into(), home.as_os_str().to_owned()),
-            ]),
-        },
+        commands: CommandHost { env: Some(env) },
         check: Some(CheckOptions {
             fix_attempts: 0,
             ..CheckOptions::new(check)
@@ -176,7 +186,7 @@ async fn run(
 
 /// Every check of the run: (on, status), the subtasks' sorted, with the end of the
 /// output of any red one.
-fn checks(report: &RunReport) -> Vec<(String, CheckStatus)> {
+pub(crate) fn checks(report: &RunReport) -> Vec<(String, CheckStatus)> {
     let mut runs: Vec<(String, CheckStatus)> = report
         .check
         .runs
@@ -197,7 +207,7 @@ fn checks(report: &RunReport) -> Vec<(String, CheckStatus)> {
 }
 
 /// What each worker's commands printed: the tool results of its second request.
-fn worker_outputs(server: &FakeServer) -> Vec<String> {
+pub(crate) fn worker_outputs(server: &FakeServer) -> Vec<String> {
     let mut outputs: Vec<String> = server
         .requests()
         .iter()
@@ -216,7 +226,7 @@ fn worker_outputs(server: &FakeServer) -> Vec<String> {
     outputs
 }
 
-fn statuses(report: &RunReport) -> Vec<SubtaskOutcome> {
+pub(crate) fn statuses(report: &RunReport) -> Vec<SubtaskOutcome> {
     report
         .subtasks
         .iter()
@@ -439,7 +449,22 @@ async fn a_check_naming_the_repositorys_venv_by_its_absolute_path_passes_everywh
     .await;
 }
 
+/// Where the virtualenv with the project installed editable lies, and how the commands
+/// reach it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum VenvAt {
+    /// `~/.virtualenvs/shop`, activated: its `bin` first on PATH.
+    HomeActivated,
+    /// Outside the home and the repository (`/opt/venvs/shop`, a conda env, under
+    /// `/tmp`), named by its path in the check and the worker's command.
+    ElsewhereByPath,
+}
+
 async fn an_editable_install_in_a_home_virtualenv(test: &str, mode: WorktreeMode) {
+    an_editable_install(test, mode, VenvAt::HomeActivated).await;
+}
+
+async fn an_editable_install(test: &str, mode: WorktreeMode, at: VenvAt) {
     let fixture = GitFixture::with_files(&[
         (".gitignore", "*.egg-info/\n"),
         (
@@ -465,7 +490,10 @@ async fn an_editable_install_in_a_home_virtualenv(test: &str, mode: WorktreeMode
     // virtualenvwrapper's place, in a home of the test's own; the project installed
     // editable from the user's checkout, as `pip install -e .` does.
     let home = fixture.home();
-    let venv = home.join(".virtualenvs/shop");
+    let venv = match at {
+        VenvAt::HomeActivated => home.join(".virtualenvs/shop"),
+        VenvAt::ElsewhereByPath => fixture.dir.path().join("opt/venvs/shop"),
+    };
     let made = Command::new("python3")
         .arg("-m")
         .arg("venv")
@@ -491,8 +519,18 @@ async fn an_editable_install_in_a_home_virtualenv(test: &str, mode: WorktreeMode
     {
         return;
     }
-    // The venv is "activated": its bin first on PATH, as in the user's shell.
-    let path = OsString::from(format!("{}:/usr/bin:/bin", venv.join("bin").display()));
+    // Activated: its bin first on PATH, as in the user's shell; or named by its path.
+    let (path, python) = match at {
+        VenvAt::HomeActivated => (
+            OsString::from(format!("{}:/usr/bin:/bin", venv.join("bin").display())),
+            "python".to_owned(),
+        ),
+        VenvAt::ElsewhereByPath => (
+            OsString::from("/usr/bin:/bin"),
+            venv.join("bin/python").display().to_string(),
+        ),
+    };
+    let suite = format!("{python} -B -m unittest discover -s tests -q");
     let discount = "def discount(cents, percent):\n    return cents * (100 - percent) // 100\n";
     let server = server(vec![brief(
         "Add discount, with its test.",
@@ -508,19 +546,11 @@ async fn an_editable_install_in_a_home_virtualenv(test: &str, mode: WorktreeMode
                  self.assertEqual(discount(200, 25), 150)\n",
             ),
         ],
-        &["python -B -m unittest discover -s tests -q 2>&1 | tail -1"],
+        &[&format!("{suite} 2>&1 | tail -1")],
     )])
     .await;
 
-    let report = run(
-        &fixture,
-        &server,
-        "python -B -m unittest discover -s tests -q",
-        path,
-        &home,
-        mode,
-    )
-    .await;
+    let report = run(&fixture, &server, &suite, path, &home, mode).await;
 
     assert_eq!(
         statuses(&report),
@@ -568,6 +598,29 @@ async fn an_editable_install_in_a_home_virtualenv_tests_each_git_worktrees_code(
     an_editable_install_in_a_home_virtualenv(
         "an_editable_install_in_a_home_virtualenv_tests_each_git_worktrees_code",
         WorktreeMode::Git,
+    )
+    .await;
+}
+
+/// The issue's other failing case: a venv outside the home and the repository with the
+/// project installed editable failed every check with `ModuleNotFoundError` (the finder
+/// points at the user's checkout, which commands could not see).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_editable_install_in_a_venv_outside_home_and_repository_tests_each_trees_code() {
+    an_editable_install(
+        "an_editable_install_in_a_venv_outside_home_and_repository_tests_each_trees_code",
+        WorktreeMode::Overlay,
+        VenvAt::ElsewhereByPath,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_editable_install_in_a_venv_outside_home_and_repository_tests_each_git_trees_code() {
+    an_editable_install(
+        "an_editable_install_in_a_venv_outside_home_and_repository_tests_each_git_trees_code",
+        WorktreeMode::Git,
+        VenvAt::ElsewhereByPath,
     )
     .await;
 }

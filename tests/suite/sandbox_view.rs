@@ -328,3 +328,30 @@ async fn the_checkout_path_shows_the_tree_and_git_works_there() {
          is the tree's; the user's checkout is untouched"
     );
 }
+
+/// rustc, git and pip write their output beside it and rename it into place: a file or
+/// a directory moved or hard-linked across directories of the tree must work (a second
+/// Landlock layer, for the scopes alone, refused every such move with `EXDEV`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_and_directories_move_across_the_trees_directories() {
+    let Some(scene) = Scene::confined("files_and_directories_move_across_the_trees_directories")
+    else {
+        return;
+    };
+    let command = "mkdir -p d/a e && echo x > d/a/f && python3 -c \"import os\n\
+                   os.rename('d/a/f', 'd/g')\nos.rename('d', 'e/d')\nos.link('e/d/g', 'e/h')\" \
+                   && cat e/h && echo t > /tmp/t && \
+                   python3 -c \"import os; os.rename('/tmp/t', 'moved')\" 2>&1 | tail -1";
+    let result = run_in(
+        &scene.executor(SandboxPolicy::default()),
+        &scene.worktree,
+        command,
+    )
+    .await;
+    assert_eq!(
+        result.output_text(),
+        "x\nOSError: [Errno 18] Invalid cross-device link: '/tmp/t' -> 'moved'\n",
+        "moves and links inside the tree work; one from /tmp into the tree crosses a mount \
+         and is refused as across devices"
+    );
+}

@@ -70,7 +70,6 @@ pub(super) struct ChildSteps {
     pub cgroup_procs: Vec<OwnedFd>,
     pub filesystem: Option<RulesetCreated>,
     pub own_mounts: Option<ChildGrants>,
-    pub scopes: Option<RulesetCreated>,
     pub filter: Arc<BpfProgram>,
     pub policy: SandboxPolicy,
     pub network: NetworkPlan,
@@ -191,9 +190,6 @@ impl ChildSteps {
             Some(Ok(_)) => refuse("enforcing the Landlock ruleset in full", Errno::ENOTSUP),
             Some(Err(error)) => refuse("enforcing the Landlock ruleset", errno_of(&error)),
             None => refuse("enforcing the Landlock ruleset", Errno::EBADF),
-        }
-        if let Some(Err(error)) = self.scopes.take().map(RulesetCreated::restrict_self) {
-            refuse("enforcing the Landlock scopes", errno_of(&error));
         }
         if let Err(error) = seccompiler::apply_filter(&self.filter) {
             refuse("installing the seccomp filter", errno_of(&error));

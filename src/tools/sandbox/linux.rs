@@ -63,8 +63,6 @@ pub(super) struct PathRules {
 #[derive(Debug)]
 pub(super) struct Confinement {
     filesystem: RulesetCreated,
-    /// `None` where the kernel has no Landlock scopes (ABI 6).
-    scopes: Option<RulesetCreated>,
     filter: Arc<BpfProgram>,
     policy: SandboxPolicy,
     network: NetworkPlan,
@@ -92,7 +90,6 @@ impl Confinement {
         };
         Ok(Self {
             filesystem: filesystem_ruleset(rules)?,
-            scopes: scopes_ruleset(),
             filter: Arc::new(syscall_filter(network, NetworkAccess::of(policy))?),
             policy,
             network,
@@ -133,7 +130,6 @@ impl Confinement {
             cgroup_procs,
             filesystem: Some(duplicate(&self.filesystem)?),
             own_mounts,
-            scopes: self.scopes.as_ref().map(duplicate).transpose()?,
             filter: Arc::clone(&self.filter),
             policy: self.policy,
             network: self.network,
@@ -177,9 +173,15 @@ fn filesystem_ruleset(rules: &PathRules) -> Result<RulesetCreated, SandboxError>
     }));
     grants.extend(READ_DEVICES.iter().map(|dev| (PathBuf::from(dev), read)));
 
+    // One layer: the scopes (ABI 6, where the kernel has them) in the same ruleset. A
+    // layer of their own would handle no file access yet deny every rename and link
+    // across directories (Landlock denies `REFER` in any layer that does not grant it),
+    // and rustc, git and pip rename their output into place.
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(all)
+        .map(|ruleset| ruleset.set_compatibility(CompatLevel::BestEffort))
+        .and_then(|ruleset| ruleset.scope(Scope::from_all(ABI::V6)))
         .and_then(|ruleset| ruleset.create())
         .map_err(|error| unsupported_landlock(&error))?;
     for (path, access) in grants {
@@ -246,17 +248,6 @@ fn grant_read_except(path: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>, de
             grant_read_except(&child, hidden, out, depth + 1);
         }
     }
-}
-
-/// Landlock scopes (ABI 6): no signals to processes outside the sandbox (grove itself),
-/// no connecting to abstract UNIX sockets made outside it. `None` on older kernels: the
-/// filesystem and seccomp layers do not depend on them.
-fn scopes_ruleset() -> Option<RulesetCreated> {
-    Ruleset::default()
-        .set_compatibility(CompatLevel::BestEffort)
-        .scope(Scope::from_all(ABI::V6))
-        .and_then(|ruleset| ruleset.create())
-        .ok()
 }
 
 /// Bit set on x32 system call numbers on x86_64; the same calls are denied under it.
