@@ -355,3 +355,56 @@ async fn files_and_directories_move_across_the_trees_directories() {
          and is refused as across devices"
     );
 }
+
+/// A worker's git works on its own tree: it stages, removes, moves, stashes and branches
+/// in a copy of the repository only its tree sees; `git commit` says why grove commits;
+/// the repository itself (refs, objects, the tree's real index) is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_git_stages_and_stashes_in_its_own_copy_and_never_commits() {
+    let Some(scene) =
+        Scene::confined("a_workers_git_stages_and_stashes_in_its_own_copy_and_never_commits")
+    else {
+        return;
+    };
+    let (fixture, trees) = repository_with_worktrees("");
+    let executor = scene.executor_for(&fixture);
+    let snapshot = || {
+        (
+            fixture.git(&["for-each-ref", "--format=%(refname) %(objectname)"]),
+            fixture.git(&["count-objects"]),
+            std::fs::read(fixture.repo.join(".git/worktrees/wt1/index")).unwrap(),
+        )
+    };
+    let before = snapshot();
+    let command = "echo new > src/b.txt && git add src/b.txt && git rm -q src/a.txt && \
+                   git mv src/b.txt src/c.txt && git status --short && \
+                   git stash -q && git stash list | wc -l && git stash pop -q && \
+                   git checkout -q -b scratch && git branch --show-current && \
+                   git commit -qm mine 2>&1; echo commit=$?";
+    let result = run_in(&executor, &trees[0], command).await;
+    let after = snapshot();
+    assert_eq!(
+        (&after.0, &after.1),
+        (&before.0, &before.1),
+        "the repository's refs and objects are as they were"
+    );
+    assert_eq!(
+        (
+            result.output_text(),
+            after.2 == before.2,
+            trees[0].join("src/c.txt").exists()
+        ),
+        (
+            "D  src/a.txt\nA  src/c.txt\n1\nscratch\ngrove: commits are grove's to make: it \
+             commits this worktree as it is when your turn ends, so leave your changes in \
+             it. git add, rm, mv, stash, branch and checkout work here, in a copy of the \
+             repository only this worktree sees; nothing reaches the repository or a \
+             remote.\ncommit=1\n"
+                .to_owned(),
+            true,
+            true
+        ),
+        "git add, rm, mv, stash and branch work in the tree; commit is refused saying why; \
+         the repository's refs, objects and the tree's index are as they were"
+    );
+}

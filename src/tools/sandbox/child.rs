@@ -230,6 +230,12 @@ impl ChildSteps {
             // Left out where the kernel refused to mount them.
             let _ = grants.add(c"/dev/shm", grants.write);
             let _ = grants.add(c"/dev/pts", grants.read | grants.write);
+            // The command's git writes its copy-on-write view of the repository alone.
+            if view.is_some_and(|view| view.git_writable)
+                && let Err(errno) = grants.add(super::view::GIT_VIEW_C, grants.write)
+            {
+                refuse("granting the command's git its own copy", errno);
+            }
         }
     }
 

@@ -18,6 +18,7 @@ use async_trait::async_trait;
 
 use super::cgroup::{self, CgroupPool};
 use super::child::SocketCovers;
+use super::git_view::{GitCopies, git_copies, git_mounts};
 use super::grants::{self, Grants};
 use super::paths::{self, GitView};
 #[cfg(target_os = "linux")]
@@ -256,6 +257,7 @@ impl SandboxedExecutor {
         if let Some(copies) = &private.git {
             read.extend(copies.copies.iter().map(|(copy, _)| copy.clone()));
             read.push(copies.pointer.clone());
+            read.push(copies.hooks.clone());
         }
         read.extend(shared.iter().map(|(source, _)| source.clone()));
         let mut hide = machine.private_etc.clone();
@@ -576,87 +578,6 @@ struct Machine {
     grants: Grants,
     private_etc: Vec<PathBuf>,
     etc_links: Vec<PathBuf>,
-}
-
-/// The files a tree's commands see in place of the repository's own: its `config`
-/// sanitized, its `packed-refs` without grove's other refs, and a `.git` pointer naming
-/// the view's git data.
-struct GitCopies {
-    dir: tempfile::TempDir,
-    copies: Vec<(PathBuf, PathBuf)>,
-    pointer: PathBuf,
-}
-
-/// Writes the [`GitCopies`] of `git` into a new private directory of `root`; none for a
-/// tree git did not register.
-fn git_copies(root: &Path, git: &GitView) -> Result<Option<GitCopies>, SandboxError> {
-    let (Some(admin), Some(common)) = (&git.admin, &git.common) else {
-        return Ok(None);
-    };
-    let dir = paths::private_dir(root, "git-")?;
-    let write = |name: &str, text: String| {
-        let path = dir.path().join(name);
-        std::fs::write(&path, text)
-            .map(|()| path)
-            .map_err(|source| SandboxError::TempDir {
-                parent: dir.path().to_path_buf(),
-                source,
-            })
-    };
-    let mut copies = Vec::new();
-    if let Some(config) = &git.config {
-        let text = std::fs::read_to_string(config).unwrap_or_default();
-        copies.push((
-            write("config", paths::sanitized_config(&text))?,
-            PathBuf::from("config"),
-        ));
-    }
-    let packed = common.join("packed-refs");
-    if git.hide.contains(&packed) {
-        let own = git
-            .own_ref
-            .as_ref()
-            .and_then(|file| file.strip_prefix(common).ok())
-            .and_then(Path::to_str);
-        let text = std::fs::read_to_string(&packed).unwrap_or_default();
-        let sanitized = paths::sanitized_packed_refs(&text, own);
-        copies.push((
-            write("packed-refs", sanitized)?,
-            PathBuf::from("packed-refs"),
-        ));
-    }
-    let name = admin.file_name().map(Path::new).unwrap_or(Path::new(""));
-    let view_admin = Path::new(super::view::GIT_VIEW)
-        .join("worktrees")
-        .join(name);
-    let pointer = write("dot-git", format!("gitdir: {}\n", view_admin.display()))?;
-    Ok(Some(GitCopies {
-        dir,
-        copies,
-        pointer,
-    }))
-}
-
-/// The git part of a tree's view.
-fn git_mounts(git: &GitView, copies: &GitCopies) -> Option<super::view::GitMounts> {
-    let common = git.common.clone()?;
-    let own_ref = git.own_ref.as_ref().and_then(|file| {
-        let relative = file.strip_prefix(&common).ok()?.to_path_buf();
-        Some((file.clone(), relative))
-    });
-    Some(super::view::GitMounts {
-        admin: git.admin.clone()?,
-        own_ref,
-        covered: git
-            .hide
-            .iter()
-            .filter(|path| path.is_dir())
-            .cloned()
-            .collect(),
-        copies: copies.copies.clone(),
-        pointer: copies.pointer.clone(),
-        common,
-    })
 }
 
 /// The worktree's `.git` pointer around one command: put right from grove's record

@@ -5,34 +5,28 @@
 //! unconfined while the sandbox is on, and never weaken a policy to make a command work.
 //!
 //! A command's process confines itself between `fork` and `exec` (the `child` module):
-//! the rules are built once per worktree in grove's process (`linux`, `executor`), and
-//! the child only hands them to the kernel, so the confinement is inherited by
-//! everything the command starts. The line it draws: **a command may use what a
-//! developer's own build needs — the toolchain, the project's installed dependencies, a
-//! loopback of its own — and nothing that is the user's identity or reaches past the
-//! machine, unless the user says so.**
+//! the rules and the view are planned once per worktree in grove's process (`grants`,
+//! `view`, `linux`, `executor`), and the child only hands them to the kernel, so the
+//! confinement is inherited by everything the command starts. The line it draws: **a
+//! command's file system is built from what it needs, and nothing else exists for it**
+//! (the table of what and why is docs/sandbox.md).
 //!
-//! - writes: only beneath the worktree and the worktree's private temporary directory
-//!   (`TMPDIR`, emptied after each command and removed with the executor) and Python's
-//!   bytecode cache, plus `/dev/null`, `/dev/zero` and `/dev/full` (Landlock, filesystem
-//!   ABI 3: link and rename across directories and truncation are covered too, so a hard
-//!   link or `mv` cannot carry a file out);
-//! - reads: everywhere except the user's secrets ([`DENIED_IN_HOME`] in every home,
-//!   `[sandbox] deny_read`), the user's checkout but for its shared directories (its
-//!   `.env` files), the run store, other worktrees, devices other than the few above (a
-//!   raw disk would bypass every file rule), and, when grove runs as root,
-//!   `/etc/shadow`, `/etc/gshadow` and `/etc/ssh`;
-//! - the project's environment: the checkout's shared directories (`.venv`,
-//!   `node_modules`; [`ProjectView`]) bound read-only at the same place in every tree,
-//!   and the tree's copies of the editable installs' sources first on Python's path;
+//! - the view: the command pivots into an empty root of its own into which the system,
+//!   its tree (also at the user's checkout path), a private `/tmp`, a minimal `/dev`, its
+//!   own `/proc`, an empty `$HOME` with the toolchain stores, the environments it runs
+//!   ([`grants`]) and the repository's git data (everything not its tree's covered) are
+//!   bound; writes go only to the tree, `/tmp` and the harmless devices;
+//! - Landlock, a second wall from the same allow-list (filesystem ABI 3: link, rename
+//!   and truncation covered too, so a hard link or `mv` cannot carry a file out; the
+//!   scopes in the same layer), and the only one without namespaces;
 //! - network: a network namespace of the command's own with `lo` up (its servers on
 //!   127.0.0.1 work; the host's and other commands' loopback services and the internet
 //!   are unreachable), the host's network only with `--allow-network`; never io_uring
 //!   (it could open sockets behind seccomp's back);
-//! - host services: every pathname Unix socket bound on the machine outside the tree
-//!   (ssh-agent, docker, the session bus, `systemd --user`, X11) is covered by an empty
-//!   file in the command's mount namespace, abstract ones are in the host's network
-//!   namespace only, and mounts are refused after that;
+//! - IPC: a namespace of its own, so no SysV object of the host's or another tree's;
+//! - host services: no host socket is in the view; one bound inside a granted directory
+//!   is covered by an empty file; abstract ones are in the host's network namespace
+//!   only, and mounts are refused after the view is built;
 //! - processes: `setsid` and `setpgid` are refused, so everything stays in the process
 //!   group the executor kills at the end; `ptrace`, `process_vm_*`, the kernel keyring,
 //!   `bpf`, `perf_event_open`, mounts and new namespaces are refused too;
@@ -52,6 +46,8 @@ mod cgroup;
 #[cfg(target_os = "linux")]
 mod child;
 mod executor;
+#[cfg(target_os = "linux")]
+mod git_view;
 pub mod grants;
 #[cfg(target_os = "linux")]
 mod linux;
@@ -328,19 +324,21 @@ pub fn probe(_host: &CommandHost, _mode: SandboxMode) -> Result<(), SandboxError
 /// `--sandbox no-loopback`, with what it loses.
 pub fn refusal_advice(error: &SandboxError) -> String {
     let namespaces = matches!(error, SandboxError::Confine { detail, .. }
-        if ["namespace", "loopback", "mounts private", "host socket"]
+        if ["namespace", "loopback", "mounts private", "host socket", "view"]
             .iter()
             .any(|step| detail.contains(step)));
     if namespaces {
         return format!(
             "grove will not run the model's shell commands without namespaces of their own: \
              {error}. This system lets commands be confined but gives them no user, mount \
-             or network namespace (e.g. `kernel.unprivileged_userns_clone=0`, or \
-             AppArmor's `kernel.apparmor_restrict_unprivileged_userns=1`). Allow \
-             unprivileged user namespaces, or pass `--sandbox no-loopback`: commands are \
-             then confined as usual but get no loopback of their own, so every socket is \
-             refused (a test server on 127.0.0.1 cannot run; the host's Unix sockets stay \
-             out of reach), or `--sandbox off` to run them with your full rights"
+             or network namespace, or no file system view of their own (e.g. \
+             `kernel.unprivileged_userns_clone=0`, or AppArmor's \
+             `kernel.apparmor_restrict_unprivileged_userns=1`). Allow unprivileged user \
+             namespaces, or pass `--sandbox no-loopback`: commands are then confined by \
+             Landlock alone, to the same allow-list, but get no view, no private /tmp and no \
+             loopback of their own, so every socket is refused (a test server on 127.0.0.1 \
+             cannot run; the host's Unix sockets stay out of reach), or `--sandbox off` to \
+             run them with your full rights"
         );
     }
     format!(

@@ -55,6 +55,7 @@ pub(super) fn build(view: &ViewPlan) -> Result<(), Failure> {
                 let fstype: &CStr = match kind {
                     FsKind::Tmpfs => c"tmpfs",
                     FsKind::Devpts => c"devpts",
+                    FsKind::Overlay => c"overlay",
                 };
                 let flags = libc::MS_NOSUID | libc::MS_NODEV;
                 if let Err(errno) = mount(Some(fstype), at, Some(fstype), flags, Some(data))

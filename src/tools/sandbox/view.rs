@@ -21,6 +21,9 @@ use super::grants::{Grants, SYSTEM_ROOTS};
 /// user's checkout, whose path shows the tree.
 pub const GIT_VIEW: &str = "/.grove/git";
 
+/// [`GIT_VIEW`] as the kernel takes it (granted in the command's own process).
+pub(super) const GIT_VIEW_C: &std::ffi::CStr = c"/.grove/git";
+
 /// `path` as the kernel takes it; `None` for one with a NUL byte (no such path exists).
 pub(super) fn c_path(path: &Path) -> Option<CString> {
     CString::new(path.as_os_str().as_encoded_bytes()).ok()
@@ -31,6 +34,9 @@ pub(super) fn c_path(path: &Path) -> Option<CString> {
 pub(super) enum FsKind {
     Tmpfs,
     Devpts,
+    /// A copy-on-write view of a directory: what the command writes lands in a private
+    /// upper directory, never in the lower one.
+    Overlay,
 }
 
 /// One step of building the view; every path is where the new root is built.
@@ -72,6 +78,8 @@ pub(super) struct ViewPlan {
     pub ops: Vec<MountOp>,
     /// Each host path bound, and where the view shows it.
     binds: Vec<(PathBuf, PathBuf)>,
+    /// Whether [`GIT_VIEW`] is a copy-on-write view the command's git may write.
+    pub git_writable: bool,
     /// The staging directory, as a path.
     staging_path: PathBuf,
 }
@@ -116,7 +124,26 @@ pub(super) struct GitMounts {
     pub copies: Vec<(PathBuf, PathBuf)>,
     /// The pointer file the view shows as the tree's `.git`: it names [`GIT_VIEW`].
     pub pointer: PathBuf,
+    /// The private upper and work directories of the copy-on-write views of the common
+    /// dir and of the admin dir, so that the command's git can stage, stash and branch
+    /// without writing the repository; `None`: both read-only.
+    pub writable: Option<GitUppers>,
+    /// The hooks the sanitized config names (`git commit` says why grove commits).
+    pub hooks: Option<PathBuf>,
 }
+
+/// The private directories the command's git writes in: `(upper, work)` of each overlay.
+#[derive(Debug, Clone)]
+pub(super) struct GitUppers {
+    pub common: (PathBuf, PathBuf),
+    pub admin: (PathBuf, PathBuf),
+    /// A private directory over each of [`GitMounts::covered`], in its order: empty, but
+    /// for a copy of the tree's own branch ref where that lies.
+    pub covers: Vec<PathBuf>,
+}
+
+/// Where the view shows the hooks of the command's git.
+pub const GIT_HOOKS_VIEW: &str = "/.grove/hooks";
 
 /// What one worktree's view is built from.
 #[derive(Debug)]
@@ -144,6 +171,19 @@ pub(super) struct ViewSpec<'a> {
     pub hidden: &'a [PathBuf],
     /// An empty read-only file, bound over a file that is covered.
     pub empty_file: &'a Path,
+}
+
+/// `path` as an overlay mount option takes it: its separators (`,` between options, `:`
+/// between lower layers) and the escape itself escaped.
+fn overlay_escape(path: &Path) -> String {
+    let mut escaped = String::new();
+    for c in path.to_string_lossy().chars() {
+        if matches!(c, ',' | ':' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
 }
 
 /// Devices every command reads and writes, or only reads.
@@ -231,6 +271,7 @@ struct Builder {
     /// The directories planned so far (view paths).
     made: Vec<PathBuf>,
     binds: Vec<(PathBuf, PathBuf)>,
+    git_writable: bool,
 }
 
 impl Builder {
@@ -240,6 +281,7 @@ impl Builder {
             ops: Vec::new(),
             made: vec![PathBuf::from("/")],
             binds: Vec::new(),
+            git_writable: false,
         }
     }
 
@@ -412,31 +454,52 @@ impl Builder {
     /// and at the checkout's path) naming it.
     fn git(&mut self, git: &GitMounts, tree: &Path, checkout: Option<&Path>) {
         let view = Path::new(GIT_VIEW);
-        self.bind(&git.common, view, false, true);
-        for covered in &git.covered {
+        let uppers = git.writable.as_ref();
+        self.git_writable = uppers.is_some();
+        match uppers {
+            Some(uppers) => self.overlay(&git.common, &uppers.common, view),
+            None => self.bind(&git.common, view, false, true),
+        }
+        for (n, covered) in git.covered.iter().enumerate() {
             let Ok(relative) = covered.strip_prefix(&git.common) else {
                 continue;
             };
-            self.fs(
-                FsKind::Tmpfs,
-                &view.join(relative),
-                "mode=0755,size=64k",
-                true,
-            );
+            // Covered by an empty directory: a private one the command's git may write
+            // (its own branch's ref and reflog move with a stash or a reset), or a
+            // read-only one of the view's own.
+            let private = uppers.and_then(|uppers| uppers.covers.get(n));
+            match private {
+                Some(dir) => self.bind(dir, &view.join(relative), true, true),
+                None => self.fs(
+                    FsKind::Tmpfs,
+                    &view.join(relative),
+                    "mode=0755,size=64k",
+                    true,
+                ),
+            }
             if let Some((file, own)) = &git.own_ref
                 && own.starts_with(relative)
+                && private.is_none()
             {
                 self.bind(file, &view.join(own), false, true);
             }
             if let Ok(own) = git.admin.strip_prefix(&git.common)
                 && own.starts_with(relative)
             {
-                self.bind(&git.admin, &view.join(own), false, true);
+                match uppers {
+                    Some(uppers) => self.overlay(&git.admin, &uppers.admin, &view.join(own)),
+                    None => self.bind(&git.admin, &view.join(own), false, true),
+                }
             }
-            self.read_only(&view.join(relative));
+            if private.is_none() {
+                self.read_only(&view.join(relative));
+            }
         }
         for (copy, relative) in &git.copies {
             self.bind(copy, &view.join(relative), false, true);
+        }
+        if let Some(hooks) = &git.hooks {
+            self.bind(hooks, Path::new(GIT_HOOKS_VIEW), false, true);
         }
         for root in std::iter::once(tree).chain(checkout) {
             let dot_git = root.join(".git");
@@ -446,6 +509,20 @@ impl Builder {
         }
     }
 
+    /// A copy-on-write view of `lower` at `at`, its writes in `upper` (with overlayfs's
+    /// `work` directory beside it).
+    fn overlay(&mut self, lower: &Path, (upper, work): &(PathBuf, PathBuf), at: &Path) {
+        let data = format!(
+            // In a user namespace the overlay keeps its own attributes in `user.overlay.*`.
+            "lowerdir={},upperdir={},workdir={},userxattr",
+            overlay_escape(lower),
+            overlay_escape(upper),
+            overlay_escape(work)
+        );
+        self.fs(FsKind::Overlay, at, &data, true);
+        self.binds.push((lower.to_path_buf(), at.to_path_buf()));
+    }
+
     fn finish(self) -> ViewPlan {
         let proc_at = self.staged(Path::new("/proc")).unwrap_or_default();
         ViewPlan {
@@ -453,6 +530,7 @@ impl Builder {
             proc_at,
             ops: self.ops,
             binds: self.binds,
+            git_writable: self.git_writable,
             staging_path: self.staging,
         }
     }
