@@ -6,11 +6,19 @@
 # call and of a sandboxed one, the sandbox's overhead, and the ratio of this build's
 # sandboxed call to the base's. It is not a pass/fail test.
 #
-# Usage: scripts/bench-view.sh [CALLS] [COMMAND]   (defaults 100, `true`)
+# Usage: scripts/bench-view.sh [--debug] [CALLS] [COMMAND]   (defaults 100, `true`)
+#        --debug measures debug builds (quicker to build)
 #        BASE=<commit> ROUNDS=<n> change the baseline and the rounds (defaults b46b26b, 5)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+profile=release
+if [ "${1:-}" = "--debug" ]; then
+    profile=debug
+    shift
+fi
+flag=()
+[ "$profile" = release ] && flag=(--release)
 calls=${1:-100}
 command=${2:-true}
 base=${BASE:-b46b26b}
@@ -20,11 +28,12 @@ if [ ! -d "$base_tree" ]; then
     git worktree add --detach "$base_tree" "$base" >/dev/null 2>&1
 fi
 git -C "$base_tree" checkout -q --detach "$base"
-echo "building the bench at $base and here (release)..." >&2
-CARGO_TARGET_DIR="$PWD/target/bench-view/target" cargo build --release --quiet \
+echo "building the bench at $base and here ($profile)..." >&2
+CARGO_TARGET_DIR="$PWD/target/bench-view/target" cargo build "${flag[@]}" --quiet \
     --manifest-path "$base_tree/Cargo.toml" --example bench_sandbox
-cargo build --release --quiet --example bench_sandbox
-builds=("target/bench-view/target/release/examples/bench_sandbox" "target/release/examples/bench_sandbox")
+cargo build "${flag[@]}" --quiet --example bench_sandbox
+builds=("target/bench-view/target/$profile/examples/bench_sandbox"
+    "target/$profile/examples/bench_sandbox")
 names=("base ($base)" "view (here)")
 
 # One line per round and build: `<build> <plain ms> <sandboxed ms>`.

@@ -610,7 +610,7 @@ async fn a_command_the_sandbox_cannot_prepare_for_is_an_error_never_a_run() {
 
 /// A server whose lead delegates one brief, whose reviewer approves, and whose worker
 /// makes `steps` tool calls one per turn, then finishes.
-async fn obedient_server(steps: Vec<(&'static str, Value)>) -> FakeServer {
+pub(crate) async fn obedient_server(steps: Vec<(&'static str, Value)>) -> FakeServer {
     FakeServer::with_responder(move |request| {
         let done = request.tool_results().len();
         match who(request) {
@@ -641,11 +641,11 @@ async fn obedient_server(steps: Vec<(&'static str, Value)>) -> FakeServer {
     .await
 }
 
-fn models(server: &FakeServer) -> Models {
+pub(crate) fn models(server: &FakeServer) -> Models {
     crate::support::scripted_run::models(server, Provider::Anthropic, true)
 }
 
-fn sandboxed_options(fixture: &GitFixture, home: &Path) -> RunOptions {
+pub(crate) fn sandboxed_options(fixture: &GitFixture, home: &Path) -> RunOptions {
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
     RunOptions {
         jobs: 1,

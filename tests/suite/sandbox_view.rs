@@ -408,3 +408,62 @@ async fn a_workers_git_stages_and_stashes_in_its_own_copy_and_never_commits() {
          the repository's refs, objects and the tree's index are as they were"
     );
 }
+
+/// The check runs the project's code, which a worker wrote: a test that reads the user's
+/// stores and prints them must put no secret into the check's output, which the
+/// reviewer (a model) reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_that_prints_the_users_stores_sends_no_secret_to_any_model() {
+    if !crate::suite::sandbox::sandbox_or_skip(
+        "a_check_that_prints_the_users_stores_sends_no_secret_to_any_model",
+    ) {
+        return;
+    }
+    let fixture = crate::support::git_fixture::GitFixture::with_files(&[("src/a.txt", "a\n")]);
+    let home = fixture.home();
+    let other = fixture.dir.path().join("other-checkout");
+    for path in [
+        home.join(".pgpass"),
+        home.join(".config/rclone/rclone.conf"),
+        other.join(".env"),
+    ] {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, SECRET).unwrap();
+    }
+    let check = format!(
+        "cat ~/.pgpass ~/.config/rclone/rclone.conf {}/.env; \
+         python3 -c \"import glob; [print(open(p).read()) for p in glob.glob('$HOME/.*')]\"; true",
+        other.display()
+    );
+    let server = crate::suite::sandbox::obedient_server(vec![(
+        "write_file",
+        json!({ "path": "src/a.txt", "content": "A\n" }),
+    )])
+    .await;
+    let options = grove::run::RunOptions {
+        check: Some(grove::settings::options::CheckOptions::new(&check)),
+        ..crate::suite::sandbox::sandboxed_options(&fixture, &home)
+    };
+    let report = grove::run::run(
+        &fixture.repo,
+        options,
+        crate::suite::sandbox::models(&server),
+        grove::event::EventSink::discard(),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    server.assert_no_violations();
+    let leaked: Vec<String> = server
+        .requests()
+        .iter()
+        .filter(|request| request.raw_body.contains(SECRET))
+        .map(|request| request.raw_body.clone())
+        .collect();
+    assert_eq!(
+        (leaked, report.subtasks.len()),
+        (Vec::<String>::new(), 1),
+        "the check ran on the base, the worktree and the result, and no request to a model \
+         holds a secret it tried to print"
+    );
+}
