@@ -241,6 +241,13 @@ pub trait CommandExecutor: Send + Sync + fmt::Debug {
     ) -> Option<std::sync::Arc<dyn CommandExecutor>> {
         None
     }
+
+    /// This executor's commands, each in a disposable copy-on-write view of its tree
+    /// (its writes thrown away when it ends) and without the network: what a reviewer
+    /// runs to try the work it judges. `None` when this executor cannot make one.
+    fn disposable(&self) -> Option<std::sync::Arc<dyn CommandExecutor>> {
+        None
+    }
 }
 
 /// What a worktree's `setup` command may do beyond a worker's command.

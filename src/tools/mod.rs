@@ -15,6 +15,7 @@ pub(crate) mod pid_namespace;
 mod read_file;
 pub mod result_cap;
 pub mod result_tree;
+mod run_command;
 pub mod sandbox;
 pub mod scope;
 mod text;
@@ -40,6 +41,7 @@ pub use exec::{
 pub use grep::Grep;
 pub use list_files::ListFiles;
 pub use read_file::ReadFile;
+pub use run_command::RunCommand;
 pub use scope::WriteScope;
 pub use write_file::WriteFile;
 

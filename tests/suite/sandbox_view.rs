@@ -467,3 +467,48 @@ async fn a_check_that_prints_the_users_stores_sends_no_secret_to_any_model() {
          holds a secret it tried to print"
     );
 }
+
+/// A reviewer's `run` sees the tree as the worker left it, writes into a copy that is
+/// thrown away when the command ends, and reaches no network; the tree never changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disposable_view_shows_the_tree_and_throws_every_write_away() {
+    let Some(scene) =
+        Scene::confined("a_disposable_view_shows_the_tree_and_throws_every_write_away")
+    else {
+        return;
+    };
+    let (fixture, trees) = repository_with_worktrees("");
+    std::fs::write(trees[0].join("src/a.txt"), "the worker's\n").unwrap();
+    let executor = scene.executor_for(&fixture);
+    let disposable = grove::tools::CommandExecutor::disposable(&executor).unwrap();
+    let before = std::fs::read_dir(&trees[0]).unwrap().count();
+    let first = run_in(
+        disposable.as_ref(),
+        &trees[0],
+        "cat src/a.txt; echo scratch > made.txt; echo more >> src/a.txt; rm README 2>/dev/null; \
+         cat made.txt; git status --short",
+    )
+    .await;
+    let second = run_in(
+        disposable.as_ref(),
+        &trees[0],
+        "cat made.txt 2>&1; cat src/a.txt",
+    )
+    .await;
+    assert_eq!(
+        (
+            first.output_text(),
+            second.output_text(),
+            std::fs::read_to_string(trees[0].join("src/a.txt")).unwrap(),
+            std::fs::read_dir(&trees[0]).unwrap().count()
+        ),
+        (
+            "the worker's\nscratch\n M src/a.txt\n?? made.txt\n".to_owned(),
+            "cat: made.txt: No such file or directory\nthe worker's\n".to_owned(),
+            "the worker's\n".to_owned(),
+            before
+        ),
+        "a command sees the worker's change and may write; the next sees none of its writes, \
+         and the tree is as the worker left it"
+    );
+}

@@ -43,8 +43,13 @@ pub(crate) async fn review(
 ) -> Review {
     let label = AgentLabel::Subtask(id);
     let submit = Arc::new(SubmitVerdict::new());
-    let tools =
-        waiting_for_checkout(&tools::builtin(ToolSet::ReadOnly), worktree).with(submit.clone());
+    let mut read_only = tools::builtin(ToolSet::ReadOnly);
+    // Where the sandbox can make a disposable copy of the tree, the reviewer may try the
+    // work in it; nothing it runs changes the tree.
+    if let Some(disposable) = ctx.trees.executor.disposable() {
+        read_only = read_only.with(Arc::new(tools::RunCommand::new(disposable)));
+    }
+    let tools = waiting_for_checkout(&read_only, worktree).with(submit.clone());
     let role = roles::builtin(RoleKind::Reviewer);
     let spec = ctx.spec(
         AgentId {

@@ -230,6 +230,12 @@ impl ChildSteps {
             // Left out where the kernel refused to mount them.
             let _ = grants.add(c"/dev/shm", grants.write);
             let _ = grants.add(c"/dev/pts", grants.read | grants.write);
+            // A disposable view's tree is an overlay made here: granted by its own inode.
+            if let Some(tree) = view.and_then(|view| view.tree_overlay.as_deref())
+                && let Err(errno) = grants.add(tree, grants.write)
+            {
+                refuse("granting the command's disposable tree", errno);
+            }
             // The command's git writes its copy-on-write view of the repository alone.
             if view.is_some_and(|view| view.git_writable)
                 && let Err(errno) = grants.add(super::view::GIT_VIEW_C, grants.write)

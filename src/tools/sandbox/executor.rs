@@ -65,6 +65,8 @@ pub struct SandboxedExecutor {
     disk: Arc<DiskMeter>,
     /// The copy-on-write tree every command of this executor runs in, if any.
     tree: Option<Arc<TreeNamespace>>,
+    /// Whether each command sees its tree through a disposable copy-on-write view.
+    disposable: bool,
 }
 
 impl fmt::Debug for SandboxedExecutor {
@@ -125,6 +127,7 @@ impl SandboxedExecutor {
             #[cfg(target_os = "linux")]
             disk: Arc::default(),
             tree: None,
+            disposable: false,
         }
     }
 
@@ -237,6 +240,7 @@ impl SandboxedExecutor {
             git: git_mounts.as_ref(),
             hidden: &hidden,
             empty_file: &private.empty_file,
+            tree_scratch: private.scratch.as_ref(),
         });
         let mut read: Vec<PathBuf> = machine
             .grants
@@ -264,7 +268,14 @@ impl SandboxedExecutor {
         hide.extend(hidden);
         hide.extend(git.hide.iter().cloned());
         hide.extend(checkout);
-        let mut write = vec![place.for_grove.clone(), private.temp_dir.clone()];
+        // A disposable view writes its overlay alone (granted in the command's process),
+        // never the tree.
+        let mut write = vec![private.temp_dir.clone()];
+        if private.scratch.is_none() {
+            write.push(place.for_grove.clone());
+        } else {
+            read.push(place.for_grove.clone());
+        }
         write.extend(writable);
         (linux::PathRules { write, read, hide }, view)
     }
@@ -311,11 +322,27 @@ impl SandboxedExecutor {
         }
         let empty_file = paths::empty_file(root.path())
             .ok_or_else(|| made(std::io::Error::other("the empty cover file cannot be made")))?;
+        let scratch = if self.disposable {
+            Some(paths::private_dir(root.path(), "scratch-")?)
+        } else {
+            None
+        };
+        let scratch_dirs = match &scratch {
+            Some(dir) => {
+                let dirs = (dir.path().join("upper"), dir.path().join("work"));
+                for made in [&dirs.0, &dirs.1] {
+                    std::fs::create_dir(made).map_err(made_in(dir.path()))?;
+                }
+                Some(dirs)
+            }
+            None => None,
+        };
         let private = Private {
             temp_dir: temp_dir.path().to_path_buf(),
             staging,
             empty_file,
             git: git_copies(root.path(), &git)?,
+            scratch: scratch_dirs,
         };
         let (rules, view) = self.confinement_of(place, &private, &git);
         Ok(PreparedWorktree {
@@ -331,6 +358,7 @@ impl SandboxedExecutor {
                 .collect(),
             git,
             _git_dir: private.git.map(|copies| copies.dir),
+            scratch,
             running: Mutex::new(0),
         })
     }
@@ -512,6 +540,16 @@ impl SandboxedExecutor {
                 self.forget(&place.for_grove, &prepared);
             }
         }
+        if last_out && prepared.scratch.is_some() {
+            let discarding = Arc::clone(&prepared);
+            let discarded = tokio::task::spawn_blocking(move || discarding.discard_scratch())
+                .await
+                .unwrap_or(false);
+            if !discarded {
+                // The next command must not see what this one wrote: a fresh preparation.
+                self.forget(&place.for_grove, &prepared);
+            }
+        }
         if let Some(budget) = self.policy.max_worktree_bytes {
             // A tree takes on disk what its upper directory holds; the base is shared.
             let root = self.tree.as_ref().map_or_else(
@@ -562,6 +600,14 @@ impl SandboxedExecutor {
     }
 }
 
+/// The error of a private directory of `parent` that cannot be made.
+fn made_in(parent: &Path) -> impl Fn(std::io::Error) -> SandboxError + '_ {
+    move |source| SandboxError::TempDir {
+        parent: parent.to_path_buf(),
+        source,
+    }
+}
+
 /// The private directories and files of one worktree's commands.
 struct Private {
     temp_dir: PathBuf,
@@ -570,6 +616,9 @@ struct Private {
     /// Bound over a file a command must not see.
     empty_file: PathBuf,
     git: Option<GitCopies>,
+    /// A disposable view's overlay directories (upper, work), emptied after each
+    /// command.
+    scratch: Option<(PathBuf, PathBuf)>,
 }
 
 /// What every tree of an executor is granted.
@@ -656,5 +705,20 @@ impl CommandExecutor for SandboxedExecutor {
             inside.disk = Arc::default();
         }
         Some(Arc::new(inside))
+    }
+
+    /// The same confinement without the network, every tree seen through an overlay
+    /// whose upper directory is emptied after each command (prepared apart).
+    fn disposable(&self) -> Option<Arc<dyn CommandExecutor>> {
+        let mut disposable = self.clone();
+        disposable.policy.allow_network = false;
+        disposable.extra_writable.clear();
+        disposable.disposable = true;
+        #[cfg(target_os = "linux")]
+        {
+            disposable.worktrees = Arc::default();
+            disposable.disk = Arc::default();
+        }
+        Some(Arc::new(disposable))
     }
 }

@@ -269,6 +269,7 @@ pub fn probe(host: &CommandHost, mode: SandboxMode) -> Result<(), SandboxError> 
         git: None,
         hidden: &[],
         empty_file: &empty_file,
+        tree_scratch: None,
     });
     let policy = SandboxPolicy {
         own_loopback: mode != SandboxMode::NoLoopback,

@@ -28,6 +28,8 @@ pub(super) struct PreparedWorktree {
     /// Holds the sanitized git files bound over the repository's and the view's `.git`
     /// pointer; read-only to commands.
     pub _git_dir: Option<tempfile::TempDir>,
+    /// A disposable view's overlay directories, emptied after each command.
+    pub scratch: Option<tempfile::TempDir>,
     /// Commands running with it now; the last one out empties the temporary directory.
     pub running: Mutex<usize>,
 }
@@ -72,6 +74,20 @@ impl PreparedWorktree {
         }
     }
 
+    /// Throws away what a disposable view's commands wrote (the overlay's upper and
+    /// work directories, emptied); false when it could not.
+    pub(super) fn discard_scratch(&self) -> bool {
+        let Some(scratch) = &self.scratch else {
+            return true;
+        };
+        ["upper", "work"].iter().all(|name| {
+            let dir = scratch.path().join(name);
+            // overlayfs leaves `work/work` without permissions: given back first.
+            make_removable(&dir);
+            std::fs::remove_dir_all(&dir).is_ok() && std::fs::create_dir(&dir).is_ok()
+        })
+    }
+
     pub(super) fn temp_dir_is_empty(&self) -> bool {
         std::fs::read_dir(self.temp_dir.path()).is_ok_and(|mut entries| entries.next().is_none())
     }
@@ -106,6 +122,24 @@ impl Drop for Running<'_> {
         // A command whose future was dropped midway still stops counting.
         if !self.left {
             self.decrement();
+        }
+    }
+}
+
+/// Gives the owner every permission on each directory beneath `root` (not following
+/// links), so that it can be removed.
+fn make_removable(root: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                stack.push(entry.path());
+            }
         }
     }
 }

@@ -80,6 +80,8 @@ pub(super) struct ViewPlan {
     binds: Vec<(PathBuf, PathBuf)>,
     /// Whether [`GIT_VIEW`] is a copy-on-write view the command's git may write.
     pub git_writable: bool,
+    /// A disposable view's tree (its path in the view), written through an overlay.
+    pub tree_overlay: Option<CString>,
     /// The staging directory, as a path.
     staging_path: PathBuf,
 }
@@ -171,6 +173,9 @@ pub(super) struct ViewSpec<'a> {
     pub hidden: &'a [PathBuf],
     /// An empty read-only file, bound over a file that is covered.
     pub empty_file: &'a Path,
+    /// For a disposable view: the overlay's upper and work directories the tree is seen
+    /// through, so that nothing a command writes reaches it.
+    pub tree_scratch: Option<&'a (PathBuf, PathBuf)>,
 }
 
 /// `path` as an overlay mount option takes it: its separators (`,` between options, `:`
@@ -243,7 +248,13 @@ pub(super) fn plan(spec: &ViewSpec<'_>) -> ViewPlan {
             view.bind(&path, &path, true, false);
         }
     }
-    view.bind(spec.tree, spec.tree, true, true);
+    match spec.tree_scratch {
+        Some(scratch) => {
+            view.overlay(spec.tree, scratch, spec.tree);
+            view.tree_overlay = c_path(spec.tree);
+        }
+        None => view.bind(spec.tree, spec.tree, true, true),
+    }
     for (source, target) in spec.shared {
         view.bind(source, target, false, false);
     }
@@ -272,6 +283,7 @@ struct Builder {
     made: Vec<PathBuf>,
     binds: Vec<(PathBuf, PathBuf)>,
     git_writable: bool,
+    tree_overlay: Option<CString>,
 }
 
 impl Builder {
@@ -282,6 +294,7 @@ impl Builder {
             made: vec![PathBuf::from("/")],
             binds: Vec::new(),
             git_writable: false,
+            tree_overlay: None,
         }
     }
 
@@ -531,6 +544,7 @@ impl Builder {
             ops: self.ops,
             binds: self.binds,
             git_writable: self.git_writable,
+            tree_overlay: self.tree_overlay,
             staging_path: self.staging,
         }
     }
