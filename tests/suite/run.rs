@@ -303,8 +303,8 @@ async fn isolated_contexts_never_leak_the_task_transcripts_or_reasoning() {
                 );
                 assert_eq!(
                     request.tool_names(),
-                    ["grep", "list_files", "read_file", "submit_verdict"],
-                    "reviewers are read-only"
+                    ["grep", "list_files", "read_file", "run", "submit_verdict"],
+                    "reviewers are read-only: their `run` writes a throwaway copy of the tree"
                 );
             }
         }
