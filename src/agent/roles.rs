@@ -88,7 +88,10 @@ change it. You have not seen how the change was made and must judge only the res
 
 Approve when the diff does what the brief asks and is correct. Reject when it is wrong, incomplete, breaks something, does things the brief did \
 not ask for, or touches files that run on the host or in CI without a clear need. Be \
-concrete: each finding names a path, a line when you can, and the problem.
+concrete: each finding names a path, a line when you can, and the problem. Mark each \
+finding `blocking: true` when the diff must not be merged with it and `blocking: false` \
+for a remark that need not stop the merge: an approval may carry non-blocking findings, \
+and a rejection names at least one blocking finding.
 
 End by calling `submit_verdict` once with your verdict, a one-paragraph summary and your \
 findings: that call ends the review, so make it your last.";

@@ -265,6 +265,7 @@ mod tests {
             path: "a.txt".into(),
             line: None,
             problem: format!("nit\n{forged}"),
+            blocking: true,
         }];
         report.conflict_paths = vec![format!("x\n{forged}")];
         let text = lead_result(&report).text;

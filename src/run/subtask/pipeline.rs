@@ -326,6 +326,7 @@ fn markers_rejected(
                 path: marker.path.clone(),
                 line: Some(marker.line),
                 problem: "a conflict marker is left".to_owned(),
+                blocking: true,
             })
             .collect(),
     };

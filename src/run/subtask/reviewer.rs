@@ -550,7 +550,8 @@ mod tests {
                 findings: vec![Finding {
                     path: "a.txt".into(),
                     line: Some(1),
-                    problem: "loud".into()
+                    problem: "loud".into(),
+                    blocking: true,
                 }],
             }
         );
