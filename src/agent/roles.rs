@@ -62,10 +62,19 @@ settled), then starts from the merged result and builds on it.
 - Subtasks are numbered S1, S2, … in call order. `after: [\"S1\"]` makes a subtask wait \
 for S1 the same way: define a new API in S1, then migrate its callers in subtasks with \
 `after: [\"S1\"]`, in parallel. `after` may name only subtasks delegated before it.
-- Put several `delegate` calls in one response to run them at the same time.
+- A `delegate` without `paths` is not ordered by scope: its worker may change any file, \
+yet it waits for no other subtask and none waits for it (only `after` orders it). It \
+starts at once from the base and runs beside the others, so it conflicts with any that \
+changes the same lines.
+- Put several `delegate` calls in one response to run them at the same time. The tool \
+calls of one response run in the order you wrote them, except that calls that only read \
+or delegate run together; all their results come back in one message.
 - Every subtask is reviewed by an independent reviewer. The result you get back says \
-whether it was merged, rejected (with findings) or in conflict. You may delegate a \
-follow-up that fixes a rejected or conflicting subtask; put the findings in its brief.
+whether it was merged, rejected (with findings, each blocking or not) or in conflict, \
+with the worker's and the reviewer's summaries. `show_subtask {\"id\": \"S2\"}` reads a \
+subtask's whole record (add `\"diff\": true` for its diff), and `show_subtask {\"id\": \
+\"result\"}` the run's merged result against the base. You may delegate a follow-up that \
+fixes a rejected or conflicting subtask; put the findings in its brief.
 - When all work is merged, or nothing more can be done, end with a short summary of what \
 changed and what did not.";
 

@@ -37,6 +37,7 @@ pub(crate) mod observer;
 pub mod report;
 pub mod sandbox_view;
 pub(crate) mod schedule;
+pub(crate) mod show_subtask;
 pub mod start;
 pub mod subtask;
 #[cfg(test)]

@@ -110,6 +110,11 @@ pub struct SubtaskReport {
     pub resolution: Option<Resolution>,
     /// The project's check on its worktree, when one ran.
     pub check: Option<CheckRun>,
+    /// The worker's (or resolver's) whole final message, bounded, for the lead's
+    /// `show_subtask`; `None` before a resume (the reason keeps its start) or when it
+    /// wrote none. Not in the JSON: `reason` is the one sentence a person reads there.
+    #[serde(skip)]
+    pub worker_summary: Option<String>,
 }
 
 /// How a conflicting subtask came to be merged.
@@ -232,6 +237,7 @@ impl SubtaskReport {
             kind: SubtaskKind::Task,
             resolution: None,
             check: None,
+            worker_summary: None,
         }
     }
 

@@ -16,8 +16,11 @@ use crate::run::verdict::Verdict;
 use crate::store::journal::{CheckRun, SubtaskOutcome};
 use crate::text::excerpt;
 
-/// How much of a worker's (or resolver's) final message the lead gets back.
+/// How much of a worker's (or resolver's) final message the report's one reason keeps.
 const SUMMARY_CHARS: usize = 800;
+/// How much of it `show_subtask` can show the lead: all of any summary a model writes
+/// to end a task, yet bounded against one that pastes a log.
+const WHOLE_SUMMARY_CHARS: usize = 32_000;
 
 /// Who did a subtask's work: the summary it ends with is its own words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +120,9 @@ impl Stages {
         report.reason = reason;
         report.check = self.check;
         if let Some(made) = self.made {
+            if !made.summary.is_empty() {
+                report.worker_summary = Some(excerpt(&made.summary, WHOLE_SUMMARY_CHARS));
+            }
             report.diffstat = Some(made.stat);
             report.executes_later = made.executes_later;
             report.left_out = made.left_out;
