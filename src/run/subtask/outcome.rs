@@ -45,21 +45,6 @@ pub(crate) struct Made {
     pub(crate) outside_paths: Vec<String>,
 }
 
-impl Made {
-    /// What the reviewer is told runs later: the changed files that do by their names,
-    /// and those the subtask's check opened (the person's "check by hand" keeps to the
-    /// first, which a test suite importing every changed module would drown).
-    pub(crate) fn runs_later(&self, check: Option<&CheckRun>) -> Vec<String> {
-        let mut paths = self.executes_later.clone();
-        for path in check.iter().flat_map(|run| &run.opened) {
-            if !paths.contains(path) {
-                paths.push(path.clone());
-            }
-        }
-        paths
-    }
-}
-
 /// What decided the verdict: the reviewer, or a rule that stands for one (`[check]
 /// subtask = "require"`, conflict markers left), with the reason it gives.
 #[derive(Debug, Clone)]
