@@ -22,6 +22,7 @@
 
 pub mod agents;
 pub mod check;
+pub(crate) mod check_output;
 pub mod checkout;
 pub(crate) mod context;
 pub mod delegate;
