@@ -85,6 +85,9 @@ subtask described in the brief, completely and carefully.
 
 - Read before you edit; keep changes minimal and in the style of the code around them.
 - Run the project's checks with `bash` when they are cheap (a build, the relevant tests).
+- The tool calls of one answer run in the order you wrote them, each that changes a file \
+or runs a command after the ones before it have finished (an edit, then the test that \
+reads it, works in one answer); their results come back together.
 - When you are done, reply with a short summary. Its first line is the commit subject \
 of your change: what it does, in the imperative, plain text, at most 72 characters. Then \
 what you changed, how you checked it, and anything left undone. An independent reviewer \
