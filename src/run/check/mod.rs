@@ -177,11 +177,14 @@ pub(crate) async fn run_check_at(
     let output = result.output_text();
     // The reviewer reads it through `check_output`; without the file it reads the tail.
     let path = output_path(&stage.facts.run_dir, on);
-    if let Err(error) = path
-        .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|()| std::fs::write(&path, &output))
-    {
+    let kept = match path.parent() {
+        Some(dir) => tokio::fs::create_dir_all(dir).await,
+        None => Ok(()),
+    };
+    if let Err(error) = match kept {
+        Ok(()) => tokio::fs::write(&path, &output).await,
+        Err(error) => Err(error),
+    } {
         stage.record.note(format!(
             "could not keep the check's output of {on} at {}: {error}",
             path.display()

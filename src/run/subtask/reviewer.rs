@@ -57,10 +57,13 @@ pub(crate) async fn review(
             check.same_as.as_deref().unwrap_or(&check.on),
         )
     });
-    let whole = kept
-        .as_ref()
-        .and_then(|path| std::fs::read(path).ok())
-        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+    let whole = match &kept {
+        Some(path) => tokio::fs::read(path)
+            .await
+            .ok()
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned()),
+        None => None,
+    };
     if let Some(path) = kept.filter(|_| whole.is_some()) {
         tools = tools.with(Arc::new(CheckOutput::new(path)));
     }
