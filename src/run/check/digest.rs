@@ -4,8 +4,9 @@
 //! This file owns picking those lines: pytest's `FAILED`/`ERROR` summary lines, its
 //! `____ test ____` headers and `E ` lines with the `file:line:` that ends each
 //! traceback; cargo test's `---- name stdout ----` sections and its `failures:` list;
-//! TAP's (node's) `not ok` lines with their YAML block; compiler errors and their
-//! `-->` locations; then the last lines. pytest's warnings summary is dropped wherever it
+//! TAP's (node's) `not ok` lines with their YAML block; unittest's `FAIL:`/`ERROR:`
+//! lines and Python tracebacks; go test's `--- FAIL:`; compiler errors and their `-->`
+//! locations; then the last lines. pytest's warnings summary is dropped wherever it
 //! stands. It never decides anything: the whole output stays one tool call away
 //! (`check_output`), and the digest says how much it left out.
 
@@ -122,6 +123,13 @@ fn failure_span(lines: &[&str], index: usize) -> usize {
     if line == "failures:" {
         return section(lines, index, |next| next.starts_with("test result:"));
     }
+    // A Python traceback (unittest's, an import's), up to the blank line or the rule
+    // after it: its last line names the error.
+    if trimmed.starts_with("Traceback (most recent call last):") {
+        return section(lines, index, |next| {
+            next.trim().is_empty() || next.starts_with("---") || next.starts_with("===")
+        });
+    }
     // A TAP failure and its indented YAML diagnostics.
     if trimmed.starts_with("not ok ") {
         let indent = line.len() - trimmed.len();
@@ -132,6 +140,10 @@ fn failure_span(lines: &[&str], index: usize) -> usize {
     }
     let one = line.starts_with("FAILED ")
         || line.starts_with("ERROR ")
+        // unittest's `FAIL: test_x (module.Case)`, go test's `--- FAIL: TestX`
+        || line.starts_with("FAIL: ")
+        || line.starts_with("ERROR: ")
+        || trimmed.starts_with("--- FAIL: ")
         || line.starts_with("E ")
         || (line.starts_with("___") && line.trim_end().ends_with("___"))
         || trimmed.starts_with("error[")
@@ -276,6 +288,36 @@ mod tests {
             super::digest("one\ntwo\n"),
             "one\ntwo\n",
             "an output shorter than the last lines is shown as it is"
+        );
+    }
+
+    #[test]
+    fn unittest_keeps_each_failing_tests_name_and_traceback() {
+        let output = format!(
+            "{}======================================================================\n\
+             ERROR: test_mul (unittest.loader._FailedTest.test_mul)\n\
+             ----------------------------------------------------------------------\n\
+             ImportError: Failed to import test module: test_mul\n\
+             Traceback (most recent call last):\n\
+             \x20 File \"/w/test_mul.py\", line 1, in <module>\n\
+             ModuleNotFoundError: No module named 'calc_mul'\n\
+             \n\
+             \n\
+             {}",
+            numbered("test_add ... ok", 30),
+            numbered("noise", 25),
+        );
+
+        let digest = digest(&output);
+
+        assert!(
+            digest.starts_with(
+                "[… 31 lines left out …]\nERROR: test_mul (unittest.loader._FailedTest.test_mul)\n\
+                 [… 2 lines left out …]\nTraceback (most recent call last):\n  File \
+                 \"/w/test_mul.py\", line 1, in <module>\nModuleNotFoundError: No module named \
+                 'calc_mul'\n[… 7 lines left out …]\n"
+            ),
+            "the failing test's name and its traceback, to the error it ends with: {digest}"
         );
     }
 }
