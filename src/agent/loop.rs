@@ -64,7 +64,7 @@ use crate::model::{
     ContentBlock, Message, ModelError, ModelNotice, Request, Response, Role, StopReason, ToolSpec,
 };
 use crate::text::truncate;
-use crate::tools::{Registry, ToolContext, ToolError, ToolOutput};
+use crate::tools::{Registry, ToolContext, ToolError, ToolOutput, exited_non_zero};
 
 /// The user message that asks the model to go on after its text was cut at `max_tokens`.
 pub const CONTINUE_AFTER_MAX_TOKENS: &str =
@@ -430,13 +430,20 @@ impl Conversation<'_> {
             .map(|(call, _)| call.name.clone());
         self.request.messages.push(Message {
             role: Role::User,
-            content: results
-                .answers
-                .into_iter()
-                .map(|(tool_use_id, output)| ContentBlock::ToolResult {
-                    tool_use_id,
-                    content: shown_content(output.content, output.is_error),
-                    is_error: output.is_error,
+            content: calls
+                .iter()
+                .zip(results.answers)
+                .map(|(call, (tool_use_id, output))| {
+                    // A command that ran and exited non-zero is its output and status, not
+                    // a failed call: the model reads it as a result (the loop still counts
+                    // it as a failure).
+                    let is_error = output.is_error
+                        && !(call.name == "bash" && exited_non_zero(&output.content));
+                    ContentBlock::ToolResult {
+                        tool_use_id,
+                        content: shown_content(output.content, is_error),
+                        is_error,
+                    }
                 })
                 .collect(),
         });

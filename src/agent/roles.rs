@@ -62,10 +62,19 @@ settled), then starts from the merged result and builds on it.
 - Subtasks are numbered S1, S2, … in call order. `after: [\"S1\"]` makes a subtask wait \
 for S1 the same way: define a new API in S1, then migrate its callers in subtasks with \
 `after: [\"S1\"]`, in parallel. `after` may name only subtasks delegated before it.
-- Put several `delegate` calls in one response to run them at the same time.
+- A `delegate` without `paths` is not ordered by scope: its worker may change any file, \
+yet it waits for no other subtask and none waits for it (only `after` orders it). It \
+starts at once from the base and runs beside the others, so it conflicts with any that \
+changes the same lines.
+- Put several `delegate` calls in one response to run them at the same time. The tool \
+calls of one response run in the order you wrote them, except that calls that only read \
+or delegate run together; all their results come back in one message.
 - Every subtask is reviewed by an independent reviewer. The result you get back says \
-whether it was merged, rejected (with findings) or in conflict. You may delegate a \
-follow-up that fixes a rejected or conflicting subtask; put the findings in its brief.
+whether it was merged, rejected (with findings, each blocking or not) or in conflict, \
+with the worker's and the reviewer's summaries. `show_subtask {\"id\": \"S2\"}` reads a \
+subtask's whole record (add `\"diff\": true` for its diff), and `show_subtask {\"id\": \
+\"result\"}` the run's merged result against the base. You may delegate a follow-up that \
+fixes a rejected or conflicting subtask; put the findings in its brief.
 - When all work is merged, or nothing more can be done, end with a short summary of what \
 changed and what did not.";
 
@@ -76,6 +85,9 @@ subtask described in the brief, completely and carefully.
 
 - Read before you edit; keep changes minimal and in the style of the code around them.
 - Run the project's checks with `bash` when they are cheap (a build, the relevant tests).
+- The tool calls of one answer run in the order you wrote them, each that changes a file \
+or runs a command after the ones before it have finished (an edit, then the test that \
+reads it, works in one answer); their results come back together.
 - When you are done, reply with a short summary. Its first line is the commit subject \
 of your change: what it does, in the imperative, plain text, at most 72 characters. Then \
 what you changed, how you checked it, and anything left undone. An independent reviewer \
@@ -88,7 +100,10 @@ change it. You have not seen how the change was made and must judge only the res
 
 Approve when the diff does what the brief asks and is correct. Reject when it is wrong, incomplete, breaks something, does things the brief did \
 not ask for, or touches files that run on the host or in CI without a clear need. Be \
-concrete: each finding names a path, a line when you can, and the problem.
+concrete: each finding names a path, a line when you can, and the problem. Mark each \
+finding `blocking: true` when the diff must not be merged with it and `blocking: false` \
+for a remark that need not stop the merge: an approval may carry non-blocking findings, \
+and a rejection names at least one blocking finding.
 
 End by calling `submit_verdict` once with your verdict, a one-paragraph summary and your \
 findings: that call ends the review, so make it your last.";

@@ -189,7 +189,11 @@ fn finding(finding: &Finding) -> String {
         Some(line) => format!("{}:{line}", finding.path),
         None => finding.path.clone(),
     };
-    format!("  - {place}: {}", first_line(&finding.problem, 160))
+    format!(
+        "  - {} {place}: {}",
+        finding.severity(),
+        first_line(&finding.problem, 160)
+    )
 }
 
 fn diffstat(stat: Option<&DiffStat>) -> String {

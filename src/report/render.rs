@@ -402,7 +402,8 @@ fn subtask_article(page: &mut String, subtask: &SubtaskSection) {
                 for finding in &state.findings {
                     let _ = write!(
                         page,
-                        "<li><code>{}</code>: {}</li>",
+                        "<li><span class=\"severity\">{}</span> <code>{}</code>: {}</li>",
+                        finding.severity(),
                         escape(&finding.place().to_string()),
                         escape(&finding.problem)
                     );
@@ -828,6 +829,7 @@ mod tests {
                         path: format!("src/{evil}.rs"),
                         line: Some(2),
                         problem: format!("bad {evil}"),
+                        blocking: true,
                     }],
                 }),
                 conflict_paths: vec![],

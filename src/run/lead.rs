@@ -20,6 +20,7 @@ use crate::run::delegate::Delegate;
 use crate::run::lead_news::ResultNews;
 use crate::run::observer::AgentObserver;
 use crate::run::report::SubtaskReport;
+use crate::run::show_subtask::ShowSubtask;
 use crate::run::subtask::Subtasks;
 use crate::run::subtask::close::lead_result;
 use crate::settings::options::{History, ModelChoice, RunOptions};
@@ -144,7 +145,10 @@ pub(crate) async fn run_lead(
         ctx.facts.run.result_ref(),
         ctx.facts.base,
     );
-    let tools = result_tree::read_only(&live).with(Arc::new(delegate));
+    let records = Arc::new(ShowSubtask::new(Arc::new(subtasks.clone())));
+    let tools = result_tree::read_only(&live)
+        .with(Arc::new(delegate))
+        .with(records);
     let spec = lead_spec(
         &ctx.facts.options,
         ctx.agents.rules.as_ref(),

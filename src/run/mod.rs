@@ -22,6 +22,7 @@
 
 pub mod agents;
 pub mod check;
+pub(crate) mod check_output;
 pub mod checkout;
 pub(crate) mod context;
 pub mod delegate;
@@ -37,6 +38,7 @@ pub(crate) mod observer;
 pub mod report;
 pub mod sandbox_view;
 pub(crate) mod schedule;
+pub(crate) mod show_subtask;
 pub mod start;
 pub mod subtask;
 #[cfg(test)]

@@ -110,6 +110,11 @@ pub struct SubtaskReport {
     pub resolution: Option<Resolution>,
     /// The project's check on its worktree, when one ran.
     pub check: Option<CheckRun>,
+    /// The worker's (or resolver's) whole final message, bounded, for the lead's
+    /// `show_subtask`; `None` before a resume (the reason keeps its start) or when it
+    /// wrote none. Not in the JSON: `reason` is the one sentence a person reads there.
+    #[serde(skip)]
+    pub worker_summary: Option<String>,
 }
 
 /// How a conflicting subtask came to be merged.
@@ -232,6 +237,7 @@ impl SubtaskReport {
             kind: SubtaskKind::Task,
             resolution: None,
             check: None,
+            worker_summary: None,
         }
     }
 
@@ -328,8 +334,10 @@ impl RunReport {
 /// does next, so a human should look at them whatever the reviewer decided: every
 /// dotfile and every file in a dot-directory (tool, CI, editor and agent configuration
 /// lives there: `.cargo/config.toml`, `.npmrc`, `.mcp.json`, `.github/actions/…`), and
-/// the known build, test and CI entry points and agent rules files by name. The files a
-/// subtask's check opened are added to these once it ran (`CheckRun::opened`).
+/// the known build and CI entry points and agent rules files by name. Only what runs
+/// outside the check's ordinary run: a library's sources and tests, and the test
+/// runner's own hooks (`conftest.py`, `pytest.ini`), run inside it, sandboxed, and are
+/// judged in the diff; listing them drowned the few files that run unconfined later.
 pub fn executes_later(stat: &DiffStat) -> Vec<String> {
     stat.files
         .iter()
@@ -377,15 +385,13 @@ const ENTRY_POINTS: &[&str] = &[
     "Containerfile",
     "docker-compose.yml",
     "compose.yaml",
-    // test runners
-    "conftest.py",
+    // test runners' environments, built before and around the check's own run
     "tox.ini",
     "noxfile.py",
-    "pytest.ini",
     // CI and hooks
     "Jenkinsfile",
     "lefthook.yml",
-    // project rules every agent reads
+    // project rules: not run, but obeyed by every later agent as if grove said them
     "AGENTS.md",
     "CLAUDE.md",
     "GEMINI.md",
@@ -469,7 +475,6 @@ mod tests {
                 "lefthook.yml",
                 // what a red team found unflagged
                 ".cargo/config.toml",
-                "tests/conftest.py",
                 ".npmrc",
                 ".yarnrc.yml",
                 ".mcp.json",
@@ -487,6 +492,10 @@ mod tests {
                 "src/grove/mod.rs",
                 "my.grove/notes.txt",
                 "src/config.ts",
+                // run by the check's own run, sandboxed like it: the reviewer reads
+                // them in the diff
+                "tests/conftest.py",
+                "pytest.ini",
             ]
             .into_iter()
             .map(file)
@@ -511,7 +520,6 @@ mod tests {
                 ".devcontainer/devcontainer.json",
                 "lefthook.yml",
                 ".cargo/config.toml",
-                "tests/conftest.py",
                 ".npmrc",
                 ".yarnrc.yml",
                 ".mcp.json",
@@ -526,6 +534,63 @@ mod tests {
                 "web/vite.config.ts",
             ],
             "every dotfile, dot-directory and entry point is flagged for a person, and only those"
+        );
+    }
+
+    #[test]
+    fn only_what_runs_outside_the_checks_own_run_is_flagged() {
+        let stat = DiffStat {
+            files: [
+                "src/pkg/core.py",
+                "src/pkg/__init__.py",
+                "tests/test_core.py",
+                "tests/conftest.py",
+                "pytest.ini",
+                "src/lib.rs",
+                "tests/it.rs",
+                "lib/index.test.js",
+                ".github/workflows/ci.yml",
+                ".gitlab-ci.yml",
+                ".pre-commit-config.yaml",
+                ".husky/pre-commit",
+                "build.rs",
+                "setup.py",
+                "Makefile",
+                "CMakeLists.txt",
+                "package.json",
+                "pyproject.toml",
+                "tox.ini",
+                "noxfile.py",
+                ".cargo/config.toml",
+                ".npmrc",
+                "Dockerfile",
+            ]
+            .into_iter()
+            .map(file)
+            .collect(),
+        };
+        assert_eq!(
+            executes_later(&stat),
+            vec![
+                ".github/workflows/ci.yml",
+                ".gitlab-ci.yml",
+                ".pre-commit-config.yaml",
+                ".husky/pre-commit",
+                "build.rs",
+                "setup.py",
+                "Makefile",
+                "CMakeLists.txt",
+                "package.json",
+                "pyproject.toml",
+                "tox.ini",
+                "noxfile.py",
+                ".cargo/config.toml",
+                ".npmrc",
+                "Dockerfile",
+            ],
+            "CI, hooks, build scripts, manifests and tool configs run later; a library's \
+             sources, tests and test-runner hooks run in the check's own run and are not \
+             listed"
         );
     }
 }

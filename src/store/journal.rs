@@ -67,6 +67,15 @@ pub struct Finding {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line: Option<u32>,
     pub problem: String,
+    /// True when the finding is a reason to reject; false for a remark the diff may be
+    /// merged with. A record from before the field was a rejection's reason: true.
+    #[serde(default = "blocking_by_default")]
+    pub blocking: bool,
+}
+
+/// What a finding without `blocking` is: a reason to reject, as every finding once was.
+fn blocking_by_default() -> bool {
+    true
 }
 
 /// How one subtask ended when `grove review` rebuilt the result.

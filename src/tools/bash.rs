@@ -40,6 +40,18 @@ struct Input {
     timeout_s: Option<u64>,
 }
 
+/// True for the result of a command that ran to its end and exited with a status other
+/// than 0: its last line is grove's `[exit code: N]` (written after all of the command's
+/// output, so no output can stand there), N not 0. A remote host's grove writes the same.
+pub fn exited_non_zero(content: &str) -> bool {
+    content
+        .lines()
+        .last()
+        .and_then(|line| line.strip_prefix("[exit code: "))
+        .and_then(|rest| rest.strip_suffix(']'))
+        .is_some_and(|code| code != "0")
+}
+
 #[async_trait]
 impl Tool for Bash {
     fn name(&self) -> &'static str {

@@ -148,5 +148,50 @@ fn edit(
     } else {
         "replacements"
     };
-    Ok(ToolOutput::ok(format!("edited `{shown}`: {found} {noun}")))
+    let mut result = format!("edited `{shown}`: {found} {noun}");
+    // The first replacement starts where the first match did, in both texts.
+    if let Some(at) = text.find(input.old_string.as_str()) {
+        let first = if found == 1 {
+            ""
+        } else {
+            "the first replacement, "
+        };
+        result.push_str(&format!(
+            "; {first}as the file now reads:\n{}",
+            edited_lines(&edited, at, &input.new_string)
+        ));
+    }
+    Ok(ToolOutput::ok(result))
+}
+
+/// Lines of context shown around an edit, before and after.
+const CONTEXT_LINES: usize = 3;
+/// At most this many lines of an edit are shown, context included.
+const SHOWN_LINES: usize = 30;
+/// A shown line longer than this is cut.
+const SHOWN_LINE_CHARS: usize = 240;
+
+/// The lines of `edited` that hold `new` (inserted at byte `at`) with a few lines of
+/// context, numbered as `read_file` numbers them; bounded, with a note of what is left.
+fn edited_lines(edited: &str, at: usize, new: &str) -> String {
+    let start = edited[..at].matches('\n').count();
+    // A replacement that ends its last line spans no line after it.
+    let end = start + new.strip_suffix('\n').unwrap_or(new).matches('\n').count();
+    let from = start.saturating_sub(CONTEXT_LINES);
+    let to = end + CONTEXT_LINES;
+    let mut out = String::new();
+    let lines = edited.lines().enumerate().skip(from).take(to + 1 - from);
+    for (shown, (index, line)) in lines.enumerate() {
+        if shown == SHOWN_LINES {
+            out.push_str(&format!(
+                "[… more of the edit follows; read_file with offset={} shows it]\n",
+                index + 1
+            ));
+            break;
+        }
+        let cut: String = line.chars().take(SHOWN_LINE_CHARS).collect();
+        let more = if cut.len() < line.len() { " …" } else { "" };
+        out.push_str(&format!("{:>6}\t{cut}{more}\n", index + 1));
+    }
+    out
 }

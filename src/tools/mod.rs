@@ -32,7 +32,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub use bash::Bash;
+pub use bash::{Bash, exited_non_zero};
 pub use edit_file::EditFile;
 pub use exec::{
     CommandExecutor, DiskOverBudget, ExecError, ExecOutcome, ExecRequest, ExecResult,

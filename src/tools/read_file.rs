@@ -155,7 +155,7 @@ pub(crate) fn show_lines(
         if number < first {
             continue;
         }
-        let (rendered, line_escaped, line_cut) = render(number, &line);
+        let (rendered, line_escaped, line_cut) = render(shown, number, &line);
         if shown_lines > 0 && out.len() + rendered.len() > MAX_OUTPUT_BYTES {
             stopped_by_bytes = true;
             number -= 1;
@@ -205,9 +205,9 @@ pub(crate) fn show_lines(
     Ok(ToolOutput::ok(out))
 }
 
-/// Line `number` as shown (numbered, ending in a newline), whether it was written out
-/// byte for byte, and whether it was cut.
-fn render(number: u64, line: &Line) -> (String, bool, bool) {
+/// Line `number` of `shown` as shown (numbered, ending in a newline), whether it was
+/// written out byte for byte, and whether it was cut.
+fn render(shown: &str, number: u64, line: &Line) -> (String, bool, bool) {
     let (mut text, escaped, mut dropped) = shown_line(&line.bytes, line.cut_bytes > 0);
     // Written out, a byte takes up to four: the line's cap holds for what is shown.
     if escaped && line.bytes.len() > MAX_ESCAPED_LINE_BYTES {
@@ -218,7 +218,15 @@ fn render(number: u64, line: &Line) -> (String, bool, bool) {
     let cut = line.cut_bytes + dropped as u64;
     let mut rendered = format!("{number:>6}\t{text}");
     if cut > 0 {
-        let _ = write!(rendered, " … [{cut} more bytes on this line]");
+        // Where to read on, as the end marker says: offset and limit count lines, so the
+        // rest of one line is a byte range of it.
+        let from = line.bytes.len() as u64 + line.cut_bytes - cut + 1;
+        let _ = write!(
+            rendered,
+            " … [{cut} more bytes on this line: bash `sed -n {number}p {} | cut -b {from}-` \
+             shows them]",
+            crate::text::shell_quote(shown)
+        );
     }
     rendered.push('\n');
     (rendered, escaped, cut > 0)

@@ -242,7 +242,8 @@ async fn huge_binary_and_invalid_utf8_files_get_bounded_answers_from_every_tool(
     assert_eq!(
         call("read_file", json!({"path": "huge.log"})).await,
         ToolOutput::ok(format!(
-            "     1\tneedle at the start\n     2\t{} … [{} more bytes on this line]\n\
+            "     1\tneedle at the start\n     2\t{} … [{} more bytes on this line: bash \
+             `sed -n 2p huge.log | cut -b 501-` shows them]\n\
              [`huge.log` is binary: only its first 1048576 of 2147483648 bytes are read here; \
              use bash (e.g. `xxd -s OFFSET -l 512`) for the rest]\n\
              [1 line(s) longer than 2000 bytes (500 when written out) were cut; use bash (e.g. \

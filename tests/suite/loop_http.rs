@@ -567,9 +567,16 @@ async fn five_failing_calls_in_a_row_stop_the_loop_with_tool_errors() {
                 ("e2", true),
                 ("e3", true),
                 ("e4", true),
-                ("e5", true)
+                ("e5", false)
             ],
-            "{case}: all five calls were answered as errors, in call order"
+            "{case}: four calls were answered as errors, in call order; the command that ran \
+             and exited 3 is its output and status, not a failed call (it still counts in \
+             the streak)"
+        );
+        assert_eq!(
+            results.last().map(|(_, content, _)| content.as_str()),
+            Some("(no output)\n[exit code: 3]\n"),
+            "{case}: the model reads the command's exit status"
         );
         assert_eq!(
             sandbox.read("src/lib.rs"),

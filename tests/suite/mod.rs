@@ -21,6 +21,7 @@ mod mcp;
 mod mcp_clients;
 mod mcp_protocol;
 mod model;
+mod model_asks;
 mod model_faults;
 mod overlay;
 mod overlay_remount;

@@ -695,7 +695,7 @@ async fn the_binary_lists_a_run_and_refuses_bad_decisions_with_clear_messages() 
         "work: none (it failed before producing a commit)",
         "── S2 · rejected · reviewer: reject ──",
         "reviewer: Adds a junk file nobody asked for.",
-        "  - junk.txt:1: not part of the task",
+        "  - [blocking] junk.txt:1: not part of the task",
         "+JUNK",
     ] {
         assert!(

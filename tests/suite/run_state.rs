@@ -162,6 +162,7 @@ fn full_journal(run: &RunId) -> Vec<Record> {
                     path: "src/config.rs".into(),
                     line: Some(3),
                     problem: "doc comment still says load".into(),
+                    blocking: true,
                 }],
             },
         ),
@@ -243,6 +244,7 @@ fn expected_full_state(run: &RunId) -> RunState {
                         path: "src/config.rs".into(),
                         line: Some(3),
                         problem: "doc comment still says load".into(),
+                        blocking: true,
                     }],
                 }),
                 merge: Some(MergeState {

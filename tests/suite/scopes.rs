@@ -269,7 +269,8 @@ async fn overlapping_paths_run_one_after_the_other_and_the_later_builds_on_the_e
             ("w0".to_owned(), "     1\tFIRST\n".to_owned(), false),
             (
                 "w1".to_owned(),
-                "edited `src/a.txt`: 1 replacement".to_owned(),
+                "edited `src/a.txt`: 1 replacement; as the file now reads:\n     1\tFIRST SECOND\n"
+                    .to_owned(),
                 false
             ),
         ],
@@ -523,7 +524,8 @@ async fn a_worker_cannot_write_outside_its_paths_and_a_shell_write_there_is_flag
             refused("w4", "SRC/a.txt", "SRC/a.txt", ""),
             (
                 "w5".to_owned(),
-                "edited `src/a.txt`: 1 replacement".to_owned(),
+                "edited `src/a.txt`: 1 replacement; as the file now reads:\n     1\tALPHA\n"
+                    .to_owned(),
                 false
             ),
         ],

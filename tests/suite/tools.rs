@@ -256,7 +256,9 @@ async fn symlinks_and_absolute_paths_that_stay_inside_are_followed() {
             json!({"path": "absolute-alias/new.txt", "old_string": "via", "new_string": "through"})
         )
         .await,
-        ToolOutput::ok("edited `absolute-alias/new.txt`: 1 replacement")
+        ToolOutput::ok(
+            "edited `absolute-alias/new.txt`: 1 replacement; as the file now reads:\n     1\tthrough alias\n"
+        )
     );
     assert_eq!(
         fx.read("real/new.txt"),
@@ -467,7 +469,8 @@ async fn read_file_cuts_long_lines_without_splitting_characters() {
     assert_eq!(
         output,
         ToolOutput::ok(format!(
-            "     1\t{} … [12 more bytes on this line]\n     2\tshort\n\
+            "     1\t{} … [12 more bytes on this line: bash `sed -n 1p long.txt | cut -b \
+             2000-` shows them]\n     2\tshort\n\
              [1 line(s) longer than 2000 bytes were cut; use bash (e.g. `cut -c`) to see the rest]\n",
             "a".repeat(1999)
         )),
@@ -530,7 +533,8 @@ async fn read_file_streams_a_huge_file_and_caps_the_result() {
     assert_eq!(
         tail,
         ToolOutput::ok(format!(
-            " 10000\tentry 10000\n 10001\t{} … [{} more bytes on this line]\n\
+            " 10000\tentry 10000\n 10001\t{} … [{} more bytes on this line: bash `sed -n \
+             10001p huge.log | cut -b 501-` shows them]\n\
              [1 line(s) longer than 2000 bytes (500 when written out) were cut; use bash (e.g. \
              `cut -c`) to see the rest]\n\
              [`huge.log` holds NUL bytes; line 10001 is written out: a control character or a \
@@ -694,7 +698,10 @@ async fn edit_file_replaces_exactly_once_or_says_why_not() {
             json!({"path": "src.rs", "old_string": "let c = 2;", "new_string": "let c = 4;"})
         )
         .await,
-        ToolOutput::ok("edited `src.rs`: 1 replacement")
+        ToolOutput::ok(
+            "edited `src.rs`: 1 replacement; as the file now reads:\n     1\tlet a = 1;\n     \
+             2\tlet b = 1;\n     3\tlet c = 4;\n"
+        )
     );
     assert_eq!(
         fx.call(
@@ -702,7 +709,10 @@ async fn edit_file_replaces_exactly_once_or_says_why_not() {
             json!({"path": "src.rs", "old_string": "= 1;", "new_string": "= 3;", "replace_all": true})
         )
         .await,
-        ToolOutput::ok("edited `src.rs`: 2 replacements")
+        ToolOutput::ok(
+            "edited `src.rs`: 2 replacements; the first replacement, as the file now reads:\n     \
+             1\tlet a = 3;\n     2\tlet b = 3;\n     3\tlet c = 4;\n"
+        )
     );
     assert_eq!(fx.read("src.rs"), "let a = 3;\nlet b = 3;\nlet c = 4;\n");
     assert_eq!(
@@ -712,6 +722,44 @@ async fn edit_file_replaces_exactly_once_or_says_why_not() {
         )
         .await,
         ToolOutput::error("cannot edit `nope.rs`: it does not exist")
+    );
+}
+
+#[tokio::test]
+async fn edit_file_shows_the_edited_lines_with_three_around_them_and_bounded() {
+    let fx = Fixture::new();
+    let numbered: String = (1..=80).map(|n| format!("line {n}\n")).collect();
+    fx.write("long.txt", &numbered);
+
+    let small = fx
+        .call(
+            "edit_file",
+            json!({"path": "long.txt", "old_string": "line 10\n", "new_string": "ten\nTEN\n"}),
+        )
+        .await;
+    let big = fx
+        .call(
+            "edit_file",
+            json!({"path": "long.txt", "old_string": "line 50\n",
+                   "new_string": "x\n".repeat(40)}),
+        )
+        .await;
+
+    assert_eq!(
+        small,
+        ToolOutput::ok(
+            "edited `long.txt`: 1 replacement; as the file now reads:\n     7\tline 7\n     \
+             8\tline 8\n     9\tline 9\n    10\tten\n    11\tTEN\n    12\tline 11\n    \
+             13\tline 12\n    14\tline 13\n"
+        ),
+        "the replaced lines, three lines before and three after, numbered as read_file does"
+    );
+    assert!(
+        big.content.ends_with(
+            "    77\tx\n[… more of the edit follows; read_file with offset=78 shows it]\n"
+        ),
+        "a long edit is shown up to thirty lines, then says how to read on: {}",
+        big.content
     );
 }
 

@@ -257,7 +257,8 @@ pub fn show_subtask(
         out.line(&format!("reviewer: {}", printable(reviewer.summary.trim())))?;
         for finding in &reviewer.findings {
             out.line(&format!(
-                "  - {}: {}",
+                "  - {} {}: {}",
+                finding.severity(),
                 printable(&finding.place().to_string()),
                 printable(finding.problem.trim())
             ))?;

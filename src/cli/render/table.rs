@@ -81,7 +81,8 @@ pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, out
                     }
                     for finding in subtask.findings.iter().take(3) {
                         say!(
-                            "      - {}: {}",
+                            "      - {} {}: {}",
+                            finding.severity(),
                             finding.place(),
                             first_line(&finding.problem, 90)
                         );

@@ -16,6 +16,7 @@
 pub(crate) mod base;
 pub(crate) mod culprit;
 pub(crate) mod diagnosis;
+pub(crate) mod digest;
 mod failing_location;
 pub(crate) mod fixer;
 pub(crate) mod gate;
@@ -39,6 +40,20 @@ use crate::tools::{ExecError, ExecOutcome, ExecRequest, OutputCap, SetupPolicy};
 
 /// How much of the check's output a record keeps: its end, where the failures are.
 pub(crate) const CHECK_OUTPUT_TAIL_CHARS: usize = 4_000;
+/// How much of the check's output grove keeps in all, start and end, for the
+/// reviewer's `check_output`: a long test log whole, a runaway one bounded.
+const CHECK_OUTPUT_HEAD_BYTES: usize = 64 * 1024;
+const CHECK_OUTPUT_END_BYTES: usize = 192 * 1024;
+
+/// Where the whole output of the check on `on` (`S2`, `result`, …) is kept in the run's
+/// folder: one file per check, named by what it checked.
+pub(crate) fn output_path(run_dir: &Path, on: &str) -> std::path::PathBuf {
+    let name: String = on
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    run_dir.join("checks").join(format!("{name}.log"))
+}
 
 /// Why the check produced no verdict on a tree.
 #[derive(Debug, thiserror::Error)]
@@ -128,8 +143,8 @@ pub(crate) async fn run_check_at(
         timeout: Duration::from_secs(check.timeout_s),
         cancel: stage.record.cancel.child_token(),
         output_cap: OutputCap {
-            head: 2 * 1024,
-            tail: 4 * CHECK_OUTPUT_TAIL_CHARS,
+            head: CHECK_OUTPUT_HEAD_BYTES,
+            tail: CHECK_OUTPUT_END_BYTES,
         },
     };
     let policy = SetupPolicy {
@@ -159,13 +174,29 @@ pub(crate) async fn run_check_at(
             format!("timed out after {} s", check.timeout_s),
         ),
     };
+    let output = result.output_text();
+    // The reviewer reads it through `check_output`; without the file it reads the tail.
+    let path = output_path(&stage.facts.run_dir, on);
+    let kept = match path.parent() {
+        Some(dir) => tokio::fs::create_dir_all(dir).await,
+        None => Ok(()),
+    };
+    if let Err(error) = match kept {
+        Ok(()) => tokio::fs::write(&path, &output).await,
+        Err(error) => Err(error),
+    } {
+        stage.record.note(format!(
+            "could not keep the check's output of {on} at {}: {error}",
+            path.display()
+        ));
+    }
     let run = CheckRun {
         on: on.to_owned(),
         status,
         // Milliseconds are all a person reads; fewer digits keep the journal stable.
         seconds: (seconds * 1000.0).round() / 1000.0,
         ended,
-        output_tail: output_tail(&result.output_text(), CHECK_OUTPUT_TAIL_CHARS),
+        output_tail: output_tail(&output, CHECK_OUTPUT_TAIL_CHARS),
         opened: watch.map(OpenWatch::opened).unwrap_or_default(),
         tree: tree.map(str::to_owned),
         same_as: None,

@@ -50,6 +50,7 @@ pub(crate) mod commit;
 pub(crate) mod error;
 pub(crate) mod fix;
 pub(crate) mod hosts;
+pub(crate) mod inspect;
 pub(crate) mod integrate;
 pub(crate) mod outcome;
 pub(crate) mod pipeline;

@@ -16,8 +16,11 @@ use crate::run::verdict::Verdict;
 use crate::store::journal::{CheckRun, SubtaskOutcome};
 use crate::text::excerpt;
 
-/// How much of a worker's (or resolver's) final message the lead gets back.
+/// How much of a worker's (or resolver's) final message the report's one reason keeps.
 const SUMMARY_CHARS: usize = 800;
+/// How much of it `show_subtask` can show the lead: all of any summary a model writes
+/// to end a task, yet bounded against one that pastes a log.
+const WHOLE_SUMMARY_CHARS: usize = 32_000;
 
 /// Who did a subtask's work: the summary it ends with is its own words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,21 +43,6 @@ pub(crate) struct Made {
     pub(crate) left_out: Vec<String>,
     /// Changed paths outside the subtask's `paths`.
     pub(crate) outside_paths: Vec<String>,
-}
-
-impl Made {
-    /// What the reviewer is told runs later: the changed files that do by their names,
-    /// and those the subtask's check opened (the person's "check by hand" keeps to the
-    /// first, which a test suite importing every changed module would drown).
-    pub(crate) fn runs_later(&self, check: Option<&CheckRun>) -> Vec<String> {
-        let mut paths = self.executes_later.clone();
-        for path in check.iter().flat_map(|run| &run.opened) {
-            if !paths.contains(path) {
-                paths.push(path.clone());
-            }
-        }
-        paths
-    }
 }
 
 /// What decided the verdict: the reviewer, or a rule that stands for one (`[check]
@@ -117,6 +105,9 @@ impl Stages {
         report.reason = reason;
         report.check = self.check;
         if let Some(made) = self.made {
+            if !made.summary.is_empty() {
+                report.worker_summary = Some(excerpt(&made.summary, WHOLE_SUMMARY_CHARS));
+            }
             report.diffstat = Some(made.stat);
             report.executes_later = made.executes_later;
             report.left_out = made.left_out;

@@ -149,9 +149,8 @@ pub(crate) async fn judged(
     let judged = match rule {
         Some(judged) => judged,
         None => {
-            let later = made.runs_later(found.check.as_ref());
             let flagged = reviewer::Flagged {
-                executes_later: &later,
+                executes_later: &made.executes_later,
                 left_out: &made.left_out,
                 check: reviewer::check_of(&ctx.facts, found.check.as_ref()),
                 outside_paths: &made.outside_paths,
@@ -326,6 +325,7 @@ fn markers_rejected(
                 path: marker.path.clone(),
                 line: Some(marker.line),
                 problem: "a conflict marker is left".to_owned(),
+                blocking: true,
             })
             .collect(),
     };

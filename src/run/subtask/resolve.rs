@@ -752,7 +752,8 @@ mod tests {
                 vec![Finding {
                     path: "a.txt".into(),
                     line: Some(2),
-                    problem: "a conflict marker is left".into()
+                    problem: "a conflict marker is left".into(),
+                    blocking: true,
                 }]
             )
         );

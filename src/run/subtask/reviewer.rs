@@ -11,6 +11,9 @@ use crate::agent::roles::{self, RoleKind};
 use crate::agent::{AgentError, Ledger, isolated_messages};
 use crate::event::{AgentId, AgentLabel};
 use crate::git::{BranchDiff, CommitId, trailers};
+use crate::run::check::digest::digest;
+use crate::run::check::output_path;
+use crate::run::check_output::CheckOutput;
 use crate::run::checkout::waiting_for_checkout;
 use crate::run::context::{AgentCaps, RunContext, RunFacts, RunRecord};
 use crate::run::id::SubtaskId;
@@ -49,7 +52,26 @@ pub(crate) async fn review(
     if let Some(disposable) = ctx.trees.executor.disposable() {
         read_only = read_only.with(Arc::new(tools::RunCommand::new(disposable)));
     }
-    let tools = waiting_for_checkout(&read_only, worktree).with(submit.clone());
+    let mut tools = waiting_for_checkout(&read_only, worktree).with(submit.clone());
+    // The check's whole output, kept by the check under the name of the run it was (a
+    // reused verdict's is the earlier check's): its digest in the brief, all of it one
+    // `check_output` call away.
+    let kept = flagged.check.map(|(_, check)| {
+        output_path(
+            &ctx.facts.run_dir,
+            check.same_as.as_deref().unwrap_or(&check.on),
+        )
+    });
+    let whole = match &kept {
+        Some(path) => tokio::fs::read(path)
+            .await
+            .ok()
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned()),
+        None => None,
+    };
+    if let Some(path) = kept.filter(|_| whole.is_some()) {
+        tools = tools.with(Arc::new(CheckOutput::new(path)));
+    }
     let role = roles::builtin(RoleKind::Reviewer);
     let spec = ctx.spec(
         AgentId {
@@ -76,7 +98,7 @@ pub(crate) async fn review(
         .with_timing(&spec.model_name, AgentTiming::default()),
     );
     let held = held_by(&ctx.facts, &ctx.record, diff.base);
-    let messages = isolated_messages(&review_brief(brief, diff, flagged, &held));
+    let messages = isolated_messages(&review_brief(brief, diff, flagged, &held, whole.as_deref()));
     let reviewer = ctx
         .run_agent(
             &spec,
@@ -236,7 +258,15 @@ fn held_by(facts: &RunFacts, record: &RunRecord, older: CommitId) -> Vec<Held> {
 /// The reviewer's first message: the brief, what the diff starts from, the flagged
 /// paths, the check, the diff — each under its own heading, and nothing a worker wrote
 /// outside a quote it cannot close (paths C-quoted, output and diff fenced).
-fn review_brief(brief: &str, diff: &BranchDiff, flagged: Flagged<'_>, held: &[Held]) -> String {
+/// `whole` is the check's whole output when grove kept it (the reviewer then has
+/// `check_output`).
+fn review_brief(
+    brief: &str,
+    diff: &BranchDiff,
+    flagged: Flagged<'_>,
+    held: &[Held],
+    whole: Option<&str>,
+) -> String {
     let mut text = format!("# The subtask's brief\n\n{}\n\n", brief.trim());
     let against = match (flagged.against, held.is_empty()) {
         (Some(against), _) => against,
@@ -272,7 +302,7 @@ fn review_brief(brief: &str, diff: &BranchDiff, flagged: Flagged<'_>, held: &[He
         flagged.left_out,
     ));
     if let Some((command, check)) = flagged.check {
-        text.push_str(&check_evidence(command, check));
+        text.push_str(&check_evidence(command, check, whole));
     }
     text.push_str(&format!(
         "# The diff against {against} ({})\n\n{}\nThe resulting tree is your working \
@@ -319,9 +349,11 @@ fn path_list(heading: &str, intro: &str, paths: &[String]) -> String {
     text
 }
 
-/// The project's check on the worktree, as the reviewer reads it. A red check is not a
-/// rejection by itself: this subtask may be one piece of a change that only builds whole.
-fn check_evidence(command: &str, check: &CheckRun) -> String {
+/// The project's check on the worktree, as the reviewer reads it: its failures and last
+/// lines ([`digest`]) of the whole output when grove kept it (else of the journaled
+/// tail), fenced like any command's output. A red check is not a rejection by itself:
+/// this subtask may be one piece of a change that only builds whole.
+fn check_evidence(command: &str, check: &CheckRun, whole: Option<&str>) -> String {
     let verdict = match check.status {
         CheckStatus::Passed => "passed".to_owned(),
         CheckStatus::Failed => format!("FAILED ({})", check.ended),
@@ -336,14 +368,22 @@ fn check_evidence(command: &str, check: &CheckRun) -> String {
              whole (the brief says so), or it may have broken something it should not have.",
         );
     }
-    if check.output_tail.is_empty() {
+    let output = whole.unwrap_or(&check.output_tail);
+    if output.trim().is_empty() {
         text.push_str("\n\n");
-    } else {
-        text.push_str(&format!(
-            " The end of its output:\n\n{}\n",
-            fenced("text", &check.output_tail)
-        ));
+        return text;
     }
+    let shown = digest(output);
+    let what = if shown.len() == output.len() {
+        "Its output"
+    } else {
+        "Its failures and last lines"
+    };
+    text.push_str(&format!(" {what}:\n\n{}", fenced("text", &shown)));
+    if whole.is_some() && shown.len() != output.len() {
+        text.push_str("`check_output` reads the whole output.\n");
+    }
+    text.push('\n');
     text
 }
 
@@ -366,7 +406,7 @@ mod tests {
             ..Flagged::default()
         };
 
-        let brief = review_brief("Shout.", &diff, flagged, &[]);
+        let brief = review_brief("Shout.", &diff, flagged, &[], None);
 
         let note = brief
             .split_once("# Attention: Paths left out of the commit\n\n")
@@ -429,7 +469,7 @@ mod tests {
             ..Flagged::default()
         };
 
-        let brief = review_brief("Shout.", &diff, flagged, &[]);
+        let brief = review_brief("Shout.", &diff, flagged, &[], None);
 
         let posing: Vec<&str> = outside_fences(&brief)
             .into_iter()
@@ -469,7 +509,7 @@ mod tests {
             brief: "Add the Config type.".into(),
         }];
 
-        let brief = review_brief("Use Config.", &diff, flagged, &held);
+        let brief = review_brief("Use Config.", &diff, flagged, &held, None);
 
         let headings: Vec<&str> = outside_fences(&brief)
             .into_iter()
@@ -555,7 +595,8 @@ mod tests {
                 findings: vec![Finding {
                     path: "a.txt".into(),
                     line: Some(1),
-                    problem: "loud".into()
+                    problem: "loud".into(),
+                    blocking: true,
                 }],
             }
         );
