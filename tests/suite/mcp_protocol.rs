@@ -136,12 +136,14 @@ async fn wrong_typed_mcp_arguments_are_invalid_params_and_unknown_ones_are_ignor
         json!({"runs": [], "hints": [note("verbose")]}),
         "unknown arguments are ignored; the caller is told of any but a client's own: {listed}"
     );
+    let logged: Vec<String> = ["wait_for_previous", "verbose"]
+        .iter()
+        .map(|name| format!("grove: {}", note(name)))
+        .collect();
+    let log = server.log_with(&logged).await;
     assert!(
-        ["wait_for_previous", "verbose"]
-            .iter()
-            .all(|name| server.log().contains(&format!("grove: {}", note(name)))),
-        "and each is logged: {}",
-        server.log()
+        logged.iter().all(|line| log.contains(line.as_str())),
+        "and each is logged: {log}"
     );
 }
 

@@ -128,6 +128,21 @@ impl McpServer {
         self.log.lock().unwrap().clone()
     }
 
+    /// The server's log once every one of `lines` is in it, or after 10 s as it is: its
+    /// stderr is read by a task of its own, which may lag behind the answer on stdout.
+    pub async fn log_with(&self, lines: &[String]) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log();
+            if lines.iter().all(|line| log.contains(line.as_str()))
+                || std::time::Instant::now() > deadline
+            {
+                return log;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The server's process id.
     pub fn pid(&self) -> i32 {
         i32::try_from(self.child.id().expect("the server runs")).unwrap()
