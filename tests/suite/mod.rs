@@ -19,6 +19,7 @@ mod loop_http;
 mod mcp;
 mod mcp_clients;
 mod mcp_protocol;
+mod merge_order;
 mod model;
 mod model_faults;
 mod overlay;
