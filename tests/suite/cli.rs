@@ -694,11 +694,7 @@ async fn a_run_stopped_by_ctrl_c_is_interrupted_in_its_json_and_in_grove_runs() 
         .map(|line| line.split_whitespace().collect())
         .collect();
     assert_eq!(
-        (
-            report["status"].clone(),
-            listed[0]["status"].clone(),
-            table
-        ),
+        (report["status"].clone(), listed[0]["status"].clone(), table),
         (
             json!("interrupted"),
             json!("interrupted"),

@@ -119,7 +119,11 @@ fn every_command_has_help_with_examples() {
     // The top level (no command) first: `grove --help` is what a newcomer reads first.
     let commands = std::iter::once(None).chain(subcommands().into_iter().map(Some));
     for command in commands {
-        let args: Vec<&str> = command.iter().map(String::as_str).chain(["--help"]).collect();
+        let args: Vec<&str> = command
+            .iter()
+            .map(String::as_str)
+            .chain(["--help"])
+            .collect();
         let command = command.as_deref().unwrap_or("(no command)");
         let output = grove_sync(&args);
         let help = String::from_utf8(output.stdout).unwrap();
