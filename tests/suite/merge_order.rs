@@ -2,7 +2,7 @@
 //! merges while a subtask delegated before it is still working. A real repository, the
 //! real orchestrator, every model call over HTTP to the fake server; the slow worker's
 //! first model request is held until the test lets it go.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
