@@ -12,7 +12,19 @@ use crate::cli::commands::{
 /// Run one coding task as a fleet of LLM subagents in parallel git worktrees, with an
 /// isolated reviewer that must approve every diff before it is merged.
 #[derive(Debug, Parser)]
-#[command(name = "grove", version, about, long_about = None)]
+#[command(
+    name = "grove",
+    version,
+    about,
+    long_about = None,
+    after_help = "Examples:\n  \
+        grove demo\n  \
+        grove run \"rename Config::load to Config::open everywhere\"\n  \
+        grove runs\n  \
+        grove review --list 20261129-215530-7f3a\n  \
+        grove report 20261129-215530-7f3a\n\n\
+        `grove COMMAND --help` shows each command's flags and examples."
+)]
 pub struct Cli {
     /// Run as if grove was started in DIR.
     #[arg(short = 'C', global = true, value_name = "DIR")]
@@ -119,7 +131,11 @@ pub enum Command {
     Mcp(mcp::McpArgs),
     /// Serve one remote worker's tools on stdio (started by `grove run --remote`'s launcher).
     #[command(
-        after_help = "A grove on another machine starts this through a launcher such as         `ssh HOST grove exec-server` or `kubectl exec -i POD -- grove exec-server`, as         `[remote.NAME]` in .grove/config.toml says. Mirrors and trees are kept under         $GROVE_REMOTE_HOME (default ~/.cache/grove/remote); every process it started ends         when its input closes.\n\n\
+        after_help = "A grove on another machine starts this through a launcher such as \
+        `ssh HOST grove exec-server` or `kubectl exec -i POD -- grove exec-server`, as \
+        `[remote.NAME]` in .grove/config.toml says. Mirrors and trees are kept under \
+        $GROVE_REMOTE_HOME (default ~/.cache/grove/remote); every process it started ends \
+        when its input closes.\n\n\
         Examples:\n  grove run --remote build1 \"split the parser module\""
     )]
     ExecServer(exec_server::ExecServerArgs),

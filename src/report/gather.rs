@@ -12,7 +12,8 @@ use crate::git::{CommitId, GitError, Repo};
 use crate::ledger::Ledger;
 use crate::settings::options::ModelNames;
 use crate::store::journal::{
-    self, Entry, JournalError, Record, RunOutcome, SubtaskId, SubtaskKind, VerdictKind,
+    self, CheckStatus, Entry, JournalError, ON_BASE, ON_RESULT, Record, RunOutcome, SubtaskId,
+    SubtaskKind, VerdictKind,
 };
 use crate::store::lock::{self, Liveness};
 use crate::store::state::{LEAD_SUBTASK, RunState, RunStatus, SubtaskState, SubtaskStatus};
@@ -21,7 +22,7 @@ use crate::store::{JOURNAL_FILE, RunId, RunStore, StoreError};
 
 use super::diff::side_by_side;
 use super::{
-    AgentCost, DiffView, Lane, Marker, MarkerKind, PriceTable, ReportData, RunEvent,
+    AgentCost, CheckSpan, DiffView, Lane, Marker, MarkerKind, PriceTable, ReportData, RunEvent,
     SubtaskSection, Timeline,
 };
 
@@ -98,6 +99,7 @@ pub async fn gather(
         provider: state.provider.clone(),
         result_commit: state.result_commit.map(|commit| commit.to_string()),
         applied: state.applied,
+        applied_history: applied_history(repo, &id, &state),
         pause_reason: state.pause_reason.clone(),
         error: state.error.clone(),
         timeline,
@@ -223,21 +225,84 @@ fn subtask_times(records: &[Record], id: SubtaskId) -> SubtaskTimes {
     times
 }
 
+/// The squashed history the user's branch got, when it got one (`history = "squash"`):
+/// its tip and its number of commits. A person who compares the report with `git log`
+/// finds that commit there, not the result's.
+fn applied_history(repo: &Repo, id: &RunId, state: &RunState) -> Option<(String, usize)> {
+    if !state.applied {
+        return None;
+    }
+    let chain = repo
+        .first_parent_chain(&id.squashed_ref(), state.base)
+        .ok()?;
+    let tip = repo.ref_target(&id.squashed_ref()).ok()??;
+    Some((tip.to_string(), chain.len()))
+}
+
+/// Every run of the project's check over time: journaled when it ended, with how long it
+/// took.
+fn check_spans(records: &[Record]) -> Vec<CheckSpan> {
+    records
+        .iter()
+        .filter_map(|record| match &record.entry {
+            Entry::Checked { run } => {
+                // Whole milliseconds are all a timeline can draw.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let took = (run.seconds.max(0.0) * 1000.0) as u64;
+                Some(CheckSpan {
+                    on: run.on.clone(),
+                    started_ms: record.ts_ms.saturating_sub(took),
+                    ended_ms: record.ts_ms,
+                    passed: run.status == CheckStatus::Passed,
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// What a subtask (waiting for `waits_for`) waited for between its delegation (`queued`) and its worker's start:
+/// the subtasks it names or overlaps, else the check on the base when that ended in
+/// between (no worker starts before it), else a `--jobs` slot.
+fn waited_for(waits_for: &[SubtaskId], queued: u64, started: u64, checks: &[CheckSpan]) -> String {
+    if !waits_for.is_empty() {
+        let labels: Vec<String> = waits_for.iter().map(ToString::to_string).collect();
+        return labels.join(", ");
+    }
+    let base_ended_between = checks
+        .iter()
+        .any(|check| check.on == ON_BASE && check.ended_ms > queued && check.ended_ms <= started);
+    if base_ended_between {
+        "the check on the base".to_owned()
+    } else {
+        "a slot".to_owned()
+    }
+}
+
 fn timeline(state: &RunState, records: &[Record], agents: &AgentFiles) -> Timeline {
     let lead = &agents.lead;
+    let checks = check_spans(records);
     let mut lanes = vec![Lane {
         role: "lead".to_owned(),
         label: LEAD_SUBTASK.to_owned(),
         subtask: None,
         queued_ms: None,
+        waited_for: String::new(),
         started_ms: lead.timing.started_ms.unwrap_or(state.started_ms),
         ended_ms: lead.end.map(|end| end.ended_ms).or(state.finished_ms),
         turn_ms: lead.timing.turn_ms.clone(),
         turns: lead.ledger().0.steps,
         markers: Vec::new(),
+        // The run's own checks (the base's, the result's, the culprit search's) happen
+        // while the lead plans or waits: drawn on its lane.
+        checks: checks
+            .iter()
+            .filter(|check| check.on == ON_BASE || check.on.starts_with(ON_RESULT))
+            .cloned()
+            .collect(),
     }];
     for (subtask, (worker, reviewer)) in state.subtasks.iter().zip(&agents.subtasks) {
-        subtask_lanes(&mut lanes, subtask, records, worker, reviewer);
+        subtask_lanes(&mut lanes, subtask, records, &checks, (worker, reviewer));
     }
     let events = run_events(records);
     let start_ms = state.started_ms;
@@ -269,8 +334,8 @@ fn subtask_lanes(
     lanes: &mut Vec<Lane>,
     subtask: &SubtaskState,
     records: &[Record],
-    worker: &AgentFile,
-    reviewer: &AgentFile,
+    checks: &[CheckSpan],
+    (worker, reviewer): (&AgentFile, &AgentFile),
 ) {
     let times = subtask_times(records, subtask.id);
     let failed_at = (subtask.status == SubtaskStatus::Failed)
@@ -290,16 +355,24 @@ fn subtask_lanes(
             kind: MarkerKind::Failed,
         });
     }
+    let started_ms = worker.timing.started_ms.unwrap_or(subtask.started_ms);
+    let label = subtask.id.to_string();
     lanes.push(Lane {
         role: working_role(subtask),
-        label: subtask.id.to_string(),
-        subtask: Some(subtask.id.to_string()),
+        label: label.clone(),
+        subtask: Some(label.clone()),
         queued_ms: Some(subtask.started_ms),
-        started_ms: worker.timing.started_ms.unwrap_or(subtask.started_ms),
+        waited_for: waited_for(&subtask.waits_for, subtask.started_ms, started_ms, checks),
+        started_ms,
         ended_ms: worker_end,
         turn_ms: worker.timing.turn_ms.clone(),
         turns: worker.ledger().0.steps,
         markers: worker_markers,
+        checks: checks
+            .iter()
+            .filter(|check| check.on == label)
+            .cloned()
+            .collect(),
     });
     if !has_review {
         return;
@@ -327,6 +400,7 @@ fn subtask_lanes(
         label: subtask.id.to_string(),
         subtask: Some(subtask.id.to_string()),
         queued_ms: None,
+        waited_for: String::new(),
         started_ms: reviewer
             .timing
             .started_ms
@@ -340,6 +414,7 @@ fn subtask_lanes(
         turn_ms: reviewer.timing.turn_ms.clone(),
         turns: reviewer.ledger().0.steps,
         markers,
+        checks: Vec::new(),
     });
 }
 
@@ -581,5 +656,57 @@ mod tests {
         assert_eq!(name("1"), Some("refs/grove/archive/R/1"), "S12 is not S1");
         assert_eq!(name("2"), Some("refs/grove/archive/R/2-10"));
         assert_eq!(name("3"), None);
+    }
+
+    #[test]
+    fn a_check_spans_its_seconds_up_to_its_record_and_a_wait_is_named_by_its_cause() {
+        let checked = |ts_ms, on: &str, seconds, status| Record {
+            ts_ms,
+            entry: Entry::Checked {
+                run: journal::CheckRun {
+                    on: on.into(),
+                    status,
+                    seconds,
+                    ended: "exited with status 0".into(),
+                    output_tail: String::new(),
+                    opened: Vec::new(),
+                    tree: None,
+                    same_as: None,
+                },
+            },
+        };
+        let records = [
+            checked(5_000, ON_BASE, 4.0, CheckStatus::Passed),
+            checked(9_500, "S1", 1.5, CheckStatus::Failed),
+        ];
+        let checks = check_spans(&records);
+        let span = |on: &str, started_ms, ended_ms, passed| CheckSpan {
+            on: on.into(),
+            started_ms,
+            ended_ms,
+            passed,
+        };
+        assert_eq!(
+            checks,
+            vec![
+                span(ON_BASE, 1_000, 5_000, true),
+                span("S1", 8_000, 9_500, false)
+            ],
+            "a check is journaled when it ends: it started its seconds before"
+        );
+        assert_eq!(
+            [
+                waited_for(&[], 900, 5_100, &checks),
+                waited_for(&[], 6_000, 7_000, &checks),
+                waited_for(&[SubtaskId(1), SubtaskId(2)], 900, 5_100, &checks),
+            ],
+            [
+                "the check on the base".to_owned(),
+                "a slot".to_owned(),
+                "S1, S2".to_owned()
+            ],
+            "delegated before the base's check ended and started after it: waiting for \
+             it, not for a slot; delegated later: a slot; `after` or `paths`: the subtasks"
+        );
     }
 }

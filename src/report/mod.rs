@@ -44,6 +44,9 @@ pub struct ReportData {
     pub provider: String,
     pub result_commit: Option<String>,
     pub applied: bool,
+    /// What the user's branch got when that is not `result_commit`: the squashed
+    /// history's tip (`history = "squash"`), and how many commits it holds.
+    pub applied_history: Option<(String, usize)>,
     pub pause_reason: Option<String>,
     pub error: Option<String>,
     pub timeline: Timeline,
@@ -83,6 +86,9 @@ pub struct Lane {
     pub subtask: Option<String>,
     /// When the lead delegated the work (before the agent got a slot).
     pub queued_ms: Option<u64>,
+    /// What it waited for from `queued_ms` to its start: `a slot`, `the check on the
+    /// base`, `S1, S2` (its `after` or overlapping `paths`).
+    pub waited_for: String,
     pub started_ms: u64,
     /// `None` while the agent runs (or ran when the process died).
     pub ended_ms: Option<u64>,
@@ -91,6 +97,20 @@ pub struct Lane {
     /// Model turns in all (the last one has no time of its own; it ends the lane).
     pub turns: u32,
     pub markers: Vec<Marker>,
+    /// The project's check runs drawn on this lane: a subtask's on its worker's (the
+    /// gap between the worker and its reviewer), the base's and the result's on the
+    /// lead's.
+    pub checks: Vec<CheckSpan>,
+}
+
+/// One run of the project's check over time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckSpan {
+    /// What it checked: `S2`, `base`, `result`, `result without S2`.
+    pub on: String,
+    pub started_ms: u64,
+    pub ended_ms: u64,
+    pub passed: bool,
 }
 
 /// Something that happened to a subtask at one moment.

@@ -98,6 +98,7 @@ svg .bar.open{opacity:.45;stroke:var(--fg);stroke-dasharray:4 3}\
 svg .turn{stroke:var(--fg);stroke-width:1.5}svg .queued{stroke:var(--muted);stroke-dasharray:2 3;stroke-width:2}\
 svg .marker{stroke:#fff;stroke-width:1.5}svg .approved,svg .merged{fill:var(--ok)}svg .rejected,svg .failed{fill:var(--bad)}svg .conflict{fill:var(--warn)}\
 svg .run-event line{stroke:var(--muted);stroke-dasharray:6 4}\
+svg .check.passed{fill:var(--ok)}svg .check.failed{fill:var(--bad)}\
 .legend{display:flex;flex-wrap:wrap;gap:4px 18px;color:var(--muted);font-size:12px;margin:6px 0}\
 .legend i{display:inline-block;width:12px;height:12px;border-radius:2px;vertical-align:-2px;margin-right:4px}\
 table{border-collapse:collapse}th,td{text-align:left;padding:3px 10px;border-bottom:1px solid var(--line);vertical-align:top}\
@@ -144,19 +145,28 @@ fn header(page: &mut String, data: &ReportData) {
         ),
     );
     fact("provider", escape(&data.provider));
-    let result = match &data.result_commit {
-        Some(commit) if data.applied => {
+    let result = match (&data.result_commit, &data.applied_history) {
+        // The branch holds the squashed history, not the merge graph: name what it holds.
+        (Some(commit), Some((squashed, commits))) if data.applied => format!(
+            "<code>{}</code> ({commits} commit{}, one per subtask), applied to your branch; \
+             the merge graph <code>{}</code> is on <code>grove/{}/result</code>",
+            escape(&short(squashed)),
+            if *commits == 1 { "" } else { "s" },
+            escape(&short(commit)),
+            escape(&data.run_id)
+        ),
+        (Some(commit), _) if data.applied => {
             format!(
                 "<code>{}</code>, applied to your branch",
                 escape(&short(commit))
             )
         }
-        Some(commit) => format!(
+        (Some(commit), _) => format!(
             "<code>{}</code> on <code>grove/{}/result</code>, not applied",
             escape(&short(commit)),
             escape(&data.run_id)
         ),
-        None => "nothing merged".to_owned(),
+        (None, _) => "nothing merged".to_owned(),
     };
     fact("result", result);
     if let Some(reason) = &data.pause_reason {
@@ -181,7 +191,11 @@ fn timeline_section(page: &mut String, data: &ReportData) {
         "\n<div class=\"legend\"><span><i style=\"background:var(--lead)\"></i>lead</span>\
          <span><i style=\"background:var(--worker)\"></i>worker</span>\
          <span><i style=\"background:var(--reviewer)\"></i>reviewer</span>\
-         <span>┆ dotted: delegated, waiting for a slot</span>\
+         <span>┆ dotted: delegated, waiting (for a slot, the check on the base, or the \
+         subtasks it waits for: its title says which)</span>\
+         <span><i style=\"background:var(--ok);height:4px\"></i>\
+         <i style=\"background:var(--bad);height:4px\"></i>thin: the project's check, \
+         passed or failed</span>\
          <span>| tick: a model turn answered (the last turn ends the bar)</span>\
          <span><i style=\"background:var(--ok);border-radius:6px\"></i>approved</span>\
          <span><i style=\"background:var(--bad);border-radius:6px\"></i>rejected</span>\
@@ -717,8 +731,8 @@ mod tests {
 
     use super::*;
     use crate::report::{
-        DiffView, FileDiff, Hunk, Lane, Line, Marker, MarkerKind, PriceTable, Row, RunEvent,
-        SubtaskSection, Timeline,
+        CheckSpan, DiffView, FileDiff, Hunk, Lane, Line, Marker, MarkerKind, PriceTable, Row,
+        RunEvent, SubtaskSection, Timeline,
     };
     use crate::store::journal::{Finding, VerdictKind};
     use crate::store::state::SubtaskStatus;
@@ -750,12 +764,24 @@ mod tests {
             label: label.into(),
             subtask: (role != "lead").then(|| label.to_owned()),
             queued_ms: None,
+            waited_for: "a slot".into(),
             started_ms: start,
             ended_ms: end,
             turn_ms: vec![start + 500],
             turns: 2,
             markers: vec![],
+            checks: vec![],
         };
+        // Delegated while the base's check ran; its own check between it and its reviewer.
+        let mut worker = lane("worker", "S1", 2_000, Some(3_400));
+        worker.queued_ms = Some(1_200);
+        worker.waited_for = "the check on the base".into();
+        worker.checks = vec![CheckSpan {
+            on: "S1".into(),
+            started_ms: 3_400,
+            ended_ms: 3_900,
+            passed: true,
+        }];
         let mut reviewer = lane("reviewer", "S1", 4_000, Some(5_000));
         reviewer.markers = vec![
             Marker {
@@ -800,16 +826,13 @@ mod tests {
             provider: "anthropic".into(),
             result_commit: None,
             applied: false,
+            applied_history: None,
             pause_reason: Some(format!("the model API failed: {evil}")),
             error: None,
             timeline: Timeline {
                 start_ms: 1_000,
                 end_ms: 6_000,
-                lanes: vec![
-                    lane("lead", "lead", 1_000, None),
-                    lane("worker", "S1", 2_000, Some(3_800)),
-                    reviewer,
-                ],
+                lanes: vec![lane("lead", "lead", 1_000, None), worker, reviewer],
                 events: vec![RunEvent {
                     ts_ms: 6_000,
                     label: format!("paused: {evil}"),
@@ -1004,5 +1027,24 @@ mod tests {
         let page = render_html(&sample("<evil>"));
         let body = &page[page.find("<body").unwrap()..];
         insta::assert_snapshot!(body);
+    }
+
+    #[test]
+    fn an_applied_squashed_history_is_named_as_the_branch_holds_it() {
+        let data = ReportData {
+            result_commit: Some("aaaaaaaaaa0123456789aaaaaaaaaaaaaaaaaaaa".into()),
+            applied: true,
+            applied_history: Some(("bbbbbbbbbb0123456789bbbbbbbbbbbbbbbbbbbb".into(), 2)),
+            ..sample("x")
+        };
+        let page = render_html(&data);
+        assert!(
+            page.contains(
+                "<code>bbbbbbbbbb01</code> (2 commits, one per subtask), applied to your branch; \
+                 the merge graph <code>aaaaaaaaaa01</code> is on \
+                 <code>grove/20261129-215530-7f3a/result</code>"
+            ),
+            "the commit named as applied is the one the branch holds, the squashed one"
+        );
     }
 }

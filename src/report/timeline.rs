@@ -1,5 +1,7 @@
 //! The timeline as an inline SVG picture: one lane per agent, a bar for its running
-//! time, a tick per timed turn, markers for verdicts, merges, conflicts and failures.
+//! time, what it waited for before it, a tick per timed turn, a thin bar per check
+//! (a subtask's on its worker's lane, the base's and the result's on the lead's),
+//! markers for verdicts, merges, conflicts and failures.
 //!
 //! This file owns the picture's geometry. It must never emit text it did not escape,
 //! nor any reference outside the page (lane links point at the page's own sections).
@@ -7,7 +9,7 @@
 use std::fmt::Write as _;
 
 use super::html::{duration, escape};
-use super::{Lane, Marker, MarkerKind, Timeline};
+use super::{CheckSpan, Lane, Marker, MarkerKind, Timeline};
 use crate::text::truncate;
 
 /// The picture's width in SVG units (it scales to the page).
@@ -18,6 +20,8 @@ const RIGHT_PAD: f64 = 24.0;
 const AXIS_HEIGHT: f64 = 30.0;
 const LANE_HEIGHT: f64 = 28.0;
 const BAR_HEIGHT: f64 = 14.0;
+/// A check's bar: thinner than an agent's, so that one drawn over the lead's shows.
+const CHECK_HEIGHT: f64 = 4.0;
 /// Room under the lanes for the run events' labels.
 const FOOTER_HEIGHT: f64 = 22.0;
 
@@ -118,15 +122,19 @@ fn lane_svg(out: &mut String, lane: &Lane, top: f64, scale: &Scale, end_ms: u64)
         let _ = write!(
             out,
             "<line class=\"queued\" x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{mid:.1}\" y2=\"{mid:.1}\">\
-             <title>{} waiting for a slot from {} to {}</title></line>",
+             <title>{} waiting for {} from {} to {}</title></line>",
             scale.x(queued),
             scale.x(lane.started_ms),
             escape(&name),
+            escape(&lane.waited_for),
             scale.at(queued),
             scale.at(lane.started_ms)
         );
     }
     lane_bar(out, lane, &name, mid, scale, end_ms);
+    for check in &lane.checks {
+        check_svg(out, check, mid, scale);
+    }
     for (index, turn) in lane.turn_ms.iter().enumerate() {
         let x = scale.x(*turn);
         let _ = write!(
@@ -210,6 +218,26 @@ fn lane_bar(out: &mut String, lane: &Lane, name: &str, mid: f64, scale: &Scale, 
     );
 }
 
+/// One run of the project's check: a thin bar across the lane, where the check ran (a
+/// subtask's between its worker and its reviewer).
+fn check_svg(out: &mut String, check: &CheckSpan, mid: f64, scale: &Scale) {
+    let x1 = scale.x(check.started_ms);
+    let width = (scale.x(check.ended_ms) - x1).max(2.0);
+    let status = if check.passed { "passed" } else { "failed" };
+    let _ = write!(
+        out,
+        "<rect class=\"check {status}\" data-check=\"{}\" x=\"{x1:.1}\" y=\"{:.1}\" \
+         width=\"{width:.1}\" height=\"{CHECK_HEIGHT}\"><title>check on {} {status} in {} \
+         from {} to {}</title></rect>",
+        escape(&check.on),
+        mid - CHECK_HEIGHT / 2.0,
+        escape(&check.on),
+        duration(check.ended_ms.saturating_sub(check.started_ms)),
+        scale.at(check.started_ms),
+        scale.at(check.ended_ms)
+    );
+}
+
 /// One verdict, merge, conflict or failure marker on a lane.
 fn marker_svg(out: &mut String, label: &str, marker: &Marker, mid: f64, scale: &Scale) {
     let x = scale.x(marker.ts_ms);
@@ -258,11 +286,13 @@ mod tests {
             label: label.into(),
             subtask: (role != "lead").then(|| label.to_owned()),
             queued_ms: None,
+            waited_for: "a slot".into(),
             started_ms: started,
             ended_ms: ended,
             turn_ms: vec![],
             turns: 0,
             markers: vec![],
+            checks: vec![],
         }
     }
 
@@ -318,6 +348,42 @@ mod tests {
         assert!(
             svg.contains("href=\"#subtask-S1\""),
             "lanes link to their subtask"
+        );
+    }
+
+    #[test]
+    fn a_check_is_drawn_where_it_ran_and_a_wait_says_what_it_waited_for() {
+        let mut worker = lane("worker", "S1", 2_000, Some(3_000));
+        worker.queued_ms = Some(1_000);
+        worker.waited_for = "the check on the base".into();
+        worker.checks = vec![CheckSpan {
+            on: "S1".into(),
+            started_ms: 3_000,
+            ended_ms: 4_000,
+            passed: false,
+        }];
+        let timeline = Timeline {
+            start_ms: 1_000,
+            end_ms: 5_000,
+            lanes: vec![worker],
+            events: vec![],
+        };
+        let svg = svg(&timeline);
+        let plot = WIDTH - LABEL_WIDTH - RIGHT_PAD;
+        let x = |fraction: f64| format!("{:.1}", LABEL_WIDTH + fraction * plot);
+        assert!(
+            svg.contains(&format!(
+                "<rect class=\"check failed\" data-check=\"S1\" x=\"{}\" y=\"42.0\" \
+                 width=\"{:.1}\" height=\"4\"><title>check on S1 failed in 1.0s from +2.0s \
+                 to +3.0s</title></rect>",
+                x(0.5),
+                plot / 4.0
+            )),
+            "the check fills the gap between the worker's end and its reviewer: {svg}"
+        );
+        assert!(
+            svg.contains("<title>worker S1 waiting for the check on the base from +0ms to +1.0s"),
+            "the wait before the worker says what it waited for: {svg}"
         );
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! This module owns loading a run for review (each subtask's commit, diff, verdict and
 //! flags), journaling a person's decisions, rebuilding the run's result from them (the
-//! approved subtasks merged onto the base in subtask order, in memory, as a run does)
+//! approved subtasks merged onto the base in subtask order, in memory)
 //! and the apply that follows, with the same safety as `grove run`. It must never
 //! change a run that has not finished or whose result was already applied, never write
 //! without holding the repository lock, never leave a subtask's work reachable from no

@@ -1,23 +1,25 @@
-//! The merge queue: subtask numbers in delegation order, and approved work merged in that
-//! order whatever the timing.
+//! The merge queue: subtask numbers in delegation order, and approved work merged one
+//! batch at a time, as soon as it is approved.
 //!
 //! This file owns the numbering of subtasks, who is settled (will merge nothing any
-//! more), and when worktree cleanups run. It must never let subtask `n` merge before
-//! every lower-numbered subtask is settled, and never let a subtask stay unsettled once
-//! its pipeline ended (the [`SettleGuard`] settles on every path, a panic included). A
-//! resolver's number is settled when taken: it merges in the turn of the subtask it
-//! resolves (`subtask/resolve.rs`).
+//! more), the merge turn, and when worktree cleanups run. Merges are serialized (one
+//! holder of the merge turn at a time) but never ordered by delegation: an approved
+//! subtask merges the moment the turn is free, whatever its neighbours are doing, so that
+//! nothing that waits on it (an `after`, the lead's next turn, the live view) waits on a
+//! slower subtask it does not name (issue 43). It must never let a subtask stay unsettled
+//! once its pipeline ended (the [`SettleGuard`] settles on every path, a panic included).
 //!
-//! An approved subtask waiting for its turn offers its merge here; the subtask whose turn
-//! comes takes the offers that directly follow it (every number between them settled) and
-//! merges them with its own in one batch (`subtask/integrate.rs`), then tells each what
-//! came of it.
+//! An approved subtask offers its merge here, then waits for the merge turn; the one that
+//! gets the turn takes every offer waiting (in number order) and merges them with its own
+//! in one batch (`subtask/integrate.rs`), then tells each what came of it, so that reviews
+//! ending together move the result ref once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::{Mutex as AsyncMutex, MutexGuard as AsyncMutexGuard};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -27,13 +29,15 @@ use crate::run::id::SubtaskId;
 /// The longest a finished subtask's worktree cleanup waits for the others to settle.
 const CLEANUP_HOLD: Duration = Duration::from_secs(30);
 
-/// Numbers the subtasks of one run and orders their merges.
+/// Numbers the subtasks of one run and serializes their merges.
 #[derive(Debug)]
 pub(crate) struct MergeQueue {
     next: AtomicU32,
     settled: Mutex<BTreeSet<u32>>,
-    /// Approved merges waiting for their turn, for the batch of the one before them.
+    /// Approved merges waiting for the merge turn, for the batch of whoever gets it.
     offers: Mutex<BTreeMap<u32, Offer>>,
+    /// Held while the result ref is written; fair, so the first to ask merges first.
+    merging: AsyncMutex<()>,
     changed: Notify,
     cancel: CancellationToken,
     /// Worktree cleanups run once the merges are done, right when the lead's next request
@@ -48,6 +52,7 @@ impl MergeQueue {
             next: AtomicU32::new(1),
             settled: Mutex::new(BTreeSet::new()),
             offers: Mutex::new(BTreeMap::new()),
+            merging: AsyncMutex::new(()),
             changed: Notify::new(),
             cancel,
             cleanups: Semaphore::new(
@@ -104,15 +109,17 @@ impl MergeQueue {
         }
     }
 
-    /// Waits until every subtask numbered below `id` is settled; `false` when the run was
-    /// interrupted meanwhile.
-    pub(crate) async fn wait_for_turn(&self, id: SubtaskId) -> bool {
-        self.wait_until(|settled| (1..id.0).all(|k| settled.contains(&k)))
-            .await
+    /// The merge turn: the right to write the run's result ref, once whoever holds it is
+    /// done; `None` when the run was interrupted meanwhile.
+    pub(crate) async fn merge_turn(&self) -> Option<AsyncMutexGuard<'_, ()>> {
+        tokio::select! {
+            turn = self.merging.lock() => Some(turn),
+            () = self.cancel.cancelled() => None,
+        }
     }
 
-    /// Offers subtask `id`'s merge to the batch of a subtask before it; the receiver
-    /// hears what that batch did with it.
+    /// Offers subtask `id`'s merge to the batch of whoever gets the merge turn first; the
+    /// receiver hears what that batch did with it.
     pub(crate) fn offer(&self, id: SubtaskId, item: BatchItem) -> oneshot::Receiver<Batched> {
         let (reply, heard) = oneshot::channel();
         lock(&self.offers).insert(id.0, Offer { item, reply });
@@ -131,25 +138,17 @@ impl MergeQueue {
         lock(&self.offers).contains_key(&id.0)
     }
 
-    /// The offers that follow `leader`, whose turn it is, in number order up to the first
-    /// number neither offered nor settled: each may merge right after the ones before it.
-    pub(crate) fn take_followers(&self, leader: SubtaskId) -> Vec<Follower> {
-        let settled = self.lock();
-        let mut offers = lock(&self.offers);
-        let mut followers = Vec::new();
-        let mut next = leader.0 + 1;
-        loop {
-            if let Some(offer) = offers.remove(&next) {
-                followers.push(Follower {
-                    id: SubtaskId(next),
-                    item: offer.item,
-                    reply: offer.reply,
-                });
-            } else if !settled.contains(&next) {
-                return followers;
-            }
-            next += 1;
-        }
+    /// Every offer waiting, in number order: the holder of the merge turn merges them
+    /// right after its own.
+    pub(crate) fn take_offers(&self) -> Vec<Follower> {
+        std::mem::take(&mut *lock(&self.offers))
+            .into_iter()
+            .map(|(number, offer)| Follower {
+                id: SubtaskId(number),
+                item: offer.item,
+                reply: offer.reply,
+            })
+            .collect()
     }
 
     /// A worktree cleanup's turn: once every subtask numbered so far is settled (or the
@@ -192,7 +191,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// An approved merge offered while its subtask waits for its turn.
+/// An approved merge offered while its subtask waits for the merge turn.
 #[derive(Debug)]
 struct Offer {
     item: BatchItem,
@@ -212,11 +211,12 @@ pub(crate) struct Follower {
 pub(crate) enum Batched {
     /// Its merge is done and journaled.
     Merged(MergeOutcome),
-    /// The batch left it out: it offers again and waits for its turn.
+    /// The batch left it out: it offers again and waits for the merge turn.
     LeftOut,
 }
 
-/// Settles its subtask when dropped, so that no later subtask waits forever for its turn.
+/// Settles its subtask when dropped, so that nothing waiting on it (an `after`, a
+/// cleanup) waits forever.
 #[derive(Debug)]
 pub(crate) struct SettleGuard {
     queue: Arc<MergeQueue>,
@@ -230,25 +230,28 @@ impl Drop for SettleGuard {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_subtask_merges_only_after_every_lower_one_settled() {
+    async fn the_merge_turn_is_free_whatever_the_lower_subtasks_do_and_taken_by_one_at_a_time() {
         let queue = Arc::new(MergeQueue::new(CancellationToken::new()));
-        let (s1, s2, s3) = (queue.next_id(), queue.next_id(), queue.next_id());
-        assert_eq!((s1, s2, s3), (SubtaskId(1), SubtaskId(2), SubtaskId(3)));
+        let (_s1, _s2) = (queue.next_id(), queue.next_id());
+        let held = queue
+            .merge_turn()
+            .await
+            .expect("S2 gets the merge turn while S1, unsettled, still works");
         let waiting = tokio::spawn({
             let queue = queue.clone();
-            async move { queue.wait_for_turn(s3).await }
+            async move { queue.merge_turn().await.is_some() }
         });
-        queue.settle(s2);
         tokio::task::yield_now().await;
-        assert!(!waiting.is_finished(), "S3 waits while S1 is unsettled");
-        drop(queue.guard(s1));
+        assert!(!waiting.is_finished(), "one merge at a time");
+        drop(held);
         assert!(
             waiting.await.unwrap_or(false),
-            "S3's turn comes once S1 and S2 settled, S1 by its guard"
+            "the next merge gets the turn once the first is done"
         );
     }
 
@@ -256,10 +259,40 @@ mod tests {
     async fn an_interrupt_ends_the_wait_without_a_turn() {
         let cancel = CancellationToken::new();
         let queue = MergeQueue::new(cancel.clone());
-        queue.next_id();
-        let s2 = queue.next_id();
+        let _held = queue.merge_turn().await;
         cancel.cancel();
-        assert!(!queue.wait_for_turn(s2).await, "no turn after an interrupt");
+        assert!(
+            queue.merge_turn().await.is_none(),
+            "no turn after an interrupt"
+        );
+    }
+
+    #[test]
+    fn every_waiting_offer_is_taken_in_number_order() {
+        let queue = MergeQueue::new(CancellationToken::new());
+        let item = |n: u8| BatchItem {
+            commit: crate::git::CommitId::parse(&format!("{n}").repeat(40))
+                .expect("forty hex digits"),
+            message: format!("merge S{n}"),
+        };
+        let _heard = [
+            queue.offer(SubtaskId(5), item(5)),
+            queue.offer(SubtaskId(2), item(2)),
+        ];
+        let taken: Vec<(SubtaskId, String)> = queue
+            .take_offers()
+            .into_iter()
+            .map(|follower| (follower.id, follower.item.message))
+            .collect();
+        assert_eq!(
+            taken,
+            vec![
+                (SubtaskId(2), "merge S2".to_owned()),
+                (SubtaskId(5), "merge S5".to_owned())
+            ],
+            "the batch takes every offer, lowest number first, whatever came first"
+        );
+        assert!(!queue.offered(SubtaskId(2)), "a taken offer is gone");
     }
 
     #[test]

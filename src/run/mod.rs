@@ -6,7 +6,7 @@
 //!   before any worker makes a model call, saying why ([`check_diagnosis`]).
 //! - [`lead`] — the lead's loop: read-only tools plus `delegate` ([`delegate`]), which
 //!   hands each call to [`subtask`], one subtask's pipeline of stages; approved work
-//!   merges in subtask order through the [`merge_queue`].
+//!   merges as soon as it is approved, one merge at a time, through the [`merge_queue`].
 //! - [`check`] — the project's check on a tree (a subtask's, the result's), as evidence.
 //! - [`result_check`] — before the branch moves, the check on the merged result; red,
 //!   the [`culprit`] search and [`fixer`] subtasks, at most `[check] fix_attempts` rounds.

@@ -70,7 +70,8 @@ impl LiveTree {
 }
 
 /// What the result at `tip` holds over `base`, for a model: `the base, nothing merged
-/// yet`, or `the base with S1, S3 merged` (from the result's own merge commits).
+/// yet`, or `the base with S1, S3 merged` (from the result's own merge commits, in
+/// subtask order).
 pub fn what_it_holds(
     repo: &Repo,
     tip: CommitId,
@@ -79,11 +80,18 @@ pub fn what_it_holds(
     if tip == base {
         return Ok("the base, nothing merged yet".to_owned());
     }
-    let merged: Vec<String> = repo
+    let mut merged: Vec<String> = repo
         .first_parent_commits("the run's result", tip, base)?
         .iter()
         .filter_map(|commit| trailers::merged_subtask(&commit.message))
         .collect();
+    // Merged in the order their reviews ended; named in the order they were delegated.
+    merged.sort_by_key(|label| {
+        label
+            .strip_prefix('S')
+            .and_then(|number| number.parse::<u32>().ok())
+            .unwrap_or(u32::MAX)
+    });
     Ok(if merged.is_empty() {
         "the base, nothing merged yet".to_owned()
     } else {

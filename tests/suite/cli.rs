@@ -688,17 +688,22 @@ async fn a_run_stopped_by_ctrl_c_is_interrupted_in_its_json_and_in_grove_runs() 
     let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
     let table = grove(&fixture, None, &["runs"]).await;
     let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    let run_id = report["run_id"].as_str().unwrap();
+    let table: Vec<Vec<&str>> = table
+        .lines()
+        .map(|line| line.split_whitespace().collect())
+        .collect();
     assert_eq!(
-        (
-            report["status"].clone(),
-            listed[0]["status"].clone(),
-            table.split_whitespace().nth(1).map(str::to_owned)
-        ),
+        (report["status"].clone(), listed[0]["status"].clone(), table),
         (
             json!("interrupted"),
             json!("interrupted"),
-            Some("interrupted".to_owned())
+            vec![
+                vec!["RUN", "STATUS", "TASK"],
+                vec![run_id, "interrupted", "wait"]
+            ]
         ),
-        "the run's own --json, `grove runs --json` and `grove runs` agree"
+        "the run's own --json, `grove runs --json` and `grove runs` (a header, then one \
+         line per run) agree"
     );
 }

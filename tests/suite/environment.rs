@@ -37,7 +37,7 @@ use crate::support::requests::{Who, who};
 use crate::support::scripted_run::{answered, lead_reply, models, usage};
 
 /// Where the toolchains' downloads are cached between test runs.
-fn cache_dir(tool: &str) -> PathBuf {
+pub(crate) fn cache_dir(tool: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("target")
         .join("toolchain-cache")
@@ -48,7 +48,12 @@ fn cache_dir(tool: &str) -> PathBuf {
 
 /// Runs `program args` in `dir` with `env` added; `None` (the test skipped, with why)
 /// when it fails, unless `GROVE_REQUIRE_TOOLCHAINS` is set, where it fails the test.
-fn install(dir: &Path, program: &str, args: &[&str], env: &[(&str, &Path)]) -> Option<()> {
+pub(crate) fn install(
+    dir: &Path,
+    program: &str,
+    args: &[&str],
+    env: &[(&str, &Path)],
+) -> Option<()> {
     let output = Command::new(program)
         .args(args)
         .current_dir(dir)

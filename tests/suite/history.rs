@@ -22,7 +22,7 @@ use crate::support::git_fixture::GitFixture;
 use crate::support::grove::{Grove, stderr};
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::{
-    first_user_text, models, options, reviewer_reply, scripted_server, usage, worker_reply,
+    first_user_text, models, options, reviewer_reply, scripted_server_s1_first, usage, worker_reply,
 };
 
 /// Two subtasks, each brief two lines: a subject line and the `WRITE` the worker does.
@@ -131,7 +131,7 @@ async fn squash_gives_the_branch_one_commit_per_subtask_with_the_users_identity_
     fixture.git(&["config", "user.name", "Ursula User"]);
     fixture.git(&["config", "user.email", "ursula@example.org"]);
     let base = fixture.rev("HEAD").to_string();
-    let server = scripted_server(BRIEFS).await;
+    let server = scripted_server_s1_first(&fixture, BRIEFS).await;
 
     let (_, report) = run_json(&grove_without_identity(&fixture, &server)).await;
 
@@ -215,7 +215,7 @@ async fn squash_gives_the_branch_one_commit_per_subtask_with_the_users_identity_
 async fn history_merge_keeps_the_merge_graph_and_writes_no_squashed_commits() {
     let fixture = repo(Some("history = \"merge\"\n"));
     let base = fixture.rev("HEAD").to_string();
-    let server = scripted_server(BRIEFS).await;
+    let server = scripted_server_s1_first(&fixture, BRIEFS).await;
 
     let (_, report) = run_json(&Grove::in_repo(&fixture).with_server(&server)).await;
 
@@ -246,7 +246,7 @@ async fn history_merge_keeps_the_merge_graph_and_writes_no_squashed_commits() {
 async fn without_any_configured_identity_the_squashed_commits_are_groves() {
     let fixture = repo(None);
     let base = fixture.rev("HEAD").to_string();
-    let server = scripted_server(BRIEFS).await;
+    let server = scripted_server_s1_first(&fixture, BRIEFS).await;
 
     let (_, report) = run_json(&grove_without_identity(&fixture, &server)).await;
 
@@ -272,7 +272,7 @@ async fn without_any_configured_identity_the_squashed_commits_are_groves() {
 async fn a_resume_after_the_apply_finds_the_squashed_commits_and_applies_nothing_twice() {
     let fixture = repo(None);
     let base = fixture.rev("HEAD").to_string();
-    let server = scripted_server(BRIEFS).await;
+    let server = scripted_server_s1_first(&fixture, BRIEFS).await;
     let grove = Grove::in_repo(&fixture).with_server(&server);
     let (_, report) = run_json(&grove).await;
     let run_id = report["run_id"].as_str().unwrap();
@@ -324,7 +324,7 @@ async fn a_check_that_ran_is_named_in_the_grove_check_trailer_of_each_commit() {
         "[check]\ncommand = \"test -f a.txt && test -f b.txt\"\n",
     ));
     let base = fixture.rev("HEAD").to_string();
-    let server = scripted_server(BRIEFS).await;
+    let server = scripted_server_s1_first(&fixture, BRIEFS).await;
 
     let (_, report) = run_json(&Grove::in_repo(&fixture).with_server(&server)).await;
 
@@ -376,7 +376,7 @@ async fn the_users_environment_beats_their_config_as_it_does_for_git_commit() {
     fixture.git(&["config", "user.name", "Ursula User"]);
     fixture.git(&["config", "user.email", "ursula@example.org"]);
     let base = fixture.rev("HEAD").to_string();
-    let server = scripted_server(BRIEFS).await;
+    let server = scripted_server_s1_first(&fixture, BRIEFS).await;
     let grove = grove_without_identity(&fixture, &server)
         .env("GIT_AUTHOR_NAME", "Pair Programmer")
         .env("GIT_AUTHOR_EMAIL", "pair@example.org");

@@ -116,8 +116,16 @@ fn subcommands() -> Vec<String> {
 
 #[test]
 fn every_command_has_help_with_examples() {
-    for command in subcommands() {
-        let output = grove_sync(&[&command, "--help"]);
+    // The top level (no command) first: `grove --help` is what a newcomer reads first.
+    let commands = std::iter::once(None).chain(subcommands().into_iter().map(Some));
+    for command in commands {
+        let args: Vec<&str> = command
+            .iter()
+            .map(String::as_str)
+            .chain(["--help"])
+            .collect();
+        let command = command.as_deref().unwrap_or("(no command)");
+        let output = grove_sync(&args);
         let help = String::from_utf8(output.stdout).unwrap();
         assert_eq!(output.status.code(), Some(0), "grove {command} --help");
         let examples: Vec<&str> = help

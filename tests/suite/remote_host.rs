@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use std::io::{Read as _, Write as _};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -35,12 +36,21 @@ fn ran(output: Output) -> Ran {
 }
 
 fn scratch(prefix: &str) -> tempfile::TempDir {
-    // Not under /tmp: every host has a private /tmp anyway, which would hide it whether
-    // or not the test asks.
     tempfile::Builder::new()
         .prefix(prefix)
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .tempdir_in(host_visible(Path::new(env!("CARGO_TARGET_TMPDIR"))))
         .unwrap()
+}
+
+/// `preferred`, unless it lies under /tmp: every host has a private /tmp, which would
+/// hide it whether or not the test asks — and a checkout under /tmp (a clone made
+/// there, CI's) puts the target directory there too. Then /var/tmp, which the hosts see.
+fn host_visible(preferred: &Path) -> &Path {
+    if preferred.starts_with("/tmp") {
+        Path::new("/var/tmp")
+    } else {
+        preferred
+    }
 }
 
 /// Starts `sh -c "<launcher> <command>"` with its stdio piped, as grove will start a

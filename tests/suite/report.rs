@@ -283,6 +283,15 @@ async fn gathered_data_has_every_agent_on_the_timeline_diffs_and_costs() {
         .unwrap();
 
     assert_eq!(data.status, RunStatus::Finished);
+    assert_eq!(
+        (data.applied, data.applied_history.clone()),
+        (
+            true,
+            Some((fixture.git(&["rev-parse", "refs/heads/main"]), 1))
+        ),
+        "the report names what the user's branch holds: the squashed history (one commit, \
+         S1's), not the result's merge commit"
+    );
     let lanes: Vec<(String, String, u32, usize, bool)> = data
         .timeline
         .lanes

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::{Grove, grove_in, stderr};
+use crate::support::merge_order::MergedFirst;
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::*;
 
@@ -34,13 +35,16 @@ fn is_resolvers_review(request: &RecordedRequest) -> bool {
 
 /// The standard lead, workers and reviewers; a resolver reads the conflicting file, then
 /// writes both lines; its reviewer gives `resolver_verdict`.
-async fn server(resolver_verdict: &'static str) -> FakeServer {
-    FakeServer::with_responder(responder(resolver_verdict)).await
+async fn server(fixture: &GitFixture, resolver_verdict: &'static str) -> FakeServer {
+    FakeServer::with_responder(responder(fixture, resolver_verdict)).await
 }
 
 fn responder(
+    fixture: &GitFixture,
     resolver_verdict: &'static str,
 ) -> impl Fn(&RecordedRequest) -> Reply + Send + Sync + 'static {
+    // Merges follow reviews as they end: S2's waits for S1's merge, so S2 conflicts.
+    let order = MergedFirst::new(fixture, "S1", BRIEFS[1].0);
     move |request| match who(request) {
         Who::Lead => lead_reply(request, BRIEFS),
         Who::Worker if is_resolver(request) => resolver_reply(request),
@@ -54,7 +58,7 @@ fn responder(
             };
             usage(turn).into()
         }
-        Who::Reviewer => reviewer_reply(request),
+        Who::Reviewer => order.hold(request, reviewer_reply(request)),
     }
 }
 
@@ -103,7 +107,7 @@ fn row(id: &str, status: &str, kind: &str, resolution: Value) -> (String, String
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_conflict_is_resolved_reviewed_and_both_changes_land_on_the_users_branch() {
     let fixture = fixture();
-    let server = server("approve").await;
+    let server = server(&fixture, "approve").await;
 
     let output = grove_in(&fixture, Some(&server), &["run", USER_TASK, "--json"]).await;
 
@@ -193,7 +197,7 @@ async fn a_conflict_is_resolved_reviewed_and_both_changes_land_on_the_users_bran
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rejected_resolution_leaves_the_subtask_in_conflict_and_both_sides_recoverable() {
     let fixture = fixture();
-    let server = server("reject").await;
+    let server = server(&fixture, "reject").await;
 
     let output = grove_in(
         &fixture,
@@ -246,12 +250,13 @@ async fn a_rejected_resolution_leaves_the_subtask_in_conflict_and_both_sides_rec
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_run_killed_while_its_resolver_works_resumes_and_resolves_anew_never_half_merged() {
     let fixture = fixture();
-    let server = FakeServer::with_responder(|request| {
+    let respond = responder(&fixture, "approve");
+    let server = FakeServer::with_responder(move |request| {
         if who(request) == Who::Worker && is_resolver(request) {
             // The resolver's first call never ends: grove dies while it works.
             return Reply::Stall(Turn::text("Reading"));
         }
-        responder("approve")(request)
+        respond(request)
     })
     .await;
     let mut child = Grove::in_repo(&fixture)
@@ -277,7 +282,7 @@ async fn a_run_killed_while_its_resolver_works_resumes_and_resolves_anew_never_h
         "nothing of the resolution is on the result"
     );
 
-    server.set_responder(responder("approve"));
+    server.set_responder(responder(&fixture, "approve"));
     let output = grove_in(&fixture, Some(&server), &["resume", "--json", &run_id]).await;
 
     server.assert_no_violations();
@@ -321,7 +326,7 @@ async fn a_run_killed_while_its_resolver_works_resumes_and_resolves_anew_never_h
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_kill_as_the_resolver_starts_leaves_nothing_behind_once_resumed() {
     let fixture = fixture();
-    let server = server("approve").await;
+    let server = server(&fixture, "approve").await;
     let grove = Grove::in_repo(&fixture).with_server(&server);
     let watched = grove
         .spawn_until(["run", USER_TASK], |line| {

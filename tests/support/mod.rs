@@ -7,6 +7,7 @@ pub mod fake_server;
 pub mod git_fixture;
 pub mod grove;
 pub mod mcp_stdio;
+pub mod merge_order;
 pub mod processes;
 pub mod requests;
 pub mod scripted_model;

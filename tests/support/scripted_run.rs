@@ -12,6 +12,7 @@ use grove::run::{ModelChoice, Models, RunError, RunOptions, RunReport};
 
 use super::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use super::git_fixture::GitFixture;
+use super::merge_order::MergedFirst;
 use super::requests::{Who, who};
 
 pub const RULES: &str = "House rule: keep every line under 80 columns.";
@@ -148,6 +149,21 @@ pub async fn scripted_server(
         Who::Lead => lead_reply(request, briefs),
         Who::Worker => worker_reply(request),
         Who::Reviewer => reviewer_reply(request),
+    })
+    .await
+}
+
+/// [`scripted_server`] whose second brief's review waits for S1's merge, so that the
+/// result holds S1's work, then S2's, whatever the timing (see `merge_order`).
+pub async fn scripted_server_s1_first(
+    fixture: &GitFixture,
+    briefs: &'static [(&'static str, Option<&'static str>)],
+) -> FakeServer {
+    let order = MergedFirst::new(fixture, "S1", briefs[1].0);
+    FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => lead_reply(request, briefs),
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => order.hold(request, reviewer_reply(request)),
     })
     .await
 }

@@ -286,6 +286,13 @@ pub fn runs_table(runs: &[RunSummary]) {
         out!("No runs in this repository.");
         return;
     }
+    // Ids are all one length today; the widest keeps the columns whatever comes.
+    let width = runs
+        .iter()
+        .map(|run| run.run_id.to_string().len())
+        .max()
+        .unwrap_or_default();
+    out!("{:<width$}  {:<11}  TASK", "RUN", "STATUS");
     for run in runs {
         let task = run
             .details
@@ -293,7 +300,11 @@ pub fn runs_table(runs: &[RunSummary]) {
             .map(|details| first_line(&details.task, 60))
             .or_else(|| run.problem.clone())
             .unwrap_or_default();
-        out!("{}  {:<11}  {task}", run.run_id, run.status.as_str());
+        out!(
+            "{:<width$}  {:<11}  {task}",
+            run.run_id.to_string(),
+            run.status.as_str()
+        );
     }
 }
 

@@ -1,5 +1,6 @@
-//! Which merged subtasks broke the result's check: the check re-run on the result
-//! rebuilt without them, bisected when there are many, then the failing output.
+//! Which merged subtasks broke the result's check: first the failing output's innermost
+//! frame in a changed file (`failing_location.rs`), else the check re-run on the result
+//! rebuilt without them, bisected when there are many.
 //!
 //! "The result without S2" is built in memory, as `grove review`'s rebuild does: from
 //! the base, every other merged subtask's commit merged in subtask order — except those
@@ -37,8 +38,9 @@ pub(crate) struct Candidate {
 }
 
 /// Finds the culprit of `red` (the check that failed on `result`) among `candidates` (in
-/// merge order): the subtask that changed the place the failure names, else the smallest
-/// group without which a rebuilt result passes; `None` when neither finds one.
+/// merge order): the subtask that changed the innermost frame of the failure that lies in
+/// a changed file, when that frame tells one from the others, else the smallest group
+/// without which a rebuilt result passes (bisected); `None` when neither finds one.
 pub(crate) async fn find_culprit(
     stage: TreeStage<'_>,
     check: &CheckOptions,

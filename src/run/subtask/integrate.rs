@@ -1,15 +1,16 @@
-//! Stage 6, integrate: an approved subtask merged onto the run's result in its turn; a
-//! rejected one goes no further.
+//! Stage 6, integrate: an approved subtask merged onto the run's result as soon as it is
+//! approved; a rejected one goes no further.
 //!
 //! This file owns the write to the run's result ref (a conflicting subtask's resolver,
-//! `resolve.rs`, writes it too, in this subtask's turn). It must never merge a diff no
-//! reviewer approved, never merge out of turn (the [`MergeQueue`] orders merges by
-//! subtask number), and never leave the result half-merged: a conflict leaves it as it
-//! was.
+//! `resolve.rs`, writes it too, holding the merge turn). It must never merge a diff no
+//! reviewer approved, never write the result ref without the merge turn (the
+//! [`MergeQueue`] serializes merges, not by subtask number: a subtask never waits for a
+//! neighbour to merge), and never leave the result half-merged: a conflict leaves it as
+//! it was.
 //!
-//! A subtask waiting for its turn offers its merge to the queue; the one whose turn it is
-//! merges the offers that follow it with its own in one batch and journals each, so that
-//! reviews ending together do not merge one at a time.
+//! A subtask waiting for the merge turn offers its merge to the queue; the one that gets
+//! the turn merges every offer waiting with its own in one batch and journals each, so
+//! that reviews ending together do not merge one at a time.
 
 use crate::git::trailers::{CommitMessage, Trailer};
 use crate::git::{AdvanceError, BatchItem, CommitId, MergeOutcome, RunId};
@@ -19,6 +20,7 @@ use crate::run::merge_queue::{Batched, Follower, MergeQueue};
 use crate::run::subtask::error::SubtaskError;
 use crate::store::journal::{Entry, SubtaskOutcome, VerdictKind};
 use crate::text::first_line;
+use tokio::sync::MutexGuard;
 
 /// Where the subtask's work ended up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,8 +44,8 @@ impl Integration {
     }
 }
 
-/// Merges subtask `id`'s `tip` onto the result once every lower-numbered subtask has
-/// settled, if the reviewer approved it.
+/// Merges subtask `id`'s `tip` onto the result as soon as the merge turn is free, if the
+/// reviewer approved it.
 pub(crate) async fn integrate(
     facts: &RunFacts,
     record: &RunRecord,
@@ -63,7 +65,7 @@ pub(crate) async fn integrate(
     };
     let outcome = match wait_for_merge(queue, id, item).await? {
         Turn::Heard(outcome) => outcome,
-        Turn::Lead(item) => lead_batch(facts, record, queue, id, item).await?,
+        Turn::Lead(item, _turn) => lead_batch(facts, record, queue, id, item).await?,
     };
     match outcome {
         MergeOutcome::Merged { .. } | MergeOutcome::AlreadyMerged => Ok(Integration::Merged),
@@ -72,33 +74,38 @@ pub(crate) async fn integrate(
 }
 
 /// How an offered merge ends its wait.
-enum Turn {
-    /// A batch led by a subtask before it merged it.
+enum Turn<'q> {
+    /// A batch led by another subtask merged it.
     Heard(MergeOutcome),
-    /// Its turn came with its offer still there: it merges, and leads a batch.
-    Lead(BatchItem),
+    /// The merge turn came with its offer still there: it merges, and leads a batch,
+    /// holding the turn.
+    Lead(BatchItem, MutexGuard<'q, ()>),
 }
 
-/// Offers subtask `id`'s merge and waits until a batch merged it or its turn came.
+/// Offers subtask `id`'s merge and waits until a batch merged it or the merge turn came.
 async fn wait_for_merge(
     queue: &MergeQueue,
     id: SubtaskId,
     item: BatchItem,
-) -> Result<Turn, SubtaskError> {
+) -> Result<Turn<'_>, SubtaskError> {
     loop {
         let mut heard = queue.offer(id, item.clone());
         let answer = tokio::select! {
             biased;
             answer = &mut heard => answer,
-            turn = queue.wait_for_turn(id) => {
+            turn = queue.merge_turn() => {
                 let offered = queue.withdraw(id);
-                if !turn {
+                let Some(turn) = turn else {
                     return Err(SubtaskError::Interrupted);
-                }
+                };
                 match offered {
-                    Some(item) => return Ok(Turn::Lead(item)),
-                    // A batch took it just before: the batch answers.
-                    None => heard.await,
+                    Some(item) => return Ok(Turn::Lead(item, turn)),
+                    // A batch took it while its holder had the turn, and answered before
+                    // giving the turn up.
+                    None => {
+                        drop(turn);
+                        heard.await
+                    }
                 }
             }
         };
@@ -110,8 +117,8 @@ async fn wait_for_merge(
     }
 }
 
-/// Merges subtask `id`'s `own` merge, in its turn, with the offers that follow it, and
-/// journals and answers each; a merge the batch leaves out is merged alone when it is
+/// Merges subtask `id`'s `own` merge, holding the merge turn, with every offer waiting,
+/// and journals and answers each; a merge the batch leaves out is merged alone when it is
 /// this subtask's own (its conflict then reported), and offered again when a follower's.
 async fn lead_batch(
     facts: &RunFacts,
@@ -120,10 +127,10 @@ async fn lead_batch(
     id: SubtaskId,
     own: BatchItem,
 ) -> Result<MergeOutcome, SubtaskError> {
-    let followers = queue.take_followers(id);
+    let followers = queue.take_offers();
     let mut items = vec![own.clone()];
     items.extend(followers.iter().map(|follower| follower.item.clone()));
-    // On an error the followers' answers are dropped: each then merges in its own turn.
+    // On an error the followers' answers are dropped: each then offers again.
     let outcomes = facts
         .repo
         .merge_batch_onto(&facts.run.result_ref(), &items)
@@ -152,7 +159,8 @@ async fn lead_batch(
 }
 
 /// Merges `tip` onto the result for subtask `id` (`message` for the merge commit) and
-/// journals what came of it: a merge or a conflict. The caller holds the merge turn.
+/// journals what came of it: a merge or a conflict. The caller holds the merge turn
+/// ([`MergeQueue::merge_turn`]).
 pub(crate) async fn merge_journaled(
     facts: &RunFacts,
     record: &RunRecord,
@@ -273,7 +281,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn merges_waiting_behind_the_one_in_turn_are_merged_in_its_batch_with_one_ref_move() {
+    async fn merges_waiting_for_the_turn_are_merged_in_one_batch_with_one_ref_move() {
         let run = TestRun::alpha().await;
         let result = run.ctx.facts.run.result_ref();
         run.ctx
@@ -309,14 +317,23 @@ mod tests {
                 .await
             })
         };
-        // S2 and S3 wait behind S1, whose review ends last.
-        let waiting = [integrating(tips[1]), integrating(tips[2])];
+        // Another merge holds the turn while the three reviews end, S3's before S2's.
+        let held = queue.merge_turn().await.unwrap();
+        let s1 = integrating(tips[0]);
+        while !queue.offered(SubtaskId(1)) {
+            tokio::task::yield_now().await;
+        }
+        let s3 = integrating(tips[2]);
+        let s2 = integrating(tips[1]);
         while !(queue.offered(SubtaskId(2)) && queue.offered(SubtaskId(3))) {
             tokio::task::yield_now().await;
         }
-        let s1 = integrating(tips[0]).await.unwrap().unwrap();
-        let [s2, s3] = waiting;
-        let outcomes = [s1, s2.await.unwrap().unwrap(), s3.await.unwrap().unwrap()];
+        drop(held);
+        let outcomes = [
+            s1.await.unwrap().unwrap(),
+            s2.await.unwrap().unwrap(),
+            s3.await.unwrap().unwrap(),
+        ];
 
         assert_eq!(
             outcomes,
@@ -335,7 +352,8 @@ mod tests {
                 "grove {0}: merge S3\ngrove {0}: merge S2\ngrove {0}: merge S1\ninitial",
                 run.ctx.facts.run
             ),
-            "one merge commit per subtask, in subtask order"
+            "one merge commit per subtask: the first to ask for the turn, then the offers \
+             it took in number order"
         );
         assert_eq!(
             run.git(
@@ -380,11 +398,47 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_approved_subtask_waits_for_the_lower_ones_and_an_interrupt_merges_nothing() {
+    async fn an_approved_subtask_merges_while_a_lower_one_still_works() {
+        let (run, tip) = approved_work("ALPHA\n").await;
+        let queue = MergeQueue::new(run.ctx.record.cancel.clone());
+        let (_s1, s2) = (queue.next_id(), queue.next_id());
+        run.journal_started(2, "shout");
+
+        let integrating = integrate(
+            &run.ctx.facts,
+            &run.ctx.record,
+            &queue,
+            s2,
+            "shout",
+            VerdictKind::Approve,
+            tip,
+        );
+        let integration = tokio::time::timeout(std::time::Duration::from_secs(30), integrating)
+            .await
+            .expect("S2 does not wait for S1, which never settles here")
+            .unwrap();
+
+        assert_eq!(
+            integration,
+            Integration::Merged,
+            "S2 merged with S1 unsettled"
+        );
+        assert_eq!(
+            run.git(
+                &run.ctx.facts.user_root,
+                &["show", &format!("{}:a.txt", run.ctx.facts.run.result_ref())]
+            ),
+            "ALPHA",
+            "S2's work is on the result"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_interrupt_while_waiting_for_the_merge_turn_merges_nothing() {
         let (run, tip) = approved_work("ALPHA\n").await;
         let queue = Arc::new(MergeQueue::new(run.ctx.record.cancel.clone()));
-        let _s1 = queue.next_id();
-        let s2 = queue.next_id();
+        let s1 = queue.next_id();
+        let held = queue.merge_turn().await.unwrap();
         let ctx = Arc::clone(&run.ctx);
         let waiting = {
             let queue = Arc::clone(&queue);
@@ -393,7 +447,7 @@ mod tests {
                     &ctx.facts,
                     &ctx.record,
                     &queue,
-                    s2,
+                    s1,
                     "shout",
                     VerdictKind::Approve,
                     tip,
@@ -401,10 +455,12 @@ mod tests {
                 .await
             })
         };
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        assert!(!waiting.is_finished(), "S2 waits while S1 is unsettled");
+        while !queue.offered(s1) {
+            tokio::task::yield_now().await;
+        }
         run.ctx.record.cancel.cancel();
         let error = waiting.await.unwrap().unwrap_err();
+        drop(held);
         assert!(matches!(error, SubtaskError::Interrupted), "{error:?}");
         assert_eq!(
             run.rev(&run.ctx.facts.run.result_ref()),

@@ -18,10 +18,10 @@
 //!    under `[check] subtask = "require"` a red one is the rejection.
 //! 5. [`reviewer`] — a fresh, read-only reviewer judges the brief and the diff; its
 //!    verdict is journaled.
-//! 6. [`integrate`] — an approved diff is merged onto the run's result in subtask order
-//!    (the merge queue); a rejected one is not.
+//! 6. [`integrate`] — an approved diff is merged onto the run's result as soon as it is
+//!    approved, one merge at a time (the merge queue); a rejected one is not.
 //!    An approved subtask that conflicts gets a [`resolve`]r: a subtask of its own that
-//!    merges it by hand, reviewed afresh, merged in the conflicting subtask's turn.
+//!    merges it by hand, reviewed afresh, merged as the conflicting subtask's merge.
 //! 7. [`close`] — what is not merged is archived
 //!    ([`Worktree::archive`](crate::worktree::Worktree::archive)), the worktree removed
 //!    ([`Worktree::remove`](crate::worktree::Worktree::remove), or kept for the user),
@@ -296,7 +296,7 @@ impl Subtasks {
             },
         };
         let judged = pipeline::judged(ctx, id, &brief, worktree, start, found).await?;
-        // The merge may wait for lower-numbered subtasks; they may need this slot.
+        // The merge may wait for the merge turn, or for a resolver that needs a slot.
         drop(judged.permit);
         let integration = integrate::integrate(
             &ctx.facts,
@@ -329,7 +329,7 @@ impl Subtasks {
         }
     }
 
-    /// Starts the resolver of subtask `id`, which conflicted in `paths`, in its turn
+    /// Starts the resolver of subtask `id`, which conflicted in `paths`
     /// (see [`resolve`]); where the subtask landed once its resolvers are done.
     async fn resolve(
         &self,

@@ -15,15 +15,14 @@
 //! subtask counts as merged (`resolution: resolver`); otherwise the result is unchanged,
 //! the subtask stays `conflict` and both sides are archived.
 //!
-//! Merge order. The merge queue lets subtask `n` merge only once every lower-numbered
-//! subtask settled, and the conflicting subtask `k` holds its turn (unsettled) while its
-//! resolver works: a resolver numbered `n > k` that waited for a turn of its own would
-//! wait for `k`, which waits for it. So a resolver never takes a turn: its number is
-//! settled the moment it is taken (nothing will ever merge in it), and it merges in
-//! `k`'s turn, which `k` holds for it. No subtask after `k` merges before the resolution
-//! is decided, and the result cannot move under the resolver. It works in a `--jobs`
-//! slot like any worker; the conflicting subtask gave its own up before it waited for its
-//! turn, and every slot holder gives its up before it waits, so the slot always comes.
+//! Merge order. A resolver's number is settled the moment it is taken (nothing ever
+//! merges under it: its merge counts as the conflicting subtask's). It takes the merge
+//! turn only for its merge, like any subtask, so other subtasks go on merging while it
+//! works (issue 43): its commit, made on the result as it was when the conflict came, is
+//! merged onto the result as it is then, and a new conflict there is the resolution's
+//! conflict (nothing merged, both sides archived). It works in a `--jobs` slot like any
+//! worker; the conflicting subtask gave its own up before it merged, and every slot
+//! holder gives its up before it waits for the merge turn, so the slot always comes.
 //!
 //! Numbering. A resolver takes the next subtask number (so its branch, worktree path,
 //! transcripts and archive are named like any subtask's, and it counts toward the run's
@@ -163,7 +162,7 @@ async fn resolve(
     conflict: Conflict<'_>,
 ) -> Result<(SubtaskId, SubtaskReport, Attempt), StoreError> {
     let ctx = env.ctx;
-    // Never a turn of its own: it merges in the conflicting subtask's (module doc).
+    // Nothing merges under its number: its merge is the conflicting subtask's (module doc).
     let id = env.queue.next_id();
     env.queue.settle(id);
     let branch = ctx.facts.run.subtask_branch(id.number());
@@ -243,7 +242,7 @@ async fn start_and_run(
         Ok(worktree) => worktree,
         Err(source) => return (Some(fresh), Err(source.into())),
     };
-    let reached = stages(ctx, id, brief, conflict, result, &worktree, found).await;
+    let reached = stages(env, id, brief, conflict, result, &worktree, found).await;
     (Some(worktree), reached)
 }
 
@@ -288,9 +287,9 @@ async fn conflicted_start(
 }
 
 /// Stages 1 to 5 from the conflicted start ([`pipeline::judged`]), then the merge onto
-/// the result in the conflicting subtask's turn; each stage's outcome kept in `found`.
+/// the result, holding the merge turn; each stage's outcome kept in `found`.
 async fn stages(
-    ctx: &Arc<RunContext>,
+    env: &Resolving<'_>,
     id: SubtaskId,
     brief: &str,
     conflict: Conflict<'_>,
@@ -298,6 +297,7 @@ async fn stages(
     worktree: &Worktree,
     found: &mut Stages,
 ) -> Result<Attempt, SubtaskError> {
+    let ctx = env.ctx;
     let start = Start::Resolving { result };
     let judged = pipeline::judged(ctx, id, brief, worktree, start, found).await?;
     if judged.verdict == VerdictKind::Reject {
@@ -310,6 +310,9 @@ async fn stages(
         conflict.id,
         conflict.brief,
     );
+    let Some(_turn) = env.queue.merge_turn().await else {
+        return Err(SubtaskError::Interrupted);
+    };
     match integrate::merge_journaled(&ctx.facts, &ctx.record, id, judged.tip, &message).await? {
         MergeOutcome::Merged { commit } => {
             found.landing = Some(Landing::Integrated(Integration::Merged));
