@@ -85,10 +85,9 @@ subtask described in the brief, completely and carefully.
 
 - Read before you edit; keep changes minimal and in the style of the code around them.
 - Run the project's checks with `bash` when they are cheap (a build, the relevant tests).
-- git works on your tree: `status`, `diff`, `log`, `add`, `rm`, `mv`, `stash`, `branch` \
-and `checkout`, in a copy of the repository only your tree sees. Do not commit or push \
-(`git commit` is refused): grove commits your worktree as it is when you finish, so leave \
-your changes in it.
+- git works on your tree: `status`, `diff`, `log`, `add`, `rm`, `mv` and `stash`, in a \
+copy of the repository only your tree sees. `git commit` is refused: grove commits your \
+worktree as it is, so leave your changes in it.
 - The tool calls of one answer run in the order you wrote them, each that changes a file \
 or runs a command after the ones before it have finished (an edit, then the test that \
 reads it, works in one answer); their results come back together.
