@@ -1,7 +1,8 @@
 //! What a repository's `.grove/config.toml` may ask for that widens what workers'
 //! commands see: `[sandbox] allow_read` (paths of the machine, such as `~/.ssh`),
-//! `[worktree] copy` (untracked files of the checkout, such as `.env.local`) and an
-//! explicit `[worktree] share` list (ignored directories of the checkout). Each takes
+//! `[worktree] copy` (untracked files of the checkout, such as `.env.local`), an
+//! explicit `[worktree] share` list (ignored directories of the checkout) and `[workers]
+//! pass_env` (the user's variables handed to external worker CLIs). Each takes
 //! effect only once `grove trust` recorded its exact value in that repository
 //! (`trust.rs`): a worker may have written the file, and a reviewer approved it.
 //!
@@ -24,6 +25,8 @@ pub enum WideningKey {
     Copy,
     /// `[worktree] share`.
     Share,
+    /// `[workers] pass_env`.
+    PassEnv,
 }
 
 impl WideningKey {
@@ -33,6 +36,7 @@ impl WideningKey {
             WideningKey::AllowRead => "sandbox.allow_read",
             WideningKey::Copy => "worktree.copy",
             WideningKey::Share => "worktree.share",
+            WideningKey::PassEnv => "workers.pass_env",
         }
     }
 
@@ -48,6 +52,10 @@ impl WideningKey {
             }
             WideningKey::Share => {
                 "shows these ignored directories of your checkout to every worker's commands"
+            }
+            WideningKey::PassEnv => {
+                "hands these variables of your environment (an API key, a token) to every \
+                 external worker CLI, which runs with your rights"
             }
         }
     }
@@ -90,6 +98,7 @@ pub fn file_widenings(file: &RunSettings, flags: &RunSettings) -> Vec<Widening> 
         (WideningKey::AllowRead, &file.allow_read, &flags.allow_read),
         (WideningKey::Copy, &file.copy, &flags.copy),
         (WideningKey::Share, &file.share, &flags.share),
+        (WideningKey::PassEnv, &file.pass_env, &flags.pass_env),
     ]
     .into_iter()
     .filter(|(_, _, flag)| flag.is_none())
@@ -119,6 +128,10 @@ pub fn journaled_widenings(
             Some(options.worktree_setup.copy.as_slice()),
         ),
         (WideningKey::Share, share),
+        (
+            WideningKey::PassEnv,
+            Some(options.worker_pass_env.as_slice()),
+        ),
     ]
     .into_iter()
     .filter_map(|(key, paths)| widening(key, paths?))
@@ -151,6 +164,7 @@ mod tests {
             deny_read: paths(&["~/private"]),
             copy: paths(&[".env.local"]),
             share: paths(&[]),
+            pass_env: paths(&["AWS_SECRET_ACCESS_KEY"]),
             ..RunSettings::default()
         };
         assert_eq!(
@@ -161,8 +175,9 @@ mod tests {
             [
                 r#"sandbox.allow_read = ["~/.ssh", "/etc/ssl/private"]"#,
                 r#"worktree.copy = [".env.local"]"#,
+                r#"workers.pass_env = ["AWS_SECRET_ACCESS_KEY"]"#,
             ],
-            "allow_read and copy widen; deny_read and an empty share do not"
+            "allow_read, copy and pass_env widen; deny_read and an empty share do not"
         );
         let flags = RunSettings {
             copy: paths(&[]),
@@ -173,7 +188,7 @@ mod tests {
                 .iter()
                 .map(|widening| widening.key)
                 .collect::<Vec<_>>(),
-            [WideningKey::AllowRead],
+            [WideningKey::AllowRead, WideningKey::PassEnv],
             "a key the user's flags set is not the repository's to widen"
         );
     }

@@ -86,6 +86,10 @@ async fn each_widening_in_a_repository_config_stops_the_run_until_its_value_is_t
             "[worktree]\nshare = [\"secrets\"]\n",
             "worktree.share = [\"secrets\"]",
         ),
+        (
+            "[workers]\npass_env = [\"AWS_SECRET_ACCESS_KEY\"]\n",
+            "workers.pass_env = [\"AWS_SECRET_ACCESS_KEY\"]",
+        ),
     ];
     for (config, widening) in cases {
         let fixture = repository();
