@@ -402,6 +402,7 @@ mod tests {
                 status: SubtaskOutcome::Failed,
                 ledger: Ledger::default(),
                 reason: None,
+                summary: None,
             })
             .unwrap();
     }

@@ -111,8 +111,8 @@ pub struct SubtaskReport {
     /// The project's check on its worktree, when one ran.
     pub check: Option<CheckRun>,
     /// The worker's (or resolver's) whole final message, bounded, for the lead's
-    /// `show_subtask`; `None` before a resume (the reason keeps its start) or when it
-    /// wrote none. Not in the JSON: `reason` is the one sentence a person reads there.
+    /// `show_subtask` (journaled, so a resumed run has it too); `None` when it wrote none,
+    /// or for a subtask journaled before the field was (the reason keeps its start). Not in the JSON: `reason` is the one sentence a person reads there.
     #[serde(skip)]
     pub worker_summary: Option<String>,
 }

@@ -300,6 +300,10 @@ pub enum Entry {
         /// that far), so that a resumed run reports it, and squashes it, as it was.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// The worker's whole final message (bounded), so that a resumed run's lead
+        /// still reads it all (`show_subtask`, its delegate results).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        summary: Option<String>,
     },
     /// The project's check ran (on a subtask's worktree or on the result).
     Checked {

@@ -177,6 +177,9 @@ pub struct SubtaskState {
     /// Its report's one sentence, as its `subtask_finished` record says.
     #[serde(default)]
     pub reason: Option<String>,
+    /// Its worker's whole final message (bounded), as the same record keeps it.
+    #[serde(default)]
+    pub worker_summary: Option<String>,
 }
 
 impl SubtaskState {
@@ -211,6 +214,7 @@ impl SubtaskState {
             kind: SubtaskKind::Task,
             check: None,
             reason: None,
+            worker_summary: None,
         }
     }
 
@@ -709,12 +713,14 @@ fn record_subtask_fact(state: &mut SubtaskState, entry: &Entry, ts: u64) -> Opti
             status,
             ledger,
             reason,
+            summary,
             ..
         } => {
             state.status = (*status).into();
             state.finished_ms = Some(ts);
             state.ledger = *ledger;
             state.reason = reason.clone();
+            state.worker_summary = summary.clone();
         }
         _ => {}
     }

@@ -787,6 +787,7 @@ fn rejected_run_records() -> Vec<Record> {
                 status: SubtaskOutcome::Rejected,
                 ledger: Default::default(),
                 reason: None,
+                summary: None,
             },
         ),
     ]

@@ -187,6 +187,7 @@ fn full_journal(run: &RunId) -> Vec<Record> {
                     cache_write_tokens: 50,
                 },
                 reason: Some("worker: renamed it".into()),
+                summary: Some("Rename it\n\nRenamed every call; the tests pass.".into()),
             },
         ),
         at(
@@ -267,6 +268,7 @@ fn expected_full_state(run: &RunId) -> RunState {
                 kind: SubtaskKind::Task,
                 check: None,
                 reason: Some("worker: renamed it".into()),
+                worker_summary: Some("Rename it\n\nRenamed every call; the tests pass.".into()),
             },
             SubtaskState {
                 id: SubtaskId(2),
@@ -290,6 +292,7 @@ fn expected_full_state(run: &RunId) -> RunState {
                 kind: SubtaskKind::Task,
                 check: None,
                 reason: None,
+                worker_summary: None,
             },
         ],
         open_tool_calls: vec![],
@@ -498,6 +501,7 @@ fn replay_of_a_finished_run_records_outcome_and_result() {
             status: SubtaskOutcome::Conflict,
             ledger: Ledger::default(),
             reason: None,
+            summary: None,
         },
     ));
     records.push(at(

@@ -128,6 +128,7 @@ pub(crate) async fn close(
         status: report.status,
         ledger: report.ledger(),
         reason: report.reason.clone(),
+        summary: report.worker_summary.clone(),
     })?;
     ctx.record.events.emit(Event::SubtaskFinished {
         label: id,

@@ -637,6 +637,7 @@ pub(crate) fn report_from_state(state: &SubtaskState) -> SubtaskReport {
     report.kind = state.kind;
     report.check = state.check.clone();
     report.reason = state.reason.clone();
+    report.worker_summary = state.worker_summary.clone();
     report.worker_ledger = state.ledger;
     report.sum_ledgers();
     report
