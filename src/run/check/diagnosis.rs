@@ -186,14 +186,7 @@ fn denied_advice(path: &Path, facts: &SandboxFacts) -> String {
     if let Some(top) = in_tree {
         return shared_advice(&top);
     }
-    if let Some(checkout) = &facts.checkout
-        && let Ok(inside) = path.strip_prefix(checkout)
-    {
-        let top = inside
-            .components()
-            .next()
-            .map(|part| part.as_os_str().to_string_lossy().into_owned())
-            .unwrap_or_default();
+    if let Some((checkout, top)) = in_checkout(path, facts) {
         if facts.shares.contains(&top) {
             return shared_advice(&top);
         }
@@ -225,16 +218,11 @@ fn denied_advice(path: &Path, facts: &SandboxFacts) -> String {
 
 /// What to change for a `path` the command's view does not show.
 fn absent_advice(path: &Path, facts: &SandboxFacts) -> String {
-    if let Some(checkout) = &facts.checkout
-        && let Ok(inside) = path.strip_prefix(checkout)
-    {
-        let top = inside
-            .components()
-            .next()
-            .map(|part| part.as_os_str().to_string_lossy().into_owned())
-            .unwrap_or_default();
+    if let Some((checkout, top)) = in_checkout(path, facts) {
         return format!(
-            "it is in your checkout ({}), whose path shows commands their worktree,              without your checkout's ignored files (its `.env` files hold keys): if `{top}`              holds the project's environment, list it in `[worktree] share = [\"{top}\"]`",
+            "it is in your checkout ({}), whose path shows commands their worktree, \
+             without your checkout's ignored files (its `.env` files hold keys): if `{top}` \
+             holds the project's environment, list it in `[worktree] share = [\"{top}\"]`",
             checkout.display()
         );
     }
@@ -247,6 +235,18 @@ fn absent_advice(path: &Path, facts: &SandboxFacts) -> String {
          = [\"{}\"]` in your own ~/.config/grove/config.toml grants it",
         path.display()
     )
+}
+
+/// The user's checkout and the top-level entry of it that `path` lies in, if it does.
+fn in_checkout<'a>(path: &Path, facts: &'a SandboxFacts) -> Option<(&'a Path, String)> {
+    let checkout = facts.checkout.as_deref()?;
+    let inside = path.strip_prefix(checkout).ok()?;
+    let top = inside
+        .components()
+        .next()
+        .map(|part| part.as_os_str().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Some((checkout, top))
 }
 
 fn shared_advice(share: &str) -> String {

@@ -83,7 +83,7 @@ impl PreparedWorktree {
         ["upper", "work"].iter().all(|name| {
             let dir = scratch.path().join(name);
             // overlayfs leaves `work/work` without permissions: given back first.
-            make_removable(&dir);
+            crate::worktree::overlay::open_scratch(&dir);
             std::fs::remove_dir_all(&dir).is_ok() && std::fs::create_dir(&dir).is_ok()
         })
     }
@@ -122,24 +122,6 @@ impl Drop for Running<'_> {
         // A command whose future was dropped midway still stops counting.
         if !self.left {
             self.decrement();
-        }
-    }
-}
-
-/// Gives the owner every permission on each directory beneath `root` (not following
-/// links), so that it can be removed.
-fn make_removable(root: &Path) {
-    use std::os::unix::fs::PermissionsExt as _;
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
-                stack.push(entry.path());
-            }
         }
     }
 }
