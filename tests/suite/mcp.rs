@@ -399,9 +399,9 @@ fn check_show(report: &Value, run_id: &str) {
         json!({
             "verdict": "reject",
             "summary": "the content is bad",
-            "findings": [{"path": "b.txt", "line": 1, "problem": "says bad"}],
+            "findings": [{"path": "b.txt", "line": 1, "problem": "says bad", "blocking": true}],
         }),
-        "show_run carries the reviewer's verdict and findings"
+        "show_run carries the reviewer's verdict and findings, each blocking or not"
     );
     assert_eq!(
         show["subtasks"][0]["diffstat"]["files"][0]["path"], "a.txt",
@@ -433,7 +433,7 @@ fn check_show(report: &Value, run_id: &str) {
     );
     let text = report["show"]["texts"][0].as_str().unwrap();
     assert!(
-        text.contains("  - b.txt:1: says bad"),
+        text.contains("  - [blocking] b.txt:1: says bad"),
         "the show summary lists findings:\n{text}"
     );
 }

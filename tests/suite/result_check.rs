@@ -682,10 +682,13 @@ async fn an_interrupt_during_the_result_check_leaves_the_branch_and_resume_check
 
     assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
     let report = report(&resumed);
+    // Its number depends on how far the first run's merges had come when it was stopped
+    // (a subtask merges as soon as it is approved).
+    let (_, kind, status) = subtasks(&report).last().unwrap().clone();
     assert_eq!(
-        subtasks(&report).last().unwrap(),
-        &("S4".to_owned(), "fix".to_owned(), "merged".to_owned()),
-        "the resumed run checked the result again, and its fixer fixed it"
+        (kind.as_str(), status.as_str()),
+        ("fix", "merged"),
+        "the resumed run checked the result again, and its fixer fixed it: {report:#}"
     );
     assert_eq!(
         report["check"]["runs"]
