@@ -635,15 +635,23 @@ async fn with_no_fix_attempts_a_red_result_is_reported_and_no_fixer_starts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_interrupt_during_the_result_check_leaves_the_branch_and_resume_checks_again() {
-    let hold = tempfile::tempdir().unwrap();
-    let held = hold.path().join("hold");
-    std::fs::write(&held, "").unwrap();
     // Only the result's check waits (its worktree is `check-result`), while `held` exists.
+    // The file lies where the sandboxed check can see it: in a toolchain store of the home
+    // its commands get (a path nothing grants does not exist for a command).
+    let fixture = package("true", 2);
+    let store = fixture.home().join(".cache/pip");
+    std::fs::create_dir_all(&store).unwrap();
+    let held = store.join("hold");
+    std::fs::write(&held, "").unwrap();
     let command = format!(
         "if [ \"${{PWD##*/}}\" = check-result ] && [ -f {} ]; then sleep 60; fi; {CHECK}",
         held.display()
     );
-    let fixture = package(&command, 2);
+    fixture.write(
+        ".grove/config.toml",
+        format!("[check]\ncommand = '{command}'\nfix_attempts = 2\n"),
+    );
+    fixture.commit_all("the result's check waits while held");
     let before = user_side(&fixture);
     let server = FakeServer::with_responder(responder(Fixer::Fixes)).await;
     let grove = Grove::in_repo(&fixture).with_server(&server);
