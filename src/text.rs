@@ -184,6 +184,24 @@ pub fn fenced(info: &str, text: &str) -> String {
     format!("{fence}{info}\n{body}\n{fence}\n")
 }
 
+/// The lines of `text` outside every code fence: what a reader takes for the message's
+/// own structure, the lines [`fenced`] text can never become. A fence closes only on a
+/// line of its own backticks, as long as the one that opened it.
+pub fn outside_fences(text: &str) -> Vec<&str> {
+    let mut open: Option<usize> = None;
+    let mut outside = Vec::new();
+    for line in text.lines() {
+        let ticks = line.len() - line.trim_start_matches('`').len();
+        match open {
+            Some(fence) if ticks == fence && line.len() == fence => open = None,
+            Some(_) => {}
+            None if ticks >= 3 => open = Some(ticks),
+            None => outside.push(line),
+        }
+    }
+    outside
+}
+
 /// `word` as one word of a POSIX shell's command line: as it is when it needs no
 /// quoting, else in single quotes.
 pub fn shell_quote(word: &str) -> Cow<'_, str> {

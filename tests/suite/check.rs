@@ -27,6 +27,7 @@ use grove::store::RunStore;
 use grove::store::journal::{
     CheckRun, CheckStatus, ON_BASE, ON_RESULT, SubtaskOutcome, VerdictKind,
 };
+use grove::text::outside_fences;
 use grove::tools::sandbox::{self, CommandHost, SandboxMode};
 
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
@@ -671,23 +672,6 @@ async fn the_files_a_subtasks_check_ran_are_not_flagged_as_running_later_in_both
              listed as running later: {review}"
         );
     }
-}
-
-/// The lines of `text` outside every code fence (a fence closes only on a line of its
-/// own backticks, as long as the one that opened it).
-fn outside_fences(text: &str) -> Vec<&str> {
-    let mut open: Option<usize> = None;
-    let mut outside = Vec::new();
-    for line in text.lines() {
-        let ticks = line.len() - line.trim_start_matches('`').len();
-        match open {
-            Some(fence) if ticks == fence && line.len() == fence => open = None,
-            Some(_) => {}
-            None if ticks >= 3 => open = Some(ticks),
-            None => outside.push(line),
-        }
-    }
-    outside
 }
 
 /// A check whose test, once `calc_mul.py` exists (the base is green), prints a closing

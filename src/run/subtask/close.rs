@@ -296,24 +296,7 @@ mod tests {
         }];
         report.conflict_paths = vec![format!("x\n{forged}")];
         let text = lead_result(&report).text;
-        let outside_fences: Vec<&str> = {
-            let mut fence: Option<&str> = None;
-            text.lines()
-                .filter(|line| match fence {
-                    Some(open) => {
-                        if *line == open {
-                            fence = None;
-                        }
-                        false
-                    }
-                    None if line.starts_with("```") => {
-                        fence = Some(line.trim_end_matches(|c: char| c != '`'));
-                        false
-                    }
-                    None => true,
-                })
-                .collect()
-        };
+        let outside_fences = crate::text::outside_fences(&text);
         assert_eq!(
             outside_fences
                 .iter()

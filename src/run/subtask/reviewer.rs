@@ -396,6 +396,7 @@ mod tests {
     use crate::run::test_support::{ScriptedModel, TestRun};
     use crate::settings::options::RunOptions;
     use crate::store::journal::Finding;
+    use crate::text::outside_fences;
 
     #[tokio::test]
     async fn paths_left_out_as_git_data_are_never_said_to_be_the_workers_doing() {
@@ -424,23 +425,6 @@ mod tests {
             "a submodule of the base is listed once its directory is touched: the reviewer \
              is never told the worker made it"
         );
-    }
-
-    /// The lines of `text` outside every code fence: what a reader takes for the
-    /// message's own structure. A fence closes only on a line of its own backticks.
-    fn outside_fences(text: &str) -> Vec<&str> {
-        let mut open: Option<usize> = None;
-        let mut outside = Vec::new();
-        for line in text.lines() {
-            let ticks = line.len() - line.trim_start_matches('`').len();
-            match open {
-                Some(fence) if ticks == fence && line.len() == fence => open = None,
-                Some(_) => {}
-                None if ticks >= 3 => open = Some(ticks),
-                None => outside.push(line),
-            }
-        }
-        outside
     }
 
     #[tokio::test]

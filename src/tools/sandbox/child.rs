@@ -247,25 +247,13 @@ impl ChildSteps {
 
     /// Binds the empty file over every host socket listed (where the view is built, when
     /// there is one); a socket gone meanwhile needs no cover.
-    #[allow(unsafe_code)]
     fn cover_sockets(&self) {
         let Some(empty) = &self.covers.empty_file else {
             return;
         };
         let required = self.network != NetworkPlan::Refused;
-        let none = std::ptr::null();
         for socket in &self.covers.sockets {
-            // SAFETY: mount(2) on C strings built before the fork.
-            let done = unsafe {
-                libc::mount(
-                    empty.as_ptr(),
-                    socket.as_ptr(),
-                    none,
-                    libc::MS_BIND,
-                    std::ptr::null(),
-                )
-            };
-            match Errno::result(done) {
+            match super::mount_ops::mount(Some(empty), socket, None, libc::MS_BIND, None) {
                 // Gone since grove listed it, or not reachable by that path (in the view,
                 // beneath a path it does not show): nothing to cover.
                 Ok(_) | Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => {}
@@ -279,7 +267,6 @@ impl ChildSteps {
     /// unless joining a tree made one), and builds its view beneath the staging
     /// directory, so nothing outside sees it. [`Requirement::Required`]: a failure
     /// refuses the command.
-    #[allow(unsafe_code)]
     fn build_mount_view(&mut self, mounts: MountNamespace, requirement: Requirement) {
         let required = requirement == Requirement::Required;
         if mounts == MountNamespace::Grove
@@ -298,17 +285,8 @@ impl ChildSteps {
             refuse("entering an IPC namespace", errno);
         }
         // Private: the mounts must not propagate back to grove's namespace.
-        // SAFETY: mount(2) on a static C string.
-        let private = unsafe {
-            libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            )
-        };
-        if let Err(errno) = Errno::result(private)
+        let private = libc::MS_REC | libc::MS_PRIVATE;
+        if let Err(errno) = super::mount_ops::mount(None, c"/", None, private, None)
             && required
         {
             refuse("making the command's mounts private", errno);

@@ -195,13 +195,15 @@ impl SandboxedExecutor {
         Arc::clone(machine)
     }
 
-    /// The Landlock rules and the view of the worktree at `place`.
+    /// The Landlock rules and the view of the worktree at `place`, whose `shared`
+    /// directories (user's copy, place in the tree) are bound read-only.
     #[cfg(target_os = "linux")]
     fn confinement_of(
         &self,
         place: &Place,
         private: &Private,
         git: &GitView,
+        shared: &[(PathBuf, PathBuf)],
     ) -> (linux::PathRules, super::view::ViewPlan) {
         let machine = self.machine();
         let canonical = |paths: &[PathBuf]| -> Vec<PathBuf> {
@@ -215,7 +217,6 @@ impl SandboxedExecutor {
             .checkout
             .as_deref()
             .and_then(|dir| dir.canonicalize().ok());
-        let shared = self.project.shared_binds(&place.seen);
         let git_mounts = private
             .git
             .as_ref()
@@ -234,7 +235,7 @@ impl SandboxedExecutor {
             writable: &writable,
             tree: &place.seen,
             temp_dir: &private.temp_dir,
-            shared: &shared,
+            shared,
             checkout: checkout.as_deref(),
             home: home.as_deref(),
             git: git_mounts.as_ref(),
@@ -344,14 +345,13 @@ impl SandboxedExecutor {
             git: git_copies(root.path(), &git)?,
             scratch: scratch_dirs,
         };
-        let (rules, view) = self.confinement_of(place, &private, &git);
+        let shared = self.project.shared_binds(&place.seen);
+        let (rules, view) = self.confinement_of(place, &private, &git, &shared);
         Ok(PreparedWorktree {
             identity,
             confinement: linux::Confinement::prepare(&rules, Some(view), self.policy)?,
             temp_dir,
-            shared: self
-                .project
-                .shared_binds(&place.seen)
+            shared: shared
                 .iter()
                 .filter_map(|(_, target)| target.strip_prefix(&place.seen).ok())
                 .map(Path::to_path_buf)

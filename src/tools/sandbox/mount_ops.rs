@@ -123,8 +123,9 @@ fn make_file(at: &CStr) {
     let _ = nix::fcntl::open(at, flags, nix::sys::stat::Mode::from_bits_truncate(0o444));
 }
 
+/// mount(2), without allocating.
 #[allow(unsafe_code)]
-fn mount(
+pub(super) fn mount(
     source: Option<&CStr>,
     target: &CStr,
     fstype: Option<&CStr>,
