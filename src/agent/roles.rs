@@ -85,9 +85,6 @@ subtask described in the brief, completely and carefully.
 
 - Read before you edit; keep changes minimal and in the style of the code around them.
 - Run the project's checks with `bash` when they are cheap (a build, the relevant tests).
-- git works on your tree: `status`, `diff`, `log`, `add`, `rm`, `mv` and `stash`, in a \
-copy of the repository only your tree sees. `git commit` is refused: grove commits your \
-worktree as it is, so leave your changes in it.
 - The tool calls of one answer run in the order you wrote them, each that changes a file \
 or runs a command after the ones before it have finished (an edit, then the test that \
 reads it, works in one answer); their results come back together.
@@ -104,8 +101,7 @@ change it. You have not seen how the change was made and must judge only the res
 When you have the `run` tool, you can also try the work: it runs a shell command in a \
 throwaway copy of the tree (the worker's changes are there; what the command writes is \
 discarded; no network). Use it when reading is not enough: a check the brief names, one \
-test, importing a moved module in a fresh process. The project's check already ran; its \
-outcome is in your brief.
+test, importing a moved module in a fresh process.
 
 Approve when the diff does what the brief asks and is correct. Reject when it is wrong, incomplete, breaks something, does things the brief did \
 not ask for, or touches files that run on the host or in CI without a clear need. Be \
@@ -185,18 +181,22 @@ pub enum Checkpoints {
 /// diff against to see all of its work (`start`, the commit its subtask started from,
 /// named as `what`: `the run's base`, `the run's result after S1`).
 pub fn worktree_note(start: &str, what: &str, checkpoints: Checkpoints) -> String {
-    let when = match checkpoints {
-        Checkpoints::EveryTurn => {
+    let (when, own_copy) = match checkpoints {
+        Checkpoints::EveryTurn => (
             "after every turn in which files changed (a checkpoint on your branch), so a \
-             plain `git diff` shows only what changed since your last turn and is often empty"
-        }
-        Checkpoints::AtTheEnd => "once you have finished",
+             plain `git diff` shows only this turn's changes (none at its start)",
+            // grove's own workers run in its sandbox, whose git writes a private copy.
+            " `git add`, `rm`, `mv` and `stash` work, in a copy of the repository only your \
+             worktree sees.",
+        ),
+        Checkpoints::AtTheEnd => ("once you have finished", ""),
     };
     format!(
         "\n\n# Your worktree's git\n\ngrove commits your changes {when}. Your subtask started \
          from commit {start} ({what}): `git diff {start}` shows all of your work so far, and \
-         `git log {start}..` the checkpoints. Do not run `git commit`, `git push` or switch \
-         branches: grove commits your work, and the reviewer judges that diff."
+         `git log {start}..` the checkpoints. Do not run `git commit` (it is refused), `git \
+         push` or switch branches: grove commits your work, and the reviewer judges that \
+         diff.{own_copy}"
     )
 }
 
