@@ -169,10 +169,17 @@ fn check_line(report: &RunReport) -> Option<String> {
     let last = check.runs.iter().rev().find(|run| run.on == ON_RESULT);
     Some(
         match (check.status, last) {
-            (CheckOutcome::Passed, Some(run)) => format!(
-                "The result's check `{command}` passed in {:.1} s.",
-                run.seconds
-            ),
+            (CheckOutcome::Passed, Some(run)) => match &run.same_as {
+                // A reused verdict took no time: say whose check it was instead.
+                Some(same) => format!(
+                    "The result's check `{command}` passed (the very tree {same}'s check \
+                     passed: not run again)."
+                ),
+                None => format!(
+                    "The result's check `{command}` passed in {:.1} s.",
+                    run.seconds
+                ),
+            },
             (CheckOutcome::Failed, Some(run)) => format!(
                 "The result's check `{command}` failed ({}). Its output ends with:\n{}",
                 run.ended,
