@@ -21,6 +21,7 @@ use crate::run::observer::AgentObserver;
 use crate::run::subtask::error::SubtaskError;
 use crate::run::verdict::{SubmitVerdict, Verdict};
 use crate::store::journal::{CheckRun, CheckStatus, Entry, VerdictKind};
+use crate::store::state::SubtaskStatus;
 use crate::store::transcript::AgentTiming;
 use crate::text::{fenced, first_line, printable, quoted_path};
 use crate::tools::{self, ToolSet};
@@ -98,7 +99,11 @@ pub(crate) async fn review(
         .with_timing(&spec.model_name, AgentTiming::default()),
     );
     let held = held_by(&ctx.facts, &ctx.record, diff.base);
-    let messages = isolated_messages(&review_brief(brief, diff, flagged, &held, whole.as_deref()));
+    let mut text = review_brief(brief, diff, flagged, &held, whole.as_deref());
+    // Siblings go before the diff, so it stays the brief's last section.
+    let at = text.rfind("# The diff against").unwrap_or(text.len());
+    text.insert_str(at, &others_note(&others_of(ctx, id, &held)));
+    let messages = isolated_messages(&text);
     let reviewer = ctx
         .run_agent(
             &spec,
@@ -330,6 +335,47 @@ fn held_note(against: &str, held: &[Held]) -> String {
             subtask.id,
             printable(&subtask.brief)
         ));
+    }
+    text.push('\n');
+    text
+}
+
+/// The lead's other subtasks that are not in the diff's start: running, or merged
+/// since. The reviewer is told of them so that it does not reject a piece of a split
+/// task for what a sibling's brief covers.
+fn others_of(ctx: &RunContext, id: SubtaskId, held: &[Held]) -> Vec<Held> {
+    ctx.record
+        .journal
+        .subtasks()
+        .into_iter()
+        .filter(|other| other.id != id && other.kind.is_task())
+        .filter(|other| !held.iter().any(|held| held.id == other.id.to_string()))
+        .filter_map(|other| {
+            let how = match other.status {
+                SubtaskStatus::Running => "still working",
+                SubtaskStatus::Merged => "merged after the diff's start",
+                _ => return None,
+            };
+            Some(Held {
+                id: format!("{} ({how})", other.id),
+                brief: first_line(&other.task, HELD_BRIEF_CHARS),
+            })
+        })
+        .collect()
+}
+
+/// What the reviewer is told of the run's other subtasks; empty when there are none.
+fn others_note(others: &[Held]) -> String {
+    if others.is_empty() {
+        return String::new();
+    }
+    let mut text = "# The run's other subtasks\n\nThe lead split the task: these subtasks \
+                    are other workers' and none of their work is in this diff. Do not reject \
+                    this diff for what their briefs cover; do reject it for what its own \
+                    brief asks and it left undone.\n\n"
+        .to_owned();
+    for other in others {
+        text.push_str(&format!("- {}: {}\n", other.id, printable(&other.brief)));
     }
     text.push('\n');
     text
