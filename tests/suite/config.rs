@@ -28,7 +28,7 @@ use crate::support::fake_server::{Endpoint, FakeServer, RecordedRequest, Reply, 
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::Grove;
 use crate::support::requests::{Who, who};
-use crate::support::scripted_run::first_user_text;
+use crate::support::scripted_run::{first_user_text, own_review_text};
 
 const FILE: &str = "/repo/.grove/config.toml";
 
@@ -1207,7 +1207,7 @@ async fn local_files_reach_every_worktree_and_never_a_commit_a_review_or_the_res
             "the reviewer never sees a local-only file"
         );
         assert!(
-            !first_user_text(request).contains("Change b."),
+            !own_review_text(request).contains("Change b."),
             "S2's branch is never reviewed"
         );
     }

@@ -241,9 +241,9 @@ async fn a_reviewer_is_told_of_the_sibling_subtasks_whose_work_is_not_in_its_dif
                 .and_then(|(_, rest)| rest.split_once("\n\n# "))
                 .map(|(section, _)| section.lines().skip(2).collect::<Vec<_>>().join("\n"))
                 .unwrap_or_default();
-            // Whether the sibling still worked is a race; its brief is not.
+            // Whether the sibling merged first is a race; its brief is not.
             let others = others
-                .replace(" (still working)", "")
+                .replace(" (not merged yet)", "")
                 .replace(" (merged after the diff's start)", "");
             (brief, others)
         })
@@ -252,8 +252,14 @@ async fn a_reviewer_is_told_of_the_sibling_subtasks_whose_work_is_not_in_its_dif
     assert_eq!(
         told,
         vec![
-            ("Shout alpha.".to_owned(), "- S2: Shout beta.".to_owned()),
-            ("Shout beta.".to_owned(), "- S1: Shout alpha.".to_owned()),
+            (
+                "Shout alpha.".to_owned(),
+                "- S2: Shout beta. WRITE src/b.txt BETA [its files: src/b.txt]".to_owned()
+            ),
+            (
+                "Shout beta.".to_owned(),
+                "- S1: Shout alpha. WRITE src/a.txt ALPHA [its files: src/a.txt]".to_owned()
+            ),
         ],
         "each reviewer is told of its sibling (neither started after the other merged), \
          so it does not reject a piece of a split task for the other piece"
