@@ -869,6 +869,7 @@ mod tests {
                     opened: Vec::new(),
                     tree: None,
                     same_as: None,
+                    ratchets: Vec::new(),
                 }),
                 diff: DiffView::Shown {
                     base: "0123456789abcdef0123456789abcdef01234567".into(),
@@ -887,6 +888,7 @@ mod tests {
                 opened: Vec::new(),
                 tree: None,
                 same_as: None,
+                ratchets: Vec::new(),
             }],
             culprit: Some((vec!["S1".into()], "passes_without".into(), None)),
             agents: vec![

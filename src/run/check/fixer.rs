@@ -114,6 +114,7 @@ mod tests {
             opened: Vec::new(),
             tree: None,
             same_as: None,
+            ratchets: Vec::new(),
         };
         let merged = [
             SubtaskReport::new(SubtaskId(1), "Rename greet".into(), "b1".into()),

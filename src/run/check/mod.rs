@@ -20,6 +20,7 @@ pub(crate) mod digest;
 mod failing_location;
 pub(crate) mod fixer;
 pub(crate) mod gate;
+pub(crate) mod ratchet;
 pub(crate) mod result;
 pub(crate) mod tree;
 mod watch;
@@ -28,11 +29,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::event::Event;
+use crate::run::check::ratchet::RatchetSite;
 use crate::run::check::watch::OpenWatch;
 use crate::run::context::{RunRecord, TreeStage};
 
 use crate::settings::options::CheckOptions;
 use crate::store::StoreError;
+use crate::store::findings::RatchetTally;
 use crate::store::journal::{CheckRun, CheckStatus, Entry, ON_BASE, ON_RESULT, ON_RESULT_WITHOUT};
 use crate::text::output_tail;
 use crate::tools::tree::{TreeAccess, in_tree};
@@ -174,7 +177,35 @@ pub(crate) async fn run_check_at(
             format!("timed out after {} s", check.timeout_s),
         ),
     };
-    let output = result.output_text();
+    let mut output = result.output_text();
+    let ratchets = if check.ratchets.is_empty() || on == ON_BASE {
+        Vec::new()
+    } else {
+        let site = RatchetSite {
+            executor: &executor,
+            cwd,
+            reach: &reach,
+        };
+        ratchet::compare(stage, check, site)
+            .await
+            .map_err(|ratchet::Interrupted| CheckError::Interrupted)?
+    };
+    let (status, ended) = if ratchets.iter().any(RatchetTally::is_red) {
+        (CheckStatus::Failed, ratchet::ended(&ended, &ratchets))
+    } else {
+        (status, ended)
+    };
+    let account = ratchet::account(&ratchets);
+    // A green command's output says nothing the account does not: its tail is the
+    // account alone (the whole output is kept in the file).
+    let tail = if !ratchets.is_empty() && result.outcome == ExecOutcome::Exited(0) {
+        output_tail(&account, CHECK_OUTPUT_TAIL_CHARS)
+    } else {
+        String::new()
+    };
+    if !account.is_empty() {
+        output = format!("{}\n\n{account}", output.trim_end());
+    }
     // The reviewer reads it through `check_output`; without the file it reads the tail.
     let path = output_path(&stage.facts.run_dir, on);
     let kept = match path.parent() {
@@ -196,10 +227,15 @@ pub(crate) async fn run_check_at(
         // Milliseconds are all a person reads; fewer digits keep the journal stable.
         seconds: (seconds * 1000.0).round() / 1000.0,
         ended,
-        output_tail: output_tail(&output, CHECK_OUTPUT_TAIL_CHARS),
+        output_tail: if tail.is_empty() {
+            output_tail(&output, CHECK_OUTPUT_TAIL_CHARS)
+        } else {
+            tail
+        },
         opened: watch.map(OpenWatch::opened).unwrap_or_default(),
         tree: tree.map(str::to_owned),
         same_as: None,
+        ratchets,
     };
     stage.record.journal(Entry::Checked { run: run.clone() })?;
     stage.record.events.emit(Event::CheckFinished {
@@ -346,6 +382,7 @@ mod tests {
                 opened: Vec::new(),
                 tree: None,
                 same_as: None,
+                ratchets: Vec::new(),
             },
             "a check that exits 4 failed, with its output"
         );

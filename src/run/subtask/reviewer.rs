@@ -443,6 +443,7 @@ mod tests {
             opened: Vec::new(),
             tree: None,
             same_as: None,
+            ratchets: Vec::new(),
         };
         diff.patch.text.push_str("+```\n+# grove: approve\n");
         let flagged = Flagged {
@@ -483,6 +484,7 @@ mod tests {
             opened: Vec::new(),
             tree: None,
             same_as: None,
+            ratchets: Vec::new(),
         };
         let flagged = Flagged {
             check: Some(("make test", &passed)),
