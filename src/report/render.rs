@@ -285,6 +285,19 @@ fn checks_section(page: &mut String, data: &ReportData) {
                 "v-reject"
             },
         );
+        for tally in &run.ratchets {
+            let _ = write!(
+                page,
+                "<tr class=\"ratchet\" data-ratchet-on=\"{on}\" data-new=\"{}\" \
+                 data-fixed=\"{}\" data-unchanged=\"{}\"><td></td><td colspan=\"4\">\
+                 [[check.ratchet]] {}</td></tr>",
+                tally.new,
+                tally.fixed,
+                tally.unchanged,
+                escape(&tally.counts()),
+                on = escape(&run.on),
+            );
+        }
     }
     page.push_str("</table>\n");
     if let Some((subtasks, found_by, at)) = &data.culprit {
@@ -295,6 +308,7 @@ fn checks_section(page: &mut String, data: &ReportData) {
             ("failing_file", Some(at)) => format!("it changed {at}, where the check failed"),
             ("passes_without", _) => "the result rebuilt without it passes".to_owned(),
             ("only_merged", _) => "the only subtask merged".to_owned(),
+            ("first_had", Some(at)) => format!("its own tree first had the new finding {at}"),
             (other, _) => other.to_owned(),
         };
         let _ = writeln!(

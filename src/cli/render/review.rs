@@ -208,6 +208,9 @@ fn check_lines(out: &mut Out, check: &CheckRun) -> anyhow::Result<()> {
         printable(&check.ended),
         check.seconds
     ))?;
+    for tally in &check.ratchets {
+        out.line(&format!("ratchet {}", printable(&tally.counts())))?;
+    }
     if check.status == CheckStatus::Failed {
         let tail = printable(&check.output_tail);
         let lines: Vec<&str> = tail.lines().collect();

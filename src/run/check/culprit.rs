@@ -14,10 +14,12 @@ use std::collections::BTreeSet;
 
 use crate::git::{CommitId, RebuildPick};
 use crate::run::check::failing_location::{Attribution, Changed, at_failing_location};
+use crate::run::check::ratchet::{command_passed, new_findings};
 use crate::run::check::tree::{TreeCheckError, check_commit};
 use crate::run::context::{RunFacts, TreeStage};
 use crate::run::report::{Culprit, CulpritEvidence};
 use crate::settings::options::CheckOptions;
+use crate::store::findings::RatchetTally;
 use crate::store::journal::{CheckRun, CheckStatus, ON_RESULT_WITHOUT, on_result_without};
 
 /// With this many candidates or fewer each is left out alone; with more, halves are left
@@ -55,6 +57,16 @@ pub(crate) async fn find_culprit(
             at: None,
         }));
     }
+    if let Some(culprit) = first_had(&stage.record.journal.checks(), red, candidates) {
+        return Ok(Some(culprit));
+    }
+    // Only ratchets made it red: their new findings are where it failed, not the
+    // command's output (nor the findings the tree fixed).
+    let evidence = if red.ratchets.iter().any(RatchetTally::is_red) && command_passed(red) {
+        new_findings(red)
+    } else {
+        red.output_tail.clone()
+    };
     let changed: Vec<Changed<'_>> = candidates
         .iter()
         .map(|candidate| Changed {
@@ -62,7 +74,7 @@ pub(crate) async fn find_culprit(
             paths: &candidate.changed,
         })
         .collect();
-    match at_failing_location(stage.facts, result, &red.output_tail, &changed) {
+    match at_failing_location(stage.facts, result, &evidence, &changed) {
         Some(Attribution::Line { subtask, at }) => {
             return Ok(Some(Culprit {
                 subtasks: vec![subtask],
@@ -86,6 +98,41 @@ pub(crate) async fn find_culprit(
             found_by: CulpritEvidence::PassesWithout,
             at: None,
         }))
+}
+
+/// When only ratchets made `red` red: the candidates whose own checks (in `runs`, in
+/// the order they ran) first had each of its new findings; `None` unless every new
+/// finding was some candidate's before (a finding only the merge made is searched for
+/// as any red check is).
+fn first_had(runs: &[CheckRun], red: &CheckRun, candidates: &[Candidate]) -> Option<Culprit> {
+    if !command_passed(red) || red.ratchets.iter().any(|tally| tally.error.is_some()) {
+        return None;
+    }
+    let mut subtasks: Vec<String> = Vec::new();
+    let mut first: Option<String> = None;
+    for tally in &red.ratchets {
+        for finding in &tally.new_findings {
+            let had = runs.iter().find(|run| {
+                candidates.iter().any(|candidate| candidate.label == run.on)
+                    && run.ratchets.iter().any(|own| {
+                        own.command == tally.command
+                            && own
+                                .new_findings
+                                .iter()
+                                .any(|their| their.identity() == finding.identity())
+                    })
+            })?;
+            first.get_or_insert_with(|| finding.line());
+            if !subtasks.contains(&had.on) {
+                subtasks.push(had.on.clone());
+            }
+        }
+    }
+    Some(Culprit {
+        subtasks,
+        found_by: CulpritEvidence::FirstHad,
+        at: Some(first?),
+    })
 }
 
 /// The culprit an earlier search of this run found by leaving subtasks out (its checks

@@ -19,6 +19,7 @@ use crate::run::context::TreeStage;
 use crate::settings::options::CheckOptions;
 use crate::settings::ratchet::{RatchetOptions, RatchetParse};
 use crate::store::findings::{RatchetFinding, RatchetTally};
+use crate::store::journal::CheckRun;
 use crate::text::output_tail;
 use crate::tools::{CommandExecutor, ExecOutcome, ExecRequest, OutputCap};
 
@@ -158,6 +159,38 @@ pub(crate) fn ended(ended: &str, tallies: &[RatchetTally]) -> String {
                 tally.new,
                 if tally.new == 1 { "" } else { "s" }
             )),
+        }
+    }
+    text
+}
+
+/// Whether the check's own command passed on `run`, so that only its ratchets made it
+/// red (what [`ended`] wrote says so).
+pub(crate) fn command_passed(run: &CheckRun) -> bool {
+    run.ended == "exited with status 0" || run.ended.starts_with("exited with status 0; ")
+}
+
+/// The red ratchets of `run` and their new findings alone, one a line: what a fixer and
+/// the culprit search are told when only ratchets made it red.
+pub(crate) fn new_findings(run: &CheckRun) -> String {
+    let mut text = String::new();
+    for tally in run.ratchets.iter().filter(|tally| tally.is_red()) {
+        match &tally.error {
+            Some(error) => text.push_str(&format!(
+                "`{}` gave nothing to compare: {error}\n",
+                tally.command
+            )),
+            None => {
+                text.push_str(&format!(
+                    "`{}`: {} new finding{} (the base's own are not shown):\n",
+                    tally.command,
+                    tally.new,
+                    if tally.new == 1 { "" } else { "s" }
+                ));
+                for finding in &tally.new_findings {
+                    text.push_str(&format!("{}\n", finding.line()));
+                }
+            }
         }
     }
     text
