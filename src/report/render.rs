@@ -1031,6 +1031,35 @@ mod tests {
     }
 
     #[test]
+    fn a_checks_ratchets_are_a_row_each_under_it_with_their_counts() {
+        let mut data = sample("x");
+        data.checks[0].ratchets = vec![crate::store::findings::RatchetTally {
+            command: "mypy <src>".into(),
+            new: 1,
+            fixed: 2,
+            unchanged: 15,
+            new_findings: Vec::new(),
+            fixed_findings: Vec::new(),
+            error: None,
+        }];
+
+        let page = render_html(&data);
+
+        assert!(
+            page.contains(
+                "<tr class=\"ratchet\" data-ratchet-on=\"result without S1\" data-new=\"1\" \
+                 data-fixed=\"2\" data-unchanged=\"15\"><td></td><td colspan=\"4\">\
+                 [[check.ratchet]] mypy &lt;src&gt;: 1 new, 2 fixed, 15 unchanged</td></tr>"
+            ),
+            "{page}"
+        );
+        assert!(
+            !render_html(&sample("x")).contains("class=\"ratchet\""),
+            "no row without ratchets"
+        );
+    }
+
+    #[test]
     fn token_counts_are_grouped_by_thousands() {
         assert_eq!(
             [0, 999, 1_000, 1_000_000, 12_345_678].map(grouped),

@@ -543,6 +543,36 @@ mod tests {
     }
 
     #[test]
+    fn each_ratchet_of_a_check_is_counted_under_its_line() {
+        let shown = Shared::default();
+        let mut out = Out {
+            stream: Box::new(shown.clone()),
+            colour: Colour::Never,
+        };
+        let mut check = subtask("S2", SubtaskStatus::Rejected, None).check.unwrap();
+        check.ratchets = vec![grove::store::findings::RatchetTally {
+            command: "mypy src".into(),
+            new: 1,
+            fixed: 2,
+            unchanged: 15,
+            new_findings: Vec::new(),
+            fixed_findings: Vec::new(),
+            error: None,
+        }];
+
+        check_lines(&mut out, &check).unwrap();
+
+        let text = String::from_utf8(shown.0.borrow().clone()).unwrap();
+        assert!(
+            text.starts_with(
+                "check: failed (exited with status 1) in 2.0 s\nratchet mypy src: 1 new, 2 \
+                 fixed, 15 unchanged\n  | test_a ok\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn the_walk_quits_on_q_or_end_of_input_and_asks_to_apply_when_nothing_changed() {
         assert_eq!(walk_with("r\nq\n").0, None, "q records nothing");
         assert_eq!(walk_with("r\n").0, None, "end of input records nothing");

@@ -253,6 +253,68 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_culprit_of_new_findings_is_the_subtask_whose_own_tree_first_had_them() {
+        use crate::store::findings::{RatchetFinding, RatchetTally};
+        let finding = |file: &str, at: &str| RatchetFinding {
+            file: file.into(),
+            code: "arg-type".into(),
+            message: "bad".into(),
+            at: Some(at.into()),
+        };
+        let checked = |on: &str, ended: &str, found: &[RatchetFinding]| CheckRun {
+            on: on.into(),
+            ended: ended.into(),
+            ratchets: vec![RatchetTally::compare("mypy .", &[], found)],
+            ..red()
+        };
+        let candidate = |label: &str, number| Candidate {
+            label: label.into(),
+            number,
+            commit: CommitId::parse("1111111111111111111111111111111111111111").unwrap(),
+            changed: Vec::new(),
+        };
+        let candidates = [candidate("S1", 1), candidate("S2", 2), candidate("S3", 3)];
+        let ok = "exited with status 0; `mypy .` has 1 new finding the base has not";
+        // S3 started from a result holding S2's work, so it had S2's finding too.
+        let runs = [
+            checked("S1", "exited with status 0", &[]),
+            checked("S2", ok, &[finding("a.py", "3")]),
+            checked("S3", ok, &[finding("a.py", "4"), finding("b.py", "9")]),
+        ];
+        let on_result = |found: &[RatchetFinding], ended: &str| checked(ON_RESULT, ended, found);
+
+        let both = first_had(
+            &runs,
+            &on_result(&[finding("a.py", "7"), finding("b.py", "9")], ok),
+            &candidates,
+        );
+        let merged_only = first_had(&runs, &on_result(&[finding("c.py", "1")], ok), &candidates);
+        let command_red = first_had(
+            &runs,
+            &on_result(
+                &[finding("a.py", "7")],
+                "exited with status 1; `mypy .` has 1 new",
+            ),
+            &candidates,
+        );
+
+        assert_eq!(
+            both,
+            Some(Culprit {
+                subtasks: vec!["S2".into(), "S3".into()],
+                found_by: CulpritEvidence::FirstHad,
+                at: Some("a.py:7: [arg-type] bad".into()),
+            }),
+            "a.py's finding was S2's first (wherever it lies now), b.py's S3's"
+        );
+        assert_eq!(
+            merged_only, None,
+            "a finding no subtask had alone is searched for"
+        );
+        assert_eq!(command_red, None, "a red command is searched for as before");
+    }
+
     #[tokio::test]
     async fn the_only_merged_subtask_is_the_culprit_without_a_check_and_a_subtask_built_on_a_left_out_one_goes_with_it()
      {
