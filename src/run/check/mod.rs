@@ -206,21 +206,7 @@ pub(crate) async fn run_check_at(
     if !account.is_empty() {
         output = format!("{}\n\n{account}", output.trim_end());
     }
-    // The reviewer reads it through `check_output`; without the file it reads the tail.
-    let path = output_path(&stage.facts.run_dir, on);
-    let kept = match path.parent() {
-        Some(dir) => tokio::fs::create_dir_all(dir).await,
-        None => Ok(()),
-    };
-    if let Err(error) = match kept {
-        Ok(()) => tokio::fs::write(&path, &output).await,
-        Err(error) => Err(error),
-    } {
-        stage.record.note(format!(
-            "could not keep the check's output of {on} at {}: {error}",
-            path.display()
-        ));
-    }
+    keep_output(stage, on, &output).await;
     let run = CheckRun {
         on: on.to_owned(),
         status,
@@ -246,6 +232,25 @@ pub(crate) async fn run_check_at(
         seconds: run.seconds,
     });
     Ok(run)
+}
+
+/// Keeps the whole output of the check on `on` in the run's folder: the reviewer reads
+/// it through `check_output` (without the file, it reads the tail).
+async fn keep_output(stage: TreeStage<'_>, on: &str, output: &str) {
+    let path = output_path(&stage.facts.run_dir, on);
+    let kept = match path.parent() {
+        Some(dir) => tokio::fs::create_dir_all(dir).await,
+        None => Ok(()),
+    };
+    if let Err(error) = match kept {
+        Ok(()) => tokio::fs::write(&path, output).await,
+        Err(error) => Err(error),
+    } {
+        stage.record.note(format!(
+            "could not keep the check's output of {on} at {}: {error}",
+            path.display()
+        ));
+    }
 }
 
 /// An earlier check of this run whose verdict holds for `tree` under `check` — the same
