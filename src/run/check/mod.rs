@@ -11,7 +11,8 @@
 //! base while the lead plans, and [`gate`] holds the workers until it did;
 //! [`diagnosis`] names a red check's likely cause; [`tree`] checks a commit in a tree of
 //! its own; [`result`] checks the merged result, [`culprit`] finds which subtasks broke
-//! it, and [`fixer`] starts the subtask that fixes it.
+//! it, and [`fixer`] starts the subtask that fixes it; [`ratchet`] runs the
+//! `[[check.ratchet]]`s after the command, each tree's findings compared with the base's.
 
 pub(crate) mod base;
 pub(crate) mod culprit;
