@@ -433,6 +433,63 @@ async fn two_subtasks_clean_alone_whose_merge_adds_errors_make_the_result_red_na
     );
 }
 
+const SLOPPY: &str = "SLOPPY: add c.py with an untyped return";
+const TIDY: &str = "TIDY: add d.py";
+const APPROVED: &[(&str, Option<&str>)] = &[(SLOPPY, None), (TIDY, None)];
+
+fn approved_writes(brief: &str) -> Vec<(String, String)> {
+    let file = |content: &str| vec![("src/pkg/c.py".to_owned(), content.to_owned())];
+    if brief.starts_with(FIXER_HEADING) {
+        file("def c() -> int:\n    return 3\n")
+    } else if brief.starts_with("SLOPPY") {
+        file("def c() -> int:\n    return \"3\"\n")
+    } else {
+        vec![("src/pkg/d.py".to_owned(), "D: int = 4\n".to_owned())]
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_finding_a_reviewer_let_through_is_blamed_on_the_subtask_whose_tree_first_had_it() {
+    let Some(bin) = tools_venv() else { return };
+    let config = format!(
+        "[check]\ncommand = 'true'\nfix_attempts = 1\n\n[[check.ratchet]]\ncommand = '{MYPY}'\n"
+    );
+    let fixture = scaled(&config);
+    let server = FakeServer::with_responder(responder(APPROVED, approved_writes)).await;
+
+    let output = grove(&fixture, &server, &bin, &["run", "--json", "two modules"]).await;
+
+    let report = report(&output);
+    let said = stderr(&output);
+    assert_eq!(
+        (
+            report["check"]["culprit"].clone(),
+            counts(run_on(&report, "S1")),
+        ),
+        (
+            json!({
+                "subtasks": ["S1"],
+                "found_by": "first_had",
+                "at": "src/pkg/c.py:2: [return-value] Incompatible return value type (got \"str\", expected \"int\")",
+            }),
+            vec![tally(MYPY, 1, 0, 2)],
+        ),
+        "S1's own check had the finding (its reviewer approved anyway): {said}"
+    );
+    let searched = report["check"]["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|run| run["on"].as_str().unwrap().starts_with("result without"))
+        .count();
+    assert_eq!(searched, 0, "no rebuilt result is checked to find it");
+    assert_eq!(
+        (output.status.code(), counts(run_on(&report, "result"))),
+        (Some(0), vec![tally(MYPY, 0, 0, 2)]),
+        "the fixer's merge leaves the result no worse than the base: {said}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_bases_findings_are_found_once_per_base_commit_and_a_ratchet_giving_nothing_stops_the_run()
  {
