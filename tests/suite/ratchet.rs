@@ -222,11 +222,22 @@ fn three_writes(brief: &str) -> Vec<(String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_subtask_with_one_new_finding_is_red_with_it_alone_moved_code_adds_none_and_a_fix_is_counted()
  {
+    one_new_finding("").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_git_worktrees_too_a_subtask_with_one_new_finding_is_red_with_it_alone() {
+    one_new_finding("[worktree]\nmode = 'git'\n").await;
+}
+
+/// Three subtasks — one adding a finding to each ratchet, one moving every line of a
+/// file, one fixing a base error — with `worktree` as the `[worktree]` table.
+async fn one_new_finding(worktree: &str) {
     let Some(bin) = tools_venv() else { return };
     let config = format!(
-        "[check]\ncommand = 'true'\nsubtask = 'require'\n\n[[check.ratchet]]\ncommand = \
-         '{MYPY}'\n\n[[check.ratchet]]\ncommand = '{RUFF}'\n\n[[check.ratchet]]\ncommand = \
-         '{PYTEST}'\nparse = 'junit'\njunit = 'report.xml'\n"
+        "{worktree}[check]\ncommand = 'true'\nsubtask = 'require'\n\n[[check.ratchet]]\n\
+         command = '{MYPY}'\n\n[[check.ratchet]]\ncommand = '{RUFF}'\n\n[[check.ratchet]]\n\
+         command = '{PYTEST}'\nparse = 'junit'\njunit = 'report.xml'\n"
     );
     let fixture = package(&config);
     let server = FakeServer::with_responder(responder(THREE, three_writes)).await;
@@ -587,6 +598,27 @@ async fn the_bases_findings_are_found_once_per_base_commit_and_a_ratchet_giving_
     ] {
         assert!(said.contains(words), "it says {words:?}: {said}");
     }
+
+    // One that writes something that is not JUnit XML.
+    fixture.write(
+        ".grove/config.toml",
+        "[check]\ncommand = 'true'\n\n[[check.ratchet]]\ncommand = 'echo 3 passed > \
+         out.xml'\nparse = 'junit'\njunit = 'out.xml'\n",
+    );
+    fixture.commit_all("a ratchet that writes no XML");
+    let (code, _, said) = run().await;
+    assert_eq!(
+        (code, worker_calls(&server) - workers_before),
+        (Some(1), 0),
+        "{said}"
+    );
+    assert!(
+        said.contains(
+            "the ratchet `echo 3 passed > out.xml` gave nothing to compare on the base: its \
+             JUnit file `out.xml` is not a JUnit report: no <testsuite> element"
+        ),
+        "{said}"
+    );
 }
 
 fn worker_calls(server: &FakeServer) -> usize {
