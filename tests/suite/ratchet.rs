@@ -619,6 +619,22 @@ async fn the_bases_findings_are_found_once_per_base_commit_and_a_ratchet_giving_
         ),
         "{said}"
     );
+
+    // One whose "report" is a link out of the tree: refused, never read.
+    fixture.write(
+        ".grove/config.toml",
+        "[check]\ncommand = 'true'\n\n[[check.ratchet]]\ncommand = 'ln -s /etc/passwd \
+         out.xml'\nparse = 'junit'\njunit = 'out.xml'\n",
+    );
+    fixture.commit_all("a ratchet whose report leads out");
+    let (code, _, said) = run().await;
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("its JUnit file `out.xml` cannot be read: ")
+            && said.contains("/etc/passwd")
+            && !said.contains("root:"),
+        "the link is named, what it leads to never read: {said}"
+    );
 }
 
 fn worker_calls(server: &FakeServer) -> usize {

@@ -27,6 +27,9 @@ use crate::tools::{CommandExecutor, ExecOutcome, ExecRequest, OutputCap};
 /// would drop findings on one side only).
 const OUTPUT_BYTES: usize = 32 * 1024 * 1024;
 
+/// The largest JUnit file read: a large suite's report with its failures' output.
+const JUNIT_BYTES: u64 = 64 * 1024 * 1024;
+
 /// How much of a ratchet's output an error about it quotes.
 const QUOTED_CHARS: usize = 1_500;
 
@@ -95,13 +98,21 @@ pub(crate) async fn findings(
         },
         RatchetParse::CargoJson => parse::cargo_json(&output, &tree),
         RatchetParse::Junit { junit } => {
-            let text = match std::fs::read(site.reach.join(junit)) {
+            // The tree's code wrote it: a link out of the tree, a FIFO or a device is
+            // refused, never followed into what a model reads.
+            let read = crate::repo_file::read_at_most(site.reach, Path::new(junit), JUNIT_BYTES);
+            let text = match read {
                 Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                    return Ok(Err(format!(
+                        "it wrote no JUnit file at `{junit}` (it exited with status {code}). \
+                         Its output ends with:\n{}",
+                        output_tail(&output, QUOTED_CHARS)
+                    )));
+                }
                 Err(error) => {
                     return Ok(Err(format!(
-                        "it wrote no JUnit file at `{junit}` ({error}; it exited with status \
-                         {code}). Its output ends with:\n{}",
-                        output_tail(&output, QUOTED_CHARS)
+                        "its JUnit file `{junit}` cannot be read: {error}"
                     )));
                 }
             };
