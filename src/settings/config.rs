@@ -510,41 +510,47 @@ impl Checker<'_> {
         let span = table.span();
         let raw = table.into_inner();
         let key = |name: &str| format!("check.ratchet[{n}].{name}");
-        let missing = |name: &'static str| {
-            invalid(
+        let in_table = |problem| {
+            let table = format!("check.ratchet[{n}]");
+            invalid(self.path, self.text, &span, Some(table), problem)
+        };
+        // A key the chosen `parse` does not read is an error, never silently ignored.
+        let unread = |raw: &RawValue, name: &str, needs: &'static str| match raw {
+            Some(value) => Err(invalid(
                 self.path,
                 self.text,
-                &span,
-                Some(format!("check.ratchet[{n}]")),
-                ValueProblem::MissingKey { key: name },
-            )
+                &value.span(),
+                Some(key(name)),
+                ValueProblem::OnlyWith { needs },
+            )),
+            None => Ok(()),
         };
         let command = self
             .optional(raw.command, &key("command"), setup_command)?
-            .ok_or_else(|| missing("command"))?;
+            .ok_or_else(|| in_table(ValueProblem::MissingKey { key: "command" }))?;
         let parse = self
             .optional(raw.parse, &key("parse"), ratchet_parse)?
             .unwrap_or(ParseKind::Lines);
-        let tool = self.optional(raw.tool, &key("tool"), ratchet_tool)?;
-        let pattern = self.optional(raw.pattern, &key("pattern"), ratchet_pattern)?;
-        let junit = self.optional(raw.junit, &key("junit"), junit_path)?;
         let parse = match parse {
-            ParseKind::Junit => RatchetParse::Junit {
-                junit: junit.ok_or_else(|| missing("junit"))?,
-            },
-            ParseKind::Lines => match (pattern, tool.or_else(|| Tool::in_command(&command))) {
-                (Some(pattern), _) => RatchetParse::Lines { pattern },
-                (None, Some(tool)) => tool.parse(),
-                (None, None) => {
-                    return Err(invalid(
-                        self.path,
-                        self.text,
-                        &span,
-                        Some(format!("check.ratchet[{n}]")),
-                        ValueProblem::NoRatchetTool,
-                    ));
+            ParseKind::Junit => {
+                unread(&raw.pattern, "pattern", "parse = \"lines\"")?;
+                unread(&raw.tool, "tool", "parse = \"lines\"")?;
+                let junit = self.optional(raw.junit, &key("junit"), junit_path)?;
+                RatchetParse::Junit {
+                    junit: junit
+                        .ok_or_else(|| in_table(ValueProblem::MissingKey { key: "junit" }))?,
                 }
-            },
+            }
+            ParseKind::Lines => {
+                unread(&raw.junit, "junit", "parse = \"junit\"")?;
+                let tool = self.optional(raw.tool, &key("tool"), ratchet_tool)?;
+                let pattern = self.optional(raw.pattern, &key("pattern"), ratchet_pattern)?;
+                match (pattern, tool.or_else(|| Tool::in_command(&command))) {
+                    (Some(pattern), _) => RatchetParse::Lines { pattern },
+                    (None, Some(tool)) => tool.parse(),
+                    (None, None) => return Err(in_table(ValueProblem::NoRatchetTool)),
+                }
+            }
         };
         Ok(RatchetOptions { command, parse })
     }

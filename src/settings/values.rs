@@ -40,6 +40,9 @@ pub enum ValueProblem {
          ruff, flake8, eslint, tsc, clippy or cargo)"
     )]
     NoRatchetTool,
+    /// A key the table's other keys make meaningless.
+    #[error("this key is read only with {needs}")]
+    OnlyWith { needs: &'static str },
     /// A pattern that is not a regular expression.
     #[error("not a regular expression: {message}")]
     Pattern { message: String },

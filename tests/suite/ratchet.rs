@@ -667,6 +667,11 @@ async fn a_ratchet_without_a_command_or_with_a_pattern_that_does_not_compile_is_
              parse = 'junit'\n",
             "4:1: check.ratchet[1]: the table needs `junit`",
         ),
+        (
+            "[check]\ncommand = 'true'\n\n[[check.ratchet]]\ncommand = 'mypy .'\n\
+             junit = 'r.xml'\n",
+            "6:9: check.ratchet[1].junit: this key is read only with parse = \"junit\"",
+        ),
     ];
     let server = FakeServer::start().await;
     for (config, says) in cases {
