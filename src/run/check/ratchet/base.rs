@@ -103,9 +103,10 @@ async fn run_missing(
             BaseFindingsError::Ratchet {
                 command: check
                     .ratchets
-                    .first()
-                    .map(|r| r.command.clone())
-                    .unwrap_or_default(),
+                    .iter()
+                    .map(|ratchet| ratchet.command.as_str())
+                    .collect::<Vec<_>>()
+                    .join("`, `"),
                 why: format!("it could not run: {error}"),
             }
         })?;
