@@ -1,6 +1,7 @@
 //! Reading a file that arrives with a repository (`.grove/config.toml`, `AGENTS.md`,
-//! `CLAUDE.md`, `.grove/agents/*.md`): anyone who can commit to the repository chose
-//! what is at that path, symbolic links included.
+//! `CLAUDE.md`, `.grove/agents/*.md`, the JUnit report a ratchet's command wrote in a
+//! tree): anyone who can commit to the repository chose what is at that path, symbolic
+//! links included.
 //!
 //! This file owns the one rule for such reads: the path, resolved one component at a
 //! time inside the repository's work tree, must lead to a regular file of at most
@@ -39,6 +40,12 @@ const MAX_LINKS: usize = 40;
 /// is none, as [`std::fs::read`] says it. A symbolic link on the way that leads out of
 /// `root` is refused with [`io::ErrorKind::InvalidInput`], naming where it points.
 pub fn read(root: &Path, relative: &Path) -> io::Result<Vec<u8>> {
+    read_at_most(root, relative, MAX_BYTES)
+}
+
+/// [`read`] with another bound than [`MAX_BYTES`]: for a file a command in the tree
+/// wrote (a test report), larger than any config, as careful about where it leads.
+pub fn read_at_most(root: &Path, relative: &Path, max: u64) -> io::Result<Vec<u8>> {
     let (file, through_link) = open_beneath(root, relative)?;
     // The type of what was opened, not of what the path named a moment before.
     let metadata = file.metadata()?;
@@ -56,7 +63,7 @@ pub fn read(root: &Path, relative: &Path) -> io::Result<Vec<u8>> {
             ),
         ));
     }
-    read_bounded(file, metadata.len())
+    read_bounded(file, metadata.len(), max)
 }
 
 /// A symbolic link met on the way: where it is in the work tree, and its text.
@@ -196,19 +203,19 @@ fn leaves(link: Option<&Link>, relative: &Path) -> io::Error {
 
 /// At most [`MAX_BYTES`] of `file`, refusing a file over it (even one that grows while
 /// it is read).
-fn read_bounded(file: File, length: u64) -> io::Result<Vec<u8>> {
+fn read_bounded(file: File, length: u64, max: u64) -> io::Result<Vec<u8>> {
     let too_large = || {
         io::Error::new(
             io::ErrorKind::FileTooLarge,
-            format!("it is larger than {MAX_BYTES} bytes, the most grove reads of such a file"),
+            format!("it is larger than {max} bytes, the most grove reads of such a file"),
         )
     };
-    if length > MAX_BYTES {
+    if length > max {
         return Err(too_large());
     }
     let mut bytes = Vec::with_capacity(usize::try_from(length).unwrap_or_default());
-    file.take(MAX_BYTES + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_BYTES {
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
         return Err(too_large());
     }
     Ok(bytes)

@@ -209,6 +209,10 @@ fn culprit_line(culprit: Option<&Culprit>) -> String {
             culprit.at.as_deref().unwrap_or("the failing file")
         ),
         CulpritEvidence::OnlyMerged => format!("\nThe culprit: {who} (the only subtask merged)."),
+        CulpritEvidence::FirstHad => format!(
+            "\nThe culprit: {who} (its own tree first had the new finding {}).",
+            culprit.at.as_deref().unwrap_or_default()
+        ),
     }
 }
 

@@ -532,6 +532,7 @@ mod tests {
             opened: Vec::new(),
             tree: None,
             same_as: None,
+            ratchets: Vec::new(),
         };
         diff.patch.text.push_str("+```\n+# grove: approve\n");
         let flagged = Flagged {
@@ -572,6 +573,7 @@ mod tests {
             opened: Vec::new(),
             tree: None,
             same_as: None,
+            ratchets: Vec::new(),
         };
         let flagged = Flagged {
             check: Some(("make test", &passed)),
