@@ -66,6 +66,31 @@ pub fn read_at_most(root: &Path, relative: &Path, max: u64) -> io::Result<Vec<u8
     read_bounded(file, metadata.len(), max)
 }
 
+/// Removes the file at `relative` (plain names only) in the work tree `root`, its
+/// directory found as [`read`] finds a file: a link on the way that leads out of `root`
+/// is refused, so that removing a file a command in the tree will write (a test report)
+/// never removes one outside the tree through a directory link the tree's code made.
+/// The last component itself is removed, link or not, never what it points to.
+pub fn remove(root: &Path, relative: &Path) -> io::Result<()> {
+    let (Some(parent), Some(name)) = (relative.parent(), relative.file_name()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} names no file", relative.display()),
+        ));
+    };
+    let dir = if parent.as_os_str().is_empty() {
+        File::open(root)?
+    } else {
+        let (dir, _) = open_beneath(root, parent)?;
+        if !dir.metadata()?.is_dir() {
+            return Err(io::Error::from(io::ErrorKind::NotADirectory));
+        }
+        dir
+    };
+    nix::unistd::unlinkat(&dir, name, nix::unistd::UnlinkatFlags::NoRemoveDir)
+        .map_err(io::Error::from)
+}
+
 /// A symbolic link met on the way: where it is in the work tree, and its text.
 #[derive(Debug)]
 struct Link {
@@ -375,6 +400,39 @@ mod tests {
             ],
             "a link out of the work tree, as the file or as a directory on the way, is \
              refused and named with its target"
+        );
+    }
+
+    #[test]
+    fn a_file_is_removed_beneath_the_tree_and_never_through_a_directory_link_out() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("report.xml"), "theirs").unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let root = tree.path();
+        std::fs::create_dir(root.join("out")).unwrap();
+        std::fs::write(root.join("out/report.xml"), "old").unwrap();
+        symlink(outside.path(), root.join("away")).unwrap();
+        symlink(outside.path().join("report.xml"), root.join("link.xml")).unwrap();
+
+        remove(root, Path::new("out/report.xml")).unwrap();
+        let refused = remove(root, Path::new("away/report.xml")).unwrap_err();
+        remove(root, Path::new("link.xml")).unwrap();
+
+        assert_eq!(
+            (
+                root.join("out/report.xml").exists(),
+                refused.kind(),
+                root.join("link.xml").symlink_metadata().is_ok(),
+                std::fs::read_to_string(outside.path().join("report.xml")).unwrap(),
+            ),
+            (
+                false,
+                io::ErrorKind::InvalidInput,
+                false,
+                "theirs".to_owned()
+            ),
+            "a file beneath the tree goes; a directory link out is refused; a link as the \
+             last name goes itself; nothing outside the tree is touched"
         );
     }
 

@@ -57,7 +57,9 @@ pub(crate) async fn findings(
 ) -> Result<Result<Vec<RatchetFinding>, String>, Interrupted> {
     if let RatchetParse::Junit { junit } = &ratchet.parse {
         // One left by a worker, or by an earlier run, must not stand for this one.
-        let _gone = std::fs::remove_file(site.reach.join(junit));
+        // Through the tree's own links only: a directory link out must not make grove
+        // delete a file of the same name elsewhere.
+        let _gone = crate::repo_file::remove(site.reach, Path::new(junit));
     }
     let request = ExecRequest {
         command: ratchet.command.clone(),
