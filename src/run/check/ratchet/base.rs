@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::run::check::ratchet::{Interrupted, RatchetSite, findings};
+use crate::run::check::ratchet::{Interrupted, NoFindings, RatchetSite, findings};
 use crate::run::check::tree::{TreeCheckError, open_tree, remove_tree};
 use crate::run::context::TreeStage;
 use crate::settings::options::CheckOptions;
@@ -42,7 +42,7 @@ pub(crate) enum BaseFindingsError {
     /// A ratchet gave nothing to compare on the base (it could not run, its JUnit file
     /// is missing or not XML). Not retried: the user fixes the ratchet.
     #[error("the ratchet `{command}` gave nothing to compare on the base: {why}")]
-    Ratchet { command: String, why: String },
+    Ratchet { command: String, why: NoFindings },
     /// The run stopped meanwhile; a resume finds them again.
     #[error("interrupted while a ratchet ran on the base")]
     Interrupted,
@@ -107,7 +107,7 @@ async fn run_missing(
                     .map(|ratchet| ratchet.command.as_str())
                     .collect::<Vec<_>>()
                     .join("`, `"),
-                why: format!("it could not run: {error}"),
+                why: NoFindings::NotRun(error.to_string()),
             }
         })?;
     let site = RatchetSite {

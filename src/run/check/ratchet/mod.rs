@@ -33,6 +33,42 @@ const JUNIT_BYTES: u64 = 64 * 1024 * 1024;
 /// How much of a ratchet's output an error about it quotes.
 const QUOTED_CHARS: usize = 1_500;
 
+/// Why a ratchet gave nothing to compare; its text is what the check's account and the
+/// journal say. Never retried: the tree's check is red with it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NoFindings {
+    #[error("it could not run: {0}")]
+    NotRun(String),
+    #[error("it was killed by signal {0}")]
+    Signalled(i32),
+    #[error("it timed out after {0} s")]
+    TimedOut(u64),
+    #[error("its output passed {} MiB, so part of it would go uncompared", OUTPUT_BYTES >> 20)]
+    OutputCut,
+    #[error("its pattern does not compile: {0}")]
+    Pattern(#[source] regex::Error),
+    #[error(
+        "it wrote no JUnit file at `{junit}` (it exited with status {code}). Its output ends with:\n{tail}"
+    )]
+    NoJunit {
+        junit: String,
+        code: i32,
+        tail: String,
+    },
+    #[error("its JUnit file `{junit}` cannot be read: {source}")]
+    JunitUnreadable {
+        junit: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("its JUnit file `{junit}` is {why}")]
+    JunitInvalid { junit: String, why: parse::NotJunit },
+    #[error(
+        "it exited with status {code} and reported no finding grove could read. Its output ends with:\n{tail}"
+    )]
+    Unread { code: i32, tail: String },
+}
+
 /// The run stopped while a ratchet ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Interrupted;
@@ -54,7 +90,7 @@ pub(crate) async fn findings(
     check: &CheckOptions,
     ratchet: &RatchetOptions,
     site: RatchetSite<'_>,
-) -> Result<Result<Vec<RatchetFinding>, String>, Interrupted> {
+) -> Result<Result<Vec<RatchetFinding>, NoFindings>, Interrupted> {
     if let RatchetParse::Junit { junit } = &ratchet.parse {
         // One left by a worker, or by an earlier run, must not stand for this one.
         // Through the tree's own links only: a directory link out must not make grove
@@ -73,30 +109,27 @@ pub(crate) async fn findings(
     };
     let result = match site.executor.execute(request).await {
         Ok(result) => result,
-        Err(error) => return Ok(Err(format!("it could not run: {error}"))),
+        Err(error) => return Ok(Err(NoFindings::NotRun(error.to_string()))),
     };
     let output = result.output_text();
     let code = match result.outcome {
         ExecOutcome::Cancelled => return Err(Interrupted),
         ExecOutcome::Exited(code) => code,
         ExecOutcome::Signalled(signal) => {
-            return Ok(Err(format!("it was killed by signal {signal}")));
+            return Ok(Err(NoFindings::Signalled(signal)));
         }
         ExecOutcome::TimedOut => {
-            return Ok(Err(format!("it timed out after {} s", check.timeout_s)));
+            return Ok(Err(NoFindings::TimedOut(check.timeout_s)));
         }
     };
     if result.cut_bytes() > 0 {
-        return Ok(Err(format!(
-            "its output passed {} MiB, so part of it would go uncompared",
-            OUTPUT_BYTES >> 20
-        )));
+        return Ok(Err(NoFindings::OutputCut));
     }
     let tree = site.cwd.to_string_lossy();
     let found = match &ratchet.parse {
         RatchetParse::Lines { pattern } => match regex::Regex::new(pattern) {
             Ok(pattern) => parse::lines(&output, &pattern, &tree),
-            Err(error) => return Ok(Err(format!("its pattern does not compile: {error}"))),
+            Err(error) => return Ok(Err(NoFindings::Pattern(error))),
         },
         RatchetParse::CargoJson => parse::cargo_json(&output, &tree),
         RatchetParse::Junit { junit } => {
@@ -106,30 +139,35 @@ pub(crate) async fn findings(
             let text = match read {
                 Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                    return Ok(Err(format!(
-                        "it wrote no JUnit file at `{junit}` (it exited with status {code}). \
-                         Its output ends with:\n{}",
-                        output_tail(&output, QUOTED_CHARS)
-                    )));
+                    return Ok(Err(NoFindings::NoJunit {
+                        junit: junit.clone(),
+                        code,
+                        tail: output_tail(&output, QUOTED_CHARS),
+                    }));
                 }
-                Err(error) => {
-                    return Ok(Err(format!(
-                        "its JUnit file `{junit}` cannot be read: {error}"
-                    )));
+                Err(source) => {
+                    return Ok(Err(NoFindings::JunitUnreadable {
+                        junit: junit.clone(),
+                        source,
+                    }));
                 }
             };
             match parse::junit(&text) {
                 Ok(found) => found,
-                Err(why) => return Ok(Err(format!("its JUnit file `{junit}` is {why}"))),
+                Err(why) => {
+                    return Ok(Err(NoFindings::JunitInvalid {
+                        junit: junit.clone(),
+                        why,
+                    }));
+                }
             }
         }
     };
     if found.is_empty() && code != 0 && !matches!(ratchet.parse, RatchetParse::Junit { .. }) {
-        return Ok(Err(format!(
-            "it exited with status {code} and reported no finding grove could read. Its \
-             output ends with:\n{}",
-            output_tail(&output, QUOTED_CHARS)
-        )));
+        return Ok(Err(NoFindings::Unread {
+            code,
+            tail: output_tail(&output, QUOTED_CHARS),
+        }));
     }
     Ok(Ok(found))
 }
@@ -153,7 +191,7 @@ pub(crate) async fn compare(
         };
         tallies.push(match findings(stage, check, ratchet, site).await? {
             Ok(found) => RatchetTally::compare(&ratchet.command, before, &found),
-            Err(why) => RatchetTally::failed(&ratchet.command, why),
+            Err(why) => RatchetTally::failed(&ratchet.command, why.to_string()),
         });
     }
     Ok(tallies)

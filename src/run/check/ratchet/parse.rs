@@ -90,10 +90,25 @@ pub(crate) fn cargo_json(output: &str, tree: &str) -> Vec<RatchetFinding> {
     found
 }
 
+/// Why a text is not a JUnit report.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NotJunit {
+    #[error("not XML at byte {at}: {source}")]
+    Xml {
+        at: u64,
+        #[source]
+        source: quick_xml::Error,
+    },
+    #[error("not XML: {0}")]
+    Attribute(String),
+    #[error("not a JUnit report: no <testsuite> element")]
+    NoSuite,
+}
+
 /// The failing test cases of a JUnit XML report: each `<testcase>` holding a
 /// `<failure>` or an `<error>` (a skipped one is not failing), as `classname` (or
 /// `file`) and `name`. An error says why the text is not such a report.
-pub(crate) fn junit(xml: &str) -> Result<Vec<RatchetFinding>, String> {
+pub(crate) fn junit(xml: &str) -> Result<Vec<RatchetFinding>, NotJunit> {
     use quick_xml::events::{BytesStart, Event};
 
     struct Case {
@@ -101,17 +116,17 @@ pub(crate) fn junit(xml: &str) -> Result<Vec<RatchetFinding>, String> {
         name: String,
         failed: bool,
     }
-    fn case(start: &BytesStart<'_>) -> Result<Case, String> {
+    fn case(start: &BytesStart<'_>) -> Result<Case, NotJunit> {
         let mut case = Case {
             class: String::new(),
             name: String::new(),
             failed: false,
         };
         for attribute in start.attributes() {
-            let attribute = attribute.map_err(|error| error.to_string())?;
+            let attribute = attribute.map_err(|error| NotJunit::Attribute(error.to_string()))?;
             let value = attribute
                 .unescape_value()
-                .map_err(|error| error.to_string())?
+                .map_err(|error| NotJunit::Attribute(error.to_string()))?
                 .into_owned();
             match attribute.key.as_ref() {
                 b"classname" => case.class = value,
@@ -138,9 +153,10 @@ pub(crate) fn junit(xml: &str) -> Result<Vec<RatchetFinding>, String> {
         }
     };
     loop {
-        let event = reader
-            .read_event()
-            .map_err(|error| format!("not XML at byte {}: {error}", reader.error_position()))?;
+        let event = reader.read_event().map_err(|source| NotJunit::Xml {
+            at: reader.error_position(),
+            source,
+        })?;
         match event {
             Event::Start(start) | Event::Empty(start)
                 if matches!(start.name().as_ref(), b"testsuite" | b"testsuites") =>
@@ -168,7 +184,7 @@ pub(crate) fn junit(xml: &str) -> Result<Vec<RatchetFinding>, String> {
         }
     }
     if suites == 0 {
-        return Err("not a JUnit report: no <testsuite> element".to_owned());
+        return Err(NotJunit::NoSuite);
     }
     Ok(found)
 }
@@ -326,12 +342,13 @@ mod tests {
         );
         assert_eq!(nextest, vec![finding("c", "", "t::a", None)]);
         assert_eq!(
-            junit("collected 3 items\n").unwrap_err(),
+            junit("collected 3 items\n").unwrap_err().to_string(),
             "not a JUnit report: no <testsuite> element"
         );
         assert!(
             junit("<testsuite><testcase name=\"a\"></testsuite>")
                 .unwrap_err()
+                .to_string()
                 .starts_with("not XML at byte "),
         );
     }
