@@ -169,6 +169,8 @@ impl RunParams {
             // typed by the user, starts one.
             remote: Vec::new(),
             check_setup_trust: true,
+            // The user's configuration's `prices` file still applies.
+            prices: None,
         })
     }
 }

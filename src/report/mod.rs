@@ -11,7 +11,6 @@
 mod diff;
 mod gather;
 mod html;
-mod prices;
 mod render;
 mod timeline;
 
@@ -23,7 +22,7 @@ use crate::store::state::{RunStatus, SubtaskStatus, VerdictState};
 
 pub use diff::{FileDiff, Hunk, Line, Row, Segment, side_by_side, word_segments};
 pub use gather::{ReportError, gather};
-pub use prices::{Cost, ModelPrice, PriceError, PriceTable};
+pub use crate::prices::{Cost, ModelPrice, PriceError, PriceTable};
 pub use render::render_html;
 
 /// The report's file name in the run directory when no `--output` is given.

@@ -13,7 +13,10 @@ use crate::run::check::result::{ResultCheck, ResultCheckError, held_back};
 use crate::run::context::{AgentServices, DISK_FULL, RunContext, RunFacts, RunRecord};
 use crate::run::history;
 use crate::run::lead::{LeadEnd, LeadFailure};
-use crate::run::report::{ApplyReport, CheckReport, RunEnd, RunReport, SubtaskReport, Totals};
+use crate::run::report::{
+    ApplyReport, CheckReport, CostReport, RunEnd, RunReport, SubtaskReport, Totals,
+};
+use crate::run::spend::BUDGET_SPENT;
 use crate::store::StoreError;
 use crate::store::journal::Entry;
 
@@ -127,6 +130,13 @@ pub(crate) async fn finish(
     for subtask in &subtasks {
         total.add(&subtask.ledger());
     }
+    let mut subtasks = subtasks;
+    let cost = CostReport::price(
+        &ctx.facts.options,
+        &ctx.agents.models,
+        &lead.ledger,
+        &mut subtasks,
+    );
     Ok(RunReport {
         run_id: ctx.facts.run.as_str().to_owned(),
         status,
@@ -152,6 +162,8 @@ pub(crate) async fn finish(
         },
         lead_ledger: lead.ledger,
         totals: Totals::from(total),
+        cost,
+        estimate: None,
     })
 }
 
@@ -164,7 +176,11 @@ fn status(
     match (failure, record.pause.reason()) {
         // A full disk or a red base pauses the run whatever the lead did: never a
         // partial apply; the reason says what to do.
-        (_, Some(reason)) if reason.starts_with(DISK_FULL) || reason.starts_with(BASE_RED) => {
+        (_, Some(reason))
+            if reason.starts_with(DISK_FULL)
+                || reason.starts_with(BASE_RED)
+                || reason.starts_with(BUDGET_SPENT) =>
+        {
             (RunEnd::Paused, Some(reason))
         }
         (Some(LeadFailure::Interrupted), Some(reason)) => (

@@ -219,6 +219,18 @@ impl TestRun {
             name: "scripted".into(),
         };
         let budget = Budget::new(options.budget_tokens);
+        let (tx, events) = (EventSink::new(tx), events);
+        let cancel = CancellationToken::new();
+        let pause = Pause::default();
+        let spend = crate::run::spend::RunSpend::new(crate::run::spend::SpendSetup {
+            cap: options.budget_usd,
+            prices: options.prices.clone(),
+            run: run.clone(),
+            run_dir: active.dir().to_path_buf(),
+            pause: pause.clone(),
+            cancel: cancel.clone(),
+            events: tx.clone(),
+        });
         let ctx = RunContext {
             facts: RunFacts {
                 worktrees_dir: dir.path().join("worktrees"),
@@ -232,9 +244,9 @@ impl TestRun {
             },
             record: RunRecord {
                 journal: RunJournal::new(active),
-                pause: Pause::default(),
-                events: EventSink::new(tx),
-                cancel: CancellationToken::new(),
+                pause,
+                events: tx,
+                cancel,
             },
             agents: AgentServices {
                 budget,

@@ -39,7 +39,8 @@ pub async fn demo(directory: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode>
             .keep(),
     };
     let demo = grove::demo::Demo::prepare(&dir).await?;
-    let report = drive::drive(Output::of_flag(args.json), |events, cancel| {
+    let estimate = demo.estimate().await;
+    let report = drive::drive(Output::of_flag(args.json), Some(estimate), |events, cancel| {
         demo.run(events, cancel)
     })
     .await?;
