@@ -73,11 +73,11 @@ pub use error::{AdvanceError, GitError};
 pub(crate) use error::{io_is_disk_full, says_disk_full};
 pub use merge::{MergeCheck, MergeOutcome, PairConflict};
 pub use merge_batch::BatchItem;
-pub use size::TreeSize;
 pub use names::{CommitId, RunId, subtask_ref};
 pub use rebuild::{RebuildPick, RebuildStep, Rebuilt};
 pub use ref_locks::{RefLocks, STALE_REF_LOCK};
 pub(crate) use registered::{admin_head, normalize};
+pub use size::TreeSize;
 pub use snapshot::{SnapshotEntry, TreeSnapshot};
 pub use squash::{ChainCommit, SquashStep, Squashed};
 

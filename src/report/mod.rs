@@ -20,9 +20,9 @@ use crate::ledger::Ledger;
 use crate::store::journal::{CheckRun, SubtaskKind};
 use crate::store::state::{RunStatus, SubtaskStatus, VerdictState};
 
+pub use crate::prices::{Cost, ModelPrice, PriceError, PriceTable};
 pub use diff::{FileDiff, Hunk, Line, Row, Segment, side_by_side, word_segments};
 pub use gather::{ReportError, gather};
-pub use crate::prices::{Cost, ModelPrice, PriceError, PriceTable};
 pub use render::render_html;
 
 /// The report's file name in the run directory when no `--output` is given.

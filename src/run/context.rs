@@ -33,9 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::roles::{self, ProjectRules, RoleDef};
-use crate::agent::{
-    AgentRun, AgentSpec, Ledger, LoopInput, MoneyBudget, TurnObserver, run_agent,
-};
+use crate::agent::{AgentRun, AgentSpec, Ledger, LoopInput, MoneyBudget, TurnObserver, run_agent};
 use crate::event::{AgentId, AgentLabel, Event, EventSink};
 use crate::git::{CommitId, Repo, RunId};
 use crate::model::Message;

@@ -20,11 +20,11 @@ use crate::git::Repo;
 use crate::run::agents::{agent_catalogue, delegate_role, read_rules};
 use crate::run::context::lock;
 use crate::run::delegate::{self, DelegateInput, DelegateRequest};
+use crate::run::estimate::{self, Estimate, EstimateInput};
 use crate::run::id::SubtaskId;
 use crate::run::lead::{first_prompt, lead_spec};
 use crate::run::schedule::check_after;
 use crate::run::start::RunError;
-use crate::run::estimate::{self, Estimate, EstimateInput};
 use crate::settings::options::{ModelNames, Models, RunOptions};
 use crate::store::journal::ContextMode;
 use crate::tools::result_tree::{self, LiveTree};
@@ -119,7 +119,10 @@ pub async fn plan(
         worker_backend: &options.worker_backend,
     });
     Ok(Plan {
-        plan_usd: options.prices.cost(&models.lead.name, &outcome.ledger).usd(),
+        plan_usd: options
+            .prices
+            .cost(&models.lead.name, &outcome.ledger)
+            .usd(),
         task: options.task,
         subtasks,
         summary,

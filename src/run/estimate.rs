@@ -126,7 +126,14 @@ pub fn estimate(input: &EstimateInput<'_>) -> Estimate {
     };
     let caps = input.max_turns;
     let lead = (
-        shape(1, few / 2 + 2, caps.lead, 1_500 + 600 * u64::from(few) / 2, 300, low_cache),
+        shape(
+            1,
+            few / 2 + 2,
+            caps.lead,
+            1_500 + 600 * u64::from(few) / 2,
+            300,
+            low_cache,
+        ),
         shape(
             1,
             many + 4,
@@ -138,11 +145,25 @@ pub fn estimate(input: &EstimateInput<'_>) -> Estimate {
     );
     let worker = (
         shape(few, 5, caps.worker, 1_000 + read_low / 2, 250, low_cache),
-        shape(many, 15, caps.worker, 4_000 + read_high / 2, 900, high_cache),
+        shape(
+            many,
+            15,
+            caps.worker,
+            4_000 + read_high / 2,
+            900,
+            high_cache,
+        ),
     );
     let reviewer = (
         shape(few, 2, caps.reviewer, 2_000, 300, low_cache),
-        shape(many, 5, caps.reviewer, 10_000 + read_high / 4, 800, high_cache),
+        shape(
+            many,
+            5,
+            caps.reviewer,
+            10_000 + read_high / 4,
+            800,
+            high_cache,
+        ),
     );
     let worker_model = match input.worker_backend {
         WorkerBackend::Builtin => input.models.worker.clone(),
@@ -294,7 +315,10 @@ mod tests {
             "more subtasks cost more: {two:?} {eight:?}"
         );
         let sum: f64 = eight.roles.iter().filter_map(|r| r.high_usd).sum();
-        assert!((sum - eight.high_usd).abs() < 1e-12, "the total is the roles' sum");
+        assert!(
+            (sum - eight.high_usd).abs() < 1e-12,
+            "the total is the roles' sum"
+        );
 
         let local = names("local-model");
         let unpriced = estimate(&EstimateInput {

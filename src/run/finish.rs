@@ -43,7 +43,7 @@ impl From<ResultCheckError> for FinishError {
 /// Applies the result if it may, journals the run's end and reports it.
 pub(crate) async fn finish(
     ctx: &RunContext,
-    subtasks: Vec<SubtaskReport>,
+    mut subtasks: Vec<SubtaskReport>,
     mut lead: LeadEnd,
     checked: ResultCheck,
 ) -> Result<RunReport, FinishError> {
@@ -126,18 +126,14 @@ pub(crate) async fn finish(
         },
     };
     ctx.journal(journal_end)?;
-    let mut total: Ledger = lead.ledger;
-    for subtask in &subtasks {
-        total.add(&subtask.ledger());
-    }
-    let mut subtasks = subtasks;
-    let cost = CostReport::price(
-        &ctx.facts.options,
-        &ctx.agents.models,
-        &lead.ledger,
-        &mut subtasks,
-    );
+    let total = run_total(&lead.ledger, &subtasks);
     Ok(RunReport {
+        cost: CostReport::price(
+            &ctx.facts.options,
+            &ctx.agents.models,
+            &lead.ledger,
+            &mut subtasks,
+        ),
         run_id: ctx.facts.run.as_str().to_owned(),
         status,
         base: ctx.facts.base.to_string(),
@@ -162,9 +158,17 @@ pub(crate) async fn finish(
         },
         lead_ledger: lead.ledger,
         totals: Totals::from(total),
-        cost,
         estimate: None,
     })
+}
+
+/// The lead's and every subtask's tokens summed.
+fn run_total(lead: &Ledger, subtasks: &[SubtaskReport]) -> Ledger {
+    let mut total = *lead;
+    for subtask in subtasks {
+        total.add(&subtask.ledger());
+    }
+    total
 }
 
 /// How the run ended, and why it did not finish when it did not (for the person).

@@ -12,11 +12,12 @@ use crate::agent::external::WorkerBackend;
 use crate::agent::roles::RulesError;
 use crate::git::{GitError, GitOptions, Repo};
 use crate::model::{self, ModelError, Provider};
+use crate::prices::{Unpriced, Usd};
 use crate::run::agents::read_rules;
 use crate::run::sandbox_view;
 use crate::run::start::{ResumeProblem, RunError};
-use crate::prices::{PriceTable, Unpriced, Usd};
 use crate::settings::config::{CONFIG_PATH, ConfigError, ProjectConfig, RunSettings};
+pub use crate::settings::options::ResumeOverrides;
 use crate::settings::prices::{PricesError, price_table};
 use crate::settings::trust::{TrustError, TrustStore};
 use crate::settings::widening::{file_widenings, journaled_widenings};
@@ -84,15 +85,6 @@ impl LaunchError {
             Self::EmptyTask | Self::Prices(_) | Self::Unpriced(_) | Self::MoneyBudgetBackend { .. }
         )
     }
-}
-
-/// What `grove resume` may change of a run: its money budgets (raised to finish a run
-/// paused at one) and the price table, read again.
-#[derive(Debug, Clone, Default)]
-pub struct ResumeOverrides {
-    pub budget_usd: Option<Usd>,
-    pub subagent_budget_usd: Option<Usd>,
-    pub prices: PriceTable,
 }
 
 /// The overrides of a resume of `run_id` with the budgets `budget_usd` and

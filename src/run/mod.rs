@@ -38,9 +38,9 @@ pub(crate) mod merge_queue;
 pub(crate) mod observer;
 pub mod report;
 pub mod sandbox_view;
-pub(crate) mod spend;
 pub(crate) mod schedule;
 pub(crate) mod show_subtask;
+pub(crate) mod spend;
 pub mod start;
 pub mod subtask;
 #[cfg(test)]
@@ -120,8 +120,7 @@ pub async fn resume_on(
     events: EventSink,
     cancel: CancellationToken,
 ) -> Result<RunReport, RunError> {
-    let (started, state) =
-        start::resume(
+    let (started, state) = start::resume(
         repo_path,
         run_id,
         git,

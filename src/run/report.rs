@@ -8,15 +8,15 @@
 use serde::Serialize;
 
 use crate::agent::Ledger;
+use crate::agent::external::WorkerBackend;
 use crate::git::DiffStat;
+use crate::prices::Usd;
+use crate::run::estimate::Estimate;
 use crate::run::id::SubtaskId;
+use crate::settings::options::{Models, RunOptions};
 use crate::store::journal::{
     CheckRun, CheckStatus, Finding, ON_RESULT, RunOutcome, SubtaskKind, SubtaskOutcome, VerdictKind,
 };
-use crate::agent::external::WorkerBackend;
-use crate::prices::Usd;
-use crate::run::estimate::Estimate;
-use crate::settings::options::{Models, RunOptions};
 use crate::store::state::RunStatus;
 
 /// How this process's run ended (the `status` of `grove run --json`).

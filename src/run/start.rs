@@ -18,10 +18,9 @@ use crate::run::context::{
     AgentServices, Budget, Pause, RunContext, RunFacts, RunJournal, RunRecord, TreeServices,
 };
 use crate::run::sandbox_view::{self, SandboxViewError};
-use crate::run::subtask::prepare::{LocalFileError, check_local_files};
-use crate::run::launch::ResumeOverrides;
 use crate::run::spend::{MeteredModel, RunSpend, SpendSetup};
-use crate::settings::options::{Models, RunOptions};
+use crate::run::subtask::prepare::{LocalFileError, check_local_files};
+use crate::settings::options::{Models, ResumeOverrides, RunOptions};
 use crate::store::journal::Entry;
 use crate::store::lock::{LockError, RepoLock};
 use crate::store::state::RunState;

@@ -222,15 +222,6 @@ impl TestRun {
         let (tx, events) = (EventSink::new(tx), events);
         let cancel = CancellationToken::new();
         let pause = Pause::default();
-        let spend = crate::run::spend::RunSpend::new(crate::run::spend::SpendSetup {
-            cap: options.budget_usd,
-            prices: options.prices.clone(),
-            run: run.clone(),
-            run_dir: active.dir().to_path_buf(),
-            pause: pause.clone(),
-            cancel: cancel.clone(),
-            events: tx.clone(),
-        });
         let ctx = RunContext {
             facts: RunFacts {
                 worktrees_dir: dir.path().join("worktrees"),

@@ -23,8 +23,7 @@ use crate::settings::options::{
 pub use crate::settings::values::{CopyPathError, ValueProblem, check_copy_path};
 use crate::settings::values::{
     base_check, boolean, copy_list, history, integer, model_name, provider, sandbox_paths,
-    setup_command, subtask_check, tokens, turns, usd, variable_names, worktree_mode,
-    worktrees_dir,
+    setup_command, subtask_check, tokens, turns, usd, variable_names, worktree_mode, worktrees_dir,
 };
 use crate::worktree::WorktreeMode;
 

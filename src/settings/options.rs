@@ -130,6 +130,15 @@ pub struct RunOptions {
     pub check: Option<CheckOptions>,
 }
 
+/// What `grove resume` may change of a run: its money budgets (raised to finish a run
+/// paused at one) and the price table, read again.
+#[derive(Debug, Clone, Default)]
+pub struct ResumeOverrides {
+    pub budget_usd: Option<Usd>,
+    pub subagent_budget_usd: Option<Usd>,
+    pub prices: PriceTable,
+}
+
 /// The history the user's branch gets from a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

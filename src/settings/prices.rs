@@ -68,7 +68,11 @@ fn user_price_file(config: &Path) -> Result<Option<PathBuf>, ConfigError> {
     let Some(value) = raw.prices else {
         return Ok(None);
     };
-    match value.get_ref().as_str().filter(|path| !path.trim().is_empty()) {
+    match value
+        .get_ref()
+        .as_str()
+        .filter(|path| !path.trim().is_empty())
+    {
         Some(path) => Ok(Some(
             config
                 .parent()

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use grove::event::EventSink;
 use grove::model::Provider;
+use grove::prices::Usd;
 use grove::run::{
     ModelChoice, ModelNames, Models, RunEnd, RunError, RunOptions, RunReport, TurnCaps,
     WorktreeSetup,
@@ -276,6 +277,8 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
             },
             budget_tokens: Some(2_000_000),
             subagent_budget_tokens: Some(400_000),
+            budget_usd: Usd::from_dollars(20.0),
+            subagent_budget_usd: Usd::from_dollars(4.0),
             apply: Some(true),
             setup: Some("npm ci".into()),
             setup_timeout_s: Some(config::DEFAULT_SETUP_TIMEOUT_S),
@@ -297,6 +300,8 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
     let defaults_only = RunSettings {
         budget_tokens: None,
         subagent_budget_tokens: None,
+        budget_usd: None,
+        subagent_budget_usd: None,
         setup: None,
         copy: None,
         share: None,

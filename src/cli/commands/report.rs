@@ -34,8 +34,8 @@ pub struct ReportArgs {
 pub async fn report(directory: &Path, args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let env: Vec<_> = std::env::vars_os().collect();
     let file = args.prices.as_ref().map(|file| directory.join(file));
-    let prices = price_table(&env, file.as_deref())
-        .map_err(|error| UsageError(error.to_string()))?;
+    let prices =
+        price_table(&env, file.as_deref()).map_err(|error| UsageError(error.to_string()))?;
     let run = drive::parse_run_id(&args.run_id)?;
     let repo = drive::open_repo(directory).await?;
     let data = report::gather(&repo, run.as_str(), prices).await?;

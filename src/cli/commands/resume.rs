@@ -46,7 +46,10 @@ pub async fn resume(directory: &Path, args: &ResumeArgs) -> anyhow::Result<ExitC
         &args.run_id,
         args.budget_usd,
         args.subagent_budget_usd,
-        args.prices.as_ref().map(|file| directory.join(file)).as_deref(),
+        args.prices
+            .as_ref()
+            .map(|file| directory.join(file))
+            .as_deref(),
     )
     .await
     .map_err(usage_or_error)?;

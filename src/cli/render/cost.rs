@@ -46,7 +46,10 @@ pub fn estimate_line(estimate: &Estimate) -> String {
 
 /// The dry run's estimate under its plan: per role, the total, and what it assumed.
 pub fn estimate_block(estimate: &Estimate, plan_usd: Option<f64>) -> Vec<String> {
-    let mut lines = vec![String::new(), "Estimated cost of running this plan:".to_owned()];
+    let mut lines = vec![
+        String::new(),
+        "Estimated cost of running this plan:".to_owned(),
+    ];
     for role in &estimate.roles {
         let [few, many] = role.agents;
         let agents = if few == many {

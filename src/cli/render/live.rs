@@ -24,7 +24,7 @@ pub type Ledgers = Vec<(AgentId, Ledger)>;
 /// Renders events until the channel closes; returns the ledgers it saw.
 pub async fn live(mut events: UnboundedReceiver<Event>, terminal: bool) -> Ledgers {
     let mut view = if terminal {
-        View::Bars(Bars::new())
+        View::Bars(Box::new(Bars::new()))
     } else {
         View::Plain
     };
@@ -150,15 +150,8 @@ fn escaped(event: Event) -> Event {
         },
         // A run id is a fixed pattern of digits and letters.
         started @ Event::RunStarted { .. } => started,
-        Event::Spent {
-            usd,
-            cap_usd,
-            unpriced,
-        } => Event::Spent {
-            usd,
-            cap_usd,
-            unpriced: unpriced.into_iter().map(text).collect(),
-        },
+        // Its model names are escaped where they are shown, by `spent_line`.
+        spent @ Event::Spent { .. } => spent,
         Event::ModelWaiting {
             agent: id,
             attempt,
@@ -177,7 +170,7 @@ fn escaped(event: Event) -> Event {
 
 enum View {
     Plain,
-    Bars(Bars),
+    Bars(Box<Bars>),
 }
 
 fn plain(event: &Event) {
@@ -249,7 +242,7 @@ fn spent_line(usd: f64, cap_usd: Option<f64>, unpriced: &[String]) -> String {
             unpriced.join(", ")
         ));
     }
-    line
+    printable(&line).into_owned()
 }
 
 /// `waits for S1, S3 to settle, then starts from their result: <brief>`: a subtask
