@@ -90,10 +90,11 @@ impl Cost {
     }
 }
 
-/// Dollars as people read them: cents from a dollar up, four decimals below it
-/// (`$12.40`, `$0.0312`).
+/// Dollars as people read them: cents from a dollar up or when whole, four decimals
+/// below a dollar otherwise (`$12.40`, `$0.50`, `$0.0312`).
 pub fn format_usd(usd: f64) -> String {
-    if usd >= 1.0 || usd == 0.0 {
+    let whole_cents = ((usd * 100.0).round() - usd * 100.0).abs() < 1e-6;
+    if usd >= 1.0 || whole_cents {
         format!("${usd:.2}")
     } else {
         format!("${usd:.4}")
@@ -194,7 +195,7 @@ const BUILTIN: &str = include_str!("prices.toml");
 /// A model the table has no price for, under a money budget.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{flag} needs the price of every model the run uses, and {} {} no price; give {} in \
+    "{flag} needs the price of every model the run uses, and {} no price: {}; give {} in \
      a price file with `--prices FILE` ([models.\"NAME\"] input = 3.0, output = 15.0, \
      cache_read = 0.3, cache_write = 3.75)",
     if models.len() == 1 { "this one has" } else { "these have" },
@@ -466,6 +467,7 @@ mod tests {
         assert_eq!(format_usd(12.404), "$12.40");
         assert_eq!(format_usd(0.03125), "$0.0312");
         assert_eq!(format_usd(0.0), "$0.00");
+        assert_eq!(format_usd(0.5), "$0.50");
     }
 
     #[test]

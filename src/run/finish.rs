@@ -128,12 +128,7 @@ pub(crate) async fn finish(
     ctx.journal(journal_end)?;
     let total = run_total(&lead.ledger, &subtasks);
     Ok(RunReport {
-        cost: CostReport::price(
-            &ctx.facts.options,
-            &ctx.agents.models,
-            &lead.ledger,
-            &mut subtasks,
-        ),
+        cost: run_cost(ctx, &lead.ledger, &mut subtasks),
         run_id: ctx.facts.run.as_str().to_owned(),
         status,
         base: ctx.facts.base.to_string(),
@@ -160,6 +155,18 @@ pub(crate) async fn finish(
         totals: Totals::from(total),
         estimate: None,
     })
+}
+
+/// What the run cost: its lead's and subtasks' ledgers at its prices (each subtask's
+/// `cost_usd` set), and what its turns were counted at as they came.
+fn run_cost(ctx: &RunContext, lead: &Ledger, subtasks: &mut [SubtaskReport]) -> CostReport {
+    let metered = crate::store::spend::read(&ctx.facts.run_dir);
+    CostReport::price(
+        &ctx.facts.options,
+        (&ctx.agents.models, &metered),
+        lead,
+        subtasks,
+    )
 }
 
 /// The lead's and every subtask's tokens summed.

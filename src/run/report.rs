@@ -17,6 +17,7 @@ use crate::settings::options::{Models, RunOptions};
 use crate::store::journal::{
     CheckRun, CheckStatus, Finding, ON_RESULT, RunOutcome, SubtaskKind, SubtaskOutcome, VerdictKind,
 };
+use crate::store::spend::Spent;
 use crate::store::state::RunStatus;
 
 /// How this process's run ended (the `status` of `grove run --json`).
@@ -334,7 +335,9 @@ pub struct RunReport {
 /// What a run cost in US dollars, at its price table (`cost` of `grove run --json`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct CostReport {
-    /// Every priced agent's cost summed; the agents of `unpriced` models are not in it.
+    /// What every request of the run cost, as counted turn by turn (earlier processes'
+    /// turns, and those of agents interrupted and run again, included); the turns of
+    /// `unpriced` models are not in it.
     pub total_usd: f64,
     /// The lead's; `null` when its model has no price.
     pub lead_usd: Option<f64>,
@@ -348,9 +351,11 @@ impl CostReport {
     /// Prices the lead's `lead` ledger and each subtask's (setting its `cost_usd`) at the
     /// run's table: each role at its model (the run's own; an agent file naming another
     /// model is priced at its role's), an agent CLI's worker as unknown.
+    /// `metered` is what the run's turns were counted at as they came (a run that
+    /// predates the count has none: the ledgers' sum stands).
     pub fn price(
         options: &RunOptions,
-        models: &Models,
+        (models, metered): (&Models, &Spent),
         lead: &Ledger,
         subtasks: &mut [SubtaskReport],
     ) -> CostReport {
@@ -383,6 +388,12 @@ impl CostReport {
             subtask.cost_usd = worker.zip(reviewer).map(|(w, r)| w + r);
         }
         report.lead_usd = lead_usd;
+        report.total_usd = report.total_usd.max(metered.usd);
+        for model in &metered.unpriced {
+            if !report.unpriced.contains(model) {
+                report.unpriced.push(model.clone());
+            }
+        }
         report
     }
 }
