@@ -334,10 +334,12 @@ impl PriceTable {
     }
 }
 
-/// A dated snapshot's suffix: digits, with dashes between them (`20250929`, `2026-03-05`).
+/// A dated snapshot's suffix: a date of eight digits, dashes allowed between them
+/// (`20250929`, `2026-03-05`); a short number (`7`) is another version, not a date.
 fn is_snapshot_suffix(rest: &str) -> bool {
     rest.starts_with(|c: char| c.is_ascii_digit())
         && rest.chars().all(|c| c.is_ascii_digit() || c == '-')
+        && rest.chars().filter(char::is_ascii_digit).count() >= 8
 }
 
 /// The 1-based line of byte `offset` in `text`.

@@ -8,6 +8,7 @@
 //! write to a run or the repository, and the page it renders must never load anything:
 //! no external URL, every string from the model or the repository escaped.
 
+mod cost_chart;
 mod diff;
 mod gather;
 mod html;

@@ -647,8 +647,9 @@ fn cost_section(page: &mut String, data: &ReportData) {
     let _ = write!(
         page,
         "<p>Costs are an <strong>estimate</strong>: token counts times list prices in US \
-         dollars per million tokens ({source}). A model whose name is not in the table, nor \
-         is a dated snapshot of a name in it, has an unknown price, not a zero one.</p>\n\
+         dollars per million tokens ({source}; the rows below are those this run used). A \
+         model whose name is not in the table, nor is a dated snapshot of a name in it, has \
+         an unknown price, not a zero one.</p>\n\
          <table class=\"prices\"><tr><th>model</th><th class=\"num\">input</th>\
          <th class=\"num\">output</th><th class=\"num\">cache read</th>\
          <th class=\"num\">cache write</th><th class=\"num\">cache write 1h</th></tr>"
@@ -666,7 +667,18 @@ fn cost_section(page: &mut String, data: &ReportData) {
             },
         )
     };
-    for (model, price) in &data.prices.models {
+    // The rows that priced an agent of this run (the whole table is `src/prices.toml`).
+    let used: std::collections::BTreeSet<&str> = data
+        .agents
+        .iter()
+        .filter_map(|agent| data.prices.lookup(&agent.model).map(|(name, _)| name))
+        .collect();
+    for (model, price) in data
+        .prices
+        .models
+        .iter()
+        .filter(|(model, _)| used.contains(model.as_str()))
+    {
         let _ = write!(
             page,
             "<tr><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
@@ -679,7 +691,9 @@ fn cost_section(page: &mut String, data: &ReportData) {
             rate(price.cache_write_1h)
         );
     }
-    page.push_str("</table>\n</section>\n");
+    page.push_str("</table>\n");
+    super::cost_chart::cost_over_time(page, data);
+    page.push_str("</section>\n");
 }
 
 fn ledger_row(page: &mut String, agent: &AgentCost, cost: Cost) {
