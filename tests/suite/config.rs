@@ -124,7 +124,8 @@ fn invalid_config_errors_name_the_file_line_column_and_key() {
         (
             "jobz = 4",
             "1:1: jobz: unknown field `jobz`, expected one of `provider`, `model`, `models`, \
-             `jobs`, `max_turns`, `budget_tokens`, `subagent_budget_tokens`, `apply`, \
+             `jobs`, `max_turns`, `budget_tokens`, `subagent_budget_tokens`, `budget_usd`, \
+             `subagent_budget_usd`, `apply`, \
              `worktree`, `workers`, `sandbox`, `history`, `check`",
         ),
         (
@@ -582,9 +583,9 @@ fn a_flag_model_beats_the_files_role_models_and_a_provider_switch_drops_them() {
             ..RunSettings::default()
         }),
         ModelNames {
-            lead: "claude-sonnet-4-5".into(),
-            worker: "claude-sonnet-4-5".into(),
-            reviewer: "claude-sonnet-4-5".into(),
+            lead: "claude-sonnet-5-5".into(),
+            worker: "claude-sonnet-5-5".into(),
+            reviewer: "claude-sonnet-5-5".into(),
         },
         "--provider switching away from the file's provider drops its model names"
     );
@@ -691,7 +692,7 @@ async fn decided(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grove_run_takes_the_default_then_the_file_then_the_flag() {
     let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
-    let default_model = "claude-sonnet-4-5";
+    let default_model = "claude-sonnet-5-5";
     assert_eq!(
         decided(&fixture, None, &[]).await,
         (
