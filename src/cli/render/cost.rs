@@ -108,3 +108,51 @@ pub fn cost_line(report: &RunReport) -> String {
 pub fn cell(usd: Option<f64>) -> String {
     usd.map_or_else(|| "?".to_owned(), format_usd)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use grove::run::estimate::RoleEstimate;
+
+    #[test]
+    fn the_first_line_gives_the_range_and_names_what_it_cannot_price() {
+        let role = |role: &str, model: &str, usd: Option<(f64, f64)>| RoleEstimate {
+            role: role.to_owned(),
+            model: model.to_owned(),
+            agents: [1, 4],
+            turns: [5, 15],
+            input_tokens: [1, 2],
+            output_tokens: [1, 2],
+            low_usd: usd.map(|(low, _)| low),
+            high_usd: usd.map(|(_, high)| high),
+        };
+        let estimate = Estimate {
+            subtasks: [1, 4],
+            planned: false,
+            repository_files: 3,
+            repository_bytes: 300,
+            roles: vec![
+                role("lead", "claude-sonnet-5-5", Some((0.02, 0.2))),
+                role("worker", "local\u{1b}[31m", None),
+            ],
+            low_usd: 0.02,
+            high_usd: 0.2,
+            unpriced: vec!["local\u{1b}[31m".to_owned()],
+            assumptions: vec!["a guess".to_owned()],
+        };
+        assert_eq!(
+            estimate_line(&estimate),
+            "grove: estimate $0.02–$0.20 for 1–4 subtasks, not counted: local\\x1b[31m (no \
+             price; --prices FILE) (`grove run --dry-run` prices the plan)"
+        );
+        assert_eq!(
+            estimate_block(&estimate, None)[3],
+            "  worker    local\\x1b[31m             1–4×   5–15  turns  unknown (no price)",
+            "an unpriced role is unknown, its name escaped"
+        );
+        assert_eq!(
+            (cell(Some(0.0312)), cell(None)),
+            ("$0.0312".into(), "?".into())
+        );
+    }
+}
