@@ -79,19 +79,20 @@ impl RunSpend {
         let mut ledger = Ledger::default();
         ledger.record(usage);
         let turn = self.prices.cost(model, &ledger);
-        let now = {
-            let mut spent = lock(&self.spent);
-            match turn {
-                Cost::Usd(usd) => spent.usd += usd,
-                Cost::UnknownModel | Cost::MissingRate { .. } => {
-                    if !spent.unpriced.iter().any(|m| m == model) {
-                        spent.unpriced.push(model.to_owned());
-                    }
+        let mut spent = lock(&self.spent);
+        match turn {
+            Cost::Usd(usd) => spent.usd += usd,
+            Cost::UnknownModel | Cost::MissingRate { .. } => {
+                if !spent.unpriced.iter().any(|m| m == model) {
+                    spent.unpriced.push(model.to_owned());
                 }
             }
-            spent.clone()
-        };
-        if let Err(error) = spend::write(&self.run_dir, &now) {
+        }
+        let now = spent.clone();
+        // Under the lock: two turns ending together must not leave the older figure.
+        let written = spend::write(&self.run_dir, &now);
+        drop(spent);
+        if let Err(error) = written {
             self.events.emit(Event::Note {
                 message: format!(
                     "could not record what the run spent ({error}); a resume counts its \
