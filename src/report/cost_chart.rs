@@ -66,14 +66,14 @@ pub(super) fn cost_over_time(page: &mut String, data: &ReportData) {
         let _ = write!(line, " {:.1},{:.1}", x(*ts), y(spent));
     }
     let _ = write!(line, " {WIDTH:.1},{:.1}", y(spent));
-    let _ = write!(
+    let _ = writeln!(
         page,
         "<svg class=\"cost\" viewBox=\"-4 -14 {w} {h}\" width=\"{w}\" height=\"{h}\" \
          role=\"img\" aria-label=\"cost over time\"><polyline fill=\"none\" \
          stroke=\"currentColor\" stroke-width=\"2\" points=\"{line}\"/>\
          <text x=\"0\" y=\"-2\" font-size=\"11\">{top}</text>\
          <text x=\"{WIDTH}\" y=\"{bottom}\" font-size=\"11\" text-anchor=\"end\">{secs:.0} s</text>\
-         </svg>\n",
+         </svg>",
         w = WIDTH + 8.0,
         h = HEIGHT + 30.0,
         top = crate::prices::format_usd(total),

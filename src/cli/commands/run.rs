@@ -36,7 +36,7 @@ pub struct RunArgs {
     /// [default: anthropic].
     #[arg(long, value_parser = parse_provider)]
     pub provider: Option<Provider>,
-    /// The model of every role [default: claude-sonnet-4-5 for anthropic, gpt-4.1 for openai].
+    /// The model of every role [default: claude-sonnet-5-5 for anthropic, gpt-5.5 for openai].
     #[arg(long)]
     pub model: Option<String>,
     /// The lead's model (overrides --model).
