@@ -479,3 +479,24 @@ impl Bars {
         let _ = self.multi.clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_footer_says_what_was_spent_of_which_budget_and_what_is_not_counted() {
+        assert_eq!(
+            [
+                spent_line(0.4213, None, &[]),
+                spent_line(1.5, Some(5.0), &["local\u{1b}[2J".to_owned()]),
+            ],
+            [
+                "spent $0.4213 so far".to_owned(),
+                "spent $1.50 so far of the $5.00 budget · not counted: local\\x1b[2J (no price; \
+                 --prices FILE)"
+                    .to_owned(),
+            ]
+        );
+    }
+}
