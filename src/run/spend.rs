@@ -3,8 +3,11 @@
 //!
 //! This file owns the count and the pause at the cap. The count lives in a model client
 //! that wraps the run's ([`MeteredModel`]), so every role is counted whoever runs it,
-//! and no request leaves once the budget is spent: a run goes over its budget by at most
-//! the turns that were already in flight when one turn reached it (cancelled at once).
+//! and no request leaves once the budget is spent. Under a budget a request leaves only
+//! when it is alone, or when what is spent, what the requests in flight may cost and
+//! what it may cost (its whole text as input at the dearest input rate, `max_tokens` of
+//! output) stay within the budget: so a run passes its budget by at most one turn, the
+//! one that went alone, and near the budget its requests go one at a time.
 //! It must never price a model the table does not know: such turns are named, never
 //! counted as free, and under a budget they pause the run.
 
@@ -30,6 +33,10 @@ pub(crate) struct RunSpend {
     cap: Option<Usd>,
     prices: PriceTable,
     spent: Mutex<Spent>,
+    /// What the requests in flight may cost at most, and how many there are.
+    in_flight: Mutex<(f64, usize)>,
+    /// Told when a request in flight ends: a held one may go.
+    landed: tokio::sync::Notify,
     run: RunId,
     run_dir: std::path::PathBuf,
     pause: Pause,
@@ -56,6 +63,8 @@ impl RunSpend {
             cap: setup.cap,
             prices: setup.prices,
             spent: Mutex::new(spent),
+            in_flight: Mutex::new((0.0, 0)),
+            landed: tokio::sync::Notify::new(),
             run: setup.run,
             run_dir: setup.run_dir,
             pause: setup.pause,
@@ -143,6 +152,70 @@ impl RunSpend {
     }
 }
 
+impl RunSpend {
+    /// The most `request` may cost: every byte of it an input token (a token is more than
+    /// a byte) at the model's dearest input rate, and `max_tokens` of output; `None`
+    /// without a budget (nothing is held) or a price (the count pauses the run).
+    fn most(&self, request: &Request) -> Option<f64> {
+        self.cap?;
+        let (_, price) = self.prices.lookup(&request.model)?;
+        let bytes = serde_json::to_vec(request).map_or(0, |body| body.len());
+        let input = [price.cache_write, price.cache_write_1h]
+            .into_iter()
+            .flatten()
+            .fold(price.input, f64::max);
+        Some((bytes as f64 * input + f64::from(request.max_tokens) * price.output) / 1_000_000.0)
+    }
+
+    /// Waits until `most` may be spent: alone, or within the budget with what is in
+    /// flight. `false` when the budget is spent (the run is paused) or `cancel` fired.
+    async fn admit(&self, most: f64, cancel: &CancellationToken) -> bool {
+        loop {
+            let landed = self.landed.notified();
+            {
+                let spent = self.spent();
+                if let Some(reason) = self.over_cap(&spent, None) {
+                    self.pause.set(reason);
+                    self.cancel.cancel();
+                    return false;
+                }
+                let cap = self.cap.map_or(f64::INFINITY, Usd::dollars);
+                let mut flight = lock(&self.in_flight);
+                if flight.1 == 0 || spent.usd + flight.0 + most <= cap {
+                    flight.0 += most;
+                    flight.1 += 1;
+                    return true;
+                }
+            }
+            tokio::select! {
+                () = landed => {}
+                () = cancel.cancelled() => return false,
+            }
+        }
+    }
+
+    /// A request admitted with `most` has ended (answered or not).
+    fn landed(&self, most: f64) {
+        let mut flight = lock(&self.in_flight);
+        flight.0 = (flight.0 - most).max(0.0);
+        flight.1 = flight.1.saturating_sub(1);
+        drop(flight);
+        self.landed.notify_waiters();
+    }
+}
+
+/// A request admitted under the budget, until it ends.
+struct Flight<'a> {
+    spend: &'a RunSpend,
+    most: f64,
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        self.spend.landed(self.most);
+    }
+}
+
 /// A model client whose every turn [`RunSpend`] counts; it sends nothing once the run's
 /// budget is spent.
 pub(crate) struct MeteredModel {
@@ -162,13 +235,28 @@ impl Model for MeteredModel {
         cancel: &CancellationToken,
         on_notice: &(dyn Fn(ModelNotice) + Send + Sync),
     ) -> Result<Response, ModelError> {
-        let before = self.spend.spent();
-        if let Some(reason) = self.spend.over_cap(&before, None) {
-            // A resume with the same budget, or a turn that starts as another spends it.
-            self.spend.pause.set(reason);
-            self.spend.cancel.cancel();
+        let Some(most) = self.spend.most(request) else {
+            // No budget, or no price: counted, never held (without a price under a budget
+            // the first answer pauses the run).
+            if let Some(reason) = self.spend.over_cap(&self.spend.spent(), None) {
+                self.spend.pause.set(reason);
+                self.spend.cancel.cancel();
+                return Err(ModelError::Cancelled);
+            }
+            let response = self.inner.complete(request, cancel, on_notice).await?;
+            self.spend.record(&request.model, &response.usage);
+            return Ok(response);
+        };
+        // A resume with the same budget, or a turn that would start as others spend it.
+        if !self.spend.admit(most, cancel).await {
             return Err(ModelError::Cancelled);
         }
+        // Landed however this ends, the future dropped by a cancelled agent included: a
+        // request never held in flight would hold the others back for ever.
+        let _flight = Flight {
+            spend: &self.spend,
+            most,
+        };
         let response = self.inner.complete(request, cancel, on_notice).await?;
         self.spend.record(&request.model, &response.usage);
         Ok(response)
