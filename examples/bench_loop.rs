@@ -169,6 +169,7 @@ async fn run_loop(
         max_tokens: MAX_TOKENS,
         max_turns: turns,
         budget_tokens: None,
+        budget_usd: None,
         max_consecutive_tool_errors: 5,
         tools: tools.clone(),
     };

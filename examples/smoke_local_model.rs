@@ -260,6 +260,7 @@ async fn run_once(
         max_tokens: 256,
         max_turns: turns,
         budget_tokens: None,
+        budget_usd: None,
         max_consecutive_tool_errors: 0,
         tools: builtin(ToolSet::Worker),
     };

@@ -644,38 +644,70 @@ fn cost_section(page: &mut String, data: &ReportData) {
              stopped): its last turn may be missing from these counts.</p>\n",
         );
     }
-    let source = match &data.prices.overrides {
-        Some(path) => format!(
-            "built-in prices, with the models of <code>{}</code> added or replaced",
-            escape(&path.display().to_string())
-        ),
-        None => {
-            "built-in prices; <code>grove report --prices FILE</code> overrides them".to_owned()
-        }
+    let source = if data.prices.overrides.is_empty() {
+        "built-in prices; <code>grove report --prices FILE</code> overrides them".to_owned()
+    } else {
+        let files: Vec<String> = data
+            .prices
+            .overrides
+            .iter()
+            .map(|path| format!("<code>{}</code>", escape(&path.display().to_string())))
+            .collect();
+        format!(
+            "built-in prices, with the models of {} added or replaced",
+            files.join(", then ")
+        )
     };
     let _ = write!(
         page,
         "<p>Costs are an <strong>estimate</strong>: token counts times list prices in US \
-         dollars per million tokens ({source}). A model whose name is not in the table, nor \
-         starts with a name in it followed by <code>-</code>, has an unknown price, not a \
-         zero one.</p>\n<table class=\"prices\"><tr><th>model</th><th class=\"num\">input</th>\
+         dollars per million tokens ({source}; the rows below are those this run used). A \
+         model whose name is not in the table, nor is a dated snapshot of a name in it, has \
+         an unknown price, not a zero one.</p>\n\
+         <table class=\"prices\"><tr><th>model</th><th class=\"num\">input</th>\
          <th class=\"num\">output</th><th class=\"num\">cache read</th>\
-         <th class=\"num\">cache write</th></tr>"
+         <th class=\"num\">cache write</th><th class=\"num\">cache write 1h</th></tr>"
     );
-    let rate = |rate: Option<f64>| rate.map_or_else(|| "—".to_owned(), |r| format!("{r:.2}"));
-    for (model, price) in &data.prices.models {
+    let rate = |rate: Option<f64>| {
+        rate.map_or_else(
+            || "—".to_owned(),
+            // Cents when they are whole, the figure as published otherwise ($0.125).
+            |r| {
+                if (r * 100.0).fract().abs() < 1e-9 {
+                    format!("{r:.2}")
+                } else {
+                    format!("{r}")
+                }
+            },
+        )
+    };
+    // The rows that priced an agent of this run (the whole table is `src/prices.toml`).
+    let used: std::collections::BTreeSet<&str> = data
+        .agents
+        .iter()
+        .filter_map(|agent| data.prices.lookup(&agent.model).map(|(name, _)| name))
+        .collect();
+    for (model, price) in data
+        .prices
+        .models
+        .iter()
+        .filter(|(model, _)| used.contains(model.as_str()))
+    {
         let _ = write!(
             page,
             "<tr><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
             escape(model),
             rate(Some(price.input)),
             rate(Some(price.output)),
             rate(price.cache_read),
-            rate(price.cache_write)
+            rate(price.cache_write),
+            rate(price.cache_write_1h)
         );
     }
-    page.push_str("</table>\n</section>\n");
+    page.push_str("</table>\n");
+    super::cost_chart::cost_over_time(page, data);
+    page.push_str("</section>\n");
 }
 
 fn ledger_row(page: &mut String, agent: &AgentCost, cost: Cost) {
@@ -922,7 +954,7 @@ mod tests {
                 },
             ],
             prices: PriceTable {
-                overrides: Some(PathBuf::from(format!("/p/{evil}.toml"))),
+                overrides: vec![PathBuf::from(format!("/p/{evil}.toml"))],
                 ..PriceTable::builtin()
             },
             notes: vec![format!("transcript {evil}: broken")],

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::roles::{self, ProjectRules, RoleDef};
-use crate::agent::{AgentRun, AgentSpec, Ledger, LoopInput, TurnObserver, run_agent};
+use crate::agent::{AgentRun, AgentSpec, Ledger, LoopInput, MoneyBudget, TurnObserver, run_agent};
 use crate::event::{AgentId, AgentLabel, Event, EventSink};
 use crate::git::{CommitId, Repo, RunId};
 use crate::model::Message;
@@ -303,17 +303,27 @@ pub(crate) fn agent_spec(
     role: &RoleDef,
     caps: AgentCaps<'_>,
 ) -> AgentSpec {
+    let model_name = role
+        .model
+        .clone()
+        .unwrap_or_else(|| caps.model.name.clone());
+    // Every agent but the lead is a subagent; the lead spends under the run's budget.
+    let budget_usd = options
+        .subagent_budget_usd
+        .filter(|_| !matches!(id.label, AgentLabel::Lead))
+        .map(|usd| MoneyBudget {
+            usd,
+            price: options.prices.lookup(&model_name).map(|(_, price)| *price),
+        });
     AgentSpec {
         id,
         system: roles::system_prompt(role, rules),
         model: caps.model.client.clone(),
-        model_name: role
-            .model
-            .clone()
-            .unwrap_or_else(|| caps.model.name.clone()),
+        model_name,
         max_tokens: options.max_output_tokens,
         max_turns: role.max_turns.unwrap_or(caps.max_turns),
         budget_tokens: caps.budget,
+        budget_usd,
         max_consecutive_tool_errors: options.max_consecutive_tool_errors,
         tools: caps.tools,
     }
@@ -438,12 +448,13 @@ impl Budget {
     }
 }
 
-/// Why the run paused itself, if it did (the first reason counts).
-#[derive(Debug, Default)]
-pub(crate) struct Pause(Mutex<Option<String>>);
+/// Why the run paused itself, if it did (the first reason counts). A clone is the same
+/// slot: the run's meter of dollars pauses the run from inside its model clients.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Pause(Arc<Mutex<Option<String>>>);
 
 impl Pause {
-    fn set(&self, reason: String) {
+    pub(crate) fn set(&self, reason: String) {
         lock(&self.0).get_or_insert(reason);
     }
 

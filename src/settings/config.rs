@@ -14,6 +14,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::model::Provider;
+use crate::prices::Usd;
 pub use crate::settings::options::DEFAULT_SETUP_TIMEOUT_S;
 use crate::settings::options::{
     CheckOptions, History, ModelNames, RunOptions, SandboxPaths, TurnCaps, WorktreeSetup,
@@ -26,7 +27,7 @@ use crate::settings::values::{
 };
 use crate::settings::values::{
     base_check, boolean, copy_list, history, integer, model_name, provider, sandbox_paths,
-    setup_command, subtask_check, tokens, turns, variable_names, worktree_mode, worktrees_dir,
+    setup_command, subtask_check, tokens, turns, usd, variable_names, worktree_mode, worktrees_dir,
 };
 use crate::worktree::WorktreeMode;
 
@@ -42,8 +43,8 @@ pub(crate) const MAX_SETUP_TIMEOUT_S: u64 = 86_400;
 /// The model every role uses with `provider` when neither a flag nor the file names one.
 pub fn default_model(provider: Provider) -> &'static str {
     match provider {
-        Provider::Anthropic => "claude-sonnet-4-5",
-        Provider::OpenAi => "gpt-4.1",
+        Provider::Anthropic => "claude-sonnet-5-5",
+        Provider::OpenAi => "gpt-5.5",
     }
 }
 
@@ -108,6 +109,8 @@ pub struct RunSettings {
     pub max_turns: RoleValues<u32>,
     pub budget_tokens: Option<u64>,
     pub subagent_budget_tokens: Option<u64>,
+    pub budget_usd: Option<Usd>,
+    pub subagent_budget_usd: Option<Usd>,
     pub apply: Option<bool>,
     /// Shell command run in each new worktree before its worker starts.
     pub setup: Option<String>,
@@ -171,6 +174,8 @@ impl RunSettings {
             max_turns: self.max_turns.or(lower.max_turns),
             budget_tokens: self.budget_tokens.or(lower.budget_tokens),
             subagent_budget_tokens: self.subagent_budget_tokens.or(lower.subagent_budget_tokens),
+            budget_usd: self.budget_usd.or(lower.budget_usd),
+            subagent_budget_usd: self.subagent_budget_usd.or(lower.subagent_budget_usd),
             apply: self.apply.or(lower.apply),
             setup: self.setup.or(lower.setup),
             setup_timeout_s: self.setup_timeout_s.or(lower.setup_timeout_s),
@@ -208,6 +213,8 @@ impl RunSettings {
         };
         options.budget_tokens = self.budget_tokens;
         options.subagent_budget_tokens = self.subagent_budget_tokens;
+        options.budget_usd = self.budget_usd;
+        options.subagent_budget_usd = self.subagent_budget_usd;
         options.apply = self.apply.unwrap_or(true);
         options.worktree_setup = WorktreeSetup {
             setup: self.setup,
@@ -298,6 +305,12 @@ impl ProjectConfig {
                 "subagent_budget_tokens",
                 tokens,
             )?,
+            budget_usd: check.optional(raw.budget_usd, "budget_usd", usd)?,
+            subagent_budget_usd: check.optional(
+                raw.subagent_budget_usd,
+                "subagent_budget_usd",
+                usd,
+            )?,
             apply: check.optional(raw.apply, "apply", boolean)?,
             setup: check.optional(worktree.setup, "worktree.setup", setup_command)?,
             setup_timeout_s: check.optional(
@@ -343,6 +356,8 @@ struct RawFile {
     max_turns: Option<RawRoles>,
     budget_tokens: RawValue,
     subagent_budget_tokens: RawValue,
+    budget_usd: RawValue,
+    subagent_budget_usd: RawValue,
     apply: RawValue,
     worktree: Option<RawWorktree>,
     workers: Option<RawWorkers>,
@@ -618,7 +633,7 @@ fn invalid(
 }
 
 /// The 1-based line and column (in characters) of byte `offset` in `text`.
-fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
     let mut offset = offset.min(text.len());
     while !text.is_char_boundary(offset) {
         offset -= 1;

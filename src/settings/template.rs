@@ -46,6 +46,13 @@ pub fn template() -> String {
 # Default: no limit. Example below. Flag: --subagent-budget-tokens.
 # subagent_budget_tokens = 400000
 
+# US dollars the run may spend (list prices); at it the run pauses, resumable.
+# Default: no limit. Example below. Flag: --budget-usd.
+# budget_usd = 20
+# US dollars one subagent may spend; over it, its subtask fails. Default: no limit.
+# Flag: --subagent-budget-usd.
+# subagent_budget_usd = 4
+
 # Move your branch to the result at the end, when that is safe; false leaves the result
 # on grove/<run>/result. Flags: --no-apply, --apply.
 # apply = true

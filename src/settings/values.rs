@@ -8,6 +8,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use crate::model::Provider;
+use crate::prices::{USD_EXPECTED, Usd};
 use crate::settings::options::{BaseCheck, History, SubtaskCheck};
 use crate::worktree::WorktreeMode;
 
@@ -140,6 +141,14 @@ pub(super) fn tokens(value: &toml::Value) -> Result<u64, ValueProblem> {
         .and_then(|number| u64::try_from(number).ok())
         .filter(|number| *number > 0)
         .ok_or_else(|| expected("a positive number of tokens", value))
+}
+
+pub(super) fn usd(value: &toml::Value) -> Result<Usd, ValueProblem> {
+    value
+        .as_float()
+        .or_else(|| value.as_integer().map(|number| number as f64))
+        .and_then(Usd::from_dollars)
+        .ok_or_else(|| expected(USD_EXPECTED, value))
 }
 
 pub(super) fn boolean(value: &toml::Value) -> Result<bool, ValueProblem> {

@@ -232,6 +232,7 @@ fn spec(model: Arc<ScriptedModel>, tools: Registry) -> AgentSpec {
         max_tokens: 1000,
         max_turns: 10,
         budget_tokens: None,
+        budget_usd: None,
         max_consecutive_tool_errors: 50,
         tools,
     }

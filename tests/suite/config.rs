@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use grove::event::EventSink;
 use grove::model::Provider;
+use grove::prices::Usd;
 use grove::run::{
     ModelChoice, ModelNames, Models, RunEnd, RunError, RunOptions, RunReport, TurnCaps,
     WorktreeSetup,
@@ -124,7 +125,8 @@ fn invalid_config_errors_name_the_file_line_column_and_key() {
         (
             "jobz = 4",
             "1:1: jobz: unknown field `jobz`, expected one of `provider`, `model`, `models`, \
-             `jobs`, `max_turns`, `budget_tokens`, `subagent_budget_tokens`, `apply`, \
+             `jobs`, `max_turns`, `budget_tokens`, `subagent_budget_tokens`, `budget_usd`, \
+             `subagent_budget_usd`, `apply`, \
              `worktree`, `workers`, `sandbox`, `history`, `check`",
         ),
         (
@@ -277,6 +279,8 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
             },
             budget_tokens: Some(2_000_000),
             subagent_budget_tokens: Some(400_000),
+            budget_usd: Usd::from_dollars(20.0),
+            subagent_budget_usd: Usd::from_dollars(4.0),
             apply: Some(true),
             setup: Some("npm ci".into()),
             setup_timeout_s: Some(config::DEFAULT_SETUP_TIMEOUT_S),
@@ -304,6 +308,8 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
     let defaults_only = RunSettings {
         budget_tokens: None,
         subagent_budget_tokens: None,
+        budget_usd: None,
+        subagent_budget_usd: None,
         setup: None,
         copy: None,
         share: None,
@@ -584,9 +590,9 @@ fn a_flag_model_beats_the_files_role_models_and_a_provider_switch_drops_them() {
             ..RunSettings::default()
         }),
         ModelNames {
-            lead: "claude-sonnet-4-5".into(),
-            worker: "claude-sonnet-4-5".into(),
-            reviewer: "claude-sonnet-4-5".into(),
+            lead: "claude-sonnet-5-5".into(),
+            worker: "claude-sonnet-5-5".into(),
+            reviewer: "claude-sonnet-5-5".into(),
         },
         "--provider switching away from the file's provider drops its model names"
     );
@@ -693,7 +699,7 @@ async fn decided(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grove_run_takes_the_default_then_the_file_then_the_flag() {
     let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
-    let default_model = "claude-sonnet-4-5";
+    let default_model = "claude-sonnet-5-5";
     assert_eq!(
         decided(&fixture, None, &[]).await,
         (

@@ -3,6 +3,7 @@
 mod agent;
 pub(crate) mod backends;
 mod base_check;
+mod budget_usd;
 mod check;
 pub(crate) mod cli;
 mod config;

@@ -444,7 +444,11 @@ async fn a_bad_price_file_is_named_with_its_line() {
         &["report", "20260101-000000-abcd", "--prices", "prices.toml"],
     )
     .await;
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "a bad price file is a usage error"
+    );
     let stderr = text(&output.stderr);
     assert!(
         stderr.starts_with(&format!(
@@ -519,7 +523,8 @@ async fn paused_and_failed_runs_report_why_they_stopped() {
                 "<dt>paused</dt><dd>the model API failed &lt;503&gt;</dd>",
                 "<code>grove resume 20260101-000000-0002</code>",
                 "<tr><td><code>gpt-4.1</code></td><td class=\"num\">1.50</td>\
-                 <td class=\"num\">6.00</td><td class=\"num\">—</td><td class=\"num\">—</td></tr>",
+                 <td class=\"num\">6.00</td><td class=\"num\">—</td><td class=\"num\">—</td>\
+                 <td class=\"num\">—</td></tr>",
                 "with the models of <code>",
             ],
         ),

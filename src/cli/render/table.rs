@@ -43,13 +43,14 @@ pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, out
         say!("No subtasks were delegated.");
     } else {
         say!(
-            "{:<5} {:<9} {:<8} {:<44} {:>9} {:>8}",
+            "{:<5} {:<9} {:<8} {:<44} {:>9} {:>8} {:>9}",
             "",
             "status",
             "verdict",
             "diff",
             "in",
-            "out"
+            "out",
+            "cost"
         );
         for subtask in &report.subtasks {
             let diff = subtask
@@ -58,13 +59,14 @@ pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, out
                 .map(grove::git::DiffStat::summary)
                 .unwrap_or_else(|| "-".into());
             say!(
-                "{:<5} {:<9} {:<8} {:<44} {:>9} {:>8}",
+                "{:<5} {:<9} {:<8} {:<44} {:>9} {:>8} {:>9}",
                 subtask.id,
                 subtask.status.as_str(),
                 subtask.verdict.map_or("-", |v| v.as_str()),
                 truncate(&diff, 44),
                 subtask.input_tokens,
-                subtask.output_tokens
+                subtask.output_tokens,
+                super::cost::cell(subtask.cost_usd)
             );
             match subtask.status {
                 // Merged by a resolver: its reason says which, and that it was reviewed.
@@ -118,6 +120,7 @@ pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, out
         totals.cache_read_tokens,
         totals.cache_write_tokens
     );
+    say!("{}", super::cost::cost_line(report));
     say!();
     match (not_done, &report.error) {
         (Some(reason), _) => say!("grove: finished, but not everything was done: {reason}"),
@@ -282,6 +285,9 @@ pub fn plan(plan: &grove::run::dry_run::Plan, ledgers: &Ledgers) {
     say!();
     for (agent, ledger) in ledgers {
         say!("{}", ledger.line(agent));
+    }
+    for line in super::cost::estimate_block(&plan.estimate, plan.plan_usd) {
+        say!("{line}");
     }
     if let Some(reason) = &plan.stopped {
         say!("grove: the plan is incomplete: {reason}");
