@@ -171,6 +171,7 @@ async fn run_loop(
         budget_tokens: None,
         max_consecutive_tool_errors: 5,
         tools: tools.clone(),
+        cache: Default::default(),
     };
     let input = LoopInput {
         messages: vec![Message::user_text(BRIEF)],
@@ -220,6 +221,7 @@ async fn run_baseline(
         messages: vec![Message::user_text(BRIEF)],
         tools: tool_specs(tools),
         max_tokens: MAX_TOKENS,
+        cache: Default::default(),
     };
     let cancel = CancellationToken::new();
     let (cost, ()) = measure(async {

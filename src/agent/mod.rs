@@ -48,6 +48,9 @@ pub struct AgentSpec {
     /// up. Zero disables the check.
     pub max_consecutive_tool_errors: u32,
     pub tools: Registry,
+    /// Its prompt-cache group and whether it waits long between turns (the lead waits
+    /// on its subtasks): sent with every request.
+    pub cache: crate::model::CacheHints,
 }
 
 /// Where a loop stands when it calls its observer.

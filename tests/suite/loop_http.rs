@@ -85,6 +85,7 @@ fn spec(model: Arc<dyn Model>, tools: Registry, max_consecutive_tool_errors: u32
         budget_tokens: None,
         max_consecutive_tool_errors,
         tools,
+        cache: Default::default(),
     }
 }
 
