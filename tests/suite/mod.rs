@@ -28,6 +28,7 @@ mod model_faults;
 mod overlay;
 mod overlay_remount;
 mod polish;
+mod prompt_cache;
 pub(crate) mod real_clis;
 pub(crate) mod remote;
 mod remote_faults;

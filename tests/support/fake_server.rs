@@ -520,6 +520,8 @@ struct Shared {
     /// Anthropic's prompt cache, when a test turned it on ([`FakeServer::prompt_cache`]):
     /// then it, not the script, says a turn's input and cache figures.
     prompt_cache: Mutex<Option<cache::PromptCache>>,
+    /// Each request's lookup in the prompt cache, by request id, in arrival order.
+    cache_lookups: Mutex<Vec<(String, cache::Lookup)>>,
     clock: Arc<cache::FakeClock>,
 }
 
@@ -551,6 +553,7 @@ impl FakeServer {
             usage_sent: Mutex::new((0, 0, 0, 0)),
             cache_write_1h_sent: AtomicU64::new(0),
             prompt_cache: Mutex::new(None),
+            cache_lookups: Mutex::new(Vec::new()),
             clock: Arc::new(cache::FakeClock::default()),
         });
         let app = Router::new()
@@ -652,6 +655,14 @@ impl FakeServer {
         Arc::clone(&self.shared.clock)
     }
 
+    /// What the prompt cache found for the request with id `request_id`, if it looked.
+    pub fn cache_lookup(&self, request_id: &str) -> Option<cache::Lookup> {
+        lock(&self.shared.cache_lookups)
+            .iter()
+            .find(|(id, _)| id == request_id)
+            .map(|(_, lookup)| lookup.clone())
+    }
+
     /// Of the cache writes in [`FakeServer::usage_sent`], those that live an hour.
     pub fn cache_write_1h_sent(&self) -> u64 {
         self.shared.cache_write_1h_sent.load(Ordering::SeqCst)
@@ -699,24 +710,29 @@ impl FakeServer {
         );
     }
 
-    /// An Anthropic config for this server: test key, [`fast_retry`], 10 s timeouts.
+    /// An Anthropic config for this server: test key, [`fast_retry`], 10 s timeouts, no
+    /// sibling hold (see [`FakeServer::openai_config`]).
     pub fn anthropic_config(&self, stream: bool) -> AnthropicConfig {
         AnthropicConfig {
             delivery: delivery(stream),
             retry: fast_retry(),
             request_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(10),
+            sibling_hold: Duration::ZERO,
             ..AnthropicConfig::new(self.url(), TEST_API_KEY)
         }
     }
 
-    /// An OpenAI config for this server: test key, [`fast_retry`], 10 s timeouts.
+    /// An OpenAI config for this server: test key, [`fast_retry`], 10 s timeouts, no
+    /// sibling hold: a test that holds one scripted reply (a gate) to prove requests
+    /// overlap would hold its siblings too. The suites about the cache turn it on.
     pub fn openai_config(&self, stream: bool) -> OpenAiConfig {
         OpenAiConfig {
             delivery: delivery(stream),
             retry: fast_retry(),
             request_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(10),
+            sibling_hold: Duration::ZERO,
             ..OpenAiConfig::new(self.openai_url(), TEST_API_KEY)
         }
     }
@@ -930,7 +946,10 @@ async fn handle(
             lock(&shared.violations).push(format!("{request_id} ({endpoint:?}): {problem}"));
             return render::error(endpoint, 400, "invalid_request_error", &problem, &[], &request_id);
         }
-        Some(Ok(lookup)) => Some(lookup),
+        Some(Ok(lookup)) => {
+            lock(&shared.cache_lookups).push((request_id.clone(), lookup.clone()));
+            Some(lookup)
+        }
         None => None,
     };
     let mut reply = wait_for_release(shared, endpoint, &request_id, reply).await;
