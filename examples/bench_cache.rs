@@ -14,8 +14,9 @@
 //! - after: the sibling hold (its default bound) and the 1-hour TTL for the lead.
 //!
 //! Printed: each run's wall time (the hold delays a wave of siblings by the first
-//! one's latency), per role and in total, the requests, the input tokens (uncached + cache read
-//! + cache write) and the cache-read share of them, and the run's cost at the built-in
+//! one's latency), per role and in total, the requests, the input tokens (uncached,
+//! cache read and cache write) and the cache-read share of them, and the run's cost at
+//! the built-in
 //! price of `claude-sonnet-4-5` (a 1-hour write at twice the input price, Anthropic's
 //! rule, while the table has no column for it), with the dollars the change saves. The
 //! figures are the fake's token counts (4 characters a token), not a real model's.
@@ -136,12 +137,16 @@ fn respond(request: &RecordedRequest, subtasks: usize) -> Reply {
         ("lead", _) => Turn::text("All subtasks are done."),
         ("worker", step) => {
             let brief = request.first_user_text();
-            let Some(path) = brief.lines().find_map(|line| line.strip_prefix(FILE_MARKER))
+            let Some(path) = brief
+                .lines()
+                .find_map(|line| line.strip_prefix(FILE_MARKER))
             else {
                 return Reply::error(400, "invalid_request_error", "a brief without a file");
             };
             match step {
-                0 => Turn::text("Reading.").tool_use("w_read", "read_file", json!({ "path": path })),
+                0 => {
+                    Turn::text("Reading.").tool_use("w_read", "read_file", json!({ "path": path }))
+                }
                 1 => Turn::text("Writing.").tool_use(
                     "w_write",
                     "write_file",
@@ -190,7 +195,11 @@ async fn measure(settings: Settings, after: bool) -> anyhow::Result<Measured> {
         }
     });
     let config = AnthropicConfig {
-        sibling_hold: if after { DEFAULT_SIBLING_HOLD } else { Duration::ZERO },
+        sibling_hold: if after {
+            DEFAULT_SIBLING_HOLD
+        } else {
+            Duration::ZERO
+        },
         one_hour_cache: after,
         ..server.anthropic_config(true)
     };
@@ -225,7 +234,10 @@ async fn measure(settings: Settings, after: bool) -> anyhow::Result<Measured> {
         "the run did not finish every subtask: {report:#?}"
     );
     let violations = server.violations();
-    ensure!(violations.is_empty(), "the fake server saw: {violations:#?}");
+    ensure!(
+        violations.is_empty(),
+        "the fake server saw: {violations:#?}"
+    );
     let mut roles = vec![
         ("lead", Tokens::default()),
         ("worker", Tokens::default()),
@@ -233,7 +245,10 @@ async fn measure(settings: Settings, after: bool) -> anyhow::Result<Measured> {
     ];
     for request in server.requests() {
         let Some(lookup) = server.cache_lookup(&request.request_id) else {
-            bail!("request {} was not looked up in the cache", request.request_id);
+            bail!(
+                "request {} was not looked up in the cache",
+                request.request_id
+            );
         };
         let role = role_of(&request);
         let Some((_, tokens)) = roles.iter_mut().find(|(name, _)| *name == role) else {
@@ -291,7 +306,15 @@ fn print(label: &str, run: &Measured, prices: &PriceTable) -> anyhow::Result<f64
     println!("{label}: wall time {:.2} s", run.wall.as_secs_f64());
     println!(
         "  {:<9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9}",
-        "role", "requests", "uncached", "read", "write 5m", "write 1h", "all input", "read share", "usd"
+        "role",
+        "requests",
+        "uncached",
+        "read",
+        "write 5m",
+        "write 1h",
+        "all input",
+        "read share",
+        "usd"
     );
     for (role, tokens) in roles {
         println!(
@@ -326,7 +349,11 @@ async fn main() -> anyhow::Result<()> {
     );
     let before = measure(settings, false).await?;
     let after = measure(settings, true).await?;
-    let cost_before = print("before (main: no hold, 5-minute TTL everywhere)", &before, &prices)?;
+    let cost_before = print(
+        "before (main: no hold, 5-minute TTL everywhere)",
+        &before,
+        &prices,
+    )?;
     let cost_after = print(
         "after (sibling hold, 1-hour TTL for the lead)",
         &after,
@@ -338,7 +365,11 @@ async fn main() -> anyhow::Result<()> {
          saved ${:.4} ({:.1}%); wall {:.2} s -> {:.2} s",
         share(&before),
         share(&after),
-        if share(&after) >= 0.80 { "PASS" } else { "FAIL" },
+        if share(&after) >= 0.80 {
+            "PASS"
+        } else {
+            "FAIL"
+        },
         cost_before,
         cost_after,
         cost_before - cost_after,

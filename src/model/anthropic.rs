@@ -65,11 +65,7 @@ impl Wire for Anthropic {
         "anthropic".to_owned()
     }
 
-    fn encode(
-        request: &Request,
-        delivery: Delivery,
-        ttl: CacheTtl,
-    ) -> Result<Vec<u8>, ModelError> {
+    fn encode(request: &Request, delivery: Delivery, ttl: CacheTtl) -> Result<Vec<u8>, ModelError> {
         encode_request(request, delivery, ttl)
     }
 

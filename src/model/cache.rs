@@ -303,7 +303,10 @@ mod tests {
             "another prefix is another group: it never waits for this one"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!sibling.is_finished(), "the sibling waits while the leader is in flight");
+        assert!(
+            !sibling.is_finished(),
+            "the sibling waits while the leader is in flight"
+        );
         leader.began();
         assert_eq!(sibling.await.unwrap(), Entry::Warm);
         let late = hold.enter(KEY, 7, Duration::from_secs(60)).await;

@@ -47,8 +47,7 @@ pub trait Wire: Default + Clone + fmt::Debug + Send + Sync + 'static {
 
     /// The exact JSON body for `request`, asking for the answer as `delivery` says, its
     /// cache breakpoints (where the wire has them) living `ttl`.
-    fn encode(request: &Request, delivery: Delivery, ttl: CacheTtl)
-    -> Result<Vec<u8>, ModelError>;
+    fn encode(request: &Request, delivery: Delivery, ttl: CacheTtl) -> Result<Vec<u8>, ModelError>;
 
     /// A whole (non-streamed) response; `secret` is kept out of any error text.
     fn decode(body: &[u8], secret: &str) -> Result<Response, ModelError>;

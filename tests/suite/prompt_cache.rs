@@ -1,14 +1,14 @@
 //! One cache for siblings (issue 46): the sibling hold over HTTP, the cache hints on
 //! both wires, and a whole run's workers sharing the prefix the first one wrote, all
 //! against the fake server's prompt cache.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use grove::event::EventSink;
 use grove::model::{
-    AnthropicClient, CacheHints, Message, Model, OpenAiClient, Provider, Request, Response,
-    Usage,
+    AnthropicClient, CacheHints, Message, Model, OpenAiClient, Provider, Request, Response, Usage,
 };
 use grove::run::{ModelChoice, Models, RunEnd};
 use serde_json::Value;
@@ -74,7 +74,8 @@ async fn two_siblings(
     server.push(Turn::text("second"));
     let started = Instant::now();
     let (a, b) = (model.clone(), model.clone());
-    let first = tokio::spawn(async move { complete(&a, &request("brief 1", sibling(false))).await });
+    let first =
+        tokio::spawn(async move { complete(&a, &request("brief 1", sibling(false))).await });
     // The first request is in the hold's hands before the second enters it.
     while server.requests().is_empty() {
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -86,7 +87,10 @@ async fn two_siblings(
 }
 
 fn cached(usage: &Usage) -> (u64, u64) {
-    (usage.cache_read_input_tokens, usage.cache_creation_input_tokens)
+    (
+        usage.cache_read_input_tokens,
+        usage.cache_creation_input_tokens,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,8 +116,15 @@ async fn a_sibling_is_sent_only_once_the_first_response_began_and_reads_its_pref
             requests[1].received_at >= requests[0].received_at + latency,
             "stream={stream}: the second sibling is sent only after the first's response began"
         );
-        let (written, read) = (first.usage.cache_creation_input_tokens, second.usage.cache_read_input_tokens);
-        assert!(written >= 1024, "stream={stream}: the first writes the prefix: {:?}", first.usage);
+        let (written, read) = (
+            first.usage.cache_creation_input_tokens,
+            second.usage.cache_read_input_tokens,
+        );
+        assert!(
+            written >= 1024,
+            "stream={stream}: the first writes the prefix: {:?}",
+            first.usage
+        );
         assert!(
             read >= 1024 && read < written,
             "stream={stream}: the second reads the shared system prompt the first wrote, \
@@ -139,7 +150,11 @@ async fn without_the_hold_siblings_started_together_both_write() {
     )
     .await;
     let (first, second) = (first.unwrap(), second.unwrap());
-    assert_eq!(cached(&second.usage).0, 0, "nothing was written yet when it came");
+    assert_eq!(
+        cached(&second.usage).0,
+        0,
+        "nothing was written yet when it came"
+    );
     assert_eq!(
         cached(&second.usage).1,
         cached(&first.usage).1,
@@ -156,13 +171,17 @@ async fn a_first_request_that_hangs_holds_its_sibling_no_longer_than_the_bound()
     server.push(Reply::Hang);
     server.push(Turn::text("second"));
     let a = model.clone();
-    let first = tokio::spawn(async move { complete(&a, &request("brief 1", sibling(false))).await });
+    let first =
+        tokio::spawn(async move { complete(&a, &request("brief 1", sibling(false))).await });
     while server.requests().is_empty() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let entered = Instant::now();
     let second = complete(&model, &request("brief 2", sibling(false))).await;
-    assert!(second.is_ok(), "the sibling goes once the bound passed: {second:?}");
+    assert!(
+        second.is_ok(),
+        "the sibling goes once the bound passed: {second:?}"
+    );
     assert!(
         entered.elapsed() >= bound,
         "it waited for the first response, up to the bound"
@@ -202,7 +221,9 @@ async fn the_openai_wire_sends_the_cache_group_as_prompt_cache_key() {
         let server = FakeServer::with_script(vec![Turn::text("ok").into()]).await;
         let model: Arc<dyn Model> =
             Arc::new(OpenAiClient::new(server.openai_config(stream)).unwrap());
-        complete(&model, &request("brief", sibling(false))).await.unwrap();
+        complete(&model, &request("brief", sibling(false)))
+            .await
+            .unwrap();
         let body = &server.requests()[0].body;
         assert_eq!(
             body["prompt_cache_key"],
@@ -242,11 +263,11 @@ async fn a_conversation_that_waits_long_writes_for_an_hour_and_reads_after_ten_m
     server.clock().advance(Duration::from_secs(10 * 60));
     let mut next = lead.clone();
     next.messages.push(first.message.clone());
-    next.messages.push(Message::user_text("the subtasks are done"));
+    next.messages
+        .push(Message::user_text("the subtasks are done"));
     let second = complete(&model, &next).await.unwrap();
     assert_eq!(
-        second.usage.cache_read_input_tokens,
-        first.usage.cache_creation_input_tokens,
+        second.usage.cache_read_input_tokens, first.usage.cache_creation_input_tokens,
         "after a 10-minute wait the whole history is read, not written again"
     );
     server.assert_no_violations();
@@ -352,7 +373,11 @@ async fn workers_started_together_send_a_byte_identical_prefix_and_write_it_once
     );
 
     let without = three_workers(Duration::ZERO).await;
-    assert_eq!(shared_prefix(&without[0].0), prefix, "the same prefix without the hold");
+    assert_eq!(
+        shared_prefix(&without[0].0),
+        prefix,
+        "the same prefix without the hold"
+    );
     assert!(
         writers(&without) >= 2,
         "without it, workers started together each write it (main's behaviour)"

@@ -944,7 +944,14 @@ async fn handle(
     let lookup = match lookup {
         Some(Err(problem)) => {
             lock(&shared.violations).push(format!("{request_id} ({endpoint:?}): {problem}"));
-            return render::error(endpoint, 400, "invalid_request_error", &problem, &[], &request_id);
+            return render::error(
+                endpoint,
+                400,
+                "invalid_request_error",
+                &problem,
+                &[],
+                &request_id,
+            );
         }
         Some(Ok(lookup)) => {
             lock(&shared.cache_lookups).push((request_id.clone(), lookup.clone()));

@@ -313,19 +313,32 @@ mod tests {
     #[test]
     fn an_entry_exists_only_once_its_response_has_begun() {
         let mut cache = PromptCache::default();
-        let first = cache.lookup(&request(600, "a", None), Duration::ZERO).unwrap();
+        let first = cache
+            .lookup(&request(600, "a", None), Duration::ZERO)
+            .unwrap();
         let total = first.input + first.write_5m;
         assert_eq!(first.read, 0, "a cold cache reads nothing");
-        assert!(first.write_5m >= 1200, "the whole prefix is written: {first:?}");
-        assert_eq!(first.input, 0, "a breakpoint on the last block leaves no input");
-        let concurrent = cache.lookup(&request(600, "b", None), Duration::ZERO).unwrap();
+        assert!(
+            first.write_5m >= 1200,
+            "the whole prefix is written: {first:?}"
+        );
+        assert_eq!(
+            first.input, 0,
+            "a breakpoint on the last block leaves no input"
+        );
+        let concurrent = cache
+            .lookup(&request(600, "b", None), Duration::ZERO)
+            .unwrap();
         assert_eq!(
             concurrent.read, 0,
             "a sibling processed before the first response began misses"
         );
         cache.commit(&first, Duration::from_secs(1));
-        let after = cache.lookup(&request(600, "b", None), Duration::from_secs(2)).unwrap();
-        let tool = json!({"name": "t", "input_schema": {"type": "object"}, "description": text(600)});
+        let after = cache
+            .lookup(&request(600, "b", None), Duration::from_secs(2))
+            .unwrap();
+        let tool =
+            json!({"name": "t", "input_schema": {"type": "object"}, "description": text(600)});
         let system = json!({"type": "text", "text": text(600)});
         let shared = tokens(&tool.to_string()) + tokens(&system.to_string());
         assert_eq!(
@@ -338,7 +351,9 @@ mod tests {
     #[test]
     fn a_prefix_below_the_minimum_is_not_cached() {
         let mut cache = PromptCache::default();
-        let small = cache.lookup(&request(100, "a", None), Duration::ZERO).unwrap();
+        let small = cache
+            .lookup(&request(100, "a", None), Duration::ZERO)
+            .unwrap();
         assert_eq!(
             (small.read, small.write_5m, small.write_1h),
             (0, 0, 0),
@@ -354,27 +369,38 @@ mod tests {
     fn five_minute_entries_expire_and_reads_refresh_them_one_hour_entries_outlive_them() {
         let mut cache = PromptCache::default();
         let minute = Duration::from_secs(60);
-        let first = cache.lookup(&request(600, "a", None), Duration::ZERO).unwrap();
+        let first = cache
+            .lookup(&request(600, "a", None), Duration::ZERO)
+            .unwrap();
         cache.commit(&first, Duration::ZERO);
         let read = cache.lookup(&request(600, "a", None), 4 * minute).unwrap();
         assert!(read.read > 0, "read within 5 minutes");
         let refreshed = cache.lookup(&request(600, "a", None), 8 * minute).unwrap();
-        assert!(refreshed.read > 0, "the read at 4 minutes refreshed it: {refreshed:?}");
+        assert!(
+            refreshed.read > 0,
+            "the read at 4 minutes refreshed it: {refreshed:?}"
+        );
         let gone = cache.lookup(&request(600, "a", None), 14 * minute).unwrap();
         assert_eq!(gone.read, 0, "6 minutes without a read: gone");
 
         let mut cache = PromptCache::default();
-        let long = cache.lookup(&request(600, "a", Some("1h")), Duration::ZERO).unwrap();
+        let long = cache
+            .lookup(&request(600, "a", Some("1h")), Duration::ZERO)
+            .unwrap();
         assert_eq!(long.write_5m, 0);
         assert!(long.write_1h >= 1200, "{long:?}");
         cache.commit(&long, Duration::ZERO);
-        let later = cache.lookup(&request(600, "a", Some("1h")), 50 * minute).unwrap();
+        let later = cache
+            .lookup(&request(600, "a", Some("1h")), 50 * minute)
+            .unwrap();
         assert_eq!(
             figures(&later),
             (0, long.write_1h, 0, 0),
             "a 1-hour entry is read after 50 minutes"
         );
-        let expired = cache.lookup(&request(600, "a", None), 111 * minute).unwrap();
+        let expired = cache
+            .lookup(&request(600, "a", None), 111 * minute)
+            .unwrap();
         assert_eq!(expired.read, 0, "an hour after its last read it is gone");
     }
 
@@ -408,7 +434,9 @@ mod tests {
         for (last, hits) in [(29, true), (31, false)] {
             messages.truncate(30);
             while messages.len() <= last {
-                messages.push(json!({"role": "user", "content": [{"type": "text", "text": text(100)}]}));
+                messages.push(
+                    json!({"role": "user", "content": [{"type": "text", "text": text(100)}]}),
+                );
             }
             let mut later = json!({"model": "m", "messages": messages.clone()});
             later["messages"][last]["content"][0]["cache_control"] = json!({"type": "ephemeral"});
