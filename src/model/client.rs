@@ -145,6 +145,7 @@ impl<W: Wire> ClientConfig<W> {
         W::check_key(&base_url, &api_key)?;
         let timeouts = turn::EnvTimeouts::read(&lookup)?;
         Ok(Self {
+            sibling_hold: sibling_hold(&lookup)?,
             request_timeout: timeouts.first_byte,
             idle_timeout: timeouts.idle,
             turn_timeout: timeouts.turn,
@@ -158,6 +159,27 @@ impl<W: Wire> ClientConfig<W> {
 /// model's time to first token on a long prefix is seconds; a first request slower
 /// than this is treated as hung, and the others go without the cache it would write.
 pub const DEFAULT_SIBLING_HOLD: Duration = Duration::from_secs(30);
+
+/// The variable that bounds the sibling hold, in seconds; `0` turns it off.
+pub const SIBLING_HOLD_VAR: &str = "GROVE_MODEL_SIBLING_HOLD_S";
+
+/// [`SIBLING_HOLD_VAR`] from `lookup`, [`DEFAULT_SIBLING_HOLD`] when unset or empty.
+fn sibling_hold(lookup: &impl Fn(&str) -> Option<String>) -> Result<Duration, ModelError> {
+    let Some(text) = lookup(SIBLING_HOLD_VAR).filter(|text| !text.trim().is_empty()) else {
+        return Ok(DEFAULT_SIBLING_HOLD);
+    };
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|seconds| seconds.is_finite() && *seconds >= 0.0 && *seconds < 1e9)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| {
+            ModelError::Config(format!(
+                "{SIBLING_HOLD_VAR} must be a number of seconds (0 turns the hold off), got \
+                 {text:?}"
+            ))
+        })
+}
 
 /// A [`Model`] speaking wire `W`.
 #[derive(Debug)]
@@ -300,5 +322,28 @@ impl<W: Wire> Model for Client<W> {
             |progress| self.attempt(&body, progress, ticket.as_ref()),
         )
         .await
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sibling_hold_is_read_from_the_environment_and_zero_turns_it_off() {
+        let with = |value: &'static str| {
+            move |name: &str| (name == SIBLING_HOLD_VAR).then(|| value.to_owned())
+        };
+        assert_eq!(sibling_hold(&|_: &str| None).unwrap(), DEFAULT_SIBLING_HOLD);
+        assert_eq!(
+            sibling_hold(&with("2.5")).unwrap(),
+            Duration::from_millis(2500)
+        );
+        assert_eq!(sibling_hold(&with("0")).unwrap(), Duration::ZERO);
+        for bad in ["-1", "soon", "inf"] {
+            let error = sibling_hold(&with(bad)).unwrap_err().to_string();
+            assert!(error.contains(SIBLING_HOLD_VAR), "{bad}: {error}");
+        }
     }
 }

@@ -25,7 +25,7 @@ mod url;
 pub use anthropic::{AnthropicClient, AnthropicConfig};
 pub use arguments::UNPARSED_ARGUMENTS_KEY;
 pub use cache::{CacheHints, CacheRates, CacheTtl};
-pub use client::DEFAULT_SIBLING_HOLD;
+pub use client::{DEFAULT_SIBLING_HOLD, SIBLING_HOLD_VAR};
 pub use error::{ApiError, ModelError};
 pub use http::Delivery;
 pub use openai::{OpenAiClient, OpenAiConfig};

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use grove::event::EventSink;
 use grove::model::{
-    AnthropicClient, CacheHints, Message, Model, OpenAiClient, Provider, Request, Response, Usage,
+    AnthropicClient, CacheHints, Message, Model, OpenAiClient, Provider, Request, Response,
+    SIBLING_HOLD_VAR, Usage,
 };
 use grove::run::{ModelChoice, Models, RunEnd};
 use serde_json::Value;
@@ -16,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::fake_server::cache::{self, Lookup};
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
+use crate::support::grove::{Grove, stderr};
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::{
     USER_TASK, lead_reply, options, repo_with_rules, reviewer_reply, worker_reply,
@@ -277,24 +279,7 @@ async fn a_conversation_that_waits_long_writes_for_an_hour_and_reads_after_ten_m
 /// workers' client holding siblings up to `hold`.
 async fn three_workers(hold: Duration) -> Vec<(RecordedRequest, Lookup)> {
     let fixture = repo_with_rules();
-    let server = FakeServer::with_responder(|request| match who(request) {
-        Who::Lead => lead_reply(
-            request,
-            &[
-                ("Make a shout.\nWRITE src/a.txt ALPHA", None),
-                ("Make b shout.\nWRITE src/b.txt BETA", None),
-                ("Make c shout.\nWRITE src/c.txt GAMMA", None),
-            ],
-        ),
-        Who::Worker if request.tool_results().is_empty() => Reply::Delayed {
-            delay: Duration::from_millis(1000),
-            reply: Box::new(worker_reply(request)),
-        },
-        Who::Worker => worker_reply(request),
-        Who::Reviewer => reviewer_reply(request),
-    })
-    .await;
-    server.prompt_cache();
+    let server = three_subtasks().await;
     let choice = |name: &str| ModelChoice {
         client: client(&server, true, hold),
         name: name.into(),
@@ -315,6 +300,35 @@ async fn three_workers(hold: Duration) -> Vec<(RecordedRequest, Lookup)> {
     .await
     .unwrap();
     assert_eq!(report.status, RunEnd::Finished, "{report:#?}");
+    first_worker_requests(&server)
+}
+
+/// A server, its prompt cache on, whose lead delegates three subtasks at once; each
+/// worker's first reply comes after a second.
+async fn three_subtasks() -> FakeServer {
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => lead_reply(
+            request,
+            &[
+                ("Make a shout.\nWRITE src/a.txt ALPHA", None),
+                ("Make b shout.\nWRITE src/b.txt BETA", None),
+                ("Make c shout.\nWRITE src/c.txt GAMMA", None),
+            ],
+        ),
+        Who::Worker if request.tool_results().is_empty() => Reply::Delayed {
+            delay: Duration::from_millis(1000),
+            reply: Box::new(worker_reply(request)),
+        },
+        Who::Worker => worker_reply(request),
+        Who::Reviewer => reviewer_reply(request),
+    })
+    .await;
+    server.prompt_cache();
+    server
+}
+
+/// The workers' first requests of a finished run, with what the cache found for each.
+fn first_worker_requests(server: &FakeServer) -> Vec<(RecordedRequest, Lookup)> {
     server.assert_no_violations();
     server
         .requests()
@@ -382,4 +396,28 @@ async fn workers_started_together_send_a_byte_identical_prefix_and_write_it_once
         writers(&without) >= 2,
         "without it, workers started together each write it (main's behaviour)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grove_run_holds_siblings_by_default_and_the_variable_bounds_or_ends_the_hold() {
+    for (hold, held) in [(None, true), (Some("0"), false)] {
+        let fixture = repo_with_rules();
+        let server = three_subtasks().await;
+        let mut grove = Grove::in_repo(&fixture).with_server(&server);
+        grove = match hold {
+            // The runner turns the hold off for every other test: back to the default.
+            None => grove.env_remove(SIBLING_HOLD_VAR),
+            Some(seconds) => grove.env(SIBLING_HOLD_VAR, seconds),
+        };
+        let output = grove.grove_async(["run", USER_TASK, "--json"]).await;
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        let firsts = first_worker_requests(&server);
+        assert_eq!(firsts.len(), 3);
+        let writers = writers(&firsts);
+        assert!(
+            if held { writers == 1 } else { writers >= 2 },
+            "{SIBLING_HOLD_VAR}={hold:?}: with the hold one worker writes the shared prefix, \
+             without it the workers started together each do ({writers} did)"
+        );
+    }
 }
