@@ -1013,25 +1013,23 @@ fn cached_usage(shared: &Shared, reply: &mut Reply, lookup: &cache::Lookup) {
         | Reply::Slow { turn, .. }
         | Reply::Stall(turn)
         | Reply::Cut(turn)
-        | Reply::ErrorEvent { turn, .. } => turn,
-        Reply::Drip { .. } => {
-            if let Some(cache) = lock(&shared.prompt_cache).as_mut() {
-                cache.commit(lookup, shared.clock.now());
-            }
-            return;
-        }
+        | Reply::ErrorEvent { turn, .. } => Some(turn),
+        Reply::Drip { .. } => None,
+        // No response begins: nothing is written.
         _ => return,
     };
     if let Some(cache) = lock(&shared.prompt_cache).as_mut() {
         cache.commit(lookup, shared.clock.now());
     }
-    turn.usage = (
-        lookup.input,
-        turn.usage.1,
-        lookup.read,
-        lookup.write_5m + lookup.write_1h,
-    );
-    turn.cache_write_1h = lookup.write_1h;
+    if let Some(turn) = turn {
+        turn.usage = (
+            lookup.input,
+            turn.usage.1,
+            lookup.read,
+            lookup.write_5m + lookup.write_1h,
+        );
+        turn.cache_write_1h = lookup.write_1h;
+    }
 }
 
 /// Unwraps [`Reply::Delayed`] and [`Reply::Gated`], waiting as they say.
