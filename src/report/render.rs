@@ -285,6 +285,19 @@ fn checks_section(page: &mut String, data: &ReportData) {
                 "v-reject"
             },
         );
+        for tally in &run.ratchets {
+            let _ = write!(
+                page,
+                "<tr class=\"ratchet\" data-ratchet-on=\"{on}\" data-new=\"{}\" \
+                 data-fixed=\"{}\" data-unchanged=\"{}\"><td></td><td colspan=\"4\">\
+                 [[check.ratchet]] {}</td></tr>",
+                tally.new,
+                tally.fixed,
+                tally.unchanged,
+                escape(&tally.counts()),
+                on = escape(&run.on),
+            );
+        }
     }
     page.push_str("</table>\n");
     if let Some((subtasks, found_by, at)) = &data.culprit {
@@ -295,6 +308,7 @@ fn checks_section(page: &mut String, data: &ReportData) {
             ("failing_file", Some(at)) => format!("it changed {at}, where the check failed"),
             ("passes_without", _) => "the result rebuilt without it passes".to_owned(),
             ("only_merged", _) => "the only subtask merged".to_owned(),
+            ("first_had", Some(at)) => format!("its own tree first had the new finding {at}"),
             (other, _) => other.to_owned(),
         };
         let _ = writeln!(
@@ -869,6 +883,7 @@ mod tests {
                     opened: Vec::new(),
                     tree: None,
                     same_as: None,
+                    ratchets: Vec::new(),
                 }),
                 diff: DiffView::Shown {
                     base: "0123456789abcdef0123456789abcdef01234567".into(),
@@ -887,6 +902,7 @@ mod tests {
                 opened: Vec::new(),
                 tree: None,
                 same_as: None,
+                ratchets: Vec::new(),
             }],
             culprit: Some((vec!["S1".into()], "passes_without".into(), None)),
             agents: vec![
@@ -1011,6 +1027,35 @@ mod tests {
                  result</dd>",
             ],
             "the report says what a subtask may change and whom it waits for, escaped"
+        );
+    }
+
+    #[test]
+    fn a_checks_ratchets_are_a_row_each_under_it_with_their_counts() {
+        let mut data = sample("x");
+        data.checks[0].ratchets = vec![crate::store::findings::RatchetTally {
+            command: "mypy <src>".into(),
+            new: 1,
+            fixed: 2,
+            unchanged: 15,
+            new_findings: Vec::new(),
+            fixed_findings: Vec::new(),
+            error: None,
+        }];
+
+        let page = render_html(&data);
+
+        assert!(
+            page.contains(
+                "<tr class=\"ratchet\" data-ratchet-on=\"result without S1\" data-new=\"1\" \
+                 data-fixed=\"2\" data-unchanged=\"15\"><td></td><td colspan=\"4\">\
+                 [[check.ratchet]] mypy &lt;src&gt;: 1 new, 2 fixed, 15 unchanged</td></tr>"
+            ),
+            "{page}"
+        );
+        assert!(
+            !render_html(&sample("x")).contains("class=\"ratchet\""),
+            "no row without ratchets"
         );
     }
 

@@ -107,6 +107,8 @@ pub(crate) struct TreeServices {
     pub(crate) executor: Arc<dyn CommandExecutor>,
     /// Open once the check passed on the base (or needs not): workers wait for it.
     pub(crate) base_gate: BaseGate,
+    /// The base's `[[check.ratchet]]` findings, known before the gate is decided.
+    pub(crate) base_findings: crate::run::check::gate::BaseFindings,
     /// The copy-on-write trees this run mounted and has not ended yet.
     pub(crate) live: Arc<LiveTrees>,
     /// The remote hosts workers' trees go to, with their free slots (empty: here).

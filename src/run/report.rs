@@ -166,6 +166,8 @@ pub enum CulpritEvidence {
     FailingFile,
     /// It is the only subtask merged.
     OnlyMerged,
+    /// Its own tree was the first to have the result's new ratchet findings.
+    FirstHad,
 }
 
 impl CulpritEvidence {
@@ -176,6 +178,7 @@ impl CulpritEvidence {
             Self::FailingLine => "failing_line",
             Self::FailingFile => "failing_file",
             Self::OnlyMerged => "only_merged",
+            Self::FirstHad => "first_had",
         }
     }
 }

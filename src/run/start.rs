@@ -326,6 +326,7 @@ fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Result<Arc<RunCon
         trees: TreeServices {
             executor,
             base_gate: BaseGate::default(),
+            base_findings: crate::run::check::gate::BaseFindings::default(),
             live: Arc::default(),
             hosts: crate::remote::HostPool::new(options.remote.clone()),
         },

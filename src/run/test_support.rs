@@ -248,6 +248,7 @@ impl TestRun {
             },
             trees: TreeServices {
                 base_gate: crate::run::check::gate::BaseGate::default(),
+                base_findings: crate::run::check::gate::BaseFindings::default(),
                 live: Arc::default(),
                 hosts: crate::remote::HostPool::default(),
                 executor: Arc::new(LocalExecutor::from_process_env()),

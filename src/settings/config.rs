@@ -19,7 +19,11 @@ use crate::settings::options::{
     CheckOptions, History, ModelNames, RunOptions, SandboxPaths, TurnCaps, WorktreeSetup,
     default_jobs,
 };
+use crate::settings::ratchet::{RatchetOptions, RatchetParse, Tool};
 pub use crate::settings::values::{CopyPathError, ValueProblem, check_copy_path};
+use crate::settings::values::{
+    ParseKind, junit_path, ratchet_parse, ratchet_pattern, ratchet_tool,
+};
 use crate::settings::values::{
     base_check, boolean, copy_list, history, integer, model_name, provider, sandbox_paths,
     setup_command, subtask_check, tokens, turns, variable_names, worktree_mode, worktrees_dir,
@@ -350,8 +354,8 @@ struct RawFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a table with the keys command, timeout_s, network, subtask, fix_attempts \
-                 and base"
+    expecting = "a table with the keys command, timeout_s, network, subtask, fix_attempts, \
+                 base and ratchet"
 )]
 struct RawCheck {
     command: RawValue,
@@ -360,6 +364,20 @@ struct RawCheck {
     subtask: RawValue,
     fix_attempts: RawValue,
     base: RawValue,
+    ratchet: Option<Vec<Spanned<RawRatchet>>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table with the keys command, parse, tool, pattern and junit"
+)]
+struct RawRatchet {
+    command: RawValue,
+    parse: RawValue,
+    tool: RawValue,
+    pattern: RawValue,
+    junit: RawValue,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -470,8 +488,71 @@ impl Checker<'_> {
             base: self
                 .optional(raw.base, "check.base", base_check)?
                 .unwrap_or(defaults.base),
+            ratchets: raw
+                .ratchet
+                .unwrap_or_default()
+                .into_iter()
+                .enumerate()
+                .map(|(at, table)| self.ratchet_table(at + 1, table))
+                .collect::<Result<_, _>>()?,
             ..defaults
         })
+    }
+
+    /// The `n`th `[[check.ratchet]]`: `command` is required; `parse = "junit"` needs
+    /// `junit`; `parse = "lines"` (the default) a `pattern` that compiles, or a known
+    /// `tool` (named, or found in the command) whose pattern is the default.
+    fn ratchet_table(
+        &self,
+        n: usize,
+        table: Spanned<RawRatchet>,
+    ) -> Result<RatchetOptions, ConfigError> {
+        let span = table.span();
+        let raw = table.into_inner();
+        let key = |name: &str| format!("check.ratchet[{n}].{name}");
+        let in_table = |problem| {
+            let table = format!("check.ratchet[{n}]");
+            invalid(self.path, self.text, &span, Some(table), problem)
+        };
+        // A key the chosen `parse` does not read is an error, never silently ignored.
+        let unread = |raw: &RawValue, name: &str, needs: &'static str| match raw {
+            Some(value) => Err(invalid(
+                self.path,
+                self.text,
+                &value.span(),
+                Some(key(name)),
+                ValueProblem::OnlyWith { needs },
+            )),
+            None => Ok(()),
+        };
+        let command = self
+            .optional(raw.command, &key("command"), setup_command)?
+            .ok_or_else(|| in_table(ValueProblem::MissingKey { key: "command" }))?;
+        let parse = self
+            .optional(raw.parse, &key("parse"), ratchet_parse)?
+            .unwrap_or(ParseKind::Lines);
+        let parse = match parse {
+            ParseKind::Junit => {
+                unread(&raw.pattern, "pattern", "parse = \"lines\"")?;
+                unread(&raw.tool, "tool", "parse = \"lines\"")?;
+                let junit = self.optional(raw.junit, &key("junit"), junit_path)?;
+                RatchetParse::Junit {
+                    junit: junit
+                        .ok_or_else(|| in_table(ValueProblem::MissingKey { key: "junit" }))?,
+                }
+            }
+            ParseKind::Lines => {
+                unread(&raw.junit, "junit", "parse = \"junit\"")?;
+                let tool = self.optional(raw.tool, &key("tool"), ratchet_tool)?;
+                let pattern = self.optional(raw.pattern, &key("pattern"), ratchet_pattern)?;
+                match (pattern, tool.or_else(|| Tool::in_command(&command))) {
+                    (Some(pattern), _) => RatchetParse::Lines { pattern },
+                    (None, Some(tool)) => tool.parse(),
+                    (None, None) => return Err(in_table(ValueProblem::NoRatchetTool)),
+                }
+            }
+        };
+        Ok(RatchetOptions { command, parse })
     }
 }
 

@@ -13,6 +13,7 @@
 
 pub mod config;
 pub mod options;
+pub mod ratchet;
 pub mod remote;
 pub mod template;
 pub mod trust;

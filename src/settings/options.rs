@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::agent::external::{BackendEnv, WorkerBackend};
 use crate::git::GitOptions;
 use crate::model::Model;
+use crate::settings::ratchet::RatchetOptions;
 use crate::tools::sandbox::{CommandHost, SandboxMode};
 use crate::worktree::WorktreeMode;
 
@@ -245,6 +246,9 @@ pub struct CheckOptions {
     /// Whether the check must pass on the base before any worker starts.
     #[serde(default)]
     pub base: BaseCheck,
+    /// `[[check.ratchet]]`: commands whose findings may not grow past the base's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ratchets: Vec<RatchetOptions>,
 }
 
 impl CheckOptions {
@@ -257,6 +261,7 @@ impl CheckOptions {
             subtask: SubtaskCheck::default(),
             fix_attempts: DEFAULT_FIX_ATTEMPTS,
             base: BaseCheck::default(),
+            ratchets: Vec::new(),
         }
     }
 }

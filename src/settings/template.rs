@@ -151,6 +151,15 @@ fn check_and_sandbox() -> String {
 # run before any worker starts, saying why (a path the sandbox denied, a module or a
 # command not found, no network); "skip": for a suite known to be red.
 # base = "require"
+#
+# A ratchet (one or more): a type checker, linter or suite that is not clean today may
+# not get worse. Its findings on each tree are compared with the base's (found once per
+# base commit): a new one makes the check red, one gone is counted fixed. mypy, pyright,
+# ruff, flake8, eslint (-f unix), tsc (--pretty false) and cargo/clippy
+# (--message-format=json) are read as they are; otherwise a `pattern` with the groups
+# file, code and message, or parse = "junit" with the `junit` file the command writes.
+# [[check.ratchet]]
+# command = "mypy src"
 
 # What workers' commands may read. They read everything but your secrets: ~/.ssh,
 # ~/.gnupg, ~/.aws, cloud, registry and git credentials, keyrings, browser profiles,

@@ -10,6 +10,7 @@
 
 pub mod disk_full;
 pub mod durable;
+pub mod findings;
 pub mod journal;
 pub mod lock;
 pub mod recorded;

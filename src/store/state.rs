@@ -824,6 +824,7 @@ mod tests {
             opened: Vec::new(),
             tree: None,
             same_as: None,
+            ratchets: Vec::new(),
         };
         let entries = [
             Entry::RunStarted {

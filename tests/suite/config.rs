@@ -20,6 +20,7 @@ use grove::settings::config::{
     self, CONFIG_PATH, ProjectConfig, ResolvedRun, RoleValues, RunSettings,
 };
 use grove::settings::options::{CheckOptions, History, default_jobs};
+use grove::settings::ratchet::{RatchetOptions, Tool};
 use grove::settings::template::{self, AGENT_SAMPLE, AGENT_SAMPLE_PATH};
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
 use grove::store::{RunId, RunStore};
@@ -28,7 +29,7 @@ use crate::support::fake_server::{Endpoint, FakeServer, RecordedRequest, Reply, 
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::Grove;
 use crate::support::requests::{Who, who};
-use crate::support::scripted_run::first_user_text;
+use crate::support::scripted_run::{first_user_text, own_review_text};
 
 const FILE: &str = "/repo/.grove/config.toml";
 
@@ -149,7 +150,7 @@ fn invalid_config_errors_name_the_file_line_column_and_key() {
         (
             "[check]\ncommand = \"make test\"\nretries = 2",
             "3:1: check.retries: unknown field `retries`, expected one of `command`, \
-             `timeout_s`, `network`, `subtask`, `fix_attempts`, `base`",
+             `timeout_s`, `network`, `subtask`, `fix_attempts`, `base`, `ratchet`",
         ),
         (
             "[models]\nleed = \"x\"",
@@ -288,7 +289,13 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
             worktree_mode: Some(grove::worktree::WorktreeMode::Auto),
             pass_env: Some(vec!["DISABLE_AUTOUPDATER".into()]),
             history: Some(History::Squash),
-            check: Some(CheckOptions::new("cargo test")),
+            check: Some(CheckOptions {
+                ratchets: vec![RatchetOptions {
+                    command: "mypy src".into(),
+                    parse: Tool::Mypy.parse(),
+                }],
+                ..CheckOptions::new("cargo test")
+            }),
         },
         "every key is documented, each line parses"
     );
@@ -1207,7 +1214,7 @@ async fn local_files_reach_every_worktree_and_never_a_commit_a_review_or_the_res
             "the reviewer never sees a local-only file"
         );
         assert!(
-            !first_user_text(request).contains("Change b."),
+            !own_review_text(request).contains("Change b."),
             "S2's branch is never reviewed"
         );
     }

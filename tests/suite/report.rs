@@ -21,6 +21,7 @@ use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::Grove;
 use crate::support::requests::role;
+use crate::support::scripted_run::own_review_text;
 
 /// Text that breaks out of a `<script>` element if it is not escaped.
 const INJECTION: &str = "</script><script>alert(1)</script><img src=x onerror=alert(2)>";
@@ -55,7 +56,7 @@ fn responder(request: &RecordedRequest) -> Reply {
         }
         ("worker", true) => Turn::text("Wrote it."),
         ("reviewer", false) => {
-            let input = if request.last_user_text().contains("+junk") {
+            let input = if own_review_text(request).contains("+junk") {
                 json!({
                     "verdict": "reject",
                     "summary": format!("Junk nobody asked for {INJECTION}"),

@@ -169,10 +169,17 @@ fn check_line(report: &RunReport) -> Option<String> {
     let last = check.runs.iter().rev().find(|run| run.on == ON_RESULT);
     Some(
         match (check.status, last) {
-            (CheckOutcome::Passed, Some(run)) => format!(
-                "The result's check `{command}` passed in {:.1} s.",
-                run.seconds
-            ),
+            (CheckOutcome::Passed, Some(run)) => match &run.same_as {
+                // A reused verdict took no time: say whose check it was instead.
+                Some(same) => format!(
+                    "The result's check `{command}` passed (the very tree {same}'s check \
+                     passed: not run again)."
+                ),
+                None => format!(
+                    "The result's check `{command}` passed in {:.1} s.",
+                    run.seconds
+                ),
+            },
             (CheckOutcome::Failed, Some(run)) => format!(
                 "The result's check `{command}` failed ({}). Its output ends with:\n{}",
                 run.ended,
@@ -202,6 +209,10 @@ fn culprit_line(culprit: Option<&Culprit>) -> String {
             culprit.at.as_deref().unwrap_or("the failing file")
         ),
         CulpritEvidence::OnlyMerged => format!("\nThe culprit: {who} (the only subtask merged)."),
+        CulpritEvidence::FirstHad => format!(
+            "\nThe culprit: {who} (its own tree first had the new finding {}).",
+            culprit.at.as_deref().unwrap_or_default()
+        ),
     }
 }
 
