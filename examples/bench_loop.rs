@@ -172,6 +172,7 @@ async fn run_loop(
         budget_usd: None,
         max_consecutive_tool_errors: 5,
         tools: tools.clone(),
+        cache: Default::default(),
     };
     let input = LoopInput {
         messages: vec![Message::user_text(BRIEF)],
@@ -221,6 +222,7 @@ async fn run_baseline(
         messages: vec![Message::user_text(BRIEF)],
         tools: tool_specs(tools),
         max_tokens: MAX_TOKENS,
+        cache: Default::default(),
     };
     let cancel = CancellationToken::new();
     let (cost, ()) = measure(async {

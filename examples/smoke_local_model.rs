@@ -263,6 +263,7 @@ async fn run_once(
         budget_usd: None,
         max_consecutive_tool_errors: 0,
         tools: builtin(ToolSet::Worker),
+        cache: Default::default(),
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let printer = tokio::spawn(async move {

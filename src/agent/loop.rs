@@ -118,6 +118,7 @@ pub async fn run_agent(spec: &AgentSpec, input: LoopInput) -> AgentRun {
             messages,
             tools: tool_specs(&spec.tools),
             max_tokens: spec.max_tokens,
+            cache: spec.cache.clone(),
         },
         ledger: Ledger::default(),
         error_streak: ErrorStreak::default(),

@@ -51,6 +51,9 @@ pub struct AgentSpec {
     /// up. Zero disables the check.
     pub max_consecutive_tool_errors: u32,
     pub tools: Registry,
+    /// Its prompt-cache group and whether it waits long between turns (the lead waits
+    /// on its subtasks): sent with every request.
+    pub cache: crate::model::CacheHints,
 }
 
 /// A subagent's budget in dollars, and the rates its ledger is priced at.

@@ -32,11 +32,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::roles::{self, ProjectRules, RoleDef};
+use crate::agent::roles::{self, ProjectRules, RoleDef, RoleKind};
 use crate::agent::{AgentRun, AgentSpec, Ledger, LoopInput, MoneyBudget, TurnObserver, run_agent};
 use crate::event::{AgentId, AgentLabel, Event, EventSink};
 use crate::git::{CommitId, Repo, RunId};
-use crate::model::Message;
+use crate::model::{CacheHints, Message};
 use crate::run::check::gate::BaseGate;
 use crate::run::id::SubtaskId;
 use crate::settings::config::check_copy_path;
@@ -177,8 +177,15 @@ impl RunContext {
         tree: Option<Arc<dyn TreeAccess>>,
         observer: Arc<dyn TurnObserver>,
     ) -> AgentRun {
+        // Siblings of one role in this run share a cache group (the key OpenAI routes
+        // by, the group the sibling hold keys on).
+        let mut spec = spec.clone();
+        spec.cache.key = Some(CacheHints::group(
+            &self.facts.run.to_string(),
+            &spec.id.role,
+        ));
         run_agent(
-            spec,
+            &spec,
             LoopInput {
                 messages,
                 tool_context: ToolContext {
@@ -326,6 +333,11 @@ pub(crate) fn agent_spec(
         budget_usd,
         max_consecutive_tool_errors: options.max_consecutive_tool_errors,
         tools: caps.tools,
+        // The lead waits on its subtasks (a worker, the check, a review) between turns.
+        cache: CacheHints {
+            key: None,
+            long_wait: role.name == RoleKind::Lead.as_str(),
+        },
     }
 }
 

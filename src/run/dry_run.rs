@@ -79,7 +79,9 @@ pub async fn plan(
     // uncommitted or ignored files.
     let head = repo.resolve("HEAD")?;
     let tools = result_tree::read_only(&LiveTree::base(repo.clone(), head)).with(recorder.clone());
-    let spec = lead_spec(&options, read_rules(&root)?.as_ref(), &models.lead, tools);
+    let mut spec = lead_spec(&options, read_rules(&root)?.as_ref(), &models.lead, tools);
+    // A plan's `delegate` only records: this lead never waits on subtasks.
+    spec.cache.long_wait = false;
     let outcome = run_agent(
         &spec,
         LoopInput {

@@ -235,6 +235,7 @@ fn spec(model: Arc<ScriptedModel>, tools: Registry) -> AgentSpec {
         budget_usd: None,
         max_consecutive_tool_errors: 50,
         tools,
+        cache: Default::default(),
     }
 }
 
@@ -383,6 +384,7 @@ async fn request_carries_the_role_and_the_registry_tools() {
                 input_schema: Echo.input_schema(),
             }],
             max_tokens: 1000,
+            cache: Default::default(),
         }]
     );
 }

@@ -86,6 +86,7 @@ fn spec(model: Arc<dyn Model>, tools: Registry, max_consecutive_tool_errors: u32
         budget_usd: None,
         max_consecutive_tool_errors,
         tools,
+        cache: Default::default(),
     }
 }
 

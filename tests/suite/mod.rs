@@ -29,6 +29,7 @@ mod model_faults;
 mod overlay;
 mod overlay_remount;
 mod polish;
+mod prompt_cache;
 mod ratchet;
 pub(crate) mod real_clis;
 pub(crate) mod remote;
