@@ -19,6 +19,13 @@ pub struct Ledger {
     pub output_tokens: u64,
     pub cache_read_tokens: u64,
     pub cache_write_tokens: u64,
+    /// Of `cache_write_tokens`, those written to live an hour (priced higher).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_1h_tokens: u64,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
 }
 
 impl Ledger {
@@ -35,6 +42,11 @@ impl Ledger {
         self.cache_write_tokens = self
             .cache_write_tokens
             .saturating_add(usage.cache_creation_input_tokens);
+        self.cache_write_1h_tokens = self.cache_write_1h_tokens.saturating_add(
+            usage
+                .cache_creation_1h_input_tokens
+                .min(usage.cache_creation_input_tokens),
+        );
     }
 
     /// Adds another ledger (run totals), saturating like [`Ledger::record`].
@@ -48,6 +60,9 @@ impl Ledger {
         self.cache_write_tokens = self
             .cache_write_tokens
             .saturating_add(other.cache_write_tokens);
+        self.cache_write_1h_tokens = self
+            .cache_write_1h_tokens
+            .saturating_add(other.cache_write_1h_tokens);
     }
 
     /// Every token the provider counted, for budgets (`u64::MAX` when that overflows).
@@ -101,6 +116,7 @@ impl fmt::Display for LedgerLine<'_> {
             output_tokens,
             cache_read_tokens,
             cache_write_tokens,
+            cache_write_1h_tokens: _,
         } = self.ledger;
         write!(
             f,
@@ -141,6 +157,7 @@ mod tests {
             output_tokens: 290,
             cache_read_tokens: 2900,
             cache_write_tokens: 0,
+            cache_write_1h_tokens: 0,
         };
         assert_eq!(
             ledger.line(&worker_s2()).to_string(),
@@ -156,6 +173,7 @@ mod tests {
             output_tokens: 2,
             cache_read_tokens: 5,
             cache_write_tokens: 7,
+            cache_write_1h_tokens: 0,
         };
         assert_eq!(
             ledger.line(&worker_s2()).to_string(),
@@ -170,6 +188,7 @@ mod tests {
             output_tokens: 5,
             cache_read_input_tokens: u64::MAX - 1,
             cache_creation_input_tokens: 0,
+            cache_creation_1h_input_tokens: 0,
         };
         let mut ledger = Ledger::default();
         ledger.record(&absurd);
@@ -186,6 +205,7 @@ mod tests {
                     output_tokens: 20,
                     cache_read_tokens: u64::MAX,
                     cache_write_tokens: 0,
+                    cache_write_1h_tokens: 0,
                 },
                 u64::MAX,
                 true

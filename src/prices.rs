@@ -40,9 +40,15 @@ impl ModelPrice {
         let per_token = |tokens: u64, rate: f64| tokens as f64 * rate / 1_000_000.0;
         let mut usd = per_token(ledger.input_tokens, self.input)
             + per_token(ledger.output_tokens, self.output);
+        let one_hour = ledger.cache_write_1h_tokens.min(ledger.cache_write_tokens);
         for (kind, tokens, rate) in [
             ("cache read", ledger.cache_read_tokens, self.cache_read),
-            ("cache write", ledger.cache_write_tokens, self.cache_write),
+            (
+                "cache write",
+                ledger.cache_write_tokens - one_hour,
+                self.cache_write,
+            ),
+            ("1-hour cache write", one_hour, self.cache_write_1h),
         ] {
             match (tokens, rate) {
                 (0, _) => {}
@@ -365,6 +371,7 @@ mod tests {
             output_tokens: output,
             cache_read_tokens: cache_read,
             cache_write_tokens: cache_write,
+            cache_write_1h_tokens: 0,
         }
     }
 
@@ -382,6 +389,32 @@ mod tests {
         assert!(
             (cost - 5.1375).abs() < 1e-9,
             "input, output, cache read and cache write each at their rate: {cost}"
+        );
+    }
+
+    #[test]
+    fn one_hour_cache_writes_are_priced_at_their_own_rate() {
+        let table = PriceTable::builtin();
+        let mut usage = crate::model::Usage {
+            cache_creation_input_tokens: 1_000_000,
+            cache_creation_1h_input_tokens: 400_000,
+            ..crate::model::Usage::default()
+        };
+        let mut split = Ledger::default();
+        split.record(&usage);
+        usage.cache_creation_1h_input_tokens = 0;
+        let mut all_5m = Ledger::default();
+        all_5m.record(&usage);
+        let cost = |ledger: &Ledger| table.cost("claude-sonnet-5-5", ledger).usd().unwrap();
+        // 0.6 M at $2.50 and 0.4 M at $4, against 1 M at $2.50.
+        assert_eq!(
+            (
+                split.cache_write_1h_tokens,
+                (cost(&split) * 1e6).round(),
+                (cost(&all_5m) * 1e6).round()
+            ),
+            (400_000, 3_100_000.0, 2_500_000.0),
+            "the 1-hour share of the writes costs the 1-hour rate, the rest the 5-minute one"
         );
     }
 

@@ -306,6 +306,13 @@ struct WireUsage {
     output_tokens: Option<u64>,
     cache_read_input_tokens: Option<u64>,
     cache_creation_input_tokens: Option<u64>,
+    /// The writes split by lifetime, when the API sends it.
+    cache_creation: Option<WireCacheCreation>,
+}
+
+#[derive(Deserialize, Default)]
+struct WireCacheCreation {
+    ephemeral_1h_input_tokens: Option<u64>,
 }
 
 impl WireUsage {
@@ -321,6 +328,12 @@ impl WireUsage {
             (
                 self.cache_creation_input_tokens,
                 &mut usage.cache_creation_input_tokens,
+            ),
+            (
+                self.cache_creation
+                    .as_ref()
+                    .and_then(|split| split.ephemeral_1h_input_tokens),
+                &mut usage.cache_creation_1h_input_tokens,
             ),
         ];
         for (value, slot) in fields {
@@ -635,7 +648,7 @@ mod tests {
     #[test]
     fn stream_events_join_into_one_message() {
         let response = feed(&[
-            json!({"type": "message_start", "message": {"usage": {"input_tokens": 10, "output_tokens": 1, "cache_read_input_tokens": 5}}}),
+            json!({"type": "message_start", "message": {"usage": {"input_tokens": 10, "output_tokens": 1, "cache_read_input_tokens": 5, "cache_creation_input_tokens": 30, "cache_creation": {"ephemeral_5m_input_tokens": 10, "ephemeral_1h_input_tokens": 20}}}}),
             json!({"type": "ping"}),
             json!({"type": "something_new", "x": 1}),
             json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "t1", "name": "grep", "input": {}}}),
@@ -671,11 +684,13 @@ mod tests {
                     input_tokens: 10,
                     output_tokens: 7,
                     cache_read_input_tokens: 5,
-                    cache_creation_input_tokens: 0,
+                    cache_creation_input_tokens: 30,
+                    cache_creation_1h_input_tokens: 20,
                 },
                 request_id: None,
             },
-            "blocks are ordered by index, deltas joined per index, usage merged"
+            "blocks are ordered by index, deltas joined per index, usage merged (the \
+             writes' split by lifetime too)"
         );
     }
 

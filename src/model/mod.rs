@@ -149,6 +149,10 @@ pub struct Usage {
     pub output_tokens: u64,
     pub cache_read_input_tokens: u64,
     pub cache_creation_input_tokens: u64,
+    /// Of `cache_creation_input_tokens`, those written with the 1-hour lifetime (priced
+    /// higher); zero where the provider does not say.
+    #[serde(default)]
+    pub cache_creation_1h_input_tokens: u64,
 }
 
 /// One complete model turn.

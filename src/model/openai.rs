@@ -347,6 +347,7 @@ impl WireUsage {
             output_tokens: self.completion_tokens.unwrap_or(0),
             cache_read_input_tokens: cached,
             cache_creation_input_tokens: 0,
+            cache_creation_1h_input_tokens: 0,
         }
     }
 }
@@ -636,6 +637,7 @@ mod tests {
                     output_tokens: 9,
                     cache_read_input_tokens: 60,
                     cache_creation_input_tokens: 0,
+                    cache_creation_1h_input_tokens: 0,
                 },
                 request_id: None,
             }

@@ -799,6 +799,7 @@ mod tests {
             output_tokens: input / 10,
             cache_read_tokens: 0,
             cache_write_tokens: 0,
+            cache_write_1h_tokens: 0,
         }
     }
 

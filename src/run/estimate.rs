@@ -93,6 +93,7 @@ impl Shape {
             output_tokens: turns * self.output_per_turn,
             cache_read_tokens: read,
             cache_write_tokens: write,
+            cache_write_1h_tokens: 0,
         }
     }
 }

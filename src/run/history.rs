@@ -422,6 +422,7 @@ mod tests {
             output_tokens: 30,
             cache_read_tokens: 150,
             cache_write_tokens: 15,
+            cache_write_1h_tokens: 0,
         };
         report.reviewer_ledger = Ledger {
             steps: 2,
@@ -429,6 +430,7 @@ mod tests {
             output_tokens: 20,
             cache_read_tokens: 0,
             cache_write_tokens: 0,
+            cache_write_1h_tokens: 0,
         };
         report
     }

@@ -301,6 +301,7 @@ fn usage(input: u64, output: u64, cache_read: u64, cache_write: u64) -> Usage {
         output_tokens: output,
         cache_read_input_tokens: cache_read,
         cache_creation_input_tokens: cache_write,
+        cache_creation_1h_input_tokens: 0,
     }
 }
 
@@ -1068,6 +1069,7 @@ async fn ledger_sums_usage_and_events_tell_the_whole_story() {
         output_tokens: 290,
         cache_read_tokens: 2900,
         cache_write_tokens: 800,
+        cache_write_1h_tokens: 0,
     };
     assert_eq!(run.ledger, total);
     let mut events = Vec::new();
@@ -1093,6 +1095,7 @@ async fn ledger_sums_usage_and_events_tell_the_whole_story() {
                     output_tokens: 90,
                     cache_read_tokens: 0,
                     cache_write_tokens: 800,
+                    cache_write_1h_tokens: 0,
                 },
             },
             Event::ToolCalled {

@@ -244,6 +244,7 @@ async fn claude_code_works_a_subtask_through_review_and_merge() {
             output_tokens: 102,
             cache_read_tokens: 19800,
             cache_write_tokens: 1900,
+            cache_write_1h_tokens: 0,
         },
         "CLAUDE-FINAL: src/a.txt now shouts.",
     )
@@ -263,6 +264,7 @@ async fn codex_works_a_subtask_through_review_and_merge() {
             output_tokens: 240,
             cache_read_tokens: 17000,
             cache_write_tokens: 0,
+            cache_write_1h_tokens: 0,
         },
         "CODEX-FINAL: src/a.txt now shouts.",
     )
@@ -281,6 +283,7 @@ async fn gemini_works_a_subtask_through_review_and_merge() {
             output_tokens: 350,
             cache_read_tokens: 3000,
             cache_write_tokens: 0,
+            cache_write_1h_tokens: 0,
         },
         "GEMINI-FINAL: src/a.txt now shouts.",
     )
@@ -299,6 +302,7 @@ async fn aider_works_a_subtask_without_committing_or_leaving_its_cache() {
             output_tokens: 120,
             cache_read_tokens: 1500,
             cache_write_tokens: 0,
+            cache_write_1h_tokens: 0,
         },
         "src/a.txt\n<<<<<<< SEARCH\nalpha\n=======\nALPHA\n>>>>>>> REPLACE\n\nAIDER-FINAL: src/a.txt now shouts.",
     )

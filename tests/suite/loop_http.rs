@@ -250,6 +250,7 @@ async fn read_edit_bash_finish_over_http_with_real_tools() {
                 output_tokens: 78,
                 cache_read_tokens: 600,
                 cache_write_tokens: 50,
+                cache_write_1h_tokens: 0,
             },
             Provider::OpenAi => Ledger {
                 steps: 4,
@@ -257,6 +258,7 @@ async fn read_edit_bash_finish_over_http_with_real_tools() {
                 output_tokens: 78,
                 cache_read_tokens: 600,
                 cache_write_tokens: 0,
+                cache_write_1h_tokens: 0,
             },
         };
         assert_eq!(
@@ -626,6 +628,7 @@ async fn a_rejected_request_fails_the_loop_and_keeps_the_ledger() {
                 output_tokens: 3,
                 cache_read_tokens: 0,
                 cache_write_tokens: 0,
+                cache_write_1h_tokens: 0,
             },
             "{case}: a failed loop keeps what it cost"
         );
@@ -667,6 +670,7 @@ async fn absurd_usage_saturates_the_ledger_and_flags_it_instead_of_wrapping() {
                     output_tokens: 7,
                     cache_read_tokens: 0,
                     cache_write_tokens: 0,
+                    cache_write_1h_tokens: 0,
                 },
                 true
             ),

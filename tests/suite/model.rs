@@ -733,6 +733,7 @@ async fn usage_is_parsed_including_cache_counts() {
                 output_tokens: 20,
                 cache_read_input_tokens: 300,
                 cache_creation_input_tokens: 40,
+                cache_creation_1h_input_tokens: 0,
             },
             // prompt_tokens = 440 with 300 cached: OpenAI has no cache-write count.
             Provider::OpenAi => Usage {
@@ -740,6 +741,7 @@ async fn usage_is_parsed_including_cache_counts() {
                 output_tokens: 20,
                 cache_read_input_tokens: 300,
                 cache_creation_input_tokens: 0,
+                cache_creation_1h_input_tokens: 0,
             },
         };
         assert_eq!(usage, expected, "{mode:?}");

@@ -253,6 +253,7 @@ mod tests {
                 output_tokens: 130 + 10,
                 cache_read_tokens: 2100,
                 cache_write_tokens: 1100,
+                cache_write_1h_tokens: 0,
             }
         );
     }

@@ -115,6 +115,7 @@ impl Usage {
             output_tokens: self.output_tokens,
             cache_read_tokens: self.cache_read_input_tokens,
             cache_write_tokens: self.cache_creation_input_tokens,
+            cache_write_1h_tokens: 0,
         }
     }
 }
@@ -284,6 +285,7 @@ impl ClaudeParser {
                     output_tokens: model.output_tokens,
                     cache_read_tokens: model.cache_read_input_tokens,
                     cache_write_tokens: model.cache_creation_input_tokens,
+                    cache_write_1h_tokens: 0,
                 });
             }
             total
@@ -367,6 +369,7 @@ mod tests {
                     output_tokens: 80,
                     cache_read_tokens: 28,
                     cache_write_tokens: 12,
+                    cache_write_1h_tokens: 0,
                 },
                 usage_reported: true,
                 error: None,

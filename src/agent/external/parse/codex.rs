@@ -202,6 +202,7 @@ mod tests {
                     output_tokens: 100,
                     cache_read_tokens: 800,
                     cache_write_tokens: 0,
+                    cache_write_1h_tokens: 0,
                 },
                 usage_reported: true,
                 error: None,
@@ -231,6 +232,7 @@ mod tests {
                     output_tokens: 4,
                     cache_read_tokens: 2,
                     cache_write_tokens: 3,
+                    cache_write_1h_tokens: 0,
                 }
             )
         );

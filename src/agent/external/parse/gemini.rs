@@ -226,6 +226,7 @@ mod tests {
                     output_tokens: 7 * 55,
                     cache_read_tokens: 7 * 300,
                     cache_write_tokens: 0,
+                    cache_write_1h_tokens: 0,
                 },
                 usage_reported: true,
                 error: None,
