@@ -100,10 +100,62 @@ fn is_official_api(base_url: &str) -> bool {
 // ---------------------------------------------------------------------------------------
 // Request encoding
 
+/// What OpenAI's own reasoning models need on chat completions, told by the model's name
+/// (after a gateway's `openai/`): they refuse `max_tokens` for `max_completion_tokens`
+/// (the o-series and GPT-5 on), and from GPT-5.6 on they refuse function tools unless
+/// `reasoning_effort` is `"none"` ("Function tools with reasoning_effort are not supported
+/// … in /v1/chat/completions"; reasoning with tools needs the Responses API, which grove
+/// does not speak yet). Any other name (a local server's model) gets the classic fields.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Quirks {
+    completion_tokens: bool,
+    tools_without_reasoning: bool,
+}
+
+impl Quirks {
+    fn of(model: &str) -> Self {
+        let name = model
+            .rsplit('/')
+            .next()
+            .unwrap_or(model)
+            .to_ascii_lowercase();
+        let o_series = name.len() > 1
+            && name.starts_with('o')
+            && name[1..].starts_with(|c: char| c.is_ascii_digit());
+        let gpt = name.strip_prefix("gpt-").and_then(|rest| {
+            let version: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            let mut parts = version.split('.').map(str::parse::<u32>);
+            let major = parts.next()?.ok()?;
+            let minor = parts.next().and_then(Result::ok).unwrap_or(0);
+            Some((major, minor))
+        });
+        match gpt {
+            Some((major, minor)) if major >= 5 => Self {
+                completion_tokens: true,
+                tools_without_reasoning: (major, minor) >= (5, 6),
+            },
+            _ => Self {
+                completion_tokens: o_series,
+                tools_without_reasoning: false,
+            },
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct WireRequest<'a> {
     model: &'a str,
-    max_tokens: u32,
+    /// The output bound under the name the model takes ([`Quirks`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    /// `"none"` where the model refuses function tools with reasoning on this endpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'static str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
     /// `"auto"` whenever tools are offered. It is the API's default, but some
@@ -222,9 +274,12 @@ pub(crate) fn encode_request(request: &Request, delivery: Delivery) -> Result<Ve
     for (index, message) in request.messages.iter().enumerate() {
         encode_message(index, message, &mut messages)?;
     }
+    let quirks = Quirks::of(&request.model);
     let wire = WireRequest {
         model: &request.model,
-        max_tokens: request.max_tokens,
+        max_tokens: (!quirks.completion_tokens).then_some(request.max_tokens),
+        max_completion_tokens: quirks.completion_tokens.then_some(request.max_tokens),
+        reasoning_effort: (quirks.tools_without_reasoning && !tools.is_empty()).then_some("none"),
         tool_choice: (!tools.is_empty()).then_some("auto"),
         tools: tools
             .iter()
@@ -750,6 +805,51 @@ mod tests {
                 "prompt_cache_key": "grove-r1-worker",
             }),
             "one tool message per result, the cache group as prompt_cache_key"
+        );
+    }
+
+    #[test]
+    fn reasoning_models_get_the_fields_they_take() {
+        let classic = Quirks::default();
+        let reasoning = Quirks {
+            completion_tokens: true,
+            tools_without_reasoning: false,
+        };
+        let newest = Quirks {
+            completion_tokens: true,
+            tools_without_reasoning: true,
+        };
+        let named: Vec<(&str, Quirks)> = [
+            "gpt-4.1",
+            "gpt-4o-mini",
+            "qwen2.5-coder",
+            "gpt-oss-20b",
+            "o3-mini",
+            "gpt-5.5",
+            "openai/gpt-5.4-mini",
+            "gpt-5.6-terra",
+            "gpt-6.1-sol",
+            "openai/gpt-6-astra",
+        ]
+        .into_iter()
+        .map(|model| (model, Quirks::of(model)))
+        .collect();
+        assert_eq!(
+            named,
+            vec![
+                ("gpt-4.1", classic),
+                ("gpt-4o-mini", classic),
+                ("qwen2.5-coder", classic),
+                ("gpt-oss-20b", classic),
+                ("o3-mini", reasoning),
+                ("gpt-5.5", reasoning),
+                ("openai/gpt-5.4-mini", reasoning),
+                ("gpt-5.6-terra", newest),
+                ("gpt-6.1-sol", newest),
+                ("openai/gpt-6-astra", newest),
+            ],
+            "OpenAI's reasoning models get max_completion_tokens; from GPT-5.6 on, tools \
+             come with reasoning_effort none; anything else the classic fields"
         );
     }
 

@@ -932,6 +932,56 @@ async fn local_openai_server_needs_no_key() {
 }
 
 #[tokio::test]
+async fn openai_reasoning_models_are_sent_the_fields_they_take() {
+    let models = ["gpt-4.1", "gpt-5.5", "gpt-6.1-sol"];
+    let server = FakeServer::with_script(
+        models
+            .iter()
+            .map(|_| Reply::from(a_long_text()))
+            .collect(),
+    )
+    .await;
+    let model = Mode {
+        provider: Provider::OpenAi,
+        stream: true,
+    }
+    .client(&server);
+    for name in models {
+        let asked = Request {
+            model: name.to_owned(),
+            ..first_request()
+        };
+        let (result, _) = complete(model.as_ref(), &asked).await;
+        assert!(result.is_ok(), "{name}: {result:?}");
+    }
+    server.assert_no_violations();
+    let sent: Vec<(Value, Value, Value)> = server
+        .requests()
+        .iter()
+        .map(|request| {
+            let body: Value = serde_json::from_str(&request.raw_body).unwrap();
+            (
+                body["max_tokens"].clone(),
+                body["max_completion_tokens"].clone(),
+                body["reasoning_effort"].clone(),
+            )
+        })
+        .collect();
+    let bound = json!(first_request().max_tokens);
+    assert_eq!(
+        sent,
+        vec![
+            (bound.clone(), Value::Null, Value::Null),
+            (Value::Null, bound.clone(), Value::Null),
+            (Value::Null, bound, json!("none")),
+        ],
+        "GPT-4.1 takes max_tokens; GPT-5 on refuse it for max_completion_tokens; from \
+         GPT-5.6 on, function tools on chat completions need reasoning_effort none (the \
+         fake server refuses otherwise, as the real API does)"
+    );
+}
+
+#[tokio::test]
 async fn unreadable_error_bodies_are_quoted() {
     let server = FakeServer::with_script(vec![Reply::Raw {
         status: 404,

@@ -65,6 +65,37 @@ fn check_keys(value: &Value, allowed: &[&str], what: &str, problems: &mut Vec<St
     }
 }
 
+/// What OpenAI's own reasoning models refuse on chat completions, as the real API says:
+/// `max_tokens` from GPT-5 (and the o-series) on, and function tools with reasoning on
+/// from GPT-5.6 on.
+fn check_reasoning_model(body: &Value, problems: &mut Vec<String>) {
+    let model = body["model"].as_str().unwrap_or_default();
+    let name = model.rsplit('/').next().unwrap_or(model);
+    let version: Option<(u32, u32)> = name.strip_prefix("gpt-").and_then(|rest| {
+        let mut parts = rest.split(['.', '-']);
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next().and_then(|minor| minor.parse().ok()).unwrap_or(0);
+        Some((major, minor))
+    });
+    let Some(version) = version.filter(|(major, _)| *major >= 5) else {
+        return;
+    };
+    if body.get("max_tokens").is_some() {
+        problems.push(format!(
+            "Unsupported parameter: 'max_tokens' is not supported with {model}. Use \
+             'max_completion_tokens' instead."
+        ));
+    }
+    let tools = body["tools"].as_array().is_some_and(|tools| !tools.is_empty());
+    if tools && version >= (5, 6) && body["reasoning_effort"] != "none" {
+        problems.push(format!(
+            "Function tools with reasoning_effort are not supported for {model} in \
+             /v1/chat/completions. To use function tools, use /v1/responses or set \
+             reasoning_effort to 'none'."
+        ));
+    }
+}
+
 fn check_model_and_max_tokens(body: &Value, problems: &mut Vec<String>, max_tokens_required: bool) {
     match body.get("model").and_then(Value::as_str) {
         Some(model) if !model.is_empty() => {}
@@ -492,6 +523,7 @@ pub(super) fn openai(
         &mut problems,
     );
     check_model_and_max_tokens(body, &mut problems, true);
+    check_reasoning_model(body, &mut problems);
     if let Some(key) = body.get("prompt_cache_key")
         && !key.is_string()
     {
