@@ -38,6 +38,7 @@ pub(crate) mod observer;
 pub mod report;
 pub mod sandbox_view;
 pub(crate) mod schedule;
+pub(crate) mod settled;
 pub(crate) mod show_subtask;
 pub mod start;
 pub mod subtask;

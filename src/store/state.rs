@@ -180,6 +180,12 @@ pub struct SubtaskState {
     /// Its worker's whole final message (bounded), as the same record keeps it.
     #[serde(default)]
     pub worker_summary: Option<String>,
+    /// The earlier subtask it replaces (`replaces`, or `start_from`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<SubtaskId>,
+    /// The subtask whose archived work its tree started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_from: Option<SubtaskId>,
 }
 
 impl SubtaskState {
@@ -215,6 +221,8 @@ impl SubtaskState {
             check: None,
             reason: None,
             worker_summary: None,
+            replaces: None,
+            start_from: None,
         }
     }
 
@@ -280,6 +288,18 @@ pub struct RunState {
     /// one found), when one was.
     #[serde(default)]
     pub culprit: Option<(Vec<String>, String, Option<String>)>,
+    /// The subtasks' results the lead was given, in the order it got them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deliveries: Vec<Delivery>,
+}
+
+/// Results the lead was given at once (a `results_delivered` record).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    pub subtasks: Vec<SubtaskId>,
+    /// The lead's `wait` call they answered; `None`: a message after it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
 }
 
 /// A record that does not fit the records before it. Never retried: the journal (or the
@@ -386,6 +406,7 @@ impl RunState {
             journal_records: 1,
             checks: Vec::new(),
             culprit: None,
+            deliveries: Vec::new(),
         })
     }
 
@@ -433,9 +454,13 @@ impl RunState {
                 after,
                 waits_for,
                 kind,
+                replaces,
+                start_from,
             } => {
                 let mut state = SubtaskState::started(*subtask, task, branch, *mode, agent, ts);
                 state.kind = *kind;
+                state.replaces = *replaces;
+                state.start_from = *start_from;
                 state.paths = paths.clone();
                 state.after = after.clone();
                 state.waits_for = waits_for.clone();
@@ -477,6 +502,13 @@ impl RunState {
                 if merged.is_some() {
                     self.result_commit = merged;
                 }
+                Ok(())
+            }
+            Entry::ResultsDelivered { subtasks, call_id } => {
+                self.deliveries.push(Delivery {
+                    subtasks: subtasks.clone(),
+                    call_id: call_id.clone(),
+                });
                 Ok(())
             }
             Entry::Paused { reason } => {
@@ -845,6 +877,8 @@ mod tests {
                 after: Vec::new(),
                 waits_for: Vec::new(),
                 kind: SubtaskKind::Fix,
+                replaces: None,
+                start_from: None,
             },
             Entry::Checked {
                 run: check("S1", CheckStatus::Passed),

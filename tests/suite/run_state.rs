@@ -98,6 +98,8 @@ fn full_journal(run: &RunId) -> Vec<Record> {
                 after: Vec::new(),
                 waits_for: Vec::new(),
                 kind: SubtaskKind::Task,
+                replaces: None,
+                start_from: None,
             },
         ),
         at(
@@ -269,6 +271,8 @@ fn expected_full_state(run: &RunId) -> RunState {
                 check: None,
                 reason: Some("worker: renamed it".into()),
                 worker_summary: Some("Rename it\n\nRenamed every call; the tests pass.".into()),
+                replaces: None,
+                start_from: None,
             },
             SubtaskState {
                 id: SubtaskId(2),
@@ -293,6 +297,8 @@ fn expected_full_state(run: &RunId) -> RunState {
                 check: None,
                 reason: None,
                 worker_summary: None,
+                replaces: None,
+                start_from: None,
             },
         ],
         open_tool_calls: vec![],
@@ -316,6 +322,7 @@ fn expected_full_state(run: &RunId) -> RunState {
         journal_records: 15,
         checks: vec![],
         culprit: None,
+        deliveries: Vec::new(),
     }
 }
 

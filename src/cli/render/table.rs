@@ -103,6 +103,12 @@ pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, out
             if let Some(archive) = &subtask.archive_ref {
                 say!("      work kept at {archive}");
             }
+            if let Some(by) = subtask.superseded_by {
+                say!("      superseded by {by}");
+            }
+            if let Some(earlier) = subtask.replaces {
+                say!("      replaces {earlier}");
+            }
         }
     }
     say!();

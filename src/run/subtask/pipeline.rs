@@ -27,6 +27,8 @@ use crate::run::subtask::commit::{self, Committed};
 use crate::run::subtask::error::SubtaskError;
 use crate::run::subtask::outcome::{Author, Judge, Made, Stages};
 use crate::run::subtask::work::{self, Assignment};
+use crate::run::subtask::retry::StartFrom;
+use crate::run::subtask::reviewer::Flagged;
 use crate::run::subtask::{prepare, reviewer};
 use crate::run::verdict::Verdict;
 use crate::store::journal::{Entry, Finding, VerdictKind};
@@ -50,6 +52,9 @@ pub(crate) enum Start<'a> {
         assignment: Box<Assignment>,
         permit: OwnedSemaphorePermit,
         scope: Option<&'a WriteScope>,
+        /// The archived work it starts from (`start_from`): its reviewer sees the diff
+        /// against that, and the whole change its merge brings.
+        start_from: Option<&'a StartFrom>,
         slots: Slots<'a>,
     },
     /// A resolver, from the conflicted merge of a subtask onto `result`: its turns again
@@ -85,17 +90,24 @@ pub(crate) async fn judged(
     if author == Author::Worker && !ctx.trees.base_gate.opened().await {
         return Err(SubtaskError::Interrupted);
     }
+    let mut whole = None;
     let (committed, diff, markers, scope, slot) = match start {
         Start::Delegated {
             assignment,
             permit,
             scope,
+            start_from,
             slots,
         } => {
             let work = work::work(ctx, *assignment, worktree).await;
             found.worker_ledger = work.ledger;
             let committed = commit::commit(&ctx.facts, &ctx.record, id, worktree, work).await?;
             let diff = committed.diff.clone();
+            if let Some(from) = start_from {
+                let bounds = ctx.facts.options.max_review_patch_bytes;
+                let all = ctx.facts.repo.diff(from.origin, committed.tip, bounds).await;
+                whole = Some((from, all.map_err(|source| SubtaskError::Diff { source })?));
+            }
             (committed, diff, Vec::new(), scope, Some((slots, permit)))
         }
         Start::Resolving { result } => {
@@ -156,10 +168,16 @@ pub(crate) async fn judged(
                 outside_paths: &made.outside_paths,
                 paths: scope.map_or(&[], WriteScope::globs),
                 against: None,
+                whole: None,
             };
-            let flagged = match made.author {
-                Author::Resolver => flagged.against(AGAINST_RESULT),
-                Author::Worker => flagged,
+            let against = whole.as_ref().map(|(from, _)| from.against());
+            let flagged = match (made.author, &against, &whole) {
+                (Author::Resolver, _, _) => flagged.against(AGAINST_RESULT),
+                (Author::Worker, Some(against), Some((_, all))) => Flagged {
+                    whole: Some(all),
+                    ..flagged.against(against)
+                },
+                (Author::Worker, _, _) => flagged,
             };
             let review = reviewer::review(ctx, id, brief, &diff, flagged, worktree).await;
             found.reviewer_ledger = review.ledger;
