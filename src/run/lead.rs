@@ -10,7 +10,9 @@
 use std::sync::Arc;
 
 use crate::agent::roles::{self, ProjectRules, RoleKind};
-use crate::agent::{AgentError, AgentRun, AgentSpec, Ledger, StopKind, isolated_messages};
+use crate::agent::{
+    AgentError, AgentRun, AgentSpec, Ledger, StopKind, TurnObserver, isolated_messages,
+};
 use crate::event::{AgentId, AgentLabel};
 use crate::git::GitError;
 use crate::model::{ContentBlock, Message, Role};
@@ -260,6 +262,11 @@ async fn lead_rounds(
                 return (outcome, spent);
             }
         };
+        // And, as after any turn, how the merged result fares now.
+        let news = match observer.news().await {
+            Some(check) => format!("{news}\n\n{check}"),
+            None => news,
+        };
         messages = outcome.messages;
         messages.push(Message::user_text(&news));
         // Saved with the message before it is answered: a resume goes on from it.
@@ -364,26 +371,42 @@ mod tests {
     use super::*;
     use crate::run::id::SubtaskId;
     use crate::run::test_support::TestRun;
-    use crate::store::journal::SubtaskOutcome;
+    use crate::store::journal::{Entry, SubtaskOutcome};
 
     #[tokio::test]
-    async fn a_pending_delegation_hears_its_subtasks_result_or_that_none_was_recorded() {
+    async fn pending_delegations_and_waits_are_answered_as_the_journal_recorded_them() {
         let run = TestRun::alpha().await;
         let call = |id: &str, task: &str| ContentBlock::ToolUse {
             id: id.into(),
             name: "delegate".into(),
             input: json!({ "task": task }),
         };
+        let wait = |id: &str| ContentBlock::ToolUse {
+            id: id.into(),
+            name: "wait".into(),
+            input: json!({}),
+        };
         let saved = Transcript {
             messages: vec![
                 Message::user_text("plan"),
                 Message {
                     role: Role::Assistant,
-                    content: vec![call("a", "recorded"), call("b", "lost")],
+                    content: vec![
+                        call("a", "recorded"),
+                        call("b", "lost"),
+                        wait("c"),
+                        wait("d"),
+                    ],
                 },
             ],
             ..Transcript::default()
         };
+        run.ctx
+            .journal(Entry::ResultsDelivered {
+                subtasks: vec![SubtaskId(1)],
+                call_id: Some("c".into()),
+            })
+            .unwrap();
         transcript::save(&run.ctx.transcript_path(AgentLabel::Lead, "lead"), &saved).unwrap();
         let mut merged = SubtaskReport::new(SubtaskId(1), "recorded".into(), "grove/r/1".into());
         merged.status = SubtaskOutcome::Merged;
@@ -395,7 +418,9 @@ mod tests {
             vec![
                 ContentBlock::ToolResult {
                     tool_use_id: "a".into(),
-                    content: "S1 merged (grove/r/1)\n".into(),
+                    content: "S1 accepted (grove stopped and resumed since). `wait` gives \
+                              its result."
+                        .into(),
                     is_error: false,
                 },
                 ContentBlock::ToolResult {
@@ -403,9 +428,24 @@ mod tests {
                     content: UNRECORDED_DELEGATION.into(),
                     is_error: true,
                 },
+                ContentBlock::ToolResult {
+                    tool_use_id: "c".into(),
+                    content: "S1 merged (grove/r/1)\n\n(grove stopped and resumed since; \
+                              `wait` again for any other result.)"
+                        .into(),
+                    is_error: false,
+                },
+                ContentBlock::ToolResult {
+                    tool_use_id: "d".into(),
+                    content: "grove stopped and resumed while this wait was pending; call \
+                              `wait` again for the results."
+                        .into(),
+                    is_error: false,
+                },
             ],
-            "a recorded delegation is answered with its subtask's result; one the journal \
-             never had is told so, never that it may have run"
+            "a recorded delegation is told it was accepted, one the journal never had is \
+             told so (never that it may have run); a wait gets the very results the journal \
+             says it was given, or is asked to wait again"
         );
     }
 }

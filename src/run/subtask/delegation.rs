@@ -23,6 +23,7 @@ use crate::run::settled::{Settled, Taken, Wanted};
 use crate::store::journal::{ContextMode, Entry, SubtaskKind};
 use crate::store::state::{RunState, SubtaskStatus};
 use crate::store::transcript::Transcript;
+use crate::text::printable;
 
 use super::Subtasks;
 use super::close::lead_result;
@@ -155,7 +156,8 @@ impl Subtasks {
              results you had not seen. Every one has settled now; their results:\n\n{}\n\n\
              Delegate a follow-up (`start_from` builds on a rejected subtask's work) if \
              something is left to do, or end with your summary.",
-            report.text
+            // The results quote model text: printable only, as any tool result.
+            printable(&report.text)
         )))
     }
 
