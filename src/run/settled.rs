@@ -82,7 +82,8 @@ impl Inbox {
     }
 
     fn bump(&self) {
-        self.changed.send_modify(|version| *version = version.wrapping_add(1));
+        self.changed
+            .send_modify(|version| *version = version.wrapping_add(1));
     }
 
     /// Whether a result is ready or a subtask still runs: the lead has something to hear.
@@ -153,7 +154,10 @@ mod tests {
             tokio::spawn(async move { inbox.take(Wanted::Next, &cancel).await })
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(!waiting.is_finished(), "nothing settled yet: the wait waits");
+        assert!(
+            !waiting.is_finished(),
+            "nothing settled yet: the wait waits"
+        );
         inbox.settle(SubtaskId(2), report("S2 rejected"));
         let first = waiting.await.unwrap().unwrap();
         assert_eq!(

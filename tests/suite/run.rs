@@ -196,7 +196,10 @@ async fn a_four_subtask_refactor_merges_three_and_archives_the_rejected_one_in_e
         // The lead never called `wait`: grove told it every result once it ended.
         let lead_final = requests.iter().rev().find(|r| who(r) == Who::Lead).unwrap();
         let heard = lead_final.last_user_text();
-        assert!(heard.len() < 4 * 2000, "{mode}: the results are bounded: {heard}");
+        assert!(
+            heard.len() < 4 * 2000,
+            "{mode}: the results are bounded: {heard}"
+        );
         for result in ["S1 merged", "S2 merged", "S3 merged", "S4 rejected"] {
             assert_eq!(
                 heard.matches(result).count(),

@@ -16,7 +16,9 @@ use async_trait::async_trait;
 use crate::agent::{fork_messages, isolated_messages};
 use crate::run::agents::{delegate_role, worker_tools};
 use crate::run::context::lock;
-use crate::run::delegate::{DelegateError, DelegateReport, DelegateRequest, Delegator, WaitRequest};
+use crate::run::delegate::{
+    DelegateError, DelegateReport, DelegateRequest, Delegator, WaitRequest,
+};
 use crate::run::id::SubtaskId;
 use crate::run::schedule::{self, Placement, labels, scope_of};
 use crate::run::settled::{Settled, Taken, Wanted};
@@ -62,7 +64,10 @@ impl Subtasks {
     /// with `start_from` (its earlier subtask settled before it was accepted, so a resume
     /// finds it again); `None` when it was not, or that work is gone (noted: its tree
     /// then starts where it would have without it).
-    pub(crate) fn resumed_start_from(&self, state: &crate::store::state::SubtaskState) -> Option<StartFrom> {
+    pub(crate) fn resumed_start_from(
+        &self,
+        state: &crate::store::state::SubtaskState,
+    ) -> Option<StartFrom> {
         let from = state.start_from?;
         let journaled = self.ctx.record.journal.subtasks();
         let earlier = journaled.iter().find(|earlier| earlier.id == from)?;
@@ -278,10 +283,7 @@ impl Delegator for Subtasks {
         let when = if waits_for.is_empty() {
             "it starts now".to_owned()
         } else {
-            format!(
-                "it starts once {} settled",
-                labels(&waits_for).join(", ")
-            )
+            format!("it starts once {} settled", labels(&waits_for).join(", "))
         };
         Ok(DelegateReport {
             text: format!(

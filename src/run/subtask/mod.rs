@@ -46,8 +46,8 @@
 
 pub(crate) mod check;
 pub(crate) mod close;
-mod delegation;
 pub(crate) mod commit;
+mod delegation;
 pub(crate) mod error;
 pub(crate) mod fix;
 pub(crate) mod hosts;

@@ -26,9 +26,9 @@ use crate::run::subtask::check::{self, Slots};
 use crate::run::subtask::commit::{self, Committed};
 use crate::run::subtask::error::SubtaskError;
 use crate::run::subtask::outcome::{Author, Judge, Made, Stages};
-use crate::run::subtask::work::{self, Assignment};
 use crate::run::subtask::retry::StartFrom;
 use crate::run::subtask::reviewer::Flagged;
+use crate::run::subtask::work::{self, Assignment};
 use crate::run::subtask::{prepare, reviewer};
 use crate::run::verdict::Verdict;
 use crate::store::journal::{Entry, Finding, VerdictKind};
@@ -105,7 +105,11 @@ pub(crate) async fn judged(
             let diff = committed.diff.clone();
             if let Some(from) = start_from {
                 let bounds = ctx.facts.options.max_review_patch_bytes;
-                let all = ctx.facts.repo.diff(from.origin, committed.tip, bounds).await;
+                let all = ctx
+                    .facts
+                    .repo
+                    .diff(from.origin, committed.tip, bounds)
+                    .await;
                 whole = Some((from, all.map_err(|source| SubtaskError::Diff { source })?));
             }
             (committed, diff, Vec::new(), scope, Some((slots, permit)))
