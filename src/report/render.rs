@@ -391,6 +391,24 @@ fn subtask_article(page: &mut String, subtask: &SubtaskSection) {
             escape(&subtask.waits_for.join(", "))
         );
     }
+    if let Some(earlier) = &subtask.chain.replaces {
+        let how = match subtask.chain.started_from_it {
+            true => "; started from its kept work",
+            false => "",
+        };
+        let _ = write!(
+            page,
+            "<dt>replaces</dt><dd class=\"chain\">{}{how}</dd>",
+            escape(earlier)
+        );
+    }
+    if let Some(later) = &subtask.chain.superseded_by {
+        let _ = write!(
+            page,
+            "<dt>superseded by</dt><dd class=\"chain\">{}</dd>",
+            escape(later)
+        );
+    }
     if !subtask.conflict_paths.is_empty() {
         let _ = write!(
             page,
@@ -858,6 +876,7 @@ mod tests {
                 conflict_paths: vec![],
                 paths: vec![],
                 waits_for: vec![],
+                chain: crate::report::Chain::default(),
                 waiting: false,
                 archive_ref: Some("refs/grove/archive/20261129-215530-7f3a/1".into()),
                 check: Some(CheckRun {

@@ -349,24 +349,6 @@ impl SubtaskReport {
     }
 }
 
-/// Marks every unmerged subtask whose replacement (a later subtask naming it in
-/// `replaces` or `start_from`) merged, or was superseded in turn, as superseded by that
-/// replacement; `subtasks` in subtask order. A replacement that did not get done
-/// supersedes nothing: S5 rejected, replaced by S7 rejected, leaves both not done.
-pub fn mark_superseded(subtasks: &mut [SubtaskReport]) {
-    for index in (0..subtasks.len()).rev() {
-        let id = subtasks[index].id;
-        if subtasks[index].status == SubtaskOutcome::Merged {
-            continue;
-        }
-        let by = subtasks[index + 1..]
-            .iter()
-            .find(|later| later.replaces == Some(id) && later.done())
-            .map(|later| later.id);
-        subtasks[index].superseded_by = by;
-    }
-}
-
 /// Paths whose contents run on the host or in CI later, or steer what grove or an agent
 /// does next, so a human should look at them whatever the reviewer decided: every
 /// dotfile and every file in a dot-directory (tool, CI, editor and agent configuration

@@ -15,6 +15,7 @@ pub mod lock;
 pub mod recorded;
 pub mod runs;
 pub mod slots;
+pub mod snapshot;
 pub mod state;
 pub mod transcript;
 

@@ -20,9 +20,10 @@ use grove::store::journal::{
     SubtaskKind, SubtaskOutcome, TornTail, VerdictKind, read_journal,
 };
 use grove::store::lock::{LockError, RepoLock, StaleLock, read_holder, this_hostname};
+use grove::store::snapshot::{read_snapshot, write_snapshot};
 use grove::store::state::{
     CheckpointState, MergeState, ReplayError, ReplayReason, RunState, RunStatus, SubtaskState,
-    SubtaskStatus, ToolCallState, VerdictState, read_snapshot, write_snapshot,
+    SubtaskStatus, ToolCallState, VerdictState,
 };
 use grove::store::{
     JOURNAL_FILE, RunId, RunStart, RunStore, SNAPSHOT_FILE, SnapshotWrite, StoreError,

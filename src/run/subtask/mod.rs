@@ -153,14 +153,13 @@ impl Subtasks {
     /// replaces (as journaled) and what a merged replacement superseded marked so.
     pub(crate) fn reports(&self) -> Vec<SubtaskReport> {
         let mut reports: Vec<SubtaskReport> = lock(&self.reports).values().cloned().collect();
-        let journaled = self.ctx.record.journal.subtasks();
+        let journaled = self.ctx.record.journal.state();
         for report in &mut reports {
             report.replaces = journaled
-                .iter()
-                .find(|state| state.id == report.id)
+                .subtask(report.id)
                 .and_then(|state| state.replaces);
+            report.superseded_by = journaled.superseded_by(report.id);
         }
-        crate::run::report::mark_superseded(&mut reports);
         reports
     }
 

@@ -17,7 +17,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::agent::roles::{self, RoleDef, RoleKind};
 use crate::agent::{Ledger, isolated_messages};
 use crate::event::AgentLabel;
-use crate::git::{CommitId, LeftMarker};
+use crate::git::{BranchDiff, CommitId, LeftMarker};
 use crate::model::{ContentBlock, Message, Role};
 use crate::run::context::{RunContext, RunFacts, RunRecord};
 use crate::run::id::SubtaskId;
@@ -27,7 +27,6 @@ use crate::run::subtask::commit::{self, Committed};
 use crate::run::subtask::error::SubtaskError;
 use crate::run::subtask::outcome::{Author, Judge, Made, Stages};
 use crate::run::subtask::retry::StartFrom;
-use crate::run::subtask::reviewer::Flagged;
 use crate::run::subtask::work::{self, Assignment};
 use crate::run::subtask::{prepare, reviewer};
 use crate::run::verdict::Verdict;
@@ -70,6 +69,21 @@ pub(crate) struct Judged {
     pub(crate) permit: Option<OwnedSemaphorePermit>,
 }
 
+/// What a follow-up's reviewer is told its diff is against (`from`'s work), and the
+/// whole change its merge brings: from where `from`'s work started to `tip`.
+async fn whole_change(
+    facts: &RunFacts,
+    from: &StartFrom,
+    tip: CommitId,
+) -> Result<(String, BranchDiff), SubtaskError> {
+    let bounds = facts.options.max_review_patch_bytes;
+    let all = facts.repo.diff(from.origin, tip, bounds).await;
+    Ok((
+        from.against(),
+        all.map_err(|source| SubtaskError::Diff { source })?,
+    ))
+}
+
 /// Stages 1 to 5 of subtask `id` (briefed with `brief`) in `worktree`, from `start`;
 /// each stage's outcome kept in `found`.
 pub(crate) async fn judged(
@@ -104,13 +118,7 @@ pub(crate) async fn judged(
             let committed = commit::commit(&ctx.facts, &ctx.record, id, worktree, work).await?;
             let diff = committed.diff.clone();
             if let Some(from) = start_from {
-                let bounds = ctx.facts.options.max_review_patch_bytes;
-                let all = ctx
-                    .facts
-                    .repo
-                    .diff(from.origin, committed.tip, bounds)
-                    .await;
-                whole = Some((from, all.map_err(|source| SubtaskError::Diff { source })?));
+                whole = Some(whole_change(&ctx.facts, from, committed.tip).await?);
             }
             (committed, diff, Vec::new(), scope, Some((slots, permit)))
         }
@@ -174,14 +182,10 @@ pub(crate) async fn judged(
                 against: None,
                 whole: None,
             };
-            let against = whole.as_ref().map(|(from, _)| from.against());
-            let flagged = match (made.author, &against, &whole) {
-                (Author::Resolver, _, _) => flagged.against(AGAINST_RESULT),
-                (Author::Worker, Some(against), Some((_, all))) => Flagged {
-                    whole: Some(all),
-                    ..flagged.against(against)
-                },
-                (Author::Worker, _, _) => flagged,
+            let flagged = match (made.author, &whole) {
+                (Author::Resolver, _) => flagged.against(AGAINST_RESULT),
+                (Author::Worker, Some((against, all))) => flagged.against(against).with_whole(all),
+                (Author::Worker, None) => flagged,
             };
             let review = reviewer::review(ctx, id, brief, &diff, flagged, worktree).await;
             found.reviewer_ledger = review.ledger;

@@ -199,6 +199,14 @@ impl<'a> Flagged<'a> {
             ..self
         }
     }
+
+    /// These flags, with a follow-up's `whole` change.
+    pub(crate) fn with_whole(self, whole: &'a BranchDiff) -> Self {
+        Self {
+            whole: Some(whole),
+            ..self
+        }
+    }
 }
 
 /// The check evidence for a reviewer: the command and its run, when one ran.
