@@ -173,10 +173,10 @@ pub(crate) fn worker_note(from: &StartFrom, earlier: Option<&SubtaskReport>) -> 
             finding.problem.trim()
         ));
     }
-    if words.is_empty() {
-        if let Some(reason) = &earlier.reason {
-            words.push_str(reason);
-        }
+    if words.is_empty()
+        && let Some(reason) = &earlier.reason
+    {
+        words.push_str(reason);
     }
     if words.trim().is_empty() {
         text.push_str(".)");
