@@ -47,17 +47,9 @@ impl Subtasks {
         let Some(from) = request.start_from else {
             return Ok(None);
         };
-        let state = journaled.iter().find(|state| state.id == from);
         let report = lock(&self.reports).get(&from).cloned();
-        match state {
-            Some(state) => Ok(Some(retry::start_from(
-                &self.ctx.facts,
-                from,
-                report.as_ref(),
-                state,
-            )?)),
-            None => Err(retry::ReplaceError::Unknown { field, id: from }.into()),
-        }
+        let start = retry::start_from(&self.ctx.facts, from, report.as_ref(), &journaled)?;
+        Ok(Some(start))
     }
 
     /// The archived work a resumed subtask `state` starts from, when it was delegated
@@ -70,9 +62,8 @@ impl Subtasks {
     ) -> Option<StartFrom> {
         let from = state.start_from?;
         let journaled = self.ctx.record.journal.subtasks();
-        let earlier = journaled.iter().find(|earlier| earlier.id == from)?;
         let report = lock(&self.reports).get(&from).cloned();
-        match retry::start_from(&self.ctx.facts, from, report.as_ref(), earlier) {
+        match retry::start_from(&self.ctx.facts, from, report.as_ref(), &journaled) {
             Ok(start) => Some(start),
             Err(error) => {
                 self.ctx.note(format!("{}: {error}", state.id));

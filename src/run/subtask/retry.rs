@@ -105,12 +105,12 @@ pub(crate) fn check_replaced(
 }
 
 /// The work a `start_from` naming `id` starts from: `report`, its settled report
-/// (`None` while it runs), and `state`, its journaled state.
+/// (`None` while it runs), and `journaled`, the run's subtasks as journaled.
 pub(crate) fn start_from(
     facts: &RunFacts,
     id: SubtaskId,
     report: Option<&SubtaskReport>,
-    state: &SubtaskState,
+    journaled: &[SubtaskState],
 ) -> Result<StartFrom, ReplaceError> {
     let report = report.ok_or(ReplaceError::Running { id })?;
     if report.status == SubtaskOutcome::Merged {
@@ -131,7 +131,7 @@ pub(crate) fn start_from(
         .ok()
         .flatten()
         .ok_or(ReplaceError::NoWork { id })?;
-    let origin = state.start.unwrap_or(facts.base);
+    let origin = origin(journaled, id).unwrap_or(facts.base);
     if commit == origin {
         return Err(ReplaceError::NoWork { id });
     }
@@ -141,6 +141,21 @@ pub(crate) fn start_from(
         commit,
         origin,
     })
+}
+
+/// Where subtask `id`'s work started: its recorded start point, or, for a follow-up that
+/// started from earlier work, where that work started (back along the chain); `None`:
+/// the base.
+fn origin(journaled: &[SubtaskState], id: SubtaskId) -> Option<CommitId> {
+    let mut at = journaled.iter().find(|state| state.id == id)?;
+    loop {
+        if let Some(start) = at.start {
+            return Some(start);
+        }
+        // Each link names an earlier subtask: the walk ends.
+        let earlier = at.start_from?;
+        at = journaled.iter().find(|state| state.id == earlier)?;
+    }
 }
 
 /// What the worker of a follow-up on `from` is told after its brief: its tree holds the
