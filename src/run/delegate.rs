@@ -370,6 +370,19 @@ pub(crate) const WAIT_DESCRIPTION: &str = "Wait for the subtasks you delegated. 
      it returns only once every running subtask has settled, with all their results. \
      Returns at once when no subtask runs.";
 
+/// The `wait` input schema.
+pub(crate) fn wait_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "all": {
+                "type": "boolean",
+                "description": "Wait until every running subtask has settled (default: until the next one does)."
+            }
+        }
+    })
+}
+
 #[async_trait]
 impl Tool for Wait {
     fn name(&self) -> &'static str {
@@ -381,15 +394,7 @@ impl Tool for Wait {
     }
 
     fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "all": {
-                    "type": "boolean",
-                    "description": "Wait until every running subtask has settled (default: until the next one does)."
-                }
-            }
-        })
+        wait_schema()
     }
 
     fn mutates(&self) -> bool {
@@ -548,6 +553,30 @@ mod tests {
         assert!(
             matches!(&refused, Err(ToolError::RespondToModel(m)) if m.starts_with("`after` entry `S0` is not a subtask id")),
             "{refused:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn wait_hands_the_delegator_its_call_id_so_that_a_resume_answers_it_the_same() {
+        let (mock, _) = tool(None);
+        let wait = Wait::new(mock);
+        let ctx = ToolContext {
+            call_id: Some("w9".into()),
+            ..ctx()
+        };
+        let all = wait.run(json!({"all": true}), &ctx).await.unwrap();
+        let next = wait.run(json!({}), &ctx).await.unwrap();
+        assert_eq!(
+            (all, next),
+            (
+                ToolOutput::ok("waited (all: true, call Some(\"w9\"))"),
+                ToolOutput::ok("waited (all: false, call Some(\"w9\"))")
+            ),
+            "`all` defaults to the next result; the call id is what its delivery is journaled under"
+        );
+        assert!(
+            wait.mutates(),
+            "a wait runs after the delegate calls written before it"
         );
     }
 
