@@ -391,24 +391,7 @@ fn subtask_article(page: &mut String, subtask: &SubtaskSection) {
             escape(&subtask.waits_for.join(", "))
         );
     }
-    if let Some(earlier) = &subtask.chain.replaces {
-        let how = match subtask.chain.started_from_it {
-            true => "; started from its kept work",
-            false => "",
-        };
-        let _ = write!(
-            page,
-            "<dt>replaces</dt><dd class=\"chain\">{}{how}</dd>",
-            escape(earlier)
-        );
-    }
-    if let Some(later) = &subtask.chain.superseded_by {
-        let _ = write!(
-            page,
-            "<dt>superseded by</dt><dd class=\"chain\">{}</dd>",
-            escape(later)
-        );
-    }
+    chain_terms(page, &subtask.chain);
     if !subtask.conflict_paths.is_empty() {
         let _ = write!(
             page,
@@ -740,6 +723,28 @@ fn short(commit: &str) -> String {
 /// `Sun, 29 Nov 2026 21:55:30 GMT` for ms since the epoch.
 fn utc(ms: u64) -> String {
     httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(ms))
+}
+
+/// A subtask's place in a chain of follow-ups, as terms of its description list.
+fn chain_terms(page: &mut String, chain: &crate::report::Chain) {
+    if let Some(earlier) = &chain.replaces {
+        let how = match chain.started_from_it {
+            true => "; started from its kept work",
+            false => "",
+        };
+        let _ = write!(
+            page,
+            "<dt>replaces</dt><dd class=\"chain\">{}{how}</dd>",
+            escape(earlier)
+        );
+    }
+    if let Some(later) = &chain.superseded_by {
+        let _ = write!(
+            page,
+            "<dt>superseded by</dt><dd class=\"chain\">{}</dd>",
+            escape(later)
+        );
+    }
 }
 
 #[cfg(test)]
