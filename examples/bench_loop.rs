@@ -169,8 +169,10 @@ async fn run_loop(
         max_tokens: MAX_TOKENS,
         max_turns: turns,
         budget_tokens: None,
+        budget_usd: None,
         max_consecutive_tool_errors: 5,
         tools: tools.clone(),
+        cache: Default::default(),
     };
     let input = LoopInput {
         messages: vec![Message::user_text(BRIEF)],
@@ -220,6 +222,7 @@ async fn run_baseline(
         messages: vec![Message::user_text(BRIEF)],
         tools: tool_specs(tools),
         max_tokens: MAX_TOKENS,
+        cache: Default::default(),
     };
     let cancel = CancellationToken::new();
     let (cost, ()) = measure(async {

@@ -260,8 +260,10 @@ async fn run_once(
         max_tokens: 256,
         max_turns: turns,
         budget_tokens: None,
+        budget_usd: None,
         max_consecutive_tool_errors: 0,
         tools: builtin(ToolSet::Worker),
+        cache: Default::default(),
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let printer = tokio::spawn(async move {

@@ -140,6 +140,16 @@ pub enum Event {
         run_id: crate::git::RunId,
         resumed: bool,
     },
+    /// What the run has spent in US dollars, after each model turn of its own agents
+    /// (and once when a resumed run starts): turns of the run's earlier processes
+    /// included, priced at the run's price table.
+    Spent {
+        usd: f64,
+        /// The run's money budget (`--budget-usd`), when it has one.
+        cap_usd: Option<f64>,
+        /// Models whose turns have no price: their tokens are not in `usd`.
+        unpriced: Vec<String>,
+    },
     /// A model request has been waiting `waited_ms` for `waiting_for` (sent every few
     /// seconds while it lasts), on attempt `attempt` of `attempts`.
     ModelWaiting {

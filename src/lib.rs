@@ -3,7 +3,7 @@
 //!
 //! The layers only point down: the binary's `cli → {run, review, report, demo} → {agent,
 //! store, settings} → {tools, model, git}`, and any module may use `event`, `ledger`,
-//! `status` and `text` (and `repo_file`), which use nothing above them. `tools`, `model` and `git` know nothing of each
+//! `prices`, `status` and `text` (and `repo_file`), which use nothing above them. `tools`, `model` and `git` know nothing of each
 //! other or of the layers above; `agent` knows no git. The library never prints: everything a user should see travels as an
 //! [`event::Event`] on a channel that the binary renders.
 
@@ -15,6 +15,7 @@ pub mod git;
 pub mod ledger;
 pub mod mcp;
 pub mod model;
+pub mod prices;
 pub mod remote;
 pub mod repo_file;
 pub mod report;

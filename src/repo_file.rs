@@ -1,6 +1,7 @@
 //! Reading a file that arrives with a repository (`.grove/config.toml`, `AGENTS.md`,
-//! `CLAUDE.md`, `.grove/agents/*.md`): anyone who can commit to the repository chose
-//! what is at that path, symbolic links included.
+//! `CLAUDE.md`, `.grove/agents/*.md`, the JUnit report a ratchet's command wrote in a
+//! tree): anyone who can commit to the repository chose what is at that path, symbolic
+//! links included.
 //!
 //! This file owns the one rule for such reads: the path, resolved one component at a
 //! time inside the repository's work tree, must lead to a regular file of at most
@@ -39,6 +40,12 @@ const MAX_LINKS: usize = 40;
 /// is none, as [`std::fs::read`] says it. A symbolic link on the way that leads out of
 /// `root` is refused with [`io::ErrorKind::InvalidInput`], naming where it points.
 pub fn read(root: &Path, relative: &Path) -> io::Result<Vec<u8>> {
+    read_at_most(root, relative, MAX_BYTES)
+}
+
+/// [`read`] with another bound than [`MAX_BYTES`]: for a file a command in the tree
+/// wrote (a test report), larger than any config, as careful about where it leads.
+pub fn read_at_most(root: &Path, relative: &Path, max: u64) -> io::Result<Vec<u8>> {
     let (file, through_link) = open_beneath(root, relative)?;
     // The type of what was opened, not of what the path named a moment before.
     let metadata = file.metadata()?;
@@ -56,7 +63,32 @@ pub fn read(root: &Path, relative: &Path) -> io::Result<Vec<u8>> {
             ),
         ));
     }
-    read_bounded(file, metadata.len())
+    read_bounded(file, metadata.len(), max)
+}
+
+/// Removes the file at `relative` (plain names only) in the work tree `root`, its
+/// directory found as [`read`] finds a file: a link on the way that leads out of `root`
+/// is refused, so that removing a file a command in the tree will write (a test report)
+/// never removes one outside the tree through a directory link the tree's code made.
+/// The last component itself is removed, link or not, never what it points to.
+pub fn remove(root: &Path, relative: &Path) -> io::Result<()> {
+    let (Some(parent), Some(name)) = (relative.parent(), relative.file_name()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} names no file", relative.display()),
+        ));
+    };
+    let dir = if parent.as_os_str().is_empty() {
+        File::open(root)?
+    } else {
+        let (dir, _) = open_beneath(root, parent)?;
+        if !dir.metadata()?.is_dir() {
+            return Err(io::Error::from(io::ErrorKind::NotADirectory));
+        }
+        dir
+    };
+    nix::unistd::unlinkat(&dir, name, nix::unistd::UnlinkatFlags::NoRemoveDir)
+        .map_err(io::Error::from)
 }
 
 /// A symbolic link met on the way: where it is in the work tree, and its text.
@@ -196,19 +228,19 @@ fn leaves(link: Option<&Link>, relative: &Path) -> io::Error {
 
 /// At most [`MAX_BYTES`] of `file`, refusing a file over it (even one that grows while
 /// it is read).
-fn read_bounded(file: File, length: u64) -> io::Result<Vec<u8>> {
+fn read_bounded(file: File, length: u64, max: u64) -> io::Result<Vec<u8>> {
     let too_large = || {
         io::Error::new(
             io::ErrorKind::FileTooLarge,
-            format!("it is larger than {MAX_BYTES} bytes, the most grove reads of such a file"),
+            format!("it is larger than {max} bytes, the most grove reads of such a file"),
         )
     };
-    if length > MAX_BYTES {
+    if length > max {
         return Err(too_large());
     }
     let mut bytes = Vec::with_capacity(usize::try_from(length).unwrap_or_default());
-    file.take(MAX_BYTES + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_BYTES {
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
         return Err(too_large());
     }
     Ok(bytes)
@@ -368,6 +400,39 @@ mod tests {
             ],
             "a link out of the work tree, as the file or as a directory on the way, is \
              refused and named with its target"
+        );
+    }
+
+    #[test]
+    fn a_file_is_removed_beneath_the_tree_and_never_through_a_directory_link_out() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("report.xml"), "theirs").unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let root = tree.path();
+        std::fs::create_dir(root.join("out")).unwrap();
+        std::fs::write(root.join("out/report.xml"), "old").unwrap();
+        symlink(outside.path(), root.join("away")).unwrap();
+        symlink(outside.path().join("report.xml"), root.join("link.xml")).unwrap();
+
+        remove(root, Path::new("out/report.xml")).unwrap();
+        let refused = remove(root, Path::new("away/report.xml")).unwrap_err();
+        remove(root, Path::new("link.xml")).unwrap();
+
+        assert_eq!(
+            (
+                root.join("out/report.xml").exists(),
+                refused.kind(),
+                root.join("link.xml").symlink_metadata().is_ok(),
+                std::fs::read_to_string(outside.path().join("report.xml")).unwrap(),
+            ),
+            (
+                false,
+                io::ErrorKind::InvalidInput,
+                false,
+                "theirs".to_owned()
+            ),
+            "a file beneath the tree goes; a directory link out is refused; a link as the \
+             last name goes itself; nothing outside the tree is touched"
         );
     }
 

@@ -24,7 +24,7 @@
 //!      the provider resumes the paused turn;
 //!    - any other stop reason → stop with `ModelStopped(<reason>)`.
 //! 4. Before any further work (running tool calls, asking to continue), stop with
-//!    [`StopKind::Budget`] if the ledger's total reached `budget_tokens`. A budget is
+//!    [`StopKind::Budget`] if the ledger reached `budget_tokens` or costs `budget_usd`. A budget is
 //!    about spending, so nothing the over-budget turn asked for is run.
 //! 5. Run the tool calls in call order: each maximal run of consecutive non-mutating
 //!    calls runs concurrently, each mutating call runs alone. When the response was cut
@@ -118,6 +118,7 @@ pub async fn run_agent(spec: &AgentSpec, input: LoopInput) -> AgentRun {
             messages,
             tools: tool_specs(&spec.tools),
             max_tokens: spec.max_tokens,
+            cache: spec.cache.clone(),
         },
         ledger: Ledger::default(),
         error_streak: ErrorStreak::default(),
@@ -509,16 +510,24 @@ impl Conversation<'_> {
         })
     }
 
-    /// The [`StopKind::Budget`] outcome when the budget is spent, saying what was skipped.
+    /// The [`StopKind::Budget`] outcome when the budget (tokens or dollars) is spent,
+    /// saying what was skipped.
     fn over_budget(&self, final_text: &str, skipped: &str) -> Option<AgentOutcome> {
-        let budget = self.spec.budget_tokens?;
         let spent = self.ledger.total_tokens();
-        (spent >= budget).then(|| AgentOutcome {
+        let tokens = self
+            .spec
+            .budget_tokens
+            .filter(|budget| spent >= *budget)
+            .map(|budget| format!("spent {spent} tokens, reaching the budget of {budget}"));
+        let reached = tokens.or_else(|| {
+            self.spec
+                .budget_usd
+                .and_then(|budget| budget.spent(&self.spec.model_name, &self.ledger))
+        })?;
+        Some(AgentOutcome {
             stop: StopKind::Budget,
             final_text: final_text.to_owned(),
-            detail: format!(
-                "spent {spent} tokens, reaching the budget of {budget}; stopped before {skipped}"
-            ),
+            detail: format!("{reached}; stopped before {skipped}"),
         })
     }
 

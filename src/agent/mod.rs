@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::event::{AgentId, EventSink};
 use crate::model::{Message, Model};
+use crate::prices::{Cost, ModelPrice, Usd};
 use crate::tools::{Registry, ToolContext};
 
 mod context;
@@ -44,10 +45,50 @@ pub struct AgentSpec {
     pub max_turns: u32,
     /// The loop stops itself once its ledger's total tokens reach this.
     pub budget_tokens: Option<u64>,
+    /// The loop stops itself once its ledger's cost reaches this.
+    pub budget_usd: Option<MoneyBudget>,
     /// Consecutive erroring tool calls, counted across turns, after which the loop gives
     /// up. Zero disables the check.
     pub max_consecutive_tool_errors: u32,
     pub tools: Registry,
+    /// Its prompt-cache group and whether it waits long between turns (the lead waits
+    /// on its subtasks): sent with every request.
+    pub cache: crate::model::CacheHints,
+}
+
+/// A subagent's budget in dollars, and the rates its ledger is priced at.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MoneyBudget {
+    pub usd: Usd,
+    /// `None` when the price table has no rates for the model: the loop stops at its
+    /// first budget check rather than spend without a count.
+    pub price: Option<ModelPrice>,
+}
+
+impl MoneyBudget {
+    /// Why `ledger` reached this budget, in a sentence; `None` while it has not.
+    pub fn spent(&self, model: &str, ledger: &Ledger) -> Option<String> {
+        let Some(price) = self.price else {
+            return Some(format!(
+                "the model {model} has no price, so its spending against the subagent budget \
+                 of {} cannot be counted; give its rates with `--prices FILE`",
+                self.usd
+            ));
+        };
+        match price.cost(ledger) {
+            Cost::Usd(usd) if usd < self.usd.dollars() => None,
+            Cost::Usd(usd) => Some(format!(
+                "spent {}, reaching the subagent budget of {}",
+                crate::prices::format_usd(usd),
+                self.usd
+            )),
+            _ => Some(format!(
+                "the model {model} spent tokens of a kind its price has no rate for, so its \
+                 spending against the subagent budget of {} cannot be counted",
+                self.usd
+            )),
+        }
+    }
 }
 
 /// Where a loop stands when it calls its observer.
@@ -104,7 +145,7 @@ pub enum StopKind {
     Finished,
     /// `max_turns` was reached; the loop stopped itself.
     TurnCap,
-    /// The token budget was spent; the last turn's tool calls were not run.
+    /// The token or money budget was spent; the last turn's tool calls were not run.
     Budget,
     /// Too many tool errors in a row.
     ToolErrors,
@@ -118,7 +159,7 @@ impl std::fmt::Display for StopKind {
         match self {
             Self::Finished => f.write_str("finished"),
             Self::TurnCap => f.write_str("turn cap"),
-            Self::Budget => f.write_str("token budget"),
+            Self::Budget => f.write_str("budget"),
             Self::ToolErrors => f.write_str("tool errors"),
             Self::ModelStopped(reason) => write!(f, "model stopped ({reason})"),
         }

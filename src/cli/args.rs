@@ -45,7 +45,7 @@ pub enum Command {
         OPENAI_BASE_URL=http://127.0.0.1:8080/v1 grove run --provider openai --model local \"fix the typos in docs/\"\n\n\
         Settings: a flag beats .grove/config.toml (`grove init` writes one), which beats the \
         built-in default.")]
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Continue an interrupted run (after Ctrl-C, a crash or an outage).
     #[command(
         after_help = "Examples:\n  grove resume 20261129-215530-7f3a\n  grove resume --json 20261129-215530-7f3a"

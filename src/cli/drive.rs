@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use grove::agent::roles;
 use grove::event::EventSink;
 use grove::git::{GitOptions, Repo};
+use grove::run::estimate::Estimate;
 use grove::run::report::CheckOutcome;
 use grove::run::{RunEnd, RunError, RunReport};
 use grove::store::journal::SubtaskKind;
@@ -23,15 +24,20 @@ use crate::cli::exit::{EXIT_INTERRUPTED, EXIT_NOT_ALL_DONE};
 use crate::cli::render::{self, Output};
 
 /// Runs a run (new or resumed) with the live view and Ctrl-C handling, then prints the
-/// report ([`Output::Json`]: also as JSON on stdout); [`exit_code`] maps it to the exit
-/// code.
-pub async fn drive<F, Fut>(output: Output, start: F) -> anyhow::Result<RunReport>
+/// report ([`Output::Json`]: also as JSON on stdout) with the `estimate` made before it;
+/// [`exit_code`] maps it to the exit code.
+pub async fn drive<F, Fut>(
+    output: Output,
+    estimate: Option<Estimate>,
+    start: F,
+) -> anyhow::Result<RunReport>
 where
     F: FnOnce(EventSink, CancellationToken) -> Fut,
     Fut: std::future::Future<Output = Result<RunReport, RunError>>,
 {
     let (outcome, ledgers) = drive_live(start).await;
-    let report = outcome?;
+    let mut report = outcome?;
+    report.estimate = estimate;
     render::report(&report, &ledgers, not_done(&report).as_deref(), output);
     if output == Output::Json {
         render::json(&report)?;

@@ -32,7 +32,7 @@ pub async fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
     let code = match cli.command {
-        Command::Run(args) => run::run(&directory, args).await,
+        Command::Run(args) => run::run(&directory, *args).await,
         Command::Resume(args) => resume::resume(&directory, &args).await,
         Command::Runs(args) => runs::runs(&directory, &args).await,
         Command::Clean(args) => clean::clean(&directory, &args).await,

@@ -133,6 +133,25 @@ impl Demo {
         &self.repo
     }
 
+    /// What the demo's run is estimated to cost, from its script's subtasks (its plan).
+    pub async fn estimate(&self) -> crate::run::estimate::Estimate {
+        use crate::run::estimate::{self, EstimateInput};
+        let planned = u32::try_from(sample::TARGETS.len()).unwrap_or(u32::MAX);
+        let size = match crate::git::Repo::open(&self.repo, GitOptions::default()).await {
+            Ok(repo) => estimate::repository_size(&repo).await,
+            Err(_) => crate::git::TreeSize::default(),
+        };
+        estimate::estimate(&EstimateInput {
+            subtasks: (planned, planned),
+            planned: true,
+            repository: size,
+            models: &self.options.model_names,
+            prices: &self.options.prices,
+            max_turns: self.options.max_turns,
+            worker_backend: &self.options.worker_backend,
+        })
+    }
+
     /// Runs the real pipeline on the sample; the first event says it is a replay.
     pub async fn run(
         &self,
@@ -144,6 +163,13 @@ impl Demo {
                 "demo: this is a REPLAY — a scripted model on 127.0.0.1 answers instead of a \
                  real one; the repository, worktrees, reviews and merges are real ({})",
                 self.repo.display()
+            ),
+        });
+        events.emit(Event::Note {
+            message: format!(
+                "demo: no money is spent; the scripted model's turns are priced as {} to \
+                 show how costs look (SCRIPTED MODEL, not a real bill)",
+                crate::settings::config::default_model(crate::model::Provider::Anthropic)
             ),
         });
         let mut options = self.options.clone();

@@ -54,6 +54,7 @@ mod names;
 mod rebuild;
 pub(crate) mod ref_locks;
 mod registered;
+mod size;
 mod snapshot;
 mod squash;
 pub mod trailers;
@@ -76,6 +77,7 @@ pub use names::{CommitId, RunId, subtask_ref};
 pub use rebuild::{RebuildPick, RebuildStep, Rebuilt};
 pub use ref_locks::{RefLocks, STALE_REF_LOCK};
 pub(crate) use registered::{admin_head, normalize};
+pub use size::TreeSize;
 pub use snapshot::{SnapshotEntry, TreeSnapshot};
 pub use squash::{ChainCommit, SquashStep, Squashed};
 

@@ -73,7 +73,7 @@ pub struct RunParams {
     /// The model API: `anthropic` (ANTHROPIC_API_KEY) or `openai` (OPENAI_API_KEY,
     /// OPENAI_BASE_URL) [default: anthropic].
     pub provider: Option<String>,
-    /// The model of every role [default: claude-sonnet-4-5 for anthropic, gpt-4.1 for
+    /// The model of every role [default: claude-sonnet-5-5 for anthropic, gpt-5.5 for
     /// openai].
     pub model: Option<String>,
     /// The lead's model (overrides `model`).
@@ -169,6 +169,8 @@ impl RunParams {
             // typed by the user, starts one.
             remote: Vec::new(),
             check_setup_trust: true,
+            // The user's configuration's `prices` file still applies.
+            prices: None,
         })
     }
 }

@@ -16,7 +16,9 @@ use serde_json::Value;
 use super::arguments;
 use super::client::{Client, ClientConfig, Wire};
 use super::http::{self, Delivery, SseEvents};
-use super::{ContentBlock, Message, ModelError, Request, Response, Role, StopReason, Usage};
+use super::{
+    CacheTtl, ContentBlock, Message, ModelError, Request, Response, Role, StopReason, Usage,
+};
 
 /// The API version grove speaks.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -63,8 +65,8 @@ impl Wire for Anthropic {
         "anthropic".to_owned()
     }
 
-    fn encode(request: &Request, delivery: Delivery) -> Result<Vec<u8>, ModelError> {
-        encode_request(request, delivery)
+    fn encode(request: &Request, delivery: Delivery, ttl: CacheTtl) -> Result<Vec<u8>, ModelError> {
+        encode_request(request, delivery, ttl)
     }
 
     fn decode(body: &[u8], secret: &str) -> Result<Response, ModelError> {
@@ -83,9 +85,25 @@ impl Wire for Anthropic {
 struct CacheControl {
     #[serde(rename = "type")]
     kind: &'static str,
+    /// `"1h"`, or absent for the API's default of 5 minutes (whose bytes stay those of
+    /// every request before the TTL was chosen).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl: Option<&'static str>,
 }
 
-const EPHEMERAL: CacheControl = CacheControl { kind: "ephemeral" };
+impl CacheControl {
+    /// A breakpoint living `ttl`. Every breakpoint of one request lives the same: the
+    /// API refuses a 1-hour breakpoint after a 5-minute one.
+    fn ephemeral(ttl: CacheTtl) -> Self {
+        CacheControl {
+            kind: "ephemeral",
+            ttl: match ttl {
+                CacheTtl::FiveMinutes => None,
+                CacheTtl::OneHour => Some("1h"),
+            },
+        }
+    }
+}
 
 /// The request body. Field order is the cache order (tools, system, messages), so the
 /// bytes before `"messages"` are the cached prefix and identical for identical inputs.
@@ -143,19 +161,24 @@ enum WireBlock<'a> {
 }
 
 impl WireBlock<'_> {
-    fn set_cache_control(&mut self) {
+    fn set_cache_control(&mut self, control: CacheControl) {
         let (WireBlock::Text { cache_control, .. }
         | WireBlock::ToolUse { cache_control, .. }
         | WireBlock::ToolResult { cache_control, .. }) = self;
-        *cache_control = Some(EPHEMERAL);
+        *cache_control = Some(control);
     }
 }
 
 /// Encodes `request` as the Messages API body, with cache breakpoints on the last tool,
 /// the system prompt and the newest message's last block (three at most; the API
-/// allows four).
-pub(crate) fn encode_request(request: &Request, delivery: Delivery) -> Result<Vec<u8>, ModelError> {
+/// allows four), each living `ttl`.
+pub(crate) fn encode_request(
+    request: &Request,
+    delivery: Delivery,
+    ttl: CacheTtl,
+) -> Result<Vec<u8>, ModelError> {
     let stream = delivery.is_streamed();
+    let control = CacheControl::ephemeral(ttl);
     let mut tools: Vec<&super::ToolSpec> = request.tools.iter().collect();
     // A stable order keeps the cached prefix byte-identical whatever order the
     // registry listed the tools in.
@@ -179,7 +202,7 @@ pub(crate) fn encode_request(request: &Request, delivery: Delivery) -> Result<Ve
         })
         .collect();
     if let Some(last) = wire_tools.last_mut() {
-        last.cache_control = Some(EPHEMERAL);
+        last.cache_control = Some(control);
     }
 
     let system = if request.system.is_empty() {
@@ -187,7 +210,7 @@ pub(crate) fn encode_request(request: &Request, delivery: Delivery) -> Result<Ve
     } else {
         vec![WireBlock::Text {
             text: &request.system,
-            cache_control: Some(EPHEMERAL),
+            cache_control: Some(control),
         }]
     };
 
@@ -206,7 +229,7 @@ pub(crate) fn encode_request(request: &Request, delivery: Delivery) -> Result<Ve
         .last_mut()
         .and_then(|message| message.content.last_mut())
     {
-        block.set_cache_control();
+        block.set_cache_control(control);
     }
 
     let wire = WireRequest {
@@ -734,9 +757,12 @@ mod tests {
                 },
             ],
             max_tokens: 100,
+            cache: crate::model::CacheHints::default(),
         };
-        let body: Value =
-            serde_json::from_slice(&encode_request(&request, Delivery::Whole).unwrap()).unwrap();
+        let body: Value = serde_json::from_slice(
+            &encode_request(&request, Delivery::Whole, CacheTtl::FiveMinutes).unwrap(),
+        )
+        .unwrap();
         assert_eq!(
             body,
             json!({
@@ -758,6 +784,21 @@ mod tests {
                 ],
             }),
             "tools sorted, results first, invalid args sent as {{}}, three breakpoints"
+        );
+        let long: Value = serde_json::from_slice(
+            &encode_request(&request, Delivery::Whole, CacheTtl::OneHour).unwrap(),
+        )
+        .unwrap();
+        let one_hour = json!({"type": "ephemeral", "ttl": "1h"});
+        assert_eq!(
+            [
+                &long["tools"][1]["cache_control"],
+                &long["system"][0]["cache_control"],
+                &long["messages"][2]["content"][1]["cache_control"],
+            ],
+            [&one_hour, &one_hour, &one_hour],
+            "a conversation that waits long asks for the 1-hour TTL on every breakpoint \
+             (the API refuses a 1-hour one after a 5-minute one)"
         );
     }
 

@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use tokio_util::sync::CancellationToken;
 
+use super::cache::{CacheTtl, Entry, SiblingHold, Ticket, prefix_hash};
 use super::http::{self, Delivery, SseEvents};
 use super::retry::RetryPolicy;
 use super::turn::{self, Progress};
@@ -44,8 +45,9 @@ pub trait Wire: Default + Clone + fmt::Debug + Send + Sync + 'static {
     /// The client's name in the ledger and in messages.
     fn name(base_url: &str, endpoint: &reqwest::Url) -> String;
 
-    /// The exact JSON body for `request`, asking for the answer as `delivery` says.
-    fn encode(request: &Request, delivery: Delivery) -> Result<Vec<u8>, ModelError>;
+    /// The exact JSON body for `request`, asking for the answer as `delivery` says, its
+    /// cache breakpoints (where the wire has them) living `ttl`.
+    fn encode(request: &Request, delivery: Delivery, ttl: CacheTtl) -> Result<Vec<u8>, ModelError>;
 
     /// A whole (non-streamed) response; `secret` is kept out of any error text.
     fn decode(body: &[u8], secret: &str) -> Result<Response, ModelError>;
@@ -74,6 +76,13 @@ pub struct ClientConfig<W> {
     pub turn_timeout: Duration,
     /// How often a long wait is reported as a [`ModelNotice::Waiting`].
     pub heartbeat: Duration,
+    /// The longest a request waits for the first response of its sibling group to begin
+    /// (see [`super::cache`]); zero turns the hold off.
+    pub sibling_hold: Duration,
+    /// Whether a conversation that waits long after its turn (the lead) writes its
+    /// cache at the 1-hour TTL: true where the provider's cache rates make it pay
+    /// ([`super::CacheRates::one_hour_pays`]). Only the Anthropic wire has the choice.
+    pub one_hour_cache: bool,
     /// The API this configuration speaks (a unit type).
     pub wire: W,
 }
@@ -94,6 +103,8 @@ impl<W: Wire> fmt::Debug for ClientConfig<W> {
             .field("idle_timeout", &self.idle_timeout)
             .field("turn_timeout", &self.turn_timeout)
             .field("heartbeat", &self.heartbeat)
+            .field("sibling_hold", &self.sibling_hold)
+            .field("one_hour_cache", &self.one_hour_cache)
             .finish()
     }
 }
@@ -111,6 +122,8 @@ impl<W: Wire> ClientConfig<W> {
             idle_timeout: turn::DEFAULT_IDLE_TIMEOUT,
             turn_timeout: turn::DEFAULT_TURN_TIMEOUT,
             heartbeat: turn::DEFAULT_HEARTBEAT,
+            sibling_hold: DEFAULT_SIBLING_HOLD,
+            one_hour_cache: super::CacheRates::ANTHROPIC.one_hour_pays(),
             wire: W::default(),
         }
     }
@@ -132,6 +145,7 @@ impl<W: Wire> ClientConfig<W> {
         W::check_key(&base_url, &api_key)?;
         let timeouts = turn::EnvTimeouts::read(&lookup)?;
         Ok(Self {
+            sibling_hold: sibling_hold(&lookup)?,
             request_timeout: timeouts.first_byte,
             idle_timeout: timeouts.idle,
             turn_timeout: timeouts.turn,
@@ -141,10 +155,37 @@ impl<W: Wire> ClientConfig<W> {
     }
 }
 
+/// How long a request waits at most for its siblings' first response to begin: a
+/// model's time to first token on a long prefix is seconds; a first request slower
+/// than this is treated as hung, and the others go without the cache it would write.
+pub const DEFAULT_SIBLING_HOLD: Duration = Duration::from_secs(30);
+
+/// The variable that bounds the sibling hold, in seconds; `0` turns it off.
+pub const SIBLING_HOLD_VAR: &str = "GROVE_MODEL_SIBLING_HOLD_S";
+
+/// [`SIBLING_HOLD_VAR`] from `lookup`, [`DEFAULT_SIBLING_HOLD`] when unset or empty.
+fn sibling_hold(lookup: &impl Fn(&str) -> Option<String>) -> Result<Duration, ModelError> {
+    let Some(text) = lookup(SIBLING_HOLD_VAR).filter(|text| !text.trim().is_empty()) else {
+        return Ok(DEFAULT_SIBLING_HOLD);
+    };
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|seconds| seconds.is_finite() && *seconds >= 0.0 && *seconds < 1e9)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| {
+            ModelError::Config(format!(
+                "{SIBLING_HOLD_VAR} must be a number of seconds (0 turns the hold off), got \
+                 {text:?}"
+            ))
+        })
+}
+
 /// A [`Model`] speaking wire `W`.
 #[derive(Debug)]
 pub struct Client<W: Wire> {
     config: ClientConfig<W>,
+    hold: SiblingHold,
     http: reqwest::Client,
     endpoint: base_url::Endpoint,
     /// The key and version headers, the key marked sensitive.
@@ -161,6 +202,7 @@ impl<W: Wire> Client<W> {
         let headers = W::headers(&config.api_key)?;
         let endpoint = base_url::endpoint(&config.base_url, W::PATH, W::BASE_URL_VAR)?;
         Ok(Self {
+            hold: SiblingHold::default(),
             http: http::build_client(endpoint.send.as_str())?,
             endpoint,
             headers,
@@ -173,7 +215,8 @@ impl<W: Wire> Client<W> {
     /// Public so tests and tools can inspect what the API sees (cache breakpoints,
     /// block order) without a server.
     pub fn request_body(&self, request: &Request) -> Result<Vec<u8>, ModelError> {
-        W::encode(request, self.config.delivery)
+        let ttl = CacheTtl::choose(&request.cache, self.config.one_hour_cache);
+        W::encode(request, self.config.delivery, ttl)
     }
 
     /// True when the client sends a key at all (an OpenAI-compatible local server may
@@ -182,7 +225,41 @@ impl<W: Wire> Client<W> {
         !self.config.api_key.is_empty()
     }
 
-    async fn attempt(&self, body: &[u8], progress: Progress<'_>) -> Result<Response, ModelError> {
+    /// The request's place in its sibling group: it may wait here for the first
+    /// response of its group to begin (see [`super::cache`]).
+    async fn hold(&self, request: &Request) -> Option<Ticket> {
+        let key = request.cache.key.as_deref()?;
+        if self.config.sibling_hold.is_zero() {
+            return None;
+        }
+        let ticket = self
+            .hold
+            .enter(key, prefix_hash(request), self.config.sibling_hold)
+            .await;
+        (ticket.entry == Entry::Leader).then_some(ticket)
+    }
+
+    async fn attempt(
+        &self,
+        body: &[u8],
+        progress: Progress<'_>,
+        ticket: Option<&Ticket>,
+    ) -> Result<Response, ModelError> {
+        let result = self.exchange(body, progress, ticket).await;
+        if let (Err(_), Some(ticket)) = (&result, ticket) {
+            // Failed before its response began (else `began` came first, a no-op now):
+            // the siblings go, one of them first.
+            ticket.release();
+        }
+        result
+    }
+
+    async fn exchange(
+        &self,
+        body: &[u8],
+        progress: Progress<'_>,
+        ticket: Option<&Ticket>,
+    ) -> Result<Response, ModelError> {
         let builder = self
             .http
             .post(self.endpoint.send.clone())
@@ -199,11 +276,23 @@ impl<W: Wire> Client<W> {
             idle_timeout: self.config.idle_timeout,
         };
         let (body, request_id) = exchange.send(builder, self.config.delivery).await?;
+        let began = || {
+            if let Some(ticket) = ticket {
+                ticket.began();
+            }
+        };
         let mut parsed = match body {
             http::Body::Stream(mut events) => {
+                if ticket.is_some() {
+                    events.begun().await?;
+                    began();
+                }
                 W::read_stream(&mut events, &self.config.api_key).await?
             }
-            http::Body::Whole(bytes) => W::decode(&bytes, &self.config.api_key)?,
+            http::Body::Whole(bytes) => {
+                began();
+                W::decode(&bytes, &self.config.api_key)?
+            }
         };
         parsed.request_id = request_id;
         Ok(parsed)
@@ -223,14 +312,38 @@ impl<W: Wire> Model for Client<W> {
         on_notice: &(dyn Fn(ModelNotice) + Send + Sync),
     ) -> Result<Response, ModelError> {
         let body = self.request_body(request)?;
+        let ticket = self.hold(request).await;
         turn::run(
             &self.config.retry,
             self.config.turn_timeout,
             self.config.heartbeat,
             cancel,
             on_notice,
-            |progress| self.attempt(&body, progress),
+            |progress| self.attempt(&body, progress, ticket.as_ref()),
         )
         .await
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sibling_hold_is_read_from_the_environment_and_zero_turns_it_off() {
+        let with = |value: &'static str| {
+            move |name: &str| (name == SIBLING_HOLD_VAR).then(|| value.to_owned())
+        };
+        assert_eq!(sibling_hold(&|_: &str| None).unwrap(), DEFAULT_SIBLING_HOLD);
+        assert_eq!(
+            sibling_hold(&with("2.5")).unwrap(),
+            Duration::from_millis(2500)
+        );
+        assert_eq!(sibling_hold(&with("0")).unwrap(), Duration::ZERO);
+        for bad in ["-1", "soon", "inf"] {
+            let error = sibling_hold(&with(bad)).unwrap_err().to_string();
+            assert!(error.contains(SIBLING_HOLD_VAR), "{bad}: {error}");
+        }
     }
 }

@@ -307,6 +307,9 @@ pub struct SseEvents<'a> {
     progress: Progress<'a>,
     /// When the last event that was not a keep-alive came (or the stream started).
     quiet_since: tokio::time::Instant,
+    /// The first event (`None`: the end), read by [`SseEvents::begun`] ahead of
+    /// [`SseEvents::next`].
+    peeked: Option<Option<Event>>,
 }
 
 /// The event a server sends only to keep a stream open (Anthropic's `ping`).
@@ -323,7 +326,17 @@ impl<'a> SseEvents<'a> {
             idle_timeout,
             progress,
             quiet_since: tokio::time::Instant::now(),
+            peeked: None,
         }
+    }
+
+    /// Waits for the stream's first event, of any kind, and keeps it for
+    /// [`SseEvents::next`]: the moment a response has begun.
+    pub(super) async fn begun(&mut self) -> Result<(), ModelError> {
+        if self.peeked.is_none() {
+            self.peeked = Some(self.next_event().await?);
+        }
+        Ok(())
     }
 
     /// The next event; `None` at the end of the stream.
@@ -336,7 +349,10 @@ impl<'a> SseEvents<'a> {
     /// wait the live view tells of, so a server sending nothing else is shown waiting.
     pub(super) async fn next(&mut self) -> Result<Option<Event>, ModelError> {
         loop {
-            let event = self.next_event().await?;
+            let event = match self.peeked.take() {
+                Some(event) => event,
+                None => self.next_event().await?,
+            };
             match event {
                 Some(event) if event.event == KEEP_ALIVE_EVENT => continue,
                 event => {

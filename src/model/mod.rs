@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod anthropic;
 mod arguments;
+mod cache;
 mod client;
 mod error;
 mod http;
@@ -23,6 +24,8 @@ mod url;
 
 pub use anthropic::{AnthropicClient, AnthropicConfig};
 pub use arguments::UNPARSED_ARGUMENTS_KEY;
+pub use cache::{CacheHints, CacheRates, CacheTtl};
+pub use client::{DEFAULT_SIBLING_HOLD, SIBLING_HOLD_VAR};
 pub use error::{ApiError, ModelError};
 pub use http::Delivery;
 pub use openai::{OpenAiClient, OpenAiConfig};
@@ -120,6 +123,8 @@ pub struct Request {
     pub messages: Vec<Message>,
     pub tools: Vec<ToolSpec>,
     pub max_tokens: u32,
+    /// Its prompt-cache group and whether its conversation waits long after this turn.
+    pub cache: CacheHints,
 }
 
 /// Why the model stopped producing output.

@@ -71,7 +71,13 @@ impl Wire for OpenAi {
         }
     }
 
-    fn encode(request: &Request, delivery: Delivery) -> Result<Vec<u8>, ModelError> {
+    /// The wire has no breakpoints: its cache is automatic, steered by
+    /// `prompt_cache_key`, so `ttl` has nothing to change.
+    fn encode(
+        request: &Request,
+        delivery: Delivery,
+        _ttl: super::CacheTtl,
+    ) -> Result<Vec<u8>, ModelError> {
         encode_request(request, delivery)
     }
 
@@ -109,6 +115,10 @@ struct WireRequest<'a> {
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
+    /// The request's cache group (one role of one run): OpenAI routes requests with
+    /// one key to the same cache, so siblings read the prefix the first one wrote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -232,6 +242,7 @@ pub(crate) fn encode_request(request: &Request, delivery: Delivery) -> Result<Ve
         stream_options: stream.then_some(StreamOptions {
             include_usage: true,
         }),
+        prompt_cache_key: request.cache.key.as_deref(),
     };
     serde_json::to_vec(&wire)
         .map_err(|err| ModelError::InvalidRequest(format!("could not encode the request: {err}")))
@@ -710,6 +721,10 @@ mod tests {
             ],
             tools: vec![],
             max_tokens: 10,
+            cache: crate::model::CacheHints {
+                key: Some("grove-r1-worker".into()),
+                long_wait: true,
+            },
         };
         let body: Value =
             serde_json::from_slice(&encode_request(&request, Delivery::Streamed).unwrap()).unwrap();
@@ -730,7 +745,9 @@ mod tests {
                 ],
                 "stream": true,
                 "stream_options": {"include_usage": true},
-            })
+                "prompt_cache_key": "grove-r1-worker",
+            }),
+            "one tool message per result, the cache group as prompt_cache_key"
         );
     }
 

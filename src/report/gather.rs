@@ -677,6 +677,7 @@ mod tests {
                     opened: Vec::new(),
                     tree: None,
                     same_as: None,
+                    ratchets: Vec::new(),
                 },
             },
         };

@@ -8,10 +8,10 @@
 //! write to a run or the repository, and the page it renders must never load anything:
 //! no external URL, every string from the model or the repository escaped.
 
+mod cost_chart;
 mod diff;
 mod gather;
 mod html;
-mod prices;
 mod render;
 mod timeline;
 
@@ -21,9 +21,9 @@ use crate::ledger::Ledger;
 use crate::store::journal::{CheckRun, SubtaskKind};
 use crate::store::state::{RunStatus, SubtaskStatus, VerdictState};
 
+pub use crate::prices::{Cost, ModelPrice, PriceError, PriceTable};
 pub use diff::{FileDiff, Hunk, Line, Row, Segment, side_by_side, word_segments};
 pub use gather::{ReportError, gather};
-pub use prices::{Cost, ModelPrice, PriceError, PriceTable};
 pub use render::render_html;
 
 /// The report's file name in the run directory when no `--output` is given.

@@ -285,6 +285,19 @@ fn checks_section(page: &mut String, data: &ReportData) {
                 "v-reject"
             },
         );
+        for tally in &run.ratchets {
+            let _ = write!(
+                page,
+                "<tr class=\"ratchet\" data-ratchet-on=\"{on}\" data-new=\"{}\" \
+                 data-fixed=\"{}\" data-unchanged=\"{}\"><td></td><td colspan=\"4\">\
+                 [[check.ratchet]] {}</td></tr>",
+                tally.new,
+                tally.fixed,
+                tally.unchanged,
+                escape(&tally.counts()),
+                on = escape(&run.on),
+            );
+        }
     }
     page.push_str("</table>\n");
     if let Some((subtasks, found_by, at)) = &data.culprit {
@@ -295,6 +308,7 @@ fn checks_section(page: &mut String, data: &ReportData) {
             ("failing_file", Some(at)) => format!("it changed {at}, where the check failed"),
             ("passes_without", _) => "the result rebuilt without it passes".to_owned(),
             ("only_merged", _) => "the only subtask merged".to_owned(),
+            ("first_had", Some(at)) => format!("its own tree first had the new finding {at}"),
             (other, _) => other.to_owned(),
         };
         let _ = writeln!(
@@ -631,38 +645,70 @@ fn cost_section(page: &mut String, data: &ReportData) {
              stopped): its last turn may be missing from these counts.</p>\n",
         );
     }
-    let source = match &data.prices.overrides {
-        Some(path) => format!(
-            "built-in prices, with the models of <code>{}</code> added or replaced",
-            escape(&path.display().to_string())
-        ),
-        None => {
-            "built-in prices; <code>grove report --prices FILE</code> overrides them".to_owned()
-        }
+    let source = if data.prices.overrides.is_empty() {
+        "built-in prices; <code>grove report --prices FILE</code> overrides them".to_owned()
+    } else {
+        let files: Vec<String> = data
+            .prices
+            .overrides
+            .iter()
+            .map(|path| format!("<code>{}</code>", escape(&path.display().to_string())))
+            .collect();
+        format!(
+            "built-in prices, with the models of {} added or replaced",
+            files.join(", then ")
+        )
     };
     let _ = write!(
         page,
         "<p>Costs are an <strong>estimate</strong>: token counts times list prices in US \
-         dollars per million tokens ({source}). A model whose name is not in the table, nor \
-         starts with a name in it followed by <code>-</code>, has an unknown price, not a \
-         zero one.</p>\n<table class=\"prices\"><tr><th>model</th><th class=\"num\">input</th>\
+         dollars per million tokens ({source}; the rows below are those this run used). A \
+         model whose name is not in the table, nor is a dated snapshot of a name in it, has \
+         an unknown price, not a zero one.</p>\n\
+         <table class=\"prices\"><tr><th>model</th><th class=\"num\">input</th>\
          <th class=\"num\">output</th><th class=\"num\">cache read</th>\
-         <th class=\"num\">cache write</th></tr>"
+         <th class=\"num\">cache write</th><th class=\"num\">cache write 1h</th></tr>"
     );
-    let rate = |rate: Option<f64>| rate.map_or_else(|| "—".to_owned(), |r| format!("{r:.2}"));
-    for (model, price) in &data.prices.models {
+    let rate = |rate: Option<f64>| {
+        rate.map_or_else(
+            || "—".to_owned(),
+            // Cents when they are whole, the figure as published otherwise ($0.125).
+            |r| {
+                if (r * 100.0).fract().abs() < 1e-9 {
+                    format!("{r:.2}")
+                } else {
+                    format!("{r}")
+                }
+            },
+        )
+    };
+    // The rows that priced an agent of this run (the whole table is `src/prices.toml`).
+    let used: std::collections::BTreeSet<&str> = data
+        .agents
+        .iter()
+        .filter_map(|agent| data.prices.lookup(&agent.model).map(|(name, _)| name))
+        .collect();
+    for (model, price) in data
+        .prices
+        .models
+        .iter()
+        .filter(|(model, _)| used.contains(model.as_str()))
+    {
         let _ = write!(
             page,
             "<tr><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
             escape(model),
             rate(Some(price.input)),
             rate(Some(price.output)),
             rate(price.cache_read),
-            rate(price.cache_write)
+            rate(price.cache_write),
+            rate(price.cache_write_1h)
         );
     }
-    page.push_str("</table>\n</section>\n");
+    page.push_str("</table>\n");
+    super::cost_chart::cost_over_time(page, data);
+    page.push_str("</section>\n");
 }
 
 fn ledger_row(page: &mut String, agent: &AgentCost, cost: Cost) {
@@ -893,6 +939,7 @@ mod tests {
                     opened: Vec::new(),
                     tree: None,
                     same_as: None,
+                    ratchets: Vec::new(),
                 }),
                 diff: DiffView::Shown {
                     base: "0123456789abcdef0123456789abcdef01234567".into(),
@@ -911,6 +958,7 @@ mod tests {
                 opened: Vec::new(),
                 tree: None,
                 same_as: None,
+                ratchets: Vec::new(),
             }],
             culprit: Some((vec!["S1".into()], "passes_without".into(), None)),
             agents: vec![
@@ -930,7 +978,7 @@ mod tests {
                 },
             ],
             prices: PriceTable {
-                overrides: Some(PathBuf::from(format!("/p/{evil}.toml"))),
+                overrides: vec![PathBuf::from(format!("/p/{evil}.toml"))],
                 ..PriceTable::builtin()
             },
             notes: vec![format!("transcript {evil}: broken")],
@@ -1035,6 +1083,35 @@ mod tests {
                  result</dd>",
             ],
             "the report says what a subtask may change and whom it waits for, escaped"
+        );
+    }
+
+    #[test]
+    fn a_checks_ratchets_are_a_row_each_under_it_with_their_counts() {
+        let mut data = sample("x");
+        data.checks[0].ratchets = vec![crate::store::findings::RatchetTally {
+            command: "mypy <src>".into(),
+            new: 1,
+            fixed: 2,
+            unchanged: 15,
+            new_findings: Vec::new(),
+            fixed_findings: Vec::new(),
+            error: None,
+        }];
+
+        let page = render_html(&data);
+
+        assert!(
+            page.contains(
+                "<tr class=\"ratchet\" data-ratchet-on=\"result without S1\" data-new=\"1\" \
+                 data-fixed=\"2\" data-unchanged=\"15\"><td></td><td colspan=\"4\">\
+                 [[check.ratchet]] mypy &lt;src&gt;: 1 new, 2 fixed, 15 unchanged</td></tr>"
+            ),
+            "{page}"
+        );
+        assert!(
+            !render_html(&sample("x")).contains("class=\"ratchet\""),
+            "no row without ratchets"
         );
     }
 

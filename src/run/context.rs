@@ -32,11 +32,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::roles::{self, ProjectRules, RoleDef};
-use crate::agent::{AgentRun, AgentSpec, Ledger, LoopInput, TurnObserver, run_agent};
+use crate::agent::roles::{self, ProjectRules, RoleDef, RoleKind};
+use crate::agent::{AgentRun, AgentSpec, Ledger, LoopInput, MoneyBudget, TurnObserver, run_agent};
 use crate::event::{AgentId, AgentLabel, Event, EventSink};
 use crate::git::{CommitId, Repo, RunId};
-use crate::model::Message;
+use crate::model::{CacheHints, Message};
 use crate::run::check::gate::BaseGate;
 use crate::run::id::SubtaskId;
 use crate::settings::config::check_copy_path;
@@ -107,6 +107,8 @@ pub(crate) struct TreeServices {
     pub(crate) executor: Arc<dyn CommandExecutor>,
     /// Open once the check passed on the base (or needs not): workers wait for it.
     pub(crate) base_gate: BaseGate,
+    /// The base's `[[check.ratchet]]` findings, known before the gate is decided.
+    pub(crate) base_findings: crate::run::check::gate::BaseFindings,
     /// The copy-on-write trees this run mounted and has not ended yet.
     pub(crate) live: Arc<LiveTrees>,
     /// The remote hosts workers' trees go to, with their free slots (empty: here).
@@ -175,8 +177,15 @@ impl RunContext {
         tree: Option<Arc<dyn TreeAccess>>,
         observer: Arc<dyn TurnObserver>,
     ) -> AgentRun {
+        // Siblings of one role in this run share a cache group (the key OpenAI routes
+        // by, the group the sibling hold keys on).
+        let mut spec = spec.clone();
+        spec.cache.key = Some(CacheHints::group(
+            &self.facts.run.to_string(),
+            &spec.id.role,
+        ));
         run_agent(
-            spec,
+            &spec,
             LoopInput {
                 messages,
                 tool_context: ToolContext {
@@ -302,19 +311,34 @@ pub(crate) fn agent_spec(
     role: &RoleDef,
     caps: AgentCaps<'_>,
 ) -> AgentSpec {
+    let model_name = role
+        .model
+        .clone()
+        .unwrap_or_else(|| caps.model.name.clone());
+    // Every agent but the lead is a subagent; the lead spends under the run's budget.
+    let budget_usd = options
+        .subagent_budget_usd
+        .filter(|_| !matches!(id.label, AgentLabel::Lead))
+        .map(|usd| MoneyBudget {
+            usd,
+            price: options.prices.lookup(&model_name).map(|(_, price)| *price),
+        });
     AgentSpec {
         id,
         system: roles::system_prompt(role, rules),
         model: caps.model.client.clone(),
-        model_name: role
-            .model
-            .clone()
-            .unwrap_or_else(|| caps.model.name.clone()),
+        model_name,
         max_tokens: options.max_output_tokens,
         max_turns: role.max_turns.unwrap_or(caps.max_turns),
         budget_tokens: caps.budget,
+        budget_usd,
         max_consecutive_tool_errors: options.max_consecutive_tool_errors,
         tools: caps.tools,
+        // The lead waits on its subtasks (a worker, the check, a review) between turns.
+        cache: CacheHints {
+            key: None,
+            long_wait: role.name == RoleKind::Lead.as_str(),
+        },
     }
 }
 
@@ -437,12 +461,13 @@ impl Budget {
     }
 }
 
-/// Why the run paused itself, if it did (the first reason counts).
-#[derive(Debug, Default)]
-pub(crate) struct Pause(Mutex<Option<String>>);
+/// Why the run paused itself, if it did (the first reason counts). A clone is the same
+/// slot: the run's meter of dollars pauses the run from inside its model clients.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Pause(Arc<Mutex<Option<String>>>);
 
 impl Pause {
-    fn set(&self, reason: String) {
+    pub(crate) fn set(&self, reason: String) {
         lock(&self.0).get_or_insert(reason);
     }
 

@@ -20,11 +20,12 @@ use crate::git::Repo;
 use crate::run::agents::{agent_catalogue, delegate_role, read_rules};
 use crate::run::context::lock;
 use crate::run::delegate::{self, DelegateInput, DelegateRequest};
+use crate::run::estimate::{self, Estimate, EstimateInput};
 use crate::run::id::SubtaskId;
 use crate::run::lead::{first_prompt, lead_spec};
 use crate::run::schedule::check_after;
 use crate::run::start::RunError;
-use crate::settings::options::{Models, RunOptions};
+use crate::settings::options::{ModelNames, Models, RunOptions};
 use crate::store::journal::ContextMode;
 use crate::tools::result_tree::{self, LiveTree};
 use crate::tools::{Tool, ToolContext, ToolError, ToolOutput, parse_input};
@@ -50,6 +51,11 @@ pub struct Plan {
     /// Why the lead stopped early, when it did (turn cap, budget, API error, Ctrl-C).
     pub stopped: Option<String>,
     pub lead_ledger: Ledger,
+    /// What this plan cost (the lead's planning), in US dollars; `None` when its model
+    /// has no price.
+    pub plan_usd: Option<f64>,
+    /// What running the plan would cost.
+    pub estimate: Estimate,
 }
 
 /// Runs the lead of `options.task` against the work tree at `repo_path`, recording its
@@ -75,7 +81,9 @@ pub async fn plan(
     let tools = result_tree::read_only(&LiveTree::base(repo.clone(), head))
         .with(recorder.clone())
         .with(Arc::new(PlanWait));
-    let spec = lead_spec(&options, read_rules(&root)?.as_ref(), &models.lead, tools);
+    let mut spec = lead_spec(&options, read_rules(&root)?.as_ref(), &models.lead, tools);
+    // A plan's `delegate` only records: this lead never waits on subtasks.
+    spec.cache.long_wait = false;
     let outcome = run_agent(
         &spec,
         LoopInput {
@@ -99,12 +107,32 @@ pub async fn plan(
         Err(error) => (String::new(), Some(error.to_string())),
     };
     let subtasks = lock(&recorder.planned).clone();
+    let planned = u32::try_from(subtasks.len()).unwrap_or(u32::MAX);
+    let names = ModelNames {
+        lead: models.lead.name.clone(),
+        worker: models.worker.name.clone(),
+        reviewer: models.reviewer.name.clone(),
+    };
+    let estimate = estimate::estimate(&EstimateInput {
+        subtasks: (planned, planned),
+        planned: true,
+        repository: estimate::repository_size(&repo).await,
+        models: &names,
+        prices: &options.prices,
+        max_turns: options.max_turns,
+        worker_backend: &options.worker_backend,
+    });
     Ok(Plan {
+        plan_usd: options
+            .prices
+            .cost(&models.lead.name, &outcome.ledger)
+            .usd(),
         task: options.task,
         subtasks,
         summary,
         stopped,
         lead_ledger: outcome.ledger,
+        estimate,
     })
 }
 

@@ -13,7 +13,10 @@ use crate::run::check::result::{ResultCheck, ResultCheckError, held_back};
 use crate::run::context::{AgentServices, DISK_FULL, RunContext, RunFacts, RunRecord};
 use crate::run::history;
 use crate::run::lead::{LeadEnd, LeadFailure};
-use crate::run::report::{ApplyReport, CheckReport, RunEnd, RunReport, SubtaskReport, Totals};
+use crate::run::report::{
+    ApplyReport, CheckReport, CostReport, RunEnd, RunReport, SubtaskReport, Totals,
+};
+use crate::run::spend::BUDGET_SPENT;
 use crate::store::StoreError;
 use crate::store::journal::Entry;
 
@@ -40,7 +43,7 @@ impl From<ResultCheckError> for FinishError {
 /// Applies the result if it may, journals the run's end and reports it.
 pub(crate) async fn finish(
     ctx: &RunContext,
-    subtasks: Vec<SubtaskReport>,
+    mut subtasks: Vec<SubtaskReport>,
     mut lead: LeadEnd,
     checked: ResultCheck,
 ) -> Result<RunReport, FinishError> {
@@ -123,11 +126,9 @@ pub(crate) async fn finish(
         },
     };
     ctx.journal(journal_end)?;
-    let mut total: Ledger = lead.ledger;
-    for subtask in &subtasks {
-        total.add(&subtask.ledger());
-    }
+    let total = run_total(&lead.ledger, &subtasks);
     Ok(RunReport {
+        cost: run_cost(ctx, &lead.ledger, &mut subtasks),
         run_id: ctx.facts.run.as_str().to_owned(),
         status,
         base: ctx.facts.base.to_string(),
@@ -152,7 +153,29 @@ pub(crate) async fn finish(
         },
         lead_ledger: lead.ledger,
         totals: Totals::from(total),
+        estimate: None,
     })
+}
+
+/// What the run cost: its lead's and subtasks' ledgers at its prices (each subtask's
+/// `cost_usd` set), and what its turns were counted at as they came.
+fn run_cost(ctx: &RunContext, lead: &Ledger, subtasks: &mut [SubtaskReport]) -> CostReport {
+    let metered = crate::store::spend::read(&ctx.facts.run_dir);
+    CostReport::price(
+        &ctx.facts.options,
+        (&ctx.agents.models, &metered),
+        lead,
+        subtasks,
+    )
+}
+
+/// The lead's and every subtask's tokens summed.
+fn run_total(lead: &Ledger, subtasks: &[SubtaskReport]) -> Ledger {
+    let mut total = *lead;
+    for subtask in subtasks {
+        total.add(&subtask.ledger());
+    }
+    total
 }
 
 /// How the run ended, and why it did not finish when it did not (for the person).
@@ -164,7 +187,11 @@ fn status(
     match (failure, record.pause.reason()) {
         // A full disk or a red base pauses the run whatever the lead did: never a
         // partial apply; the reason says what to do.
-        (_, Some(reason)) if reason.starts_with(DISK_FULL) || reason.starts_with(BASE_RED) => {
+        (_, Some(reason))
+            if reason.starts_with(DISK_FULL)
+                || reason.starts_with(BASE_RED)
+                || reason.starts_with(BUDGET_SPENT) =>
+        {
             (RunEnd::Paused, Some(reason))
         }
         (Some(LeadFailure::Interrupted), Some(reason)) => (

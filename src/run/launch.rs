@@ -12,10 +12,13 @@ use crate::agent::external::WorkerBackend;
 use crate::agent::roles::RulesError;
 use crate::git::{GitError, GitOptions, Repo};
 use crate::model::{self, ModelError, Provider};
+use crate::prices::{Unpriced, Usd};
 use crate::run::agents::read_rules;
 use crate::run::sandbox_view;
 use crate::run::start::{ResumeProblem, RunError};
 use crate::settings::config::{CONFIG_PATH, ConfigError, ProjectConfig, RunSettings};
+pub use crate::settings::options::ResumeOverrides;
+use crate::settings::prices::{PricesError, price_table};
 use crate::settings::trust::{TrustError, TrustStore};
 use crate::settings::widening::{file_widenings, journaled_widenings};
 use crate::settings::{ModelChoice, ModelNames, Models, RunOptions};
@@ -57,6 +60,91 @@ pub enum LaunchError {
          runs its CLI on this machine: use one or the other"
     )]
     RemoteBackend { backend: String },
+    /// The price table cannot be built: the user's configuration or a price file is
+    /// invalid; nothing was created.
+    #[error(transparent)]
+    Prices(#[from] PricesError),
+    /// A money budget over a model without a price; nothing was created.
+    #[error(transparent)]
+    Unpriced(#[from] Unpriced),
+    /// A money budget counts grove's own agents turn by turn; an agent CLI's spending is
+    /// not priced.
+    #[error(
+        "{flag} counts what grove's own agents spend, turn by turn; --worker-backend \
+         {backend} runs its own CLI, whose spending grove cannot price: drop one or the other"
+    )]
+    MoneyBudgetBackend { flag: String, backend: String },
+}
+
+impl LaunchError {
+    /// True for what the caller got wrong in its request or files (a usage error, exit 2),
+    /// as opposed to a failure of the machine or the repository.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            Self::EmptyTask | Self::Prices(_) | Self::Unpriced(_) | Self::MoneyBudgetBackend { .. }
+        )
+    }
+}
+
+/// The overrides of a resume of `run_id` with the budgets `budget_usd` and
+/// `subagent_budget_usd` (`None`: as the run had them) and the price file `prices`,
+/// refused (nothing resumed) when a model of the run has no price under a money budget.
+pub async fn resume_overrides(
+    directory: &Path,
+    run_id: &str,
+    budget_usd: Option<Usd>,
+    subagent_budget_usd: Option<Usd>,
+    prices: Option<&Path>,
+) -> Result<ResumeOverrides, LaunchError> {
+    let env: Vec<_> = std::env::vars_os().collect();
+    let overrides = ResumeOverrides {
+        budget_usd,
+        subagent_budget_usd,
+        prices: price_table(&env, prices)?,
+    };
+    let repo = Repo::open(directory, GitOptions::default()).await?;
+    let Ok(run_id) = run_id.parse::<RunId>() else {
+        return Ok(overrides);
+    };
+    let Ok(state) = RunStore::new(repo.common_dir()).read_state(&run_id) else {
+        return Ok(overrides);
+    };
+    if let Ok(journaled) = state.options.get() {
+        let mut options = journaled.clone();
+        options.budget_usd = budget_usd.or(options.budget_usd);
+        options.subagent_budget_usd = subagent_budget_usd.or(options.subagent_budget_usd);
+        options.prices = overrides.prices.clone();
+        let names = &options.model_names;
+        let models = [
+            names.lead.as_str(),
+            names.worker.as_str(),
+            names.reviewer.as_str(),
+        ];
+        check_money(&options, models.into_iter().filter(|m| !m.is_empty()))?;
+    }
+    Ok(overrides)
+}
+
+/// Refuses a money budget the run cannot count: a model without a price, or an agent
+/// CLI doing the workers' job.
+fn check_money<'a>(
+    options: &RunOptions,
+    models: impl IntoIterator<Item = &'a str>,
+) -> Result<(), LaunchError> {
+    let flag = match (options.budget_usd, options.subagent_budget_usd) {
+        (Some(_), _) => "--budget-usd (budget_usd)",
+        (None, Some(_)) => "--subagent-budget-usd (subagent_budget_usd)",
+        (None, None) => return Ok(()),
+    };
+    if options.worker_backend != WorkerBackend::Builtin {
+        return Err(LaunchError::MoneyBudgetBackend {
+            flag: flag.to_owned(),
+            backend: options.worker_backend.name().to_owned(),
+        });
+    }
+    options.prices.check_priced(flag, models)?;
+    Ok(())
 }
 
 /// What a caller asks of a new run, before the project file and the defaults: each
@@ -79,6 +167,8 @@ pub struct RunRequest {
     /// a network check, a widening of the sandbox (off only for a dry run, which creates
     /// nothing and runs no command).
     pub check_setup_trust: bool,
+    /// A price file added over the built-in table and the user's own (`--prices`).
+    pub prices: Option<std::path::PathBuf>,
 }
 
 impl RunRequest {
@@ -94,6 +184,7 @@ impl RunRequest {
             allow_network: false,
             remote: Vec::new(),
             check_setup_trust: true,
+            prices: None,
         }
     }
 }
@@ -173,6 +264,17 @@ pub async fn prepare(directory: &Path, request: RunRequest) -> Result<Launch, La
         });
     }
 
+    let env: Vec<_> = std::env::vars_os().collect();
+    options.prices = price_table(&env, request.prices.as_deref())?;
+    let names = &resolved.models;
+    check_money(
+        &options,
+        [
+            names.lead.as_str(),
+            names.worker.as_str(),
+            names.reviewer.as_str(),
+        ],
+    )?;
     let client = model::connect(resolved.provider)?;
     let choice = |name: &str| ModelChoice {
         client: client.clone(),

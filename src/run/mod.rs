@@ -27,6 +27,7 @@ pub mod checkout;
 pub(crate) mod context;
 pub mod delegate;
 pub mod dry_run;
+pub mod estimate;
 pub mod finish;
 pub(crate) mod history;
 pub mod id;
@@ -40,6 +41,7 @@ pub mod sandbox_view;
 pub(crate) mod schedule;
 pub(crate) mod settled;
 pub(crate) mod show_subtask;
+pub(crate) mod spend;
 pub mod start;
 pub mod subtask;
 #[cfg(test)]
@@ -94,22 +96,41 @@ pub async fn resume(
     events: EventSink,
     cancel: CancellationToken,
 ) -> Result<RunReport, RunError> {
-    resume_on(repo_path, run_id, git, Vec::new(), models, events, cancel).await
+    let overrides = launch::ResumeOverrides::default();
+    resume_on(
+        repo_path,
+        run_id,
+        git,
+        (Vec::new(), overrides),
+        models,
+        events,
+        cancel,
+    )
+    .await
 }
 
-/// [`resume`], its workers' trees on `remote` hosts (`--remote`); without any, a tree an
-/// earlier attempt had on a remote host continues here from its last checkpoint.
+/// [`resume`], its workers' trees on `remote` hosts (`--remote`; without any, a tree an
+/// earlier attempt had on a remote host continues here from its last checkpoint), with
+/// the money budgets and prices of `overrides`.
 pub async fn resume_on(
     repo_path: &Path,
     run_id: &str,
     git: GitOptions,
-    remote: Vec<crate::remote::RemoteHost>,
+    (remote, overrides): (Vec<crate::remote::RemoteHost>, launch::ResumeOverrides),
     models: impl FnOnce(&RunState) -> Result<Models, RunError>,
     events: EventSink,
     cancel: CancellationToken,
 ) -> Result<RunReport, RunError> {
-    let (started, state) =
-        start::resume(repo_path, run_id, git, remote, models, events, cancel).await?;
+    let (started, state) = start::resume(
+        repo_path,
+        run_id,
+        git,
+        (remote, overrides),
+        models,
+        events,
+        cancel,
+    )
+    .await?;
     execute(started, Some(state)).await
 }
 

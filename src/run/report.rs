@@ -8,11 +8,16 @@
 use serde::Serialize;
 
 use crate::agent::Ledger;
+use crate::agent::external::WorkerBackend;
 use crate::git::DiffStat;
+use crate::prices::Usd;
+use crate::run::estimate::Estimate;
 use crate::run::id::SubtaskId;
+use crate::settings::options::{Models, RunOptions};
 use crate::store::journal::{
     CheckRun, CheckStatus, Finding, ON_RESULT, RunOutcome, SubtaskKind, SubtaskOutcome, VerdictKind,
 };
+use crate::store::spend::Spent;
 use crate::store::state::RunStatus;
 
 /// How this process's run ended (the `status` of `grove run --json`).
@@ -101,6 +106,9 @@ pub struct SubtaskReport {
     pub outside_paths: Vec<String>,
     pub worker_ledger: Ledger,
     pub reviewer_ledger: Ledger,
+    /// What its worker and reviewer cost in US dollars at the run's price table; `null`
+    /// when a model of theirs has no price (or the worker is an agent CLI).
+    pub cost_usd: Option<f64>,
     /// Who started it: the lead (`task`), a fixer for a red result check (`fix`), or a
     /// resolver for a conflict (`resolve`).
     pub kind: SubtaskKind,
@@ -175,6 +183,8 @@ pub enum CulpritEvidence {
     FailingFile,
     /// It is the only subtask merged.
     OnlyMerged,
+    /// Its own tree was the first to have the result's new ratchet findings.
+    FirstHad,
 }
 
 impl CulpritEvidence {
@@ -185,6 +195,7 @@ impl CulpritEvidence {
             Self::FailingLine => "failing_line",
             Self::FailingFile => "failing_file",
             Self::OnlyMerged => "only_merged",
+            Self::FirstHad => "first_had",
         }
     }
 }
@@ -243,6 +254,7 @@ impl SubtaskReport {
             outside_paths: Vec::new(),
             worker_ledger: Ledger::default(),
             reviewer_ledger: Ledger::default(),
+            cost_usd: None,
             kind: SubtaskKind::Task,
             resolution: None,
             check: None,
@@ -327,6 +339,77 @@ pub struct RunReport {
     pub lead_ledger: Ledger,
     /// Every subagent's tokens summed.
     pub totals: Totals,
+    /// What the run cost in US dollars.
+    pub cost: CostReport,
+    /// What `grove run` estimated before the run started, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<Estimate>,
+}
+
+/// What a run cost in US dollars, at its price table (`cost` of `grove run --json`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CostReport {
+    /// What every request of the run cost, as counted turn by turn (earlier processes'
+    /// turns, and those of agents interrupted and run again, included); the turns of
+    /// `unpriced` models are not in it.
+    pub total_usd: f64,
+    /// The lead's; `null` when its model has no price.
+    pub lead_usd: Option<f64>,
+    /// The run's money budget (`--budget-usd`), when it has one.
+    pub budget_usd: Option<f64>,
+    /// Models whose tokens have no price (not counted in `total_usd`).
+    pub unpriced: Vec<String>,
+}
+
+impl CostReport {
+    /// Prices the lead's `lead` ledger and each subtask's (setting its `cost_usd`) at the
+    /// run's table: each role at its model (the run's own; an agent file naming another
+    /// model is priced at its role's), an agent CLI's worker as unknown.
+    /// `metered` is what the run's turns were counted at as they came (a run that
+    /// predates the count has none: the ledgers' sum stands).
+    pub fn price(
+        options: &RunOptions,
+        (models, metered): (&Models, &Spent),
+        lead: &Ledger,
+        subtasks: &mut [SubtaskReport],
+    ) -> CostReport {
+        let mut report = CostReport {
+            budget_usd: options.budget_usd.map(Usd::dollars),
+            ..CostReport::default()
+        };
+        let mut price = |model: &str, ledger: &Ledger| -> Option<f64> {
+            if *ledger == Ledger::default() {
+                return Some(0.0);
+            }
+            let usd = options.prices.cost(model, ledger).usd();
+            match usd {
+                Some(usd) => report.total_usd += usd,
+                None if !report.unpriced.iter().any(|m| m == model) => {
+                    report.unpriced.push(model.to_owned());
+                }
+                None => {}
+            }
+            usd
+        };
+        let lead_usd = price(&models.lead.name, lead);
+        let worker_model = match &options.worker_backend {
+            WorkerBackend::Builtin => models.worker.name.clone(),
+            other => other.name().to_owned(),
+        };
+        for subtask in subtasks.iter_mut() {
+            let worker = price(&worker_model, &subtask.worker_ledger);
+            let reviewer = price(&models.reviewer.name, &subtask.reviewer_ledger);
+            subtask.cost_usd = worker.zip(reviewer).map(|(w, r)| w + r);
+        }
+        report.lead_usd = lead_usd;
+        report.total_usd = report.total_usd.max(metered.usd);
+        for model in &metered.unpriced {
+            if !report.unpriced.contains(model) {
+                report.unpriced.push(model.clone());
+            }
+        }
+        report
+    }
 }
 
 impl RunReport {

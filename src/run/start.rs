@@ -18,8 +18,9 @@ use crate::run::context::{
     AgentServices, Budget, Pause, RunContext, RunFacts, RunJournal, RunRecord, TreeServices,
 };
 use crate::run::sandbox_view::{self, SandboxViewError};
+use crate::run::spend::{MeteredModel, RunSpend, SpendSetup};
 use crate::run::subtask::prepare::{LocalFileError, check_local_files};
-use crate::settings::options::{Models, RunOptions};
+use crate::settings::options::{Models, ResumeOverrides, RunOptions};
 use crate::store::journal::Entry;
 use crate::store::lock::{LockError, RepoLock};
 use crate::store::state::RunState;
@@ -212,7 +213,7 @@ pub(crate) async fn resume(
     repo_path: &Path,
     run_id: &str,
     git: GitOptions,
-    remote: Vec<crate::remote::RemoteHost>,
+    (remote, overrides): (Vec<crate::remote::RemoteHost>, ResumeOverrides),
     models: impl FnOnce(&RunState) -> Result<Models, RunError>,
     events: EventSink,
     cancel: CancellationToken,
@@ -243,6 +244,13 @@ pub(crate) async fn resume(
         .clone();
     options.git = git;
     options.remote = remote;
+    options.budget_usd = overrides.budget_usd.or(options.budget_usd);
+    options.subagent_budget_usd = overrides
+        .subagent_budget_usd
+        .or(options.subagent_budget_usd);
+    // Not journaled: a later resume without the flags has the budget the run started
+    // with.
+    options.prices = overrides.prices;
     check_local_files(&repo, base, &options.worktree_setup.copy)?;
     if options.worktree_setup.share.is_none() {
         // Journaled before the key existed: decided as a new run would.
@@ -311,21 +319,32 @@ fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Result<Arc<RunCon
     // Where this run's worktrees already are, if any (a resume), else where they go.
     let worktrees_dir = repo.run_worktrees_dir(&run, options.worktrees_dir.as_deref())?;
     let run_dir = active.dir().to_path_buf();
+    let pause = Pause::default();
+    let spend = RunSpend::new(SpendSetup {
+        cap: options.budget_usd,
+        prices: options.prices.clone(),
+        run: run.clone(),
+        run_dir: run_dir.clone(),
+        pause: pause.clone(),
+        cancel: cancel.clone(),
+        events: events.clone(),
+    });
     Ok(Arc::new(RunContext {
         agents: AgentServices {
             rules: read_rules(&user_root)?,
             budget: Budget::new(options.budget_tokens),
-            models,
+            models: metered(models, &spend),
         },
         record: RunRecord {
             journal: RunJournal::new(active),
-            pause: Pause::default(),
+            pause,
             events,
             cancel,
         },
         trees: TreeServices {
             executor,
             base_gate: BaseGate::default(),
+            base_findings: crate::run::check::gate::BaseFindings::default(),
             live: Arc::default(),
             hosts: crate::remote::HostPool::new(options.remote.clone()),
         },
@@ -340,6 +359,23 @@ fn context(facts: Facts, run_id: &RunId, active: ActiveRun) -> Result<Arc<RunCon
             worktrees_dir,
         },
     }))
+}
+
+/// `models` with every turn counted by the run's `spend`.
+fn metered(models: Models, spend: &Arc<RunSpend>) -> Models {
+    let meter = |choice: crate::settings::ModelChoice| crate::settings::ModelChoice {
+        client: Arc::new(MeteredModel {
+            inner: choice.client,
+            spend: Arc::clone(spend),
+        }),
+        name: choice.name,
+    };
+    Models {
+        provider: models.provider,
+        lead: meter(models.lead),
+        worker: meter(models.worker),
+        reviewer: meter(models.reviewer),
+    }
 }
 
 /// The executor of workers' commands and how the run makes its worktrees (see

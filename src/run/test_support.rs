@@ -219,6 +219,9 @@ impl TestRun {
             name: "scripted".into(),
         };
         let budget = Budget::new(options.budget_tokens);
+        let (tx, events) = (EventSink::new(tx), events);
+        let cancel = CancellationToken::new();
+        let pause = Pause::default();
         let ctx = RunContext {
             facts: RunFacts {
                 worktrees_dir: dir.path().join("worktrees"),
@@ -232,9 +235,9 @@ impl TestRun {
             },
             record: RunRecord {
                 journal: RunJournal::new(active),
-                pause: Pause::default(),
-                events: EventSink::new(tx),
-                cancel: CancellationToken::new(),
+                pause,
+                events: tx,
+                cancel,
             },
             agents: AgentServices {
                 budget,
@@ -248,6 +251,7 @@ impl TestRun {
             },
             trees: TreeServices {
                 base_gate: crate::run::check::gate::BaseGate::default(),
+                base_findings: crate::run::check::gate::BaseFindings::default(),
                 live: Arc::default(),
                 hosts: crate::remote::HostPool::default(),
                 executor: Arc::new(LocalExecutor::from_process_env()),

@@ -14,15 +14,20 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::model::Provider;
+use crate::prices::Usd;
 pub use crate::settings::options::DEFAULT_SETUP_TIMEOUT_S;
 use crate::settings::options::{
     CheckOptions, History, ModelNames, RunOptions, SandboxPaths, TurnCaps, WorktreeSetup,
     default_jobs,
 };
+use crate::settings::ratchet::{RatchetOptions, RatchetParse, Tool};
 pub use crate::settings::values::{CopyPathError, ValueProblem, check_copy_path};
 use crate::settings::values::{
+    ParseKind, junit_path, ratchet_parse, ratchet_pattern, ratchet_tool,
+};
+use crate::settings::values::{
     base_check, boolean, copy_list, history, integer, model_name, provider, sandbox_paths,
-    setup_command, subtask_check, tokens, turns, variable_names, worktree_mode, worktrees_dir,
+    setup_command, subtask_check, tokens, turns, usd, variable_names, worktree_mode, worktrees_dir,
 };
 use crate::worktree::WorktreeMode;
 
@@ -38,8 +43,8 @@ pub(crate) const MAX_SETUP_TIMEOUT_S: u64 = 86_400;
 /// The model every role uses with `provider` when neither a flag nor the file names one.
 pub fn default_model(provider: Provider) -> &'static str {
     match provider {
-        Provider::Anthropic => "claude-sonnet-4-5",
-        Provider::OpenAi => "gpt-4.1",
+        Provider::Anthropic => "claude-sonnet-5-5",
+        Provider::OpenAi => "gpt-5.5",
     }
 }
 
@@ -104,6 +109,8 @@ pub struct RunSettings {
     pub max_turns: RoleValues<u32>,
     pub budget_tokens: Option<u64>,
     pub subagent_budget_tokens: Option<u64>,
+    pub budget_usd: Option<Usd>,
+    pub subagent_budget_usd: Option<Usd>,
     pub apply: Option<bool>,
     /// Shell command run in each new worktree before its worker starts.
     pub setup: Option<String>,
@@ -167,6 +174,8 @@ impl RunSettings {
             max_turns: self.max_turns.or(lower.max_turns),
             budget_tokens: self.budget_tokens.or(lower.budget_tokens),
             subagent_budget_tokens: self.subagent_budget_tokens.or(lower.subagent_budget_tokens),
+            budget_usd: self.budget_usd.or(lower.budget_usd),
+            subagent_budget_usd: self.subagent_budget_usd.or(lower.subagent_budget_usd),
             apply: self.apply.or(lower.apply),
             setup: self.setup.or(lower.setup),
             setup_timeout_s: self.setup_timeout_s.or(lower.setup_timeout_s),
@@ -204,6 +213,8 @@ impl RunSettings {
         };
         options.budget_tokens = self.budget_tokens;
         options.subagent_budget_tokens = self.subagent_budget_tokens;
+        options.budget_usd = self.budget_usd;
+        options.subagent_budget_usd = self.subagent_budget_usd;
         options.apply = self.apply.unwrap_or(true);
         options.worktree_setup = WorktreeSetup {
             setup: self.setup,
@@ -294,6 +305,12 @@ impl ProjectConfig {
                 "subagent_budget_tokens",
                 tokens,
             )?,
+            budget_usd: check.optional(raw.budget_usd, "budget_usd", usd)?,
+            subagent_budget_usd: check.optional(
+                raw.subagent_budget_usd,
+                "subagent_budget_usd",
+                usd,
+            )?,
             apply: check.optional(raw.apply, "apply", boolean)?,
             setup: check.optional(worktree.setup, "worktree.setup", setup_command)?,
             setup_timeout_s: check.optional(
@@ -339,6 +356,8 @@ struct RawFile {
     max_turns: Option<RawRoles>,
     budget_tokens: RawValue,
     subagent_budget_tokens: RawValue,
+    budget_usd: RawValue,
+    subagent_budget_usd: RawValue,
     apply: RawValue,
     worktree: Option<RawWorktree>,
     workers: Option<RawWorkers>,
@@ -350,8 +369,8 @@ struct RawFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a table with the keys command, timeout_s, network, subtask, fix_attempts \
-                 and base"
+    expecting = "a table with the keys command, timeout_s, network, subtask, fix_attempts, \
+                 base and ratchet"
 )]
 struct RawCheck {
     command: RawValue,
@@ -360,6 +379,20 @@ struct RawCheck {
     subtask: RawValue,
     fix_attempts: RawValue,
     base: RawValue,
+    ratchet: Option<Vec<Spanned<RawRatchet>>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table with the keys command, parse, tool, pattern and junit"
+)]
+struct RawRatchet {
+    command: RawValue,
+    parse: RawValue,
+    tool: RawValue,
+    pattern: RawValue,
+    junit: RawValue,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -470,8 +503,71 @@ impl Checker<'_> {
             base: self
                 .optional(raw.base, "check.base", base_check)?
                 .unwrap_or(defaults.base),
+            ratchets: raw
+                .ratchet
+                .unwrap_or_default()
+                .into_iter()
+                .enumerate()
+                .map(|(at, table)| self.ratchet_table(at + 1, table))
+                .collect::<Result<_, _>>()?,
             ..defaults
         })
+    }
+
+    /// The `n`th `[[check.ratchet]]`: `command` is required; `parse = "junit"` needs
+    /// `junit`; `parse = "lines"` (the default) a `pattern` that compiles, or a known
+    /// `tool` (named, or found in the command) whose pattern is the default.
+    fn ratchet_table(
+        &self,
+        n: usize,
+        table: Spanned<RawRatchet>,
+    ) -> Result<RatchetOptions, ConfigError> {
+        let span = table.span();
+        let raw = table.into_inner();
+        let key = |name: &str| format!("check.ratchet[{n}].{name}");
+        let in_table = |problem| {
+            let table = format!("check.ratchet[{n}]");
+            invalid(self.path, self.text, &span, Some(table), problem)
+        };
+        // A key the chosen `parse` does not read is an error, never silently ignored.
+        let unread = |raw: &RawValue, name: &str, needs: &'static str| match raw {
+            Some(value) => Err(invalid(
+                self.path,
+                self.text,
+                &value.span(),
+                Some(key(name)),
+                ValueProblem::OnlyWith { needs },
+            )),
+            None => Ok(()),
+        };
+        let command = self
+            .optional(raw.command, &key("command"), setup_command)?
+            .ok_or_else(|| in_table(ValueProblem::MissingKey { key: "command" }))?;
+        let parse = self
+            .optional(raw.parse, &key("parse"), ratchet_parse)?
+            .unwrap_or(ParseKind::Lines);
+        let parse = match parse {
+            ParseKind::Junit => {
+                unread(&raw.pattern, "pattern", "parse = \"lines\"")?;
+                unread(&raw.tool, "tool", "parse = \"lines\"")?;
+                let junit = self.optional(raw.junit, &key("junit"), junit_path)?;
+                RatchetParse::Junit {
+                    junit: junit
+                        .ok_or_else(|| in_table(ValueProblem::MissingKey { key: "junit" }))?,
+                }
+            }
+            ParseKind::Lines => {
+                unread(&raw.junit, "junit", "parse = \"junit\"")?;
+                let tool = self.optional(raw.tool, &key("tool"), ratchet_tool)?;
+                let pattern = self.optional(raw.pattern, &key("pattern"), ratchet_pattern)?;
+                match (pattern, tool.or_else(|| Tool::in_command(&command))) {
+                    (Some(pattern), _) => RatchetParse::Lines { pattern },
+                    (None, Some(tool)) => tool.parse(),
+                    (None, None) => return Err(in_table(ValueProblem::NoRatchetTool)),
+                }
+            }
+        };
+        Ok(RatchetOptions { command, parse })
     }
 }
 
@@ -537,7 +633,7 @@ fn invalid(
 }
 
 /// The 1-based line and column (in characters) of byte `offset` in `text`.
-fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
     let mut offset = offset.min(text.len());
     while !text.is_char_boundary(offset) {
         offset -= 1;

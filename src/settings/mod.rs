@@ -13,6 +13,8 @@
 
 pub mod config;
 pub mod options;
+pub mod prices;
+pub mod ratchet;
 pub mod remote;
 pub mod template;
 pub mod trust;

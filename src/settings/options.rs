@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 use crate::agent::external::{BackendEnv, WorkerBackend};
 use crate::git::GitOptions;
 use crate::model::Model;
+use crate::prices::{PriceTable, Usd};
+use crate::settings::ratchet::RatchetOptions;
 use crate::tools::sandbox::{CommandHost, SandboxMode};
 use crate::worktree::WorktreeMode;
 
@@ -47,6 +49,18 @@ pub struct RunOptions {
     pub budget_tokens: Option<u64>,
     /// Tokens one subagent may spend before it is stopped and its subtask fails.
     pub subagent_budget_tokens: Option<u64>,
+    /// US dollars the whole run may spend, counted turn by turn at `prices`: at it the
+    /// run pauses, resumable (`--budget-usd`). Journaled only when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_usd: Option<Usd>,
+    /// US dollars one subagent may spend before it is stopped and its subtask fails
+    /// (`--subagent-budget-usd`). Journaled only when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent_budget_usd: Option<Usd>,
+    /// The rates costs are counted at: the built-in table, the user's `prices` file, then
+    /// `--prices`. Never journaled: a resume reads them again.
+    #[serde(skip)]
+    pub prices: PriceTable,
     /// How many subtasks the lead may delegate in total (follow-ups included).
     pub max_subtasks: u32,
     /// `max_tokens` of every model request.
@@ -117,6 +131,15 @@ pub struct RunOptions {
     pub check: Option<CheckOptions>,
 }
 
+/// What `grove resume` may change of a run: its money budgets (raised to finish a run
+/// paused at one) and the price table, read again.
+#[derive(Debug, Clone, Default)]
+pub struct ResumeOverrides {
+    pub budget_usd: Option<Usd>,
+    pub subagent_budget_usd: Option<Usd>,
+    pub prices: PriceTable,
+}
+
 /// The history the user's branch gets from a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -138,6 +161,9 @@ impl RunOptions {
             max_turns: TurnCaps::default(),
             budget_tokens: None,
             subagent_budget_tokens: None,
+            budget_usd: None,
+            subagent_budget_usd: None,
+            prices: PriceTable::builtin(),
             max_subtasks: 16,
             max_output_tokens: 8192,
             max_consecutive_tool_errors: 8,
@@ -245,6 +271,9 @@ pub struct CheckOptions {
     /// Whether the check must pass on the base before any worker starts.
     #[serde(default)]
     pub base: BaseCheck,
+    /// `[[check.ratchet]]`: commands whose findings may not grow past the base's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ratchets: Vec<RatchetOptions>,
 }
 
 impl CheckOptions {
@@ -257,6 +286,7 @@ impl CheckOptions {
             subtask: SubtaskCheck::default(),
             fix_attempts: DEFAULT_FIX_ATTEMPTS,
             base: BaseCheck::default(),
+            ratchets: Vec::new(),
         }
     }
 }

@@ -46,6 +46,13 @@ pub fn template() -> String {
 # Default: no limit. Example below. Flag: --subagent-budget-tokens.
 # subagent_budget_tokens = 400000
 
+# US dollars the run may spend (list prices); at it the run pauses, resumable.
+# Default: no limit. Example below. Flag: --budget-usd.
+# budget_usd = 20
+# US dollars one subagent may spend; over it, its subtask fails. Default: no limit.
+# Flag: --subagent-budget-usd.
+# subagent_budget_usd = 4
+
 # Move your branch to the result at the end, when that is safe; false leaves the result
 # on grove/<run>/result. Flags: --no-apply, --apply.
 # apply = true
@@ -151,6 +158,15 @@ fn check_and_sandbox() -> String {
 # run before any worker starts, saying why (a path the sandbox denied, a module or a
 # command not found, no network); "skip": for a suite known to be red.
 # base = "require"
+#
+# A ratchet (one or more): a type checker, linter or suite that is not clean today may
+# not get worse. Its findings on each tree are compared with the base's (found once per
+# base commit): a new one makes the check red, one gone is counted fixed. mypy, pyright,
+# ruff, flake8, eslint (-f unix), tsc (--pretty false) and cargo/clippy
+# (--message-format=json) are read as they are; otherwise a `pattern` with the groups
+# file, code and message, or parse = "junit" with the `junit` file the command writes.
+# [[check.ratchet]]
+# command = "mypy src"
 
 # What workers' commands may read. They read everything but your secrets: ~/.ssh,
 # ~/.gnupg, ~/.aws, cloud, registry and git credentials, keyrings, browser profiles,

@@ -8,6 +8,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use crate::model::Provider;
+use crate::prices::{USD_EXPECTED, Usd};
 use crate::settings::options::{BaseCheck, History, SubtaskCheck};
 use crate::worktree::WorktreeMode;
 
@@ -33,6 +34,19 @@ pub enum ValueProblem {
     /// A table without a key it cannot do without.
     #[error("the table needs `{key}`")]
     MissingKey { key: &'static str },
+    /// `[[check.ratchet]]` with neither a `pattern` nor a tool grove knows.
+    #[error(
+        "no `pattern` and no tool grove knows in the command: set `pattern` (a regular \
+         expression with the groups file, code and message) or `tool` (mypy, pyright, \
+         ruff, flake8, eslint, tsc, clippy or cargo)"
+    )]
+    NoRatchetTool,
+    /// A key the table's other keys make meaningless.
+    #[error("this key is read only with {needs}")]
+    OnlyWith { needs: &'static str },
+    /// A pattern that is not a regular expression.
+    #[error("not a regular expression: {message}")]
+    Pattern { message: String },
     /// A key only the user's own configuration may hold.
     #[error(
         "a repository cannot set this ({why}); define it in your own \
@@ -127,6 +141,14 @@ pub(super) fn tokens(value: &toml::Value) -> Result<u64, ValueProblem> {
         .and_then(|number| u64::try_from(number).ok())
         .filter(|number| *number > 0)
         .ok_or_else(|| expected("a positive number of tokens", value))
+}
+
+pub(super) fn usd(value: &toml::Value) -> Result<Usd, ValueProblem> {
+    value
+        .as_float()
+        .or_else(|| value.as_integer().map(|number| number as f64))
+        .and_then(Usd::from_dollars)
+        .ok_or_else(|| expected(USD_EXPECTED, value))
 }
 
 pub(super) fn boolean(value: &toml::Value) -> Result<bool, ValueProblem> {
@@ -282,4 +304,55 @@ pub(super) fn sandbox_paths(value: &toml::Value) -> Result<Vec<String>, ValuePro
         paths.push(path);
     }
     Ok(paths)
+}
+
+/// `[[check.ratchet]] parse`, before the other keys say what it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ParseKind {
+    Lines,
+    Junit,
+}
+
+/// `[[check.ratchet]] parse`: `lines` or `junit`.
+pub(super) fn ratchet_parse(value: &toml::Value) -> Result<ParseKind, ValueProblem> {
+    match value.as_str() {
+        Some("lines") => Ok(ParseKind::Lines),
+        Some("junit") => Ok(ParseKind::Junit),
+        _ => Err(expected("\"lines\" or \"junit\"", value)),
+    }
+}
+
+/// `[[check.ratchet]] tool`: a tool grove reads without a pattern.
+pub(super) fn ratchet_tool(
+    value: &toml::Value,
+) -> Result<crate::settings::ratchet::Tool, ValueProblem> {
+    value
+        .as_str()
+        .and_then(crate::settings::ratchet::Tool::named)
+        .ok_or_else(|| {
+            expected(
+                "one of \"mypy\", \"pyright\", \"ruff\", \"flake8\", \"eslint\", \"tsc\", \
+                 \"clippy\", \"cargo\"",
+                value,
+            )
+        })
+}
+
+/// `[[check.ratchet]] pattern`: a regular expression that compiles.
+pub(super) fn ratchet_pattern(value: &toml::Value) -> Result<String, ValueProblem> {
+    let Some(pattern) = value.as_str().filter(|p| !p.is_empty()) else {
+        return Err(expected("a regular expression (a non-empty string)", value));
+    };
+    regex::Regex::new(pattern).map_err(|error| ValueProblem::Pattern {
+        message: error.to_string(),
+    })?;
+    Ok(pattern.to_owned())
+}
+
+/// `[[check.ratchet]] junit`: a file of the tree, relative to its root.
+pub(super) fn junit_path(value: &toml::Value) -> Result<String, ValueProblem> {
+    let Some(path) = value.as_str() else {
+        return Err(expected("a path relative to the repository root", value));
+    };
+    Ok(check_copy_path(path)?)
 }

@@ -17,6 +17,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::findings::RatchetTally;
+
 use crate::git::{CommitId, RunId};
 use crate::ledger::Ledger;
 pub use crate::status::{SubtaskId, SubtaskOutcome, VerdictKind};
@@ -171,6 +173,10 @@ pub struct CheckRun {
     /// result that very tree).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_as: Option<String>,
+    /// What each `[[check.ratchet]]` found on the tree against the base (none on the
+    /// base itself): a new finding, or a ratchet with nothing to compare, made it red.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ratchets: Vec<RatchetTally>,
 }
 
 /// What `on` of a [`CheckRun`] on the merged result says.

@@ -10,12 +10,14 @@
 
 pub mod disk_full;
 pub mod durable;
+pub mod findings;
 pub mod journal;
 pub mod lock;
 pub mod recorded;
 pub mod runs;
 pub mod slots;
 pub mod snapshot;
+pub mod spend;
 pub mod state;
 pub mod transcript;
 

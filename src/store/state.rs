@@ -848,6 +848,7 @@ mod tests {
             opened: Vec::new(),
             tree: None,
             same_as: None,
+            ratchets: Vec::new(),
         };
         let entries = [
             Entry::RunStarted {

@@ -149,6 +149,9 @@ fn edit(
         "replacements"
     };
     let mut result = format!("edited `{shown}`: {found} {noun}");
+    if found > 1 {
+        result.push_str(&replaced_lines(&text, &input.old_string, &input.new_string));
+    }
     // The first replacement starts where the first match did, in both texts.
     if let Some(at) = text.find(input.old_string.as_str()) {
         let first = if found == 1 {
@@ -162,6 +165,36 @@ fn edit(
         ));
     }
     Ok(ToolOutput::ok(result))
+}
+
+/// At most this many lines of a `replace_all` edit are listed.
+const LISTED_LINES: usize = 40;
+
+/// Where each replacement of a `replace_all` edit starts in the edited file, as line
+/// numbers, so the model can check every one without reading the file again.
+fn replaced_lines(text: &str, old: &str, new: &str) -> String {
+    let mut lines = Vec::new();
+    let mut line = 1;
+    let mut read = 0;
+    for (index, (at, _)) in text.match_indices(old).enumerate() {
+        line += text[read..at].matches('\n').count();
+        read = at;
+        // Every replacement before this one changed the line count by the same amount.
+        let shift = index * new.matches('\n').count();
+        lines.push(line - index * old.matches('\n').count() + shift);
+    }
+    let more = lines.len().saturating_sub(LISTED_LINES);
+    let listed: Vec<String> = lines
+        .iter()
+        .take(LISTED_LINES)
+        .map(ToString::to_string)
+        .collect();
+    let tail = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!(" (at lines {}{tail} of the edited file)", listed.join(", "))
 }
 
 /// Lines of context shown around an edit, before and after.
@@ -194,4 +227,29 @@ fn edited_lines(edited: &str, at: usize, new: &str) -> String {
         out.push_str(&format!("{:>6}\t{cut}{more}\n", index + 1));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replaced_lines;
+
+    #[test]
+    fn each_replacement_is_listed_at_its_line_in_the_edited_file() {
+        let text = "a\nX\nb\nX\nX\n";
+        assert_eq!(
+            replaced_lines(text, "X", "Y\nY"),
+            " (at lines 2, 5, 7 of the edited file)",
+            "a replacement that adds a line moves every later one down a line"
+        );
+        assert_eq!(
+            replaced_lines("X\nX\nc\nX\nX\n", "X\nX\n", "Z"),
+            " (at lines 1, 2 of the edited file)",
+            "a replacement that removes lines moves later ones up"
+        );
+        let many = "X\n".repeat(45);
+        assert!(
+            replaced_lines(&many, "X", "Y").ends_with("40 and 5 more of the edited file)"),
+            "the list is bounded and says how many it left out"
+        );
+    }
 }

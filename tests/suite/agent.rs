@@ -232,8 +232,10 @@ fn spec(model: Arc<ScriptedModel>, tools: Registry) -> AgentSpec {
         max_tokens: 1000,
         max_turns: 10,
         budget_tokens: None,
+        budget_usd: None,
         max_consecutive_tool_errors: 50,
         tools,
+        cache: Default::default(),
     }
 }
 
@@ -382,6 +384,7 @@ async fn request_carries_the_role_and_the_registry_tools() {
                 input_schema: Echo.input_schema(),
             }],
             max_tokens: 1000,
+            cache: Default::default(),
         }]
     );
 }

@@ -33,7 +33,9 @@ use grove::tools::sandbox::{self, CommandHost, SandboxMode};
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
 use crate::support::git_fixture::GitFixture;
 use crate::support::requests::{Who, who};
-use crate::support::scripted_run::{first_user_text, lead_reply, models, usage, worker_reply};
+use crate::support::scripted_run::{
+    first_user_text, lead_reply, models, own_review_text, usage, worker_reply,
+};
 
 use crate::support::fake_server::Turn;
 
@@ -141,7 +143,7 @@ fn review_brief(server: &FakeServer, brief: &str) -> Option<String> {
         .requests()
         .iter()
         .filter(|request| who(request) == Who::Reviewer && request.tool_results().is_empty())
-        .map(first_user_text)
+        .map(own_review_text)
         .find(|text| text.contains(first_line))
 }
 
@@ -374,6 +376,22 @@ async fn a_required_check_rejects_a_red_subtask_without_asking_the_reviewer() {
     assert!(
         !fixture.repo.join("test_mul.py").exists(),
         "the rejected piece is not on the user's branch"
+    );
+    let told = format!(
+        "# The project's check\n\nOnce you are done, grove runs the project's check on your \
+         worktree, `{UNITTEST}` (stopped after 900 s), and your reviewer reads its outcome, \
+         and a red check rejects your work without a review."
+    );
+    let workers: Vec<bool> = server
+        .requests()
+        .iter()
+        .filter(|request| who(request) == Who::Worker)
+        .map(|request| request.system_text().contains(&told))
+        .collect();
+    assert!(
+        !workers.is_empty() && workers.iter().all(|&told| told),
+        "every worker is told what grove runs on its tree after it and what a red one means, \
+         so it need not run the whole check first: {workers:?}"
     );
 }
 

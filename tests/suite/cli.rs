@@ -13,6 +13,7 @@ use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::{Grove, grove_in as grove, stderr, wait_in_worktrees};
 use crate::support::requests::{heard_by_lead, role};
+use crate::support::scripted_run::own_review_text;
 
 /// A lead that delegates one subtask per `(path, content)`, workers that write it, and
 /// a reviewer that rejects any content starting with `bad`.
@@ -43,7 +44,7 @@ fn scripted(writes: &'static [(&'static str, &'static str)]) -> impl Fn(&Recorde
                 )
             }
             ("reviewer", false) => {
-                let verdict = if request.last_user_text().contains("+bad") {
+                let verdict = if own_review_text(request).contains("+bad") {
                     "reject"
                 } else {
                     "approve"

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use grove::event::EventSink;
 use grove::model::Provider;
+use grove::prices::Usd;
 use grove::run::{
     ModelChoice, ModelNames, Models, RunEnd, RunError, RunOptions, RunReport, TurnCaps,
     WorktreeSetup,
@@ -20,6 +21,7 @@ use grove::settings::config::{
     self, CONFIG_PATH, ProjectConfig, ResolvedRun, RoleValues, RunSettings,
 };
 use grove::settings::options::{CheckOptions, History, default_jobs};
+use grove::settings::ratchet::{RatchetOptions, Tool};
 use grove::settings::template::{self, AGENT_SAMPLE, AGENT_SAMPLE_PATH};
 use grove::store::journal::{SubtaskOutcome, VerdictKind};
 use grove::store::{RunId, RunStore};
@@ -28,7 +30,7 @@ use crate::support::fake_server::{Endpoint, FakeServer, RecordedRequest, Reply, 
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::Grove;
 use crate::support::requests::{Who, heard_by_lead, who};
-use crate::support::scripted_run::first_user_text;
+use crate::support::scripted_run::{first_user_text, own_review_text};
 
 const FILE: &str = "/repo/.grove/config.toml";
 
@@ -123,7 +125,8 @@ fn invalid_config_errors_name_the_file_line_column_and_key() {
         (
             "jobz = 4",
             "1:1: jobz: unknown field `jobz`, expected one of `provider`, `model`, `models`, \
-             `jobs`, `max_turns`, `budget_tokens`, `subagent_budget_tokens`, `apply`, \
+             `jobs`, `max_turns`, `budget_tokens`, `subagent_budget_tokens`, `budget_usd`, \
+             `subagent_budget_usd`, `apply`, \
              `worktree`, `workers`, `sandbox`, `history`, `check`",
         ),
         (
@@ -149,7 +152,7 @@ fn invalid_config_errors_name_the_file_line_column_and_key() {
         (
             "[check]\ncommand = \"make test\"\nretries = 2",
             "3:1: check.retries: unknown field `retries`, expected one of `command`, \
-             `timeout_s`, `network`, `subtask`, `fix_attempts`, `base`",
+             `timeout_s`, `network`, `subtask`, `fix_attempts`, `base`, `ratchet`",
         ),
         (
             "[models]\nleed = \"x\"",
@@ -276,6 +279,8 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
             },
             budget_tokens: Some(2_000_000),
             subagent_budget_tokens: Some(400_000),
+            budget_usd: Usd::from_dollars(20.0),
+            subagent_budget_usd: Usd::from_dollars(4.0),
             apply: Some(true),
             setup: Some("npm ci".into()),
             setup_timeout_s: Some(config::DEFAULT_SETUP_TIMEOUT_S),
@@ -288,7 +293,13 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
             worktree_mode: Some(grove::worktree::WorktreeMode::Auto),
             pass_env: Some(vec!["DISABLE_AUTOUPDATER".into()]),
             history: Some(History::Squash),
-            check: Some(CheckOptions::new("cargo test")),
+            check: Some(CheckOptions {
+                ratchets: vec![RatchetOptions {
+                    command: "mypy src".into(),
+                    parse: Tool::Mypy.parse(),
+                }],
+                ..CheckOptions::new("cargo test")
+            }),
         },
         "every key is documented, each line parses"
     );
@@ -297,6 +308,8 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
     let defaults_only = RunSettings {
         budget_tokens: None,
         subagent_budget_tokens: None,
+        budget_usd: None,
+        subagent_budget_usd: None,
         setup: None,
         copy: None,
         share: None,
@@ -577,9 +590,9 @@ fn a_flag_model_beats_the_files_role_models_and_a_provider_switch_drops_them() {
             ..RunSettings::default()
         }),
         ModelNames {
-            lead: "claude-sonnet-4-5".into(),
-            worker: "claude-sonnet-4-5".into(),
-            reviewer: "claude-sonnet-4-5".into(),
+            lead: "claude-sonnet-5-5".into(),
+            worker: "claude-sonnet-5-5".into(),
+            reviewer: "claude-sonnet-5-5".into(),
         },
         "--provider switching away from the file's provider drops its model names"
     );
@@ -686,7 +699,7 @@ async fn decided(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grove_run_takes_the_default_then_the_file_then_the_flag() {
     let fixture = GitFixture::with_files(&[("a.txt", "a\n")]);
-    let default_model = "claude-sonnet-4-5";
+    let default_model = "claude-sonnet-5-5";
     assert_eq!(
         decided(&fixture, None, &[]).await,
         (
@@ -1207,7 +1220,7 @@ async fn local_files_reach_every_worktree_and_never_a_commit_a_review_or_the_res
             "the reviewer never sees a local-only file"
         );
         assert!(
-            !first_user_text(request).contains("Change b."),
+            !own_review_text(request).contains("Change b."),
             "S2's branch is never reviewed"
         );
     }

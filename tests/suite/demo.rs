@@ -93,11 +93,43 @@ async fn the_demo_runs_the_real_pipeline_with_no_key_and_keeps_the_sample() {
     line_index(&lines, "S3: merged (reviewer: approve)");
     line_index(&lines, "[lead · steps=2 ");
     line_index(&lines, "total: steps=15 ");
+    // The scripted model is priced, and says so: the demo shows how costs look.
+    let priced = line_index(
+        &lines,
+        "grove: demo: no money is spent; the scripted model's turns",
+    );
+    assert!(
+        lines[priced].contains("(SCRIPTED MODEL, not a real bill)"),
+        "the demo's prices are marked: {}",
+        lines[priced]
+    );
+    let cost = line_index(&lines, "cost: $");
+    assert!(
+        lines[cost].contains("; estimated $"),
+        "the end table shows the cost and the estimate: {}",
+        lines[cost]
+    );
     line_index(&lines, "This was a replay: no model was called.");
     line_index(&lines, "  shop/payments.py:9: adds `print(\"DEBUG charge\"");
 
     // The report on stdout, and the repository it describes.
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let total = report["cost"]["total_usd"].as_f64().unwrap();
+    let per_subtask: f64 = report["subtasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["cost_usd"].as_f64().unwrap())
+        .sum();
+    assert!(
+        total > 0.0
+            && total >= per_subtask
+            && report["cost"]["unpriced"] == Value::Array(Vec::new())
+            && report["estimate"]["subtasks"] == serde_json::json!([3, 3]),
+        "every agent is priced, the total holds the subtasks', the estimate is the plan's: \
+         {}",
+        report["cost"]
+    );
     let outcomes: Vec<(&str, &str, &str)> = report["subtasks"]
         .as_array()
         .unwrap()

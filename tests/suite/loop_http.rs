@@ -83,8 +83,10 @@ fn spec(model: Arc<dyn Model>, tools: Registry, max_consecutive_tool_errors: u32
         max_tokens: 1024,
         max_turns: 10,
         budget_tokens: None,
+        budget_usd: None,
         max_consecutive_tool_errors,
         tools,
+        cache: Default::default(),
     }
 }
 

@@ -18,6 +18,7 @@ use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::{Grove, grove_in as grove, stderr};
 use crate::support::requests::role;
+use crate::support::scripted_run::own_review_text;
 
 /// The `mcp` release `.ci/run` installs; CI checks that it is the one that ran.
 const PINNED_MCP: &str = "2.3.0";
@@ -89,7 +90,7 @@ fn responder(hang_dir: &Path) -> impl Fn(&RecordedRequest) -> Reply + Send + Syn
             }
             "reviewer" if answered => Turn::text("done"),
             "reviewer" => {
-                let bad = request.last_user_text().contains("+bad");
+                let bad = own_review_text(request).contains("+bad");
                 Turn::new().tool_use(
                     "r1",
                     "submit_verdict",

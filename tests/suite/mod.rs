@@ -3,6 +3,7 @@
 mod agent;
 pub(crate) mod backends;
 mod base_check;
+mod budget_usd;
 mod check;
 pub(crate) mod cli;
 mod config;
@@ -29,6 +30,8 @@ mod model_faults;
 mod overlay;
 mod overlay_remount;
 mod polish;
+mod prompt_cache;
+mod ratchet;
 pub(crate) mod real_clis;
 pub(crate) mod remote;
 mod remote_faults;

@@ -129,6 +129,7 @@ fn request(messages: Vec<Message>) -> Request {
         messages,
         tools: tools(),
         max_tokens: 1024,
+        cache: Default::default(),
     }
 }
 

@@ -184,3 +184,85 @@ async fn the_lead_reads_whole_summaries_and_records_and_a_remark_never_rejects()
         "only the lead is offered show_subtask"
     );
 }
+
+/// A lead that splits a task in two in one turn, then ends.
+fn splitting_lead(request: &RecordedRequest) -> Reply {
+    let turn = match request.tool_results().len() {
+        0 => Turn::text("Splitting.")
+            .tool_use(
+                "d1",
+                "delegate",
+                json!({"task": "Shout alpha.\nWRITE src/a.txt ALPHA", "paths": ["src/a.txt"]}),
+            )
+            .tool_use(
+                "d2",
+                "delegate",
+                json!({"task": "Shout beta.\nWRITE src/b.txt BETA", "paths": ["src/b.txt"]}),
+            ),
+        _ => Turn::text("Done."),
+    };
+    usage(turn).into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reviewer_is_told_of_the_sibling_subtasks_whose_work_is_not_in_its_diff() {
+    let fixture = repo_with_rules();
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => splitting_lead(request),
+        Who::Worker if request.tool_results().is_empty() => write_reply(&request.last_user_text()),
+        Who::Worker => usage(Turn::text("Done.")).into(),
+        Who::Reviewer => usage(Turn::new().tool_use(
+            "v1",
+            "submit_verdict",
+            json!({"verdict": "approve", "summary": "Does what the brief asks.", "findings": []}),
+        ))
+        .into(),
+    })
+    .await;
+
+    run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        options(&fixture, "Shout."),
+    )
+    .await
+    .unwrap();
+    server.assert_no_violations();
+
+    let mut told: Vec<(String, String)> = server
+        .requests()
+        .iter()
+        .filter(|request| who(request) == Who::Reviewer)
+        .map(|request| {
+            let text = request.first_user_text();
+            let brief = text.lines().nth(2).unwrap_or_default().to_owned();
+            let others = text
+                .split_once("# The run's other subtasks\n\n")
+                .and_then(|(_, rest)| rest.split_once("\n\n# "))
+                .map(|(section, _)| section.lines().skip(2).collect::<Vec<_>>().join("\n"))
+                .unwrap_or_default();
+            // Whether the sibling merged first is a race; its brief is not.
+            let others = others
+                .replace(" (not merged yet)", "")
+                .replace(" (merged after the diff's start)", "");
+            (brief, others)
+        })
+        .collect();
+    told.sort();
+    assert_eq!(
+        told,
+        vec![
+            (
+                "Shout alpha.".to_owned(),
+                "- S2: Shout beta. WRITE src/b.txt BETA [its files: src/b.txt]".to_owned()
+            ),
+            (
+                "Shout beta.".to_owned(),
+                "- S1: Shout alpha. WRITE src/a.txt ALPHA [its files: src/a.txt]".to_owned()
+            ),
+        ],
+        "each reviewer is told of its sibling (neither started after the other merged), \
+         so it does not reject a piece of a split task for the other piece"
+    );
+}

@@ -86,6 +86,7 @@ fn request() -> Request {
         messages: vec![Message::user_text("Rename Config::load to Config::open.")],
         tools: Vec::new(),
         max_tokens: 1024,
+        cache: Default::default(),
     }
 }
 

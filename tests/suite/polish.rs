@@ -74,6 +74,34 @@ async fn dry_run_prints_the_plan_and_leaves_no_trace() {
             && text.contains("S2 [fork, worker]\n    Update the docs."),
         "{text}"
     );
+    // The price of running the plan: the plan's two subtasks, the default model's rates.
+    let estimate = &plan["estimate"];
+    let (low, high) = (
+        estimate["low_usd"].as_f64().unwrap(),
+        estimate["high_usd"].as_f64().unwrap(),
+    );
+    assert_eq!(
+        (
+            &estimate["subtasks"],
+            &estimate["planned"],
+            estimate["roles"].as_array().map(Vec::len),
+            &estimate["unpriced"],
+        ),
+        (&json!([2, 2]), &json!(true), Some(3), &json!([])),
+        "an estimate per role from the plan's subtasks: {estimate}"
+    );
+    assert!(0.0 < low && low < high, "a range: {estimate}");
+    assert!(
+        plan["plan_usd"].as_f64().unwrap() > 0.0,
+        "the plan's own cost"
+    );
+    let block: String = text
+        .lines()
+        .skip_while(|line| !line.starts_with("Estimated cost"))
+        .take_while(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n");
+    insta::assert_snapshot!("dry_run_estimate", block);
     assert_eq!(
         fixture.user_state(),
         before,

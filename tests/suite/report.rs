@@ -21,6 +21,7 @@ use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::Grove;
 use crate::support::requests::role;
+use crate::support::scripted_run::own_review_text;
 
 /// Text that breaks out of a `<script>` element if it is not escaped.
 const INJECTION: &str = "</script><script>alert(1)</script><img src=x onerror=alert(2)>";
@@ -55,7 +56,7 @@ fn responder(request: &RecordedRequest) -> Reply {
         }
         ("worker", true) => Turn::text("Wrote it."),
         ("reviewer", false) => {
-            let input = if request.last_user_text().contains("+junk") {
+            let input = if own_review_text(request).contains("+junk") {
                 json!({
                     "verdict": "reject",
                     "summary": format!("Junk nobody asked for {INJECTION}"),
@@ -443,7 +444,11 @@ async fn a_bad_price_file_is_named_with_its_line() {
         &["report", "20260101-000000-abcd", "--prices", "prices.toml"],
     )
     .await;
-    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "a bad price file is a usage error"
+    );
     let stderr = text(&output.stderr);
     assert!(
         stderr.starts_with(&format!(
@@ -518,7 +523,8 @@ async fn paused_and_failed_runs_report_why_they_stopped() {
                 "<dt>paused</dt><dd>the model API failed &lt;503&gt;</dd>",
                 "<code>grove resume 20260101-000000-0002</code>",
                 "<tr><td><code>gpt-4.1</code></td><td class=\"num\">1.50</td>\
-                 <td class=\"num\">6.00</td><td class=\"num\">—</td><td class=\"num\">—</td></tr>",
+                 <td class=\"num\">6.00</td><td class=\"num\">—</td><td class=\"num\">—</td>\
+                 <td class=\"num\">—</td></tr>",
                 "with the models of <code>",
             ],
         ),

@@ -131,7 +131,7 @@ async fn a_conflict_is_resolved_reviewed_and_both_changes_land_on_the_users_bran
     );
     assert!(
         stderr(&output).contains(
-            "S2    merged    approve  1 file changed, 1 insertion(+), 1 deletion(-…       300       30\n      \
+            "S2    merged    approve  1 file changed, 1 insertion(+), 1 deletion(-…       300       30   $0.0010\n      \
              conflicted with earlier work in src/a.txt; resolver S3 merged the two and its \
              review passed\n"
         ),

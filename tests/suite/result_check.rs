@@ -349,9 +349,12 @@ async fn a_red_result_gets_its_culprit_named_and_a_reviewed_fixer_and_then_the_b
     );
     let err = stderr(&output);
     assert!(
-        err.contains(&format!("The result's check `{CHECK}` passed"))
-            && err.contains("The culprit: S3"),
-        "the final message tells the story: {err}"
+        err.contains(&format!(
+            "The result's check `{CHECK}` passed (the very tree S4's check passed: not run \
+             again)."
+        )) && err.contains("The culprit: S3"),
+        "the final message tells the story, and a verdict taken from the fixer's check is \
+         not said to have taken 0.0 s: {err}"
     );
     squashed_history_is_written_and_unforgeable(&fixture, &base);
     the_lead_knew_the_checks(&server);

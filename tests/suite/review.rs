@@ -28,6 +28,7 @@ use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::Grove;
 use crate::support::requests::role;
+use crate::support::scripted_run::own_review_text;
 
 /// Three briefs: S1 and S3 are approved, S2 adds a junk file and is rejected.
 const BRIEFS: &[&str] = &[
@@ -66,7 +67,7 @@ fn scripted(briefs: &'static [&'static str]) -> impl Fn(&RecordedRequest) -> Rep
                 }
             }
             ("reviewer", false) => {
-                let input = if request.last_user_text().contains("junk") {
+                let input = if own_review_text(request).contains("junk") {
                     json!({
                         "verdict": "reject",
                         "summary": "Adds a junk file nobody asked for.",

@@ -837,7 +837,7 @@ async fn jobs_bounds_how_many_subtasks_work_at_once() {
         .iter()
         .filter(|r| who(r) != Who::Lead)
         .map(|r| {
-            let brief = first_user_text(r);
+            let brief = own_review_text(r);
             let subtask = if brief.contains("ALPHA") { "a" } else { "b" };
             format!("{subtask}:{:?}", who(r))
         })

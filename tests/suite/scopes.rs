@@ -23,7 +23,7 @@ use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::{
-    answered, first_user_text, models, options, reviewer_reply, usage,
+    answered, first_user_text, models, options, own_review_text, reviewer_reply, usage,
 };
 
 /// A lead that makes the `delegate` calls `inputs` in one response, then summarises.
@@ -278,7 +278,7 @@ async fn overlapping_paths_run_one_after_the_other_and_the_later_builds_on_the_e
     );
     let review = requests
         .iter()
-        .find(|r| who(r) == Who::Reviewer && first_user_text(r).contains("[second]"))
+        .find(|r| who(r) == Who::Reviewer && own_review_text(r).contains("[second]"))
         .map(first_user_text)
         .unwrap();
     assert!(

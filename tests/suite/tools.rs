@@ -710,8 +710,8 @@ async fn edit_file_replaces_exactly_once_or_says_why_not() {
         )
         .await,
         ToolOutput::ok(
-            "edited `src.rs`: 2 replacements; the first replacement, as the file now reads:\n     \
-             1\tlet a = 3;\n     2\tlet b = 3;\n     3\tlet c = 4;\n"
+            "edited `src.rs`: 2 replacements (at lines 1, 2 of the edited file); the first \
+             replacement, as the file now reads:\n     1\tlet a = 3;\n     2\tlet b = 3;\n     3\tlet c = 4;\n"
         )
     );
     assert_eq!(fx.read("src.rs"), "let a = 3;\nlet b = 3;\nlet c = 4;\n");

@@ -22,6 +22,7 @@
 // fixture should panic loudly.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod cache;
 mod cli_render;
 mod render;
 mod validate;
@@ -319,6 +320,9 @@ pub struct Turn {
     pub(crate) stop: Option<String>,
     /// input, output, cache read, cache write.
     pub(crate) usage: (u64, u64, u64, u64),
+    /// The part of the cache write that lives an hour (Anthropic's
+    /// `cache_creation.ephemeral_1h_input_tokens`; the rest lives 5 minutes).
+    pub(crate) cache_write_1h: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -345,6 +349,7 @@ impl Turn {
             blocks: Vec::new(),
             stop: None,
             usage: (10, 5, 0, 0),
+            cache_write_1h: 0,
         }
     }
 
@@ -510,6 +515,14 @@ struct Shared {
     one_write: AtomicBool,
     /// Summed usage of every turn served whole: input, output, cache read, cache write.
     usage_sent: Mutex<(u64, u64, u64, u64)>,
+    /// Of the cache writes summed in `usage_sent`, those that live an hour.
+    cache_write_1h_sent: AtomicU64,
+    /// Anthropic's prompt cache, when a test turned it on ([`FakeServer::prompt_cache`]):
+    /// then it, not the script, says a turn's input and cache figures.
+    prompt_cache: Mutex<Option<cache::PromptCache>>,
+    /// Each request's lookup in the prompt cache, by request id, in arrival order.
+    cache_lookups: Mutex<Vec<(String, cache::Lookup)>>,
+    clock: Arc<cache::FakeClock>,
 }
 
 /// The running server; stops when dropped.
@@ -538,6 +551,10 @@ impl FakeServer {
             lenient: AtomicBool::new(false),
             one_write: AtomicBool::new(false),
             usage_sent: Mutex::new((0, 0, 0, 0)),
+            cache_write_1h_sent: AtomicU64::new(0),
+            prompt_cache: Mutex::new(None),
+            cache_lookups: Mutex::new(Vec::new()),
+            clock: Arc::new(cache::FakeClock::default()),
         });
         let app = Router::new()
             .route("/v1/messages", post(anthropic_handler))
@@ -625,6 +642,32 @@ impl FakeServer {
         *lock(&self.shared.usage_sent)
     }
 
+    /// Plays Anthropic's prompt cache (see [`cache`]) on `/v1/messages`: from now on a
+    /// turn's input, cache read and cache write figures are the cache's, not the
+    /// script's (its output tokens stay). Off by default, so that the scripted usage
+    /// other tests count on stays as written.
+    pub fn prompt_cache(&self) {
+        *lock(&self.shared.prompt_cache) = Some(cache::PromptCache::default());
+    }
+
+    /// The clock the prompt cache lives by: [`cache::FakeClock::advance`] moves it on.
+    pub fn clock(&self) -> Arc<cache::FakeClock> {
+        Arc::clone(&self.shared.clock)
+    }
+
+    /// What the prompt cache found for the request with id `request_id`, if it looked.
+    pub fn cache_lookup(&self, request_id: &str) -> Option<cache::Lookup> {
+        lock(&self.shared.cache_lookups)
+            .iter()
+            .find(|(id, _)| id == request_id)
+            .map(|(_, lookup)| lookup.clone())
+    }
+
+    /// Of the cache writes in [`FakeServer::usage_sent`], those that live an hour.
+    pub fn cache_write_1h_sent(&self) -> u64 {
+        self.shared.cache_write_1h_sent.load(Ordering::SeqCst)
+    }
+
     /// Whether OpenAI requests must carry `Authorization: Bearer` (default true; false
     /// plays a local server without auth).
     pub fn require_openai_auth(&self, required: bool) {
@@ -667,24 +710,29 @@ impl FakeServer {
         );
     }
 
-    /// An Anthropic config for this server: test key, [`fast_retry`], 10 s timeouts.
+    /// An Anthropic config for this server: test key, [`fast_retry`], 10 s timeouts, no
+    /// sibling hold (see [`FakeServer::openai_config`]).
     pub fn anthropic_config(&self, stream: bool) -> AnthropicConfig {
         AnthropicConfig {
             delivery: delivery(stream),
             retry: fast_retry(),
             request_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(10),
+            sibling_hold: Duration::ZERO,
             ..AnthropicConfig::new(self.url(), TEST_API_KEY)
         }
     }
 
-    /// An OpenAI config for this server: test key, [`fast_retry`], 10 s timeouts.
+    /// An OpenAI config for this server: test key, [`fast_retry`], 10 s timeouts, no
+    /// sibling hold: a test that holds one scripted reply (a gate) to prove requests
+    /// overlap would hold its siblings too. The suites about the cache turn it on.
     pub fn openai_config(&self, stream: bool) -> OpenAiConfig {
         OpenAiConfig {
             delivery: delivery(stream),
             retry: fast_retry(),
             request_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(10),
+            sibling_hold: Duration::ZERO,
             ..OpenAiConfig::new(self.openai_url(), TEST_API_KEY)
         }
     }
@@ -887,8 +935,38 @@ async fn handle(
             }
         }
     };
-    let reply = wait_for_release(shared, endpoint, &request_id, reply).await;
+    let lookup = match endpoint {
+        Endpoint::Anthropic => lock(&shared.prompt_cache)
+            .as_mut()
+            .map(|cache| cache.lookup(&recorded.body, shared.clock.now())),
+        _ => None,
+    };
+    let lookup = match lookup {
+        Some(Err(problem)) => {
+            lock(&shared.violations).push(format!("{request_id} ({endpoint:?}): {problem}"));
+            return render::error(
+                endpoint,
+                400,
+                "invalid_request_error",
+                &problem,
+                &[],
+                &request_id,
+            );
+        }
+        Some(Ok(lookup)) => {
+            lock(&shared.cache_lookups).push((request_id.clone(), lookup.clone()));
+            Some(lookup)
+        }
+        None => None,
+    };
+    let mut reply = wait_for_release(shared, endpoint, &request_id, reply).await;
+    if let Some(lookup) = &lookup {
+        cached_usage(shared, &mut reply, lookup);
+    }
     if let Reply::Turn(turn) = &reply {
+        shared
+            .cache_write_1h_sent
+            .fetch_add(turn.cache_write_1h, Ordering::SeqCst);
         let mut sent = lock(&shared.usage_sent);
         let (input, output, cache_read, cache_write) = turn.usage;
         *sent = (
@@ -925,6 +1003,33 @@ async fn handle(
         &request_id,
     )
     .await
+}
+
+/// When `reply` begins a response, the prompt cache's entries of `lookup` exist from
+/// now on, and its turn's usage is the cache's.
+fn cached_usage(shared: &Shared, reply: &mut Reply, lookup: &cache::Lookup) {
+    let turn = match reply {
+        Reply::Turn(turn)
+        | Reply::Slow { turn, .. }
+        | Reply::Stall(turn)
+        | Reply::Cut(turn)
+        | Reply::ErrorEvent { turn, .. } => Some(turn),
+        Reply::Drip { .. } => None,
+        // No response begins: nothing is written.
+        _ => return,
+    };
+    if let Some(cache) = lock(&shared.prompt_cache).as_mut() {
+        cache.commit(lookup, shared.clock.now());
+    }
+    if let Some(turn) = turn {
+        turn.usage = (
+            lookup.input,
+            turn.usage.1,
+            lookup.read,
+            lookup.write_5m + lookup.write_1h,
+        );
+        turn.cache_write_1h = lookup.write_1h;
+    }
 }
 
 /// Unwraps [`Reply::Delayed`] and [`Reply::Gated`], waiting as they say.

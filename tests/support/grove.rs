@@ -47,6 +47,10 @@ impl Grove {
             .env("ANTHROPIC_API_KEY", TEST_API_KEY)
             .env("OPENAI_BASE_URL", server.openai_url())
             .env("OPENAI_API_KEY", TEST_API_KEY)
+            // As the fake server's own clients: a script that holds one request at a
+            // gate until another is answered would hold that one's siblings too (the
+            // cache suite turns the hold on where it tests it).
+            .env("GROVE_MODEL_SIBLING_HOLD_S", "0")
     }
 
     /// Sets one more variable (set after the sealed ones, so it can replace them).

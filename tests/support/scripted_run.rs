@@ -22,6 +22,17 @@ pub fn first_user_text(request: &RecordedRequest) -> String {
     request.first_user_text()
 }
 
+/// A reviewer's first message without the section that lists the run's other subtasks,
+/// whose briefs would otherwise match what a test looks for in the reviewed one.
+pub fn own_review_text(request: &RecordedRequest) -> String {
+    let text = request.first_user_text();
+    let Some((before, others)) = text.split_once("# The run's other subtasks\n\n") else {
+        return text;
+    };
+    let after = others.split_once("\n\n# ").map_or("", |(_, rest)| rest);
+    format!("{before}# {after}")
+}
+
 pub fn answered(request: &RecordedRequest) -> bool {
     !request.tool_results().is_empty()
 }
@@ -78,7 +89,7 @@ pub fn reviewer_reply(request: &RecordedRequest) -> Reply {
     if answered(request) {
         return usage(Turn::text("Verdict given.")).into();
     }
-    let brief = first_user_text(request);
+    let brief = own_review_text(request);
     let input = if brief.contains("junk") {
         json!({
             "verdict": "reject",

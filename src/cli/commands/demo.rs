@@ -39,9 +39,12 @@ pub async fn demo(directory: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode>
             .keep(),
     };
     let demo = grove::demo::Demo::prepare(&dir).await?;
-    let report = drive::drive(Output::of_flag(args.json), |events, cancel| {
-        demo.run(events, cancel)
-    })
+    let estimate = demo.estimate().await;
+    let report = drive::drive(
+        Output::of_flag(args.json),
+        Some(estimate),
+        |events, cancel| demo.run(events, cancel),
+    )
     .await?;
     let as_scripted = grove::demo::went_as_scripted(&report);
     render::demo_epilogue(demo.repo(), &report, as_scripted);

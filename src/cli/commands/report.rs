@@ -8,11 +8,12 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Args;
 
-use grove::report::{self, PriceTable};
+use grove::report;
+use grove::settings::prices::price_table;
 use grove::store::RunStore;
 use grove::text::shell_word;
 
-use crate::cli::drive;
+use crate::cli::drive::{self, UsageError};
 
 /// Arguments of `grove report`.
 #[derive(Debug, Args)]
@@ -23,18 +24,18 @@ pub struct ReportArgs {
     #[arg(long, short = 'o', value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// A TOML file of model prices in US dollars per million tokens, added to (or
-    /// replacing) the built-in ones: [models."NAME"] input = 3.0, output = 15.0,
-    /// cache_read = 0.3, cache_write = 3.75.
+    /// replacing) the built-in ones and your configuration's `prices` file:
+    /// [models."NAME"] input = 3.0, output = 15.0, cache_read = 0.3, cache_write = 3.75.
     #[arg(long, value_name = "FILE")]
     pub prices: Option<PathBuf>,
 }
 
 /// Gathers the report of `args.run_id`, writes it, prints where it is.
 pub async fn report(directory: &Path, args: &ReportArgs) -> anyhow::Result<ExitCode> {
-    let prices = match &args.prices {
-        Some(file) => PriceTable::with_overrides_from(&directory.join(file))?,
-        None => PriceTable::builtin(),
-    };
+    let env: Vec<_> = std::env::vars_os().collect();
+    let file = args.prices.as_ref().map(|file| directory.join(file));
+    let prices =
+        price_table(&env, file.as_deref()).map_err(|error| UsageError(error.to_string()))?;
     let run = drive::parse_run_id(&args.run_id)?;
     let repo = drive::open_repo(directory).await?;
     let data = report::gather(&repo, run.as_str(), prices).await?;

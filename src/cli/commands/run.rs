@@ -1,7 +1,7 @@
 //! `grove run TASK`: runs one task in the current repository (or, with `--dry-run`,
 //! shows the lead's plan).
 
-use std::io::Read as _;
+use std::io::{IsTerminal as _, Read as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -10,7 +10,9 @@ use clap::Args;
 
 use grove::agent::external::WorkerBackend;
 use grove::model::{self, Provider};
-use grove::run::launch::{self, Launch, RunRequest};
+use grove::prices::Usd;
+use grove::run::estimate::{self, EstimateInput};
+use grove::run::launch::{self, Launch, LaunchError, RunRequest};
 use grove::settings::config::{RoleValues, RunSettings};
 
 use crate::cli::drive::{self, UsageError};
@@ -34,7 +36,7 @@ pub struct RunArgs {
     /// [default: anthropic].
     #[arg(long, value_parser = parse_provider)]
     pub provider: Option<Provider>,
-    /// The model of every role [default: claude-sonnet-4-5 for anthropic, gpt-4.1 for openai].
+    /// The model of every role [default: claude-sonnet-5-5 for anthropic, gpt-5.5 for openai].
     #[arg(long)]
     pub model: Option<String>,
     /// The lead's model (overrides --model).
@@ -55,6 +57,17 @@ pub struct RunArgs {
     /// Tokens one subagent may spend; over it, its subtask fails.
     #[arg(long, value_name = "TOKENS")]
     pub subagent_budget_tokens: Option<u64>,
+    /// US dollars the whole run may spend, counted turn by turn at list prices; at it the
+    /// run pauses (`grove resume RUN --budget-usd HIGHER` finishes it).
+    #[arg(long, value_name = "USD", allow_negative_numbers = true, value_parser = parse_usd)]
+    pub budget_usd: Option<Usd>,
+    /// US dollars one subagent may spend; over it, its subtask fails.
+    #[arg(long, value_name = "USD", allow_negative_numbers = true, value_parser = parse_usd)]
+    pub subagent_budget_usd: Option<Usd>,
+    /// A TOML file of model prices in US dollars per million tokens, added to (or
+    /// replacing) the built-in ones and your configuration's `prices` file.
+    #[arg(long, value_name = "FILE")]
+    pub prices: Option<PathBuf>,
     /// Leave the result on grove/<run>/result instead of moving your branch.
     #[arg(long, conflicts_with = "apply")]
     pub no_apply: bool,
@@ -92,6 +105,11 @@ pub struct RunArgs {
     /// placed by free slots; repeat the flag or separate names with commas.
     #[arg(long, value_name = "NAME")]
     pub remote: Vec<String>,
+}
+
+/// A budget in dollars: positive, at most a million (`5`, `2.50`, `$2.50`).
+pub fn parse_usd(text: &str) -> Result<Usd, String> {
+    text.parse()
 }
 
 fn parse_worker_backend(text: &str) -> Result<WorkerBackend, String> {
@@ -164,9 +182,11 @@ pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             allow_network: args.allow_network,
             remote: args.remote.clone(),
             check_setup_trust: !args.dry_run,
+            prices: args.prices.as_ref().map(|file| directory.join(file)),
         },
     )
-    .await?;
+    .await
+    .map_err(usage_or_error)?;
     render::agent_file_problems(&drive::agent_file_problems(root));
 
     let json = args.json;
@@ -186,11 +206,33 @@ pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
             Some(_) => ExitCode::FAILURE,
         });
     }
-    let report = drive::drive(Output::of_flag(json), |events, cancel| {
+    let estimate = estimate::estimate(&EstimateInput {
+        subtasks: estimate::GUESSED_SUBTASKS,
+        planned: false,
+        repository: estimate::repository_size(&repo).await,
+        models: &options.model_names,
+        prices: &options.prices,
+        max_turns: options.max_turns,
+        worker_backend: &options.worker_backend,
+    });
+    if std::io::stderr().is_terminal() {
+        eprintln!("{}", render::cost::estimate_line(&estimate));
+    }
+    let report = drive::drive(Output::of_flag(json), Some(estimate), |events, cancel| {
         grove::run::run(directory, options, models, events, cancel)
     })
     .await?;
     Ok(drive::exit_code(&report))
+}
+
+/// A launch error as the CLI reports it: what the user got wrong in the request or its
+/// files (a price file, a money budget) is a usage error, exit 2.
+pub fn usage_or_error(error: LaunchError) -> anyhow::Error {
+    if error.is_usage() {
+        UsageError(error.to_string()).into()
+    } else {
+        error.into()
+    }
 }
 
 /// The task: the argument, or the contents of `--task-file` (`-` reads stdin). An empty
@@ -236,6 +278,8 @@ fn flag_settings(args: &RunArgs) -> Result<RunSettings, UsageError> {
         max_turns: turn_caps(&args.max_turns)?,
         budget_tokens: args.budget_tokens,
         subagent_budget_tokens: args.subagent_budget_tokens,
+        budget_usd: args.budget_usd,
+        subagent_budget_usd: args.subagent_budget_usd,
         apply: match (args.no_apply, args.apply) {
             (true, _) => Some(false),
             (false, true) => Some(true),

@@ -11,6 +11,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use grove::event::{AgentId, Event};
 use grove::ledger::Ledger;
+use grove::prices::format_usd;
 use grove::status::{SubtaskId, VerdictKind};
 
 use grove::text::{first_line, printable};
@@ -23,7 +24,7 @@ pub type Ledgers = Vec<(AgentId, Ledger)>;
 /// Renders events until the channel closes; returns the ledgers it saw.
 pub async fn live(mut events: UnboundedReceiver<Event>, terminal: bool) -> Ledgers {
     let mut view = if terminal {
-        View::Bars(Bars::new())
+        View::Bars(Box::new(Bars::new()))
     } else {
         View::Plain
     };
@@ -154,6 +155,8 @@ fn escaped(event: Event) -> Event {
         },
         // A run id is a fixed pattern of digits and letters.
         started @ Event::RunStarted { .. } => started,
+        // Its model names are escaped where they are shown, by `spent_line`.
+        spent @ Event::Spent { .. } => spent,
         Event::ModelWaiting {
             agent: id,
             attempt,
@@ -172,7 +175,7 @@ fn escaped(event: Event) -> Event {
 
 enum View {
     Plain,
-    Bars(Bars),
+    Bars(Box<Bars>),
 }
 
 fn plain(event: &Event) {
@@ -225,9 +228,26 @@ fn plain(event: &Event) {
             }
         }
         Event::Note { message } => eprintln!("grove: {message}"),
-        // The terminal has its run id from the lines that follow and the final table.
-        Event::RunStarted { .. } => {}
+        // The terminal has its run id from the lines that follow and the final table;
+        // the dollars are in each line a finished agent prints and in the end table.
+        Event::RunStarted { .. } | Event::Spent { .. } => {}
     }
+}
+
+/// The live view's footer: `spent $0.42 so far of the $5.00 budget`, and the models
+/// whose turns are not in the figure.
+fn spent_line(usd: f64, cap_usd: Option<f64>, unpriced: &[String]) -> String {
+    let mut line = format!("spent {} so far", format_usd(usd));
+    if let Some(cap) = cap_usd {
+        line.push_str(&format!(" of the {} budget", format_usd(cap)));
+    }
+    if !unpriced.is_empty() {
+        line.push_str(&format!(
+            " · not counted: {} (no price; --prices FILE)",
+            unpriced.join(", ")
+        ));
+    }
+    printable(&line).into_owned()
 }
 
 /// `waits for S1, S3 to settle, then starts from their result: <brief>`: a subtask
@@ -313,6 +333,8 @@ struct Bars {
     lines: BTreeMap<String, ProgressBar>,
     /// One line per subtask waiting for earlier ones, by label, until it starts.
     waiting: BTreeMap<SubtaskId, ProgressBar>,
+    /// The last line, once the run has spent something: dollars so far.
+    footer: Option<ProgressBar>,
     style: ProgressStyle,
 }
 
@@ -325,19 +347,29 @@ impl Bars {
             multi,
             lines: BTreeMap::new(),
             waiting: BTreeMap::new(),
+            footer: None,
             style,
+        }
+    }
+
+    /// A new line, above the footer when there is one.
+    fn add(&self, bar: ProgressBar) -> ProgressBar {
+        match &self.footer {
+            Some(footer) => self.multi.insert_before(footer, bar),
+            None => self.multi.add(bar),
         }
     }
 
     fn line(&mut self, agent: &AgentId) -> &ProgressBar {
         let key = agent.to_string();
-        self.lines.entry(key.clone()).or_insert_with(|| {
-            let bar = self.multi.add(ProgressBar::new_spinner());
+        if !self.lines.contains_key(&key) {
+            let bar = self.add(ProgressBar::new_spinner());
             bar.set_style(self.style.clone());
-            bar.set_prefix(key);
+            bar.set_prefix(key.clone());
             bar.enable_steady_tick(Duration::from_millis(120));
-            bar
-        })
+            self.lines.insert(key.clone(), bar);
+        }
+        self.lines.entry(key).or_insert_with(ProgressBar::hidden)
     }
 
     fn show(&mut self, event: &Event) {
@@ -391,7 +423,7 @@ impl Bars {
                 task,
                 waits_for,
             } => {
-                let line = self.multi.add(ProgressBar::new_spinner());
+                let line = self.add(ProgressBar::new_spinner());
                 line.set_style(self.style.clone());
                 line.set_prefix(label.to_string());
                 line.set_message(waiting_line(waits_for, task));
@@ -422,13 +454,54 @@ impl Bars {
                 let _ = self.multi.println(format!("grove: {message}"));
             }
             Event::RunStarted { .. } => {}
+            Event::Spent {
+                usd,
+                cap_usd,
+                unpriced,
+            } => {
+                let footer = self.footer.get_or_insert_with(|| {
+                    let bar = self.multi.add(ProgressBar::new_spinner());
+                    bar.set_style(
+                        ProgressStyle::with_template("  {wide_msg}")
+                            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                    );
+                    bar
+                });
+                footer.set_message(spent_line(*usd, *cap_usd, unpriced));
+            }
         }
     }
 
     fn finish(self) {
-        for line in self.lines.values().chain(self.waiting.values()) {
+        for line in self
+            .lines
+            .values()
+            .chain(self.waiting.values())
+            .chain(self.footer.iter())
+        {
             line.finish_and_clear();
         }
         let _ = self.multi.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_footer_says_what_was_spent_of_which_budget_and_what_is_not_counted() {
+        assert_eq!(
+            [
+                spent_line(0.4213, None, &[]),
+                spent_line(1.5, Some(5.0), &["local\u{1b}[2J".to_owned()]),
+            ],
+            [
+                "spent $0.4213 so far".to_owned(),
+                "spent $1.50 so far of the $5.00 budget · not counted: local\\x1b[2J (no price; \
+                 --prices FILE)"
+                    .to_owned(),
+            ]
+        );
     }
 }

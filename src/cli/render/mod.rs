@@ -5,6 +5,7 @@
 //! binary prints for people goes through here; it must never decide an exit code.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod cost;
 mod live;
 pub mod review;
 mod table;

@@ -208,6 +208,9 @@ fn check_lines(out: &mut Out, check: &CheckRun) -> anyhow::Result<()> {
         printable(&check.ended),
         check.seconds
     ))?;
+    for tally in &check.ratchets {
+        out.line(&format!("ratchet {}", printable(&tally.counts())))?;
+    }
     if check.status == CheckStatus::Failed {
         let tail = printable(&check.output_tail);
         let lines: Vec<&str> = tail.lines().collect();
@@ -475,6 +478,7 @@ mod tests {
                 opened: Vec::new(),
                 tree: None,
                 same_as: None,
+                ratchets: Vec::new(),
             }),
         }
     }
@@ -535,6 +539,36 @@ mod tests {
         assert!(
             !shown.contains("S3: [a]pprove"),
             "a subtask without work is not asked about:\n{shown}"
+        );
+    }
+
+    #[test]
+    fn each_ratchet_of_a_check_is_counted_under_its_line() {
+        let shown = Shared::default();
+        let mut out = Out {
+            stream: Box::new(shown.clone()),
+            colour: Colour::Never,
+        };
+        let mut check = subtask("S2", SubtaskStatus::Rejected, None).check.unwrap();
+        check.ratchets = vec![grove::store::findings::RatchetTally {
+            command: "mypy src".into(),
+            new: 1,
+            fixed: 2,
+            unchanged: 15,
+            new_findings: Vec::new(),
+            fixed_findings: Vec::new(),
+            error: None,
+        }];
+
+        check_lines(&mut out, &check).unwrap();
+
+        let text = String::from_utf8(shown.0.borrow().clone()).unwrap();
+        assert!(
+            text.starts_with(
+                "check: failed (exited with status 1) in 2.0 s\nratchet mypy src: 1 new, 2 \
+                 fixed, 15 unchanged\n  | test_a ok\n"
+            ),
+            "{text}"
         );
     }
 

@@ -63,13 +63,14 @@ pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, out
         say!("No subtasks were delegated.");
     } else {
         say!(
-            "{:<5} {:<9} {:<8} {:<44} {:>9} {:>8}",
+            "{:<5} {:<9} {:<8} {:<44} {:>9} {:>8} {:>9}",
             "",
             "status",
             "verdict",
             "diff",
             "in",
-            "out"
+            "out",
+            "cost"
         );
         for subtask in &report.subtasks {
             let diff = subtask
@@ -78,13 +79,14 @@ pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, out
                 .map(grove::git::DiffStat::summary)
                 .unwrap_or_else(|| "-".into());
             say!(
-                "{:<5} {:<9} {:<8} {:<44} {:>9} {:>8}",
+                "{:<5} {:<9} {:<8} {:<44} {:>9} {:>8} {:>9}",
                 subtask.id,
                 subtask.status.as_str(),
                 subtask.verdict.map_or("-", |v| v.as_str()),
                 truncate(&diff, 44),
                 subtask.input_tokens,
-                subtask.output_tokens
+                subtask.output_tokens,
+                super::cost::cell(subtask.cost_usd)
             );
             match subtask.status {
                 // Merged by a resolver: its reason says which, and that it was reviewed.
@@ -130,6 +132,7 @@ pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, out
         totals.cache_read_tokens,
         totals.cache_write_tokens
     );
+    say!("{}", super::cost::cost_line(report));
     say!();
     match (not_done, &report.error) {
         (Some(reason), _) => say!("grove: finished, but not everything was done: {reason}"),
@@ -181,10 +184,17 @@ fn check_line(report: &RunReport) -> Option<String> {
     let last = check.runs.iter().rev().find(|run| run.on == ON_RESULT);
     Some(
         match (check.status, last) {
-            (CheckOutcome::Passed, Some(run)) => format!(
-                "The result's check `{command}` passed in {:.1} s.",
-                run.seconds
-            ),
+            (CheckOutcome::Passed, Some(run)) => match &run.same_as {
+                // A reused verdict took no time: say whose check it was instead.
+                Some(same) => format!(
+                    "The result's check `{command}` passed (the very tree {same}'s check \
+                     passed: not run again)."
+                ),
+                None => format!(
+                    "The result's check `{command}` passed in {:.1} s.",
+                    run.seconds
+                ),
+            },
             (CheckOutcome::Failed, Some(run)) => format!(
                 "The result's check `{command}` failed ({}). Its output ends with:\n{}",
                 run.ended,
@@ -214,6 +224,10 @@ fn culprit_line(culprit: Option<&Culprit>) -> String {
             culprit.at.as_deref().unwrap_or("the failing file")
         ),
         CulpritEvidence::OnlyMerged => format!("\nThe culprit: {who} (the only subtask merged)."),
+        CulpritEvidence::FirstHad => format!(
+            "\nThe culprit: {who} (its own tree first had the new finding {}).",
+            culprit.at.as_deref().unwrap_or_default()
+        ),
     }
 }
 
@@ -283,6 +297,9 @@ pub fn plan(plan: &grove::run::dry_run::Plan, ledgers: &Ledgers) {
     say!();
     for (agent, ledger) in ledgers {
         say!("{}", ledger.line(agent));
+    }
+    for line in super::cost::estimate_block(&plan.estimate, plan.plan_usd) {
+        say!("{line}");
     }
     if let Some(reason) = &plan.stopped {
         say!("grove: the plan is incomplete: {reason}");

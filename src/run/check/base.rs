@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use crate::run::check::diagnosis::{SandboxFacts, diagnose};
 use crate::run::check::gate::BaseVerdict;
+use crate::run::check::ratchet::base::{BaseFindingsError, Cached, prove};
 use crate::run::check::tree::{TreeCheckError, check_commit};
 use crate::run::context::{RunContext, RunFacts, RunRecord, TreeStage};
 use crate::run::sandbox_view;
@@ -31,6 +32,10 @@ const SHOWN_LINES: usize = 30;
 /// the check's output and the likely cause. On a resume a passing check journaled by
 /// the run (or cached for this base and environment) is enough.
 pub(crate) async fn check_base(ctx: Arc<RunContext>) -> Result<(), StoreError> {
+    if !base_findings(&ctx).await? {
+        ctx.trees.base_gate.decide(BaseVerdict::Closed);
+        return Ok(());
+    }
     let Some(check) = ctx
         .facts
         .options
@@ -82,6 +87,51 @@ pub(crate) async fn check_base(ctx: Arc<RunContext>) -> Result<(), StoreError> {
     ctx.pause(red_base_reason(&ctx.facts, check, &run));
     ctx.trees.base_gate.decide(BaseVerdict::Closed);
     Ok(())
+}
+
+/// Finds the base's findings of every `[[check.ratchet]]` (cached per base commit and
+/// environment, beside the verdict), whatever `[check] base` says: every tree is
+/// compared with them. False when the run pauses (a ratchet gave nothing to compare on
+/// the base, its tree could not be made) or stops.
+async fn base_findings(ctx: &RunContext) -> Result<bool, StoreError> {
+    let Some(check) = ctx.facts.options.check.as_ref() else {
+        return Ok(true);
+    };
+    if check.ratchets.is_empty() {
+        return Ok(true);
+    }
+    let environment = cache_key(&ctx.facts, check);
+    let cache: Vec<Cached> = check
+        .ratchets
+        .iter()
+        .map(|ratchet| {
+            let key = format!(
+                "{environment}\n{}",
+                serde_json::to_string(ratchet).unwrap_or_default()
+            );
+            Cached {
+                file: cache_file(&ctx.facts, &key).with_extension("findings"),
+                key,
+            }
+        })
+        .collect();
+    let error = match prove(ctx.tree_stage(), check, &cache).await {
+        Ok(()) => return Ok(true),
+        Err(BaseFindingsError::Interrupted) => return Ok(false),
+        Err(BaseFindingsError::Tree(error)) => match error.into_journal() {
+            Ok(journal) => return Err(journal),
+            Err(error) if error.interrupted() || ctx.stopping() => return Ok(false),
+            Err(error) => BaseFindingsError::Tree(error),
+        },
+        Err(error) => error,
+    };
+    ctx.pause(format!(
+        "{error}. No worker was started: each tree's findings are compared with the \
+         base's. Fix the `[[check.ratchet]]` in .grove/config.toml (or its tool), then \
+         `grove resume {}` finds the base's findings again and goes on",
+        ctx.facts.run
+    ));
+    Ok(false)
 }
 
 /// The pause message of a red base: the check, its end, its output, the likely cause,

@@ -14,10 +14,12 @@ use std::collections::BTreeSet;
 
 use crate::git::{CommitId, RebuildPick};
 use crate::run::check::failing_location::{Attribution, Changed, at_failing_location};
+use crate::run::check::ratchet::{command_passed, new_findings};
 use crate::run::check::tree::{TreeCheckError, check_commit};
 use crate::run::context::{RunFacts, TreeStage};
 use crate::run::report::{Culprit, CulpritEvidence};
 use crate::settings::options::CheckOptions;
+use crate::store::findings::RatchetTally;
 use crate::store::journal::{CheckRun, CheckStatus, ON_RESULT_WITHOUT, on_result_without};
 
 /// With this many candidates or fewer each is left out alone; with more, halves are left
@@ -55,6 +57,16 @@ pub(crate) async fn find_culprit(
             at: None,
         }));
     }
+    if let Some(culprit) = first_had(&stage.record.journal.checks(), red, candidates) {
+        return Ok(Some(culprit));
+    }
+    // Only ratchets made it red: their new findings are where it failed, not the
+    // command's output (nor the findings the tree fixed).
+    let evidence = if red.ratchets.iter().any(RatchetTally::is_red) && command_passed(red) {
+        new_findings(red)
+    } else {
+        red.output_tail.clone()
+    };
     let changed: Vec<Changed<'_>> = candidates
         .iter()
         .map(|candidate| Changed {
@@ -62,7 +74,7 @@ pub(crate) async fn find_culprit(
             paths: &candidate.changed,
         })
         .collect();
-    match at_failing_location(stage.facts, result, &red.output_tail, &changed) {
+    match at_failing_location(stage.facts, result, &evidence, &changed) {
         Some(Attribution::Line { subtask, at }) => {
             return Ok(Some(Culprit {
                 subtasks: vec![subtask],
@@ -86,6 +98,41 @@ pub(crate) async fn find_culprit(
             found_by: CulpritEvidence::PassesWithout,
             at: None,
         }))
+}
+
+/// When only ratchets made `red` red: the candidates whose own checks (in `runs`, in
+/// the order they ran) first had each of its new findings; `None` unless every new
+/// finding was some candidate's before (a finding only the merge made is searched for
+/// as any red check is).
+fn first_had(runs: &[CheckRun], red: &CheckRun, candidates: &[Candidate]) -> Option<Culprit> {
+    if !command_passed(red) || red.ratchets.iter().any(|tally| tally.error.is_some()) {
+        return None;
+    }
+    let mut subtasks: Vec<String> = Vec::new();
+    let mut first: Option<String> = None;
+    for tally in &red.ratchets {
+        for finding in &tally.new_findings {
+            let had = runs.iter().find(|run| {
+                candidates.iter().any(|candidate| candidate.label == run.on)
+                    && run.ratchets.iter().any(|own| {
+                        own.command == tally.command
+                            && own
+                                .new_findings
+                                .iter()
+                                .any(|their| their.identity() == finding.identity())
+                    })
+            })?;
+            first.get_or_insert_with(|| finding.line());
+            if !subtasks.contains(&had.on) {
+                subtasks.push(had.on.clone());
+            }
+        }
+    }
+    Some(Culprit {
+        subtasks,
+        found_by: CulpritEvidence::FirstHad,
+        at: Some(first?),
+    })
 }
 
 /// The culprit an earlier search of this run found by leaving subtasks out (its checks
@@ -202,7 +249,70 @@ mod tests {
             opened: Vec::new(),
             tree: None,
             same_as: None,
+            ratchets: Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_culprit_of_new_findings_is_the_subtask_whose_own_tree_first_had_them() {
+        use crate::store::findings::{RatchetFinding, RatchetTally};
+        let finding = |file: &str, at: &str| RatchetFinding {
+            file: file.into(),
+            code: "arg-type".into(),
+            message: "bad".into(),
+            at: Some(at.into()),
+        };
+        let checked = |on: &str, ended: &str, found: &[RatchetFinding]| CheckRun {
+            on: on.into(),
+            ended: ended.into(),
+            ratchets: vec![RatchetTally::compare("mypy .", &[], found)],
+            ..red()
+        };
+        let candidate = |label: &str, number| Candidate {
+            label: label.into(),
+            number,
+            commit: CommitId::parse("1111111111111111111111111111111111111111").unwrap(),
+            changed: Vec::new(),
+        };
+        let candidates = [candidate("S1", 1), candidate("S2", 2), candidate("S3", 3)];
+        let ok = "exited with status 0; `mypy .` has 1 new finding the base has not";
+        // S3 started from a result holding S2's work, so it had S2's finding too.
+        let runs = [
+            checked("S1", "exited with status 0", &[]),
+            checked("S2", ok, &[finding("a.py", "3")]),
+            checked("S3", ok, &[finding("a.py", "4"), finding("b.py", "9")]),
+        ];
+        let on_result = |found: &[RatchetFinding], ended: &str| checked(ON_RESULT, ended, found);
+
+        let both = first_had(
+            &runs,
+            &on_result(&[finding("a.py", "7"), finding("b.py", "9")], ok),
+            &candidates,
+        );
+        let merged_only = first_had(&runs, &on_result(&[finding("c.py", "1")], ok), &candidates);
+        let command_red = first_had(
+            &runs,
+            &on_result(
+                &[finding("a.py", "7")],
+                "exited with status 1; `mypy .` has 1 new",
+            ),
+            &candidates,
+        );
+
+        assert_eq!(
+            both,
+            Some(Culprit {
+                subtasks: vec!["S2".into(), "S3".into()],
+                found_by: CulpritEvidence::FirstHad,
+                at: Some("a.py:7: [arg-type] bad".into()),
+            }),
+            "a.py's finding was S2's first (wherever it lies now), b.py's S3's"
+        );
+        assert_eq!(
+            merged_only, None,
+            "a finding no subtask had alone is searched for"
+        );
+        assert_eq!(command_red, None, "a red command is searched for as before");
     }
 
     #[tokio::test]

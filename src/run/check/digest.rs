@@ -57,6 +57,39 @@ pub(crate) fn digest(output: &str) -> String {
     render(&lines, &keep)
 }
 
+/// How many final lines a passed check shows.
+const PASSED_LINES: usize = 5;
+
+/// The last lines of a passed check's `output`, without test runners' progress lines
+/// (`....s.. [ 40%]`): what a reviewer needs of a green check is its summary (a bridge
+/// run's reviewers were shown fifteen lines of dots and two of substance).
+pub(crate) fn passed_tail(output: &str) -> String {
+    let lines: Vec<&str> = output.lines().collect();
+    let start = (0..lines.len())
+        .rev()
+        .filter(|&line| !lines[line].trim().is_empty() && !is_progress(lines[line]))
+        .take(PASSED_LINES)
+        .last()
+        .unwrap_or(lines.len());
+    let keep: Vec<bool> = (0..lines.len())
+        .map(|line| line >= start && !is_progress(lines[line]))
+        .collect();
+    if keep.iter().all(|&kept| kept) {
+        return output.to_owned();
+    }
+    render(&lines, &keep)
+}
+
+/// A runner's progress line: one result character per test, perhaps a percentage.
+fn is_progress(line: &str) -> bool {
+    let line = line.trim();
+    let marks = match line.rfind('[') {
+        Some(at) if line.ends_with("%]") => line[..at].trim_end(),
+        _ => line,
+    };
+    !marks.is_empty() && marks.chars().all(|c| ".sxXFE".contains(c))
+}
+
 /// The kept lines, each run of left-out lines as one note.
 fn render(lines: &[&str], keep: &[bool]) -> String {
     let mut text = String::new();
@@ -318,6 +351,26 @@ mod tests {
                  'calc_mul'\n[… 7 lines left out …]\n"
             ),
             "the failing test's name and its traceback, to the error it ends with: {digest}"
+        );
+    }
+
+    #[test]
+    fn a_passed_check_shows_its_summary_not_its_progress_dots() {
+        let output = format!(
+            "{}\n........s....... [100%]\n\n1234 passed, 1 skipped in 43.10s\n",
+            "................................................ [ 50%]\n".repeat(14)
+        );
+        assert_eq!(
+            passed_tail(&output),
+            "[… 17 lines left out …]\n1234 passed, 1 skipped in 43.10s\n",
+            "dots and blank lines are left out, the summary kept"
+        );
+        let cargo = "running 3 tests\ntest a ... ok\ntest b ... ok\ntest c ... ok\n\ntest \
+                     result: ok. 3 passed; 0 failed\n";
+        assert_eq!(
+            passed_tail(cargo),
+            cargo,
+            "a short output with nothing to leave out is shown whole"
         );
     }
 }

@@ -5,7 +5,9 @@
 //! This file owns that text and its bounds. It never sees a worker's or a reviewer's
 //! messages: only the briefs, verdict summaries and the check's output cross into it.
 
+use crate::run::check::ratchet::{command_passed, new_findings};
 use crate::run::report::{Culprit, CulpritEvidence, SubtaskReport};
+use crate::store::findings::RatchetTally;
 use crate::store::journal::{CheckRun, SubtaskOutcome};
 use crate::text::{excerpt, fenced, output_tail};
 
@@ -43,7 +45,7 @@ pub(crate) fn fixer_brief(facts: &FixerFacts<'_>) -> String {
          ## The check's output (its end)\n\n{output}\n",
         command = facts.command,
         ended = facts.red.ended,
-        output = fenced("text", &output_tail(&facts.red.output_tail, OUTPUT_CHARS)),
+        output = fenced("text", &output_tail(&shown(facts.red), OUTPUT_CHARS)),
     );
     brief.push_str("## The culprit\n\n");
     brief.push_str(&culprit_text(facts.culprit));
@@ -71,6 +73,16 @@ pub(crate) fn fixer_brief(facts: &FixerFacts<'_>) -> String {
     brief
 }
 
+/// The output a fixer is shown: when only `[[check.ratchet]]`s made the result red,
+/// their new findings alone (the base's are not its to fix), else the check's output.
+fn shown(red: &CheckRun) -> String {
+    if red.ratchets.iter().any(RatchetTally::is_red) && command_passed(red) {
+        new_findings(red)
+    } else {
+        red.output_tail.clone()
+    }
+}
+
 /// What the fixer is told about the culprit.
 fn culprit_text(culprit: Option<&Culprit>) -> String {
     let Some(culprit) = culprit else {
@@ -94,6 +106,10 @@ fn culprit_text(culprit: Option<&Culprit>) -> String {
             culprit.at.as_deref().unwrap_or("the failing file")
         ),
         CulpritEvidence::OnlyMerged => format!("{who}: the only subtask merged."),
+        CulpritEvidence::FirstHad => format!(
+            "{who}: its own tree was the first to have the new finding {}.",
+            culprit.at.as_deref().unwrap_or_default()
+        ),
     }
 }
 
@@ -114,6 +130,7 @@ mod tests {
             opened: Vec::new(),
             tree: None,
             same_as: None,
+            ratchets: Vec::new(),
         };
         let merged = [
             SubtaskReport::new(SubtaskId(1), "Rename greet".into(), "b1".into()),

@@ -1,9 +1,12 @@
 //! The gate every worker waits at until the check is proven on the base.
 //!
-//! This file owns only the gate's state; `base_check` decides it. It must never open by
+//! This file owns only the gate's state (and the base's ratchet findings, known before
+//! it is decided); `base_check` decides it. It must never open by
 //! itself: a gate nobody decides keeps workers waiting until the run stops.
 
 use tokio::sync::watch;
+
+use crate::store::findings::RatchetFinding;
 
 /// What became of the check on the base.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,5 +47,22 @@ impl BaseGate {
             Ok(verdict) => verdict.unwrap_or(BaseVerdict::Closed),
             Err(_) => BaseVerdict::Closed,
         }
+    }
+}
+
+/// The base's findings of each `[[check.ratchet]]` (in the order of the config), once
+/// known: set before the gate is decided, read by every check that compares a tree.
+#[derive(Debug, Default)]
+pub(crate) struct BaseFindings(std::sync::OnceLock<Vec<Vec<RatchetFinding>>>);
+
+impl BaseFindings {
+    /// Records the base's findings; the first record stands.
+    pub(crate) fn set(&self, findings: Vec<Vec<RatchetFinding>>) {
+        let _first = self.0.set(findings);
+    }
+
+    /// The base's findings, when they are known.
+    pub(crate) fn get(&self) -> Option<&[Vec<RatchetFinding>]> {
+        self.0.get().map(Vec::as_slice)
     }
 }

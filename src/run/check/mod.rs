@@ -11,7 +11,8 @@
 //! base while the lead plans, and [`gate`] holds the workers until it did;
 //! [`diagnosis`] names a red check's likely cause; [`tree`] checks a commit in a tree of
 //! its own; [`result`] checks the merged result, [`culprit`] finds which subtasks broke
-//! it, and [`fixer`] starts the subtask that fixes it.
+//! it, and [`fixer`] starts the subtask that fixes it; [`ratchet`] runs the
+//! `[[check.ratchet]]`s after the command, each tree's findings compared with the base's.
 
 pub(crate) mod base;
 pub(crate) mod culprit;
@@ -20,6 +21,7 @@ pub(crate) mod digest;
 mod failing_location;
 pub(crate) mod fixer;
 pub(crate) mod gate;
+pub(crate) mod ratchet;
 pub(crate) mod result;
 pub(crate) mod tree;
 mod watch;
@@ -28,11 +30,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::event::Event;
+use crate::run::check::ratchet::RatchetSite;
 use crate::run::check::watch::OpenWatch;
 use crate::run::context::{RunRecord, TreeStage};
 
 use crate::settings::options::CheckOptions;
 use crate::store::StoreError;
+use crate::store::findings::RatchetTally;
 use crate::store::journal::{CheckRun, CheckStatus, Entry, ON_BASE, ON_RESULT, ON_RESULT_WITHOUT};
 use crate::text::output_tail;
 use crate::tools::tree::{TreeAccess, in_tree};
@@ -174,32 +178,51 @@ pub(crate) async fn run_check_at(
             format!("timed out after {} s", check.timeout_s),
         ),
     };
-    let output = result.output_text();
-    // The reviewer reads it through `check_output`; without the file it reads the tail.
-    let path = output_path(&stage.facts.run_dir, on);
-    let kept = match path.parent() {
-        Some(dir) => tokio::fs::create_dir_all(dir).await,
-        None => Ok(()),
+    let mut output = result.output_text();
+    let ratchets = if check.ratchets.is_empty() || on == ON_BASE {
+        Vec::new()
+    } else {
+        let site = RatchetSite {
+            executor: &executor,
+            cwd,
+            reach: &reach,
+        };
+        ratchet::compare(stage, check, site)
+            .await
+            .map_err(|ratchet::Interrupted| CheckError::Interrupted)?
     };
-    if let Err(error) = match kept {
-        Ok(()) => tokio::fs::write(&path, &output).await,
-        Err(error) => Err(error),
-    } {
-        stage.record.note(format!(
-            "could not keep the check's output of {on} at {}: {error}",
-            path.display()
-        ));
+    let (status, ended) = if ratchets.iter().any(RatchetTally::is_red) {
+        (CheckStatus::Failed, ratchet::ended(&ended, &ratchets))
+    } else {
+        (status, ended)
+    };
+    let account = ratchet::account(&ratchets);
+    // A green command's output says nothing the account does not: its tail is the
+    // account alone (the whole output is kept in the file).
+    let tail = if !ratchets.is_empty() && result.outcome == ExecOutcome::Exited(0) {
+        output_tail(&account, CHECK_OUTPUT_TAIL_CHARS)
+    } else {
+        String::new()
+    };
+    if !account.is_empty() {
+        output = format!("{}\n\n{account}", output.trim_end());
     }
+    keep_output(stage, on, &output).await;
     let run = CheckRun {
         on: on.to_owned(),
         status,
         // Milliseconds are all a person reads; fewer digits keep the journal stable.
         seconds: (seconds * 1000.0).round() / 1000.0,
         ended,
-        output_tail: output_tail(&output, CHECK_OUTPUT_TAIL_CHARS),
+        output_tail: if tail.is_empty() {
+            output_tail(&output, CHECK_OUTPUT_TAIL_CHARS)
+        } else {
+            tail
+        },
         opened: watch.map(OpenWatch::opened).unwrap_or_default(),
         tree: tree.map(str::to_owned),
         same_as: None,
+        ratchets,
     };
     stage.record.journal(Entry::Checked { run: run.clone() })?;
     stage.record.events.emit(Event::CheckFinished {
@@ -210,6 +233,25 @@ pub(crate) async fn run_check_at(
         seconds: run.seconds,
     });
     Ok(run)
+}
+
+/// Keeps the whole output of the check on `on` in the run's folder: the reviewer reads
+/// it through `check_output` (without the file, it reads the tail).
+async fn keep_output(stage: TreeStage<'_>, on: &str, output: &str) {
+    let path = output_path(&stage.facts.run_dir, on);
+    let kept = match path.parent() {
+        Some(dir) => tokio::fs::create_dir_all(dir).await,
+        None => Ok(()),
+    };
+    if let Err(error) = match kept {
+        Ok(()) => tokio::fs::write(&path, output).await,
+        Err(error) => Err(error),
+    } {
+        stage.record.note(format!(
+            "could not keep the check's output of {on} at {}: {error}",
+            path.display()
+        ));
+    }
 }
 
 /// An earlier check of this run whose verdict holds for `tree` under `check` — the same
@@ -346,6 +388,7 @@ mod tests {
                 opened: Vec::new(),
                 tree: None,
                 same_as: None,
+                ratchets: Vec::new(),
             },
             "a check that exits 4 failed, with its output"
         );

@@ -101,40 +101,56 @@ pub(crate) async fn check_commit(
     if let Some(earlier) = checked_before(stage.record, check, &tree, on) {
         return Ok(reuse(stage.record, &earlier, on)?);
     }
+    let made = open_tree(stage, commit, on).await?;
+    let access = made.worktree.access();
+    let site = CheckSite {
+        cwd: made.worktree.path(),
+        on,
+        tree: Some(&tree),
+        changed: &[],
+        access: access.as_deref(),
+    };
+    let checked = run_check_at(stage, check, site).await;
+    remove_tree(stage, made, on).await;
+    Ok(checked?)
+}
+
+/// A check's worktree, and for a copy-on-write one the base tree it shows (held while
+/// it lives).
+pub(crate) struct CheckTree {
+    pub(crate) worktree: Worktree,
+    base: Option<BaseTree>,
+}
+
+/// A fresh worktree of `commit` for the check on `on`, ready and prepared as a
+/// subtask's is; [`remove_tree`] removes it.
+pub(crate) async fn open_tree(
+    stage: TreeStage<'_>,
+    commit: CommitId,
+    on: &str,
+) -> Result<CheckTree, TreeCheckError> {
     let path = stage.facts.worktrees_dir.join(dir_name(on));
     let made = make_tree(stage, &path, commit, on).await?;
-    let worktree = &made.worktree;
-    let checked = async {
-        worktree
+    let prepared = async {
+        made.worktree
             .ready()
             .await
             .map_err(|source| TreeCheckError::Worktree {
                 on: on.to_owned(),
                 source,
             })?;
-        prepare_check_tree(stage, on, worktree)
+        prepare_check_tree(stage, on, &made.worktree)
             .await
-            .map_err(|source| prepare_error(on, source))?;
-        let access = worktree.access();
-        let site = CheckSite {
-            cwd: worktree.path(),
-            on,
-            tree: Some(&tree),
-            changed: &[],
-            access: access.as_deref(),
-        };
-        Ok(run_check_at(stage, check, site).await?)
+            .map_err(|source| prepare_error(on, source))
     }
     .await;
-    remove_tree(stage, made, on).await;
-    checked
-}
-
-/// A check's worktree, and for a copy-on-write one the base tree it shows (held while
-/// it lives).
-struct CheckTree {
-    worktree: Worktree,
-    base: Option<BaseTree>,
+    match prepared {
+        Ok(()) => Ok(made),
+        Err(error) => {
+            remove_tree(stage, made, on).await;
+            Err(error)
+        }
+    }
 }
 
 /// The worktree of `commit` at `path` for the check on `on`. Where the run's trees are
@@ -208,7 +224,7 @@ async fn make_tree(
 
 /// Removes a check's worktree (a copy-on-write one's host and its own directories
 /// first); a failure is noted, never a verdict.
-async fn remove_tree(stage: TreeStage<'_>, made: CheckTree, on: &str) {
+pub(crate) async fn remove_tree(stage: TreeStage<'_>, made: CheckTree, on: &str) {
     let CheckTree { worktree, base } = made;
     if let Some(base) = &base {
         let dropped = match worktree

@@ -375,6 +375,7 @@ mod tests {
             opened: Vec::new(),
             tree: None,
             same_as: None,
+            ratchets: Vec::new(),
         }
     }
 

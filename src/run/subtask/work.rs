@@ -19,6 +19,7 @@ use crate::run::context::{AgentCaps, RunContext, RunFacts, RunRecord};
 use crate::run::id::SubtaskId;
 use crate::run::observer::{AgentObserver, SaveError};
 use crate::run::subtask::error::SubtaskError;
+use crate::settings::options::SubtaskCheck;
 use crate::store::journal;
 use crate::store::transcript::{self, AgentTiming, Transcript};
 use crate::tools::Registry;
@@ -112,6 +113,7 @@ async fn builtin(ctx: &Arc<RunContext>, assignment: Assignment, worktree: &Workt
     );
     spec.system
         .push_str(&worktree_git(&ctx.facts, worktree, Checkpoints::EveryTurn));
+    spec.system.push_str(&check_note(&ctx.facts));
     let observer = Arc::new(
         AgentObserver::new(
             ctx,
@@ -192,6 +194,7 @@ async fn external(ctx: &RunContext, assignment: &Assignment, worktree: &Worktree
     };
     let mut system = ctx.spec(agent.clone(), role, caps).system;
     system.push_str(&worktree_git(&ctx.facts, worktree, Checkpoints::AtTheEnd));
+    system.push_str(&check_note(&ctx.facts));
     let rerun = worktree.start() != worktree.base();
     if rerun {
         ctx.note(format!(
@@ -269,6 +272,30 @@ fn worktree_git(facts: &RunFacts, worktree: &Worktree, checkpoints: Checkpoints)
     };
     let short = start.to_string();
     worktree_note(&short[..short.len().min(12)], what, checkpoints)
+}
+
+/// What the worker is told of the project's check, when one is configured: that grove
+/// runs it on the worktree once the worker is done and the reviewer reads it, so that a
+/// worker does not spend minutes running the whole of it first (a bridge run's workers
+/// each ran a 57 s suite that grove then ran again).
+fn check_note(facts: &RunFacts) -> String {
+    let Some(check) = &facts.options.check else {
+        return String::new();
+    };
+    let red = match check.subtask {
+        SubtaskCheck::Evidence => "your reviewer reads its outcome",
+        SubtaskCheck::Require => {
+            "your reviewer reads its outcome, and a red check rejects your work without a \
+             review"
+        }
+    };
+    format!(
+        "\n\n# The project's check\n\nOnce you are done, grove runs the project's check on \
+         your worktree, `{}` (stopped after {} s), and {red}. Run the part of it that covers \
+         your change (a test file, a build) as you work; run all of it yourself only when it \
+         is quick.",
+        check.command, check.timeout_s
+    )
 }
 
 /// Shows an external CLI's progress as the built-in worker's would be.

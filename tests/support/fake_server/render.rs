@@ -309,6 +309,16 @@ fn anthropic_usage(turn: &Turn) -> Value {
         "output_tokens": output,
         "cache_read_input_tokens": cache_read,
         "cache_creation_input_tokens": cache_write,
+        "cache_creation": cache_creation(turn),
+    })
+}
+
+/// Anthropic's split of the cache write by time to live.
+fn cache_creation(turn: &Turn) -> Value {
+    let one_hour = turn.cache_write_1h.min(turn.usage.3);
+    json!({
+        "ephemeral_5m_input_tokens": turn.usage.3 - one_hour,
+        "ephemeral_1h_input_tokens": one_hour,
     })
 }
 
@@ -430,7 +440,8 @@ fn anthropic_frames(turn: &Turn, model: &str, request_id: &str) -> Vec<String> {
                 "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
                 "usage": {"input_tokens": input, "output_tokens": 1,
                           "cache_read_input_tokens": cache_read,
-                          "cache_creation_input_tokens": cache_write},
+                          "cache_creation_input_tokens": cache_write,
+                          "cache_creation": cache_creation(turn)},
             }}),
         ),
         event("ping", json!({"type": "ping"})),

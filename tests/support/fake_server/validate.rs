@@ -486,11 +486,17 @@ pub(super) fn openai(
             "top_logprobs",
             "presence_penalty",
             "frequency_penalty",
+            "prompt_cache_key",
         ],
         "body",
         &mut problems,
     );
     check_model_and_max_tokens(body, &mut problems, true);
+    if let Some(key) = body.get("prompt_cache_key")
+        && !key.is_string()
+    {
+        problems.push(format!("prompt_cache_key: must be a string, got {key}"));
+    }
     if let Some(options) = body.get("stream_options") {
         if body.get("stream") != Some(&Value::Bool(true)) {
             problems.push(
