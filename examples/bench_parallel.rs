@@ -6,8 +6,9 @@
 //! at L; the fake server's thousand small writes for a lead's 32 calls would be its
 //! cost, not grove's, which still parses every event). The run is scripted per role:
 //!
-//! - the lead delegates N subtasks in one response (N `delegate` calls), then, once
-//!   their results are back, ends with a final text (2 calls);
+//! - the lead delegates N subtasks in one response (N `delegate` calls, each answered at
+//!   once), waits for them all (`wait {"all": true}`), then, once their results are
+//!   back, ends with a final text (3 calls, the wait's off the chain);
 //! - each worker reads its file, writes it, and ends with a final text (3 calls);
 //! - each reviewer approves with `submit_verdict`, which ends its review (1 call).
 //!
@@ -19,7 +20,7 @@
 //! Printed for N = 1, 4, 8 up to `--subtasks` (one table; the largest N is run `--rounds`
 //! times), then for the largest-N run with the median wall time against issue 4's
 //! targets: wall time within 15% of the critical path, and the lead's request growing by
-//! less than 2 KB per delegation (its second request's body minus its first, over N).
+//! less than 2 KB per delegation (its last request's body minus its first, over N).
 //! The wall time is that of `grove::run::run`, with the model client built beforehand as
 //! `grove run` does. Each run's CPU time (the process's user and system time, the fake
 //! server's share included) is printed beside it, in run order: it compares builds where
@@ -102,7 +103,10 @@ const DEFAULT_TARGET: f64 = 1.15;
 /// Issue 4: the lead's context grows by less than this many bytes per delegation.
 const TARGET_GROWTH_PER_DELEGATION: usize = 2048;
 /// Calls on each role's leg of the chain, as scripted below.
-const LEAD_CALLS: usize = 2;
+const LEAD_CALLS: usize = 3;
+/// Of those, the lead's calls on the chain: it delegates, then (its `wait` for all sent
+/// beside the workers) ends once every result is back.
+const LEAD_CHAIN_CALLS: usize = 2;
 const WORKER_CALLS: usize = 3;
 const REVIEWER_CALLS: usize = 1;
 /// Marks the line of a worker's brief that names its file.
@@ -192,10 +196,10 @@ impl Measured {
         latency * u32::try_from(self.calls).unwrap_or(u32::MAX)
     }
 
-    /// The lead's second request minus its first, per delegation.
+    /// The lead's last request (every result back) minus its first, per delegation.
     fn growth_per_delegation(&self) -> Option<usize> {
         match self.lead_request_bytes.as_slice() {
-            [first, second, ..] => Some(second.saturating_sub(*first) / self.subtasks.max(1)),
+            [first, .., last] => Some(last.saturating_sub(*first) / self.subtasks.max(1)),
             _ => None,
         }
     }
@@ -251,6 +255,13 @@ fn new_content(round: usize) -> String {
 }
 
 fn lead_turn(answered: usize, subtasks: usize, round: usize) -> Result<Turn, String> {
+    if answered == subtasks {
+        return Ok(Turn::text("Waiting for them all.").tool_use(
+            "lead_wait",
+            "wait",
+            json!({ "all": true }),
+        ));
+    }
     if answered > 0 {
         return Ok(Turn::text("All subtasks are done."));
     }
@@ -472,7 +483,7 @@ fn repository(settings: Settings) -> anyhow::Result<GitFixture> {
 /// run in waves of `jobs`, each a worker then its reviewer.
 fn chain_calls(subtasks: usize, jobs: usize) -> usize {
     let waves = subtasks.div_ceil(jobs.max(1));
-    LEAD_CALLS + waves * (WORKER_CALLS + REVIEWER_CALLS)
+    LEAD_CHAIN_CALLS + waves * (WORKER_CALLS + REVIEWER_CALLS)
 }
 
 async fn measure(
@@ -762,11 +773,11 @@ fn chain_gaps(
     let leads: Vec<Instant> = of_role(Role::Lead).map(|r| r.received_at).collect();
     let workers = of_subtask(Role::Worker);
     let reviewers = of_subtask(Role::Reviewer);
-    let ([lead_1, lead_2], [worker_1, worker_2, worker_3], [reviewer]) =
+    let ([lead_1, _wait, lead_2], [worker_1, worker_2, worker_3], [reviewer]) =
         (leads.as_slice(), workers.as_slice(), reviewers.as_slice())
     else {
         bail!(
-            "the chain of {file} is not lead 2, worker 3, reviewer 1 calls: {} {} {}",
+            "the chain of {file} is not lead 3, worker 3, reviewer 1 calls: {} {} {}",
             leads.len(),
             workers.len(),
             reviewers.len()
@@ -1023,7 +1034,7 @@ fn print_targets(settings: Settings, run: &Measured) -> bool {
             seconds(setup)
         )),
         seconds(critical),
-        if run.chain_calls > LEAD_CALLS + WORKER_CALLS + REVIEWER_CALLS {
+        if run.chain_calls > LEAD_CHAIN_CALLS + WORKER_CALLS + REVIEWER_CALLS {
             ", in waves of --jobs"
         } else {
             ""

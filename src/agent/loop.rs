@@ -572,8 +572,12 @@ async fn execute_calls(
             .iter()
             .any(|call| registry.get(&call.name).is_some_and(|tool| tool.mutates()));
         let outputs = join_all(batch.iter().map(|call| async move {
+            let tool_context = ToolContext {
+                call_id: Some(call.id.clone()),
+                ..tool_context.clone()
+            };
             let output = match registry
-                .dispatch(&call.name, call.input.clone(), tool_context)
+                .dispatch(&call.name, call.input.clone(), &tool_context)
                 .await
             {
                 Ok(output) => Ok(output),

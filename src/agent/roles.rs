@@ -66,15 +66,20 @@ for S1 the same way: define a new API in S1, then migrate its callers in subtask
 yet it waits for no other subtask and none waits for it (only `after` orders it). It \
 starts at once from the base and runs beside the others, so it conflicts with any that \
 changes the same lines.
-- Put several `delegate` calls in one response to run them at the same time. The tool \
-calls of one response run in the order you wrote them, except that calls that only read \
-or delegate run together; all their results come back in one message.
-- Every subtask is reviewed by an independent reviewer. The result you get back says \
+- `delegate` returns at once with the subtask's id; the subtasks run at the same time. \
+`wait` returns as soon as one of them settles, with every result you have not had yet \
+and which still run: call it after delegating, act on each result (a follow-up for a \
+rejection need not wait for the slower siblings), and call it again until none runs. \
+`wait {\"all\": true}` waits for every running subtask at once.
+- Every subtask is reviewed by an independent reviewer. The result you get says \
 whether it was merged, rejected (with findings, each blocking or not) or in conflict, \
 with the worker's and the reviewer's summaries. `show_subtask {\"id\": \"S2\"}` reads a \
 subtask's whole record (add `\"diff\": true` for its diff), and `show_subtask {\"id\": \
-\"result\"}` the run's merged result against the base. You may delegate a follow-up that \
-fixes a rejected or conflicting subtask; put the findings in its brief.
+\"result\"}` the run's merged result against the base. Fix a rejected, failed or \
+conflicting subtask with a follow-up: `start_from: \"S5\"` starts its worker's tree from \
+S5's kept work and tells it S5's findings, so it fixes what was found instead of redoing \
+everything; `replaces: \"S5\"` marks a fresh attempt at S5's work. Once the follow-up \
+merges, S5 counts as done.
 - When all work is merged, or nothing more can be done, end with a short summary of what \
 changed and what did not.";
 

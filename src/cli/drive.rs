@@ -17,7 +17,7 @@ use grove::git::{GitOptions, Repo};
 use grove::run::estimate::Estimate;
 use grove::run::report::CheckOutcome;
 use grove::run::{RunEnd, RunError, RunReport};
-use grove::store::journal::{SubtaskKind, SubtaskOutcome};
+use grove::store::journal::SubtaskKind;
 use grove::store::{RunId, StoreError};
 
 use crate::cli::exit::{EXIT_INTERRUPTED, EXIT_NOT_ALL_DONE};
@@ -102,7 +102,7 @@ pub fn not_done(report: &RunReport) -> Option<String> {
         .collect();
     let not_merged: Vec<String> = delegated
         .iter()
-        .filter(|subtask| subtask.status != SubtaskOutcome::Merged)
+        .filter(|subtask| !subtask.done())
         .map(|subtask| format!("{} {}", subtask.id, subtask.status.as_str()))
         .collect();
     (!not_merged.is_empty()).then(|| {

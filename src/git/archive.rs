@@ -40,6 +40,25 @@ impl Repo {
         self.archive_commit(run, subtask, commit).await
     }
 
+    /// Points the per-worktree ref `reference` (`refs/worktree/…`) of the linked
+    /// worktree whose admin dir is `admin` at `commit`. Such a ref lives in that admin
+    /// dir, which the tree's sandboxed git reads while grove's own refs are hidden from
+    /// it.
+    pub async fn name_in_worktree(
+        &self,
+        admin: &std::path::Path,
+        reference: &str,
+        commit: CommitId,
+    ) -> Result<(), GitError> {
+        self.inner
+            .runner
+            .call(admin, admin)
+            .args(["update-ref", reference, &commit.to_string()])
+            .run()
+            .await
+            .map(drop)
+    }
+
     /// The subtask branches of `run` (`refs/heads/grove/<run>/<n>`): each ref, its
     /// number and its tip.
     pub(crate) fn subtask_branches(

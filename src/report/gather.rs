@@ -22,8 +22,8 @@ use crate::store::{JOURNAL_FILE, RunId, RunStore, StoreError};
 
 use super::diff::side_by_side;
 use super::{
-    AgentCost, CheckSpan, DiffView, Lane, Marker, MarkerKind, PriceTable, ReportData, RunEvent,
-    SubtaskSection, Timeline,
+    AgentCost, Chain, CheckSpan, DiffView, Lane, Marker, MarkerKind, PriceTable, ReportData,
+    RunEvent, SubtaskSection, Timeline,
 };
 
 /// A subtask's patch is cut at this many bytes (the cut is said in the report).
@@ -583,6 +583,11 @@ async fn section(
         conflict_paths: subtask.conflict_paths.clone(),
         paths: subtask.paths.clone(),
         waits_for: subtask.waits_for.iter().map(ToString::to_string).collect(),
+        chain: Chain {
+            replaces: subtask.replaces.map(|id| id.to_string()),
+            started_from_it: subtask.start_from.is_some(),
+            superseded_by: state.superseded_by(subtask.id).map(|id| id.to_string()),
+        },
         waiting: subtask.status == SubtaskStatus::Running
             && subtask.start.is_none()
             && !subtask.waits_for.is_empty()

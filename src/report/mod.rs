@@ -152,6 +152,16 @@ pub struct RunEvent {
     pub label: String,
 }
 
+/// Where a subtask stands in a chain of follow-ups (`replaces`, `start_from`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Chain {
+    /// The subtask it replaces.
+    pub replaces: Option<String>,
+    /// Whether its tree started from that subtask's kept work.
+    pub started_from_it: bool,
+    /// The later subtask that superseded it (merged, or superseded in turn).
+    pub superseded_by: Option<String>,
+}
 /// One subtask: its brief, outcome, verdict and diff.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubtaskSection {
@@ -171,6 +181,9 @@ pub struct SubtaskSection {
     /// The earlier subtasks it waited for before it started (`after`, overlapping
     /// `paths`).
     pub waits_for: Vec<String>,
+    /// The follow-up chain: the subtask it replaces (and whether it started from that
+    /// one's work), and the one that superseded it.
+    pub chain: Chain,
     /// True while it is still waiting for them (the run is not over).
     pub waiting: bool,
     /// Where rejected, failed or conflicting work is kept.

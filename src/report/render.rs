@@ -405,6 +405,7 @@ fn subtask_article(page: &mut String, subtask: &SubtaskSection) {
             escape(&subtask.waits_for.join(", "))
         );
     }
+    chain_terms(page, &subtask.chain);
     if !subtask.conflict_paths.is_empty() {
         let _ = write!(
             page,
@@ -770,6 +771,28 @@ fn utc(ms: u64) -> String {
     httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(ms))
 }
 
+/// A subtask's place in a chain of follow-ups, as terms of its description list.
+fn chain_terms(page: &mut String, chain: &crate::report::Chain) {
+    if let Some(earlier) = &chain.replaces {
+        let how = match chain.started_from_it {
+            true => "; started from its kept work",
+            false => "",
+        };
+        let _ = write!(
+            page,
+            "<dt>replaces</dt><dd class=\"chain\">{}{how}</dd>",
+            escape(earlier)
+        );
+    }
+    if let Some(later) = &chain.superseded_by {
+        let _ = write!(
+            page,
+            "<dt>superseded by</dt><dd class=\"chain\">{}</dd>",
+            escape(later)
+        );
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -905,6 +928,7 @@ mod tests {
                 conflict_paths: vec![],
                 paths: vec![],
                 waits_for: vec![],
+                chain: crate::report::Chain::default(),
                 waiting: false,
                 archive_ref: Some("refs/grove/archive/20261129-215530-7f3a/1".into()),
                 check: Some(CheckRun {

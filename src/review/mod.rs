@@ -26,7 +26,8 @@ use crate::store::journal::{
     Entry, Journal, RebuiltSubtask, Record, SubtaskId, SubtaskOutcome, VerdictKind,
 };
 use crate::store::lock::RepoLock;
-use crate::store::state::{self, RunState, SubtaskState, SubtaskStatus};
+use crate::store::snapshot;
+use crate::store::state::{RunState, SubtaskState, SubtaskStatus};
 use crate::store::{JOURNAL_FILE, RunId, RunStore, SNAPSHOT_FILE};
 
 /// The patch itself is not needed here (the terminal rendering reads blobs), only the
@@ -663,7 +664,7 @@ impl ReviewJournal {
             })?;
         self.journal.append(&record)?;
         self.state = next;
-        state::write_snapshot(&self.snapshot, &self.state)?;
+        snapshot::write_snapshot(&self.snapshot, &self.state)?;
         Ok(())
     }
 }

@@ -13,7 +13,8 @@ use crate::status::SubtaskId;
 use crate::store::StoreError;
 use crate::store::journal::{CheckRun, JournalError, VerdictKind};
 use crate::store::lock::LockError;
-use crate::store::state::{ReplayError, RunStatus, SnapshotError, SubtaskStatus, VerdictState};
+use crate::store::snapshot::SnapshotError;
+use crate::store::state::{ReplayError, RunStatus, SubtaskStatus, VerdictState};
 
 /// Why a review could not load, record or apply. None of these are retried.
 #[derive(Debug, thiserror::Error)]

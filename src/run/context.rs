@@ -192,6 +192,7 @@ impl RunContext {
                     root: root.to_path_buf(),
                     cancel: self.record.cancel.child_token(),
                     tree,
+                    call_id: None,
                 },
                 events: self.record.events.clone(),
                 observer: Some(observer),

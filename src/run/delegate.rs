@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use crate::run::agents::RoleError;
 use crate::run::id::SubtaskId;
+use crate::run::subtask::retry::ReplaceError;
 use crate::store::StoreError;
 use crate::store::journal::ContextMode;
 use crate::text::printable;
@@ -31,6 +32,11 @@ pub struct DelegateRequest {
     pub paths: Vec<String>,
     /// Subtasks that must be settled before this one starts, sorted, without repeats.
     pub after: Vec<SubtaskId>,
+    /// The unmerged subtask this one replaces: once this one merges, that one counts as
+    /// superseded (`replaces`, or implied by `start_from`).
+    pub replaces: Option<SubtaskId>,
+    /// The settled subtask whose archived work this one's tree starts from.
+    pub start_from: Option<SubtaskId>,
 }
 
 /// What the lead is told about one subtask: bounded, never a transcript.
@@ -53,6 +59,8 @@ pub enum DelegateError {
     Role(#[from] RoleError),
     #[error("{0}")]
     After(#[from] AfterError),
+    #[error("{0}")]
+    Replace(#[from] ReplaceError),
     #[error("the run is shutting down")]
     ShuttingDown,
     #[error("the run was interrupted")]
@@ -98,10 +106,26 @@ pub enum AfterError {
     },
 }
 
-/// Runs the subtask one `delegate` call asks for, to its end.
+/// One `wait` call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitRequest {
+    /// Wait for every running subtask, not only the next to settle.
+    pub all: bool,
+    /// The model's call id, under which what it is given is journaled (a resumed run
+    /// answers the call with the same results).
+    pub call_id: Option<String>,
+}
+
+/// Runs the subtasks `delegate` calls ask for, and gives their results to `wait`.
 #[async_trait]
 pub trait Delegator: Send + Sync {
+    /// Accepts one subtask and starts it; returns once it is accepted (its id), not
+    /// when it ends.
     async fn delegate(&self, request: DelegateRequest) -> Result<DelegateReport, DelegateError>;
+
+    /// Waits until a subtask settles (or, `all`, every running one) and returns every
+    /// result not given yet, in the order they settled; at once when none is to come.
+    async fn wait(&self, request: WaitRequest) -> Result<DelegateReport, DelegateError>;
 }
 
 /// The `delegate` tool of one run.
@@ -136,11 +160,14 @@ fn tool_error(error: DelegateError) -> ToolError {
 pub(crate) fn description(agents: &[(String, String)]) -> String {
     let mut description = String::from(
         "Hand one subtask to a worker that runs in its own git worktree, concurrently with \
-         the other delegate calls of the same response. The worker sees only `task` (and \
-         the project rules) unless `mode` is \"fork\", which also gives it this \
-         conversation so far. Its diff is reviewed by an independent reviewer and merged \
-         if approved. Returns the outcome: merged, rejected (with findings), conflict or \
-         failed, and a diffstat. Subtasks are numbered S1, S2, … in call order. `paths` \
+         the other subtasks. The worker sees only `task` (and the project rules) unless \
+         `mode` is \"fork\", which also gives it this conversation so far. Its diff is \
+         reviewed by an independent reviewer and merged if approved. Returns at once with \
+         the subtask's id; `wait` gives its outcome when it settles: merged, rejected \
+         (with findings), conflict or failed, and a diffstat. Subtasks are numbered S1, \
+         S2, … in call order. `start_from` starts a follow-up from a rejected or failed \
+         subtask's kept work, with its reviewer's findings; `replaces` names the subtask \
+         whose work a follow-up does instead (`start_from` implies it). `paths` \
          limits what the worker may change (globs such as `src/config/**`); two subtasks \
          whose `paths` overlap never run at once: the later one starts after the earlier \
          is settled, from the merged result. `after` names earlier subtasks it must wait \
@@ -175,6 +202,14 @@ pub(crate) fn input_schema() -> Value {
                 "type": "array",
                 "items": {"type": "string"},
                 "description": "Ids of earlier subtasks (e.g. [\"S1\"]) that must be merged or otherwise settled before this one starts; it then starts from their merged result."
+            },
+            "start_from": {
+                "type": "string",
+                "description": "The id of a settled subtask that was not merged (e.g. \"S5\"): this one's worktree starts from its kept work, and its worker is told what that subtask's reviewer found. Implies `replaces`."
+            },
+            "replaces": {
+                "type": "string",
+                "description": "The id of an unmerged subtask whose work this one does instead (e.g. \"S5\"); once this one merges, that one counts as done."
             }
         },
         "required": ["task"]
@@ -193,6 +228,10 @@ pub(crate) struct DelegateInput {
     pub(crate) paths: Option<Vec<String>>,
     #[serde(default)]
     pub(crate) after: Option<Vec<String>>,
+    #[serde(default)]
+    pub(crate) replaces: Option<String>,
+    #[serde(default)]
+    pub(crate) start_from: Option<String>,
 }
 
 impl DelegateInput {
@@ -225,14 +264,41 @@ impl DelegateInput {
             }
         }
         after.sort();
+        let start_from = one_label("start_from", self.start_from)?;
+        let replaces = match (one_label("replaces", self.replaces)?, start_from) {
+            (Some(replaces), Some(start_from)) if replaces != start_from => {
+                let refused = ReplaceError::Two {
+                    replaces,
+                    start_from,
+                };
+                return Err(ToolError::RespondToModel(refused.to_string()));
+            }
+            (replaces, start_from) => replaces.or(start_from),
+        };
         Ok(DelegateRequest {
             task: self.task,
             mode: self.mode.unwrap_or(ContextMode::Isolated),
             agent: self.agent.filter(|agent| !agent.trim().is_empty()),
             paths,
             after,
+            replaces,
+            start_from,
         })
     }
+}
+
+/// The subtask id a one-id field (`replaces`, `start_from`) names; blank is none.
+fn one_label(field: &str, label: Option<String>) -> Result<Option<SubtaskId>, ToolError> {
+    let Some(label) = label.filter(|label| !label.trim().is_empty()) else {
+        return Ok(None);
+    };
+    parse_label(&label).map(Some).ok_or_else(|| {
+        ToolError::RespondToModel(format!(
+            "`{field}` value `{}` is not a subtask id; name a subtask by the id its result \
+             begins with, e.g. \"S1\"",
+            printable(&label)
+        ))
+    })
 }
 
 /// A subtask id as a model may write it: `S1`, `s1` or `1`.
@@ -279,6 +345,81 @@ impl Tool for Delegate {
     }
 }
 
+/// The lead's `wait` tool: the results of its subtasks as they settle.
+pub(crate) struct Wait {
+    delegator: Arc<dyn Delegator>,
+}
+
+impl Wait {
+    pub(crate) fn new(delegator: Arc<dyn Delegator>) -> Self {
+        Self { delegator }
+    }
+}
+
+/// The fields of a `wait` call.
+#[derive(Deserialize)]
+struct WaitInput {
+    #[serde(default)]
+    all: Option<bool>,
+}
+
+/// What the lead is told `wait` does.
+pub(crate) const WAIT_DESCRIPTION: &str = "Wait for the subtasks you delegated. Returns as \
+     soon as one settles, with every result not given to you yet (in the order they \
+     settled) and which subtasks still run; call it again for the next. With `all: true` \
+     it returns only once every running subtask has settled, with all their results. \
+     Returns at once when no subtask runs.";
+
+/// The `wait` input schema.
+pub(crate) fn wait_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "all": {
+                "type": "boolean",
+                "description": "Wait until every running subtask has settled (default: until the next one does)."
+            }
+        }
+    })
+}
+
+#[async_trait]
+impl Tool for Wait {
+    fn name(&self) -> &'static str {
+        "wait"
+    }
+
+    fn description(&self) -> &str {
+        WAIT_DESCRIPTION
+    }
+
+    fn input_schema(&self) -> Value {
+        wait_schema()
+    }
+
+    fn mutates(&self) -> bool {
+        // Not that it writes: it runs alone, after the calls written before it, so a
+        // `wait` after `delegate` calls of the same response waits for those subtasks.
+        true
+    }
+
+    fn repeatable(&self) -> bool {
+        // A result is given once: run again, it would wait for the next.
+        false
+    }
+
+    async fn run(&self, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let input = parse_input::<WaitInput>(self, input)?;
+        let request = WaitRequest {
+            all: input.all.unwrap_or(false),
+            call_id: ctx.call_id.clone(),
+        };
+        let report = self.delegator.wait(request).await.map_err(tool_error)?;
+        // Each result quotes model text inside its own fences; the rest is grove's.
+        Ok(ToolOutput::ok(printable(&report.text).into_owned()))
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -320,6 +461,12 @@ mod tests {
                     text: format!("S1 merged: {task}"),
                 }),
             }
+        }
+
+        async fn wait(&self, request: WaitRequest) -> Result<DelegateReport, DelegateError> {
+            Ok(DelegateReport {
+                text: format!("waited (all: {}, call {:?})", request.all, request.call_id),
+            })
         }
     }
 
@@ -370,6 +517,8 @@ mod tests {
                 agent: None,
                 paths: Vec::new(),
                 after: Vec::new(),
+                replaces: None,
+                start_from: None,
             }],
             "a blank agent is the built-in worker"
         );
@@ -393,6 +542,8 @@ mod tests {
                 agent: None,
                 paths: vec!["src/config/**".into(), "src/lib.rs".into()],
                 after: vec![SubtaskId(1), SubtaskId(2)],
+                replaces: None,
+                start_from: None,
             }],
             "the delegator gets the globs normalised and each id once, in order"
         );
@@ -402,6 +553,30 @@ mod tests {
         assert!(
             matches!(&refused, Err(ToolError::RespondToModel(m)) if m.starts_with("`after` entry `S0` is not a subtask id")),
             "{refused:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn wait_hands_the_delegator_its_call_id_so_that_a_resume_answers_it_the_same() {
+        let (mock, _) = tool(None);
+        let wait = Wait::new(mock);
+        let ctx = ToolContext {
+            call_id: Some("w9".into()),
+            ..ctx()
+        };
+        let all = wait.run(json!({"all": true}), &ctx).await.unwrap();
+        let next = wait.run(json!({}), &ctx).await.unwrap();
+        assert_eq!(
+            (all, next),
+            (
+                ToolOutput::ok("waited (all: true, call Some(\"w9\"))"),
+                ToolOutput::ok("waited (all: false, call Some(\"w9\"))")
+            ),
+            "`all` defaults to the next result; the call id is what its delivery is journaled under"
+        );
+        assert!(
+            wait.mutates(),
+            "a wait runs after the delegate calls written before it"
         );
     }
 

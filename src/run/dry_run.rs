@@ -78,7 +78,9 @@ pub async fn plan(
     // What a run would read: the commit it would start from, never the work tree's
     // uncommitted or ignored files.
     let head = repo.resolve("HEAD")?;
-    let tools = result_tree::read_only(&LiveTree::base(repo.clone(), head)).with(recorder.clone());
+    let tools = result_tree::read_only(&LiveTree::base(repo.clone(), head))
+        .with(recorder.clone())
+        .with(Arc::new(PlanWait));
     let mut spec = lead_spec(&options, read_rules(&root)?.as_ref(), &models.lead, tools);
     // A plan's `delegate` only records: this lead never waits on subtasks.
     spec.cache.long_wait = false;
@@ -191,5 +193,35 @@ impl Tool for PlanDelegate {
             "{id}: planned (dry run: nothing runs). Go on as if it will be done and merged; \
              end with a summary of the plan."
         )))
+    }
+}
+
+/// `wait` for a dry run: nothing runs, so there is nothing to wait for.
+struct PlanWait;
+
+#[async_trait]
+impl Tool for PlanWait {
+    fn name(&self) -> &'static str {
+        "wait"
+    }
+
+    fn description(&self) -> &str {
+        delegate::WAIT_DESCRIPTION
+    }
+
+    fn input_schema(&self) -> Value {
+        delegate::wait_schema()
+    }
+
+    fn mutates(&self) -> bool {
+        // As the run's: after the calls written before it.
+        true
+    }
+
+    async fn run(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::ok(
+            "dry run: nothing runs, so no result comes. Go on as if every planned subtask \
+             will be done and merged; end with a summary of the plan.",
+        ))
     }
 }

@@ -10,13 +10,15 @@
 use std::sync::Arc;
 
 use crate::agent::roles::{self, ProjectRules, RoleKind};
-use crate::agent::{AgentError, AgentSpec, Ledger, StopKind, isolated_messages};
+use crate::agent::{
+    AgentError, AgentRun, AgentSpec, Ledger, StopKind, TurnObserver, isolated_messages,
+};
 use crate::event::{AgentId, AgentLabel};
 use crate::git::GitError;
 use crate::model::{ContentBlock, Message, Role};
 use crate::run::agents::agent_catalogue;
 use crate::run::context::{AgentCaps, RunContext, RunFacts, RunRecord, agent_spec};
-use crate::run::delegate::Delegate;
+use crate::run::delegate::{Delegate, Wait};
 use crate::run::lead_news::ResultNews;
 use crate::run::observer::AgentObserver;
 use crate::run::report::SubtaskReport;
@@ -25,6 +27,7 @@ use crate::run::subtask::Subtasks;
 use crate::run::subtask::close::lead_result;
 use crate::settings::options::{History, ModelChoice, RunOptions};
 use crate::store::StoreError;
+use crate::store::state::Delivery;
 use crate::store::transcript::{self, AgentTiming, PendingAnswer, Transcript};
 use crate::tools::Registry;
 use crate::tools::result_tree::{self, LiveTree};
@@ -148,6 +151,7 @@ pub(crate) async fn run_lead(
     let records = Arc::new(ShowSubtask::new(Arc::new(subtasks.clone())));
     let tools = result_tree::read_only(&live)
         .with(Arc::new(delegate))
+        .with(Arc::new(Wait::new(Arc::new(subtasks.clone()))))
         .with(records);
     let spec = lead_spec(
         &ctx.facts.options,
@@ -174,14 +178,10 @@ pub(crate) async fn run_lead(
         .telling(ResultNews::new(ctx))
         .with_timing(&spec.model_name, earlier_timing),
     );
-    // Its tools read git objects, never a directory: grove's own run folder is their root.
-    let outcome = ctx
-        .run_agent(&spec, messages, &ctx.facts.run_dir, None, observer.clone())
-        .await;
-    observer.finished(&outcome.ledger, &outcome.messages);
-    ctx.agents.budget.spend(&outcome.ledger);
+    let (outcome, spent) = lead_rounds(ctx, subtasks, &spec, messages, &observer).await;
+    observer.finished(&spent, &outcome.messages);
     let mut ledger = earlier;
-    ledger.add(&outcome.ledger);
+    ledger.add(&spent);
     let (summary, failure) = match outcome.result {
         Ok(outcome) => {
             let failure = match outcome.stop {
@@ -214,6 +214,66 @@ pub(crate) async fn run_lead(
     }
 }
 
+/// The lead's loop, run again each time it ends while results it has not heard are
+/// still to come: grove waits for them and tells it in a message, so that a lead that
+/// never calls `wait` still hears every result before its summary. Each round delivers
+/// every result there is, so another round needs another delegation: bounded by the
+/// subtask cap. Returns the last round's end and what all rounds spent.
+async fn lead_rounds(
+    ctx: &Arc<RunContext>,
+    subtasks: &Subtasks,
+    spec: &AgentSpec,
+    mut messages: Vec<Message>,
+    observer: &Arc<AgentObserver>,
+) -> (AgentRun, Ledger) {
+    let mut spent = Ledger::default();
+    loop {
+        // Its tools read git objects, never a directory: grove's own run folder is their
+        // root.
+        let mut outcome = ctx
+            .run_agent(spec, messages, &ctx.facts.run_dir, None, observer.clone())
+            .await;
+        ctx.agents.budget.spend(&outcome.ledger);
+        spent.add(&outcome.ledger);
+        let finished = matches!(&outcome.result, Ok(end) if end.stop == StopKind::Finished);
+        let unheard = match finished && !ctx.stopping() {
+            true => subtasks.unheard().await,
+            false => Ok(None),
+        };
+        let news = match unheard {
+            Ok(Some(news)) => news,
+            Ok(None) => {
+                if finished && ctx.stopping() && subtasks.has_unheard() {
+                    // It ended before hearing what it delegated, and the run stops:
+                    // interrupted, so that a resume brings it the results.
+                    outcome.result = Err(AgentError::Cancelled {
+                        agent: AgentId::lead(),
+                    });
+                }
+                return (outcome, spent);
+            }
+            Err(error) => {
+                let message = error.to_string();
+                outcome.result = Err(AgentError::Tool {
+                    agent: AgentId::lead(),
+                    tool: "wait".into(),
+                    message,
+                });
+                return (outcome, spent);
+            }
+        };
+        // And, as after any turn, how the merged result fares now.
+        let news = match observer.news().await {
+            Some(check) => format!("{news}\n\n{check}"),
+            None => news,
+        };
+        messages = outcome.messages;
+        messages.push(Message::user_text(&news));
+        // Saved with the message before it is answered: a resume goes on from it.
+        observer.finished(&spent, &messages);
+    }
+}
+
 /// What the lead is told of a `delegate` call that was pending when grove stopped and
 /// that the journal never recorded: no subtask exists for it, and none will start.
 pub const UNRECORDED_DELEGATION: &str = "grove stopped before this delegate call was \
@@ -235,7 +295,11 @@ pub(crate) fn resumed_history(
             None
         })?;
     let mut used = vec![false; subtasks.len()];
-    transcript::answer_pending(&mut lead.messages, |_, name, input| {
+    let deliveries = record.journal.state().deliveries;
+    transcript::answer_pending(&mut lead.messages, |call_id, name, input| {
+        if name == "wait" {
+            return PendingAnswer::Result(resumed_wait(&deliveries, call_id, subtasks));
+        }
         if name != "delegate" {
             return PendingAnswer::Interrupted;
         }
@@ -247,13 +311,40 @@ pub(crate) fn resumed_history(
         match index {
             Some(index) => {
                 used[index] = true;
-                PendingAnswer::Result(lead_result(&subtasks[index]).text)
+                PendingAnswer::Result(format!(
+                    "{} accepted (grove stopped and resumed since). `wait` gives its result.",
+                    subtasks[index].id
+                ))
             }
             None => PendingAnswer::Error(UNRECORDED_DELEGATION.to_owned()),
         }
     });
     drop_final_answer(&mut lead.messages);
     Some(lead)
+}
+
+/// The answer to a `wait` call that was pending when grove stopped: the results the
+/// journal says it was given (the same, in the same order), else that it may wait again
+/// (what settled since comes to its next `wait`).
+fn resumed_wait(deliveries: &[Delivery], call_id: &str, subtasks: &[SubtaskReport]) -> String {
+    let given = deliveries
+        .iter()
+        .find(|delivery| delivery.call_id.as_deref() == Some(call_id));
+    let Some(given) = given else {
+        return "grove stopped and resumed while this wait was pending; call `wait` again \
+                for the results."
+            .to_owned();
+    };
+    let results: Vec<String> = given
+        .subtasks
+        .iter()
+        .filter_map(|id| subtasks.iter().find(|report| report.id == *id))
+        .map(|report| lead_result(report).text)
+        .collect();
+    format!(
+        "{}\n(grove stopped and resumed since; `wait` again for any other result.)",
+        results.join("\n")
+    )
 }
 
 /// Drops the lead's closing answer (an assistant message without tool calls, saved when
@@ -280,26 +371,42 @@ mod tests {
     use super::*;
     use crate::run::id::SubtaskId;
     use crate::run::test_support::TestRun;
-    use crate::store::journal::SubtaskOutcome;
+    use crate::store::journal::{Entry, SubtaskOutcome};
 
     #[tokio::test]
-    async fn a_pending_delegation_hears_its_subtasks_result_or_that_none_was_recorded() {
+    async fn pending_delegations_and_waits_are_answered_as_the_journal_recorded_them() {
         let run = TestRun::alpha().await;
         let call = |id: &str, task: &str| ContentBlock::ToolUse {
             id: id.into(),
             name: "delegate".into(),
             input: json!({ "task": task }),
         };
+        let wait = |id: &str| ContentBlock::ToolUse {
+            id: id.into(),
+            name: "wait".into(),
+            input: json!({}),
+        };
         let saved = Transcript {
             messages: vec![
                 Message::user_text("plan"),
                 Message {
                     role: Role::Assistant,
-                    content: vec![call("a", "recorded"), call("b", "lost")],
+                    content: vec![
+                        call("a", "recorded"),
+                        call("b", "lost"),
+                        wait("c"),
+                        wait("d"),
+                    ],
                 },
             ],
             ..Transcript::default()
         };
+        run.ctx
+            .journal(Entry::ResultsDelivered {
+                subtasks: vec![SubtaskId(1)],
+                call_id: Some("c".into()),
+            })
+            .unwrap();
         transcript::save(&run.ctx.transcript_path(AgentLabel::Lead, "lead"), &saved).unwrap();
         let mut merged = SubtaskReport::new(SubtaskId(1), "recorded".into(), "grove/r/1".into());
         merged.status = SubtaskOutcome::Merged;
@@ -311,7 +418,9 @@ mod tests {
             vec![
                 ContentBlock::ToolResult {
                     tool_use_id: "a".into(),
-                    content: "S1 merged (grove/r/1)\n".into(),
+                    content: "S1 accepted (grove stopped and resumed since). `wait` gives \
+                              its result."
+                        .into(),
                     is_error: false,
                 },
                 ContentBlock::ToolResult {
@@ -319,9 +428,24 @@ mod tests {
                     content: UNRECORDED_DELEGATION.into(),
                     is_error: true,
                 },
+                ContentBlock::ToolResult {
+                    tool_use_id: "c".into(),
+                    content: "S1 merged (grove/r/1)\n\n(grove stopped and resumed since; \
+                              `wait` again for any other result.)"
+                        .into(),
+                    is_error: false,
+                },
+                ContentBlock::ToolResult {
+                    tool_use_id: "d".into(),
+                    content: "grove stopped and resumed while this wait was pending; call \
+                              `wait` again for the results."
+                        .into(),
+                    is_error: false,
+                },
             ],
-            "a recorded delegation is answered with its subtask's result; one the journal \
-             never had is told so, never that it may have run"
+            "a recorded delegation is told it was accepted, one the journal never had is \
+             told so (never that it may have run); a wait gets the very results the journal \
+             says it was given, or is asked to wait again"
         );
     }
 }

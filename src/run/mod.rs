@@ -39,6 +39,7 @@ pub(crate) mod observer;
 pub mod report;
 pub mod sandbox_view;
 pub(crate) mod schedule;
+pub(crate) mod settled;
 pub(crate) mod show_subtask;
 pub(crate) mod spend;
 pub mod start;

@@ -123,6 +123,15 @@ pub struct SubtaskReport {
     /// or for a subtask journaled before the field was (the reason keeps its start). Not in the JSON: `reason` is the one sentence a person reads there.
     #[serde(skip)]
     pub worker_summary: Option<String>,
+    /// The earlier subtask this one replaces (`delegate`'s `replaces` or `start_from`).
+    /// Absent from the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<SubtaskId>,
+    /// The later subtask that replaced this unmerged one and merged (or was itself
+    /// superseded by one that did): the work got done, so the run is not short of it.
+    /// Absent from the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<SubtaskId>,
 }
 
 /// How a conflicting subtask came to be merged.
@@ -250,6 +259,8 @@ impl SubtaskReport {
             resolution: None,
             check: None,
             worker_summary: None,
+            replaces: None,
+            superseded_by: None,
         }
     }
 
@@ -402,14 +413,22 @@ impl CostReport {
 }
 
 impl RunReport {
-    /// True when every subtask the lead delegated was merged (vacuously, when there were
-    /// none). Fixers and resolvers are grove's own: a resolver's outcome is its
-    /// conflicting subtask's, and a fixer's is the result check's.
+    /// True when every subtask the lead delegated was merged or superseded by one that
+    /// merged (vacuously, when there were none). Fixers and resolvers are grove's own: a
+    /// resolver's outcome is its conflicting subtask's, and a fixer's is the result
+    /// check's.
     pub fn all_merged(&self) -> bool {
         self.subtasks
             .iter()
             .filter(|subtask| subtask.kind == SubtaskKind::Task)
-            .all(|subtask| subtask.status == SubtaskOutcome::Merged)
+            .all(SubtaskReport::done)
+    }
+}
+
+impl SubtaskReport {
+    /// Merged, or superseded by a replacement that merged.
+    pub fn done(&self) -> bool {
+        self.status == SubtaskOutcome::Merged || self.superseded_by.is_some()
     }
 }
 

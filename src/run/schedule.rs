@@ -22,6 +22,7 @@ use crate::run::delegate::{AfterError, DelegateError};
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
 use crate::run::subtask::error::SubtaskError;
+use crate::run::subtask::retry::StartFrom;
 use crate::store::journal::Entry;
 use crate::store::state::SubtaskState;
 use crate::tools::WriteScope;
@@ -90,8 +91,11 @@ pub(crate) struct Placement {
     pub(crate) scope: Option<Arc<WriteScope>>,
     /// The earlier subtasks it waits for; empty: it starts at once, from the base.
     pub(crate) waits_for: Vec<SubtaskId>,
-    /// The start point a resumed run recorded for it, or a fixer's (the result).
+    /// The start point a resumed run recorded for it, a fixer's (the result), or a
+    /// follow-up's (the archived work it starts from).
     pub(crate) start: Option<CommitId>,
+    /// The archived work of an earlier subtask it starts from (`start_from`).
+    pub(crate) start_from: Option<StartFrom>,
 }
 
 /// The scope of `paths` as [`DelegateInput`](crate::run::delegate::DelegateInput)

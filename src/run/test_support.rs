@@ -278,6 +278,8 @@ impl TestRun {
                 after: Vec::new(),
                 waits_for: Vec::new(),
                 kind: SubtaskKind::Task,
+                replaces: None,
+                start_from: None,
             })
             .unwrap();
     }

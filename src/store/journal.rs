@@ -246,6 +246,13 @@ pub enum Entry {
         /// Left out for a subtask the lead delegated.
         #[serde(default, skip_serializing_if = "SubtaskKind::is_task")]
         kind: SubtaskKind,
+        /// The earlier subtask this one replaces (`delegate`'s `replaces`, or its
+        /// `start_from`): once this one merges, that one counts as superseded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replaces: Option<SubtaskId>,
+        /// The subtask whose archived work its tree starts from (`start_from`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_from: Option<SubtaskId>,
     },
     /// A subtask that waited for others starts from `commit` (the run's result when its
     /// wait ended), not from the base; written before its worktree is made there.
@@ -344,6 +351,15 @@ pub enum Entry {
     },
     /// `grove review` applied the result to the user's branch. May follow `run_finished`.
     ResultApplied { result: CommitId },
+    /// The lead was given the results of `subtasks`, in this order: by its `wait` call
+    /// `call_id`, or (no call) in a message once it ended with results still to hear.
+    /// Written before the lead sees them, so that a resumed run answers that call with
+    /// the same results and delivers every other settled subtask's once.
+    ResultsDelivered {
+        subtasks: Vec<SubtaskId>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+    },
     /// The last record of a run's own work; only `grove review`'s records (a person's
     /// decisions, the rebuilt result, its apply) may follow it.
     RunFinished {
@@ -378,6 +394,7 @@ impl Entry {
             Entry::HumanVerdict { .. } => "human_verdict",
             Entry::ResultRebuilt { .. } => "result_rebuilt",
             Entry::ResultApplied { .. } => "result_applied",
+            Entry::ResultsDelivered { .. } => "results_delivered",
             Entry::RunFinished { .. } => "run_finished",
         }
     }

@@ -16,6 +16,7 @@ pub mod lock;
 pub mod recorded;
 pub mod runs;
 pub mod slots;
+pub mod snapshot;
 pub mod spend;
 pub mod state;
 pub mod transcript;

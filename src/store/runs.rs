@@ -14,7 +14,8 @@ use crate::settings::RunOptions;
 use crate::store::durable::{self, DurableError};
 use crate::store::journal::{self, Durability, Entry, Journal, JournalError, Record, TornTail};
 use crate::store::lock::{self, Liveness, LockError, RepoLock};
-use crate::store::state::{self, ReplayError, RunState, RunStatus, SnapshotError};
+use crate::store::snapshot::{self, SnapshotError};
+use crate::store::state::{ReplayError, RunState, RunStatus};
 
 /// The journal's file name inside a run directory.
 pub const JOURNAL_FILE: &str = "journal.jsonl";
@@ -212,7 +213,7 @@ impl RunStore {
             source: Box::new(source),
         })?;
         Journal::create(&staging.join(JOURNAL_FILE))?.append(&first)?;
-        state::write_snapshot(&staging.join(SNAPSHOT_FILE), &state)?;
+        snapshot::write_snapshot(&staging.join(SNAPSHOT_FILE), &state)?;
         std::fs::rename(&staging, &final_dir).map_err(io_error("rename into place", &final_dir))?;
         durable::sync_dir(&self.runs_dir)?;
 
@@ -243,11 +244,11 @@ impl RunStore {
         }
         let snapshot_path = dir.join(SNAPSHOT_FILE);
         let snapshot_current = matches!(
-            state::read_snapshot(&snapshot_path),
+            snapshot::read_snapshot(&snapshot_path),
             Ok(Some(snapshot)) if snapshot == state
         );
         if !snapshot_current {
-            state::write_snapshot(&snapshot_path, &state)?;
+            snapshot::write_snapshot(&snapshot_path, &state)?;
         }
         Ok(ActiveRun {
             run_id,
@@ -603,7 +604,7 @@ impl ActiveRun {
 
     /// Rewrites `state.json` from the current state.
     pub fn write_snapshot(&self) -> Result<(), StoreError> {
-        state::write_snapshot(&self.dir.join(SNAPSHOT_FILE), &self.state)?;
+        snapshot::write_snapshot(&self.dir.join(SNAPSHOT_FILE), &self.state)?;
         Ok(())
     }
 }

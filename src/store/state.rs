@@ -5,14 +5,12 @@
 //! must follow. The journal is the truth; the snapshot is a cache of the fold that can
 //! always be rebuilt. It must never change the journal.
 
-use std::path::{Path, PathBuf};
-
 use serde::{Deserialize, Serialize};
 
 use crate::git::{CommitId, RunId};
 use crate::ledger::Ledger;
 use crate::status::SubtaskId;
-use crate::store::durable::{self, DurableError};
+
 use crate::store::journal::{
     CheckRun, ContextMode, Entry, Finding, RebuiltSubtask, Record, RunOutcome, SubtaskKind,
     SubtaskOutcome, VerdictKind,
@@ -180,6 +178,12 @@ pub struct SubtaskState {
     /// Its worker's whole final message (bounded), as the same record keeps it.
     #[serde(default)]
     pub worker_summary: Option<String>,
+    /// The earlier subtask it replaces (`replaces`, or `start_from`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<SubtaskId>,
+    /// The subtask whose archived work its tree started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_from: Option<SubtaskId>,
 }
 
 impl SubtaskState {
@@ -215,6 +219,8 @@ impl SubtaskState {
             check: None,
             reason: None,
             worker_summary: None,
+            replaces: None,
+            start_from: None,
         }
     }
 
@@ -280,6 +286,18 @@ pub struct RunState {
     /// one found), when one was.
     #[serde(default)]
     pub culprit: Option<(Vec<String>, String, Option<String>)>,
+    /// The subtasks' results the lead was given, in the order it got them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deliveries: Vec<Delivery>,
+}
+
+/// Results the lead was given at once (a `results_delivered` record).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    pub subtasks: Vec<SubtaskId>,
+    /// The lead's `wait` call they answered; `None`: a message after it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
 }
 
 /// A record that does not fit the records before it. Never retried: the journal (or the
@@ -386,12 +404,29 @@ impl RunState {
             journal_records: 1,
             checks: Vec::new(),
             culprit: None,
+            deliveries: Vec::new(),
         })
     }
 
     /// Subtask `id`.
     pub fn subtask(&self, id: SubtaskId) -> Option<&SubtaskState> {
         self.subtasks.iter().find(|s| s.id == id)
+    }
+
+    /// The later subtask that superseded the unmerged subtask `id`: one naming it in its
+    /// `replaces` (or `start_from`) that merged, or was superseded in turn. A
+    /// replacement that did not get done supersedes nothing.
+    pub fn superseded_by(&self, id: SubtaskId) -> Option<SubtaskId> {
+        if self.subtask(id)?.status == SubtaskStatus::Merged {
+            return None;
+        }
+        self.subtasks
+            .iter()
+            .filter(|later| later.id > id && later.replaces == Some(id))
+            .find(|later| {
+                later.status == SubtaskStatus::Merged || self.superseded_by(later.id).is_some()
+            })
+            .map(|later| later.id)
     }
 
     /// Whether a `run_finished` record ended the run.
@@ -433,9 +468,13 @@ impl RunState {
                 after,
                 waits_for,
                 kind,
+                replaces,
+                start_from,
             } => {
                 let mut state = SubtaskState::started(*subtask, task, branch, *mode, agent, ts);
                 state.kind = *kind;
+                state.replaces = *replaces;
+                state.start_from = *start_from;
                 state.paths = paths.clone();
                 state.after = after.clone();
                 state.waits_for = waits_for.clone();
@@ -477,6 +516,13 @@ impl RunState {
                 if merged.is_some() {
                     self.result_commit = merged;
                 }
+                Ok(())
+            }
+            Entry::ResultsDelivered { subtasks, call_id } => {
+                self.deliveries.push(Delivery {
+                    subtasks: subtasks.clone(),
+                    call_id: call_id.clone(),
+                });
                 Ok(())
             }
             Entry::Paused { reason } => {
@@ -727,67 +773,6 @@ fn record_subtask_fact(state: &mut SubtaskState, entry: &Entry, ts: u64) -> Opti
     None
 }
 
-/// Why `state.json` could not be read or written. Never retried; a snapshot that
-/// cannot be read is rebuilt from the journal by the store.
-#[derive(Debug, thiserror::Error)]
-pub enum SnapshotError {
-    #[error("snapshot {path}: read: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("snapshot {path} is not a valid run state: {source}")]
-    Parse {
-        path: PathBuf,
-        #[source]
-        source: serde_json::Error,
-    },
-    #[error("snapshot {path}: cannot encode the run state: {source}")]
-    Encode {
-        path: PathBuf,
-        #[source]
-        source: serde_json::Error,
-    },
-    #[error(transparent)]
-    Write(#[from] DurableError),
-}
-
-/// Replaces the snapshot at `path` atomically for readers (temp file, rename). It is not
-/// synced: the journal is the run's truth, fsynced record by record, and the snapshot
-/// only a convenience for people and tools that read the run directory; resume rewrites
-/// a snapshot that a machine crash left stale or empty. A temp file left by a crash is
-/// overwritten.
-pub fn write_snapshot(path: &Path, state: &RunState) -> Result<(), SnapshotError> {
-    let mut bytes = serde_json::to_vec_pretty(state).map_err(|source| SnapshotError::Encode {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    bytes.push(b'\n');
-    durable::replace_file_unsynced(path, &bytes)?;
-    Ok(())
-}
-
-/// Reads the snapshot at `path`; `None` if there is none.
-pub fn read_snapshot(path: &Path) -> Result<Option<RunState>, SnapshotError> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(SnapshotError::Read {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
-    };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|source| SnapshotError::Parse {
-            path: path.to_path_buf(),
-            source,
-        })
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -809,6 +794,45 @@ mod tests {
                 "messages and `grove runs --json` use the same status names"
             );
         }
+    }
+
+    #[test]
+    fn a_subtask_is_superseded_only_through_a_replacement_that_got_done() {
+        let subtask = |n: u32, status: SubtaskStatus, replaces: Option<u32>| {
+            let mut state =
+                SubtaskState::started(SubtaskId(n), "t", "b", ContextMode::Isolated, "worker", 0);
+            state.status = status;
+            state.replaces = replaces.map(SubtaskId);
+            state
+        };
+        use SubtaskStatus::{Merged, Rejected};
+        let mut run = RunState::start(&Record::now(Entry::RunStarted {
+            run_id: "20261207-000000-abcd".parse().unwrap(),
+            task: "t".into(),
+            base: CommitId::parse(&"a".repeat(40)).unwrap(),
+            branch: "refs/heads/main".into(),
+            provider: "anthropic".into(),
+            model: "m".into(),
+            options: RecordedOptions::default(),
+        }))
+        .unwrap();
+        run.subtasks = vec![
+            subtask(1, Rejected, None),
+            subtask(2, Rejected, Some(1)),
+            subtask(3, Merged, Some(2)),
+            subtask(4, Rejected, None),
+            subtask(5, Rejected, Some(4)),
+            subtask(6, Merged, None),
+        ];
+        let superseded: Vec<Option<u32>> = (1..=6)
+            .map(|n| run.superseded_by(SubtaskId(n)).map(SubtaskId::number))
+            .collect();
+        assert_eq!(
+            superseded,
+            vec![Some(2), Some(3), None, None, None, None],
+            "S1 is superseded by S2, itself superseded by S3 that merged; S4's replacement \
+             was rejected too, so neither counts; a merged subtask is never superseded"
+        );
     }
 
     use crate::store::journal::{CheckStatus, ON_RESULT};
@@ -846,6 +870,8 @@ mod tests {
                 after: Vec::new(),
                 waits_for: Vec::new(),
                 kind: SubtaskKind::Fix,
+                replaces: None,
+                start_from: None,
             },
             Entry::Checked {
                 run: check("S1", CheckStatus::Passed),

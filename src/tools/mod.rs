@@ -56,6 +56,10 @@ pub struct ToolContext {
     /// grove's file tools reach it and where its commands run. Handed to the tool with
     /// every call, never looked up by path.
     pub tree: Option<Arc<dyn tree::TreeAccess>>,
+    /// The id of the model's call this run answers, set by the agent loop for each call:
+    /// a tool whose answer must be the same after a resume (the lead's `wait`) journals
+    /// it under that id.
+    pub call_id: Option<String>,
 }
 
 impl ToolContext {
@@ -65,6 +69,7 @@ impl ToolContext {
             root,
             cancel,
             tree: None,
+            call_id: None,
         }
     }
 

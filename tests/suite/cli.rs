@@ -12,7 +12,7 @@ use grove::text;
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::{Grove, grove_in as grove, stderr, wait_in_worktrees};
-use crate::support::requests::role;
+use crate::support::requests::{heard_by_lead, role};
 use crate::support::scripted_run::own_review_text;
 
 /// A lead that delegates one subtask per `(path, content)`, workers that write it, and
@@ -442,8 +442,7 @@ async fn terminal_escapes_from_a_model_reach_neither_the_terminal_nor_the_json_n
         .requests()
         .iter()
         .filter(|request| role(request) == "lead")
-        .flat_map(|request| request.tool_results())
-        .map(|(_, content)| content)
+        .map(heard_by_lead)
         .collect();
     assert!(
         lead_results.iter().any(|content| content.contains("pwned")),

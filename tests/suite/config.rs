@@ -29,7 +29,7 @@ use grove::store::{RunId, RunStore};
 use crate::support::fake_server::{Endpoint, FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::Grove;
-use crate::support::requests::{Who, who};
+use crate::support::requests::{Who, heard_by_lead, who};
 use crate::support::scripted_run::{first_user_text, own_review_text};
 
 const FILE: &str = "/repo/.grove/config.toml";
@@ -1266,10 +1266,10 @@ async fn a_failing_setup_command_fails_its_subtask_before_the_worker_starts() {
     let roles: Vec<Who> = server.requests().iter().map(who).collect();
     assert_eq!(
         roles,
-        vec![Who::Lead, Who::Lead],
-        "no worker or reviewer ever starts"
+        vec![Who::Lead, Who::Lead, Who::Lead],
+        "no worker or reviewer ever starts (the lead delegates, ends, is told the result)"
     );
-    let told = server.requests()[1].tool_results()[0].1.clone();
+    let told = heard_by_lead(&server.requests()[2]);
     assert!(
         told.contains("S1 failed") && told.contains("npm ERR! missing: left-pad"),
         "the lead is told why: {told}"

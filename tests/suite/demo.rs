@@ -92,7 +92,7 @@ async fn the_demo_runs_the_real_pipeline_with_no_key_and_keeps_the_sample() {
     line_index(&lines, "S2: rejected (reviewer: reject)");
     line_index(&lines, "S3: merged (reviewer: approve)");
     line_index(&lines, "[lead · steps=2 ");
-    line_index(&lines, "total: steps=14 ");
+    line_index(&lines, "total: steps=15 ");
     // The scripted model is priced, and says so: the demo shows how costs look.
     let priced = line_index(
         &lines,

@@ -23,8 +23,8 @@ use crate::support::fake_server::{FakeServer, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::requests::role as who;
 
-/// What the lead's tools answered, in order: its `read_file` before any merge and its
-/// `grep` after S1 merged.
+/// What the lead's tools answered, in order: its `read_file` before any merge, its
+/// `delegate`, its `wait`, and its `grep` after S1 merged.
 type Answers = Arc<Mutex<Vec<String>>>;
 
 /// Folders named like a lead's worktree (`<cache>/<repo>/<run>/0`) under `home`.
@@ -46,8 +46,8 @@ fn lead_dirs(home: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// A lead that reads README, delegates one subtask (it appends a line; approved), greps
-/// for that line, and finishes.
+/// A lead that reads README, delegates one subtask (it appends a line; approved), waits
+/// for it, greps for that line, and finishes.
 async fn reading_lead(answers: Answers) -> FakeServer {
     FakeServer::with_responder(move |request| {
         let results = request.tool_results();
@@ -64,7 +64,10 @@ async fn reading_lead(answers: Answers) -> FakeServer {
             ("lead", 1) => Turn::text("Delegating.")
                 .tool_use("lead_go", "delegate", json!({ "task": "Add a line." }))
                 .into(),
-            ("lead", 2) => Turn::text("Verifying.")
+            ("lead", 2) => Turn::text("Waiting.")
+                .tool_use("lead_wait", "wait", json!({}))
+                .into(),
+            ("lead", 3) => Turn::text("Verifying.")
                 .tool_use("lead_grep", "grep", json!({ "pattern": "merged line" }))
                 .into(),
             ("lead", _) => Turn::text("Done.").into(),
@@ -146,7 +149,7 @@ async fn the_lead_reads_the_live_result_from_git_objects_in_every_mode_and_has_n
             ),
             "{mode:?}, setup {setup:?}: before any merge the lead reads the base, and is told so"
         );
-        let grep = &answers[2];
+        let grep = &answers[3];
         assert!(
             grep.starts_with("[the run's result at ")
                 && grep.contains(": the base with S1 merged]\n")

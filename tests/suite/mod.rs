@@ -13,6 +13,7 @@ pub(crate) mod environment;
 mod environment_rust;
 pub(crate) mod escapes;
 mod faults;
+mod follow_ups;
 mod git;
 mod history;
 mod interrupts;

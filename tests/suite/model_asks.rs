@@ -57,7 +57,8 @@ fn lead(request: &RecordedRequest) -> Reply {
             "delegate",
             json!({"task": BRIEF, "paths": ["src/a.txt"]}),
         ),
-        1 => Turn::text("Reading its record.")
+        1 => Turn::text("Waiting for it.").tool_use("w1", "wait", json!({})),
+        2 => Turn::text("Reading its record.")
             .tool_use("s1", "show_subtask", json!({"id": "S1", "diff": true}))
             .tool_use("s2", "show_subtask", json!({"id": "result"})),
         _ => Turn::text("Done."),
@@ -136,7 +137,7 @@ async fn the_lead_reads_whole_summaries_and_records_and_a_remark_never_rejects()
         .iter()
         .filter(|request| who(request) == Who::Lead)
         .collect();
-    let delegated = &leads[1].tool_results()[0].1;
+    let delegated = &leads[2].tool_results()[1].1;
     assert!(
         delegated.contains(&format!("```text\n{}\n```\n", long_summary())),
         "the lead gets the worker's whole summary: {delegated}"
@@ -145,10 +146,10 @@ async fn the_lead_reads_whole_summaries_and_records_and_a_remark_never_rejects()
         delegated.contains("- [non-blocking] src/a.txt:1: a comment would help\n"),
         "{delegated}"
     );
-    let shown: Vec<String> = leads[2]
+    let shown: Vec<String> = leads[3]
         .tool_results()
         .into_iter()
-        .skip(1)
+        .skip(2)
         .map(|(_, text)| text)
         .collect();
     assert!(

@@ -97,6 +97,7 @@ impl Scene {
             root: self.layers.mount_point.clone(),
             cancel: CancellationToken::new(),
             tree: Some(Arc::clone(&self.tree) as Arc<dyn TreeAccess>),
+            call_id: None,
         }
     }
 

@@ -313,7 +313,7 @@ async fn gathered_data_has_every_agent_on_the_timeline_diffs_and_costs() {
     assert_eq!(
         lanes,
         vec![
-            lane("lead", "lead", 2, 1),
+            lane("lead", "lead", 3, 1),
             lane("worker", "S1", 2, 1),
             lane("reviewer", "S1", 1, 1),
             lane("worker", "S2", 2, 1),
@@ -393,7 +393,7 @@ async fn gathered_data_has_every_agent_on_the_timeline_diffs_and_costs() {
     assert_eq!(
         costs,
         vec![
-            row("lead", "claude-sonnet-4-5", 2),
+            row("lead", "claude-sonnet-4-5", 3),
             row("worker S1", "claude-sonnet-4-5-20250929", 2),
             row("reviewer S1", "some-local-model", 1),
             row("worker S2", "claude-sonnet-4-5-20250929", 2),

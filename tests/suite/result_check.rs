@@ -427,21 +427,22 @@ fn the_lead_knew_the_checks(server: &FakeServer) {
         )),
         "the lead's system prompt names the check"
     );
+    // The lead ended without `wait`: grove told it the three results in one message,
+    // then how the merged result fares.
     let closing = lead.last().unwrap();
-    let results: Vec<String> = closing
-        .tool_results()
-        .into_iter()
-        .map(|(_, text)| text)
-        .collect();
-    assert_eq!(results.len(), 3, "three delegate results");
-    for result in &results {
-        assert!(
-            result.contains("\ncheck: FAILED (exited with status 1) in ")
-                && result.contains("```text\n"),
-            "each delegate result carries its subtask's red check and its tail: {result}"
-        );
-    }
-    let news = closing.last_user_text();
+    let told = closing.last_user_text();
+    let (results, news) = told
+        .split_once("\n\ngrove: the merged result as it is now")
+        .unwrap_or_else(|| panic!("the results, then the result's check: {told}"));
+    assert_eq!(
+        results
+            .matches("\ncheck: FAILED (exited with status 1) in ")
+            .count(),
+        3,
+        "each result carries its subtask's red check: {results}"
+    );
+    assert!(results.contains("```text\n"), "and its tail: {results}");
+    let news = format!("grove: the merged result as it is now{news}");
     assert!(
         news.starts_with("grove: the merged result as it is now (commit ")
             && news.contains(": the base with S1, S2, S3 merged) fails the project's check `")

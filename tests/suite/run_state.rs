@@ -20,9 +20,10 @@ use grove::store::journal::{
     SubtaskKind, SubtaskOutcome, TornTail, VerdictKind, read_journal,
 };
 use grove::store::lock::{LockError, RepoLock, StaleLock, read_holder, this_hostname};
+use grove::store::snapshot::{read_snapshot, write_snapshot};
 use grove::store::state::{
     CheckpointState, MergeState, ReplayError, ReplayReason, RunState, RunStatus, SubtaskState,
-    SubtaskStatus, ToolCallState, VerdictState, read_snapshot, write_snapshot,
+    SubtaskStatus, ToolCallState, VerdictState,
 };
 use grove::store::{
     JOURNAL_FILE, RunId, RunStart, RunStore, SNAPSHOT_FILE, SnapshotWrite, StoreError,
@@ -98,6 +99,8 @@ fn full_journal(run: &RunId) -> Vec<Record> {
                 after: Vec::new(),
                 waits_for: Vec::new(),
                 kind: SubtaskKind::Task,
+                replaces: None,
+                start_from: None,
             },
         ),
         at(
@@ -271,6 +274,8 @@ fn expected_full_state(run: &RunId) -> RunState {
                 check: None,
                 reason: Some("worker: renamed it".into()),
                 worker_summary: Some("Rename it\n\nRenamed every call; the tests pass.".into()),
+                replaces: None,
+                start_from: None,
             },
             SubtaskState {
                 id: SubtaskId(2),
@@ -295,6 +300,8 @@ fn expected_full_state(run: &RunId) -> RunState {
                 check: None,
                 reason: None,
                 worker_summary: None,
+                replaces: None,
+                start_from: None,
             },
         ],
         open_tool_calls: vec![],
@@ -318,6 +325,7 @@ fn expected_full_state(run: &RunId) -> RunState {
         journal_records: 15,
         checks: vec![],
         culprit: None,
+        deliveries: Vec::new(),
     }
 }
 

@@ -840,6 +840,8 @@ fn a_journal_written_before_scopes_still_reads_and_a_scope_round_trips() {
         after: after.iter().map(|a| a.parse().unwrap()).collect(),
         waits_for: waits_for.iter().map(|w| w.parse().unwrap()).collect(),
         kind: SubtaskKind::Task,
+        replaces: None,
+        start_from: None,
     };
     assert_eq!(
         serde_json::from_str::<Entry>(old).unwrap(),

@@ -16,5 +16,7 @@ pub fn subtask_started(n: u32, task: &str, branch: &str) -> Entry {
         after: Vec::new(),
         waits_for: Vec::new(),
         kind: SubtaskKind::Task,
+        replaces: None,
+        start_from: None,
     }
 }

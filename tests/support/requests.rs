@@ -37,3 +37,26 @@ pub fn who(request: &RecordedRequest) -> Who {
         Who::Worker
     }
 }
+
+/// Everything the lead was told in `request`'s conversation, joined: its tool results
+/// (`delegate`, `wait`, …) and the text of every user message (its task, and grove's
+/// message with the results it had not heard when it ended).
+pub fn heard_by_lead(request: &RecordedRequest) -> String {
+    let mut heard: Vec<String> = request
+        .tool_results()
+        .into_iter()
+        .map(|(_, text)| text)
+        .collect();
+    for message in request.messages().iter().filter(|m| m["role"] == "user") {
+        match message["content"].as_array() {
+            Some(blocks) => heard.extend(
+                blocks
+                    .iter()
+                    .filter(|block| block["type"] == "text")
+                    .filter_map(|block| block["text"].as_str().map(str::to_owned)),
+            ),
+            None => heard.extend(message["content"].as_str().map(str::to_owned)),
+        }
+    }
+    heard.join("\n")
+}

@@ -57,17 +57,35 @@ pub fn lead_reply(request: &RecordedRequest, briefs: &[(&str, Option<&str>)]) ->
     usage(turn).into()
 }
 
-/// A worker that follows briefs of the form `WRITE <path> <content>`.
+/// A worker that follows briefs of the form `WRITE <path> <content>`, and writes again
+/// when grove stopped before its write ran (a resumed run answers it as interrupted).
 pub fn worker_reply(request: &RecordedRequest) -> Reply {
-    if answered(request) {
+    let interrupted = request
+        .tool_results()
+        .last()
+        .is_some_and(|(_, text)| text.starts_with(grove::store::transcript::INTERRUPTED_CALL));
+    if answered(request) && !interrupted {
         return usage(Turn::text("WORKER-FINAL: wrote the file as asked.")).into();
     }
-    // The brief is the newest user text, in isolated and forked conversations alike.
-    write_reply(&request.last_user_text())
+    // The brief is the newest user text, in isolated and forked conversations alike (a
+    // resumed one's newest user message holds only the interrupted call's answer).
+    let brief = request.last_user_text();
+    let brief = match brief.contains("WRITE ") {
+        true => brief,
+        false => first_user_text(request),
+    };
+    // A call id is used once in a conversation.
+    let id = format!("worker_call_{}", request.tool_results().len() + 1);
+    write_call(&brief, &id)
 }
 
 /// The `write_file` call a `WRITE <path> <content>` line in `brief` asks for.
 pub fn write_reply(brief: &str) -> Reply {
+    write_call(brief, "worker_call_1")
+}
+
+/// [`write_reply`] with the call id `id`.
+fn write_call(brief: &str, id: &str) -> Reply {
     let line = brief
         .lines()
         .rev()
@@ -77,7 +95,7 @@ pub fn write_reply(brief: &str) -> Reply {
     let path = parts.next().unwrap();
     let content = parts.next().unwrap_or_default();
     usage(Turn::text("Writing.").tool_use(
-        "worker_call_1",
+        id,
         "write_file",
         json!({ "path": path, "content": format!("{content}\n") }),
     ))

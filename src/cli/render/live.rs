@@ -32,7 +32,12 @@ pub async fn live(mut events: UnboundedReceiver<Event>, terminal: bool) -> Ledge
     while let Some(event) = events.recv().await {
         let event = escaped(event);
         if let Event::AgentFinished { agent, ledger, .. } = &event {
-            ledgers.push((agent.clone(), *ledger));
+            // An agent whose loop ran again (the lead, told results it had not heard)
+            // is one line, its rounds summed.
+            match ledgers.iter_mut().find(|(seen, _)| seen == agent) {
+                Some((_, total)) => Ledger::add(total, ledger),
+                None => ledgers.push((agent.clone(), *ledger)),
+            }
         }
         match &mut view {
             View::Plain => plain(&event),

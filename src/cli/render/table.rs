@@ -37,6 +37,26 @@ macro_rules! out {
 /// The final table, the ledger lines, the apply message, why not everything was done
 /// (`not_done`, the reason of exit 3) and the lead's closing text, cut when long
 /// ([`Output::Json`]: the whole text is on stdout).
+/// The lines under a subtask's row that say where its work is and what it stands for:
+/// files to check by hand, its archive, what superseded it and what it replaces.
+fn after_subtask(subtask: &grove::run::SubtaskReport) {
+    if !subtask.executes_later.is_empty() {
+        say!(
+            "      check by hand: changes files that run later: {}",
+            subtask.executes_later.join(", ")
+        );
+    }
+    if let Some(archive) = &subtask.archive_ref {
+        say!("      work kept at {archive}");
+    }
+    if let Some(by) = subtask.superseded_by {
+        say!("      superseded by {by}");
+    }
+    if let Some(earlier) = subtask.replaces {
+        say!("      replaces {earlier}");
+    }
+}
+
 pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, output: Output) {
     say!();
     if report.subtasks.is_empty() {
@@ -96,15 +116,7 @@ pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, out
                     }
                 }
             }
-            if !subtask.executes_later.is_empty() {
-                say!(
-                    "      check by hand: changes files that run later: {}",
-                    subtask.executes_later.join(", ")
-                );
-            }
-            if let Some(archive) = &subtask.archive_ref {
-                say!("      work kept at {archive}");
-            }
+            after_subtask(subtask);
         }
     }
     say!();

@@ -45,6 +45,8 @@ impl Subtasks {
             mode: ContextMode::Isolated,
             agent: "worker".to_owned(),
             kind: SubtaskKind::Fix,
+            replaces: None,
+            start_from: None,
             paths: Vec::new(),
             after: Vec::new(),
             waits_for: Vec::new(),

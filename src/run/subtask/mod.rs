@@ -47,6 +47,7 @@
 pub(crate) mod check;
 pub(crate) mod close;
 pub(crate) mod commit;
+mod delegation;
 pub(crate) mod error;
 pub(crate) mod fix;
 pub(crate) mod hosts;
@@ -56,6 +57,7 @@ pub(crate) mod outcome;
 pub(crate) mod pipeline;
 pub(crate) mod prepare;
 pub(crate) mod resolve;
+pub mod retry;
 pub(crate) mod reviewer;
 pub(crate) mod trees;
 pub(crate) mod work;
@@ -63,7 +65,6 @@ pub(crate) mod work;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::task::TaskTracker;
 
@@ -72,16 +73,17 @@ use crate::agent::{fork_messages, isolated_messages};
 use crate::event::{AgentLabel, Event};
 use crate::run::agents::{delegate_role, worker_tools};
 use crate::run::context::{LeadHistory, RunContext, RunFacts, RunRecord, lock};
-use crate::run::delegate::{DelegateError, DelegateReport, DelegateRequest, Delegator};
+use crate::run::delegate::{DelegateError, DelegateReport};
 use crate::run::id::SubtaskId;
 use crate::run::merge_queue::MergeQueue;
 use crate::run::report::{Resolution, SubtaskReport};
-use crate::run::schedule::{self, Placement, Schedule, recorded_scope, scope_of};
+use crate::run::schedule::{self, Placement, Schedule, recorded_scope};
+use crate::run::settled::Inbox;
 use crate::store::StoreError;
-use crate::store::journal::{ContextMode, Entry, SubtaskKind, SubtaskOutcome};
+use crate::store::journal::{ContextMode, SubtaskKind, SubtaskOutcome};
 use crate::store::state::{RunState, SubtaskState, SubtaskStatus};
 use crate::store::transcript::{self, PendingAnswer, Transcript};
-use crate::tools::{self, ToolSet, WriteScope};
+use crate::tools::{self, ToolSet};
 use crate::worktree::Worktree;
 use outcome::{Landing, Stages, Stop};
 use pipeline::Start;
@@ -107,6 +109,8 @@ pub(crate) struct Subtasks {
     tasks: TaskTracker,
     reports: Arc<Mutex<BTreeMap<SubtaskId, SubtaskReport>>>,
     lead_history: Arc<LeadHistory>,
+    /// The delegated subtasks' results the lead has not been given yet.
+    inbox: Arc<Inbox>,
 }
 
 impl Subtasks {
@@ -120,6 +124,7 @@ impl Subtasks {
             tasks: TaskTracker::new(),
             reports: Arc::new(Mutex::new(BTreeMap::new())),
             lead_history: Arc::new(LeadHistory::default()),
+            inbox: Arc::new(Inbox::default()),
             ctx,
         }
     }
@@ -144,8 +149,18 @@ impl Subtasks {
     }
 
     /// Every subtask's report, in subtask order.
+    /// Every subtask's report, in subtask order, each replacement linked to what it
+    /// replaces (as journaled) and what a merged replacement superseded marked so.
     pub(crate) fn reports(&self) -> Vec<SubtaskReport> {
-        lock(&self.reports).values().cloned().collect()
+        let mut reports: Vec<SubtaskReport> = lock(&self.reports).values().cloned().collect();
+        let journaled = self.ctx.record.journal.state();
+        for report in &mut reports {
+            report.replaces = journaled
+                .subtask(report.id)
+                .and_then(|state| state.replaces);
+            report.superseded_by = journaled.superseded_by(report.id);
+        }
+        reports
     }
 
     async fn run_delegated(
@@ -238,6 +253,15 @@ impl Subtasks {
                 return close::close(ctx, &self.queue, &self.tasks, id, report, None).await;
             }
         };
+        if let Some(from) = &placement.start_from
+            && let Err(error) = retry::name_start(&ctx.facts, &worktree, from).await
+        {
+            ctx.note(format!(
+                "{id}: its git cannot name {} as `{}`: {error}",
+                from.reference,
+                from.worktree_ref()
+            ));
+        }
         let mut found = Stages::default();
         let reached = self
             .stages(assignment, permit, &placement, &worktree, &mut found)
@@ -290,6 +314,7 @@ impl Subtasks {
             assignment: Box::new(assignment),
             permit,
             scope: placement.scope.as_deref(),
+            start_from: placement.start_from.as_ref(),
             slots: check::Slots {
                 jobs: &self.jobs,
                 checks: &self.checks,
@@ -396,6 +421,7 @@ impl Subtasks {
         {
             lock(&self.reports).insert(*id, result?);
         }
+        self.restore_inbox(&self.ctx.record.journal.state());
         Ok(())
     }
 
@@ -407,10 +433,13 @@ impl Subtasks {
     ) -> Result<SubtaskReport, StoreError> {
         let ctx = &self.ctx;
         let agent = (state.agent != "worker").then_some(state.agent.as_str());
+        let start_from = self.resumed_start_from(state);
+        let note = self.start_note(start_from.as_ref());
         let placement = Placement {
             scope: recorded_scope(&ctx.record, state),
             waits_for: state.waits_for.clone(),
-            start: state.start,
+            start: state.start.or(start_from.as_ref().map(|from| from.commit)),
+            start_from,
         };
         let scope = placement.scope.as_ref();
         let found = delegate_role(&ctx.facts.user_root, agent).and_then(|role| {
@@ -429,17 +458,12 @@ impl Subtasks {
             (roles::builtin(RoleKind::Worker), tools)
         });
         let _settle = self.queue.guard(id);
-        let start = resumed_start(
-            &ctx.facts,
-            &ctx.record,
-            state,
-            &role.name,
-            placement.scope.as_deref(),
-        );
+        let worker_brief = schedule::worker_brief(&state.task, placement.scope.as_deref()) + &note;
+        let start = resumed_start(&ctx.facts, &ctx.record, state, &role.name, &worker_brief);
         let branch = ctx.facts.run.subtask_branch(id.number());
         // A subtask that was still waiting waits again, holding no slot; one that had
         // started goes on from its recorded start point.
-        if placement.start.is_none()
+        if state.start.is_none()
             && !schedule::wait_for_earlier(
                 &ctx.record,
                 &self.queue,
@@ -457,7 +481,7 @@ impl Subtasks {
         let assignment = Assignment {
             id,
             brief: state.task.clone(),
-            worker_brief: schedule::worker_brief(&state.task, placement.scope.as_deref()),
+            worker_brief,
             role,
             tools,
             start,
@@ -474,83 +498,6 @@ impl Subtasks {
             report.conflict_paths = state.conflict_paths.clone();
         }
         Ok(report)
-    }
-}
-
-#[async_trait]
-impl Delegator for Subtasks {
-    /// Runs one delegated subtask to its end and returns what the lead is told.
-    ///
-    /// The pipeline runs as a tracked task of its own: when the run is interrupted the
-    /// lead's loop drops this call at once, but the subtask still checkpoints its work
-    /// and reports, and the run waits for it before it finishes.
-    async fn delegate(&self, request: DelegateRequest) -> Result<DelegateReport, DelegateError> {
-        let ctx = &self.ctx;
-        if ctx.agents.budget.is_spent() {
-            return Err(DelegateError::BudgetSpent);
-        }
-        let role = delegate_role(&ctx.facts.user_root, request.agent.as_deref())?;
-        let scope = scope_of(&request.paths);
-        let tools = worker_tools(&role, &ctx.trees.executor, scope.as_ref())?;
-        // Numbered before anything awaits, so subtasks are numbered in call order.
-        let admitted = self.schedule.admit(
-            &self.queue,
-            ctx.facts.options.max_subtasks,
-            scope.as_ref(),
-            &request.after,
-        )?;
-        let id = admitted.id;
-        if request.mode == ContextMode::Fork && !ctx.facts.options.worker_backend.is_builtin() {
-            ctx.note(format!(
-                "{id}: a fork was asked for, but the {} worker starts from its brief alone",
-                ctx.facts.options.worker_backend.name()
-            ));
-        }
-        // The worker is told its scope up front, not only when a write is refused.
-        let worker_brief = schedule::worker_brief(&request.task, scope.as_deref());
-        let messages = match request.mode {
-            ContextMode::Fork => fork_messages(&self.lead_history.get(), &worker_brief),
-            ContextMode::Isolated => isolated_messages(&worker_brief),
-        };
-        let assignment = Assignment {
-            id,
-            brief: request.task.clone(),
-            worker_brief,
-            role,
-            tools,
-            start: Transcript {
-                messages,
-                ..Transcript::default()
-            },
-        };
-        let placement = Placement {
-            scope,
-            waits_for: admitted.waits_for,
-            start: None,
-        };
-        // Journaled on acceptance, before anything awaits: a subtask still waiting for
-        // earlier ones or for a `--jobs` slot when grove stops is resumed like any other.
-        let started = Entry::SubtaskStarted {
-            subtask: id,
-            task: request.task,
-            branch: ctx.facts.run.subtask_branch(id.number()),
-            mode: request.mode,
-            agent: assignment.role.name.clone(),
-            paths: request.paths,
-            after: request.after.clone(),
-            waits_for: placement.waits_for.clone(),
-            kind: SubtaskKind::Task,
-        };
-        if let Err(source) = ctx.journal(started) {
-            // Its number is taken: settled, so that no later merge waits for it.
-            self.queue.settle(id);
-            return Err(DelegateError::Journal { source });
-        }
-        let task = self
-            .tasks
-            .spawn(self.clone().run_delegated(assignment, placement));
-        task.await
-            .unwrap_or_else(|source| Err(DelegateError::Stopped { source }))
     }
 }
 
@@ -581,7 +528,7 @@ fn resumed_start(
     record: &RunRecord,
     state: &SubtaskState,
     role: &str,
-    scope: Option<&WriteScope>,
+    brief: &str,
 ) -> Transcript {
     let saved = transcript::load(&facts.transcript_path(AgentLabel::Subtask(state.id), role))
         .unwrap_or_else(|error| {
@@ -592,7 +539,6 @@ fn resumed_start(
         transcript::answer_pending(&mut saved.messages, |_, _, _| PendingAnswer::Interrupted);
         return saved;
     }
-    let brief = schedule::worker_brief(&state.task, scope);
     let lead = match state.mode {
         ContextMode::Fork => transcript::load(&facts.transcript_path(AgentLabel::Lead, "lead"))
             .ok()
@@ -612,8 +558,8 @@ fn resumed_start(
     }
     Transcript {
         messages: match forked {
-            Some(lead_messages) => fork_messages(lead_messages, &brief),
-            None => isolated_messages(&brief),
+            Some(lead_messages) => fork_messages(lead_messages, brief),
+            None => isolated_messages(brief),
         },
         ..Transcript::default()
     }

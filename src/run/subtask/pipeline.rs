@@ -17,7 +17,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::agent::roles::{self, RoleDef, RoleKind};
 use crate::agent::{Ledger, isolated_messages};
 use crate::event::AgentLabel;
-use crate::git::{CommitId, LeftMarker};
+use crate::git::{BranchDiff, CommitId, LeftMarker};
 use crate::model::{ContentBlock, Message, Role};
 use crate::run::context::{RunContext, RunFacts, RunRecord};
 use crate::run::id::SubtaskId;
@@ -26,6 +26,7 @@ use crate::run::subtask::check::{self, Slots};
 use crate::run::subtask::commit::{self, Committed};
 use crate::run::subtask::error::SubtaskError;
 use crate::run::subtask::outcome::{Author, Judge, Made, Stages};
+use crate::run::subtask::retry::StartFrom;
 use crate::run::subtask::work::{self, Assignment};
 use crate::run::subtask::{prepare, reviewer};
 use crate::run::verdict::Verdict;
@@ -50,6 +51,9 @@ pub(crate) enum Start<'a> {
         assignment: Box<Assignment>,
         permit: OwnedSemaphorePermit,
         scope: Option<&'a WriteScope>,
+        /// The archived work it starts from (`start_from`): its reviewer sees the diff
+        /// against that, and the whole change its merge brings.
+        start_from: Option<&'a StartFrom>,
         slots: Slots<'a>,
     },
     /// A resolver, from the conflicted merge of a subtask onto `result`: its turns again
@@ -63,6 +67,21 @@ pub(crate) struct Judged {
     pub(crate) tip: CommitId,
     pub(crate) verdict: VerdictKind,
     pub(crate) permit: Option<OwnedSemaphorePermit>,
+}
+
+/// What a follow-up's reviewer is told its diff is against (`from`'s work), and the
+/// whole change its merge brings: from where `from`'s work started to `tip`.
+async fn whole_change(
+    facts: &RunFacts,
+    from: &StartFrom,
+    tip: CommitId,
+) -> Result<(String, BranchDiff), SubtaskError> {
+    let bounds = facts.options.max_review_patch_bytes;
+    let all = facts.repo.diff(from.origin, tip, bounds).await;
+    Ok((
+        from.against(),
+        all.map_err(|source| SubtaskError::Diff { source })?,
+    ))
 }
 
 /// Stages 1 to 5 of subtask `id` (briefed with `brief`) in `worktree`, from `start`;
@@ -85,17 +104,22 @@ pub(crate) async fn judged(
     if author == Author::Worker && !ctx.trees.base_gate.opened().await {
         return Err(SubtaskError::Interrupted);
     }
+    let mut whole = None;
     let (committed, diff, markers, scope, slot) = match start {
         Start::Delegated {
             assignment,
             permit,
             scope,
+            start_from,
             slots,
         } => {
             let work = work::work(ctx, *assignment, worktree).await;
             found.worker_ledger = work.ledger;
             let committed = commit::commit(&ctx.facts, &ctx.record, id, worktree, work).await?;
             let diff = committed.diff.clone();
+            if let Some(from) = start_from {
+                whole = Some(whole_change(&ctx.facts, from, committed.tip).await?);
+            }
             (committed, diff, Vec::new(), scope, Some((slots, permit)))
         }
         Start::Resolving { result } => {
@@ -156,10 +180,12 @@ pub(crate) async fn judged(
                 outside_paths: &made.outside_paths,
                 paths: scope.map_or(&[], WriteScope::globs),
                 against: None,
+                whole: None,
             };
-            let flagged = match made.author {
-                Author::Resolver => flagged.against(AGAINST_RESULT),
-                Author::Worker => flagged,
+            let flagged = match (made.author, &whole) {
+                (Author::Resolver, _) => flagged.against(AGAINST_RESULT),
+                (Author::Worker, Some((against, all))) => flagged.against(against).with_whole(all),
+                (Author::Worker, None) => flagged,
             };
             let review = reviewer::review(ctx, id, brief, &diff, flagged, worktree).await;
             found.reviewer_ledger = review.ledger;

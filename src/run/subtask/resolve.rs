@@ -174,6 +174,8 @@ async fn resolve(
         mode: ContextMode::Isolated,
         agent: "worker".into(),
         kind: SubtaskKind::Resolve,
+        replaces: None,
+        start_from: None,
         paths: Vec::new(),
         after: Vec::new(),
         waits_for: Vec::new(),

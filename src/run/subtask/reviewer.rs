@@ -191,6 +191,9 @@ pub(crate) struct Flagged<'a> {
     /// What the diff is against when it is not where the subtask started: a resolver's
     /// is against the run's result (`the run's result`).
     pub(crate) against: Option<&'a str>,
+    /// A follow-up's whole change (the earlier subtask's work and its own) against where
+    /// that work started: what its merge brings to the result.
+    pub(crate) whole: Option<&'a BranchDiff>,
 }
 
 impl<'a> Flagged<'a> {
@@ -198,6 +201,14 @@ impl<'a> Flagged<'a> {
     pub(crate) fn against(self, against: &'a str) -> Self {
         Self {
             against: Some(against),
+            ..self
+        }
+    }
+
+    /// These flags, with a follow-up's `whole` change.
+    pub(crate) fn with_whole(self, whole: &'a BranchDiff) -> Self {
+        Self {
+            whole: Some(whole),
             ..self
         }
     }
@@ -308,6 +319,15 @@ fn review_brief(
     ));
     if let Some((command, check)) = flagged.check {
         text.push_str(&check_evidence(command, check, whole));
+    }
+    if let Some(whole) = flagged.whole {
+        text.push_str(&format!(
+            "# The whole change its merge brings ({})\n\nThe earlier work it started from \
+             and this subtask's own, against where that work started (the base, or the run's result \
+             when it started):\n\n{}\n",
+            whole.stat.summary(),
+            fenced("diff", &whole.patch.text),
+        ));
     }
     text.push_str(&format!(
         "# The diff against {against} ({})\n\n{}\nThe resulting tree is your working \
