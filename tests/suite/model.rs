@@ -934,13 +934,8 @@ async fn local_openai_server_needs_no_key() {
 #[tokio::test]
 async fn openai_reasoning_models_are_sent_the_fields_they_take() {
     let models = ["gpt-4.1", "gpt-5.5", "gpt-6.1-sol"];
-    let server = FakeServer::with_script(
-        models
-            .iter()
-            .map(|_| Reply::from(a_long_text()))
-            .collect(),
-    )
-    .await;
+    let server =
+        FakeServer::with_script(models.iter().map(|_| Reply::from(a_long_text())).collect()).await;
     let model = Mode {
         provider: Provider::OpenAi,
         stream: true,

@@ -74,7 +74,10 @@ fn check_reasoning_model(body: &Value, problems: &mut Vec<String>) {
     let version: Option<(u32, u32)> = name.strip_prefix("gpt-").and_then(|rest| {
         let mut parts = rest.split(['.', '-']);
         let major = parts.next()?.parse().ok()?;
-        let minor = parts.next().and_then(|minor| minor.parse().ok()).unwrap_or(0);
+        let minor = parts
+            .next()
+            .and_then(|minor| minor.parse().ok())
+            .unwrap_or(0);
         Some((major, minor))
     });
     let Some(version) = version.filter(|(major, _)| *major >= 5) else {
@@ -86,7 +89,9 @@ fn check_reasoning_model(body: &Value, problems: &mut Vec<String>) {
              'max_completion_tokens' instead."
         ));
     }
-    let tools = body["tools"].as_array().is_some_and(|tools| !tools.is_empty());
+    let tools = body["tools"]
+        .as_array()
+        .is_some_and(|tools| !tools.is_empty());
     if tools && version >= (5, 6) && body["reasoning_effort"] != "none" {
         problems.push(format!(
             "Function tools with reasoning_effort are not supported for {model} in \
