@@ -17,6 +17,7 @@ use crate::event::{AgentId, AgentLabel};
 use crate::git::GitError;
 use crate::model::{ContentBlock, Message, Role};
 use crate::run::agents::agent_catalogue;
+use crate::run::check::ratchet;
 use crate::run::context::{AgentCaps, RunContext, RunFacts, RunRecord, agent_spec};
 use crate::run::delegate::{Delegate, Wait};
 use crate::run::lead_news::ResultNews;
@@ -66,8 +67,9 @@ pub(crate) fn lead_spec(
              each subtask's tree once its work is committed (its reviewer weighs it, and the \
              delegate result says how it went) and on the merged result before anything is \
              applied: after each turn in which work merged you are told how the result fares \
-             on it.",
-            check.command
+             on it.{}",
+            check.command,
+            ratchet::prompt_note(check)
         ));
     }
     spec

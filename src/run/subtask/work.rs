@@ -14,6 +14,7 @@ use crate::agent::roles::{Checkpoints, RoleDef, worktree_note};
 use crate::agent::{AgentError, Ledger, StopKind};
 use crate::event::{AgentId, AgentLabel, Event};
 use crate::model::{ContentBlock, Message, Role};
+use crate::run::check::ratchet;
 use crate::run::checkout::waiting_for_checkout;
 use crate::run::context::{AgentCaps, RunContext, RunFacts, RunRecord};
 use crate::run::id::SubtaskId;
@@ -293,8 +294,10 @@ fn check_note(facts: &RunFacts) -> String {
         "\n\n# The project's check\n\nOnce you are done, grove runs the project's check on \
          your worktree, `{}` (stopped after {} s), and {red}. Run the part of it that covers \
          your change (a test file, a build) as you work; run all of it yourself only when it \
-         is quick.",
-        check.command, check.timeout_s
+         is quick.{}",
+        check.command,
+        check.timeout_s,
+        ratchet::prompt_note(check)
     )
 }
 

@@ -33,6 +33,26 @@ const JUNIT_BYTES: u64 = 64 * 1024 * 1024;
 /// How much of a ratchet's output an error about it quotes.
 const QUOTED_CHARS: usize = 1_500;
 
+/// What an agent's prompt says of `check`'s ratchets (empty without any): that they may
+/// not get worse than the base, not that they must be clean, so that no agent sets out to
+/// fix the base's own findings or takes them for its own.
+pub(crate) fn prompt_note(check: &CheckOptions) -> String {
+    if check.ratchets.is_empty() {
+        return String::new();
+    }
+    let commands: Vec<String> = check
+        .ratchets
+        .iter()
+        .map(|ratchet| format!("`{}`", ratchet.command))
+        .collect();
+    format!(
+        " Beside it, {} may report what the base already reports: a tree's check is red only \
+         with a finding the base does not have (lines moved do not count), and those new \
+         findings are shown.",
+        commands.join(", ")
+    )
+}
+
 /// Why a ratchet gave nothing to compare; its text is what the check's account and the
 /// journal say. Never retried: the tree's check is red with it.
 #[derive(Debug, thiserror::Error)]
@@ -272,6 +292,22 @@ pub(crate) fn account(tallies: &[RatchetTally]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn agents_are_told_a_ratchet_may_keep_the_bases_findings() {
+        let mut check = CheckOptions::new("pytest -q");
+        assert_eq!(prompt_note(&check), "", "no ratchet, nothing said");
+        check.ratchets = vec![RatchetOptions {
+            command: "mypy src".to_owned(),
+            parse: RatchetParse::CargoJson,
+        }];
+        assert_eq!(
+            prompt_note(&check),
+            " Beside it, `mypy src` may report what the base already reports: a tree's check \
+             is red only with a finding the base does not have (lines moved do not count), \
+             and those new findings are shown."
+        );
+    }
 
     #[test]
     fn a_red_ratchet_is_named_in_how_the_check_ended_and_its_account_lists_only_the_new() {
