@@ -58,13 +58,14 @@ pub fn lead_reply(request: &RecordedRequest, briefs: &[(&str, Option<&str>)]) ->
 }
 
 /// A worker that follows briefs of the form `WRITE <path> <content>`, and writes again
-/// when grove stopped before its write ran (a resumed run answers it as interrupted).
+/// as a model would when its write did not happen: grove stopped before it ran (a resumed
+/// run answers it as interrupted) or it came back as an error (a pause cut it short).
 pub fn worker_reply(request: &RecordedRequest) -> Reply {
-    let interrupted = request
+    let written = request
         .tool_results()
         .last()
-        .is_some_and(|(_, text)| text.starts_with(grove::store::transcript::INTERRUPTED_CALL));
-    if answered(request) && !interrupted {
+        .is_some_and(|(_, text)| text.starts_with("created `") || text.starts_with("overwrote `"));
+    if answered(request) && written {
         return usage(Turn::text("WORKER-FINAL: wrote the file as asked.")).into();
     }
     // The brief is the newest user text, in isolated and forked conversations alike (a
