@@ -11,8 +11,8 @@
 //! at once: one of them goes first in its place.
 //!
 //! This module owns those decisions and nothing of the wire: the wire formats write
-//! them ([`super::anthropic`]: `cache_control.ttl`; [`super::openai`]:
-//! `prompt_cache_key`). It never sleeps longer than a hold's bound and never prints.
+//! them (Anthropic's as `cache_control.ttl`, OpenAI's as `prompt_cache_key`). It never
+//! sleeps longer than a hold's bound and never prints.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
