@@ -167,8 +167,14 @@ async fn lead_then_finish(
         let lead = LeadEnd::failed(LeadError::ResultBranch { source });
         return finish::finish(ctx, Vec::new(), lead, ResultCheck::NotRun).await;
     }
+    // The base's ratchet findings come before the lead's first token: a ratchet that gives
+    // nothing to compare there (its JUnit file not written, not XML) stops the run while
+    // it has cost nothing. They are cached per base commit: only a base's first run waits.
+    let findings_known = check::base::base_findings(ctx)
+        .await
+        .map_err(FinishError::Store)?;
     // While the lead plans; workers wait for its verdict.
-    let base_checked = tokio::spawn(check::base::check_base(Arc::clone(ctx)));
+    let base_checked = tokio::spawn(check::base::check_base(Arc::clone(ctx), findings_known));
     let mut history = None;
     if let Some(state) = &resumed {
         if let Err(source) = subtasks.resume(state).await {

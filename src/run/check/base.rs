@@ -31,8 +31,12 @@ const SHOWN_LINES: usize = 30;
 /// Checks the base as `[check] base` asks, then opens the gate, or pauses the run with
 /// the check's output and the likely cause. On a resume a passing check journaled by
 /// the run (or cached for this base and environment) is enough.
-pub(crate) async fn check_base(ctx: Arc<RunContext>) -> Result<(), StoreError> {
-    if !base_findings(&ctx).await? {
+/// `findings_known`: what [`base_findings`] said before the lead started.
+pub(crate) async fn check_base(
+    ctx: Arc<RunContext>,
+    findings_known: bool,
+) -> Result<(), StoreError> {
+    if !findings_known {
         ctx.trees.base_gate.decide(BaseVerdict::Closed);
         return Ok(());
     }
@@ -93,7 +97,7 @@ pub(crate) async fn check_base(ctx: Arc<RunContext>) -> Result<(), StoreError> {
 /// environment, beside the verdict), whatever `[check] base` says: every tree is
 /// compared with them. False when the run pauses (a ratchet gave nothing to compare on
 /// the base, its tree could not be made) or stops.
-async fn base_findings(ctx: &RunContext) -> Result<bool, StoreError> {
+pub(crate) async fn base_findings(ctx: &RunContext) -> Result<bool, StoreError> {
     let Some(check) = ctx.facts.options.check.as_ref() else {
         return Ok(true);
     };
