@@ -72,7 +72,26 @@ pub(crate) fn lead_spec(
             ratchet::prompt_note(check)
         ));
     }
+    spec.system.push_str(&history_note(options.history));
     spec
+}
+
+/// What the lead is told its work becomes on the user's branch, so that it splits a task
+/// into pieces that read well as that history (a bridge run's lead did not know).
+fn history_note(history: History) -> String {
+    let commits = match history {
+        History::Squash => {
+            "one commit per merged subtask, in merge order, its subject the first line of \
+             its worker's summary and its body your brief"
+        }
+        History::Merge => "a merge commit per merged subtask over its worker's checkpoints",
+    };
+    format!(
+        "\n\n# What the user's branch gets\n\nOnce you end, grove checks the merged result \
+         and applies it to the user's branch: {commits}. A subtask that was not merged leaves \
+         nothing there (its work is kept aside), so delegate pieces that each make sense as \
+         such a commit."
+    )
 }
 
 /// Why the lead could not run or go on.

@@ -427,6 +427,13 @@ fn the_lead_knew_the_checks(server: &FakeServer) {
         )),
         "the lead's system prompt names the check"
     );
+    assert!(
+        lead[0].system_text().contains(
+            "# What the user's branch gets\n\nOnce you end, grove checks the merged result and \
+             applies it to the user's branch: one commit per merged subtask, in merge order,"
+        ),
+        "the lead knows what its split becomes on the branch (the default history)"
+    );
     // The lead ended without `wait`: grove told it the three results in one message,
     // then how the merged result fares.
     let closing = lead.last().unwrap();
