@@ -80,7 +80,8 @@ pub async fn plan(
     let head = repo.resolve("HEAD")?;
     let tools = result_tree::read_only(&LiveTree::base(repo.clone(), head))
         .with(recorder.clone())
-        .with(Arc::new(PlanWait));
+        .with(Arc::new(PlanWait))
+        .with(Arc::new(PlanShow));
     let mut spec = lead_spec(&options, read_rules(&root)?.as_ref(), &models.lead, tools);
     // A plan's `delegate` only records: this lead never waits on subtasks.
     spec.cache.long_wait = false;
@@ -222,6 +223,36 @@ impl Tool for PlanWait {
         Ok(ToolOutput::ok(
             "dry run: nothing runs, so no result comes. Go on as if every planned subtask \
              will be done and merged; end with a summary of the plan.",
+        ))
+    }
+}
+
+/// `show_subtask` for a dry run: the lead has the run's tool set, and no subtask has a
+/// record to show.
+struct PlanShow;
+
+#[async_trait]
+impl Tool for PlanShow {
+    fn name(&self) -> &'static str {
+        "show_subtask"
+    }
+
+    fn description(&self) -> &str {
+        crate::run::show_subtask::DESCRIPTION
+    }
+
+    fn input_schema(&self) -> Value {
+        crate::run::show_subtask::input_schema()
+    }
+
+    fn mutates(&self) -> bool {
+        false
+    }
+
+    async fn run(&self, _input: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::ok(
+            "dry run: no subtask ran, so none has a record and the result is the base. Go \
+             on planning; end with a summary of the plan.",
         ))
     }
 }

@@ -91,6 +91,19 @@ pub(crate) const DESCRIPTION: &str = "Read one subtask's whole record: its brief
      \"result\" shows the run's merged result against the base instead: what would be \
      applied now (its diff always). It reads; it changes nothing.";
 
+/// The tool's input, for a dry run's stand-in too.
+pub(crate) fn input_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "description": "A subtask (\"S2\"), or \"result\" for the run's result against the base."},
+            "diff": {"type": "boolean", "description": "Also show the diff (default false)."},
+            "offset": {"type": "integer", "minimum": 0, "description": "Where in the diff to start, in characters (default 0)."}
+        },
+        "required": ["id"]
+    })
+}
+
 #[async_trait]
 impl Tool for ShowSubtask {
     fn name(&self) -> &'static str {
@@ -102,15 +115,7 @@ impl Tool for ShowSubtask {
     }
 
     fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "id": {"type": "string", "description": "A subtask (\"S2\"), or \"result\" for the run's result against the base."},
-                "diff": {"type": "boolean", "description": "Also show the diff (default false)."},
-                "offset": {"type": "integer", "minimum": 0, "description": "Where in the diff to start, in characters (default 0)."}
-            },
-            "required": ["id"]
-        })
+        input_schema()
     }
 
     fn mutates(&self) -> bool {

@@ -63,6 +63,20 @@ async fn dry_run_prints_the_plan_and_leaves_no_trace() {
             &Value::Null
         )
     );
+    let mut tools = server.requests()[0].tool_names();
+    tools.sort();
+    assert_eq!(
+        tools,
+        [
+            "delegate",
+            "grep",
+            "list_files",
+            "read_file",
+            "show_subtask",
+            "wait"
+        ],
+        "the dry run's lead has the tools a run's lead has, so a plan meets no unknown tool"
+    );
     let refused = &server.requests()[1].tool_results();
     assert!(
         refused[1].1.contains("there is no agent `no-such-agent`"),
