@@ -249,18 +249,6 @@ fn user_text(request: &Value) -> String {
         .join("\n")
 }
 
-/// A reviewer's text without the section on the run's other subtasks, whose briefs name
-/// their own targets.
-fn without_siblings(text: &str) -> String {
-    match text.split_once("# The run's other subtasks\n\n") {
-        Some((before, others)) => {
-            let after = others.split_once("\n\n# ").map_or("", |(_, rest)| rest);
-            format!("{before}# {after}")
-        }
-        None => text.to_owned(),
-    }
-}
-
 /// The target a worker's or reviewer's brief names.
 fn target_in(text: &str) -> Option<&'static Target> {
     TARGETS.iter().find(|target| text.contains(target.path))
@@ -273,7 +261,7 @@ pub fn answer(request: &Value) -> Turn {
         Some(Role::Lead) => Some(lead(step)),
         Some(Role::Worker) => target_in(&user_text(request)).map(|target| worker(target, step)),
         Some(Role::Reviewer) => {
-            let text = without_siblings(&user_text(request));
+            let text = crate::run::subtask::reviewer::without_others(&user_text(request));
             target_in(&text).map(|target| reviewer(target, &text, step))
         }
         None => None,

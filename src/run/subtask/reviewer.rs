@@ -99,10 +99,8 @@ pub(crate) async fn review(
         .with_timing(&spec.model_name, AgentTiming::default()),
     );
     let held = held_by(&ctx.facts, &ctx.record, diff.base);
-    let mut text = review_brief(brief, diff, flagged, &held, whole.as_deref());
-    // Siblings go before the diff, so it stays the brief's last section.
-    let at = text.rfind("# The diff against").unwrap_or(text.len());
-    text.insert_str(at, &others_note(&others_of(ctx, id, &held)));
+    let others = others_of(ctx, id, &held);
+    let text = review_brief(brief, diff, flagged, (&held, &others), whole.as_deref());
     let messages = isolated_messages(&text);
     let reviewer = ctx
         .run_agent(
@@ -275,12 +273,13 @@ fn held_by(facts: &RunFacts, record: &RunRecord, older: CommitId) -> Vec<Held> {
 /// paths, the check, the diff — each under its own heading, and nothing a worker wrote
 /// outside a quote it cannot close (paths C-quoted, output and diff fenced).
 /// `whole` is the check's whole output when grove kept it (the reviewer then has
-/// `check_output`).
+/// `check_output`); `held` the subtasks the diff's start holds, `others` the lead's other
+/// subtasks, not in it.
 fn review_brief(
     brief: &str,
     diff: &BranchDiff,
     flagged: Flagged<'_>,
-    held: &[Held],
+    (held, others): (&[Held], &[Held]),
     whole: Option<&str>,
 ) -> String {
     let mut text = format!("# The subtask's brief\n\n{}\n\n", brief.trim());
@@ -290,6 +289,7 @@ fn review_brief(
         (None, false) => "the run's result it started from",
     };
     text.push_str(&held_note(against, held));
+    text.push_str(&others_note(others));
     text.push_str(&path_list(
         "Files that run later",
         "The diff changes files that run on the host or in CI later (a build or CI entry \
@@ -406,21 +406,36 @@ fn gist(text: &str, max: usize) -> String {
     }
 }
 
+/// The heading of the section on the run's other subtasks.
+const OTHERS_HEADING: &str = "# The run's other subtasks\n\n";
+
 /// What the reviewer is told of the run's other subtasks; empty when there are none.
 fn others_note(others: &[Held]) -> String {
     if others.is_empty() {
         return String::new();
     }
-    let mut text = "# The run's other subtasks\n\nThe lead split the task: these subtasks \
-                    are other workers' and none of their work is in this diff. Do not reject \
-                    this diff for what their briefs cover; do reject it for what its own \
-                    brief asks and it left undone.\n\n"
-        .to_owned();
+    let mut text = format!(
+        "{OTHERS_HEADING}The lead split the task: these subtasks are other workers' and none \
+         of their work is in this diff. Do not reject this diff for what their briefs cover; \
+         do reject it for what its own brief asks and it left undone.\n\n"
+    );
     for other in others {
         text.push_str(&format!("- {}: {}\n", other.id, printable(&other.brief)));
     }
     text.push('\n');
     text
+}
+
+/// A reviewer's first message without the section on the run's other subtasks: the part
+/// about its own subtask (the demo's scripted reviewer reads only that).
+pub(crate) fn without_others(text: &str) -> String {
+    match text.split_once(OTHERS_HEADING) {
+        Some((before, others)) => {
+            let after = others.split_once("\n\n# ").map_or("", |(_, rest)| rest);
+            format!("{before}# {after}")
+        }
+        None => text.to_owned(),
+    }
 }
 
 /// One "Attention" section: its heading, what to do, and the paths, each C-quoted as git
@@ -516,7 +531,7 @@ mod tests {
             ..Flagged::default()
         };
 
-        let brief = review_brief("Shout.", &diff, flagged, &[], None);
+        let brief = review_brief("Shout.", &diff, flagged, (&[], &[]), None);
 
         let note = brief
             .split_once("# Attention: Paths left out of the commit\n\n")
@@ -563,7 +578,7 @@ mod tests {
             ..Flagged::default()
         };
 
-        let brief = review_brief("Shout.", &diff, flagged, &[], None);
+        let brief = review_brief("Shout.", &diff, flagged, (&[], &[]), None);
 
         let posing: Vec<&str> = outside_fences(&brief)
             .into_iter()
@@ -604,7 +619,7 @@ mod tests {
             brief: "Add the Config type.".into(),
         }];
 
-        let brief = review_brief("Use Config.", &diff, flagged, &held, None);
+        let brief = review_brief("Use Config.", &diff, flagged, (&held, &[]), None);
 
         let headings: Vec<&str> = outside_fences(&brief)
             .into_iter()
