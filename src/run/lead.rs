@@ -82,7 +82,7 @@ fn history_note(history: History) -> String {
     let commits = match history {
         History::Squash => {
             "one commit per merged subtask, in merge order, its subject the first line of \
-             its worker's summary and its body your brief"
+             its worker's summary and its body your brief and that summary"
         }
         History::Merge => "a merge commit per merged subtask over its worker's checkpoints",
     };

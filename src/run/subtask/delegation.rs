@@ -117,8 +117,13 @@ impl Subtasks {
         }
         text.push_str(&match (parts.is_empty(), taken.running.is_empty()) {
             (_, false) => format!(
-                "Still running: {}; `wait` again for their results.",
-                labels(&taken.running).join(", ")
+                "Still running: {}; `wait` again for {}.",
+                labels(&taken.running).join(", "),
+                if taken.running.len() == 1 {
+                    "its result"
+                } else {
+                    "their results"
+                }
             ),
             (false, true) => "No other subtask is running.".to_owned(),
             (true, true) => {
