@@ -36,6 +36,7 @@ pub mod lead;
 mod lead_news;
 pub(crate) mod merge_queue;
 pub(crate) mod observer;
+pub(crate) mod pick;
 pub mod report;
 pub mod sandbox_view;
 pub(crate) mod schedule;

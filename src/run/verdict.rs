@@ -71,14 +71,43 @@ struct VerdictInput {
     findings: Vec<FindingInput>,
 }
 
+/// One finding as a model writes it (`submit_verdict`'s, a judge's too).
 #[derive(Deserialize)]
-struct FindingInput {
+pub(crate) struct FindingInput {
     path: String,
     #[serde(default)]
     line: Option<u32>,
     problem: String,
     #[serde(default = "blocking_by_default")]
     blocking: bool,
+}
+
+impl From<FindingInput> for Finding {
+    fn from(finding: FindingInput) -> Self {
+        Finding {
+            path: finding.path,
+            line: finding.line,
+            problem: finding.problem,
+            blocking: finding.blocking,
+        }
+    }
+}
+
+/// The schema of `findings`, as every verdict tool takes them.
+pub(crate) fn findings_schema() -> Value {
+    json!({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "line": {"type": "integer", "minimum": 1},
+                "problem": {"type": "string"},
+                "blocking": {"type": "boolean", "description": "true (default): the diff must not be merged with this problem; false: a remark that need not stop the merge."}
+            },
+            "required": ["path", "problem"]
+        }
+    })
 }
 
 /// A finding that does not say is a reason to reject, as every finding once was.
@@ -130,19 +159,7 @@ impl Tool for SubmitVerdict {
             "properties": {
                 "verdict": {"type": "string", "enum": ["approve", "reject"]},
                 "summary": {"type": "string", "description": "One paragraph: what the diff does and why you decided so."},
-                "findings": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "path": {"type": "string"},
-                            "line": {"type": "integer", "minimum": 1},
-                            "problem": {"type": "string"},
-                            "blocking": {"type": "boolean", "description": "true (default): the diff must not be merged with this problem; false: a remark that need not stop the merge."}
-                        },
-                        "required": ["path", "problem"]
-                    }
-                }
+                "findings": findings_schema()
             },
             "required": ["verdict", "summary"]
         })
@@ -164,16 +181,7 @@ impl Tool for SubmitVerdict {
         let verdict = Verdict {
             kind: input.verdict,
             summary: input.summary.trim().to_owned(),
-            findings: input
-                .findings
-                .into_iter()
-                .map(|finding| Finding {
-                    path: finding.path,
-                    line: finding.line,
-                    problem: finding.problem,
-                    blocking: finding.blocking,
-                })
-                .collect(),
+            findings: input.findings.into_iter().map(Finding::from).collect(),
         };
         // Findings are optional (DESIGN.md): a rejection without any stands on its
         // summary. One whose every finding is a remark names nothing that stops the merge.

@@ -17,6 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::attempts::Pick;
 use crate::store::findings::RatchetTally;
 
 use crate::git::{CommitId, RunId};
@@ -302,6 +303,19 @@ pub enum Entry {
         subtask: SubtaskId,
         paths: Vec<String>,
     },
+    /// The subtasks of one `delegate` call with `attempts`: the same brief tried N ways.
+    /// Written before any of their `subtask_started` records.
+    Attempts {
+        group: SubtaskId,
+        subtasks: Vec<SubtaskId>,
+    },
+    /// The judge compared a group's attempts (or a person picked another in `grove
+    /// review`, `human` set): the attempt picked, or none, and why the others lost.
+    Picked {
+        group: SubtaskId,
+        #[serde(flatten)]
+        pick: Pick,
+    },
     /// A subtask is over.
     SubtaskFinished {
         subtask: SubtaskId,
@@ -387,6 +401,8 @@ impl Entry {
             Entry::Verdict { .. } => "verdict",
             Entry::Merged { .. } => "merged",
             Entry::Conflict { .. } => "conflict",
+            Entry::Attempts { .. } => "attempts",
+            Entry::Picked { .. } => "picked",
             Entry::SubtaskFinished { .. } => "subtask_finished",
             Entry::Checked { .. } => "checked",
             Entry::Culprit { .. } => "culprit",

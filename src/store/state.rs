@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::git::{CommitId, RunId};
 use crate::ledger::Ledger;
 use crate::status::SubtaskId;
+use crate::store::attempts::{AttemptGroup, group_of};
 
 use crate::store::journal::{
     CheckRun, ContextMode, Entry, Finding, RebuiltSubtask, Record, RunOutcome, SubtaskKind,
@@ -289,6 +290,9 @@ pub struct RunState {
     /// The subtasks' results the lead was given, in the order it got them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deliveries: Vec<Delivery>,
+    /// The groups of subtasks that are attempts at one brief (best of N).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<AttemptGroup>,
 }
 
 /// Results the lead was given at once (a `results_delivered` record).
@@ -340,6 +344,8 @@ pub enum ReplayReason {
     ToolCallNeverStarted { subtask: String, call_id: String },
     #[error("subtask `{subtask}` is merged without its commit and result")]
     MergedWithoutCommit { subtask: SubtaskId },
+    #[error("`{group}` is no group of attempts")]
+    NoAttemptGroup { group: SubtaskId },
 }
 
 impl RunState {
@@ -405,6 +411,7 @@ impl RunState {
             checks: Vec::new(),
             culprit: None,
             deliveries: Vec::new(),
+            attempts: Vec::new(),
         })
     }
 
@@ -427,6 +434,11 @@ impl RunState {
                 later.status == SubtaskStatus::Merged || self.superseded_by(later.id).is_some()
             })
             .map(|later| later.id)
+    }
+
+    /// The attempt group subtask `id` belongs to, when it is an attempt.
+    pub fn attempt_group(&self, id: SubtaskId) -> Option<&AttemptGroup> {
+        group_of(&self.attempts, id)
     }
 
     /// Whether a `run_finished` record ended the run.
@@ -516,6 +528,23 @@ impl RunState {
                 if merged.is_some() {
                     self.result_commit = merged;
                 }
+                Ok(())
+            }
+            Entry::Attempts { group, subtasks } => {
+                if self.attempt_group(*group).is_some() {
+                    return Err(ReplayReason::SubtaskAlreadyStarted { subtask: *group });
+                }
+                self.attempts.push(AttemptGroup {
+                    group: *group,
+                    subtasks: subtasks.clone(),
+                    pick: None,
+                });
+                Ok(())
+            }
+            Entry::Picked { group, pick } => {
+                let known = self.attempts.iter_mut().find(|known| known.group == *group);
+                let known = known.ok_or(ReplayReason::NoAttemptGroup { group: *group })?;
+                known.pick = Some(pick.clone());
                 Ok(())
             }
             Entry::ResultsDelivered { subtasks, call_id } => {

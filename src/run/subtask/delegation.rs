@@ -267,7 +267,7 @@ impl Delegator for Subtasks {
         let waits_for = placement.waits_for.clone();
         let pipeline = self
             .tasks
-            .spawn(self.clone().run_delegated(assignment, placement));
+            .spawn(self.clone().run_delegated(assignment, placement, None));
         let inbox = Arc::clone(&self.inbox);
         // Whatever becomes of the pipeline, even a panic, the lead hears of it.
         self.tasks.spawn(async move {

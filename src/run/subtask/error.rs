@@ -247,6 +247,10 @@ pub enum SubtaskError {
         #[source]
         source: Box<AgentError>,
     },
+    /// The judge of a subtask's attempts came to no decision (its model failed, or it
+    /// stopped); not retried: every attempt it was to judge fails.
+    #[error("the judge of its attempts came to no decision: {reason}")]
+    Judge { reason: String },
     #[error("could not merge: {source}")]
     Merge {
         #[from]

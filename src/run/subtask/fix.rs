@@ -71,7 +71,9 @@ impl Subtasks {
             start: Some(start),
             ..Placement::default()
         };
-        let mut report = self.run_subtask(assignment, permit, placement).await?;
+        let mut report = self
+            .run_subtask(assignment, permit, placement, None)
+            .await?;
         report.kind = SubtaskKind::Fix;
         lock(&self.reports).insert(id, report.clone());
         Ok(report)

@@ -44,6 +44,7 @@
 //! never the worker's messages — and the lead sees one bounded result. It must never
 //! merge a diff no reviewer approved, and never delete work that is not kept elsewhere.
 
+pub(crate) mod attempts;
 pub(crate) mod check;
 pub(crate) mod close;
 pub(crate) mod commit;
@@ -53,6 +54,7 @@ pub(crate) mod fix;
 pub(crate) mod hosts;
 pub(crate) mod inspect;
 pub(crate) mod integrate;
+pub(crate) mod judge;
 pub(crate) mod outcome;
 pub(crate) mod pipeline;
 pub(crate) mod prepare;
@@ -85,6 +87,7 @@ use crate::store::state::{RunState, SubtaskState, SubtaskStatus};
 use crate::store::transcript::{self, PendingAnswer, Transcript};
 use crate::tools::{self, ToolSet};
 use crate::worktree::Worktree;
+use attempts::Seat;
 use outcome::{Landing, Stages, Stop};
 use pipeline::Start;
 
@@ -167,6 +170,7 @@ impl Subtasks {
         self,
         assignment: Assignment,
         placement: Placement,
+        seat: Option<Seat>,
     ) -> Result<DelegateReport, DelegateError> {
         let id = assignment.id;
         let _settle = self.queue.guard(id);
@@ -182,7 +186,7 @@ impl Subtasks {
             return Err(DelegateError::Interrupted);
         };
         let report = self
-            .run_subtask(assignment, permit, placement)
+            .run_subtask(assignment, permit, placement, seat)
             .await
             .map_err(|source| DelegateError::Journal { source })?;
         let result = close::lead_result(&report);
@@ -213,6 +217,7 @@ impl Subtasks {
         assignment: Assignment,
         permit: OwnedSemaphorePermit,
         placement: Placement,
+        seat: Option<Seat>,
     ) -> Result<SubtaskReport, StoreError> {
         let (ctx, id) = (&self.ctx, assignment.id);
         let branch = ctx.facts.run.subtask_branch(id.number());
@@ -264,7 +269,13 @@ impl Subtasks {
         }
         let mut found = Stages::default();
         let reached = self
-            .stages(assignment, permit, &placement, &worktree, &mut found)
+            .stages(
+                assignment,
+                (permit, seat),
+                &placement,
+                &worktree,
+                &mut found,
+            )
             .await;
         // Its merge (if any) is journaled: the next subtask in merge order need not wait
         // for this one's archive and closing records.
@@ -303,7 +314,7 @@ impl Subtasks {
     async fn stages(
         &self,
         assignment: Assignment,
-        permit: OwnedSemaphorePermit,
+        (permit, seat): (OwnedSemaphorePermit, Option<Seat>),
         placement: &Placement,
         worktree: &Worktree,
         found: &mut Stages,
@@ -319,6 +330,7 @@ impl Subtasks {
                 jobs: &self.jobs,
                 checks: &self.checks,
             },
+            seat,
         };
         let judged = pipeline::judged(ctx, id, &brief, worktree, start, found).await?;
         // The merge may wait for the merge turn, or for a resolver that needs a slot.
@@ -486,7 +498,9 @@ impl Subtasks {
             tools,
             start,
         };
-        let mut report = self.run_subtask(assignment, permit, placement).await?;
+        let mut report = self
+            .run_subtask(assignment, permit, placement, None)
+            .await?;
         // A fixer (or a resolver) goes on as what it was started as.
         report.kind = state.kind;
         // Its resolver merged it before the run stopped: the result holds it already.

@@ -22,6 +22,7 @@ use crate::model::{ContentBlock, Message, Role};
 use crate::run::context::{RunContext, RunFacts, RunRecord};
 use crate::run::id::SubtaskId;
 use crate::run::report::executes_later;
+use crate::run::subtask::attempts::{Candidate, Fate, Seat};
 use crate::run::subtask::check::{self, Slots};
 use crate::run::subtask::commit::{self, Committed};
 use crate::run::subtask::error::SubtaskError;
@@ -55,6 +56,9 @@ pub(crate) enum Start<'a> {
         /// against that, and the whole change its merge brings.
         start_from: Option<&'a StartFrom>,
         slots: Slots<'a>,
+        /// Its place on its group's bench when it is one attempt of several: the bench
+        /// decides it instead of its own reviewer.
+        seat: Option<Seat>,
     },
     /// A resolver, from the conflicted merge of a subtask onto `result`: its turns again
     /// while it leaves conflict markers, its diff against `result`.
@@ -105,6 +109,7 @@ pub(crate) async fn judged(
         return Err(SubtaskError::Interrupted);
     }
     let mut whole = None;
+    let mut seat = None;
     let (committed, diff, markers, scope, slot) = match start {
         Start::Delegated {
             assignment,
@@ -112,7 +117,9 @@ pub(crate) async fn judged(
             scope,
             start_from,
             slots,
+            seat: taken,
         } => {
+            seat = taken;
             let work = work::work(ctx, *assignment, worktree).await;
             found.worker_ledger = work.ledger;
             let committed = commit::commit(&ctx.facts, &ctx.record, id, worktree, work).await?;
@@ -187,9 +194,38 @@ pub(crate) async fn judged(
                 (Author::Worker, Some((against, all))) => flagged.against(against).with_whole(all),
                 (Author::Worker, None) => flagged,
             };
-            let review = reviewer::review(ctx, id, brief, &diff, flagged, worktree).await;
-            found.reviewer_ledger = review.ledger;
-            (Judge::Reviewer, review.verdict?)
+            let fate = match seat {
+                Some(seat) => {
+                    seat.take(candidate(&diff, found, &made, scope, worktree))
+                        .await
+                }
+                None => Fate::Review,
+            };
+            match fate {
+                Fate::Review => {
+                    let review = reviewer::review(ctx, id, brief, &diff, flagged, worktree).await;
+                    found.reviewer_ledger = review.ledger;
+                    (Judge::Reviewer, review.verdict?)
+                }
+                Fate::Decided {
+                    judge,
+                    verdict,
+                    ledger,
+                } => {
+                    found.reviewer_ledger = ledger;
+                    (judge, verdict)
+                }
+                Fate::NoDecision {
+                    interrupted,
+                    reason,
+                } => {
+                    return Err(if interrupted || ctx.stopping() {
+                        SubtaskError::Interrupted
+                    } else {
+                        SubtaskError::Judge { reason }
+                    });
+                }
+            }
         }
     };
     let verdict = judged.1.kind;
@@ -199,6 +235,23 @@ pub(crate) async fn judged(
         verdict,
         permit,
     })
+}
+
+/// What an attempt hands its group's bench.
+fn candidate(
+    diff: &BranchDiff,
+    found: &Stages,
+    made: &Made,
+    scope: Option<&WriteScope>,
+    worktree: &Worktree,
+) -> Candidate {
+    Candidate {
+        diff: diff.clone(),
+        check: found.check.clone(),
+        made: made.clone(),
+        paths: scope.map_or_else(Vec::new, |scope| scope.globs().to_vec()),
+        worktree: worktree.clone(),
+    }
 }
 
 /// The paths of `worktree` the commit left out as git data (`Repo::git_dir_paths`), for

@@ -57,20 +57,8 @@ pub(crate) async fn review(
     // The check's whole output, kept by the check under the name of the run it was (a
     // reused verdict's is the earlier check's): its digest in the brief, all of it one
     // `check_output` call away.
-    let kept = flagged.check.map(|(_, check)| {
-        output_path(
-            &ctx.facts.run_dir,
-            check.same_as.as_deref().unwrap_or(&check.on),
-        )
-    });
-    let whole = match &kept {
-        Some(path) => tokio::fs::read(path)
-            .await
-            .ok()
-            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned()),
-        None => None,
-    };
-    if let Some(path) = kept.filter(|_| whole.is_some()) {
+    let whole = kept_check_output(ctx, flagged.check).await;
+    if let Some(path) = kept_check_path(ctx, flagged.check).filter(|_| whole.is_some()) {
         tools = tools.with(Arc::new(CheckOutput::new(path)));
     }
     let role = roles::builtin(RoleKind::Reviewer);
@@ -99,7 +87,7 @@ pub(crate) async fn review(
         .with_timing(&spec.model_name, AgentTiming::default()),
     );
     let held = held_by(&ctx.facts, &ctx.record, diff.base);
-    let others = others_of(ctx, id, &held);
+    let others = others_of(ctx, &[id], &held);
     let text = review_brief(brief, diff, flagged, (&held, &others), whole.as_deref());
     let messages = isolated_messages(&text);
     let reviewer = ctx
@@ -133,8 +121,32 @@ pub(crate) async fn review(
     }
 }
 
+/// Where the check's whole output for `check` is kept (a reused verdict's is the
+/// earlier check's), when a check ran.
+fn kept_check_path(
+    ctx: &RunContext,
+    check: Option<(&str, &CheckRun)>,
+) -> Option<std::path::PathBuf> {
+    check.map(|(_, check)| {
+        output_path(
+            &ctx.facts.run_dir,
+            check.same_as.as_deref().unwrap_or(&check.on),
+        )
+    })
+}
+
+/// The check's whole output as grove kept it, when it did.
+pub(crate) async fn kept_check_output(
+    ctx: &RunContext,
+    check: Option<(&str, &CheckRun)>,
+) -> Option<String> {
+    let path = kept_check_path(ctx, check)?;
+    let bytes = tokio::fs::read(path).await.ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// What a review loop that submitted no verdict means.
-fn no_verdict(
+pub(crate) fn no_verdict(
     record: &RunRecord,
     id: SubtaskId,
     result: Result<crate::agent::AgentOutcome, AgentError>,
@@ -227,7 +239,7 @@ pub(crate) fn check_of<'a>(
 
 /// A subtask whose merged work the diff's older side already holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Held {
+pub(crate) struct Held {
     id: String,
     /// The first line of its brief, as its merge commit records it.
     brief: String,
@@ -239,7 +251,7 @@ const HELD_BRIEF_CHARS: usize = 160;
 /// The subtasks merged into `older` since the run's base, oldest first: what the diff's
 /// older side holds that the base does not. Read from the result's own merge commits, so
 /// a resumed run tells the same.
-fn held_by(facts: &RunFacts, record: &RunRecord, older: CommitId) -> Vec<Held> {
+pub(crate) fn held_by(facts: &RunFacts, record: &RunRecord, older: CommitId) -> Vec<Held> {
     if older == facts.base {
         return Vec::new();
     }
@@ -283,20 +295,54 @@ fn review_brief(
     whole: Option<&str>,
 ) -> String {
     let mut text = format!("# The subtask's brief\n\n{}\n\n", brief.trim());
-    let against = match (flagged.against, held.is_empty()) {
+    text.push_str(&context_notes(flagged, held, others));
+    text.push_str(&flag_notes(flagged, whole));
+    if let Some(whole) = flagged.whole {
+        text.push_str(&format!(
+            "# The whole change its merge brings ({})\n\nThe earlier work it started from \
+             and this subtask's own, against where that work started (the base, or the run's result \
+             when it started):\n\n{}\n",
+            whole.stat.summary(),
+            fenced("diff", &whole.patch.text),
+        ));
+    }
+    text.push_str(&format!(
+        "# The diff against {} ({})\n\n{}\nThe resulting tree is your working \
+         directory; read what you need. Then call `submit_verdict`.",
+        against(flagged, held),
+        diff.stat.summary(),
+        fenced("diff", &diff.patch.text),
+    ));
+    text
+}
+
+/// What a diff is against: what `flagged` says, else the base or the result it started
+/// from (when that holds merged subtasks).
+fn against<'a>(flagged: Flagged<'a>, held: &[Held]) -> &'a str {
+    match (flagged.against, held.is_empty()) {
         (Some(against), _) => against,
         (None, true) => "the base",
         (None, false) => "the run's result it started from",
-    };
-    text.push_str(&held_note(against, held));
+    }
+}
+
+/// What the diff starts from and the run's other subtasks, for a reviewer or a judge.
+pub(crate) fn context_notes(flagged: Flagged<'_>, held: &[Held], others: &[Held]) -> String {
+    let mut text = held_note(against(flagged, held), held);
     text.push_str(&others_note(others));
-    text.push_str(&path_list(
+    text
+}
+
+/// The paths flagged for a second look and the check's evidence (`whole`: its whole
+/// output, when kept).
+pub(crate) fn flag_notes(flagged: Flagged<'_>, whole: Option<&str>) -> String {
+    let mut text = path_list(
         "Files that run later",
         "The diff changes files that run on the host or in CI later (a build or CI entry \
          point, a configuration a tool reads, a file the check ran); check that each change \
          is needed and harmless:",
         flagged.executes_later,
-    ));
+    );
     text.push_str(&path_list(
         "Changes outside the subtask's paths",
         &format!(
@@ -320,21 +366,6 @@ fn review_brief(
     if let Some((command, check)) = flagged.check {
         text.push_str(&check_evidence(command, check, whole));
     }
-    if let Some(whole) = flagged.whole {
-        text.push_str(&format!(
-            "# The whole change its merge brings ({})\n\nThe earlier work it started from \
-             and this subtask's own, against where that work started (the base, or the run's result \
-             when it started):\n\n{}\n",
-            whole.stat.summary(),
-            fenced("diff", &whole.patch.text),
-        ));
-    }
-    text.push_str(&format!(
-        "# The diff against {against} ({})\n\n{}\nThe resulting tree is your working \
-         directory; read what you need. Then call `submit_verdict`.",
-        diff.stat.summary(),
-        fenced("diff", &diff.patch.text),
-    ));
     text
 }
 
@@ -366,12 +397,26 @@ const OTHER_BRIEF_CHARS: usize = 400;
 /// The lead's other subtasks that are not in the diff's start: not merged yet, or merged
 /// since. The reviewer is told of them, with the files each may change, so that it does
 /// not reject a piece of a split task for what a sibling covers.
-fn others_of(ctx: &RunContext, id: SubtaskId, held: &[Held]) -> Vec<Held> {
-    ctx.record
-        .journal
-        .subtasks()
-        .into_iter()
-        .filter(|other| other.id != id && other.kind.is_task())
+pub(crate) fn others_of(ctx: &RunContext, ids: &[SubtaskId], held: &[Held]) -> Vec<Held> {
+    let state = ctx.record.journal.state();
+    // Attempts at the same brief are not other work; another group is named once.
+    let same_group = |other: SubtaskId| {
+        ids.iter().any(|id| {
+            state
+                .attempt_group(*id)
+                .is_some_and(|group| group.subtasks.contains(&other))
+        })
+    };
+    let attempt_of_another = |other: SubtaskId| {
+        state
+            .attempt_group(other)
+            .is_some_and(|group| group.group != other)
+    };
+    state
+        .subtasks
+        .iter()
+        .filter(|other| !ids.contains(&other.id) && other.kind.is_task())
+        .filter(|other| !same_group(other.id) && !attempt_of_another(other.id))
         .filter(|other| !held.iter().any(|held| held.id == other.id.to_string()))
         .filter_map(|other| {
             // A running sibling may be working, checked or in review: its diff may change.
