@@ -224,7 +224,6 @@ async fn judged(
                     label: attempt.label,
                     id: attempt.id,
                     diff: &candidate.diff,
-                    check: candidate.check.as_ref(),
                     flagged: Flagged {
                         executes_later: &candidate.made.executes_later,
                         left_out: &candidate.made.left_out,
@@ -391,11 +390,16 @@ pub(crate) fn group_result(group: SubtaskId, reports: &[SubtaskReport]) -> Deleg
             .reason
             .clone()
             .unwrap_or_else(|| report.status.as_str().to_owned());
+        // A loser's reason says it was not picked; any other says how it ended.
+        let how = if why.starts_with("not picked") {
+            String::new()
+        } else {
+            format!("{}: ", report.status.as_str())
+        };
         text.push_str(&format!(
-            "- attempt {} ({}) {}: {}\n",
+            "- attempt {} ({}) {how}{}\n",
             label(place),
             report.id,
-            report.status.as_str(),
             printable(&excerpt(&why, REASON_CHARS)).replace('\n', " ")
         ));
     }

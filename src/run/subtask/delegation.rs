@@ -28,6 +28,7 @@ use crate::store::transcript::Transcript;
 use crate::text::printable;
 
 use super::Subtasks;
+use super::attempts;
 use super::close::lead_result;
 use super::retry::{self, StartFrom};
 use super::work::Assignment;
@@ -50,6 +51,18 @@ impl Subtasks {
         let report = lock(&self.reports).get(&from).cloned();
         let start = retry::start_from(&self.ctx.facts, from, report.as_ref(), &journaled)?;
         Ok(Some(start))
+    }
+
+    /// How many attempts `request` gets: its own `attempts`, else the run's; more than
+    /// the run's maximum is refused.
+    fn attempts_of(&self, request: &DelegateRequest) -> Result<u32, DelegateError> {
+        let options = &self.ctx.facts.options;
+        let max = options.max_attempts.max(1);
+        match request.attempts {
+            Some(asked) if asked > max => Err(DelegateError::TooManyAttempts { asked, max }),
+            Some(asked) => Ok(asked.max(1)),
+            None => Ok(options.attempts.clamp(1, max)),
+        }
     }
 
     /// The archived work a resumed subtask `state` starts from, when it was delegated
@@ -190,6 +203,53 @@ impl Subtasks {
     }
 }
 
+impl Subtasks {
+    /// The attempts of one group (the first names it), each a subtask's pipeline with a
+    /// seat on the group's bench, and the bench deciding them; the group's one result.
+    pub(crate) async fn run_attempts(
+        self,
+        assignments: Vec<Assignment>,
+        placement: Placement,
+    ) -> Result<DelegateReport, DelegateError> {
+        let ids: Vec<SubtaskId> = assignments.iter().map(|assignment| assignment.id).collect();
+        let group = ids.first().copied().unwrap_or(SubtaskId(0));
+        let brief = assignments
+            .first()
+            .map(|assignment| assignment.brief.clone())
+            .unwrap_or_default();
+        let (bench, seats) = attempts::bench(&ids, &brief);
+        let runs = assignments
+            .into_iter()
+            .zip(seats)
+            .map(|(assignment, seat)| {
+                self.clone()
+                    .run_delegated(assignment, placement.clone(), Some(seat))
+            });
+        let (decided, ran) = tokio::join!(
+            bench.decide(&self.ctx),
+            futures_util::future::join_all(runs)
+        );
+        decided.map_err(|source| DelegateError::Journal { source })?;
+        for result in ran {
+            result?;
+        }
+        if self.ctx.stopping() {
+            return Err(DelegateError::Interrupted);
+        }
+        Ok(self.group_result(group, &ids))
+    }
+
+    /// The lead's result for group `group` of attempts `ids`, from their reports.
+    fn group_result(&self, group: SubtaskId, ids: &[SubtaskId]) -> DelegateReport {
+        let reports = lock(&self.reports);
+        let attempts: Vec<_> = ids
+            .iter()
+            .filter_map(|id| reports.get(id).cloned())
+            .collect();
+        attempts::group_result(group, &attempts)
+    }
+}
+
 #[async_trait]
 impl Delegator for Subtasks {
     /// Accepts one delegated subtask and starts its pipeline as a tracked task of its
@@ -204,12 +264,13 @@ impl Delegator for Subtasks {
         let scope = scope_of(&request.paths);
         let tools = worker_tools(&role, &ctx.trees.executor, scope.as_ref())?;
         let start_from = self.follow_up(&request)?;
+        let attempts = self.attempts_of(&request)?;
         // Numbered before anything awaits, so subtasks are numbered in call order.
         let admitted = self.schedule.admit(
             &self.queue,
             ctx.facts.options.max_subtasks,
             scope.as_ref(),
-            &request.after,
+            (&request.after, attempts),
         )?;
         let id = admitted.id;
         if request.mode == ContextMode::Fork && !ctx.facts.options.worker_backend.is_builtin() {
@@ -245,29 +306,55 @@ impl Delegator for Subtasks {
         };
         // Journaled on acceptance, before anything awaits: a subtask still waiting for
         // earlier ones or for a `--jobs` slot when grove stops is resumed like any other.
-        let started = Entry::SubtaskStarted {
-            subtask: id,
-            task: request.task,
-            branch: ctx.facts.run.subtask_branch(id.number()),
-            mode: request.mode,
-            agent: assignment.role.name.clone(),
-            paths: request.paths,
-            after: request.after.clone(),
-            waits_for: placement.waits_for.clone(),
-            kind: SubtaskKind::Task,
-            replaces: request.replaces,
-            start_from: request.start_from,
-        };
-        if let Err(source) = ctx.journal(started) {
-            // Its number is taken: settled, so that no later merge waits for it.
-            self.queue.settle(id);
+        // A group is journaled before its attempts, so none is ever without it.
+        let mut journaled = Ok(());
+        if admitted.attempts.len() > 1 {
+            journaled = ctx.journal(Entry::Attempts {
+                group: id,
+                subtasks: admitted.attempts.clone(),
+            });
+        }
+        for attempt in &admitted.attempts {
+            journaled = journaled.and_then(|()| {
+                ctx.journal(Entry::SubtaskStarted {
+                    subtask: *attempt,
+                    task: request.task.clone(),
+                    branch: ctx.facts.run.subtask_branch(attempt.number()),
+                    mode: request.mode,
+                    agent: assignment.role.name.clone(),
+                    paths: request.paths.clone(),
+                    after: request.after.clone(),
+                    waits_for: placement.waits_for.clone(),
+                    kind: SubtaskKind::Task,
+                    replaces: request.replaces,
+                    start_from: request.start_from,
+                })
+            });
+        }
+        if let Err(source) = journaled {
+            // Their numbers are taken: settled, so that no later merge waits for them.
+            for attempt in &admitted.attempts {
+                self.queue.settle(*attempt);
+            }
             return Err(DelegateError::Journal { source });
         }
         self.inbox.expect(id);
         let waits_for = placement.waits_for.clone();
-        let pipeline = self
-            .tasks
-            .spawn(self.clone().run_delegated(assignment, placement, None));
+        let pipeline = if admitted.attempts.len() > 1 {
+            let assignments = admitted
+                .attempts
+                .iter()
+                .map(|attempt| Assignment {
+                    id: *attempt,
+                    ..assignment.clone()
+                })
+                .collect();
+            self.tasks
+                .spawn(self.clone().run_attempts(assignments, placement))
+        } else {
+            self.tasks
+                .spawn(self.clone().run_delegated(assignment, placement, None))
+        };
         let inbox = Arc::clone(&self.inbox);
         // Whatever becomes of the pipeline, even a panic, the lead hears of it.
         self.tasks.spawn(async move {
@@ -281,10 +368,19 @@ impl Delegator for Subtasks {
         } else {
             format!("it starts once {} settled", labels(&waits_for).join(", "))
         };
+        let tried = if admitted.attempts.len() > 1 {
+            format!(
+                " as {} attempts ({}), judged together",
+                admitted.attempts.len(),
+                labels(&admitted.attempts).join(", ")
+            )
+        } else {
+            String::new()
+        };
         Ok(DelegateReport {
             text: format!(
-                "{id} accepted: {when}. `wait` gives its result when it settles; delegate \
-                 more meanwhile if you have independent work."
+                "{id} accepted{tried}: {when}. `wait` gives its result when it settles; \
+                 delegate more meanwhile if you have independent work."
             ),
         })
     }
