@@ -138,7 +138,6 @@ async fn three_attempts_run_at_once_and_only_the_judges_pick_is_merged() {
         .tool_results()[1]
         .1
         .clone();
-    eprintln!("TOLD:\n{told}");
     assert!(
         told.contains("was tried 3 ways") && told.contains("is not loud"),
         "the lead hears the pick and why the others lost: {told}"
