@@ -21,7 +21,7 @@ use crate::settings::options::{
     WorktreeSetup, default_jobs,
 };
 use crate::settings::ratchet::{RatchetOptions, RatchetParse, Tool};
-pub use crate::settings::values::{CopyPathError, ValueProblem, check_copy_path};
+pub use crate::settings::values::{CopyPathError, MAX_ATTEMPTS, ValueProblem, check_copy_path};
 use crate::settings::values::{
     ParseKind, junit_path, ratchet_parse, ratchet_pattern, ratchet_tool,
 };

@@ -191,14 +191,6 @@ pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     )
     .await
     .map_err(usage_or_error)?;
-    if options.attempts > options.max_attempts {
-        return Err(UsageError(format!(
-            "--attempts {} is over this project's max_attempts of {} (.grove/config.toml); \
-             ask for fewer, or raise max_attempts",
-            options.attempts, options.max_attempts
-        ))
-        .into());
-    }
     render::agent_file_problems(&drive::agent_file_problems(root));
 
     let json = args.json;
