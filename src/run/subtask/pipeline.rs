@@ -159,7 +159,7 @@ pub(crate) async fn judged(
     };
     // Kept whatever happens next: a failed review still reports what was made.
     found.made = Some(made.clone());
-    let permit = match slot {
+    let mut permit = match slot {
         Some((slots, permit)) => {
             let (check, permit) =
                 check::check_subtask(ctx.tree_stage(), slots, permit, id, worktree, &diff).await?;
@@ -198,6 +198,10 @@ pub(crate) async fn judged(
             };
             let fate = match seat {
                 Some(seat) => {
+                    // Its `--jobs` slot goes to the next attempt: held at the bench, the
+                    // slots of the attempts there could be all there are while another
+                    // attempt waits for one, and the bench would wait for it forever.
+                    drop(permit.take());
                     seat.take(candidate(&diff, found, &made, scope, worktree))
                         .await
                 }
