@@ -45,7 +45,16 @@ struct PickInput {
     #[serde(default)]
     not_picked: Vec<LostInput>,
     #[serde(default)]
-    findings: Vec<FindingInput>,
+    findings: Vec<JudgeFinding>,
+}
+
+/// A finding as the judge writes it: on one attempt, named, or on them all.
+#[derive(Deserialize)]
+struct JudgeFinding {
+    #[serde(default)]
+    attempt: Option<String>,
+    #[serde(flatten)]
+    finding: FindingInput,
 }
 
 #[derive(Deserialize)]
@@ -130,7 +139,18 @@ impl SubmitPick {
             }
             (VerdictKind::Reject, None) => None,
         };
-        let findings: Vec<Finding> = input.findings.into_iter().map(Finding::from).collect();
+        let findings: Vec<Finding> = input
+            .findings
+            .into_iter()
+            .map(|judged| {
+                let mut finding = Finding::from(judged.finding);
+                // The attempts change the same files: the label says whose line it is.
+                if let Some(label) = judged.attempt.as_deref().and_then(|a| self.label(a)) {
+                    finding.problem = format!("(attempt {label}) {}", finding.problem);
+                }
+                finding
+            })
+            .collect();
         if picked.is_none() && !findings.is_empty() && !findings.iter().any(|f| f.blocking) {
             return refuse(REJECT_WITHOUT_BLOCKING.into());
         }
@@ -187,7 +207,7 @@ impl Tool for SubmitPick {
                         "required": ["attempt", "reason"]
                     }
                 },
-                "findings": findings_schema()
+                "findings": judge_findings_schema(&labels)
             },
             "required": ["verdict", "summary"]
         })
@@ -210,6 +230,17 @@ impl Tool for SubmitPick {
         *slot = Some(pick);
         Ok(ToolOutput::last("Verdict recorded."))
     }
+}
+
+/// `findings`, each naming the attempt it is about (the attempts change the same files).
+fn judge_findings_schema(labels: &[String]) -> Value {
+    let mut schema = findings_schema();
+    schema["items"]["properties"]["attempt"] = json!({
+        "type": "string",
+        "enum": labels,
+        "description": "The attempt this finding is about; leave out for all of them."
+    });
+    schema
 }
 
 #[cfg(test)]

@@ -32,11 +32,11 @@ use crate::run::subtask::reviewer::{Flagged, check_of};
 use crate::run::verdict::Verdict;
 use crate::store::StoreError;
 use crate::store::attempts::{NotPicked, Pick, label};
-use crate::store::journal::{CheckRun, CheckStatus, Entry, SubtaskOutcome, VerdictKind};
-use crate::text::{excerpt, printable};
+use crate::store::journal::{CheckRun, CheckStatus, Entry, VerdictKind};
+use crate::text::{excerpt, fenced, printable, quoted_path};
 use crate::worktree::Worktree;
 
-use super::close::lead_result;
+use super::close::lead_result_by;
 
 /// What an attempt brings to the bench once it is checked.
 pub(crate) struct Candidate {
@@ -120,6 +120,17 @@ pub(crate) fn bench(
     )
 }
 
+/// What the worker of attempt `label` of `count` is told after its brief: that others
+/// try the same brief, so that it takes the design it judges best rather than the one
+/// it would take by default (identical attempts cost their tokens for nothing).
+pub(crate) fn worker_note(label: char, count: usize) -> String {
+    format!(
+        "\n\n(grove: {count} workers try this brief at once, each on its own; this is \
+         attempt {label}. A judge compares the attempts and merges one. Do it the way you \
+         judge best, completely: correct first, then what the brief asks and no more.)"
+    )
+}
+
 /// Every attempt of `ids` with its label: its place in the group.
 pub(crate) fn labelled(ids: &[SubtaskId]) -> Vec<(SubtaskId, char)> {
     ids.iter()
@@ -176,18 +187,11 @@ impl Bench {
         }
         match running.len() {
             0 => Ok(()),
+            // The one attempt left is reviewed as any subtask; no judge, so no `picked`
+            // record (the others' verdicts say why they lost).
             1 => {
                 for attempt in running {
                     attempt.send(Fate::Review);
-                }
-                if !not_picked.is_empty() {
-                    journal_pick(
-                        ctx,
-                        group,
-                        None,
-                        "Only one attempt passed its check; its own reviewer decides.",
-                        not_picked,
-                    )?;
                 }
                 Ok(())
             }
@@ -302,7 +306,9 @@ async fn judged(
         });
         let judge = match pick.picked {
             Some(_) => Judge::Rule(format!("not picked: {reason}")),
-            None => Judge::Reviewer,
+            None => Judge::Rule(format!(
+                "rejected by the judge with every other attempt: {reason}"
+            )),
         };
         decided.push((attempt, judge, verdict, ledger));
     }
@@ -374,7 +380,13 @@ const REASON_CHARS: usize = 300;
 /// The one result the lead gets for a group: which attempt was picked and, a line
 /// each, why the others lost; then the pick's own result (or, none picked, each
 /// attempt's first line).
-pub(crate) fn group_result(group: SubtaskId, reports: &[SubtaskReport]) -> DelegateReport {
+/// `judged`: whether a judge picked among the attempts (else the pick's own reviewer
+/// approved the one attempt left).
+pub(crate) fn group_result(
+    group: SubtaskId,
+    reports: &[SubtaskReport],
+    judged: bool,
+) -> DelegateReport {
     // Every attempt but the pick is rejected: an approval is the pick.
     let picked = reports
         .iter()
@@ -402,7 +414,7 @@ pub(crate) fn group_result(group: SubtaskId, reports: &[SubtaskReport]) -> Deleg
             .clone()
             .unwrap_or_else(|| report.status.as_str().to_owned());
         // A loser's reason says it was not picked; any other says how it ended.
-        let how = if why.starts_with("not picked") {
+        let how = if why.starts_with("not picked") || why.starts_with("rejected by the judge") {
             String::new()
         } else {
             format!("{}: ", report.status.as_str())
@@ -416,22 +428,44 @@ pub(crate) fn group_result(group: SubtaskId, reports: &[SubtaskReport]) -> Deleg
     }
     match picked {
         Some(place) => {
+            let by = if judged { "judge" } else { "reviewer" };
             text.push_str(&format!(
                 "The picked attempt's result:\n{}",
-                lead_result(&reports[place]).text
+                lead_result_by(&reports[place], by).text
             ));
         }
-        None => {
-            if let Some(judged) = reports
-                .iter()
-                .find(|r| r.status == SubtaskOutcome::Rejected && r.review_summary.is_some())
-            {
-                text.push_str(&format!("Its last verdict:\n{}", lead_result(judged).text));
+        // A judge that rejected them all gave each its summary and findings.
+        None if judged => {
+            if let Some(report) = reports.iter().find(|r| r.review_summary.is_some()) {
+                text.push_str(&judges_words(report));
             }
         }
+        None => {}
     }
     DelegateReport { text }
 }
+
+/// The judge's summary and findings, as a rejected attempt's verdict holds them.
+fn judges_words(report: &SubtaskReport) -> String {
+    let summary = report.review_summary.as_deref().unwrap_or_default();
+    let mut text = format!(
+        "the judge's summary, in its words:\n{}",
+        fenced("text", &excerpt(summary, JUDGE_CHARS))
+    );
+    for finding in report.findings.iter().take(LISTED_FINDINGS) {
+        text.push_str(&format!(
+            "- {} {}: {}\n",
+            finding.severity(),
+            quoted_path(&finding.place().to_string()),
+            printable(&excerpt(&finding.problem, REASON_CHARS)).replace('\n', " ")
+        ));
+    }
+    text
+}
+
+/// How much of the judge's summary, and how many of its findings, the lead reads here.
+const JUDGE_CHARS: usize = 4_000;
+const LISTED_FINDINGS: usize = 12;
 
 /// `A, B, C` for `count` attempts.
 fn labels(count: usize) -> String {

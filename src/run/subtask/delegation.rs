@@ -310,12 +310,17 @@ impl Subtasks {
 
     /// The lead's result for group `group` of attempts `ids`, from their reports.
     fn group_result(&self, group: SubtaskId, ids: &[SubtaskId]) -> DelegateReport {
+        let journaled = self.ctx.record.journal.state();
+        // Only a judge writes the group's `picked` record.
+        let judged = journaled
+            .attempt_group(group)
+            .is_some_and(|known| known.pick.is_some());
         let reports = lock(&self.reports);
         let attempts: Vec<_> = ids
             .iter()
             .filter_map(|id| reports.get(id).cloned())
             .collect();
-        attempts::group_result(group, &attempts)
+        attempts::group_result(group, &attempts, judged)
     }
 }
 
@@ -379,12 +384,29 @@ impl Delegator for Subtasks {
         self.inbox.expect(id);
         let waits_for = placement.waits_for.clone();
         let pipeline = if admitted.attempts.len() > 1 {
-            let assignments = admitted
-                .attempts
-                .iter()
-                .map(|attempt| Assignment {
-                    id: *attempt,
-                    ..assignment.clone()
+            let count = admitted.attempts.len();
+            let lead = self.lead_history.get();
+            let assignments = attempts::labelled(&admitted.attempts)
+                .into_iter()
+                .map(|(attempt, label)| {
+                    let worker_brief = format!(
+                        "{}{}",
+                        assignment.worker_brief,
+                        attempts::worker_note(label, count)
+                    );
+                    let messages = match request.mode {
+                        ContextMode::Fork => fork_messages(&lead, &worker_brief),
+                        ContextMode::Isolated => isolated_messages(&worker_brief),
+                    };
+                    Assignment {
+                        id: attempt,
+                        worker_brief,
+                        start: Transcript {
+                            messages,
+                            ..Transcript::default()
+                        },
+                        ..assignment.clone()
+                    }
                 })
                 .collect();
             self.tasks

@@ -509,7 +509,14 @@ impl Subtasks {
             (roles::builtin(RoleKind::Worker), tools)
         });
         let _settle = self.queue.guard(id);
-        let worker_brief = schedule::worker_brief(&state.task, placement.scope.as_deref()) + &note;
+        let mut worker_brief =
+            schedule::worker_brief(&state.task, placement.scope.as_deref()) + &note;
+        let journaled = ctx.record.journal.state();
+        if let Some(group) = journaled.attempt_group(id)
+            && let Some(label) = group.label_of(id)
+        {
+            worker_brief.push_str(&attempts::worker_note(label, group.subtasks.len()));
+        }
         let start = resumed_start(&ctx.facts, &ctx.record, state, &role.name, &worker_brief);
         let branch = ctx.facts.run.subtask_branch(id.number());
         // A subtask that was still waiting waits again, holding no slot; one that had
