@@ -326,6 +326,7 @@ fn expected_full_state(run: &RunId) -> RunState {
         checks: vec![],
         culprit: None,
         deliveries: Vec::new(),
+        attempts: Vec::new(),
     }
 }
 
