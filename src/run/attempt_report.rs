@@ -5,31 +5,12 @@
 //! attempt stands is [`crate::store::attempt_status`]'s to say. It must never change a
 //! subtask's own status or verdict.
 
-use serde::Serialize;
-
-use crate::run::report::SubtaskReport;
-use crate::status::SubtaskId;
-use crate::store::attempt_status::{AttemptStatus, attempt_of, attempts_of};
+use crate::run::report::{AttemptEntry, SubtaskReport};
+use crate::store::attempt_status::{attempt_of, attempts_of};
 use crate::store::state::RunState;
 
-/// One attempt in its group's list (`attempts` of the group's first subtask in
-/// `grove run --json`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AttemptEntry {
-    pub subtask: SubtaskId,
-    /// `A`, `B`, …
-    pub label: char,
-    pub status: AttemptStatus,
-    /// What its worker and reviewer (the judge, for the attempt that carries it) cost;
-    /// `null` when a model of theirs has no price.
-    pub cost_usd: Option<f64>,
-    /// Why it was not picked.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
 /// Fills each report's `attempt` and each group's `attempts` from `state`; costs come
-/// later, from [`price_attempts`].
+/// later, from [`CostReport::price`](crate::run::report::CostReport::price).
 pub fn mark_attempts(reports: &mut [SubtaskReport], state: &RunState) {
     for report in reports.iter_mut() {
         report.attempt = attempt_of(state, report.id);
@@ -49,23 +30,11 @@ pub fn mark_attempts(reports: &mut [SubtaskReport], state: &RunState) {
     }
 }
 
-/// Copies each attempt's priced `cost_usd` into its group's list.
-pub fn price_attempts(reports: &mut [SubtaskReport]) {
-    let costs: Vec<(SubtaskId, Option<f64>)> = reports.iter().map(|r| (r.id, r.cost_usd)).collect();
-    for report in reports.iter_mut() {
-        for entry in &mut report.attempts {
-            entry.cost_usd = costs
-                .iter()
-                .find(|(id, _)| *id == entry.subtask)
-                .and_then(|(_, cost)| *cost);
-        }
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::run::report::price_attempts;
     use crate::run::subtask::report_from_state;
     use crate::store::attempt_status::tests::judged_run;
 

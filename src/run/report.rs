@@ -11,11 +11,10 @@ use crate::agent::Ledger;
 use crate::agent::external::WorkerBackend;
 use crate::git::DiffStat;
 use crate::prices::Usd;
-use crate::run::attempt_report::{AttemptEntry, price_attempts};
 use crate::run::estimate::Estimate;
 use crate::run::id::SubtaskId;
 use crate::settings::options::{Models, RunOptions};
-use crate::store::attempt_status::AttemptOf;
+use crate::store::attempt_status::{AttemptOf, AttemptStatus};
 use crate::store::journal::{
     CheckRun, CheckStatus, Finding, ON_RESULT, RunOutcome, SubtaskKind, SubtaskOutcome, VerdictKind,
 };
@@ -143,6 +142,35 @@ pub struct SubtaskReport {
     /// Absent from the JSON otherwise.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<AttemptEntry>,
+}
+
+/// One attempt in its group's list (`attempts` of the group's first subtask in
+/// `grove run --json`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptEntry {
+    pub subtask: SubtaskId,
+    /// `A`, `B`, …
+    pub label: char,
+    pub status: AttemptStatus,
+    /// What its worker and reviewer (the judge, for the attempt that carries it) cost;
+    /// `null` when a model of theirs has no price.
+    pub cost_usd: Option<f64>,
+    /// Why it was not picked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Copies each attempt's priced `cost_usd` into its group's list.
+pub(crate) fn price_attempts(reports: &mut [SubtaskReport]) {
+    let costs: Vec<(SubtaskId, Option<f64>)> = reports.iter().map(|r| (r.id, r.cost_usd)).collect();
+    for report in reports.iter_mut() {
+        for entry in &mut report.attempts {
+            entry.cost_usd = costs
+                .iter()
+                .find(|(id, _)| *id == entry.subtask)
+                .and_then(|(_, cost)| *cost);
+        }
+    }
 }
 
 /// How a conflicting subtask came to be merged.

@@ -68,13 +68,13 @@ impl ReviewArgs {
 
     /// The labels `--pick` names.
     fn picks(&self) -> Vec<String> {
-        self.pick.iter().map(label).collect()
+        self.pick.iter().map(|s| label(s)).collect()
     }
 
     /// The decisions the flags give, or the label given to both flags.
     fn changes(&self) -> Result<Decisions, String> {
-        let approve: Vec<String> = self.approve.iter().map(label).collect();
-        let reject: Vec<String> = self.reject.iter().map(label).collect();
+        let approve: Vec<String> = self.approve.iter().map(|s| label(s)).collect();
+        let reject: Vec<String> = self.reject.iter().map(|s| label(s)).collect();
         if let Some(both) = approve.iter().find(|id| reject.contains(id)) {
             return Err(format!("{both} is given to both --approve and --reject"));
         }
@@ -92,7 +92,7 @@ impl ReviewArgs {
 }
 
 /// A label as a person typed it: `s2` and `2` mean `S2`.
-fn label(text: &String) -> String {
+fn label(text: &str) -> String {
     let text = text.trim();
     let digits = text.strip_prefix(['S', 's']).unwrap_or(text);
     if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {

@@ -561,6 +561,7 @@ mod tests {
                 same_as: None,
                 ratchets: Vec::new(),
             }),
+            attempt: None,
         }
     }
 
@@ -581,6 +582,7 @@ mod tests {
                 subtask("S2", SubtaskStatus::Rejected, Some(VerdictKind::Reject)),
                 subtask("S3", SubtaskStatus::Failed, None),
             ],
+            attempt_groups: Vec::new(),
         }
     }
 

@@ -490,7 +490,7 @@ pub fn agent_file_problems(problems: &[String]) {
 mod tests {
     use super::*;
     use grove::run::SubtaskId;
-    use grove::run::attempt_report::AttemptEntry;
+    use grove::run::report::AttemptEntry;
     use grove::store::journal::{SubtaskOutcome, VerdictKind};
 
     /// S2, S3, S4: attempts A, B, C at one brief; A failed its check, the judge picked C.
