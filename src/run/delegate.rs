@@ -37,6 +37,9 @@ pub struct DelegateRequest {
     pub replaces: Option<SubtaskId>,
     /// The settled subtask whose archived work this one's tree starts from.
     pub start_from: Option<SubtaskId>,
+    /// How many attempts at the brief run at once, a judge picking one (`None`: the
+    /// run's `--attempts`).
+    pub attempts: Option<u32>,
 }
 
 /// What the lead is told about one subtask: bounded, never a transcript.
@@ -55,6 +58,16 @@ pub enum DelegateError {
     BudgetSpent,
     #[error("the run's limit of {max} subtasks is reached; finish with a summary")]
     SubtaskCap { max: u32 },
+    #[error(
+        "`attempts` is {asked}, over this run's maximum of {max} (`max_attempts` in \
+         .grove/config.toml); ask for {max} or fewer"
+    )]
+    TooManyAttempts { asked: u32, max: u32 },
+    #[error(
+        "{attempts} attempts would take subtask numbers past the run's limit of {max} \
+         subtasks ({left} left); ask for fewer attempts, or none"
+    )]
+    AttemptsOverCap { attempts: u32, max: u32, left: u32 },
     #[error("{0}")]
     Role(#[from] RoleError),
     #[error("{0}")]
@@ -171,7 +184,10 @@ pub(crate) fn description(agents: &[(String, String)]) -> String {
          limits what the worker may change (globs such as `src/config/**`); two subtasks \
          whose `paths` overlap never run at once: the later one starts after the earlier \
          is settled, from the merged result. `after` names earlier subtasks it must wait \
-         for the same way.",
+         for the same way. `attempts` (2 or more) has that many workers try the same \
+         brief at once, each in its own tree; a judge compares the attempts that pass the \
+         check and merges the best one: worth its tokens for a subtask with more than one \
+         reasonable design, or one that failed once.",
     );
     if !agents.is_empty() {
         description.push_str(" Agents you may name in `agent`:");
@@ -210,6 +226,11 @@ pub(crate) fn input_schema() -> Value {
             "replaces": {
                 "type": "string",
                 "description": "The id of an unmerged subtask whose work this one does instead (e.g. \"S5\"); once this one merges, that one counts as done."
+            },
+            "attempts": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "How many workers try this brief at once (default 1); a judge merges the best attempt. The result names the pick and why the others lost."
             }
         },
         "required": ["task"]
@@ -232,6 +253,8 @@ pub(crate) struct DelegateInput {
     pub(crate) replaces: Option<String>,
     #[serde(default)]
     pub(crate) start_from: Option<String>,
+    #[serde(default)]
+    pub(crate) attempts: Option<u32>,
 }
 
 impl DelegateInput {
@@ -283,6 +306,7 @@ impl DelegateInput {
             after,
             replaces,
             start_from,
+            attempts: self.attempts,
         })
     }
 }
@@ -519,6 +543,7 @@ mod tests {
                 after: Vec::new(),
                 replaces: None,
                 start_from: None,
+                attempts: None,
             }],
             "a blank agent is the built-in worker"
         );
@@ -544,6 +569,7 @@ mod tests {
                 after: vec![SubtaskId(1), SubtaskId(2)],
                 replaces: None,
                 start_from: None,
+                attempts: None,
             }],
             "the delegator gets the globs normalised and each id once, in order"
         );

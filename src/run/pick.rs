@@ -262,7 +262,7 @@ mod tests {
         let tool = SubmitPick::new(vec!['A', 'B', 'C']);
         let first = tool
             .run(
-                json!({"verdict": "approve", "pick": "c", "summary": "C handles the edge.",
+                json!({"verdict": "approve", "pick": "C", "summary": "C handles the edge.",
                        "not_picked": [{"attempt": "B", "reason": "drops the error path"},
                                       {"attempt": "C", "reason": "the pick cannot lose"},
                                       {"attempt": "A", "reason": "  "}]}),
@@ -283,7 +283,7 @@ mod tests {
                     not_picked: vec![('B', "drops the error path".into())],
                 })
             ),
-            "the pick is read in any case; a reason for the pick or a blank one is dropped; \
+            "a reason given for the pick, or a blank one, is dropped; \
              only the first decision counts"
         );
     }

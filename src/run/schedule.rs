@@ -31,6 +31,8 @@ use crate::tools::WriteScope;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Admitted {
     pub(crate) id: SubtaskId,
+    /// Every attempt at its brief, `id` first (one: itself).
+    pub(crate) attempts: Vec<SubtaskId>,
     /// Sorted; empty when it starts at once, from the base, as subtasks always did.
     pub(crate) waits_for: Vec<SubtaskId>,
 }
@@ -39,30 +41,50 @@ pub(crate) struct Admitted {
 #[derive(Debug, Default)]
 pub(crate) struct Schedule {
     scopes: Mutex<BTreeMap<SubtaskId, Option<Arc<WriteScope>>>>,
+    /// The attempts of each group, by the group's id: an `after` naming the group waits
+    /// for all of them.
+    groups: Mutex<BTreeMap<SubtaskId, Vec<SubtaskId>>>,
 }
 
 impl Schedule {
-    /// Numbers a delegated subtask (through `queue`, in call order) after checking its
-    /// `after`, and finds what it waits for. Over `max_subtasks`, the number is taken
-    /// and settled, and the call refused.
+    /// Numbers a delegated subtask's `attempts` (through `queue`, in call order) after
+    /// checking its `after`, and finds what they wait for. Past `max_subtasks`, the
+    /// numbers are taken and settled, and the call refused.
     pub(crate) fn admit(
         &self,
         queue: &MergeQueue,
         max_subtasks: u32,
         scope: Option<&Arc<WriteScope>>,
-        after: &[SubtaskId],
+        (after, attempts): (&[SubtaskId], u32),
     ) -> Result<Admitted, DelegateError> {
         // One lock over checking, numbering and registering: whatever the interleaving
         // of concurrent calls, each sees every subtask numbered before it.
         let mut scopes = lock(&self.scopes);
         let delegated: Vec<SubtaskId> = scopes.keys().copied().collect();
         check_after(after, queue.peek_next(), &delegated)?;
-        let id = queue.next_id();
-        if id.number() > max_subtasks {
-            queue.settle(id);
+        let ids: Vec<SubtaskId> = (0..attempts.max(1)).map(|_| queue.next_id()).collect();
+        let (Some(&id), Some(&last)) = (ids.first(), ids.last()) else {
+            return Err(DelegateError::SubtaskCap { max: max_subtasks });
+        };
+        if last.number() > max_subtasks {
+            for taken in &ids {
+                queue.settle(*taken);
+            }
+            if ids.len() > 1 && id.number() <= max_subtasks {
+                return Err(DelegateError::AttemptsOverCap {
+                    attempts,
+                    max: max_subtasks,
+                    left: max_subtasks + 1 - id.number(),
+                });
+            }
             return Err(DelegateError::SubtaskCap { max: max_subtasks });
         }
         let mut waits_for = after.to_vec();
+        let groups = lock(&self.groups);
+        for named in after {
+            waits_for.extend(groups.get(named).into_iter().flatten());
+        }
+        drop(groups);
         if let Some(scope) = scope {
             let overlapping = scopes.iter().filter(|(_, earlier)| {
                 earlier
@@ -73,8 +95,22 @@ impl Schedule {
         }
         waits_for.sort();
         waits_for.dedup();
-        scopes.insert(id, scope.cloned());
-        Ok(Admitted { id, waits_for })
+        for attempt in &ids {
+            scopes.insert(*attempt, scope.cloned());
+        }
+        if ids.len() > 1 {
+            lock(&self.groups).insert(id, ids.clone());
+        }
+        Ok(Admitted {
+            id,
+            attempts: ids,
+            waits_for,
+        })
+    }
+
+    /// Registers the attempts of group `group` of a resumed run.
+    pub(crate) fn restore_group(&self, group: SubtaskId, attempts: Vec<SubtaskId>) {
+        lock(&self.groups).insert(group, attempts);
     }
 
     /// Registers subtask `id` of a resumed run, so that new delegations are ordered
@@ -236,7 +272,7 @@ mod tests {
         let schedule = Schedule::default();
         let admit = |globs: &[&str], after: &[SubtaskId]| {
             schedule
-                .admit(&queue, 10, scope(globs).as_ref(), after)
+                .admit(&queue, 10, scope(globs).as_ref(), (after, 1))
                 .unwrap()
         };
         let admitted = vec![
@@ -249,6 +285,7 @@ mod tests {
         ];
         let waits = |id: u32, waits_for: &[u32]| Admitted {
             id: SubtaskId(id),
+            attempts: vec![SubtaskId(id)],
             waits_for: waits_for.iter().copied().map(SubtaskId).collect(),
         };
         assert_eq!(
@@ -267,15 +304,52 @@ mod tests {
     }
 
     #[test]
+    fn attempts_share_a_scope_without_waiting_for_each_other_and_after_their_group_waits_for_all() {
+        let queue = MergeQueue::new(CancellationToken::new());
+        let schedule = Schedule::default();
+        let group = schedule
+            .admit(&queue, 10, scope(&["src/**"]).as_ref(), (&[], 3))
+            .unwrap();
+        let after_group = schedule
+            .admit(&queue, 10, None, (&[SubtaskId(1)], 1))
+            .unwrap();
+        let overlapping = schedule
+            .admit(&queue, 10, scope(&["src/a.rs"]).as_ref(), (&[], 1))
+            .unwrap();
+        let ids = |ids: &[u32]| ids.iter().copied().map(SubtaskId).collect::<Vec<_>>();
+        assert_eq!(
+            (group, after_group.waits_for, overlapping.waits_for),
+            (
+                Admitted {
+                    id: SubtaskId(1),
+                    attempts: ids(&[1, 2, 3]),
+                    waits_for: Vec::new(),
+                },
+                ids(&[1, 2, 3]),
+                ids(&[1, 2, 3]),
+            ),
+            "three attempts are numbered together and start at once; a later subtask naming \
+             the group, or sharing its files, waits for every attempt"
+        );
+        let over = schedule.admit(&queue, 7, None, (&[], 3)).unwrap_err();
+        assert_eq!(
+            over.to_string(),
+            "3 attempts would take subtask numbers past the run's limit of 7 subtasks (2 \
+             left); ask for fewer attempts, or none",
+            "attempts past the cap are refused with what is left"
+        );
+    }
+
+    #[test]
     fn after_may_name_only_earlier_subtasks() {
         let queue = MergeQueue::new(CancellationToken::new());
         let schedule = Schedule::default();
-        schedule.admit(&queue, 1, None, &[]).unwrap();
-        let capped = schedule.admit(&queue, 1, None, &[]).unwrap_err();
+        schedule.admit(&queue, 1, None, (&[], 1)).unwrap();
+        let capped = schedule.admit(&queue, 1, None, (&[], 1)).unwrap_err();
         assert!(matches!(capped, DelegateError::SubtaskCap { max: 1 }));
         let refusal = |after: u32| {
             schedule
-                .admit(&queue, 10, None, &[SubtaskId(after)])
+                .admit(&queue, 10, None, (&[SubtaskId(after)], 1))
                 .unwrap_err()
                 .to_string()
         };

@@ -61,8 +61,17 @@ pub struct RunOptions {
     /// `--prices`. Never journaled: a resume reads them again.
     #[serde(skip)]
     pub prices: PriceTable,
-    /// How many subtasks the lead may delegate in total (follow-ups included).
+    /// How many subtasks the lead may delegate in total (follow-ups and each attempt
+    /// included).
     pub max_subtasks: u32,
+    /// How many attempts each delegated subtask gets when its `delegate` call does not
+    /// say (`--attempts`); 1: one attempt, no judge.
+    #[serde(default = "one_attempt")]
+    pub attempts: u32,
+    /// The most attempts one `delegate` call may ask for (`max_attempts` in
+    /// `.grove/config.toml`).
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
     /// `max_tokens` of every model request.
     pub max_output_tokens: u32,
     /// Consecutive failing tool calls after which a subagent gives up.
@@ -165,6 +174,8 @@ impl RunOptions {
             subagent_budget_usd: None,
             prices: PriceTable::builtin(),
             max_subtasks: 16,
+            attempts: one_attempt(),
+            max_attempts: default_max_attempts(),
             max_output_tokens: 8192,
             max_consecutive_tool_errors: 8,
             apply: true,
@@ -194,6 +205,18 @@ impl Default for RunOptions {
     fn default() -> Self {
         Self::new("")
     }
+}
+
+fn one_attempt() -> u32 {
+    1
+}
+
+/// The most attempts a `delegate` call may ask for by default: past 4, a judge reading
+/// every attempt's diff side by side reads more than it compares.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 4;
+
+fn default_max_attempts() -> u32 {
+    DEFAULT_MAX_ATTEMPTS
 }
 
 /// The setup command's time limit when `.grove/config.toml` does not set one.

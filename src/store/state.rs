@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::git::{CommitId, RunId};
 use crate::ledger::Ledger;
 use crate::status::SubtaskId;
-use crate::store::attempts::{AttemptGroup, group_of};
+use crate::store::attempts::{AttemptGroup, add_group, group_of, record_pick};
 
 use crate::store::journal::{
     CheckRun, ContextMode, Entry, Finding, RebuiltSubtask, Record, RunOutcome, SubtaskKind,
@@ -530,23 +530,10 @@ impl RunState {
                 }
                 Ok(())
             }
-            Entry::Attempts { group, subtasks } => {
-                if self.attempt_group(*group).is_some() {
-                    return Err(ReplayReason::SubtaskAlreadyStarted { subtask: *group });
-                }
-                self.attempts.push(AttemptGroup {
-                    group: *group,
-                    subtasks: subtasks.clone(),
-                    pick: None,
-                });
-                Ok(())
-            }
-            Entry::Picked { group, pick } => {
-                let known = self.attempts.iter_mut().find(|known| known.group == *group);
-                let known = known.ok_or(ReplayReason::NoAttemptGroup { group: *group })?;
-                known.pick = Some(pick.clone());
-                Ok(())
-            }
+            Entry::Attempts { group, subtasks } => add_group(&mut self.attempts, *group, subtasks)
+                .map_err(|subtask| ReplayReason::SubtaskAlreadyStarted { subtask }),
+            Entry::Picked { group, pick } => record_pick(&mut self.attempts, *group, pick)
+                .map_err(|group| ReplayReason::NoAttemptGroup { group }),
             Entry::ResultsDelivered { subtasks, call_id } => {
                 self.deliveries.push(Delivery {
                     subtasks: subtasks.clone(),

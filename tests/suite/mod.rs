@@ -1,6 +1,7 @@
 //! Integration test suites, one module per area.
 
 mod agent;
+mod attempts;
 pub(crate) mod backends;
 mod base_check;
 mod budget_usd;

@@ -322,7 +322,11 @@ pub fn plan(plan: &grove::run::dry_run::Plan, ledgers: &Ledgers) {
                 grove::store::journal::ContextMode::Isolated => "isolated",
                 grove::store::journal::ContextMode::Fork => "fork",
             };
-            say!("\n{} [{mode}, {}]", subtask.id, subtask.agent);
+            let attempts = match subtask.attempts {
+                1 => String::new(),
+                n => format!(", {n} attempts"),
+            };
+            say!("\n{} [{mode}, {}{attempts}]", subtask.id, subtask.agent);
             for line in subtask.task.trim().lines() {
                 say!("    {line}");
             }

@@ -96,25 +96,36 @@ pub(crate) struct Bench {
     places: Vec<(SubtaskId, char, oneshot::Receiver<Arrival>)>,
 }
 
-/// The bench of group `ids` (the first names the group), and a seat for each attempt,
-/// in the same order.
-pub(crate) fn bench(ids: &[SubtaskId], brief: &str) -> (Bench, Vec<Seat>) {
-    let mut places = Vec::new();
+/// The bench of group `group` for its attempts `places` (each with its label), and a
+/// seat for each, in the same order.
+pub(crate) fn bench(
+    group: SubtaskId,
+    places: &[(SubtaskId, char)],
+    brief: &str,
+) -> (Bench, Vec<Seat>) {
+    let mut waiting = Vec::new();
     let mut seats = Vec::new();
-    for (place, id) in ids.iter().enumerate() {
+    for (id, label) in places {
         let (arrive, arrival) = oneshot::channel();
-        places.push((*id, label(place), arrival));
+        waiting.push((*id, *label, arrival));
         seats.push(Seat { arrive });
     }
-    let group = ids.first().copied().unwrap_or(SubtaskId(0));
     (
         Bench {
             group,
             brief: brief.to_owned(),
-            places,
+            places: waiting,
         },
         seats,
     )
+}
+
+/// Every attempt of `ids` with its label: its place in the group.
+pub(crate) fn labelled(ids: &[SubtaskId]) -> Vec<(SubtaskId, char)> {
+    ids.iter()
+        .enumerate()
+        .map(|(place, id)| (*id, label(place)))
+        .collect()
 }
 
 /// An attempt that arrived.
@@ -224,7 +235,6 @@ async fn judged(
                     label: attempt.label,
                     id: attempt.id,
                     diff: &candidate.diff,
-                    check: candidate.check.as_ref(),
                     flagged: Flagged {
                         executes_later: &candidate.made.executes_later,
                         left_out: &candidate.made.left_out,
@@ -391,11 +401,16 @@ pub(crate) fn group_result(group: SubtaskId, reports: &[SubtaskReport]) -> Deleg
             .reason
             .clone()
             .unwrap_or_else(|| report.status.as_str().to_owned());
+        // A loser's reason says it was not picked; any other says how it ended.
+        let how = if why.starts_with("not picked") {
+            String::new()
+        } else {
+            format!("{}: ", report.status.as_str())
+        };
         text.push_str(&format!(
-            "- attempt {} ({}) {}: {}\n",
+            "- attempt {} ({}) {how}{}\n",
             label(place),
             report.id,
-            report.status.as_str(),
             printable(&excerpt(&why, REASON_CHARS)).replace('\n', " ")
         ));
     }

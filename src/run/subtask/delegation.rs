@@ -28,6 +28,7 @@ use crate::store::transcript::Transcript;
 use crate::text::printable;
 
 use super::Subtasks;
+use super::attempts;
 use super::close::lead_result;
 use super::retry::{self, StartFrom};
 use super::work::Assignment;
@@ -50,6 +51,61 @@ impl Subtasks {
         let report = lock(&self.reports).get(&from).cloned();
         let start = retry::start_from(&self.ctx.facts, from, report.as_ref(), &journaled)?;
         Ok(Some(start))
+    }
+
+    /// Journals the start of `request`'s subtasks `attempts` (a group first, so that no
+    /// attempt is ever without it); on failure their numbers are settled, so that no
+    /// later merge waits for them.
+    fn journal_started(
+        &self,
+        request: &DelegateRequest,
+        attempts: &[SubtaskId],
+        assignment: &Assignment,
+        placement: &Placement,
+    ) -> Result<(), DelegateError> {
+        let ctx = &self.ctx;
+        let mut journaled = Ok(());
+        if let [group, _, ..] = attempts {
+            journaled = ctx.journal(Entry::Attempts {
+                group: *group,
+                subtasks: attempts.to_vec(),
+            });
+        }
+        for attempt in attempts {
+            journaled = journaled.and_then(|()| {
+                ctx.journal(Entry::SubtaskStarted {
+                    subtask: *attempt,
+                    task: request.task.clone(),
+                    branch: ctx.facts.run.subtask_branch(attempt.number()),
+                    mode: request.mode,
+                    agent: assignment.role.name.clone(),
+                    paths: request.paths.clone(),
+                    after: request.after.clone(),
+                    waits_for: placement.waits_for.clone(),
+                    kind: SubtaskKind::Task,
+                    replaces: request.replaces,
+                    start_from: request.start_from,
+                })
+            });
+        }
+        journaled.map_err(|source| {
+            for attempt in attempts {
+                self.queue.settle(*attempt);
+            }
+            DelegateError::Journal { source }
+        })
+    }
+
+    /// How many attempts `request` gets: its own `attempts`, else the run's; more than
+    /// the run's maximum is refused.
+    fn attempts_of(&self, request: &DelegateRequest) -> Result<u32, DelegateError> {
+        let options = &self.ctx.facts.options;
+        let max = options.max_attempts.max(1);
+        match request.attempts {
+            Some(asked) if asked > max => Err(DelegateError::TooManyAttempts { asked, max }),
+            Some(asked) => Ok(asked.max(1)),
+            None => Ok(options.attempts.clamp(1, max)),
+        }
     }
 
     /// The archived work a resumed subtask `state` starts from, when it was delegated
@@ -171,22 +227,95 @@ impl Subtasks {
             .iter()
             .flat_map(|delivery| delivery.subtasks.iter().copied())
             .collect();
+        // A group is heard of once, under its first attempt's id, when every attempt
+        // ended, as the last of them did.
+        let attempts_of = |id: SubtaskId| match state.attempt_group(id) {
+            Some(group) => group.subtasks.clone(),
+            None => vec![id],
+        };
+        let ended = |id: SubtaskId| {
+            state
+                .subtask(id)
+                .is_some_and(|subtask| subtask.status != SubtaskStatus::Running)
+        };
         let mut unheard: Vec<_> = state
             .subtasks
             .iter()
             .filter(|subtask| {
                 subtask.kind == SubtaskKind::Task
-                    && subtask.status != SubtaskStatus::Running
+                    && state
+                        .attempt_group(subtask.id)
+                        .is_none_or(|group| group.group == subtask.id)
+                    && attempts_of(subtask.id).into_iter().all(ended)
                     && !delivered.contains(&subtask.id)
             })
+            .map(|subtask| {
+                let last = attempts_of(subtask.id)
+                    .into_iter()
+                    .filter_map(|id| state.subtask(id).and_then(|s| s.finished_ms))
+                    .max();
+                (last, subtask.id)
+            })
             .collect();
-        unheard.sort_by_key(|subtask| (subtask.finished_ms, subtask.id));
-        let reports = lock(&self.reports);
-        for subtask in unheard {
-            if let Some(report) = reports.get(&subtask.id) {
-                self.inbox.settle(subtask.id, Ok(lead_result(report)));
+        unheard.sort();
+        for (_, id) in unheard {
+            let attempts = attempts_of(id);
+            let result = if attempts.len() > 1 {
+                Some(self.group_result(id, &attempts))
+            } else {
+                lock(&self.reports).get(&id).map(lead_result)
+            };
+            if let Some(result) = result {
+                self.inbox.settle(id, Ok(result));
             }
         }
+    }
+}
+
+impl Subtasks {
+    /// The attempts of one group (the first names it), each a subtask's pipeline with a
+    /// seat on the group's bench, and the bench deciding them; the group's one result.
+    pub(crate) async fn run_attempts(
+        self,
+        assignments: Vec<Assignment>,
+        placement: Placement,
+    ) -> Result<DelegateReport, DelegateError> {
+        let ids: Vec<SubtaskId> = assignments.iter().map(|assignment| assignment.id).collect();
+        let group = ids.first().copied().unwrap_or(SubtaskId(0));
+        let brief = assignments
+            .first()
+            .map(|assignment| assignment.brief.clone())
+            .unwrap_or_default();
+        let (bench, seats) = attempts::bench(group, &attempts::labelled(&ids), &brief);
+        let runs = assignments
+            .into_iter()
+            .zip(seats)
+            .map(|(assignment, seat)| {
+                self.clone()
+                    .run_delegated(assignment, placement.clone(), Some(seat))
+            });
+        let (decided, ran) = tokio::join!(
+            bench.decide(&self.ctx),
+            futures_util::future::join_all(runs)
+        );
+        decided.map_err(|source| DelegateError::Journal { source })?;
+        for result in ran {
+            result?;
+        }
+        if self.ctx.stopping() {
+            return Err(DelegateError::Interrupted);
+        }
+        Ok(self.group_result(group, &ids))
+    }
+
+    /// The lead's result for group `group` of attempts `ids`, from their reports.
+    fn group_result(&self, group: SubtaskId, ids: &[SubtaskId]) -> DelegateReport {
+        let reports = lock(&self.reports);
+        let attempts: Vec<_> = ids
+            .iter()
+            .filter_map(|id| reports.get(id).cloned())
+            .collect();
+        attempts::group_result(group, &attempts)
     }
 }
 
@@ -204,12 +333,13 @@ impl Delegator for Subtasks {
         let scope = scope_of(&request.paths);
         let tools = worker_tools(&role, &ctx.trees.executor, scope.as_ref())?;
         let start_from = self.follow_up(&request)?;
+        let attempts = self.attempts_of(&request)?;
         // Numbered before anything awaits, so subtasks are numbered in call order.
         let admitted = self.schedule.admit(
             &self.queue,
             ctx.facts.options.max_subtasks,
             scope.as_ref(),
-            &request.after,
+            (&request.after, attempts),
         )?;
         let id = admitted.id;
         if request.mode == ContextMode::Fork && !ctx.facts.options.worker_backend.is_builtin() {
@@ -245,29 +375,24 @@ impl Delegator for Subtasks {
         };
         // Journaled on acceptance, before anything awaits: a subtask still waiting for
         // earlier ones or for a `--jobs` slot when grove stops is resumed like any other.
-        let started = Entry::SubtaskStarted {
-            subtask: id,
-            task: request.task,
-            branch: ctx.facts.run.subtask_branch(id.number()),
-            mode: request.mode,
-            agent: assignment.role.name.clone(),
-            paths: request.paths,
-            after: request.after.clone(),
-            waits_for: placement.waits_for.clone(),
-            kind: SubtaskKind::Task,
-            replaces: request.replaces,
-            start_from: request.start_from,
-        };
-        if let Err(source) = ctx.journal(started) {
-            // Its number is taken: settled, so that no later merge waits for it.
-            self.queue.settle(id);
-            return Err(DelegateError::Journal { source });
-        }
+        self.journal_started(&request, &admitted.attempts, &assignment, &placement)?;
         self.inbox.expect(id);
         let waits_for = placement.waits_for.clone();
-        let pipeline = self
-            .tasks
-            .spawn(self.clone().run_delegated(assignment, placement, None));
+        let pipeline = if admitted.attempts.len() > 1 {
+            let assignments = admitted
+                .attempts
+                .iter()
+                .map(|attempt| Assignment {
+                    id: *attempt,
+                    ..assignment.clone()
+                })
+                .collect();
+            self.tasks
+                .spawn(self.clone().run_attempts(assignments, placement))
+        } else {
+            self.tasks
+                .spawn(self.clone().run_delegated(assignment, placement, None))
+        };
         let inbox = Arc::clone(&self.inbox);
         // Whatever becomes of the pipeline, even a panic, the lead hears of it.
         self.tasks.spawn(async move {
@@ -281,10 +406,19 @@ impl Delegator for Subtasks {
         } else {
             format!("it starts once {} settled", labels(&waits_for).join(", "))
         };
+        let tried = if admitted.attempts.len() > 1 {
+            format!(
+                " as {} attempts ({}), judged together",
+                admitted.attempts.len(),
+                labels(&admitted.attempts).join(", ")
+            )
+        } else {
+            String::new()
+        };
         Ok(DelegateReport {
             text: format!(
-                "{id} accepted: {when}. `wait` gives its result when it settles; delegate \
-                 more meanwhile if you have independent work."
+                "{id} accepted{tried}: {when}. `wait` gives its result when it settles; \
+                 delegate more meanwhile if you have independent work."
             ),
         })
     }

@@ -23,7 +23,6 @@ use crate::run::observer::AgentObserver;
 use crate::run::pick::{JudgePick, SubmitPick};
 use crate::run::subtask::error::SubtaskError;
 use crate::run::subtask::reviewer::{self, Flagged};
-use crate::store::journal::CheckRun;
 use crate::store::transcript::AgentTiming;
 use crate::text::fenced;
 use crate::tools::{self, Registry, Tool, ToolContext, ToolError, ToolOutput, ToolSet};
@@ -34,7 +33,6 @@ pub(crate) struct Entrant<'a> {
     pub(crate) label: char,
     pub(crate) id: SubtaskId,
     pub(crate) diff: &'a BranchDiff,
-    pub(crate) check: Option<&'a CheckRun>,
     pub(crate) flagged: Flagged<'a>,
     pub(crate) worktree: &'a Worktree,
 }

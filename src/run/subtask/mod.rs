@@ -426,17 +426,55 @@ impl Subtasks {
             let report = resolve::close_interrupted(&env, id, &state).await?;
             lock(&self.reports).insert(id, report);
         }
+        let (benches, mut seats) = self.resumed_benches(state, &ids);
         let resumed = continuing
             .iter()
-            .map(|(id, state)| self.clone().resume_subtask(*id, state));
-        for (id, result) in ids
-            .iter()
-            .zip(futures_util::future::join_all(resumed).await)
-        {
+            .map(|(id, state)| self.clone().resume_subtask(*id, state, seats.remove(id)));
+        let decided = benches.into_iter().map(|bench| bench.decide(&self.ctx));
+        let (ran, decided) = tokio::join!(
+            futures_util::future::join_all(resumed),
+            futures_util::future::join_all(decided)
+        );
+        for (id, result) in ids.iter().zip(ran) {
             lock(&self.reports).insert(*id, result?);
         }
+        decided
+            .into_iter()
+            .collect::<Result<Vec<()>, StoreError>>()?;
         self.restore_inbox(&self.ctx.record.journal.state());
         Ok(())
+    }
+
+    /// The benches of a resumed run's groups: every attempt still running takes a seat
+    /// under its label. An attempt that ended before the stop is out of its group's
+    /// judgement; a group left with one running attempt has no bench (its own review
+    /// decides it).
+    fn resumed_benches(
+        &self,
+        state: &RunState,
+        continuing: &[SubtaskId],
+    ) -> (Vec<attempts::Bench>, BTreeMap<SubtaskId, Seat>) {
+        let mut benches = Vec::new();
+        let mut seats = BTreeMap::new();
+        for group in &state.attempts {
+            self.schedule
+                .restore_group(group.group, group.subtasks.clone());
+            let running: Vec<(SubtaskId, char)> = attempts::labelled(&group.subtasks)
+                .into_iter()
+                .filter(|(id, _)| continuing.contains(id))
+                .collect();
+            if running.len() < 2 {
+                continue;
+            }
+            let brief = state
+                .subtask(group.group)
+                .map(|subtask| subtask.task.clone())
+                .unwrap_or_default();
+            let (bench, group_seats) = attempts::bench(group.group, &running, &brief);
+            benches.push(bench);
+            seats.extend(running.iter().map(|(id, _)| *id).zip(group_seats));
+        }
+        (benches, seats)
     }
 
     /// Continues subtask `id` of a resumed run from its checkpoint and transcript.
@@ -444,6 +482,7 @@ impl Subtasks {
         self,
         id: SubtaskId,
         state: &SubtaskState,
+        seat: Option<Seat>,
     ) -> Result<SubtaskReport, StoreError> {
         let ctx = &self.ctx;
         let agent = (state.agent != "worker").then_some(state.agent.as_str());
@@ -501,7 +540,7 @@ impl Subtasks {
             start,
         };
         let mut report = self
-            .run_subtask(assignment, permit, placement, None)
+            .run_subtask(assignment, permit, placement, seat)
             .await?;
         // A fixer (or a resolver) goes on as what it was started as.
         report.kind = state.kind;
