@@ -153,7 +153,8 @@ impl Subtasks {
 
     /// Every subtask's report, in subtask order.
     /// Every subtask's report, in subtask order, each replacement linked to what it
-    /// replaces (as journaled) and what a merged replacement superseded marked so.
+    /// replaces (as journaled) and what a merged replacement superseded marked so, and
+    /// each attempt's place in its group.
     pub(crate) fn reports(&self) -> Vec<SubtaskReport> {
         let mut reports: Vec<SubtaskReport> = lock(&self.reports).values().cloned().collect();
         let journaled = self.ctx.record.journal.state();
@@ -163,6 +164,7 @@ impl Subtasks {
                 .and_then(|state| state.replaces);
             report.superseded_by = journaled.superseded_by(report.id);
         }
+        crate::run::attempt_report::mark_attempts(&mut reports, &journaled);
         reports
     }
 
