@@ -223,9 +223,21 @@ impl Subtasks {
     ) -> Result<SubtaskReport, StoreError> {
         let (ctx, id) = (&self.ctx, assignment.id);
         let branch = ctx.facts.run.subtask_branch(id.number());
+        // An attempt says whose: the live view and MCP progress show the brief's first
+        // line, which is the same for every attempt.
+        let journaled = ctx.record.journal.state();
+        let task = match journaled.attempt_group(id) {
+            Some(group) => format!(
+                "(attempt {} of {}) {}",
+                group.label_of(id).unwrap_or('?'),
+                group.group,
+                assignment.brief
+            ),
+            _ => assignment.brief.clone(),
+        };
         ctx.record.events.emit(Event::SubtaskStarted {
             label: id,
-            task: assignment.brief.clone(),
+            task,
             branch: branch.clone(),
         });
         let base = SubtaskReport::new(id, assignment.brief.clone(), branch);
