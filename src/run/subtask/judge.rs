@@ -13,19 +13,16 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::agent::roles::{self, RoleKind};
-use crate::agent::{Ledger, isolated_messages};
-use crate::event::{AgentId, AgentLabel};
+use crate::agent::Ledger;
+use crate::event::AgentLabel;
 use crate::git::BranchDiff;
-use crate::run::context::{AgentCaps, RunContext};
+use crate::run::context::RunContext;
 use crate::run::id::SubtaskId;
-use crate::run::observer::AgentObserver;
 use crate::run::pick::{JudgePick, SubmitPick};
 use crate::run::subtask::error::SubtaskError;
 use crate::run::subtask::reviewer::{self, Flagged};
-use crate::store::transcript::AgentTiming;
 use crate::text::fenced;
-use crate::tools::{self, Registry, Tool, ToolContext, ToolError, ToolOutput, ToolSet};
+use crate::tools::{Registry, Tool, ToolContext, ToolError, ToolOutput};
 use crate::worktree::Worktree;
 
 /// One attempt as the judge is shown it.
@@ -55,46 +52,13 @@ pub(crate) async fn judge(
     let labels: Vec<char> = entrants.iter().map(|entrant| entrant.label).collect();
     let submit = Arc::new(SubmitPick::new(labels.clone()));
     let tools = in_attempts(ctx, entrants).with(submit.clone());
-    let role = roles::builtin(RoleKind::Reviewer);
-    let spec = ctx.spec(
-        AgentId {
-            role: "judge".into(),
-            label,
-        },
-        &role,
-        AgentCaps {
-            model: &ctx.agents.models.reviewer,
-            max_turns: ctx.facts.options.max_turns.reviewer,
-            budget: ctx.facts.options.subagent_budget_tokens,
-            tools,
-        },
-    );
-    let observer = Arc::new(
-        AgentObserver::new(
-            ctx,
-            label,
-            ctx.transcript_path(label, "judge"),
-            Ledger::default(),
-        )
-        .with_timing(&spec.model_name, AgentTiming::default()),
-    );
     let ids: Vec<SubtaskId> = entrants.iter().map(|entrant| entrant.id).collect();
     let text = judge_brief(ctx, brief, entrants, &ids);
     let first = entrants.first().map(|entrant| entrant.worktree);
-    let (root, access) = first.map_or((ctx.facts.user_root.as_path(), None), |worktree| {
+    let tree = first.map_or((ctx.facts.user_root.as_path(), None), |worktree| {
         (worktree.path(), worktree.access())
     });
-    let run = ctx
-        .run_agent(
-            &spec,
-            isolated_messages(&text),
-            root,
-            access,
-            observer.clone(),
-        )
-        .await;
-    observer.finished(&run.ledger, &[]);
-    ctx.agents.budget.spend(&run.ledger);
+    let run = reviewer::run_read_only(ctx, (label, "judge"), tools, &text, tree).await;
     let pick = match submit.pick() {
         Some(pick) => Ok(pick),
         None => reviewer::no_verdict(&ctx.record, group, run.result).map(|verdict| JudgePick {
@@ -179,10 +143,7 @@ fn in_attempts(ctx: &RunContext, entrants: &[Entrant<'_>]) -> Registry {
         .iter()
         .map(|entrant| (entrant.label, entrant.worktree.clone()))
         .collect();
-    let mut read_only = tools::builtin(ToolSet::ReadOnly);
-    if let Some(disposable) = ctx.trees.executor.disposable() {
-        read_only = read_only.with(Arc::new(tools::RunCommand::new(disposable)));
-    }
+    let read_only = reviewer::read_only_tools(ctx);
     read_only
         .names()
         .into_iter()

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use crate::agent::roles::{self, RoleKind};
-use crate::agent::{AgentError, Ledger, isolated_messages};
+use crate::agent::{AgentError, AgentRun, Ledger, isolated_messages};
 use crate::event::{AgentId, AgentLabel};
 use crate::git::{BranchDiff, CommitId, trailers};
 use crate::run::check::digest::{digest, passed_tail};
@@ -24,7 +24,8 @@ use crate::store::journal::{CheckRun, CheckStatus, Entry, VerdictKind};
 use crate::store::state::SubtaskStatus;
 use crate::store::transcript::AgentTiming;
 use crate::text::{fenced, first_line, printable, quoted_path};
-use crate::tools::{self, ToolSet};
+use crate::tools::tree::TreeAccess;
+use crate::tools::{self, Registry, ToolSet};
 use crate::worktree::Worktree;
 
 /// What the review of one diff came to.
@@ -47,13 +48,7 @@ pub(crate) async fn review(
 ) -> Review {
     let label = AgentLabel::Subtask(id);
     let submit = Arc::new(SubmitVerdict::new());
-    let mut read_only = tools::builtin(ToolSet::ReadOnly);
-    // Where the sandbox can make a disposable copy of the tree, the reviewer may try the
-    // work in it; nothing it runs changes the tree.
-    if let Some(disposable) = ctx.trees.executor.disposable() {
-        read_only = read_only.with(Arc::new(tools::RunCommand::new(disposable)));
-    }
-    let mut tools = waiting_for_checkout(&read_only, worktree).with(submit.clone());
+    let mut tools = waiting_for_checkout(&read_only_tools(ctx), worktree).with(submit.clone());
     // The check's whole output, kept by the check under the name of the run it was (a
     // reused verdict's is the earlier check's): its digest in the brief, all of it one
     // `check_output` call away.
@@ -61,47 +56,11 @@ pub(crate) async fn review(
     if let Some(path) = kept_check_path(ctx, flagged.check).filter(|_| whole.is_some()) {
         tools = tools.with(Arc::new(CheckOutput::new(path)));
     }
-    let role = roles::builtin(RoleKind::Reviewer);
-    let spec = ctx.spec(
-        AgentId {
-            role: "reviewer".into(),
-            label,
-        },
-        &role,
-        AgentCaps {
-            model: &ctx.agents.models.reviewer,
-            max_turns: ctx.facts.options.max_turns.reviewer,
-            budget: ctx.facts.options.subagent_budget_tokens,
-            tools,
-        },
-    );
-    // A review always starts from a clean context and is never resumed: its saved
-    // transcript is for the report only.
-    let observer = Arc::new(
-        AgentObserver::new(
-            ctx,
-            label,
-            ctx.transcript_path(label, "reviewer"),
-            Ledger::default(),
-        )
-        .with_timing(&spec.model_name, AgentTiming::default()),
-    );
     let held = held_by(&ctx.facts, &ctx.record, diff.base);
     let others = others_of(ctx, &[id], &held);
     let text = review_brief(brief, diff, flagged, (&held, &others), whole.as_deref());
-    let messages = isolated_messages(&text);
-    let reviewer = ctx
-        .run_agent(
-            &spec,
-            messages,
-            worktree.path(),
-            worktree.access(),
-            observer.clone(),
-        )
-        .await;
-    // Its transcript stays as its last tool-calling turn left it: a resume goes on from there.
-    observer.finished(&reviewer.ledger, &[]);
-    ctx.agents.budget.spend(&reviewer.ledger);
+    let tree = (worktree.path(), worktree.access());
+    let reviewer = run_read_only(ctx, (label, "reviewer"), tools, &text, tree).await;
     let verdict = match submit.verdict() {
         Some(verdict) => Ok(verdict),
         None => no_verdict(&ctx.record, id, reviewer.result),
@@ -119,6 +78,64 @@ pub(crate) async fn review(
         ledger: reviewer.ledger,
         verdict,
     }
+}
+
+/// The tools of a reviewer or a judge: the read-only ones, and `run` where the sandbox
+/// can make a disposable copy of the tree to try the work in (nothing it runs changes
+/// the tree).
+pub(crate) fn read_only_tools(ctx: &RunContext) -> Registry {
+    let read_only = tools::builtin(ToolSet::ReadOnly);
+    match ctx.trees.executor.disposable() {
+        Some(disposable) => read_only.with(Arc::new(tools::RunCommand::new(disposable))),
+        None => read_only,
+    }
+}
+
+/// Runs a read-only agent of the reviewer's role — a reviewer, or a judge (`role`) —
+/// from a clean context on `text`, in the tree at `root`; what it spent is counted
+/// against the run's budget. It is never resumed: its saved transcript (as its last
+/// tool-calling turn left it) is for the report only.
+pub(crate) async fn run_read_only(
+    ctx: &Arc<RunContext>,
+    (label, role): (AgentLabel, &str),
+    tools: Registry,
+    text: &str,
+    (root, access): (&std::path::Path, Option<Arc<dyn TreeAccess>>),
+) -> AgentRun {
+    let spec = ctx.spec(
+        AgentId {
+            role: role.into(),
+            label,
+        },
+        &roles::builtin(RoleKind::Reviewer),
+        AgentCaps {
+            model: &ctx.agents.models.reviewer,
+            max_turns: ctx.facts.options.max_turns.reviewer,
+            budget: ctx.facts.options.subagent_budget_tokens,
+            tools,
+        },
+    );
+    let observer = Arc::new(
+        AgentObserver::new(
+            ctx,
+            label,
+            ctx.transcript_path(label, role),
+            Ledger::default(),
+        )
+        .with_timing(&spec.model_name, AgentTiming::default()),
+    );
+    let run = ctx
+        .run_agent(
+            &spec,
+            isolated_messages(text),
+            root,
+            access,
+            observer.clone(),
+        )
+        .await;
+    observer.finished(&run.ledger, &[]);
+    ctx.agents.budget.spend(&run.ledger);
+    run
 }
 
 /// Where the check's whole output for `check` is kept (a reused verdict's is the
