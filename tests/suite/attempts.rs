@@ -9,29 +9,26 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
-use grove::store::journal::SubtaskOutcome;
+use std::ffi::OsString;
 
-use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
+use grove::model::Provider;
+use grove::run::{RunOptions, RunReport};
+use grove::settings::options::CheckOptions;
+use grove::status::SubtaskId;
+use grove::store::attempts::{NotPicked, Pick};
+use grove::store::journal::{Entry, SubtaskOutcome, VerdictKind};
+use grove::tools::sandbox::CommandHost;
+
+use crate::suite::sandbox::sandbox_or_skip;
+use crate::support::attempts::*;
+use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
+use crate::support::git_fixture::GitFixture;
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::*;
 
 /// The brief every attempt gets; what each attempt writes comes from the order its
 /// worker's first request arrived in.
 const BRIEF: &str = "Shout a.\nWRITE src/a.txt {}";
-
-/// A lead that delegates [`BRIEF`] as `attempts` attempts, waits, and ends.
-fn lead(request: &RecordedRequest, attempts: u32) -> Reply {
-    let turn = match request.tool_results().len() {
-        0 => Turn::text("Trying it three ways.").tool_use(
-            "d1",
-            "delegate",
-            json!({"task": BRIEF, "attempts": attempts}),
-        ),
-        1 => Turn::text("Waiting.").tool_use("w1", "wait", json!({})),
-        _ => Turn::text("Done."),
-    };
-    usage(turn).into()
-}
 
 /// A worker whose attempt writes the `n`th of `contents`, in the order the attempts' first
 /// requests came.
@@ -44,53 +41,14 @@ fn worker(request: &RecordedRequest, started: &AtomicUsize, contents: &[&str]) -
     write_reply(&brief)
 }
 
-/// A judge that reads the right attempt's file through its tree, then picks the attempt
-/// whose diff adds `RIGHT`; an ordinary reviewer approves.
-fn judge(request: &RecordedRequest) -> Reply {
-    let text = first_user_text(request);
-    if !text.contains("# How to judge") {
-        return reviewer_reply(request);
-    }
-    let right = text
-        .split("# Attempt ")
-        .skip(1)
-        .find(|section| section.contains("+RIGHT"))
-        .and_then(|section| section.chars().next())
-        .expect("one attempt adds RIGHT");
-    let others: Vec<_> = text
-        .split("# Attempt ")
-        .skip(1)
-        .filter_map(|section| section.chars().next())
-        .filter(|label| *label != right)
-        .map(
-            |label| json!({"attempt": label.to_string(), "reason": format!("{label} is not loud")}),
-        )
-        .collect();
-    let turn = match request.tool_results().len() {
-        0 => Turn::new().tool_use(
-            "j1",
-            "read_file",
-            json!({"path": "src/a.txt", "attempt": right.to_string()}),
-        ),
-        1 => Turn::new().tool_use(
-            "j2",
-            "submit_verdict",
-            json!({"verdict": "approve", "pick": right.to_string(),
-                   "summary": "The loud one.", "not_picked": others}),
-        ),
-        _ => Turn::text("Verdict given."),
-    };
-    usage(turn).into()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_attempts_run_at_once_and_only_the_judges_pick_is_merged() {
     let fixture = repo_with_rules();
     let started = Arc::new(AtomicUsize::new(0));
     let server = FakeServer::with_responder(move |request| match who(request) {
-        Who::Lead => lead(request, 3),
+        Who::Lead => attempts_lead(request, BRIEF, &json!(3)),
         Who::Worker => worker(request, &started, &["quiet", "RIGHT", "meh"]),
-        Who::Reviewer => judge(request),
+        Who::Reviewer => picking_judge(request),
     })
     .await;
     let report = run(
@@ -130,17 +88,193 @@ async fn three_attempts_run_at_once_and_only_the_judges_pick_is_merged() {
         "the judge's read_file read the attempt it named: {:?}",
         judged.tool_results()
     );
-    let told = requests
-        .iter()
-        .filter(|r| who(r) == Who::Lead)
-        .find(|r| r.tool_results().len() == 2)
-        .unwrap()
-        .tool_results()[1]
-        .1
-        .clone();
-    eprintln!("TOLD:\n{told}");
+    let told = lead_heard(&server);
     assert!(
         told.contains("was tried 3 ways") && told.contains("is not loud"),
         "the lead hears the pick and why the others lost: {told}"
+    );
+}
+
+/// The brief of the attempts whose workers learn their attempt from their branch.
+const LOUD: &str = "Make src/a.txt loud.";
+
+/// A red check: an attempt that writes BROKEN fails it.
+const NOT_BROKEN: &str = "! grep -q BROKEN src/a.txt";
+
+/// [`options`] with the project's check [`NOT_BROKEN`], sandboxed from a bare PATH.
+fn checked(fixture: &GitFixture) -> RunOptions {
+    RunOptions {
+        commands: CommandHost {
+            env: Some(vec![
+                ("PATH".into(), OsString::from("/usr/bin:/bin")),
+                ("HOME".into(), fixture.home().into_os_string()),
+            ]),
+        },
+        check: Some(CheckOptions::new(NOT_BROKEN)),
+        ..options(fixture, USER_TASK)
+    }
+}
+
+/// Each subtask as `(id, status, verdict, reason)`.
+fn outcomes(
+    report: &RunReport,
+) -> Vec<(String, SubtaskOutcome, Option<VerdictKind>, Option<String>)> {
+    report
+        .subtasks
+        .iter()
+        .map(|s| (s.id.to_string(), s.status, s.verdict, s.reason.clone()))
+        .collect()
+}
+
+/// The lead's result up to the picked attempt's own result.
+fn lead_heard_head(server: &FakeServer) -> String {
+    let told = lead_heard(server);
+    match told.split_once("The picked attempt's result:") {
+        Some((head, _)) => head.to_owned(),
+        None => told,
+    }
+}
+
+/// `(archive ref, src/a.txt in it)` of every archived subtask of run `run_id`.
+fn archived(fixture: &GitFixture, run_id: &str) -> Vec<(String, String)> {
+    let refs = fixture.git(&[
+        "for-each-ref",
+        "--format=%(refname)",
+        &format!("refs/grove/archive/{run_id}/"),
+    ]);
+    refs.lines()
+        .map(|name| {
+            (
+                name.to_owned(),
+                fixture.git(&["show", &format!("{name}:{TARGET}")]),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_red_attempt_is_put_aside_the_judge_picks_the_right_one_and_both_losers_are_archived_with_their_reasons()
+ {
+    if !sandbox_or_skip("a_red_attempt_is_put_aside") {
+        return;
+    }
+    let fixture = repo_with_rules();
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => attempts_lead(request, LOUD, &json!(3)),
+        Who::Worker => labelled_worker(request, &["BROKEN", "quiet", "RIGHT"]),
+        Who::Reviewer => picking_judge(request),
+    })
+    .await;
+    let report = run(&fixture, &server, Provider::Anthropic, checked(&fixture))
+        .await
+        .unwrap();
+    server.assert_no_violations();
+
+    let red = "its check failed while that of B, C passed";
+    assert_eq!(
+        outcomes(&report),
+        vec![
+            (
+                "S1".into(),
+                SubtaskOutcome::Rejected,
+                Some(VerdictKind::Reject),
+                Some(format!("not picked: {red}"))
+            ),
+            (
+                "S2".into(),
+                SubtaskOutcome::Rejected,
+                Some(VerdictKind::Reject),
+                Some("not picked: B is not loud".into())
+            ),
+            (
+                "S3".into(),
+                SubtaskOutcome::Merged,
+                Some(VerdictKind::Approve),
+                Some("worker: WORKER-FINAL: wrote it.".into())
+            ),
+        ],
+        "A (red) is put aside by the rule, B loses to the judge's pick C, and only C merges"
+    );
+    assert_eq!(
+        fixture.read(TARGET),
+        b"RIGHT\n".to_vec(),
+        "the pick reaches the branch"
+    );
+    let run_id = report.run_id.as_str();
+    assert_eq!(
+        archived(&fixture, run_id),
+        vec![
+            (format!("refs/grove/archive/{run_id}/1"), "BROKEN".into()),
+            (format!("refs/grove/archive/{run_id}/2"), "quiet".into()),
+        ],
+        "each attempt that lost keeps its work under an archive ref"
+    );
+    let entries = journal(&fixture.repo, run_id);
+    assert_eq!(
+        verdicts(&entries),
+        vec![
+            (
+                "S1".into(),
+                VerdictKind::Reject,
+                format!("Attempt A was not picked: {red}")
+            ),
+            (
+                "S2".into(),
+                VerdictKind::Reject,
+                "Attempt B was not picked: B is not loud".into()
+            ),
+            ("S3".into(), VerdictKind::Approve, "The loud one.".into()),
+        ],
+        "the journal keeps each attempt's verdict with the reason it lost"
+    );
+    assert_eq!(
+        entries
+            .iter()
+            .filter(|entry| matches!(entry, Entry::Picked { .. }))
+            .cloned()
+            .collect::<Vec<_>>(),
+        vec![Entry::Picked {
+            group: SubtaskId(1),
+            pick: Pick {
+                picked: Some(SubtaskId(3)),
+                summary: "The loud one.".into(),
+                not_picked: vec![
+                    NotPicked {
+                        subtask: SubtaskId(1),
+                        reason: red.into()
+                    },
+                    NotPicked {
+                        subtask: SubtaskId(2),
+                        reason: "B is not loud".into()
+                    },
+                ],
+            },
+        }],
+        "one pick record names C and why A and B lost"
+    );
+    let briefs = judge_briefs(&server);
+    assert_eq!(
+        briefs
+            .iter()
+            .map(|text| shown_attempts(text))
+            .collect::<Vec<_>>(),
+        vec![vec!['B', 'C']],
+        "one judge, shown only the attempts whose check passed: {briefs:?}"
+    );
+    assert!(
+        briefs[0].contains("+quiet")
+            && briefs[0].contains("+RIGHT")
+            && !briefs[0].contains("+BROKEN"),
+        "the judge sees B's and C's diffs and nothing of A's: {}",
+        briefs[0]
+    );
+    assert_eq!(
+        lead_heard_head(&server),
+        format!(
+            "S1 was tried 3 ways (attempts A, B, C); attempt C (S3) was picked.\n\
+             - attempt A (S1) not picked: {red}\n\
+             - attempt B (S2) not picked: B is not loud\n"
+        ),
+        "the lead hears the pick and, a line each, why A and B lost"
     );
 }
