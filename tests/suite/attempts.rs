@@ -12,7 +12,7 @@ use serde_json::json;
 use std::ffi::OsString;
 
 use grove::model::Provider;
-use grove::run::{RunOptions, RunReport};
+use grove::run::{RunEnd, RunOptions, RunReport};
 use grove::settings::options::CheckOptions;
 use grove::status::SubtaskId;
 use grove::store::attempts::{NotPicked, Pick};
@@ -21,7 +21,7 @@ use grove::tools::sandbox::CommandHost;
 
 use crate::suite::sandbox::sandbox_or_skip;
 use crate::support::attempts::*;
-use crate::support::fake_server::{FakeServer, RecordedRequest, Reply};
+use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::requests::{Who, who};
 use crate::support::scripted_run::*;
@@ -276,5 +276,139 @@ async fn a_red_attempt_is_put_aside_the_judge_picks_the_right_one_and_both_loser
              - attempt B (S2) not picked: B is not loud\n"
         ),
         "the lead hears the pick and, a line each, why A and B lost"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_one_attempt_left_after_the_checks_its_own_reviewer_decides_and_it_merges() {
+    if !sandbox_or_skip("with_one_attempt_left_after_the_checks") {
+        return;
+    }
+    let fixture = repo_with_rules();
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => attempts_lead(request, LOUD, &json!(3)),
+        Who::Worker => labelled_worker(request, &["BROKEN", "RIGHT", "BROKEN too"]),
+        Who::Reviewer => picking_judge(request),
+    })
+    .await;
+    let report = run(&fixture, &server, Provider::Anthropic, checked(&fixture))
+        .await
+        .unwrap();
+    server.assert_no_violations();
+
+    let red = "not picked: its check failed while that of B passed";
+    assert_eq!(
+        outcomes(&report),
+        vec![
+            (
+                "S1".into(),
+                SubtaskOutcome::Rejected,
+                Some(VerdictKind::Reject),
+                Some(red.into())
+            ),
+            (
+                "S2".into(),
+                SubtaskOutcome::Merged,
+                Some(VerdictKind::Approve),
+                Some("worker: WORKER-FINAL: wrote it.".into())
+            ),
+            (
+                "S3".into(),
+                SubtaskOutcome::Rejected,
+                Some(VerdictKind::Reject),
+                Some(red.into())
+            ),
+        ],
+        "the red attempts are put aside and the one green attempt merges"
+    );
+    assert_eq!(
+        fixture.read(TARGET),
+        b"RIGHT\n".to_vec(),
+        "B reaches the branch"
+    );
+    let requests = server.requests();
+    let reviews: Vec<String> = requests
+        .iter()
+        .filter(|request| who(request) == Who::Reviewer && request.tool_results().is_empty())
+        .map(own_review_text)
+        .collect();
+    assert_eq!(
+        reviews
+            .iter()
+            .map(|text| (text.contains("# How to judge"), text.contains("+RIGHT")))
+            .collect::<Vec<_>>(),
+        vec![(false, true)],
+        "no judge: one ordinary review, of B's diff: {reviews:?}"
+    );
+    let entries = journal(&fixture.repo, &report.run_id);
+    assert_eq!(
+        verdicts(&entries),
+        vec![
+            (
+                "S1".into(),
+                VerdictKind::Reject,
+                "Attempt A was not picked: its check failed while that of B passed".into()
+            ),
+            (
+                "S3".into(),
+                VerdictKind::Reject,
+                "Attempt C was not picked: its check failed while that of B passed".into()
+            ),
+            (
+                "S2".into(),
+                VerdictKind::Approve,
+                "Does what the brief asks.".into()
+            ),
+        ],
+        "the rule's rejections are journaled before B's own review approves it"
+    );
+    eprintln!("HEARD:\n{}", lead_heard(&server));
+    eprintln!(
+        "PICKED: {:?}",
+        entries
+            .iter()
+            .filter(|e| matches!(e, Entry::Picked { .. }))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_attempt_whose_worker_fails_does_not_fail_the_subtask_while_the_others_live() {
+    if !sandbox_or_skip("an_attempt_whose_worker_fails") {
+        return;
+    }
+    let fixture = repo_with_rules();
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => attempts_lead(request, LOUD, &json!(3)),
+        // A model that refuses mid-attempt: grove cannot go on with A's worker.
+        Who::Worker if attempt_of(request) == Some(1) => {
+            usage(Turn::text("ATTEMPT-A-REFUSES").stop("refusal")).into()
+        }
+        Who::Worker => labelled_worker(request, &["", "quiet", "RIGHT"]),
+        Who::Reviewer => picking_judge(request),
+    })
+    .await;
+    let report = run(
+        &fixture,
+        &server,
+        Provider::Anthropic,
+        options(&fixture, USER_TASK),
+    )
+    .await
+    .unwrap();
+    server.assert_no_violations();
+    eprintln!(
+        "OUT: {:?} {:?} {:#?}",
+        report.status,
+        report.error,
+        outcomes(&report)
+    );
+    eprintln!("HEARD:\n{}", lead_heard(&server));
+    eprintln!(
+        "JUDGE: {:?}",
+        judge_briefs(&server)
+            .iter()
+            .map(|t| shown_attempts(t))
+            .collect::<Vec<_>>()
     );
 }
