@@ -289,10 +289,9 @@ async fn judged(
             subtask: attempt.id,
             reason: reason.clone(),
         });
-        let judge = match pick.picked {
-            Some(_) => Judge::Rule(format!("not picked: {reason}")),
-            None => Judge::Reviewer,
-        };
+        // Rejected with the rest or beaten by the pick, an attempt's reason is the
+        // judge's line on it (its worker's summary would say nothing of why it lost).
+        let judge = Judge::Rule(format!("not picked: {reason}"));
         decided.push((attempt, judge, verdict, ledger));
     }
     journal_pick(ctx, group, picked, &pick.summary, not_picked)?;
