@@ -80,6 +80,12 @@ conflicting subtask with a follow-up: `start_from: \"S5\"` starts its worker's t
 S5's kept work and tells it S5's findings, so it fixes what was found instead of redoing \
 everything; `replaces: \"S5\"` marks a fresh attempt at S5's work. Once the follow-up \
 merges, S5 counts as done.
+- `attempts: 2` or `3` has that many workers try one brief at once, each in its own tree; \
+a judge compares the attempts that pass the check and only the best is merged. It costs \
+each attempt's tokens, not more time. Use it for a subtask with more than one reasonable \
+design, or one that already failed once; not for a mechanical change any worker gets \
+right. The attempts take one subtask id each (`attempts: 3` as S4 makes S4, S5 and S6; \
+the group is known as S4), and its one result names the pick and why each other lost.
 - When all work is merged, or nothing more can be done, end with a short summary of what \
 changed and what did not.";
 
@@ -116,7 +122,9 @@ for a remark that need not stop the merge: an approval may carry non-blocking fi
 and a rejection names at least one blocking finding.
 
 End by calling `submit_verdict` once with your verdict, a one-paragraph summary and your \
-findings: that call ends the review, so make it your last.";
+findings: that call ends the review, so make it your last. When you are shown several \
+attempts at one brief instead of one diff, you judge them side by side as the message \
+says and pick one, or reject them all.";
 
 /// The built-in definition of `kind`.
 pub fn builtin(kind: RoleKind) -> RoleDef {

@@ -16,7 +16,7 @@ use crate::agent::external::WorkerBackend;
 use crate::git::{GitOptions, Repo};
 use crate::model::Provider;
 use crate::run::launch::{LaunchError, RunRequest};
-use crate::settings::config::{MAX_JOBS, RoleValues, RunSettings};
+use crate::settings::config::{MAX_ATTEMPTS, MAX_JOBS, RoleValues, RunSettings};
 use crate::settings::trust::{McpGrant, TrustStore};
 use crate::store::journal::VerdictKind;
 use crate::tools::sandbox::SandboxMode;
@@ -70,6 +70,9 @@ pub struct RunParams {
     pub task: String,
     /// How many subtasks may run at once, 1 to 64 [default: 2 per core, at most 4].
     pub jobs: Option<u32>,
+    /// How many workers try each subtask at once, 1 to 8, a judge merging the best
+    /// attempt [default: 1; the lead may ask for more per subtask].
+    pub attempts: Option<u32>,
     /// The model API: `anthropic` (ANTHROPIC_API_KEY) or `openai` (OPENAI_API_KEY,
     /// OPENAI_BASE_URL) [default: anthropic].
     pub provider: Option<String>,
@@ -119,6 +122,14 @@ impl RunParams {
                 format!("expected 1 to {MAX_JOBS}, got {jobs}"),
             ));
         }
+        if let Some(attempts) = self.attempts
+            && !(1..=MAX_ATTEMPTS).contains(&attempts)
+        {
+            return Err(ArgumentError::new(
+                "attempts",
+                format!("expected 1 to {MAX_ATTEMPTS}, got {attempts}"),
+            ));
+        }
         let provider = match &self.provider {
             Some(name) => Some(
                 name.parse::<Provider>()
@@ -150,6 +161,7 @@ impl RunParams {
                 reviewer: self.reviewer_model,
             },
             jobs: self.jobs,
+            attempts: self.attempts,
             max_turns: turn_caps(self.max_turns)?,
             budget_tokens: self.budget_tokens,
             subagent_budget_tokens: self.subagent_budget_tokens,

@@ -108,6 +108,7 @@ pub async fn gather(
         culprit: state.culprit.clone(),
         agents: costs,
         prices,
+        attempt_groups: state.attempts.clone(),
         notes,
     })
 }
@@ -594,6 +595,7 @@ async fn section(
             && !state.is_finished(),
         archive_ref: archive.map(|(name, _)| name.clone()),
         check: subtask.check.clone(),
+        attempt: crate::store::attempt_status::attempt_of(state, subtask.id),
         diff,
     }
 }

@@ -8,6 +8,7 @@
 //! write to a run or the repository, and the page it renders must never load anything:
 //! no external URL, every string from the model or the repository escaped.
 
+mod attempts;
 mod cost_chart;
 mod diff;
 mod gather;
@@ -18,6 +19,8 @@ mod timeline;
 use serde::Serialize;
 
 use crate::ledger::Ledger;
+use crate::store::attempt_status::AttemptOf;
+use crate::store::attempts::AttemptGroup;
 use crate::store::journal::{CheckRun, SubtaskKind};
 use crate::store::state::{RunStatus, SubtaskStatus, VerdictState};
 
@@ -59,6 +62,8 @@ pub struct ReportData {
     /// One row per agent: the lead, then each subtask's worker and reviewer.
     pub agents: Vec<AgentCost>,
     pub prices: PriceTable,
+    /// The groups of attempts at one brief (best of N), with the judge's pick.
+    pub attempt_groups: Vec<AttemptGroup>,
     /// What could not be read (a transcript, a commit); the report shows the rest.
     pub notes: Vec<String>,
 }
@@ -190,6 +195,8 @@ pub struct SubtaskSection {
     pub archive_ref: Option<String>,
     /// The project's check on its worktree, when one ran.
     pub check: Option<CheckRun>,
+    /// Its place among the attempts at one brief, when it is one.
+    pub attempt: Option<AttemptOf>,
     pub diff: DiffView,
 }
 

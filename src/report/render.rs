@@ -236,6 +236,7 @@ fn subtasks_section(page: &mut String, data: &ReportData) {
         }
         page.push_str("</table>\n");
     }
+    super::attempts::groups(page, data);
     for subtask in &data.subtasks {
         subtask_article(page, subtask);
     }
@@ -406,6 +407,7 @@ fn subtask_article(page: &mut String, subtask: &SubtaskSection) {
         );
     }
     chain_terms(page, &subtask.chain);
+    super::attempts::attempt_term(page, subtask);
     if !subtask.conflict_paths.is_empty() {
         let _ = write!(
             page,
@@ -942,6 +944,7 @@ mod tests {
                     same_as: None,
                     ratchets: Vec::new(),
                 }),
+                attempt: None,
                 diff: DiffView::Shown {
                     base: "0123456789abcdef0123456789abcdef01234567".into(),
                     head: "89abcdef0123456789abcdef0123456789abcdef".into(),
@@ -983,7 +986,57 @@ mod tests {
                 ..PriceTable::builtin()
             },
             notes: vec![format!("transcript {evil}: broken")],
+            attempt_groups: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_groups_attempts_are_shown_side_by_side_with_the_judges_words() {
+        use crate::status::SubtaskId;
+        use crate::store::attempt_status::{AttemptOf, AttemptStatus};
+        use crate::store::attempts::{AttemptGroup, NotPicked, Pick};
+        let evil = "<b>&";
+        let mut data = sample(evil);
+        let mut second = data.subtasks[0].clone();
+        second.id = "S2".into();
+        second.status = SubtaskStatus::Merged;
+        second.check = None;
+        let of = |label, status, reason: Option<String>| AttemptOf {
+            group: SubtaskId(1),
+            label,
+            status,
+            reason,
+            merged: Some(SubtaskId(2)),
+        };
+        data.subtasks[0].attempt = Some(of(
+            'A',
+            AttemptStatus::NotPicked,
+            Some(format!("A is casual {evil}")),
+        ));
+        second.attempt = Some(of('B', AttemptStatus::Picked, None));
+        data.subtasks.push(second);
+        data.attempt_groups = vec![AttemptGroup {
+            group: SubtaskId(1),
+            subtasks: vec![SubtaskId(1), SubtaskId(2)],
+            pick: Some(Pick {
+                picked: Some(SubtaskId(2)),
+                summary: format!("B is formal {evil}"),
+                not_picked: vec![NotPicked {
+                    subtask: SubtaskId(1),
+                    reason: format!("A is casual {evil}"),
+                }],
+            }),
+        }];
+        let page = render_html(&data);
+        let start = page
+            .find("<div class=\"attempts\"")
+            .expect("the group's block");
+        let end = start + page[start..].find("</div>").unwrap() + "</div>".len();
+        insta::assert_snapshot!("attempts_side_by_side", &page[start..end]);
+        assert!(
+            page.contains("<dt>attempt</dt><dd class=\"chain\">A of <a href=\"#attempts-S1\">S1</a>, not picked: A is casual &lt;b&gt;&amp;</dd>"),
+            "each attempt's section names its group, escaped"
+        );
     }
 
     #[test]

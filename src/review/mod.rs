@@ -22,6 +22,7 @@ use crate::run::finish::describe_refusal;
 use crate::run::history;
 use crate::run::report::executes_later;
 use crate::settings::options::History;
+use crate::store::attempt_status::attempt_of;
 use crate::store::journal::{
     Entry, Journal, RebuiltSubtask, Record, SubtaskId, SubtaskOutcome, VerdictKind,
 };
@@ -34,7 +35,11 @@ use crate::store::{JOURNAL_FILE, RunId, RunStore, SNAPSHOT_FILE};
 /// diffstat; a small cap keeps `git diff`'s output from being copied around.
 const STAT_ONLY_PATCH_BYTES: usize = 1024;
 
+mod attempts;
 mod view;
+
+pub use attempts::pick_changes;
+use attempts::refuse_two_attempts;
 
 pub use view::{CommitSource, ReviewError, RunReview, SubtaskReview};
 use view::{Standing, refusal, short_branch};
@@ -81,6 +86,7 @@ async fn review_of(repo: &Repo, state: &RunState) -> Result<RunReview, ReviewErr
             diffstat,
             conflict_paths: subtask.conflict_paths.clone(),
             check: subtask.check.clone(),
+            attempt: attempt_of(state, subtask.id),
         });
     }
     Ok(RunReview {
@@ -95,6 +101,7 @@ async fn review_of(repo: &Repo, state: &RunState) -> Result<RunReview, ReviewErr
         history: history_of(state),
         error: state.error.clone(),
         subtasks,
+        attempt_groups: state.attempts.clone(),
     })
 }
 
@@ -274,8 +281,8 @@ impl ReviewOutcome {
 /// decisions stay recorded whatever it says.
 ///
 /// Refused before anything is written: a run that has not finished, a run already
-/// applied, an unknown subtask, a subtask both approved and rejected, and approving a
-/// subtask that left no commit.
+/// applied, an unknown subtask, a subtask both approved and rejected, approving a
+/// subtask that left no commit, and approving two attempts at one brief.
 pub async fn override_verdicts(
     repo: &Repo,
     run_id: &str,
@@ -311,6 +318,7 @@ pub async fn override_verdicts(
         .removed;
     let before = review_of(repo, &state).await?;
     let wanted = check_changes(&before, changes)?;
+    refuse_two_attempts(&before, &wanted)?;
     refuse_built_on_rejected(repo, &before, &wanted)?;
 
     let mut recorded = Vec::new();
@@ -373,16 +381,7 @@ fn check_changes(
     let mut wanted: Vec<(SubtaskId, VerdictKind)> = Vec::new();
     for (subtask, verdict) in changes {
         let Some(found) = review.subtask(subtask) else {
-            return Err(ReviewError::UnknownSubtask {
-                run_id: review.run_id.clone(),
-                subtask: subtask.clone(),
-                known: review
-                    .subtasks
-                    .iter()
-                    .map(|s| s.id.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
+            return Err(review.unknown(subtask));
         };
         if *verdict == VerdictKind::Approve && !found.approvable() {
             return Err(ReviewError::NoCommit {

@@ -11,6 +11,8 @@ use crate::git::{Colour, CommitId, DiffStat, GitError, Repo, RunId};
 use crate::settings::options::History;
 use crate::status::SubtaskId;
 use crate::store::StoreError;
+use crate::store::attempt_status::AttemptOf;
+use crate::store::attempts::AttemptGroup;
 use crate::store::journal::{CheckRun, JournalError, VerdictKind};
 use crate::store::lock::LockError;
 use crate::store::snapshot::SnapshotError;
@@ -49,6 +51,24 @@ pub enum ReviewError {
     /// The same subtask is both approved and rejected in one review.
     #[error("{subtask} is both approved and rejected; decide once")]
     ContradictoryDecisions { subtask: String },
+    /// `--pick` names a subtask that is no attempt at a brief tried several ways.
+    #[error(
+        "{subtask} is not one of a group's attempts, so there is nothing to pick it over; \
+         --approve {subtask} approves it"
+    )]
+    NotAnAttempt { subtask: String },
+    /// The decisions approve two attempts at one brief: the same work done two ways,
+    /// which must never both merge.
+    #[error(
+        "{first} and {second} are attempts at one brief (the group {group}), so approving \
+         both would merge that work twice; keep one: `--pick {first}` approves {first} and \
+         rejects {second}"
+    )]
+    TwoAttempts {
+        group: String,
+        first: String,
+        second: String,
+    },
     /// A subtask that left no commit has no work that could be merged.
     #[error(
         "{subtask} cannot be approved: it {status} before producing a commit, so there is no \
@@ -141,6 +161,10 @@ pub struct SubtaskReview {
     pub conflict_paths: Vec<String>,
     /// The project's check on its worktree, when one ran.
     pub check: Option<CheckRun>,
+    /// Its place among the attempts at one brief (best of N): the group, its label,
+    /// picked or not and why. Absent from the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<AttemptOf>,
 }
 
 impl SubtaskReview {
@@ -170,12 +194,30 @@ pub struct RunReview {
     pub error: Option<String>,
     /// In subtask order.
     pub subtasks: Vec<SubtaskReview>,
+    /// The groups of attempts at one brief, with the judge's pick and summary. Absent
+    /// from the JSON when the run has none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attempt_groups: Vec<AttemptGroup>,
 }
 
 impl RunReview {
     /// The subtask labelled `id`.
     pub fn subtask(&self, id: &str) -> Option<&SubtaskReview> {
         self.subtasks.iter().find(|s| s.id.to_string() == id)
+    }
+
+    /// The error for a decision naming `subtask`, which the run does not have.
+    pub fn unknown(&self, subtask: &str) -> ReviewError {
+        ReviewError::UnknownSubtask {
+            run_id: self.run_id.clone(),
+            subtask: subtask.to_owned(),
+            known: self
+                .subtasks
+                .iter()
+                .map(|s| s.id.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
     }
 
     /// Why decisions cannot be recorded on this run, if they cannot.

@@ -19,7 +19,7 @@ use crate::event::EventSink;
 use crate::git::Repo;
 use crate::run::agents::{agent_catalogue, delegate_role, read_rules};
 use crate::run::context::lock;
-use crate::run::delegate::{self, DelegateInput, DelegateRequest};
+use crate::run::delegate::{self, DelegateError, DelegateInput, DelegateRequest};
 use crate::run::estimate::{self, Estimate, EstimateInput};
 use crate::run::id::SubtaskId;
 use crate::run::lead::{first_prompt, lead_spec};
@@ -39,6 +39,14 @@ pub struct PlannedSubtask {
     pub mode: ContextMode,
     /// `worker` or the project agent's name.
     pub agent: String,
+    /// How many workers would try it at once (`delegate`'s `attempts`, or the run's);
+    /// absent for one.
+    #[serde(skip_serializing_if = "is_one")]
+    pub attempts: u32,
+}
+
+fn is_one(attempts: &u32) -> bool {
+    *attempts == 1
 }
 
 /// What the lead would do with the task.
@@ -73,6 +81,7 @@ pub async fn plan(
         root: root.clone(),
         description: delegate::description(&agent_catalogue(&root)),
         max_subtasks: options.max_subtasks,
+        attempts: (options.attempts, options.max_attempts),
         planned: Mutex::new(Vec::new()),
     });
     // What a run would read: the commit it would start from, never the work tree's
@@ -142,6 +151,8 @@ struct PlanDelegate {
     root: std::path::PathBuf,
     description: String,
     max_subtasks: u32,
+    /// The run's `--attempts` and `max_attempts`.
+    attempts: (u32, u32),
     planned: Mutex<Vec<PlannedSubtask>>,
 }
 
@@ -172,6 +183,15 @@ impl Tool for PlanDelegate {
         let request: DelegateRequest = parse_input::<DelegateInput>(self, input)?.into_request()?;
         let role = delegate_role(&self.root, request.agent.as_deref())
             .map_err(|refused| ToolError::RespondToModel(refused.to_string()))?;
+        let (default, max) = self.attempts;
+        let attempts = request.attempts.unwrap_or(default).max(1);
+        if attempts > max {
+            let refused = DelegateError::TooManyAttempts {
+                asked: attempts,
+                max,
+            };
+            return Err(ToolError::RespondToModel(refused.to_string()));
+        }
         let mut planned = lock(&self.planned);
         if planned.len() >= self.max_subtasks as usize {
             return Err(ToolError::RespondToModel(format!(
@@ -189,6 +209,7 @@ impl Tool for PlanDelegate {
             task: request.task,
             mode: request.mode,
             agent: role.name,
+            attempts,
         });
         Ok(ToolOutput::ok(format!(
             "{id}: planned (dry run: nothing runs). Go on as if it will be done and merged; \

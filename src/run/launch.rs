@@ -74,6 +74,12 @@ pub enum LaunchError {
          {backend} runs its own CLI, whose spending grove cannot price: drop one or the other"
     )]
     MoneyBudgetBackend { flag: String, backend: String },
+    /// `--attempts` over the project's `max_attempts`; nothing was created.
+    #[error(
+        "--attempts {attempts} is over this project's max_attempts of {max} \
+         (.grove/config.toml); ask for fewer, or raise max_attempts"
+    )]
+    AttemptsOverMax { attempts: u32, max: u32 },
 }
 
 impl LaunchError {
@@ -82,7 +88,11 @@ impl LaunchError {
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            Self::EmptyTask | Self::Prices(_) | Self::Unpriced(_) | Self::MoneyBudgetBackend { .. }
+            Self::EmptyTask
+                | Self::Prices(_)
+                | Self::Unpriced(_)
+                | Self::MoneyBudgetBackend { .. }
+                | Self::AttemptsOverMax { .. }
         )
     }
 }
@@ -250,6 +260,12 @@ pub async fn prepare(directory: &Path, request: RunRequest) -> Result<Launch, La
     };
     let resolved = settings.resolve(request.task);
     let mut options = resolved.options;
+    if options.attempts > options.max_attempts {
+        return Err(LaunchError::AttemptsOverMax {
+            attempts: options.attempts,
+            max: options.max_attempts,
+        });
+    }
     options.keep_worktrees = request.keep_worktrees;
     options.worker_backend = request.worker_backend;
     if let Some(seconds) = request.worker_timeout_secs {

@@ -73,6 +73,13 @@ pub(crate) fn lead_spec(
         ));
     }
     spec.system.push_str(&history_note(options.history));
+    if options.attempts > 1 {
+        spec.system.push_str(&format!(
+            "\n\n# Attempts\n\nThis run gives each subtask {} attempts unless your \
+             `delegate` call says otherwise (`attempts: 1` for one; at most {}).",
+            options.attempts, options.max_attempts
+        ));
+    }
     spec
 }
 

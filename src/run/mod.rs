@@ -21,6 +21,7 @@
 //! the lead, and never touch the user's branch before the end.
 
 pub mod agents;
+pub mod attempt_report;
 pub mod check;
 pub(crate) mod check_output;
 pub mod checkout;

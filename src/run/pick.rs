@@ -45,7 +45,16 @@ struct PickInput {
     #[serde(default)]
     not_picked: Vec<LostInput>,
     #[serde(default)]
-    findings: Vec<FindingInput>,
+    findings: Vec<JudgeFinding>,
+}
+
+/// A finding as the judge writes it: on one attempt, named, or on them all.
+#[derive(Deserialize)]
+struct JudgeFinding {
+    #[serde(default)]
+    attempt: Option<String>,
+    #[serde(flatten)]
+    finding: FindingInput,
 }
 
 #[derive(Deserialize)]
@@ -130,7 +139,18 @@ impl SubmitPick {
             }
             (VerdictKind::Reject, None) => None,
         };
-        let findings: Vec<Finding> = input.findings.into_iter().map(Finding::from).collect();
+        let findings: Vec<Finding> = input
+            .findings
+            .into_iter()
+            .map(|judged| {
+                let mut finding = Finding::from(judged.finding);
+                // The attempts change the same files: the label says whose line it is.
+                if let Some(label) = judged.attempt.as_deref().and_then(|a| self.label(a)) {
+                    finding.problem = format!("(attempt {label}) {}", finding.problem);
+                }
+                finding
+            })
+            .collect();
         if picked.is_none() && !findings.is_empty() && !findings.iter().any(|f| f.blocking) {
             return refuse(REJECT_WITHOUT_BLOCKING.into());
         }
@@ -187,7 +207,7 @@ impl Tool for SubmitPick {
                         "required": ["attempt", "reason"]
                     }
                 },
-                "findings": findings_schema()
+                "findings": judge_findings_schema(&labels)
             },
             "required": ["verdict", "summary"]
         })
@@ -210,6 +230,17 @@ impl Tool for SubmitPick {
         *slot = Some(pick);
         Ok(ToolOutput::last("Verdict recorded."))
     }
+}
+
+/// `findings`, each naming the attempt it is about (the attempts change the same files).
+fn judge_findings_schema(labels: &[String]) -> Value {
+    let mut schema = findings_schema();
+    schema["items"]["properties"]["attempt"] = json!({
+        "type": "string",
+        "enum": labels,
+        "description": "The attempt this finding is about; leave out for all of them."
+    });
+    schema
 }
 
 #[cfg(test)]
@@ -262,7 +293,7 @@ mod tests {
         let tool = SubmitPick::new(vec!['A', 'B', 'C']);
         let first = tool
             .run(
-                json!({"verdict": "approve", "pick": "c", "summary": "C handles the edge.",
+                json!({"verdict": "approve", "pick": "C", "summary": "C handles the edge.",
                        "not_picked": [{"attempt": "B", "reason": "drops the error path"},
                                       {"attempt": "C", "reason": "the pick cannot lose"},
                                       {"attempt": "A", "reason": "  "}]}),
@@ -283,7 +314,7 @@ mod tests {
                     not_picked: vec![('B', "drops the error path".into())],
                 })
             ),
-            "the pick is read in any case; a reason for the pick or a blank one is dropped; \
+            "a reason given for the pick, or a blank one, is dropped; \
              only the first decision counts"
         );
     }

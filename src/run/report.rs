@@ -14,6 +14,7 @@ use crate::prices::Usd;
 use crate::run::estimate::Estimate;
 use crate::run::id::SubtaskId;
 use crate::settings::options::{Models, RunOptions};
+use crate::store::attempt_status::{AttemptOf, AttemptStatus};
 use crate::store::journal::{
     CheckRun, CheckStatus, Finding, ON_RESULT, RunOutcome, SubtaskKind, SubtaskOutcome, VerdictKind,
 };
@@ -132,6 +133,44 @@ pub struct SubtaskReport {
     /// Absent from the JSON otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub superseded_by: Option<SubtaskId>,
+    /// Its place among the attempts at one brief (`delegate`'s `attempts`): the group,
+    /// its label, `picked` / `not_picked` / `undecided`, why it lost, and which attempt
+    /// of the group merged. Absent from the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<AttemptOf>,
+    /// On a group's first attempt: every attempt of the group, with its status and cost.
+    /// Absent from the JSON otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<AttemptEntry>,
+}
+
+/// One attempt in its group's list (`attempts` of the group's first subtask in
+/// `grove run --json`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptEntry {
+    pub subtask: SubtaskId,
+    /// `A`, `B`, …
+    pub label: char,
+    pub status: AttemptStatus,
+    /// What its worker and reviewer (the judge, for the attempt that carries it) cost;
+    /// `null` when a model of theirs has no price.
+    pub cost_usd: Option<f64>,
+    /// Why it was not picked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Copies each attempt's priced `cost_usd` into its group's list.
+pub(crate) fn price_attempts(reports: &mut [SubtaskReport]) {
+    let costs: Vec<(SubtaskId, Option<f64>)> = reports.iter().map(|r| (r.id, r.cost_usd)).collect();
+    for report in reports.iter_mut() {
+        for entry in &mut report.attempts {
+            entry.cost_usd = costs
+                .iter()
+                .find(|(id, _)| *id == entry.subtask)
+                .and_then(|(_, cost)| *cost);
+        }
+    }
 }
 
 /// How a conflicting subtask came to be merged.
@@ -261,6 +300,8 @@ impl SubtaskReport {
             worker_summary: None,
             replaces: None,
             superseded_by: None,
+            attempt: None,
+            attempts: Vec::new(),
         }
     }
 
@@ -401,6 +442,7 @@ impl CostReport {
             let reviewer = price(&models.reviewer.name, &subtask.reviewer_ledger);
             subtask.cost_usd = worker.zip(reviewer).map(|(w, r)| w + r);
         }
+        price_attempts(subtasks);
         report.lead_usd = lead_usd;
         report.total_usd = report.total_usd.max(metered.usd);
         for model in &metered.unpriced {
@@ -426,9 +468,12 @@ impl RunReport {
 }
 
 impl SubtaskReport {
-    /// Merged, or superseded by a replacement that merged.
+    /// Merged, superseded by a replacement that merged, or an attempt whose group's pick
+    /// merged.
     pub fn done(&self) -> bool {
-        self.status == SubtaskOutcome::Merged || self.superseded_by.is_some()
+        self.status == SubtaskOutcome::Merged
+            || self.superseded_by.is_some()
+            || self.attempt.as_ref().is_some_and(|of| of.merged.is_some())
     }
 }
 

@@ -17,17 +17,18 @@ use crate::model::Provider;
 use crate::prices::Usd;
 pub use crate::settings::options::DEFAULT_SETUP_TIMEOUT_S;
 use crate::settings::options::{
-    CheckOptions, History, ModelNames, RunOptions, SandboxPaths, TurnCaps, WorktreeSetup,
-    default_jobs,
+    CheckOptions, DEFAULT_MAX_ATTEMPTS, History, ModelNames, RunOptions, SandboxPaths, TurnCaps,
+    WorktreeSetup, default_jobs,
 };
 use crate::settings::ratchet::{RatchetOptions, RatchetParse, Tool};
-pub use crate::settings::values::{CopyPathError, ValueProblem, check_copy_path};
+pub use crate::settings::values::{CopyPathError, MAX_ATTEMPTS, ValueProblem, check_copy_path};
 use crate::settings::values::{
     ParseKind, junit_path, ratchet_parse, ratchet_pattern, ratchet_tool,
 };
 use crate::settings::values::{
-    base_check, boolean, copy_list, history, integer, model_name, provider, sandbox_paths,
-    setup_command, subtask_check, tokens, turns, usd, variable_names, worktree_mode, worktrees_dir,
+    attempts, base_check, boolean, copy_list, history, integer, model_name, provider,
+    sandbox_paths, setup_command, subtask_check, tokens, turns, usd, variable_names, worktree_mode,
+    worktrees_dir,
 };
 use crate::worktree::WorktreeMode;
 
@@ -106,6 +107,10 @@ pub struct RunSettings {
     /// A role's model, overriding `model` for that role.
     pub models: RoleValues<String>,
     pub jobs: Option<u32>,
+    /// How many attempts each delegated subtask gets unless its call says (`--attempts`).
+    pub attempts: Option<u32>,
+    /// The most attempts one `delegate` call may ask for (`max_attempts`).
+    pub max_attempts: Option<u32>,
     pub max_turns: RoleValues<u32>,
     pub budget_tokens: Option<u64>,
     pub subagent_budget_tokens: Option<u64>,
@@ -171,6 +176,8 @@ impl RunSettings {
             model: self.model.or(lower_model),
             models: self.models.or(lower_models),
             jobs: self.jobs.or(lower.jobs),
+            attempts: self.attempts.or(lower.attempts),
+            max_attempts: self.max_attempts.or(lower.max_attempts),
             max_turns: self.max_turns.or(lower.max_turns),
             budget_tokens: self.budget_tokens.or(lower.budget_tokens),
             subagent_budget_tokens: self.subagent_budget_tokens.or(lower.subagent_budget_tokens),
@@ -213,6 +220,8 @@ impl RunSettings {
         };
         options.budget_tokens = self.budget_tokens;
         options.subagent_budget_tokens = self.subagent_budget_tokens;
+        options.max_attempts = self.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+        options.attempts = self.attempts.unwrap_or(1);
         options.budget_usd = self.budget_usd;
         options.subagent_budget_usd = self.subagent_budget_usd;
         options.apply = self.apply.unwrap_or(true);
@@ -294,6 +303,8 @@ impl ProjectConfig {
             jobs: check.optional(raw.jobs, "jobs", |value| {
                 integer(value, 1, u64::from(MAX_JOBS)).map(|jobs| jobs as u32)
             })?,
+            attempts: check.optional(raw.attempts, "attempts", attempts)?,
+            max_attempts: check.optional(raw.max_attempts, "max_attempts", attempts)?,
             max_turns: RoleValues {
                 lead: check.optional(max_turns.lead, "max_turns.lead", turns)?,
                 worker: check.optional(max_turns.worker, "max_turns.worker", turns)?,
@@ -353,6 +364,8 @@ struct RawFile {
     model: RawValue,
     models: Option<RawRoles>,
     jobs: RawValue,
+    attempts: RawValue,
+    max_attempts: RawValue,
     max_turns: Option<RawRoles>,
     budget_tokens: RawValue,
     subagent_budget_tokens: RawValue,

@@ -15,8 +15,12 @@ use crate::settings::options::{
 /// default (or, for keys that have none, at an example marked as such), so the file as
 /// written changes nothing until a line is uncommented.
 pub fn template() -> String {
+    head() + &body() + &check_and_sandbox()
+}
+
+/// The template's opening: how the file works, the provider, models and jobs.
+fn head() -> String {
     let model = default_model(Provider::Anthropic);
-    let caps = TurnCaps::default();
     format!(
         r#"# grove's project configuration (written by `grove init`).
 #
@@ -37,6 +41,25 @@ pub fn template() -> String {
 # How many subtasks may run at once, 1 to {MAX_JOBS}.
 # Default: 2 per core, at most 4 ({jobs} on this machine). Flag: --jobs.
 # jobs = {jobs}
+
+"#,
+        openai_model = default_model(Provider::OpenAi),
+        jobs = default_jobs(),
+    )
+}
+
+/// The template's run keys after `jobs`, and its tables up to `[check]`.
+fn body() -> String {
+    let model = default_model(Provider::Anthropic);
+    let caps = TurnCaps::default();
+    format!(
+        r#"# How many workers try each subtask at once, each in its own tree; a judge compares
+# the attempts that pass the check and merges the best one. The lead may ask for more
+# on one subtask, up to max_attempts. Default: 1. Flag: --attempts.
+# attempts = 1
+
+# The most attempts the lead may ask for on one subtask, 1 to 8. Default: 4.
+# max_attempts = 4
 
 # Tokens the whole run may spend; no new subtask starts once they are spent.
 # Default: no limit. Example below. Flag: --budget-tokens.
@@ -125,12 +148,10 @@ pub fn template() -> String {
 # pass_env = ["DISABLE_AUTOUPDATER"]
 
 "#,
-        openai_model = default_model(Provider::OpenAi),
-        jobs = default_jobs(),
         lead = caps.lead,
         worker = caps.worker,
         reviewer = caps.reviewer,
-    ) + &check_and_sandbox()
+    )
 }
 
 /// The `[check]` and `[sandbox]` tables of [`template`].

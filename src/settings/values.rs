@@ -135,6 +135,14 @@ pub(super) fn turns(value: &toml::Value) -> Result<u32, ValueProblem> {
     integer(value, 1, u64::from(u32::MAX)).map(|turns| turns as u32)
 }
 
+/// The most attempts a run may give one subtask: each is a worker and a tree, and the
+/// judge reads every diff side by side.
+pub const MAX_ATTEMPTS: u32 = 8;
+
+pub(super) fn attempts(value: &toml::Value) -> Result<u32, ValueProblem> {
+    integer(value, 1, u64::from(MAX_ATTEMPTS)).map(|attempts| attempts as u32)
+}
+
 pub(super) fn tokens(value: &toml::Value) -> Result<u64, ValueProblem> {
     value
         .as_integer()

@@ -68,6 +68,37 @@ pub fn label(place: usize) -> char {
         .map_or('?', |place| char::from(b'A' + place))
 }
 
+/// Adds group `group` of attempts `subtasks` (an `attempts` record); `Err` names an
+/// attempt that is already in a group.
+pub fn add_group(
+    groups: &mut Vec<AttemptGroup>,
+    group: SubtaskId,
+    subtasks: &[SubtaskId],
+) -> Result<(), SubtaskId> {
+    if let Some(known) = subtasks.iter().find(|id| group_of(groups, **id).is_some()) {
+        return Err(*known);
+    }
+    groups.push(AttemptGroup {
+        group,
+        subtasks: subtasks.to_vec(),
+        pick: None,
+    });
+    Ok(())
+}
+
+/// Records the judge's `pick` for group `group` (a `picked` record); `Err` when there
+/// is no such group.
+pub fn record_pick(
+    groups: &mut [AttemptGroup],
+    group: SubtaskId,
+    pick: &Pick,
+) -> Result<(), SubtaskId> {
+    let known = groups.iter_mut().find(|known| known.group == group);
+    let known = known.ok_or(group)?;
+    known.pick = Some(pick.clone());
+    Ok(())
+}
+
 /// The attempt group `id` belongs to in `groups`, if any.
 pub fn group_of(groups: &[AttemptGroup], id: SubtaskId) -> Option<&AttemptGroup> {
     groups.iter().find(|group| group.subtasks.contains(&id))

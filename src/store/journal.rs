@@ -309,8 +309,9 @@ pub enum Entry {
         group: SubtaskId,
         subtasks: Vec<SubtaskId>,
     },
-    /// The judge compared a group's attempts (or a person picked another in `grove
-    /// review`, `human` set): the attempt picked, or none, and why the others lost.
+    /// The judge compared a group's attempts: the attempt picked, or none, and why the
+    /// others lost. Only a judge writes it (a group left with one attempt after the
+    /// checks has none; a person's pick in `grove review` is two `human_verdict`s).
     Picked {
         group: SubtaskId,
         #[serde(flatten)]

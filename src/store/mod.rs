@@ -8,6 +8,7 @@
 //! records what the run did and folds it back), never print, and never import `run::`:
 //! the run depends on the store, not the other way round.
 
+pub mod attempt_status;
 pub mod attempts;
 pub mod disk_full;
 pub mod durable;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::git::{CommitId, RunId};
 use crate::ledger::Ledger;
 use crate::status::SubtaskId;
-use crate::store::attempts::{AttemptGroup, group_of};
+use crate::store::attempts::{AttemptGroup, add_group, group_of, record_pick};
 
 use crate::store::journal::{
     CheckRun, ContextMode, Entry, Finding, RebuiltSubtask, Record, RunOutcome, SubtaskKind,
@@ -423,17 +423,36 @@ impl RunState {
     /// The later subtask that superseded the unmerged subtask `id`: one naming it in its
     /// `replaces` (or `start_from`) that merged, or was superseded in turn. A
     /// replacement that did not get done supersedes nothing.
+    ///
+    /// Attempts at one brief stand or fall together: naming one attempt replaces its
+    /// whole group, and a group of replacements got done when one of its attempts did.
     pub fn superseded_by(&self, id: SubtaskId) -> Option<SubtaskId> {
         if self.subtask(id)?.status == SubtaskStatus::Merged {
             return None;
         }
+        let replaced = self.attempts_at(id);
+        let last = replaced.iter().copied().max().unwrap_or(id);
         self.subtasks
             .iter()
-            .filter(|later| later.id > id && later.replaces == Some(id))
-            .find(|later| {
-                later.status == SubtaskStatus::Merged || self.superseded_by(later.id).is_some()
+            .filter(|later| later.id > last)
+            .filter(|later| {
+                later
+                    .replaces
+                    .is_some_and(|named| replaced.contains(&named))
             })
-            .map(|later| later.id)
+            .find_map(|later| {
+                self.attempts_at(later.id).into_iter().find(|attempt| {
+                    self.subtask(*attempt)
+                        .is_some_and(|done| done.status == SubtaskStatus::Merged)
+                        || self.superseded_by(*attempt).is_some()
+                })
+            })
+    }
+
+    /// Every attempt of `id`'s group, or `id` alone when it is none.
+    fn attempts_at(&self, id: SubtaskId) -> Vec<SubtaskId> {
+        self.attempt_group(id)
+            .map_or_else(|| vec![id], |group| group.subtasks.clone())
     }
 
     /// The attempt group subtask `id` belongs to, when it is an attempt.
@@ -530,23 +549,10 @@ impl RunState {
                 }
                 Ok(())
             }
-            Entry::Attempts { group, subtasks } => {
-                if self.attempt_group(*group).is_some() {
-                    return Err(ReplayReason::SubtaskAlreadyStarted { subtask: *group });
-                }
-                self.attempts.push(AttemptGroup {
-                    group: *group,
-                    subtasks: subtasks.clone(),
-                    pick: None,
-                });
-                Ok(())
-            }
-            Entry::Picked { group, pick } => {
-                let known = self.attempts.iter_mut().find(|known| known.group == *group);
-                let known = known.ok_or(ReplayReason::NoAttemptGroup { group: *group })?;
-                known.pick = Some(pick.clone());
-                Ok(())
-            }
+            Entry::Attempts { group, subtasks } => add_group(&mut self.attempts, *group, subtasks)
+                .map_err(|subtask| ReplayReason::SubtaskAlreadyStarted { subtask }),
+            Entry::Picked { group, pick } => record_pick(&mut self.attempts, *group, pick)
+                .map_err(|group| ReplayReason::NoAttemptGroup { group }),
             Entry::ResultsDelivered { subtasks, call_id } => {
                 self.deliveries.push(Delivery {
                     subtasks: subtasks.clone(),
@@ -861,6 +867,38 @@ mod tests {
             vec![Some(2), Some(3), None, None, None, None],
             "S1 is superseded by S2, itself superseded by S3 that merged; S4's replacement \
              was rejected too, so neither counts; a merged subtask is never superseded"
+        );
+
+        // S1–S3 are attempts that all lost; S4–S5 attempts at replacing S2, of which S5
+        // merged.
+        run.subtasks = vec![
+            subtask(1, Rejected, None),
+            subtask(2, Rejected, None),
+            subtask(3, Rejected, None),
+            subtask(4, Rejected, Some(2)),
+            subtask(5, Merged, Some(2)),
+        ];
+        run.attempts = vec![
+            AttemptGroup {
+                group: SubtaskId(1),
+                subtasks: vec![SubtaskId(1), SubtaskId(2), SubtaskId(3)],
+                pick: None,
+            },
+            AttemptGroup {
+                group: SubtaskId(4),
+                subtasks: vec![SubtaskId(4), SubtaskId(5)],
+                pick: None,
+            },
+        ];
+        let superseded: Vec<Option<u32>> = (1..=5)
+            .map(|n| run.superseded_by(SubtaskId(n)).map(SubtaskId::number))
+            .collect();
+        assert_eq!(
+            superseded,
+            vec![Some(5), Some(5), Some(5), None, None],
+            "a replacement naming one attempt replaces its whole group, and a group of \
+             replacements is done once one of its attempts merged: the one that merged \
+             supersedes"
         );
     }
 

@@ -95,6 +95,49 @@ async fn three_attempts_run_at_once_and_only_the_judges_pick_is_merged() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn more_attempts_than_jobs_take_turns_and_are_still_judged_together() {
+    let fixture = repo_with_rules();
+    let started = Arc::new(AtomicUsize::new(0));
+    let server = FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => attempts_lead(request, BRIEF, &json!(3)),
+        Who::Worker => worker(request, &started, &["quiet", "RIGHT", "meh"]),
+        Who::Reviewer => picking_judge(request),
+    })
+    .await;
+    let options = grove::run::RunOptions {
+        jobs: 1,
+        ..options(&fixture, USER_TASK)
+    };
+    // An attempt that kept its `--jobs` slot at the bench would leave none for the next
+    // one, and the bench would wait for it forever: bounded here, so that is a failure.
+    let ran = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        run(
+            &fixture,
+            &server,
+            grove::model::Provider::Anthropic,
+            options,
+        ),
+    )
+    .await
+    .expect("three attempts with one --jobs slot end");
+    let report = ran.unwrap();
+    server.assert_no_violations();
+    let judged = server
+        .requests()
+        .iter()
+        .filter(|r| r.first_user_text().contains("# How to judge"))
+        .map(|r| r.first_user_text().matches("# Attempt ").count())
+        .max();
+    assert_eq!(
+        (judged, report.subtasks.len(), fixture.read("src/a.txt")),
+        (Some(3), 3, b"RIGHT\n".to_vec()),
+        "with one slot the attempts work one after the other, and one judge still \
+         compares all three"
+    );
+}
+
 /// The brief of the attempts whose workers learn their attempt from their branch.
 const LOUD: &str = "Make src/a.txt loud.";
 

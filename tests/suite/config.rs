@@ -61,6 +61,14 @@ fn invalid_config_errors_name_the_file_line_column_and_key() {
             "1:8: jobs: expected an integer from 1 to 64, got 2.5",
         ),
         (
+            "attempts = 0",
+            "1:12: attempts: expected an integer from 1 to 8, got 0",
+        ),
+        (
+            "max_attempts = 9",
+            "1:16: max_attempts: expected an integer from 1 to 8, got 9",
+        ),
+        (
             "provider = \"claude\"",
             "1:12: provider: expected \"anthropic\" or \"openai\", got \"claude\"",
         ),
@@ -125,7 +133,7 @@ fn invalid_config_errors_name_the_file_line_column_and_key() {
         (
             "jobz = 4",
             "1:1: jobz: unknown field `jobz`, expected one of `provider`, `model`, `models`, \
-             `jobs`, `max_turns`, `budget_tokens`, `subagent_budget_tokens`, `budget_usd`, \
+             `jobs`, `attempts`, `max_attempts`, `max_turns`, `budget_tokens`, `subagent_budget_tokens`, `budget_usd`, \
              `subagent_budget_usd`, `apply`, \
              `worktree`, `workers`, `sandbox`, `history`, `check`",
         ),
@@ -272,6 +280,8 @@ fn the_generated_file_changes_nothing_and_documents_the_defaults() {
                 reviewer: Some(model),
             },
             jobs: Some(default_jobs() as u32),
+            attempts: Some(1),
+            max_attempts: Some(4),
             max_turns: RoleValues {
                 lead: Some(caps.lead),
                 worker: Some(caps.worker),

@@ -44,6 +44,7 @@ mod report;
 mod resolve;
 pub(crate) mod result_check;
 mod review;
+mod review_attempts;
 mod review_run;
 pub(crate) mod run;
 mod run_state;

@@ -38,6 +38,10 @@ pub struct ReviewArgs {
     /// Reject these subtasks, whatever the reviewer said (labels, comma-separated).
     #[arg(long, value_name = "S2", value_delimiter = ',')]
     pub reject: Vec<String>,
+    /// Keep this attempt of a group (best of N) instead of the one picked: approves it
+    /// and rejects the group's approved attempt (labels, comma-separated, one per group).
+    #[arg(long, value_name = "S4", value_delimiter = ',')]
+    pub pick: Vec<String>,
     /// Apply the result to your branch afterwards (same safety as `grove run`).
     #[arg(long, conflicts_with = "no_apply")]
     pub apply: bool,
@@ -45,7 +49,7 @@ pub struct ReviewArgs {
     #[arg(long)]
     pub no_apply: bool,
     /// Print every subtask (verdict, findings, diff) and change nothing.
-    #[arg(long, conflicts_with_all = ["approve", "reject", "apply", "no_apply"])]
+    #[arg(long, conflicts_with_all = ["approve", "reject", "pick", "apply", "no_apply"])]
     pub list: bool,
     /// Print the resulting state as one JSON object on stdout (the text goes to stderr).
     #[arg(long)]
@@ -55,23 +59,22 @@ pub struct ReviewArgs {
 impl ReviewArgs {
     /// True when the flags ask for a change (decisions, or what to do with the result).
     fn wants_change(&self) -> bool {
-        !self.approve.is_empty() || !self.reject.is_empty() || self.apply || self.no_apply
+        !self.approve.is_empty()
+            || !self.reject.is_empty()
+            || !self.pick.is_empty()
+            || self.apply
+            || self.no_apply
+    }
+
+    /// The labels `--pick` names.
+    fn picks(&self) -> Vec<String> {
+        self.pick.iter().map(|s| label(s)).collect()
     }
 
     /// The decisions the flags give, or the label given to both flags.
     fn changes(&self) -> Result<Decisions, String> {
-        // `s2` and `2` mean `S2`: labels are typed by hand.
-        let label = |s: &String| {
-            let s = s.trim();
-            let digits = s.strip_prefix(['S', 's']).unwrap_or(s);
-            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-                format!("S{digits}")
-            } else {
-                s.to_owned()
-            }
-        };
-        let approve: Vec<String> = self.approve.iter().map(label).collect();
-        let reject: Vec<String> = self.reject.iter().map(label).collect();
+        let approve: Vec<String> = self.approve.iter().map(|s| label(s)).collect();
+        let reject: Vec<String> = self.reject.iter().map(|s| label(s)).collect();
         if let Some(both) = approve.iter().find(|id| reject.contains(id)) {
             return Err(format!("{both} is given to both --approve and --reject"));
         }
@@ -85,6 +88,17 @@ impl ReviewArgs {
             .map(|id| (id, VerdictKind::Approve))
             .chain(reject.into_iter().map(|id| (id, VerdictKind::Reject)))
             .collect())
+    }
+}
+
+/// A label as a person typed it: `s2` and `2` mean `S2`.
+fn label(text: &str) -> String {
+    let text = text.trim();
+    let digits = text.strip_prefix(['S', 's']).unwrap_or(text);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        format!("S{digits}")
+    } else {
+        text.to_owned()
     }
 }
 
@@ -145,6 +159,10 @@ pub async fn review(directory: &Path, args: &ReviewArgs) -> anyhow::Result<ExitC
             }
         }
     } else {
+        let mut changes = changes;
+        for pick in args.picks() {
+            changes.extend(review::pick_changes(&run, &pick)?);
+        }
         (changes, args.apply)
     };
 
@@ -190,6 +208,7 @@ mod tests {
             run_id: "x".into(),
             approve: vec!["s1".into(), " 3 ".into()],
             reject: vec!["S2".into(), "lead".into()],
+            pick: Vec::new(),
             apply: false,
             no_apply: false,
             list: false,
@@ -213,6 +232,7 @@ mod tests {
             run_id: "x".into(),
             approve: vec!["S1".into(), "S2".into()],
             reject: vec!["S2".into()],
+            pick: Vec::new(),
             apply: false,
             no_apply: false,
             list: false,

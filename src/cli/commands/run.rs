@@ -32,6 +32,10 @@ pub struct RunArgs {
     /// How many subtasks may run at once [default: 2 per core, at most 4].
     #[arg(long, short = 'j', value_parser = clap::value_parser!(u32).range(1..=64))]
     pub jobs: Option<u32>,
+    /// How many workers try each subtask at once, a judge merging the best attempt
+    /// [default: 1; the lead may ask for more per subtask, up to `max_attempts`].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub attempts: Option<u32>,
     /// The model API: anthropic (ANTHROPIC_API_KEY) or openai (OPENAI_API_KEY, OPENAI_BASE_URL)
     /// [default: anthropic].
     #[arg(long, value_parser = parse_provider)]
@@ -207,7 +211,11 @@ pub async fn run(directory: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let estimate = estimate::estimate(&EstimateInput {
-        subtasks: estimate::GUESSED_SUBTASKS,
+        // Each attempt costs what a subtask does; the judge, about a review.
+        subtasks: {
+            let (low, high) = estimate::GUESSED_SUBTASKS;
+            (low * options.attempts, high * options.attempts)
+        },
         planned: false,
         repository: estimate::repository_size(&repo).await,
         models: &options.model_names,
@@ -275,6 +283,7 @@ fn flag_settings(args: &RunArgs) -> Result<RunSettings, UsageError> {
             reviewer: args.reviewer_model.clone(),
         },
         jobs: args.jobs,
+        attempts: args.attempts,
         max_turns: turn_caps(&args.max_turns)?,
         budget_tokens: args.budget_tokens,
         subagent_budget_tokens: args.subagent_budget_tokens,

@@ -12,7 +12,7 @@ use grove::review::{
 };
 use grove::store::journal::{CheckRun, CheckStatus, VerdictKind};
 use grove::store::state::SubtaskStatus;
-use grove::text::printable;
+use grove::text::{first_line, printable};
 
 use super::Output;
 
@@ -151,8 +151,22 @@ pub fn walk(
             Answer::Approve => VerdictKind::Approve,
             Answer::Reject => VerdictKind::Reject,
         };
-        if subtask.decision != Some(verdict) {
-            changes.push((subtask.id.to_string(), verdict));
+        if subtask.decision == Some(verdict) {
+            continue;
+        }
+        // Approving an attempt picks it: its group's approved attempt is rejected.
+        let picked = match (verdict, &subtask.attempt) {
+            (VerdictKind::Approve, Some(_)) => {
+                grove::review::pick_changes(run, &subtask.id.to_string())?
+            }
+            _ => vec![(subtask.id.to_string(), verdict)],
+        };
+        for change in picked {
+            if let Some(given) = changes.iter_mut().find(|(id, _)| *id == change.0) {
+                *given = change;
+            } else {
+                changes.push(change);
+            }
         }
     }
 
@@ -248,6 +262,18 @@ pub fn show_subtask(
         title.push_str(&format!(" · you: {}", human.as_str()));
     }
     out.line(&format!("── {title} ──"))?;
+    if let Some(of) = &subtask.attempt {
+        let mut line = format!(
+            "attempt {} of {}: {}",
+            of.label,
+            of.group,
+            of.status.words()
+        );
+        if let Some(reason) = &of.reason {
+            line.push_str(&format!(": {}", printable(reason.trim())));
+        }
+        out.line(&line)?;
+    }
     // Task, summaries, findings and paths come from models and the repository: every one
     // is shown through `printable`, the colours around them are grove's.
     let task = printable(&subtask.task);
@@ -328,10 +354,65 @@ pub fn show_run_footer(out: &mut Out, run: &RunReview) -> anyhow::Result<()> {
             run.result_branch
         ))?;
     }
+    for line in group_lines(run) {
+        out.line(&line)?;
+    }
     if let Some(refusal) = run.refusal() {
         out.line(&format!("It cannot be changed: {refusal}."))?;
     }
     Ok(())
+}
+
+/// Each group of attempts in one place: which attempt is picked, why the others lost,
+/// the judge's words, and how to pick another.
+fn group_lines(run: &RunReview) -> Vec<String> {
+    let mut lines = Vec::new();
+    for group in &run.attempt_groups {
+        lines.push(format!(
+            "{} was tried {} ways:",
+            group.group,
+            group.subtasks.len()
+        ));
+        for subtask in run.subtasks.iter() {
+            let Some(of) = subtask
+                .attempt
+                .as_ref()
+                .filter(|of| of.group == group.group)
+            else {
+                continue;
+            };
+            let why = of
+                .reason
+                .as_deref()
+                .map(|reason| format!(": {}", printable(&first_line(reason, 100))))
+                .unwrap_or_default();
+            lines.push(format!(
+                "  {} {} ({}) {}{why}",
+                of.label,
+                subtask.id,
+                subtask.status.as_str(),
+                of.status.words()
+            ));
+        }
+        if let Some(pick) = &group.pick {
+            lines.push(format!(
+                "  the judge: {}",
+                printable(&first_line(&pick.summary, 200))
+            ));
+        }
+        let other = run
+            .subtasks
+            .iter()
+            .filter(|s| s.attempt.as_ref().is_some_and(|of| of.group == group.group))
+            .find(|s| s.decision != Some(VerdictKind::Approve) && s.approvable());
+        if let Some(other) = other {
+            lines.push(format!(
+                "  to keep another attempt instead: grove review {} --pick {}",
+                run.run_id, other.id
+            ));
+        }
+    }
+    lines
 }
 
 pub fn show_outcome(
@@ -480,6 +561,7 @@ mod tests {
                 same_as: None,
                 ratchets: Vec::new(),
             }),
+            attempt: None,
         }
     }
 
@@ -500,6 +582,7 @@ mod tests {
                 subtask("S2", SubtaskStatus::Rejected, Some(VerdictKind::Reject)),
                 subtask("S3", SubtaskStatus::Failed, None),
             ],
+            attempt_groups: Vec::new(),
         }
     }
 

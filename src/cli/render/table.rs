@@ -2,8 +2,9 @@
 //! run's plan, `grove runs`, `grove clean`, `grove gc` and the demo's epilogue.
 
 use grove::run::report::{CheckOutcome, Culprit, CulpritEvidence};
-use grove::run::{RunEnd, RunReport};
+use grove::run::{RunEnd, RunReport, SubtaskReport};
 use grove::store::RunSummary;
+use grove::store::attempt_status::{AttemptOf, AttemptStatus};
 use grove::store::journal::{ON_RESULT, SubtaskOutcome};
 use grove::worktree::CleanReport;
 
@@ -34,29 +35,103 @@ macro_rules! out {
     };
 }
 
+/// A subtask's row of the final table and the lines under it: why it ended so (the
+/// reviewer's words for a rejection, the reason otherwise), where it stands among the
+/// attempts at its brief, files to check by hand, its archive, what superseded it and
+/// what it replaces.
+fn subtask_lines(subtask: &SubtaskReport) -> Vec<String> {
+    let diff = subtask
+        .diffstat
+        .as_ref()
+        .map(grove::git::DiffStat::summary)
+        .unwrap_or_else(|| "-".into());
+    let mut lines = vec![format!(
+        "{:<5} {:<9} {:<8} {:<44} {:>9} {:>8} {:>9}",
+        subtask.id,
+        subtask.status.as_str(),
+        subtask.verdict.map_or("-", |v| v.as_str()),
+        truncate(&diff, 44),
+        subtask.input_tokens,
+        subtask.output_tokens,
+        super::cost::cell(subtask.cost_usd)
+    )];
+    let lost = subtask
+        .attempt
+        .as_ref()
+        .filter(|of| of.status == AttemptStatus::NotPicked);
+    if let Some(of) = &subtask.attempt {
+        lines.push(format!("      {}", attempt_line(of)));
+    }
+    match subtask.status {
+        // Merged by a resolver: its reason says which, and that it was reviewed.
+        SubtaskOutcome::Merged if subtask.resolution.is_some() => {
+            if let Some(reason) = &subtask.reason {
+                lines.push(format!("      {}", first_line(reason, 110)));
+            }
+        }
+        SubtaskOutcome::Merged => {}
+        // A rejection is explained by the reviewer, not by the worker's summary (an
+        // attempt's by its line above, which holds the judge's reason).
+        SubtaskOutcome::Rejected => {
+            if let (Some(summary), None) = (&subtask.review_summary, lost) {
+                lines.push(format!("      reviewer: {}", first_line(summary, 100)));
+            }
+            for finding in subtask.findings.iter().take(3) {
+                lines.push(format!(
+                    "      - {} {}: {}",
+                    finding.severity(),
+                    finding.place(),
+                    first_line(&finding.problem, 90)
+                ));
+            }
+        }
+        SubtaskOutcome::Conflict | SubtaskOutcome::Failed => {
+            if let (Some(reason), None) = (&subtask.reason, lost) {
+                lines.push(format!("      {}", first_line(reason, 110)));
+            }
+        }
+    }
+    if !subtask.executes_later.is_empty() {
+        lines.push(format!(
+            "      check by hand: changes files that run later: {}",
+            subtask.executes_later.join(", ")
+        ));
+    }
+    if let Some(archive) = &subtask.archive_ref {
+        lines.push(format!("      work kept at {archive}"));
+    }
+    if let Some(by) = subtask.superseded_by {
+        lines.push(format!("      superseded by {by}"));
+    }
+    if let Some(earlier) = subtask.replaces {
+        lines.push(format!("      replaces {earlier}"));
+    }
+    lines
+}
+
+/// `attempt B of S3: not picked (S5 merged): <why>`, `attempt C of S3: picked`: an attempt's place
+/// in its group (best of N), under its row.
+fn attempt_line(of: &AttemptOf) -> String {
+    let mut line = format!(
+        "attempt {} of {}: {}",
+        of.label,
+        of.group,
+        of.status.words()
+    );
+    if of.status == AttemptStatus::NotPicked
+        && let Some(merged) = of.merged
+    {
+        line.push_str(&format!(" ({merged} merged)"));
+    }
+    if let Some(reason) = &of.reason {
+        line.push_str(&format!(": {}", first_line(reason, 90)));
+    }
+    line
+}
+
 /// The final table, the ledger lines, the apply message, why not everything was done
 /// (`not_done`, the reason of exit 3) and the lead's closing text, cut when long
 /// ([`Output::Json`]: the whole text is on stdout).
-/// The lines under a subtask's row that say where its work is and what it stands for:
-/// files to check by hand, its archive, what superseded it and what it replaces.
-fn after_subtask(subtask: &grove::run::SubtaskReport) {
-    if !subtask.executes_later.is_empty() {
-        say!(
-            "      check by hand: changes files that run later: {}",
-            subtask.executes_later.join(", ")
-        );
-    }
-    if let Some(archive) = &subtask.archive_ref {
-        say!("      work kept at {archive}");
-    }
-    if let Some(by) = subtask.superseded_by {
-        say!("      superseded by {by}");
-    }
-    if let Some(earlier) = subtask.replaces {
-        say!("      replaces {earlier}");
-    }
-}
-
 pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, output: Output) {
     say!();
     if report.subtasks.is_empty() {
@@ -73,50 +148,9 @@ pub fn report(report: &RunReport, ledgers: &Ledgers, not_done: Option<&str>, out
             "cost"
         );
         for subtask in &report.subtasks {
-            let diff = subtask
-                .diffstat
-                .as_ref()
-                .map(grove::git::DiffStat::summary)
-                .unwrap_or_else(|| "-".into());
-            say!(
-                "{:<5} {:<9} {:<8} {:<44} {:>9} {:>8} {:>9}",
-                subtask.id,
-                subtask.status.as_str(),
-                subtask.verdict.map_or("-", |v| v.as_str()),
-                truncate(&diff, 44),
-                subtask.input_tokens,
-                subtask.output_tokens,
-                super::cost::cell(subtask.cost_usd)
-            );
-            match subtask.status {
-                // Merged by a resolver: its reason says which, and that it was reviewed.
-                SubtaskOutcome::Merged if subtask.resolution.is_some() => {
-                    if let Some(reason) = &subtask.reason {
-                        say!("      {}", first_line(reason, 110));
-                    }
-                }
-                SubtaskOutcome::Merged => {}
-                // A rejection is explained by the reviewer, not by the worker's summary.
-                SubtaskOutcome::Rejected => {
-                    if let Some(summary) = &subtask.review_summary {
-                        say!("      reviewer: {}", first_line(summary, 100));
-                    }
-                    for finding in subtask.findings.iter().take(3) {
-                        say!(
-                            "      - {} {}: {}",
-                            finding.severity(),
-                            finding.place(),
-                            first_line(&finding.problem, 90)
-                        );
-                    }
-                }
-                SubtaskOutcome::Conflict | SubtaskOutcome::Failed => {
-                    if let Some(reason) = &subtask.reason {
-                        say!("      {}", first_line(reason, 110));
-                    }
-                }
+            for line in subtask_lines(subtask) {
+                say!("{line}");
             }
-            after_subtask(subtask);
         }
     }
     say!();
@@ -288,7 +322,11 @@ pub fn plan(plan: &grove::run::dry_run::Plan, ledgers: &Ledgers) {
                 grove::store::journal::ContextMode::Isolated => "isolated",
                 grove::store::journal::ContextMode::Fork => "fork",
             };
-            say!("\n{} [{mode}, {}]", subtask.id, subtask.agent);
+            let attempts = match subtask.attempts {
+                1 => String::new(),
+                n => format!(", {n} attempts"),
+            };
+            say!("\n{} [{mode}, {}{attempts}]", subtask.id, subtask.agent);
             for line in subtask.task.trim().lines() {
                 say!("    {line}");
             }
@@ -449,5 +487,73 @@ pub fn demo_epilogue(repo: &std::path::Path, report: &RunReport, as_scripted: bo
 pub fn agent_file_problems(problems: &[String]) {
     for problem in problems {
         say!("grove: note: {problem} (the lead is not offered this agent)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use grove::run::SubtaskId;
+    use grove::run::report::AttemptEntry;
+    use grove::store::journal::{SubtaskOutcome, VerdictKind};
+
+    /// S2, S3, S4: attempts A, B, C at one brief; A failed its check, the judge picked C.
+    fn judged() -> Vec<SubtaskReport> {
+        let attempt = |n: u32, label: char, status, reason: Option<&str>| {
+            let mut report = SubtaskReport::new(
+                SubtaskId(n),
+                "make parse strict".into(),
+                format!("grove/r/{n}"),
+            );
+            report.attempt = Some(AttemptOf {
+                group: SubtaskId(2),
+                label,
+                status,
+                reason: reason.map(str::to_owned),
+                merged: Some(SubtaskId(4)),
+            });
+            report.cost_usd = Some(0.25);
+            report
+        };
+        let mut a = attempt(
+            2,
+            'A',
+            AttemptStatus::NotPicked,
+            Some("its check failed while that of B, C passed"),
+        );
+        a.status = SubtaskOutcome::Rejected;
+        a.verdict = Some(VerdictKind::Reject);
+        a.review_summary = Some("Attempt A was not picked: its check failed".into());
+        a.archive_ref = Some("refs/grove/archive/r/2".into());
+        a.attempts = vec![AttemptEntry {
+            subtask: SubtaskId(2),
+            label: 'A',
+            status: AttemptStatus::NotPicked,
+            cost_usd: Some(0.25),
+            reason: None,
+        }];
+        let mut b = attempt(
+            3,
+            'B',
+            AttemptStatus::NotPicked,
+            Some("B drops the error path."),
+        );
+        b.status = SubtaskOutcome::Rejected;
+        b.verdict = Some(VerdictKind::Reject);
+        b.review_summary = Some("Attempt B was not picked: B drops the error path.".into());
+        let mut c = attempt(4, 'C', AttemptStatus::Picked, None);
+        c.status = SubtaskOutcome::Merged;
+        c.verdict = Some(VerdictKind::Approve);
+        let mut plain = SubtaskReport::new(SubtaskId(5), "docs".into(), "grove/r/5".into());
+        plain.status = SubtaskOutcome::Rejected;
+        plain.verdict = Some(VerdictKind::Reject);
+        plain.review_summary = Some("The docs contradict the code.".into());
+        vec![a, b, c, plain]
+    }
+
+    #[test]
+    fn attempts_show_their_group_and_label_whether_picked_and_why_not() {
+        let lines: Vec<String> = judged().iter().flat_map(subtask_lines).collect();
+        insta::assert_snapshot!("end_table_attempts", lines.join("\n"));
     }
 }

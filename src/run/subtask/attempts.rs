@@ -32,11 +32,11 @@ use crate::run::subtask::reviewer::{Flagged, check_of};
 use crate::run::verdict::Verdict;
 use crate::store::StoreError;
 use crate::store::attempts::{NotPicked, Pick, label};
-use crate::store::journal::{CheckRun, CheckStatus, Entry, SubtaskOutcome, VerdictKind};
-use crate::text::{excerpt, printable};
+use crate::store::journal::{CheckRun, CheckStatus, Entry, VerdictKind};
+use crate::text::{excerpt, fenced, printable, quoted_path};
 use crate::worktree::Worktree;
 
-use super::close::lead_result;
+use super::close::lead_result_by;
 
 /// What an attempt brings to the bench once it is checked.
 pub(crate) struct Candidate {
@@ -96,25 +96,47 @@ pub(crate) struct Bench {
     places: Vec<(SubtaskId, char, oneshot::Receiver<Arrival>)>,
 }
 
-/// The bench of group `ids` (the first names the group), and a seat for each attempt,
-/// in the same order.
-pub(crate) fn bench(ids: &[SubtaskId], brief: &str) -> (Bench, Vec<Seat>) {
-    let mut places = Vec::new();
+/// The bench of group `group` for its attempts `places` (each with its label), and a
+/// seat for each, in the same order.
+pub(crate) fn bench(
+    group: SubtaskId,
+    places: &[(SubtaskId, char)],
+    brief: &str,
+) -> (Bench, Vec<Seat>) {
+    let mut waiting = Vec::new();
     let mut seats = Vec::new();
-    for (place, id) in ids.iter().enumerate() {
+    for (id, label) in places {
         let (arrive, arrival) = oneshot::channel();
-        places.push((*id, label(place), arrival));
+        waiting.push((*id, *label, arrival));
         seats.push(Seat { arrive });
     }
-    let group = ids.first().copied().unwrap_or(SubtaskId(0));
     (
         Bench {
             group,
             brief: brief.to_owned(),
-            places,
+            places: waiting,
         },
         seats,
     )
+}
+
+/// What the worker of attempt `label` of `count` is told after its brief: that others
+/// try the same brief, so that it takes the design it judges best rather than the one
+/// it would take by default (identical attempts cost their tokens for nothing).
+pub(crate) fn worker_note(label: char, count: usize) -> String {
+    format!(
+        "\n\n(grove: {count} workers try this brief at once, each on its own; this is \
+         attempt {label}. A judge compares the attempts and merges one. Do it the way you \
+         judge best, completely: correct first, then what the brief asks and no more.)"
+    )
+}
+
+/// Every attempt of `ids` with its label: its place in the group.
+pub(crate) fn labelled(ids: &[SubtaskId]) -> Vec<(SubtaskId, char)> {
+    ids.iter()
+        .enumerate()
+        .map(|(place, id)| (*id, label(place)))
+        .collect()
 }
 
 /// An attempt that arrived.
@@ -165,18 +187,11 @@ impl Bench {
         }
         match running.len() {
             0 => Ok(()),
+            // The one attempt left is reviewed as any subtask; no judge, so no `picked`
+            // record (the others' verdicts say why they lost).
             1 => {
                 for attempt in running {
                     attempt.send(Fate::Review);
-                }
-                if !not_picked.is_empty() {
-                    journal_pick(
-                        ctx,
-                        group,
-                        None,
-                        "Only one attempt passed its check; its own reviewer decides.",
-                        not_picked,
-                    )?;
                 }
                 Ok(())
             }
@@ -289,9 +304,12 @@ async fn judged(
             subtask: attempt.id,
             reason: reason.clone(),
         });
-        // Rejected with the rest or beaten by the pick, an attempt's reason is the
-        // judge's line on it (its worker's summary would say nothing of why it lost).
-        let judge = Judge::Rule(format!("not picked: {reason}"));
+        let judge = match pick.picked {
+            Some(_) => Judge::Rule(format!("not picked: {reason}")),
+            None => Judge::Rule(format!(
+                "rejected by the judge with every other attempt: {reason}"
+            )),
+        };
         decided.push((attempt, judge, verdict, ledger));
     }
     journal_pick(ctx, group, picked, &pick.summary, not_picked)?;
@@ -362,7 +380,13 @@ const REASON_CHARS: usize = 300;
 /// The one result the lead gets for a group: which attempt was picked and, a line
 /// each, why the others lost; then the pick's own result (or, none picked, each
 /// attempt's first line).
-pub(crate) fn group_result(group: SubtaskId, reports: &[SubtaskReport]) -> DelegateReport {
+/// `judged`: whether a judge picked among the attempts (else the pick's own reviewer
+/// approved the one attempt left).
+pub(crate) fn group_result(
+    group: SubtaskId,
+    reports: &[SubtaskReport],
+    judged: bool,
+) -> DelegateReport {
     // Every attempt but the pick is rejected: an approval is the pick.
     let picked = reports
         .iter()
@@ -390,7 +414,7 @@ pub(crate) fn group_result(group: SubtaskId, reports: &[SubtaskReport]) -> Deleg
             .clone()
             .unwrap_or_else(|| report.status.as_str().to_owned());
         // A loser's reason says it was not picked; any other says how it ended.
-        let how = if why.starts_with("not picked") {
+        let how = if why.starts_with("not picked") || why.starts_with("rejected by the judge") {
             String::new()
         } else {
             format!("{}: ", report.status.as_str())
@@ -404,22 +428,44 @@ pub(crate) fn group_result(group: SubtaskId, reports: &[SubtaskReport]) -> Deleg
     }
     match picked {
         Some(place) => {
+            let by = if judged { "judge" } else { "reviewer" };
             text.push_str(&format!(
                 "The picked attempt's result:\n{}",
-                lead_result(&reports[place]).text
+                lead_result_by(&reports[place], by).text
             ));
         }
-        None => {
-            if let Some(judged) = reports
-                .iter()
-                .find(|r| r.status == SubtaskOutcome::Rejected && r.review_summary.is_some())
-            {
-                text.push_str(&format!("Its last verdict:\n{}", lead_result(judged).text));
+        // A judge that rejected them all gave each its summary and findings.
+        None if judged => {
+            if let Some(report) = reports.iter().find(|r| r.review_summary.is_some()) {
+                text.push_str(&judges_words(report));
             }
         }
+        None => {}
     }
     DelegateReport { text }
 }
+
+/// The judge's summary and findings, as a rejected attempt's verdict holds them.
+fn judges_words(report: &SubtaskReport) -> String {
+    let summary = report.review_summary.as_deref().unwrap_or_default();
+    let mut text = format!(
+        "the judge's summary, in its words:\n{}",
+        fenced("text", &excerpt(summary, JUDGE_CHARS))
+    );
+    for finding in report.findings.iter().take(LISTED_FINDINGS) {
+        text.push_str(&format!(
+            "- {} {}: {}\n",
+            finding.severity(),
+            quoted_path(&finding.place().to_string()),
+            printable(&excerpt(&finding.problem, REASON_CHARS)).replace('\n', " ")
+        ));
+    }
+    text
+}
+
+/// How much of the judge's summary, and how many of its findings, the lead reads here.
+const JUDGE_CHARS: usize = 4_000;
+const LISTED_FINDINGS: usize = 12;
 
 /// `A, B, C` for `count` attempts.
 fn labels(count: usize) -> String {

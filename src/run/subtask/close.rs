@@ -143,6 +143,12 @@ pub(crate) async fn close(
 /// reviewer's whole words up to a bound each (with how to read the rest), the findings,
 /// conflicts and the diffstat.
 pub(crate) fn lead_result(report: &SubtaskReport) -> DelegateReport {
+    lead_result_by(report, "reviewer")
+}
+
+/// [`lead_result`] of a subtask whose verdict `judge` gave (`reviewer`, or the `judge`
+/// that picked it among attempts).
+pub(crate) fn lead_result_by(report: &SubtaskReport, judge: &str) -> DelegateReport {
     let id = report.id;
     let mut text = format!(
         "{} {} ({})",
@@ -151,7 +157,7 @@ pub(crate) fn lead_result(report: &SubtaskReport) -> DelegateReport {
         report.branch
     );
     if let Some(verdict) = report.verdict {
-        text.push_str(&format!("; reviewer: {}", verdict.as_str()));
+        text.push_str(&format!("; {judge}: {}", verdict.as_str()));
     }
     text.push('\n');
     if let Some(check) = &report.check {
@@ -161,7 +167,7 @@ pub(crate) fn lead_result(report: &SubtaskReport) -> DelegateReport {
         text.push_str(&reason_text(id, reason, report.worker_summary.as_deref()));
     }
     if let Some(summary) = &report.review_summary {
-        text.push_str("the reviewer's summary, in its words:\n");
+        text.push_str(&format!("the {judge}'s summary, in its words:\n"));
         text.push_str(&bounded_quote(id, summary));
     }
     for finding in report.findings.iter().take(LISTED_FINDINGS) {

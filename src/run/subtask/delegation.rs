@@ -53,6 +53,49 @@ impl Subtasks {
         Ok(Some(start))
     }
 
+    /// Journals the start of `request`'s subtasks `attempts` (a group first, so that no
+    /// attempt is ever without it); on failure their numbers are settled, so that no
+    /// later merge waits for them.
+    fn journal_started(
+        &self,
+        request: &DelegateRequest,
+        attempts: &[SubtaskId],
+        assignment: &Assignment,
+        placement: &Placement,
+    ) -> Result<(), DelegateError> {
+        let ctx = &self.ctx;
+        let mut journaled = Ok(());
+        if let [group, _, ..] = attempts {
+            journaled = ctx.journal(Entry::Attempts {
+                group: *group,
+                subtasks: attempts.to_vec(),
+            });
+        }
+        for attempt in attempts {
+            journaled = journaled.and_then(|()| {
+                ctx.journal(Entry::SubtaskStarted {
+                    subtask: *attempt,
+                    task: request.task.clone(),
+                    branch: ctx.facts.run.subtask_branch(attempt.number()),
+                    mode: request.mode,
+                    agent: assignment.role.name.clone(),
+                    paths: request.paths.clone(),
+                    after: request.after.clone(),
+                    waits_for: placement.waits_for.clone(),
+                    kind: SubtaskKind::Task,
+                    replaces: request.replaces,
+                    start_from: request.start_from,
+                })
+            });
+        }
+        journaled.map_err(|source| {
+            for attempt in attempts {
+                self.queue.settle(*attempt);
+            }
+            DelegateError::Journal { source }
+        })
+    }
+
     /// How many attempts `request` gets: its own `attempts`, else the run's; more than
     /// the run's maximum is refused.
     fn attempts_of(&self, request: &DelegateRequest) -> Result<u32, DelegateError> {
@@ -184,20 +227,46 @@ impl Subtasks {
             .iter()
             .flat_map(|delivery| delivery.subtasks.iter().copied())
             .collect();
+        // A group is heard of once, under its first attempt's id, when every attempt
+        // ended, as the last of them did.
+        let attempts_of = |id: SubtaskId| match state.attempt_group(id) {
+            Some(group) => group.subtasks.clone(),
+            None => vec![id],
+        };
+        let ended = |id: SubtaskId| {
+            state
+                .subtask(id)
+                .is_some_and(|subtask| subtask.status != SubtaskStatus::Running)
+        };
         let mut unheard: Vec<_> = state
             .subtasks
             .iter()
             .filter(|subtask| {
                 subtask.kind == SubtaskKind::Task
-                    && subtask.status != SubtaskStatus::Running
+                    && state
+                        .attempt_group(subtask.id)
+                        .is_none_or(|group| group.group == subtask.id)
+                    && attempts_of(subtask.id).into_iter().all(ended)
                     && !delivered.contains(&subtask.id)
             })
+            .map(|subtask| {
+                let last = attempts_of(subtask.id)
+                    .into_iter()
+                    .filter_map(|id| state.subtask(id).and_then(|s| s.finished_ms))
+                    .max();
+                (last, subtask.id)
+            })
             .collect();
-        unheard.sort_by_key(|subtask| (subtask.finished_ms, subtask.id));
-        let reports = lock(&self.reports);
-        for subtask in unheard {
-            if let Some(report) = reports.get(&subtask.id) {
-                self.inbox.settle(subtask.id, Ok(lead_result(report)));
+        unheard.sort();
+        for (_, id) in unheard {
+            let attempts = attempts_of(id);
+            let result = if attempts.len() > 1 {
+                Some(self.group_result(id, &attempts))
+            } else {
+                lock(&self.reports).get(&id).map(lead_result)
+            };
+            if let Some(result) = result {
+                self.inbox.settle(id, Ok(result));
             }
         }
     }
@@ -217,7 +286,7 @@ impl Subtasks {
             .first()
             .map(|assignment| assignment.brief.clone())
             .unwrap_or_default();
-        let (bench, seats) = attempts::bench(&ids, &brief);
+        let (bench, seats) = attempts::bench(group, &attempts::labelled(&ids), &brief);
         let runs = assignments
             .into_iter()
             .zip(seats)
@@ -241,12 +310,17 @@ impl Subtasks {
 
     /// The lead's result for group `group` of attempts `ids`, from their reports.
     fn group_result(&self, group: SubtaskId, ids: &[SubtaskId]) -> DelegateReport {
+        let journaled = self.ctx.record.journal.state();
+        // Only a judge writes the group's `picked` record.
+        let judged = journaled
+            .attempt_group(group)
+            .is_some_and(|known| known.pick.is_some());
         let reports = lock(&self.reports);
         let attempts: Vec<_> = ids
             .iter()
             .filter_map(|id| reports.get(id).cloned())
             .collect();
-        attempts::group_result(group, &attempts)
+        attempts::group_result(group, &attempts, judged)
     }
 }
 
@@ -306,47 +380,33 @@ impl Delegator for Subtasks {
         };
         // Journaled on acceptance, before anything awaits: a subtask still waiting for
         // earlier ones or for a `--jobs` slot when grove stops is resumed like any other.
-        // A group is journaled before its attempts, so none is ever without it.
-        let mut journaled = Ok(());
-        if admitted.attempts.len() > 1 {
-            journaled = ctx.journal(Entry::Attempts {
-                group: id,
-                subtasks: admitted.attempts.clone(),
-            });
-        }
-        for attempt in &admitted.attempts {
-            journaled = journaled.and_then(|()| {
-                ctx.journal(Entry::SubtaskStarted {
-                    subtask: *attempt,
-                    task: request.task.clone(),
-                    branch: ctx.facts.run.subtask_branch(attempt.number()),
-                    mode: request.mode,
-                    agent: assignment.role.name.clone(),
-                    paths: request.paths.clone(),
-                    after: request.after.clone(),
-                    waits_for: placement.waits_for.clone(),
-                    kind: SubtaskKind::Task,
-                    replaces: request.replaces,
-                    start_from: request.start_from,
-                })
-            });
-        }
-        if let Err(source) = journaled {
-            // Their numbers are taken: settled, so that no later merge waits for them.
-            for attempt in &admitted.attempts {
-                self.queue.settle(*attempt);
-            }
-            return Err(DelegateError::Journal { source });
-        }
+        self.journal_started(&request, &admitted.attempts, &assignment, &placement)?;
         self.inbox.expect(id);
         let waits_for = placement.waits_for.clone();
         let pipeline = if admitted.attempts.len() > 1 {
-            let assignments = admitted
-                .attempts
-                .iter()
-                .map(|attempt| Assignment {
-                    id: *attempt,
-                    ..assignment.clone()
+            let count = admitted.attempts.len();
+            let lead = self.lead_history.get();
+            let assignments = attempts::labelled(&admitted.attempts)
+                .into_iter()
+                .map(|(attempt, label)| {
+                    let worker_brief = format!(
+                        "{}{}",
+                        assignment.worker_brief,
+                        attempts::worker_note(label, count)
+                    );
+                    let messages = match request.mode {
+                        ContextMode::Fork => fork_messages(&lead, &worker_brief),
+                        ContextMode::Isolated => isolated_messages(&worker_brief),
+                    };
+                    Assignment {
+                        id: attempt,
+                        worker_brief,
+                        start: Transcript {
+                            messages,
+                            ..Transcript::default()
+                        },
+                        ..assignment.clone()
+                    }
                 })
                 .collect();
             self.tasks

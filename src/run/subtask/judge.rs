@@ -54,7 +54,7 @@ pub(crate) async fn judge(
     let label = AgentLabel::Subtask(group);
     let labels: Vec<char> = entrants.iter().map(|entrant| entrant.label).collect();
     let submit = Arc::new(SubmitPick::new(labels.clone()));
-    let tools = in_attempts(entrants).with(submit.clone());
+    let tools = in_attempts(ctx, entrants).with(submit.clone());
     let role = roles::builtin(RoleKind::Reviewer);
     let spec = ctx.spec(
         AgentId {
@@ -78,12 +78,8 @@ pub(crate) async fn judge(
         )
         .with_timing(&spec.model_name, AgentTiming::default()),
     );
-    let mut checks = Vec::new();
-    for entrant in entrants {
-        checks.push(reviewer::kept_check_output(ctx, entrant.flagged.check).await);
-    }
     let ids: Vec<SubtaskId> = entrants.iter().map(|entrant| entrant.id).collect();
-    let text = judge_brief(ctx, brief, entrants, &checks, &ids);
+    let text = judge_brief(ctx, brief, entrants, &ids);
     let first = entrants.first().map(|entrant| entrant.worktree);
     let (root, access) = first.map_or((ctx.facts.user_root.as_path(), None), |worktree| {
         (worktree.path(), worktree.access())
@@ -119,7 +115,6 @@ fn judge_brief(
     ctx: &RunContext,
     brief: &str,
     entrants: &[Entrant<'_>],
-    checks: &[Option<String>],
     ids: &[SubtaskId],
 ) -> String {
     let labels: Vec<String> = entrants.iter().map(|e| e.label.to_string()).collect();
@@ -140,9 +135,14 @@ fn judge_brief(
          lost.\n\n",
         labels.join(", ")
     ));
-    for (entrant, whole) in entrants.iter().zip(checks) {
+    for entrant in entrants {
         text.push_str(&format!("# Attempt {}\n\n", entrant.label));
-        text.push_str(&reviewer::flag_notes(entrant.flagged, whole.as_deref()));
+        // The check's journaled tail, not its whole output: the judge has no
+        // `check_output` to read more with.
+        text.push_str(&one_level_down(&reviewer::flag_notes(
+            entrant.flagged,
+            None,
+        )));
         text.push_str(&format!(
             "## Its diff ({})\n\n{}\n",
             entrant.diff.stat.summary(),
@@ -153,13 +153,36 @@ fn judge_brief(
     text
 }
 
-/// The read-only tools, each taking the `attempt` whose tree it reads.
-fn in_attempts(entrants: &[Entrant<'_>]) -> Registry {
+/// `text`'s headings (outside its fences) one level down, to sit under an attempt's.
+fn one_level_down(text: &str) -> String {
+    let mut fence: Option<usize> = None;
+    let mut out = String::with_capacity(text.len() + 8);
+    for line in text.split_inclusive('\n') {
+        let bare = line.trim_end_matches('\n');
+        let ticks = bare.len() - bare.trim_start_matches('`').len();
+        match fence {
+            Some(open) if ticks == open && bare.len() == open => fence = None,
+            Some(_) => {}
+            None if ticks >= 3 => fence = Some(ticks),
+            None if bare.starts_with('#') => out.push('#'),
+            None => {}
+        }
+        out.push_str(line);
+    }
+    out
+}
+
+/// The read-only tools (and `run`, where the sandbox can make a throwaway copy of a
+/// tree), each taking the `attempt` whose tree it reads.
+fn in_attempts(ctx: &RunContext, entrants: &[Entrant<'_>]) -> Registry {
     let trees: Vec<(char, Worktree)> = entrants
         .iter()
         .map(|entrant| (entrant.label, entrant.worktree.clone()))
         .collect();
-    let read_only = tools::builtin(ToolSet::ReadOnly);
+    let mut read_only = tools::builtin(ToolSet::ReadOnly);
+    if let Some(disposable) = ctx.trees.executor.disposable() {
+        read_only = read_only.with(Arc::new(tools::RunCommand::new(disposable)));
+    }
     read_only
         .names()
         .into_iter()

@@ -153,7 +153,8 @@ impl Subtasks {
 
     /// Every subtask's report, in subtask order.
     /// Every subtask's report, in subtask order, each replacement linked to what it
-    /// replaces (as journaled) and what a merged replacement superseded marked so.
+    /// replaces (as journaled) and what a merged replacement superseded marked so, and
+    /// each attempt's place in its group.
     pub(crate) fn reports(&self) -> Vec<SubtaskReport> {
         let mut reports: Vec<SubtaskReport> = lock(&self.reports).values().cloned().collect();
         let journaled = self.ctx.record.journal.state();
@@ -163,6 +164,7 @@ impl Subtasks {
                 .and_then(|state| state.replaces);
             report.superseded_by = journaled.superseded_by(report.id);
         }
+        crate::run::attempt_report::mark_attempts(&mut reports, &journaled);
         reports
     }
 
@@ -424,17 +426,55 @@ impl Subtasks {
             let report = resolve::close_interrupted(&env, id, &state).await?;
             lock(&self.reports).insert(id, report);
         }
+        let (benches, mut seats) = self.resumed_benches(state, &ids);
         let resumed = continuing
             .iter()
-            .map(|(id, state)| self.clone().resume_subtask(*id, state));
-        for (id, result) in ids
-            .iter()
-            .zip(futures_util::future::join_all(resumed).await)
-        {
+            .map(|(id, state)| self.clone().resume_subtask(*id, state, seats.remove(id)));
+        let decided = benches.into_iter().map(|bench| bench.decide(&self.ctx));
+        let (ran, decided) = tokio::join!(
+            futures_util::future::join_all(resumed),
+            futures_util::future::join_all(decided)
+        );
+        for (id, result) in ids.iter().zip(ran) {
             lock(&self.reports).insert(*id, result?);
         }
+        decided
+            .into_iter()
+            .collect::<Result<Vec<()>, StoreError>>()?;
         self.restore_inbox(&self.ctx.record.journal.state());
         Ok(())
+    }
+
+    /// The benches of a resumed run's groups: every attempt still running takes a seat
+    /// under its label. An attempt that ended before the stop is out of its group's
+    /// judgement; a group left with one running attempt has no bench (its own review
+    /// decides it).
+    fn resumed_benches(
+        &self,
+        state: &RunState,
+        continuing: &[SubtaskId],
+    ) -> (Vec<attempts::Bench>, BTreeMap<SubtaskId, Seat>) {
+        let mut benches = Vec::new();
+        let mut seats = BTreeMap::new();
+        for group in &state.attempts {
+            self.schedule
+                .restore_group(group.group, group.subtasks.clone());
+            let running: Vec<(SubtaskId, char)> = attempts::labelled(&group.subtasks)
+                .into_iter()
+                .filter(|(id, _)| continuing.contains(id))
+                .collect();
+            if running.len() < 2 {
+                continue;
+            }
+            let brief = state
+                .subtask(group.group)
+                .map(|subtask| subtask.task.clone())
+                .unwrap_or_default();
+            let (bench, group_seats) = attempts::bench(group.group, &running, &brief);
+            benches.push(bench);
+            seats.extend(running.iter().map(|(id, _)| *id).zip(group_seats));
+        }
+        (benches, seats)
     }
 
     /// Continues subtask `id` of a resumed run from its checkpoint and transcript.
@@ -442,6 +482,7 @@ impl Subtasks {
         self,
         id: SubtaskId,
         state: &SubtaskState,
+        seat: Option<Seat>,
     ) -> Result<SubtaskReport, StoreError> {
         let ctx = &self.ctx;
         let agent = (state.agent != "worker").then_some(state.agent.as_str());
@@ -470,7 +511,14 @@ impl Subtasks {
             (roles::builtin(RoleKind::Worker), tools)
         });
         let _settle = self.queue.guard(id);
-        let worker_brief = schedule::worker_brief(&state.task, placement.scope.as_deref()) + &note;
+        let mut worker_brief =
+            schedule::worker_brief(&state.task, placement.scope.as_deref()) + &note;
+        let journaled = ctx.record.journal.state();
+        if let Some(group) = journaled.attempt_group(id)
+            && let Some(label) = group.label_of(id)
+        {
+            worker_brief.push_str(&attempts::worker_note(label, group.subtasks.len()));
+        }
         let start = resumed_start(&ctx.facts, &ctx.record, state, &role.name, &worker_brief);
         let branch = ctx.facts.run.subtask_branch(id.number());
         // A subtask that was still waiting waits again, holding no slot; one that had
@@ -499,7 +547,7 @@ impl Subtasks {
             start,
         };
         let mut report = self
-            .run_subtask(assignment, permit, placement, None)
+            .run_subtask(assignment, permit, placement, seat)
             .await?;
         // A fixer (or a resolver) goes on as what it was started as.
         report.kind = state.kind;

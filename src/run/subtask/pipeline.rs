@@ -88,6 +88,17 @@ async fn whole_change(
     ))
 }
 
+/// A resolver's diff: against the run's `result` it resolved onto.
+async fn against_result(
+    facts: &RunFacts,
+    result: CommitId,
+    tip: CommitId,
+) -> Result<BranchDiff, SubtaskError> {
+    let bounds = facts.options.max_review_patch_bytes;
+    let diff = facts.repo.diff(result, tip, bounds).await;
+    diff.map_err(|source| SubtaskError::Diff { source })
+}
+
 /// Stages 1 to 5 of subtask `id` (briefed with `brief`) in `worktree`, from `start`;
 /// each stage's outcome kept in `found`.
 pub(crate) async fn judged(
@@ -133,16 +144,7 @@ pub(crate) async fn judged(
             let (ledger, worked) = work_until_clean(ctx, id, brief, result, worktree).await;
             found.worker_ledger = ledger;
             let (committed, markers) = worked?;
-            let diff = ctx
-                .facts
-                .repo
-                .diff(
-                    result,
-                    committed.tip,
-                    ctx.facts.options.max_review_patch_bytes,
-                )
-                .await
-                .map_err(|source| SubtaskError::Diff { source })?;
+            let diff = against_result(&ctx.facts, result, committed.tip).await?;
             (committed, diff, markers, None, None)
         }
     };
@@ -157,7 +159,7 @@ pub(crate) async fn judged(
     };
     // Kept whatever happens next: a failed review still reports what was made.
     found.made = Some(made.clone());
-    let permit = match slot {
+    let mut permit = match slot {
         Some((slots, permit)) => {
             let (check, permit) =
                 check::check_subtask(ctx.tree_stage(), slots, permit, id, worktree, &diff).await?;
@@ -196,36 +198,19 @@ pub(crate) async fn judged(
             };
             let fate = match seat {
                 Some(seat) => {
+                    // Its `--jobs` slot goes to the next attempt: held at the bench, the
+                    // slots of the attempts there could be all there are while another
+                    // attempt waits for one, and the bench would wait for it forever.
+                    drop(permit.take());
                     seat.take(candidate(&diff, found, &made, scope, worktree))
                         .await
                 }
                 None => Fate::Review,
             };
-            match fate {
-                Fate::Review => {
-                    let review = reviewer::review(ctx, id, brief, &diff, flagged, worktree).await;
-                    found.reviewer_ledger = review.ledger;
-                    (Judge::Reviewer, review.verdict?)
-                }
-                Fate::Decided {
-                    judge,
-                    verdict,
-                    ledger,
-                } => {
-                    found.reviewer_ledger = ledger;
-                    (judge, verdict)
-                }
-                Fate::NoDecision {
-                    interrupted,
-                    reason,
-                } => {
-                    return Err(if interrupted || ctx.stopping() {
-                        SubtaskError::Interrupted
-                    } else {
-                        SubtaskError::Judge { reason }
-                    });
-                }
-            }
+            let (ledger, judged) =
+                verdict_of(ctx, (id, brief), &diff, flagged, worktree, fate).await;
+            found.reviewer_ledger = ledger;
+            judged?
         }
     };
     let verdict = judged.1.kind;
@@ -235,6 +220,41 @@ pub(crate) async fn judged(
         verdict,
         permit,
     })
+}
+
+/// The verdict on subtask `id`'s diff when no rule decided it: its group's bench's
+/// (`fate`) when it is an attempt, else its own reviewer's; and what deciding it cost.
+async fn verdict_of(
+    ctx: &Arc<RunContext>,
+    (id, brief): (SubtaskId, &str),
+    diff: &BranchDiff,
+    flagged: reviewer::Flagged<'_>,
+    worktree: &Worktree,
+    fate: Fate,
+) -> (Ledger, Result<(Judge, Verdict), SubtaskError>) {
+    match fate {
+        Fate::Review => {
+            let review = reviewer::review(ctx, id, brief, diff, flagged, worktree).await;
+            let verdict = review.verdict.map(|verdict| (Judge::Reviewer, verdict));
+            (review.ledger, verdict)
+        }
+        Fate::Decided {
+            judge,
+            verdict,
+            ledger,
+        } => (ledger, Ok((judge, verdict))),
+        Fate::NoDecision {
+            interrupted,
+            reason,
+        } => (
+            Ledger::default(),
+            Err(if interrupted || ctx.stopping() {
+                SubtaskError::Interrupted
+            } else {
+                SubtaskError::Judge { reason }
+            }),
+        ),
+    }
 }
 
 /// What an attempt hands its group's bench.
