@@ -1,6 +1,6 @@
 //! Best of N at its edges: a judge that rejects every attempt (the run exits 3 with
 //! nothing merged), `attempts` the lead gets wrong (a tool error, no subtask started),
-//! and attempts worked by an agent CLI (each attempt one CLI run).
+//! and the run's `--attempts` with an agent CLI worker (each attempt one CLI run).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use pretty_assertions::assert_eq;
@@ -155,7 +155,8 @@ async fn attempts_of_zero_over_the_maximum_or_not_an_integer_is_a_tool_error_and
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn attempts_worked_by_an_agent_cli_are_one_cli_run_each_and_the_judge_picks_one() {
+async fn with_attempts_for_the_run_an_agent_cli_works_each_attempt_in_one_run_and_the_judge_picks()
+{
     let fixture = repo();
     let clis = FakeClis::new();
     let runs = clis.state().join("runs");
@@ -172,12 +173,14 @@ async fn attempts_worked_by_an_agent_cli_are_one_cli_run_each_and_the_judge_pick
         &fake_cli::claude_script(&edit, fake_cli::CLAUDE_SAMPLE),
     );
     let server = FakeServer::with_responder(|request| match who(request) {
-        Who::Lead => attempts_lead(request, BRIEF, &json!(2)),
+        // No `attempts` in the call: the run's `--attempts 2` says how many.
+        Who::Lead => attempts_lead(request, BRIEF, &Value::Null),
         Who::Worker => panic!("grove's own worker is never called"),
         Who::Reviewer => picking_judge(request),
     })
     .await;
     let options = RunOptions {
+        attempts: 2,
         worker_backend: WorkerBackend::Claude,
         backend_env: Some(BackendEnv(clis.env(&fixture.home()))),
         ..options(&fixture, USER_TASK)
