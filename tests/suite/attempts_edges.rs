@@ -3,6 +3,7 @@
 //! and the run's `--attempts` with an agent CLI worker (each attempt one CLI run).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use nix::sys::signal::Signal;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
@@ -12,15 +13,20 @@ use grove::run::RunOptions;
 use grove::store::journal::{Entry, SubtaskOutcome, VerdictKind};
 
 use crate::suite::backends::{BRIEF, repo, statuses};
+use crate::suite::sandbox::sandbox_or_skip;
 use crate::support::attempts::*;
 use crate::support::fake_cli::{self, FakeClis};
-use crate::support::fake_server::FakeServer;
-use crate::support::grove::{grove_in as grove, stderr};
-use crate::support::requests::{Who, who};
+use crate::support::fake_server::{FakeServer, Reply};
+use crate::support::git_fixture::{GitFixture, Leftovers};
+use crate::support::grove::{Grove, grove_in as grove, only_run, stderr};
+use crate::support::requests::{Who, heard_by_lead, who};
 use crate::support::scripted_run::*;
 
 /// The brief the attempts get; the arrival-order worker writes `{}`'s replacement.
 const QUIET: &str = "Shout a.\nWRITE src/a.txt whisper";
+
+/// The brief of attempts whose workers learn their attempt from their branch.
+const LOUD: &str = "Make src/a.txt loud.";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_judge_that_rejects_every_attempt_merges_nothing_tells_the_lead_why_and_the_run_exits_3()
@@ -221,4 +227,143 @@ async fn with_attempts_for_the_run_an_agent_cli_works_each_attempt_in_one_run_an
         "one judge compares both CLI attempts"
     );
     assert_eq!(fixture.read("src/a.txt"), b"RIGHT\n".to_vec());
+}
+
+/// Waits (at most a minute) until run `run_id`'s journal holds the check of `subtask`:
+/// the last record an attempt writes before it takes its seat on the bench.
+async fn checked(fixture: &GitFixture, run_id: &str, subtask: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !journal(&fixture.repo, run_id)
+        .iter()
+        .any(|entry| matches!(entry, Entry::Checked { run } if run.on == subtask))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{subtask} was never checked"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_interrupt_during_attempts_then_resume_runs_every_attempt_and_merges_only_the_pick() {
+    if !sandbox_or_skip("an_interrupt_during_attempts") {
+        return;
+    }
+    let fixture = repo_with_rules();
+    fixture.write(
+        ".grove/config.toml",
+        "[check]\ncommand = '! grep -q BROKEN src/a.txt'\n",
+    );
+    fixture.commit_all("a check that BROKEN fails");
+    let contents = ["quiet", "RIGHT", "BROKEN"];
+    let server = FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => attempts_lead(request, LOUD, &json!(3)),
+        // A is checked and waits at the bench; B and C are stopped mid-work.
+        Who::Worker if matches!(attempt_of(request), Some(2 | 3)) => Reply::Hang,
+        Who::Worker => labelled_worker(request, &contents),
+        Who::Reviewer => picking_judge(request),
+    })
+    .await;
+    let grove = Grove::in_repo(&fixture).with_server(&server);
+    let watched = grove
+        .spawn_until(["run", USER_TASK], |line| {
+            line.starts_with("[worker S1 ") && line.contains("] finished")
+        })
+        .await;
+    let run_id = only_run(&grove).await;
+    checked(&fixture, &run_id, "S1").await;
+    watched.signal(Signal::SIGINT);
+    let stopped = watched.output().await;
+    assert_eq!(
+        (stopped.status.code(), journal_types(&fixture, &run_id)),
+        (Some(130), (0, 0)),
+        "Ctrl-C while B and C work: no attempt is decided, nothing merged\n{}",
+        stderr(&stopped)
+    );
+    let before = server.requests().len();
+
+    server.set_responder(move |request| match who(request) {
+        Who::Lead => attempts_lead(request, LOUD, &json!(3)),
+        Who::Worker => labelled_worker(request, &contents),
+        Who::Reviewer => picking_judge(request),
+    });
+    let resumed = grove.grove_async(["resume", "--json", &run_id]).await;
+    server.assert_no_violations();
+    let err = stderr(&resumed);
+    let report: Value = serde_json::from_slice(&resumed.stdout).unwrap_or(Value::Null);
+    let subtasks: Vec<(Value, Value, Value)> = report["subtasks"]
+        .as_array()
+        .unwrap_or(&Vec::new())
+        .iter()
+        .map(|s| (s["id"].clone(), s["status"].clone(), s["reason"].clone()))
+        .collect();
+    assert_eq!(
+        (resumed.status.code(), subtasks),
+        (
+            Some(0),
+            vec![
+                (
+                    json!("S1"),
+                    json!("rejected"),
+                    json!("not picked: A is not loud")
+                ),
+                (
+                    json!("S2"),
+                    json!("merged"),
+                    json!("worker: WORKER-FINAL: wrote it.")
+                ),
+                (
+                    json!("S3"),
+                    json!("rejected"),
+                    json!("not picked: its check failed while that of A, B passed")
+                ),
+            ]
+        ),
+        "the resume finishes B and C, puts red C aside and merges the judge's pick B\n{err}"
+    );
+    assert_eq!(
+        fixture.read(TARGET),
+        b"RIGHT\n".to_vec(),
+        "only the pick reaches the branch"
+    );
+    let after: Vec<_> = server.requests().into_iter().skip(before).collect();
+    let a_again: Vec<usize> = after
+        .iter()
+        .filter(|request| who(request) == Who::Worker && attempt_of(request) == Some(1))
+        .map(|request| request.tool_results().len())
+        .collect();
+    assert_eq!(
+        a_again,
+        vec![2],
+        "A, checked before the interrupt, goes on from its transcript (its branch read and \
+         its file written): one closing call, no work done again"
+    );
+    assert_eq!(
+        judge_briefs(&server)
+            .iter()
+            .map(|text| shown_attempts(text))
+            .collect::<Vec<_>>(),
+        vec![vec!['A', 'B']],
+        "one judge, after the resume, compares A (from before it) and B under their labels"
+    );
+    let told = heard_by_lead(after.iter().rfind(|r| who(r) == Who::Lead).unwrap());
+    assert_eq!(
+        told.matches("S1 was tried 3 ways (attempts A, B, C); attempt B (S2) was picked.")
+            .count(),
+        1,
+        "the resumed lead hears the group's one result, once: {told}"
+    );
+    assert_eq!(
+        fixture.leftovers(),
+        Leftovers::default(),
+        "nothing of the run is left registered or on disk"
+    );
+}
+
+/// How many `verdict` and `merged` records run `run_id`'s journal holds.
+fn journal_types(fixture: &GitFixture, run_id: &str) -> (usize, usize) {
+    let entries = journal(&fixture.repo, run_id);
+    let count = |name: &str| entries.iter().filter(|e| e.type_name() == name).count();
+    (count("verdict"), count("merged"))
 }
