@@ -405,13 +405,20 @@ async fn with_one_attempt_left_after_the_checks_its_own_reviewer_decides_and_it_
         ],
         "the rule's rejections are journaled before B's own review approves it"
     );
-    eprintln!("HEARD:\n{}", lead_heard(&server));
-    eprintln!(
-        "PICKED: {:?}",
+    assert_eq!(
+        lead_heard_head(&server),
+        "S1 was tried 3 ways (attempts A, B, C); attempt B (S2) was picked.\n\
+         - attempt A (S1) not picked: its check failed while that of B passed\n\
+         - attempt C (S3) not picked: its check failed while that of B passed\n",
+        "the lead hears that B, reviewed alone, is the pick"
+    );
+    assert_eq!(
         entries
             .iter()
             .filter(|e| matches!(e, Entry::Picked { .. }))
-            .collect::<Vec<_>>()
+            .count(),
+        0,
+        "no judge ran, so no pick is journaled: the verdicts say why A and C lost"
     );
 }
 
@@ -440,18 +447,54 @@ async fn an_attempt_whose_worker_fails_does_not_fail_the_subtask_while_the_other
     .await
     .unwrap();
     server.assert_no_violations();
-    eprintln!(
-        "OUT: {:?} {:?} {:#?}",
-        report.status,
-        report.error,
-        outcomes(&report)
+    let refused = "the worker stopped: model stopped (refusal): the model refused in turn 2";
+    assert_eq!(
+        (report.status, outcomes(&report)),
+        (
+            RunEnd::Finished,
+            vec![
+                (
+                    "S1".into(),
+                    SubtaskOutcome::Failed,
+                    None,
+                    Some(refused.into())
+                ),
+                (
+                    "S2".into(),
+                    SubtaskOutcome::Rejected,
+                    Some(VerdictKind::Reject),
+                    Some("not picked: B is not loud".into())
+                ),
+                (
+                    "S3".into(),
+                    SubtaskOutcome::Merged,
+                    Some(VerdictKind::Approve),
+                    Some("worker: WORKER-FINAL: wrote it.".into())
+                ),
+            ]
+        ),
+        "A's failure ends A alone: B and C are judged and the pick merges"
     );
-    eprintln!("HEARD:\n{}", lead_heard(&server));
-    eprintln!(
-        "JUDGE: {:?}",
+    assert_eq!(
+        fixture.read(TARGET),
+        b"RIGHT\n".to_vec(),
+        "C reaches the branch"
+    );
+    assert_eq!(
         judge_briefs(&server)
             .iter()
-            .map(|t| shown_attempts(t))
-            .collect::<Vec<_>>()
+            .map(|text| shown_attempts(text))
+            .collect::<Vec<_>>(),
+        vec![vec!['B', 'C']],
+        "the judge compares the attempts that lived"
+    );
+    assert_eq!(
+        lead_heard_head(&server),
+        format!(
+            "S1 was tried 3 ways (attempts A, B, C); attempt C (S3) was picked.\n\
+             - attempt A (S1) failed: {refused}\n\
+             - attempt B (S2) not picked: B is not loud\n"
+        ),
+        "the lead hears that A failed and why B lost"
     );
 }
