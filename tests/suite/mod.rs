@@ -2,6 +2,7 @@
 
 mod agent;
 mod attempts;
+mod attempts_edges;
 pub(crate) mod backends;
 mod base_check;
 mod budget_usd;

@@ -1,6 +1,7 @@
 //! Test support: the fake model server, sealed git fixtures, and the one sealed runner
 //! of the grove binary.
 
+pub mod attempts;
 pub mod entries;
 pub mod fake_cli;
 pub mod fake_server;
