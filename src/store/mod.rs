@@ -16,6 +16,8 @@ pub mod findings;
 pub mod journal;
 pub mod lock;
 pub mod recorded;
+pub mod replay;
+pub mod run_status;
 pub mod runs;
 pub mod slots;
 pub mod snapshot;

@@ -21,46 +21,7 @@ use crate::store::recorded::RecordedOptions;
 /// The subtask label tool calls of the lead itself are journaled under.
 pub const LEAD_SUBTASK: &str = "lead";
 
-/// Where a run stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    /// A grove process is working on it (or, in a bare replay, was when it last wrote).
-    Running,
-    /// Stopped in a resumable state on purpose.
-    Paused,
-    /// The journal says running, but no live grove process holds the lock for it: the
-    /// process crashed or was killed. Never produced by [`RunState::replay`], only by
-    /// a listing that checks the lock.
-    Interrupted,
-    /// Went through to the end.
-    Finished,
-    /// Stopped on an error it cannot resume from.
-    Failed,
-    /// The run's journal cannot be read. Only produced by a listing, which reports the
-    /// problem instead of hiding the run.
-    Unreadable,
-}
-
-impl RunStatus {
-    /// The name used in JSON and in messages, e.g. `interrupted`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::Paused => "paused",
-            RunStatus::Interrupted => "interrupted",
-            RunStatus::Finished => "finished",
-            RunStatus::Failed => "failed",
-            RunStatus::Unreadable => "unreadable",
-        }
-    }
-}
-
-impl std::fmt::Display for RunStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::store::run_status::RunStatus;
 
 /// Where a subtask stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -304,49 +265,7 @@ pub struct Delivery {
     pub call_id: Option<String>,
 }
 
-/// A record that does not fit the records before it. Never retried: the journal (or the
-/// caller about to journal the record) is wrong.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("journal record {record} (`{record_type}`) cannot be applied: {reason}")]
-pub struct ReplayError {
-    /// 1-based position of the record in the journal (its line, for an intact journal).
-    pub record: u64,
-    pub record_type: &'static str,
-    pub reason: ReplayReason,
-}
-
-/// Why a record does not fit the records before it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReplayReason {
-    #[error("the journal is empty; it must start with `run_started`")]
-    EmptyJournal,
-    #[error("a journal must start with `run_started`")]
-    NotStartedFirst,
-    #[error("the run already started")]
-    AlreadyStarted,
-    #[error("the run already finished")]
-    AlreadyFinished,
-    /// A `grove review` record (a person's verdict, a rebuilt or applied result) before
-    /// the run finished.
-    #[error("the run is {status}, not finished; `grove review` changes only finished runs")]
-    NotFinished { status: RunStatus },
-    #[error("the run's result was already applied")]
-    AlreadyApplied,
-    #[error("subtask `{subtask}` already started")]
-    SubtaskAlreadyStarted { subtask: SubtaskId },
-    #[error("subtask `{subtask}` was never started")]
-    SubtaskNeverStarted { subtask: SubtaskId },
-    #[error("subtask `{subtask}` already finished")]
-    SubtaskAlreadyFinished { subtask: SubtaskId },
-    #[error("tool call `{call_id}` of `{subtask}` already started")]
-    ToolCallAlreadyStarted { subtask: String, call_id: String },
-    #[error("tool call `{call_id}` of `{subtask}` finished but never started")]
-    ToolCallNeverStarted { subtask: String, call_id: String },
-    #[error("subtask `{subtask}` is merged without its commit and result")]
-    MergedWithoutCommit { subtask: SubtaskId },
-    #[error("`{group}` is no group of attempts")]
-    NoAttemptGroup { group: SubtaskId },
-}
+pub use crate::store::replay::{ReplayError, ReplayReason};
 
 impl RunState {
     /// Folds a whole journal into the state it describes. The first record must be
