@@ -367,3 +367,48 @@ fn journal_types(fixture: &GitFixture, run_id: &str) -> (usize, usize) {
     let count = |name: &str| entries.iter().filter(|e| e.type_name() == name).count();
     (count("verdict"), count("merged"))
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_judge_gets_one_reviews_patch_bound_shared_out_among_the_attempts() {
+    let fixture = repo_with_rules();
+    // Each attempt writes some 20 KB; the three together are far over the bound.
+    let big: Vec<String> = ["RIGHT", "quiet", "meh"]
+        .iter()
+        .map(|word| format!("{word}\n{}", format!("{word} line\n").repeat(2_000)))
+        .collect();
+    let server = FakeServer::with_responder(move |request| match who(request) {
+        Who::Lead => attempts_lead(request, LOUD, &json!(3)),
+        Who::Worker => {
+            let contents: Vec<&str> = big.iter().map(String::as_str).collect();
+            labelled_worker(request, &contents)
+        }
+        Who::Reviewer => picking_judge(request),
+    })
+    .await;
+    let bound = 30_000;
+    let options = RunOptions {
+        max_review_patch_bytes: bound,
+        ..options(&fixture, USER_TASK)
+    };
+    run(&fixture, &server, Provider::Anthropic, options)
+        .await
+        .unwrap();
+    server.assert_no_violations();
+    let briefs = judge_briefs(&server);
+    let brief = briefs.first().expect("a judge compared the attempts");
+    let diffs = brief
+        .split("\n## Its diff")
+        .skip(1)
+        .map(|section| section.len())
+        .collect::<Vec<_>>();
+    assert!(
+        diffs.len() == 3 && diffs.iter().all(|len| *len < bound / 3 + 2_000),
+        "each of the three diffs gets a third of the bound one review gets (with a note \
+         saying what was left out), not the whole bound each: {diffs:?}"
+    );
+    assert_eq!(
+        fixture.read("src/a.txt").starts_with(b"RIGHT\n"),
+        true,
+        "the judge still found the right attempt"
+    );
+}

@@ -127,7 +127,9 @@ pub(crate) fn worker_note(label: char, count: usize) -> String {
     format!(
         "\n\n(grove: {count} workers try this brief at once, each on its own; this is \
          attempt {label}. A judge compares the attempts and merges one. Do it the way you \
-         judge best, completely: correct first, then what the brief asks and no more.)"
+         judge best, completely: correct first, then what the brief asks or allows and no \
+         more. The judge reads your diff and your tree, not your summary: a design choice \
+         that needs a reason says it where the code does, in a docstring or a comment.)"
     )
 }
 
@@ -171,6 +173,16 @@ impl Bench {
             if let Ok(arrival) = arrival.await {
                 present.push(Present { id, label, arrival });
             }
+        }
+        // A run that stops decides nothing: every attempt is resumed, and judged then.
+        if ctx.stopping() {
+            for attempt in present {
+                attempt.send(Fate::NoDecision {
+                    interrupted: true,
+                    reason: "the run stopped before the attempts were judged".into(),
+                });
+            }
+            return Ok(());
         }
         let mut not_picked = Vec::new();
         let any_passed = present.iter().any(Present::passed);
@@ -227,9 +239,10 @@ async fn judged(
     ctx: &Arc<RunContext>,
     group: SubtaskId,
     brief: &str,
-    running: Vec<Present>,
+    mut running: Vec<Present>,
     mut not_picked: Vec<NotPicked>,
 ) -> Result<(), StoreError> {
+    share_the_patch_bound(ctx, &mut running).await;
     let judgement = {
         let entrants: Vec<Entrant<'_>> = running
             .iter()
@@ -323,6 +336,35 @@ async fn judged(
     Ok(())
 }
 
+/// The judge reads every attempt's diff in one message: together they get the bound
+/// one reviewed diff gets (`max_review_patch_bytes`), shared out, so that three
+/// attempts do not make a message three times a review's. A diff cut down says what
+/// it left out; the judge reads those files in the attempt's tree. A diff that cannot
+/// be taken again stays as it was.
+async fn share_the_patch_bound(ctx: &RunContext, running: &mut [Present]) {
+    let bound = ctx.facts.options.max_review_patch_bytes;
+    let total: usize = running
+        .iter()
+        .map(|attempt| attempt.arrival.candidate.diff.patch.text.len())
+        .sum();
+    if total <= bound || running.is_empty() {
+        return;
+    }
+    let share = (bound / running.len()).max(MIN_PATCH_SHARE);
+    for attempt in running.iter_mut() {
+        let diff = &mut attempt.arrival.candidate.diff;
+        if diff.patch.text.len() <= share {
+            continue;
+        }
+        if let Ok(smaller) = ctx.facts.repo.diff(diff.base, diff.head, share).await {
+            *diff = smaller;
+        }
+    }
+}
+
+/// The least of the patch bound an attempt's diff gets when the judge's share is cut.
+const MIN_PATCH_SHARE: usize = 8_000;
+
 /// Why the attempt labelled `label` lost, in the judge's words when it gave them.
 fn loser_reason(pick: &JudgePick, label: char) -> String {
     let given = pick
@@ -374,8 +416,9 @@ fn journal_pick(
     })
 }
 
-/// How much of one attempt's reason the lead reads in the group's result.
-const REASON_CHARS: usize = 300;
+/// How much of one attempt's reason the lead reads in the group's result: a judge's
+/// line whole, a worker's summary cut.
+const REASON_CHARS: usize = 1_200;
 
 /// The one result the lead gets for a group: which attempt was picked and, a line
 /// each, why the others lost; then the pick's own result (or, none picked, each

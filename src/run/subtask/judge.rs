@@ -58,7 +58,8 @@ pub(crate) async fn judge(
     let tree = first.map_or((ctx.facts.user_root.as_path(), None), |worktree| {
         (worktree.path(), worktree.access())
     });
-    let run = reviewer::run_read_only(ctx, (label, "judge"), tools, &text, tree).await;
+    let run =
+        reviewer::run_read_only(ctx, (label, "judge"), (tools, JUDGE_NOTE), &text, tree).await;
     let pick = match submit.pick() {
         Some(pick) => Ok(pick),
         None => reviewer::no_verdict(&ctx.record, group, run.result).map(|verdict| JudgePick {
@@ -73,6 +74,16 @@ pub(crate) async fn judge(
         pick,
     }
 }
+
+/// What the judge's system prompt adds to the reviewer's: it compares, and what its
+/// verdict means (a bridge run's judge found the single-diff prompt alone unclear).
+const JUDGE_NOTE: &str = "\n\n# Judging attempts\n\nHere you judge several attempts at \
+     one brief, made independently, instead of one diff. Read each attempt's code, not only \
+     its diff's summary; where a brief leaves a design open, judge each design against what \
+     the brief asks and allows and against the code around it. When you have `run`, try \
+     the same edge cases on each attempt (`attempt` names the tree it runs in). `approve` \
+     means: merge the attempt you `pick`, and only that one; the others are kept aside with \
+     your one-line reason each. `reject` means none of them may be merged.";
 
 /// The judge's first message: the brief, how to judge, then each attempt under its label.
 fn judge_brief(

@@ -60,7 +60,7 @@ pub(crate) async fn review(
     let others = others_of(ctx, &[id], &held);
     let text = review_brief(brief, diff, flagged, (&held, &others), whole.as_deref());
     let tree = (worktree.path(), worktree.access());
-    let reviewer = run_read_only(ctx, (label, "reviewer"), tools, &text, tree).await;
+    let reviewer = run_read_only(ctx, (label, "reviewer"), (tools, ""), &text, tree).await;
     let verdict = match submit.verdict() {
         Some(verdict) => Ok(verdict),
         None => no_verdict(&ctx.record, id, reviewer.result),
@@ -92,17 +92,17 @@ pub(crate) fn read_only_tools(ctx: &RunContext) -> Registry {
 }
 
 /// Runs a read-only agent of the reviewer's role — a reviewer, or a judge (`role`) —
-/// from a clean context on `text`, in the tree at `root`; what it spent is counted
+/// with `tools` and `system_note` after the role's prompt, from a clean context on `text`, in the tree at `root`; what it spent is counted
 /// against the run's budget. It is never resumed: its saved transcript (as its last
 /// tool-calling turn left it) is for the report only.
 pub(crate) async fn run_read_only(
     ctx: &Arc<RunContext>,
     (label, role): (AgentLabel, &str),
-    tools: Registry,
+    (tools, system_note): (Registry, &str),
     text: &str,
     (root, access): (&std::path::Path, Option<Arc<dyn TreeAccess>>),
 ) -> AgentRun {
-    let spec = ctx.spec(
+    let mut spec = ctx.spec(
         AgentId {
             role: role.into(),
             label,
@@ -115,6 +115,7 @@ pub(crate) async fn run_read_only(
             tools,
         },
     );
+    spec.system.push_str(system_note);
     let observer = Arc::new(
         AgentObserver::new(
             ctx,
