@@ -33,6 +33,8 @@ pub enum Trailer {
     Check,
     /// Who approved a change a person reviewed: `Grove-Review`.
     Review,
+    /// The attempt a commit holds, of a subtask tried several ways: `Grove-Attempt`.
+    Attempt,
 }
 
 impl Trailer {
@@ -47,6 +49,7 @@ impl Trailer {
             Self::Tokens => "Grove-Tokens",
             Self::Check => "Grove-Check",
             Self::Review => "Grove-Review",
+            Self::Attempt => "Grove-Attempt",
         }
     }
 }

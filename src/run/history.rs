@@ -281,6 +281,18 @@ fn commit_message(note: &CommitNote<'_>) -> String {
         "The worker's summary:",
         &excerpt(words.summary.trim(), SUMMARY_CHARS),
     );
+    if let Some(attempt) = &subtask.attempt {
+        message = message.quoted(
+            &format!(
+                "It is attempt {} of those at {}'s brief, picked over the others:",
+                attempt.label, attempt.group
+            ),
+            &excerpt(
+                subtask.review_summary.as_deref().unwrap_or_default().trim(),
+                SUMMARY_CHARS,
+            ),
+        );
+    }
     if let Some(resolver) = &note.resolved_by {
         message = message.paragraph(&format!(
             "It conflicted with the result; {resolver} resolved it and its review passed."
@@ -312,6 +324,9 @@ fn commit_message(note: &CommitNote<'_>) -> String {
     .collect();
     if !checks.is_empty() {
         trailers.push((Trailer::Check, checks.join(", ")));
+    }
+    if let Some(attempt) = &subtask.attempt {
+        trailers.push((Trailer::Attempt, attempt.tag()));
     }
     message.with_trailers(&trailers)
 }

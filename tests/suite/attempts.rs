@@ -93,6 +93,19 @@ async fn three_attempts_run_at_once_and_only_the_judges_pick_is_merged() {
         told.contains("was tried 3 ways") && told.contains("is not loud"),
         "the lead hears the pick and why the others lost: {told}"
     );
+    let picked = report
+        .subtasks
+        .iter()
+        .find(|s| s.status == SubtaskOutcome::Merged)
+        .unwrap();
+    let label = picked.attempt.as_ref().unwrap().label;
+    let message = fixture.git(&["log", "-1", "--format=%B"]);
+    assert!(
+        message.contains(&format!(
+            "It is attempt {label} of those at S1's brief, picked over the others:\n    The loud one."
+        )) && message.contains(&format!("Grove-Attempt: S1·{label}")),
+        "the user's branch records which attempt it got and the judge's words: {message}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
