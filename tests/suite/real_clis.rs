@@ -30,6 +30,7 @@ use grove::store::journal::{SubtaskOutcome, VerdictKind};
 use crate::suite::backends::{repo, run, server, statuses};
 use crate::support::fake_server::{Endpoint, FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
+use crate::support::requests::{Who, who};
 
 pub(crate) const KEY: &str = "sk-fake-cli-key-0123456789";
 /// Text of the brief the lead delegates (`suite::backends::BRIEF`).
@@ -348,7 +349,7 @@ struct Outcome {
 
 /// Runs grove on the fixture with `cli` as the worker against a server playing `fault`.
 async fn run_cli(cli: Cli, fault: Fault) -> Option<Outcome> {
-    run_cli_in(cli, fault, None, &[]).await
+    run_cli_in(cli, fault, None, &[], 1).await
 }
 
 /// [`run_cli`] with the worktrees under `worktrees_in` (a path in the fixture's repo)
@@ -359,12 +360,17 @@ async fn run_cli_in(
     fault: Fault,
     worktrees_in: Option<&str>,
     unset: &[&str],
+    attempts: u32,
 ) -> Option<Outcome> {
     cli.installed()?;
     let started = Instant::now();
     let fixture = repo();
     let base = fixture.git(&["rev-parse", "HEAD"]);
-    let grove = server().await;
+    let grove = if attempts > 1 {
+        judging_server().await
+    } else {
+        server().await
+    };
     let cli_server = cli_server(cli, fault).await;
     let home = tempfile::tempdir().unwrap();
     let worktrees = tempfile::tempdir().unwrap();
@@ -388,6 +394,7 @@ async fn run_cli_in(
             None => worktrees.path().to_path_buf(),
         }),
         worker_backend_timeout_secs: 120,
+        attempts,
         ..RunOptions::new("USER-TASK: make a shout")
     };
     let (report, _events) = run(&fixture, &grove, options).await;
@@ -405,6 +412,31 @@ async fn run_cli_in(
         cli: cli_server,
         base,
     })
+}
+
+/// grove's own side of a run whose subtask is tried twice: `backends::server`'s lead,
+/// and a judge that picks attempt A.
+async fn judging_server() -> FakeServer {
+    FakeServer::with_responder(|request| {
+        let turn = match (who(request), request.tool_results().len()) {
+            (Who::Lead, 0) => Turn::text("Delegating.").tool_use(
+                "lead_call_0",
+                "delegate",
+                json!({ "task": crate::suite::backends::BRIEF }),
+            ),
+            (Who::Lead, _) => Turn::text("All done."),
+            (Who::Reviewer, 0) => Turn::new().tool_use(
+                "judge_call_1",
+                "submit_verdict",
+                json!({"verdict": "approve", "pick": "A", "summary": "A does what the brief asks.",
+                       "not_picked": [{"attempt": "B", "reason": "the same edit; A is as good"}]}),
+            ),
+            (Who::Reviewer, _) => Turn::text("Verdict given."),
+            (Who::Worker, _) => Turn::text("BUILTIN-WORKER-CALLED"),
+        };
+        turn.usage(50, 5, 0, 0).into()
+    })
+    .await
 }
 
 /// The edit is committed, reviewed and merged, with the ledger the server's usage.
@@ -514,6 +546,41 @@ async fn claude_code_edit_is_reviewed_and_merged_with_its_ledger() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_works_each_of_two_attempts_in_a_run_of_its_own_and_the_judge_picks() {
+    let Some(outcome) = run_cli_in(Cli::Claude, Fault::None, None, &[], 2).await else {
+        return;
+    };
+    let report = &outcome.report;
+    let conversations = outcome
+        .cli
+        .requests()
+        .iter()
+        .filter(|request| is_conversation(Cli::Claude, request) && request.tool_result_count() == 0)
+        .count();
+    assert_eq!(
+        (statuses(report), conversations),
+        (
+            vec![
+                (
+                    "S1".into(),
+                    SubtaskOutcome::Merged,
+                    Some(VerdictKind::Approve)
+                ),
+                (
+                    "S2".into(),
+                    SubtaskOutcome::Rejected,
+                    Some(VerdictKind::Reject)
+                ),
+            ],
+            2
+        ),
+        "the real Claude Code works each attempt in a run of its own (two conversations), and \
+         only the judge's pick merges: {report:#?}"
+    );
+    assert_eq!(outcome.fixture.read("src/a.txt"), b"ALPHA\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_recovers_from_a_500() {
     edit_is_merged(
         Cli::Claude,
@@ -537,6 +604,7 @@ async fn claude_code_retrying_a_401_is_stopped_at_its_second_retry_with_the_apis
         Fault::Unauthorized,
         None,
         &["CLAUDE_CODE_MAX_RETRIES"],
+        1,
     )
     .await
     else {
@@ -572,8 +640,14 @@ async fn claude_code_retrying_a_401_is_stopped_at_its_second_retry_with_the_apis
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_codes_refusal_to_edit_under_git_is_the_reason() {
-    let Some(outcome) =
-        run_cli_in(Cli::Claude, Fault::None, Some(".git/grove-worktrees"), &[]).await
+    let Some(outcome) = run_cli_in(
+        Cli::Claude,
+        Fault::None,
+        Some(".git/grove-worktrees"),
+        &[],
+        1,
+    )
+    .await
     else {
         return;
     };
