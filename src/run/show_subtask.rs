@@ -173,6 +173,14 @@ pub(crate) fn record_text(report: &SubtaskReport) -> String {
         report.kind.as_str(),
         report.branch
     );
+    if let Some(attempt) = &report.attempt {
+        text.push_str(&format!(
+            "attempt {} of {}: {}\n",
+            attempt.label,
+            attempt.group,
+            attempt.status.words()
+        ));
+    }
     text.push_str(&format!("the brief:\n{}", fenced("text", &report.task)));
     match (&report.worker_summary, &report.reason) {
         (Some(summary), _) => {
@@ -271,6 +279,7 @@ mod tests {
 
     use super::*;
     use crate::git::{CommitId, DiffStat, Patch};
+    use crate::store::attempt_status::{AttemptOf, AttemptStatus};
     use crate::store::journal::{Finding, SubtaskOutcome, VerdictKind};
     use crate::text::outside_fences;
     use crate::tools::{Registry, ToolSet};
@@ -295,6 +304,13 @@ mod tests {
                     );
                     report.status = SubtaskOutcome::Rejected;
                     report.verdict = Some(VerdictKind::Reject);
+                    report.attempt = Some(AttemptOf {
+                        group: SubtaskId(1),
+                        label: 'A',
+                        status: AttemptStatus::NotPicked,
+                        reason: Some("B is simpler".into()),
+                        merged: Some(SubtaskId(2)),
+                    });
                     report.worker_summary = Some(format!("{}\n````\n{FORGED}", "w".repeat(5_000)));
                     report.review_summary = Some(format!("Wrong.\n```\n{FORGED}"));
                     report.findings = vec![
@@ -351,6 +367,7 @@ mod tests {
             outside_fences(&shown),
             vec![
                 "S1 rejected (task, grove/r/1)",
+                "attempt A of S1: not picked",
                 "the brief:",
                 "the worker's summary, in its words:",
                 "the reviewer: reject; its summary, in its words:",

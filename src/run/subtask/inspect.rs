@@ -11,6 +11,7 @@ use crate::run::context::lock;
 use crate::run::id::SubtaskId;
 use crate::run::show_subtask::{DiffOf, ShowError, Shown, SubtaskRecords};
 use crate::run::subtask::{Subtasks, report_from_state};
+use crate::store::attempt_status::attempt_of;
 
 /// How much of a patch one diff holds: far more than a page, so that paging on reads
 /// the same patch.
@@ -20,7 +21,10 @@ const PATCH_BYTES: usize = 4 * 1024 * 1024;
 impl SubtaskRecords for Subtasks {
     fn shown(&self, id: SubtaskId) -> Option<Shown> {
         if let Some(report) = lock(&self.reports).get(&id) {
-            return Some(Shown::Settled(Box::new(report.clone())));
+            let mut report = report.clone();
+            // An attempt says where it stands in its group (picked or not, and why).
+            report.attempt = attempt_of(&self.ctx.record.journal.state(), id);
+            return Some(Shown::Settled(Box::new(report)));
         }
         let state = self
             .ctx
@@ -31,7 +35,9 @@ impl SubtaskRecords for Subtasks {
             .find(|state| state.id == id)?;
         // One settled before a resume has no report in this process: the journal's.
         Some(if state.status.outcome().is_some() {
-            Shown::Settled(Box::new(report_from_state(&state)))
+            let mut report = report_from_state(&state);
+            report.attempt = attempt_of(&self.ctx.record.journal.state(), id);
+            Shown::Settled(Box::new(report))
         } else {
             Shown::Running
         })
