@@ -2,10 +2,8 @@
 //! attempts together, a person picks another one and the result is rebuilt with it, and
 //! approving two attempts of one brief is refused with nothing recorded.
 //!
-//! The run is a real one against the fake model server (three subtasks writing one file
-//! three ways, the reviewer approving only the third); its journal then gets the
-//! `attempts` and `picked` records a best-of-N delegation writes, so the three are one
-//! group whose judge picked C.
+//! The run is a real best-of-N one against the fake model server: one brief delegated as
+//! three attempts writing one file three ways, and a judge that picks the third.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Output;
@@ -17,63 +15,53 @@ use tokio_util::sync::CancellationToken;
 use grove::event::EventSink;
 use grove::model::Provider;
 use grove::run::{ModelChoice, Models, RunOptions};
-use grove::status::SubtaskId;
-use grove::store::RunStore;
-use grove::store::attempts::{NotPicked, Pick};
-use grove::store::journal::{Entry, Record};
 
+use crate::support::attempts::attempt_of;
 use crate::support::fake_server::{FakeServer, RecordedRequest, Reply, Turn};
 use crate::support::git_fixture::GitFixture;
 use crate::support::grove::Grove;
 use crate::support::requests::role;
-use crate::support::scripted_run::own_review_text;
 
 const BRIEF: &str = "Make the greeting formal.";
 
-/// A lead that delegates the one brief three times; workers that write their way; a
-/// reviewer that approves only the third way.
+/// A lead that delegates the brief as three attempts and waits; workers that each
+/// write their way (A, B, C by their branch's subtask); a judge that picks C.
 fn scripted(request: &RecordedRequest) -> Reply {
-    let done = !request.tool_results().is_empty();
-    let turn = match (role(request), done) {
-        ("lead", false) => ["A", "B", "C"]
-            .iter()
-            .fold(Turn::text("Delegating."), |turn, way| {
-                turn.tool_use(
-                    &format!("d{way}"),
-                    "delegate",
-                    json!({ "task": format!("{BRIEF}\nWAY {way}") }),
-                )
-            }),
-        ("worker", false) => {
-            let brief = request.last_user_text();
-            let way = brief
-                .lines()
-                .rev()
-                .find_map(|l| l.strip_prefix("WAY "))
-                .unwrap()
-                .to_owned();
+    let answered = request.tool_results().len();
+    let turn = match (role(request), answered) {
+        ("lead", 0) => Turn::text("Delegating.").tool_use(
+            "d1",
+            "delegate",
+            json!({ "task": BRIEF, "attempts": 3 }),
+        ),
+        ("lead", 1) => Turn::text("Waiting.").tool_use("w1", "wait", json!({})),
+        ("worker", 0) => Turn::new().tool_use(
+            "w_branch",
+            "bash",
+            json!({"command": "git branch --show-current"}),
+        ),
+        ("worker", 1) => {
+            let way = ["A", "B", "C"][attempt_of(request).unwrap() - 1];
             Turn::new().tool_use(
                 "w1",
                 "write_file",
                 json!({ "path": "greeting.txt", "content": format!("Good day ({way}-way)\n") }),
             )
         }
-        ("reviewer", false) => {
-            let input = if own_review_text(request).contains("C-way") {
-                json!({ "verdict": "approve", "summary": "Formal." })
-            } else {
-                json!({ "verdict": "reject", "summary": "Not formal enough." })
-            };
-            Turn::new().tool_use("r1", "submit_verdict", input)
-        }
-        (_, true) => Turn::text("Done."),
-        _ => unreachable!(),
+        ("reviewer", 0) => Turn::new().tool_use(
+            "j1",
+            "submit_verdict",
+            json!({"verdict": "approve", "pick": "C", "summary": "C is the most formal.",
+                   "not_picked": [{"attempt": "A", "reason": "A is casual."},
+                                  {"attempt": "B", "reason": "B is stiff."}]}),
+        ),
+        _ => Turn::text("Done."),
     };
     turn.usage(10, 2, 0, 0).into()
 }
 
-/// The run, finished without applying, its journal made that of one group S1 = A, S2 =
-/// B, S3 = C whose judge picked C.
+/// A real best-of-N run, finished without applying: one group S1 = A, S2 = B, S3 = C
+/// whose judge picked C.
 async fn judged_run(fixture: &GitFixture) -> String {
     let server = FakeServer::with_responder(scripted).await;
     let choice = |name: &str| ModelChoice {
@@ -114,61 +102,9 @@ async fn judged_run(fixture: &GitFixture) -> String {
             ("S2".into(), "rejected"),
             ("S3".into(), "merged")
         ],
-        "only the third way is approved"
+        "the judge's pick, the third attempt, is merged; the others are not"
     );
-    make_group(fixture, &report.run_id);
     report.run_id
-}
-
-/// Rewrites the run's journal as a best-of-N delegation writes it: `attempts` before
-/// the subtasks start, `picked` before the run ends.
-fn make_group(fixture: &GitFixture, run_id: &str) {
-    let path = RunStore::new(&fixture.repo.join(".git"))
-        .run_dir(&run_id.parse().unwrap())
-        .join("journal.jsonl");
-    let records = grove::store::journal::read_journal(&path).unwrap().records;
-    let mut lines = Vec::new();
-    for record in records {
-        let ts_ms = record.ts_ms;
-        if matches!(record.entry, Entry::RunFinished { .. }) {
-            lines.push(Record {
-                ts_ms,
-                entry: Entry::Picked {
-                    group: SubtaskId(1),
-                    pick: Pick {
-                        picked: Some(SubtaskId(3)),
-                        summary: "C is the most formal.".into(),
-                        not_picked: vec![
-                            NotPicked {
-                                subtask: SubtaskId(1),
-                                reason: "A is casual.".into(),
-                            },
-                            NotPicked {
-                                subtask: SubtaskId(2),
-                                reason: "B is stiff.".into(),
-                            },
-                        ],
-                    },
-                },
-            });
-        }
-        let started = matches!(record.entry, Entry::RunStarted { .. });
-        lines.push(record);
-        if started {
-            lines.push(Record {
-                ts_ms,
-                entry: Entry::Attempts {
-                    group: SubtaskId(1),
-                    subtasks: vec![SubtaskId(1), SubtaskId(2), SubtaskId(3)],
-                },
-            });
-        }
-    }
-    let text: String = lines
-        .iter()
-        .map(|r| serde_json::to_string(r).unwrap() + "\n")
-        .collect();
-    std::fs::write(&path, text).unwrap();
 }
 
 fn grove(fixture: &GitFixture, args: &[&str]) -> Output {
