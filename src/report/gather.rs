@@ -168,6 +168,8 @@ struct AgentFiles {
     lead: AgentFile,
     /// Per subtask, in the state's order: (worker, reviewer).
     subtasks: Vec<(AgentFile, AgentFile)>,
+    /// The judge of each group of attempts that had one, by the group's label.
+    judges: Vec<(String, AgentFile)>,
     models: ModelNames,
 }
 
@@ -193,9 +195,21 @@ impl AgentFiles {
                 name.clone_from(&state.model);
             }
         }
+        // Only a judge writes a group's `picked` record: one without it had none.
+        let judges = state
+            .attempts
+            .iter()
+            .filter(|group| group.pick.is_some())
+            .map(|group| {
+                let label = group.group.to_string();
+                let file = AgentFile::read(run_dir, &label, "judge", notes);
+                (label, file)
+            })
+            .collect();
         AgentFiles {
             lead: AgentFile::read(run_dir, LEAD_SUBTASK, "lead", notes),
             subtasks,
+            judges,
             models,
         }
     }
@@ -498,6 +512,9 @@ fn costs(state: &RunState, agents: &AgentFiles) -> Vec<AgentCost> {
         if reviewer.found {
             rows.push(reviewer_row);
         }
+    }
+    for (label, judge) in &agents.judges {
+        rows.push(row("judge", label, judge, &agents.models.reviewer));
     }
     rows
 }

@@ -106,6 +106,21 @@ async fn three_attempts_run_at_once_and_only_the_judges_pick_is_merged() {
         )) && message.contains(&format!("Grove-Attempt: S1·{label}")),
         "the user's branch records which attempt it got and the judge's words: {message}"
     );
+    let repo = fixture.open().await;
+    let data = grove::report::gather(&repo, &report.run_id, grove::report::PriceTable::builtin())
+        .await
+        .unwrap();
+    let judges: Vec<(String, String, u32)> = data
+        .agents
+        .iter()
+        .filter(|agent| agent.role == "judge")
+        .map(|agent| (agent.role.clone(), agent.label.clone(), agent.ledger.steps))
+        .collect();
+    assert_eq!(
+        judges,
+        vec![("judge".into(), "S1".into(), 2)],
+        "the HTML report's costs hold the judge, under its group, with its two turns (a read, the verdict)"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
