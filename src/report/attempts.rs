@@ -69,23 +69,28 @@ fn group_table(page: &mut String, data: &ReportData, group: &AttemptGroup) {
         DiffView::Shown { summary, .. } => escape(summary),
         DiffView::Unavailable { reason } => escape(reason),
     });
-    row(page, "estimated cost", &|s| cost(data, &s.id));
+    row(page, "estimated cost", &|s| {
+        cost(data, &s.id, |role| role != "judge")
+    });
     page.push_str("</table>\n");
     if let Some(pick) = &group.pick {
+        let label = group.group.to_string();
         let _ = writeln!(
             page,
-            "<p class=\"judge\"><strong>the judge:</strong> {}</p>",
+            "<p class=\"judge\"><strong>the judge</strong> ({}): {}</p>",
+            cost(data, &label, |role| role == "judge"),
             escape(&pick.summary)
         );
     }
     page.push_str("</div>\n");
 }
 
-/// What the agents working for `id` cost (its worker, reviewer, and the judge when it
-/// is the group's first), or `unknown price`.
-fn cost(data: &ReportData, id: &str) -> String {
+/// What the agents labelled `id` whose role `counts` cost (an attempt's worker and
+/// reviewer; a group's judge, under the group's label, apart), or `unknown price`.
+fn cost(data: &ReportData, id: &str, counts: impl Fn(&str) -> bool) -> String {
     let mut total = 0.0;
-    for agent in data.agents.iter().filter(|agent| agent.label == id) {
+    let agents = data.agents.iter();
+    for agent in agents.filter(|agent| agent.label == id && counts(&agent.role)) {
         match data.prices.cost(&agent.model, &agent.ledger).usd() {
             Some(usd) => total += usd,
             None => return "unknown price".to_owned(),
