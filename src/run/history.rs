@@ -284,7 +284,7 @@ fn commit_message(note: &CommitNote<'_>) -> String {
     if let Some(attempt) = &subtask.attempt {
         message = message.quoted(
             &format!(
-                "It is attempt {} of those at {}'s brief, picked over the others:",
+                "Attempt {} of group {}, picked over the others; the verdict that picked it:",
                 attempt.label, attempt.group
             ),
             &excerpt(

@@ -102,7 +102,7 @@ async fn three_attempts_run_at_once_and_only_the_judges_pick_is_merged() {
     let message = fixture.git(&["log", "-1", "--format=%B"]);
     assert!(
         message.contains(&format!(
-            "It is attempt {label} of those at S1's brief, picked over the others:\n    The loud one."
+            "Attempt {label} of group S1, picked over the others; the verdict that picked it:\n    The loud one."
         )) && message.contains(&format!("Grove-Attempt: S1·{label}")),
         "the user's branch records which attempt it got and the judge's words: {message}"
     );
@@ -339,14 +339,15 @@ async fn a_red_attempt_is_put_aside_the_judge_picks_the_right_one_and_both_loser
         "the judge sees B's and C's diffs and nothing of A's: {}",
         briefs[0]
     );
+    let kept = format!("refs/grove/archive/{}", report.run_id);
     assert_eq!(
         lead_heard_head(&server),
         format!(
             "S1 was tried 3 ways (attempts A, B, C); attempt C (S3) was picked.\n\
-             - attempt A (S1) not picked: {red}\n\
-             - attempt B (S2) not picked: B is not loud\n"
+             - attempt A (S1) not picked: {red} (kept at {kept}/1)\n\
+             - attempt B (S2) not picked: B is not loud (kept at {kept}/2)\n"
         ),
-        "the lead hears the pick and, a line each, why A and B lost"
+        "the lead hears the pick and, a line each, why A and B lost and where their work is"
     );
 }
 
@@ -433,11 +434,16 @@ async fn with_one_attempt_left_after_the_checks_its_own_reviewer_decides_and_it_
         ],
         "the rule's rejections are journaled before B's own review approves it"
     );
+    let kept = format!("refs/grove/archive/{}", report.run_id);
     assert_eq!(
         lead_heard_head(&server),
-        "S1 was tried 3 ways (attempts A, B, C); attempt B (S2) was picked.\n\
-         - attempt A (S1) not picked: its check failed while that of B passed\n\
-         - attempt C (S3) not picked: its check failed while that of B passed\n",
+        format!(
+            "S1 was tried 3 ways (attempts A, B, C); attempt B (S2) was picked.\n\
+             - attempt A (S1) not picked: its check failed while that of B passed (kept at \
+             {kept}/1)\n\
+             - attempt C (S3) not picked: its check failed while that of B passed (kept at \
+             {kept}/3)\n"
+        ),
         "the lead hears that B, reviewed alone, is the pick"
     );
     assert_eq!(
@@ -516,12 +522,13 @@ async fn an_attempt_whose_worker_fails_does_not_fail_the_subtask_while_the_other
         vec![vec!['B', 'C']],
         "the judge compares the attempts that lived"
     );
+    let kept = format!("refs/grove/archive/{}", report.run_id);
     assert_eq!(
         lead_heard_head(&server),
         format!(
             "S1 was tried 3 ways (attempts A, B, C); attempt C (S3) was picked.\n\
-             - attempt A (S1) failed: {refused}\n\
-             - attempt B (S2) not picked: B is not loud\n"
+             - attempt A (S1) failed: {refused} (kept at {kept}/1)\n\
+             - attempt B (S2) not picked: B is not loud (kept at {kept}/2)\n"
         ),
         "the lead hears that A failed and why B lost"
     );

@@ -76,15 +76,23 @@ async fn a_judge_that_rejects_every_attempt_merges_nothing_tells_the_lead_why_an
         "each attempt carries the judge's rejection"
     );
     let told = lead_heard(&server);
+    let kept = format!("refs/grove/archive/{run_id}");
     assert_eq!(
         told,
-        "S1 was tried 3 ways (attempts A, B, C); none was picked, so nothing of it was merged.\n\
-         - attempt A (S1) rejected by the judge with every other attempt: A whispers\n\
-         - attempt B (S2) rejected by the judge with every other attempt: B whispers\n\
-         - attempt C (S3) rejected by the judge with every other attempt: C whispers\n\
-         the judge's summary, in its words:\n```text\nNone of them shouts.\n```\n\n\
-         No other subtask is running.",
-        "the lead hears that nothing was picked, why each attempt lost and the judge's summary"
+        format!(
+            "S1 was tried 3 ways (attempts A, B, C); none was picked, so nothing of it was \
+             merged.\n\
+             - attempt A (S1) rejected by the judge with every other attempt: A whispers (kept \
+             at {kept}/1)\n\
+             - attempt B (S2) rejected by the judge with every other attempt: B whispers (kept \
+             at {kept}/2)\n\
+             - attempt C (S3) rejected by the judge with every other attempt: C whispers (kept \
+             at {kept}/3)\n\
+             the judge's summary, in its words:\n```text\nNone of them shouts.\n```\n\n\
+             No other subtask is running."
+        ),
+        "the lead hears that nothing was picked, why each attempt lost, where its work is \
+         kept and the judge's summary"
     );
 }
 

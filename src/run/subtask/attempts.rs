@@ -127,9 +127,10 @@ pub(crate) fn worker_note(label: char, count: usize) -> String {
     format!(
         "\n\n(grove: {count} workers try this brief at once, each on its own; this is \
          attempt {label}. A judge compares the attempts and merges one. Do it the way you \
-         judge best, completely: correct first, then what the brief asks or allows and no \
-         more. The judge reads your diff and your tree, not your summary: a design choice \
-         that needs a reason says it where the code does, in a docstring or a comment.)"
+         judge best, completely: correct first, then exactly what the brief asks or allows. \
+         The judge reads your diff and your tree, not your summary: a design choice that \
+         needs a reason says it where the code does, in a docstring or a comment. Your \
+         summary still becomes the commit message if your attempt is picked.)"
     )
 }
 
@@ -462,8 +463,14 @@ pub(crate) fn group_result(
         } else {
             format!("{}: ", report.status.as_str())
         };
+        // Where its work is kept, for a follow-up's `start_from` or a look at its diff.
+        let kept = report
+            .archive_ref
+            .as_ref()
+            .map(|archive| format!(" (kept at {archive})"))
+            .unwrap_or_default();
         text.push_str(&format!(
-            "- attempt {} ({}) {how}{}\n",
+            "- attempt {} ({}) {how}{}{kept}\n",
             label(place),
             report.id,
             printable(&excerpt(&why, REASON_CHARS)).replace('\n', " ")

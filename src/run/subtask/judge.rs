@@ -83,7 +83,10 @@ const JUDGE_NOTE: &str = "\n\n# Judging attempts\n\nHere you judge several attem
      the brief asks and allows and against the code around it. When you have `run`, try \
      the same edge cases on each attempt (`attempt` names the tree it runs in). `approve` \
      means: merge the attempt you `pick`, and only that one; the others are kept aside with \
-     your one-line reason each. `reject` means none of them may be merged.";
+     your one-line reason each, and your findings are remarks on the pick. `reject` means \
+     none of them may be merged; its findings say what stops each. When two attempts are \
+     both correct and complete, prefer the one that follows the code's own precedent, then \
+     the simpler one.";
 
 /// The judge's first message: the brief, how to judge, then each attempt under its label.
 fn judge_brief(
