@@ -174,7 +174,7 @@ impl Subtasks {
         text.push_str(&match (parts.is_empty(), taken.running.is_empty()) {
             (_, false) => format!(
                 "Still running: {}; `wait` again for {}.",
-                labels(&taken.running).join(", "),
+                self.standing(&taken.running),
                 if taken.running.len() == 1 {
                     "its result"
                 } else {
@@ -187,6 +187,35 @@ impl Subtasks {
             }
         });
         Ok(DelegateReport { text })
+    }
+
+    /// Where each of the `running` subtasks stands, as the journal has it: `S2 (working,
+    /// turn 4)`, `S3 (checked, in review)`, `S5 (3 attempts)`; so that a lead deciding
+    /// whether to wait knows how far each has got.
+    fn standing(&self, running: &[SubtaskId]) -> String {
+        let state = self.ctx.record.journal.state();
+        let stands = |id: SubtaskId| -> String {
+            if let Some(group) = state.attempt_group(id) {
+                return format!("{} attempts", group.subtasks.len());
+            }
+            let Some(subtask) = state.subtask(id) else {
+                return "starting".to_owned();
+            };
+            match (&subtask.verdict, &subtask.check, &subtask.last_checkpoint) {
+                (Some(_), _, _) => "reviewed, merging".to_owned(),
+                (None, Some(_), _) => "checked, in review".to_owned(),
+                (None, None, Some(checkpoint)) => format!("working, turn {}", checkpoint.turn),
+                (None, None, None) if subtask.start.is_none() && !subtask.waits_for.is_empty() => {
+                    format!("waits for {}", labels(&subtask.waits_for).join(", "))
+                }
+                (None, None, None) => "starting".to_owned(),
+            }
+        };
+        let standing: Vec<String> = running
+            .iter()
+            .map(|id| format!("{id} ({})", stands(*id)))
+            .collect();
+        standing.join(", ")
     }
 
     /// Whether a result is still to come to the lead, or has come and not been given.
