@@ -41,6 +41,7 @@ use crate::run::check::gate::BaseGate;
 use crate::run::id::SubtaskId;
 use crate::settings::config::check_copy_path;
 use crate::settings::options::{ModelChoice, RunOptions};
+use crate::store::attempts::AttemptGroup;
 use crate::store::disk_full;
 use crate::store::durable::{self, Durability};
 use crate::store::journal::{CheckRun, Entry, JournalSyncer};
@@ -425,6 +426,12 @@ impl RunJournal {
     /// Every subtask journaled so far, merged or not, in the order they started.
     pub(crate) fn subtasks(&self) -> Vec<SubtaskState> {
         lock(&self.run).state().subtasks.clone()
+    }
+
+    /// The group of attempts subtask `id` is one of, when it is (without a copy of the
+    /// whole state).
+    pub(crate) fn attempt_group(&self, id: SubtaskId) -> Option<AttemptGroup> {
+        lock(&self.run).state().attempt_group(id).cloned()
     }
 }
 

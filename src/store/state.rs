@@ -369,7 +369,7 @@ impl RunState {
     }
 
     /// Every attempt of `id`'s group, or `id` alone when it is none.
-    fn attempts_at(&self, id: SubtaskId) -> Vec<SubtaskId> {
+    pub fn attempts_at(&self, id: SubtaskId) -> Vec<SubtaskId> {
         self.attempt_group(id)
             .map_or_else(|| vec![id], |group| group.subtasks.clone())
     }

@@ -186,6 +186,23 @@ fn checked(fixture: &GitFixture) -> RunOptions {
     }
 }
 
+/// A run under the check [`NOT_BROKEN`] whose three attempts write `contents` (A the
+/// first) and whose judge picks the one that writes RIGHT.
+async fn checked_run(contents: &'static [&'static str; 3]) -> (GitFixture, FakeServer, RunReport) {
+    let fixture = repo_with_rules();
+    let server = FakeServer::with_responder(|request| match who(request) {
+        Who::Lead => attempts_lead(request, LOUD, &json!(3)),
+        Who::Worker => labelled_worker(request, contents),
+        Who::Reviewer => picking_judge(request),
+    })
+    .await;
+    let report = run(&fixture, &server, Provider::Anthropic, checked(&fixture))
+        .await
+        .unwrap();
+    server.assert_no_violations();
+    (fixture, server, report)
+}
+
 /// Each subtask as `(id, status, verdict, reason)`.
 fn outcomes(
     report: &RunReport,
@@ -229,17 +246,7 @@ async fn a_red_attempt_is_put_aside_the_judge_picks_the_right_one_and_both_loser
     if !sandbox_or_skip("a_red_attempt_is_put_aside") {
         return;
     }
-    let fixture = repo_with_rules();
-    let server = FakeServer::with_responder(|request| match who(request) {
-        Who::Lead => attempts_lead(request, LOUD, &json!(3)),
-        Who::Worker => labelled_worker(request, &["BROKEN", "quiet", "RIGHT"]),
-        Who::Reviewer => picking_judge(request),
-    })
-    .await;
-    let report = run(&fixture, &server, Provider::Anthropic, checked(&fixture))
-        .await
-        .unwrap();
-    server.assert_no_violations();
+    let (fixture, server, report) = checked_run(&["BROKEN", "quiet", "RIGHT"]).await;
 
     let red = "its check failed while that of B, C passed";
     assert_eq!(
@@ -356,17 +363,7 @@ async fn with_one_attempt_left_after_the_checks_its_own_reviewer_decides_and_it_
     if !sandbox_or_skip("with_one_attempt_left_after_the_checks") {
         return;
     }
-    let fixture = repo_with_rules();
-    let server = FakeServer::with_responder(|request| match who(request) {
-        Who::Lead => attempts_lead(request, LOUD, &json!(3)),
-        Who::Worker => labelled_worker(request, &["BROKEN", "RIGHT", "BROKEN too"]),
-        Who::Reviewer => picking_judge(request),
-    })
-    .await;
-    let report = run(&fixture, &server, Provider::Anthropic, checked(&fixture))
-        .await
-        .unwrap();
-    server.assert_no_violations();
+    let (fixture, server, report) = checked_run(&["BROKEN", "RIGHT", "BROKEN too"]).await;
 
     let red = "not picked: its check failed while that of B passed";
     assert_eq!(

@@ -258,10 +258,6 @@ impl Subtasks {
             .collect();
         // A group is heard of once, under its first attempt's id, when every attempt
         // ended, as the last of them did.
-        let attempts_of = |id: SubtaskId| match state.attempt_group(id) {
-            Some(group) => group.subtasks.clone(),
-            None => vec![id],
-        };
         let ended = |id: SubtaskId| {
             state
                 .subtask(id)
@@ -275,11 +271,12 @@ impl Subtasks {
                     && state
                         .attempt_group(subtask.id)
                         .is_none_or(|group| group.group == subtask.id)
-                    && attempts_of(subtask.id).into_iter().all(ended)
+                    && state.attempts_at(subtask.id).into_iter().all(ended)
                     && !delivered.contains(&subtask.id)
             })
             .map(|subtask| {
-                let last = attempts_of(subtask.id)
+                let last = state
+                    .attempts_at(subtask.id)
                     .into_iter()
                     .filter_map(|id| state.subtask(id).and_then(|s| s.finished_ms))
                     .max();
@@ -288,7 +285,7 @@ impl Subtasks {
             .collect();
         unheard.sort();
         for (_, id) in unheard {
-            let attempts = attempts_of(id);
+            let attempts = state.attempts_at(id);
             let result = if attempts.len() > 1 {
                 Some(self.group_result(id, &attempts))
             } else {
@@ -339,9 +336,11 @@ impl Subtasks {
 
     /// The lead's result for group `group` of attempts `ids`, from their reports.
     fn group_result(&self, group: SubtaskId, ids: &[SubtaskId]) -> DelegateReport {
-        let journaled = self.ctx.record.journal.state();
         // Only a judge writes the group's `picked` record.
-        let judged = journaled
+        let judged = self
+            .ctx
+            .record
+            .journal
             .attempt_group(group)
             .is_some_and(|known| known.pick.is_some());
         let reports = lock(&self.reports);

@@ -52,8 +52,7 @@ pub(crate) async fn judge(
     let labels: Vec<char> = entrants.iter().map(|entrant| entrant.label).collect();
     let submit = Arc::new(SubmitPick::new(labels.clone()));
     let tools = in_attempts(ctx, entrants).with(submit.clone());
-    let ids: Vec<SubtaskId> = entrants.iter().map(|entrant| entrant.id).collect();
-    let text = judge_brief(ctx, brief, entrants, &ids);
+    let text = judge_brief(ctx, brief, entrants);
     let first = entrants.first().map(|entrant| entrant.worktree);
     let tree = first.map_or((ctx.facts.user_root.as_path(), None), |worktree| {
         (worktree.path(), worktree.access())
@@ -93,13 +92,13 @@ fn judge_brief(
     ctx: &RunContext,
     brief: &str,
     entrants: &[Entrant<'_>],
-    ids: &[SubtaskId],
 ) -> String {
     let labels: Vec<String> = entrants.iter().map(|e| e.label.to_string()).collect();
     let mut text = format!("# The subtask's brief\n\n{}\n\n", brief.trim());
     if let Some(first) = entrants.first() {
         let held = reviewer::held_by(&ctx.facts, &ctx.record, first.diff.base);
-        let others = reviewer::others_of(ctx, ids, &held);
+        let ids: Vec<SubtaskId> = entrants.iter().map(|entrant| entrant.id).collect();
+        let others = reviewer::others_of(ctx, &ids, &held);
         text.push_str(&reviewer::context_notes(first.flagged, &held, &others));
     }
     text.push_str(&format!(

@@ -225,8 +225,7 @@ impl Subtasks {
         let branch = ctx.facts.run.subtask_branch(id.number());
         // An attempt says whose: the live view and MCP progress show the brief's first
         // line, which is the same for every attempt.
-        let journaled = ctx.record.journal.state();
-        let task = match journaled.attempt_group(id) {
+        let task = match ctx.record.journal.attempt_group(id) {
             Some(group) => format!(
                 "(attempt {} of {}) {}",
                 group.label_of(id).unwrap_or('?'),
@@ -525,8 +524,7 @@ impl Subtasks {
         let _settle = self.queue.guard(id);
         let mut worker_brief =
             schedule::worker_brief(&state.task, placement.scope.as_deref()) + &note;
-        let journaled = ctx.record.journal.state();
-        if let Some(group) = journaled.attempt_group(id)
+        if let Some(group) = ctx.record.journal.attempt_group(id)
             && let Some(label) = group.label_of(id)
         {
             worker_brief.push_str(&attempts::worker_note(label, group.subtasks.len()));
