@@ -85,7 +85,8 @@ a judge compares the attempts that pass the check and only the best is merged. I
 each attempt's tokens, not more time. Use it for a subtask with more than one reasonable \
 design, or one that already failed once; not for a mechanical change any worker gets \
 right. Every attempt gets the same brief: leave the open design choice to the workers \
-(or name the alternatives), rather than settle it in the brief. The attempts take one \
+(or name the alternatives, neutrally), rather than settle it in the brief; the judge reads \
+their code, not their summaries, so ask for a design's reason in a docstring or comment. The attempts take one \
 subtask id each (`attempts: 3` as S4 makes S4, S5 and S6; the group is known as S4), and \
 its one result names the pick and why each other lost.
 - When all work is merged, or nothing more can be done, end with a short summary of what \

@@ -238,7 +238,7 @@ fn judge_findings_schema(labels: &[String]) -> Value {
     schema["items"]["properties"]["attempt"] = json!({
         "type": "string",
         "enum": labels,
-        "description": "The attempt this finding is about; leave out for all of them."
+        "description": "The attempt this finding is about (leave out on an approve: findings are on the pick); leave out for all of them."
     });
     schema
 }

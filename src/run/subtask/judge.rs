@@ -83,16 +83,14 @@ const JUDGE_NOTE: &str = "\n\n# Judging attempts\n\nHere you judge several attem
      the same edge cases on each attempt (`attempt` names the tree it runs in). `approve` \
      means: merge the attempt you `pick`, and only that one; the others are kept aside with \
      your one-line reason each, and your findings are remarks on the pick. `reject` means \
-     none of them may be merged; its findings say what stops each. When two attempts are \
-     both correct and complete, prefer the one that follows the code's own precedent, then \
+     none of them may be merged; its findings say what stops each. A bug you find in an \
+     attempt counts against its correctness, not as a tie-breaker. When two attempts are \
+     both correct and complete, prefer the one that follows the code's own precedent (where \
+     precedent points both ways, the one more useful within what the brief allows), then \
      the simpler one.";
 
 /// The judge's first message: the brief, how to judge, then each attempt under its label.
-fn judge_brief(
-    ctx: &RunContext,
-    brief: &str,
-    entrants: &[Entrant<'_>],
-) -> String {
+fn judge_brief(ctx: &RunContext, brief: &str, entrants: &[Entrant<'_>]) -> String {
     let labels: Vec<String> = entrants.iter().map(|e| e.label.to_string()).collect();
     let mut text = format!("# The subtask's brief\n\n{}\n\n", brief.trim());
     if let Some(first) = entrants.first() {
